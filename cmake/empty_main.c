@@ -1,0 +1,6 @@
+/* placeholder until src/tools has sources */
+int main(void);
+int main(void)
+{
+    return 1;
+}

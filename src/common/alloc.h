@@ -1,0 +1,25 @@
+/* Tracked allocation: every allocation names its site; live counts per site let
+ * tests check that everything returns to zero. */
+#ifndef EGM_COMMON_ALLOC_H
+#define EGM_COMMON_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *egm_malloc(size_t size, const char *site);
+void *egm_calloc(size_t n, size_t size, const char *site);
+/* realloc keeps the site given at first allocation; ptr NULL behaves as egm_malloc. */
+void *egm_realloc(void *ptr, size_t size, const char *site);
+char *egm_strdup(const char *s, const char *site);
+char *egm_strndup(const char *s, size_t n, const char *site);
+void egm_free(void *ptr);
+
+/* Live allocations and bytes over all sites. */
+uint64_t egm__alloc_live_count(void);
+uint64_t egm__alloc_live_bytes(void);
+/* Live allocations of one site (compared by string content). */
+uint64_t egm__alloc_live_count_site(const char *site);
+/* Print every site with live allocations to stderr; returns the number of sites. */
+int egm__alloc_report(void);
+
+#endif

@@ -1,0 +1,12 @@
+/* Time helpers. */
+#ifndef EGM_COMMON_CLOCK_H
+#define EGM_COMMON_CLOCK_H
+
+#include <stdint.h>
+
+uint64_t egm__now_ns(void);  /* CLOCK_MONOTONIC */
+uint64_t egm__now_ms(void);  /* CLOCK_MONOTONIC */
+uint64_t egm__wall_ms(void); /* CLOCK_REALTIME */
+void egm__sleep_ms(uint64_t ms);
+
+#endif

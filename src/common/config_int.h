@@ -1,0 +1,42 @@
+/* Internals of the config module shared with the tools (flag parsing, help, docs). */
+#ifndef EGM_COMMON_CONFIG_INT_H
+#define EGM_COMMON_CONFIG_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/config.h>
+
+typedef enum {
+    EGM_CFG_STRING,
+    EGM_CFG_INT,  /* decimal integer within [min, max] */
+    EGM_CFG_SIZE, /* bytes: plain or with B/KiB/MiB/GiB/TiB/KB/MB/GB/TB/K/M/G/T */
+    EGM_CFG_BOOL, /* true|false|1|0|yes|no|on|off */
+    EGM_CFG_ENUM, /* one of `choices`, "a|b|c" */
+} egm_config_type_t;
+
+typedef struct {
+    const char *name;
+    egm_config_type_t type;
+    const char *def;
+    int64_t min; /* INT and SIZE */
+    int64_t max;
+    const char *choices; /* ENUM */
+    const char *help;
+} egm_config_key_t;
+
+/* The table of every key, in documentation order. */
+const egm_config_key_t *egm__config_keys(size_t *count_p);
+const egm_config_key_t *egm__config_find_key(const char *name);
+/* True if the key was set explicitly (file, env, flag or egm_config_set). */
+int egm__config_is_set(const egm_config_t *config, const char *key);
+
+/* "256MiB" -> bytes. Error text names `what` (the key). Overflow is an error. */
+egm_status_t egm__parse_size(const char *what, const char *text, uint64_t *bytes_p);
+/* Format bytes as "1.5 GiB" into buf. */
+char *egm__format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Command-line flag: "--global-segment-size" (dashes or underscores) with its
+ * value. Unknown flag -> EGM_ERR_CONFIG naming it. */
+egm_status_t egm__config_set_flag(egm_config_t *config, const char *flag, const char *value);
+
+#endif

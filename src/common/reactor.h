@@ -1,0 +1,43 @@
+/* A thin epoll reactor: one thread runs the loop; callbacks run on it. */
+#ifndef EGM_COMMON_REACTOR_H
+#define EGM_COMMON_REACTOR_H
+
+#include <stdint.h>
+#include <egmstore/status.h>
+
+typedef struct egm_reactor egm_reactor_t;
+
+#define EGM_EV_READ 0x1u
+#define EGM_EV_WRITE 0x2u
+#define EGM_EV_ERROR 0x4u /* hang-up or error; always reported */
+
+typedef void (*egm_reactor_fd_cb_t)(egm_reactor_t *reactor, int fd, uint32_t events, void *arg);
+typedef void (*egm_reactor_timer_cb_t)(egm_reactor_t *reactor, void *arg);
+typedef void (*egm_reactor_task_cb_t)(void *arg);
+
+egm_status_t egm__reactor_create(egm_reactor_t **reactor_p);
+/* Must not be running. Registered fds are not closed. */
+void egm__reactor_destroy(egm_reactor_t *reactor);
+
+/* fd registration; events is EGM_EV_READ|EGM_EV_WRITE. Loop thread only
+ * (or before the loop runs). */
+egm_status_t egm__reactor_add(egm_reactor_t *reactor, int fd, uint32_t events,
+                              egm_reactor_fd_cb_t cb, void *arg);
+egm_status_t egm__reactor_modify(egm_reactor_t *reactor, int fd, uint32_t events);
+/* Safe to call from inside that fd's callback. */
+egm_status_t egm__reactor_remove(egm_reactor_t *reactor, int fd);
+
+/* Periodic timer (period_ms > 0) firing on the loop thread; returns an id. */
+egm_status_t egm__reactor_add_timer(egm_reactor_t *reactor, uint64_t period_ms,
+                                    egm_reactor_timer_cb_t cb, void *arg, uint64_t *timer_id_p);
+egm_status_t egm__reactor_remove_timer(egm_reactor_t *reactor, uint64_t timer_id);
+
+/* Thread-safe: run cb(arg) on the loop thread soon. */
+egm_status_t egm__reactor_post(egm_reactor_t *reactor, egm_reactor_task_cb_t cb, void *arg);
+
+/* Run until egm__reactor_stop (thread-safe, also from signal-safe contexts
+ * through an eventfd write). */
+egm_status_t egm__reactor_run(egm_reactor_t *reactor);
+void egm__reactor_stop(egm_reactor_t *reactor);
+
+#endif

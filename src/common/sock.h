@@ -1,0 +1,40 @@
+/* Socket helpers. errno is converted here, at the system-call boundary. */
+#ifndef EGM_COMMON_SOCK_H
+#define EGM_COMMON_SOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <egmstore/status.h>
+
+/* "host:port" -> parts; host may be a name, an IPv4 address or [IPv6]. */
+egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_len,
+                                      uint16_t *port_p);
+/* Listening TCP socket (SO_REUSEADDR, backlog 512); port 0 picks a free one,
+ * returned in *port_p. host "" or "0.0.0.0" = all IPv4 addresses. */
+egm_status_t egm__sock_tcp_listen(const char *host, uint16_t port, int *fd_p, uint16_t *port_p);
+/* Blocking connect with a timeout; sets TCP_NODELAY and CLOEXEC. */
+egm_status_t egm__sock_tcp_connect(const char *host, uint16_t port, int timeout_ms, int *fd_p);
+/* Unix stream socket at path (unlinked first) / connect to it. */
+egm_status_t egm__sock_unix_listen(const char *path, int *fd_p);
+egm_status_t egm__sock_unix_connect(const char *path, int *fd_p);
+egm_status_t egm__sock_set_nonblock(int fd, int on);
+egm_status_t egm__sock_set_nodelay(int fd);
+/* Blocking full read/write (retry on EINTR); EGM_ERR_UNREACHABLE on EOF. */
+egm_status_t egm__sock_read_full(int fd, void *buf, size_t len);
+egm_status_t egm__sock_write_full(int fd, const void *buf, size_t len);
+/* Same with a deadline per call (poll); EGM_ERR_TIMEOUT when it passes. */
+egm_status_t egm__sock_read_full_timeout(int fd, void *buf, size_t len, int timeout_ms);
+/* Send/receive one file descriptor with a small payload (SCM_RIGHTS). */
+egm_status_t egm__sock_send_fd(int sock, int fd, const void *data, size_t len);
+egm_status_t egm__sock_recv_fd(int sock, int *fd_p, void *data, size_t len);
+/* Peer credentials of a connected Unix socket (SO_PEERCRED). */
+egm_status_t egm__sock_peer_cred(int sock, pid_t *pid_p, uid_t *uid_p, gid_t *gid_p);
+
+/* This host's identity: hostname plus boot id, so that two containers with the
+ * same hostname on different machines differ. Static string. */
+const char *egm__host_id(void);
+/* Short host name for display. Static string. */
+const char *egm__host_name(void);
+
+#endif

@@ -1,0 +1,22 @@
+/* The master: segments, allocation inside segments, the object index, leases,
+ * client liveness. Never touches data. Runs on one reactor thread. */
+#ifndef EGM_MASTER_MASTER_H
+#define EGM_MASTER_MASTER_H
+
+#include <stdint.h>
+#include <egmstore/config.h>
+#include <egmstore/status.h>
+
+typedef struct egm_master egm_master_t;
+
+/* Reads `listen_address`, `port`, `default_kv_lease_ttl`, `client_ttl`,
+ * `max_frame_size` from config and binds the RPC port (port 0 = any free). */
+egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p);
+uint16_t egm__master_port(const egm_master_t *master);
+/* Serves until egm__master_stop. */
+egm_status_t egm__master_run(egm_master_t *master);
+/* Thread-safe and async-signal-safe. */
+void egm__master_stop(egm_master_t *master);
+void egm__master_destroy(egm_master_t *master);
+
+#endif

@@ -1,0 +1,25 @@
+/* Host pool: provider capacity in CPU memory, as memfd-backed chunks (one chunk
+ * = one segment), shareable with consumers on the same host. */
+#ifndef EGM_POOL_HOST_POOL_H
+#define EGM_POOL_HOST_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+
+typedef struct {
+    void *base;
+    uint64_t size;
+    int memfd;
+} egm_pool_chunk_t;
+
+typedef struct egm_host_pool egm_host_pool_t;
+
+/* total rounded down to 4 KiB; chunks of at most max_chunk (a multiple of 4 KiB).
+ * total 0 or too small -> EGM_ERR_INVALID_ARG naming global_segment_size. */
+egm_status_t egm__host_pool_create(uint64_t total, uint64_t max_chunk, egm_host_pool_t **pool_p);
+void egm__host_pool_destroy(egm_host_pool_t *pool);
+size_t egm__host_pool_chunk_count(const egm_host_pool_t *pool);
+const egm_pool_chunk_t *egm__host_pool_chunk(const egm_host_pool_t *pool, size_t index);
+
+#endif

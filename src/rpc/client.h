@@ -1,0 +1,39 @@
+/* RPC client connection to one server. Thread-safe: many threads may call at
+ * once; requests are pipelined on one TCP connection (TCP_NODELAY) and replies
+ * are matched by request id by a reader thread. A broken connection fails every
+ * pending call with EGM_ERR_UNREACHABLE and is re-established by the next call. */
+#ifndef EGM_RPC_CLIENT_H
+#define EGM_RPC_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <protobuf-c/protobuf-c.h>
+#include <egmstore/status.h>
+
+typedef struct egm_rpc_client egm_rpc_client_t;
+
+typedef struct {
+    const char *addr; /* "host:port" */
+    int connect_timeout_ms;
+    size_t max_frame_size;
+} egm_rpc_client_params_t;
+
+/* Does not connect yet: the first call does. */
+egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
+                                    egm_rpc_client_t **client_p);
+void egm__rpc_client_destroy(egm_rpc_client_t *client);
+
+/* Raw call: *reply_p (egm_malloc'ed, free with egm_free) receives the reply
+ * payload. An error reply from the server returns its status, with its text in
+ * egm_last_error(). EGM_ERR_TIMEOUT after timeout_ms (the late reply is dropped). */
+egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
+                           size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
+
+/* Protobuf call: packs req, unpacks the reply as reply_desc into *reply_p, freed
+ * with egm__rpc_msg_free. A reply that does not decode is EGM_ERR_PROTOCOL. */
+egm_status_t egm__rpc_call_msg(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *reply_desc,
+                               ProtobufCMessage **reply_p, int timeout_ms);
+void egm__rpc_msg_free(ProtobufCMessage *msg);
+
+#endif

@@ -1,0 +1,51 @@
+/* RPC server on an egm reactor. Requests on one connection may be pipelined;
+ * each reply carries its request id. A frame with a bad magic, a bad version or
+ * an oversized length gets an error reply (when its id could be read) and its
+ * connection is closed; an unknown type or an undecodable payload gets an error
+ * reply and the connection stays. Other connections are never affected. */
+#ifndef EGM_RPC_SERVER_H
+#define EGM_RPC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/reactor.h"
+
+typedef struct egm_rpc_server egm_rpc_server_t;
+
+/* Reply payload produced by a handler: an egm_malloc'ed buffer the server frees. */
+typedef struct {
+    uint8_t *buf;
+    size_t len;
+} egm_rpc_reply_t;
+
+/* Called on the reactor thread. Return EGM_OK with *reply filled (len 0 is
+ * allowed), or an error: the peer then gets an ErrorReply with that status and
+ * egm_last_error()'s text. */
+typedef egm_status_t (*egm_rpc_handler_t)(void *arg, uint16_t type, const uint8_t *payload,
+                                          size_t len, egm_rpc_reply_t *reply);
+
+typedef struct {
+    const char *host;       /* bind address; NULL or "" = 0.0.0.0 */
+    uint16_t port;          /* 0 = any free port */
+    size_t max_frame_size;  /* payload limit */
+    size_t max_connections; /* 0 = 1024 */
+} egm_rpc_server_params_t;
+
+typedef struct {
+    uint64_t connections_accepted;
+    uint64_t connections_open;
+    uint64_t requests;
+    uint64_t frames_rejected; /* bad magic/version/size/type/payload */
+} egm_rpc_server_stats_t;
+
+egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server_params_t *params,
+                                    egm_rpc_server_t **server_p);
+egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
+                                      egm_rpc_handler_t handler, void *arg);
+uint16_t egm__rpc_server_port(const egm_rpc_server_t *server);
+void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p);
+/* Closes every connection. Call on the reactor thread or when it is not running. */
+void egm__rpc_server_destroy(egm_rpc_server_t *server);
+
+#endif

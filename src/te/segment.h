@@ -1,0 +1,40 @@
+/* Segment descriptors: what a consumer needs to reach a segment. */
+#ifndef EGM_TE_SEGMENT_H
+#define EGM_TE_SEGMENT_H
+
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/id.h"
+#include "egmstore.pb-c.h"
+
+typedef enum {
+    EGM_HANDLE_NONE = 0,
+    EGM_HANDLE_MEMFD = 1,
+    EGM_HANDLE_POSIX_FD = 2,
+    EGM_HANDLE_FABRIC = 3,
+} egm_handle_kind_t;
+
+#define EGM_SEGMENT_NAME_MAX 128
+#define EGM_HOST_ID_MAX 160
+#define EGM_ENDPOINT_MAX 128
+#define EGM_SHM_SOCKET_MAX 100 /* fits sun_path with the abstract-namespace NUL */
+
+typedef struct {
+    egm_id_t id;
+    char name[EGM_SEGMENT_NAME_MAX];
+    uint64_t size;
+    egm_id_t owner;
+    char host_id[EGM_HOST_ID_MAX];
+    char tcp_endpoint[EGM_ENDPOINT_MAX]; /* "" = no tcp */
+    char shm_socket[EGM_SHM_SOCKET_MAX]; /* "" = no shm */
+    egm_handle_kind_t handle_kind;
+} egm_segment_desc_t;
+
+/* Validating conversion from the wire: nil id, zero size, over-long strings and
+ * unknown handle kinds are EGM_ERR_INVALID_ARG naming the field. */
+egm_status_t egm__segment_desc_from_pb(const Egm__SegmentDesc *pb, egm_segment_desc_t *desc_p);
+/* Fills pb and id storage from desc; strings point into desc (no allocation). */
+void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *pb,
+                             Egm__Id *id_storage, Egm__Id *owner_storage);
+
+#endif
