@@ -1,0 +1,107 @@
+/* Store client: creation, teardown and buffer registration. */
+#include <string.h>
+#include "client/client_int.h"
+#include "common/alloc.h"
+#include "common/config_int.h"
+#include "common/log.h"
+
+static void client_free(egm_client_t *client)
+{
+    egm__te_destroy(client->te);
+    egm__rpc_client_destroy(client->master);
+    egm__registry_destroy(client->registry);
+    egm_config_destroy(client->config);
+    pthread_cond_destroy(&client->cond);
+    pthread_mutex_destroy(&client->lock);
+    egm_free(client);
+}
+
+egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client_p)
+{
+    egm_client_t *client;
+    egm_status_t status;
+
+    if (config == NULL || client_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "egm_client_create: config and client_p "
+                                                   "must not be NULL");
+    client = egm_calloc(1, sizeof(*client), "client");
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating a client");
+    pthread_mutex_init(&client->lock, NULL);
+    pthread_cond_init(&client->cond, NULL);
+    client->id = egm__id_random();
+
+    status = egm_config_copy(config, &client->config);
+    if (status != EGM_OK)
+        goto err_free;
+    client->rpc_timeout_ms = (int)egm_config_get_int(config, "rpc_timeout_ms");
+    client->replica_num = (uint32_t)egm_config_get_int(config, "replica_num");
+
+    egm_te_params_t te_params = {
+        .client_id = client->id,
+        .local_hostname = egm_config_get(config, "local_hostname"),
+        .data_port = (uint16_t)egm_config_get_int(config, "data_port"),
+        .io_timeout_ms = (int)egm_config_get_int(config, "io_timeout_ms"),
+    };
+    status = egm__protocol_parse(egm_config_get(config, "protocol"), &te_params.protocol);
+    if (status != EGM_OK)
+        goto err_free;
+
+    egm_rpc_client_params_t rpc_params = {
+        .addr = egm_config_get(config, "master_server_addr"),
+        .connect_timeout_ms = (int)egm_config_get_int(config, "connect_timeout_ms"),
+        .max_frame_size = egm_config_get_size(config, "max_frame_size"),
+    };
+    status = egm__registry_create(&client->registry);
+    if (status != EGM_OK)
+        goto err_free;
+    status = egm__rpc_client_create(&rpc_params, &client->master);
+    if (status != EGM_OK)
+        goto err_free;
+    status = egm__te_create(&te_params, &client->te);
+    if (status != EGM_OK)
+        goto err_free;
+
+    /* A first ping proves the master is there before anything is mounted. */
+    status = egm__liveness_start(client);
+    if (status != EGM_OK)
+        goto err_free;
+
+    uint64_t total = egm_config_get_size(config, "global_segment_size");
+    if (total > 0) {
+        status = egm__capacity_mount(client, total, egm_config_get_size(config, "max_mr_size"));
+        if (status != EGM_OK)
+            goto err_liveness;
+    }
+    *client_p = client;
+    return EGM_OK;
+
+err_liveness:
+    egm__liveness_stop(client);
+err_free:
+    client_free(client);
+    return status;
+}
+
+void egm_client_destroy(egm_client_t *client)
+{
+    if (client == NULL)
+        return;
+    egm__liveness_stop(client);
+    egm__capacity_unmount(client);
+    client_free(client);
+}
+
+egm_status_t egm_register_buffer(egm_client_t *client, void *addr, size_t len)
+{
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
+    return egm__registry_add(client->registry, addr, len);
+}
+
+egm_status_t egm_unregister_buffer(egm_client_t *client, void *addr)
+{
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
+    return egm__registry_remove(client->registry, addr);
+}

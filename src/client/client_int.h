@@ -1,0 +1,68 @@
+/* Internals of the store client shared by its files and by the tools. */
+#ifndef EGM_CLIENT_CLIENT_INT_H
+#define EGM_CLIENT_CLIENT_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <egmstore/client.h>
+#include "common/id.h"
+#include "pool/host_pool.h"
+#include "rpc/client.h"
+#include "te/registry.h"
+#include "te/segment.h"
+#include "te/te.h"
+#include "egmstore.pb-c.h"
+
+/* Capacity this client contributes: one segment per pool chunk. */
+typedef struct {
+    egm_host_pool_t *pool;
+    egm_segment_desc_t *segments; /* one per chunk */
+    int *exposed;                 /* segment i served by the transfer engine */
+    int *mounted;                 /* segment i mounted at the master */
+    size_t count;
+} egm_capacity_t;
+
+struct egm_client {
+    egm_config_t *config;
+    egm_id_t id;
+    egm_rpc_client_t *master;
+    egm_te_t *te;
+    egm_registry_t *registry;
+    egm_capacity_t capacity;
+    int rpc_timeout_ms;
+    uint32_t replica_num;
+
+    /* liveness: a thread pings the master and applies retired segment ids */
+    pthread_t ping_thread;
+    int ping_started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stopping;
+    uint64_t view;
+    int master_reachable;
+};
+
+/* Capacity (contribute.c). */
+egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t max_chunk);
+void egm__capacity_unmount(egm_client_t *client);
+
+/* Liveness (liveness.c). */
+egm_status_t egm__liveness_start(egm_client_t *client);
+void egm__liveness_stop(egm_client_t *client);
+
+/* Master calls shared by the object files (master_call.c). */
+egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
+                                   const char *const *keys, int force, Egm__KeysReply **reply_p);
+/* Checks a reply has one result per key. */
+egm_status_t egm__client_check_reply(const Egm__KeysReply *reply, size_t n);
+/* Decodes every segment of a reply into an egm_malloc'ed array. */
+egm_status_t egm__client_reply_segments(const Egm__KeysReply *reply, egm_segment_desc_t **descs_p);
+/* The decoded descriptor a replica names, or NULL. */
+const egm_segment_desc_t *egm__client_find_segment(const egm_segment_desc_t *descs, size_t n,
+                                                   egm_id_t id);
+egm_status_t egm__client_validate_key(const char *key);
+
+/* For `egmstore ls`: every segment with usage; free with egm__rpc_msg_free. */
+egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsReply **reply_p);
+
+#endif

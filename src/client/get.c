@@ -1,0 +1,229 @@
+/* Get: GetReplicaList (grants a read lease) -> copy from the best replica,
+ * falling back to the others -> check the lease still held when the copy ended. */
+#include <string.h>
+#include "client/client_int.h"
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+typedef struct {
+    const Egm__KeyResult *res;
+    size_t caller;    /* index in the caller's arrays */
+    size_t order[16]; /* replicas by preference (local, shm, tcp) */
+    size_t n_order;
+    size_t next; /* next replica to try */
+    void *dst;
+} fetch_t;
+
+static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_desc_t *descs,
+                           size_t n_descs)
+{
+    int rank[16];
+
+    f->n_order = 0;
+    for (size_t r = 0; r < f->res->n_replicas && f->n_order < 16; r++) {
+        const egm_segment_desc_t *seg =
+            egm__client_find_segment(descs, n_descs, egm__id_from_pb(f->res->replicas[r]->segment));
+        egm_transport_t transport;
+        if (seg == NULL || egm__te_route(client->te, seg, &transport) != EGM_OK)
+            continue;
+        size_t k = f->n_order++;
+        while (k > 0 && rank[k - 1] > (int)transport) {
+            rank[k] = rank[k - 1];
+            f->order[k] = f->order[k - 1];
+            k--;
+        }
+        rank[k] = (int)transport;
+        f->order[k] = r;
+    }
+}
+
+/* One round: for every fetch that still needs data, try its next replica. */
+static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *descs,
+                         size_t n_descs, egm_te_op_t *ops, size_t *op_fetch)
+{
+    size_t n_ops = 0;
+    for (size_t j = 0; j < n; j++) {
+        fetch_t *f = &fetches[j];
+        if (f->dst == NULL || f->next >= f->n_order)
+            continue;
+        const Egm__Replica *rep = f->res->replicas[f->order[f->next++]];
+        ops[n_ops] = (egm_te_op_t){
+            .segment = egm__client_find_segment(descs, n_descs, egm__id_from_pb(rep->segment)),
+            .offset = rep->offset,
+            .local = f->dst,
+            .length = f->res->size,
+            .dir = EGM_TE_READ};
+        op_fetch[n_ops++] = j;
+    }
+    return n_ops;
+}
+
+/* dsts NULL: allocate each object (egm_get); else copy into dsts[i] of caps[i]. */
+static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
+                              void *const *dsts, const size_t *caps, void **allocated,
+                              size_t *sizes_p, egm_status_t *results)
+{
+    Egm__KeysReply *reply = NULL;
+    egm_segment_desc_t *descs = NULL;
+    fetch_t *fetches = NULL;
+    egm_te_op_t *ops = NULL;
+    size_t *op_fetch = NULL;
+    int *acquired = NULL;
+    egm_status_t status;
+
+    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        results[i] = egm__client_validate_key(keys[i]);
+        if (results[i] != EGM_OK)
+            return egm__set_error(results[i], "key %zu: %s", i, egm_last_error());
+        if (sizes_p != NULL)
+            sizes_p[i] = 0;
+        if (allocated != NULL)
+            allocated[i] = NULL;
+    }
+    if (n == 0)
+        return EGM_OK;
+
+    uint64_t started_ms = egm__now_ms();
+    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, n, keys, 0, &reply);
+    if (status != EGM_OK)
+        goto out;
+    status = egm__client_reply_segments(reply, &descs);
+    if (status != EGM_OK)
+        goto out;
+    fetches = egm_calloc(n, sizeof(*fetches), "client.get");
+    ops = egm_calloc(n, sizeof(*ops), "client.get");
+    op_fetch = egm_calloc(n, sizeof(*op_fetch), "client.get");
+    acquired = egm_calloc(n, sizeof(*acquired), "client.get");
+    if (!fetches || !ops || !op_fetch || !acquired) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a get");
+        goto out;
+    }
+
+    for (size_t i = 0; i < n; i++) {
+        fetch_t *f = &fetches[i];
+        f->res = reply->results[i];
+        f->caller = i;
+        results[i] = f->res->status;
+        if (results[i] != EGM_OK) {
+            egm__set_error(results[i], "\"%s\": %s", keys[i], egm_status_string(results[i]));
+            continue;
+        }
+        if (sizes_p != NULL)
+            sizes_p[i] = f->res->size;
+        if (dsts == NULL) {
+            allocated[i] = egm_malloc(f->res->size ? f->res->size : 1, "client.get_buffer");
+            if (allocated[i] == NULL) {
+                results[i] = egm__set_error(EGM_ERR_NO_MEMORY, "no memory for %llu bytes",
+                                            (unsigned long long)f->res->size);
+                continue;
+            }
+            f->dst = allocated[i];
+        } else if (caps[i] < f->res->size) {
+            results[i] = egm__set_error(EGM_ERR_BUFFER_TOO_SMALL,
+                                        "\"%s\" has %llu bytes, the buffer holds %zu", keys[i],
+                                        (unsigned long long)f->res->size, caps[i]);
+            continue;
+        } else {
+            results[i] = egm__registry_acquire(client->registry, dsts[i], f->res->size);
+            if (results[i] != EGM_OK)
+                continue;
+            acquired[i] = 1;
+            f->dst = dsts[i];
+        }
+        order_replicas(client, f, descs, reply->n_segments);
+        if (f->n_order == 0) {
+            results[i] = egm__set_error(EGM_ERR_UNREACHABLE,
+                                        "no replica of \"%s\" is reachable with protocol %s",
+                                        keys[i], egm_config_get(client->config, "protocol"));
+            f->dst = NULL;
+        } else {
+            results[i] = EGM_ERR_TRANSFER;
+        }
+    }
+
+    /* Each round tries the next replica of every key whose last try failed. */
+    for (;;) {
+        size_t n_ops = plan_round(fetches, n, descs, reply->n_segments, ops, op_fetch);
+        if (n_ops == 0)
+            break;
+        egm__te_transfer(client->te, ops, n_ops);
+        for (size_t k = 0; k < n_ops; k++) {
+            fetch_t *f = &fetches[op_fetch[k]];
+            results[f->caller] = ops[k].status;
+            if (ops[k].status == EGM_OK)
+                f->dst = NULL; /* done */
+        }
+    }
+
+    /* The lease protected the replicas only until it ran out. */
+    uint64_t ended_ms = egm__now_ms();
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == EGM_OK && ended_ms > started_ms + fetches[i].res->lease_ttl_ms)
+            results[i] = egm__set_error(EGM_ERR_LEASE_EXPIRED,
+                                        "\"%s\": the read lease ran out during the copy", keys[i]);
+out:
+    for (size_t i = 0; i < n; i++) {
+        if (acquired != NULL && acquired[i])
+            egm__registry_release(client->registry, dsts[i]);
+        if (status != EGM_OK)
+            results[i] = status;
+        if (allocated != NULL && results[i] != EGM_OK) {
+            egm_free(allocated[i]);
+            allocated[i] = NULL;
+        }
+    }
+    egm_free(fetches);
+    egm_free(ops);
+    egm_free(op_fetch);
+    egm_free(acquired);
+    egm_free(descs);
+    egm__rpc_msg_free(reply ? &reply->base : NULL);
+    return status;
+}
+
+egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_t *len_p)
+{
+    egm_status_t result;
+    size_t size = 0;
+    void *data = NULL;
+
+    if (data_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "data_p must not be NULL");
+    egm_status_t status = get_batch(client, 1, &key, NULL, NULL, &data, &size, &result);
+    if (status == EGM_OK)
+        status = result;
+    *data_p = status == EGM_OK ? data : NULL;
+    if (len_p != NULL)
+        *len_p = status == EGM_OK ? size : 0;
+    return status;
+}
+
+void egm_buffer_free(void *data)
+{
+    egm_free(data);
+}
+
+egm_status_t egm_get_into(egm_client_t *client, const char *key, void *dst, size_t cap,
+                          size_t *len_p)
+{
+    egm_status_t result;
+    size_t size = 0;
+    egm_status_t status = get_batch(client, 1, &key, &dst, &cap, NULL, &size, &result);
+    if (len_p != NULL)
+        *len_p = size;
+    return status != EGM_OK ? status : result;
+}
+
+egm_status_t egm_batch_get_into(egm_client_t *client, size_t n, const char *const *keys,
+                                void *const *dsts, const size_t *caps, size_t *sizes_p,
+                                egm_status_t *results)
+{
+    if (n > 0 && (dsts == NULL || caps == NULL))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "dsts and caps must not be NULL");
+    return get_batch(client, n, keys, dsts, caps, NULL, sizes_p, results);
+}

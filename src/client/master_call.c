@@ -1,0 +1,99 @@
+/* Object calls to the master shared by put, get and the metadata calls. */
+#include <string.h>
+#include "client/client_int.h"
+#include "common/alloc.h"
+#include "common/log.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+#define MAX_KEYS_PER_CALL 65536
+
+egm_status_t egm__client_validate_key(const char *key)
+{
+    if (key == NULL)
+        return egm__set_error(EGM_ERR_INVALID_KEY, "key must not be NULL");
+    size_t len = strnlen(key, EGM_KEY_MAX + 1);
+    if (len == 0 || len > EGM_KEY_MAX)
+        return egm__set_error(EGM_ERR_INVALID_KEY, "key length must be 1..%d bytes", EGM_KEY_MAX);
+    return EGM_OK;
+}
+
+egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
+                                   const char *const *keys, int force, Egm__KeysReply **reply_p)
+{
+    Egm__KeysRequest req = EGM__KEYS_REQUEST__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    egm_status_t status;
+
+    if (n > MAX_KEYS_PER_CALL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "a batch holds at most %d keys, got %zu",
+                              MAX_KEYS_PER_CALL, n);
+    egm__id_to_pb(client->id, &client_pb);
+    req.client = &client_pb;
+    req.n_keys = n;
+    req.keys = (char **)keys;
+    req.force = force != 0;
+    status = egm__rpc_call_msg(client->master, type, &req.base, &egm__keys_reply__descriptor,
+                               (ProtobufCMessage **)reply_p, client->rpc_timeout_ms);
+    if (status != EGM_OK)
+        return status;
+    status = egm__client_check_reply(*reply_p, n);
+    if (status != EGM_OK) {
+        egm__rpc_msg_free(&(*reply_p)->base);
+        *reply_p = NULL;
+    }
+    return status;
+}
+
+egm_status_t egm__client_check_reply(const Egm__KeysReply *reply, size_t n)
+{
+    if (reply->status != EGM_OK)
+        return egm__set_error(reply->status, "master refused the request: %s",
+                              egm_status_string(reply->status));
+    if (reply->n_results != n)
+        return egm__set_error(EGM_ERR_PROTOCOL, "master answered %zu results for %zu keys",
+                              reply->n_results, n);
+    return EGM_OK;
+}
+
+egm_status_t egm__client_reply_segments(const Egm__KeysReply *reply, egm_segment_desc_t **descs_p)
+{
+    egm_segment_desc_t *descs = NULL;
+
+    *descs_p = NULL;
+    if (reply->n_segments == 0)
+        return EGM_OK;
+    descs = egm_calloc(reply->n_segments, sizeof(*descs), "client.reply_segments");
+    if (descs == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory decoding segments");
+    for (size_t i = 0; i < reply->n_segments; i++) {
+        egm_status_t status = egm__segment_desc_from_pb(reply->segments[i], &descs[i]);
+        if (status != EGM_OK) {
+            egm_free(descs);
+            return status;
+        }
+    }
+    *descs_p = descs;
+    return EGM_OK;
+}
+
+const egm_segment_desc_t *egm__client_find_segment(const egm_segment_desc_t *descs, size_t n,
+                                                   egm_id_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (egm__id_equal(descs[i].id, id))
+            return &descs[i];
+    return NULL;
+}
+
+egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsReply **reply_p)
+{
+    Egm__ListSegmentsRequest req = EGM__LIST_SEGMENTS_REQUEST__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+
+    egm__id_to_pb(client->id, &client_pb);
+    req.client = &client_pb;
+    return egm__rpc_call_msg(client->master, EGM_RPC_LIST_SEGMENTS, &req.base,
+                             &egm__list_segments_reply__descriptor, (ProtobufCMessage **)reply_p,
+                             client->rpc_timeout_ms);
+}

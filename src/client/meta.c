@@ -1,0 +1,92 @@
+/* Metadata calls: exist, size, remove, remove_all. */
+#include "client/client_int.h"
+#include "common/log.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+/* One key through a keys call; its per-key result (and size) out. */
+static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const char *key, int force,
+                                    uint64_t *size_p)
+{
+    Egm__KeysReply *reply = NULL;
+    egm_status_t status;
+
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
+    status = egm__client_validate_key(key);
+    if (status != EGM_OK)
+        return status;
+    status = egm__client_keys_call(client, type, 1, &key, force, &reply);
+    if (status != EGM_OK)
+        return status;
+    status = reply->results[0]->status;
+    if (size_p != NULL)
+        *size_p = reply->results[0]->size;
+    if (status != EGM_OK)
+        egm__set_error(status, "\"%s\": %s", key, egm_status_string(status));
+    egm__rpc_msg_free(&reply->base);
+    return status;
+}
+
+egm_status_t egm_exist(egm_client_t *client, const char *key)
+{
+    return single_key_call(client, EGM_RPC_EXIST_KEY, key, 0, NULL);
+}
+
+egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *size_p)
+{
+    if (size_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "size_p must not be NULL");
+    return single_key_call(client, EGM_RPC_GET_REPLICA_LIST, key, 0, size_p);
+}
+
+egm_status_t egm_remove(egm_client_t *client, const char *key, int force)
+{
+    return single_key_call(client, EGM_RPC_REMOVE, key, force, NULL);
+}
+
+egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p)
+{
+    Egm__RemoveAllRequest req = EGM__REMOVE_ALL_REQUEST__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    Egm__RemoveAllReply *reply = NULL;
+    egm_status_t status;
+
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
+    egm__id_to_pb(client->id, &client_pb);
+    req.client = &client_pb;
+    req.force = force != 0;
+    status = egm__rpc_call_msg(client->master, EGM_RPC_REMOVE_ALL, &req.base,
+                               &egm__remove_all_reply__descriptor, (ProtobufCMessage **)&reply,
+                               client->rpc_timeout_ms);
+    if (status != EGM_OK)
+        return status;
+    status = reply->status;
+    if (removed_p != NULL)
+        *removed_p = reply->removed;
+    egm__rpc_msg_free(&reply->base);
+    return status;
+}
+
+egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
+                             egm_status_t *results)
+{
+    Egm__KeysReply *reply = NULL;
+    egm_status_t status;
+
+    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        status = egm__client_validate_key(keys[i]);
+        if (status != EGM_OK)
+            return egm__set_error(status, "key %zu: %s", i, egm_last_error());
+    }
+    if (n == 0)
+        return EGM_OK;
+    status = egm__client_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, 0, &reply);
+    for (size_t i = 0; i < n; i++)
+        results[i] = status == EGM_OK ? reply->results[i]->status : status;
+    egm__rpc_msg_free(reply ? &reply->base : NULL);
+    return status;
+}

@@ -1,0 +1,250 @@
+/* Put: PutStart (the master places replicas) -> copy into every replica ->
+ * PutEnd, or PutRevoke for keys whose copy failed. One RPC per phase per batch. */
+#include <string.h>
+#include "client/client_int.h"
+#include "common/alloc.h"
+#include "common/log.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+typedef struct {
+    size_t n;      /* keys sent to the master */
+    size_t *index; /* position of each in the caller's arrays */
+    const char **keys;
+    uint64_t *sizes;
+} put_plan_t;
+
+static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
+                              const egm_replicate_config_t *rc, Egm__KeysReply **reply_p)
+{
+    Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    egm_status_t status;
+
+    egm__id_to_pb(client->id, &client_pb);
+    cfg.replica_num = (rc != NULL && rc->replica_num > 0) ? rc->replica_num : client->replica_num;
+    if (rc != NULL) {
+        cfg.with_soft_pin = rc->with_soft_pin != 0;
+        cfg.with_hard_pin = rc->with_hard_pin != 0;
+        cfg.n_preferred_segments = rc->preferred_segments_count;
+        cfg.preferred_segments = (char **)rc->preferred_segments;
+    }
+    req.client = &client_pb;
+    req.n_keys = plan->n;
+    req.keys = (char **)plan->keys;
+    req.n_sizes = plan->n;
+    req.sizes = plan->sizes;
+    req.config = &cfg;
+    status = egm__rpc_call_msg(client->master, EGM_RPC_PUT_START, &req.base,
+                               &egm__keys_reply__descriptor, (ProtobufCMessage **)reply_p,
+                               client->rpc_timeout_ms);
+    if (status != EGM_OK)
+        return status;
+    status = egm__client_check_reply(*reply_p, plan->n);
+    if (status != EGM_OK) {
+        egm__rpc_msg_free(&(*reply_p)->base);
+        *reply_p = NULL;
+    }
+    return status;
+}
+
+/* Copies every placed key into its replicas; key_status[j] gets each key's result. */
+static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
+                                  const Egm__KeysReply *reply, const void *const *srcs,
+                                  egm_status_t *key_status)
+{
+    egm_segment_desc_t *descs = NULL;
+    egm_te_op_t *ops = NULL;
+    size_t *op_key = NULL;
+    size_t n_ops = 0, cap_ops = 0;
+    egm_status_t status;
+
+    status = egm__client_reply_segments(reply, &descs);
+    if (status != EGM_OK)
+        return status;
+    for (size_t j = 0; j < plan->n; j++)
+        if (reply->results[j]->status == EGM_OK)
+            cap_ops += reply->results[j]->n_replicas;
+    if (cap_ops > 0) {
+        ops = egm_calloc(cap_ops, sizeof(*ops), "client.put_ops");
+        op_key = egm_calloc(cap_ops, sizeof(*op_key), "client.put_ops");
+        if (ops == NULL || op_key == NULL) {
+            status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning copies");
+            goto out;
+        }
+    }
+    for (size_t j = 0; j < plan->n; j++) {
+        const Egm__KeyResult *res = reply->results[j];
+        key_status[j] = res->status;
+        if (res->status != EGM_OK) {
+            egm__set_error(res->status, "\"%s\": %s", plan->keys[j],
+                           egm_status_string(res->status));
+            continue;
+        }
+        if (res->n_replicas == 0)
+            key_status[j] = egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");
+        for (size_t r = 0; r < res->n_replicas && key_status[j] == EGM_OK; r++) {
+            const Egm__Replica *rep = res->replicas[r];
+            const egm_segment_desc_t *seg =
+                egm__client_find_segment(descs, reply->n_segments, egm__id_from_pb(rep->segment));
+            if (seg == NULL || rep->length != plan->sizes[j]) {
+                key_status[j] =
+                    egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
+                break;
+            }
+            ops[n_ops] = (egm_te_op_t){.segment = seg,
+                                       .offset = rep->offset,
+                                       .local = (void *)srcs[plan->index[j]],
+                                       .length = rep->length,
+                                       .dir = EGM_TE_WRITE};
+            op_key[n_ops++] = j;
+        }
+    }
+    if (n_ops > 0)
+        egm__te_transfer(client->te, ops, n_ops);
+    for (size_t k = 0; k < n_ops; k++)
+        if (ops[k].status != EGM_OK && key_status[op_key[k]] == EGM_OK)
+            key_status[op_key[k]] = ops[k].status;
+    status = EGM_OK;
+out:
+    egm_free(ops);
+    egm_free(op_key);
+    egm_free(descs);
+    return status;
+}
+
+/* PutEnd for the keys whose copies all succeeded, PutRevoke for the others that
+ * the master had placed. */
+static void finish(egm_client_t *client, const put_plan_t *plan, const Egm__KeysReply *start,
+                   egm_status_t *key_status)
+{
+    const char **ok = egm_calloc(plan->n + 1, sizeof(*ok), "client.put_finish");
+    const char **bad = egm_calloc(plan->n + 1, sizeof(*bad), "client.put_finish");
+    size_t *ok_idx = egm_calloc(plan->n + 1, sizeof(*ok_idx), "client.put_finish");
+    size_t n_ok = 0, n_bad = 0;
+    Egm__KeysReply *reply = NULL;
+
+    if (ok == NULL || bad == NULL || ok_idx == NULL) {
+        for (size_t j = 0; j < plan->n; j++)
+            if (key_status[j] == EGM_OK)
+                key_status[j] = EGM_ERR_NO_MEMORY;
+        goto out;
+    }
+    for (size_t j = 0; j < plan->n; j++) {
+        if (key_status[j] == EGM_OK) {
+            ok_idx[n_ok] = j;
+            ok[n_ok++] = plan->keys[j];
+        } else if (start->results[j]->status == EGM_OK) {
+            bad[n_bad++] = plan->keys[j];
+        }
+    }
+    if (n_bad > 0) {
+        egm_status_t status =
+            egm__client_keys_call(client, EGM_RPC_PUT_REVOKE, n_bad, bad, 0, &reply);
+        if (status != EGM_OK)
+            egm_warn("PutRevoke of %zu keys failed: %s; the master discards them later", n_bad,
+                     egm_last_error());
+        egm__rpc_msg_free(reply ? &reply->base : NULL);
+        reply = NULL;
+    }
+    if (n_ok > 0) {
+        egm_status_t status = egm__client_keys_call(client, EGM_RPC_PUT_END, n_ok, ok, 0, &reply);
+        for (size_t k = 0; k < n_ok; k++)
+            key_status[ok_idx[k]] = status == EGM_OK ? reply->results[k]->status : status;
+        egm__rpc_msg_free(reply ? &reply->base : NULL);
+    }
+out:
+    egm_free(ok);
+    egm_free(bad);
+    egm_free(ok_idx);
+}
+
+static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const *keys,
+                              const void *const *srcs, const size_t *lens,
+                              const egm_replicate_config_t *rc, int zero_copy,
+                              egm_status_t *results)
+{
+    put_plan_t plan = {0};
+    egm_status_t *key_status = NULL;
+    Egm__KeysReply *reply = NULL;
+    int *acquired = NULL;
+    egm_status_t status = EGM_OK;
+
+    if (client == NULL ||
+        (n > 0 && (keys == NULL || srcs == NULL || lens == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys, buffers, sizes and results "
+                                                   "must not be NULL");
+    if (n == 0)
+        return EGM_OK;
+    plan.index = egm_calloc(n, sizeof(*plan.index), "client.put_plan");
+    plan.keys = egm_calloc(n, sizeof(*plan.keys), "client.put_plan");
+    plan.sizes = egm_calloc(n, sizeof(*plan.sizes), "client.put_plan");
+    key_status = egm_calloc(n, sizeof(*key_status), "client.put_plan");
+    acquired = egm_calloc(n, sizeof(*acquired), "client.put_plan");
+    if (!plan.index || !plan.keys || !plan.sizes || !key_status || !acquired) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a put");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        results[i] = egm__client_validate_key(keys[i]);
+        if (results[i] == EGM_OK && (srcs[i] == NULL || lens[i] == 0))
+            results[i] = egm__set_error(EGM_ERR_INVALID_ARG, "value of \"%s\" is empty", keys[i]);
+        if (results[i] == EGM_OK && zero_copy) {
+            results[i] = egm__registry_acquire(client->registry, srcs[i], lens[i]);
+            acquired[i] = results[i] == EGM_OK;
+        }
+        if (results[i] != EGM_OK)
+            continue;
+        plan.index[plan.n] = i;
+        plan.keys[plan.n] = keys[i];
+        plan.sizes[plan.n++] = lens[i];
+    }
+    if (plan.n == 0)
+        goto out;
+    status = put_start(client, &plan, rc, &reply);
+    if (status == EGM_OK)
+        status = copy_replicas(client, &plan, reply, srcs, key_status);
+    if (status == EGM_OK) {
+        finish(client, &plan, reply, key_status);
+        for (size_t j = 0; j < plan.n; j++)
+            results[plan.index[j]] = key_status[j];
+    } else {
+        for (size_t j = 0; j < plan.n; j++)
+            results[plan.index[j]] = status;
+    }
+    egm__rpc_msg_free(reply ? &reply->base : NULL);
+out:
+    for (size_t i = 0; acquired != NULL && i < n; i++)
+        if (acquired[i])
+            egm__registry_release(client->registry, srcs[i]);
+    egm_free(plan.index);
+    egm_free(plan.keys);
+    egm_free(plan.sizes);
+    egm_free(key_status);
+    egm_free(acquired);
+    return status;
+}
+
+egm_status_t egm_put(egm_client_t *client, const char *key, const void *data, size_t len,
+                     const egm_replicate_config_t *rc)
+{
+    egm_status_t result;
+    egm_status_t status = put_batch(client, 1, &key, &data, &len, rc, 0, &result);
+    return status != EGM_OK ? status : result;
+}
+
+egm_status_t egm_put_from(egm_client_t *client, const char *key, const void *src, size_t len,
+                          const egm_replicate_config_t *rc)
+{
+    egm_status_t result;
+    egm_status_t status = put_batch(client, 1, &key, &src, &len, rc, 1, &result);
+    return status != EGM_OK ? status : result;
+}
+
+egm_status_t egm_batch_put_from(egm_client_t *client, size_t n, const char *const *keys,
+                                const void *const *srcs, const size_t *lens,
+                                const egm_replicate_config_t *rc, egm_status_t *results)
+{
+    return put_batch(client, n, keys, srcs, lens, rc, 1, results);
+}

@@ -1,0 +1,75 @@
+/* The `egmstore` command: daemons, object commands and the demo. */
+#include <stdio.h>
+#include <string.h>
+#include <egmstore/egmstore.h>
+#include "common/log.h"
+#include "tools/cli.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(egm_cli_t *cli);
+    const char *usage;
+} command_t;
+
+static const command_t commands[] = {
+    {"master", egm__cmd_master, "master [--port N] [--listen-address ADDR]  run the master"},
+    {"provider", egm__cmd_provider,
+     "provider [--global-segment-size SIZE]       contribute host memory capacity"},
+    {"put", egm__cmd_put, "put KEY FILE|-                             store a file (- = stdin)"},
+    {"get", egm__cmd_get,
+     "get KEY FILE|-                             fetch into a file (- = stdout)"},
+    {"exist", egm__cmd_exist,
+     "exist KEY                                  exit 0 if the key exists"},
+    {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object"},
+    {"ls", egm__cmd_ls, "ls                                         segments and usage"},
+    {"demo", egm__cmd_demo,
+     "demo                                       embedded master + provider, put/get over shm "
+     "and tcp"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "egmstore %s: a KV-cache block store\n\nUsage: egmstore COMMAND [ARGS] "
+            "[--master HOST:PORT] [--config FILE] [--log-level LEVEL] [--KEY VALUE]...\n\n"
+            "Commands:\n",
+            EGMSTORE_VERSION);
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %s\n", commands[i].usage);
+    fprintf(out, "\n");
+    egm__cli_print_keys(out);
+}
+
+int main(int argc, char **argv)
+{
+    egm__log_set_component("egmstore");
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EGM_EXIT_USAGE : EGM_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("egmstore %s\n", EGMSTORE_VERSION);
+        return EGM_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        egm_cli_t cli;
+        int rc = egm__cli_parse(argc - 2, argv + 2, &cli);
+        if (rc != EGM_EXIT_OK)
+            return rc;
+        if (cli.help) {
+            printf("Usage: egmstore %s\n\n", commands[i].usage);
+            egm__cli_print_keys(stdout);
+            egm__cli_cleanup(&cli);
+            return EGM_EXIT_OK;
+        }
+        egm__log_set_component(commands[i].name);
+        rc = commands[i].run(&cli);
+        egm__cli_cleanup(&cli);
+        return rc;
+    }
+    fprintf(stderr, "egmstore: error: unknown command \"%s\" (try egmstore --help)\n", argv[1]);
+    return EGM_EXIT_USAGE;
+}
