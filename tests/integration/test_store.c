@@ -1,0 +1,282 @@
+/* Integration: a real master and two providers as processes on loopback; puts
+ * and gets across processes over shm and tcp, batches, leases, space reuse. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "client/client_int.h"
+#include "common/alloc.h"
+#include "support/cluster.h"
+
+static egm_test_cluster_t cluster;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (egm_test_start_master(&cluster, NULL) != 0)
+        return -1;
+    if (egm_test_start_provider(&cluster, "64MiB", NULL) < 0)
+        return -1;
+    if (egm_test_start_provider(&cluster, "64MiB", NULL) < 0)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm_test_cluster_stop(&cluster);
+    return 0;
+}
+
+/* One process writes (the CLI), another reads (this one), over each transport. */
+static void test_cross_process_put_get(void **state)
+{
+    (void)state;
+    const size_t len = 300 * 1024 + 17;
+    unsigned char *data = malloc(len), *back = malloc(len);
+    char out[4096];
+    assert_non_null(data);
+    assert_non_null(back);
+    egm_test_fill(data, len, 1);
+
+    const char *put[] = {"put", "xproc/a", "-", NULL};
+    assert_int_equal(egm_test_cli(&cluster, put, data, len, out, sizeof(out)), 0);
+
+    const char *protocols[] = {"shm", "tcp"};
+    for (int p = 0; p < 2; p++) {
+        egm_client_t *client = egm_test_client(&cluster, protocols[p], NULL);
+        assert_non_null(client);
+        assert_int_equal(egm_register_buffer(client, back, len), EGM_OK);
+        memset(back, 0, len);
+        size_t got = 0;
+        assert_int_equal(egm_get_into(client, "xproc/a", back, len, &got), EGM_OK);
+        assert_int_equal(got, len);
+        assert_memory_equal(back, data, len);
+        assert_int_equal(egm_unregister_buffer(client, back), EGM_OK);
+        egm_client_destroy(client);
+    }
+
+    /* And the other way: this process writes over tcp, the CLI reads into a file. */
+    egm_client_t *writer = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(writer);
+    egm_test_fill(data, len, 2);
+    assert_int_equal(egm_put(writer, "xproc/b", data, len, NULL), EGM_OK);
+    egm_client_destroy(writer);
+    char path[] = "/tmp/egmstore-test-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *get[] = {"get", "xproc/b", path, "--protocol", "shm", NULL};
+    assert_int_equal(egm_test_cli(&cluster, get, NULL, 0, out, sizeof(out)), 0);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(back, 1, len, f), len);
+    assert_int_equal(fgetc(f), EOF);
+    fclose(f);
+    unlink(path);
+    assert_memory_equal(back, data, len);
+    free(data);
+    free(back);
+}
+
+static void test_cli_errors(void **state)
+{
+    (void)state;
+    char out[4096];
+    const char *get[] = {"get", "no/such/key", "-", NULL};
+    assert_int_equal(egm_test_cli(&cluster, get, NULL, 0, out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "not found"));
+    const char *exist[] = {"exist", "no/such/key", NULL};
+    assert_int_equal(egm_test_cli(&cluster, exist, NULL, 0, out, sizeof(out)), 1);
+    const char *bad[] = {"get", "k", "-", "--protocol", "rdma", NULL};
+    assert_int_not_equal(egm_test_cli(&cluster, bad, NULL, 0, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "protocol"));
+    const char *unknown[] = {"ls", "--no-such-key", "1", NULL};
+    assert_int_not_equal(egm_test_cli(&cluster, unknown, NULL, 0, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "no-such-key"));
+
+    /* Duplicate put answers EXISTS, and the stored bytes stay the first ones. */
+    const char *put[] = {"put", "dup/key", "-", NULL};
+    assert_int_equal(egm_test_cli(&cluster, put, "first", 5, out, sizeof(out)), 0);
+    assert_int_equal(egm_test_cli(&cluster, put, "second", 6, out, sizeof(out)), 1);
+    const char *get_dup[] = {"get", "dup/key", "-", NULL};
+    assert_int_equal(egm_test_cli(&cluster, get_dup, NULL, 0, out, sizeof(out)), 0);
+    assert_string_equal(out, "first");
+}
+
+static void test_batches_mixed_keys(void **state)
+{
+    (void)state;
+    enum { N = 12, PRESENT = 8, LEN = 8192 + 3 };
+    egm_client_t *client = egm_test_client(&cluster, "auto", NULL);
+    assert_non_null(client);
+    unsigned char *src = malloc((size_t)N * LEN), *dst = malloc((size_t)N * LEN);
+    assert_non_null(src);
+    assert_non_null(dst);
+    assert_int_equal(egm_register_buffer(client, src, (size_t)N * LEN), EGM_OK);
+    assert_int_equal(egm_register_buffer(client, dst, (size_t)N * LEN), EGM_OK);
+
+    char names[N][32];
+    const char *keys[N];
+    const void *srcs[N];
+    void *dsts[N];
+    size_t lens[N], sizes[N];
+    egm_status_t results[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "batch/%d", i);
+        keys[i] = names[i];
+        srcs[i] = src + (size_t)i * LEN;
+        dsts[i] = dst + (size_t)i * LEN;
+        lens[i] = LEN;
+        egm_test_fill(src + (size_t)i * LEN, LEN, 100u + (unsigned)i);
+    }
+    assert_int_equal(egm_batch_put_from(client, PRESENT, keys, srcs, lens, NULL, results), EGM_OK);
+    for (int i = 0; i < PRESENT; i++)
+        assert_int_equal(results[i], EGM_OK);
+
+    assert_int_equal(egm_batch_exist(client, N, keys, results), EGM_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(results[i], i < PRESENT ? EGM_OK : EGM_ERR_NOT_FOUND);
+
+    memset(dst, 0, (size_t)N * LEN);
+    assert_int_equal(egm_batch_get_into(client, N, keys, dsts, lens, sizes, results), EGM_OK);
+    for (int i = 0; i < N; i++) {
+        if (i < PRESENT) {
+            assert_int_equal(results[i], EGM_OK);
+            assert_int_equal(sizes[i], LEN);
+            assert_memory_equal(dsts[i], srcs[i], LEN);
+        } else {
+            assert_int_equal(results[i], EGM_ERR_NOT_FOUND);
+        }
+    }
+
+    /* A buffer that is too small fails that key only. */
+    lens[0] = LEN - 1;
+    assert_int_equal(egm_batch_get_into(client, 2, keys, dsts, lens, sizes, results), EGM_OK);
+    assert_int_equal(results[0], EGM_ERR_BUFFER_TOO_SMALL);
+    assert_int_equal(results[1], EGM_OK);
+
+    /* Zero-copy from unregistered memory is refused. */
+    unsigned char loose[64];
+    assert_int_equal(egm_put_from(client, "batch/loose", loose, sizeof(loose), NULL),
+                     EGM_ERR_NOT_REGISTERED);
+
+    assert_int_equal(egm_unregister_buffer(client, src), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(client, dst), EGM_OK);
+    egm_client_destroy(client);
+    free(src);
+    free(dst);
+}
+
+static void test_remove_while_leased(void **state)
+{
+    (void)state;
+    char out[4096];
+    egm_client_t *client = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(client);
+    assert_int_equal(egm_put(client, "lease/k", "value", 5, NULL), EGM_OK);
+    void *data = NULL;
+    size_t len = 0;
+    /* The get grants a 10 s read lease (default_kv_lease_ttl). */
+    assert_int_equal(egm_get(client, "lease/k", &data, &len), EGM_OK);
+    assert_int_equal(len, 5);
+    assert_memory_equal(data, "value", 5);
+    egm_buffer_free(data);
+
+    assert_int_equal(egm_remove(client, "lease/k", 0), EGM_ERR_HAS_LEASE);
+    const char *rm[] = {"rm", "lease/k", NULL};
+    assert_int_equal(egm_test_cli(&cluster, rm, NULL, 0, out, sizeof(out)), 1);
+    assert_int_equal(egm_exist(client, "lease/k"), EGM_OK);
+    const char *rm_force[] = {"rm", "lease/k", "--force", NULL};
+    assert_int_equal(egm_test_cli(&cluster, rm_force, NULL, 0, out, sizeof(out)), 0);
+    assert_int_equal(egm_exist(client, "lease/k"), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm_remove(client, "lease/k", 0), EGM_ERR_NOT_FOUND);
+    egm_client_destroy(client);
+}
+
+/* Fill both providers, remove everything, and the space serves new objects. */
+static void test_space_reuse_after_remove(void **state)
+{
+    (void)state;
+    const size_t len = 4u << 20;
+    egm_client_t *client = egm_test_client(&cluster, "auto", NULL);
+    assert_non_null(client);
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
+    unsigned char *data = malloc(len);
+    assert_non_null(data);
+    char key[64];
+    int placed = 0;
+    egm_status_t status = EGM_OK;
+    for (int i = 0; i < 64 && status == EGM_OK; i++) {
+        egm_test_fill(data, len, (unsigned)i);
+        snprintf(key, sizeof(key), "fill/%d", i);
+        status = egm_put(client, key, data, len, NULL);
+        if (status == EGM_OK)
+            placed++;
+    }
+    assert_int_equal(status, EGM_ERR_NO_SPACE);
+    assert_true(placed >= 28); /* 2 x 64 MiB hold 32 objects of 4 MiB */
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
+    assert_int_equal(removed, (uint64_t)placed);
+    for (int i = 0; i < placed; i++) {
+        egm_test_fill(data, len, 1000u + (unsigned)i);
+        snprintf(key, sizeof(key), "refill/%d", i);
+        assert_int_equal(egm_put(client, key, data, len, NULL), EGM_OK);
+    }
+    /* Still byte-exact after reuse. */
+    void *back = NULL;
+    size_t got = 0;
+    egm_test_fill(data, len, 1000u + (unsigned)(placed - 1));
+    snprintf(key, sizeof(key), "refill/%d", placed - 1);
+    assert_int_equal(egm_get(client, key, &back, &got), EGM_OK);
+    assert_int_equal(got, len);
+    assert_memory_equal(back, data, len);
+    egm_buffer_free(back);
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
+    egm_client_destroy(client);
+    free(data);
+}
+
+static void test_two_replicas_on_distinct_providers(void **state)
+{
+    (void)state;
+    char out[8192];
+    egm_client_t *client = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(client);
+    egm_replicate_config_t rc = {.replica_num = 2};
+    assert_int_equal(egm_put(client, "replicated", "abcdef", 6, &rc), EGM_OK);
+    const char *ls[] = {"ls", NULL};
+    assert_int_equal(egm_test_cli(&cluster, ls, NULL, 0, out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "2 segments"));
+    /* Each provider's one segment holds one replica. */
+    Egm__ListSegmentsReply *reply = NULL;
+    assert_int_equal(egm__client_list_segments(client, &reply), EGM_OK);
+    int segments_with_object = 0;
+    for (size_t i = 0; i < reply->n_segments; i++)
+        if (reply->segments[i]->objects == 1)
+            segments_with_object++;
+    egm__rpc_msg_free(&reply->base);
+    assert_int_equal(segments_with_object, 2);
+    assert_int_equal(egm_remove(client, "replicated", 1), EGM_OK);
+    egm_client_destroy(client);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cross_process_put_get),
+        cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_batches_mixed_keys),
+        cmocka_unit_test(test_remove_while_leased),
+        cmocka_unit_test(test_two_replicas_on_distinct_providers),
+        cmocka_unit_test(test_space_reuse_after_remove),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,212 @@
+/* Integration-test harness (see cluster.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "common/clock.h"
+#include "support/cluster.h"
+
+#define START_TIMEOUT_MS 30000
+#define CLI_TIMEOUT_MS 60000
+
+const char *egm_test_bin(void)
+{
+    const char *bin = getenv("EGMSTORE_BIN");
+    return bin != NULL ? bin : "build/bin/egmstore";
+}
+
+static int build_argv(const char **argv, size_t max, const char *const *base,
+                      const char *const *extra)
+{
+    size_t n = 0;
+    for (; base != NULL && *base != NULL && n + 1 < max; base++)
+        argv[n++] = *base;
+    for (; extra != NULL && *extra != NULL && n + 1 < max; extra++)
+        argv[n++] = *extra;
+    argv[n] = NULL;
+    return (int)n;
+}
+
+int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
+{
+    const char *base[] = {egm_test_bin(),     "master",    "--port", "0",
+                          "--listen-address", "127.0.0.1", NULL};
+    const char *argv[64];
+    char line[512];
+
+    memset(cluster, 0, sizeof(*cluster));
+    cluster->master.out_fd = -1;
+    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
+        cluster->providers[i].out_fd = -1;
+    build_argv(argv, 64, base, extra);
+    if (egm__process_spawn((char *const *)argv, 1, &cluster->master) != EGM_OK)
+        return -1;
+    if (egm__process_wait_line(&cluster->master, "egmstore master listening on ", line,
+                               sizeof(line), START_TIMEOUT_MS) != EGM_OK)
+        return -1;
+    const char *colon = strrchr(line, ':');
+    if (colon == NULL)
+        return -1;
+    cluster->master_port = (unsigned)atoi(colon + 1);
+    snprintf(cluster->master_addr, sizeof(cluster->master_addr), "127.0.0.1:%u",
+             cluster->master_port);
+    return cluster->master_port > 0 ? 0 : -1;
+}
+
+int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size, const char *const *extra)
+{
+    const char *base[] = {egm_test_bin(),
+                          "provider",
+                          "--master",
+                          cluster->master_addr,
+                          "--global-segment-size",
+                          size,
+                          "--local-hostname",
+                          "127.0.0.1",
+                          NULL};
+    const char *argv[64];
+    char line[512];
+
+    if (cluster->n_providers >= EGM_TEST_MAX_PROVIDERS)
+        return -1;
+    int index = cluster->n_providers;
+    build_argv(argv, 64, base, extra);
+    if (egm__process_spawn((char *const *)argv, 1, &cluster->providers[index]) != EGM_OK)
+        return -1;
+    cluster->n_providers++;
+    if (egm__process_wait_line(&cluster->providers[index], "egmstore provider ready", line,
+                               sizeof(line), START_TIMEOUT_MS) != EGM_OK)
+        return -1;
+    return index;
+}
+
+int egm_test_cli(egm_test_cluster_t *cluster, const char *const *args, const void *input,
+                 size_t input_len, char *out, size_t out_len)
+{
+    const char *base[] = {egm_test_bin(), NULL};
+    const char *tail[] = {"--master", cluster->master_addr, NULL};
+    const char *argv[64], *mid[60];
+    int in_pipe[2], out_pipe[2];
+    size_t n_out = 0;
+
+    int n = build_argv(mid, 58, args, tail);
+    (void)n;
+    build_argv(argv, 64, base, mid);
+    if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(in_pipe[0], STDIN_FILENO);
+        dup2(out_pipe[1], STDOUT_FILENO);
+        dup2(out_pipe[1], STDERR_FILENO);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(in_pipe[0]);
+    close(out_pipe[1]);
+    signal(SIGPIPE, SIG_IGN);
+    if (input != NULL && input_len > 0) {
+        const char *p = input;
+        size_t left = input_len;
+        while (left > 0) {
+            ssize_t w = write(in_pipe[1], p, left);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            p += w;
+            left -= (size_t)w;
+        }
+    }
+    close(in_pipe[1]);
+    uint64_t deadline = egm__now_ms() + CLI_TIMEOUT_MS;
+    for (;;) {
+        struct pollfd pfd = {.fd = out_pipe[0], .events = POLLIN};
+        uint64_t now = egm__now_ms();
+        if (now >= deadline)
+            break;
+        int rc = poll(&pfd, 1, (int)(deadline - now));
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            break;
+        char sink[4096];
+        char *dst = n_out + 1 < out_len ? out + n_out : sink;
+        size_t room = n_out + 1 < out_len ? out_len - 1 - n_out : sizeof(sink);
+        ssize_t got = read(out_pipe[0], dst, room);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        if (dst != sink)
+            n_out += (size_t)got;
+    }
+    close(out_pipe[0]);
+    if (out_len > 0)
+        out[n_out < out_len ? n_out : out_len - 1] = '\0';
+    egm_process_t proc = {.pid = pid, .out_fd = -1};
+    int code = -1;
+    if (egm__process_wait(&proc, 10000, &code) != EGM_OK) {
+        egm__process_cleanup(&proc);
+        return -1;
+    }
+    return code;
+}
+
+egm_client_t *egm_test_client(egm_test_cluster_t *cluster, const char *protocol,
+                              const char *const *pairs)
+{
+    egm_config_t *config = NULL;
+    egm_client_t *client = NULL;
+
+    if (egm_config_create(&config) != EGM_OK)
+        return NULL;
+    if (egm_config_set(config, "master_server_addr", cluster->master_addr) != EGM_OK ||
+        egm_config_set(config, "protocol", protocol) != EGM_OK ||
+        egm_config_set(config, "local_hostname", "127.0.0.1") != EGM_OK)
+        goto out;
+    for (; pairs != NULL && *pairs != NULL; pairs++)
+        if (egm_config_set_pair(config, *pairs) != EGM_OK)
+            goto out;
+    if (egm_client_create(config, &client) != EGM_OK) {
+        fprintf(stderr, "egm_test_client: %s\n", egm_last_error());
+        client = NULL;
+    }
+out:
+    egm_config_destroy(config);
+    return client;
+}
+
+static void stop_process(egm_process_t *proc)
+{
+    if (proc->pid > 0) {
+        egm__process_signal(proc, SIGTERM);
+        if (egm__process_wait(proc, 15000, NULL) != EGM_OK)
+            fprintf(stderr, "harness: pid %d ignored SIGTERM, killing it\n", (int)proc->pid);
+    }
+    egm__process_cleanup(proc);
+}
+
+void egm_test_cluster_stop(egm_test_cluster_t *cluster)
+{
+    for (int i = cluster->n_providers; i-- > 0;)
+        stop_process(&cluster->providers[i]);
+    stop_process(&cluster->master);
+}
+
+void egm_test_fill(void *buf, size_t len, unsigned seed)
+{
+    unsigned char *p = buf;
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (size_t i = 0; i < len; i++) {
+        x = x * 1103515245u + 12345u;
+        p[i] = (unsigned char)(x >> 16);
+    }
+}
