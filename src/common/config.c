@@ -1,0 +1,427 @@
+/* Configuration: one table of keys; values set from text (file, environment,
+ * flags, API) are validated against it and kept as text. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "common/alloc.h"
+#include "common/config_int.h"
+#include "common/log.h"
+
+#define I64MAX INT64_MAX
+
+static const egm_config_key_t keys[] = {
+    {"log_level", EGM_CFG_ENUM, "info", 0, 0, "error|warn|info|debug|trace", "log verbosity"},
+    {"master_server_addr", EGM_CFG_STRING, "127.0.0.1:50051", 0, 0, NULL,
+     "master RPC address HOST:PORT (flag alias --master)"},
+    {"listen_address", EGM_CFG_STRING, "0.0.0.0", 0, 0, NULL, "master: bind address"},
+    {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)"},
+    {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
+     "address others use to reach this process's data server (\"\" = host name)"},
+    {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|shm|tcp",
+     "data transport: shm on the same host, tcp otherwise (auto), or forced"},
+    {"global_segment_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
+     "capacity this process contributes (provider: > 0; default 256MiB for egmstore provider)"},
+    {"max_mr_size", EGM_CFG_SIZE, "1GiB", 4096, I64MAX, NULL,
+     "largest segment (chunk) the pool is cut into"},
+    {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)"},
+    {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object"},
+    {"rpc_timeout_ms", EGM_CFG_INT, "5000", 1, 3600000, NULL, "deadline of one master RPC"},
+    {"connect_timeout_ms", EGM_CFG_INT, "3000", 1, 600000, NULL, "deadline of a TCP connect"},
+    {"io_timeout_ms", EGM_CFG_INT, "10000", 1, 3600000, NULL,
+     "deadline of one tcp data transfer request"},
+    {"ping_interval_ms", EGM_CFG_INT, "1000", 10, 60000, NULL, "client -> master ping period"},
+    {"default_kv_lease_ttl", EGM_CFG_INT, "10000", 1, 86400000, NULL,
+     "master: read lease granted by Get/Exist, in ms"},
+    {"client_ttl", EGM_CFG_INT, "10", 1, 3600, NULL,
+     "master: a client silent this many seconds is expired and its segments unmounted"},
+    {"max_frame_size", EGM_CFG_SIZE, "64MiB", 1024, 1073741824, NULL,
+     "largest RPC payload accepted"},
+};
+
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+struct egm_config {
+    char *values[N_KEYS];
+    unsigned char set[N_KEYS];
+};
+
+const egm_config_key_t *egm__config_keys(size_t *count_p)
+{
+    *count_p = N_KEYS;
+    return keys;
+}
+
+static int key_index(const char *name)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (name != NULL && strcmp(keys[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+const egm_config_key_t *egm__config_find_key(const char *name)
+{
+    int i = key_index(name);
+    return i < 0 ? NULL : &keys[i];
+}
+
+egm_status_t egm__parse_size(const char *what, const char *text, uint64_t *bytes_p)
+{
+    static const struct {
+        const char *unit;
+        unsigned shift;
+    } units[] = {{"", 0},     {"b", 0},   {"k", 10},   {"kb", 10}, {"kib", 10},
+                 {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},  {"gb", 30},
+                 {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40}};
+    const char *p = text;
+    uint64_t value = 0;
+    int digits = 0;
+
+    if (text == NULL)
+        text = p = "";
+    while (isspace((unsigned char)*p))
+        p++;
+    for (; isdigit((unsigned char)*p); p++, digits++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (value > (UINT64_MAX - d) / 10)
+            goto overflow;
+        value = value * 10 + d;
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    char unit[8];
+    size_t ulen = strlen(p);
+    while (ulen > 0 && isspace((unsigned char)p[ulen - 1]))
+        ulen--;
+    if (digits == 0 || ulen >= sizeof(unit))
+        goto bad;
+    memcpy(unit, p, ulen);
+    unit[ulen] = '\0';
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (strcasecmp(unit, units[i].unit) != 0)
+            continue;
+        if (units[i].shift > 0 && value > (UINT64_MAX >> units[i].shift))
+            goto overflow;
+        *bytes_p = value << units[i].shift;
+        return EGM_OK;
+    }
+bad:
+    return egm__set_error(EGM_ERR_CONFIG,
+                          "%s: \"%s\" is not a size (use bytes or a number with "
+                          "KiB/MiB/GiB/TiB, e.g. 256MiB)",
+                          what, text);
+overflow:
+    return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is too large", what, text);
+}
+
+char *egm__format_size(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, len, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+static int parse_bool(const char *text, int *value_p)
+{
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(text, yes[i]) == 0) {
+            *value_p = 1;
+            return 0;
+        }
+        if (strcasecmp(text, no[i]) == 0) {
+            *value_p = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int enum_has(const char *choices, const char *text)
+{
+    size_t len = strlen(text);
+    for (const char *p = choices; *p != '\0';) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == len && strncmp(p, text, n) == 0)
+            return 1;
+        p += n + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
+static egm_status_t validate(const egm_config_key_t *k, const char *text)
+{
+    switch (k->type) {
+    case EGM_CFG_STRING:
+        if (strlen(text) > 4096)
+            return egm__set_error(EGM_ERR_CONFIG, "%s: value longer than 4096 characters", k->name);
+        return EGM_OK;
+    case EGM_CFG_ENUM:
+        if (!enum_has(k->choices, text))
+            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not one of %s", k->name, text,
+                                  k->choices);
+        return EGM_OK;
+    case EGM_CFG_BOOL: {
+        int v;
+        if (parse_bool(text, &v) != 0)
+            return egm__set_error(EGM_ERR_CONFIG,
+                                  "%s: \"%s\" is not a boolean (true|false|1|0|yes|no|on|off)",
+                                  k->name, text);
+        return EGM_OK;
+    }
+    case EGM_CFG_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (text[0] == '\0' || *end != '\0' || errno != 0 || isspace((unsigned char)text[0]))
+            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not an integer", k->name, text);
+        if (v < k->min || v > k->max)
+            return egm__set_error(EGM_ERR_CONFIG, "%s: %lld is out of range %" PRId64 "..%" PRId64,
+                                  k->name, v, k->min, k->max);
+        return EGM_OK;
+    }
+    case EGM_CFG_SIZE: {
+        uint64_t v;
+        egm_status_t status = egm__parse_size(k->name, text, &v);
+        if (status != EGM_OK)
+            return status;
+        if (v < (uint64_t)k->min || v > (uint64_t)k->max)
+            return egm__set_error(EGM_ERR_CONFIG,
+                                  "%s: %s is out of range %" PRId64 "..%" PRId64 " bytes", k->name,
+                                  text, k->min, k->max);
+        return EGM_OK;
+    }
+    }
+    return egm__set_error(EGM_ERR_INTERNAL, "%s: unknown key type", k->name);
+}
+
+static egm_status_t store(egm_config_t *config, int i, const char *text, int explicit_set)
+{
+    char *copy = egm_strdup(text, "config.value");
+    if (copy == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory setting %s", keys[i].name);
+    egm_free(config->values[i]);
+    config->values[i] = copy;
+    config->set[i] = (unsigned char)explicit_set;
+    return EGM_OK;
+}
+
+egm_status_t egm_config_create(egm_config_t **config_p)
+{
+    egm_config_t *config = egm_calloc(1, sizeof(*config), "config");
+    if (config == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating a config");
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (store(config, (int)i, keys[i].def, 0) != EGM_OK) {
+            egm_config_destroy(config);
+            return EGM_ERR_NO_MEMORY;
+        }
+    }
+    *config_p = config;
+    return EGM_OK;
+}
+
+void egm_config_destroy(egm_config_t *config)
+{
+    if (config == NULL)
+        return;
+    for (size_t i = 0; i < N_KEYS; i++)
+        egm_free(config->values[i]);
+    egm_free(config);
+}
+
+egm_status_t egm_config_copy(const egm_config_t *config, egm_config_t **copy_p)
+{
+    egm_config_t *copy;
+    egm_status_t status = egm_config_create(&copy);
+    if (status != EGM_OK)
+        return status;
+    for (size_t i = 0; i < N_KEYS; i++) {
+        status = store(copy, (int)i, config->values[i], config->set[i]);
+        if (status != EGM_OK) {
+            egm_config_destroy(copy);
+            return status;
+        }
+    }
+    *copy_p = copy;
+    return EGM_OK;
+}
+
+egm_status_t egm_config_set(egm_config_t *config, const char *key, const char *value)
+{
+    if (config == NULL || key == NULL || value == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config, key and value must not be NULL");
+    int i = key_index(key);
+    if (i < 0)
+        return egm__set_error(EGM_ERR_CONFIG, "unknown configuration key \"%s\"", key);
+    egm_status_t status = validate(&keys[i], value);
+    if (status != EGM_OK)
+        return status;
+    return store(config, i, value, 1);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+egm_status_t egm_config_set_pair(egm_config_t *config, const char *pair)
+{
+    if (pair == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "pair must not be NULL");
+    char *copy = egm_strdup(pair, "config.pair");
+    if (copy == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory");
+    char *eq = strchr(copy, '=');
+    egm_status_t status;
+    if (eq == NULL) {
+        status = egm__set_error(EGM_ERR_CONFIG, "\"%s\" is not key=value", pair);
+    } else {
+        *eq = '\0';
+        status = egm_config_set(config, trim(copy), trim(eq + 1));
+    }
+    egm_free(copy);
+    return status;
+}
+
+egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
+{
+    char line[8192];
+    int lineno = 0;
+    egm_status_t status = EGM_OK;
+
+    if (config == NULL || path == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config and path must not be NULL");
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return egm__set_error(EGM_ERR_CONFIG, "%s: %s", path, strerror(errno));
+    while (status == EGM_OK && fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        char *s = trim(line);
+        if (s[0] == '\0' || s[0] == '#' || s[0] == ';' || s[0] == '[')
+            continue;
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            status = egm__set_error(EGM_ERR_CONFIG, "%s:%d: expected key = value", path, lineno);
+            break;
+        }
+        *eq = '\0';
+        char *value = trim(eq + 1);
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && (value[0] == '"' || value[0] == '\'') && value[vlen - 1] == value[0]) {
+            value[vlen - 1] = '\0';
+            value++;
+        }
+        status = egm_config_set(config, trim(s), value);
+        if (status != EGM_OK)
+            egm__set_error(status, "%s:%d: %s", path, lineno, egm_last_error());
+    }
+    fclose(f);
+    return status;
+}
+
+extern char **environ;
+
+egm_status_t egm_config_load_env(egm_config_t *config)
+{
+    static const char prefix[] = "EGMSTORE_";
+    if (config == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config must not be NULL");
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, prefix, sizeof(prefix) - 1) != 0)
+            continue;
+        const char *name = *e + sizeof(prefix) - 1;
+        const char *eq = strchr(name, '=');
+        char key[128];
+        size_t n = eq ? (size_t)(eq - name) : strlen(name);
+        if (eq == NULL || n == 0 || n >= sizeof(key))
+            return egm__set_error(EGM_ERR_CONFIG,
+                                  "environment variable %.*s is not a "
+                                  "configuration key",
+                                  (int)(n + sizeof(prefix) - 1), *e);
+        for (size_t i = 0; i < n; i++)
+            key[i] = (char)tolower((unsigned char)name[i]);
+        key[n] = '\0';
+        if (key_index(key) < 0)
+            return egm__set_error(EGM_ERR_CONFIG,
+                                  "environment variable %s%.*s: unknown configuration key \"%s\"",
+                                  prefix, (int)n, name, key);
+        egm_status_t status = egm_config_set(config, key, eq + 1);
+        if (status != EGM_OK)
+            return egm__set_error(status, "environment variable %s%.*s: %s", prefix, (int)n, name,
+                                  egm_last_error());
+    }
+    return EGM_OK;
+}
+
+egm_status_t egm__config_set_flag(egm_config_t *config, const char *flag, const char *value)
+{
+    char key[128];
+    const char *p = flag;
+    size_t n = 0;
+
+    if (strncmp(p, "--", 2) == 0)
+        p += 2;
+    for (; *p != '\0' && n + 1 < sizeof(key); p++)
+        key[n++] = *p == '-' ? '_' : *p;
+    key[n] = '\0';
+    if (key_index(key) < 0)
+        return egm__set_error(EGM_ERR_CONFIG, "unknown flag %s (egmstore --help lists them)", flag);
+    return egm_config_set(config, key, value);
+}
+
+const char *egm_config_get(const egm_config_t *config, const char *key)
+{
+    int i = key_index(key);
+    return (config == NULL || i < 0) ? NULL : config->values[i];
+}
+
+int egm__config_is_set(const egm_config_t *config, const char *key)
+{
+    int i = key_index(key);
+    return config != NULL && i >= 0 && config->set[i];
+}
+
+int64_t egm_config_get_int(const egm_config_t *config, const char *key)
+{
+    const char *v = egm_config_get(config, key);
+    return v != NULL ? strtoll(v, NULL, 10) : 0;
+}
+
+uint64_t egm_config_get_size(const egm_config_t *config, const char *key)
+{
+    const char *v = egm_config_get(config, key);
+    uint64_t bytes = 0;
+    if (v == NULL || egm__parse_size(key, v, &bytes) != EGM_OK)
+        return 0;
+    return bytes;
+}
+
+int egm_config_get_bool(const egm_config_t *config, const char *key)
+{
+    const char *v = egm_config_get(config, key);
+    int b = 0;
+    if (v == NULL || parse_bool(v, &b) != 0)
+        return 0;
+    return b;
+}
