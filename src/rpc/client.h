@@ -25,7 +25,8 @@ void egm__rpc_client_destroy(egm_rpc_client_t *client);
 
 /* Raw call: *reply_p (egm_malloc'ed, free with egm_free) receives the reply
  * payload. An error reply from the server returns its status, with its text in
- * egm_last_error(). EGM_ERR_TIMEOUT after timeout_ms (the late reply is dropped). */
+ * egm_last_error(). EGM_ERR_TIMEOUT after timeout_ms (the late reply is dropped);
+ * timeout_ms <= 0 waits until the reply or the loss of the connection. */
 egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
                            size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
 

@@ -1,0 +1,486 @@
+/* RPC client: one pipelined TCP connection, a reader thread matching replies
+ * to waiting callers by request id.
+ *
+ * Locking: `lock` guards the pending table, the connection state and the ids;
+ * `wlock` serialises frame writes. The connection fd and its generation change
+ * only while both are held (lock first, then wlock), so a writer holding only
+ * wlock sees a stable fd and can tell whether the connection it registered on
+ * is still the current one: a frame is never written to a newer connection
+ * than the one its pending entry belongs to. */
+#include "rpc/client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/hashmap.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+typedef struct {
+    pthread_cond_t cond;
+    int done;
+    egm_status_t status; /* transport status; EGM_OK when a reply arrived */
+    uint8_t flags;       /* of the reply frame */
+    uint8_t *buf;        /* reply payload (egm_malloc'ed, never NULL on success) */
+    size_t len;
+} pending_t;
+
+struct egm_rpc_client {
+    char host[256];
+    uint16_t port;
+    int connect_timeout_ms;
+    size_t max_frame_size;
+
+    pthread_mutex_t lock;
+    pthread_mutex_t wlock;
+    egm_hashmap_t *pending; /* request id (u64) -> pending_t* */
+    uint64_t next_id;
+    int fd;         /* -1 when not connected */
+    uint64_t gen;   /* bumped on every (re)connect */
+    int broken;     /* the reader saw the connection end */
+    int has_reader; /* reader thread to join */
+    int closed;     /* being destroyed */
+    pthread_t reader;
+};
+
+/* Fails every pending call. Caller holds lock. */
+static void fail_all_locked(egm_rpc_client_t *cl, egm_status_t status)
+{
+    size_t iter = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+
+    while (egm__hashmap_next(cl->pending, &iter, &key, &key_len, &value)) {
+        pending_t *p = value;
+        egm__hashmap_remove(cl->pending, key, key_len);
+        p->status = status;
+        p->done = 1;
+        pthread_cond_signal(&p->cond);
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    egm_rpc_client_t *cl = arg;
+    int fd = cl->fd; /* stable: changes only after this thread is joined */
+    uint8_t hb[EGM_FRAME_HEADER_SIZE];
+    egm_frame_header_t h;
+    egm_status_t status;
+
+    for (;;) {
+        status = egm__sock_read_full(fd, hb, sizeof(hb));
+        if (status != EGM_OK)
+            break;
+        status = egm__frame_decode_header(hb, cl->max_frame_size, &h);
+        if (status == EGM_OK && !(h.flags & EGM_FRAME_REPLY))
+            status = egm__set_error(EGM_ERR_PROTOCOL, "frame %llu from the server is not a reply",
+                                    (unsigned long long)h.request_id);
+        if (status != EGM_OK) {
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s:%u: dropping the connection: %s",
+                                cl->host, (unsigned)cl->port, egm_last_error());
+            break;
+        }
+        uint8_t *buf = egm_malloc(h.length ? h.length : 1, "rpc_reply");
+        if (buf == NULL) {
+            status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: cannot allocate %u bytes",
+                                    (unsigned)h.length);
+            egm_warn("rpc client %s:%u: %s", cl->host, (unsigned)cl->port, egm_last_error());
+            break;
+        }
+        if (h.length) {
+            status = egm__sock_read_full(fd, buf, h.length);
+            if (status != EGM_OK) {
+                egm_free(buf);
+                break;
+            }
+        }
+
+        pthread_mutex_lock(&cl->lock);
+        pending_t *p = egm__hashmap_remove(cl->pending, &h.request_id, sizeof(h.request_id));
+        if (p != NULL) {
+            p->status = EGM_OK;
+            p->flags = h.flags;
+            p->buf = buf;
+            p->len = h.length;
+            p->done = 1;
+            pthread_cond_signal(&p->cond);
+            buf = NULL;
+        }
+        pthread_mutex_unlock(&cl->lock);
+        if (buf != NULL) {
+            /* its caller timed out */
+            egm_debug("rpc client: dropping late reply %llu (%s)", (unsigned long long)h.request_id,
+                      egm__rpc_type_name(h.type));
+            egm_free(buf);
+        }
+    }
+
+    pthread_mutex_lock(&cl->lock);
+    if (!cl->closed)
+        egm_debug("rpc client %s:%u: connection lost", cl->host, (unsigned)cl->port);
+    cl->broken = 1;
+    fail_all_locked(cl, EGM_ERR_UNREACHABLE);
+    pthread_mutex_unlock(&cl->lock);
+    return NULL;
+}
+
+/* Tears down a broken connection. Caller holds lock; the reader no longer
+ * takes it once `broken` is set, so joining here cannot deadlock. */
+static void drop_connection_locked(egm_rpc_client_t *cl)
+{
+    if (cl->has_reader) {
+        pthread_join(cl->reader, NULL);
+        cl->has_reader = 0;
+    }
+    pthread_mutex_lock(&cl->wlock);
+    if (cl->fd >= 0)
+        close(cl->fd);
+    cl->fd = -1;
+    cl->gen++;
+    pthread_mutex_unlock(&cl->wlock);
+    cl->broken = 0;
+}
+
+/* Caller holds lock. */
+static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadline_ms)
+{
+    egm_status_t status;
+    int fd = -1;
+    int timeout = cl->connect_timeout_ms;
+
+    if (cl->fd >= 0 && !cl->broken)
+        return EGM_OK;
+    if (cl->fd >= 0)
+        drop_connection_locked(cl);
+
+    if (deadline_ms) {
+        uint64_t now = egm__now_ms();
+        int left = deadline_ms > now ? (int)(deadline_ms - now) : 1;
+        if (timeout <= 0 || left < timeout)
+            timeout = left;
+    }
+    status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
+    if (status != EGM_OK)
+        return status;
+    /* the reader blocks in read; writers pass MSG_DONTWAIT themselves */
+    status = egm__sock_set_nonblock(fd, 0);
+    if (status != EGM_OK) {
+        close(fd);
+        return status;
+    }
+    pthread_mutex_lock(&cl->wlock);
+    cl->fd = fd;
+    cl->gen++;
+    pthread_mutex_unlock(&cl->wlock);
+    cl->broken = 0;
+    int rc = pthread_create(&cl->reader, NULL, reader_main, cl);
+    if (rc != 0) {
+        pthread_mutex_lock(&cl->wlock);
+        close(cl->fd);
+        cl->fd = -1;
+        cl->gen++;
+        pthread_mutex_unlock(&cl->wlock);
+        return egm__set_error(egm__status_from_errno(rc), "rpc client: cannot start reader: %s",
+                              strerror(rc));
+    }
+    cl->has_reader = 1;
+    egm_debug("rpc client connected to %s:%u", cl->host, (unsigned)cl->port);
+    return EGM_OK;
+}
+
+/* Writes one frame with a deadline. *sent_p tells whether any byte left, which
+ * decides whether the stream is still usable after a failure. Caller holds wlock. */
+static egm_status_t write_frame(int fd, const uint8_t *hdr, const uint8_t *payload, size_t len,
+                                uint64_t deadline_ms, size_t *sent_p)
+{
+    size_t total = EGM_FRAME_HEADER_SIZE + len;
+    size_t sent = 0;
+
+    *sent_p = 0;
+    while (sent < total) {
+        struct iovec iov[2];
+        int niov = 0;
+        if (sent < EGM_FRAME_HEADER_SIZE) {
+            iov[niov].iov_base = (void *)(hdr + sent);
+            iov[niov].iov_len = EGM_FRAME_HEADER_SIZE - sent;
+            niov++;
+            if (len) {
+                iov[niov].iov_base = (void *)payload;
+                iov[niov].iov_len = len;
+                niov++;
+            }
+        } else {
+            iov[niov].iov_base = (void *)(payload + (sent - EGM_FRAME_HEADER_SIZE));
+            iov[niov].iov_len = total - sent;
+            niov++;
+        }
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            sent += (size_t)n;
+            *sent_p = sent;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return egm__set_error(egm__status_from_errno(errno), "rpc client: send failed: %s",
+                                  strerror(errno));
+        /* socket buffer full: wait for room until the deadline */
+        int wait_ms = -1;
+        if (deadline_ms) {
+            uint64_t now = egm__now_ms();
+            if (now >= deadline_ms)
+                return egm__set_error(EGM_ERR_TIMEOUT, "rpc client: send timed out");
+            wait_ms = (int)(deadline_ms - now);
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        int rc = poll(&pfd, 1, wait_ms);
+        if (rc < 0 && errno != EINTR)
+            return egm__set_error(egm__status_from_errno(errno), "rpc client: poll failed: %s",
+                                  strerror(errno));
+    }
+    return EGM_OK;
+}
+
+static void deadline_to_timespec(uint64_t deadline_ms, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(deadline_ms / 1000);
+    ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+}
+
+/* Turns an ErrorReply into the caller's status and last-error text. */
+static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t len)
+{
+    Egm__ErrorReply *er = egm__error_reply__unpack(&egm__pb_allocator, len, buf);
+    egm_status_t status;
+
+    if (er == NULL)
+        return egm__set_error(EGM_ERR_PROTOCOL, "%s: undecodable error reply (%zu bytes)",
+                              egm__rpc_type_name(type), len);
+    const char *text = er->error ? er->error : "";
+    if (er->status < 0 && er->status >= EGM_STATUS_MIN) {
+        status = (egm_status_t)er->status;
+        egm__set_error(status, "%s", *text ? text : egm_status_string(status));
+    } else {
+        /* not an error status we know: never report success for an error frame */
+        status = er->status >= 0 ? EGM_ERR_PROTOCOL : EGM_ERR_INTERNAL;
+        egm__set_error(status, "%s: error reply with status %d: %s", egm__rpc_type_name(type),
+                       (int)er->status, text);
+    }
+    egm__error_reply__free_unpacked(er, &egm__pb_allocator);
+    return status;
+}
+
+egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
+                           size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms)
+{
+    egm_rpc_client_t *cl = client;
+    uint64_t deadline_ms = timeout_ms > 0 ? egm__now_ms() + (uint64_t)timeout_ms : 0;
+    pending_t p = {.done = 0, .status = EGM_OK};
+    pthread_condattr_t ca;
+    egm_status_t status;
+    uint64_t id, gen;
+    uint8_t hdr[EGM_FRAME_HEADER_SIZE];
+
+    *reply_p = NULL;
+    *reply_len_p = 0;
+    if (cl == NULL)
+        return egm__set_error(EGM_ERR_CLOSED, "rpc client: not created");
+    if (req_len > cl->max_frame_size)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "%s request of %zu bytes exceeds max_frame_size %zu",
+                              egm__rpc_type_name(type), req_len, cl->max_frame_size);
+
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p.cond, &ca);
+    pthread_condattr_destroy(&ca);
+
+    pthread_mutex_lock(&cl->lock);
+    if (cl->closed) {
+        status = egm__set_error(EGM_ERR_CLOSED, "rpc client: closed");
+        goto out_unlock;
+    }
+    status = ensure_connected_locked(cl, deadline_ms);
+    if (status != EGM_OK)
+        goto out_unlock;
+    id = ++cl->next_id;
+    status = egm__hashmap_put(cl->pending, &id, sizeof(id), &p, NULL);
+    if (status != EGM_OK)
+        goto out_unlock;
+    gen = cl->gen;
+    pthread_mutex_unlock(&cl->lock);
+
+    egm_frame_header_t h = {
+        .version = EGM_RPC_VERSION,
+        .flags = 0,
+        .type = type,
+        .request_id = id,
+        .length = (uint32_t)req_len,
+    };
+    egm__frame_encode_header(&h, hdr);
+
+    egm_status_t wstatus = EGM_OK;
+    pthread_mutex_lock(&cl->wlock);
+    if (cl->gen == gen && cl->fd >= 0) {
+        size_t sent = 0;
+        wstatus = write_frame(cl->fd, hdr, req, req_len, deadline_ms, &sent);
+        /* half a frame poisons the stream: let the reader fail everything */
+        if (wstatus != EGM_OK && sent > 0)
+            shutdown(cl->fd, SHUT_RDWR);
+        else if (wstatus != EGM_OK && wstatus != EGM_ERR_TIMEOUT)
+            shutdown(cl->fd, SHUT_RDWR);
+    }
+    /* else the connection was replaced: the reader already failed us */
+    pthread_mutex_unlock(&cl->wlock);
+
+    pthread_mutex_lock(&cl->lock);
+    if (wstatus != EGM_OK && !p.done) {
+        egm__hashmap_remove(cl->pending, &id, sizeof(id));
+        status = wstatus;
+        goto out_unlock;
+    }
+    while (!p.done) {
+        if (deadline_ms == 0) {
+            pthread_cond_wait(&p.cond, &cl->lock);
+            continue;
+        }
+        struct timespec ts;
+        deadline_to_timespec(deadline_ms, &ts);
+        int rc = pthread_cond_timedwait(&p.cond, &cl->lock, &ts);
+        if (rc == ETIMEDOUT && !p.done) {
+            /* remove ourselves so that a late reply is dropped */
+            egm__hashmap_remove(cl->pending, &id, sizeof(id));
+            status =
+                egm__set_error(EGM_ERR_TIMEOUT, "%s to %s:%u timed out after %d ms",
+                               egm__rpc_type_name(type), cl->host, (unsigned)cl->port, timeout_ms);
+            goto out_unlock;
+        }
+    }
+    pthread_mutex_unlock(&cl->lock);
+
+    if (p.status != EGM_OK) {
+        status = egm__set_error(p.status, "%s to %s:%u: connection lost", egm__rpc_type_name(type),
+                                cl->host, (unsigned)cl->port);
+        goto out;
+    }
+    if (p.flags & EGM_FRAME_ERROR) {
+        status = decode_error_reply(type, p.buf, p.len);
+        egm_free(p.buf);
+        goto out;
+    }
+    *reply_p = p.buf;
+    *reply_len_p = p.len;
+    status = EGM_OK;
+    goto out;
+
+out_unlock:
+    pthread_mutex_unlock(&cl->lock);
+out:
+    pthread_cond_destroy(&p.cond);
+    return status;
+}
+
+egm_status_t egm__rpc_call_msg(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *reply_desc,
+                               ProtobufCMessage **reply_p, int timeout_ms)
+{
+    uint8_t *buf = NULL, *reply = NULL;
+    size_t len = 0, reply_len = 0;
+    egm_status_t status;
+
+    *reply_p = NULL;
+    status = egm__pb_pack(req, &buf, &len);
+    if (status != EGM_OK)
+        return status;
+    status = egm__rpc_call(client, type, buf, len, &reply, &reply_len, timeout_ms);
+    egm_free(buf);
+    if (status != EGM_OK)
+        return status;
+    status = egm__pb_unpack(reply_desc, reply, reply_len, reply_p);
+    if (status != EGM_OK)
+        egm_warn("rpc client: %s reply: %s", egm__rpc_type_name(type), egm_last_error());
+    egm_free(reply);
+    return status;
+}
+
+void egm__rpc_msg_free(ProtobufCMessage *msg)
+{
+    egm__pb_free(msg);
+}
+
+egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
+                                    egm_rpc_client_t **client_p)
+{
+    egm_rpc_client_t *cl;
+    egm_status_t status;
+
+    *client_p = NULL;
+    if (params == NULL || params->addr == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "rpc client: an address is required");
+    if (params->max_frame_size == 0 || params->max_frame_size > UINT32_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "rpc client: max_frame_size %zu out of range 1..%u",
+                              params->max_frame_size, UINT32_MAX);
+
+    cl = egm_calloc(1, sizeof(*cl), "rpc_client");
+    if (cl == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: out of memory");
+    status = egm__sock_split_hostport(params->addr, cl->host, sizeof(cl->host), &cl->port);
+    if (status != EGM_OK)
+        goto err_free;
+    status = egm__hashmap_create(&cl->pending);
+    if (status != EGM_OK)
+        goto err_free;
+    pthread_mutex_init(&cl->lock, NULL);
+    pthread_mutex_init(&cl->wlock, NULL);
+    cl->fd = -1;
+    cl->connect_timeout_ms = params->connect_timeout_ms;
+    cl->max_frame_size = params->max_frame_size;
+    *client_p = cl;
+    return EGM_OK;
+
+err_free:
+    egm_free(cl);
+    return status;
+}
+
+void egm__rpc_client_destroy(egm_rpc_client_t *client)
+{
+    egm_rpc_client_t *cl = client;
+
+    if (cl == NULL)
+        return;
+    pthread_mutex_lock(&cl->lock);
+    cl->closed = 1;
+    if (cl->fd >= 0)
+        shutdown(cl->fd, SHUT_RDWR); /* wakes the reader */
+    pthread_mutex_unlock(&cl->lock);
+    if (cl->has_reader)
+        pthread_join(cl->reader, NULL);
+    cl->has_reader = 0;
+
+    pthread_mutex_lock(&cl->lock);
+    fail_all_locked(cl, EGM_ERR_CLOSED);
+    if (cl->fd >= 0)
+        close(cl->fd);
+    cl->fd = -1;
+    pthread_mutex_unlock(&cl->lock);
+
+    egm__hashmap_destroy(cl->pending);
+    pthread_mutex_destroy(&cl->wlock);
+    pthread_mutex_destroy(&cl->lock);
+    egm_free(cl);
+}

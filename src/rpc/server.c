@@ -1,0 +1,581 @@
+/* RPC server on the reactor: accepts connections, reads frames incrementally
+ * (partial frames across reads, several frames per read), dispatches each to
+ * its handler and queues the reply, flushing with EPOLLOUT when the socket
+ * would block. Everything here runs on the reactor thread; only the stats are
+ * read from elsewhere (atomics). */
+#include "rpc/server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+#define HANDLER_SLOTS 256
+#define READ_CHUNK (64 * 1024)
+/* Stop reading a connection whose peer does not read its replies. */
+#define OUT_HIGH_WATER (8u * 1024 * 1024)
+/* A connection closed after an error reply waits this long for the peer's
+ * EOF, so that unread input does not turn the close into an RST that would
+ * destroy the error reply before the peer reads it. */
+#define LINGER_MS 2000
+#define LINGER_MAX_DISCARD (4u * 1024 * 1024)
+#define SWEEP_PERIOD_MS 500
+
+typedef struct rpc_conn rpc_conn_t;
+
+struct rpc_conn {
+    egm_rpc_server_t *server;
+    rpc_conn_t *prev, *next;
+    int fd;
+    uint32_t events; /* currently registered */
+
+    /* input state machine */
+    uint8_t hdr_buf[EGM_FRAME_HEADER_SIZE];
+    size_t hdr_got;
+    int in_payload; /* header decoded, reading its payload */
+    egm_frame_header_t hdr;
+    uint8_t *payload; /* egm_malloc'ed when the payload spans reads */
+    size_t payload_got;
+
+    /* output */
+    uint8_t *out;
+    size_t out_off, out_len, out_cap;
+
+    /* closing after an error reply: no more dispatch */
+    int closing;
+    int wr_shut;
+    uint64_t linger_deadline_ms;
+    size_t discarded;
+};
+
+struct egm_rpc_server {
+    egm_reactor_t *reactor;
+    int listen_fd;
+    uint16_t port;
+    size_t max_frame_size;
+    size_t max_connections;
+    uint64_t sweep_timer;
+    int has_timer;
+    struct {
+        egm_rpc_handler_t fn;
+        void *arg;
+    } handlers[HANDLER_SLOTS];
+    rpc_conn_t *conns; /* doubly linked list */
+    size_t nconns;
+    uint8_t *rbuf; /* READ_CHUNK scratch shared by all connections */
+    egm_rpc_server_stats_t stats;
+};
+
+static void stat_add(uint64_t *counter, int64_t delta)
+{
+    __atomic_fetch_add(counter, (uint64_t)delta, __ATOMIC_RELAXED);
+}
+
+static void conn_close(rpc_conn_t *c)
+{
+    egm_rpc_server_t *s = c->server;
+
+    egm__reactor_remove(s->reactor, c->fd);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->nconns--;
+    stat_add(&s->stats.connections_open, -1);
+    egm_free(c->payload);
+    egm_free(c->out);
+    egm_free(c);
+}
+
+static int conn_set_events(rpc_conn_t *c, uint32_t events)
+{
+    if (events == c->events)
+        return 0;
+    if (egm__reactor_modify(c->server->reactor, c->fd, events) != EGM_OK) {
+        egm_warn("rpc server: cannot update events of fd %d: %s", c->fd, egm_last_error());
+        return -1;
+    }
+    c->events = events;
+    return 0;
+}
+
+static int out_reserve(rpc_conn_t *c, size_t more)
+{
+    size_t need;
+
+    if (c->out_off == c->out_len)
+        c->out_off = c->out_len = 0;
+    if (c->out_off > 0 && c->out_len + more > c->out_cap) {
+        memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+        c->out_len -= c->out_off;
+        c->out_off = 0;
+    }
+    need = c->out_len + more;
+    if (need <= c->out_cap)
+        return 0;
+    size_t cap = c->out_cap ? c->out_cap : 4096;
+    while (cap < need)
+        cap *= 2;
+    uint8_t *p = egm_realloc(c->out, cap, "rpc_server_out");
+    if (p == NULL)
+        return -1;
+    c->out = p;
+    c->out_cap = cap;
+    return 0;
+}
+
+static int queue_frame(rpc_conn_t *c, uint8_t flags, uint16_t type, uint64_t request_id,
+                       const uint8_t *payload, size_t len)
+{
+    egm_frame_header_t h = {
+        .version = EGM_RPC_VERSION,
+        .flags = flags,
+        .type = type,
+        .request_id = request_id,
+        .length = (uint32_t)len,
+    };
+
+    if (out_reserve(c, EGM_FRAME_HEADER_SIZE + len) != 0) {
+        egm_warn("rpc server: out of memory queueing a %zu-byte reply on fd %d", len, c->fd);
+        return -1;
+    }
+    egm__frame_encode_header(&h, c->out + c->out_len);
+    if (len)
+        memcpy(c->out + c->out_len + EGM_FRAME_HEADER_SIZE, payload, len);
+    c->out_len += EGM_FRAME_HEADER_SIZE + len;
+    return 0;
+}
+
+static int queue_error(rpc_conn_t *c, uint16_t type, uint64_t request_id, egm_status_t status,
+                       const char *text)
+{
+    Egm__ErrorReply er = EGM__ERROR_REPLY__INIT;
+    uint8_t small[512];
+    uint8_t *buf = small;
+    size_t len;
+    int rc;
+
+    er.status = status;
+    er.error = (char *)(text && *text ? text : egm_status_string(status));
+    len = egm__error_reply__get_packed_size(&er);
+    if (len > sizeof(small)) {
+        buf = egm_malloc(len, "rpc_server_err");
+        if (buf == NULL)
+            return -1;
+    }
+    egm__error_reply__pack(&er, buf);
+    rc = queue_frame(c, EGM_FRAME_REPLY | EGM_FRAME_ERROR, type, request_id, buf, len);
+    if (buf != small)
+        egm_free(buf);
+    return rc;
+}
+
+/* Writes what is queued. Returns 0 while the connection lives, -1 once it is
+ * closed (write error, or a closing connection whose peer went away). */
+static int conn_flush(rpc_conn_t *c)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t n =
+            send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        egm_debug("rpc server: write to fd %d failed: %s", c->fd, strerror(errno));
+        conn_close(c);
+        return -1;
+    }
+
+    int drained = c->out_off == c->out_len;
+    if (drained)
+        c->out_off = c->out_len = 0;
+
+    if (c->closing) {
+        if (drained && !c->wr_shut) {
+            shutdown(c->fd, SHUT_WR);
+            c->wr_shut = 1;
+        }
+        /* keep reading (and discarding) until the peer's EOF */
+        if (conn_set_events(c, EGM_EV_READ | (drained ? 0 : EGM_EV_WRITE)) != 0) {
+            conn_close(c);
+            return -1;
+        }
+        return 0;
+    }
+
+    uint32_t ev = drained ? 0 : EGM_EV_WRITE;
+    if (c->out_len - c->out_off < OUT_HIGH_WATER)
+        ev |= EGM_EV_READ;
+    if (conn_set_events(c, ev) != 0) {
+        conn_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+static void begin_closing(rpc_conn_t *c)
+{
+    c->closing = 1;
+    c->linger_deadline_ms = egm__now_ms() + LINGER_MS;
+    egm_free(c->payload);
+    c->payload = NULL;
+    c->in_payload = 0;
+    c->hdr_got = 0;
+}
+
+static void dispatch(rpc_conn_t *c, const uint8_t *payload, size_t len)
+{
+    egm_rpc_server_t *s = c->server;
+    uint16_t type = c->hdr.type;
+    uint64_t id = c->hdr.request_id;
+    egm_rpc_handler_t fn = type < HANDLER_SLOTS ? s->handlers[type].fn : NULL;
+    egm_rpc_reply_t reply = {NULL, 0};
+    egm_status_t status;
+
+    stat_add(&s->stats.requests, 1);
+    if (fn == NULL) {
+        stat_add(&s->stats.frames_rejected, 1);
+        egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: unknown request type %u (id %llu)",
+                            c->fd, (unsigned)type, (unsigned long long)id);
+        char text[64];
+        snprintf(text, sizeof(text), "unknown request type %u", (unsigned)type);
+        queue_error(c, type, id, EGM_ERR_NOT_SUPPORTED, text);
+        return;
+    }
+
+    egm__clear_error();
+    status = fn(s->handlers[type].arg, type, payload, len, &reply);
+    if (status == EGM_OK && reply.len > s->max_frame_size) {
+        /* a server-side limit, not a bad frame: answered, logged, not counted */
+        status =
+            egm__set_error(EGM_ERR_PROTOCOL, "%s reply of %zu bytes exceeds max_frame_size %zu",
+                           egm__rpc_type_name(type), reply.len, s->max_frame_size);
+        egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: %s", c->fd, egm_last_error());
+    } else if (status == EGM_ERR_PROTOCOL) {
+        /* the payload did not decode */
+        stat_add(&s->stats.frames_rejected, 1);
+        egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: %s request %llu: %s", c->fd,
+                            egm__rpc_type_name(type), (unsigned long long)id, egm_last_error());
+    } else if (status > 0) {
+        status = egm__set_error(EGM_ERR_INTERNAL, "%s handler returned status %d",
+                                egm__rpc_type_name(type), (int)status);
+        egm_warn("rpc server: %s", egm_last_error());
+    }
+    if (status == EGM_OK)
+        queue_frame(c, EGM_FRAME_REPLY, type, id, reply.buf, reply.len);
+    else
+        queue_error(c, type, id, status, egm_last_error());
+    egm_free(reply.buf);
+}
+
+/* A header is complete: validate it. Returns 0 to go on, -1 if the connection
+ * was closed. */
+static int on_header(rpc_conn_t *c)
+{
+    egm_rpc_server_t *s = c->server;
+    egm_status_t status = egm__frame_decode_header(c->hdr_buf, s->max_frame_size, &c->hdr);
+
+    c->hdr_got = 0;
+    if (status == EGM_OK) {
+        c->in_payload = 1;
+        c->payload_got = 0;
+        return 0;
+    }
+    stat_add(&s->stats.frames_rejected, 1);
+    egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: rejected frame: %s", c->fd,
+                        egm_last_error());
+    uint32_t magic = (uint32_t)c->hdr_buf[0] | (uint32_t)c->hdr_buf[1] << 8 |
+                     (uint32_t)c->hdr_buf[2] << 16 | (uint32_t)c->hdr_buf[3] << 24;
+    if (magic != EGM_RPC_MAGIC) {
+        /* nothing in this stream can be trusted, not even the request id */
+        conn_close(c);
+        return -1;
+    }
+    queue_error(c, c->hdr.type, c->hdr.request_id, status, egm_last_error());
+    begin_closing(c);
+    return 0;
+}
+
+/* Feeds bytes read from the socket into the state machine. Returns 0 to go
+ * on, -1 if the connection was closed. */
+static int consume(rpc_conn_t *c, const uint8_t *data, size_t n)
+{
+    while (n > 0 && !c->closing) {
+        if (!c->in_payload) {
+            size_t take = EGM_FRAME_HEADER_SIZE - c->hdr_got;
+            if (take > n)
+                take = n;
+            memcpy(c->hdr_buf + c->hdr_got, data, take);
+            c->hdr_got += take;
+            data += take;
+            n -= take;
+            if (c->hdr_got < EGM_FRAME_HEADER_SIZE)
+                break;
+            if (on_header(c) != 0)
+                return -1;
+            if (c->closing || c->hdr.length > 0)
+                continue;
+            /* empty payload: dispatch right away */
+        } else {
+            size_t want = c->hdr.length - c->payload_got;
+            if (c->payload == NULL && n >= want) {
+                /* the whole payload is in this read: no copy */
+                c->in_payload = 0;
+                dispatch(c, data, want);
+                data += want;
+                n -= want;
+                continue;
+            }
+            if (c->payload == NULL) {
+                c->payload = egm_malloc(c->hdr.length, "rpc_server_payload");
+                if (c->payload == NULL) {
+                    egm_warn("rpc server: fd %d: cannot allocate a %u-byte payload", c->fd,
+                             (unsigned)c->hdr.length);
+                    conn_close(c);
+                    return -1;
+                }
+            }
+            size_t take = want < n ? want : n;
+            memcpy(c->payload + c->payload_got, data, take);
+            c->payload_got += take;
+            data += take;
+            n -= take;
+            if (c->payload_got < c->hdr.length)
+                break;
+        }
+        c->in_payload = 0;
+        dispatch(c, c->payload, c->hdr.length);
+        egm_free(c->payload);
+        c->payload = NULL;
+    }
+    if (c->closing) {
+        c->discarded += n;
+        if (c->discarded > LINGER_MAX_DISCARD) {
+            conn_close(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void *arg)
+{
+    rpc_conn_t *c = arg;
+    egm_rpc_server_t *s = c->server;
+    (void)reactor;
+    (void)fd;
+
+    if (events & (EGM_EV_READ | EGM_EV_ERROR)) {
+        /* Bounded so that one busy peer cannot starve the others; the
+         * reactor reports the fd again while data remains. */
+        for (int round = 0; round < 16; round++) {
+            if (!(c->events & EGM_EV_READ) && !(events & EGM_EV_ERROR))
+                break;
+            ssize_t n = recv(c->fd, s->rbuf, READ_CHUNK, MSG_DONTWAIT);
+            if (n == 0) {
+                /* EOF: a partial frame, a linger that completed, or a peer
+                 * that half-closed after its last request */
+                if (c->hdr_got || c->in_payload)
+                    egm_debug("rpc server: fd %d closed mid-frame", c->fd);
+                if (c->out_off < c->out_len)
+                    (void)send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+                conn_close(c);
+                return;
+            }
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK)
+                    break;
+                egm_debug("rpc server: read from fd %d failed: %s", c->fd, strerror(errno));
+                conn_close(c);
+                return;
+            }
+            if (consume(c, s->rbuf, (size_t)n) != 0)
+                return;
+            /* stop reading while replies pile up unread */
+            if (c->out_len - c->out_off >= OUT_HIGH_WATER)
+                break;
+            if ((size_t)n < READ_CHUNK)
+                break;
+        }
+    }
+    conn_flush(c);
+}
+
+static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg)
+{
+    egm_rpc_server_t *s = arg;
+    (void)events;
+
+    for (int i = 0; i < 64; i++) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: accept failed: %s",
+                                    strerror(errno));
+            return;
+        }
+        if (s->nconns >= s->max_connections) {
+            egm_log_ratelimited(EGM_LOG_WARN, 1,
+                                "rpc server: refusing a connection: %zu open (max_connections)",
+                                s->nconns);
+            close(cfd);
+            continue;
+        }
+        egm__sock_set_nodelay(cfd);
+        rpc_conn_t *c = egm_calloc(1, sizeof(*c), "rpc_server_conn");
+        if (c == NULL) {
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: out of memory accepting");
+            close(cfd);
+            continue;
+        }
+        c->server = s;
+        c->fd = cfd;
+        c->events = EGM_EV_READ;
+        if (egm__reactor_add(reactor, cfd, EGM_EV_READ, conn_on_event, c) != EGM_OK) {
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: cannot watch a connection: %s",
+                                egm_last_error());
+            close(cfd);
+            egm_free(c);
+            continue;
+        }
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        s->nconns++;
+        stat_add(&s->stats.connections_accepted, 1);
+        stat_add(&s->stats.connections_open, 1);
+    }
+}
+
+/* Closes connections whose linger ran out. */
+static void on_sweep(egm_reactor_t *reactor, void *arg)
+{
+    egm_rpc_server_t *s = arg;
+    uint64_t now = egm__now_ms();
+    rpc_conn_t *c = s->conns;
+    (void)reactor;
+
+    while (c) {
+        rpc_conn_t *next = c->next;
+        if (c->closing && now >= c->linger_deadline_ms)
+            conn_close(c);
+        c = next;
+    }
+}
+
+egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server_params_t *params,
+                                    egm_rpc_server_t **server_p)
+{
+    egm_rpc_server_t *s;
+    egm_status_t status;
+
+    *server_p = NULL;
+    if (reactor == NULL || params == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "rpc server: reactor and params are required");
+    if (params->max_frame_size == 0 || params->max_frame_size > UINT32_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "rpc server: max_frame_size %zu out of range 1..%u",
+                              params->max_frame_size, UINT32_MAX);
+
+    s = egm_calloc(1, sizeof(*s), "rpc_server");
+    if (s == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
+    s->reactor = reactor;
+    s->listen_fd = -1;
+    s->max_frame_size = params->max_frame_size;
+    s->max_connections = params->max_connections ? params->max_connections : 1024;
+    s->rbuf = egm_malloc(READ_CHUNK, "rpc_server_rbuf");
+    if (s->rbuf == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
+        goto err_free;
+    }
+
+    status = egm__sock_tcp_listen(params->host ? params->host : "", params->port, &s->listen_fd,
+                                  &s->port);
+    if (status != EGM_OK)
+        goto err_free;
+    status = egm__sock_set_nonblock(s->listen_fd, 1);
+    if (status != EGM_OK)
+        goto err_close;
+    status = egm__reactor_add(reactor, s->listen_fd, EGM_EV_READ, on_accept, s);
+    if (status != EGM_OK)
+        goto err_close;
+    status = egm__reactor_add_timer(reactor, SWEEP_PERIOD_MS, on_sweep, s, &s->sweep_timer);
+    if (status != EGM_OK)
+        goto err_remove;
+    s->has_timer = 1;
+
+    egm_debug("rpc server listening on %s:%u", params->host && *params->host ? params->host : "*",
+              (unsigned)s->port);
+    *server_p = s;
+    return EGM_OK;
+
+err_remove:
+    egm__reactor_remove(reactor, s->listen_fd);
+err_close:
+    close(s->listen_fd);
+err_free:
+    egm_free(s->rbuf);
+    egm_free(s);
+    return status;
+}
+
+egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
+                                      egm_rpc_handler_t handler, void *arg)
+{
+    if (type == 0 || type >= HANDLER_SLOTS)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "rpc server: request type %u out of range 1..%u",
+                              (unsigned)type, HANDLER_SLOTS - 1);
+    server->handlers[type].fn = handler;
+    server->handlers[type].arg = arg;
+    return EGM_OK;
+}
+
+uint16_t egm__rpc_server_port(const egm_rpc_server_t *server)
+{
+    return server->port;
+}
+
+void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p)
+{
+    stats_p->connections_accepted =
+        __atomic_load_n(&server->stats.connections_accepted, __ATOMIC_RELAXED);
+    stats_p->connections_open = __atomic_load_n(&server->stats.connections_open, __ATOMIC_RELAXED);
+    stats_p->requests = __atomic_load_n(&server->stats.requests, __ATOMIC_RELAXED);
+    stats_p->frames_rejected = __atomic_load_n(&server->stats.frames_rejected, __ATOMIC_RELAXED);
+}
+
+void egm__rpc_server_destroy(egm_rpc_server_t *server)
+{
+    if (server == NULL)
+        return;
+    while (server->conns)
+        conn_close(server->conns);
+    if (server->has_timer)
+        egm__reactor_remove_timer(server->reactor, server->sweep_timer);
+    egm__reactor_remove(server->reactor, server->listen_fd);
+    close(server->listen_fd);
+    egm_free(server->rbuf);
+    egm_free(server);
+}

@@ -1,0 +1,778 @@
+/* RPC server and client over loopback: replies reach their callers under
+ * concurrency, malformed frames get the documented treatment without
+ * disturbing well-formed peers, handler errors travel back with their text,
+ * timeouts drop late replies, a lost connection fails calls and the next call
+ * reconnects. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/reactor.h"
+#include "common/sock.h"
+#include "rpc/client.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+#include "rpc/server.h"
+
+#define MAX_FRAME (1u << 20)
+#define TYPE_ECHO EGM_RPC_PING
+#define TYPE_FAIL EGM_RPC_REMOVE
+#define TYPE_DECODE EGM_RPC_PUT_START
+#define TYPE_HUGE EGM_RPC_LIST_SEGMENTS
+#define TYPE_UNKNOWN 200
+
+typedef struct {
+    egm_reactor_t *reactor;
+    egm_rpc_server_t *server;
+    pthread_t thread;
+    uint16_t port;
+    char addr[64];
+} env_t;
+
+/* --- handlers (reactor thread) --------------------------------------------- */
+
+static egm_status_t echo_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                 egm_rpc_reply_t *reply)
+{
+    (void)arg;
+    (void)type;
+    if (len == 0)
+        return EGM_OK; /* empty reply, no buffer */
+    reply->buf = egm_malloc(len, "test_echo");
+    if (reply->buf == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "echo");
+    memcpy(reply->buf, payload, len);
+    reply->len = len;
+    return EGM_OK;
+}
+
+static egm_status_t fail_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                 egm_rpc_reply_t *reply)
+{
+    (void)arg;
+    (void)type;
+    (void)reply;
+    return egm__set_error(EGM_ERR_NOT_FOUND, "no such key '%.*s'", (int)len, (const char *)payload);
+}
+
+/* Decodes a PutStartRequest and answers a StatusReply naming its first key. */
+static egm_status_t decode_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                   egm_rpc_reply_t *reply)
+{
+    ProtobufCMessage *msg;
+    egm_status_t status;
+    (void)arg;
+    (void)type;
+
+    status = egm__pb_unpack(&egm__put_start_request__descriptor, payload, len, &msg);
+    if (status != EGM_OK)
+        return status;
+    Egm__PutStartRequest *req = (Egm__PutStartRequest *)msg;
+    Egm__StatusReply sr = EGM__STATUS_REPLY__INIT;
+    sr.error = req->n_keys ? req->keys[0] : "";
+    status = egm__pb_pack(&sr.base, &reply->buf, &reply->len);
+    egm__pb_free(msg);
+    return status;
+}
+
+static egm_status_t huge_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                 egm_rpc_reply_t *reply)
+{
+    (void)arg;
+    (void)type;
+    (void)payload;
+    (void)len;
+    reply->len = MAX_FRAME + 1;
+    reply->buf = egm_calloc(1, reply->len, "test_huge");
+    return reply->buf ? EGM_OK : egm__set_error(EGM_ERR_NO_MEMORY, "huge");
+}
+
+/* --- environment ------------------------------------------------------------ */
+
+static void *reactor_main(void *arg)
+{
+    egm__reactor_run(arg);
+    return NULL;
+}
+
+/* Reactor + server on `port` (0 = any), running on its own thread. */
+static void env_start(env_t *env, uint16_t port, size_t max_connections)
+{
+    egm_rpc_server_params_t params = {
+        .host = "127.0.0.1",
+        .port = port,
+        .max_frame_size = MAX_FRAME,
+        .max_connections = max_connections,
+    };
+
+    memset(env, 0, sizeof(*env));
+    assert_int_equal(egm__reactor_create(&env->reactor), EGM_OK);
+    assert_int_equal(egm__rpc_server_create(env->reactor, &params, &env->server), EGM_OK);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_ECHO, echo_handler, NULL), EGM_OK);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_FAIL, fail_handler, NULL), EGM_OK);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_DECODE, decode_handler, NULL),
+                     EGM_OK);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_HUGE, huge_handler, NULL), EGM_OK);
+    env->port = egm__rpc_server_port(env->server);
+    assert_true(env->port != 0);
+    if (port)
+        assert_int_equal(env->port, port);
+    snprintf(env->addr, sizeof(env->addr), "127.0.0.1:%u", (unsigned)env->port);
+    assert_int_equal(pthread_create(&env->thread, NULL, reactor_main, env->reactor), 0);
+}
+
+static void env_stop(env_t *env)
+{
+    egm__reactor_stop(env->reactor);
+    pthread_join(env->thread, NULL);
+    egm__rpc_server_destroy(env->server);
+    egm__reactor_destroy(env->reactor);
+}
+
+static egm_rpc_client_t *new_client(const char *addr)
+{
+    egm_rpc_client_params_t params = {
+        .addr = addr,
+        .connect_timeout_ms = 3000,
+        .max_frame_size = MAX_FRAME,
+    };
+    egm_rpc_client_t *client = NULL;
+
+    assert_int_equal(egm__rpc_client_create(&params, &client), EGM_OK);
+    assert_non_null(client);
+    return client;
+}
+
+/* One echo call that must succeed with the same bytes back. */
+static void echo_ok(egm_rpc_client_t *client, const char *text)
+{
+    uint8_t *reply = NULL;
+    size_t len = 0;
+
+    assert_int_equal(
+        egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)text, strlen(text), &reply, &len, 10000),
+        EGM_OK);
+    assert_int_equal(len, strlen(text));
+    assert_memory_equal(reply, text, len);
+    egm_free(reply);
+}
+
+/* --- raw socket helpers ------------------------------------------------------- */
+
+static int raw_connect(uint16_t port)
+{
+    int fd = -1;
+    struct timeval tv = {.tv_sec = 10, .tv_usec = 0};
+
+    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", port, 3000, &fd), EGM_OK);
+    /* every blocking read in these tests is bounded */
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    return fd;
+}
+
+static size_t build_frame(uint8_t *out, uint8_t version, uint16_t type, uint64_t id,
+                          const void *payload, uint32_t len)
+{
+    egm_frame_header_t h = {version, 0, type, id, len};
+    egm__frame_encode_header(&h, out);
+    if (len && payload)
+        memcpy(out + EGM_FRAME_HEADER_SIZE, payload, len);
+    return EGM_FRAME_HEADER_SIZE + len;
+}
+
+static void raw_send(int fd, const void *buf, size_t len)
+{
+    assert_int_equal(egm__sock_write_full(fd, buf, len), EGM_OK);
+}
+
+/* Reads one frame; the payload goes into buf (NUL-terminated). */
+static void raw_read_frame(int fd, egm_frame_header_t *h, uint8_t *buf, size_t cap)
+{
+    uint8_t hb[EGM_FRAME_HEADER_SIZE];
+
+    assert_int_equal(egm__sock_read_full(fd, hb, sizeof(hb)), EGM_OK);
+    assert_int_equal(egm__frame_decode_header(hb, MAX_FRAME, h), EGM_OK);
+    assert_true(h->length < cap);
+    if (h->length)
+        assert_int_equal(egm__sock_read_full(fd, buf, h->length), EGM_OK);
+    buf[h->length] = 0;
+}
+
+static void raw_expect_reply(int fd, uint64_t id, const char *text)
+{
+    egm_frame_header_t h;
+    uint8_t buf[256];
+
+    raw_read_frame(fd, &h, buf, sizeof(buf));
+    assert_int_equal(h.flags, EGM_FRAME_REPLY);
+    assert_true(h.request_id == id);
+    assert_string_equal((char *)buf, text);
+}
+
+/* Reads an ErrorReply frame for `id` and checks its status and text. */
+static void raw_expect_error(int fd, uint64_t id, egm_status_t status, const char *text_part)
+{
+    egm_frame_header_t h;
+    uint8_t buf[1024];
+
+    raw_read_frame(fd, &h, buf, sizeof(buf));
+    assert_int_equal(h.flags, EGM_FRAME_REPLY | EGM_FRAME_ERROR);
+    assert_true(h.request_id == id);
+    Egm__ErrorReply *er = egm__error_reply__unpack(NULL, h.length, buf);
+    assert_non_null(er);
+    assert_int_equal(er->status, status);
+    assert_non_null(strstr(er->error, text_part));
+    egm__error_reply__free_unpacked(er, NULL);
+}
+
+/* The server closed the connection (FIN, or RST when input was unread). */
+static void raw_expect_eof(int fd)
+{
+    uint8_t b;
+    ssize_t n;
+
+    do
+        n = recv(fd, &b, 1, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        assert_int_equal(errno, ECONNRESET);
+    else
+        assert_int_equal(n, 0);
+}
+
+static void wait_open_connections(env_t *env, uint64_t want)
+{
+    egm_rpc_server_stats_t st;
+
+    for (int i = 0; i < 500; i++) {
+        egm__rpc_server_stats(env->server, &st);
+        if (st.connections_open == want)
+            return;
+        egm__sleep_ms(10);
+    }
+    egm__rpc_server_stats(env->server, &st);
+    assert_int_equal(st.connections_open, want);
+}
+
+/* --- tests ----------------------------------------------------------------------- */
+
+static void test_echo_and_msg(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+
+    echo_ok(client, "hello");
+
+    /* empty request, empty reply */
+    uint8_t *reply = NULL;
+    size_t len = 99;
+    assert_int_equal(egm__rpc_call(client, TYPE_ECHO, NULL, 0, &reply, &len, 5000), EGM_OK);
+    assert_int_equal(len, 0);
+    egm_free(reply);
+
+    /* protobuf call: PingRequest echoed decodes as PingRequest */
+    Egm__PingRequest req = EGM__PING_REQUEST__INIT;
+    req.view = 77;
+    req.host_id = "h1";
+    ProtobufCMessage *msg = NULL;
+    assert_int_equal(
+        egm__rpc_call_msg(client, TYPE_ECHO, &req.base, &egm__ping_request__descriptor, &msg, 5000),
+        EGM_OK);
+    Egm__PingRequest *back = (Egm__PingRequest *)msg;
+    assert_true(back->view == 77);
+    assert_string_equal(back->host_id, "h1");
+    egm__rpc_msg_free(msg);
+    egm__rpc_msg_free(NULL);
+
+    /* a reply that does not decode as the expected message: PingRequest's
+     * varint field 2 is ListSegmentsReply's message field 2 */
+    msg = (ProtobufCMessage *)1;
+    assert_int_equal(egm__rpc_call_msg(client, TYPE_ECHO, &req.base,
+                                       &egm__list_segments_reply__descriptor, &msg, 5000),
+                     EGM_ERR_PROTOCOL);
+    assert_null(msg);
+    assert_non_null(strstr(egm_last_error(), "ListSegmentsReply"));
+
+    /* an undecodable request: the handler's PROTOCOL error with its text */
+    const uint8_t junk[] = {0xff, 0xff, 0xff};
+    reply = NULL;
+    assert_int_equal(egm__rpc_call(client, TYPE_DECODE, junk, sizeof(junk), &reply, &len, 5000),
+                     EGM_ERR_PROTOCOL);
+    assert_null(reply);
+    assert_non_null(strstr(egm_last_error(), "PutStartRequest"));
+
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(env.server, &st);
+    assert_true(st.requests == 5);
+    assert_int_equal(st.connections_open, 1);
+    assert_true(st.connections_accepted == 1);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+typedef struct {
+    egm_rpc_client_t *client;
+    int index;
+    int ok;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    char text[64];
+    uint8_t *reply;
+    size_t len;
+
+    w->ok = 0;
+    for (int i = 0; i < 200; i++) {
+        int n = snprintf(text, sizeof(text), "thread %d call %d", w->index, i);
+        reply = NULL;
+        if (egm__rpc_call(w->client, TYPE_ECHO, (uint8_t *)text, (size_t)n, &reply, &len, 20000) !=
+            EGM_OK)
+            return NULL;
+        int same = len == (size_t)n && memcmp(reply, text, len) == 0;
+        egm_free(reply);
+        if (!same)
+            return NULL;
+    }
+    w->ok = 1;
+    return NULL;
+}
+
+static void test_concurrent_callers(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+    pthread_t threads[8];
+    worker_t workers[8];
+
+    for (int i = 0; i < 8; i++) {
+        workers[i] = (worker_t){.client = client, .index = i, .ok = 0};
+        assert_int_equal(pthread_create(&threads[i], NULL, worker_main, &workers[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(threads[i], NULL);
+        assert_true(workers[i].ok);
+    }
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(env.server, &st);
+    assert_true(st.requests == 1600);
+    assert_true(st.connections_accepted == 1); /* all on one pipelined connection */
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* Several frames in one write, a frame dribbled byte by byte, a payload larger
+ * than one read: all answered in order on the same connection. */
+static void test_raw_pipelining_and_partial_frames(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    int fd = raw_connect(env.port);
+    uint8_t buf[512];
+    size_t n = 0;
+
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_ECHO, 1, "one", 3);
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_ECHO, 2, "two", 3);
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_ECHO, 3, NULL, 0);
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_ECHO, 4, "four", 4);
+    raw_send(fd, buf, n);
+    raw_expect_reply(fd, 1, "one");
+    raw_expect_reply(fd, 2, "two");
+    raw_expect_reply(fd, 3, "");
+    raw_expect_reply(fd, 4, "four");
+
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 5, "dribble", 7);
+    for (size_t i = 0; i < n; i++) {
+        raw_send(fd, buf + i, 1);
+        if (i % 8 == 0)
+            egm__sleep_ms(1); /* let some bytes arrive in reads of their own */
+    }
+    raw_expect_reply(fd, 5, "dribble");
+
+    /* 300 KiB payload: spans several server reads */
+    size_t big = 300 * 1024;
+    uint8_t *frame = egm_malloc(EGM_FRAME_HEADER_SIZE + big, "test_big");
+    assert_non_null(frame);
+    for (size_t i = 0; i < big; i++)
+        frame[EGM_FRAME_HEADER_SIZE + i] = (uint8_t)(i * 7 + 3);
+    egm_frame_header_t h = {EGM_RPC_VERSION, 0, TYPE_ECHO, 6, (uint32_t)big};
+    egm__frame_encode_header(&h, frame);
+    raw_send(fd, frame, EGM_FRAME_HEADER_SIZE + big);
+    uint8_t hb[EGM_FRAME_HEADER_SIZE];
+    assert_int_equal(egm__sock_read_full(fd, hb, sizeof(hb)), EGM_OK);
+    assert_int_equal(egm__frame_decode_header(hb, MAX_FRAME, &h), EGM_OK);
+    assert_true(h.request_id == 6);
+    assert_int_equal(h.length, big);
+    uint8_t *back = egm_malloc(big, "test_big");
+    assert_non_null(back);
+    assert_int_equal(egm__sock_read_full(fd, back, big), EGM_OK);
+    assert_memory_equal(back, frame + EGM_FRAME_HEADER_SIZE, big);
+    egm_free(back);
+    egm_free(frame);
+
+    close(fd);
+    wait_open_connections(&env, 0);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_bad_frames(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+    uint8_t buf[256];
+    size_t n;
+    int fd;
+
+    echo_ok(client, "before");
+
+    /* garbage: no reply, closed */
+    fd = raw_connect(env.port);
+    for (size_t i = 0; i < 100; i++)
+        buf[i] = (uint8_t)(i * 37 + 11);
+    raw_send(fd, buf, 100);
+    raw_expect_eof(fd);
+    close(fd);
+    echo_ok(client, "after garbage");
+
+    /* valid header except the magic: no reply, closed */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 9, "x", 1);
+    buf[3] = 'X';
+    raw_send(fd, buf, n);
+    raw_expect_eof(fd);
+    close(fd);
+    echo_ok(client, "after bad magic");
+
+    /* version 2: VERSION error reply for its id, then closed, even though
+     * its payload was never read */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, 2, TYPE_ECHO, 10, "payload of v2", 13);
+    raw_send(fd, buf, n);
+    raw_expect_error(fd, 10, EGM_ERR_VERSION, "version");
+    raw_expect_eof(fd);
+    close(fd);
+    echo_ok(client, "after version");
+
+    /* oversized length: PROTOCOL error reply, then closed */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 11, NULL, 0);
+    egm_frame_header_t h = {EGM_RPC_VERSION, 0, TYPE_ECHO, 11, MAX_FRAME + 1};
+    egm__frame_encode_header(&h, buf);
+    raw_send(fd, buf, n);
+    raw_expect_error(fd, 11, EGM_ERR_PROTOCOL, "too large");
+    raw_expect_eof(fd);
+    close(fd);
+
+    /* non-zero reserved field: PROTOCOL error reply, then closed */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 12, NULL, 0);
+    buf[22] = 1;
+    raw_send(fd, buf, n);
+    raw_expect_error(fd, 12, EGM_ERR_PROTOCOL, "reserved");
+    raw_expect_eof(fd);
+    close(fd);
+    echo_ok(client, "after oversize");
+
+    /* unknown type: error reply, the connection stays and keeps serving */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_UNKNOWN, 13, "?", 1);
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_ECHO, 14, "still here", 10);
+    raw_send(fd, buf, n);
+    raw_expect_error(fd, 13, EGM_ERR_NOT_SUPPORTED, "200");
+    raw_expect_reply(fd, 14, "still here");
+    close(fd);
+
+    /* undecodable payload: the handler's PROTOCOL error, connection stays */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_DECODE, 15, "\xff\xff\xff", 3);
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_ECHO, 16, "ok", 2);
+    raw_send(fd, buf, n);
+    raw_expect_error(fd, 15, EGM_ERR_PROTOCOL, "PutStartRequest");
+    raw_expect_reply(fd, 16, "ok");
+    close(fd);
+
+    /* truncated header, then close; truncated payload, then close */
+    fd = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 17, "truncated", 9);
+    raw_send(fd, buf, 10);
+    close(fd);
+    fd = raw_connect(env.port);
+    raw_send(fd, buf, n - 4);
+    close(fd);
+
+    wait_open_connections(&env, 1); /* only the well-formed client is left */
+    echo_ok(client, "at the end");
+
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(env.server, &st);
+    assert_true(st.frames_rejected == 7);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_handler_errors(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+    uint8_t *reply = NULL;
+    size_t len = 0;
+
+    assert_int_equal(
+        egm__rpc_call(client, TYPE_FAIL, (const uint8_t *)"k42", 3, &reply, &len, 5000),
+        EGM_ERR_NOT_FOUND);
+    assert_null(reply);
+    assert_non_null(strstr(egm_last_error(), "no such key 'k42'"));
+
+    assert_int_equal(egm__rpc_call(client, TYPE_UNKNOWN, NULL, 0, &reply, &len, 5000),
+                     EGM_ERR_NOT_SUPPORTED);
+    assert_non_null(strstr(egm_last_error(), "unknown request type 200"));
+
+    /* a reply too large to send becomes an error, not a broken stream */
+    assert_int_equal(egm__rpc_call(client, TYPE_HUGE, NULL, 0, &reply, &len, 5000),
+                     EGM_ERR_PROTOCOL);
+    assert_non_null(strstr(egm_last_error(), "max_frame_size"));
+
+    /* protobuf round trip through a decoding handler */
+    Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
+    char *keys[] = {"first-key", "second"};
+    req.n_keys = 2;
+    req.keys = keys;
+    ProtobufCMessage *msg = NULL;
+    assert_int_equal(egm__rpc_call_msg(client, TYPE_DECODE, &req.base,
+                                       &egm__status_reply__descriptor, &msg, 5000),
+                     EGM_OK);
+    assert_string_equal(((Egm__StatusReply *)msg)->error, "first-key");
+    egm__rpc_msg_free(msg);
+
+    /* a request over the client's own limit never leaves */
+    uint8_t *big = egm_calloc(1, MAX_FRAME + 1, "test_big");
+    assert_non_null(big);
+    assert_int_equal(egm__rpc_call(client, TYPE_ECHO, big, MAX_FRAME + 1, &reply, &len, 5000),
+                     EGM_ERR_INVALID_ARG);
+    egm_free(big);
+
+    echo_ok(client, "connection kept");
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(env.server, &st);
+    assert_true(st.connections_accepted == 1);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+typedef struct {
+    egm_rpc_client_t *client;
+    const char *text;
+    egm_status_t status;
+    uint8_t *reply;
+    size_t len;
+} call_t;
+
+static void *call_main(void *arg)
+{
+    call_t *c = arg;
+    c->status = egm__rpc_call(c->client, TYPE_ECHO, (const uint8_t *)c->text, strlen(c->text),
+                              &c->reply, &c->len, 20000);
+    return NULL;
+}
+
+/* A server that accepts and never answers: the call times out; its late reply
+ * is dropped and does not reach the next caller. */
+static void test_timeout_and_late_reply(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    int lfd = -1, sfd;
+    uint16_t port = 0;
+    char addr[64];
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    egm_frame_header_t h;
+    uint8_t buf[256];
+
+    assert_int_equal(egm__sock_tcp_listen("127.0.0.1", 0, &lfd, &port), EGM_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+    egm_rpc_client_t *client = new_client(addr);
+
+    /* the kernel completes the handshake from the backlog; nobody reads */
+    assert_int_equal(
+        egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"first", 5, &reply, &len, 200),
+        EGM_ERR_TIMEOUT);
+    assert_null(reply);
+    assert_non_null(strstr(egm_last_error(), "timed out"));
+
+    sfd = accept(lfd, NULL, NULL);
+    assert_true(sfd >= 0);
+    struct timeval tv = {.tv_sec = 10, .tv_usec = 0};
+    setsockopt(sfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, "first");
+    uint64_t first_id = h.request_id;
+    size_t n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, first_id, "late", 4);
+    buf[5] = EGM_FRAME_REPLY;
+    raw_send(sfd, buf, n);
+
+    /* the next call gets its own answer, not the late one */
+    call_t c = {.client = client, .text = "second"};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, call_main, &c), 0);
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, "second");
+    assert_true(h.request_id != first_id);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, h.request_id, "answer2", 7);
+    buf[5] = EGM_FRAME_REPLY;
+    raw_send(sfd, buf, n);
+    pthread_join(t, NULL);
+    assert_int_equal(c.status, EGM_OK);
+    assert_int_equal(c.len, 7);
+    assert_memory_equal(c.reply, "answer2", 7);
+    egm_free(c.reply);
+
+    /* the server answers with bad magic: the connection is treated as broken */
+    c = (call_t){.client = client, .text = "third"};
+    assert_int_equal(pthread_create(&t, NULL, call_main, &c), 0);
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, h.request_id, "bad", 3);
+    buf[0] = 'Z';
+    raw_send(sfd, buf, n);
+    pthread_join(t, NULL);
+    assert_int_equal(c.status, EGM_ERR_UNREACHABLE);
+
+    /* the peer closes while a call waits: UNREACHABLE */
+    close(sfd);
+    c = (call_t){.client = client, .text = "fourth"};
+    assert_int_equal(pthread_create(&t, NULL, call_main, &c), 0);
+    sfd = accept(lfd, NULL, NULL); /* the call reconnected */
+    assert_true(sfd >= 0);
+    setsockopt(sfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, "fourth");
+    close(sfd);
+    pthread_join(t, NULL);
+    assert_int_equal(c.status, EGM_ERR_UNREACHABLE);
+
+    egm__rpc_client_destroy(client);
+    close(lfd);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_server_restart(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    uint8_t *reply = NULL;
+    size_t len = 0;
+
+    env_start(&env, 0, 0);
+    uint16_t port = env.port;
+    egm_rpc_client_t *client = new_client(env.addr);
+    echo_ok(client, "first life");
+    env_stop(&env);
+
+    /* server gone: the call fails (lost connection, or refused on reconnect) */
+    egm_status_t st = egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 2000);
+    assert_int_equal(st, EGM_ERR_UNREACHABLE);
+    st = egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 2000);
+    assert_int_equal(st, EGM_ERR_UNREACHABLE);
+
+    env_start(&env, port, 0);
+    echo_ok(client, "second life");
+    egm_rpc_server_stats_t stats;
+    egm__rpc_server_stats(env.server, &stats);
+    assert_true(stats.connections_accepted == 1);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_max_connections(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    uint8_t buf[64];
+    size_t n;
+
+    env_start(&env, 0, 2);
+    int a = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 1, "a", 1);
+    raw_send(a, buf, n);
+    raw_expect_reply(a, 1, "a");
+    int b = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 2, "b", 1);
+    raw_send(b, buf, n);
+    raw_expect_reply(b, 2, "b");
+
+    int c = raw_connect(env.port);
+    raw_expect_eof(c); /* refused: closed at once */
+    close(c);
+
+    close(a);
+    wait_open_connections(&env, 1);
+    int d = raw_connect(env.port);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 3, "d", 1);
+    raw_send(d, buf, n);
+    raw_expect_reply(d, 3, "d");
+
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(env.server, &st);
+    assert_int_equal(st.connections_open, 2);
+    assert_true(st.connections_accepted == 3);
+
+    close(b);
+    close(d);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_echo_and_msg),
+        cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_raw_pipelining_and_partial_frames),
+        cmocka_unit_test(test_bad_frames),
+        cmocka_unit_test(test_handler_errors),
+        cmocka_unit_test(test_timeout_and_late_reply),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_max_connections),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
