@@ -250,6 +250,8 @@ static void test_two_replicas_on_distinct_providers(void **state)
     char out[8192];
     egm_client_t *client = egm_test_client(&cluster, "tcp", NULL);
     assert_non_null(client);
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
     egm_replicate_config_t rc = {.replica_num = 2};
     assert_int_equal(egm_put(client, "replicated", "abcdef", 6, &rc), EGM_OK);
     const char *ls[] = {"ls", NULL};

@@ -16,7 +16,7 @@
 
 const char *egm_test_bin(void)
 {
-    const char *bin = getenv("EGMSTORE_BIN");
+    const char *bin = getenv("EGM_TEST_BINARY");
     return bin != NULL ? bin : "build/bin/egmstore";
 }
 

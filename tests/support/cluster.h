@@ -18,7 +18,7 @@ typedef struct {
     unsigned master_port;
 } egm_test_cluster_t;
 
-/* Path of the egmstore binary (EGMSTORE_BIN, set by ctest). */
+/* Path of the egmstore binary (EGM_TEST_BINARY, set by ctest). */
 const char *egm_test_bin(void);
 /* Start a master on a free port; extra flags (NULL-terminated) are appended. 0 on success. */
 int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra);
