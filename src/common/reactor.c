@@ -44,7 +44,7 @@ struct egm_reactor {
     uint64_t next_timer_id;
     pthread_mutex_t lock; /* tasks */
     task_t *tasks, *tasks_tail;
-    volatile int stop;
+    int stop; /* set from any thread or a signal handler: atomic accesses only */
 };
 
 static uint32_t to_epoll(uint32_t events)
@@ -226,9 +226,14 @@ egm_status_t egm__reactor_post(egm_reactor_t *r, egm_reactor_task_cb_t cb, void 
     return EGM_OK;
 }
 
+static int stopping(egm_reactor_t *r)
+{
+    return __atomic_load_n(&r->stop, __ATOMIC_ACQUIRE);
+}
+
 void egm__reactor_stop(egm_reactor_t *r)
 {
-    r->stop = 1;
+    __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
     wake(r);
 }
 
@@ -275,9 +280,9 @@ static int run_timers(egm_reactor_t *r)
 egm_status_t egm__reactor_run(egm_reactor_t *r)
 {
     struct epoll_event events[64];
-    while (!r->stop) {
+    while (!stopping(r)) {
         int timeout = run_timers(r);
-        if (r->stop)
+        if (stopping(r))
             break;
         int n = epoll_wait(r->epfd, events, 64, timeout);
         if (n < 0) {
@@ -285,7 +290,7 @@ egm_status_t egm__reactor_run(egm_reactor_t *r)
                 continue;
             return egm__set_error(EGM_ERR_IO, "epoll_wait: %s", strerror(errno));
         }
-        for (int i = 0; i < n && !r->stop; i++) {
+        for (int i = 0; i < n && !stopping(r); i++) {
             fd_rec_t *rec = events[i].data.ptr;
             if (rec == NULL) {
                 uint64_t value;
@@ -307,6 +312,6 @@ egm_status_t egm__reactor_run(egm_reactor_t *r)
         free_dead(r);
         run_tasks(r);
     }
-    r->stop = 0;
+    __atomic_store_n(&r->stop, 0, __ATOMIC_RELEASE);
     return EGM_OK;
 }
