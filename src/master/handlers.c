@@ -1,0 +1,493 @@
+/* RPC handlers: decode a request, validate every field from the wire, call the
+ * modules, encode the reply. A payload that does not decode, or a request that
+ * is malformed as a whole (too many keys, sizes not matching keys, a bad
+ * replica_num), is answered with an error status (the server sends an
+ * ErrorReply naming the field); per-key problems go in per-key results. */
+#include <string.h>
+#include "common/alloc.h"
+#include "common/log.h"
+#include "master/master_int.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+static egm_status_t pack_reply(const ProtobufCMessage *msg, egm_rpc_reply_t *reply)
+{
+    return egm__pb_pack(msg, &reply->buf, &reply->len);
+}
+
+static size_t key_length(const char *key)
+{
+    /* One past the limit is enough to reject it. */
+    return key != NULL ? strnlen(key, EGM_MASTER_KEY_MAX + 1) : 0;
+}
+
+/* ---- KeysReply building ------------------------------------------------ */
+
+/* Per-key outcome of the first pass; the object stays valid through the
+ * handler (later keys of one request never delete an earlier key's object). */
+typedef struct {
+    egm_status_t status;
+    const egm_object_t *object;
+} key_outcome_t;
+
+typedef struct {
+    Egm__KeysReply msg;
+    Egm__KeyResult *results;
+    Egm__KeyResult **result_ptrs;
+    Egm__Replica *replicas;
+    Egm__Replica **replica_ptrs;
+    Egm__Id *replica_ids;
+    Egm__SegmentDesc *segs;
+    Egm__SegmentDesc **seg_ptrs;
+    Egm__Id *seg_ids; /* two per segment: id, owner */
+} keys_reply_t;
+
+static void keys_reply_free(keys_reply_t *r)
+{
+    egm_free(r->results);
+    egm_free(r->result_ptrs);
+    egm_free(r->replicas);
+    egm_free(r->replica_ptrs);
+    egm_free(r->replica_ids);
+    egm_free(r->segs);
+    egm_free(r->seg_ptrs);
+    egm_free(r->seg_ids);
+}
+
+/* Fills pb from seg; strings point into seg. */
+static void segment_to_pb(const egm_segment_t *seg, Egm__SegmentDesc *pb, Egm__Id *ids)
+{
+    egm__segment_desc__init(pb);
+    egm__id_to_pb(seg->id, &ids[0]);
+    egm__id_to_pb(seg->owner, &ids[1]);
+    pb->id = &ids[0];
+    pb->owner = &ids[1];
+    pb->name = (char *)seg->name;
+    pb->size = seg->size;
+    pb->host_id = (char *)seg->host_id;
+    pb->tcp_endpoint = (char *)seg->tcp_endpoint;
+    pb->shm_socket = (char *)seg->shm_socket;
+    pb->handle_kind = (Egm__HandleKind)seg->handle_kind;
+    pb->fabric_handle.len = seg->fabric_handle_len;
+    pb->fabric_handle.data = (uint8_t *)seg->fabric_handle;
+}
+
+/* One KeyResult per key; with_replicas adds each object's live replicas and
+ * the descriptor of every segment they name (once each). */
+static egm_status_t keys_reply_build(egm_master_state_t *st, const key_outcome_t *out, size_t n,
+                                     int with_replicas, uint64_t lease_ttl_ms, keys_reply_t *r)
+{
+    size_t total = 0, next_rep = 0;
+    uint64_t mark = ++st->reply_mark;
+
+    memset(r, 0, sizeof(*r));
+    egm__keys_reply__init(&r->msg);
+    r->msg.status = EGM_OK;
+    if (n == 0)
+        return EGM_OK;
+    for (size_t i = 0; with_replicas && i < n; i++)
+        if (out[i].status == EGM_OK && out[i].object != NULL)
+            total += out[i].object->n_live;
+    size_t max_segs = egm__segment_table_count(st->segments);
+    if (max_segs > total)
+        max_segs = total;
+    r->results = egm_calloc(n, sizeof(*r->results), "master.reply");
+    r->result_ptrs = egm_calloc(n, sizeof(*r->result_ptrs), "master.reply");
+    if (total > 0) {
+        r->replicas = egm_calloc(total, sizeof(*r->replicas), "master.reply");
+        r->replica_ptrs = egm_calloc(total, sizeof(*r->replica_ptrs), "master.reply");
+        r->replica_ids = egm_calloc(total, sizeof(*r->replica_ids), "master.reply");
+        r->segs = egm_calloc(max_segs, sizeof(*r->segs), "master.reply");
+        r->seg_ptrs = egm_calloc(max_segs, sizeof(*r->seg_ptrs), "master.reply");
+        r->seg_ids = egm_calloc(2 * max_segs, sizeof(*r->seg_ids), "master.reply");
+    }
+    if (r->results == NULL || r->result_ptrs == NULL ||
+        (total > 0 && (r->replicas == NULL || r->replica_ptrs == NULL || r->replica_ids == NULL ||
+                       r->segs == NULL || r->seg_ptrs == NULL || r->seg_ids == NULL))) {
+        keys_reply_free(r);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory building a reply for %zu keys", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        Egm__KeyResult *res = &r->results[i];
+        egm__key_result__init(res);
+        r->result_ptrs[i] = res;
+        res->status = out[i].status;
+        const egm_object_t *obj = out[i].object;
+        if (out[i].status != EGM_OK || obj == NULL)
+            continue;
+        res->size = obj->size;
+        res->lease_ttl_ms = lease_ttl_ms;
+        if (!with_replicas)
+            continue;
+        res->replicas = &r->replica_ptrs[next_rep];
+        for (uint32_t k = 0; k < obj->n_replicas; k++) {
+            const egm_replica_t *rep = &obj->replicas[k];
+            if (rep->segment == NULL)
+                continue; /* dropped with its segment */
+            Egm__Replica *pb = &r->replicas[next_rep];
+            egm__replica__init(pb);
+            egm__id_to_pb(rep->segment->id, &r->replica_ids[next_rep]);
+            pb->segment = &r->replica_ids[next_rep];
+            pb->offset = rep->offset;
+            pb->length = rep->length;
+            r->replica_ptrs[next_rep++] = pb;
+            res->n_replicas++;
+            if (rep->segment->mark != mark && r->msg.n_segments < max_segs) {
+                size_t s = r->msg.n_segments++;
+                rep->segment->mark = mark;
+                segment_to_pb(rep->segment, &r->segs[s], &r->seg_ids[2 * s]);
+                r->seg_ptrs[s] = &r->segs[s];
+            }
+        }
+    }
+    r->msg.n_results = n;
+    r->msg.results = r->result_ptrs;
+    r->msg.segments = r->seg_ptrs;
+    return EGM_OK;
+}
+
+static egm_status_t send_keys_reply(egm_master_state_t *st, const key_outcome_t *out, size_t n,
+                                    int with_replicas, uint64_t lease_ttl_ms,
+                                    egm_rpc_reply_t *reply)
+{
+    keys_reply_t r;
+    egm_status_t status = keys_reply_build(st, out, n, with_replicas, lease_ttl_ms, &r);
+    if (status != EGM_OK)
+        return status;
+    status = pack_reply(&r.msg.base, reply);
+    keys_reply_free(&r);
+    return status;
+}
+
+/* ---- object calls -------------------------------------------------------- */
+
+static egm_status_t check_key_count(size_t n)
+{
+    if (n > EGM_MASTER_MAX_KEYS)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "keys: %zu, at most %d per request", n,
+                              EGM_MASTER_MAX_KEYS);
+    return EGM_OK;
+}
+
+static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                     egm_rpc_reply_t *reply)
+{
+    Egm__PutStartRequest *req = NULL;
+    key_outcome_t *out = NULL;
+    egm_status_t status;
+
+    status = egm__pb_unpack(&egm__put_start_request__descriptor, payload, len,
+                            (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    egm_id_t client = egm__id_from_pb(req->client);
+    uint32_t replica_num = req->config != NULL ? req->config->replica_num : 0;
+    if (replica_num == 0)
+        replica_num = 1;
+    if ((status = check_key_count(req->n_keys)) != EGM_OK)
+        goto out;
+    if (req->n_sizes != req->n_keys) {
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "sizes: %zu values for %zu keys", req->n_sizes,
+                                req->n_keys);
+        goto out;
+    }
+    if (replica_num > EGM_MASTER_REPLICA_MAX) {
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "config.replica_num: %u, must be 0..%d",
+                                replica_num, EGM_MASTER_REPLICA_MAX);
+        goto out;
+    }
+    if (egm__id_is_nil(client)) {
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+        goto out;
+    }
+    out = egm_calloc(req->n_keys ? req->n_keys : 1, sizeof(*out), "master.outcomes");
+    if (out == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+        goto out;
+    }
+    uint64_t now = st->now_ms();
+    for (size_t i = 0; i < req->n_keys; i++)
+        out[i].status =
+            egm__objects_put_start(st->objects, client, req->keys[i], key_length(req->keys[i]),
+                                   req->sizes[i], replica_num, now, &out[i].object);
+    status = send_keys_reply(st, out, req->n_keys, 1, 0, reply);
+out:
+    egm_free(out);
+    egm__pb_free(&req->base);
+    return status;
+}
+
+static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
+                                size_t len, egm_rpc_reply_t *reply)
+{
+    Egm__KeysRequest *req = NULL;
+    key_outcome_t *out = NULL;
+    egm_status_t status;
+    int with_replicas = type == EGM_RPC_GET_REPLICA_LIST;
+    uint64_t lease_ttl_ms = 0;
+
+    status =
+        egm__pb_unpack(&egm__keys_request__descriptor, payload, len, (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    egm_id_t client = egm__id_from_pb(req->client);
+    if ((status = check_key_count(req->n_keys)) != EGM_OK)
+        goto out;
+    if ((type == EGM_RPC_PUT_END || type == EGM_RPC_PUT_REVOKE) && egm__id_is_nil(client)) {
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+        goto out;
+    }
+    out = egm_calloc(req->n_keys ? req->n_keys : 1, sizeof(*out), "master.outcomes");
+    if (out == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+        goto out;
+    }
+    uint64_t now = st->now_ms();
+    for (size_t i = 0; i < req->n_keys; i++) {
+        const char *key = req->keys[i];
+        size_t klen = key_length(key);
+        egm_status_t s;
+        switch (type) {
+        case EGM_RPC_PUT_END:
+            s = egm__objects_put_end(st->objects, client, key, klen);
+            break;
+        case EGM_RPC_PUT_REVOKE:
+            s = egm__objects_put_revoke(st->objects, client, key, klen);
+            break;
+        case EGM_RPC_GET_REPLICA_LIST:
+            s = egm__objects_get_replicas(st->objects, key, klen, now, &out[i].object);
+            lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
+            break;
+        case EGM_RPC_EXIST_KEY:
+            s = egm__objects_exist(st->objects, key, klen, now, &out[i].object);
+            lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
+            break;
+        default: /* EGM_RPC_REMOVE */
+            s = egm__objects_remove(st->objects, key, klen, req->force, now);
+            break;
+        }
+        out[i].status = s;
+    }
+    status = send_keys_reply(st, out, req->n_keys, with_replicas, lease_ttl_ms, reply);
+out:
+    egm_free(out);
+    egm__pb_free(&req->base);
+    return status;
+}
+
+static egm_status_t handle_remove_all(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                      egm_rpc_reply_t *reply)
+{
+    Egm__RemoveAllRequest *req = NULL;
+    Egm__RemoveAllReply msg = EGM__REMOVE_ALL_REPLY__INIT;
+    egm_status_t status;
+
+    status = egm__pb_unpack(&egm__remove_all_request__descriptor, payload, len,
+                            (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    msg.status = EGM_OK;
+    msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms());
+    if (msg.removed > 0)
+        egm_info("RemoveAll%s removed %llu objects", req->force ? " (force)" : "",
+                 (unsigned long long)msg.removed);
+    egm__pb_free(&req->base);
+    return pack_reply(&msg.base, reply);
+}
+
+/* ---- segments, liveness, listing ----------------------------------------- */
+
+static egm_status_t status_reply(egm_status_t result, egm_rpc_reply_t *reply)
+{
+    Egm__StatusReply msg = EGM__STATUS_REPLY__INIT;
+    msg.status = result;
+    msg.error = result != EGM_OK ? (char *)egm_last_error() : (char *)"";
+    return pack_reply(&msg.base, reply);
+}
+
+static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                 egm_rpc_reply_t *reply)
+{
+    Egm__MountSegmentRequest *req = NULL;
+    egm_status_t status, result;
+
+    status = egm__pb_unpack(&egm__mount_segment_request__descriptor, payload, len,
+                            (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    const Egm__SegmentDesc *d = req->segment;
+    if (d == NULL) {
+        result = egm__set_error(EGM_ERR_INVALID_ARG, "segment: missing");
+    } else {
+        egm_segment_params_t p = {
+            .id = egm__id_from_pb(d->id),
+            .owner = egm__id_from_pb(d->owner),
+            .size = d->size,
+            .name = d->name,
+            .host_id = d->host_id,
+            .tcp_endpoint = d->tcp_endpoint,
+            .shm_socket = d->shm_socket,
+            .handle_kind = (int)d->handle_kind,
+            .fabric_handle = d->fabric_handle.data,
+            .fabric_handle_len = d->fabric_handle.len,
+        };
+        result = egm__liveness_mount(st->liveness, egm__id_from_pb(req->client), &p, st->now_ms());
+        if (result != EGM_OK)
+            egm_warn("MountSegment refused: %s", egm_last_error());
+    }
+    status = status_reply(result, reply);
+    egm__pb_free(&req->base);
+    return status;
+}
+
+static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                   egm_rpc_reply_t *reply)
+{
+    Egm__UnmountSegmentRequest *req = NULL;
+    egm_status_t status, result;
+
+    status = egm__pb_unpack(&egm__unmount_segment_request__descriptor, payload, len,
+                            (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    result = egm__liveness_unmount(st->liveness, egm__id_from_pb(req->client),
+                                   egm__id_from_pb(req->segment), st->now_ms());
+    if (result != EGM_OK)
+        egm_debug("UnmountSegment refused: %s", egm_last_error());
+    status = status_reply(result, reply);
+    egm__pb_free(&req->base);
+    return status;
+}
+
+static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                egm_rpc_reply_t *reply)
+{
+    Egm__PingRequest *req = NULL;
+    Egm__PingReply msg = EGM__PING_REPLY__INIT;
+    Egm__Id master_id = EGM__ID__INIT;
+    Egm__Id *id_pbs = NULL, **id_ptrs = NULL;
+    egm_id_t *ids = NULL;
+    size_t n = 0;
+    int reset = 0;
+    egm_status_t status;
+
+    status =
+        egm__pb_unpack(&egm__ping_request__descriptor, payload, len, (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    egm__id_to_pb(st->master_id, &master_id);
+    msg.master_id = &master_id;
+    msg.view = egm__segment_table_view(st->segments);
+    msg.status = egm__liveness_ping(st->liveness, egm__id_from_pb(req->client), st->now_ms());
+    if (msg.status == EGM_OK) {
+        status = egm__segment_table_retired_since(st->segments, req->view, &ids, &n, &reset);
+        if (status != EGM_OK)
+            goto out;
+        if (n > 0) {
+            id_pbs = egm_calloc(n, sizeof(*id_pbs), "master.reply");
+            id_ptrs = egm_calloc(n, sizeof(*id_ptrs), "master.reply");
+            if (id_pbs == NULL || id_ptrs == NULL) {
+                status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory answering a ping");
+                goto out;
+            }
+            for (size_t i = 0; i < n; i++) {
+                egm__id_to_pb(ids[i], &id_pbs[i]);
+                id_ptrs[i] = &id_pbs[i];
+            }
+        }
+        msg.n_retired = n;
+        msg.retired = id_ptrs;
+        msg.view_reset = reset != 0;
+    }
+    status = pack_reply(&msg.base, reply);
+out:
+    egm_free(ids);
+    egm_free(id_pbs);
+    egm_free(id_ptrs);
+    egm__pb_free(&req->base);
+    return status;
+}
+
+static egm_status_t handle_list_segments(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                         egm_rpc_reply_t *reply)
+{
+    Egm__ListSegmentsRequest *req = NULL;
+    Egm__ListSegmentsReply msg = EGM__LIST_SEGMENTS_REPLY__INIT;
+    Egm__SegmentInfo *infos = NULL, **info_ptrs = NULL;
+    Egm__SegmentDesc *descs = NULL;
+    Egm__Id *ids = NULL;
+    egm_object_index_stats_t ostats;
+    egm_status_t status;
+
+    status = egm__pb_unpack(&egm__list_segments_request__descriptor, payload, len,
+                            (ProtobufCMessage **)&req);
+    if (status != EGM_OK)
+        return status;
+    size_t n = egm__segment_table_count(st->segments);
+    if (n > 0) {
+        infos = egm_calloc(n, sizeof(*infos), "master.reply");
+        info_ptrs = egm_calloc(n, sizeof(*info_ptrs), "master.reply");
+        descs = egm_calloc(n, sizeof(*descs), "master.reply");
+        ids = egm_calloc(2 * n, sizeof(*ids), "master.reply");
+        if (infos == NULL || info_ptrs == NULL || descs == NULL || ids == NULL) {
+            status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory listing %zu segments", n);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const egm_segment_t *seg = egm__segment_table_at(st->segments, i);
+        egm_allocator_stats_t astats;
+        egm__allocator_stats(seg->allocator, &astats);
+        egm__segment_info__init(&infos[i]);
+        segment_to_pb(seg, &descs[i], &ids[2 * i]);
+        infos[i].desc = &descs[i];
+        infos[i].used = astats.used;
+        infos[i].objects = seg->replica_count;
+        info_ptrs[i] = &infos[i];
+    }
+    egm__objects_stats(st->objects, &ostats);
+    msg.status = EGM_OK;
+    msg.n_segments = n;
+    msg.segments = info_ptrs;
+    msg.keys = ostats.objects;
+    msg.clients = egm__liveness_client_count(st->liveness);
+    status = pack_reply(&msg.base, reply);
+out:
+    egm_free(infos);
+    egm_free(info_ptrs);
+    egm_free(descs);
+    egm_free(ids);
+    egm__pb_free(&req->base);
+    return status;
+}
+
+egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                egm_rpc_reply_t *reply)
+{
+    egm_master_state_t *st = arg;
+
+    reply->buf = NULL;
+    reply->len = 0;
+    switch (type) {
+    case EGM_RPC_MOUNT_SEGMENT:
+        return handle_mount(st, payload, len, reply);
+    case EGM_RPC_UNMOUNT_SEGMENT:
+        return handle_unmount(st, payload, len, reply);
+    case EGM_RPC_PUT_START:
+        return handle_put_start(st, payload, len, reply);
+    case EGM_RPC_PUT_END:
+    case EGM_RPC_PUT_REVOKE:
+    case EGM_RPC_GET_REPLICA_LIST:
+    case EGM_RPC_EXIST_KEY:
+    case EGM_RPC_REMOVE:
+        return handle_keys(st, type, payload, len, reply);
+    case EGM_RPC_REMOVE_ALL:
+        return handle_remove_all(st, payload, len, reply);
+    case EGM_RPC_PING:
+        return handle_ping(st, payload, len, reply);
+    case EGM_RPC_LIST_SEGMENTS:
+        return handle_list_segments(st, payload, len, reply);
+    default:
+        return egm__set_error(EGM_ERR_NOT_SUPPORTED, "unknown request type %u", (unsigned)type);
+    }
+}

@@ -1,0 +1,202 @@
+/* Liveness: client id -> last time heard from; mount, unmount and expiry. */
+#include "master/liveness.h"
+
+#include <string.h>
+#include "common/alloc.h"
+#include "common/hashmap.h"
+#include "common/log.h"
+
+typedef struct {
+    egm_id_t id;
+    uint64_t last_seen_ms;
+} client_t;
+
+struct egm_liveness {
+    egm_segment_table_t *segments;
+    egm_object_index_t *objects;
+    egm_hashmap_t *clients; /* 16-byte id -> client_t */
+};
+
+static void id_key(egm_id_t id, uint8_t key[16])
+{
+    memcpy(key, &id.hi, 8);
+    memcpy(key + 8, &id.lo, 8);
+}
+
+egm_status_t egm__liveness_create(egm_segment_table_t *segments, egm_object_index_t *objects,
+                                  egm_liveness_t **liveness_p)
+{
+    egm_liveness_t *l;
+    egm_status_t status;
+
+    *liveness_p = NULL;
+    l = egm_calloc(1, sizeof(*l), "master.liveness");
+    if (l == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the client table");
+    status = egm__hashmap_create(&l->clients);
+    if (status != EGM_OK) {
+        egm_free(l);
+        return status;
+    }
+    l->segments = segments;
+    l->objects = objects;
+    *liveness_p = l;
+    return EGM_OK;
+}
+
+void egm__liveness_destroy(egm_liveness_t *l)
+{
+    size_t iter = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+
+    if (l == NULL)
+        return;
+    while (egm__hashmap_next(l->clients, &iter, &key, &key_len, &value))
+        egm_free(value);
+    egm__hashmap_destroy(l->clients);
+    egm_free(l);
+}
+
+static client_t *find_client(const egm_liveness_t *l, egm_id_t id)
+{
+    uint8_t key[16];
+    id_key(id, key);
+    return egm__hashmap_get(l->clients, key, sizeof(key));
+}
+
+int egm__liveness_is_known(const egm_liveness_t *l, egm_id_t client)
+{
+    return find_client(l, client) != NULL;
+}
+
+size_t egm__liveness_client_count(const egm_liveness_t *l)
+{
+    return egm__hashmap_size(l->clients);
+}
+
+egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
+{
+    client_t *c;
+    uint8_t key[16];
+    char id_text[EGM_ID_STRLEN];
+    egm_status_t status;
+
+    if (egm__id_is_nil(id))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    c = find_client(l, id);
+    if (c != NULL) {
+        c->last_seen_ms = now_ms;
+        return EGM_OK;
+    }
+    c = egm_malloc(sizeof(*c), "master.client");
+    if (c == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory registering a client");
+    c->id = id;
+    c->last_seen_ms = now_ms;
+    id_key(id, key);
+    status = egm__hashmap_put(l->clients, key, sizeof(key), c, NULL);
+    if (status != EGM_OK) {
+        egm_free(c);
+        return status;
+    }
+    egm_debug("client %s registered", egm__id_format(id, id_text));
+    return EGM_OK;
+}
+
+egm_status_t egm__liveness_mount(egm_liveness_t *l, egm_id_t client,
+                                 const egm_segment_params_t *params, uint64_t now_ms)
+{
+    egm_segment_params_t p = *params;
+    egm_segment_t *seg;
+    char id_text[EGM_ID_STRLEN];
+    egm_status_t status;
+
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    if (egm__id_is_nil(p.owner))
+        p.owner = client;
+    else if (!egm__id_equal(p.owner, client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.owner: must be the calling client");
+    /* Registered first, so that its segments expire with it whatever happens. */
+    status = egm__liveness_ping(l, client, now_ms);
+    if (status != EGM_OK)
+        return status;
+    status = egm__segment_table_mount(l->segments, &p, &seg);
+    if (status != EGM_OK)
+        return status;
+    egm_info("mounted segment %s (%s, %llu bytes, tcp %s, shm %s)", seg->name,
+             egm__id_format(seg->id, id_text), (unsigned long long)seg->size,
+             seg->tcp_endpoint[0] ? seg->tcp_endpoint : "-",
+             seg->shm_socket[0] ? seg->shm_socket : "-");
+    return EGM_OK;
+}
+
+/* Drops the replicas, then retires the id; returns objects deleted. */
+static size_t unmount(egm_liveness_t *l, egm_segment_t *seg)
+{
+    size_t deleted = egm__objects_drop_segment(l->objects, seg);
+    egm__segment_table_remove(l->segments, seg);
+    return deleted;
+}
+
+egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t segment,
+                                   uint64_t now_ms)
+{
+    char id_text[EGM_ID_STRLEN];
+    char name[EGM_MASTER_NAME_MAX];
+
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    egm_segment_t *seg = egm__segment_table_find(l->segments, segment);
+    if (seg == NULL)
+        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s is not mounted",
+                              egm__id_format(segment, id_text));
+    if (!egm__id_equal(seg->owner, client))
+        return egm__set_error(EGM_ERR_PERMISSION, "segment %s belongs to another client",
+                              egm__id_format(segment, id_text));
+    client_t *c = find_client(l, client);
+    if (c != NULL)
+        c->last_seen_ms = now_ms;
+    memcpy(name, seg->name, sizeof(name));
+    uint64_t replicas = seg->replica_count;
+    size_t deleted = unmount(l, seg);
+    egm_info("unmounted segment %s (%s): %llu replicas dropped, %zu objects deleted", name,
+             egm__id_format(segment, id_text), (unsigned long long)replicas, deleted);
+    return EGM_OK;
+}
+
+size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
+{
+    size_t iter = 0, expired = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+    char id_text[EGM_ID_STRLEN];
+
+    while (egm__hashmap_next(l->clients, &iter, &key, &key_len, &value)) {
+        client_t *c = value;
+        if (now_ms < c->last_seen_ms || now_ms - c->last_seen_ms < ttl_ms)
+            continue;
+        size_t segments = 0, deleted = 0;
+        /* Backwards: a swap-remove only moves an entry already visited. */
+        for (size_t i = egm__segment_table_count(l->segments); i-- > 0;) {
+            egm_segment_t *seg = egm__segment_table_at(l->segments, i);
+            if (!egm__id_equal(seg->owner, c->id))
+                continue;
+            deleted += unmount(l, seg);
+            segments++;
+        }
+        egm_info("client %s silent for %llu ms: expired, %zu segments unmounted, %zu objects "
+                 "deleted",
+                 egm__id_format(c->id, id_text), (unsigned long long)(now_ms - c->last_seen_ms),
+                 segments, deleted);
+        uint8_t own_key[16]; /* not the map's own copy, which the removal frees */
+        id_key(c->id, own_key);
+        egm__hashmap_remove(l->clients, own_key, sizeof(own_key));
+        egm_free(c);
+        expired++;
+    }
+    return expired;
+}

@@ -1,0 +1,36 @@
+/* Client liveness and segment mounting: clients register by pinging (or by
+ * mounting); a client silent for the TTL is expired, its segments unmounted
+ * (ids retired) and every replica on them dropped. */
+#ifndef EGM_MASTER_LIVENESS_H
+#define EGM_MASTER_LIVENESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/id.h"
+#include "master/object_index.h"
+#include "master/segment_table.h"
+
+typedef struct egm_liveness egm_liveness_t;
+
+egm_status_t egm__liveness_create(egm_segment_table_t *segments, egm_object_index_t *objects,
+                                  egm_liveness_t **liveness_p);
+void egm__liveness_destroy(egm_liveness_t *liveness);
+
+/* Registers or refreshes a client. INVALID_ARG for the nil id ("client"). */
+egm_status_t egm__liveness_ping(egm_liveness_t *liveness, egm_id_t client, uint64_t now_ms);
+/* Mounts a segment of `client` (registering the client). A nil params->owner
+ * means the caller; another owner is INVALID_ARG. SEGMENT_EXISTS, or
+ * INVALID_ARG naming the descriptor field (egm__segment_validate). */
+egm_status_t egm__liveness_mount(egm_liveness_t *liveness, egm_id_t client,
+                                 const egm_segment_params_t *params, uint64_t now_ms);
+/* SEGMENT_NOT_FOUND; PERMISSION unless `client` owns it. Drops the replicas on
+ * it (objects left without one are deleted) and retires its id. */
+egm_status_t egm__liveness_unmount(egm_liveness_t *liveness, egm_id_t client, egm_id_t segment,
+                                   uint64_t now_ms);
+/* Expires clients silent for ttl_ms or more; returns how many. */
+size_t egm__liveness_expire(egm_liveness_t *liveness, uint64_t now_ms, uint64_t ttl_ms);
+size_t egm__liveness_client_count(const egm_liveness_t *liveness);
+int egm__liveness_is_known(const egm_liveness_t *liveness, egm_id_t client);
+
+#endif

@@ -1,0 +1,122 @@
+/* The master process object: config, reactor, RPC server, periodic timer. */
+#include "master/master.h"
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/reactor.h"
+#include "master/master_int.h"
+#include "rpc/frame.h"
+#include "rpc/server.h"
+
+struct egm_master {
+    egm_reactor_t *reactor;
+    egm_rpc_server_t *server;
+    egm_master_state_t state;
+    int state_ready;
+    uint64_t timer_id;
+    int timer_added;
+    uint16_t port;
+};
+
+static void on_tick(egm_reactor_t *reactor, void *arg)
+{
+    egm_master_t *master = arg;
+    (void)reactor;
+    egm__master_state_tick(&master->state, master->state.now_ms());
+}
+
+egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p)
+{
+    egm_master_t *master;
+    egm_status_t status;
+    char id_text[EGM_ID_STRLEN];
+
+    if (config == NULL || master_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "master: config and master_p must not be NULL");
+    *master_p = NULL;
+    const char *host = egm_config_get(config, "listen_address");
+    int64_t port = egm_config_get_int(config, "port");
+    int64_t lease_ttl_ms = egm_config_get_int(config, "default_kv_lease_ttl");
+    int64_t client_ttl_s = egm_config_get_int(config, "client_ttl");
+    uint64_t max_frame = egm_config_get_size(config, "max_frame_size");
+    /* The config table checks ranges; these guard against a table that changed. */
+    if (port < 0 || port > 65535)
+        return egm__set_error(EGM_ERR_CONFIG, "port: %lld, must be 0..65535", (long long)port);
+    if (lease_ttl_ms <= 0)
+        return egm__set_error(EGM_ERR_CONFIG, "default_kv_lease_ttl: must be > 0 ms");
+    if (client_ttl_s <= 0)
+        return egm__set_error(EGM_ERR_CONFIG, "client_ttl: must be > 0 s");
+    if (max_frame == 0)
+        return egm__set_error(EGM_ERR_CONFIG, "max_frame_size: must be > 0");
+
+    master = egm_calloc(1, sizeof(*master), "master");
+    if (master == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the master");
+    status = egm__master_state_init(&master->state, (uint64_t)lease_ttl_ms,
+                                    (uint64_t)client_ttl_s * 1000u);
+    if (status != EGM_OK)
+        goto err;
+    master->state_ready = 1;
+    status = egm__reactor_create(&master->reactor);
+    if (status != EGM_OK)
+        goto err;
+    egm_rpc_server_params_t params = {
+        .host = host,
+        .port = (uint16_t)port,
+        .max_frame_size = (size_t)max_frame,
+    };
+    status = egm__rpc_server_create(master->reactor, &params, &master->server);
+    if (status != EGM_OK)
+        goto err;
+    for (uint16_t type = 1; type <= EGM_RPC_TYPE_MAX; type++) {
+        status = egm__rpc_server_register(master->server, type, egm__master_handle, &master->state);
+        if (status != EGM_OK)
+            goto err;
+    }
+    status = egm__reactor_add_timer(master->reactor, EGM_MASTER_TICK_MS, on_tick, master,
+                                    &master->timer_id);
+    if (status != EGM_OK)
+        goto err;
+    master->timer_added = 1;
+    master->port = egm__rpc_server_port(master->server);
+    egm_info("master listening on %s:%u (id %s, lease %lld ms, client ttl %lld s)",
+             host != NULL && host[0] != '\0' ? host : "0.0.0.0", (unsigned)master->port,
+             egm__id_format(master->state.master_id, id_text), (long long)lease_ttl_ms,
+             (long long)client_ttl_s);
+    *master_p = master;
+    return EGM_OK;
+
+err:
+    egm__master_destroy(master); /* the caller reports the error */
+    return status;
+}
+
+uint16_t egm__master_port(const egm_master_t *master)
+{
+    return master->port;
+}
+
+egm_status_t egm__master_run(egm_master_t *master)
+{
+    return egm__reactor_run(master->reactor);
+}
+
+void egm__master_stop(egm_master_t *master)
+{
+    egm__reactor_stop(master->reactor);
+}
+
+void egm__master_destroy(egm_master_t *master)
+{
+    if (master == NULL)
+        return;
+    if (master->timer_added)
+        egm__reactor_remove_timer(master->reactor, master->timer_id);
+    if (master->server != NULL)
+        egm__rpc_server_destroy(master->server);
+    if (master->reactor != NULL)
+        egm__reactor_destroy(master->reactor);
+    if (master->state_ready)
+        egm__master_state_cleanup(&master->state);
+    egm_free(master);
+}

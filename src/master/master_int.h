@@ -1,0 +1,38 @@
+/* The master's state and RPC dispatch, shared by master.c and the tests (which
+ * drive the handlers without sockets, with their own clock). */
+#ifndef EGM_MASTER_MASTER_INT_H
+#define EGM_MASTER_MASTER_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/id.h"
+#include "master/liveness.h"
+#include "master/object_index.h"
+#include "master/segment_table.h"
+#include "rpc/server.h"
+
+#define EGM_MASTER_MAX_KEYS 65536 /* keys in one request */
+#define EGM_MASTER_TICK_MS 1000   /* period of expiry and the pending sweep */
+
+typedef struct {
+    egm_segment_table_t *segments;
+    egm_object_index_t *objects;
+    egm_liveness_t *liveness;
+    uint64_t client_ttl_ms;
+    egm_id_t master_id;       /* random per start: clients see a restart */
+    uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
+    uint64_t reply_mark;      /* de-duplicates segments within one reply */
+} egm_master_state_t;
+
+egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
+                                    uint64_t client_ttl_ms);
+void egm__master_state_cleanup(egm_master_state_t *state);
+/* Periodic work: expires silent clients, discards stale PENDING objects. */
+void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms);
+
+/* The RPC handler for every type (arg: egm_master_state_t *); see server.h. */
+egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                egm_rpc_reply_t *reply);
+
+#endif

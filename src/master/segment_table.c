@@ -1,0 +1,247 @@
+/* Segment table: a hash map by id plus a dense array for iteration and random
+ * choice; retired ids in a ring indexed by view. */
+#include "master/segment_table.h"
+
+#include <string.h>
+#include "common/alloc.h"
+#include "common/hashmap.h"
+#include "common/log.h"
+
+struct egm_segment_table {
+    egm_hashmap_t *by_id;
+    egm_segment_t **list;
+    size_t n;
+    size_t cap;
+    uint64_t view;
+    /* The id retired at view v sits at retired[(v - 1) % history]; views
+     * (view - retired_count, view] are remembered. */
+    egm_id_t *retired;
+    size_t history;
+    size_t retired_count;
+};
+
+static void id_key(egm_id_t id, uint8_t key[16])
+{
+    memcpy(key, &id.hi, 8);
+    memcpy(key + 8, &id.lo, 8);
+}
+
+egm_status_t egm__segment_table_create(size_t history, egm_segment_table_t **table_p)
+{
+    egm_segment_table_t *t;
+    egm_status_t status;
+
+    *table_p = NULL;
+    if (history == 0)
+        history = EGM_MASTER_RETIRED_HISTORY;
+    t = egm_calloc(1, sizeof(*t), "master.segment_table");
+    if (t == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the segment table");
+    t->history = history;
+    t->retired = egm_calloc(history, sizeof(*t->retired), "master.retired_ids");
+    if (t->retired == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the segment table");
+        goto err_free;
+    }
+    status = egm__hashmap_create(&t->by_id);
+    if (status != EGM_OK)
+        goto err_free;
+    *table_p = t;
+    return EGM_OK;
+
+err_free:
+    egm_free(t->retired);
+    egm_free(t);
+    return status;
+}
+
+static void segment_free(egm_segment_t *seg)
+{
+    egm__allocator_destroy(seg->allocator);
+    egm_free(seg);
+}
+
+void egm__segment_table_destroy(egm_segment_table_t *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->n; i++)
+        segment_free(t->list[i]);
+    egm__hashmap_destroy(t->by_id);
+    egm_free(t->list);
+    egm_free(t->retired);
+    egm_free(t);
+}
+
+static egm_status_t check_string(const char *field, const char *s, size_t max)
+{
+    if (s != NULL && strnlen(s, max) >= max)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "%s: at most %zu bytes", field, max - 1);
+    return EGM_OK;
+}
+
+egm_status_t egm__segment_validate(const egm_segment_params_t *p)
+{
+    egm_status_t status;
+
+    if (egm__id_is_nil(p->id))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.id: must not be nil");
+    if (egm__id_is_nil(p->owner))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.owner: must not be nil");
+    if (p->size < EGM_ALLOCATOR_ALIGN)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.size: %llu, must be at least %u",
+                              (unsigned long long)p->size, EGM_ALLOCATOR_ALIGN);
+    if (p->name == NULL || p->name[0] == '\0')
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.name: must not be empty");
+    if ((status = check_string("segment.name", p->name, EGM_MASTER_NAME_MAX)) != EGM_OK ||
+        (status = check_string("segment.host_id", p->host_id, EGM_MASTER_HOST_ID_MAX)) != EGM_OK ||
+        (status = check_string("segment.tcp_endpoint", p->tcp_endpoint, EGM_MASTER_ENDPOINT_MAX)) !=
+            EGM_OK ||
+        (status = check_string("segment.shm_socket", p->shm_socket, EGM_MASTER_SHM_SOCKET_MAX)) !=
+            EGM_OK)
+        return status;
+    if (p->handle_kind < 0 || p->handle_kind > EGM_MASTER_HANDLE_KIND_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.handle_kind: %d, must be 0..%d",
+                              p->handle_kind, EGM_MASTER_HANDLE_KIND_MAX);
+    if (p->fabric_handle_len > EGM_MASTER_FABRIC_HANDLE_MAX ||
+        (p->fabric_handle_len > 0 && p->fabric_handle == NULL))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.fabric_handle: at most %d bytes",
+                              EGM_MASTER_FABRIC_HANDLE_MAX);
+    return EGM_OK;
+}
+
+static int recently_retired(const egm_segment_table_t *t, egm_id_t id)
+{
+    for (size_t i = 0; i < t->retired_count; i++)
+        if (egm__id_equal(t->retired[i], id))
+            return 1;
+    return 0;
+}
+
+static void copy_string(char *dst, const char *src, size_t max)
+{
+    if (src == NULL)
+        src = "";
+    size_t len = strnlen(src, max - 1);
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_params_t *p,
+                                      egm_segment_t **segment_p)
+{
+    egm_segment_t *seg;
+    uint8_t key[16];
+    char id_text[EGM_ID_STRLEN];
+    egm_status_t status;
+
+    if (segment_p != NULL)
+        *segment_p = NULL;
+    status = egm__segment_validate(p);
+    if (status != EGM_OK)
+        return status;
+    if (egm__segment_table_find(t, p->id) != NULL || recently_retired(t, p->id))
+        return egm__set_error(
+            EGM_ERR_SEGMENT_EXISTS, "segment %s is %s", egm__id_format(p->id, id_text),
+            recently_retired(t, p->id) ? "retired (ids are never reused)" : "already mounted");
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        egm_segment_t **list = egm_realloc(t->list, cap * sizeof(*list), "master.segment_list");
+        if (list == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory mounting a segment");
+        t->list = list;
+        t->cap = cap;
+    }
+    seg = egm_calloc(1, sizeof(*seg), "master.segment");
+    if (seg == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory mounting a segment");
+    status = egm__allocator_create(p->size, &seg->allocator);
+    if (status != EGM_OK)
+        goto err_free;
+    seg->id = p->id;
+    seg->owner = p->owner;
+    seg->size = p->size;
+    copy_string(seg->name, p->name, sizeof(seg->name));
+    copy_string(seg->host_id, p->host_id, sizeof(seg->host_id));
+    copy_string(seg->tcp_endpoint, p->tcp_endpoint, sizeof(seg->tcp_endpoint));
+    copy_string(seg->shm_socket, p->shm_socket, sizeof(seg->shm_socket));
+    seg->handle_kind = p->handle_kind;
+    if (p->fabric_handle_len > 0)
+        memcpy(seg->fabric_handle, p->fabric_handle, p->fabric_handle_len);
+    seg->fabric_handle_len = p->fabric_handle_len;
+    id_key(seg->id, key);
+    status = egm__hashmap_put(t->by_id, key, sizeof(key), seg, NULL);
+    if (status != EGM_OK)
+        goto err_free;
+    seg->index = t->n;
+    t->list[t->n++] = seg;
+    if (segment_p != NULL)
+        *segment_p = seg;
+    return EGM_OK;
+
+err_free:
+    segment_free(seg);
+    return status;
+}
+
+egm_segment_t *egm__segment_table_find(const egm_segment_table_t *t, egm_id_t id)
+{
+    uint8_t key[16];
+    id_key(id, key);
+    return egm__hashmap_get(t->by_id, key, sizeof(key));
+}
+
+size_t egm__segment_table_count(const egm_segment_table_t *t)
+{
+    return t->n;
+}
+
+egm_segment_t *egm__segment_table_at(const egm_segment_table_t *t, size_t i)
+{
+    return i < t->n ? t->list[i] : NULL;
+}
+
+void egm__segment_table_remove(egm_segment_table_t *t, egm_segment_t *seg)
+{
+    uint8_t key[16];
+
+    id_key(seg->id, key);
+    egm__hashmap_remove(t->by_id, key, sizeof(key));
+    /* Swap-remove keeps the array dense. */
+    t->list[seg->index] = t->list[t->n - 1];
+    t->list[seg->index]->index = seg->index;
+    t->n--;
+    t->view++;
+    t->retired[(t->view - 1) % t->history] = seg->id;
+    if (t->retired_count < t->history)
+        t->retired_count++;
+    segment_free(seg);
+}
+
+uint64_t egm__segment_table_view(const egm_segment_table_t *t)
+{
+    return t->view;
+}
+
+egm_status_t egm__segment_table_retired_since(const egm_segment_table_t *t, uint64_t since,
+                                              egm_id_t **ids_p, size_t *n_p, int *reset_p)
+{
+    *ids_p = NULL;
+    *n_p = 0;
+    *reset_p = 0;
+    if (since > t->view || t->view - since > t->retired_count) {
+        *reset_p = 1;
+        return EGM_OK;
+    }
+    size_t n = (size_t)(t->view - since);
+    if (n == 0)
+        return EGM_OK;
+    egm_id_t *ids = egm_calloc(n, sizeof(*ids), "master.retired_reply");
+    if (ids == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory listing retired segments");
+    for (size_t i = 0; i < n; i++)
+        ids[i] = t->retired[(since + i) % t->history]; /* view since + i + 1 */
+    *ids_p = ids;
+    *n_p = n;
+    return EGM_OK;
+}

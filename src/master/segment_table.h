@@ -1,0 +1,90 @@
+/* Mounted segments by id, each with its descriptor, its allocator and the
+ * replicas placed in it; and the retired ids with a view number, so that
+ * clients learn which ids to forget (DESIGN.md section 3). */
+#ifndef EGM_MASTER_SEGMENT_TABLE_H
+#define EGM_MASTER_SEGMENT_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/id.h"
+#include "master/allocator.h"
+
+/* Limits of descriptor strings, with their NUL; the same as te/segment.h so
+ * that every descriptor the master hands out decodes at the clients. */
+#define EGM_MASTER_NAME_MAX 128
+#define EGM_MASTER_HOST_ID_MAX 160
+#define EGM_MASTER_ENDPOINT_MAX 128
+#define EGM_MASTER_SHM_SOCKET_MAX 100
+#define EGM_MASTER_FABRIC_HANDLE_MAX 64
+#define EGM_MASTER_HANDLE_KIND_MAX 3 /* HANDLE_FABRIC */
+
+#define EGM_MASTER_RETIRED_HISTORY 4096
+
+struct egm_replica; /* object_index.h */
+
+typedef struct {
+    egm_id_t id;
+    egm_id_t owner;
+    uint64_t size;
+    const char *name;
+    const char *host_id;      /* NULL = "" */
+    const char *tcp_endpoint; /* NULL = "" */
+    const char *shm_socket;   /* NULL = "" */
+    int handle_kind;
+    const uint8_t *fabric_handle;
+    size_t fabric_handle_len;
+} egm_segment_params_t;
+
+typedef struct egm_segment {
+    egm_id_t id;
+    egm_id_t owner;
+    uint64_t size;
+    char name[EGM_MASTER_NAME_MAX];
+    char host_id[EGM_MASTER_HOST_ID_MAX];
+    char tcp_endpoint[EGM_MASTER_ENDPOINT_MAX];
+    char shm_socket[EGM_MASTER_SHM_SOCKET_MAX];
+    int handle_kind;
+    uint8_t fabric_handle[EGM_MASTER_FABRIC_HANDLE_MAX];
+    size_t fabric_handle_len;
+
+    egm_allocator_t *allocator;
+    uint64_t replica_count;       /* replicas (= objects) placed here */
+    struct egm_replica *replicas; /* their list, maintained by object_index.c */
+    uint64_t mark;                /* scratch for de-duplicating segments in a reply */
+    size_t index;                 /* position in the table's dense array */
+} egm_segment_t;
+
+typedef struct egm_segment_table egm_segment_table_t;
+
+/* history: how many retired ids are remembered (0 = EGM_MASTER_RETIRED_HISTORY). */
+egm_status_t egm__segment_table_create(size_t history, egm_segment_table_t **table_p);
+/* Frees every segment (their replica lists must be empty or abandoned). */
+void egm__segment_table_destroy(egm_segment_table_t *table);
+
+/* EGM_ERR_INVALID_ARG naming the field ("segment.id", "segment.size", ...):
+ * nil id or owner, size < EGM_ALLOCATOR_ALIGN, empty name, strings too long,
+ * unknown handle kind, fabric handle too long. */
+egm_status_t egm__segment_validate(const egm_segment_params_t *params);
+/* Validates, then adds. EGM_ERR_SEGMENT_EXISTS for an id mounted now or
+ * remembered as retired (ids are never reused). */
+egm_status_t egm__segment_table_mount(egm_segment_table_t *table,
+                                      const egm_segment_params_t *params,
+                                      egm_segment_t **segment_p);
+egm_segment_t *egm__segment_table_find(const egm_segment_table_t *table, egm_id_t id);
+size_t egm__segment_table_count(const egm_segment_table_t *table);
+/* i < count; order changes when segments are removed. */
+egm_segment_t *egm__segment_table_at(const egm_segment_table_t *table, size_t i);
+/* Removes and frees the segment, retires its id and bumps the view. The caller
+ * has already dropped the replicas placed in it. */
+void egm__segment_table_remove(egm_segment_table_t *table, egm_segment_t *segment);
+
+/* Current view: the number of ids retired since the table was created. */
+uint64_t egm__segment_table_view(const egm_segment_table_t *table);
+/* Ids retired after `since` (oldest first) into an egm_malloc'ed array (NULL
+ * when none). *reset_p = 1 and no ids when `since` is in the future or older
+ * than the history: the caller must then forget every segment it knows. */
+egm_status_t egm__segment_table_retired_since(const egm_segment_table_t *table, uint64_t since,
+                                              egm_id_t **ids_p, size_t *n_p, int *reset_p);
+
+#endif

@@ -1,0 +1,46 @@
+/* The master's state: segments, objects, clients, and their periodic work. */
+#include "master/master_int.h"
+
+#include <string.h>
+#include "common/clock.h"
+#include "common/log.h"
+
+egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
+                                    uint64_t client_ttl_ms)
+{
+    egm_status_t status;
+
+    memset(state, 0, sizeof(*state));
+    state->client_ttl_ms = client_ttl_ms;
+    state->master_id = egm__id_random();
+    state->now_ms = egm__now_ms;
+    status = egm__segment_table_create(0, &state->segments);
+    if (status != EGM_OK)
+        goto err;
+    status = egm__objects_create(state->segments, lease_ttl_ms, &state->objects);
+    if (status != EGM_OK)
+        goto err;
+    status = egm__liveness_create(state->segments, state->objects, &state->liveness);
+    if (status != EGM_OK)
+        goto err;
+    return EGM_OK;
+
+err:
+    egm__master_state_cleanup(state);
+    return status;
+}
+
+void egm__master_state_cleanup(egm_master_state_t *state)
+{
+    /* Objects first: they return space to segments that must still exist. */
+    egm__liveness_destroy(state->liveness);
+    egm__objects_destroy(state->objects);
+    egm__segment_table_destroy(state->segments);
+    memset(state, 0, sizeof(*state));
+}
+
+void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms)
+{
+    egm__liveness_expire(state->liveness, now_ms, state->client_ttl_ms);
+    egm__objects_sweep_pending(state->objects, now_ms);
+}

@@ -1,0 +1,544 @@
+/* Master state without sockets: the object life cycle (PutStart -> PutEnd /
+ * PutRevoke), leases against Remove, replica placement on distinct segments,
+ * NO_SPACE, client expiry and unmount dropping replicas, retired ids by view,
+ * stale PENDING objects discarded. Time is an argument, so nothing sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "master/master_int.h"
+
+#define TTL 10000u /* lease, ms */
+#define CLIENT_TTL 10000u
+
+static uint64_t live_at_start;
+
+typedef struct {
+    egm_master_state_t st;
+    egm_id_t provider; /* owns the segments the tests mount */
+    egm_id_t writer;
+    egm_id_t other;
+} fixture_t;
+
+static fixture_t fx;
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    egm__log_set_level(EGM_LOG_ERROR);
+    assert_int_equal(egm__master_state_init(&fx.st, TTL, CLIENT_TTL), EGM_OK);
+    fx.provider = egm__id_random();
+    fx.writer = egm__id_random();
+    fx.other = egm__id_random();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm__master_state_cleanup(&fx.st);
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static egm_segment_t *mount_as(egm_id_t owner, uint64_t size, uint64_t now)
+{
+    static int counter;
+    char name[32];
+    snprintf(name, sizeof(name), "test/%d", counter++);
+    egm_segment_params_t p = {
+        .id = egm__id_random(), .size = size, .name = name, .tcp_endpoint = "127.0.0.1:1"};
+    assert_int_equal(egm__liveness_mount(fx.st.liveness, owner, &p, now), EGM_OK);
+    egm_segment_t *seg = egm__segment_table_find(fx.st.segments, p.id);
+    assert_non_null(seg);
+    return seg;
+}
+
+static egm_segment_t *mount(uint64_t size)
+{
+    return mount_as(fx.provider, size, 0);
+}
+
+static uint64_t used(const egm_segment_t *seg)
+{
+    egm_allocator_stats_t s;
+    egm__allocator_stats(seg->allocator, &s);
+    return s.used;
+}
+
+static egm_status_t put_start(const char *key, uint64_t size, uint32_t replicas, uint64_t now,
+                              const egm_object_t **obj_p)
+{
+    return egm__objects_put_start(fx.st.objects, fx.writer, key, strlen(key), size, replicas, now,
+                                  obj_p);
+}
+
+static egm_status_t put(const char *key, uint64_t size, uint32_t replicas, uint64_t now)
+{
+    egm_status_t s = put_start(key, size, replicas, now, NULL);
+    if (s == EGM_OK)
+        s = egm__objects_put_end(fx.st.objects, fx.writer, key, strlen(key));
+    return s;
+}
+
+static egm_status_t get(const char *key, uint64_t now, const egm_object_t **obj_p)
+{
+    const egm_object_t *obj;
+    egm_status_t s = egm__objects_get_replicas(fx.st.objects, key, strlen(key), now, &obj);
+    if (obj_p != NULL)
+        *obj_p = obj;
+    return s;
+}
+
+static egm_status_t exist(const char *key, uint64_t now)
+{
+    return egm__objects_exist(fx.st.objects, key, strlen(key), now, NULL);
+}
+
+static egm_status_t rm(const char *key, int force, uint64_t now)
+{
+    return egm__objects_remove(fx.st.objects, key, strlen(key), force, now);
+}
+
+static void test_put_lifecycle(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    const egm_object_t *obj;
+
+    assert_int_equal(put_start("a", 100, 1, 0, &obj), EGM_OK);
+    assert_non_null(obj);
+    assert_int_equal(obj->state, EGM_OBJECT_PENDING);
+    assert_int_equal(obj->n_live, 1);
+    assert_ptr_equal(obj->replicas[0].segment, seg);
+    assert_int_equal(obj->replicas[0].offset % EGM_ALLOCATOR_ALIGN, 0);
+    assert_int_equal(obj->replicas[0].length, 100);
+    assert_int_equal(seg->replica_count, 1);
+    assert_int_equal(used(seg), 128);
+
+    /* Invisible while PENDING. */
+    assert_int_equal(get("a", 0, &obj), EGM_ERR_NOT_READY);
+    assert_null(obj);
+    assert_int_equal(exist("a", 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(rm("a", 0, 0), EGM_ERR_NOT_READY);
+    assert_int_equal(put_start("a", 100, 1, 0, NULL), EGM_ERR_EXISTS);
+
+    /* Only the writer commits it; a retried PutEnd is harmless. */
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.other, "a", 1), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "a", 1), EGM_OK);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "a", 1), EGM_OK);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "zz", 2), EGM_ERR_NOT_FOUND);
+
+    assert_int_equal(get("a", 0, &obj), EGM_OK);
+    assert_int_equal(obj->state, EGM_OBJECT_COMPLETE);
+    assert_int_equal(obj->size, 100);
+    assert_int_equal(exist("a", 0), EGM_OK);
+    assert_int_equal(put_start("a", 5, 1, 0, NULL), EGM_ERR_EXISTS);
+    assert_int_equal(get("missing", 0, &obj), EGM_ERR_NOT_FOUND);
+    assert_int_equal(exist("missing", 0), EGM_ERR_NOT_FOUND);
+
+    assert_int_equal(rm("a", 0, TTL), EGM_OK); /* lease from t=0 over at t=TTL */
+    assert_int_equal(rm("a", 0, TTL), EGM_ERR_NOT_FOUND);
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(seg->replica_count, 0);
+}
+
+static void test_invalid_arguments(void **state)
+{
+    (void)state;
+    static char long_key[EGM_MASTER_KEY_MAX + 2];
+    mount(1 << 20);
+
+    assert_int_equal(put_start("k", 0, 1, 0, NULL), EGM_ERR_INVALID_ARG);
+    assert_int_equal(put_start("k", 1, 0, 0, NULL), EGM_ERR_INVALID_ARG);
+    assert_int_equal(put_start("k", 1, EGM_MASTER_REPLICA_MAX + 1, 0, NULL), EGM_ERR_INVALID_ARG);
+    assert_int_equal(put_start("", 1, 1, 0, NULL), EGM_ERR_INVALID_KEY);
+    memset(long_key, 'x', EGM_MASTER_KEY_MAX + 1);
+    assert_int_equal(put_start(long_key, 1, 1, 0, NULL), EGM_ERR_INVALID_KEY);
+    long_key[EGM_MASTER_KEY_MAX] = '\0';
+    assert_int_equal(put(long_key, 1, 1, 0), EGM_OK); /* exactly the limit */
+    assert_int_equal(exist(long_key, 0), EGM_OK);
+    assert_int_equal(exist("", 0), EGM_ERR_INVALID_KEY);
+    assert_int_equal(rm("", 1, 0), EGM_ERR_INVALID_KEY);
+    /* A size no segment could ever hold is NO_SPACE, not a crash or an overflow. */
+    assert_int_equal(put_start("huge", UINT64_MAX, 1, 0, NULL), EGM_ERR_NO_SPACE);
+    assert_null(egm__objects_find(fx.st.objects, "huge", 4));
+}
+
+static void test_revoke(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+
+    assert_int_equal(put_start("r", 1000, 1, 0, NULL), EGM_OK);
+    assert_int_equal(egm__objects_put_revoke(fx.st.objects, fx.other, "r", 1), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__objects_put_revoke(fx.st.objects, fx.writer, "r", 1), EGM_OK);
+    assert_null(egm__objects_find(fx.st.objects, "r", 1));
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(egm__objects_put_revoke(fx.st.objects, fx.writer, "r", 1), EGM_ERR_NOT_FOUND);
+    /* The key is free again; a committed object cannot be revoked. */
+    assert_int_equal(put("r", 1000, 1, 0), EGM_OK);
+    assert_int_equal(egm__objects_put_revoke(fx.st.objects, fx.writer, "r", 1),
+                     EGM_ERR_INVALID_ARG);
+    assert_int_equal(exist("r", 0), EGM_OK);
+}
+
+static void test_lease_blocks_remove(void **state)
+{
+    (void)state;
+    mount(1 << 20);
+    const uint64_t t = 50000;
+
+    assert_int_equal(put("k", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("k", t, NULL), EGM_OK); /* lease until t + TTL */
+    assert_int_equal(rm("k", 0, t), EGM_ERR_HAS_LEASE);
+    assert_int_equal(rm("k", 0, t + TTL - 1), EGM_ERR_HAS_LEASE);
+    /* ExistKey refreshes the lease too: now until t + 2 * TTL - 1. */
+    assert_int_equal(exist("k", t + TTL - 1), EGM_OK);
+    assert_int_equal(rm("k", 0, t + TTL), EGM_ERR_HAS_LEASE);
+    assert_int_equal(rm("k", 0, t + 2 * TTL - 2), EGM_ERR_HAS_LEASE);
+    assert_int_equal(rm("k", 0, t + 2 * TTL - 1), EGM_OK);
+
+    /* Force ignores the lease (and PENDING state). */
+    assert_int_equal(put("f", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("f", t, NULL), EGM_OK);
+    assert_int_equal(rm("f", 1, t), EGM_OK);
+    assert_int_equal(exist("f", t), EGM_ERR_NOT_FOUND);
+    assert_int_equal(put_start("p", 10, 1, 0, NULL), EGM_OK);
+    assert_int_equal(rm("p", 1, 0), EGM_OK);
+    assert_null(egm__objects_find(fx.st.objects, "p", 1));
+}
+
+static void test_remove_all(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    const uint64_t t = 1000;
+
+    assert_int_equal(put("c1", 10, 1, 0), EGM_OK);
+    assert_int_equal(put("c2", 10, 1, 0), EGM_OK);
+    assert_int_equal(put("leased", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("leased", t, NULL), EGM_OK);
+    assert_int_equal(put_start("pending", 10, 1, t, NULL), EGM_OK);
+
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t), 2);
+    assert_int_equal(exist("c1", t), EGM_ERR_NOT_FOUND);
+    assert_int_equal(exist("leased", t), EGM_OK);
+    assert_non_null(egm__objects_find(fx.st.objects, "pending", 7));
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 1, t), 2);
+    egm_object_index_stats_t s;
+    egm__objects_stats(fx.st.objects, &s);
+    assert_int_equal(s.objects, 0);
+    assert_int_equal(s.pending, 0);
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(seg->replica_count, 0);
+}
+
+static int distinct_segments(const egm_object_t *obj)
+{
+    for (uint32_t i = 0; i < obj->n_replicas; i++)
+        for (uint32_t j = i + 1; j < obj->n_replicas; j++)
+            if (obj->replicas[i].segment == obj->replicas[j].segment)
+                return 0;
+    return 1;
+}
+
+static void test_replicas_on_distinct_segments(void **state)
+{
+    (void)state;
+    egm_segment_t *segs[3] = {mount(1 << 20), mount(1 << 20), mount(1 << 20)};
+    int hits[3] = {0, 0, 0};
+    char key[32];
+
+    for (int i = 0; i < 60; i++) {
+        const egm_object_t *obj;
+        snprintf(key, sizeof(key), "two/%d", i);
+        assert_int_equal(put_start(key, 1000, 2, 0, &obj), EGM_OK);
+        assert_int_equal(obj->n_replicas, 2);
+        assert_int_equal(obj->n_live, 2);
+        assert_true(distinct_segments(obj));
+        for (uint32_t r = 0; r < 2; r++)
+            for (int s = 0; s < 3; s++)
+                hits[s] += obj->replicas[r].segment == segs[s];
+    }
+    /* Random placement uses every segment (120 draws over 3 segments). */
+    for (int s = 0; s < 3; s++) {
+        assert_true(hits[s] > 0);
+        assert_int_equal(segs[s]->replica_count, (uint64_t)hits[s]);
+    }
+    const egm_object_t *obj;
+    assert_int_equal(put_start("three", 1000, 3, 0, &obj), EGM_OK);
+    assert_int_equal(obj->n_replicas, 3);
+    assert_true(distinct_segments(obj));
+    /* Best effort: more replicas asked than segments exist. */
+    assert_int_equal(put_start("many", 1000, 16, 0, &obj), EGM_OK);
+    assert_int_equal(obj->n_replicas, 3);
+    assert_true(distinct_segments(obj));
+}
+
+static void test_best_effort_and_no_space(void **state)
+{
+    (void)state;
+    const egm_object_t *obj;
+
+    /* No segment at all. */
+    assert_int_equal(put_start("x", 10, 1, 0, NULL), EGM_ERR_NO_SPACE);
+    assert_null(egm__objects_find(fx.st.objects, "x", 1));
+
+    egm_segment_t *small = mount(4096);
+    assert_int_equal(put_start("one", 100, 2, 0, &obj), EGM_OK);
+    assert_int_equal(obj->n_replicas, 1); /* one segment: one replica */
+    assert_int_equal(put_start("big", 8192, 1, 0, NULL), EGM_ERR_NO_SPACE);
+    /* Fill it: 4096 - 128 = 3968 bytes left, taken in 62 blocks of 64. */
+    char key[32];
+    for (int i = 0; i < 62; i++) {
+        snprintf(key, sizeof(key), "fill/%d", i);
+        assert_int_equal(put_start(key, 64, 1, 0, NULL), EGM_OK);
+    }
+    assert_int_equal(put_start("full", 1, 1, 0, NULL), EGM_ERR_NO_SPACE);
+    assert_null(egm__objects_find(fx.st.objects, "full", 4));
+
+    /* A second segment with room takes the object; replica_num 2 places one. */
+    egm_segment_t *roomy = mount(1 << 20);
+    assert_int_equal(put_start("two", 100, 2, 0, &obj), EGM_OK);
+    assert_int_equal(obj->n_replicas, 1);
+    assert_ptr_equal(obj->replicas[0].segment, roomy);
+    assert_int_equal(small->replica_count, 63);
+}
+
+static void test_client_expiry_drops_replicas(void **state)
+{
+    (void)state;
+    egm_id_t a = egm__id_random(), b = egm__id_random();
+    const egm_object_t *obj;
+
+    assert_int_equal(egm__liveness_ping(fx.st.liveness, a, 0), EGM_OK);
+    egm_segment_t *sa = mount_as(a, 1 << 20, 0);
+    egm_id_t sa_id = sa->id;
+    /* Placed while a's segment is the only one: */
+    assert_int_equal(put("only_a", 100, 1, 0), EGM_OK);
+    assert_int_equal(put_start("pend_a", 100, 1, 0, NULL), EGM_OK);
+    egm_segment_t *sb = mount_as(b, 1 << 20, 0); /* mounting registers b */
+    assert_int_equal(egm__liveness_client_count(fx.st.liveness), 2);
+    assert_int_equal(put("both", 100, 2, 0), EGM_OK); /* one replica on each */
+    assert_int_equal(sa->replica_count, 3);
+
+    /* b keeps pinging; a falls silent. */
+    assert_int_equal(egm__liveness_ping(fx.st.liveness, b, 5000), EGM_OK);
+    assert_int_equal(egm__liveness_expire(fx.st.liveness, CLIENT_TTL - 1, CLIENT_TTL), 0);
+    assert_non_null(egm__segment_table_find(fx.st.segments, sa_id));
+    egm__master_state_tick(&fx.st, CLIENT_TTL);
+    assert_null(egm__segment_table_find(fx.st.segments, sa_id));
+    assert_false(egm__liveness_is_known(fx.st.liveness, a));
+    assert_true(egm__liveness_is_known(fx.st.liveness, b));
+    assert_int_equal(egm__liveness_client_count(fx.st.liveness), 1);
+
+    assert_int_equal(get("only_a", CLIENT_TTL, NULL), EGM_ERR_NOT_FOUND);
+    assert_null(egm__objects_find(fx.st.objects, "pend_a", 6));
+    assert_int_equal(get("both", CLIENT_TTL, &obj), EGM_OK);
+    assert_int_equal(obj->n_live, 1);
+    for (uint32_t r = 0; r < obj->n_replicas; r++)
+        assert_true(obj->replicas[r].segment == NULL || obj->replicas[r].segment == sb);
+    assert_int_equal(sb->replica_count, 1);
+
+    /* Clients learn the retired id. */
+    egm_id_t *ids;
+    size_t n;
+    int reset;
+    assert_int_equal(egm__segment_table_view(fx.st.segments), 1);
+    assert_int_equal(egm__segment_table_retired_since(fx.st.segments, 0, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(reset, 0);
+    assert_true(egm__id_equal(ids[0], sa_id));
+    egm_free(ids);
+
+    /* Removing the survivor frees its space on b. */
+    assert_int_equal(rm("both", 1, CLIENT_TTL), EGM_OK);
+    assert_int_equal(used(sb), 0);
+}
+
+static void test_unmount(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    egm_id_t id = seg->id;
+
+    assert_int_equal(put("u", 10, 1, 0), EGM_OK);
+    assert_int_equal(egm__liveness_unmount(fx.st.liveness, fx.provider, egm__id_random(), 0),
+                     EGM_ERR_SEGMENT_NOT_FOUND);
+    assert_int_equal(egm__liveness_unmount(fx.st.liveness, fx.other, id, 0), EGM_ERR_PERMISSION);
+    assert_int_equal(egm__liveness_unmount(fx.st.liveness, fx.provider, id, 0), EGM_OK);
+    assert_int_equal(exist("u", 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm__liveness_unmount(fx.st.liveness, fx.provider, id, 0),
+                     EGM_ERR_SEGMENT_NOT_FOUND);
+    /* Ids are never reused. */
+    egm_segment_params_t p = {.id = id, .size = 4096, .name = "again"};
+    assert_int_equal(egm__liveness_mount(fx.st.liveness, fx.provider, &p, 0),
+                     EGM_ERR_SEGMENT_EXISTS);
+}
+
+static void expect_mount_error(const egm_segment_params_t *p, egm_status_t status,
+                               const char *field)
+{
+    assert_int_equal(egm__liveness_mount(fx.st.liveness, fx.provider, p, 0), status);
+    if (field != NULL && strstr(egm_last_error(), field) == NULL)
+        fail_msg("error \"%s\" does not name %s", egm_last_error(), field);
+}
+
+static void test_mount_validation(void **state)
+{
+    (void)state;
+    static char big[512];
+    uint8_t fabric[65] = {0};
+    memset(big, 'a', sizeof(big) - 1);
+    const egm_segment_params_t good = {.id = egm__id_random(), .size = 4096, .name = "n"};
+    egm_segment_params_t p;
+
+    p = good, p.id = (egm_id_t){0, 0};
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.id");
+    p = good, p.size = 0;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.size");
+    p = good, p.name = "";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.name");
+    p = good, p.name = NULL;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.name");
+    p = good, p.name = big;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.name");
+    p = good, p.host_id = big;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.host_id");
+    p = good, p.tcp_endpoint = big;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.tcp_endpoint");
+    p = good, p.shm_socket = big;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.shm_socket");
+    p = good, p.handle_kind = 4;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.handle_kind");
+    p = good, p.handle_kind = -1;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.handle_kind");
+    p = good, p.fabric_handle = fabric, p.fabric_handle_len = sizeof(fabric);
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.fabric_handle");
+    p = good, p.owner = fx.other;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.owner");
+    assert_int_equal(egm__liveness_mount(fx.st.liveness, (egm_id_t){0, 0}, &good, 0),
+                     EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__segment_table_count(fx.st.segments), 0);
+
+    p = good, p.fabric_handle = fabric, p.fabric_handle_len = 64, p.handle_kind = 3;
+    assert_int_equal(egm__liveness_mount(fx.st.liveness, fx.provider, &p, 0), EGM_OK);
+    expect_mount_error(&good, EGM_ERR_SEGMENT_EXISTS, NULL);
+    egm_segment_t *seg = egm__segment_table_find(fx.st.segments, good.id);
+    assert_non_null(seg);
+    assert_true(egm__id_equal(seg->owner, fx.provider));
+    assert_int_equal(seg->fabric_handle_len, 64);
+    assert_string_equal(seg->name, "n");
+    assert_string_equal(seg->tcp_endpoint, "");
+}
+
+static void test_view_and_retired_history(void **state)
+{
+    (void)state;
+    egm_segment_table_t *t;
+    egm_id_t mounted[6];
+    egm_id_t *ids;
+    size_t n;
+    int reset;
+
+    assert_int_equal(egm__segment_table_create(4, &t), EGM_OK);
+    assert_int_equal(egm__segment_table_view(t), 0);
+    assert_int_equal(egm__segment_table_retired_since(t, 0, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(reset, 0);
+    for (int i = 0; i < 6; i++) {
+        egm_segment_t *seg;
+        egm_segment_params_t p = {
+            .id = egm__id_random(), .owner = fx.provider, .size = 4096, .name = "v"};
+        assert_int_equal(egm__segment_table_mount(t, &p, &seg), EGM_OK);
+        mounted[i] = p.id;
+        egm__segment_table_remove(t, seg);
+        assert_int_equal(egm__segment_table_view(t), (uint64_t)i + 1);
+    }
+    /* Up to date: nothing. */
+    assert_int_equal(egm__segment_table_retired_since(t, 6, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(reset, 0);
+    /* The last four are remembered, oldest first. */
+    assert_int_equal(egm__segment_table_retired_since(t, 2, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(reset, 0);
+    for (size_t i = 0; i < 4; i++)
+        assert_true(egm__id_equal(ids[i], mounted[2 + i]));
+    egm_free(ids);
+    assert_int_equal(egm__segment_table_retired_since(t, 5, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(n, 1);
+    assert_true(egm__id_equal(ids[0], mounted[5]));
+    egm_free(ids);
+    /* Older than the history, or from the future (a restarted master): reset. */
+    assert_int_equal(egm__segment_table_retired_since(t, 1, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(reset, 1);
+    assert_int_equal(n, 0);
+    assert_null(ids);
+    assert_int_equal(egm__segment_table_retired_since(t, 7, &ids, &n, &reset), EGM_OK);
+    assert_int_equal(reset, 1);
+    egm__segment_table_destroy(t);
+}
+
+static void test_stale_pending_discarded(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    const uint64_t t0 = 1000, timeout = EGM_MASTER_PENDING_TIMEOUT_MS;
+
+    assert_int_equal(put_start("old", 100, 1, t0, NULL), EGM_OK);
+    assert_int_equal(put_start("newer", 100, 1, t0 + 10, NULL), EGM_OK);
+    assert_int_equal(put("done", 100, 1, t0), EGM_OK);
+    assert_int_equal(egm__objects_sweep_pending(fx.st.objects, t0 + timeout - 1), 0);
+    assert_int_equal(egm__objects_sweep_pending(fx.st.objects, t0 + timeout), 1);
+    assert_null(egm__objects_find(fx.st.objects, "old", 3));
+    assert_non_null(egm__objects_find(fx.st.objects, "newer", 5));
+    /* The provider keeps pinging, so the tick only sweeps. */
+    assert_int_equal(egm__liveness_ping(fx.st.liveness, fx.provider, t0 + 10 + timeout), EGM_OK);
+    egm__master_state_tick(&fx.st, t0 + 10 + timeout);
+    assert_null(egm__objects_find(fx.st.objects, "newer", 5));
+    assert_int_equal(exist("done", t0 + 10 + timeout), EGM_OK); /* committed ones stay */
+    assert_int_equal(used(seg), 128);
+    /* The key is free again; PutEnd of the discarded put finds nothing. */
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "old", 3), EGM_ERR_NOT_FOUND);
+
+    /* A stale PENDING key is taken over by a new PutStart even before a sweep. */
+    assert_int_equal(put_start("take", 100, 1, t0, NULL), EGM_OK);
+    assert_int_equal(
+        egm__objects_put_start(fx.st.objects, fx.other, "take", 4, 200, 1, t0 + timeout - 1, NULL),
+        EGM_ERR_EXISTS);
+    const egm_object_t *obj;
+    assert_int_equal(
+        egm__objects_put_start(fx.st.objects, fx.other, "take", 4, 200, 1, t0 + timeout, &obj),
+        EGM_OK);
+    assert_true(egm__id_equal(obj->writer, fx.other));
+    assert_int_equal(obj->size, 200);
+    assert_int_equal(used(seg), 128 + 256);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_put_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_revoke, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_blocks_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replicas_on_distinct_segments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_best_effort_and_no_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_expiry_drops_replicas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unmount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mount_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_view_and_retired_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_pending_discarded, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
