@@ -1,0 +1,163 @@
+/* Registered local buffers: a sorted array of disjoint ranges under one mutex.
+ * Lookups are binary searches; registration is rare, so inserts shift. */
+#include "te/registry.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+
+typedef struct {
+    uintptr_t base;
+    uintptr_t end; /* exclusive; base < end */
+    uint64_t uses; /* transfers currently using the range */
+} range_t;
+
+struct egm_registry {
+    pthread_mutex_t lock;
+    range_t *ranges;
+    size_t count;
+    size_t cap;
+};
+
+egm_status_t egm__registry_create(egm_registry_t **registry_p)
+{
+    egm_registry_t *reg = egm_calloc(1, sizeof(*reg), "te.registry");
+    if (reg == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "registry: out of memory");
+    pthread_mutex_init(&reg->lock, NULL);
+    *registry_p = reg;
+    return EGM_OK;
+}
+
+void egm__registry_destroy(egm_registry_t *registry)
+{
+    if (registry == NULL)
+        return;
+    pthread_mutex_destroy(&registry->lock);
+    egm_free(registry->ranges);
+    egm_free(registry);
+}
+
+/* Index of the first range with base > addr (so the candidate holding addr is
+ * the one before it). Caller holds the lock. */
+static size_t upper_bound(const egm_registry_t *reg, uintptr_t addr)
+{
+    size_t lo = 0, hi = reg->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (reg->ranges[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The range containing [addr, addr+len), or NULL. Caller holds the lock. */
+static range_t *find_containing(egm_registry_t *reg, uintptr_t addr, size_t len)
+{
+    size_t i = upper_bound(reg, addr);
+    if (i == 0)
+        return NULL;
+    range_t *r = &reg->ranges[i - 1];
+    if (addr >= r->end || len > r->end - addr)
+        return NULL;
+    return r;
+}
+
+egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
+{
+    uintptr_t base = (uintptr_t)addr;
+    egm_status_t st = EGM_OK;
+
+    if (registry == NULL || addr == NULL || len == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "register: addr and len must be non-zero");
+    if (len > UINTPTR_MAX - base)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "register: range wraps the address space");
+
+    pthread_mutex_lock(&registry->lock);
+    size_t i = upper_bound(registry, base);
+    /* Disjoint sorted ranges: only the neighbours on either side can overlap. */
+    if ((i > 0 && registry->ranges[i - 1].end > base) ||
+        (i < registry->count && registry->ranges[i].base < base + len)) {
+        st = egm__set_error(EGM_ERR_EXISTS, "register: [%p, +%zu) overlaps a registered range",
+                            addr, len);
+        goto out;
+    }
+    if (registry->count == registry->cap) {
+        size_t cap = registry->cap ? registry->cap * 2 : 8;
+        range_t *grown = egm_realloc(registry->ranges, cap * sizeof(*grown), "te.registry.ranges");
+        if (grown == NULL) {
+            st = egm__set_error(EGM_ERR_NO_MEMORY, "register: out of memory");
+            goto out;
+        }
+        registry->ranges = grown;
+        registry->cap = cap;
+    }
+    memmove(&registry->ranges[i + 1], &registry->ranges[i],
+            (registry->count - i) * sizeof(range_t));
+    registry->ranges[i] = (range_t){.base = base, .end = base + len, .uses = 0};
+    registry->count++;
+out:
+    pthread_mutex_unlock(&registry->lock);
+    return st;
+}
+
+egm_status_t egm__registry_remove(egm_registry_t *registry, void *addr)
+{
+    uintptr_t base = (uintptr_t)addr;
+    egm_status_t st = EGM_OK;
+
+    if (registry == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "unregister: no registry");
+    pthread_mutex_lock(&registry->lock);
+    size_t i = upper_bound(registry, base);
+    if (i == 0 || registry->ranges[i - 1].base != base) {
+        st = egm__set_error(EGM_ERR_NOT_FOUND, "unregister: %p is not a registered range", addr);
+        goto out;
+    }
+    if (registry->ranges[i - 1].uses > 0) {
+        st = egm__set_error(EGM_ERR_BUSY, "unregister: %p is in use by %llu transfer(s)", addr,
+                            (unsigned long long)registry->ranges[i - 1].uses);
+        goto out;
+    }
+    memmove(&registry->ranges[i - 1], &registry->ranges[i],
+            (registry->count - i) * sizeof(range_t));
+    registry->count--;
+out:
+    pthread_mutex_unlock(&registry->lock);
+    return st;
+}
+
+egm_status_t egm__registry_acquire(egm_registry_t *registry, const void *addr, size_t len)
+{
+    egm_status_t st = EGM_OK;
+
+    if (registry == NULL || addr == NULL)
+        return egm__set_error(EGM_ERR_NOT_REGISTERED, "buffer %p: not registered", addr);
+    pthread_mutex_lock(&registry->lock);
+    range_t *r = find_containing(registry, (uintptr_t)addr, len);
+    if (r == NULL)
+        st = egm__set_error(EGM_ERR_NOT_REGISTERED,
+                            "buffer [%p, +%zu): not inside one registered range", addr, len);
+    else
+        r->uses++;
+    pthread_mutex_unlock(&registry->lock);
+    return st;
+}
+
+void egm__registry_release(egm_registry_t *registry, const void *addr)
+{
+    if (registry == NULL || addr == NULL)
+        return;
+    pthread_mutex_lock(&registry->lock);
+    range_t *r = find_containing(registry, (uintptr_t)addr, 0);
+    if (r != NULL && r->uses > 0)
+        r->uses--;
+    else
+        egm_warn("registry: release of %p without a matching acquire", addr);
+    pthread_mutex_unlock(&registry->lock);
+}

@@ -1,0 +1,249 @@
+/* Segment descriptors: round trip through the wire form and refusal of hostile
+ * descriptors (nil id, zero size, over-long or control strings, bad kinds). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "rpc/proto_util.h"
+#include "te/segment.h"
+
+static uint64_t live_at_start;
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static egm_segment_desc_t sample(void)
+{
+    egm_segment_desc_t d;
+    memset(&d, 0, sizeof(d));
+    d.id = (egm_id_t){.hi = 0x1122334455667788ull, .lo = 0x99aabbccddeeff00ull};
+    d.owner = (egm_id_t){.hi = 7, .lo = 8};
+    d.size = 64ull << 20;
+    strcpy(d.name, "host:123/0");
+    strcpy(d.host_id, "host-boot-id");
+    strcpy(d.tcp_endpoint, "127.0.0.1:4000");
+    strcpy(d.shm_socket, "@egmstore-123-abc");
+    d.handle_kind = EGM_HANDLE_MEMFD;
+    return d;
+}
+
+static void test_round_trip_through_packed_bytes(void **state)
+{
+    (void)state;
+    egm_segment_desc_t in = sample(), out;
+    Egm__SegmentDesc pb;
+    Egm__Id id, owner;
+    egm__segment_desc_to_pb(&in, &pb, &id, &owner);
+
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(egm__pb_pack(&pb.base, &buf, &len), EGM_OK);
+    ProtobufCMessage *msg;
+    assert_int_equal(egm__pb_unpack(&egm__segment_desc__descriptor, buf, len, &msg), EGM_OK);
+    egm_free(buf);
+    assert_int_equal(egm__segment_desc_from_pb((Egm__SegmentDesc *)msg, &out), EGM_OK);
+    egm__pb_free(msg);
+
+    assert_true(egm__id_equal(out.id, in.id));
+    assert_true(egm__id_equal(out.owner, in.owner));
+    assert_int_equal(out.size, in.size);
+    assert_string_equal(out.name, in.name);
+    assert_string_equal(out.host_id, in.host_id);
+    assert_string_equal(out.tcp_endpoint, in.tcp_endpoint);
+    assert_string_equal(out.shm_socket, in.shm_socket);
+    assert_int_equal(out.handle_kind, EGM_HANDLE_MEMFD);
+}
+
+/* A valid wire descriptor the tests then damage one field at a time. */
+typedef struct {
+    Egm__SegmentDesc pb;
+    Egm__Id id, owner;
+    egm_segment_desc_t src;
+} wire_t;
+
+static void wire_init(wire_t *w)
+{
+    w->src = sample();
+    egm__segment_desc_to_pb(&w->src, &w->pb, &w->id, &w->owner);
+}
+
+static void expect_invalid(const Egm__SegmentDesc *pb, const char *field)
+{
+    egm_segment_desc_t out;
+    memset(&out, 0x5a, sizeof(out));
+    assert_int_equal(egm__segment_desc_from_pb(pb, &out), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), field));
+}
+
+static void test_nil_or_missing_id(void **state)
+{
+    (void)state;
+    wire_t w;
+    wire_init(&w);
+    w.pb.id = NULL;
+    expect_invalid(&w.pb, "segment.id");
+    wire_init(&w);
+    w.id.hi = 0;
+    w.id.lo = 0;
+    expect_invalid(&w.pb, "segment.id");
+}
+
+static void test_zero_size(void **state)
+{
+    (void)state;
+    wire_t w;
+    wire_init(&w);
+    w.pb.size = 0;
+    expect_invalid(&w.pb, "segment.size");
+}
+
+static void test_over_long_strings(void **state)
+{
+    (void)state;
+    char big[1024];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    wire_t w;
+
+    wire_init(&w);
+    w.pb.name = big;
+    expect_invalid(&w.pb, "segment.name");
+    wire_init(&w);
+    w.pb.host_id = big;
+    expect_invalid(&w.pb, "segment.host_id");
+    wire_init(&w);
+    w.pb.tcp_endpoint = big;
+    expect_invalid(&w.pb, "segment.tcp_endpoint");
+    wire_init(&w);
+    big[0] = '@';
+    w.pb.shm_socket = big;
+    expect_invalid(&w.pb, "segment.shm_socket");
+
+    /* One byte below the limit is accepted. */
+    char fits[EGM_SHM_SOCKET_MAX];
+    memset(fits, 'b', sizeof(fits) - 1);
+    fits[0] = '@';
+    fits[sizeof(fits) - 1] = '\0';
+    wire_init(&w);
+    w.pb.shm_socket = fits;
+    egm_segment_desc_t out;
+    assert_int_equal(egm__segment_desc_from_pb(&w.pb, &out), EGM_OK);
+    assert_int_equal(strlen(out.shm_socket), EGM_SHM_SOCKET_MAX - 1);
+}
+
+static void test_control_characters(void **state)
+{
+    (void)state;
+    wire_t w;
+    wire_init(&w);
+    w.pb.name = "evil\nline";
+    expect_invalid(&w.pb, "segment.name");
+    wire_init(&w);
+    w.pb.tcp_endpoint = "host\x1b[0m:1";
+    expect_invalid(&w.pb, "segment.tcp_endpoint");
+}
+
+static void test_shm_socket_form(void **state)
+{
+    (void)state;
+    wire_t w;
+    wire_init(&w);
+    w.pb.shm_socket = "relative/path";
+    expect_invalid(&w.pb, "segment.shm_socket");
+    wire_init(&w);
+    w.pb.shm_socket = "@";
+    expect_invalid(&w.pb, "segment.shm_socket");
+    /* Empty means "no shm", a path is fine too. */
+    egm_segment_desc_t out;
+    wire_init(&w);
+    w.pb.shm_socket = "";
+    assert_int_equal(egm__segment_desc_from_pb(&w.pb, &out), EGM_OK);
+    wire_init(&w);
+    w.pb.shm_socket = "/run/egm.sock";
+    assert_int_equal(egm__segment_desc_from_pb(&w.pb, &out), EGM_OK);
+}
+
+static void test_unknown_handle_kind(void **state)
+{
+    (void)state;
+    wire_t w;
+    wire_init(&w);
+    w.pb.handle_kind = (Egm__HandleKind)4;
+    expect_invalid(&w.pb, "segment.handle_kind");
+    wire_init(&w);
+    w.pb.handle_kind = (Egm__HandleKind)-1;
+    expect_invalid(&w.pb, "segment.handle_kind");
+}
+
+static void test_null_strings_read_as_empty(void **state)
+{
+    (void)state;
+    wire_t w;
+    wire_init(&w);
+    w.pb.name = NULL;
+    w.pb.host_id = NULL;
+    w.pb.tcp_endpoint = NULL;
+    w.pb.shm_socket = NULL;
+    egm_segment_desc_t out;
+    assert_int_equal(egm__segment_desc_from_pb(&w.pb, &out), EGM_OK);
+    assert_string_equal(out.name, "");
+    assert_string_equal(out.shm_socket, "");
+    assert_int_equal(egm__segment_desc_from_pb(NULL, &out), EGM_ERR_INVALID_ARG);
+}
+
+static void test_hostile_bytes_do_not_crash(void **state)
+{
+    (void)state;
+    /* Random buffers that happen to parse must either validate or be refused. */
+    uint8_t buf[256];
+    uint32_t x = 12345;
+    for (int round = 0; round < 2000; round++) {
+        size_t len = (size_t)(x % sizeof(buf));
+        for (size_t i = 0; i < len; i++) {
+            x = x * 1103515245u + 12345u;
+            buf[i] = (uint8_t)(x >> 16);
+        }
+        ProtobufCMessage *msg;
+        if (egm__pb_unpack(&egm__segment_desc__descriptor, buf, len, &msg) != EGM_OK)
+            continue;
+        egm_segment_desc_t out;
+        egm_status_t st = egm__segment_desc_from_pb((Egm__SegmentDesc *)msg, &out);
+        assert_true(st == EGM_OK || st == EGM_ERR_INVALID_ARG);
+        if (st == EGM_OK) {
+            assert_false(egm__id_is_nil(out.id));
+            assert_true(out.size > 0);
+        }
+        egm__pb_free(msg);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip_through_packed_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nil_or_missing_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zero_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_over_long_strings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_control_characters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shm_socket_form, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_handle_kind, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_null_strings_read_as_empty, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_bytes_do_not_crash, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
