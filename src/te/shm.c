@@ -1,0 +1,277 @@
+/* shm transport (consumer side): segments on this host are mapped once, from
+ * the memfd their provider's fd broker hands out, and cached by segment id.
+ * Transfers are plain memcpy. A forgotten mapping is unmapped by its last user. */
+#include "te/te_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/hashmap.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+#define BROKER_CLIENT_TIMEOUT_MS 5000
+
+typedef struct {
+    egm_id_t id;
+    void *base;
+    uint64_t size;
+    uint64_t uses; /* transfers using the mapping now */
+    int forgotten; /* out of the cache; the last user unmaps */
+} mapping_t;
+
+struct egm_shm_cache {
+    pthread_mutex_t lock;
+    egm_hashmap_t *by_id; /* id bytes -> mapping_t* */
+    uint64_t live;        /* mapped, including forgotten ones still in use */
+};
+
+egm_status_t egm__shm_cache_create(egm_shm_cache_t **cache_p)
+{
+    egm_status_t st;
+    egm_shm_cache_t *cache = egm_calloc(1, sizeof(*cache), "te.shm");
+    if (cache == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "shm: out of memory");
+    if ((st = egm__hashmap_create(&cache->by_id)) != EGM_OK) {
+        egm_free(cache);
+        return st;
+    }
+    pthread_mutex_init(&cache->lock, NULL);
+    *cache_p = cache;
+    return EGM_OK;
+}
+
+static void mapping_free(mapping_t *m)
+{
+    munmap(m->base, m->size);
+    egm_free(m);
+}
+
+void egm__shm_cache_destroy(egm_shm_cache_t *cache)
+{
+    if (cache == NULL)
+        return;
+    size_t iter = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+    while (egm__hashmap_next(cache->by_id, &iter, &key, &key_len, &value))
+        mapping_free(value);
+    egm__hashmap_destroy(cache->by_id);
+    pthread_mutex_destroy(&cache->lock);
+    egm_free(cache);
+}
+
+/* Ask the segment's fd broker for its memfd and map it. Slow (a connection and
+ * an mmap), so it runs outside the cache lock. */
+static egm_status_t map_segment(const egm_segment_desc_t *segment, void **base_p)
+{
+    egm_status_t st;
+    char text[EGM_ID_STRLEN];
+    uint8_t req[EGM_BROKER_REQ_SIZE] = {0};
+    uint8_t reply[EGM_BROKER_REPLY_SIZE];
+    int memfd = -1;
+
+    egm__id_format(segment->id, text);
+    int sock;
+    if ((st = egm__sock_unix_connect(segment->shm_socket, &sock)) != EGM_OK) {
+        char detail[256];
+        snprintf(detail, sizeof(detail), "%s", egm_last_error());
+        return egm__set_error(st, "shm: segment %s: fd broker: %s", text, detail);
+    }
+    /* Anyone can bind an abstract name once its provider is gone: accept memory
+     * only from our own user or root, as the broker does in the other direction. */
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    if ((st = egm__sock_peer_cred(sock, &pid, &uid, &gid)) != EGM_OK)
+        goto err_sock;
+    if (uid != geteuid() && uid != 0) {
+        st = egm__set_error(EGM_ERR_PERMISSION,
+                            "shm: segment %s: fd broker %s runs as uid %u, not ours (%u)", text,
+                            segment->shm_socket, (unsigned)uid, (unsigned)geteuid());
+        goto err_sock;
+    }
+    struct timeval tv = {.tv_sec = BROKER_CLIENT_TIMEOUT_MS / 1000, .tv_usec = 0};
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+
+    egm__wire_put_u32(req, EGM_BROKER_MAGIC);
+    egm__wire_put_u16(req + 4, EGM_BROKER_VERSION);
+    egm__wire_put_id(req + 8, segment->id);
+    if ((st = egm__sock_write_full(sock, req, sizeof(req))) != EGM_OK)
+        goto err_sock;
+    if ((st = egm__sock_recv_fd(sock, &memfd, reply, sizeof(reply))) != EGM_OK)
+        goto err_sock;
+    if (egm__wire_get_u32(reply) != EGM_BROKER_REPLY_MAGIC) {
+        st = egm__set_error(EGM_ERR_PROTOCOL, "shm: segment %s: bad reply from fd broker %s", text,
+                            segment->shm_socket);
+        goto err_fd;
+    }
+    int32_t status = (int32_t)egm__wire_get_u32(reply + 4);
+    uint64_t size = egm__wire_get_u64(reply + 8);
+    if (status != EGM_OK) {
+        st = egm__set_error(status < 0 && status >= EGM_STATUS_MIN ? (egm_status_t)status
+                                                                   : EGM_ERR_PROTOCOL,
+                            "shm: segment %s: fd broker %s refused: %s", text, segment->shm_socket,
+                            egm_status_name(status));
+        goto err_fd;
+    }
+    if (memfd < 0) {
+        st =
+            egm__set_error(EGM_ERR_PROTOCOL, "shm: segment %s: fd broker sent no descriptor", text);
+        goto err_fd;
+    }
+    /* The descriptor is the authority: a size that disagrees with it would let
+     * a copy run past the file (SIGBUS), so both must match the descriptor's. */
+    struct stat stbuf;
+    if (fstat(memfd, &stbuf) != 0) {
+        st = egm__set_error(egm__status_from_errno(errno), "shm: fstat: %s", strerror(errno));
+        goto err_fd;
+    }
+    if (size != segment->size || (uint64_t)stbuf.st_size != segment->size) {
+        st = egm__set_error(EGM_ERR_PROTOCOL,
+                            "shm: segment %s: size %" PRIu64 " (file %" PRIu64
+                            ") differs from the descriptor's %" PRIu64,
+                            text, size, (uint64_t)stbuf.st_size, segment->size);
+        goto err_fd;
+    }
+    void *base = mmap(NULL, segment->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (base == MAP_FAILED) {
+        st = egm__set_error(egm__status_from_errno(errno), "shm: mmap segment %s: %s", text,
+                            strerror(errno));
+        goto err_fd;
+    }
+    close(memfd);
+    close(sock);
+    *base_p = base;
+    return EGM_OK;
+
+err_fd:
+    if (memfd >= 0)
+        close(memfd);
+err_sock:
+    close(sock);
+    return st;
+}
+
+/* A use reference on the segment's mapping, mapping it on first use. */
+static egm_status_t mapping_get(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
+                                mapping_t **mapping_p)
+{
+    egm_status_t st;
+    char text[EGM_ID_STRLEN];
+
+    pthread_mutex_lock(&cache->lock);
+    mapping_t *m = egm__hashmap_get(cache->by_id, &segment->id, sizeof(segment->id));
+    if (m != NULL)
+        goto found;
+    pthread_mutex_unlock(&cache->lock);
+
+    void *base = NULL;
+    if ((st = map_segment(segment, &base)) != EGM_OK) {
+        egm_warn("%s", egm_last_error());
+        return st;
+    }
+    mapping_t *fresh = egm_calloc(1, sizeof(*fresh), "te.shm.mapping");
+    if (fresh == NULL) {
+        munmap(base, segment->size);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "shm: out of memory");
+    }
+    *fresh = (mapping_t){.id = segment->id, .base = base, .size = segment->size};
+
+    pthread_mutex_lock(&cache->lock);
+    /* Another thread may have mapped it meanwhile: keep one mapping. */
+    m = egm__hashmap_get(cache->by_id, &segment->id, sizeof(segment->id));
+    if (m != NULL) {
+        mapping_free(fresh);
+        goto found;
+    }
+    st = egm__hashmap_put(cache->by_id, &fresh->id, sizeof(fresh->id), fresh, NULL);
+    if (st != EGM_OK) {
+        pthread_mutex_unlock(&cache->lock);
+        mapping_free(fresh);
+        return st;
+    }
+    cache->live++;
+    m = fresh;
+    egm_debug("shm: mapped segment %s (%" PRIu64 " bytes) from %s",
+              egm__id_format(segment->id, text), segment->size, segment->shm_socket);
+
+found:
+    if (m->size != segment->size) {
+        pthread_mutex_unlock(&cache->lock);
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "shm: segment %s: descriptor size %" PRIu64
+                              " differs from the mapped %" PRIu64,
+                              egm__id_format(segment->id, text), segment->size, m->size);
+    }
+    m->uses++;
+    pthread_mutex_unlock(&cache->lock);
+    *mapping_p = m;
+    return EGM_OK;
+}
+
+static void mapping_put(egm_shm_cache_t *cache, mapping_t *m)
+{
+    pthread_mutex_lock(&cache->lock);
+    int last = --m->uses == 0 && m->forgotten;
+    if (last)
+        cache->live--;
+    pthread_mutex_unlock(&cache->lock);
+    if (last)
+        mapping_free(m);
+}
+
+egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
+                               uint64_t offset, void *local, size_t length, egm_te_dir_t dir)
+{
+    mapping_t *m = NULL;
+    egm_status_t st = mapping_get(cache, segment, &m);
+    if (st != EGM_OK)
+        return st;
+    if (offset > m->size || length > m->size - offset) {
+        mapping_put(cache, m);
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "shm: [%" PRIu64 ", +%zu) outside the segment's %" PRIu64 " bytes",
+                              offset, length, m->size);
+    }
+    uint8_t *remote = (uint8_t *)m->base + offset;
+    if (dir == EGM_TE_READ)
+        memcpy(local, remote, length);
+    else
+        memcpy(remote, local, length);
+    mapping_put(cache, m);
+    return EGM_OK;
+}
+
+void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id)
+{
+    pthread_mutex_lock(&cache->lock);
+    mapping_t *m = egm__hashmap_remove(cache->by_id, &segment_id, sizeof(segment_id));
+    int now = m != NULL && m->uses == 0;
+    if (m != NULL) {
+        m->forgotten = 1;
+        if (now)
+            cache->live--;
+    }
+    pthread_mutex_unlock(&cache->lock);
+    if (now)
+        mapping_free(m);
+}
+
+uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache)
+{
+    pthread_mutex_lock(&cache->lock);
+    uint64_t n = cache->live;
+    pthread_mutex_unlock(&cache->lock);
+    return n;
+}

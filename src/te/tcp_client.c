@@ -1,0 +1,265 @@
+/* tcp transport (consumer side): a few pooled connections per provider
+ * endpoint, each used by one thread at a time, created on demand and dropped on
+ * any error. Transfers are split into requests of at most EGM_TCP_CLIENT_CHUNK. */
+#include "te/te_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/hashmap.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+#define IDLE_PER_ENDPOINT 4
+
+typedef struct {
+    char name[EGM_ENDPOINT_MAX];
+    char host[EGM_ENDPOINT_MAX];
+    uint16_t port;
+    int idle[IDLE_PER_ENDPOINT]; /* connected, not in use */
+    size_t nidle;
+} endpoint_t;
+
+struct egm_tcp_client {
+    pthread_mutex_t lock;
+    egm_hashmap_t *endpoints; /* name -> endpoint_t* */
+    int io_timeout_ms;
+    atomic_uint_fast64_t next_request_id;
+};
+
+egm_status_t egm__tcp_client_create(int io_timeout_ms, egm_tcp_client_t **client_p)
+{
+    egm_status_t st;
+    egm_tcp_client_t *client = egm_calloc(1, sizeof(*client), "te.tcp_client");
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "tcp client: out of memory");
+    if ((st = egm__hashmap_create(&client->endpoints)) != EGM_OK) {
+        egm_free(client);
+        return st;
+    }
+    pthread_mutex_init(&client->lock, NULL);
+    client->io_timeout_ms = io_timeout_ms > 0 ? io_timeout_ms : 10000;
+    atomic_init(&client->next_request_id, 1);
+    *client_p = client;
+    return EGM_OK;
+}
+
+void egm__tcp_client_destroy(egm_tcp_client_t *client)
+{
+    if (client == NULL)
+        return;
+    size_t iter = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+    while (egm__hashmap_next(client->endpoints, &iter, &key, &key_len, &value)) {
+        endpoint_t *ep = value;
+        for (size_t i = 0; i < ep->nidle; i++)
+            close(ep->idle[i]);
+        egm_free(ep);
+    }
+    egm__hashmap_destroy(client->endpoints);
+    pthread_mutex_destroy(&client->lock);
+    egm_free(client);
+}
+
+/* The endpoint's record, created on first use. Caller holds the lock. */
+static egm_status_t endpoint_get(egm_tcp_client_t *client, const char *name, endpoint_t **ep_p)
+{
+    egm_status_t st;
+    size_t len = strlen(name);
+    endpoint_t *ep = egm__hashmap_get(client->endpoints, name, len);
+    if (ep != NULL) {
+        *ep_p = ep;
+        return EGM_OK;
+    }
+    if (len == 0 || len >= EGM_ENDPOINT_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "tcp_endpoint: \"%s\" is empty or too long",
+                              name);
+    ep = egm_calloc(1, sizeof(*ep), "te.tcp_client.endpoint");
+    if (ep == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "tcp client: out of memory");
+    memcpy(ep->name, name, len + 1);
+    st = egm__sock_split_hostport(name, ep->host, sizeof(ep->host), &ep->port);
+    if (st != EGM_OK || ep->port == 0) {
+        st = egm__set_error(EGM_ERR_INVALID_ARG, "tcp_endpoint: \"%s\" is not host:port", name);
+        goto err_free;
+    }
+    if ((st = egm__hashmap_put(client->endpoints, ep->name, len, ep, NULL)) != EGM_OK)
+        goto err_free;
+    *ep_p = ep;
+    return EGM_OK;
+
+err_free:
+    egm_free(ep);
+    return st;
+}
+
+/* A connection to the endpoint: an idle one (*reused_p = 1) or a new one. */
+static egm_status_t conn_get(egm_tcp_client_t *client, const char *name, int *fd_p, int *reused_p,
+                             endpoint_t **ep_p)
+{
+    egm_status_t st;
+    endpoint_t *ep = NULL;
+    char host[EGM_ENDPOINT_MAX];
+    uint16_t port;
+
+    pthread_mutex_lock(&client->lock);
+    if ((st = endpoint_get(client, name, &ep)) != EGM_OK) {
+        pthread_mutex_unlock(&client->lock);
+        return st;
+    }
+    *ep_p = ep;
+    if (ep->nidle > 0) {
+        *fd_p = ep->idle[--ep->nidle];
+        *reused_p = 1;
+        pthread_mutex_unlock(&client->lock);
+        return EGM_OK;
+    }
+    memcpy(host, ep->host, sizeof(host));
+    port = ep->port;
+    pthread_mutex_unlock(&client->lock);
+
+    int fd;
+    st = egm__sock_tcp_connect(host, port, client->io_timeout_ms, &fd);
+    if (st != EGM_OK) {
+        char detail[256];
+        snprintf(detail, sizeof(detail), "%s", egm_last_error());
+        return egm__set_error(st, "tcp: connect to %s: %s", name, detail);
+    }
+    struct timeval tv = {.tv_sec = client->io_timeout_ms / 1000,
+                         .tv_usec = (client->io_timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    *fd_p = fd;
+    *reused_p = 0;
+    return EGM_OK;
+}
+
+static void conn_put(egm_tcp_client_t *client, endpoint_t *ep, int fd)
+{
+    pthread_mutex_lock(&client->lock);
+    if (ep->nidle < IDLE_PER_ENDPOINT) {
+        ep->idle[ep->nidle++] = fd;
+        fd = -1;
+    }
+    pthread_mutex_unlock(&client->lock);
+    if (fd >= 0)
+        close(fd);
+}
+
+static egm_status_t read_reply(egm_tcp_client_t *client, int fd, uint64_t request_id,
+                               egm_tcp_reply_t *reply)
+{
+    uint8_t buf[EGM_TCP_REPLY_SIZE];
+    egm_status_t st = egm__sock_read_full_timeout(fd, buf, sizeof(buf), client->io_timeout_ms);
+    if (st != EGM_OK)
+        return st;
+    egm__tcp_reply_decode(buf, reply);
+    if (reply->magic != EGM_TCP_REPLY_MAGIC || reply->request_id != request_id)
+        return egm__set_error(EGM_ERR_PROTOCOL, "tcp: reply with bad magic or request id");
+    return EGM_OK;
+}
+
+/* One request on one connection. *conn_ok_p says whether the connection may be
+ * reused; *answered_p whether the server answered (a refusal is not retried). */
+static egm_status_t do_request(egm_tcp_client_t *client, int fd, const egm_tcp_req_t *req,
+                               uint8_t *local, int *conn_ok_p, int *answered_p)
+{
+    uint8_t buf[EGM_TCP_REQ_SIZE];
+    egm_tcp_reply_t reply;
+    egm_status_t st;
+
+    *conn_ok_p = 0;
+    *answered_p = 0;
+    egm__tcp_req_encode(req, buf);
+    st = egm__sock_write_full(fd, buf, sizeof(buf));
+    if (st == EGM_OK && req->op == EGM_TCP_OP_WRITE)
+        st = egm__sock_write_full(fd, local, (size_t)req->length);
+    if (st != EGM_OK) {
+        /* A refused WRITE is answered and closed without reading the payload:
+         * the answer, if any, says more than the broken pipe. */
+        if (req->op == EGM_TCP_OP_WRITE &&
+            read_reply(client, fd, req->request_id, &reply) == EGM_OK && reply.status != EGM_OK) {
+            *answered_p = 1;
+            return (egm_status_t)reply.status;
+        }
+        return st;
+    }
+    if ((st = read_reply(client, fd, req->request_id, &reply)) != EGM_OK)
+        return st;
+    *answered_p = 1;
+    if (reply.status != EGM_OK) {
+        if (reply.status > 0 || reply.status < EGM_STATUS_MIN)
+            return EGM_ERR_PROTOCOL;
+        /* A refused READ leaves the connection usable; a refused WRITE does not. */
+        *conn_ok_p = req->op == EGM_TCP_OP_READ;
+        return (egm_status_t)reply.status;
+    }
+    if (req->op == EGM_TCP_OP_READ) {
+        if (reply.length != req->length)
+            return egm__set_error(EGM_ERR_PROTOCOL, "tcp: reply length %" PRIu64 " != %" PRIu64,
+                                  reply.length, req->length);
+        st = egm__sock_read_full_timeout(fd, local, (size_t)req->length, client->io_timeout_ms);
+        if (st != EGM_OK)
+            return st;
+    }
+    *conn_ok_p = 1;
+    return EGM_OK;
+}
+
+egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
+                                      egm_id_t segment, uint64_t offset, void *local, size_t length,
+                                      egm_te_dir_t dir)
+{
+    egm_status_t st = EGM_OK;
+    uint8_t *p = local;
+    char text[EGM_ID_STRLEN];
+
+    while (length > 0) {
+        size_t n = length < EGM_TCP_CLIENT_CHUNK ? length : (size_t)EGM_TCP_CLIENT_CHUNK;
+        egm_tcp_req_t req = {.magic = EGM_TCP_MAGIC,
+                             .version = EGM_TCP_VERSION,
+                             .op = dir == EGM_TE_READ ? EGM_TCP_OP_READ : EGM_TCP_OP_WRITE,
+                             .segment = segment,
+                             .offset = offset,
+                             .length = n};
+        /* A pooled connection may have been closed by the server meanwhile:
+         * then retry once on a fresh one (READ and WRITE are idempotent). */
+        int answered = 0;
+        for (int attempt = 0; attempt < 2; attempt++) {
+            int fd = -1, reused = 0, conn_ok = 0;
+            endpoint_t *ep = NULL;
+            if ((st = conn_get(client, endpoint, &fd, &reused, &ep)) != EGM_OK)
+                return st;
+            req.request_id = atomic_fetch_add(&client->next_request_id, 1);
+            st = do_request(client, fd, &req, p, &conn_ok, &answered);
+            if (conn_ok)
+                conn_put(client, ep, fd);
+            else
+                close(fd);
+            if (st == EGM_OK)
+                break;
+            if (answered || !reused)
+                break;
+        }
+        if (st != EGM_OK) {
+            char detail[256];
+            snprintf(detail, sizeof(detail), "%s",
+                     answered ? "refused by the server" : egm_last_error());
+            return egm__set_error(st, "tcp: %s of segment %s [%" PRIu64 ", +%zu) at %s: %s: %s",
+                                  dir == EGM_TE_READ ? "READ" : "WRITE",
+                                  egm__id_format(segment, text), offset, n, endpoint,
+                                  egm_status_name(st), detail);
+        }
+        p += n;
+        offset += n;
+        length -= n;
+    }
+    return EGM_OK;
+}

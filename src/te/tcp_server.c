@@ -1,0 +1,299 @@
+/* tcp data server (provider side): READ/WRITE of (segment, offset, length) on
+ * exposed segments, one thread per connection. Every request is bounds-checked
+ * against the exposed segment; a refused WRITE closes the connection because
+ * its payload, of a length we just refused, is not read. */
+#include "te/te_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+typedef struct conn conn_t;
+
+struct egm_tcp_server {
+    egm_exposed_table_t *table;
+    egm_te_counters_t *counters;
+    int listen_fd;
+    int stop_fd; /* eventfd: wakes the accept thread to stop */
+    uint16_t port;
+    int io_timeout_ms;
+    pthread_t accept_thread;
+    pthread_mutex_t lock;
+    conn_t *conns[EGM_TCP_MAX_CONNECTIONS];
+    size_t nconns;
+};
+
+struct conn {
+    egm_tcp_server_t *server;
+    int fd;   /* -1 once the thread closed it (under the server lock) */
+    int done; /* thread finished: join it */
+    pthread_t thread;
+};
+
+static egm_status_t send_reply(int fd, uint64_t request_id, egm_status_t status, uint64_t length)
+{
+    uint8_t buf[EGM_TCP_REPLY_SIZE];
+    egm_tcp_reply_t reply = {.magic = EGM_TCP_REPLY_MAGIC,
+                             .status = (int32_t)status,
+                             .request_id = request_id,
+                             .length = length};
+    egm__tcp_reply_encode(&reply, buf);
+    return egm__sock_write_full(fd, buf, sizeof(buf));
+}
+
+/* Why a request is refused, or EGM_OK with a use reference in *seg_p. */
+static egm_status_t check_request(egm_tcp_server_t *server, const egm_tcp_req_t *req,
+                                  egm_exposed_t **seg_p)
+{
+    char text[EGM_ID_STRLEN];
+
+    if (req->op != EGM_TCP_OP_READ && req->op != EGM_TCP_OP_WRITE)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "op: %u is neither READ (1) nor WRITE (2)",
+                              (unsigned)req->op);
+    if (req->length == 0 || req->length > EGM_TCP_MAX_REQUEST)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "length: %" PRIu64 " not in 1..%llu",
+                              req->length, (unsigned long long)EGM_TCP_MAX_REQUEST);
+    egm_exposed_t *seg = egm__exposed_acquire(server->table, req->segment);
+    if (seg == NULL)
+        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment: %s is not served here",
+                              egm__id_format(req->segment, text));
+    if (req->offset > seg->size || req->length > seg->size - req->offset) {
+        egm__exposed_release(server->table, seg);
+        return egm__set_error(
+            EGM_ERR_INVALID_ARG,
+            "offset/length: [%" PRIu64 ", +%" PRIu64 ") outside segment %s of %" PRIu64 " bytes",
+            req->offset, req->length, egm__id_format(req->segment, text), seg->size);
+    }
+    *seg_p = seg;
+    return EGM_OK;
+}
+
+/* Serves one request; returns 0 to keep the connection, -1 to close it. */
+static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req)
+{
+    egm_exposed_t *seg = NULL;
+    egm_status_t st = check_request(server, req, &seg);
+    if (st != EGM_OK) {
+        atomic_fetch_add(&server->counters->tcp_requests_refused, 1);
+        egm_log_ratelimited(EGM_LOG_INFO, 5, "tcp server: refused request %" PRIu64 ": %s",
+                            req->request_id, egm_last_error());
+        (void)send_reply(fd, req->request_id, st, 0);
+        return req->op == EGM_TCP_OP_READ ? 0 : -1;
+    }
+
+    /* Counted when accepted, before the reply lets the client go on, so that
+     * the count is exact as soon as the client sees the answer. */
+    atomic_fetch_add(&server->counters->tcp_requests_served, 1);
+    uint8_t *mem = (uint8_t *)seg->base + req->offset;
+    if (req->op == EGM_TCP_OP_READ) {
+        st = send_reply(fd, req->request_id, EGM_OK, req->length);
+        if (st == EGM_OK)
+            st = egm__sock_write_full(fd, mem, (size_t)req->length);
+        egm__exposed_release(server->table, seg);
+    } else {
+        st = egm__sock_read_full_timeout(fd, mem, (size_t)req->length, server->io_timeout_ms);
+        egm__exposed_release(server->table, seg);
+        if (st == EGM_OK)
+            st = send_reply(fd, req->request_id, EGM_OK, 0);
+    }
+    if (st != EGM_OK) {
+        egm_debug("tcp server: request %" PRIu64 " failed: %s", req->request_id, egm_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static void *conn_main(void *arg)
+{
+    conn_t *conn = arg;
+    egm_tcp_server_t *server = conn->server;
+    uint8_t buf[EGM_TCP_REQ_SIZE];
+    egm_tcp_req_t req;
+
+    /* Between requests a connection may idle as long as it likes (clients pool
+     * them); stop wakes this read with shutdown(). */
+    while (egm__sock_read_full(conn->fd, buf, sizeof(buf)) == EGM_OK) {
+        egm__tcp_req_decode(buf, &req);
+        if (req.magic != EGM_TCP_MAGIC || req.version != EGM_TCP_VERSION) {
+            atomic_fetch_add(&server->counters->tcp_requests_refused, 1);
+            egm_log_ratelimited(EGM_LOG_WARN, 1,
+                                "tcp server: bad magic 0x%08x or version %u: closing",
+                                (unsigned)req.magic, (unsigned)req.version);
+            break;
+        }
+        if (serve_request(server, conn->fd, &req) != 0)
+            break;
+    }
+
+    pthread_mutex_lock(&server->lock);
+    close(conn->fd);
+    conn->fd = -1;
+    conn->done = 1;
+    pthread_mutex_unlock(&server->lock);
+    return NULL;
+}
+
+/* Joins finished connection threads. Accept thread only (it alone removes). */
+static void reap(egm_tcp_server_t *server)
+{
+    for (size_t i = 0; i < server->nconns;) {
+        pthread_mutex_lock(&server->lock);
+        conn_t *conn = server->conns[i];
+        int done = conn->done;
+        if (done)
+            server->conns[i] = server->conns[--server->nconns];
+        pthread_mutex_unlock(&server->lock);
+        if (!done) {
+            i++;
+            continue;
+        }
+        pthread_join(conn->thread, NULL);
+        egm_free(conn);
+    }
+}
+
+static void accept_one(egm_tcp_server_t *server)
+{
+    int fd = accept4(server->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: accept: %s", strerror(errno));
+        return;
+    }
+    reap(server);
+    if (server->nconns >= EGM_TCP_MAX_CONNECTIONS) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: %d connections already: refusing",
+                            EGM_TCP_MAX_CONNECTIONS);
+        close(fd);
+        return;
+    }
+    (void)egm__sock_set_nodelay(fd);
+    /* A reader that stops reading cannot hold a segment (and its withdraw). */
+    struct timeval tv = {.tv_sec = server->io_timeout_ms / 1000,
+                         .tv_usec = (server->io_timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+
+    conn_t *conn = egm_calloc(1, sizeof(*conn), "te.tcp_server.conn");
+    if (conn == NULL) {
+        close(fd);
+        return;
+    }
+    conn->server = server;
+    conn->fd = fd;
+    pthread_mutex_lock(&server->lock);
+    int rc = pthread_create(&conn->thread, NULL, conn_main, conn);
+    if (rc == 0)
+        server->conns[server->nconns++] = conn;
+    pthread_mutex_unlock(&server->lock);
+    if (rc != 0) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: thread: %s", strerror(rc));
+        close(fd);
+        egm_free(conn);
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    egm_tcp_server_t *server = arg;
+    struct pollfd pfd[2] = {{.fd = server->listen_fd, .events = POLLIN},
+                            {.fd = server->stop_fd, .events = POLLIN}};
+
+    for (;;) {
+        int n = poll(pfd, 2, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            egm_error("tcp server: poll: %s", strerror(errno));
+            break;
+        }
+        if (pfd[1].revents)
+            break;
+        if (pfd[0].revents & POLLIN)
+            accept_one(server);
+    }
+    return NULL;
+}
+
+egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
+                                   const char *host, uint16_t port, int io_timeout_ms,
+                                   egm_tcp_server_t **server_p)
+{
+    egm_status_t st;
+    egm_tcp_server_t *server = egm_calloc(1, sizeof(*server), "te.tcp_server");
+    if (server == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "tcp server: out of memory");
+    server->table = table;
+    server->counters = counters;
+    server->io_timeout_ms = io_timeout_ms > 0 ? io_timeout_ms : 10000;
+    pthread_mutex_init(&server->lock, NULL);
+
+    st = egm__sock_tcp_listen(host ? host : "0.0.0.0", port, &server->listen_fd, &server->port);
+    if (st != EGM_OK)
+        goto err_free;
+    if ((st = egm__sock_set_nonblock(server->listen_fd, 1)) != EGM_OK)
+        goto err_close;
+    server->stop_fd = eventfd(0, EFD_CLOEXEC);
+    if (server->stop_fd < 0) {
+        st = egm__set_error(egm__status_from_errno(errno), "tcp server: eventfd: %s",
+                            strerror(errno));
+        goto err_close;
+    }
+    int rc = pthread_create(&server->accept_thread, NULL, accept_main, server);
+    if (rc != 0) {
+        st = egm__set_error(egm__status_from_errno(rc), "tcp server: thread: %s", strerror(rc));
+        goto err_close_event;
+    }
+    egm_debug("tcp server: listening on %s:%u", host ? host : "0.0.0.0", (unsigned)server->port);
+    *server_p = server;
+    return EGM_OK;
+
+err_close_event:
+    close(server->stop_fd);
+err_close:
+    close(server->listen_fd);
+err_free:
+    pthread_mutex_destroy(&server->lock);
+    egm_free(server);
+    return st;
+}
+
+void egm__tcp_server_stop(egm_tcp_server_t *server)
+{
+    if (server == NULL)
+        return;
+    uint64_t one = 1;
+    if (write(server->stop_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+        egm_warn("tcp server: stop signal failed: %s", strerror(errno));
+    pthread_join(server->accept_thread, NULL);
+
+    /* Wake every connection thread out of its read or write, then join. */
+    pthread_mutex_lock(&server->lock);
+    for (size_t i = 0; i < server->nconns; i++)
+        if (server->conns[i]->fd >= 0)
+            shutdown(server->conns[i]->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&server->lock);
+    for (size_t i = 0; i < server->nconns; i++) {
+        pthread_join(server->conns[i]->thread, NULL);
+        egm_free(server->conns[i]);
+    }
+    close(server->stop_fd);
+    close(server->listen_fd);
+    pthread_mutex_destroy(&server->lock);
+    egm_free(server);
+}
+
+uint16_t egm__tcp_server_port(const egm_tcp_server_t *server)
+{
+    return server->port;
+}

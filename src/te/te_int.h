@@ -1,0 +1,149 @@
+/* Transfer-engine internals shared between its files: the table of exposed
+ * segments, the counters, the wire formats, and the provider servers and
+ * consumer transports behind egm__te_*. */
+#ifndef EGM_TE_TE_INT_H
+#define EGM_TE_TE_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/id.h"
+#include "te/segment.h"
+#include "te/te.h"
+
+/* ---- counters (shared by the servers and the engine) ---------------------- */
+typedef struct {
+    atomic_uint_fast64_t bytes_read;
+    atomic_uint_fast64_t bytes_written;
+    atomic_uint_fast64_t tcp_requests_served;
+    atomic_uint_fast64_t tcp_requests_refused;
+    atomic_uint_fast64_t shm_fds_sent;
+    atomic_uint_fast64_t shm_peers_refused;
+} egm_te_counters_t;
+
+/* ---- exposed segments (provider side) ------------------------------------- */
+typedef struct egm_exposed_table egm_exposed_table_t;
+
+/* A use reference on an exposed segment: base/size/memfd stay valid until
+ * egm__exposed_release. */
+typedef struct {
+    egm_id_t id;
+    void *base;
+    uint64_t size;
+    int memfd;     /* -1 when the segment has no memfd (tcp only) */
+    uint64_t uses; /* under the table lock */
+    int withdrawn; /* out of the table; withdraw waits for uses == 0 */
+} egm_exposed_t;
+
+egm_status_t egm__exposed_create(egm_exposed_table_t **table_p);
+/* Every segment must have been withdrawn (or no server may still run). */
+void egm__exposed_destroy(egm_exposed_table_t *table);
+/* Same id twice -> EGM_ERR_SEGMENT_EXISTS. */
+egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *base, uint64_t size,
+                              int memfd);
+/* Removes the segment so that new lookups fail, then waits for the uses in
+ * flight to end. Unknown -> EGM_ERR_SEGMENT_NOT_FOUND. */
+egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id);
+/* NULL if the segment is not exposed (now). */
+egm_exposed_t *egm__exposed_acquire(egm_exposed_table_t *table, egm_id_t id);
+void egm__exposed_release(egm_exposed_table_t *table, egm_exposed_t *segment);
+size_t egm__exposed_count(egm_exposed_table_t *table);
+
+/* ---- wire formats (fixed little-endian) ----------------------------------- */
+#define EGM_TCP_MAGIC 0x54474d45u       /* "EMGT" as LE bytes 'E','M','G','T' */
+#define EGM_TCP_REPLY_MAGIC 0x52474d45u /* "EMGR" */
+#define EGM_TCP_VERSION 1u
+#define EGM_TCP_OP_READ 1u
+#define EGM_TCP_OP_WRITE 2u
+#define EGM_TCP_REQ_SIZE 48u
+#define EGM_TCP_REPLY_SIZE 24u
+#define EGM_TCP_MAX_REQUEST (1ull << 30)   /* server refuses longer requests */
+#define EGM_TCP_CLIENT_CHUNK (64ull << 20) /* client splits transfers into these */
+
+typedef struct {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t op;
+    uint64_t request_id;
+    egm_id_t segment;
+    uint64_t offset;
+    uint64_t length;
+} egm_tcp_req_t;
+
+typedef struct {
+    uint32_t magic;
+    int32_t status;
+    uint64_t request_id;
+    uint64_t length;
+} egm_tcp_reply_t;
+
+void egm__tcp_req_encode(const egm_tcp_req_t *req, uint8_t out[EGM_TCP_REQ_SIZE]);
+void egm__tcp_req_decode(const uint8_t in[EGM_TCP_REQ_SIZE], egm_tcp_req_t *req);
+void egm__tcp_reply_encode(const egm_tcp_reply_t *reply, uint8_t out[EGM_TCP_REPLY_SIZE]);
+void egm__tcp_reply_decode(const uint8_t in[EGM_TCP_REPLY_SIZE], egm_tcp_reply_t *reply);
+
+#define EGM_BROKER_MAGIC 0x42474d45u       /* "EMGB" */
+#define EGM_BROKER_REPLY_MAGIC 0x46474d45u /* "EMGF" */
+#define EGM_BROKER_VERSION 1u
+#define EGM_BROKER_REQ_SIZE 24u   /* magic u32, version u16, reserved u16, segment id 16 */
+#define EGM_BROKER_REPLY_SIZE 16u /* magic u32, status i32, size u64 */
+
+void egm__wire_put_u16(uint8_t *p, uint16_t v);
+void egm__wire_put_u32(uint8_t *p, uint32_t v);
+void egm__wire_put_u64(uint8_t *p, uint64_t v);
+uint16_t egm__wire_get_u16(const uint8_t *p);
+uint32_t egm__wire_get_u32(const uint8_t *p);
+uint64_t egm__wire_get_u64(const uint8_t *p);
+/* Segment id as 16 bytes: hi then lo, each little-endian. */
+void egm__wire_put_id(uint8_t *p, egm_id_t id);
+egm_id_t egm__wire_get_id(const uint8_t *p);
+
+/* ---- fd broker (provider side of shm) ------------------------------------- */
+typedef struct egm_fd_broker egm_fd_broker_t;
+
+/* Listens on an abstract Unix socket "@egmstore-<pid>-<random>" served by its
+ * own thread. */
+egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
+                                  egm_fd_broker_t **broker_p);
+void egm__fd_broker_stop(egm_fd_broker_t *broker);
+/* "@egmstore-..." (the '@' stands for the abstract namespace's leading NUL). */
+const char *egm__fd_broker_name(const egm_fd_broker_t *broker);
+
+/* ---- shm mapping cache (consumer side) ------------------------------------ */
+typedef struct egm_shm_cache egm_shm_cache_t;
+
+egm_status_t egm__shm_cache_create(egm_shm_cache_t **cache_p);
+/* No transfer may be running. Unmaps everything. */
+void egm__shm_cache_destroy(egm_shm_cache_t *cache);
+/* Copy between local memory and the segment, mapping it first if needed.
+ * Bounds were checked by the caller and are checked again here. */
+egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
+                               uint64_t offset, void *local, size_t length, egm_te_dir_t dir);
+/* Drops the mapping; the unmap waits for the last transfer using it. */
+void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id);
+uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache);
+
+/* ---- tcp data server (provider side) -------------------------------------- */
+typedef struct egm_tcp_server egm_tcp_server_t;
+
+#define EGM_TCP_MAX_CONNECTIONS 256
+
+egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
+                                   const char *host, uint16_t port, int io_timeout_ms,
+                                   egm_tcp_server_t **server_p);
+void egm__tcp_server_stop(egm_tcp_server_t *server);
+uint16_t egm__tcp_server_port(const egm_tcp_server_t *server);
+
+/* ---- tcp data client (consumer side) -------------------------------------- */
+typedef struct egm_tcp_client egm_tcp_client_t;
+
+egm_status_t egm__tcp_client_create(int io_timeout_ms, egm_tcp_client_t **client_p);
+void egm__tcp_client_destroy(egm_tcp_client_t *client);
+/* Moves [offset, offset+length) of the segment at `endpoint` ("host:port") in
+ * requests of at most EGM_TCP_CLIENT_CHUNK bytes. */
+egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
+                                      egm_id_t segment, uint64_t offset, void *local, size_t length,
+                                      egm_te_dir_t dir);
+
+#endif
