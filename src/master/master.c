@@ -31,9 +31,10 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     egm_status_t status;
     char id_text[EGM_ID_STRLEN];
 
+    if (master_p != NULL)
+        *master_p = NULL;
     if (config == NULL || master_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "master: config and master_p must not be NULL");
-    *master_p = NULL;
     const char *host = egm_config_get(config, "listen_address");
     int64_t port = egm_config_get_int(config, "port");
     int64_t lease_ttl_ms = egm_config_get_int(config, "default_kv_lease_ttl");

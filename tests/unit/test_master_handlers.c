@@ -1,0 +1,440 @@
+/* Master RPC handlers, called directly with encoded requests: replies carry one
+ * result per key and each referenced segment's descriptor once; malformed
+ * requests are refused with a status naming the field; ping reports retired
+ * ids; ListSegments reports usage. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "master/master_int.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+static uint64_t live_at_start;
+static uint64_t fake_now;
+static egm_master_state_t st;
+static egm_id_t me;
+
+static uint64_t clock_ms(void)
+{
+    return fake_now;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    egm__log_set_level(EGM_LOG_ERROR);
+    assert_int_equal(egm__master_state_init(&st, 10000, 10), EGM_OK);
+    st.now_ms = clock_ms;
+    fake_now = 1000;
+    me = egm__id_random();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm__master_state_cleanup(&st);
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+/* Packs req, calls the handler, unpacks the reply as desc (NULL on error). */
+static egm_status_t call(uint16_t type, const ProtobufCMessage *req,
+                         const ProtobufCMessageDescriptor *desc, ProtobufCMessage **reply_p)
+{
+    uint8_t *buf;
+    size_t len;
+    egm_rpc_reply_t reply = {0};
+
+    *reply_p = NULL;
+    assert_int_equal(egm__pb_pack(req, &buf, &len), EGM_OK);
+    egm_status_t status = egm__master_handle(&st, type, buf, len, &reply);
+    egm_free(buf);
+    if (status != EGM_OK) {
+        assert_null(reply.buf);
+        return status;
+    }
+    assert_int_equal(egm__pb_unpack(desc, reply.buf, reply.len, reply_p), EGM_OK);
+    egm_free(reply.buf);
+    return EGM_OK;
+}
+
+static egm_id_t mount(uint64_t size, const char *name)
+{
+    Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
+    Egm__SegmentDesc d = EGM__SEGMENT_DESC__INIT;
+    Egm__Id client = EGM__ID__INIT, id = EGM__ID__INIT;
+    Egm__StatusReply *reply;
+    egm_id_t seg = egm__id_random();
+
+    egm__id_to_pb(me, &client);
+    egm__id_to_pb(seg, &id);
+    d.id = &id;
+    d.size = size;
+    d.name = (char *)name;
+    d.tcp_endpoint = "127.0.0.1:7000";
+    d.host_id = "host-a";
+    d.handle_kind = EGM__HANDLE_KIND__HANDLE_MEMFD;
+    req.client = &client;
+    req.segment = &d;
+    assert_int_equal(call(EGM_RPC_MOUNT_SEGMENT, &req.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&reply),
+                     EGM_OK);
+    assert_int_equal(reply->status, EGM_OK);
+    egm__pb_free(&reply->base);
+    return seg;
+}
+
+static Egm__KeysReply *put_start(size_t n, const char **keys, const uint64_t *sizes,
+                                 uint32_t replica_num)
+{
+    Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    Egm__KeysReply *reply;
+
+    egm__id_to_pb(me, &client);
+    cfg.replica_num = replica_num;
+    req.client = &client;
+    req.n_keys = n;
+    req.keys = (char **)keys;
+    req.n_sizes = n;
+    req.sizes = (uint64_t *)sizes;
+    req.config = &cfg;
+    assert_int_equal(call(EGM_RPC_PUT_START, &req.base, &egm__keys_reply__descriptor,
+                          (ProtobufCMessage **)&reply),
+                     EGM_OK);
+    assert_int_equal(reply->status, EGM_OK);
+    assert_int_equal(reply->n_results, n);
+    return reply;
+}
+
+static Egm__KeysReply *keys_call(uint16_t type, size_t n, const char **keys, int force)
+{
+    Egm__KeysRequest req = EGM__KEYS_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    Egm__KeysReply *reply;
+
+    egm__id_to_pb(me, &client);
+    req.client = &client;
+    req.n_keys = n;
+    req.keys = (char **)keys;
+    req.force = force != 0;
+    assert_int_equal(
+        call(type, &req.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&reply), EGM_OK);
+    assert_int_equal(reply->n_results, n);
+    return reply;
+}
+
+static void test_put_get_reply_contents(void **state)
+{
+    (void)state;
+    egm_id_t seg = mount(1 << 20, "seg/0");
+    const char *keys[] = {"a", "b", "a", ""};
+    const uint64_t sizes[] = {100, 200, 5, 1};
+
+    Egm__KeysReply *r = put_start(4, keys, sizes, 0); /* replica_num 0 means 1 */
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[0]->n_replicas, 1);
+    assert_int_equal(r->results[0]->replicas[0]->length, 100);
+    assert_true(egm__id_equal(egm__id_from_pb(r->results[0]->replicas[0]->segment), seg));
+    assert_int_equal(r->results[1]->status, EGM_OK);
+    assert_int_equal(r->results[2]->status, EGM_ERR_EXISTS);
+    assert_int_equal(r->results[2]->n_replicas, 0);
+    assert_int_equal(r->results[3]->status, EGM_ERR_INVALID_KEY);
+    /* Two replicas on one segment: its descriptor once, with every field. */
+    assert_int_equal(r->n_segments, 1);
+    const Egm__SegmentDesc *d = r->segments[0];
+    assert_true(egm__id_equal(egm__id_from_pb(d->id), seg));
+    assert_true(egm__id_equal(egm__id_from_pb(d->owner), me));
+    assert_string_equal(d->name, "seg/0");
+    assert_string_equal(d->tcp_endpoint, "127.0.0.1:7000");
+    assert_string_equal(d->host_id, "host-a");
+    assert_int_equal(d->size, 1 << 20);
+    assert_int_equal(d->handle_kind, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    egm__pb_free(&r->base);
+
+    /* Not visible until PutEnd. */
+    r = keys_call(EGM_RPC_GET_REPLICA_LIST, 2, keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_ERR_NOT_READY);
+    egm__pb_free(&r->base);
+    r = keys_call(EGM_RPC_PUT_END, 2, keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[1]->status, EGM_OK);
+    egm__pb_free(&r->base);
+
+    const char *get_keys[] = {"a", "missing", "b"};
+    r = keys_call(EGM_RPC_GET_REPLICA_LIST, 3, get_keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[0]->size, 100);
+    assert_int_equal(r->results[0]->lease_ttl_ms, 10000);
+    assert_int_equal(r->results[0]->n_replicas, 1);
+    assert_int_equal(r->results[1]->status, EGM_ERR_NOT_FOUND);
+    assert_int_equal(r->results[1]->n_replicas, 0);
+    assert_int_equal(r->results[2]->size, 200);
+    assert_int_equal(r->n_segments, 1);
+    egm__pb_free(&r->base);
+
+    r = keys_call(EGM_RPC_EXIST_KEY, 3, get_keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[1]->status, EGM_ERR_NOT_FOUND);
+    assert_int_equal(r->results[2]->status, EGM_OK);
+    assert_int_equal(r->n_segments, 0);
+    egm__pb_free(&r->base);
+
+    r = keys_call(EGM_RPC_REMOVE, 3, get_keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_ERR_HAS_LEASE);
+    assert_int_equal(r->results[1]->status, EGM_ERR_NOT_FOUND);
+    egm__pb_free(&r->base);
+    r = keys_call(EGM_RPC_REMOVE, 1, get_keys, 1);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    egm__pb_free(&r->base);
+
+    Egm__RemoveAllRequest ra = EGM__REMOVE_ALL_REQUEST__INIT;
+    Egm__RemoveAllReply *rar;
+    ra.force = 1;
+    assert_int_equal(call(EGM_RPC_REMOVE_ALL, &ra.base, &egm__remove_all_reply__descriptor,
+                          (ProtobufCMessage **)&rar),
+                     EGM_OK);
+    assert_int_equal(rar->status, EGM_OK);
+    assert_int_equal(rar->removed, 1); /* "b" */
+    egm__pb_free(&rar->base);
+}
+
+static void test_two_replicas_name_two_segments(void **state)
+{
+    (void)state;
+    egm_id_t s1 = mount(1 << 20, "s1"), s2 = mount(1 << 20, "s2");
+    const char *keys[] = {"r"};
+    const uint64_t sizes[] = {64};
+
+    Egm__KeysReply *r = put_start(1, keys, sizes, 2);
+    assert_int_equal(r->results[0]->n_replicas, 2);
+    assert_int_equal(r->n_segments, 2);
+    egm_id_t a = egm__id_from_pb(r->results[0]->replicas[0]->segment);
+    egm_id_t b = egm__id_from_pb(r->results[0]->replicas[1]->segment);
+    assert_false(egm__id_equal(a, b));
+    assert_true(egm__id_equal(a, s1) || egm__id_equal(a, s2));
+    assert_true(egm__id_equal(b, s1) || egm__id_equal(b, s2));
+    egm__pb_free(&r->base);
+}
+
+static void test_malformed_requests(void **state)
+{
+    (void)state;
+    egm_rpc_reply_t reply = {0};
+    const uint8_t junk[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                              0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    Egm__KeysReply *r;
+
+    mount(1 << 20, "m");
+    for (uint16_t type = 1; type <= EGM_RPC_TYPE_MAX; type++) {
+        assert_int_equal(egm__master_handle(&st, type, junk, sizeof(junk), &reply),
+                         EGM_ERR_PROTOCOL);
+        assert_null(reply.buf);
+    }
+    assert_int_equal(egm__master_handle(&st, 999, NULL, 0, &reply), EGM_ERR_NOT_SUPPORTED);
+    /* An empty payload decodes as an empty request: answered, not refused. */
+    assert_int_equal(egm__master_handle(&st, EGM_RPC_EXIST_KEY, NULL, 0, &reply), EGM_OK);
+    egm_free(reply.buf);
+
+    /* PutStart: sizes must match keys; replica_num at most 16; a client id. */
+    Egm__PutStartRequest ps = EGM__PUT_START_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    const char *keys[] = {"x", "y"};
+    uint64_t sizes[] = {1, 2};
+    egm__id_to_pb(me, &client);
+    ps.client = &client;
+    ps.n_keys = 2;
+    ps.keys = (char **)keys;
+    ps.n_sizes = 1;
+    ps.sizes = sizes;
+    assert_int_equal(
+        call(EGM_RPC_PUT_START, &ps.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "sizes"));
+    ps.n_sizes = 2;
+    cfg.replica_num = 17;
+    ps.config = &cfg;
+    assert_int_equal(
+        call(EGM_RPC_PUT_START, &ps.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "replica_num"));
+    cfg.replica_num = 16;
+    ps.client = NULL;
+    assert_int_equal(
+        call(EGM_RPC_PUT_START, &ps.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "client"));
+    sizes[1] = 0; /* per key: size 0 */
+    ps.client = &client;
+    r = NULL;
+    assert_int_equal(
+        call(EGM_RPC_PUT_START, &ps.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_OK);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[1]->status, EGM_ERR_INVALID_ARG);
+    egm__pb_free(&r->base);
+
+    /* More keys than a request may hold. */
+    static const char *many[EGM_MASTER_MAX_KEYS + 1];
+    for (size_t i = 0; i <= EGM_MASTER_MAX_KEYS; i++)
+        many[i] = "k";
+    Egm__KeysRequest kr = EGM__KEYS_REQUEST__INIT;
+    kr.n_keys = EGM_MASTER_MAX_KEYS + 1;
+    kr.keys = (char **)many;
+    assert_int_equal(
+        call(EGM_RPC_EXIST_KEY, &kr.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "keys"));
+    /* PutEnd without a client id. */
+    kr.n_keys = 1;
+    assert_int_equal(
+        call(EGM_RPC_PUT_END, &kr.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+
+    /* MountSegment problems come back in the StatusReply, naming the field. */
+    Egm__MountSegmentRequest mr = EGM__MOUNT_SEGMENT_REQUEST__INIT;
+    Egm__StatusReply *sr;
+    mr.client = &client;
+    assert_int_equal(call(EGM_RPC_MOUNT_SEGMENT, &mr.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&sr),
+                     EGM_OK);
+    assert_int_equal(sr->status, EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(sr->error, "segment"));
+    egm__pb_free(&sr->base);
+    Egm__SegmentDesc d = EGM__SEGMENT_DESC__INIT;
+    Egm__Id id = EGM__ID__INIT;
+    egm__id_to_pb(egm__id_random(), &id);
+    d.id = &id;
+    d.name = "n";
+    mr.segment = &d; /* size 0 */
+    assert_int_equal(call(EGM_RPC_MOUNT_SEGMENT, &mr.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&sr),
+                     EGM_OK);
+    assert_int_equal(sr->status, EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(sr->error, "segment.size"));
+    egm__pb_free(&sr->base);
+
+    Egm__UnmountSegmentRequest ur = EGM__UNMOUNT_SEGMENT_REQUEST__INIT;
+    ur.client = &client;
+    ur.segment = &id;
+    assert_int_equal(call(EGM_RPC_UNMOUNT_SEGMENT, &ur.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&sr),
+                     EGM_OK);
+    assert_int_equal(sr->status, EGM_ERR_SEGMENT_NOT_FOUND);
+    egm__pb_free(&sr->base);
+}
+
+static Egm__PingReply *ping(uint64_t view)
+{
+    Egm__PingRequest req = EGM__PING_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    Egm__PingReply *reply;
+
+    egm__id_to_pb(me, &client);
+    req.client = &client;
+    req.view = view;
+    req.host_id = "host-a";
+    assert_int_equal(
+        call(EGM_RPC_PING, &req.base, &egm__ping_reply__descriptor, (ProtobufCMessage **)&reply),
+        EGM_OK);
+    return reply;
+}
+
+static void test_ping_and_list(void **state)
+{
+    (void)state;
+    Egm__PingReply *p = ping(0);
+    assert_int_equal(p->status, EGM_OK);
+    assert_int_equal(p->view, 0);
+    assert_int_equal(p->n_retired, 0);
+    assert_false(p->view_reset);
+    assert_true(egm__id_equal(egm__id_from_pb(p->master_id), st.master_id));
+    egm__pb_free(&p->base);
+
+    egm_id_t s1 = mount(1 << 20, "s1");
+    mount(1 << 20, "s2");
+    const char *keys[] = {"k1", "k2"};
+    const uint64_t sizes[] = {1000, 64};
+    egm__pb_free(&put_start(2, keys, sizes, 2)->base);
+
+    Egm__ListSegmentsRequest lr = EGM__LIST_SEGMENTS_REQUEST__INIT;
+    Egm__ListSegmentsReply *l;
+    assert_int_equal(call(EGM_RPC_LIST_SEGMENTS, &lr.base, &egm__list_segments_reply__descriptor,
+                          (ProtobufCMessage **)&l),
+                     EGM_OK);
+    assert_int_equal(l->status, EGM_OK);
+    assert_int_equal(l->n_segments, 2);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(l->segments[i]->objects, 2);
+        assert_int_equal(l->segments[i]->used, 1024 + 64);
+        assert_int_equal(l->segments[i]->desc->size, 1 << 20);
+    }
+    assert_int_equal(l->keys, 2);
+    assert_int_equal(l->clients, 1);
+    egm__pb_free(&l->base);
+
+    /* Unmount retires s1: the next ping from view 0 names it. */
+    Egm__UnmountSegmentRequest ur = EGM__UNMOUNT_SEGMENT_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT, id = EGM__ID__INIT;
+    Egm__StatusReply *sr;
+    egm__id_to_pb(me, &client);
+    egm__id_to_pb(s1, &id);
+    ur.client = &client;
+    ur.segment = &id;
+    assert_int_equal(call(EGM_RPC_UNMOUNT_SEGMENT, &ur.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&sr),
+                     EGM_OK);
+    assert_int_equal(sr->status, EGM_OK);
+    egm__pb_free(&sr->base);
+    p = ping(0);
+    assert_int_equal(p->view, 1);
+    assert_int_equal(p->n_retired, 1);
+    assert_true(egm__id_equal(egm__id_from_pb(p->retired[0]), s1));
+    egm__pb_free(&p->base);
+    p = ping(1);
+    assert_int_equal(p->n_retired, 0);
+    egm__pb_free(&p->base);
+    p = ping(5); /* a view this master never had */
+    assert_true(p->view_reset);
+    egm__pb_free(&p->base);
+
+    /* Objects lost a replica but survive on s2. */
+    Egm__KeysReply *r = keys_call(EGM_RPC_PUT_END, 2, keys, 0);
+    egm__pb_free(&r->base);
+    r = keys_call(EGM_RPC_GET_REPLICA_LIST, 2, keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[0]->n_replicas, 1);
+    assert_int_equal(r->n_segments, 1);
+    assert_false(egm__id_equal(egm__id_from_pb(r->segments[0]->id), s1));
+    egm__pb_free(&r->base);
+
+    /* A silent client expires on the tick (client_ttl 10 ms here). */
+    fake_now += 10;
+    egm__master_state_tick(&st, fake_now);
+    assert_int_equal(egm__segment_table_count(st.segments), 0);
+    r = keys_call(EGM_RPC_EXIST_KEY, 2, keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_ERR_NOT_FOUND);
+    egm__pb_free(&r->base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_put_get_reply_contents, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_replicas_name_two_segments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ping_and_list, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
