@@ -4,6 +4,7 @@
 #include "te/te_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -142,6 +143,16 @@ static egm_status_t map_segment(const egm_segment_desc_t *segment, void **base_p
                             "shm: segment %s: size %" PRIu64 " (file %" PRIu64
                             ") differs from the descriptor's %" PRIu64,
                             text, size, (uint64_t)stbuf.st_size, segment->size);
+        goto err_fd;
+    }
+    /* An unsealed file could be truncated under our mapping by its provider,
+     * and every copy would then fault (SIGBUS) in this process. */
+    int seals = fcntl(memfd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        st = egm__set_error(EGM_ERR_PERMISSION,
+                            "shm: segment %s: the provider's memfd is not sealed against "
+                            "shrinking",
+                            text);
         goto err_fd;
     }
     void *base = mmap(NULL, segment->size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);

@@ -3,6 +3,7 @@
  * (another client id) moves random bytes both ways over shm and tcp. Refusals are checked at the
  * route level and, with raw sockets, at the tcp server and the fd broker. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,9 +52,10 @@ static egm_status_t test_pool_create(uint64_t total, uint64_t chunk_size, test_p
     for (uint64_t left = total; left > 0 && pool->count < 2; pool->count++) {
         test_chunk_t *c = &pool->chunks[pool->count];
         c->size = left < chunk_size ? left : chunk_size;
-        c->memfd = memfd_create("egmstore-test", MFD_CLOEXEC);
+        c->memfd = memfd_create("egmstore-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         assert_true(c->memfd >= 0);
         assert_int_equal(ftruncate(c->memfd, (off_t)c->size), 0);
+        assert_int_equal(fcntl(c->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
         c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
         assert_true(c->base != MAP_FAILED);
         left -= c->size;
@@ -541,6 +543,36 @@ static void broker_request(int fd, uint32_t magic, egm_id_t id)
     assert_int_equal(send(fd, req, sizeof(req), MSG_NOSIGNAL), (ssize_t)sizeof(req));
 }
 
+static void test_shm_refuses_unsealed_memfd(void **state)
+{
+    fx_t *fx = *state;
+    /* A memfd its provider could still truncate would let copies fault here. */
+    int memfd = memfd_create("egmstore-unsealed", MFD_CLOEXEC);
+    assert_true(memfd >= 0);
+    assert_int_equal(ftruncate(memfd, 4096), 0);
+    void *base = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    assert_true(base != MAP_FAILED);
+    egm_segment_desc_t desc;
+    memset(&desc, 0, sizeof(desc));
+    desc.id = egm__id_random();
+    desc.owner = fx->provider_id;
+    desc.size = 4096;
+    assert_int_equal(egm__te_expose_segment(fx->provider, &desc, base, memfd), EGM_OK);
+
+    set_consumer(fx, EGM_PROTOCOL_SHM);
+    uint8_t buf[64];
+    assert_int_equal(xfer(fx->consumer, &desc, 0, buf, sizeof(buf), EGM_TE_READ),
+                     EGM_ERR_PERMISSION);
+    assert_non_null(strstr(egm_last_error(), "sealed"));
+    /* tcp still serves it. */
+    set_consumer(fx, EGM_PROTOCOL_TCP);
+    assert_int_equal(xfer(fx->consumer, &desc, 0, buf, sizeof(buf), EGM_TE_READ), EGM_OK);
+
+    assert_int_equal(egm__te_withdraw_segment(fx->provider, desc.id), EGM_OK);
+    munmap(base, 4096);
+    close(memfd);
+}
+
 static void test_fd_broker(void **state)
 {
     fx_t *fx = *state;
@@ -795,6 +827,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_level_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_server_refuses_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fd_broker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shm_refuses_unsealed_memfd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fd_broker_refuses_other_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forget_then_remap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forget_while_transfers_run, setup, teardown),
