@@ -1,15 +1,17 @@
 /* Tracked allocation: a 16-byte header before each block names its site record,
- * whose live counters tests read. */
+ * whose live counters tests read. Sites are matched by text, so a site string
+ * need not outlive the call. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
 
-#define MAX_SITES 1024
+#define MAX_SITES 1024 /* power of two; the table holds at most MAX_SITES - 1 */
 
 typedef struct {
-    const char *name; /* first pointer seen for this site text */
+    const char *name; /* private copy; published last, never changed after */
+    uint64_t hash;
     uint64_t live;
     uint64_t bytes;
 } site_t;
@@ -21,32 +23,58 @@ typedef struct {
 
 _Static_assert(sizeof(header_t) == 16, "header keeps 16-byte alignment");
 
+/* Open addressing keyed by the site text: lookups read without the lock (names
+ * are published with release stores and never move); inserts take the lock. */
 static site_t sites[MAX_SITES];
 static size_t n_sites;
 static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
-static site_t overflow_site = {"(other sites)", 0, 0};
+static site_t overflow_site = {"(other sites)", 0, 0, 0};
+
 static uint64_t live_count, live_bytes;
+
+static uint64_t hash_text(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The slot holding `name`, or the empty slot where it belongs (NULL if full). */
+static site_t *probe(const char *name, uint64_t h)
+{
+    for (size_t n = 0, i = h & (MAX_SITES - 1); n < MAX_SITES; n++, i = (i + 1) & (MAX_SITES - 1)) {
+        const char *s = __atomic_load_n(&sites[i].name, __ATOMIC_ACQUIRE);
+        if (s == NULL || (sites[i].hash == h && strcmp(s, name) == 0))
+            return &sites[i];
+    }
+    return NULL;
+}
 
 static site_t *site_for(const char *name)
 {
-    size_t n = __atomic_load_n(&n_sites, __ATOMIC_ACQUIRE);
     if (name == NULL)
         name = "(unnamed)";
-    for (size_t i = 0; i < n; i++)
-        if (sites[i].name == name)
-            return &sites[i];
+    uint64_t h = hash_text(name);
+    site_t *site = probe(name, h);
+    if (site != NULL && __atomic_load_n(&site->name, __ATOMIC_ACQUIRE) != NULL)
+        return site;
     pthread_mutex_lock(&sites_lock);
-    site_t *found = NULL;
-    for (size_t i = 0; i < n_sites && found == NULL; i++)
-        if (strcmp(sites[i].name, name) == 0)
-            found = &sites[i];
-    if (found == NULL && n_sites < MAX_SITES) {
-        found = &sites[n_sites];
-        found->name = name;
-        __atomic_store_n(&n_sites, n_sites + 1, __ATOMIC_RELEASE);
+    site = probe(name, h);
+    if (site != NULL && __atomic_load_n(&site->name, __ATOMIC_ACQUIRE) == NULL) {
+        char *copy = n_sites + 1 < MAX_SITES ? strdup(name) : NULL; /* lives until exit */
+        if (copy != NULL) {
+            site->hash = h;
+            __atomic_store_n(&site->name, copy, __ATOMIC_RELEASE);
+            n_sites++;
+        } else {
+            site = NULL;
+        }
     }
     pthread_mutex_unlock(&sites_lock);
-    return found != NULL ? found : &overflow_site;
+    return site != NULL ? site : &overflow_site;
 }
 
 static void account(site_t *site, int64_t count, int64_t bytes)
@@ -135,24 +163,31 @@ uint64_t egm__alloc_live_bytes(void)
 
 uint64_t egm__alloc_live_count_site(const char *site)
 {
-    size_t n = __atomic_load_n(&n_sites, __ATOMIC_ACQUIRE);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(sites[i].name, site) == 0)
-            return __atomic_load_n(&sites[i].live, __ATOMIC_RELAXED);
-    return 0;
+    if (site == NULL)
+        site = "(unnamed)";
+    site_t *s = probe(site, hash_text(site));
+    if (s == NULL || __atomic_load_n(&s->name, __ATOMIC_ACQUIRE) == NULL)
+        return 0;
+    return __atomic_load_n(&s->live, __ATOMIC_RELAXED);
 }
 
 int egm__alloc_report(void)
 {
-    size_t n = __atomic_load_n(&n_sites, __ATOMIC_ACQUIRE);
     int reported = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t live = __atomic_load_n(&sites[i].live, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < MAX_SITES; i++) {
+        const char *name = __atomic_load_n(&sites[i].name, __ATOMIC_ACQUIRE);
+        uint64_t live = name != NULL ? __atomic_load_n(&sites[i].live, __ATOMIC_RELAXED) : 0;
         if (live == 0)
             continue;
-        fprintf(stderr, "live allocations: %-32s %8llu blocks %12llu bytes\n", sites[i].name,
+        fprintf(stderr, "live allocations: %-32s %8llu blocks %12llu bytes\n", name,
                 (unsigned long long)live,
                 (unsigned long long)__atomic_load_n(&sites[i].bytes, __ATOMIC_RELAXED));
+        reported++;
+    }
+    uint64_t other = __atomic_load_n(&overflow_site.live, __ATOMIC_RELAXED);
+    if (other > 0) {
+        fprintf(stderr, "live allocations: %-32s %8llu blocks\n", overflow_site.name,
+                (unsigned long long)other);
         reported++;
     }
     return reported;

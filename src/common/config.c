@@ -304,6 +304,24 @@ egm_status_t egm_config_set_pair(egm_config_t *config, const char *pair)
     return status;
 }
 
+/* Cuts an inline comment: '#' or ';' at the start or after whitespace, outside
+ * quotes ("port = 50051  # master"). */
+static void strip_comment(char *line)
+{
+    char quote = '\0';
+    for (char *p = line; *p != '\0'; p++) {
+        if (quote != '\0') {
+            if (*p == quote)
+                quote = '\0';
+        } else if (*p == '"' || *p == '\'') {
+            quote = *p;
+        } else if ((*p == '#' || *p == ';') && (p == line || isspace((unsigned char)p[-1]))) {
+            *p = '\0';
+            return;
+        }
+    }
+}
+
 egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
 {
     char line[8192];
@@ -317,6 +335,13 @@ egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
         return egm__set_error(EGM_ERR_CONFIG, "%s: %s", path, strerror(errno));
     while (status == EGM_OK && fgets(line, sizeof(line), f) != NULL) {
         lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(f)) {
+            status = egm__set_error(EGM_ERR_CONFIG, "%s:%d: line longer than %zu characters", path,
+                                    lineno, sizeof(line) - 2);
+            break;
+        }
+        strip_comment(line);
         char *s = trim(line);
         if (s[0] == '\0' || s[0] == '#' || s[0] == ';' || s[0] == '[')
             continue;
@@ -380,12 +405,16 @@ egm_status_t egm__config_set_flag(egm_config_t *config, const char *flag, const 
     const char *p = flag;
     size_t n = 0;
 
+    if (config == NULL || flag == NULL || value == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config, flag and value must not be NULL");
     if (strncmp(p, "--", 2) == 0)
         p += 2;
+    if (strcmp(p, "master") == 0) /* the one short alias, documented with the key */
+        p = "master_server_addr";
     for (; *p != '\0' && n + 1 < sizeof(key); p++)
         key[n++] = *p == '-' ? '_' : *p;
     key[n] = '\0';
-    if (key_index(key) < 0)
+    if (*p != '\0' || key_index(key) < 0)
         return egm__set_error(EGM_ERR_CONFIG, "unknown flag %s (egmstore --help lists them)", flag);
     return egm_config_set(config, key, value);
 }

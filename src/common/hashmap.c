@@ -75,7 +75,8 @@ static slot_t *find(const egm_hashmap_t *map, const void *key, size_t len, uint6
         slot_t *s = &map->slots[i];
         if (s->state == EMPTY)
             return NULL;
-        if (s->state == FULL && s->hash == h && s->key_len == len && memcmp(s->key, key, len) == 0)
+        if (s->state == FULL && s->hash == h && s->key_len == len &&
+            (len == 0 || memcmp(s->key, key, len) == 0))
             return s;
     }
     return NULL;
@@ -130,7 +131,8 @@ egm_status_t egm__hashmap_put(egm_hashmap_t *map, const void *key, size_t key_le
     void *copy = egm_malloc(key_len ? key_len : 1, "hashmap.key");
     if (copy == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory storing a key");
-    memcpy(copy, key, key_len);
+    if (key_len > 0) /* a zero-length key may be NULL */
+        memcpy(copy, key, key_len);
     size_t mask = map->cap - 1, i = h & mask;
     while (map->slots[i].state == FULL)
         i = (i + 1) & mask;

@@ -3,19 +3,32 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
+#include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
 
 egm_id_t egm__id_random(void)
 {
-    uint8_t b[16];
+    uint8_t b[16] = {0};
     size_t got = 0;
     while (got < sizeof(b)) {
         ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
-        if (n > 0)
+        if (n > 0) {
             got += (size_t)n;
-        else if (errno != EINTR)
+        } else if (errno != EINTR) {
+            int err = errno;
+            /* Only without getrandom (pre-3.17 kernels): fall back to time and pid so
+             * that ids still differ, and say so once. */
+            uint64_t mix = egm__now_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)b;
+            for (size_t i = got; i < sizeof(b); i++) {
+                mix = mix * 6364136223846793005ull + 1442695040888963407ull;
+                b[i] = (uint8_t)(mix >> 56);
+            }
+            egm_log_ratelimited(EGM_LOG_ERROR, 1, "getrandom: %s; ids are weakly random",
+                                strerror(err));
             break;
+        }
     }
     b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
     b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* variant 1 */

@@ -50,6 +50,9 @@ void egm__log_write(egm_log_level_t level, const char *file, int line, const cha
     const char *base = strrchr(file, '/');
     int n;
 
+    if ((int)level < EGM_LOG_ERROR || (int)level > EGM_LOG_TRACE)
+        level = EGM_LOG_ERROR;
+
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n = snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %c %s %d:%ld %s:%d ",

@@ -1,6 +1,7 @@
 /* A thin epoll reactor: fd callbacks, periodic timers, tasks posted from other
  * threads, and a stop that is safe from signal handlers (an eventfd write). */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -123,6 +124,8 @@ void egm__reactor_destroy(egm_reactor_t *r)
 egm_status_t egm__reactor_add(egm_reactor_t *r, int fd, uint32_t events, egm_reactor_fd_cb_t cb,
                               void *arg)
 {
+    if (egm__hashmap_get(r->fds, &fd, sizeof(fd)) != NULL)
+        return egm__set_error(EGM_ERR_EXISTS, "fd %d is already in the reactor", fd);
     fd_rec_t *rec = egm_calloc(1, sizeof(*rec), "reactor.fd");
     if (rec == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory adding an fd");
@@ -171,8 +174,9 @@ egm_status_t egm__reactor_remove(egm_reactor_t *r, int fd)
 egm_status_t egm__reactor_add_timer(egm_reactor_t *r, uint64_t period_ms, egm_reactor_timer_cb_t cb,
                                     void *arg, uint64_t *timer_id_p)
 {
-    if (period_ms == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "timer period must be > 0");
+    /* The upper bound keeps now + period from wrapping around. */
+    if (period_ms == 0 || period_ms > (uint64_t)INT64_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "timer period must be 1..2^63-1 ms");
     timer_t_ *t = egm_calloc(1, sizeof(*t), "reactor.timer");
     if (t == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory adding a timer");
@@ -251,30 +255,33 @@ static void run_tasks(egm_reactor_t *r)
     }
 }
 
-/* Fires due timers; returns ms until the next one (-1 if none). */
+/* Fires due timers; returns ms until the next one (-1 if none). A callback may
+ * add or remove any timer, so after each one the scan restarts from the head;
+ * timers fired in this round are already rescheduled past `now` and skipped. */
 static int run_timers(egm_reactor_t *r)
 {
     uint64_t now = egm__now_ms();
-    uint64_t next_due = UINT64_MAX;
-    for (timer_t_ *t = r->timers; t != NULL;) {
-        timer_t_ *next = t->next; /* the callback may remove its own timer */
-        if (t->due_ms <= now) {
-            t->due_ms = now + t->period_ms;
-            uint64_t id = t->id;
-            t->cb(r, t->arg);
-            /* t may be gone now; look it up again for the next due time */
-            for (timer_t_ *u = r->timers; u != NULL; u = u->next)
-                if (u->id == id && u->due_ms < next_due)
-                    next_due = u->due_ms;
-        } else if (t->due_ms < next_due) {
-            next_due = t->due_ms;
+    for (int fired = 1; fired;) {
+        fired = 0;
+        for (timer_t_ *t = r->timers; t != NULL; t = t->next) {
+            if (t->due_ms <= now) {
+                t->due_ms = now + t->period_ms;
+                t->cb(r, t->arg);
+                fired = 1;
+                break;
+            }
         }
-        t = next;
     }
+    uint64_t next_due = UINT64_MAX;
+    for (timer_t_ *t = r->timers; t != NULL; t = t->next)
+        if (t->due_ms < next_due)
+            next_due = t->due_ms;
     if (next_due == UINT64_MAX)
         return -1;
     now = egm__now_ms();
-    return next_due <= now ? 0 : (int)(next_due - now);
+    if (next_due <= now)
+        return 0;
+    return next_due - now > INT_MAX ? INT_MAX : (int)(next_due - now);
 }
 
 egm_status_t egm__reactor_run(egm_reactor_t *r)

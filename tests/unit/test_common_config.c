@@ -1,0 +1,413 @@
+/* Configuration: the key table, sizes in every unit (and what is refused), int,
+ * enum and bool validation with messages that name the key, unknown keys, INI
+ * files (comments, sections, quoting, a bad line reported with its number), the
+ * EGMSTORE_* environment and --flags. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/config_int.h"
+#include "common/log.h"
+
+static uint64_t live_at_start;
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static void assert_error_contains(const char *needle)
+{
+    if (strstr(egm_last_error(), needle) == NULL)
+        fail_msg("last error \"%s\" lacks \"%s\"", egm_last_error(), needle);
+}
+
+static void test_key_table_names_order_defaults(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        const char *def;
+    } want[] = {
+        {"log_level", "info"},
+        {"master_server_addr", "127.0.0.1:50051"},
+        {"listen_address", "0.0.0.0"},
+        {"port", "50051"},
+        {"local_hostname", ""},
+        {"protocol", "auto"},
+        {"global_segment_size", "0"},
+        {"max_mr_size", "1GiB"},
+        {"data_port", "0"},
+        {"replica_num", "1"},
+        {"rpc_timeout_ms", "5000"},
+        {"connect_timeout_ms", "3000"},
+        {"io_timeout_ms", "10000"},
+        {"ping_interval_ms", "1000"},
+        {"default_kv_lease_ttl", "10000"},
+        {"client_ttl", "10"},
+        {"max_frame_size", "64MiB"},
+    };
+    size_t n;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    assert_int_equal(n, sizeof(want) / sizeof(want[0]));
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    for (size_t i = 0; i < n; i++) {
+        assert_string_equal(keys[i].name, want[i].name);
+        assert_string_equal(keys[i].def, want[i].def);
+        assert_non_null(keys[i].help);
+        assert_true(strlen(keys[i].help) > 0);
+        assert_ptr_equal(egm__config_find_key(want[i].name), &keys[i]);
+        assert_string_equal(egm_config_get(c, want[i].name), want[i].def);
+        assert_false(egm__config_is_set(c, want[i].name));
+    }
+    assert_null(egm__config_find_key("foo"));
+    assert_null(egm_config_get(c, "foo"));
+    assert_int_equal(egm_config_get_int(c, "port"), 50051);
+    assert_int_equal(egm_config_get_size(c, "max_mr_size"), 1ull << 30);
+    assert_int_equal(egm_config_get_size(c, "max_frame_size"), 64ull << 20);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 0);
+    egm_config_destroy(c);
+    egm_config_destroy(NULL);
+}
+
+static void test_sizes_every_unit(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } ok[] = {
+        {"0", 0},
+        {"4096", 4096},
+        {"7B", 7},
+        {"7b", 7},
+        {"3K", 3ull << 10},
+        {"3KB", 3ull << 10},
+        {"3KiB", 3ull << 10},
+        {"3kib", 3ull << 10},
+        {"3kb", 3ull << 10},
+        {"5M", 5ull << 20},
+        {"5MB", 5ull << 20},
+        {"5MiB", 5ull << 20},
+        {"5mib", 5ull << 20},
+        {"2G", 2ull << 30},
+        {"2GB", 2ull << 30},
+        {"2GiB", 2ull << 30},
+        {"2gIb", 2ull << 30},
+        {"1T", 1ull << 40},
+        {"1TB", 1ull << 40},
+        {"1TiB", 1ull << 40},
+        {"256 MiB", 256ull << 20},
+        {"256\tMiB", 256ull << 20},
+        {" 256MiB ", 256ull << 20},
+        {"18446744073709551615", UINT64_MAX},
+        {"16777215TiB", 16777215ull << 40},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        uint64_t v = 1;
+        if (egm__parse_size("global_segment_size", ok[i].text, &v) != EGM_OK)
+            fail_msg("\"%s\" refused: %s", ok[i].text, egm_last_error());
+        assert_int_equal(v, ok[i].bytes);
+    }
+}
+
+static void test_sizes_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",     " ",   "-1",    "-1GiB",   "12XB", "GiB", "1.5GiB",
+        "0x10", "1 2", "1GiBs", "1 G i B", "1PiB", "abc", "+1",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t v = 77;
+        if (egm__parse_size("global_segment_size", bad[i], &v) != EGM_ERR_CONFIG)
+            fail_msg("\"%s\" accepted", bad[i]);
+        assert_int_equal(v, 77);
+        assert_error_contains("global_segment_size");
+    }
+    uint64_t v;
+    assert_int_equal(egm__parse_size("global_segment_size", "12XB", &v), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(),
+                        "global_segment_size: \"12XB\" is not a size (use bytes or a number with "
+                        "KiB/MiB/GiB/TiB, e.g. 256MiB)");
+    /* Overflow, in the digits or through the unit. */
+    static const char *const huge[] = {"18446744073709551616", "99999999999999999999999",
+                                       "16777216TiB", "17179869184GiB"};
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        if (egm__parse_size("max_mr_size", huge[i], &v) != EGM_ERR_CONFIG)
+            fail_msg("\"%s\" accepted", huge[i]);
+        assert_error_contains("max_mr_size");
+    }
+}
+
+static void test_format_size(void **state)
+{
+    (void)state;
+    char buf[32];
+    assert_string_equal(egm__format_size(512, buf, sizeof(buf)), "512 B");
+    assert_string_equal(egm__format_size(1536ull << 20, buf, sizeof(buf)), "1.5 GiB");
+    assert_string_equal(egm__format_size(1ull << 40, buf, sizeof(buf)), "1.0 TiB");
+}
+
+static void test_set_validates_each_type(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+
+    /* enum */
+    assert_int_equal(egm_config_set(c, "protocol", "tcp"), EGM_OK);
+    assert_string_equal(egm_config_get(c, "protocol"), "tcp");
+    assert_true(egm__config_is_set(c, "protocol"));
+    assert_int_equal(egm_config_set(c, "protocol", "rdma"), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(), "protocol: \"rdma\" is not one of auto|shm|tcp");
+    assert_string_equal(egm_config_get(c, "protocol"), "tcp"); /* unchanged */
+    assert_int_equal(egm_config_set(c, "protocol", ""), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "protocol", "shm|tcp"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "log_level", "trace"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "log_level", "loud"), EGM_ERR_CONFIG);
+
+    /* int, with both ends of ranges */
+    assert_int_equal(egm_config_set(c, "port", "0"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "port", "65535"), EGM_OK);
+    assert_int_equal(egm_config_get_int(c, "port"), 65535);
+    assert_int_equal(egm_config_set(c, "port", "70000"), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(), "port: 70000 is out of range 0..65535");
+    assert_int_equal(egm_config_set(c, "port", "-1"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "port", "80x"), EGM_ERR_CONFIG);
+    assert_error_contains("port: \"80x\" is not an integer");
+    assert_int_equal(egm_config_set(c, "port", ""), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "port", " 80"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "port", "99999999999999999999999"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_get_int(c, "port"), 65535);
+    assert_int_equal(egm_config_set(c, "replica_num", "0"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "replica_num", "16"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "replica_num", "17"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "ping_interval_ms", "9"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "client_ttl", "3601"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "default_kv_lease_ttl", "86400000"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "default_kv_lease_ttl", "86400001"), EGM_ERR_CONFIG);
+
+    /* size, with ranges */
+    assert_int_equal(egm_config_set(c, "global_segment_size", "12XB"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "global_segment_size", "4 GB"), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 4ull << 30);
+    assert_string_equal(egm_config_get(c, "global_segment_size"), "4 GB");
+    assert_int_equal(egm_config_set(c, "max_mr_size", "4KiB"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "max_mr_size", "4095"), EGM_ERR_CONFIG);
+    assert_error_contains("max_mr_size");
+    assert_int_equal(egm_config_set(c, "max_frame_size", "1KiB"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "max_frame_size", "1GiB"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "max_frame_size", "1025MiB"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "max_frame_size", "1023"), EGM_ERR_CONFIG);
+
+    /* string */
+    assert_int_equal(egm_config_set(c, "local_hostname", "node-7"), EGM_OK);
+    assert_string_equal(egm_config_get(c, "local_hostname"), "node-7");
+
+    /* unknown keys and NULLs */
+    assert_int_equal(egm_config_set(c, "foo", "1"), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(), "unknown configuration key \"foo\"");
+    assert_int_equal(egm_config_set(c, "PORT", "1"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, NULL, "1"), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm_config_set(c, "port", NULL), EGM_ERR_INVALID_ARG);
+
+    /* key=value pairs */
+    assert_int_equal(egm_config_set_pair(c, "  data_port =  1234 "), EGM_OK);
+    assert_int_equal(egm_config_get_int(c, "data_port"), 1234);
+    assert_int_equal(egm_config_set_pair(c, "data_port"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set_pair(c, "nokey=1"), EGM_ERR_CONFIG);
+
+    /* a copy is independent */
+    egm_config_t *copy;
+    assert_int_equal(egm_config_copy(c, &copy), EGM_OK);
+    assert_int_equal(egm_config_set(c, "data_port", "1"), EGM_OK);
+    assert_int_equal(egm_config_get_int(copy, "data_port"), 1234);
+    assert_true(egm__config_is_set(copy, "data_port"));
+    assert_false(egm__config_is_set(copy, "rpc_timeout_ms"));
+    egm_config_destroy(copy);
+    egm_config_destroy(c);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void temp_path(char *path, size_t len)
+{
+    snprintf(path, len, "/tmp/egm_test_config_%d.ini", (int)getpid());
+}
+
+static void test_file(void **state)
+{
+    (void)state;
+    char path[128];
+    temp_path(path, sizeof(path));
+    write_file(path, "# egmstore\n"
+                     "; another comment\n"
+                     "\n"
+                     "[master]\n"
+                     "port = 6000\n"
+                     "  protocol=shm  \n"
+                     "global_segment_size = 2 GiB   # inline comment\n"
+                     "local_hostname = \"node # 1\"\n"
+                     "[client]\n"
+                     "replica_num=2 ; why two\n");
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm_config_load_file(c, path), EGM_OK);
+    assert_int_equal(egm_config_get_int(c, "port"), 6000);
+    assert_string_equal(egm_config_get(c, "protocol"), "shm");
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 2ull << 30);
+    assert_string_equal(egm_config_get(c, "local_hostname"), "node # 1");
+    assert_int_equal(egm_config_get_int(c, "replica_num"), 2);
+    assert_true(egm__config_is_set(c, "port"));
+    assert_false(egm__config_is_set(c, "data_port"));
+
+    /* A bad value: the message names file, line and key. */
+    write_file(path, "port = 6001\n# ok\nprotocol = rdma\nreplica_num = 3\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    char want[256];
+    snprintf(want, sizeof(want), "%s:3: protocol: \"rdma\" is not one of auto|shm|tcp", path);
+    assert_string_equal(egm_last_error(), want);
+    assert_int_equal(egm_config_get_int(c, "replica_num"), 2); /* stopped at line 3 */
+
+    /* A line that is not key = value. */
+    write_file(path, "port = 6001\n\nthis is not a setting\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    snprintf(want, sizeof(want), "%s:3:", path);
+    assert_error_contains(want);
+
+    /* An unknown key. */
+    write_file(path, "foo = 1\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    assert_error_contains(":1: unknown configuration key \"foo\"");
+
+    /* A line longer than the reader accepts is refused, not split. */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("local_hostname = ", f);
+    for (int i = 0; i < 9000; i++)
+        fputc('a', f);
+    fputs("\nport = 1\n", f);
+    fclose(f);
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    assert_error_contains(":1: line longer");
+
+    unlink(path);
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    assert_error_contains(path);
+    egm_config_destroy(c);
+}
+
+static void test_env(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(setenv("EGMSTORE_GLOBAL_SEGMENT_SIZE", "1GiB", 1), 0);
+    assert_int_equal(setenv("EGMSTORE_PROTOCOL", "tcp", 1), 0);
+    assert_int_equal(setenv("EGMSTORE", "not a key: no underscore", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 1ull << 30);
+    assert_string_equal(egm_config_get(c, "protocol"), "tcp");
+    assert_true(egm__config_is_set(c, "protocol"));
+
+    assert_int_equal(setenv("EGMSTORE_PROTOCOL", "rdma", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_ERR_CONFIG);
+    assert_error_contains("EGMSTORE_PROTOCOL");
+    assert_error_contains("auto|shm|tcp");
+    assert_int_equal(unsetenv("EGMSTORE_PROTOCOL"), 0);
+
+    assert_int_equal(setenv("EGMSTORE_FOO", "1", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_ERR_CONFIG);
+    assert_error_contains("EGMSTORE_FOO");
+    assert_int_equal(unsetenv("EGMSTORE_FOO"), 0);
+    assert_int_equal(unsetenv("EGMSTORE_GLOBAL_SEGMENT_SIZE"), 0);
+    assert_int_equal(unsetenv("EGMSTORE"), 0);
+    egm_config_destroy(c);
+}
+
+static void test_flags(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm__config_set_flag(c, "--global-segment-size", "3GiB"), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 3ull << 30);
+    assert_int_equal(egm__config_set_flag(c, "--global_segment_size", "4GiB"), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 4ull << 30);
+    assert_int_equal(egm__config_set_flag(c, "--master", "10.0.0.1:7000"), EGM_OK);
+    assert_string_equal(egm_config_get(c, "master_server_addr"), "10.0.0.1:7000");
+    assert_int_equal(egm__config_set_flag(c, "--master-server-addr", "10.0.0.2:7000"), EGM_OK);
+    assert_string_equal(egm_config_get(c, "master_server_addr"), "10.0.0.2:7000");
+
+    assert_int_equal(egm__config_set_flag(c, "--bogus-flag", "1"), EGM_ERR_CONFIG);
+    assert_error_contains("--bogus-flag");
+    assert_int_equal(egm__config_set_flag(c, "--port", "70000"), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(), "port: 70000 is out of range 0..65535");
+    char longflag[300];
+    memset(longflag, 'x', sizeof(longflag) - 1);
+    longflag[sizeof(longflag) - 1] = '\0';
+    assert_int_equal(egm__config_set_flag(c, longflag, "1"), EGM_ERR_CONFIG);
+    egm_config_destroy(c);
+}
+
+static void test_get_bool_and_unknown_getters(void **state)
+{
+    (void)state;
+    /* No key of this release is a bool; egm_config_get_bool reads any value as
+     * true|false|1|0|yes|no|on|off and answers 0 for anything else. */
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm_config_set(c, "data_port", "1"), EGM_OK);
+    assert_int_equal(egm_config_get_bool(c, "data_port"), 1);
+    assert_int_equal(egm_config_set(c, "data_port", "0"), EGM_OK);
+    assert_int_equal(egm_config_get_bool(c, "data_port"), 0);
+    assert_int_equal(egm_config_set(c, "local_hostname", "YES"), EGM_OK);
+    assert_int_equal(egm_config_get_bool(c, "local_hostname"), 1);
+    assert_int_equal(egm_config_set(c, "local_hostname", "off"), EGM_OK);
+    assert_int_equal(egm_config_get_bool(c, "local_hostname"), 0);
+    assert_int_equal(egm_config_get_bool(c, "protocol"), 0);
+    assert_int_equal(egm_config_get_bool(c, "nope"), 0);
+    assert_int_equal(egm_config_get_int(c, "nope"), 0);
+    assert_int_equal(egm_config_get_size(c, "nope"), 0);
+    egm_config_destroy(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sizes_every_unit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sizes_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_format_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_validates_each_type, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
