@@ -1,0 +1,45 @@
+/* GPU copies for one device: its own non-blocking stream, events for
+ * completion, copy engines for large single copies, one gather/scatter kernel
+ * launch for batches of many blocks (cuMemcpyBatchAsync when the build had no
+ * nvcc). Pointers are device-accessible addresses: HBM, or pool memory mapped
+ * into this device (nvlink mapping cache), or pinned host memory. */
+#ifndef EGM_CUDA_COPY_H
+#define EGM_CUDA_COPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+
+typedef struct {
+    uint64_t dst;
+    uint64_t src;
+    uint64_t len;
+} egm_copy_desc_t;
+
+typedef struct egm_copier egm_copier_t;
+
+typedef struct {
+    uint64_t copies;
+    uint64_t bytes;
+    uint64_t kernel_launches;
+    uint64_t engine_copies;
+    uint64_t batch_api_calls;
+} egm_copier_stats_t;
+
+/* Copier on `device` (primary context, a stream of the lowest priority when
+ * `low_priority`). */
+egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **copier_p);
+void egm__copier_destroy(egm_copier_t *copier);
+/* Runs n copies and waits for them. Batches of >= kernel_min_blocks blocks each
+ * <= kernel_max_block bytes use the kernel; the rest use copy engines.
+ * Thread-safe (serialised per copier). */
+egm_status_t egm__copier_run(egm_copier_t *copier, const egm_copy_desc_t *copies, size_t n);
+/* Switch-over point between per-copy engines and the kernel (measured on H200;
+ * tunable for benchmarks). */
+void egm__copier_set_kernel_threshold(egm_copier_t *copier, size_t min_blocks,
+                                      size_t max_block_bytes);
+void egm__copier_stats(const egm_copier_t *copier, egm_copier_stats_t *stats_p);
+/* 1 when the kernels were built into this library (nvcc was present). */
+int egm__copier_has_kernels(void);
+
+#endif
