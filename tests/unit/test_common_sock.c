@@ -1,0 +1,237 @@
+/* Sockets: host:port parsing (names, IPv4, [IPv6], bad ports); TCP listen on a
+ * free port, connect, full reads and writes, read deadline, refused connect;
+ * abstract and path Unix sockets with fd passing and peer credentials; host id
+ * form. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+static uint64_t live_at_start;
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static void test_split_hostport(void **state)
+{
+    (void)state;
+    char host[64];
+    uint16_t port;
+    assert_int_equal(egm__sock_split_hostport("127.0.0.1:50051", host, sizeof(host), &port),
+                     EGM_OK);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 50051);
+    assert_int_equal(egm__sock_split_hostport("node-1.example:0", host, sizeof(host), &port),
+                     EGM_OK);
+    assert_string_equal(host, "node-1.example");
+    assert_int_equal(port, 0);
+    assert_int_equal(egm__sock_split_hostport("[::1]:80", host, sizeof(host), &port), EGM_OK);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 80);
+
+    static const char *const bad[] = {
+        "",        "host",    "host:", "host:65536", "host:-1",
+        "host:8x", "[::1]80", "[::1",  "host:1:2x",  ":99999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (egm__sock_split_hostport(bad[i], host, sizeof(host), &port) != EGM_ERR_INVALID_ARG)
+            fail_msg("\"%s\" accepted", bad[i]);
+    assert_int_equal(egm__sock_split_hostport(NULL, host, sizeof(host), &port),
+                     EGM_ERR_INVALID_ARG);
+    char tiny[4];
+    assert_int_equal(egm__sock_split_hostport("longhost:1", tiny, sizeof(tiny), &port),
+                     EGM_ERR_INVALID_ARG);
+}
+
+static void test_tcp_roundtrip(void **state)
+{
+    (void)state;
+    int lfd, cfd, sfd;
+    uint16_t port = 0;
+    assert_int_equal(egm__sock_tcp_listen("127.0.0.1", 0, &lfd, &port), EGM_OK);
+    assert_true(port != 0);
+    assert_true(fcntl(lfd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", port, 2000, &cfd), EGM_OK);
+    assert_true(fcntl(cfd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(fcntl(cfd, F_GETFL) & O_NONBLOCK, 0); /* back to blocking */
+    int nodelay = 0;
+    socklen_t len = sizeof(nodelay);
+    assert_int_equal(getsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0);
+    assert_true(nodelay != 0);
+    sfd = accept(lfd, NULL, NULL);
+    assert_true(sfd >= 0);
+
+    static char big[1 << 20];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)(i * 31);
+    /* 1 MiB may not fit in the socket buffers: one thread sends it in pieces that
+     * the other end reads in lockstep. */
+    for (size_t off = 0; off < sizeof(big); off += 65536) {
+        char got[65536];
+        assert_int_equal(egm__sock_write_full(cfd, big + off, sizeof(got)), EGM_OK);
+        assert_int_equal(egm__sock_read_full(sfd, got, sizeof(got)), EGM_OK);
+        assert_memory_equal(got, big + off, sizeof(got));
+    }
+
+    /* Deadline: nothing arrives. */
+    char b[4];
+    assert_int_equal(egm__sock_read_full_timeout(sfd, b, sizeof(b), 30), EGM_ERR_TIMEOUT);
+    assert_int_equal(egm__sock_write_full(cfd, "ping", 4), EGM_OK);
+    assert_int_equal(egm__sock_read_full_timeout(sfd, b, sizeof(b), 2000), EGM_OK);
+    assert_memory_equal(b, "ping", 4);
+
+    /* EOF mid-message is UNREACHABLE. */
+    assert_int_equal(egm__sock_write_full(cfd, "pi", 2), EGM_OK);
+    close(cfd);
+    assert_int_equal(egm__sock_read_full(sfd, b, sizeof(b)), EGM_ERR_UNREACHABLE);
+    /* Writing to a closed peer answers an error, not SIGPIPE. */
+    egm_status_t st = EGM_OK;
+    for (int i = 0; i < 100 && st == EGM_OK; i++)
+        st = egm__sock_write_full(sfd, big, 65536);
+    assert_int_equal(st, EGM_ERR_UNREACHABLE);
+    close(sfd);
+
+    /* Nobody listens on the port any more: refused. */
+    close(lfd);
+    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", port, 2000, &cfd), EGM_ERR_UNREACHABLE);
+    assert_non_null(strstr(egm_last_error(), "127.0.0.1"));
+    assert_int_equal(egm__sock_tcp_connect("no-such-host.invalid", 1, 500, &cfd),
+                     EGM_ERR_UNREACHABLE);
+}
+
+static void test_tcp_listen_any_and_port_in_use(void **state)
+{
+    (void)state;
+    int fd, fd2;
+    uint16_t port = 0;
+    assert_int_equal(egm__sock_tcp_listen("", 0, &fd, &port), EGM_OK);
+    assert_true(port != 0);
+    assert_int_equal(egm__sock_tcp_listen("0.0.0.0", port, &fd2, NULL), EGM_ERR_IO);
+    assert_non_null(strstr(egm_last_error(), "bind"));
+    close(fd);
+}
+
+static void unix_pair_roundtrip(const char *path)
+{
+    int lfd, cfd, sfd;
+    assert_int_equal(egm__sock_unix_listen(path, &lfd), EGM_OK);
+    assert_int_equal(egm__sock_unix_connect(path, &cfd), EGM_OK);
+    sfd = accept(lfd, NULL, NULL);
+    assert_true(sfd >= 0);
+
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    assert_int_equal(egm__sock_peer_cred(sfd, &pid, &uid, &gid), EGM_OK);
+    assert_int_equal(pid, getpid());
+    assert_int_equal(uid, getuid());
+    assert_int_equal(gid, getgid());
+
+    /* Pass the write end of a pipe; what is written through the received fd
+     * comes out of the original read end. */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(egm__sock_send_fd(cfd, p[1], "seg1", 4), EGM_OK);
+    int got_fd = -1;
+    char data[4];
+    assert_int_equal(egm__sock_recv_fd(sfd, &got_fd, data, sizeof(data)), EGM_OK);
+    assert_memory_equal(data, "seg1", 4);
+    assert_true(got_fd >= 0 && got_fd != p[1]);
+    assert_true(fcntl(got_fd, F_GETFD) & FD_CLOEXEC);
+    assert_int_equal(write(got_fd, "x", 1), 1);
+    char c;
+    assert_int_equal(read(p[0], &c, 1), 1);
+    assert_int_equal(c, 'x');
+    close(got_fd);
+
+    /* Payload without an fd. */
+    assert_int_equal(egm__sock_send_fd(cfd, -1, "none", 4), EGM_OK);
+    assert_int_equal(egm__sock_recv_fd(sfd, &got_fd, data, sizeof(data)), EGM_OK);
+    assert_int_equal(got_fd, -1);
+
+    /* Short payload then EOF. */
+    assert_int_equal(egm__sock_send_fd(cfd, p[1], "ab", 2), EGM_OK);
+    close(cfd);
+    assert_int_equal(egm__sock_recv_fd(sfd, &got_fd, data, sizeof(data)), EGM_ERR_PROTOCOL);
+    assert_int_equal(got_fd, -1); /* the fd that came with it was closed */
+    close(p[0]);
+    close(p[1]);
+    close(sfd);
+    close(lfd);
+}
+
+static void test_unix_abstract(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof(path), "@egm-test-%d", (int)getpid());
+    unix_pair_roundtrip(path);
+    /* No file was created for the abstract name. */
+    assert_int_equal(access(path + 1, F_OK), -1);
+    int fd;
+    assert_int_equal(egm__sock_unix_connect(path, &fd), EGM_ERR_UNREACHABLE);
+}
+
+static void test_unix_path(void **state)
+{
+    (void)state;
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/egm-test-%d.sock", (int)getpid());
+    unix_pair_roundtrip(path);
+    unlink(path);
+    char longpath[200];
+    memset(longpath, 'a', sizeof(longpath) - 1);
+    longpath[sizeof(longpath) - 1] = '\0';
+    int fd;
+    assert_int_equal(egm__sock_unix_listen(longpath, &fd), EGM_ERR_INVALID_ARG);
+}
+
+static void test_host_id(void **state)
+{
+    (void)state;
+    const char *id = egm__host_id(), *name = egm__host_name();
+    assert_true(strlen(name) > 0);
+    assert_ptr_equal(egm__host_id(), id); /* computed once */
+    size_t n = strlen(name);
+    assert_memory_equal(id, name, n);
+    assert_int_equal(id[n], '/');
+    /* The boot id is a UUID when /proc is mounted. */
+    if (access("/proc/sys/kernel/random/boot_id", R_OK) == 0)
+        assert_int_equal(strlen(id + n + 1), 36);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_split_hostport, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tcp_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tcp_listen_any_and_port_in_use, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unix_abstract, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unix_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_id, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
