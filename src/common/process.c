@@ -46,22 +46,34 @@ egm_status_t egm__process_spawn(char *const argv[], int capture_stdout, egm_proc
     return EGM_OK;
 }
 
+/* Hands out the first n buffered bytes as a line (truncated to fit), dropping
+ * `consumed` bytes (n, or n + 1 with the newline). */
+static void take_line(egm_process_t *proc, size_t n, size_t consumed, char *line, size_t len)
+{
+    size_t copy = n < len - 1 ? n : len - 1;
+    memcpy(line, proc->buf, copy);
+    line[copy] = '\0';
+    memmove(proc->buf, proc->buf + consumed, proc->buffered - consumed);
+    proc->buffered -= consumed;
+}
+
 egm_status_t egm__process_read_line(egm_process_t *proc, char *line, size_t len, int timeout_ms)
 {
     uint64_t deadline = egm__now_ms() + (uint64_t)timeout_ms;
 
+    if (line == NULL || len == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "line buffer must hold at least the NUL");
     if (proc->out_fd < 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "process stdout is not captured");
     for (;;) {
         char *nl = memchr(proc->buf, '\n', proc->buffered);
-        if (nl != NULL || proc->buffered == sizeof(proc->buf)) {
-            size_t n = nl != NULL ? (size_t)(nl - proc->buf) : proc->buffered;
-            size_t copy = n < len - 1 ? n : len - 1;
-            memcpy(line, proc->buf, copy);
-            line[copy] = '\0';
-            size_t consumed = nl != NULL ? n + 1 : n;
-            memmove(proc->buf, proc->buf + consumed, proc->buffered - consumed);
-            proc->buffered -= consumed;
+        if (nl != NULL) {
+            size_t n = (size_t)(nl - proc->buf);
+            take_line(proc, n, n + 1, line, len);
+            return EGM_OK;
+        }
+        if (proc->buffered == sizeof(proc->buf)) {
+            take_line(proc, proc->buffered, proc->buffered, line, len);
             return EGM_OK;
         }
         uint64_t now = egm__now_ms();
@@ -78,6 +90,12 @@ egm_status_t egm__process_read_line(egm_process_t *proc, char *line, size_t len,
             read(proc->out_fd, proc->buf + proc->buffered, sizeof(proc->buf) - proc->buffered);
         if (got < 0 && errno == EINTR)
             continue;
+        if (got == 0 && proc->buffered > 0) {
+            /* A last line without its newline (a child killed mid-print, or one
+             * that ends with printf) is still output the caller waits for. */
+            take_line(proc, proc->buffered, proc->buffered, line, len);
+            return EGM_OK;
+        }
         if (got <= 0)
             return egm__set_error(EGM_ERR_UNREACHABLE, "pid %d closed its output", (int)proc->pid);
         proc->buffered += (size_t)got;
