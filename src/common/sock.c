@@ -1,4 +1,5 @@
 /* Socket helpers; errno becomes a status here, at the system-call boundary. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -47,7 +48,8 @@ egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_
     char *end;
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
-    if (colon[1] == '\0' || *end != '\0' || errno != 0 || port < 0 || port > 65535)
+    /* Digits only: strtol alone would take " 80", "+80" and "-0". */
+    if (!isdigit((unsigned char)colon[1]) || *end != '\0' || errno != 0 || port > 65535)
         return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\": port must be 0..65535", addr);
     if (hlen + 1 > host_len)
         return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\": host name too long", addr);
