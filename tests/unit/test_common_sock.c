@@ -54,8 +54,9 @@ static void test_split_hostport(void **state)
     assert_int_equal(port, 80);
 
     static const char *const bad[] = {
-        "",        "host",    "host:", "host:65536", "host:-1",
-        "host:8x", "[::1]80", "[::1",  "host:1:2x",  ":99999999999999999999"};
+        "",         "host",     "host:",   "host:65536", "host:-1",
+        "host:8x",  "[::1]80",  "[::1",    "host:1:2x",  ":99999999999999999999",
+        "host: 80", "host:+80", "host:-0", "host:80 ",   "[::1]:"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (egm__sock_split_hostport(bad[i], host, sizeof(host), &port) != EGM_ERR_INVALID_ARG)
             fail_msg("\"%s\" accepted", bad[i]);
