@@ -1,0 +1,438 @@
+/* Per-device copier: one non-blocking stream, one event, and three ways to move
+ * a batch: the gather/scatter kernel (many blocks, one launch), the driver's
+ * cuMemcpyBatchAsync (many blocks, built without nvcc), or one cuMemcpyAsync
+ * per copy (copy engines: large single objects). DESIGN.md 4 has the numbers. */
+#include "cuda/copy.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "cuda/driver.h"
+#include "cuda/kernels.h"
+
+#ifndef EGM_HAVE_KERNELS
+#define EGM_HAVE_KERNELS 0
+#endif
+
+/* Switch-over defaults (measured on H200: per-copy calls cost ~2 us each, so
+ * 32 blocks already pay for a launch; above 4 MiB engines reach the link). */
+#define DEFAULT_MIN_BLOCKS 32
+#define DEFAULT_MAX_BLOCK ((size_t)4 << 20)
+/* The kernel gets blocks cut into pieces of at most this size, one CTA each,
+ * so that a few large blocks still spread over every SM. Multiple of 16: cuts
+ * keep 16-byte alignment. */
+#define KERNEL_PIECE ((uint64_t)256 << 10)
+#define KERNEL_THREADS 256
+/* Descriptors per launch (the pinned buffer never grows past this, 1.5 MiB);
+ * bigger batches take several launches. */
+#define KERNEL_MAX_DESCS ((size_t)1 << 16)
+#define KERNEL_MIN_DESCS ((size_t)256)
+
+struct egm_copier {
+    const egm_cuda_api_t *api;
+    int device;
+    egm_cu_context_t ctx;
+    egm_cu_stream_t stream;
+    egm_cu_event_t event;
+    egm_cu_module_t module;
+    egm_cu_function_t kernel; /* NULL: no kernel on this device */
+
+    pthread_mutex_t lock;   /* one run at a time; guards everything below */
+    egm_copy_desc_t *descs; /* pinned host memory the kernel reads */
+    size_t descs_cap;
+    uint64_t *batch; /* cuMemcpyBatchAsync arguments: dsts | srcs | sizes */
+    size_t batch_cap;
+    size_t min_blocks;
+    size_t max_block;
+
+    atomic_uint_fast64_t copies;
+    atomic_uint_fast64_t bytes;
+    atomic_uint_fast64_t kernel_launches;
+    atomic_uint_fast64_t engine_copies;
+    atomic_uint_fast64_t batch_api_calls;
+};
+
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "batch sizes share the uint64_t scratch");
+
+int egm__copier_has_kernels(void)
+{
+    return EGM_HAVE_KERNELS && egm__kernels_fatbin_size > 0;
+}
+
+/* Makes the copier's context current for this call; *saved_p is the caller's. */
+static egm_status_t enter(const egm_copier_t *c, egm_cu_context_t *saved_p)
+{
+    egm_cu_context_t now = NULL;
+    if (c->api->cuCtxGetCurrent(&now) != EGM_CU_SUCCESS)
+        now = NULL;
+    *saved_p = now;
+    if (now == c->ctx)
+        return EGM_OK;
+    return egm__cuda_check(c->api->cuCtxSetCurrent(c->ctx), "cuCtxSetCurrent");
+}
+
+static void leave(const egm_copier_t *c, egm_cu_context_t saved)
+{
+    if (saved == c->ctx)
+        return;
+    egm_cu_result_t rc = c->api->cuCtxSetCurrent(saved);
+    if (rc != EGM_CU_SUCCESS)
+        egm_warn("copier: restoring the caller's CUDA context: %s", egm__cuda_error_name(rc));
+}
+
+/* The kernel of this device, or none (then batches use the other paths). */
+static void load_kernel(egm_copier_t *c)
+{
+    if (!egm__copier_has_kernels())
+        return;
+    egm_cu_result_t rc = c->api->cuModuleLoadData(&c->module, egm__kernels_fatbin);
+    if (rc != EGM_CU_SUCCESS) {
+        /* E.g. a GPU older than sm_90: the fatbin has no code for it. */
+        c->module = NULL;
+        egm_warn("copier: device %d cannot load the copy kernels (cuModuleLoadData: %s); "
+                 "batches use %s",
+                 c->device, egm__cuda_error_name(rc),
+                 c->api->cuMemcpyBatchAsync ? "cuMemcpyBatchAsync" : "one copy per block");
+        return;
+    }
+    rc = c->api->cuModuleGetFunction(&c->kernel, c->module, EGM_KERNEL_COPY_BLOCKS);
+    if (rc != EGM_CU_SUCCESS) {
+        egm_warn("copier: device %d: cuModuleGetFunction(%s): %s; batches do without it", c->device,
+                 EGM_KERNEL_COPY_BLOCKS, egm__cuda_error_name(rc));
+        c->kernel = NULL;
+        rc = c->api->cuModuleUnload(c->module);
+        if (rc != EGM_CU_SUCCESS)
+            egm_warn("copier: cuModuleUnload: %s", egm__cuda_error_name(rc));
+        c->module = NULL;
+    }
+}
+
+egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **copier_p)
+{
+    const egm_cuda_api_t *api;
+    egm_cu_context_t saved = NULL;
+    egm_status_t st;
+    egm_cu_result_t rc;
+
+    if (copier_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "copier: copier_p is NULL");
+    *copier_p = NULL;
+    if ((st = egm__cuda_load(&api)) != EGM_OK)
+        return st;
+    egm_copier_t *c = egm_calloc(1, sizeof(*c), "cuda.copier");
+    if (c == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "copier: out of memory");
+    c->api = api;
+    c->device = device;
+    c->min_blocks = DEFAULT_MIN_BLOCKS;
+    c->max_block = DEFAULT_MAX_BLOCK;
+
+    if (api->cuCtxGetCurrent(&saved) != EGM_CU_SUCCESS)
+        saved = NULL;
+    if ((st = egm__cuda_use_device(device)) != EGM_OK)
+        goto err_free;
+    if ((st = egm__cuda_check(api->cuCtxGetCurrent(&c->ctx), "cuCtxGetCurrent")) != EGM_OK)
+        goto err_restore;
+
+    int priority = 0;
+    if (low_priority) {
+        int least = 0, greatest = 0;
+        rc = api->cuCtxGetStreamPriorityRange(&least, &greatest);
+        if ((st = egm__cuda_check(rc, "cuCtxGetStreamPriorityRange")) != EGM_OK)
+            goto err_restore;
+        priority = least;
+    }
+    rc = api->cuStreamCreateWithPriority(&c->stream, EGM_CU_STREAM_NON_BLOCKING, priority);
+    if ((st = egm__cuda_check(rc, "cuStreamCreateWithPriority")) != EGM_OK)
+        goto err_restore;
+    rc = api->cuEventCreate(&c->event, EGM_CU_EVENT_DISABLE_TIMING);
+    if ((st = egm__cuda_check(rc, "cuEventCreate")) != EGM_OK)
+        goto err_stream;
+    load_kernel(c);
+
+    pthread_mutex_init(&c->lock, NULL);
+    leave(c, saved);
+    egm_debug("copier: device %d, %s priority stream, %s for batches", device,
+              low_priority ? "low" : "default",
+              c->kernel                 ? "kernel"
+              : api->cuMemcpyBatchAsync ? "cuMemcpyBatchAsync"
+                                        : "engines");
+    *copier_p = c;
+    return EGM_OK;
+
+err_stream:
+    rc = api->cuStreamDestroy(c->stream);
+    if (rc != EGM_CU_SUCCESS)
+        egm_warn("copier: cuStreamDestroy: %s", egm__cuda_error_name(rc));
+err_restore:
+    rc = api->cuCtxSetCurrent(saved);
+    if (rc != EGM_CU_SUCCESS)
+        egm_warn("copier: restoring the caller's CUDA context: %s", egm__cuda_error_name(rc));
+err_free:
+    egm_free(c);
+    return st;
+}
+
+void egm__copier_destroy(egm_copier_t *c)
+{
+    egm_cu_context_t saved;
+    egm_cu_result_t rc;
+    if (c == NULL)
+        return;
+    const egm_cuda_api_t *api = c->api;
+    if (enter(c, &saved) != EGM_OK)
+        egm_warn("copier: device %d: %s", c->device, egm_last_error());
+    if (c->module != NULL && (rc = api->cuModuleUnload(c->module)) != EGM_CU_SUCCESS)
+        egm_warn("copier: cuModuleUnload: %s", egm__cuda_error_name(rc));
+    if (c->descs != NULL && (rc = api->cuMemFreeHost(c->descs)) != EGM_CU_SUCCESS)
+        egm_warn("copier: cuMemFreeHost: %s", egm__cuda_error_name(rc));
+    if ((rc = api->cuEventDestroy(c->event)) != EGM_CU_SUCCESS)
+        egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
+    if ((rc = api->cuStreamDestroy(c->stream)) != EGM_CU_SUCCESS)
+        egm_warn("copier: cuStreamDestroy: %s", egm__cuda_error_name(rc));
+    leave(c, saved);
+    pthread_mutex_destroy(&c->lock);
+    egm_free(c->batch);
+    egm_free(c);
+}
+
+void egm__copier_set_kernel_threshold(egm_copier_t *c, size_t min_blocks, size_t max_block_bytes)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->min_blocks = min_blocks;
+    c->max_block = max_block_bytes;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void egm__copier_stats(const egm_copier_t *c, egm_copier_stats_t *stats_p)
+{
+    if (stats_p == NULL)
+        return;
+    memset(stats_p, 0, sizeof(*stats_p));
+    if (c == NULL)
+        return;
+    stats_p->copies = atomic_load_explicit(&c->copies, memory_order_relaxed);
+    stats_p->bytes = atomic_load_explicit(&c->bytes, memory_order_relaxed);
+    stats_p->kernel_launches = atomic_load_explicit(&c->kernel_launches, memory_order_relaxed);
+    stats_p->engine_copies = atomic_load_explicit(&c->engine_copies, memory_order_relaxed);
+    stats_p->batch_api_calls = atomic_load_explicit(&c->batch_api_calls, memory_order_relaxed);
+}
+
+/* Waits for everything issued on the stream so far. */
+static egm_status_t wait_stream(egm_copier_t *c)
+{
+    egm_status_t st = egm__cuda_check(c->api->cuEventRecord(c->event, c->stream), "cuEventRecord");
+    if (st != EGM_OK)
+        return st;
+    return egm__cuda_check(c->api->cuEventSynchronize(c->event), "cuEventSynchronize");
+}
+
+/* After a failed issue: what was queued must finish before the caller may
+ * reuse its buffers; the first error is the one reported. */
+static void drain_after_error(egm_copier_t *c)
+{
+    egm_cu_result_t rc = c->api->cuStreamSynchronize(c->stream);
+    if (rc != EGM_CU_SUCCESS)
+        egm_debug("copier: cuStreamSynchronize after a failed copy: %s", egm__cuda_error_name(rc));
+}
+
+static egm_status_t ensure_descs(egm_copier_t *c, size_t need)
+{
+    if (c->descs_cap >= need)
+        return EGM_OK;
+    size_t cap = c->descs_cap ? c->descs_cap : KERNEL_MIN_DESCS;
+    while (cap < need)
+        cap *= 2;
+    if (cap > KERNEL_MAX_DESCS)
+        cap = KERNEL_MAX_DESCS;
+    void *p = NULL;
+    egm_status_t st = egm__cuda_check(c->api->cuMemAllocHost(&p, cap * sizeof(egm_copy_desc_t)),
+                                      "cuMemAllocHost(copy descriptors)");
+    if (st != EGM_OK)
+        return st;
+    if (c->descs != NULL) {
+        egm_cu_result_t rc = c->api->cuMemFreeHost(c->descs);
+        if (rc != EGM_CU_SUCCESS)
+            egm_warn("copier: cuMemFreeHost: %s", egm__cuda_error_name(rc));
+    }
+    c->descs = p;
+    c->descs_cap = cap;
+    return EGM_OK;
+}
+
+static uint64_t pieces_of(uint64_t len)
+{
+    return (len + KERNEL_PIECE - 1) / KERNEL_PIECE;
+}
+
+/* Every copy through the kernel: descriptors (cut into pieces) written into
+ * the pinned buffer, one launch per buffer-full, one CTA per piece. */
+static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                               uint64_t pieces, uint64_t *launches_p)
+{
+    egm_status_t st = ensure_descs(c, pieces < KERNEL_MAX_DESCS ? pieces : KERNEL_MAX_DESCS);
+    if (st != EGM_OK)
+        return st;
+    size_t i = 0;
+    uint64_t offset = 0; /* into copies[i] */
+    while (i < n) {
+        size_t count = 0;
+        while (i < n && count < c->descs_cap) {
+            uint64_t left = copies[i].len - offset;
+            if (left == 0) {
+                i++;
+                offset = 0;
+                continue;
+            }
+            uint64_t len = left < KERNEL_PIECE ? left : KERNEL_PIECE;
+            c->descs[count++] = (egm_copy_desc_t){
+                .dst = copies[i].dst + offset, .src = copies[i].src + offset, .len = len};
+            offset += len;
+        }
+        if (count == 0)
+            break; /* only empty copies were left */
+        const egm_copy_desc_t *descs = c->descs;
+        uint32_t count32 = (uint32_t)count;
+        void *params[] = {&descs, &count32};
+        egm_cu_result_t rc = c->api->cuLaunchKernel(
+            c->kernel, (unsigned)count, 1, 1, KERNEL_THREADS, 1, 1, 0, c->stream, params, NULL);
+        if ((st = egm__cuda_check(rc, "cuLaunchKernel(" EGM_KERNEL_COPY_BLOCKS ")")) != EGM_OK) {
+            drain_after_error(c);
+            return st;
+        }
+        (*launches_p)++;
+        /* The next round refills the buffer this launch reads. */
+        if (i < n && (st = wait_stream(c)) != EGM_OK)
+            return st;
+    }
+    return wait_stream(c);
+}
+
+/* One driver call for the whole batch (builds without nvcc). */
+static egm_status_t run_batch(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                              size_t nonzero)
+{
+    if (c->batch_cap < nonzero) {
+        uint64_t *grown =
+            egm_realloc(c->batch, 3 * nonzero * sizeof(uint64_t), "cuda.copier.batch");
+        if (grown == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "copier: out of memory for %zu copies",
+                                  nonzero);
+        c->batch = grown;
+        c->batch_cap = nonzero;
+    }
+    egm_cu_deviceptr_t *dsts = c->batch;
+    egm_cu_deviceptr_t *srcs = c->batch + nonzero;
+    size_t *sizes = (size_t *)(c->batch + 2 * nonzero);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (copies[i].len == 0)
+            continue;
+        dsts[k] = copies[i].dst;
+        srcs[k] = copies[i].src;
+        sizes[k] = copies[i].len;
+        k++;
+    }
+    /* One attribute for every copy: stream order, no location hints. */
+    egm_cu_memcpy_attributes_t attrs;
+    memset(&attrs, 0, sizeof(attrs));
+    attrs.src_access_order = EGM_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    size_t attr_idx = 0;
+    egm_cu_result_t rc =
+        c->api->cuMemcpyBatchAsync(dsts, srcs, sizes, k, &attrs, &attr_idx, 1, c->stream);
+    egm_status_t st = egm__cuda_check(rc, "cuMemcpyBatchAsync");
+    if (st != EGM_OK) {
+        drain_after_error(c);
+        return st;
+    }
+    return wait_stream(c);
+}
+
+/* One copy-engine call per copy. */
+static egm_status_t run_engines(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                                uint64_t *issued_p)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (copies[i].len == 0)
+            continue;
+        egm_cu_result_t rc =
+            c->api->cuMemcpyAsync(copies[i].dst, copies[i].src, copies[i].len, c->stream);
+        egm_status_t st = egm__cuda_check(rc, "cuMemcpyAsync");
+        if (st != EGM_OK) {
+            drain_after_error(c);
+            return st;
+        }
+        (*issued_p)++;
+    }
+    return wait_stream(c);
+}
+
+egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
+{
+    if (c == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "copier: copier is NULL");
+    if (n == 0)
+        return EGM_OK;
+    if (copies == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "copier: copies is NULL for %zu copies", n);
+
+    pthread_mutex_lock(&c->lock);
+    egm_status_t st = EGM_OK;
+    uint64_t total = 0, pieces = 0;
+    size_t nonzero = 0;
+    int all_small = 1;
+    for (size_t i = 0; i < n; i++) {
+        const egm_copy_desc_t *d = &copies[i];
+        if (d->len == 0)
+            continue;
+        if (d->dst == 0 || d->src == 0) {
+            st = egm__set_error(EGM_ERR_INVALID_ARG, "copier: copies[%zu].%s is 0", i,
+                                d->dst == 0 ? "dst" : "src");
+            goto out;
+        }
+        if (d->dst + d->len < d->dst || d->src + d->len < d->src) {
+            st = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "copier: copies[%zu].len %" PRIu64 " wraps the address space", i,
+                                d->len);
+            goto out;
+        }
+        nonzero++;
+        total += d->len;
+        pieces += pieces_of(d->len);
+        if (d->len > c->max_block)
+            all_small = 0;
+    }
+    if (nonzero == 0)
+        goto done;
+
+    egm_cu_context_t saved;
+    if ((st = enter(c, &saved)) != EGM_OK)
+        goto out;
+    uint64_t launches = 0, issued = 0;
+    if (c->kernel != NULL && n >= c->min_blocks && all_small) {
+        st = run_kernel(c, copies, n, pieces, &launches);
+        atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
+    } else if (nonzero > 1 && c->kernel == NULL && c->api->cuMemcpyBatchAsync != NULL) {
+        st = run_batch(c, copies, n, nonzero);
+        if (st == EGM_OK)
+            atomic_fetch_add_explicit(&c->batch_api_calls, 1, memory_order_relaxed);
+    } else {
+        st = run_engines(c, copies, n, &issued);
+        atomic_fetch_add_explicit(&c->engine_copies, issued, memory_order_relaxed);
+    }
+    leave(c, saved);
+    if (st != EGM_OK)
+        goto out;
+done:
+    atomic_fetch_add_explicit(&c->copies, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->bytes, total, memory_order_relaxed);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
