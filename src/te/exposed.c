@@ -49,23 +49,22 @@ void egm__exposed_destroy(egm_exposed_table_t *table)
     egm_free(table);
 }
 
-egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *base, uint64_t size,
-                              int memfd)
+static egm_status_t insert(egm_exposed_table_t *table, const egm_exposed_t *init)
 {
     egm_status_t st;
     egm_exposed_t *seg = egm_calloc(1, sizeof(*seg), "te.exposed.segment");
     if (seg == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory");
-    *seg = (egm_exposed_t){.id = id, .base = base, .size = size, .memfd = memfd, .uses = 0};
+    *seg = *init;
 
     pthread_mutex_lock(&table->lock);
-    if (egm__hashmap_get(table->by_id, &id, sizeof(id)) != NULL) {
+    if (egm__hashmap_get(table->by_id, &seg->id, sizeof(seg->id)) != NULL) {
         char text[EGM_ID_STRLEN];
         st = egm__set_error(EGM_ERR_SEGMENT_EXISTS, "segment %s is already exposed",
-                            egm__id_format(id, text));
+                            egm__id_format(seg->id, text));
         goto err_unlock;
     }
-    if ((st = egm__hashmap_put(table->by_id, &id, sizeof(id), seg, NULL)) != EGM_OK)
+    if ((st = egm__hashmap_put(table->by_id, &seg->id, sizeof(seg->id), seg, NULL)) != EGM_OK)
         goto err_unlock;
     pthread_mutex_unlock(&table->lock);
     return EGM_OK;
@@ -74,6 +73,34 @@ err_unlock:
     pthread_mutex_unlock(&table->lock);
     egm_free(seg);
     return st;
+}
+
+egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *base, uint64_t size,
+                              int memfd)
+{
+    egm_exposed_t init = {.id = id,
+                          .base = base,
+                          .size = size,
+                          .memfd = memfd,
+                          .kind = memfd >= 0 ? EGM_HANDLE_MEMFD : EGM_HANDLE_NONE,
+                          .host_accessible = 1,
+                          .device = -1};
+    return insert(table, &init);
+}
+
+egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void *base,
+                                  uint64_t size, egm_cu_mem_handle_t handle, egm_handle_kind_t kind,
+                                  int host_accessible, int device)
+{
+    egm_exposed_t init = {.id = id,
+                          .base = base,
+                          .size = size,
+                          .memfd = -1,
+                          .kind = kind,
+                          .handle = handle,
+                          .host_accessible = host_accessible,
+                          .device = device};
+    return insert(table, &init);
 }
 
 egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id)

@@ -1,6 +1,9 @@
-/* fd broker (provider side of the shm transport): hands a segment's memfd to a
- * consumer on this host over an abstract Unix socket, after checking that the
- * peer runs as our user (or root). One request per connection. */
+/* fd broker: hands a segment's descriptor to a consumer on this host over an
+ * abstract Unix socket, after checking that the peer runs as our user (or
+ * root). One request per connection. Host segments give their memfd (shm
+ * transport); posix_fd VMM segments give a descriptor exported from their CUDA
+ * allocation for this request only (nvlink transport). The consumer side,
+ * egm__fd_broker_fetch, is here too. */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -16,6 +19,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "cuda/driver.h"
 
 /* A peer that connects but does not send its request cannot hold the broker. */
 #define BROKER_IO_TIMEOUT_MS 2000
@@ -23,6 +27,7 @@
 struct egm_fd_broker {
     egm_exposed_table_t *table;
     egm_te_counters_t *counters;
+    const egm_cuda_api_t *api; /* NULL: no VMM descriptors served */
     char name[EGM_SHM_SOCKET_MAX];
     int listen_fd;
     int stop_fd; /* eventfd: wakes the thread to stop */
@@ -56,6 +61,7 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
         egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: malformed request from pid %d", (int)pid);
         return;
     }
+    egm_handle_kind_t want = (egm_handle_kind_t)egm__wire_get_u16(req + 6);
     egm_id_t id = egm__wire_get_id(req + 8);
 
     /* A send timeout: a peer that does not read cannot stall the broker. */
@@ -63,13 +69,49 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 
     egm__wire_put_u32(reply, EGM_BROKER_REPLY_MAGIC);
+    egm__wire_put_u64(reply + 8, 0);
     egm_exposed_t *seg = egm__exposed_acquire(broker->table, id);
-    if (seg == NULL || seg->memfd < 0) {
-        char text[EGM_ID_STRLEN];
-        egm_debug("fd broker: pid %d asked for segment %s: not exposed with a memfd", (int)pid,
-                  egm__id_format(id, text));
-        egm__wire_put_u32(reply + 4, (uint32_t)EGM_ERR_SEGMENT_NOT_FOUND);
-        egm__wire_put_u64(reply + 8, 0);
+    int send_fd = -1, exported = 0;
+    egm_status_t st = EGM_ERR_SEGMENT_NOT_FOUND;
+    char text[EGM_ID_STRLEN];
+    egm__id_format(id, text);
+    if (seg == NULL) {
+        egm_debug("fd broker: pid %d asked for segment %s: not exposed", (int)pid, text);
+    } else if (want == EGM_HANDLE_NONE || want == EGM_HANDLE_MEMFD) {
+        if (seg->memfd >= 0) {
+            send_fd = seg->memfd;
+            st = EGM_OK;
+        } else {
+            egm_debug("fd broker: pid %d asked for segment %s: no memfd", (int)pid, text);
+        }
+    } else if (want == EGM_HANDLE_POSIX_FD) {
+        if (seg->kind != EGM_HANDLE_POSIX_FD || broker->api == NULL) {
+            egm_debug("fd broker: pid %d asked for segment %s: not a posix_fd VMM segment",
+                      (int)pid, text);
+        } else {
+            /* Exported per request: the descriptor leaves with the reply and
+             * our copy is closed below, so nothing accumulates here. */
+            int vmm_fd = -1;
+            egm_cu_result_t rc = broker->api->cuMemExportToShareableHandle(
+                &vmm_fd, seg->handle, EGM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            if (rc == EGM_CU_SUCCESS && vmm_fd >= 0) {
+                send_fd = vmm_fd;
+                exported = 1;
+                st = EGM_OK;
+            } else {
+                st = egm__cuda_check(rc != EGM_CU_SUCCESS ? rc : EGM_CU_ERROR_UNKNOWN,
+                                     "cuMemExportToShareableHandle");
+                egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: segment %s: %s", text,
+                                    egm_last_error());
+            }
+        }
+    } else {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: pid %d asked for handle kind %u", (int)pid,
+                            (unsigned)want);
+        st = EGM_ERR_INVALID_ARG;
+    }
+    if (st != EGM_OK) {
+        egm__wire_put_u32(reply + 4, (uint32_t)st);
         if (seg != NULL)
             egm__exposed_release(broker->table, seg);
         (void)egm__sock_write_full(fd, reply, sizeof(reply));
@@ -79,9 +121,13 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
     egm__wire_put_u64(reply + 8, seg->size);
     /* Counted before the send so that the count is exact once the peer has
      * the descriptor; taken back if the send fails. */
-    atomic_fetch_add(&broker->counters->shm_fds_sent, 1);
-    if (egm__sock_send_fd(fd, seg->memfd, reply, sizeof(reply)) != EGM_OK)
-        atomic_fetch_sub(&broker->counters->shm_fds_sent, 1);
+    atomic_uint_fast64_t *sent =
+        exported ? &broker->counters->vmm_fds_sent : &broker->counters->shm_fds_sent;
+    atomic_fetch_add(sent, 1);
+    if (egm__sock_send_fd(fd, send_fd, reply, sizeof(reply)) != EGM_OK)
+        atomic_fetch_sub(sent, 1);
+    if (exported)
+        close(send_fd);
     egm__exposed_release(broker->table, seg);
 }
 
@@ -116,7 +162,7 @@ static void *broker_main(void *arg)
 }
 
 egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
-                                  egm_fd_broker_t **broker_p)
+                                  const egm_cuda_api_t *api, egm_fd_broker_t **broker_p)
 {
     egm_status_t st;
     egm_fd_broker_t *broker = egm_calloc(1, sizeof(*broker), "te.fd_broker");
@@ -124,6 +170,7 @@ egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t 
         return egm__set_error(EGM_ERR_NO_MEMORY, "fd broker: out of memory");
     broker->table = table;
     broker->counters = counters;
+    broker->api = api;
     broker->listen_fd = -1;
     broker->stop_fd = -1;
 
@@ -176,4 +223,74 @@ void egm__fd_broker_stop(egm_fd_broker_t *broker)
 const char *egm__fd_broker_name(const egm_fd_broker_t *broker)
 {
     return broker->name;
+}
+
+egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_handle_kind_t kind,
+                                  int timeout_ms, int *fd_p, uint64_t *size_p)
+{
+    egm_status_t st;
+    char text[EGM_ID_STRLEN];
+    uint8_t req[EGM_BROKER_REQ_SIZE] = {0};
+    uint8_t reply[EGM_BROKER_REPLY_SIZE];
+    int fd = -1, sock;
+
+    egm__id_format(segment, text);
+    if ((st = egm__sock_unix_connect(socket, &sock)) != EGM_OK) {
+        char detail[256];
+        snprintf(detail, sizeof(detail), "%s", egm_last_error());
+        return egm__set_error(st, "segment %s: fd broker %s: %s", text, socket, detail);
+    }
+    /* Anyone can bind an abstract name once its provider is gone: accept
+     * handles only from our own user or root. */
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    if ((st = egm__sock_peer_cred(sock, &pid, &uid, &gid)) != EGM_OK)
+        goto err_sock;
+    if (uid != geteuid() && uid != 0) {
+        st = egm__set_error(EGM_ERR_PERMISSION,
+                            "segment %s: fd broker %s runs as uid %u, not ours (%u)", text, socket,
+                            (unsigned)uid, (unsigned)geteuid());
+        goto err_sock;
+    }
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+
+    egm__wire_put_u32(req, EGM_BROKER_MAGIC);
+    egm__wire_put_u16(req + 4, EGM_BROKER_VERSION);
+    egm__wire_put_u16(req + 6, (uint16_t)kind);
+    egm__wire_put_id(req + 8, segment);
+    if ((st = egm__sock_write_full(sock, req, sizeof(req))) != EGM_OK)
+        goto err_sock;
+    if ((st = egm__sock_recv_fd(sock, &fd, reply, sizeof(reply))) != EGM_OK)
+        goto err_sock;
+    if (egm__wire_get_u32(reply) != EGM_BROKER_REPLY_MAGIC) {
+        st = egm__set_error(EGM_ERR_PROTOCOL, "segment %s: bad reply from fd broker %s", text,
+                            socket);
+        goto err_fd;
+    }
+    int32_t status = (int32_t)egm__wire_get_u32(reply + 4);
+    if (status != EGM_OK) {
+        st = egm__set_error(
+            status < 0 && status >= EGM_STATUS_MIN ? (egm_status_t)status : EGM_ERR_PROTOCOL,
+            "segment %s: fd broker %s refused: %s", text, socket, egm_status_name(status));
+        goto err_fd;
+    }
+    if (fd < 0) {
+        st = egm__set_error(EGM_ERR_PROTOCOL, "segment %s: fd broker %s sent no descriptor", text,
+                            socket);
+        goto err_fd;
+    }
+    close(sock);
+    *fd_p = fd;
+    *size_p = egm__wire_get_u64(reply + 8);
+    return EGM_OK;
+
+err_fd:
+    if (fd >= 0)
+        close(fd);
+err_sock:
+    close(sock);
+    return st;
 }

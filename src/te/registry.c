@@ -8,11 +8,13 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "cuda/driver.h"
 
 typedef struct {
     uintptr_t base;
     uintptr_t end; /* exclusive; base < end */
     uint64_t uses; /* transfers currently using the range */
+    int device;    /* GPU ordinal, or -1 for host memory */
 } range_t;
 
 struct egm_registry {
@@ -77,6 +79,11 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
         return egm__set_error(EGM_ERR_INVALID_ARG, "register: addr and len must be non-zero");
     if (len > UINTPTR_MAX - base)
         return egm__set_error(EGM_ERR_INVALID_ARG, "register: range wraps the address space");
+    /* Asked once here, outside the lock: transfers look it up for free. No
+     * driver (or memory it does not know) means host memory. */
+    int device = -1;
+    if (egm__cuda_pointer_device(addr, &device) != EGM_OK)
+        device = -1;
 
     pthread_mutex_lock(&registry->lock);
     size_t i = upper_bound(registry, base);
@@ -99,7 +106,7 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
     }
     memmove(&registry->ranges[i + 1], &registry->ranges[i],
             (registry->count - i) * sizeof(range_t));
-    registry->ranges[i] = (range_t){.base = base, .end = base + len, .uses = 0};
+    registry->ranges[i] = (range_t){.base = base, .end = base + len, .uses = 0, .device = device};
     registry->count++;
 out:
     pthread_mutex_unlock(&registry->lock);
@@ -160,4 +167,22 @@ void egm__registry_release(egm_registry_t *registry, const void *addr)
     else
         egm_warn("registry: release of %p without a matching acquire", addr);
     pthread_mutex_unlock(&registry->lock);
+}
+
+egm_status_t egm__registry_device(egm_registry_t *registry, const void *addr, size_t len,
+                                  int *device_p)
+{
+    egm_status_t st = EGM_OK;
+
+    if (registry == NULL || addr == NULL)
+        return egm__set_error(EGM_ERR_NOT_REGISTERED, "buffer %p: not registered", addr);
+    pthread_mutex_lock(&registry->lock);
+    range_t *r = find_containing(registry, (uintptr_t)addr, len);
+    if (r == NULL)
+        st = egm__set_error(EGM_ERR_NOT_REGISTERED,
+                            "buffer [%p, +%zu): not inside one registered range", addr, len);
+    else
+        *device_p = r->device;
+    pthread_mutex_unlock(&registry->lock);
+    return st;
 }

@@ -81,6 +81,23 @@ egm_status_t egm__segment_desc_from_pb(const Egm__SegmentDesc *pb, egm_segment_d
                               (int)pb->handle_kind);
     }
 
+    /* Only a fabric segment carries a handle, and only a whole one: the
+     * consumer passes these bytes straight to the driver. */
+    if (desc.handle_kind == EGM_HANDLE_FABRIC) {
+        if (pb->fabric_handle.len != EGM_FABRIC_HANDLE_MAX || pb->fabric_handle.data == NULL)
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "segment.fabric_handle: %zu bytes, expected %d for "
+                                  "HANDLE_FABRIC",
+                                  pb->fabric_handle.len, EGM_FABRIC_HANDLE_MAX);
+        memcpy(desc.fabric_handle, pb->fabric_handle.data, EGM_FABRIC_HANDLE_MAX);
+        desc.fabric_handle_len = EGM_FABRIC_HANDLE_MAX;
+    } else if (pb->fabric_handle.len != 0) {
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "segment.fabric_handle: %zu bytes given for handle kind %d "
+                              "(only HANDLE_FABRIC carries one)",
+                              pb->fabric_handle.len, (int)pb->handle_kind);
+    }
+
     *desc_p = desc;
     return EGM_OK;
 }
@@ -100,4 +117,9 @@ void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *p
     pb->tcp_endpoint = (char *)desc->tcp_endpoint;
     pb->shm_socket = (char *)desc->shm_socket;
     pb->handle_kind = (Egm__HandleKind)desc->handle_kind;
+    if (desc->handle_kind == EGM_HANDLE_FABRIC && desc->fabric_handle_len > 0) {
+        size_t len = desc->fabric_handle_len;
+        pb->fabric_handle.len = len < EGM_FABRIC_HANDLE_MAX ? len : EGM_FABRIC_HANDLE_MAX;
+        pb->fabric_handle.data = (uint8_t *)desc->fabric_handle;
+    }
 }

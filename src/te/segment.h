@@ -17,7 +17,8 @@ typedef enum {
 #define EGM_SEGMENT_NAME_MAX 128
 #define EGM_HOST_ID_MAX 160
 #define EGM_ENDPOINT_MAX 128
-#define EGM_SHM_SOCKET_MAX 100 /* fits sun_path with the abstract-namespace NUL */
+#define EGM_SHM_SOCKET_MAX 100   /* fits sun_path with the abstract-namespace NUL */
+#define EGM_FABRIC_HANDLE_MAX 64 /* CUmemFabricHandle */
 
 typedef struct {
     egm_id_t id;
@@ -28,12 +29,18 @@ typedef struct {
     char tcp_endpoint[EGM_ENDPOINT_MAX]; /* "" = no tcp */
     char shm_socket[EGM_SHM_SOCKET_MAX]; /* "" = no shm */
     egm_handle_kind_t handle_kind;
+    /* HANDLE_FABRIC: the provider's CUmemFabricHandle (len 64); else len 0. */
+    unsigned char fabric_handle[EGM_FABRIC_HANDLE_MAX];
+    uint8_t fabric_handle_len;
 } egm_segment_desc_t;
 
-/* Validating conversion from the wire: nil id, zero size, over-long strings and
- * unknown handle kinds are EGM_ERR_INVALID_ARG naming the field. */
+/* Validating conversion from the wire: nil id, zero size, over-long strings,
+ * unknown handle kinds and a fabric handle that is not exactly 64 bytes for
+ * HANDLE_FABRIC (or present for another kind) are EGM_ERR_INVALID_ARG naming
+ * the field. */
 egm_status_t egm__segment_desc_from_pb(const Egm__SegmentDesc *pb, egm_segment_desc_t *desc_p);
-/* Fills pb and id storage from desc; strings point into desc (no allocation). */
+/* Fills pb and id storage from desc; strings and the fabric handle point into
+ * desc (no allocation). */
 void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *pb,
                              Egm__Id *id_storage, Egm__Id *owner_storage);
 

@@ -68,6 +68,14 @@ static egm_status_t check_request(egm_tcp_server_t *server, const egm_tcp_req_t 
     if (seg == NULL)
         return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment: %s is not served here",
                               egm__id_format(req->segment, text));
+    /* GPU memory (DEVICE VMM) is reachable over nvlink only: the CPU cannot
+     * touch the provider's mapping of it. */
+    if (!seg->host_accessible) {
+        egm__exposed_release(server->table, seg);
+        return egm__set_error(EGM_ERR_NOT_SUPPORTED,
+                              "segment: %s is GPU memory, reachable over nvlink only",
+                              egm__id_format(req->segment, text));
+    }
     if (req->offset > seg->size || req->length > seg->size - req->offset) {
         egm__exposed_release(server->table, seg);
         return egm__set_error(

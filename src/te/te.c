@@ -1,17 +1,25 @@
 /* Transfer engine: exposes local segments (provider side) and moves bytes to
  * and from segments through the best transport `protocol` allows (consumer
- * side): own memory -> memcpy, same host -> shm, else tcp. */
+ * side): own memory -> memcpy or a GPU copy, GPU buffer and VMM segment ->
+ * nvlink, same host -> shm, else tcp (GPU buffers staged through pinned host
+ * memory for the last two). */
 #include "te/te.h"
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "cuda/driver.h"
+#include "te/nvlink.h"
 #include "te/te_int.h"
+
+/* Ops per transfer whose bookkeeping lives on the stack. */
+#define STACK_OPS 64
 
 struct egm_te {
     egm_id_t client_id;
@@ -27,6 +35,9 @@ struct egm_te {
     egm_exposed_table_t *exposed;
     egm_shm_cache_t *shm;
     egm_tcp_client_t *tcp;
+    egm_registry_t *registry;   /* the client's; may be NULL */
+    const egm_cuda_api_t *cuda; /* NULL without a driver (or a GPU) */
+    egm_nvlink_t *nvlink;       /* non-NULL exactly when cuda is */
 
     pthread_mutex_t servers_lock; /* servers start on the first expose */
     egm_fd_broker_t *broker;
@@ -42,6 +53,33 @@ static egm_status_t copy_param(const char *field, const char *src, char *dst, si
     return EGM_OK;
 }
 
+/* GPU features when there is a driver and a GPU; without them everything
+ * else works, unless the protocol demands nvlink. */
+static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
+{
+    const egm_cuda_api_t *api = NULL;
+    egm_status_t st = egm__cuda_load(&api);
+    if (st == EGM_OK && egm__cuda_device_count() <= 0)
+        st = egm__set_error(EGM_ERR_NO_CUDA, "no CUDA device visible");
+    if (st != EGM_OK) {
+        if (te->protocol == EGM_PROTOCOL_NVLINK) {
+            char detail[256];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            return egm__set_error(EGM_ERR_NO_CUDA, "protocol=nvlink: %s", detail);
+        }
+        egm_debug("te: no GPU transports: %s", egm_last_error());
+        return EGM_OK;
+    }
+    egm_nvlink_params_t np = {.timeout_ms = te->io_timeout_ms,
+                              .copy_low_priority = params->copy_low_priority,
+                              .prewarm_off = params->prewarm_off,
+                              .prewarm_concurrency = params->prewarm_concurrency};
+    if ((st = egm__nvlink_create(api, &np, &te->nvlink)) != EGM_OK)
+        return st;
+    te->cuda = api;
+    return EGM_OK;
+}
+
 egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
 {
     egm_status_t st;
@@ -49,9 +87,13 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
     if (params == NULL || te_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "te: missing parameters");
     if (params->protocol != EGM_PROTOCOL_AUTO && params->protocol != EGM_PROTOCOL_SHM &&
-        params->protocol != EGM_PROTOCOL_TCP)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "protocol: %d is not auto|shm|tcp",
+        params->protocol != EGM_PROTOCOL_TCP && params->protocol != EGM_PROTOCOL_NVLINK)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "protocol: %d is not auto|nvlink|shm|tcp",
                               (int)params->protocol);
+    if (params->prewarm_concurrency < 0 ||
+        params->prewarm_concurrency > EGM_PREWARM_MAX_CONCURRENCY)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "prewarm_concurrency: %d not in 0..%d",
+                              params->prewarm_concurrency, EGM_PREWARM_MAX_CONCURRENCY);
     egm_te_t *te = egm_calloc(1, sizeof(*te), "te");
     if (te == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory");
@@ -59,6 +101,7 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
     te->protocol = params->protocol;
     te->data_port = params->data_port;
     te->io_timeout_ms = params->io_timeout_ms > 0 ? params->io_timeout_ms : 10000;
+    te->registry = params->registry;
     const char *hostname = params->local_hostname && params->local_hostname[0]
                                ? params->local_hostname
                                : egm__host_name();
@@ -82,9 +125,13 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
         goto err_exposed;
     if ((st = egm__tcp_client_create(te->io_timeout_ms, &te->tcp)) != EGM_OK)
         goto err_shm;
+    if ((st = cuda_open(te, params)) != EGM_OK)
+        goto err_tcp;
     *te_p = te;
     return EGM_OK;
 
+err_tcp:
+    egm__tcp_client_destroy(te->tcp);
 err_shm:
     egm__shm_cache_destroy(te->shm);
 err_exposed:
@@ -103,6 +150,7 @@ void egm__te_destroy(egm_te_t *te)
     /* Servers first: they are the only users of the exposed table. */
     egm__tcp_server_stop(te->server);
     egm__fd_broker_stop(te->broker);
+    egm__nvlink_destroy(te->nvlink);
     egm__tcp_client_destroy(te->tcp);
     egm__shm_cache_destroy(te->shm);
     egm__exposed_destroy(te->exposed);
@@ -116,7 +164,7 @@ static egm_status_t start_servers(egm_te_t *te)
 
     pthread_mutex_lock(&te->servers_lock);
     if (te->broker == NULL) {
-        st = egm__fd_broker_start(te->exposed, &te->counters, &te->broker);
+        st = egm__fd_broker_start(te->exposed, &te->counters, te->cuda, &te->broker);
         if (st != EGM_OK)
             goto out;
     }
@@ -134,6 +182,17 @@ out:
     return st;
 }
 
+static egm_status_t fill_endpoints(egm_te_t *te, egm_segment_desc_t *desc)
+{
+    snprintf(desc->host_id, sizeof(desc->host_id), "%s", te->host_id);
+    int v6 = strchr(te->local_hostname, ':') != NULL; /* IPv6 literal: bracket it */
+    int n = snprintf(desc->tcp_endpoint, sizeof(desc->tcp_endpoint), "%s%s%s:%u", v6 ? "[" : "",
+                     te->local_hostname, v6 ? "]" : "", (unsigned)egm__tcp_server_port(te->server));
+    if (n < 0 || (size_t)n >= sizeof(desc->tcp_endpoint))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "local_hostname: too long for an endpoint");
+    return EGM_OK;
+}
+
 egm_status_t egm__te_expose_segment(egm_te_t *te, egm_segment_desc_t *desc, void *base, int memfd)
 {
     egm_status_t st;
@@ -149,12 +208,9 @@ egm_status_t egm__te_expose_segment(egm_te_t *te, egm_segment_desc_t *desc, void
         return st;
 
     /* Fill the descriptor before publishing: the caller mounts it next. */
-    snprintf(desc->host_id, sizeof(desc->host_id), "%s", te->host_id);
-    int v6 = strchr(te->local_hostname, ':') != NULL; /* IPv6 literal: bracket it */
-    int n = snprintf(desc->tcp_endpoint, sizeof(desc->tcp_endpoint), "%s%s%s:%u", v6 ? "[" : "",
-                     te->local_hostname, v6 ? "]" : "", (unsigned)egm__tcp_server_port(te->server));
-    if (n < 0 || (size_t)n >= sizeof(desc->tcp_endpoint))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "local_hostname: too long for an endpoint");
+    if ((st = fill_endpoints(te, desc)) != EGM_OK)
+        return st;
+    desc->fabric_handle_len = 0;
     if (memfd >= 0) {
         snprintf(desc->shm_socket, sizeof(desc->shm_socket), "%s", egm__fd_broker_name(te->broker));
         desc->handle_kind = EGM_HANDLE_MEMFD;
@@ -166,6 +222,82 @@ egm_status_t egm__te_expose_segment(egm_te_t *te, egm_segment_desc_t *desc, void
         return st;
     egm_debug("te: exposed segment %s (%" PRIu64 " bytes)", egm__id_format(desc->id, text),
               desc->size);
+    return EGM_OK;
+}
+
+/* The handle must leave as its kind: checked now rather than at a consumer's
+ * first import. Fabric bytes go into the descriptor. */
+static egm_status_t export_check(egm_te_t *te, egm_segment_desc_t *desc, egm_cu_mem_handle_t handle,
+                                 egm_handle_kind_t kind)
+{
+    egm_cu_result_t rc;
+    if (kind == EGM_HANDLE_FABRIC) {
+        egm_cu_fabric_handle_t fabric;
+        rc = te->cuda->cuMemExportToShareableHandle(&fabric, handle, EGM_CU_MEM_HANDLE_TYPE_FABRIC,
+                                                    0);
+        egm_status_t st = egm__cuda_check(rc, "cuMemExportToShareableHandle(fabric)");
+        if (st != EGM_OK)
+            return st;
+        _Static_assert(sizeof(fabric.data) == sizeof(desc->fabric_handle), "fabric handle size");
+        memcpy(desc->fabric_handle, fabric.data, sizeof(fabric.data));
+        desc->fabric_handle_len = (uint8_t)sizeof(fabric.data);
+        return EGM_OK;
+    }
+    int fd = -1;
+    rc = te->cuda->cuMemExportToShareableHandle(&fd, handle,
+                                                EGM_CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    egm_status_t st = egm__cuda_check(rc, "cuMemExportToShareableHandle(posix_fd)");
+    if (st == EGM_OK && fd >= 0)
+        close(fd);
+    desc->fabric_handle_len = 0;
+    return st;
+}
+
+egm_status_t egm__te_expose_vmm_segment(egm_te_t *te, egm_segment_desc_t *desc, void *base,
+                                        uint64_t size, egm_cu_mem_handle_t handle,
+                                        egm_handle_kind_t handle_kind, int device)
+{
+    egm_status_t st;
+    char text[EGM_ID_STRLEN];
+
+    if (te == NULL || desc == NULL || base == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: missing segment or memory");
+    if (egm__id_is_nil(desc->id))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment id is nil");
+    if (size == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment size is 0");
+    if (handle_kind != EGM_HANDLE_POSIX_FD && handle_kind != EGM_HANDLE_FABRIC)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "expose: handle kind %d is neither posix_fd nor fabric",
+                              (int)handle_kind);
+    if (device < -1)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: device %d", device);
+    if (te->cuda == NULL)
+        return egm__set_error(EGM_ERR_NO_CUDA, "expose: VMM segment without a CUDA driver");
+    if ((st = start_servers(te)) != EGM_OK)
+        return st;
+
+    desc->size = size;
+    if ((st = export_check(te, desc, handle, handle_kind)) != EGM_OK)
+        return st;
+    if ((st = fill_endpoints(te, desc)) != EGM_OK)
+        return st;
+    /* GPU memory is nvlink-only: the data server cannot touch it. */
+    if (device >= 0)
+        desc->tcp_endpoint[0] = '\0';
+    if (handle_kind == EGM_HANDLE_POSIX_FD)
+        snprintf(desc->shm_socket, sizeof(desc->shm_socket), "%s", egm__fd_broker_name(te->broker));
+    else
+        desc->shm_socket[0] = '\0';
+    desc->handle_kind = handle_kind;
+    st = egm__exposed_add_vmm(te->exposed, desc->id, base, size, handle, handle_kind, device < 0,
+                              device);
+    if (st != EGM_OK)
+        return st;
+    egm_debug("te: exposed VMM segment %s (%" PRIu64 " bytes, %s, %s %d)",
+              egm__id_format(desc->id, text), size,
+              handle_kind == EGM_HANDLE_FABRIC ? "fabric" : "posix_fd",
+              device < 0 ? "host" : "device", device);
     return EGM_OK;
 }
 
@@ -187,28 +319,80 @@ static int is_own(egm_te_t *te, const egm_segment_desc_t *segment)
     return 1;
 }
 
-egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
-                           egm_transport_t *transport_p)
+/* Where a local buffer lives: GPU ordinal or -1 (host). The registry knows
+ * registered buffers without a driver call. */
+static int local_device(egm_te_t *te, const void *ptr, size_t len)
+{
+    int device = -1;
+    if (te->cuda == NULL || ptr == NULL)
+        return -1;
+    if (te->registry != NULL && egm__registry_device(te->registry, ptr, len, &device) == EGM_OK)
+        return device;
+    if (egm__cuda_pointer_device(ptr, &device) != EGM_OK)
+        return -1;
+    return device;
+}
+
+static int is_vmm(const egm_segment_desc_t *segment)
+{
+    return segment->handle_kind == EGM_HANDLE_POSIX_FD || segment->handle_kind == EGM_HANDLE_FABRIC;
+}
+
+/* Why nvlink cannot reach this segment from a buffer on `device` (NULL: it can). */
+static const char *nvlink_obstacle(egm_te_t *te, const egm_segment_desc_t *segment, int device)
+{
+    if (te->nvlink == NULL)
+        return "no CUDA driver or GPU in this process";
+    if (device < 0)
+        return "the local buffer is host memory, not GPU memory";
+    if (!is_vmm(segment))
+        return "the segment is not CUDA VMM memory";
+    if (segment->handle_kind == EGM_HANDLE_POSIX_FD &&
+        (strcmp(segment->host_id, te->host_id) != 0 || segment->shm_socket[0] == '\0'))
+        return "its posix_fd handle can only be imported on its own host";
+    if (egm__mapping_retired(egm__nvlink_cache(te->nvlink), segment->id))
+        return "the segment was retired";
+    return NULL;
+}
+
+/* Route for a local buffer on `device` (-1: host memory). */
+static egm_status_t route(egm_te_t *te, const egm_segment_desc_t *segment, int device,
+                          egm_transport_t *transport_p)
 {
     char text[EGM_ID_STRLEN];
 
-    if (te == NULL || segment == NULL || transport_p == NULL)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing segment");
     if (is_own(te, segment)) {
         *transport_p = EGM_TRANSPORT_LOCAL;
         return EGM_OK;
     }
+    /* A retired id is gone for every transport (its provider may be too). */
+    if (te->nvlink != NULL && egm__mapping_retired(egm__nvlink_cache(te->nvlink), segment->id))
+        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s was retired",
+                              egm__id_format(segment->id, text));
+    const char *no_nvlink = nvlink_obstacle(te, segment, device);
     int shm_ok = strcmp(segment->host_id, te->host_id) == 0 && segment->shm_socket[0] != '\0' &&
                  segment->handle_kind == EGM_HANDLE_MEMFD;
     int tcp_ok = segment->tcp_endpoint[0] != '\0';
 
     switch (te->protocol) {
     case EGM_PROTOCOL_AUTO:
+        if (no_nvlink == NULL) {
+            *transport_p = EGM_TRANSPORT_NVLINK;
+            return EGM_OK;
+        }
         if (shm_ok) {
             *transport_p = EGM_TRANSPORT_SHM;
             return EGM_OK;
         }
         break;
+    case EGM_PROTOCOL_NVLINK:
+        if (no_nvlink == NULL) {
+            *transport_p = EGM_TRANSPORT_NVLINK;
+            return EGM_OK;
+        }
+        return egm__set_error(EGM_ERR_NOT_SUPPORTED,
+                              "protocol=nvlink: segment %s is not reachable over nvlink: %s",
+                              egm__id_format(segment->id, text), no_nvlink);
     case EGM_PROTOCOL_SHM:
         if (shm_ok) {
             *transport_p = EGM_TRANSPORT_SHM;
@@ -229,9 +413,26 @@ egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
         *transport_p = EGM_TRANSPORT_TCP;
         return EGM_OK;
     }
-    return egm__set_error(EGM_ERR_NOT_SUPPORTED, "segment %s: no tcp endpoint%s",
+    return egm__set_error(EGM_ERR_NOT_SUPPORTED, "segment %s: no tcp endpoint%s%s%s",
                           egm__id_format(segment->id, text),
-                          te->protocol == EGM_PROTOCOL_AUTO ? " and not reachable over shm" : "");
+                          te->protocol == EGM_PROTOCOL_AUTO ? " and not reachable over shm" : "",
+                          te->protocol == EGM_PROTOCOL_AUTO ? " or nvlink: " : "",
+                          te->protocol == EGM_PROTOCOL_AUTO ? no_nvlink : "");
+}
+
+egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
+                           egm_transport_t *transport_p)
+{
+    if (te == NULL || segment == NULL || transport_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing segment");
+    return route(te, segment, -1, transport_p);
+}
+
+egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport_t *transport_p)
+{
+    if (te == NULL || op == NULL || op->segment == NULL || transport_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing op or segment");
+    return route(te, op->segment, local_device(te, op->local, op->length), transport_p);
 }
 
 /* Bounds and arguments of one op, before any transport sees it. */
@@ -257,7 +458,77 @@ static egm_status_t check_op(const egm_te_op_t *op)
     return EGM_OK;
 }
 
-static egm_status_t transfer_local(egm_te_t *te, const egm_te_op_t *op)
+/* ---- staging: GPU memory over host-only paths ------------------------------ */
+
+/* Moves a piece between a staging slot and the host side of a staged copy:
+ * into_slot 1 fills the slot from there, 0 drains the slot into it. */
+typedef egm_status_t (*hop_fn)(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
+                               int into_slot);
+
+/* `len` bytes between GPU memory at `gpu` (on `device`) and a host-only side,
+ * one staging slot at a time: the conventional path (device <-> pinned
+ * host <-> wire/memory), kept as the baseline nvlink is measured against. */
+static egm_status_t staged(egm_te_t *te, int device, uint64_t gpu, size_t len, int to_gpu,
+                           hop_fn hop, void *ctx)
+{
+    void *slot;
+    size_t cap;
+    egm_status_t st = egm__staging_get(te->nvlink, &slot, &cap);
+    if (st != EGM_OK)
+        return st;
+    uint64_t pinned = (uint64_t)(uintptr_t)slot;
+    size_t done = 0;
+    while (done < len && st == EGM_OK) {
+        size_t n = len - done < cap ? len - done : cap;
+        if (to_gpu) {
+            st = hop(te, ctx, done, slot, n, 1);
+            if (st == EGM_OK)
+                st = egm__nvlink_copy(te->nvlink, device, gpu + done, pinned, n);
+        } else {
+            st = egm__nvlink_copy(te->nvlink, device, pinned, gpu + done, n);
+            if (st == EGM_OK)
+                st = hop(te, ctx, done, slot, n, 0);
+        }
+        if (st == EGM_OK)
+            done += n;
+    }
+    egm__staging_put(te->nvlink, slot, done);
+    return st;
+}
+
+static egm_status_t hop_tcp(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
+                            int into_slot)
+{
+    const egm_te_op_t *op = ctx;
+    return egm__tcp_client_transfer(te->tcp, op->segment->tcp_endpoint, op->segment->id,
+                                    op->offset + off, slot, n,
+                                    into_slot ? EGM_TE_READ : EGM_TE_WRITE);
+}
+
+static egm_status_t hop_shm(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
+                            int into_slot)
+{
+    const egm_te_op_t *op = ctx;
+    return egm__shm_transfer(te->shm, op->segment, op->offset + off, slot, n,
+                             into_slot ? EGM_TE_READ : EGM_TE_WRITE);
+}
+
+/* Host memory the CPU copies: ctx is its first byte. */
+static egm_status_t hop_memory(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
+                               int into_slot)
+{
+    (void)te;
+    uint8_t *mem = (uint8_t *)ctx + off;
+    if (into_slot)
+        memcpy(slot, mem, n);
+    else
+        memcpy(mem, slot, n);
+    return EGM_OK;
+}
+
+/* ---- one op, by transport ---------------------------------------------------- */
+
+static egm_status_t transfer_local(egm_te_t *te, const egm_te_op_t *op, int device)
 {
     char text[EGM_ID_STRLEN];
     egm_exposed_t *seg = egm__exposed_acquire(te->exposed, op->segment->id);
@@ -270,60 +541,163 @@ static egm_status_t transfer_local(egm_te_t *te, const egm_te_op_t *op)
             EGM_ERR_INVALID_ARG,
             "transfer: [%" PRIu64 ", +%zu) beyond own segment %s of %" PRIu64 " bytes", op->offset,
             op->length, egm__id_format(op->segment->id, text), seg->size);
-    } else {
-        uint8_t *mem = (uint8_t *)seg->base + op->offset;
+        goto out;
+    }
+    uint8_t *mem = (uint8_t *)seg->base + op->offset;
+    int vmm = seg->kind == EGM_HANDLE_POSIX_FD || seg->kind == EGM_HANDLE_FABRIC;
+    if (device < 0 && seg->host_accessible) {
         if (op->dir == EGM_TE_READ)
             memcpy(op->local, mem, op->length);
         else
             memcpy(mem, op->local, op->length);
+    } else if (device >= 0 && vmm) {
+        /* Our own VMM mapping is open to every local GPU: one GPU copy. */
+        uint64_t local = (uint64_t)(uintptr_t)op->local, remote = (uint64_t)(uintptr_t)mem;
+        st = op->dir == EGM_TE_READ
+                 ? egm__nvlink_copy(te->nvlink, device, local, remote, op->length)
+                 : egm__nvlink_copy(te->nvlink, device, remote, local, op->length);
+    } else if (device >= 0) {
+        /* GPU buffer, memfd pool: pageable memory, staged. */
+        st = staged(te, device, (uint64_t)(uintptr_t)op->local, op->length, op->dir == EGM_TE_READ,
+                    hop_memory, mem);
+    } else if (te->nvlink != NULL && seg->device >= 0) {
+        /* Host buffer, own GPU memory: staged on the segment's GPU. */
+        st = staged(te, seg->device, (uint64_t)(uintptr_t)mem, op->length, op->dir == EGM_TE_WRITE,
+                    hop_memory, op->local);
+    } else {
+        st = egm__set_error(EGM_ERR_NOT_SUPPORTED,
+                            "transfer: own segment %s is not host-accessible and there is no GPU",
+                            egm__id_format(op->segment->id, text));
     }
+out:
     egm__exposed_release(te->exposed, seg);
     return st;
 }
 
-static egm_status_t transfer_one(egm_te_t *te, const egm_te_op_t *op)
+/* Every transport but nvlink (batched separately). */
+static egm_status_t transfer_routed(egm_te_t *te, const egm_te_op_t *op, egm_transport_t transport,
+                                    int device)
 {
-    egm_transport_t transport;
-    egm_status_t st = check_op(op);
-    if (st != EGM_OK)
-        return st;
-    if ((st = egm__te_route(te, op->segment, &transport)) != EGM_OK)
-        return st;
     switch (transport) {
     case EGM_TRANSPORT_LOCAL:
-        return transfer_local(te, op);
+        return transfer_local(te, op, device);
     case EGM_TRANSPORT_SHM:
+        if (device >= 0)
+            return staged(te, device, (uint64_t)(uintptr_t)op->local, op->length,
+                          op->dir == EGM_TE_READ, hop_shm, (void *)op);
         return egm__shm_transfer(te->shm, op->segment, op->offset, op->local, op->length, op->dir);
     case EGM_TRANSPORT_TCP:
+        if (device >= 0)
+            return staged(te, device, (uint64_t)(uintptr_t)op->local, op->length,
+                          op->dir == EGM_TE_READ, hop_tcp, (void *)op);
         return egm__tcp_client_transfer(te->tcp, op->segment->tcp_endpoint, op->segment->id,
                                         op->offset, op->local, op->length, op->dir);
+    case EGM_TRANSPORT_NVLINK:
+        break;
     }
-    return egm__set_error(EGM_ERR_INTERNAL, "transfer: unknown transport %d", (int)transport);
+    return egm__set_error(EGM_ERR_INTERNAL, "transfer: transport %d here", (int)transport);
+}
+
+/* Keeps the detail of the failure of the lowest-numbered op. */
+typedef struct {
+    egm_status_t status;
+    size_t index;
+    char detail[256];
+} first_failure_t;
+
+static void note_failure(first_failure_t *f, size_t index, egm_status_t st)
+{
+    if (f->status != EGM_OK && f->index <= index)
+        return;
+    f->status = st;
+    f->index = index;
+    snprintf(f->detail, sizeof(f->detail), "%s", egm_last_error());
 }
 
 egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
 {
-    egm_status_t first = EGM_OK;
-    char detail[256] = "";
+    int stack_devices[STACK_OPS];
+    size_t stack_pending[STACK_OPS];
+    egm_te_op_t *stack_group[STACK_OPS];
+    int *devices = stack_devices;
+    size_t *pending = stack_pending; /* nvlink ops, by index */
+    egm_te_op_t **group = stack_group;
+    first_failure_t first = {.status = EGM_OK};
 
     if (te == NULL || (ops == NULL && n > 0))
         return egm__set_error(EGM_ERR_INVALID_ARG, "transfer: missing engine or ops");
-    for (size_t i = 0; i < n; i++) {
-        egm_te_op_t *op = &ops[i];
-        op->status = transfer_one(te, op);
-        if (op->status == EGM_OK) {
-            atomic_fetch_add(op->dir == EGM_TE_READ ? &te->counters.bytes_read
-                                                    : &te->counters.bytes_written,
-                             op->length);
-        } else if (first == EGM_OK) {
-            first = op->status;
-            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+    if (n > STACK_OPS) {
+        devices = egm_malloc(n * sizeof(*devices), "te.transfer.devices");
+        pending = egm_malloc(n * sizeof(*pending), "te.transfer.pending");
+        group = egm_malloc(n * sizeof(*group), "te.transfer.group");
+        if (devices == NULL || pending == NULL || group == NULL) {
+            egm_free(devices);
+            egm_free(pending);
+            egm_free(group);
+            egm_status_t st =
+                egm__set_error(EGM_ERR_NO_MEMORY, "transfer: out of memory for %zu ops", n);
+            for (size_t i = 0; i < n; i++)
+                ops[i].status = st;
+            return st;
         }
     }
+
+    /* Route every op; run the others now and keep the nvlink ones, which go
+     * to the GPUs as one batch per device. */
+    size_t n_pending = 0;
+    for (size_t i = 0; i < n; i++) {
+        egm_te_op_t *op = &ops[i];
+        egm_transport_t transport;
+        egm_status_t st = check_op(op);
+        devices[i] = -1;
+        if (st == EGM_OK) {
+            devices[i] = local_device(te, op->local, op->length);
+            st = route(te, op->segment, devices[i], &transport);
+        }
+        if (st == EGM_OK && transport == EGM_TRANSPORT_NVLINK) {
+            pending[n_pending++] = i;
+            continue;
+        }
+        if (st == EGM_OK)
+            st = transfer_routed(te, op, transport, devices[i]);
+        op->status = st;
+        if (st != EGM_OK)
+            note_failure(&first, i, st);
+    }
+
+    /* nvlink: one copier run per device. Each pass takes the ops of the
+     * device of the first op left and compacts the rest. */
+    while (n_pending > 0) {
+        int device = devices[pending[0]];
+        size_t k = 0, left = 0;
+        for (size_t j = 0; j < n_pending; j++) {
+            if (devices[pending[j]] == device)
+                group[k++] = &ops[pending[j]];
+            else
+                pending[left++] = pending[j];
+        }
+        if (egm__nvlink_run(te->nvlink, device, group, k) != EGM_OK) {
+            for (size_t j = 0; j < k; j++)
+                if (group[j]->status != EGM_OK)
+                    note_failure(&first, (size_t)(group[j] - ops), group[j]->status);
+        }
+        n_pending = left;
+    }
+
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].status == EGM_OK)
+            atomic_fetch_add(ops[i].dir == EGM_TE_READ ? &te->counters.bytes_read
+                                                       : &te->counters.bytes_written,
+                             ops[i].length);
+    if (devices != stack_devices) {
+        egm_free(devices);
+        egm_free(pending);
+        egm_free(group);
+    }
     /* Later ops may have overwritten the detail: keep the first failure's. */
-    if (first != EGM_OK)
-        egm__set_error(first, "%s", detail);
-    return first;
+    if (first.status != EGM_OK)
+        egm__set_error(first.status, "%s", first.detail);
+    return first.status;
 }
 
 void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id)
@@ -332,6 +706,28 @@ void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id)
         return;
     /* tcp connections belong to endpoints, not segments: nothing to drop there. */
     egm__shm_forget(te->shm, segment_id);
+    if (te->nvlink != NULL)
+        egm__mapping_forget(egm__nvlink_cache(te->nvlink), segment_id);
+}
+
+void egm__te_prewarm(egm_te_t *te, const egm_segment_desc_t *descs, size_t n)
+{
+    if (te == NULL || te->nvlink == NULL || descs == NULL)
+        return;
+    if (te->protocol != EGM_PROTOCOL_AUTO && te->protocol != EGM_PROTOCOL_NVLINK)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        /* Any GPU will do for the check: the mapping serves them all. */
+        if (is_own(te, &descs[i]) || nvlink_obstacle(te, &descs[i], 0) != NULL)
+            continue;
+        egm__nvlink_prewarm(te->nvlink, &descs[i], 1);
+    }
+}
+
+void egm__te_prewarm_drain(egm_te_t *te)
+{
+    if (te != NULL && te->nvlink != NULL)
+        egm__nvlink_prewarm_drain(te->nvlink);
 }
 
 void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
@@ -345,7 +741,20 @@ void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
     stats_p->tcp_requests_refused = atomic_load(&te->counters.tcp_requests_refused);
     stats_p->shm_fds_sent = atomic_load(&te->counters.shm_fds_sent);
     stats_p->shm_peers_refused = atomic_load(&te->counters.shm_peers_refused);
-    stats_p->mappings_live = egm__shm_mappings_live(te->shm);
+    stats_p->vmm_fds_sent = atomic_load(&te->counters.vmm_fds_sent);
+    if (te->nvlink != NULL) {
+        egm_nvlink_stats_t ns;
+        egm__nvlink_stats(te->nvlink, &ns);
+        stats_p->nvlink_imports_total = ns.mappings.imports_total;
+        stats_p->nvlink_mappings_live = ns.mappings.mappings_live;
+        stats_p->nvlink_import_failures = ns.mappings.import_failures;
+        stats_p->prewarmed = ns.prewarmed;
+        stats_p->nvlink_copies = ns.nvlink_copies;
+        stats_p->copy_kernel_launches = ns.copier.kernel_launches;
+        stats_p->copy_engine_copies = ns.copier.engine_copies;
+        stats_p->staged_bytes = ns.staged_bytes;
+    }
+    stats_p->mappings_live = egm__shm_mappings_live(te->shm) + stats_p->nvlink_mappings_live;
 }
 
 const char *egm__transport_name(egm_transport_t transport)
@@ -353,6 +762,8 @@ const char *egm__transport_name(egm_transport_t transport)
     switch (transport) {
     case EGM_TRANSPORT_LOCAL:
         return "local";
+    case EGM_TRANSPORT_NVLINK:
+        return "nvlink";
     case EGM_TRANSPORT_SHM:
         return "shm";
     case EGM_TRANSPORT_TCP:
@@ -365,12 +776,14 @@ egm_status_t egm__protocol_parse(const char *text, egm_protocol_t *protocol_p)
 {
     if (text != NULL && strcmp(text, "auto") == 0)
         *protocol_p = EGM_PROTOCOL_AUTO;
+    else if (text != NULL && strcmp(text, "nvlink") == 0)
+        *protocol_p = EGM_PROTOCOL_NVLINK;
     else if (text != NULL && strcmp(text, "shm") == 0)
         *protocol_p = EGM_PROTOCOL_SHM;
     else if (text != NULL && strcmp(text, "tcp") == 0)
         *protocol_p = EGM_PROTOCOL_TCP;
     else
-        return egm__set_error(EGM_ERR_CONFIG, "protocol: \"%s\" is not one of auto|shm|tcp",
+        return egm__set_error(EGM_ERR_CONFIG, "protocol: \"%s\" is not one of auto|shm|tcp|nvlink",
                               text ? text : "(null)");
     return EGM_OK;
 }

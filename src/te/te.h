@@ -1,12 +1,16 @@
 /* Transfer engine: moves bytes between local memory and segments.
  *
- * Provider side: expose local memory (a memfd-backed mapping) as a segment; the
- * engine serves it over its fd broker (shm transport, Unix socket, SCM_RIGHTS
- * after a peer-credential check) and its tcp data server.
+ * Provider side: expose local memory as a segment: a memfd-backed mapping
+ * (served by the fd broker for shm, Unix socket + SCM_RIGHTS after a
+ * peer-credential check, and by the tcp data server), or CUDA VMM memory
+ * (posix_fd handles exported per request by the same fd broker, fabric handles
+ * carried in the descriptor; HOST_NUMA memory also over tcp).
  *
- * Consumer side: read/write (segment, offset, length) through the best transport
- * allowed by `protocol`: own segment -> memcpy; same host with a shm socket ->
- * shm (mapping cached by segment id); else tcp. */
+ * Consumer side: read/write (segment, offset, length) through the best
+ * transport allowed by `protocol`: own segment -> memcpy or a GPU copy; GPU
+ * buffer and VMM segment -> nvlink (mapping cached by segment id, GPU copies);
+ * same host with a shm socket -> shm (mapping cached by segment id); else tcp.
+ * GPU buffers that must go over shm or tcp pass through a pinned staging ring. */
 #ifndef EGM_TE_TE_H
 #define EGM_TE_TE_H
 
@@ -14,20 +18,25 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "cuda/cuda_api.h"
+#include "te/registry.h"
 #include "te/segment.h"
 
 typedef struct egm_te egm_te_t;
 
 typedef enum {
-    EGM_PROTOCOL_AUTO = 0,
+    EGM_PROTOCOL_AUTO = 0, /* nvlink > shm > tcp, whichever reaches the segment */
     EGM_PROTOCOL_SHM = 1,
     EGM_PROTOCOL_TCP = 2,
+    EGM_PROTOCOL_NVLINK = 3, /* only nvlink: anything else fails with NOT_SUPPORTED */
 } egm_protocol_t;
 
+/* Values are in order of preference (callers rank replicas by them). */
 typedef enum {
-    EGM_TRANSPORT_LOCAL = 0, /* own memory */
-    EGM_TRANSPORT_SHM = 1,
-    EGM_TRANSPORT_TCP = 2,
+    EGM_TRANSPORT_LOCAL = 0,  /* own memory */
+    EGM_TRANSPORT_NVLINK = 1, /* GPU copy into a mapped VMM segment */
+    EGM_TRANSPORT_SHM = 2,
+    EGM_TRANSPORT_TCP = 3,
 } egm_transport_t;
 
 typedef struct {
@@ -37,6 +46,12 @@ typedef struct {
     const char *data_listen_host; /* bind address of the data server; NULL = 0.0.0.0 */
     uint16_t data_port;           /* 0 = any free port */
     int io_timeout_ms;
+    /* The client's registered buffers (borrowed; must outlive the engine):
+     * where a local buffer lives. NULL: the driver is asked per op. */
+    egm_registry_t *registry;
+    int prewarm_off;         /* 1: egm__te_prewarm does nothing (default: on) */
+    int prewarm_concurrency; /* imports at once; 0 = 2 */
+    int copy_low_priority;   /* GPU copies on lowest-priority streams */
 } egm_te_params_t;
 
 typedef enum { EGM_TE_READ = 0, EGM_TE_WRITE = 1 } egm_te_dir_t;
@@ -58,9 +73,22 @@ typedef struct {
     uint64_t tcp_requests_refused; /* bounds or unknown segment */
     uint64_t shm_fds_sent;
     uint64_t shm_peers_refused;
-    uint64_t mappings_live;
+    uint64_t mappings_live; /* shm + nvlink */
+    /* nvlink (consumer side) */
+    uint64_t nvlink_imports_total; /* VMM handles imported and mapped */
+    uint64_t nvlink_mappings_live; /* of which mapped now (retired ones in use included) */
+    uint64_t nvlink_import_failures;
+    uint64_t prewarmed;     /* segments imported by the prewarm threads */
+    uint64_t nvlink_copies; /* ops moved by GPU copies */
+    uint64_t copy_kernel_launches;
+    uint64_t copy_engine_copies;
+    uint64_t staged_bytes; /* GPU bytes that went over shm/tcp through the staging ring */
+    /* provider side */
+    uint64_t vmm_fds_sent; /* posix_fd VMM handles exported to consumers */
 } egm_te_stats_t;
 
+/* Loads the CUDA driver when there is one (GPU features need it);
+ * protocol nvlink without a driver or a GPU -> EGM_ERR_NO_CUDA. */
 egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p);
 /* Stops servers, unmaps cached mappings, closes connections. NULL is a no-op. */
 void egm__te_destroy(egm_te_t *te);
@@ -69,21 +97,46 @@ void egm__te_destroy(egm_te_t *te);
  * valid until egm__te_withdraw_segment returns. On success desc gets host_id,
  * tcp_endpoint and shm_socket filled in (id, name, size, owner are the caller's). */
 egm_status_t egm__te_expose_segment(egm_te_t *te, egm_segment_desc_t *desc, void *base, int memfd);
+/* Provider side, CUDA VMM memory: `base` is this process's mapping of
+ * `handle` (access granted to every local GPU, and to the host for HOST_NUMA
+ * memory); both stay the caller's until withdraw returns. handle_kind
+ * EGM_HANDLE_POSIX_FD (same-host consumers get a descriptor exported per
+ * request by the fd broker) or EGM_HANDLE_FABRIC (the 64 handle bytes go into
+ * desc). device: -1 for HOST_NUMA memory (the CPU may touch it: served over
+ * tcp too), else the GPU ordinal of DEVICE memory (nvlink only: no tcp
+ * endpoint). Fills desc's size, host_id, tcp_endpoint, shm_socket,
+ * handle_kind and fabric handle. The handle must be exportable as its kind
+ * (checked here). No driver -> EGM_ERR_NO_CUDA. */
+egm_status_t egm__te_expose_vmm_segment(egm_te_t *te, egm_segment_desc_t *desc, void *base,
+                                        uint64_t size, egm_cu_mem_handle_t handle,
+                                        egm_handle_kind_t handle_kind, int device);
 /* Stops serving the segment; waits for requests in flight on it. */
 egm_status_t egm__te_withdraw_segment(egm_te_t *te, egm_id_t segment_id);
 
 /* Consumer side. Each op's status is set; the return value is EGM_OK if every op
  * succeeded, else the first failure. Bounds are checked here and by the server. */
 egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n);
-/* Which transport a transfer to this segment would use. */
+/* Which transport a transfer to this segment from host memory would use. */
 egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
                            egm_transport_t *transport_p);
-/* Drop every cached mapping/connection to a segment (retired by the master). */
+/* Which transport this op would use: as egm__te_route, but knowing where the
+ * op's local buffer lives (a GPU buffer can take nvlink). */
+egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport_t *transport_p);
+/* Drop every cached mapping/connection to a segment (retired by the master).
+ * The id is never served again; an nvlink mapping is unmapped when the last
+ * copy in flight on it ends. */
 void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id);
+/* Import and map these segments in the background (nvlink mapping cache), so
+ * that a later transfer finds them ready. Skips segments nvlink cannot reach
+ * (not VMM, posix_fd of another host, own), mapped or queued ones, and does
+ * nothing without a driver or with prewarm off. Errors are logged (debug). */
+void egm__te_prewarm(egm_te_t *te, const egm_segment_desc_t *descs, size_t n);
+/* Waits until every queued prewarm has finished (tests, benchmarks). */
+void egm__te_prewarm_drain(egm_te_t *te);
 
 void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p);
 const char *egm__transport_name(egm_transport_t transport);
-/* "auto|shm|tcp" */
+/* "auto|shm|tcp|nvlink" */
 egm_status_t egm__protocol_parse(const char *text, egm_protocol_t *protocol_p);
 
 #endif

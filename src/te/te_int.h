@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "cuda/cuda_api.h"
 #include "te/segment.h"
 #include "te/te.h"
 
@@ -20,20 +21,25 @@ typedef struct {
     atomic_uint_fast64_t tcp_requests_refused;
     atomic_uint_fast64_t shm_fds_sent;
     atomic_uint_fast64_t shm_peers_refused;
+    atomic_uint_fast64_t vmm_fds_sent; /* posix_fd handles exported to consumers */
 } egm_te_counters_t;
 
 /* ---- exposed segments (provider side) ------------------------------------- */
 typedef struct egm_exposed_table egm_exposed_table_t;
 
-/* A use reference on an exposed segment: base/size/memfd stay valid until
- * egm__exposed_release. */
+/* A use reference on an exposed segment: base/size/memfd/handle stay valid
+ * until egm__exposed_release. */
 typedef struct {
     egm_id_t id;
     void *base;
     uint64_t size;
-    int memfd;     /* -1 when the segment has no memfd (tcp only) */
-    uint64_t uses; /* under the table lock */
-    int withdrawn; /* out of the table; withdraw waits for uses == 0 */
+    int memfd;                  /* -1 when the segment has no memfd (tcp only, or VMM) */
+    egm_handle_kind_t kind;     /* MEMFD/NONE: host memory; POSIX_FD/FABRIC: CUDA VMM */
+    egm_cu_mem_handle_t handle; /* VMM allocation (the pool's); 0 for host memory */
+    int host_accessible;        /* the CPU may read/write base (tcp server, local memcpy) */
+    int device;                 /* VMM on a GPU: its ordinal; else -1 */
+    uint64_t uses;              /* under the table lock */
+    int withdrawn;              /* out of the table; withdraw waits for uses == 0 */
 } egm_exposed_t;
 
 egm_status_t egm__exposed_create(egm_exposed_table_t **table_p);
@@ -42,6 +48,12 @@ void egm__exposed_destroy(egm_exposed_table_t *table);
 /* Same id twice -> EGM_ERR_SEGMENT_EXISTS. */
 egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *base, uint64_t size,
                               int memfd);
+/* A CUDA VMM segment: `base` is the provider's own mapping of `handle`
+ * (kind POSIX_FD or FABRIC); host_accessible when the CPU may touch it
+ * (HOST_NUMA with host access), device = GPU ordinal of DEVICE memory or -1. */
+egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void *base,
+                                  uint64_t size, egm_cu_mem_handle_t handle, egm_handle_kind_t kind,
+                                  int host_accessible, int device);
 /* Removes the segment so that new lookups fail, then waits for the uses in
  * flight to end. Unknown -> EGM_ERR_SEGMENT_NOT_FOUND. */
 egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id);
@@ -99,16 +111,25 @@ uint64_t egm__wire_get_u64(const uint8_t *p);
 void egm__wire_put_id(uint8_t *p, egm_id_t id);
 egm_id_t egm__wire_get_id(const uint8_t *p);
 
-/* ---- fd broker (provider side of shm) ------------------------------------- */
+/* ---- fd broker (provider side of shm and of posix_fd VMM handles) ---------- */
 typedef struct egm_fd_broker egm_fd_broker_t;
 
 /* Listens on an abstract Unix socket "@egmstore-<pid>-<random>" served by its
- * own thread. */
+ * own thread. A request's u16 at byte 6 names the handle kind wanted: 0 or
+ * MEMFD -> the segment's memfd; POSIX_FD -> a descriptor freshly exported from
+ * the segment's VMM allocation (through `api`; NULL: none served), closed here
+ * once sent. A kind the segment does not have is answered SEGMENT_NOT_FOUND. */
 egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
-                                  egm_fd_broker_t **broker_p);
+                                  const egm_cuda_api_t *api, egm_fd_broker_t **broker_p);
 void egm__fd_broker_stop(egm_fd_broker_t *broker);
 /* "@egmstore-..." (the '@' stands for the abstract namespace's leading NUL). */
 const char *egm__fd_broker_name(const egm_fd_broker_t *broker);
+/* Consumer side: asks the broker at `socket` for the segment's descriptor of
+ * `kind` (MEMFD or POSIX_FD), after checking that the broker runs as our uid or
+ * root. *fd_p is the caller's to close; *size_p is the size the provider
+ * reports. Broker gone -> UNREACHABLE; refused -> the provider's status. */
+egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_handle_kind_t kind,
+                                  int timeout_ms, int *fd_p, uint64_t *size_p);
 
 /* ---- shm mapping cache (consumer side) ------------------------------------ */
 typedef struct egm_shm_cache egm_shm_cache_t;
@@ -123,6 +144,13 @@ egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t 
 /* Drops the mapping; the unmap waits for the last transfer using it. */
 void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id);
 uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache);
+
+/* ---- CUDA context (nvlink.c) ------------------------------------------------ */
+/* Makes `device`'s primary context current on this thread, saving the one the
+ * caller had (an inference engine's thread must get its own back); leave
+ * restores it. */
+egm_status_t egm__te_ctx_enter(const egm_cuda_api_t *api, int device, egm_cu_context_t *saved_p);
+void egm__te_ctx_leave(const egm_cuda_api_t *api, egm_cu_context_t saved);
 
 /* ---- tcp data server (provider side) -------------------------------------- */
 typedef struct egm_tcp_server egm_tcp_server_t;

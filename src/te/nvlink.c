@@ -1,0 +1,340 @@
+/* nvlink transport: GPU copies between local memory and mapped VMM segments,
+ * one copier per device (created on first use), the pinned staging ring of the
+ * conventional path, and the prewarm threads. See nvlink.h. */
+#include "te/nvlink.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "cuda/driver.h"
+#include "te/te_int.h"
+
+/* Ops per copier run kept on the stack; larger batches allocate. */
+#define STACK_COPIES 32
+
+struct egm_nvlink {
+    const egm_cuda_api_t *api;
+    egm_nvlink_params_t params;
+    egm_mapping_cache_t *cache;
+
+    pthread_mutex_t copiers_lock;
+    egm_copier_t *copiers[EGM_NVLINK_MAX_DEVICES];
+
+    pthread_mutex_t staging_lock;
+    pthread_cond_t staging_free;
+    void *slots[EGM_STAGING_SLOTS]; /* NULL until the ring is allocated */
+    int slot_busy[EGM_STAGING_SLOTS];
+    int staging_ready;
+
+    pthread_mutex_t prewarm_lock; /* threads start on the first prewarm */
+    egm_prewarm_t *prewarm;
+
+    atomic_uint_fast64_t nvlink_copies;
+    atomic_uint_fast64_t staged_bytes;
+};
+
+egm_status_t egm__te_ctx_enter(const egm_cuda_api_t *api, int device, egm_cu_context_t *saved_p)
+{
+    *saved_p = NULL;
+    egm_cu_result_t rc = api->cuCtxGetCurrent(saved_p);
+    if (rc != EGM_CU_SUCCESS)
+        *saved_p = NULL;
+    return egm__cuda_use_device(device);
+}
+
+void egm__te_ctx_leave(const egm_cuda_api_t *api, egm_cu_context_t saved)
+{
+    egm_cu_context_t now = NULL;
+    if (api->cuCtxGetCurrent(&now) == EGM_CU_SUCCESS && now == saved)
+        return;
+    egm_cu_result_t rc = api->cuCtxSetCurrent(saved);
+    if (rc != EGM_CU_SUCCESS)
+        egm_warn("nvlink: restoring the caller's CUDA context: %s", egm__cuda_error_name(rc));
+}
+
+egm_status_t egm__nvlink_create(const egm_cuda_api_t *api, const egm_nvlink_params_t *params,
+                                egm_nvlink_t **nvlink_p)
+{
+    egm_status_t st;
+    egm_nvlink_t *nv = egm_calloc(1, sizeof(*nv), "te.nvlink");
+    if (nv == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "nvlink: out of memory");
+    nv->api = api;
+    nv->params = *params;
+    if (nv->params.prewarm_concurrency <= 0)
+        nv->params.prewarm_concurrency = EGM_PREWARM_DEFAULT_CONCURRENCY;
+    if (nv->params.prewarm_concurrency > EGM_PREWARM_MAX_CONCURRENCY)
+        nv->params.prewarm_concurrency = EGM_PREWARM_MAX_CONCURRENCY;
+    if ((st = egm__mapping_cache_create(api, params->timeout_ms, &nv->cache)) != EGM_OK) {
+        egm_free(nv);
+        return st;
+    }
+    pthread_mutex_init(&nv->copiers_lock, NULL);
+    pthread_mutex_init(&nv->staging_lock, NULL);
+    pthread_cond_init(&nv->staging_free, NULL);
+    pthread_mutex_init(&nv->prewarm_lock, NULL);
+    *nvlink_p = nv;
+    return EGM_OK;
+}
+
+void egm__nvlink_destroy(egm_nvlink_t *nv)
+{
+    if (nv == NULL)
+        return;
+    /* Prewarm threads use the cache: stop them first. */
+    egm__prewarm_destroy(nv->prewarm);
+    for (int d = 0; d < EGM_NVLINK_MAX_DEVICES; d++)
+        egm__copier_destroy(nv->copiers[d]);
+    if (nv->staging_ready) {
+        egm_cu_context_t saved;
+        if (egm__te_ctx_enter(nv->api, 0, &saved) != EGM_OK)
+            egm_warn("nvlink: freeing the staging ring: %s", egm_last_error());
+        for (int i = 0; i < EGM_STAGING_SLOTS; i++) {
+            egm_cu_result_t rc = nv->api->cuMemFreeHost(nv->slots[i]);
+            if (rc != EGM_CU_SUCCESS)
+                egm_warn("nvlink: cuMemFreeHost: %s", egm__cuda_error_name(rc));
+        }
+        egm__te_ctx_leave(nv->api, saved);
+    }
+    egm__mapping_cache_destroy(nv->cache);
+    pthread_mutex_destroy(&nv->prewarm_lock);
+    pthread_cond_destroy(&nv->staging_free);
+    pthread_mutex_destroy(&nv->staging_lock);
+    pthread_mutex_destroy(&nv->copiers_lock);
+    egm_free(nv);
+}
+
+egm_mapping_cache_t *egm__nvlink_cache(egm_nvlink_t *nv)
+{
+    return nv->cache;
+}
+
+static egm_status_t get_copier(egm_nvlink_t *nv, int device, egm_copier_t **copier_p)
+{
+    egm_status_t st = EGM_OK;
+    if (device < 0 || device >= EGM_NVLINK_MAX_DEVICES)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "nvlink: device %d out of range 0..%d", device,
+                              EGM_NVLINK_MAX_DEVICES - 1);
+    pthread_mutex_lock(&nv->copiers_lock);
+    if (nv->copiers[device] == NULL)
+        st = egm__copier_create(device, nv->params.copy_low_priority, &nv->copiers[device]);
+    *copier_p = nv->copiers[device];
+    pthread_mutex_unlock(&nv->copiers_lock);
+    return st;
+}
+
+/* Copies on `device`'s copier (which makes its context current for the run
+ * and gives the caller's back). */
+static egm_status_t run_copies(egm_nvlink_t *nv, int device, const egm_copy_desc_t *copies,
+                               size_t n)
+{
+    egm_copier_t *copier = NULL;
+    egm_status_t st = get_copier(nv, device, &copier);
+    if (st != EGM_OK)
+        return st;
+    return egm__copier_run(copier, copies, n);
+}
+
+egm_status_t egm__nvlink_copy(egm_nvlink_t *nv, int device, uint64_t dst, uint64_t src, size_t len)
+{
+    egm_copy_desc_t copy = {.dst = dst, .src = src, .len = len};
+    return run_copies(nv, device, &copy, 1);
+}
+
+egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *ops, size_t n)
+{
+    egm_copy_desc_t stack_copies[STACK_COPIES];
+    egm_mapping_t *stack_maps[STACK_COPIES];
+    egm_copy_desc_t *copies = stack_copies;
+    egm_mapping_t **maps = stack_maps;
+    egm_status_t st, first = EGM_OK;
+    char detail[256] = "";
+
+    if (n == 0)
+        return EGM_OK;
+    if (n > STACK_COPIES) {
+        copies = egm_malloc(n * sizeof(*copies), "te.nvlink.copies");
+        maps = egm_calloc(n, sizeof(*maps), "te.nvlink.maps");
+        if (copies == NULL || maps == NULL) {
+            egm_free(copies);
+            egm_free(maps);
+            st = egm__set_error(EGM_ERR_NO_MEMORY, "nvlink: out of memory for %zu copies", n);
+            for (size_t i = 0; i < n; i++)
+                ops[i]->status = st;
+            return st;
+        }
+    }
+
+    /* A reference on every op's mapping keeps it mapped until its copy is
+     * done, even if the segment is retired meanwhile. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        egm_te_op_t *op = ops[i];
+        maps[i] = NULL;
+        st = egm__mapping_acquire(nv->cache, op->segment, &maps[i], NULL);
+        if (st == EGM_OK && (op->offset > egm__mapping_size(maps[i]) ||
+                             op->length > egm__mapping_size(maps[i]) - op->offset))
+            st = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "nvlink: [%" PRIu64 ", +%zu) outside the mapped %" PRIu64 " bytes",
+                                op->offset, op->length, egm__mapping_size(maps[i]));
+        op->status = st;
+        if (st != EGM_OK) {
+            if (first == EGM_OK) {
+                first = st;
+                snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            }
+            continue;
+        }
+        uint64_t remote = egm__mapping_va(maps[i]) + op->offset;
+        uint64_t local = (uint64_t)(uintptr_t)op->local;
+        copies[m++] = op->dir == EGM_TE_READ
+                          ? (egm_copy_desc_t){.dst = local, .src = remote, .len = op->length}
+                          : (egm_copy_desc_t){.dst = remote, .src = local, .len = op->length};
+    }
+
+    if (m > 0) {
+        st = run_copies(nv, device, copies, m);
+        if (st == EGM_OK) {
+            atomic_fetch_add(&nv->nvlink_copies, m);
+        } else {
+            /* The copier cannot say which copy failed: all of them did. */
+            if (first == EGM_OK) {
+                first = st;
+                snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            }
+            for (size_t i = 0; i < n; i++)
+                if (ops[i]->status == EGM_OK)
+                    ops[i]->status = st;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        egm__mapping_release(nv->cache, maps[i]);
+    if (copies != stack_copies) {
+        egm_free(copies);
+        egm_free(maps);
+    }
+    if (first != EGM_OK)
+        egm__set_error(first, "%s", detail);
+    return first;
+}
+
+/* ---- staging ring ---------------------------------------------------------- */
+
+/* All slots at once, on first use: a process that never stages pins nothing. */
+static egm_status_t staging_alloc(egm_nvlink_t *nv)
+{
+    egm_status_t st;
+    egm_cu_context_t saved;
+    if ((st = egm__te_ctx_enter(nv->api, 0, &saved)) != EGM_OK) {
+        egm__te_ctx_leave(nv->api, saved);
+        return st;
+    }
+    for (int i = 0; i < EGM_STAGING_SLOTS; i++) {
+        egm_cu_result_t rc = nv->api->cuMemAllocHost(&nv->slots[i], EGM_STAGING_SLOT_BYTES);
+        if ((st = egm__cuda_check(rc, "cuMemAllocHost")) != EGM_OK) {
+            nv->slots[i] = NULL;
+            while (i-- > 0) {
+                nv->api->cuMemFreeHost(nv->slots[i]);
+                nv->slots[i] = NULL;
+            }
+            egm__te_ctx_leave(nv->api, saved);
+            return st;
+        }
+    }
+    egm__te_ctx_leave(nv->api, saved);
+    nv->staging_ready = 1;
+    egm_debug("nvlink: staging ring of %d x %u bytes pinned", EGM_STAGING_SLOTS,
+              EGM_STAGING_SLOT_BYTES);
+    return EGM_OK;
+}
+
+egm_status_t egm__staging_get(egm_nvlink_t *nv, void **slot_p, size_t *len_p)
+{
+    egm_status_t st = EGM_OK;
+    pthread_mutex_lock(&nv->staging_lock);
+    if (!nv->staging_ready && (st = staging_alloc(nv)) != EGM_OK) {
+        pthread_mutex_unlock(&nv->staging_lock);
+        return st;
+    }
+    for (;;) {
+        for (int i = 0; i < EGM_STAGING_SLOTS; i++) {
+            if (!nv->slot_busy[i]) {
+                nv->slot_busy[i] = 1;
+                *slot_p = nv->slots[i];
+                *len_p = EGM_STAGING_SLOT_BYTES;
+                pthread_mutex_unlock(&nv->staging_lock);
+                return EGM_OK;
+            }
+        }
+        pthread_cond_wait(&nv->staging_free, &nv->staging_lock);
+    }
+}
+
+void egm__staging_put(egm_nvlink_t *nv, void *slot, uint64_t bytes_used)
+{
+    atomic_fetch_add(&nv->staged_bytes, bytes_used);
+    pthread_mutex_lock(&nv->staging_lock);
+    for (int i = 0; i < EGM_STAGING_SLOTS; i++)
+        if (nv->slots[i] == slot)
+            nv->slot_busy[i] = 0;
+    pthread_cond_signal(&nv->staging_free);
+    pthread_mutex_unlock(&nv->staging_lock);
+}
+
+/* ---- prewarm --------------------------------------------------------------- */
+
+void egm__nvlink_prewarm(egm_nvlink_t *nv, const egm_segment_desc_t *descs, size_t n)
+{
+    if (nv->params.prewarm_off || n == 0)
+        return;
+    pthread_mutex_lock(&nv->prewarm_lock);
+    if (nv->prewarm == NULL &&
+        egm__prewarm_create(nv->cache, nv->params.prewarm_concurrency, &nv->prewarm) != EGM_OK) {
+        egm_debug("nvlink: prewarm unavailable: %s", egm_last_error());
+        nv->prewarm = NULL;
+    }
+    egm_prewarm_t *prewarm = nv->prewarm;
+    pthread_mutex_unlock(&nv->prewarm_lock);
+    if (prewarm != NULL)
+        egm__prewarm_queue(prewarm, descs, n);
+}
+
+void egm__nvlink_prewarm_drain(egm_nvlink_t *nv)
+{
+    pthread_mutex_lock(&nv->prewarm_lock);
+    egm_prewarm_t *prewarm = nv->prewarm;
+    pthread_mutex_unlock(&nv->prewarm_lock);
+    if (prewarm != NULL)
+        egm__prewarm_drain(prewarm);
+}
+
+void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
+{
+    memset(stats_p, 0, sizeof(*stats_p));
+    if (nv == NULL)
+        return;
+    egm__mapping_cache_stats(nv->cache, &stats_p->mappings);
+    pthread_mutex_lock(&nv->prewarm_lock);
+    stats_p->prewarmed = nv->prewarm ? egm__prewarm_count(nv->prewarm) : 0;
+    pthread_mutex_unlock(&nv->prewarm_lock);
+    stats_p->nvlink_copies = atomic_load(&nv->nvlink_copies);
+    stats_p->staged_bytes = atomic_load(&nv->staged_bytes);
+    pthread_mutex_lock(&nv->copiers_lock);
+    for (int d = 0; d < EGM_NVLINK_MAX_DEVICES; d++) {
+        if (nv->copiers[d] == NULL)
+            continue;
+        egm_copier_stats_t cs;
+        egm__copier_stats(nv->copiers[d], &cs);
+        stats_p->copier.copies += cs.copies;
+        stats_p->copier.bytes += cs.bytes;
+        stats_p->copier.kernel_launches += cs.kernel_launches;
+        stats_p->copier.engine_copies += cs.engine_copies;
+        stats_p->copier.batch_api_calls += cs.batch_api_calls;
+    }
+    pthread_mutex_unlock(&nv->copiers_lock);
+}
