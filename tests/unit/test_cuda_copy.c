@@ -1,0 +1,590 @@
+/* Copier against the fake driver: single copies through the copy engines,
+ * batches through the kernel (the fake runs egm_copy_blocks as CPU loops, and
+ * like a GPU refuses pageable memory, descriptors included) or through
+ * cuMemcpyBatchAsync, the switch-over threshold, failures reported with the
+ * call's name, and no CUDA object or allocation left behind. Buffers are the
+ * fake's device memory (cuMemAlloc) read and written through its host view. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "cuda/copy.h"
+#include "cuda/driver.h"
+#include "support/fake_cuda.h"
+
+#define KIB ((uint64_t)1 << 10)
+#define MIB ((uint64_t)1 << 20)
+
+static const egm_cuda_api_t *cu;
+static uint64_t live_at_start;
+
+typedef struct {
+    egm_cu_deviceptr_t src;
+    egm_cu_deviceptr_t dst;
+    size_t size;
+} bufs_t;
+
+static int setup(void **state)
+{
+    (void)state;
+    egm_fake_cuda_reset(2, 1);
+    live_at_start = egm__alloc_live_count();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm_fake_cuda_clear_failures();
+    assert_int_equal(egm_fake_cuda_live_objects(), 0);
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static uint8_t *view(egm_cu_deviceptr_t p, size_t len)
+{
+    uint8_t *v = egm_fake_cuda_host_view(p, len);
+    assert_non_null(v);
+    return v;
+}
+
+/* Device `device`'s memory: src filled with a pattern, dst zeroed. */
+static bufs_t bufs_alloc(int device, size_t size)
+{
+    bufs_t b = {.size = size};
+    assert_int_equal(egm__cuda_use_device(device), EGM_OK);
+    assert_int_equal(cu->cuMemAlloc(&b.src, size), EGM_CU_SUCCESS);
+    assert_int_equal(cu->cuMemAlloc(&b.dst, size), EGM_CU_SUCCESS);
+    uint8_t *s = view(b.src, size);
+    uint32_t x = 2463534242u + (uint32_t)size;
+    for (size_t i = 0; i < size; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        s[i] = (uint8_t)x;
+    }
+    memset(view(b.dst, size), 0, size);
+    return b;
+}
+
+static void bufs_free(int device, bufs_t *b)
+{
+    assert_int_equal(egm__cuda_use_device(device), EGM_OK);
+    assert_int_equal(cu->cuMemFree(b->src), EGM_CU_SUCCESS);
+    assert_int_equal(cu->cuMemFree(b->dst), EGM_CU_SUCCESS);
+}
+
+/* n blocks of `block` bytes, gathered from scattered places of src (stride
+ * 2 * block, plus `skew` bytes) into consecutive places of dst. */
+static egm_copy_desc_t *gather(const bufs_t *b, size_t n, uint64_t block, uint64_t skew)
+{
+    egm_copy_desc_t *d = calloc(n, sizeof(*d));
+    assert_non_null(d);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t from = (i * 2 * block + skew) % (b->size - block);
+        d[i] = (egm_copy_desc_t){.dst = b->dst + i * block, .src = b->src + from, .len = block};
+        assert_true(i * block + block <= b->size);
+    }
+    return d;
+}
+
+static void check_copied(const egm_copy_desc_t *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (d[i].len > 0)
+            assert_memory_equal(view(d[i].dst, d[i].len), view(d[i].src, d[i].len), d[i].len);
+}
+
+static egm_copier_stats_t stats_of(const egm_copier_t *c)
+{
+    egm_copier_stats_t s;
+    egm__copier_stats(c, &s);
+    return s;
+}
+
+static egm_copier_t *copier_new(int device, int low_priority)
+{
+    egm_copier_t *c = NULL;
+    assert_int_equal(egm__copier_create(device, low_priority, &c), EGM_OK);
+    assert_non_null(c);
+    return c;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void test_single_copy_uses_engine(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 8 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_fake_cuda_clear_calls();
+
+    egm_copy_desc_t one = {.dst = b.dst + 3, .src = b.src + 5, .len = 6 * MIB + 7};
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    check_copied(&one, 1);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 1);
+    assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 1);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.copies, 1);
+    assert_int_equal(s.bytes, one.len);
+    assert_int_equal(s.engine_copies, 1);
+    assert_int_equal(s.kernel_launches, 0);
+    assert_int_equal(s.batch_api_calls, 0);
+
+    /* Empty runs and empty copies move nothing and call nothing. */
+    egm_copy_desc_t empty[3] = {{.dst = b.dst, .src = b.src, .len = 0}};
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__copier_run(c, empty, 3), EGM_OK);
+    assert_int_equal(egm__copier_run(c, NULL, 0), EGM_OK);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuEventRecord"), 0);
+    assert_int_equal(stats_of(c).copies, 4);
+    assert_int_equal(stats_of(c).bytes, one.len);
+
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+static void test_batch_through_kernel(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        skip(); /* built without nvcc: test_batch_api_without_kernel covers batches */
+    enum { N = 512 };
+    bufs_t b = bufs_alloc(1, 2 * N * 4 * KIB + 64 * KIB);
+    egm_copier_t *c = copier_new(1, 0);
+    egm_copy_desc_t *d = gather(&b, N, 4 * KIB, 0);
+    egm_fake_cuda_clear_calls();
+    uint64_t bytes_before = egm_fake_cuda_counters().bytes_copied;
+
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    check_copied(d, N);
+    assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 1);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 0);
+    /* Descriptors are not payload: exactly the blocks' bytes moved. */
+    assert_int_equal(egm_fake_cuda_counters().bytes_copied - bytes_before, N * 4 * KIB);
+    /* The pinned descriptor buffer is allocated once and kept. */
+    assert_int_equal(egm_fake_cuda_calls("cuMemAllocHost"), 1);
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    assert_int_equal(egm_fake_cuda_calls("cuMemAllocHost"), 1);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.copies, 2 * N);
+    assert_int_equal(s.bytes, 2 * N * 4 * KIB);
+    assert_int_equal(s.kernel_launches, 2);
+    assert_int_equal(s.engine_copies, 0);
+    assert_int_equal(s.batch_api_calls, 0);
+
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(1, &b);
+}
+
+/* Odd sizes and offsets, blocks up to the limit (cut into pieces for the
+ * kernel), empty ones in between: every byte lands, nothing else changes. */
+static void test_kernel_mixed_sizes(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        skip();
+    enum { N = 48 };
+    static const uint64_t sizes[] = {
+        1, 15, 16, 17, 4 * KIB - 1, 64 * KIB, 256 * KIB + 3, 1 * MIB, 4 * MIB, 0, 3 * MIB + 5, 100};
+    bufs_t b = bufs_alloc(0, 96 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t d[N];
+    uint64_t at = 0, total = 0;
+    for (size_t i = 0; i < N; i++) {
+        uint64_t len = sizes[i % (sizeof(sizes) / sizeof(sizes[0]))];
+        d[i] = (egm_copy_desc_t){
+            .dst = b.dst + at + 1, .src = b.src + (at + 7 * i) % MIB + 9, .len = len};
+        at += len + 32;
+        total += len;
+    }
+    assert_true(at + 1 <= b.size);
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    check_copied(d, N);
+    /* The gaps between destinations are untouched. */
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(view(d[i].dst + d[i].len, 1)[0], 0);
+    assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 1);
+    assert_int_equal(stats_of(c).bytes, total);
+
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* More pieces than one pinned buffer holds: several launches, each waited
+ * for before the buffer is refilled, and still every byte right. */
+static void test_kernel_many_launches(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        skip();
+    enum { N = 70000, BLOCK = 16 };
+    bufs_t b = bufs_alloc(0, 2 * N * BLOCK + 64);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t *d = gather(&b, N, BLOCK, 16);
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    check_copied(d, N);
+    assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 2);
+    assert_int_equal(stats_of(c).kernel_launches, 2);
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+static void test_threshold_switch(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        skip();
+    bufs_t b = bufs_alloc(0, 16 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t *d = gather(&b, 64, 64 * KIB, 0);
+
+    /* Default: 31 blocks go to the engines, 32 to the kernel. */
+    assert_int_equal(egm__copier_run(c, d, 31), EGM_OK);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.engine_copies, 31);
+    assert_int_equal(s.kernel_launches, 0);
+    assert_int_equal(egm__copier_run(c, d, 32), EGM_OK);
+    s = stats_of(c);
+    assert_int_equal(s.engine_copies, 31);
+    assert_int_equal(s.kernel_launches, 1);
+    check_copied(d, 32);
+
+    /* One block above the size limit sends the whole batch to the engines. */
+    egm_copy_desc_t keep = d[5];
+    d[5] = (egm_copy_desc_t){.dst = b.dst + 8 * MIB, .src = b.src, .len = 4 * MIB + 1};
+    assert_int_equal(egm__copier_run(c, d + 5, 40), EGM_OK);
+    s = stats_of(c);
+    assert_int_equal(s.engine_copies, 31 + 40);
+    assert_int_equal(s.kernel_launches, 1);
+    check_copied(d + 5, 40);
+    d[5] = keep;
+
+    /* Tuned: 4 blocks of <= 64 KiB go to the kernel, a 64 KiB + 1 does not. */
+    egm__copier_set_kernel_threshold(c, 4, 64 * KIB);
+    assert_int_equal(egm__copier_run(c, d, 4), EGM_OK);
+    assert_int_equal(stats_of(c).kernel_launches, 2);
+    assert_int_equal(egm__copier_run(c, d, 3), EGM_OK);
+    assert_int_equal(stats_of(c).engine_copies, 31 + 40 + 3);
+    d[0] = (egm_copy_desc_t){.dst = b.dst + 12 * MIB, .src = b.src + 1, .len = 64 * KIB + 1};
+    assert_int_equal(egm__copier_run(c, d, 4), EGM_OK);
+    assert_int_equal(stats_of(c).kernel_launches, 2);
+    assert_int_equal(stats_of(c).engine_copies, 31 + 40 + 3 + 4);
+    check_copied(d, 4);
+
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* No kernel on this device (a build without nvcc, or a GPU the fatbin has no
+ * code for): batches go through one cuMemcpyBatchAsync call. */
+static void test_batch_api_without_kernel(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 8 * MIB);
+    if (egm__copier_has_kernels())
+        egm_fake_cuda_fail("cuModuleLoadData", 1, 209 /* NO_BINARY_FOR_GPU */);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_fake_cuda_clear_failures();
+    egm_copy_desc_t *d = gather(&b, 40, 64 * KIB, 3);
+    d[7].len = 0; /* left out of the call */
+    egm_fake_cuda_clear_calls();
+
+    assert_int_equal(egm__copier_run(c, d, 40), EGM_OK);
+    check_copied(d, 40);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 1);
+    assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
+    /* Even two blocks are one call; a single one goes to an engine. */
+    assert_int_equal(egm__copier_run(c, d, 2), EGM_OK);
+    assert_int_equal(egm__copier_run(c, d, 1), EGM_OK);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.batch_api_calls, 2);
+    assert_int_equal(s.engine_copies, 1);
+    assert_int_equal(s.kernel_launches, 0);
+    assert_int_equal(s.copies, 43);
+    assert_int_equal(s.bytes, 39 * 64 * KIB + 2 * 64 * KIB + 64 * KIB);
+
+    /* Its failure is reported by name; the next run works again. */
+    egm_fake_cuda_fail("cuMemcpyBatchAsync", 1, EGM_CU_ERROR_INVALID_VALUE);
+    assert_int_equal(egm__copier_run(c, d, 40), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "cuMemcpyBatchAsync: CUDA_ERROR_INVALID_VALUE"));
+    assert_int_equal(stats_of(c).batch_api_calls, 2);
+    assert_int_equal(egm__copier_run(c, d, 40), EGM_OK);
+
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+static void test_errors_propagate(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 4 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t *d = gather(&b, 64, 16 * KIB, 0);
+
+    /* Engine copy refused while issuing: the call's error, nothing counted.
+     * (Without kernels, more than one copy would take the batch call.) */
+    size_t n_engine = egm__copier_has_kernels() ? 5 : 1;
+    unsigned nth = egm__copier_has_kernels() ? 3 : 1;
+    egm_fake_cuda_fail("cuMemcpyAsync", nth, EGM_FAKE_CU_ERROR_ILLEGAL_ADDRESS);
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__copier_run(c, d, n_engine), EGM_ERR_TRANSFER);
+    assert_non_null(strstr(egm_last_error(), "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS"));
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), nth);     /* stopped at the failure */
+    assert_int_equal(egm_fake_cuda_calls("cuStreamSynchronize"), 1); /* drained */
+    assert_int_equal(stats_of(c).copies, 0);
+
+    /* Failure found when waiting (an asynchronous error). */
+    egm_fake_cuda_fail("cuEventSynchronize", 1, 719 /* LAUNCH_FAILED */);
+    assert_int_equal(egm__copier_run(c, d, 1), EGM_ERR_TRANSFER);
+    assert_non_null(strstr(egm_last_error(), "cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED"));
+    egm_fake_cuda_fail("cuEventRecord", 1, EGM_CU_ERROR_INVALID_HANDLE);
+    assert_int_equal(egm__copier_run(c, d, 1), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "cuEventRecord"));
+
+    if (egm__copier_has_kernels()) {
+        egm_fake_cuda_fail("cuLaunchKernel", 1, EGM_CU_ERROR_INVALID_VALUE);
+        assert_int_equal(egm__copier_run(c, d, 64), EGM_ERR_INVALID_ARG);
+        assert_non_null(
+            strstr(egm_last_error(), "cuLaunchKernel(egm_copy_blocks): CUDA_ERROR_INVALID_VALUE"));
+        /* No pinned memory for the descriptors. */
+        egm__copier_destroy(c);
+        c = copier_new(0, 0);
+        egm_fake_cuda_fail("cuMemAllocHost", 1, EGM_CU_ERROR_OUT_OF_MEMORY);
+        assert_int_equal(egm__copier_run(c, d, 64), EGM_ERR_NO_MEMORY);
+        assert_non_null(strstr(egm_last_error(), "cuMemAllocHost"));
+        /* The kernel, like a GPU, cannot reach pageable memory: the fault
+         * surfaces as a failed transfer. */
+        uint8_t *heap = malloc(64 * 16 * KIB);
+        assert_non_null(heap);
+        egm_copy_desc_t bad[64];
+        memcpy(bad, d, sizeof(bad));
+        bad[10].src = (uint64_t)(uintptr_t)heap;
+        assert_int_equal(egm__copier_run(c, bad, 64), EGM_ERR_TRANSFER);
+        assert_non_null(strstr(egm_last_error(), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+        free(heap);
+    }
+    assert_int_equal(stats_of(c).copies, 0);
+    /* After all that, copies work. */
+    memset(view(b.dst, b.size), 0, b.size);
+    assert_int_equal(egm__copier_run(c, d, 64), EGM_OK);
+    check_copied(d, 64);
+
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+static void test_invalid_arguments(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t d[2] = {{.dst = b.dst, .src = b.src, .len = 16},
+                            {.dst = b.dst + 16, .src = b.src, .len = 16}};
+    egm_fake_cuda_clear_calls();
+
+    assert_int_equal(egm__copier_run(NULL, d, 1), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__copier_run(c, NULL, 1), EGM_ERR_INVALID_ARG);
+    d[1].src = 0;
+    assert_int_equal(egm__copier_run(c, d, 2), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "copies[1].src"));
+    d[1].src = b.src;
+    d[1].dst = 0;
+    assert_int_equal(egm__copier_run(c, d, 2), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "copies[1].dst"));
+    d[1].dst = UINT64_MAX - 8;
+    assert_int_equal(egm__copier_run(c, d, 2), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "copies[1].len"));
+    /* Nothing reached the driver, nothing was counted. */
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 0);
+    assert_int_equal(stats_of(c).copies, 0);
+
+    egm_copier_t *none = (egm_copier_t *)&none;
+    assert_int_equal(egm__copier_create(2, 0, &none), EGM_ERR_INVALID_ARG);
+    assert_null(none);
+    assert_int_equal(egm__copier_create(-1, 0, &none), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__copier_create(0, 0, NULL), EGM_ERR_INVALID_ARG);
+    egm__copier_destroy(NULL);
+    egm_copier_stats_t s;
+    egm__copier_stats(NULL, &s);
+    assert_int_equal(s.copies, 0);
+
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* Creating and using a copier leaves the caller's current context alone;
+ * the low-priority stream asks the driver for its priority range. */
+static void test_context_and_priority(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 64 * KIB);
+    egm_cu_context_t c1 = NULL, now = NULL;
+    assert_int_equal(egm__cuda_use_device(1), EGM_OK);
+    assert_int_equal(cu->cuCtxGetCurrent(&c1), EGM_CU_SUCCESS);
+    egm_fake_cuda_clear_calls();
+
+    egm_copier_t *c = copier_new(0, 1);
+    assert_int_equal(egm_fake_cuda_calls("cuCtxGetStreamPriorityRange"), 1);
+    assert_int_equal(cu->cuCtxGetCurrent(&now), EGM_CU_SUCCESS);
+    assert_ptr_equal(now, c1);
+    egm_copy_desc_t d = {.dst = b.dst, .src = b.src, .len = 64 * KIB};
+    assert_int_equal(egm__copier_run(c, &d, 1), EGM_OK);
+    check_copied(&d, 1);
+    assert_int_equal(cu->cuCtxGetCurrent(&now), EGM_CU_SUCCESS);
+    assert_ptr_equal(now, c1);
+    egm__copier_destroy(c);
+    assert_int_equal(cu->cuCtxGetCurrent(&now), EGM_CU_SUCCESS);
+    assert_ptr_equal(now, c1);
+
+    egm_fake_cuda_clear_calls();
+    c = copier_new(0, 0);
+    assert_int_equal(egm_fake_cuda_calls("cuCtxGetStreamPriorityRange"), 0);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* Every driver call that copier_create makes, failed in turn: an error that
+ * names the call (or, for the kernel module, a copier without the kernel),
+ * and no CUDA object or allocation left behind. */
+static void test_create_fault_sweep(void **state)
+{
+    (void)state;
+    const char *names[EGM_FAKE_CUDA_N_FUNCTIONS];
+    assert_int_equal(egm__cuda_use_device(0), EGM_OK); /* retained before the sweep */
+    egm_fake_cuda_clear_calls();
+    egm_copier_t *c = copier_new(0, 1);
+    egm__copier_destroy(c);
+    size_t n = egm_fake_cuda_called(names, EGM_FAKE_CUDA_N_FUNCTIONS);
+    size_t calls[EGM_FAKE_CUDA_N_FUNCTIONS];
+    for (size_t i = 0; i < n; i++)
+        calls[i] = egm_fake_cuda_calls(names[i]);
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "cuGetErrorName") == 0 || strcmp(names[i], "cuGetErrorString") == 0)
+            continue;
+        for (size_t nth = 1; nth <= calls[i]; nth++) {
+            egm_fake_cuda_clear_failures();
+            egm_fake_cuda_fail(names[i], (unsigned)nth, EGM_CU_ERROR_UNKNOWN);
+            c = NULL;
+            egm_status_t st = egm__copier_create(0, 1, &c);
+            egm_fake_cuda_clear_failures();
+            if (st == EGM_OK) {
+                egm__copier_destroy(c);
+            } else {
+                failed++;
+                assert_null(c);
+                assert_non_null(strstr(egm_last_error(), names[i]));
+            }
+            assert_int_equal(egm_fake_cuda_live_objects(), 0);
+            assert_int_equal(egm__alloc_live_count(), live_at_start);
+        }
+    }
+    assert_true(failed >= 3); /* at least the stream, the event and the priority range */
+
+    /* A copier whose kernel module failed to load still copies batches. */
+    if (egm__copier_has_kernels()) {
+        egm_fake_cuda_fail("cuModuleGetFunction", 1, EGM_CU_ERROR_NOT_FOUND);
+        c = copier_new(0, 0);
+        assert_int_equal(egm_fake_cuda_counters().modules, 0); /* unloaded again */
+        bufs_t b = bufs_alloc(0, 4 * MIB);
+        egm_copy_desc_t *d = gather(&b, 64, 16 * KIB, 0);
+        assert_int_equal(egm__copier_run(c, d, 64), EGM_OK);
+        check_copied(d, 64);
+        assert_int_equal(stats_of(c).kernel_launches, 0);
+        assert_int_equal(stats_of(c).batch_api_calls, 1);
+        free(d);
+        egm__copier_destroy(c);
+        bufs_free(0, &b);
+    }
+}
+
+typedef struct {
+    egm_copier_t *copier;
+    egm_copy_desc_t *descs;
+    size_t n;
+    int failures;
+} worker_t;
+
+static void *worker(void *p)
+{
+    worker_t *w = p;
+    for (int round = 0; round < 20; round++)
+        if (egm__copier_run(w->copier, w->descs, w->n) != EGM_OK)
+            w->failures++;
+    return NULL;
+}
+
+/* Runs from several threads on one copier are serialised, each complete. */
+static void test_threads_share_a_copier(void **state)
+{
+    (void)state;
+    enum { THREADS = 4, N = 40, BLOCK = 8 * KIB };
+    bufs_t b = bufs_alloc(0, THREADS * 2 * N * BLOCK + 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t *all = gather(&b, THREADS * N, BLOCK, 0);
+    pthread_t tid[THREADS];
+    worker_t w[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        /* Half the threads run kernel-sized batches, half engine-sized ones. */
+        w[t] = (worker_t){.copier = c, .descs = all + t * N, .n = t % 2 ? N : 4};
+        assert_int_equal(pthread_create(&tid[t], NULL, worker, &w[t]), 0);
+    }
+    uint64_t expect = 0;
+    for (int t = 0; t < THREADS; t++) {
+        assert_int_equal(pthread_join(tid[t], NULL), 0);
+        assert_int_equal(w[t].failures, 0);
+        check_copied(w[t].descs, w[t].n);
+        expect += 20 * w[t].n;
+    }
+    assert_int_equal(stats_of(c).copies, expect);
+    free(all);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    cu = egm_fake_cuda_api();
+    egm__cuda_set_api(cu);
+    const egm_cuda_api_t *api;
+    return egm__cuda_load(&api) == EGM_OK && api == cu ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_single_copy_uses_engine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_through_kernel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kernel_mixed_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kernel_many_launches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threshold_switch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_api_without_kernel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors_propagate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_context_and_priority, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_fault_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads_share_a_copier, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}
