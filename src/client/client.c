@@ -37,11 +37,17 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     client->rpc_timeout_ms = (int)egm_config_get_int(config, "rpc_timeout_ms");
     client->replica_num = (uint32_t)egm_config_get_int(config, "replica_num");
 
+    status = egm__registry_create(&client->registry);
+    if (status != EGM_OK)
+        goto err_free;
     egm_te_params_t te_params = {
         .client_id = client->id,
         .local_hostname = egm_config_get(config, "local_hostname"),
         .data_port = (uint16_t)egm_config_get_int(config, "data_port"),
         .io_timeout_ms = (int)egm_config_get_int(config, "io_timeout_ms"),
+        .registry = client->registry,
+        .prewarm_off = !egm_config_get_bool(config, "prewarm"),
+        .prewarm_concurrency = (int)egm_config_get_int(config, "prewarm_concurrency"),
     };
     status = egm__protocol_parse(egm_config_get(config, "protocol"), &te_params.protocol);
     if (status != EGM_OK)
@@ -52,9 +58,6 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .connect_timeout_ms = (int)egm_config_get_int(config, "connect_timeout_ms"),
         .max_frame_size = egm_config_get_size(config, "max_frame_size"),
     };
-    status = egm__registry_create(&client->registry);
-    if (status != EGM_OK)
-        goto err_free;
     status = egm__rpc_client_create(&rpc_params, &client->master);
     if (status != EGM_OK)
         goto err_free;

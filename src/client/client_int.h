@@ -7,6 +7,7 @@
 #include <egmstore/client.h>
 #include "common/id.h"
 #include "pool/host_pool.h"
+#include "pool/vmm_pool.h"
 #include "rpc/client.h"
 #include "te/registry.h"
 #include "te/segment.h"
@@ -15,7 +16,8 @@
 
 /* Capacity this client contributes: one segment per pool chunk. */
 typedef struct {
-    egm_host_pool_t *pool;
+    egm_host_pool_t *pool;        /* pool_memory = host */
+    egm_vmm_pool_t *vmm;          /* pool_memory = host_numa | device */
     egm_segment_desc_t *segments; /* one per chunk */
     int *exposed;                 /* segment i served by the transfer engine */
     int *mounted;                 /* segment i mounted at the master */

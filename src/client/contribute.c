@@ -51,16 +51,66 @@ static egm_status_t unmount_segment(egm_client_t *client, egm_id_t segment_id)
     return status_call(client, EGM_RPC_UNMOUNT_SEGMENT, &req.base);
 }
 
+static egm_status_t parse_handles(const char *text, egm_vmm_handles_t *handles_p)
+{
+    if (strcmp(text, "fabric") == 0)
+        *handles_p = EGM_VMM_HANDLES_FABRIC;
+    else if (strcmp(text, "posix_fd") == 0)
+        *handles_p = EGM_VMM_HANDLES_POSIX_FD;
+    else
+        *handles_p = EGM_VMM_HANDLES_AUTO;
+    return EGM_OK;
+}
+
+/* Allocates the pool the config asks for; fills cap->count. */
+static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t max_chunk)
+{
+    egm_capacity_t *cap = &client->capacity;
+    const char *memory = egm_config_get(client->config, "pool_memory");
+
+    if (strcmp(memory, "host") == 0) {
+        egm_status_t status = egm__host_pool_create(total, max_chunk, &cap->pool);
+        if (status == EGM_OK)
+            cap->count = egm__host_pool_chunk_count(cap->pool);
+        return status;
+    }
+    egm_vmm_pool_params_t params = {
+        .location = strcmp(memory, "device") == 0 ? EGM_VMM_DEVICE : EGM_VMM_HOST_NUMA,
+        .location_id = (int)egm_config_get_int(client->config, "pool_location"),
+        .total = total,
+        .max_chunk = max_chunk,
+    };
+    parse_handles(egm_config_get(client->config, "egm_handle_type"), &params.handles);
+    egm_status_t status = egm__vmm_pool_create(&params, &cap->vmm);
+    if (status == EGM_OK)
+        cap->count = egm__vmm_pool_chunk_count(cap->vmm);
+    return status;
+}
+
+static egm_status_t expose_chunk(egm_client_t *client, size_t i, egm_segment_desc_t *desc)
+{
+    egm_capacity_t *cap = &client->capacity;
+    if (cap->pool != NULL) {
+        const egm_pool_chunk_t *chunk = egm__host_pool_chunk(cap->pool, i);
+        desc->size = chunk->size;
+        desc->handle_kind = EGM_HANDLE_MEMFD;
+        return egm__te_expose_segment(client->te, desc, chunk->base, chunk->memfd);
+    }
+    const egm_vmm_chunk_t *chunk = egm__vmm_pool_chunk(cap->vmm, i);
+    return egm__te_expose_vmm_segment(client->te, desc, chunk->base, chunk->size, chunk->handle,
+                                      (egm_handle_kind_t)egm__vmm_chunk_handle_kind(chunk),
+                                      chunk->device);
+}
+
 egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t max_chunk)
 {
     egm_capacity_t *cap = &client->capacity;
     egm_status_t status;
     char id_text[EGM_ID_STRLEN];
 
-    status = egm__host_pool_create(total, max_chunk, &cap->pool);
+    status = create_pool(client, total, max_chunk);
     if (status != EGM_OK)
         return status;
-    cap->count = egm__host_pool_chunk_count(cap->pool);
     cap->segments = egm_calloc(cap->count, sizeof(*cap->segments), "client.segments");
     cap->exposed = egm_calloc(cap->count, sizeof(*cap->exposed), "client.segments");
     cap->mounted = egm_calloc(cap->count, sizeof(*cap->mounted), "client.segments");
@@ -70,15 +120,12 @@ egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t 
     }
 
     for (size_t i = 0; i < cap->count; i++) {
-        const egm_pool_chunk_t *chunk = egm__host_pool_chunk(cap->pool, i);
         egm_segment_desc_t *desc = &cap->segments[i];
 
         desc->id = egm__id_random();
         desc->owner = client->id;
-        desc->size = chunk->size;
-        desc->handle_kind = EGM_HANDLE_MEMFD;
         snprintf(desc->name, sizeof(desc->name), "%s:%d/%zu", egm__host_name(), (int)getpid(), i);
-        status = egm__te_expose_segment(client->te, desc, chunk->base, chunk->memfd);
+        status = expose_chunk(client, i, desc);
         if (status != EGM_OK)
             goto err;
         cap->exposed[i] = 1;
@@ -89,8 +136,9 @@ egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t 
             goto err;
         }
         cap->mounted[i] = 1;
-        egm_info("mounted segment %s id %s size %llu tcp %s shm %s", desc->name,
+        egm_info("mounted segment %s id %s size %llu memory %s tcp %s shm %s", desc->name,
                  egm__id_format(desc->id, id_text), (unsigned long long)desc->size,
+                 egm_config_get(client->config, "pool_memory"),
                  desc->tcp_endpoint[0] ? desc->tcp_endpoint : "-",
                  desc->shm_socket[0] ? desc->shm_socket : "-");
     }
@@ -125,6 +173,7 @@ void egm__capacity_unmount(egm_client_t *client)
         }
     }
     egm__host_pool_destroy(cap->pool);
+    egm__vmm_pool_destroy(cap->vmm);
     egm_free(cap->segments);
     egm_free(cap->exposed);
     egm_free(cap->mounted);

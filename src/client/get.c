@@ -27,7 +27,12 @@ static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_d
         const egm_segment_desc_t *seg =
             egm__client_find_segment(descs, n_descs, egm__id_from_pb(f->res->replicas[r]->segment));
         egm_transport_t transport;
-        if (seg == NULL || egm__te_route(client->te, seg, &transport) != EGM_OK)
+        egm_te_op_t probe = {.segment = seg,
+                             .offset = f->res->replicas[r]->offset,
+                             .local = f->dst,
+                             .length = f->res->size,
+                             .dir = EGM_TE_READ};
+        if (seg == NULL || egm__te_route_op(client->te, &probe, &transport) != EGM_OK)
             continue;
         size_t k = f->n_order++;
         while (k > 0 && rank[k - 1] > (int)transport) {

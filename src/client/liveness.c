@@ -6,6 +6,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "cuda/driver.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
@@ -35,6 +36,31 @@ static egm_status_t ping_once(egm_client_t *client)
     return status;
 }
 
+/* Prewarm: map every VMM segment the master knows before a Get needs it
+ * (mapping a chunk takes milliseconds, DESIGN.md 8). The engine skips what is
+ * mapped already, so repeating this each ping is cheap. */
+static void prewarm_segments(egm_client_t *client)
+{
+    Egm__ListSegmentsReply *reply = NULL;
+    egm_segment_desc_t *descs = NULL;
+    size_t n = 0;
+
+    if (!egm_config_get_bool(client->config, "prewarm") || egm__cuda_device_count() == 0)
+        return;
+    if (egm__client_list_segments(client, &reply) != EGM_OK)
+        return;
+    if (reply->status == EGM_OK && reply->n_segments > 0)
+        descs = egm_calloc(reply->n_segments, sizeof(*descs), "client.prewarm");
+    for (size_t i = 0; descs != NULL && i < reply->n_segments; i++)
+        if (reply->segments[i]->desc != NULL &&
+            egm__segment_desc_from_pb(reply->segments[i]->desc, &descs[n]) == EGM_OK)
+            n++;
+    if (n > 0)
+        egm__te_prewarm(client->te, descs, n);
+    egm_free(descs);
+    egm__rpc_msg_free(&reply->base);
+}
+
 static void *ping_main(void *arg)
 {
     egm_client_t *client = arg;
@@ -57,6 +83,8 @@ static void *ping_main(void *arg)
             break;
         pthread_mutex_unlock(&client->lock);
         egm_status_t status = ping_once(client);
+        if (status == EGM_OK)
+            prewarm_segments(client);
         pthread_mutex_lock(&client->lock);
         if (status != EGM_OK && client->master_reachable)
             egm_warn("master unreachable: %s (%s)", egm_status_string(status), egm_last_error());
@@ -76,6 +104,7 @@ egm_status_t egm__liveness_start(egm_client_t *client)
                               egm_config_get(client->config, "master_server_addr"),
                               egm_status_string(status), egm_last_error());
     client->master_reachable = 1;
+    prewarm_segments(client);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

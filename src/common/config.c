@@ -21,8 +21,9 @@ static const egm_config_key_t keys[] = {
     {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)"},
     {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
      "address others use to reach this process's data server (\"\" = host name)"},
-    {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|shm|tcp",
-     "data transport: shm on the same host, tcp otherwise (auto), or forced"},
+    {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|nvlink|shm|tcp",
+     "data transport: auto picks nvlink (GPU buffer, VMM segment) > shm (same host) > tcp; "
+     "the others force one"},
     {"global_segment_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
      "capacity this process contributes (provider: > 0; default 256MiB for egmstore provider)"},
     {"max_mr_size", EGM_CFG_SIZE, "1GiB", 4096, I64MAX, NULL,
@@ -40,6 +41,17 @@ static const egm_config_key_t keys[] = {
      "master: a client silent this many seconds is expired and its segments unmounted"},
     {"max_frame_size", EGM_CFG_SIZE, "64MiB", 1024, 1073741824, NULL,
      "largest RPC payload accepted"},
+    {"pool_memory", EGM_CFG_ENUM, "host", 0, 0, "host|host_numa|device",
+     "contributed capacity: memfd host memory (shm/tcp), HOST_NUMA VMM or GPU VMM (nvlink)"},
+    {"pool_location", EGM_CFG_INT, "0", 0, 1023, NULL,
+     "NUMA node (pool_memory=host_numa) or GPU ordinal (pool_memory=device) of the pool"},
+    {"egm_handle_type", EGM_CFG_ENUM, "auto", 0, 0, "auto|fabric|posix_fd",
+     "how VMM segments are shared: fabric (NVLink domain, needs IMEX), posix_fd (this host); "
+     "auto tries fabric and falls back to posix_fd with a warning"},
+    {"prewarm", EGM_CFG_BOOL, "true", 0, 0, NULL,
+     "import and map VMM segments in the background as soon as they are known"},
+    {"prewarm_concurrency", EGM_CFG_INT, "2", 1, 64, NULL,
+     "segments imported and mapped at once by the prewarm threads"},
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))

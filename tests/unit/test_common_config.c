@@ -62,6 +62,11 @@ static void test_key_table_names_order_defaults(void **state)
         {"default_kv_lease_ttl", "10000"},
         {"client_ttl", "10"},
         {"max_frame_size", "64MiB"},
+        {"pool_memory", "host"},
+        {"pool_location", "0"},
+        {"egm_handle_type", "auto"},
+        {"prewarm", "true"},
+        {"prewarm_concurrency", "2"},
     };
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
@@ -177,7 +182,7 @@ static void test_set_validates_each_type(void **state)
     assert_string_equal(egm_config_get(c, "protocol"), "tcp");
     assert_true(egm__config_is_set(c, "protocol"));
     assert_int_equal(egm_config_set(c, "protocol", "rdma"), EGM_ERR_CONFIG);
-    assert_string_equal(egm_last_error(), "protocol: \"rdma\" is not one of auto|shm|tcp");
+    assert_string_equal(egm_last_error(), "protocol: \"rdma\" is not one of auto|nvlink|shm|tcp");
     assert_string_equal(egm_config_get(c, "protocol"), "tcp"); /* unchanged */
     assert_int_equal(egm_config_set(c, "protocol", ""), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_set(c, "protocol", "shm|tcp"), EGM_ERR_CONFIG);
@@ -289,7 +294,7 @@ static void test_file(void **state)
     write_file(path, "port = 6001\n# ok\nprotocol = rdma\nreplica_num = 3\n");
     assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
     char want[256];
-    snprintf(want, sizeof(want), "%s:3: protocol: \"rdma\" is not one of auto|shm|tcp", path);
+    snprintf(want, sizeof(want), "%s:3: protocol: \"rdma\" is not one of auto|nvlink|shm|tcp", path);
     assert_string_equal(egm_last_error(), want);
     assert_int_equal(egm_config_get_int(c, "replica_num"), 2); /* stopped at line 3 */
 
@@ -337,7 +342,7 @@ static void test_env(void **state)
     assert_int_equal(setenv("EGMSTORE_PROTOCOL", "rdma", 1), 0);
     assert_int_equal(egm_config_load_env(c), EGM_ERR_CONFIG);
     assert_error_contains("EGMSTORE_PROTOCOL");
-    assert_error_contains("auto|shm|tcp");
+    assert_error_contains("auto|nvlink|shm|tcp");
     assert_int_equal(unsetenv("EGMSTORE_PROTOCOL"), 0);
 
     assert_int_equal(setenv("EGMSTORE_FOO", "1", 1), 0);
