@@ -294,7 +294,8 @@ static void test_file(void **state)
     write_file(path, "port = 6001\n# ok\nprotocol = rdma\nreplica_num = 3\n");
     assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
     char want[256];
-    snprintf(want, sizeof(want), "%s:3: protocol: \"rdma\" is not one of auto|nvlink|shm|tcp", path);
+    snprintf(want, sizeof(want), "%s:3: protocol: \"rdma\" is not one of auto|nvlink|shm|tcp",
+             path);
     assert_string_equal(egm_last_error(), want);
     assert_int_equal(egm_config_get_int(c, "replica_num"), 2); /* stopped at line 3 */
 
