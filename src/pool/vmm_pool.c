@@ -236,23 +236,16 @@ egm_status_t egm__vmm_pool_create(const egm_vmm_pool_params_t *params, egm_vmm_p
             .location = {.type = EGM_CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = params->location_id},
             .flags = EGM_CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 
-    /* VMM calls want a current context: the pool's GPU, or GPU 0 for host
-     * memory; the caller's context is put back afterwards. */
-    egm_cu_context_t saved = NULL;
-    if (api->cuCtxGetCurrent(&saved) != EGM_CU_SUCCESS)
-        saved = NULL;
-    st = egm__cuda_use_device(params->location == EGM_VMM_DEVICE ? params->location_id : 0);
-    if (st == EGM_OK)
-        st = prepare(pool, handle_types_of(params->handles));
+    /* The VMM calls need no current context (checked on the H200): none is
+     * made, so a pool on host memory creates no context on any GPU. */
+    st = prepare(pool, handle_types_of(params->handles));
     if (st == EGM_OK)
         st = create_chunks(pool);
     if (st != EGM_OK) {
         egm_error("%s", egm_last_error());
         egm__vmm_pool_destroy(pool);
-    }
-    api->cuCtxSetCurrent(saved);
-    if (st != EGM_OK)
         return st;
+    }
     egm_info(
         "vmm pool: %zu chunk(s), %" PRIu64 " bytes on %s %d (%s handles)", pool->count,
         params->total / pool->granularity * pool->granularity, location_name(params),

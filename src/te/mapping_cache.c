@@ -87,15 +87,8 @@ static void unmap(egm_mapping_cache_t *cache, egm_cu_deviceptr_t va, uint64_t ma
 
 static void mapping_free(egm_mapping_cache_t *cache, egm_mapping_t *m)
 {
-    if (m->state == MAPPING_READY) {
-        /* Whichever thread drops the last reference unmaps: give it a context
-         * (and give the caller's back). */
-        egm_cu_context_t saved;
-        if (egm__te_ctx_enter(cache->api, 0, &saved) != EGM_OK)
-            egm_debug("nvlink: unmap without GPU 0's context: %s", egm_last_error());
+    if (m->state == MAPPING_READY)
         unmap(cache, m->va, m->map_size, 1, m->handle, 1);
-        egm__te_ctx_leave(cache->api, saved);
-    }
     egm_free(m);
 }
 
@@ -172,9 +165,9 @@ static egm_status_t import_handle(egm_mapping_cache_t *cache, const egm_segment_
 
 /* import -> reserve -> map -> grant every local GPU; on failure nothing is
  * left behind. */
-static egm_status_t import_and_map_in_ctx(egm_mapping_cache_t *cache,
-                                          const egm_segment_desc_t *segment, egm_mapping_t *m,
-                                          int ndev, const char *text)
+static egm_status_t import_and_map_devices(egm_mapping_cache_t *cache,
+                                           const egm_segment_desc_t *segment, egm_mapping_t *m,
+                                           int ndev, const char *text)
 {
     const egm_cuda_api_t *api = cache->api;
     egm_status_t st;
@@ -232,12 +225,12 @@ err:;
     return egm__set_error(st, "nvlink: segment %s: %s", text, detail);
 }
 
-/* Runs without the cache lock (an import takes milliseconds). */
+/* Runs without the cache lock (an import takes milliseconds). The VMM calls
+ * need no current context (checked on the H200), so none is touched: an
+ * inference thread keeps its own, and no GPU gets a context it did not have. */
 static egm_status_t import_and_map(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
                                    egm_mapping_t *m)
 {
-    const egm_cuda_api_t *api = cache->api;
-    egm_status_t st;
     char text[EGM_ID_STRLEN];
 
     egm__id_format(segment->id, text);
@@ -246,15 +239,7 @@ static egm_status_t import_and_map(egm_mapping_cache_t *cache, const egm_segment
         return egm__set_error(EGM_ERR_NO_CUDA, "nvlink: segment %s: no GPU to map it into", text);
     if (ndev > MAX_GRANT_DEVICES)
         ndev = MAX_GRANT_DEVICES;
-    /* VMM calls want a current context; the primary one of GPU 0 will do. */
-    egm_cu_context_t saved;
-    if ((st = egm__te_ctx_enter(api, 0, &saved)) != EGM_OK) {
-        egm__te_ctx_leave(api, saved);
-        return st;
-    }
-    st = import_and_map_in_ctx(cache, segment, m, ndev, text);
-    egm__te_ctx_leave(api, saved);
-    return st;
+    return import_and_map_devices(cache, segment, m, ndev, text);
 }
 
 static egm_status_t retired_error(egm_id_t id)

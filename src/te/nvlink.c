@@ -30,6 +30,7 @@ struct egm_nvlink {
     void *slots[EGM_STAGING_SLOTS]; /* NULL until the ring is allocated */
     int slot_busy[EGM_STAGING_SLOTS];
     int staging_ready;
+    int staging_device; /* whose context allocated the ring (and frees it) */
 
     pthread_mutex_t prewarm_lock; /* threads start on the first prewarm */
     egm_prewarm_t *prewarm;
@@ -38,7 +39,11 @@ struct egm_nvlink {
     atomic_uint_fast64_t staged_bytes;
 };
 
-egm_status_t egm__te_ctx_enter(const egm_cuda_api_t *api, int device, egm_cu_context_t *saved_p)
+/* Makes `device`'s primary context current on this thread, saving the one the
+ * caller had (an inference engine's thread must get its own back); leave
+ * restores it. Only pinned host memory needs this: the VMM calls and the
+ * copier do without (the copier switches by itself). */
+static egm_status_t ctx_enter(const egm_cuda_api_t *api, int device, egm_cu_context_t *saved_p)
 {
     *saved_p = NULL;
     egm_cu_result_t rc = api->cuCtxGetCurrent(saved_p);
@@ -47,7 +52,7 @@ egm_status_t egm__te_ctx_enter(const egm_cuda_api_t *api, int device, egm_cu_con
     return egm__cuda_use_device(device);
 }
 
-void egm__te_ctx_leave(const egm_cuda_api_t *api, egm_cu_context_t saved)
+static void ctx_leave(const egm_cuda_api_t *api, egm_cu_context_t saved)
 {
     egm_cu_context_t now = NULL;
     if (api->cuCtxGetCurrent(&now) == EGM_CU_SUCCESS && now == saved)
@@ -92,14 +97,14 @@ void egm__nvlink_destroy(egm_nvlink_t *nv)
         egm__copier_destroy(nv->copiers[d]);
     if (nv->staging_ready) {
         egm_cu_context_t saved;
-        if (egm__te_ctx_enter(nv->api, 0, &saved) != EGM_OK)
+        if (ctx_enter(nv->api, nv->staging_device, &saved) != EGM_OK)
             egm_warn("nvlink: freeing the staging ring: %s", egm_last_error());
         for (int i = 0; i < EGM_STAGING_SLOTS; i++) {
             egm_cu_result_t rc = nv->api->cuMemFreeHost(nv->slots[i]);
             if (rc != EGM_CU_SUCCESS)
                 egm_warn("nvlink: cuMemFreeHost: %s", egm__cuda_error_name(rc));
         }
-        egm__te_ctx_leave(nv->api, saved);
+        ctx_leave(nv->api, saved);
     }
     egm__mapping_cache_destroy(nv->cache);
     pthread_mutex_destroy(&nv->prewarm_lock);
@@ -225,13 +230,15 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
 
 /* ---- staging ring ---------------------------------------------------------- */
 
-/* All slots at once, on first use: a process that never stages pins nothing. */
-static egm_status_t staging_alloc(egm_nvlink_t *nv)
+/* All slots at once, on first use: a process that never stages pins nothing.
+ * Pinned memory needs a context: that of the GPU staging through it, which
+ * the process uses anyway (under unified addressing every GPU reaches it). */
+static egm_status_t staging_alloc(egm_nvlink_t *nv, int device)
 {
     egm_status_t st;
     egm_cu_context_t saved;
-    if ((st = egm__te_ctx_enter(nv->api, 0, &saved)) != EGM_OK) {
-        egm__te_ctx_leave(nv->api, saved);
+    if ((st = ctx_enter(nv->api, device, &saved)) != EGM_OK) {
+        ctx_leave(nv->api, saved);
         return st;
     }
     for (int i = 0; i < EGM_STAGING_SLOTS; i++) {
@@ -242,22 +249,23 @@ static egm_status_t staging_alloc(egm_nvlink_t *nv)
                 nv->api->cuMemFreeHost(nv->slots[i]);
                 nv->slots[i] = NULL;
             }
-            egm__te_ctx_leave(nv->api, saved);
+            ctx_leave(nv->api, saved);
             return st;
         }
     }
-    egm__te_ctx_leave(nv->api, saved);
+    ctx_leave(nv->api, saved);
     nv->staging_ready = 1;
+    nv->staging_device = device;
     egm_debug("nvlink: staging ring of %d x %u bytes pinned", EGM_STAGING_SLOTS,
               EGM_STAGING_SLOT_BYTES);
     return EGM_OK;
 }
 
-egm_status_t egm__staging_get(egm_nvlink_t *nv, void **slot_p, size_t *len_p)
+egm_status_t egm__staging_get(egm_nvlink_t *nv, int device, void **slot_p, size_t *len_p)
 {
     egm_status_t st = EGM_OK;
     pthread_mutex_lock(&nv->staging_lock);
-    if (!nv->staging_ready && (st = staging_alloc(nv)) != EGM_OK) {
+    if (!nv->staging_ready && (st = staging_alloc(nv, device)) != EGM_OK) {
         pthread_mutex_unlock(&nv->staging_lock);
         return st;
     }

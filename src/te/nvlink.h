@@ -53,8 +53,8 @@ egm_status_t egm__nvlink_copy(egm_nvlink_t *nvlink, int device, uint64_t dst, ui
                               size_t len);
 
 /* A pinned host staging slot (EGM_STAGING_SLOT_BYTES; the ring is allocated on
- * first use); waits while all are taken. */
-egm_status_t egm__staging_get(egm_nvlink_t *nvlink, void **slot_p, size_t *len_p);
+ * first use, in `device`'s context); waits while all are taken. */
+egm_status_t egm__staging_get(egm_nvlink_t *nvlink, int device, void **slot_p, size_t *len_p);
 void egm__staging_put(egm_nvlink_t *nvlink, void *slot, uint64_t bytes_used);
 
 /* Queues segments for background import (copies the descriptors). Already

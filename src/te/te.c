@@ -473,7 +473,7 @@ static egm_status_t staged(egm_te_t *te, int device, uint64_t gpu, size_t len, i
 {
     void *slot;
     size_t cap;
-    egm_status_t st = egm__staging_get(te->nvlink, &slot, &cap);
+    egm_status_t st = egm__staging_get(te->nvlink, device, &slot, &cap);
     if (st != EGM_OK)
         return st;
     uint64_t pinned = (uint64_t)(uintptr_t)slot;

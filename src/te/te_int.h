@@ -145,13 +145,6 @@ egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t 
 void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id);
 uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache);
 
-/* ---- CUDA context (nvlink.c) ------------------------------------------------ */
-/* Makes `device`'s primary context current on this thread, saving the one the
- * caller had (an inference engine's thread must get its own back); leave
- * restores it. */
-egm_status_t egm__te_ctx_enter(const egm_cuda_api_t *api, int device, egm_cu_context_t *saved_p);
-void egm__te_ctx_leave(const egm_cuda_api_t *api, egm_cu_context_t saved);
-
 /* ---- tcp data server (provider side) -------------------------------------- */
 typedef struct egm_tcp_server egm_tcp_server_t;
 
