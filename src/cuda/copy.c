@@ -22,11 +22,23 @@
  * 32 blocks already pay for a launch; above 4 MiB engines reach the link). */
 #define DEFAULT_MIN_BLOCKS 32
 #define DEFAULT_MAX_BLOCK ((size_t)4 << 20)
-/* The kernel gets blocks cut into pieces of at most this size, one CTA each,
- * so that a few large blocks still spread over every SM. Multiple of 16: cuts
+/* The kernel gets blocks cut into pieces, one CTA each: at most PIECE_MAX so
+ * that a few large blocks still spread over every SM, and smaller (down to
+ * PIECE_MIN) when a batch is too small to give TARGET_CTAS pieces otherwise,
+ * since one CTA moves one piece at PCIe latency. Powers of two >= 16: cuts
  * keep 16-byte alignment. */
-#define KERNEL_PIECE ((uint64_t)256 << 10)
+#ifndef KERNEL_PIECE_MAX
+#define KERNEL_PIECE_MAX ((uint64_t)256 << 10)
+#endif
+#ifndef KERNEL_PIECE_MIN
+#define KERNEL_PIECE_MIN ((uint64_t)16 << 10)
+#endif
+#ifndef KERNEL_TARGET_CTAS
+#define KERNEL_TARGET_CTAS 1024
+#endif
+#ifndef KERNEL_THREADS
 #define KERNEL_THREADS 256
+#endif
 /* Descriptors per launch (the pinned buffer never grows past this, 1.5 MiB);
  * bigger batches take several launches. */
 #define KERNEL_MAX_DESCS ((size_t)1 << 16)
@@ -266,16 +278,29 @@ static egm_status_t ensure_descs(egm_copier_t *c, size_t need)
     return EGM_OK;
 }
 
-static uint64_t pieces_of(uint64_t len)
+static uint64_t piece_size(uint64_t total)
 {
-    return (len + KERNEL_PIECE - 1) / KERNEL_PIECE;
+    uint64_t piece = KERNEL_PIECE_MAX;
+    while (piece > KERNEL_PIECE_MIN && total / piece < KERNEL_TARGET_CTAS)
+        piece /= 2;
+    return piece;
+}
+
+static uint64_t count_pieces(const egm_copy_desc_t *copies, size_t n, uint64_t piece)
+{
+    uint64_t pieces = 0;
+    for (size_t i = 0; i < n; i++)
+        pieces += (copies[i].len + piece - 1) / piece;
+    return pieces;
 }
 
 /* Every copy through the kernel: descriptors (cut into pieces) written into
  * the pinned buffer, one launch per buffer-full, one CTA per piece. */
 static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
-                               uint64_t pieces, uint64_t *launches_p)
+                               uint64_t total, uint64_t *launches_p)
 {
+    uint64_t piece = piece_size(total);
+    uint64_t pieces = count_pieces(copies, n, piece);
     egm_status_t st = ensure_descs(c, pieces < KERNEL_MAX_DESCS ? pieces : KERNEL_MAX_DESCS);
     if (st != EGM_OK)
         return st;
@@ -290,7 +315,7 @@ static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, s
                 offset = 0;
                 continue;
             }
-            uint64_t len = left < KERNEL_PIECE ? left : KERNEL_PIECE;
+            uint64_t len = left < piece ? left : piece;
             c->descs[count++] = (egm_copy_desc_t){
                 .dst = copies[i].dst + offset, .src = copies[i].src + offset, .len = len};
             offset += len;
@@ -384,7 +409,7 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
 
     pthread_mutex_lock(&c->lock);
     egm_status_t st = EGM_OK;
-    uint64_t total = 0, pieces = 0;
+    uint64_t total = 0;
     size_t nonzero = 0;
     int all_small = 1;
     for (size_t i = 0; i < n; i++) {
@@ -404,7 +429,6 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
         }
         nonzero++;
         total += d->len;
-        pieces += pieces_of(d->len);
         if (d->len > c->max_block)
             all_small = 0;
     }
@@ -416,7 +440,7 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
         goto out;
     uint64_t launches = 0, issued = 0;
     if (c->kernel != NULL && n >= c->min_blocks && all_small) {
-        st = run_kernel(c, copies, n, pieces, &launches);
+        st = run_kernel(c, copies, n, total, &launches);
         atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
     } else if (nonzero > 1 && c->kernel == NULL && c->api->cuMemcpyBatchAsync != NULL) {
         st = run_batch(c, copies, n, nonzero);
