@@ -1,12 +1,19 @@
-/* RPC client: one pipelined TCP connection, a reader thread matching replies
- * to waiting callers by request id.
+/* RPC client: one pipelined TCP connection; replies are matched to waiting
+ * callers by request id.
  *
- * Locking: `lock` guards the pending table, the connection state and the ids;
- * `wlock` serialises frame writes. The connection fd and its generation change
- * only while both are held (lock first, then wlock), so a writer holding only
- * wlock sees a stable fd and can tell whether the connection it registered on
- * is still the current one: a frame is never written to a newer connection
- * than the one its pending entry belongs to. */
+ * Leader/follower: there is no reader thread. A caller waiting for its reply
+ * reads the socket itself when no other caller does (it holds the reader
+ * role), hands replies of other ids to their waiters, and passes the role on
+ * when its own reply arrives or its deadline passes. A lone caller thus gets
+ * its reply on its own thread, with no wakeup of another thread in between.
+ *
+ * Locking: `lock` guards the pending table, the connection state, the ids and
+ * the reader role; `wlock` serialises frame writes. The connection fd and its
+ * generation change only while both are held (lock first, then wlock) and
+ * while nobody holds the reader role, so a writer holding only wlock and a
+ * reader holding the role see a stable fd, and a frame is never written to a
+ * newer connection than the one its pending entry belongs to. The input state
+ * (`in`) belongs to the role holder and is read without the lock. */
 #include "rpc/client.h"
 
 #include <errno.h>
@@ -26,14 +33,30 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
+/* Socket reads go through this scratch; payloads at least this large are
+ * read straight into their reply buffer. */
+#define IN_CHUNK (16 * 1024)
+
 typedef struct {
     pthread_cond_t cond;
     int done;
+    int sleeping;        /* in pthread_cond_wait: may be handed the reader role */
     egm_status_t status; /* transport status; EGM_OK when a reply arrived */
     uint8_t flags;       /* of the reply frame */
     uint8_t *buf;        /* reply payload (egm_malloc'ed, never NULL on success) */
     size_t len;
 } pending_t;
+
+/* Partial input of the current connection, kept across role holders. */
+typedef struct {
+    uint8_t hdr_buf[EGM_FRAME_HEADER_SIZE];
+    size_t hdr_got;
+    int in_payload;
+    egm_frame_header_t hdr;
+    uint8_t *payload; /* egm_malloc'ed reply buffer being filled */
+    size_t payload_got;
+    uint8_t *scratch; /* IN_CHUNK */
+} input_t;
 
 struct egm_rpc_client {
     char host[256];
@@ -43,14 +66,16 @@ struct egm_rpc_client {
 
     pthread_mutex_t lock;
     pthread_mutex_t wlock;
+    pthread_cond_t idle;    /* signalled when the reader role is released */
     egm_hashmap_t *pending; /* request id (u64) -> pending_t* */
     uint64_t next_id;
-    int fd;         /* -1 when not connected */
-    uint64_t gen;   /* bumped on every (re)connect */
-    int broken;     /* the reader saw the connection end */
-    int has_reader; /* reader thread to join */
-    int closed;     /* being destroyed */
-    pthread_t reader;
+    int fd;          /* -1 when not connected */
+    uint64_t gen;    /* bumped on every (re)connect */
+    int broken;      /* a reader saw the connection end; pending calls failed */
+    int stream_shut; /* a writer shut the stream down after a failed write */
+    int reading;     /* a caller holds the reader role */
+    int closed;      /* being destroyed */
+    input_t in;
 };
 
 /* Fails every pending call. Caller holds lock. */
@@ -70,86 +95,230 @@ static void fail_all_locked(egm_rpc_client_t *cl, egm_status_t status)
     }
 }
 
-static void *reader_main(void *arg)
+/* Drops the partial input of a connection that is gone. Role holder only. */
+static void input_reset(input_t *in)
 {
-    egm_rpc_client_t *cl = arg;
-    int fd = cl->fd; /* stable: changes only after this thread is joined */
-    uint8_t hb[EGM_FRAME_HEADER_SIZE];
-    egm_frame_header_t h;
-    egm_status_t status;
+    egm_free(in->payload);
+    in->payload = NULL;
+    in->payload_got = 0;
+    in->in_payload = 0;
+    in->hdr_got = 0;
+}
 
-    for (;;) {
-        status = egm__sock_read_full(fd, hb, sizeof(hb));
-        if (status != EGM_OK)
-            break;
-        status = egm__frame_decode_header(hb, cl->max_frame_size, &h);
-        if (status == EGM_OK && !(h.flags & EGM_FRAME_REPLY))
-            status = egm__set_error(EGM_ERR_PROTOCOL, "frame %llu from the server is not a reply",
-                                    (unsigned long long)h.request_id);
-        if (status != EGM_OK) {
-            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s:%u: dropping the connection: %s",
-                                cl->host, (unsigned)cl->port, egm_last_error());
-            break;
-        }
-        uint8_t *buf = egm_malloc(h.length ? h.length : 1, "rpc_reply");
-        if (buf == NULL) {
-            status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: cannot allocate %u bytes",
-                                    (unsigned)h.length);
-            egm_warn("rpc client %s:%u: %s", cl->host, (unsigned)cl->port, egm_last_error());
-            break;
-        }
-        if (h.length) {
-            status = egm__sock_read_full(fd, buf, h.length);
-            if (status != EGM_OK) {
-                egm_free(buf);
-                break;
-            }
-        }
+/* Nobody reads: wakes one sleeping waiter to take the reader role. Caller
+ * holds lock. */
+static void wake_successor_locked(egm_rpc_client_t *cl)
+{
+    size_t iter = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
 
-        pthread_mutex_lock(&cl->lock);
-        pending_t *p = egm__hashmap_remove(cl->pending, &h.request_id, sizeof(h.request_id));
-        if (p != NULL) {
-            p->status = EGM_OK;
-            p->flags = h.flags;
-            p->buf = buf;
-            p->len = h.length;
-            p->done = 1;
+    if (cl->broken || cl->reading)
+        return;
+    while (egm__hashmap_next(cl->pending, &iter, &key, &key_len, &value)) {
+        pending_t *p = value;
+        if (p->sleeping) {
             pthread_cond_signal(&p->cond);
-            buf = NULL;
-        }
-        pthread_mutex_unlock(&cl->lock);
-        if (buf != NULL) {
-            /* its caller timed out */
-            egm_debug("rpc client: dropping late reply %llu (%s)", (unsigned long long)h.request_id,
-                      egm__rpc_type_name(h.type));
-            egm_free(buf);
+            return;
         }
     }
+}
 
-    pthread_mutex_lock(&cl->lock);
+/* Caller holds lock. */
+static void release_role_locked(egm_rpc_client_t *cl)
+{
+    cl->reading = 0;
+    pthread_cond_broadcast(&cl->idle);
+    wake_successor_locked(cl);
+}
+
+/* The connection is unusable: fail everything. Caller holds lock and the role. */
+static void break_connection_locked(egm_rpc_client_t *cl)
+{
     if (!cl->closed)
         egm_debug("rpc client %s:%u: connection lost", cl->host, (unsigned)cl->port);
     cl->broken = 1;
+    input_reset(&cl->in);
     fail_all_locked(cl, EGM_ERR_UNREACHABLE);
-    pthread_mutex_unlock(&cl->lock);
-    return NULL;
 }
 
-/* Tears down a broken connection. Caller holds lock; the reader no longer
- * takes it once `broken` is set, so joining here cannot deadlock. */
+/* A complete reply frame: hand it to its caller. Takes ownership of buf. */
+static void deliver(egm_rpc_client_t *cl, const egm_frame_header_t *h, uint8_t *buf)
+{
+    pthread_mutex_lock(&cl->lock);
+    pending_t *p = egm__hashmap_remove(cl->pending, &h->request_id, sizeof(h->request_id));
+    if (p != NULL) {
+        p->status = EGM_OK;
+        p->flags = h->flags;
+        p->buf = buf;
+        p->len = h->length;
+        p->done = 1;
+        if (p->sleeping)
+            pthread_cond_signal(&p->cond);
+        buf = NULL;
+    }
+    pthread_mutex_unlock(&cl->lock);
+    if (buf != NULL) {
+        /* its caller timed out */
+        egm_debug("rpc client: dropping late reply %llu (%s)", (unsigned long long)h->request_id,
+                  egm__rpc_type_name(h->type));
+        egm_free(buf);
+    }
+}
+
+/* A frame header is complete: validate it and allocate its reply buffer. */
+static egm_status_t on_header(egm_rpc_client_t *cl)
+{
+    input_t *in = &cl->in;
+    egm_status_t status = egm__frame_decode_header(in->hdr_buf, cl->max_frame_size, &in->hdr);
+
+    in->hdr_got = 0;
+    if (status == EGM_OK && !(in->hdr.flags & EGM_FRAME_REPLY))
+        status = egm__set_error(EGM_ERR_PROTOCOL, "frame %llu from the server is not a reply",
+                                (unsigned long long)in->hdr.request_id);
+    if (status != EGM_OK) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s:%u: dropping the connection: %s",
+                            cl->host, (unsigned)cl->port, egm_last_error());
+        return status;
+    }
+    in->payload = egm_malloc(in->hdr.length ? in->hdr.length : 1, "rpc_reply");
+    if (in->payload == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: cannot allocate %u bytes",
+                                (unsigned)in->hdr.length);
+        egm_warn("rpc client %s:%u: %s", cl->host, (unsigned)cl->port, egm_last_error());
+        return status;
+    }
+    in->payload_got = 0;
+    in->in_payload = 1;
+    return EGM_OK;
+}
+
+static void complete_payload(egm_rpc_client_t *cl)
+{
+    input_t *in = &cl->in;
+    uint8_t *buf = in->payload;
+
+    in->payload = NULL;
+    in->in_payload = 0;
+    deliver(cl, &in->hdr, buf);
+}
+
+/* Feeds received bytes through the frame state machine. */
+static egm_status_t consume(egm_rpc_client_t *cl, const uint8_t *data, size_t n)
+{
+    input_t *in = &cl->in;
+    egm_status_t status;
+
+    while (n > 0) {
+        if (!in->in_payload) {
+            size_t take = EGM_FRAME_HEADER_SIZE - in->hdr_got;
+            if (take > n)
+                take = n;
+            memcpy(in->hdr_buf + in->hdr_got, data, take);
+            in->hdr_got += take;
+            data += take;
+            n -= take;
+            if (in->hdr_got < EGM_FRAME_HEADER_SIZE)
+                break;
+            if ((status = on_header(cl)) != EGM_OK)
+                return status;
+        } else {
+            size_t take = in->hdr.length - in->payload_got;
+            if (take > n)
+                take = n;
+            memcpy(in->payload + in->payload_got, data, take);
+            in->payload_got += take;
+            data += take;
+            n -= take;
+        }
+        if (in->in_payload && in->payload_got == in->hdr.length)
+            complete_payload(cl);
+    }
+    return EGM_OK;
+}
+
+/* One read from the socket, delivering every reply it completes. Returns
+ * EGM_OK after progress, EGM_INPROGRESS when nothing was there, an error when
+ * the connection is unusable. Role holder only; lock not held. */
+static egm_status_t pump(egm_rpc_client_t *cl, int fd)
+{
+    input_t *in = &cl->in;
+    size_t want = in->in_payload ? in->hdr.length - in->payload_got : 0;
+    ssize_t n;
+
+    if (want >= IN_CHUNK) {
+        /* a large payload goes straight into its reply buffer */
+        n = recv(fd, in->payload + in->payload_got, want, MSG_DONTWAIT);
+        if (n > 0) {
+            in->payload_got += (size_t)n;
+            if (in->payload_got == in->hdr.length)
+                complete_payload(cl);
+            return EGM_OK;
+        }
+    } else {
+        n = recv(fd, in->scratch, IN_CHUNK, MSG_DONTWAIT);
+        if (n > 0)
+            return consume(cl, in->scratch, (size_t)n);
+    }
+    if (n == 0)
+        return egm__set_error(EGM_ERR_UNREACHABLE, "rpc client: connection closed by the server");
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return EGM_INPROGRESS;
+    return egm__set_error(egm__status_from_errno(errno), "rpc client: recv failed: %s",
+                          strerror(errno));
+}
+
+/* Holds the reader role until `p` is done or `deadline_ms` passes. Called and
+ * returns with lock held; drops it while reading. */
+static void read_until_done_locked(egm_rpc_client_t *cl, pending_t *p, uint64_t deadline_ms)
+{
+    int fd = cl->fd;
+    egm_status_t status = EGM_OK;
+
+    cl->reading = 1;
+    while (!p->done) {
+        pthread_mutex_unlock(&cl->lock);
+        status = pump(cl, fd);
+        if (status == EGM_INPROGRESS) {
+            int wait_ms = -1;
+            if (deadline_ms) {
+                uint64_t now = egm__now_ms();
+                wait_ms = now >= deadline_ms ? 0 : (int)(deadline_ms - now);
+            }
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int rc = poll(&pfd, 1, wait_ms);
+            if (rc < 0 && errno != EINTR)
+                status = egm__set_error(egm__status_from_errno(errno),
+                                        "rpc client: poll failed: %s", strerror(errno));
+            else
+                status = rc == 0 ? EGM_ERR_TIMEOUT : EGM_OK;
+        }
+        pthread_mutex_lock(&cl->lock);
+        if (status == EGM_ERR_TIMEOUT)
+            break; /* the caller removes its entry */
+        if (status < 0) {
+            break_connection_locked(cl);
+            break;
+        }
+    }
+    release_role_locked(cl);
+}
+
+/* Tears down a broken connection. Caller holds lock; nobody holds the role.
+ * Calls still pending belong to it and can no longer get a reply. */
 static void drop_connection_locked(egm_rpc_client_t *cl)
 {
-    if (cl->has_reader) {
-        pthread_join(cl->reader, NULL);
-        cl->has_reader = 0;
-    }
+    fail_all_locked(cl, EGM_ERR_UNREACHABLE);
     pthread_mutex_lock(&cl->wlock);
     if (cl->fd >= 0)
         close(cl->fd);
     cl->fd = -1;
     cl->gen++;
     pthread_mutex_unlock(&cl->wlock);
+    input_reset(&cl->in);
     cl->broken = 0;
+    cl->stream_shut = 0;
 }
 
 /* Caller holds lock. */
@@ -159,8 +328,13 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
     int fd = -1;
     int timeout = cl->connect_timeout_ms;
 
-    if (cl->fd >= 0 && !cl->broken)
+    if (cl->fd >= 0 && !cl->broken && !cl->stream_shut)
         return EGM_OK;
+    /* the last role holder saw the end; it has let go of the fd by now */
+    while (cl->reading)
+        pthread_cond_wait(&cl->idle, &cl->lock);
+    if (cl->fd >= 0 && !cl->broken && !cl->stream_shut)
+        return EGM_OK; /* another caller reconnected meanwhile */
     if (cl->fd >= 0)
         drop_connection_locked(cl);
 
@@ -173,8 +347,8 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
     status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
     if (status != EGM_OK)
         return status;
-    /* the reader blocks in read; writers pass MSG_DONTWAIT themselves */
-    status = egm__sock_set_nonblock(fd, 0);
+    /* readers poll, writers pass MSG_DONTWAIT: nobody blocks in a socket call */
+    status = egm__sock_set_nonblock(fd, 1);
     if (status != EGM_OK) {
         close(fd);
         return status;
@@ -184,17 +358,6 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
     cl->gen++;
     pthread_mutex_unlock(&cl->wlock);
     cl->broken = 0;
-    int rc = pthread_create(&cl->reader, NULL, reader_main, cl);
-    if (rc != 0) {
-        pthread_mutex_lock(&cl->wlock);
-        close(cl->fd);
-        cl->fd = -1;
-        cl->gen++;
-        pthread_mutex_unlock(&cl->wlock);
-        return egm__set_error(egm__status_from_errno(rc), "rpc client: cannot start reader: %s",
-                              strerror(rc));
-    }
-    cl->has_reader = 1;
     egm_debug("rpc client connected to %s:%u", cl->host, (unsigned)cl->port);
     return EGM_OK;
 }
@@ -333,36 +496,54 @@ egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_
     egm__frame_encode_header(&h, hdr);
 
     egm_status_t wstatus = EGM_OK;
+    int shut = 0;
     pthread_mutex_lock(&cl->wlock);
     if (cl->gen == gen && cl->fd >= 0) {
         size_t sent = 0;
         wstatus = write_frame(cl->fd, hdr, req, req_len, deadline_ms, &sent);
-        /* half a frame poisons the stream: let the reader fail everything */
-        if (wstatus != EGM_OK && sent > 0)
+        /* half a frame poisons the stream; so does any error but a timeout
+         * before the first byte: fail every call on it and reconnect */
+        if (wstatus != EGM_OK && (sent > 0 || wstatus != EGM_ERR_TIMEOUT)) {
             shutdown(cl->fd, SHUT_RDWR);
-        else if (wstatus != EGM_OK && wstatus != EGM_ERR_TIMEOUT)
-            shutdown(cl->fd, SHUT_RDWR);
+            shut = 1;
+        }
     }
-    /* else the connection was replaced: the reader already failed us */
+    /* else the connection was replaced: dropping it failed us */
     pthread_mutex_unlock(&cl->wlock);
 
     pthread_mutex_lock(&cl->lock);
+    if (shut && cl->gen == gen)
+        cl->stream_shut = 1;
     if (wstatus != EGM_OK && !p.done) {
         egm__hashmap_remove(cl->pending, &id, sizeof(id));
         status = wstatus;
         goto out_unlock;
     }
     while (!p.done) {
-        if (deadline_ms == 0) {
-            pthread_cond_wait(&p.cond, &cl->lock);
-            continue;
+        if (!cl->reading && !cl->broken && cl->gen == gen && cl->fd >= 0) {
+            /* nobody reads: read our own reply (and hand over others') */
+            read_until_done_locked(cl, &p, deadline_ms);
+            if (p.done)
+                break;
+        } else {
+            int rc = 0;
+            p.sleeping = 1;
+            if (deadline_ms == 0) {
+                pthread_cond_wait(&p.cond, &cl->lock);
+            } else {
+                struct timespec ts;
+                deadline_to_timespec(deadline_ms, &ts);
+                rc = pthread_cond_timedwait(&p.cond, &cl->lock, &ts);
+            }
+            p.sleeping = 0;
+            if (p.done || rc != ETIMEDOUT)
+                continue;
         }
-        struct timespec ts;
-        deadline_to_timespec(deadline_ms, &ts);
-        int rc = pthread_cond_timedwait(&p.cond, &cl->lock, &ts);
-        if (rc == ETIMEDOUT && !p.done) {
-            /* remove ourselves so that a late reply is dropped */
+        if (deadline_ms && egm__now_ms() >= deadline_ms) {
+            /* remove ourselves so that a late reply is dropped; a wakeup
+             * meant to hand us the reader role goes on to another waiter */
             egm__hashmap_remove(cl->pending, &id, sizeof(id));
+            wake_successor_locked(cl);
             status =
                 egm__set_error(EGM_ERR_TIMEOUT, "%s to %s:%u timed out after %d ms",
                                egm__rpc_type_name(type), cl->host, (unsigned)cl->port, timeout_ms);
@@ -444,14 +625,22 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     status = egm__hashmap_create(&cl->pending);
     if (status != EGM_OK)
         goto err_free;
+    cl->in.scratch = egm_malloc(IN_CHUNK, "rpc_client_in");
+    if (cl->in.scratch == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: out of memory");
+        goto err_map;
+    }
     pthread_mutex_init(&cl->lock, NULL);
     pthread_mutex_init(&cl->wlock, NULL);
+    pthread_cond_init(&cl->idle, NULL);
     cl->fd = -1;
     cl->connect_timeout_ms = params->connect_timeout_ms;
     cl->max_frame_size = params->max_frame_size;
     *client_p = cl;
     return EGM_OK;
 
+err_map:
+    egm__hashmap_destroy(cl->pending);
 err_free:
     egm_free(cl);
     return status;
@@ -466,21 +655,20 @@ void egm__rpc_client_destroy(egm_rpc_client_t *client)
     pthread_mutex_lock(&cl->lock);
     cl->closed = 1;
     if (cl->fd >= 0)
-        shutdown(cl->fd, SHUT_RDWR); /* wakes the reader */
-    pthread_mutex_unlock(&cl->lock);
-    if (cl->has_reader)
-        pthread_join(cl->reader, NULL);
-    cl->has_reader = 0;
-
-    pthread_mutex_lock(&cl->lock);
+        shutdown(cl->fd, SHUT_RDWR); /* wakes a caller reading */
+    while (cl->reading)
+        pthread_cond_wait(&cl->idle, &cl->lock);
     fail_all_locked(cl, EGM_ERR_CLOSED);
     if (cl->fd >= 0)
         close(cl->fd);
     cl->fd = -1;
+    input_reset(&cl->in);
     pthread_mutex_unlock(&cl->lock);
 
     egm__hashmap_destroy(cl->pending);
+    pthread_cond_destroy(&cl->idle);
     pthread_mutex_destroy(&cl->wlock);
     pthread_mutex_destroy(&cl->lock);
+    egm_free(cl->in.scratch);
     egm_free(cl);
 }

@@ -601,14 +601,225 @@ typedef struct {
     egm_status_t status;
     uint8_t *reply;
     size_t len;
+    int timeout_ms; /* 0: 20 s */
 } call_t;
 
 static void *call_main(void *arg)
 {
     call_t *c = arg;
     c->status = egm__rpc_call(c->client, TYPE_ECHO, (const uint8_t *)c->text, strlen(c->text),
-                              &c->reply, &c->len, 20000);
+                              &c->reply, &c->len, c->timeout_ms ? c->timeout_ms : 20000);
     return NULL;
+}
+
+/* Accepts the client's connection on lfd with a bounded receive timeout. */
+static int raw_accept(int lfd)
+{
+    struct timeval tv = {.tv_sec = 10, .tv_usec = 0};
+    int sfd = accept(lfd, NULL, NULL);
+
+    assert_true(sfd >= 0);
+    assert_int_equal(setsockopt(sfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    return sfd;
+}
+
+/* Appends a reply frame for `id` carrying `text` to out; returns its size. */
+static size_t build_reply(uint8_t *out, uint64_t id, const char *text)
+{
+    size_t n = build_frame(out, EGM_RPC_VERSION, TYPE_ECHO, id, text, (uint32_t)strlen(text));
+    out[5] = EGM_FRAME_REPLY;
+    return n;
+}
+
+/* Callers reading their own replies (leader/follower): three calls in flight
+ * get replies in reverse order, two of them in one write and the last split
+ * mid-header across writes; whoever reads hands each reply to its caller. */
+static void test_out_of_order_replies_to_waiting_callers(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    int lfd = -1;
+    uint16_t port = 0;
+    char addr[64];
+    egm_frame_header_t h;
+    uint8_t buf[256], out[512];
+    call_t calls[3];
+    pthread_t threads[3];
+    uint64_t ids[3];
+    const char *texts[3] = {"zero", "one", "two"};
+
+    assert_int_equal(egm__sock_tcp_listen("127.0.0.1", 0, &lfd, &port), EGM_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+    egm_rpc_client_t *client = new_client(addr);
+
+    /* the first call connects; the others reuse its connection */
+    calls[0] = (call_t){.client = client, .text = texts[0]};
+    assert_int_equal(pthread_create(&threads[0], NULL, call_main, &calls[0]), 0);
+    int sfd = raw_accept(lfd);
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, texts[0]);
+    ids[0] = h.request_id;
+    for (int i = 1; i < 3; i++) {
+        calls[i] = (call_t){.client = client, .text = texts[i]};
+        assert_int_equal(pthread_create(&threads[i], NULL, call_main, &calls[i]), 0);
+        raw_read_frame(sfd, &h, buf, sizeof(buf));
+        assert_string_equal((char *)buf, texts[i]);
+        ids[i] = h.request_id;
+    }
+
+    size_t n = build_reply(out, ids[2], "reply-two");
+    n += build_reply(out + n, ids[1], "reply-one");
+    raw_send(sfd, out, n);
+    n = build_reply(out, ids[0], "reply-zero");
+    raw_send(sfd, out, 10);
+    egm__sleep_ms(20);
+    raw_send(sfd, out + 10, n - 10);
+
+    const char *want[3] = {"reply-zero", "reply-one", "reply-two"};
+    for (int i = 0; i < 3; i++) {
+        pthread_join(threads[i], NULL);
+        assert_int_equal(calls[i].status, EGM_OK);
+        assert_int_equal(calls[i].len, strlen(want[i]));
+        assert_memory_equal(calls[i].reply, want[i], calls[i].len);
+        egm_free(calls[i].reply);
+    }
+
+    close(sfd);
+    egm__rpc_client_destroy(client);
+    close(lfd);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* The caller reading the socket times out while another caller waits: the
+ * reader role passes to the waiter, which gets its reply; the timed-out
+ * caller's late reply, arriving first, is dropped. */
+static void test_reader_timeout_hands_over(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    int lfd = -1;
+    uint16_t port = 0;
+    char addr[64];
+    egm_frame_header_t h;
+    uint8_t buf[256], out[512];
+
+    assert_int_equal(egm__sock_tcp_listen("127.0.0.1", 0, &lfd, &port), EGM_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+    egm_rpc_client_t *client = new_client(addr);
+
+    /* a connects and reads (nobody else is waiting); b then waits behind it */
+    call_t a = {.client = client, .text = "short", .timeout_ms = 300};
+    call_t b = {.client = client, .text = "long"};
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, call_main, &a), 0);
+    int sfd = raw_accept(lfd);
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, "short");
+    uint64_t id_a = h.request_id;
+    assert_int_equal(pthread_create(&tb, NULL, call_main, &b), 0);
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, "long");
+    uint64_t id_b = h.request_id;
+
+    pthread_join(ta, NULL);
+    assert_int_equal(a.status, EGM_ERR_TIMEOUT);
+    assert_null(a.reply);
+
+    size_t n = build_reply(out, id_a, "late-a");
+    n += build_reply(out + n, id_b, "reply-b");
+    raw_send(sfd, out, n);
+    pthread_join(tb, NULL);
+    assert_int_equal(b.status, EGM_OK);
+    assert_int_equal(b.len, 7);
+    assert_memory_equal(b.reply, "reply-b", 7);
+    egm_free(b.reply);
+
+    /* the connection is still good for a lone caller afterwards */
+    call_t c = {.client = client, .text = "again"};
+    pthread_t tc;
+    assert_int_equal(pthread_create(&tc, NULL, call_main, &c), 0);
+    raw_read_frame(sfd, &h, buf, sizeof(buf));
+    assert_string_equal((char *)buf, "again");
+    n = build_reply(out, h.request_id, "reply-c");
+    raw_send(sfd, out, n);
+    pthread_join(tc, NULL);
+    assert_int_equal(c.status, EGM_OK);
+    assert_memory_equal(c.reply, "reply-c", 7);
+    egm_free(c.reply);
+
+    close(sfd);
+    egm__rpc_client_destroy(client);
+    close(lfd);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+typedef struct {
+    egm_rpc_client_t *client;
+    int index;
+    int ok;
+    int timeouts;
+} mixed_worker_t;
+
+/* Echoes of sizes from a few bytes to several hundred KiB (read straight into
+ * their reply buffers), some with deadlines too short to be met. */
+static void *mixed_worker_main(void *arg)
+{
+    mixed_worker_t *w = arg;
+    size_t cap = 300 * 1024;
+    uint8_t *msg = egm_malloc(cap, "test_mixed");
+    if (msg == NULL)
+        return NULL;
+    for (int i = 0; i < 60; i++) {
+        size_t len = 1 + ((size_t)(w->index * 7919 + i * 104729) % cap);
+        memset(msg, 'a' + (w->index + i) % 26, len);
+        uint8_t *reply = NULL;
+        size_t rlen = 0;
+        int timeout_ms = i % 10 == 9 ? 1 : 20000;
+        egm_status_t st = egm__rpc_call(w->client, TYPE_ECHO, msg, len, &reply, &rlen, timeout_ms);
+        if (st == EGM_ERR_TIMEOUT && timeout_ms == 1) {
+            w->timeouts++;
+            continue;
+        }
+        if (st != EGM_OK || rlen != len || memcmp(reply, msg, len) != 0) {
+            egm_free(reply);
+            egm_free(msg);
+            return NULL;
+        }
+        egm_free(reply);
+    }
+    egm_free(msg);
+    w->ok = 1;
+    return NULL;
+}
+
+/* Many callers on one connection take turns reading; large and small replies
+ * and calls that time out mid-stream never give anyone a wrong reply. */
+static void test_concurrent_mixed_sizes_and_timeouts(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+    pthread_t threads[6];
+    mixed_worker_t workers[6];
+
+    for (int i = 0; i < 6; i++) {
+        workers[i] = (mixed_worker_t){.client = client, .index = i};
+        assert_int_equal(pthread_create(&threads[i], NULL, mixed_worker_main, &workers[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(threads[i], NULL);
+        assert_true(workers[i].ok);
+    }
+    echo_ok(client, "after the storm");
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(env.server, &st);
+    assert_true(st.connections_accepted == 1);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
 }
 
 /* A server that accepts and never answers: the call times out; its late reply
@@ -771,6 +982,9 @@ int main(void)
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_handler_errors),
         cmocka_unit_test(test_timeout_and_late_reply),
+        cmocka_unit_test(test_out_of_order_replies_to_waiting_callers),
+        cmocka_unit_test(test_reader_timeout_hands_over),
+        cmocka_unit_test(test_concurrent_mixed_sizes_and_timeouts),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_max_connections),
     };
