@@ -1,5 +1,7 @@
 /* Get: GetReplicaList (grants a read lease) -> copy from the best replica,
  * falling back to the others -> check the lease still held when the copy ended. */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
 #include "common/alloc.h"
@@ -66,12 +68,14 @@ static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *d
     return n_ops;
 }
 
-/* dsts NULL: allocate each object (egm_get); else copy into dsts[i] of caps[i]. */
-static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
-                              void *const *dsts, const size_t *caps, void **allocated,
-                              size_t *sizes_p, egm_status_t *results)
+/* Copies the keys of one GetReplicaList reply (owned, freed here); started_ms
+ * is when the lease was asked for. dsts NULL: allocate each object (egm_get);
+ * else copy into dsts[i] of caps[i]. */
+static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *const *keys,
+                                void *const *dsts, const size_t *caps, void **allocated,
+                                size_t *sizes_p, egm_status_t *results, Egm__KeysReply *reply,
+                                uint64_t started_ms)
 {
-    Egm__KeysReply *reply = NULL;
     egm_segment_desc_t *descs = NULL;
     fetch_t *fetches = NULL;
     egm_te_op_t *ops = NULL;
@@ -79,24 +83,6 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
     int *acquired = NULL;
     egm_status_t status;
 
-    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
-    for (size_t i = 0; i < n; i++) {
-        results[i] = egm__client_validate_key(keys[i]);
-        if (results[i] != EGM_OK)
-            return egm__set_error(results[i], "key %zu: %s", i, egm_last_error());
-        if (sizes_p != NULL)
-            sizes_p[i] = 0;
-        if (allocated != NULL)
-            allocated[i] = NULL;
-    }
-    if (n == 0)
-        return EGM_OK;
-
-    uint64_t started_ms = egm__now_ms();
-    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, n, keys, 0, &reply);
-    if (status != EGM_OK)
-        goto out;
     status = egm__client_reply_segments(reply, &descs);
     if (status != EGM_OK)
         goto out;
@@ -187,8 +173,135 @@ out:
     egm_free(op_fetch);
     egm_free(acquired);
     egm_free(descs);
-    egm__rpc_msg_free(reply ? &reply->base : NULL);
+    egm__rpc_msg_free(&reply->base);
     return status;
+}
+
+/* Large batches are cut into chunks whose GetReplicaList calls a helper thread
+ * makes ahead of the copies, so the master's work and the RPC overlap the copies
+ * of the chunks before. Smaller batches gain nothing from a thread. */
+#define PIPELINE_MIN_KEYS 2048
+#define PIPELINE_CHUNK_KEYS 1024
+
+typedef struct {
+    Egm__KeysReply *reply;
+    egm_status_t status;
+    uint64_t started_ms;
+    char error[256]; /* the helper's egm_last_error when status != EGM_OK */
+} chunk_rpc_t;
+
+typedef struct {
+    egm_client_t *client;
+    const char *const *keys;
+    size_t n, n_chunks;
+    chunk_rpc_t *chunks;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t done; /* chunks whose call has returned */
+} prefetch_t;
+
+static size_t chunk_len(const prefetch_t *p, size_t k)
+{
+    size_t first = k * PIPELINE_CHUNK_KEYS;
+    return p->n - first < PIPELINE_CHUNK_KEYS ? p->n - first : PIPELINE_CHUNK_KEYS;
+}
+
+static void *prefetch_main(void *arg)
+{
+    prefetch_t *p = arg;
+    for (size_t k = 0; k < p->n_chunks; k++) {
+        chunk_rpc_t *c = &p->chunks[k];
+        c->started_ms = egm__now_ms();
+        c->status = egm__client_keys_call(p->client, EGM_RPC_GET_REPLICA_LIST, chunk_len(p, k),
+                                          p->keys + k * PIPELINE_CHUNK_KEYS, 0, &c->reply);
+        if (c->status != EGM_OK)
+            snprintf(c->error, sizeof(c->error), "%s", egm_last_error());
+        pthread_mutex_lock(&p->lock);
+        p->done = k + 1;
+        pthread_cond_signal(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return NULL;
+}
+
+static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *const *keys,
+                                  void *const *dsts, const size_t *caps, size_t *sizes_p,
+                                  egm_status_t *results)
+{
+    prefetch_t p = {.client = client, .keys = keys, .n = n, .done = 0};
+    pthread_t thread;
+    egm_status_t status = EGM_OK;
+
+    p.n_chunks = (n + PIPELINE_CHUNK_KEYS - 1) / PIPELINE_CHUNK_KEYS;
+    p.chunks = egm_calloc(p.n_chunks, sizeof(*p.chunks), "client.get_pipeline");
+    if (p.chunks == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a get");
+    pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.cond, NULL);
+    if (pthread_create(&thread, NULL, prefetch_main, &p) != 0) {
+        status = egm__set_error(EGM_ERR_INTERNAL, "get: cannot start the prefetch thread");
+        goto out;
+    }
+    for (size_t k = 0; k < p.n_chunks; k++) {
+        size_t first = k * PIPELINE_CHUNK_KEYS, len = chunk_len(&p, k);
+        pthread_mutex_lock(&p.lock);
+        while (p.done <= k)
+            pthread_cond_wait(&p.cond, &p.lock);
+        pthread_mutex_unlock(&p.lock);
+        chunk_rpc_t *c = &p.chunks[k];
+        egm_status_t st = c->status;
+        if (st == EGM_OK) {
+            st = fetch_reply(client, len, keys + first, dsts + first, caps + first, NULL,
+                             sizes_p ? sizes_p + first : NULL, results + first, c->reply,
+                             c->started_ms);
+            c->reply = NULL;
+        } else {
+            egm__set_error(st, "%s", c->error);
+            for (size_t i = 0; i < len; i++)
+                results[first + i] = st;
+        }
+        if (status == EGM_OK && st != EGM_OK)
+            status = st;
+    }
+    pthread_join(thread, NULL);
+out:
+    pthread_cond_destroy(&p.cond);
+    pthread_mutex_destroy(&p.lock);
+    egm_free(p.chunks);
+    return status;
+}
+
+static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
+                              void *const *dsts, const size_t *caps, void **allocated,
+                              size_t *sizes_p, egm_status_t *results)
+{
+    Egm__KeysReply *reply = NULL;
+    egm_status_t status;
+
+    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        results[i] = egm__client_validate_key(keys[i]);
+        if (results[i] != EGM_OK)
+            return egm__set_error(results[i], "key %zu: %s", i, egm_last_error());
+        if (sizes_p != NULL)
+            sizes_p[i] = 0;
+        if (allocated != NULL)
+            allocated[i] = NULL;
+    }
+    if (n == 0)
+        return EGM_OK;
+    if (n >= PIPELINE_MIN_KEYS && dsts != NULL)
+        return get_pipelined(client, n, keys, dsts, caps, sizes_p, results);
+
+    uint64_t started_ms = egm__now_ms();
+    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, n, keys, 0, &reply);
+    if (status != EGM_OK) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = status;
+        return status;
+    }
+    return fetch_reply(client, n, keys, dsts, caps, allocated, sizes_p, results, reply, started_ms);
 }
 
 egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_t *len_p)
