@@ -1,7 +1,7 @@
 /* Per-device copier: one non-blocking stream, one event, and three ways to move
- * a batch: the gather/scatter kernel (many blocks, one launch), the driver's
- * cuMemcpyBatchAsync (many blocks, built without nvcc), or one cuMemcpyAsync
- * per copy (copy engines: large single objects). DESIGN.md 4 has the numbers. */
+ * a batch: the gather/scatter kernel (many blocks up to 512 KiB, one launch),
+ * the driver's cuMemcpyBatchAsync (any other batch of two or more), or one
+ * cuMemcpyAsync (a single copy: large single objects). DESIGN.md 4 has the numbers. */
 #include "cuda/copy.h"
 
 #include <inttypes.h>
@@ -20,9 +20,10 @@
 
 /* Switch-over defaults. On the H200 (docs/gpu.md) the kernel beats one call
  * per block from about 4 blocks of <= 64 KiB (32 x 4 KiB: 15 us vs 91 us) and
- * runs at ~51 GB/s for blocks up to 4 MiB, where engines reach 48-55 GB/s. */
+ * runs at ~51 GB/s; from blocks of 1 MiB cuMemcpyBatchAsync (copy engines)
+ * beats it by ~6%, so larger blocks leave the kernel above 512 KiB. */
 #define DEFAULT_MIN_BLOCKS 32
-#define DEFAULT_MAX_BLOCK ((size_t)4 << 20)
+#define DEFAULT_MAX_BLOCK ((size_t)512 << 10)
 /* The kernel gets blocks cut into pieces, one CTA each: at most PIECE_MAX so
  * that a few large blocks still spread over every SM, and smaller (down to
  * PIECE_MIN) when a batch is too small to give TARGET_CTAS pieces otherwise,
@@ -340,7 +341,7 @@ static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, s
     return wait_stream(c);
 }
 
-/* One driver call for the whole batch (builds without nvcc). */
+/* One driver call for the whole batch (batches the kernel does not take). */
 static egm_status_t run_batch(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
                               size_t nonzero)
 {
@@ -443,7 +444,9 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
     if (c->kernel != NULL && n >= c->min_blocks && all_small) {
         st = run_kernel(c, copies, n, total, &launches);
         atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
-    } else if (nonzero > 1 && c->kernel == NULL && c->api->cuMemcpyBatchAsync != NULL) {
+    } else if (nonzero > 1 && c->api->cuMemcpyBatchAsync != NULL) {
+        /* One driver call beats one cuMemcpyAsync per block from 2 blocks
+         * up (H200), with or without the kernel. */
         st = run_batch(c, copies, n, nonzero);
         if (st == EGM_OK)
             atomic_fetch_add_explicit(&c->batch_api_calls, 1, memory_order_relaxed);

@@ -200,6 +200,8 @@ static void test_kernel_mixed_sizes(void **state)
         1, 15, 16, 17, 4 * KIB - 1, 64 * KIB, 256 * KIB + 3, 1 * MIB, 4 * MIB, 0, 3 * MIB + 5, 100};
     bufs_t b = bufs_alloc(0, 96 * MIB);
     egm_copier_t *c = copier_new(0, 0);
+    /* blocks up to 4 MiB, cut into pieces: above the default limit */
+    egm__copier_set_kernel_threshold(c, 32, 4 * MIB);
     egm_copy_desc_t d[N];
     uint64_t at = 0, total = 0;
     for (size_t i = 0; i < N; i++) {
@@ -253,38 +255,48 @@ static void test_threshold_switch(void **state)
     egm_copier_t *c = copier_new(0, 0);
     egm_copy_desc_t *d = gather(&b, 64, 64 * KIB, 0);
 
-    /* Default: 31 blocks go to the engines, 32 to the kernel. */
+    /* Default: 31 blocks go to one cuMemcpyBatchAsync, 32 to the kernel. */
     assert_int_equal(egm__copier_run(c, d, 31), EGM_OK);
     egm_copier_stats_t s = stats_of(c);
-    assert_int_equal(s.engine_copies, 31);
+    assert_int_equal(s.batch_api_calls, 1);
+    assert_int_equal(s.engine_copies, 0);
     assert_int_equal(s.kernel_launches, 0);
+    check_copied(d, 31);
     assert_int_equal(egm__copier_run(c, d, 32), EGM_OK);
     s = stats_of(c);
-    assert_int_equal(s.engine_copies, 31);
+    assert_int_equal(s.batch_api_calls, 1);
     assert_int_equal(s.kernel_launches, 1);
     check_copied(d, 32);
 
-    /* One block above the size limit sends the whole batch to the engines. */
+    /* One block above 512 KiB sends the whole batch to the batch call. */
     egm_copy_desc_t keep = d[5];
-    d[5] = (egm_copy_desc_t){.dst = b.dst + 8 * MIB, .src = b.src, .len = 4 * MIB + 1};
+    d[5] = (egm_copy_desc_t){.dst = b.dst + 8 * MIB, .src = b.src, .len = 512 * KIB + 1};
     assert_int_equal(egm__copier_run(c, d + 5, 40), EGM_OK);
     s = stats_of(c);
-    assert_int_equal(s.engine_copies, 31 + 40);
+    assert_int_equal(s.batch_api_calls, 2);
     assert_int_equal(s.kernel_launches, 1);
+    check_copied(d + 5, 40);
+    /* 512 KiB itself is still the kernel's. */
+    d[5].len = 512 * KIB;
+    assert_int_equal(egm__copier_run(c, d + 5, 40), EGM_OK);
+    assert_int_equal(stats_of(c).kernel_launches, 2);
     check_copied(d + 5, 40);
     d[5] = keep;
 
-    /* Tuned: 4 blocks of <= 64 KiB go to the kernel, a 64 KiB + 1 does not. */
+    /* Tuned: 4 blocks of <= 64 KiB go to the kernel, 3 or a 64 KiB + 1 do
+     * not; a single block always takes an engine. */
     egm__copier_set_kernel_threshold(c, 4, 64 * KIB);
     assert_int_equal(egm__copier_run(c, d, 4), EGM_OK);
-    assert_int_equal(stats_of(c).kernel_launches, 2);
+    assert_int_equal(stats_of(c).kernel_launches, 3);
     assert_int_equal(egm__copier_run(c, d, 3), EGM_OK);
-    assert_int_equal(stats_of(c).engine_copies, 31 + 40 + 3);
+    assert_int_equal(stats_of(c).batch_api_calls, 3);
     d[0] = (egm_copy_desc_t){.dst = b.dst + 12 * MIB, .src = b.src + 1, .len = 64 * KIB + 1};
     assert_int_equal(egm__copier_run(c, d, 4), EGM_OK);
-    assert_int_equal(stats_of(c).kernel_launches, 2);
-    assert_int_equal(stats_of(c).engine_copies, 31 + 40 + 3 + 4);
+    assert_int_equal(stats_of(c).kernel_launches, 3);
+    assert_int_equal(stats_of(c).batch_api_calls, 4);
     check_copied(d, 4);
+    assert_int_equal(egm__copier_run(c, d, 1), EGM_OK);
+    assert_int_equal(stats_of(c).engine_copies, 1);
 
     free(d);
     egm__copier_destroy(c);
@@ -340,9 +352,9 @@ static void test_errors_propagate(void **state)
     egm_copy_desc_t *d = gather(&b, 64, 16 * KIB, 0);
 
     /* Engine copy refused while issuing: the call's error, nothing counted.
-     * (Without kernels, more than one copy would take the batch call.) */
-    size_t n_engine = egm__copier_has_kernels() ? 5 : 1;
-    unsigned nth = egm__copier_has_kernels() ? 3 : 1;
+     * (More than one copy would take the batch call or the kernel.) */
+    size_t n_engine = 1;
+    unsigned nth = 1;
     egm_fake_cuda_fail("cuMemcpyAsync", nth, EGM_FAKE_CU_ERROR_ILLEGAL_ADDRESS);
     egm_fake_cuda_clear_calls();
     assert_int_equal(egm__copier_run(c, d, n_engine), EGM_ERR_TRANSFER);
