@@ -30,28 +30,134 @@ typedef struct {
     const egm_object_t *object;
 } key_outcome_t;
 
-typedef struct {
-    Egm__KeysReply msg;
-    Egm__KeyResult *results;
-    Egm__KeyResult **result_ptrs;
-    Egm__Replica *replicas;
-    Egm__Replica **replica_ptrs;
-    Egm__Id *replica_ids;
-    Egm__SegmentDesc *segs;
-    Egm__SegmentDesc **seg_ptrs;
-    Egm__Id *seg_ids; /* two per segment: id, owner */
-} keys_reply_t;
+/* KeysReply is the one reply whose size grows with the keys (8192 keys: one
+ * KeyResult and a Replica per key), so it is written straight to the wire from
+ * the outcomes instead of building protobuf-c structs and packing them. Fields
+ * go in number order and proto3 zero scalars are left out, as protobuf-c
+ * does; the few SegmentDescs still go through protobuf-c. Field numbers are
+ * those of proto/egmstore.proto. */
+enum {
+    TAG_KEYS_STATUS = 0x08,    /* KeysReply.status = 1, varint (sint32) */
+    TAG_KEYS_RESULTS = 0x12,   /* KeysReply.results = 2, bytes */
+    TAG_KEYS_SEGMENTS = 0x1a,  /* KeysReply.segments = 3, bytes */
+    TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
+    TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
+    TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
+    TAG_RESULT_LEASE = 0x20,   /* KeyResult.lease_ttl_ms = 4 */
+    TAG_REPLICA_SEGMENT = 0x0a,
+    TAG_REPLICA_OFFSET = 0x10,
+    TAG_REPLICA_LENGTH = 0x18,
+    TAG_ID_HI = 0x09, /* fixed64 */
+    TAG_ID_LO = 0x11,
+};
 
-static void keys_reply_free(keys_reply_t *r)
+static size_t varint_len(uint64_t v)
 {
-    egm_free(r->results);
-    egm_free(r->result_ptrs);
-    egm_free(r->replicas);
-    egm_free(r->replica_ptrs);
-    egm_free(r->replica_ids);
-    egm_free(r->segs);
-    egm_free(r->seg_ptrs);
-    egm_free(r->seg_ids);
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static uint64_t zigzag32(int32_t v)
+{
+    return (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
+}
+
+/* Optional scalar: proto3 leaves out zeros. */
+static size_t scalar_len(uint64_t v)
+{
+    return v != 0 ? 1 + varint_len(v) : 0;
+}
+
+static uint8_t *put_scalar(uint8_t *p, uint8_t tag, uint64_t v)
+{
+    if (v == 0)
+        return p;
+    *p++ = tag;
+    return put_varint(p, v);
+}
+
+static uint8_t *put_fixed64(uint8_t *p, uint8_t tag, uint64_t v)
+{
+    if (v == 0)
+        return p;
+    *p++ = tag;
+    for (int i = 0; i < 8; i++)
+        *p++ = (uint8_t)(v >> (8 * i));
+    return p;
+}
+
+static size_t id_len(egm_id_t id)
+{
+    return (id.hi != 0 ? 9 : 0) + (id.lo != 0 ? 9 : 0);
+}
+
+static size_t replica_len(const egm_replica_t *rep)
+{
+    size_t idl = id_len(rep->segment->id);
+    return 1 + varint_len(idl) + idl + scalar_len(rep->offset) + scalar_len(rep->length);
+}
+
+static int has_body(const key_outcome_t *o)
+{
+    return o->status == EGM_OK && o->object != NULL;
+}
+
+static size_t key_result_len(const key_outcome_t *o, int with_replicas, uint64_t lease_ttl_ms)
+{
+    size_t len = scalar_len(zigzag32(o->status));
+    if (!has_body(o))
+        return len;
+    len += scalar_len(o->object->size) + scalar_len(lease_ttl_ms);
+    for (uint32_t k = 0; with_replicas && k < o->object->n_replicas; k++) {
+        const egm_replica_t *rep = &o->object->replicas[k];
+        if (rep->segment == NULL)
+            continue; /* dropped with its segment */
+        size_t rl = replica_len(rep);
+        len += 1 + varint_len(rl) + rl;
+    }
+    return len;
+}
+
+static uint8_t *put_key_result(uint8_t *p, const key_outcome_t *o, int with_replicas,
+                               uint64_t lease_ttl_ms, size_t len)
+{
+    *p++ = TAG_KEYS_RESULTS;
+    p = put_varint(p, len);
+    p = put_scalar(p, TAG_RESULT_STATUS, zigzag32(o->status));
+    if (!has_body(o))
+        return p;
+    p = put_scalar(p, TAG_RESULT_SIZE, o->object->size);
+    for (uint32_t k = 0; with_replicas && k < o->object->n_replicas; k++) {
+        const egm_replica_t *rep = &o->object->replicas[k];
+        if (rep->segment == NULL)
+            continue;
+        egm_id_t id = rep->segment->id;
+        size_t idl = id_len(id);
+        *p++ = TAG_RESULT_REPLICA;
+        p = put_varint(p, replica_len(rep));
+        *p++ = TAG_REPLICA_SEGMENT;
+        p = put_varint(p, idl);
+        p = put_fixed64(p, TAG_ID_HI, id.hi);
+        p = put_fixed64(p, TAG_ID_LO, id.lo);
+        p = put_scalar(p, TAG_REPLICA_OFFSET, rep->offset);
+        p = put_scalar(p, TAG_REPLICA_LENGTH, rep->length);
+    }
+    /* protobuf-c writes fields in number order: lease_ttl_ms (4) after replicas (3). */
+    return put_scalar(p, TAG_RESULT_LEASE, lease_ttl_ms);
 }
 
 /* Fills pb from seg; strings point into seg. */
@@ -74,88 +180,68 @@ static void segment_to_pb(const egm_segment_t *seg, Egm__SegmentDesc *pb, Egm__I
 
 /* One KeyResult per key; with_replicas adds each object's live replicas and
  * the descriptor of every segment they name (once each). */
-static egm_status_t keys_reply_build(egm_master_state_t *st, const key_outcome_t *out, size_t n,
-                                     int with_replicas, uint64_t lease_ttl_ms, keys_reply_t *r)
-{
-    size_t total = 0, next_rep = 0;
-    uint64_t mark = ++st->reply_mark;
-
-    memset(r, 0, sizeof(*r));
-    egm__keys_reply__init(&r->msg);
-    r->msg.status = EGM_OK;
-    if (n == 0)
-        return EGM_OK;
-    for (size_t i = 0; with_replicas && i < n; i++)
-        if (out[i].status == EGM_OK && out[i].object != NULL)
-            total += out[i].object->n_live;
-    size_t max_segs = egm__segment_table_count(st->segments);
-    if (max_segs > total)
-        max_segs = total;
-    r->results = egm_calloc(n, sizeof(*r->results), "master.reply");
-    r->result_ptrs = egm_calloc(n, sizeof(*r->result_ptrs), "master.reply");
-    if (total > 0) {
-        r->replicas = egm_calloc(total, sizeof(*r->replicas), "master.reply");
-        r->replica_ptrs = egm_calloc(total, sizeof(*r->replica_ptrs), "master.reply");
-        r->replica_ids = egm_calloc(total, sizeof(*r->replica_ids), "master.reply");
-        r->segs = egm_calloc(max_segs, sizeof(*r->segs), "master.reply");
-        r->seg_ptrs = egm_calloc(max_segs, sizeof(*r->seg_ptrs), "master.reply");
-        r->seg_ids = egm_calloc(2 * max_segs, sizeof(*r->seg_ids), "master.reply");
-    }
-    if (r->results == NULL || r->result_ptrs == NULL ||
-        (total > 0 && (r->replicas == NULL || r->replica_ptrs == NULL || r->replica_ids == NULL ||
-                       r->segs == NULL || r->seg_ptrs == NULL || r->seg_ids == NULL))) {
-        keys_reply_free(r);
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory building a reply for %zu keys", n);
-    }
-    for (size_t i = 0; i < n; i++) {
-        Egm__KeyResult *res = &r->results[i];
-        egm__key_result__init(res);
-        r->result_ptrs[i] = res;
-        res->status = out[i].status;
-        const egm_object_t *obj = out[i].object;
-        if (out[i].status != EGM_OK || obj == NULL)
-            continue;
-        res->size = obj->size;
-        res->lease_ttl_ms = lease_ttl_ms;
-        if (!with_replicas)
-            continue;
-        res->replicas = &r->replica_ptrs[next_rep];
-        for (uint32_t k = 0; k < obj->n_replicas; k++) {
-            const egm_replica_t *rep = &obj->replicas[k];
-            if (rep->segment == NULL)
-                continue; /* dropped with its segment */
-            Egm__Replica *pb = &r->replicas[next_rep];
-            egm__replica__init(pb);
-            egm__id_to_pb(rep->segment->id, &r->replica_ids[next_rep]);
-            pb->segment = &r->replica_ids[next_rep];
-            pb->offset = rep->offset;
-            pb->length = rep->length;
-            r->replica_ptrs[next_rep++] = pb;
-            res->n_replicas++;
-            if (rep->segment->mark != mark && r->msg.n_segments < max_segs) {
-                size_t s = r->msg.n_segments++;
-                rep->segment->mark = mark;
-                segment_to_pb(rep->segment, &r->segs[s], &r->seg_ids[2 * s]);
-                r->seg_ptrs[s] = &r->segs[s];
-            }
-        }
-    }
-    r->msg.n_results = n;
-    r->msg.results = r->result_ptrs;
-    r->msg.segments = r->seg_ptrs;
-    return EGM_OK;
-}
-
 static egm_status_t send_keys_reply(egm_master_state_t *st, const key_outcome_t *out, size_t n,
                                     int with_replicas, uint64_t lease_ttl_ms,
                                     egm_rpc_reply_t *reply)
 {
-    keys_reply_t r;
-    egm_status_t status = keys_reply_build(st, out, n, with_replicas, lease_ttl_ms, &r);
-    if (status != EGM_OK)
-        return status;
-    status = pack_reply(&r.msg.base, reply);
-    keys_reply_free(&r);
+    size_t max_segs = with_replicas ? egm__segment_table_count(st->segments) : 0;
+    Egm__SegmentDesc *descs = NULL;
+    Egm__Id *ids = NULL;
+    size_t n_segs = 0, total = scalar_len(zigzag32(EGM_OK));
+    uint64_t mark = ++st->reply_mark;
+    egm_status_t status = EGM_OK;
+
+    if (max_segs > 0) {
+        descs = egm_calloc(max_segs, sizeof(*descs), "master.reply");
+        ids = egm_calloc(2 * max_segs, sizeof(*ids), "master.reply");
+        if (descs == NULL || ids == NULL)
+            goto err_nomem;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = key_result_len(&out[i], with_replicas, lease_ttl_ms);
+        total += 1 + varint_len(len) + len;
+        if (!with_replicas || !has_body(&out[i]))
+            continue;
+        for (uint32_t k = 0; k < out[i].object->n_replicas; k++) {
+            egm_segment_t *seg = out[i].object->replicas[k].segment;
+            if (seg != NULL && seg->mark != mark && n_segs < max_segs) {
+                seg->mark = mark;
+                segment_to_pb(seg, &descs[n_segs], &ids[2 * n_segs]);
+                n_segs++;
+            }
+        }
+    }
+    for (size_t s = 0; s < n_segs; s++) {
+        size_t len = egm__segment_desc__get_packed_size(&descs[s]);
+        total += 1 + varint_len(len) + len;
+    }
+    uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
+    if (buf == NULL)
+        goto err_nomem;
+    p = put_scalar(p, TAG_KEYS_STATUS, zigzag32(EGM_OK));
+    for (size_t i = 0; i < n; i++)
+        p = put_key_result(p, &out[i], with_replicas, lease_ttl_ms,
+                           key_result_len(&out[i], with_replicas, lease_ttl_ms));
+    for (size_t s = 0; s < n_segs; s++) {
+        *p++ = TAG_KEYS_SEGMENTS;
+        p = put_varint(p, egm__segment_desc__get_packed_size(&descs[s]));
+        p += egm__segment_desc__pack(&descs[s], p);
+    }
+    if ((size_t)(p - buf) != total) {
+        egm_free(buf);
+        status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
+                                (size_t)(p - buf), total);
+        goto out;
+    }
+    reply->buf = buf;
+    reply->len = total;
+    goto out;
+
+err_nomem:
+    status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory building a reply for %zu keys", n);
+out:
+    egm_free(descs);
+    egm_free(ids);
     return status;
 }
 
