@@ -3,6 +3,7 @@
  * unmount finds them without scanning every object. */
 #include "master/object_index.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/hashmap.h"
@@ -372,22 +373,70 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
     return EGM_OK;
 }
 
+static int cmp_replica_desc(const void *a, const void *b)
+{
+    const egm_replica_t *x = *(egm_replica_t *const *)a, *y = *(egm_replica_t *const *)b;
+    if (x->segment != y->segment)
+        return (uintptr_t)x->segment < (uintptr_t)y->segment ? -1 : 1;
+    return x->offset < y->offset ? 1 : x->offset > y->offset ? -1 : 0;
+}
+
+/* Frees the replicas of objs[0..n) highest offset first in each segment: each
+ * freed range then joins the free range just above it, where hash order would
+ * insert into the middle of the allocator's sorted range array every time
+ * (O(n^2) moves for a full segment). */
+static void release_sorted(egm_object_t **objs, size_t n)
+{
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < n; i++)
+        total += objs[i]->n_replicas;
+    egm_replica_t **reps = egm_malloc((total ? total : 1) * sizeof(*reps), "master.remove_all");
+    if (reps == NULL)
+        return; /* object_delete frees them in any order */
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t r = 0; r < objs[i]->n_replicas; r++)
+            if (objs[i]->replicas[r].segment != NULL)
+                reps[k++] = &objs[i]->replicas[r];
+    qsort(reps, k, sizeof(*reps), cmp_replica_desc);
+    for (size_t i = 0; i < k; i++) {
+        egm_replica_t *r = reps[i];
+        replica_unlink(r);
+        if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
+            egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->name,
+                      (unsigned long long)r->offset, (unsigned long long)r->length,
+                      egm_last_error());
+        r->segment = NULL;
+        r->object->n_live = 0;
+    }
+    egm_free(reps);
+}
+
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms)
 {
-    size_t iter = 0;
+    size_t iter = 0, n = 0, cap = egm__hashmap_size(index->by_key);
     const void *key;
     size_t key_len;
     void *value;
+    egm_object_t **objs = egm_malloc((cap ? cap : 1) * sizeof(*objs), "master.remove_all");
     uint64_t removed = 0;
 
     while (egm__hashmap_next(index->by_key, &iter, &key, &key_len, &value)) {
         egm_object_t *obj = value;
         if (!force && (obj->state != EGM_OBJECT_COMPLETE || now_ms < obj->lease_expiry_ms))
             continue;
+        if (objs != NULL && n < cap) {
+            objs[n++] = obj; /* deleted below, after the sorted frees */
+            continue;
+        }
         object_delete(index, obj);
         removed++;
     }
-    return removed;
+    if (n > 0)
+        release_sorted(objs, n);
+    for (size_t i = 0; i < n; i++)
+        object_delete(index, objs[i]);
+    egm_free(objs);
+    return removed + n;
 }
 
 size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms)
