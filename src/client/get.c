@@ -1,9 +1,8 @@
 /* Get: GetReplicaList (grants a read lease) -> copy from the best replica,
  * falling back to the others -> check the lease still held when the copy ended. */
-#include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
+#include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -177,97 +176,53 @@ out:
     return status;
 }
 
-/* Large batches are cut into chunks whose GetReplicaList calls a helper thread
- * makes ahead of the copies, so the master's work and the RPC overlap the copies
- * of the chunks before. Smaller batches gain nothing from a thread. */
-#define PIPELINE_MIN_KEYS 2048
-#define PIPELINE_CHUNK_KEYS 1024
-
-typedef struct {
-    Egm__KeysReply *reply;
-    egm_status_t status;
-    uint64_t started_ms;
-    char error[256]; /* the helper's egm_last_error when status != EGM_OK */
-} chunk_rpc_t;
-
+/* Large batches run in chunks whose GetReplicaList calls a helper thread makes
+ * ahead of the copies (pipeline.h). */
 typedef struct {
     egm_client_t *client;
     const char *const *keys;
-    size_t n, n_chunks;
-    chunk_rpc_t *chunks;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    size_t done; /* chunks whose call has returned */
-} prefetch_t;
+    size_t n;
+} get_pipeline_t;
 
-static size_t chunk_len(const prefetch_t *p, size_t k)
+static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
 {
-    size_t first = k * PIPELINE_CHUNK_KEYS;
-    return p->n - first < PIPELINE_CHUNK_KEYS ? p->n - first : PIPELINE_CHUNK_KEYS;
-}
-
-static void *prefetch_main(void *arg)
-{
-    prefetch_t *p = arg;
-    for (size_t k = 0; k < p->n_chunks; k++) {
-        chunk_rpc_t *c = &p->chunks[k];
-        c->started_ms = egm__now_ms();
-        c->status = egm__client_keys_call(p->client, EGM_RPC_GET_REPLICA_LIST, chunk_len(p, k),
-                                          p->keys + k * PIPELINE_CHUNK_KEYS, 0, &c->reply);
-        if (c->status != EGM_OK)
-            snprintf(c->error, sizeof(c->error), "%s", egm_last_error());
-        pthread_mutex_lock(&p->lock);
-        p->done = k + 1;
-        pthread_cond_signal(&p->cond);
-        pthread_mutex_unlock(&p->lock);
-    }
-    return NULL;
+    get_pipeline_t *g = arg;
+    Egm__KeysReply *reply = NULL;
+    egm_status_t status =
+        egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, egm__pipeline_chunk_len(g->n, k),
+                              g->keys + k * EGM_PIPELINE_CHUNK_KEYS, 0, &reply);
+    *reply_p = reply;
+    return status;
 }
 
 static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *const *keys,
                                   void *const *dsts, const size_t *caps, size_t *sizes_p,
                                   egm_status_t *results)
 {
-    prefetch_t p = {.client = client, .keys = keys, .n = n, .done = 0};
-    pthread_t thread;
-    egm_status_t status = EGM_OK;
+    get_pipeline_t g = {.client = client, .keys = keys, .n = n};
+    size_t n_chunks = (n + EGM_PIPELINE_CHUNK_KEYS - 1) / EGM_PIPELINE_CHUNK_KEYS;
+    egm_pipeline_t *p;
+    egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
 
-    p.n_chunks = (n + PIPELINE_CHUNK_KEYS - 1) / PIPELINE_CHUNK_KEYS;
-    p.chunks = egm_calloc(p.n_chunks, sizeof(*p.chunks), "client.get_pipeline");
-    if (p.chunks == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a get");
-    pthread_mutex_init(&p.lock, NULL);
-    pthread_cond_init(&p.cond, NULL);
-    if (pthread_create(&thread, NULL, prefetch_main, &p) != 0) {
-        status = egm__set_error(EGM_ERR_INTERNAL, "get: cannot start the prefetch thread");
-        goto out;
-    }
-    for (size_t k = 0; k < p.n_chunks; k++) {
-        size_t first = k * PIPELINE_CHUNK_KEYS, len = chunk_len(&p, k);
-        pthread_mutex_lock(&p.lock);
-        while (p.done <= k)
-            pthread_cond_wait(&p.cond, &p.lock);
-        pthread_mutex_unlock(&p.lock);
-        chunk_rpc_t *c = &p.chunks[k];
-        egm_status_t st = c->status;
+    if (status != EGM_OK)
+        return status;
+    for (size_t k = 0; k < n_chunks; k++) {
+        size_t first = k * EGM_PIPELINE_CHUNK_KEYS, len = egm__pipeline_chunk_len(n, k);
+        void *reply;
+        uint64_t started_ms;
+        egm_status_t st = egm__pipeline_wait(p, k, &reply, &started_ms);
         if (st == EGM_OK) {
             st = fetch_reply(client, len, keys + first, dsts + first, caps + first, NULL,
-                             sizes_p ? sizes_p + first : NULL, results + first, c->reply,
-                             c->started_ms);
-            c->reply = NULL;
+                             sizes_p ? sizes_p + first : NULL, results + first, reply, started_ms);
         } else {
-            egm__set_error(st, "%s", c->error);
             for (size_t i = 0; i < len; i++)
                 results[first + i] = st;
         }
+        egm__pipeline_release(p, k, NULL, 0);
         if (status == EGM_OK && st != EGM_OK)
             status = st;
     }
-    pthread_join(thread, NULL);
-out:
-    pthread_cond_destroy(&p.cond);
-    pthread_mutex_destroy(&p.lock);
-    egm_free(p.chunks);
+    egm__pipeline_finish(p);
     return status;
 }
 
@@ -291,7 +246,7 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
     }
     if (n == 0)
         return EGM_OK;
-    if (n >= PIPELINE_MIN_KEYS && dsts != NULL)
+    if (n >= EGM_PIPELINE_MIN_KEYS && dsts != NULL)
         return get_pipelined(client, n, keys, dsts, caps, sizes_p, results);
 
     uint64_t started_ms = egm__now_ms();

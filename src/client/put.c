@@ -2,6 +2,7 @@
  * PutEnd, or PutRevoke for keys whose copy failed. One RPC per phase per batch. */
 #include <string.h>
 #include "client/client_int.h"
+#include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "rpc/frame.h"
@@ -160,6 +161,84 @@ out:
     egm_free(ok_idx);
 }
 
+/* Large batches run in chunks: a helper thread sends each chunk's PutStart
+ * ahead of the copies, another its PutEnd/PutRevoke behind them (pipeline.h),
+ * so the round trips and the master's work overlap the copies. */
+typedef struct {
+    egm_client_t *client;
+    const put_plan_t *plan;
+    const egm_replicate_config_t *rc;
+    egm_status_t *key_status;
+} put_pipeline_t;
+
+static put_plan_t chunk_plan(const put_plan_t *plan, size_t k)
+{
+    size_t first = k * EGM_PIPELINE_CHUNK_KEYS;
+    return (put_plan_t){.n = egm__pipeline_chunk_len(plan->n, k),
+                        .index = plan->index + first,
+                        .keys = plan->keys + first,
+                        .sizes = plan->sizes + first};
+}
+
+static egm_status_t put_ahead(void *arg, size_t k, void **reply_p)
+{
+    put_pipeline_t *pp = arg;
+    put_plan_t sub = chunk_plan(pp->plan, k);
+    Egm__KeysReply *reply = NULL;
+    egm_status_t status = put_start(pp->client, &sub, pp->rc, &reply);
+    *reply_p = reply;
+    return status;
+}
+
+static void put_behind(void *arg, size_t k, void *reply)
+{
+    put_pipeline_t *pp = arg;
+    put_plan_t sub = chunk_plan(pp->plan, k);
+    Egm__KeysReply *start = reply;
+    finish(pp->client, &sub, start, pp->key_status + k * EGM_PIPELINE_CHUNK_KEYS);
+    egm__rpc_msg_free(&start->base);
+}
+
+/* Fills key_status for every key of plan; returns the first chunk-wide failure. */
+static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
+                                  const egm_replicate_config_t *rc, const void *const *srcs,
+                                  egm_status_t *key_status)
+{
+    put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
+    size_t n_chunks = (plan->n + EGM_PIPELINE_CHUNK_KEYS - 1) / EGM_PIPELINE_CHUNK_KEYS;
+    egm_pipeline_t *p;
+    egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
+
+    if (status != EGM_OK)
+        return status;
+    for (size_t k = 0; k < n_chunks; k++) {
+        put_plan_t sub = chunk_plan(plan, k);
+        egm_status_t *chunk_status = key_status + k * EGM_PIPELINE_CHUNK_KEYS;
+        void *reply;
+        egm_status_t st = egm__pipeline_wait(p, k, &reply, NULL);
+        if (st == EGM_OK)
+            st = copy_replicas(client, &sub, reply, srcs, chunk_status);
+        if (st == EGM_OK) {
+            egm__pipeline_release(p, k, reply, 1); /* PutEnd/PutRevoke behind */
+            continue;
+        }
+        /* The master placed these keys (if PutStart answered): take them back now. */
+        if (reply != NULL) {
+            for (size_t j = 0; j < sub.n; j++)
+                chunk_status[j] = EGM_ERR_TRANSFER;
+            finish(client, &sub, reply, chunk_status);
+            egm__rpc_msg_free(&((Egm__KeysReply *)reply)->base);
+        }
+        for (size_t j = 0; j < sub.n; j++)
+            chunk_status[j] = st;
+        egm__pipeline_release(p, k, NULL, 0);
+        if (status == EGM_OK)
+            status = st;
+    }
+    egm__pipeline_finish(p);
+    return status;
+}
+
 static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const *keys,
                               const void *const *srcs, const size_t *lens,
                               const egm_replicate_config_t *rc, int zero_copy,
@@ -202,6 +281,12 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
     }
     if (plan.n == 0)
         goto out;
+    if (plan.n >= EGM_PIPELINE_MIN_KEYS) {
+        status = put_pipelined(client, &plan, rc, srcs, key_status);
+        for (size_t j = 0; j < plan.n; j++)
+            results[plan.index[j]] = key_status[j];
+        goto out;
+    }
     status = put_start(client, &plan, rc, &reply);
     if (status == EGM_OK)
         status = copy_replicas(client, &plan, reply, srcs, key_status);

@@ -1,0 +1,146 @@
+/* Chunk pipeline: see pipeline.h. */
+#include "client/pipeline.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+typedef struct {
+    void *reply;
+    egm_status_t status;
+    uint64_t started_ms;
+    char error[256]; /* the ahead thread's egm_last_error when status != EGM_OK */
+    void *behind_reply;
+    int run_behind;
+} chunk_t;
+
+struct egm_pipeline {
+    size_t n_chunks;
+    egm_pipeline_ahead_fn ahead;
+    egm_pipeline_behind_fn behind;
+    void *arg;
+    chunk_t *chunks;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t fetched;  /* chunks whose ahead call has returned */
+    size_t released; /* chunks the caller is done with */
+    pthread_t ahead_thread, behind_thread;
+    int ahead_running, behind_running;
+};
+
+static void run_ahead(egm_pipeline_t *p, size_t k)
+{
+    chunk_t *c = &p->chunks[k];
+    c->started_ms = egm__now_ms();
+    c->status = p->ahead(p->arg, k, &c->reply);
+    if (c->status != EGM_OK)
+        snprintf(c->error, sizeof(c->error), "%s", egm_last_error());
+}
+
+static void *ahead_main(void *arg)
+{
+    egm_pipeline_t *p = arg;
+    for (size_t k = 0; k < p->n_chunks; k++) {
+        run_ahead(p, k);
+        pthread_mutex_lock(&p->lock);
+        p->fetched = k + 1;
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return NULL;
+}
+
+static void *behind_main(void *arg)
+{
+    egm_pipeline_t *p = arg;
+    for (size_t k = 0; k < p->n_chunks; k++) {
+        pthread_mutex_lock(&p->lock);
+        while (p->released <= k)
+            pthread_cond_wait(&p->cond, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+        if (p->chunks[k].run_behind)
+            p->behind(p->arg, k, p->chunks[k].behind_reply);
+    }
+    return NULL;
+}
+
+egm_status_t egm__pipeline_start(size_t n_chunks, egm_pipeline_ahead_fn ahead,
+                                 egm_pipeline_behind_fn behind, void *arg, egm_pipeline_t **p_out)
+{
+    egm_pipeline_t *p = egm_calloc(1, sizeof(*p), "client.pipeline");
+
+    *p_out = NULL;
+    if (p != NULL)
+        p->chunks = egm_calloc(n_chunks ? n_chunks : 1, sizeof(*p->chunks), "client.pipeline");
+    if (p == NULL || p->chunks == NULL) {
+        egm_free(p);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a %zu-chunk pipeline",
+                              n_chunks);
+    }
+    p->n_chunks = n_chunks;
+    p->ahead = ahead;
+    p->behind = behind;
+    p->arg = arg;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->ahead_running = pthread_create(&p->ahead_thread, NULL, ahead_main, p) == 0;
+    if (behind != NULL)
+        p->behind_running = pthread_create(&p->behind_thread, NULL, behind_main, p) == 0;
+    if (!p->ahead_running || (behind != NULL && !p->behind_running))
+        egm_debug("pipeline: a helper thread did not start; its work runs inline");
+    *p_out = p;
+    return EGM_OK;
+}
+
+egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p, uint64_t *started_ms_p)
+{
+    chunk_t *c = &p->chunks[k];
+
+    if (p->ahead_running) {
+        pthread_mutex_lock(&p->lock);
+        while (p->fetched <= k)
+            pthread_cond_wait(&p->cond, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+    } else {
+        run_ahead(p, k);
+    }
+    *reply_p = c->reply;
+    c->reply = NULL;
+    if (started_ms_p != NULL)
+        *started_ms_p = c->started_ms;
+    if (c->status != EGM_OK)
+        egm__set_error(c->status, "%s", c->error);
+    return c->status;
+}
+
+void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_behind)
+{
+    chunk_t *c = &p->chunks[k];
+
+    c->run_behind = run_behind && p->behind != NULL;
+    c->behind_reply = reply;
+    if (c->run_behind && !p->behind_running) {
+        p->behind(p->arg, k, reply);
+        c->run_behind = 0;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->released = k + 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void egm__pipeline_finish(egm_pipeline_t *p)
+{
+    if (p == NULL)
+        return;
+    if (p->ahead_running)
+        pthread_join(p->ahead_thread, NULL);
+    if (p->behind_running)
+        pthread_join(p->behind_thread, NULL);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+    egm_free(p->chunks);
+    egm_free(p);
+}

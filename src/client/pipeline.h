@@ -1,0 +1,48 @@
+/* Chunk pipeline for large batches: a helper thread makes each chunk's first
+ * RPC ahead of the caller (so the master's work and the round trip overlap the
+ * copies of earlier chunks), and an optional second helper runs each chunk's
+ * closing step behind it (so it overlaps the copies of later chunks).
+ *
+ * The caller calls egm__pipeline_wait(k) then egm__pipeline_release(k) for
+ * every chunk k in order, then egm__pipeline_finish. If a thread cannot be
+ * started its work runs on the caller's thread instead (same results, no overlap). */
+#ifndef EGM_CLIENT_PIPELINE_H
+#define EGM_CLIENT_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+
+/* Large batches are cut into chunks of EGM_PIPELINE_CHUNK_KEYS; smaller ones
+ * gain nothing from threads. */
+#define EGM_PIPELINE_MIN_KEYS 2048
+#define EGM_PIPELINE_CHUNK_KEYS 1024
+
+/* The first RPC of chunk k (on the ahead thread); *reply_p is handed to the caller. */
+typedef egm_status_t (*egm_pipeline_ahead_fn)(void *arg, size_t k, void **reply_p);
+/* The closing step of chunk k (on the behind thread); owns reply. */
+typedef void (*egm_pipeline_behind_fn)(void *arg, size_t k, void *reply);
+
+typedef struct egm_pipeline egm_pipeline_t;
+
+/* behind may be NULL. */
+egm_status_t egm__pipeline_start(size_t n_chunks, egm_pipeline_ahead_fn ahead,
+                                 egm_pipeline_behind_fn behind, void *arg, egm_pipeline_t **p_out);
+/* Waits for chunk k's ahead call; returns its status (with its error detail
+ * set on this thread), its reply and when the call started. */
+egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p,
+                                uint64_t *started_ms_p);
+/* Done with chunk k: run_behind hands reply to the behind step, else the
+ * caller has disposed of it. */
+void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_behind);
+/* Joins the helpers (every behind step has run) and frees p. */
+void egm__pipeline_finish(egm_pipeline_t *p);
+
+/* Chunk k's key range of an n-key batch. */
+static inline size_t egm__pipeline_chunk_len(size_t n, size_t k)
+{
+    size_t first = k * EGM_PIPELINE_CHUNK_KEYS;
+    return n - first < EGM_PIPELINE_CHUNK_KEYS ? n - first : EGM_PIPELINE_CHUNK_KEYS;
+}
+
+#endif

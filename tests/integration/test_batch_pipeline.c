@@ -1,0 +1,121 @@
+/* Integration: batches large enough to run pipelined (>= EGM_PIPELINE_MIN_KEYS,
+ * in chunks of EGM_PIPELINE_CHUNK_KEYS, the last one partial) put and get over
+ * shm; every key's status and bytes are checked, including keys that fail
+ * (empty value: refused by the client; key already stored: refused by the
+ * master) in the middle of later chunks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "client/pipeline.h"
+#include "common/alloc.h"
+#include "support/cluster.h"
+
+#define N_KEYS (2 * EGM_PIPELINE_CHUNK_KEYS + 977) /* three chunks */
+#define BLOCK 192
+#define EMPTY_KEY 1500                            /* chunk 1: zero length */
+#define DUP_KEY (2 * EGM_PIPELINE_CHUNK_KEYS + 5) /* chunk 2: stored before the batch */
+
+static egm_test_cluster_t cluster;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (egm_test_start_master(&cluster, NULL) != 0)
+        return -1;
+    if (egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm_test_cluster_stop(&cluster);
+    return 0;
+}
+
+static void test_pipelined_put_get(void **state)
+{
+    (void)state;
+    size_t live = egm__alloc_live_count();
+    char(*names)[32] = calloc(N_KEYS, sizeof(*names));
+    const char **keys = calloc(N_KEYS, sizeof(*keys));
+    const void **srcs = calloc(N_KEYS, sizeof(*srcs));
+    void **dsts = calloc(N_KEYS, sizeof(*dsts));
+    size_t *lens = calloc(N_KEYS, sizeof(*lens)), *sizes = calloc(N_KEYS, sizeof(*sizes));
+    egm_status_t *results = calloc(N_KEYS, sizeof(*results));
+    unsigned char *src = malloc((size_t)N_KEYS * BLOCK), *dst = malloc((size_t)N_KEYS * BLOCK);
+    unsigned char dup_value[BLOCK];
+    assert_true(names && keys && srcs && dsts && lens && sizes && results && src && dst);
+
+    egm_client_t *client = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(client);
+    assert_int_equal(egm_register_buffer(client, src, (size_t)N_KEYS * BLOCK), EGM_OK);
+    assert_int_equal(egm_register_buffer(client, dst, (size_t)N_KEYS * BLOCK), EGM_OK);
+    egm_test_fill(src, (size_t)N_KEYS * BLOCK, 11);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "pipe/%zu", i);
+        keys[i] = names[i];
+        /* Reversed places, so a chunk's keys are not one contiguous range. */
+        srcs[i] = src + (N_KEYS - 1 - i) * BLOCK;
+        dsts[i] = dst + (N_KEYS - 1 - i) * BLOCK;
+        lens[i] = i == EMPTY_KEY ? 0 : BLOCK;
+    }
+    egm_test_fill(dup_value, sizeof(dup_value), 99);
+    assert_int_equal(egm_put(client, keys[DUP_KEY], dup_value, sizeof(dup_value), NULL), EGM_OK);
+
+    assert_int_equal(egm_batch_put_from(client, N_KEYS, keys, srcs, lens, NULL, results), EGM_OK);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        egm_status_t want = i == EMPTY_KEY ? EGM_ERR_INVALID_ARG
+                            : i == DUP_KEY ? EGM_ERR_EXISTS
+                                           : EGM_OK;
+        if (results[i] != want)
+            fail_msg("put key %zu: %d, expected %d", i, results[i], want);
+    }
+
+    memset(dst, 0, (size_t)N_KEYS * BLOCK);
+    for (size_t i = 0; i < N_KEYS; i++)
+        lens[i] = BLOCK;
+    assert_int_equal(egm_batch_get_into(client, N_KEYS, keys, dsts, lens, sizes, results), EGM_OK);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        egm_status_t want = i == EMPTY_KEY ? EGM_ERR_NOT_FOUND : EGM_OK;
+        if (results[i] != want)
+            fail_msg("get key %zu: %d, expected %d", i, results[i], want);
+        if (want != EGM_OK)
+            continue;
+        assert_int_equal(sizes[i], BLOCK);
+        const void *expect = i == DUP_KEY ? (const void *)dup_value : srcs[i];
+        if (memcmp(dsts[i], expect, BLOCK) != 0)
+            fail_msg("get key %zu: wrong bytes", i);
+    }
+
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
+    assert_int_equal(removed, N_KEYS - 1);
+    assert_int_equal(egm_unregister_buffer(client, src), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(client, dst), EGM_OK);
+    egm_client_destroy(client);
+    assert_int_equal(egm__alloc_live_count(), live);
+    free(names);
+    free(keys);
+    free(srcs);
+    free(dsts);
+    free(lens);
+    free(sizes);
+    free(results);
+    free(src);
+    free(dst);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pipelined_put_get),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
