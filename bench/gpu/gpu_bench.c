@@ -154,7 +154,7 @@ static int single_objects(bench_t *b)
 /* 8192 blocks of 64 KiB, fetched into scattered places of HBM in one batch. */
 static int batch_get(bench_t *b, size_t n_blocks)
 {
-    const size_t block = 64 << 10, chunk = 1024;
+    const size_t block = 64 << 10, chunk = 8192; /* one call: large batches pipeline */
     char(*names)[32] = malloc(n_blocks * sizeof(*names));
     const char **keys = malloc(n_blocks * sizeof(*keys));
     void **ptrs = malloc(n_blocks * sizeof(*ptrs));
