@@ -190,7 +190,7 @@ static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
     Egm__KeysReply *reply = NULL;
     egm_status_t status =
         egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, egm__pipeline_chunk_len(g->n, k),
-                              g->keys + k * EGM_PIPELINE_CHUNK_KEYS, 0, &reply);
+                              g->keys + egm__pipeline_chunk_first(k), 0, &reply);
     *reply_p = reply;
     return status;
 }
@@ -200,14 +200,14 @@ static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *co
                                   egm_status_t *results)
 {
     get_pipeline_t g = {.client = client, .keys = keys, .n = n};
-    size_t n_chunks = (n + EGM_PIPELINE_CHUNK_KEYS - 1) / EGM_PIPELINE_CHUNK_KEYS;
+    size_t n_chunks = egm__pipeline_n_chunks(n);
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
 
     if (status != EGM_OK)
         return status;
     for (size_t k = 0; k < n_chunks; k++) {
-        size_t first = k * EGM_PIPELINE_CHUNK_KEYS, len = egm__pipeline_chunk_len(n, k);
+        size_t first = egm__pipeline_chunk_first(k), len = egm__pipeline_chunk_len(n, k);
         void *reply;
         uint64_t started_ms;
         egm_status_t st = egm__pipeline_wait(p, k, &reply, &started_ms);

@@ -14,7 +14,15 @@ typedef struct {
     char error[256]; /* the ahead thread's egm_last_error when status != EGM_OK */
     void *behind_reply;
     int run_behind;
+    int fetched; /* its ahead call has returned (under lock) */
 } chunk_t;
+
+typedef struct {
+    egm_pipeline_t *p;
+    size_t index; /* takes chunks index, index + EGM_PIPELINE_DEPTH, ... */
+    pthread_t thread;
+    int running;
+} ahead_t;
 
 struct egm_pipeline {
     size_t n_chunks;
@@ -24,10 +32,10 @@ struct egm_pipeline {
     chunk_t *chunks;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    size_t fetched;  /* chunks whose ahead call has returned */
     size_t released; /* chunks the caller is done with */
-    pthread_t ahead_thread, behind_thread;
-    int ahead_running, behind_running;
+    ahead_t aheads[EGM_PIPELINE_DEPTH];
+    pthread_t behind_thread;
+    int behind_running;
 };
 
 static void run_ahead(egm_pipeline_t *p, size_t k)
@@ -41,11 +49,12 @@ static void run_ahead(egm_pipeline_t *p, size_t k)
 
 static void *ahead_main(void *arg)
 {
-    egm_pipeline_t *p = arg;
-    for (size_t k = 0; k < p->n_chunks; k++) {
+    ahead_t *a = arg;
+    egm_pipeline_t *p = a->p;
+    for (size_t k = a->index; k < p->n_chunks; k += EGM_PIPELINE_DEPTH) {
         run_ahead(p, k);
         pthread_mutex_lock(&p->lock);
-        p->fetched = k + 1;
+        p->chunks[k].fetched = 1;
         pthread_cond_broadcast(&p->cond);
         pthread_mutex_unlock(&p->lock);
     }
@@ -85,10 +94,18 @@ egm_status_t egm__pipeline_start(size_t n_chunks, egm_pipeline_ahead_fn ahead,
     p->arg = arg;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
-    p->ahead_running = pthread_create(&p->ahead_thread, NULL, ahead_main, p) == 0;
+    int all_started = 1;
+    /* No more helpers than chunks: a small batch needs no idle threads. */
+    for (size_t t = 0; t < EGM_PIPELINE_DEPTH && t < n_chunks; t++) {
+        ahead_t *a = &p->aheads[t];
+        a->p = p;
+        a->index = t;
+        a->running = pthread_create(&a->thread, NULL, ahead_main, a) == 0;
+        all_started &= a->running;
+    }
     if (behind != NULL)
         p->behind_running = pthread_create(&p->behind_thread, NULL, behind_main, p) == 0;
-    if (!p->ahead_running || (behind != NULL && !p->behind_running))
+    if (!all_started || (behind != NULL && !p->behind_running))
         egm_debug("pipeline: a helper thread did not start; its work runs inline");
     *p_out = p;
     return EGM_OK;
@@ -98,9 +115,9 @@ egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p, uin
 {
     chunk_t *c = &p->chunks[k];
 
-    if (p->ahead_running) {
+    if (p->aheads[k % EGM_PIPELINE_DEPTH].running) {
         pthread_mutex_lock(&p->lock);
-        while (p->fetched <= k)
+        while (!c->fetched)
             pthread_cond_wait(&p->cond, &p->lock);
         pthread_mutex_unlock(&p->lock);
     } else {
@@ -135,8 +152,9 @@ void egm__pipeline_finish(egm_pipeline_t *p)
 {
     if (p == NULL)
         return;
-    if (p->ahead_running)
-        pthread_join(p->ahead_thread, NULL);
+    for (size_t t = 0; t < EGM_PIPELINE_DEPTH; t++)
+        if (p->aheads[t].running)
+            pthread_join(p->aheads[t].thread, NULL);
     if (p->behind_running)
         pthread_join(p->behind_thread, NULL);
     pthread_cond_destroy(&p->cond);

@@ -173,7 +173,7 @@ typedef struct {
 
 static put_plan_t chunk_plan(const put_plan_t *plan, size_t k)
 {
-    size_t first = k * EGM_PIPELINE_CHUNK_KEYS;
+    size_t first = egm__pipeline_chunk_first(k);
     return (put_plan_t){.n = egm__pipeline_chunk_len(plan->n, k),
                         .index = plan->index + first,
                         .keys = plan->keys + first,
@@ -195,7 +195,7 @@ static void put_behind(void *arg, size_t k, void *reply)
     put_pipeline_t *pp = arg;
     put_plan_t sub = chunk_plan(pp->plan, k);
     Egm__KeysReply *start = reply;
-    finish(pp->client, &sub, start, pp->key_status + k * EGM_PIPELINE_CHUNK_KEYS);
+    finish(pp->client, &sub, start, pp->key_status + egm__pipeline_chunk_first(k));
     egm__rpc_msg_free(&start->base);
 }
 
@@ -205,7 +205,7 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
                                   egm_status_t *key_status)
 {
     put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
-    size_t n_chunks = (plan->n + EGM_PIPELINE_CHUNK_KEYS - 1) / EGM_PIPELINE_CHUNK_KEYS;
+    size_t n_chunks = egm__pipeline_n_chunks(plan->n);
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
 
@@ -213,7 +213,7 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
         return status;
     for (size_t k = 0; k < n_chunks; k++) {
         put_plan_t sub = chunk_plan(plan, k);
-        egm_status_t *chunk_status = key_status + k * EGM_PIPELINE_CHUNK_KEYS;
+        egm_status_t *chunk_status = key_status + egm__pipeline_chunk_first(k);
         void *reply;
         egm_status_t st = egm__pipeline_wait(p, k, &reply, NULL);
         if (st == EGM_OK)

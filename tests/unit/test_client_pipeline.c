@@ -1,0 +1,150 @@
+/* Unit: the chunk pipeline (src/client/pipeline.[ch]): the chunk layout covers
+ * every key of a batch exactly once, in order, with the smaller first chunk;
+ * with EGM_PIPELINE_DEPTH ahead threads every chunk's ahead call runs once,
+ * the caller gets each chunk's own reply and error detail, and the behind
+ * step sees the chunks in order. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <stdatomic.h>
+#include "client/pipeline.h"
+#include "common/alloc.h"
+#include "common/log.h"
+
+static void check_layout(size_t n)
+{
+    size_t n_chunks = egm__pipeline_n_chunks(n), next = 0;
+
+    assert_true(n_chunks >= 1);
+    for (size_t k = 0; k < n_chunks; k++) {
+        size_t len = egm__pipeline_chunk_len(n, k);
+        assert_int_equal(egm__pipeline_chunk_first(k), next);
+        assert_true(len >= 1);
+        assert_true(len <= (k == 0 ? EGM_PIPELINE_FIRST_CHUNK_KEYS : EGM_PIPELINE_CHUNK_KEYS));
+        /* Only the last chunk may be partial. */
+        if (k + 1 < n_chunks)
+            assert_int_equal(len, k == 0 ? EGM_PIPELINE_FIRST_CHUNK_KEYS : EGM_PIPELINE_CHUNK_KEYS);
+        next += len;
+    }
+    assert_int_equal(next, n);
+}
+
+static void test_layout_covers_every_key_once(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {1,
+                                   EGM_PIPELINE_FIRST_CHUNK_KEYS - 1,
+                                   EGM_PIPELINE_FIRST_CHUNK_KEYS,
+                                   EGM_PIPELINE_FIRST_CHUNK_KEYS + 1,
+                                   EGM_PIPELINE_MIN_KEYS,
+                                   EGM_PIPELINE_FIRST_CHUNK_KEYS + 3 * EGM_PIPELINE_CHUNK_KEYS,
+                                   EGM_PIPELINE_FIRST_CHUNK_KEYS + 3 * EGM_PIPELINE_CHUNK_KEYS + 1,
+                                   8192,
+                                   100000};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        check_layout(sizes[i]);
+    assert_int_equal(egm__pipeline_chunk_len(8192, 0), EGM_PIPELINE_FIRST_CHUNK_KEYS);
+    assert_true(EGM_PIPELINE_FIRST_CHUNK_KEYS <= EGM_PIPELINE_CHUNK_KEYS);
+    assert_true(EGM_PIPELINE_DEPTH >= 1);
+}
+
+#define N_CHUNKS 9
+#define FAIL_CHUNK 4
+
+typedef struct {
+    atomic_int ahead_calls[N_CHUNKS];
+    size_t behind_order[N_CHUNKS];
+    size_t n_behind;
+} probe_t;
+
+static egm_status_t probe_ahead(void *arg, size_t k, void **reply_p)
+{
+    probe_t *pr = arg;
+    atomic_fetch_add(&pr->ahead_calls[k], 1);
+    if (k == FAIL_CHUNK) {
+        *reply_p = NULL;
+        return egm__set_error(EGM_ERR_TIMEOUT, "chunk %zu timed out", k);
+    }
+    size_t *reply = egm_malloc(sizeof(*reply), "test.pipeline");
+    assert_non_null(reply);
+    *reply = k;
+    *reply_p = reply;
+    return EGM_OK;
+}
+
+static void probe_behind(void *arg, size_t k, void *reply)
+{
+    probe_t *pr = arg;
+    assert_int_equal(*(size_t *)reply, k);
+    pr->behind_order[pr->n_behind++] = k;
+    egm_free(reply);
+}
+
+static void test_depth_every_chunk_once_in_order(void **state)
+{
+    (void)state;
+    size_t live = egm__alloc_live_count();
+    static probe_t pr;
+    egm_pipeline_t *p;
+
+    memset(&pr, 0, sizeof(pr));
+    assert_int_equal(egm__pipeline_start(N_CHUNKS, probe_ahead, probe_behind, &pr, &p), EGM_OK);
+    for (size_t k = 0; k < N_CHUNKS; k++) {
+        void *reply = NULL;
+        uint64_t started_ms = 0;
+        egm_status_t st = egm__pipeline_wait(p, k, &reply, &started_ms);
+        if (k == FAIL_CHUNK) {
+            assert_int_equal(st, EGM_ERR_TIMEOUT);
+            assert_null(reply);
+            assert_non_null(strstr(egm_last_error(), "chunk 4 timed out"));
+            egm__pipeline_release(p, k, NULL, 0);
+            continue;
+        }
+        assert_int_equal(st, EGM_OK);
+        assert_non_null(reply);
+        assert_int_equal(*(size_t *)reply, k);
+        assert_true(started_ms > 0);
+        egm__pipeline_release(p, k, reply, 1);
+    }
+    egm__pipeline_finish(p);
+    for (size_t k = 0; k < N_CHUNKS; k++)
+        assert_int_equal(atomic_load(&pr.ahead_calls[k]), 1);
+    assert_int_equal(pr.n_behind, N_CHUNKS - 1);
+    for (size_t i = 0; i + 1 < pr.n_behind; i++)
+        assert_true(pr.behind_order[i] < pr.behind_order[i + 1]);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_fewer_chunks_than_depth(void **state)
+{
+    (void)state;
+    size_t live = egm__alloc_live_count();
+    static probe_t pr;
+    egm_pipeline_t *p;
+    void *reply = NULL;
+
+    memset(&pr, 0, sizeof(pr));
+    assert_int_equal(egm__pipeline_start(1, probe_ahead, NULL, &pr, &p), EGM_OK);
+    assert_int_equal(egm__pipeline_wait(p, 0, &reply, NULL), EGM_OK);
+    assert_int_equal(*(size_t *)reply, 0);
+    egm_free(reply);
+    egm__pipeline_release(p, 0, NULL, 0);
+    egm__pipeline_finish(p);
+    assert_int_equal(atomic_load(&pr.ahead_calls[0]), 1);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_covers_every_key_once),
+        cmocka_unit_test(test_depth_every_chunk_once_in_order),
+        cmocka_unit_test(test_fewer_chunks_than_depth),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
