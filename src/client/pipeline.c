@@ -143,7 +143,8 @@ void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_beh
         c->run_behind = 0;
     }
     pthread_mutex_lock(&p->lock);
-    p->released = k + 1;
+    if (p->released < k + 1)
+        p->released = k + 1;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }

@@ -4,7 +4,9 @@
  * each chunk's closing step behind it (so it overlaps the copies of later chunks).
  *
  * The caller calls egm__pipeline_wait(k) then egm__pipeline_release(k) for
- * every chunk k in order, then egm__pipeline_finish. If a thread cannot be
+ * every chunk k in order, then egm__pipeline_finish. Without a behind step the
+ * chunks may be waited for and released in any order from several threads
+ * (each chunk by one), then egm__pipeline_finish once. If a thread cannot be
  * started its work runs on the caller's thread instead (same results, no overlap). */
 #ifndef EGM_CLIENT_PIPELINE_H
 #define EGM_CLIENT_PIPELINE_H
