@@ -269,21 +269,30 @@ err_release:
     return status;
 }
 
-egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
-                                  size_t key_len)
+/* The object `client` is writing under key (PutEnd, PutRevoke). */
+static egm_status_t find_written(egm_object_index_t *index, egm_id_t client, const char *key,
+                                 size_t key_len, egm_object_t **obj_p)
 {
-    egm_object_t *obj;
     egm_status_t status = egm__objects_check_key(key, key_len);
-
     if (status != EGM_OK)
         return status;
-    obj = find(index, key, key_len);
+    egm_object_t *obj = find(index, key, key_len);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NOT_FOUND, "no put in progress for this key");
     if (!egm__id_equal(obj->writer, client))
         return egm__set_error(EGM_ERR_INVALID_ARG, "another client is writing this key");
-    if (obj->state == EGM_OBJECT_COMPLETE)
-        return EGM_OK;
+    *obj_p = obj;
+    return EGM_OK;
+}
+
+egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
+                                  size_t key_len)
+{
+    egm_object_t *obj = NULL;
+    egm_status_t status = find_written(index, client, key, key_len, &obj);
+
+    if (status != EGM_OK || obj->state == EGM_OBJECT_COMPLETE)
+        return status;
     pending_unlink(index, obj);
     obj->state = EGM_OBJECT_COMPLETE;
     return EGM_OK;
@@ -292,16 +301,11 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
 egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client, const char *key,
                                      size_t key_len)
 {
-    egm_object_t *obj;
-    egm_status_t status = egm__objects_check_key(key, key_len);
+    egm_object_t *obj = NULL;
+    egm_status_t status = find_written(index, client, key, key_len, &obj);
 
     if (status != EGM_OK)
         return status;
-    obj = find(index, key, key_len);
-    if (obj == NULL)
-        return egm__set_error(EGM_ERR_NOT_FOUND, "no put in progress for this key");
-    if (!egm__id_equal(obj->writer, client))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "another client is writing this key");
     if (obj->state != EGM_OBJECT_PENDING)
         return egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
     object_delete(index, obj);
