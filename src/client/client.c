@@ -57,6 +57,7 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .addr = egm_config_get(config, "master_server_addr"),
         .connect_timeout_ms = (int)egm_config_get_int(config, "connect_timeout_ms"),
         .max_frame_size = egm_config_get_size(config, "max_frame_size"),
+        .prefer_local_socket = 1,
     };
     status = egm__rpc_client_create(&rpc_params, &client->master);
     if (status != EGM_OK)

@@ -1,5 +1,6 @@
-/* RPC client: one pipelined TCP connection; replies are matched to waiting
- * callers by request id.
+/* RPC client: one pipelined connection (TCP, or the master's abstract Unix
+ * socket for a loopback address); replies are matched to waiting callers by
+ * request id.
  *
  * Leader/follower: there is no reader thread. A caller waiting for its reply
  * reads the socket itself when no other caller does (it holds the reader
@@ -16,12 +17,17 @@
  * (`in`) belongs to the role holder and is read without the lock. */
 #include "rpc/client.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
+#include <strings.h>
 #include <pthread.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +38,7 @@
 #include "common/sock.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
+#include "rpc/server.h"
 
 /* Socket reads go through this scratch; payloads at least this large are
  * read straight into their reply buffer. */
@@ -63,6 +70,7 @@ struct egm_rpc_client {
     uint16_t port;
     int connect_timeout_ms;
     size_t max_frame_size;
+    char local_path[EGM_RPC_LOCAL_NAME_MAX]; /* "" = TCP only */
 
     pthread_mutex_t lock;
     pthread_mutex_t wlock;
@@ -321,6 +329,51 @@ static void drop_connection_locked(egm_rpc_client_t *cl)
     cl->stream_shut = 0;
 }
 
+/* 127.0.0.0/8, ::1 (also v4-mapped loopback) or "localhost". */
+static int is_loopback_host(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (strcasecmp(host, "localhost") == 0)
+        return 1;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return 0;
+}
+
+/* Non-blocking connect to the local socket: a Unix connect either completes at
+ * once or fails (EAGAIN when the backlog is full), so it never waits; any
+ * failure sends the caller to TCP, which has a timeout. Returns the fd or -1. */
+static int local_connect(const char *path)
+{
+    struct sockaddr_un sun;
+    size_t len = strlen(path);
+
+    if (len >= sizeof(sun.sun_path))
+        return -1;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, path, len);
+    if (path[0] == '@')
+        sun.sun_path[0] = '\0'; /* abstract namespace */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int rc;
+    do
+        rc = connect(fd, (struct sockaddr *)&sun,
+                     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* Caller holds lock. */
 static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadline_ms)
 {
@@ -344,21 +397,28 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         if (timeout <= 0 || left < timeout)
             timeout = left;
     }
-    status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
-    if (status != EGM_OK)
-        return status;
-    /* readers poll, writers pass MSG_DONTWAIT: nobody blocks in a socket call */
-    status = egm__sock_set_nonblock(fd, 1);
-    if (status != EGM_OK) {
-        close(fd);
-        return status;
+    if (cl->local_path[0] != '\0')
+        fd = local_connect(cl->local_path);
+    if (fd < 0) {
+        status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
+        if (status != EGM_OK)
+            return status;
+        /* readers poll, writers pass MSG_DONTWAIT: nobody blocks in a socket call */
+        status = egm__sock_set_nonblock(fd, 1);
+        if (status != EGM_OK) {
+            close(fd);
+            return status;
+        }
+        egm_debug("rpc client connected to %s:%u over tcp", cl->host, (unsigned)cl->port);
+    } else {
+        egm_debug("rpc client connected to %s:%u over unix:%s", cl->host, (unsigned)cl->port,
+                  cl->local_path);
     }
     pthread_mutex_lock(&cl->wlock);
     cl->fd = fd;
     cl->gen++;
     pthread_mutex_unlock(&cl->wlock);
     cl->broken = 0;
-    egm_debug("rpc client connected to %s:%u", cl->host, (unsigned)cl->port);
     return EGM_OK;
 }
 
@@ -636,6 +696,9 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl->fd = -1;
     cl->connect_timeout_ms = params->connect_timeout_ms;
     cl->max_frame_size = params->max_frame_size;
+    if (params->prefer_local_socket && is_loopback_host(cl->host))
+        snprintf(cl->local_path, sizeof(cl->local_path), EGM_RPC_LOCAL_NAME_FMT,
+                 (unsigned)cl->port);
     *client_p = cl;
     return EGM_OK;
 

@@ -1,5 +1,6 @@
 /* RPC client connection to one server. Thread-safe: many threads may call at
- * once; requests are pipelined on one TCP connection (TCP_NODELAY) and replies
+ * once; requests are pipelined on one connection (TCP with TCP_NODELAY, or the
+ * master's local Unix socket, see prefer_local_socket) and replies
  * are matched by request id by a reader thread. A broken connection fails every
  * pending call with EGM_ERR_UNREACHABLE and is re-established by the next call. */
 #ifndef EGM_RPC_CLIENT_H
@@ -16,6 +17,11 @@ typedef struct {
     const char *addr; /* "host:port" */
     int connect_timeout_ms;
     size_t max_frame_size;
+    /* When addr's host is a loopback address (127.0.0.0/8, ::1, "localhost"),
+     * connect to the Unix socket EGM_RPC_LOCAL_NAME_FMT (rpc/server.h) of its
+     * port first, and fall back to TCP silently when nobody listens there.
+     * Same frames, without the loopback TCP/IP stack on every call. */
+    int prefer_local_socket;
 } egm_rpc_client_params_t;
 
 /* Does not connect yet: the first call does. */

@@ -59,6 +59,7 @@ struct rpc_conn {
 struct egm_rpc_server {
     egm_reactor_t *reactor;
     int listen_fd;
+    int unix_fd; /* -1 unless egm__rpc_server_listen_unix succeeded */
     uint16_t port;
     size_t max_frame_size;
     size_t max_connections;
@@ -441,7 +442,9 @@ static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg
             close(cfd);
             continue;
         }
-        egm__sock_set_nodelay(cfd);
+        int is_unix = fd == s->unix_fd;
+        if (!is_unix)
+            egm__sock_set_nodelay(cfd);
         rpc_conn_t *c = egm_calloc(1, sizeof(*c), "rpc_server_conn");
         if (c == NULL) {
             egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: out of memory accepting");
@@ -465,6 +468,8 @@ static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg
         s->nconns++;
         stat_add(&s->stats.connections_accepted, 1);
         stat_add(&s->stats.connections_open, 1);
+        if (is_unix)
+            stat_add(&s->stats.connections_unix, 1);
     }
 }
 
@@ -503,6 +508,7 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
         return egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
     s->reactor = reactor;
     s->listen_fd = -1;
+    s->unix_fd = -1;
     s->max_frame_size = params->max_frame_size;
     s->max_connections = params->max_connections ? params->max_connections : 1024;
     s->rbuf = egm_malloc(READ_CHUNK, "rpc_server_rbuf");
@@ -552,6 +558,34 @@ egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
     return EGM_OK;
 }
 
+egm_status_t egm__rpc_server_listen_unix(egm_rpc_server_t *server, const char *path)
+{
+    egm_status_t status;
+    int fd = -1;
+
+    if (server == NULL || path == NULL || path[0] == '\0')
+        return egm__set_error(EGM_ERR_INVALID_ARG, "rpc server: a Unix socket path is required");
+    if (server->unix_fd >= 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "rpc server: already listening on a Unix socket");
+    status = egm__sock_unix_listen(path, &fd);
+    if (status != EGM_OK)
+        return status;
+    status = egm__sock_set_nonblock(fd, 1);
+    if (status != EGM_OK)
+        goto err_close;
+    status = egm__reactor_add(server->reactor, fd, EGM_EV_READ, on_accept, server);
+    if (status != EGM_OK)
+        goto err_close;
+    server->unix_fd = fd;
+    egm_debug("rpc server listening on unix:%s", path);
+    return EGM_OK;
+
+err_close:
+    close(fd);
+    return status;
+}
+
 uint16_t egm__rpc_server_port(const egm_rpc_server_t *server)
 {
     return server->port;
@@ -564,6 +598,7 @@ void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_
     stats_p->connections_open = __atomic_load_n(&server->stats.connections_open, __ATOMIC_RELAXED);
     stats_p->requests = __atomic_load_n(&server->stats.requests, __ATOMIC_RELAXED);
     stats_p->frames_rejected = __atomic_load_n(&server->stats.frames_rejected, __ATOMIC_RELAXED);
+    stats_p->connections_unix = __atomic_load_n(&server->stats.connections_unix, __ATOMIC_RELAXED);
 }
 
 void egm__rpc_server_destroy(egm_rpc_server_t *server)
@@ -576,6 +611,10 @@ void egm__rpc_server_destroy(egm_rpc_server_t *server)
         egm__reactor_remove_timer(server->reactor, server->sweep_timer);
     egm__reactor_remove(server->reactor, server->listen_fd);
     close(server->listen_fd);
+    if (server->unix_fd >= 0) {
+        egm__reactor_remove(server->reactor, server->unix_fd);
+        close(server->unix_fd);
+    }
     egm_free(server->rbuf);
     egm_free(server);
 }

@@ -36,13 +36,25 @@ typedef struct {
     uint64_t connections_accepted;
     uint64_t connections_open;
     uint64_t requests;
-    uint64_t frames_rejected; /* bad magic/version/size/type/payload */
+    uint64_t frames_rejected;  /* bad magic/version/size/type/payload */
+    uint64_t connections_unix; /* of connections_accepted: over the Unix listener */
 } egm_rpc_server_stats_t;
+
+/* Abstract Unix socket name ("@" = abstract namespace) under which a master
+ * listening on TCP port %u also serves clients of its own host. Abstract names
+ * live in the network namespace, like 127.0.0.1, and vanish with the process. */
+#define EGM_RPC_LOCAL_NAME_FMT "@egmstore-master-%u"
+#define EGM_RPC_LOCAL_NAME_MAX 64
 
 egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server_params_t *params,
                                     egm_rpc_server_t **server_p);
 egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
                                       egm_rpc_handler_t handler, void *arg);
+/* Also accepts connections on a Unix stream socket at path ("@name" = abstract
+ * namespace): same frames, limits, handlers and connection cap; no TCP_NODELAY.
+ * At most one per server; call before the reactor runs or on its thread. Fails
+ * (the server keeps serving TCP) when the name is taken. */
+egm_status_t egm__rpc_server_listen_unix(egm_rpc_server_t *server, const char *path);
 uint16_t egm__rpc_server_port(const egm_rpc_server_t *server);
 void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p);
 /* Closes every connection. Call on the reactor thread or when it is not running. */

@@ -2,7 +2,8 @@
  * concurrency, malformed frames get the documented treatment without
  * disturbing well-formed peers, handler errors travel back with their text,
  * timeouts drop late replies, a lost connection fails calls and the next call
- * reconnects. */
+ * reconnects; clients of a loopback address reach a server's local Unix socket
+ * when they prefer it and it exists, and TCP otherwise. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,8 +108,9 @@ static void *reactor_main(void *arg)
     return NULL;
 }
 
-/* Reactor + server on `port` (0 = any), running on its own thread. */
-static void env_start(env_t *env, uint16_t port, size_t max_connections)
+/* Reactor + server on `port` (0 = any), running on its own thread; with
+ * `local`, also on its local Unix socket name. */
+static void env_start_ex(env_t *env, uint16_t port, size_t max_connections, int local)
 {
     egm_rpc_server_params_t params = {
         .host = "127.0.0.1",
@@ -130,7 +132,17 @@ static void env_start(env_t *env, uint16_t port, size_t max_connections)
     if (port)
         assert_int_equal(env->port, port);
     snprintf(env->addr, sizeof(env->addr), "127.0.0.1:%u", (unsigned)env->port);
+    if (local) {
+        char name[EGM_RPC_LOCAL_NAME_MAX];
+        snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)env->port);
+        assert_int_equal(egm__rpc_server_listen_unix(env->server, name), EGM_OK);
+    }
     assert_int_equal(pthread_create(&env->thread, NULL, reactor_main, env->reactor), 0);
+}
+
+static void env_start(env_t *env, uint16_t port, size_t max_connections)
+{
+    env_start_ex(env, port, max_connections, 0);
 }
 
 static void env_stop(env_t *env)
@@ -141,18 +153,24 @@ static void env_stop(env_t *env)
     egm__reactor_destroy(env->reactor);
 }
 
-static egm_rpc_client_t *new_client(const char *addr)
+static egm_rpc_client_t *new_client_ex(const char *addr, int prefer_local_socket)
 {
     egm_rpc_client_params_t params = {
         .addr = addr,
         .connect_timeout_ms = 3000,
         .max_frame_size = MAX_FRAME,
+        .prefer_local_socket = prefer_local_socket,
     };
     egm_rpc_client_t *client = NULL;
 
     assert_int_equal(egm__rpc_client_create(&params, &client), EGM_OK);
     assert_non_null(client);
     return client;
+}
+
+static egm_rpc_client_t *new_client(const char *addr)
+{
+    return new_client_ex(addr, 0);
 }
 
 /* One echo call that must succeed with the same bytes back. */
@@ -973,6 +991,152 @@ static void test_max_connections(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+static void expect_stats(env_t *env, uint64_t accepted, uint64_t over_unix)
+{
+    egm_rpc_server_stats_t st;
+
+    egm__rpc_server_stats(env->server, &st);
+    assert_true(st.connections_accepted == accepted);
+    assert_true(st.connections_unix == over_unix);
+}
+
+static int raw_connect_unix(const char *name)
+{
+    int fd = -1;
+    struct timeval tv = {.tv_sec = 10, .tv_usec = 0};
+
+    assert_int_equal(egm__sock_unix_connect(name, &fd), EGM_OK);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    return fd;
+}
+
+/* A server on TCP and its local name: a client preferring the local socket is
+ * served over Unix for every loopback spelling, one that does not over TCP;
+ * frames, error replies and the bad-frame treatment are the same on both. */
+static void test_local_socket_preferred(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    char addr[64], name[EGM_RPC_LOCAL_NAME_MAX];
+    uint8_t buf[64];
+    size_t n;
+
+    env_start_ex(&env, 0, 0, 1);
+    snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)env.port);
+
+    egm_rpc_client_t *local = new_client_ex(env.addr, 1);
+    echo_ok(local, "over unix");
+    echo_ok(local, "still over unix");
+    expect_stats(&env, 1, 1);
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    assert_int_equal(egm__rpc_call(local, TYPE_FAIL, (const uint8_t *)"k1", 2, &reply, &len, 10000),
+                     EGM_ERR_NOT_FOUND);
+    assert_non_null(strstr(egm_last_error(), "no such key 'k1'"));
+    egm__rpc_client_destroy(local);
+
+    const char *hosts[] = {"localhost", "127.0.0.2", "[::1]"};
+    for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
+        snprintf(addr, sizeof(addr), "%s:%u", hosts[i], (unsigned)env.port);
+        local = new_client_ex(addr, 1);
+        echo_ok(local, hosts[i]);
+        egm__rpc_client_destroy(local);
+        expect_stats(&env, 2 + i, 2 + i);
+    }
+
+    egm_rpc_client_t *tcp = new_client_ex(env.addr, 0);
+    echo_ok(tcp, "over tcp");
+    expect_stats(&env, 5, 4);
+    egm__rpc_client_destroy(tcp);
+
+    /* raw Unix peer: pipelined frames, an unknown type keeps the connection,
+     * a bad version is answered and closes it */
+    int fd = raw_connect_unix(name);
+    n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 7, "u", 1);
+    n += build_frame(buf + n, EGM_RPC_VERSION, TYPE_UNKNOWN, 8, NULL, 0);
+    raw_send(fd, buf, n);
+    raw_expect_reply(fd, 7, "u");
+    raw_expect_error(fd, 8, EGM_ERR_NOT_SUPPORTED, "unknown request type");
+    n = build_frame(buf, EGM_RPC_VERSION + 1, TYPE_ECHO, 9, "v", 1);
+    raw_send(fd, buf, n);
+    raw_expect_error(fd, 9, EGM_ERR_VERSION, "version");
+    raw_expect_eof(fd);
+    close(fd);
+    expect_stats(&env, 6, 5);
+
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* No local socket: a client preferring it falls back to TCP silently, also
+ * when it reconnects after the server it reached over Unix went away. */
+static void test_local_socket_fallback(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    uint8_t *reply = NULL;
+    size_t len = 0;
+
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client_ex(env.addr, 1);
+    echo_ok(client, "tcp, no local socket");
+    expect_stats(&env, 1, 0);
+    uint16_t port = env.port;
+    env_stop(&env);
+
+    assert_int_equal(egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 2000),
+                     EGM_ERR_UNREACHABLE);
+    env_start_ex(&env, port, 0, 1);
+    echo_ok(client, "now over unix");
+    expect_stats(&env, 1, 1);
+    env_stop(&env);
+
+    assert_int_equal(egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 2000),
+                     EGM_ERR_UNREACHABLE);
+    env_start(&env, port, 0);
+    echo_ok(client, "back on tcp");
+    expect_stats(&env, 1, 0);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* The local name is taken: listening on it fails, the server goes on serving
+ * TCP, and the holder of the name is left alone. */
+static void test_local_socket_name_clash(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    char name[EGM_RPC_LOCAL_NAME_MAX];
+    int holder = -1;
+
+    env_start(&env, 0, 0);
+    snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)env.port);
+    assert_int_equal(egm__sock_unix_listen(name, &holder), EGM_OK);
+    /* on the reactor's thread or before it runs: stop it around the call */
+    egm__reactor_stop(env.reactor);
+    pthread_join(env.thread, NULL);
+    assert_int_not_equal(egm__rpc_server_listen_unix(env.server, name), EGM_OK);
+    assert_int_equal(pthread_create(&env.thread, NULL, reactor_main, env.reactor), 0);
+
+    egm_rpc_client_t *client = new_client_ex(env.addr, 0);
+    echo_ok(client, "tcp after the clash");
+    expect_stats(&env, 1, 0);
+    egm__rpc_client_destroy(client);
+
+    /* the holder still owns the name */
+    int fd = -1;
+    assert_int_equal(egm__sock_unix_connect(name, &fd), EGM_OK);
+    close(fd);
+    close(holder);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -987,6 +1151,9 @@ int main(void)
         cmocka_unit_test(test_concurrent_mixed_sizes_and_timeouts),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_max_connections),
+        cmocka_unit_test(test_local_socket_preferred),
+        cmocka_unit_test(test_local_socket_fallback),
+        cmocka_unit_test(test_local_socket_name_clash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
