@@ -9,6 +9,7 @@
 #include "pool/host_pool.h"
 #include "pool/vmm_pool.h"
 #include "rpc/client.h"
+#include "rpc/keys_reply.h"
 #include "te/registry.h"
 #include "te/segment.h"
 #include "te/te.h"
@@ -52,13 +53,19 @@ void egm__capacity_unmount(egm_client_t *client);
 egm_status_t egm__liveness_start(egm_client_t *client);
 void egm__liveness_stop(egm_client_t *client);
 
-/* Master calls shared by the object files (master_call.c). */
+/* Master calls shared by the object files (master_call.c). Replies are
+ * decoded by rpc/keys_reply.h into flat arrays; free with egm__keys_reply_free. */
 egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
-                                   const char *const *keys, int force, Egm__KeysReply **reply_p);
+                                   const char *const *keys, int force, egm_keys_reply_t **reply_p);
+/* Sends req (a request whose answer is a KeysReply for n keys) and decodes the
+ * answer; a whole-request refusal or a result count other than n fails. */
+egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                                  size_t n, egm_keys_reply_t **reply_p);
 /* Checks a reply has one result per key. */
-egm_status_t egm__client_check_reply(const Egm__KeysReply *reply, size_t n);
+egm_status_t egm__client_check_reply(const egm_keys_reply_t *reply, size_t n);
 /* Decodes every segment of a reply into an egm_malloc'ed array. */
-egm_status_t egm__client_reply_segments(const Egm__KeysReply *reply, egm_segment_desc_t **descs_p);
+egm_status_t egm__client_reply_segments(const egm_keys_reply_t *reply,
+                                        egm_segment_desc_t **descs_p);
 /* The decoded descriptor a replica names, or NULL. */
 const egm_segment_desc_t *egm__client_find_segment(const egm_segment_desc_t *descs, size_t n,
                                                    egm_id_t id);

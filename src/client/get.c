@@ -12,9 +12,10 @@
 #include "rpc/proto_util.h"
 
 typedef struct {
-    const Egm__KeyResult *res;
-    size_t caller;    /* index in the caller's arrays */
-    size_t order[16]; /* replicas by preference (local, shm, tcp) */
+    const egm_key_result_t *res;
+    const egm_replica_t *replicas; /* res's */
+    size_t caller;                 /* index in the caller's arrays */
+    size_t order[16];              /* replicas by preference (local, shm, tcp) */
     size_t n_order;
     size_t next; /* next replica to try */
     void *dst;
@@ -28,10 +29,10 @@ static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_d
     f->n_order = 0;
     for (size_t r = 0; r < f->res->n_replicas && f->n_order < 16; r++) {
         const egm_segment_desc_t *seg =
-            egm__client_find_segment(descs, n_descs, egm__id_from_pb(f->res->replicas[r]->segment));
+            egm__client_find_segment(descs, n_descs, f->replicas[r].segment);
         egm_transport_t transport;
         egm_te_op_t probe = {.segment = seg,
-                             .offset = f->res->replicas[r]->offset,
+                             .offset = f->replicas[r].offset,
                              .local = f->dst,
                              .length = f->res->size,
                              .dir = EGM_TE_READ};
@@ -57,13 +58,13 @@ static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *d
         fetch_t *f = &fetches[j];
         if (f->dst == NULL || f->next >= f->n_order)
             continue;
-        const Egm__Replica *rep = f->res->replicas[f->order[f->next++]];
-        ops[n_ops] = (egm_te_op_t){
-            .segment = egm__client_find_segment(descs, n_descs, egm__id_from_pb(rep->segment)),
-            .offset = rep->offset,
-            .local = f->dst,
-            .length = f->res->size,
-            .dir = EGM_TE_READ};
+        const egm_replica_t *rep = &f->replicas[f->order[f->next++]];
+        ops[n_ops] =
+            (egm_te_op_t){.segment = egm__client_find_segment(descs, n_descs, rep->segment),
+                          .offset = rep->offset,
+                          .local = f->dst,
+                          .length = f->res->size,
+                          .dir = EGM_TE_READ};
         op_fetch[n_ops++] = j;
     }
     return n_ops;
@@ -74,7 +75,7 @@ static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *d
  * else copy into dsts[i] of caps[i]. */
 static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *const *keys,
                                 void *const *dsts, const size_t *caps, void **allocated,
-                                size_t *sizes_p, egm_status_t *results, Egm__KeysReply *reply,
+                                size_t *sizes_p, egm_status_t *results, egm_keys_reply_t *reply,
                                 uint64_t started_ms)
 {
     egm_segment_desc_t *descs = NULL;
@@ -98,7 +99,8 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
 
     for (size_t i = 0; i < n; i++) {
         fetch_t *f = &fetches[i];
-        f->res = reply->results[i];
+        f->res = &reply->results[i];
+        f->replicas = egm__keys_reply_replicas(reply, f->res);
         f->caller = i;
         results[i] = f->res->status;
         if (results[i] != EGM_OK) {
@@ -174,7 +176,7 @@ out:
     egm_free(op_fetch);
     egm_free(acquired);
     egm_free(descs);
-    egm__rpc_msg_free(&reply->base);
+    egm__keys_reply_free(reply);
     return status;
 }
 
@@ -189,7 +191,7 @@ typedef struct {
 static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
 {
     get_pipeline_t *g = arg;
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
     egm_status_t status =
         egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, egm__pipeline_chunk_len(g->n, k),
                               g->keys + egm__pipeline_chunk_first(k), 0, &reply);
@@ -300,7 +302,7 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
                               void *const *dsts, const size_t *caps, void **allocated,
                               size_t *sizes_p, egm_status_t *results)
 {
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
     if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))

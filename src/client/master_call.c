@@ -18,13 +18,43 @@ egm_status_t egm__client_validate_key(const char *key)
     return EGM_OK;
 }
 
+egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                                  size_t n, egm_keys_reply_t **reply_p)
+{
+    uint8_t *buf = NULL, *bytes = NULL;
+    size_t len = 0, bytes_len = 0;
+    egm_status_t status;
+
+    *reply_p = NULL;
+    status = egm__pb_pack(req, &buf, &len);
+    if (status != EGM_OK)
+        return status;
+    status =
+        egm__rpc_call(client->master, type, buf, len, &bytes, &bytes_len, client->rpc_timeout_ms);
+    egm_free(buf);
+    if (status != EGM_OK)
+        return status;
+    /* More results than keys is refused while decoding, before any allocation. */
+    status = egm__keys_reply_decode(bytes, bytes_len, n, reply_p);
+    if (status != EGM_OK) {
+        egm_warn("client: %s reply: %s", egm__rpc_type_name(type), egm_last_error());
+        return status;
+    }
+    status = egm__client_check_reply(*reply_p, n);
+    if (status != EGM_OK) {
+        egm__keys_reply_free(*reply_p);
+        *reply_p = NULL;
+    }
+    return status;
+}
+
 egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
-                                   const char *const *keys, int force, Egm__KeysReply **reply_p)
+                                   const char *const *keys, int force, egm_keys_reply_t **reply_p)
 {
     Egm__KeysRequest req = EGM__KEYS_REQUEST__INIT;
     Egm__Id client_pb = EGM__ID__INIT;
-    egm_status_t status;
 
+    *reply_p = NULL;
     if (n > MAX_KEYS_PER_CALL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "a batch holds at most %d keys, got %zu",
                               MAX_KEYS_PER_CALL, n);
@@ -33,19 +63,10 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     req.n_keys = n;
     req.keys = (char **)keys;
     req.force = force != 0;
-    status = egm__rpc_call_msg(client->master, type, &req.base, &egm__keys_reply__descriptor,
-                               (ProtobufCMessage **)reply_p, client->rpc_timeout_ms);
-    if (status != EGM_OK)
-        return status;
-    status = egm__client_check_reply(*reply_p, n);
-    if (status != EGM_OK) {
-        egm__rpc_msg_free(&(*reply_p)->base);
-        *reply_p = NULL;
-    }
-    return status;
+    return egm__client_keys_rpc(client, type, &req.base, n, reply_p);
 }
 
-egm_status_t egm__client_check_reply(const Egm__KeysReply *reply, size_t n)
+egm_status_t egm__client_check_reply(const egm_keys_reply_t *reply, size_t n)
 {
     if (reply->status != EGM_OK)
         return egm__set_error(reply->status, "master refused the request: %s",
@@ -56,9 +77,10 @@ egm_status_t egm__client_check_reply(const Egm__KeysReply *reply, size_t n)
     return EGM_OK;
 }
 
-egm_status_t egm__client_reply_segments(const Egm__KeysReply *reply, egm_segment_desc_t **descs_p)
+egm_status_t egm__client_reply_segments(const egm_keys_reply_t *reply, egm_segment_desc_t **descs_p)
 {
     egm_segment_desc_t *descs = NULL;
+    egm_status_t status = EGM_OK;
 
     *descs_p = NULL;
     if (reply->n_segments == 0)
@@ -66,12 +88,18 @@ egm_status_t egm__client_reply_segments(const Egm__KeysReply *reply, egm_segment
     descs = egm_calloc(reply->n_segments, sizeof(*descs), "client.reply_segments");
     if (descs == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory decoding segments");
-    for (size_t i = 0; i < reply->n_segments; i++) {
-        egm_status_t status = egm__segment_desc_from_pb(reply->segments[i], &descs[i]);
-        if (status != EGM_OK) {
-            egm_free(descs);
-            return status;
-        }
+    /* A reply names a few segments: protobuf-c decodes them from their bytes. */
+    for (size_t i = 0; i < reply->n_segments && status == EGM_OK; i++) {
+        Egm__SegmentDesc *pb = NULL;
+        status = egm__pb_unpack(&egm__segment_desc__descriptor, reply->segments[i].data,
+                                reply->segments[i].len, (ProtobufCMessage **)&pb);
+        if (status == EGM_OK)
+            status = egm__segment_desc_from_pb(pb, &descs[i]);
+        egm__pb_free(pb ? &pb->base : NULL);
+    }
+    if (status != EGM_OK) {
+        egm_free(descs);
+        return status;
     }
     *descs_p = descs;
     return EGM_OK;

@@ -8,7 +8,7 @@
 static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const char *key, int force,
                                     uint64_t *size_p)
 {
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
     if (client == NULL)
@@ -19,12 +19,12 @@ static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const c
     status = egm__client_keys_call(client, type, 1, &key, force, &reply);
     if (status != EGM_OK)
         return status;
-    status = reply->results[0]->status;
+    status = reply->results[0].status;
     if (size_p != NULL)
-        *size_p = reply->results[0]->size;
+        *size_p = reply->results[0].size;
     if (status != EGM_OK)
         egm__set_error(status, "\"%s\": %s", key, egm_status_string(status));
-    egm__rpc_msg_free(&reply->base);
+    egm__keys_reply_free(reply);
     return status;
 }
 
@@ -72,7 +72,7 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
 egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
                              egm_status_t *results)
 {
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
     if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
@@ -86,7 +86,7 @@ egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *
         return EGM_OK;
     status = egm__client_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, 0, &reply);
     for (size_t i = 0; i < n; i++)
-        results[i] = status == EGM_OK ? reply->results[i]->status : status;
-    egm__rpc_msg_free(reply ? &reply->base : NULL);
+        results[i] = status == EGM_OK ? reply->results[i].status : status;
+    egm__keys_reply_free(reply);
     return status;
 }

@@ -16,12 +16,11 @@ typedef struct {
 } put_plan_t;
 
 static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
-                              const egm_replicate_config_t *rc, Egm__KeysReply **reply_p)
+                              const egm_replicate_config_t *rc, egm_keys_reply_t **reply_p)
 {
     Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
     Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
     Egm__Id client_pb = EGM__ID__INIT;
-    egm_status_t status;
 
     egm__id_to_pb(client->id, &client_pb);
     cfg.replica_num = (rc != NULL && rc->replica_num > 0) ? rc->replica_num : client->replica_num;
@@ -37,22 +36,12 @@ static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
     req.n_sizes = plan->n;
     req.sizes = plan->sizes;
     req.config = &cfg;
-    status = egm__rpc_call_msg(client->master, EGM_RPC_PUT_START, &req.base,
-                               &egm__keys_reply__descriptor, (ProtobufCMessage **)reply_p,
-                               client->rpc_timeout_ms);
-    if (status != EGM_OK)
-        return status;
-    status = egm__client_check_reply(*reply_p, plan->n);
-    if (status != EGM_OK) {
-        egm__rpc_msg_free(&(*reply_p)->base);
-        *reply_p = NULL;
-    }
-    return status;
+    return egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, plan->n, reply_p);
 }
 
 /* Copies every placed key into its replicas; key_status[j] gets each key's result. */
 static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
-                                  const Egm__KeysReply *reply, const void *const *srcs,
+                                  const egm_keys_reply_t *reply, const void *const *srcs,
                                   egm_status_t *key_status)
 {
     egm_segment_desc_t *descs = NULL;
@@ -65,8 +54,8 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
     if (status != EGM_OK)
         return status;
     for (size_t j = 0; j < plan->n; j++)
-        if (reply->results[j]->status == EGM_OK)
-            cap_ops += reply->results[j]->n_replicas;
+        if (reply->results[j].status == EGM_OK)
+            cap_ops += reply->results[j].n_replicas;
     if (cap_ops > 0) {
         ops = egm_calloc(cap_ops, sizeof(*ops), "client.put_ops");
         op_key = egm_calloc(cap_ops, sizeof(*op_key), "client.put_ops");
@@ -76,7 +65,7 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
         }
     }
     for (size_t j = 0; j < plan->n; j++) {
-        const Egm__KeyResult *res = reply->results[j];
+        const egm_key_result_t *res = &reply->results[j];
         key_status[j] = res->status;
         if (res->status != EGM_OK) {
             egm__set_error(res->status, "\"%s\": %s", plan->keys[j],
@@ -86,9 +75,9 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
         if (res->n_replicas == 0)
             key_status[j] = egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");
         for (size_t r = 0; r < res->n_replicas && key_status[j] == EGM_OK; r++) {
-            const Egm__Replica *rep = res->replicas[r];
+            const egm_replica_t *rep = &egm__keys_reply_replicas(reply, res)[r];
             const egm_segment_desc_t *seg =
-                egm__client_find_segment(descs, reply->n_segments, egm__id_from_pb(rep->segment));
+                egm__client_find_segment(descs, reply->n_segments, rep->segment);
             if (seg == NULL || rep->length != plan->sizes[j]) {
                 key_status[j] =
                     egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
@@ -117,14 +106,14 @@ out:
 
 /* PutEnd for the keys whose copies all succeeded, PutRevoke for the others that
  * the master had placed. */
-static void finish(egm_client_t *client, const put_plan_t *plan, const Egm__KeysReply *start,
+static void finish(egm_client_t *client, const put_plan_t *plan, const egm_keys_reply_t *start,
                    egm_status_t *key_status)
 {
     const char **ok = egm_calloc(plan->n + 1, sizeof(*ok), "client.put_finish");
     const char **bad = egm_calloc(plan->n + 1, sizeof(*bad), "client.put_finish");
     size_t *ok_idx = egm_calloc(plan->n + 1, sizeof(*ok_idx), "client.put_finish");
     size_t n_ok = 0, n_bad = 0;
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
 
     if (ok == NULL || bad == NULL || ok_idx == NULL) {
         for (size_t j = 0; j < plan->n; j++)
@@ -136,7 +125,7 @@ static void finish(egm_client_t *client, const put_plan_t *plan, const Egm__Keys
         if (key_status[j] == EGM_OK) {
             ok_idx[n_ok] = j;
             ok[n_ok++] = plan->keys[j];
-        } else if (start->results[j]->status == EGM_OK) {
+        } else if (start->results[j].status == EGM_OK) {
             bad[n_bad++] = plan->keys[j];
         }
     }
@@ -146,14 +135,14 @@ static void finish(egm_client_t *client, const put_plan_t *plan, const Egm__Keys
         if (status != EGM_OK)
             egm_warn("PutRevoke of %zu keys failed: %s; the master discards them later", n_bad,
                      egm_last_error());
-        egm__rpc_msg_free(reply ? &reply->base : NULL);
+        egm__keys_reply_free(reply);
         reply = NULL;
     }
     if (n_ok > 0) {
         egm_status_t status = egm__client_keys_call(client, EGM_RPC_PUT_END, n_ok, ok, 0, &reply);
         for (size_t k = 0; k < n_ok; k++)
-            key_status[ok_idx[k]] = status == EGM_OK ? reply->results[k]->status : status;
-        egm__rpc_msg_free(reply ? &reply->base : NULL);
+            key_status[ok_idx[k]] = status == EGM_OK ? reply->results[k].status : status;
+        egm__keys_reply_free(reply);
     }
 out:
     egm_free(ok);
@@ -184,7 +173,7 @@ static egm_status_t put_ahead(void *arg, size_t k, void **reply_p)
 {
     put_pipeline_t *pp = arg;
     put_plan_t sub = chunk_plan(pp->plan, k);
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
     egm_status_t status = put_start(pp->client, &sub, pp->rc, &reply);
     *reply_p = reply;
     return status;
@@ -194,9 +183,9 @@ static void put_behind(void *arg, size_t k, void *reply)
 {
     put_pipeline_t *pp = arg;
     put_plan_t sub = chunk_plan(pp->plan, k);
-    Egm__KeysReply *start = reply;
+    egm_keys_reply_t *start = reply;
     finish(pp->client, &sub, start, pp->key_status + egm__pipeline_chunk_first(k));
-    egm__rpc_msg_free(&start->base);
+    egm__keys_reply_free(start);
 }
 
 /* Fills key_status for every key of plan; returns the first chunk-wide failure. */
@@ -227,7 +216,7 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
             for (size_t j = 0; j < sub.n; j++)
                 chunk_status[j] = EGM_ERR_TRANSFER;
             finish(client, &sub, reply, chunk_status);
-            egm__rpc_msg_free(&((Egm__KeysReply *)reply)->base);
+            egm__keys_reply_free(reply);
         }
         for (size_t j = 0; j < sub.n; j++)
             chunk_status[j] = st;
@@ -246,7 +235,7 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
 {
     put_plan_t plan = {0};
     egm_status_t *key_status = NULL;
-    Egm__KeysReply *reply = NULL;
+    egm_keys_reply_t *reply = NULL;
     int *acquired = NULL;
     egm_status_t status = EGM_OK;
 
@@ -298,7 +287,7 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
         for (size_t j = 0; j < plan.n; j++)
             results[plan.index[j]] = status;
     }
-    egm__rpc_msg_free(reply ? &reply->base : NULL);
+    egm__keys_reply_free(reply);
 out:
     for (size_t i = 0; acquired != NULL && i < n; i++)
         if (acquired[i])

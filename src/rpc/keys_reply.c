@@ -1,0 +1,393 @@
+/* KeysReply decoder: see keys_reply.h. Two passes over the bytes: the first
+ * validates and counts, the second fills one exactly sized block. The wire
+ * rules mirror protobuf-c 1.4's unpacker so both accept the same messages. */
+#include "rpc/keys_reply.h"
+
+#include <string.h>
+#include "common/alloc.h"
+#include "common/log.h"
+
+enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
+
+typedef struct {
+    const uint8_t *p, *end;
+} rd_t;
+
+/* A varint of at most 10 bytes (bits past 64 dropped, as protobuf-c does). */
+static int rd_varint(rd_t *r, uint64_t *v)
+{
+    size_t max = (size_t)(r->end - r->p) < 10 ? (size_t)(r->end - r->p) : 10;
+    uint64_t x = 0;
+    for (size_t i = 0; i < max; i++) {
+        uint8_t b = r->p[i];
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if ((b & 0x80) == 0) {
+            r->p += i + 1;
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A field key: at most 5 bytes, field number 0 refused (protobuf-c's rules). */
+static int rd_tag(rd_t *r, uint32_t *field, unsigned *wt)
+{
+    if (r->p >= r->end)
+        return -1;
+    uint8_t b0 = r->p[0];
+    if ((b0 & 0xf8) == 0)
+        return -1;
+    *wt = b0 & 7;
+    if ((b0 & 0x80) == 0) {
+        *field = b0 >> 3;
+        r->p++;
+        return 0;
+    }
+    uint32_t tag = (b0 & 0x7f) >> 3;
+    unsigned shift = 4;
+    size_t max = (size_t)(r->end - r->p) < 5 ? (size_t)(r->end - r->p) : 5;
+    for (size_t i = 1; i < max; i++, shift += 7) {
+        uint8_t b = r->p[i];
+        tag |= (uint32_t)(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) {
+            *field = tag;
+            r->p += i + 1;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* A length-delimited payload: prefix of at most 5 bytes, payload in bounds. */
+static int rd_len(rd_t *r, rd_t *sub)
+{
+    size_t max = (size_t)(r->end - r->p) < 5 ? (size_t)(r->end - r->p) : 5;
+    uint64_t val = 0;
+    for (size_t i = 0; i < max; i++) {
+        uint8_t b = r->p[i];
+        val |= (uint64_t)(b & 0x7f) << (7 * i);
+        if ((b & 0x80) == 0) {
+            const uint8_t *start = r->p + i + 1;
+            if (val > (uint64_t)(r->end - start))
+                return -1;
+            sub->p = start;
+            sub->end = start + val;
+            r->p = sub->end;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int rd_fixed64(rd_t *r, uint64_t *v)
+{
+    if (r->end - r->p < 8)
+        return -1;
+    uint64_t x = 0;
+    for (int i = 7; i >= 0; i--)
+        x = (x << 8) | r->p[i];
+    r->p += 8;
+    *v = x;
+    return 0;
+}
+
+/* Skips an unknown field; groups and wire types 6/7 are refused as protobuf-c does. */
+static int skip_field(rd_t *r, unsigned wt)
+{
+    uint64_t v;
+    rd_t sub;
+    switch (wt) {
+    case WT_VARINT:
+        return rd_varint(r, &v);
+    case WT_64BIT:
+        return rd_fixed64(r, &v);
+    case WT_LEN:
+        return rd_len(r, &sub);
+    case WT_32BIT:
+        if (r->end - r->p < 4)
+            return -1;
+        r->p += 4;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+static int32_t unzigzag32(uint64_t v)
+{
+    uint32_t u = (uint32_t)v;
+    return (u & 1) ? (int32_t) ~(u >> 1) : (int32_t)(u >> 1);
+}
+
+static egm_status_t bad(const char *what)
+{
+    return egm__set_error(EGM_ERR_PROTOCOL, "malformed KeysReply: %s", what);
+}
+
+/* Id {fixed64 hi = 1; fixed64 lo = 2;} */
+static egm_status_t parse_id(rd_t r, egm_id_t *id)
+{
+    *id = (egm_id_t){0, 0};
+    while (r.p < r.end) {
+        uint32_t field;
+        unsigned wt;
+        if (rd_tag(&r, &field, &wt) != 0)
+            return bad("Id: bad field key");
+        if (field == 1 || field == 2) {
+            if (wt != WT_64BIT || rd_fixed64(&r, field == 1 ? &id->hi : &id->lo) != 0)
+                return bad(field == 1 ? "Id.hi" : "Id.lo");
+        } else if (skip_field(&r, wt) != 0) {
+            return bad("Id: unknown field");
+        }
+    }
+    return EGM_OK;
+}
+
+/* A second occurrence of an Id field replaces the first whole (what
+ * protobuf-c 1.4 does for proto3 sub-messages; no merge). */
+static egm_status_t parse_id_field(rd_t *r, unsigned wt, egm_id_t *id, const char *what)
+{
+    rd_t sub;
+    if (wt != WT_LEN || rd_len(r, &sub) != 0)
+        return bad(what);
+    return parse_id(sub, id);
+}
+
+/* SegmentDesc: only checked here (protobuf-c decodes it later). */
+static egm_status_t check_segment(rd_t r)
+{
+    while (r.p < r.end) {
+        uint32_t field;
+        unsigned wt;
+        rd_t sub;
+        uint64_t v;
+        if (rd_tag(&r, &field, &wt) != 0)
+            return bad("SegmentDesc: bad field key");
+        switch (field) {
+        case 1: /* id */
+        case 4: /* owner */
+            if (wt != WT_LEN || rd_len(&r, &sub) != 0)
+                return bad("SegmentDesc id/owner");
+            egm_status_t status = parse_id(sub, &(egm_id_t){0, 0});
+            if (status != EGM_OK)
+                return status;
+            break;
+        case 2: /* name */
+        case 5: /* host_id */
+        case 6: /* tcp_endpoint */
+        case 7: /* shm_socket */
+        case 9: /* fabric_handle */
+            if (wt != WT_LEN || rd_len(&r, &sub) != 0)
+                return bad("SegmentDesc string field");
+            break;
+        case 3: /* size */
+        case 8: /* handle_kind */
+            if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
+                return bad("SegmentDesc size/handle_kind");
+            break;
+        default:
+            if (skip_field(&r, wt) != 0)
+                return bad("SegmentDesc: unknown field");
+        }
+    }
+    return EGM_OK;
+}
+
+/* Replica {Id segment = 1; uint64 offset = 2; uint64 length = 3;} */
+static egm_status_t parse_replica(rd_t r, egm_replica_t *rep)
+{
+    *rep = (egm_replica_t){{0, 0}, 0, 0};
+    while (r.p < r.end) {
+        uint32_t field;
+        unsigned wt;
+        if (rd_tag(&r, &field, &wt) != 0)
+            return bad("Replica: bad field key");
+        if (field == 1) {
+            egm_status_t status = parse_id_field(&r, wt, &rep->segment, "Replica.segment");
+            if (status != EGM_OK)
+                return status;
+        } else if (field == 2 || field == 3) {
+            if (wt != WT_VARINT || rd_varint(&r, field == 2 ? &rep->offset : &rep->length) != 0)
+                return bad(field == 2 ? "Replica.offset" : "Replica.length");
+        } else if (skip_field(&r, wt) != 0) {
+            return bad("Replica: unknown field");
+        }
+    }
+    return EGM_OK;
+}
+
+/* KeyResult {sint32 status = 1; uint64 size = 2; repeated Replica replicas = 3;
+ * uint64 lease_ttl_ms = 4;}. replicas NULL: count only. */
+static egm_status_t parse_result(rd_t r, egm_key_result_t *res, egm_replica_t *replicas)
+{
+    uint64_t v;
+    res->status = 0;
+    res->n_replicas = 0;
+    res->size = 0;
+    res->lease_ttl_ms = 0;
+    while (r.p < r.end) {
+        uint32_t field;
+        unsigned wt;
+        rd_t sub;
+        if (rd_tag(&r, &field, &wt) != 0)
+            return bad("KeyResult: bad field key");
+        switch (field) {
+        case 1:
+            if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
+                return bad("KeyResult.status");
+            res->status = unzigzag32(v);
+            break;
+        case 2:
+            if (wt != WT_VARINT || rd_varint(&r, &res->size) != 0)
+                return bad("KeyResult.size");
+            break;
+        case 3: {
+            egm_replica_t rep;
+            if (wt != WT_LEN || rd_len(&r, &sub) != 0)
+                return bad("KeyResult.replicas");
+            egm_status_t status = parse_replica(sub, &rep);
+            if (status != EGM_OK)
+                return status;
+            if (res->n_replicas >= EGM_KEYS_REPLY_MAX_REPLICAS)
+                return bad("too many replicas for a key");
+            if (replicas != NULL)
+                replicas[res->n_replicas] = rep;
+            res->n_replicas++;
+            break;
+        }
+        case 4:
+            if (wt != WT_VARINT || rd_varint(&r, &res->lease_ttl_ms) != 0)
+                return bad("KeyResult.lease_ttl_ms");
+            break;
+        default:
+            if (skip_field(&r, wt) != 0)
+                return bad("KeyResult: unknown field");
+        }
+    }
+    return EGM_OK;
+}
+
+/* KeysReply {sint32 status = 1; repeated KeyResult results = 2;
+ * repeated SegmentDesc segments = 3;}. out's arrays NULL: validate and count. */
+static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_results,
+                                egm_keys_reply_t *out)
+{
+    rd_t r = {buf, buf + len};
+    int fill = out->results != NULL;
+    size_t n_results = 0, n_replicas = 0, n_segments = 0;
+    uint64_t v;
+
+    out->status = 0;
+    while (r.p < r.end) {
+        uint32_t field;
+        unsigned wt;
+        rd_t sub;
+        if (rd_tag(&r, &field, &wt) != 0)
+            return bad("bad field key");
+        switch (field) {
+        case 1:
+            if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
+                return bad("KeysReply.status");
+            out->status = unzigzag32(v);
+            break;
+        case 2: {
+            egm_key_result_t tmp, *res = fill ? &out->results[n_results] : &tmp;
+            if (wt != WT_LEN || rd_len(&r, &sub) != 0)
+                return bad("KeysReply.results");
+            if (n_results >= max_results)
+                return egm__set_error(EGM_ERR_PROTOCOL,
+                                      "malformed KeysReply: more than %zu results", max_results);
+            egm_status_t status = parse_result(sub, res, fill ? out->replicas + n_replicas : NULL);
+            if (status != EGM_OK)
+                return status;
+            res->replica_first = (uint32_t)n_replicas;
+            n_replicas += res->n_replicas;
+            n_results++;
+            break;
+        }
+        case 3: {
+            if (wt != WT_LEN || rd_len(&r, &sub) != 0)
+                return bad("KeysReply.segments");
+            if (n_segments >= EGM_KEYS_REPLY_MAX_SEGMENTS)
+                return bad("too many segments");
+            if (!fill) {
+                egm_status_t status = check_segment(sub);
+                if (status != EGM_OK)
+                    return status;
+            } else {
+                out->segments[n_segments] =
+                    (egm_pb_slice_t){.data = sub.p, .len = (size_t)(sub.end - sub.p)};
+            }
+            n_segments++;
+            break;
+        }
+        default:
+            if (skip_field(&r, wt) != 0)
+                return bad("unknown field");
+        }
+    }
+    if (n_replicas > UINT32_MAX)
+        return bad("too many replicas");
+    out->n_results = n_results;
+    out->n_replicas = n_replicas;
+    out->n_segments = n_segments;
+    return EGM_OK;
+}
+
+egm_status_t egm__keys_reply_view(const uint8_t *buf, size_t len, size_t max_results,
+                                  egm_keys_reply_t **reply_p)
+{
+    egm_keys_reply_t count = {0};
+    egm_status_t status;
+
+    *reply_p = NULL;
+    if (buf == NULL && len > 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "KeysReply: no bytes");
+    status = parse_reply(buf, len, max_results, &count);
+    if (status != EGM_OK)
+        return status;
+    /* One block: header, results, replicas, segments (each count bounded by len). */
+    size_t size = sizeof(egm_keys_reply_t) + count.n_results * sizeof(egm_key_result_t) +
+                  count.n_replicas * sizeof(egm_replica_t) +
+                  count.n_segments * sizeof(egm_pb_slice_t);
+    egm_keys_reply_t *reply = egm_malloc(size, "rpc.keys_reply");
+    if (reply == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "KeysReply: out of memory for %zu results",
+                              count.n_results);
+    memset(reply, 0, sizeof(*reply));
+    unsigned char *p = (unsigned char *)(reply + 1);
+    reply->results = (egm_key_result_t *)p;
+    p += count.n_results * sizeof(egm_key_result_t);
+    reply->replicas = (egm_replica_t *)p;
+    p += count.n_replicas * sizeof(egm_replica_t);
+    reply->segments = (egm_pb_slice_t *)p;
+    status = parse_reply(buf, len, max_results, reply);
+    if (status != EGM_OK) { /* cannot happen: same bytes as the first pass */
+        egm_free(reply);
+        return status;
+    }
+    reply->len = len;
+    *reply_p = reply;
+    return EGM_OK;
+}
+
+egm_status_t egm__keys_reply_decode(uint8_t *buf, size_t len, size_t max_results,
+                                    egm_keys_reply_t **reply_p)
+{
+    egm_status_t status = egm__keys_reply_view(buf, len, max_results, reply_p);
+    if (status != EGM_OK) {
+        egm_free(buf);
+        return status;
+    }
+    (*reply_p)->buf = buf;
+    return EGM_OK;
+}
+
+void egm__keys_reply_free(egm_keys_reply_t *reply)
+{
+    if (reply == NULL)
+        return;
+    egm_free(reply->buf);
+    egm_free(reply);
+}

@@ -1,0 +1,394 @@
+/* KeysReply fast decoder against protobuf-c: random replies (zero fields
+ * omitted, unknown fields at every level) decode field for field the same;
+ * every prefix and random byte corruptions are accepted or refused exactly
+ * as protobuf-c does (and decode the same when accepted); limits are enforced;
+ * nothing leaks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "rpc/keys_reply.h"
+#include "rpc/proto_util.h"
+
+#define MAX_RESULTS 24
+#define MAX_REPS 4
+#define MAX_SEGS 4
+#define ITERATIONS 300
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* Often zero (omitted on the wire), sometimes small, sometimes huge. */
+static uint64_t rnd_u64(void)
+{
+    switch (rnd() % 4) {
+    case 0:
+        return 0;
+    case 1:
+        return rnd() % 300;
+    case 2:
+        return rnd();
+    default:
+        return rnd() >> (rnd() % 64);
+    }
+}
+
+typedef struct {
+    Egm__KeysReply reply;
+    Egm__KeyResult results[MAX_RESULTS];
+    Egm__KeyResult *result_ptrs[MAX_RESULTS];
+    Egm__Replica reps[MAX_RESULTS][MAX_REPS];
+    Egm__Replica *rep_ptrs[MAX_RESULTS][MAX_REPS];
+    Egm__Id rep_ids[MAX_RESULTS][MAX_REPS];
+    Egm__SegmentDesc segs[MAX_SEGS];
+    Egm__SegmentDesc *seg_ptrs[MAX_SEGS];
+    Egm__Id seg_ids[MAX_SEGS], seg_owners[MAX_SEGS];
+    char strs[MAX_SEGS][4][24];
+    uint8_t fabric[MAX_SEGS][64];
+    /* one unknown field per message at most */
+    ProtobufCMessageUnknownField unknown[1 + MAX_RESULTS * (1 + MAX_REPS)];
+    uint8_t unknown_data[1 + MAX_RESULTS * (1 + MAX_REPS)][12];
+    size_t n_unknown;
+} gen_t;
+
+static gen_t g;
+
+static void maybe_unknown(ProtobufCMessage *msg)
+{
+    if (rnd() % 4 != 0)
+        return;
+    ProtobufCMessageUnknownField *u = &g.unknown[g.n_unknown];
+    uint8_t *d = g.unknown_data[g.n_unknown++];
+    u->tag = 5 + (uint32_t)(rnd() % 2000); /* above every known field */
+    u->data = d;
+    switch (rnd() % 4) {
+    case 0:
+        u->wire_type = PROTOBUF_C_WIRE_TYPE_VARINT;
+        d[0] = 0x96;
+        d[1] = 0x01;
+        u->len = 2;
+        break;
+    case 1:
+        u->wire_type = PROTOBUF_C_WIRE_TYPE_64BIT;
+        memset(d, 0xab, 8);
+        u->len = 8;
+        break;
+    case 2:
+        u->wire_type = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED;
+        d[0] = 3; /* the prefix is part of the stored bytes */
+        memcpy(d + 1, "xyz", 3);
+        u->len = 4;
+        break;
+    default:
+        u->wire_type = PROTOBUF_C_WIRE_TYPE_32BIT;
+        memset(d, 0x11, 4);
+        u->len = 4;
+    }
+    msg->n_unknown_fields = 1;
+    msg->unknown_fields = u;
+}
+
+static void gen_reply(void)
+{
+    memset(&g, 0, sizeof(g));
+    egm__keys_reply__init(&g.reply);
+    g.reply.status = rnd() % 3 == 0 ? (int32_t)(rnd() % 40) - 20 : 0;
+    maybe_unknown(&g.reply.base);
+    g.reply.n_results = rnd() % (MAX_RESULTS + 1);
+    g.reply.results = g.result_ptrs;
+    for (size_t i = 0; i < g.reply.n_results; i++) {
+        Egm__KeyResult *r = &g.results[i];
+        egm__key_result__init(r);
+        g.result_ptrs[i] = r;
+        r->status = rnd() % 2 ? 0 : (int32_t)rnd();
+        r->size = rnd_u64();
+        r->lease_ttl_ms = rnd_u64();
+        r->n_replicas = rnd() % (MAX_REPS + 1);
+        r->replicas = g.rep_ptrs[i];
+        maybe_unknown(&r->base);
+        for (size_t k = 0; k < r->n_replicas; k++) {
+            Egm__Replica *rep = &g.reps[i][k];
+            egm__replica__init(rep);
+            g.rep_ptrs[i][k] = rep;
+            rep->offset = rnd_u64();
+            rep->length = rnd_u64();
+            if (rnd() % 5 != 0) {
+                egm__id__init(&g.rep_ids[i][k]);
+                g.rep_ids[i][k].hi = rnd_u64();
+                g.rep_ids[i][k].lo = rnd_u64();
+                rep->segment = &g.rep_ids[i][k];
+            }
+            maybe_unknown(&rep->base);
+        }
+    }
+    g.reply.n_segments = rnd() % (MAX_SEGS + 1);
+    g.reply.segments = g.seg_ptrs;
+    for (size_t s = 0; s < g.reply.n_segments; s++) {
+        Egm__SegmentDesc *d = &g.segs[s];
+        egm__segment_desc__init(d);
+        g.seg_ptrs[s] = d;
+        egm__id_to_pb((egm_id_t){rnd(), rnd()}, &g.seg_ids[s]);
+        egm__id_to_pb((egm_id_t){rnd(), rnd_u64()}, &g.seg_owners[s]);
+        d->id = &g.seg_ids[s];
+        d->owner = rnd() % 2 ? &g.seg_owners[s] : NULL;
+        for (int k = 0; k < 4; k++)
+            snprintf(g.strs[s][k], sizeof(g.strs[s][k]), "s%d/%u", k, (unsigned)(rnd() % 1000));
+        d->name = g.strs[s][0];
+        d->host_id = g.strs[s][1];
+        d->tcp_endpoint = rnd() % 2 ? g.strs[s][2] : (char *)"";
+        d->shm_socket = g.strs[s][3];
+        d->size = rnd_u64();
+        d->handle_kind = (Egm__HandleKind)(rnd() % 4);
+        if (d->handle_kind == EGM__HANDLE_KIND__HANDLE_FABRIC) {
+            memset(g.fabric[s], (int)(rnd() & 0xff), 64);
+            d->fabric_handle.data = g.fabric[s];
+            d->fabric_handle.len = 64;
+        }
+    }
+}
+
+static egm_id_t id_of(const Egm__Id *pb)
+{
+    return egm__id_from_pb(pb);
+}
+
+static void assert_same_id(const Egm__Id *a, const Egm__Id *b)
+{
+    egm_id_t x = id_of(a), y = id_of(b);
+    assert_true(x.hi == y.hi && x.lo == y.lo);
+}
+
+static void assert_same_str(const char *a, const char *b)
+{
+    assert_string_equal(a ? a : "", b ? b : "");
+}
+
+static void assert_same_segment(const Egm__SegmentDesc *ref, const egm_pb_slice_t *slice)
+{
+    Egm__SegmentDesc *d = NULL;
+    assert_int_equal(egm__pb_unpack(&egm__segment_desc__descriptor, slice->data, slice->len,
+                                    (ProtobufCMessage **)&d),
+                     EGM_OK);
+    assert_same_id(ref->id, d->id);
+    assert_same_id(ref->owner, d->owner);
+    assert_same_str(ref->name, d->name);
+    assert_same_str(ref->host_id, d->host_id);
+    assert_same_str(ref->tcp_endpoint, d->tcp_endpoint);
+    assert_same_str(ref->shm_socket, d->shm_socket);
+    assert_true(ref->size == d->size);
+    assert_int_equal(ref->handle_kind, d->handle_kind);
+    assert_int_equal(ref->fabric_handle.len, d->fabric_handle.len);
+    if (ref->fabric_handle.len > 0)
+        assert_memory_equal(ref->fabric_handle.data, d->fabric_handle.data, ref->fabric_handle.len);
+    egm__pb_free(&d->base);
+}
+
+static void assert_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got)
+{
+    assert_int_equal(ref->status, got->status);
+    assert_int_equal(ref->n_results, got->n_results);
+    size_t total = 0;
+    for (size_t i = 0; i < ref->n_results; i++) {
+        const Egm__KeyResult *r = ref->results[i];
+        const egm_key_result_t *q = &got->results[i];
+        assert_int_equal(r->status, q->status);
+        assert_true(r->size == q->size);
+        assert_true(r->lease_ttl_ms == q->lease_ttl_ms);
+        assert_int_equal(r->n_replicas, q->n_replicas);
+        assert_int_equal(q->replica_first, total);
+        const egm_replica_t *reps = egm__keys_reply_replicas(got, q);
+        for (size_t k = 0; k < r->n_replicas; k++) {
+            egm_id_t id = id_of(r->replicas[k]->segment);
+            assert_true(id.hi == reps[k].segment.hi && id.lo == reps[k].segment.lo);
+            assert_true(r->replicas[k]->offset == reps[k].offset);
+            assert_true(r->replicas[k]->length == reps[k].length);
+        }
+        total += r->n_replicas;
+    }
+    assert_int_equal(total, got->n_replicas);
+    assert_int_equal(ref->n_segments, got->n_segments);
+    for (size_t s = 0; s < ref->n_segments; s++)
+        assert_same_segment(ref->segments[s], &got->segments[s]);
+}
+
+/* Both decoders on buf[0..len): same verdict, same values. Returns accepted. */
+static int check_bytes(const uint8_t *buf, size_t len)
+{
+    Egm__KeysReply *ref = NULL;
+    egm_keys_reply_t *got = NULL;
+    egm_status_t want =
+        egm__pb_unpack(&egm__keys_reply__descriptor, buf, len, (ProtobufCMessage **)&ref);
+    egm_status_t st = egm__keys_reply_view(buf, len, SIZE_MAX, &got);
+    if (want != EGM_OK) {
+        assert_int_equal(st, EGM_ERR_PROTOCOL);
+        assert_null(got);
+        return 0;
+    }
+    assert_int_equal(st, EGM_OK);
+    assert_same(ref, got);
+    egm__pb_free(&ref->base);
+    egm__keys_reply_free(got);
+    return 1;
+}
+
+/* Exact-size copies so ASan sees any read past the end. */
+static int check_copy(const uint8_t *buf, size_t len)
+{
+    uint8_t *copy = malloc(len ? len : 1);
+    assert_non_null(copy);
+    memcpy(copy, buf, len);
+    int ok = check_bytes(copy, len);
+    free(copy);
+    return ok;
+}
+
+static void test_random_replies_match_protobuf_c(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    for (int it = 0; it < ITERATIONS; it++) {
+        uint8_t *buf;
+        size_t len;
+        gen_reply();
+        assert_int_equal(egm__pb_pack(&g.reply.base, &buf, &len), EGM_OK);
+        assert_true(check_copy(buf, len));
+        egm_free(buf);
+    }
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_prefixes_and_corruptions_match(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    size_t refused = 0;
+    for (int it = 0; it < ITERATIONS / 3; it++) {
+        uint8_t *buf;
+        size_t len;
+        gen_reply();
+        assert_int_equal(egm__pb_pack(&g.reply.base, &buf, &len), EGM_OK);
+        for (size_t cut = 0; cut <= len; cut++)
+            refused += !check_copy(buf, cut);
+        for (int c = 0; c < 64 && len > 0; c++) {
+            size_t at = rnd() % len;
+            uint8_t old = buf[at];
+            buf[at] = (uint8_t)rnd();
+            refused += !check_copy(buf, len);
+            buf[at] = old;
+        }
+        egm_free(buf);
+    }
+    assert_true(refused > 0); /* cutting inside fields must be refused */
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_hand_made_edge_cases(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    /* empty message: status 0, nothing */
+    assert_true(check_bytes((const uint8_t *)"", 0));
+    /* status -3 (zigzag 5) twice: last wins */
+    static const uint8_t twice[] = {0x08, 0x05, 0x08, 0x03};
+    assert_true(check_bytes(twice, sizeof(twice)));
+    /* status with wire type 64BIT: refused */
+    static const uint8_t wrong_wt[] = {0x09, 1, 2, 3, 4, 5, 6, 7, 8};
+    assert_false(check_bytes(wrong_wt, sizeof(wrong_wt)));
+    /* result as a varint: refused */
+    static const uint8_t result_varint[] = {0x10, 0x01};
+    assert_false(check_bytes(result_varint, sizeof(result_varint)));
+    /* unknown group (wire type 3) refused; field 0 refused */
+    static const uint8_t group[] = {0x2b, 0x2c};
+    assert_false(check_bytes(group, sizeof(group)));
+    static const uint8_t field0[] = {0x00, 0x00};
+    assert_false(check_bytes(field0, sizeof(field0)));
+    /* 11-byte varint refused */
+    static const uint8_t long_varint[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                          0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+    assert_false(check_bytes(long_varint, sizeof(long_varint)));
+    /* length prefix running past the end */
+    static const uint8_t overrun[] = {0x12, 0x7f, 0x08};
+    assert_false(check_bytes(overrun, sizeof(overrun)));
+    /* replica whose segment Id comes twice: {hi=1,lo=2} then {hi=3}: the last one wins whole, {3,0}
+     * (protobuf-c 1.4) */
+    static const uint8_t dup_id[] = {
+        0x12, 0x23, 0x1a, 0x21, 0x0a, 0x12, 0x09, 1,    0, 0, 0, 0, 0, 0, 0, 0x11, 2,    0,   0,
+        0,    0,    0,    0,    0,    0x0a, 0x09, 0x09, 3, 0, 0, 0, 0, 0, 0, 0,    0x18, 0x07};
+    assert_true(check_bytes(dup_id, sizeof(dup_id)));
+    egm_keys_reply_t *r = NULL;
+    assert_int_equal(egm__keys_reply_view(dup_id, sizeof(dup_id), 1, &r), EGM_OK);
+    assert_int_equal(r->n_replicas, 1);
+    assert_true(r->replicas[0].segment.hi == 3 && r->replicas[0].segment.lo == 0);
+    assert_true(r->replicas[0].length == 7);
+    egm__keys_reply_free(r);
+    /* more results than asked for */
+    static const uint8_t two[] = {0x12, 0x00, 0x12, 0x00};
+    assert_int_equal(egm__keys_reply_view(two, sizeof(two), 1, &r), EGM_ERR_PROTOCOL);
+    assert_null(r);
+    assert_int_equal(egm__keys_reply_view(two, sizeof(two), 2, &r), EGM_OK);
+    assert_int_equal(r->n_results, 2);
+    egm__keys_reply_free(r);
+    /* decode takes the buffer, also on error */
+    uint8_t *owned = egm_malloc(sizeof(two), "test");
+    memcpy(owned, two, sizeof(two));
+    assert_int_equal(egm__keys_reply_decode(owned, sizeof(two), 2, &r), EGM_OK);
+    assert_ptr_equal(r->buf, owned);
+    egm__keys_reply_free(r);
+    owned = egm_malloc(sizeof(two), "test");
+    memcpy(owned, two, sizeof(two));
+    assert_int_equal(egm__keys_reply_decode(owned, sizeof(two), 1, &r), EGM_ERR_PROTOCOL);
+    egm__keys_reply_free(NULL);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+static void test_replica_limit(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    /* one result with MAX + 1 empty replicas (each 0x1a 0x00) */
+    size_t n = EGM_KEYS_REPLY_MAX_REPLICAS + 1;
+    size_t inner = 2 * n;
+    uint8_t *buf = egm_malloc(inner + 8, "test");
+    size_t len = 0;
+    buf[len++] = 0x12;
+    buf[len++] = (uint8_t)(0x80 | (inner & 0x7f));
+    buf[len++] = (uint8_t)(inner >> 7);
+    for (size_t k = 0; k < n; k++) {
+        buf[len++] = 0x1a;
+        buf[len++] = 0x00;
+    }
+    egm_keys_reply_t *r = NULL;
+    assert_int_equal(egm__keys_reply_view(buf, len, 1, &r), EGM_ERR_PROTOCOL);
+    /* one fewer is fine */
+    buf[1] = (uint8_t)(0x80 | ((inner - 2) & 0x7f));
+    buf[2] = (uint8_t)((inner - 2) >> 7);
+    assert_int_equal(egm__keys_reply_view(buf, len - 2, 1, &r), EGM_OK);
+    assert_int_equal(r->results[0].n_replicas, EGM_KEYS_REPLY_MAX_REPLICAS);
+    egm__keys_reply_free(r);
+    egm_free(buf);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_replies_match_protobuf_c),
+        cmocka_unit_test(test_prefixes_and_corruptions_match),
+        cmocka_unit_test(test_hand_made_edge_cases),
+        cmocka_unit_test(test_replica_limit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
