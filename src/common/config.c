@@ -7,9 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+
+#define CONFIG_FILE_MAX (1 << 20)
 
 #define I64MAX INT64_MAX
 
@@ -31,7 +34,8 @@ static const egm_config_key_t keys[] = {
     {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)"},
     {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object"},
     {"rpc_timeout_ms", EGM_CFG_INT, "5000", 1, 3600000, NULL, "deadline of one master RPC"},
-    {"connect_timeout_ms", EGM_CFG_INT, "3000", 1, 600000, NULL, "deadline of a TCP connect"},
+    {"connect_timeout_ms", EGM_CFG_INT, "3000", 1, 600000, NULL,
+     "deadline of the TCP connect to the master"},
     {"io_timeout_ms", EGM_CFG_INT, "10000", 1, 3600000, NULL,
      "deadline of one tcp data transfer request"},
     {"ping_interval_ms", EGM_CFG_INT, "1000", 10, 60000, NULL, "client -> master ping period"},
@@ -345,14 +349,30 @@ egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return egm__set_error(EGM_ERR_CONFIG, "%s: %s", path, strerror(errno));
-    while (status == EGM_OK && fgets(line, sizeof(line), f) != NULL) {
+    /* A config is a small text file: refuse devices, pipes and the like (reading
+     * /dev/zero would never end) and anything implausibly large. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CONFIG_FILE_MAX) {
+        fclose(f);
+        return egm__set_error(EGM_ERR_CONFIG, "%s: not a regular file of at most %d bytes", path,
+                              CONFIG_FILE_MAX);
+    }
+    char *raw = NULL;
+    size_t raw_cap = 0;
+    ssize_t got;
+    while (status == EGM_OK && (got = getline(&raw, &raw_cap, f)) > 0) {
         lineno++;
-        size_t len = strlen(line);
-        if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(f)) {
+        size_t len = (size_t)got;
+        if (memchr(raw, '\0', len) != NULL) {
+            status = egm__set_error(EGM_ERR_CONFIG, "%s:%d: NUL byte in the line", path, lineno);
+            break;
+        }
+        if (len > sizeof(line) - 1 || (len == sizeof(line) - 1 && raw[len - 1] != '\n')) {
             status = egm__set_error(EGM_ERR_CONFIG, "%s:%d: line longer than %zu characters", path,
                                     lineno, sizeof(line) - 2);
             break;
         }
+        memcpy(line, raw, len + 1);
         strip_comment(line);
         char *s = trim(line);
         if (s[0] == '\0' || s[0] == '#' || s[0] == ';' || s[0] == '[')
@@ -373,6 +393,7 @@ egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
         if (status != EGM_OK)
             egm__set_error(status, "%s:%d: %s", path, lineno, egm_last_error());
     }
+    free(raw);
     fclose(f);
     return status;
 }

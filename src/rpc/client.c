@@ -371,6 +371,16 @@ static int local_connect(const char *path)
         close(fd);
         return -1;
     }
+    /* Anyone on this host can bind the abstract name first: talk only to a
+     * master of our own user (or root), as the fd broker does; else use TCP. */
+    uid_t uid = (uid_t)-1;
+    if (egm__sock_peer_cred(fd, NULL, &uid, NULL) != EGM_OK || (uid != geteuid() && uid != 0)) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1,
+                            "rpc client: %s is held by uid %d, not a master of ours: using TCP",
+                            path, (int)uid);
+        close(fd);
+        return -1;
+    }
     return fd;
 }
 

@@ -402,9 +402,30 @@ static void test_get_bool_and_unknown_getters(void **state)
     egm_config_destroy(c);
 }
 
+static void test_file_refuses_devices_and_nul_bytes(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm_config_load_file(c, "/dev/zero"), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "not a regular file"));
+    char path[] = "/tmp/egm-config-nul-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char text[] = "port = 1\0junk\n";
+    assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
+    close(fd);
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), ":1: NUL byte"));
+    assert_string_equal(egm_config_get(c, "port"), "50051"); /* nothing half-applied */
+    unlink(path);
+    egm_config_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_refuses_devices_and_nul_bytes),
         cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sizes_every_unit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sizes_refused, setup, teardown),
