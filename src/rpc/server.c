@@ -29,6 +29,8 @@
 #define LINGER_MAX_DISCARD (4u * 1024 * 1024)
 #define SWEEP_PERIOD_MS 500
 
+#define ACCEPT_PAUSE_MS 100 /* how long accepting pauses when out of descriptors */
+
 typedef struct rpc_conn rpc_conn_t;
 
 struct rpc_conn {
@@ -59,7 +61,8 @@ struct rpc_conn {
 struct egm_rpc_server {
     egm_reactor_t *reactor;
     int listen_fd;
-    int unix_fd; /* -1 unless egm__rpc_server_listen_unix succeeded */
+    int unix_fd;           /* -1 unless egm__rpc_server_listen_unix succeeded */
+    uint64_t resume_timer; /* accepting paused after EMFILE until it fires; 0 = not paused */
     uint16_t port;
     size_t max_frame_size;
     size_t max_connections;
@@ -420,6 +423,36 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
     conn_flush(c);
 }
 
+static void watch_listeners(egm_rpc_server_t *s, uint32_t events)
+{
+    egm__reactor_modify(s->reactor, s->listen_fd, events);
+    if (s->unix_fd >= 0)
+        egm__reactor_modify(s->reactor, s->unix_fd, events);
+}
+
+static void resume_accepting(egm_reactor_t *reactor, void *arg)
+{
+    egm_rpc_server_t *s = arg;
+    egm__reactor_remove_timer(reactor, s->resume_timer);
+    s->resume_timer = 0;
+    watch_listeners(s, EGM_EV_READ);
+}
+
+/* Out of descriptors: the pending connection stays in the backlog and the
+ * listening socket stays readable, so stop watching it for a while instead of
+ * spinning on accept. */
+static void pause_accepting(egm_rpc_server_t *s)
+{
+    if (s->resume_timer != 0)
+        return;
+    if (egm__reactor_add_timer(s->reactor, ACCEPT_PAUSE_MS, resume_accepting, s,
+                               &s->resume_timer) != EGM_OK) {
+        s->resume_timer = 0;
+        return;
+    }
+    watch_listeners(s, 0);
+}
+
 static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg)
 {
     egm_rpc_server_t *s = arg;
@@ -430,9 +463,11 @@ static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg
         if (cfd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: accept failed: %s",
-                                    strerror(errno));
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: accept failed: %s", strerror(errno));
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                pause_accepting(s);
             return;
         }
         if (s->nconns >= s->max_connections) {
@@ -609,6 +644,8 @@ void egm__rpc_server_destroy(egm_rpc_server_t *server)
         conn_close(server->conns);
     if (server->has_timer)
         egm__reactor_remove_timer(server->reactor, server->sweep_timer);
+    if (server->resume_timer != 0)
+        egm__reactor_remove_timer(server->reactor, server->resume_timer);
     egm__reactor_remove(server->reactor, server->listen_fd);
     close(server->listen_fd);
     if (server->unix_fd >= 0) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
 
@@ -175,8 +176,13 @@ static void accept_one(egm_tcp_server_t *server)
 {
     int fd = accept4(server->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd < 0) {
-        if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-            egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: accept: %s", strerror(errno));
+        int err = errno;
+        if (err != EINTR && err != EAGAIN && err != ECONNABORTED)
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: accept: %s", strerror(err));
+        /* Out of descriptors the connection stays pending and the socket stays
+         * readable: back off instead of spinning on accept. */
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+            egm__sleep_ms(100);
         return;
     }
     reap(server);
