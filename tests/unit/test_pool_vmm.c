@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "cuda/driver.h"
@@ -30,30 +31,6 @@ typedef struct {
     int fds_at_start;
 } fx_t;
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void fill_random(void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = getrandom(p, len > 65536 ? 65536 : len, 0);
-        assert_true(n > 0);
-        p += n;
-        len -= (size_t)n;
-    }
-}
-
 static uint8_t *view(uint64_t ptr, size_t len)
 {
     void *v = egm_fake_cuda_host_view(ptr, len);
@@ -66,7 +43,7 @@ static int setup(void **state)
     static fx_t fx;
     egm_fake_cuda_reset(2, 2);
     fx.live_at_start = egm__alloc_live_count();
-    fx.fds_at_start = count_fds();
+    fx.fds_at_start = egm_test_count_fds();
     *state = &fx;
     return 0;
 }
@@ -76,7 +53,7 @@ static int teardown(void **state)
     fx_t *fx = *state;
     assert_int_equal(egm_fake_cuda_live_objects(), 0);
     assert_int_equal(egm__alloc_live_count(), fx->live_at_start);
-    assert_int_equal(count_fds(), fx->fds_at_start);
+    assert_int_equal(egm_test_count_fds(), fx->fds_at_start);
     return 0;
 }
 
@@ -308,10 +285,10 @@ static void serve(egm_vmm_location_t loc, int id, egm_vmm_handles_t handles)
                           .local = (void *)(uintptr_t)g,
                           .length = 4 * MIB - 8192,
                           .dir = EGM_TE_WRITE};
-        fill_random(view(g, op.length), op.length);
+        egm_test_fill_random(view(g, op.length), op.length);
         assert_int_equal(egm__te_transfer(consumer, &op, 1), EGM_OK);
         assert_memory_equal(view(base + 4096, op.length), view(g, op.length), op.length);
-        fill_random(view(base + 4096, op.length), op.length);
+        egm_test_fill_random(view(base + 4096, op.length), op.length);
         op.dir = EGM_TE_READ;
         assert_int_equal(egm__te_transfer(consumer, &op, 1), EGM_OK);
         assert_memory_equal(view(g, op.length), view(base + 4096, op.length), op.length);

@@ -19,6 +19,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "cuda/copy.h"
@@ -36,30 +37,6 @@
 static const egm_cuda_api_t *cu;
 
 /* ---- helpers --------------------------------------------------------------- */
-
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void fill_random(void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = getrandom(p, len > 65536 ? 65536 : len, 0);
-        assert_true(n > 0);
-        p += n;
-        len -= (size_t)n;
-    }
-}
 
 /* CPU view of any memory the fake knows (device memory included). */
 static uint8_t *view(uint64_t ptr, size_t len)
@@ -162,7 +139,7 @@ static int setup(void **state)
     fx_t *fx = calloc(1, sizeof(*fx));
     assert_non_null(fx);
     fx->live_at_start = egm__alloc_live_count();
-    fx->fds_at_start = count_fds();
+    fx->fds_at_start = egm_test_count_fds();
     fx->provider_id = egm__id_random();
     fx->consumer_id = egm__id_random();
     assert_int_equal(egm__registry_create(&fx->registry), EGM_OK);
@@ -230,7 +207,7 @@ static int teardown(void **state)
                 (unsigned long long)c.events, (unsigned long long)c.modules);
     assert_int_equal(egm_fake_cuda_live_objects(), 0);
     assert_int_equal(egm__alloc_live_count(), fx->live_at_start);
-    assert_int_equal(count_fds(), fx->fds_at_start);
+    assert_int_equal(egm_test_count_fds(), fx->fds_at_start);
     free(fx);
     return 0;
 }
@@ -271,10 +248,10 @@ static void round_trip(fx_t *fx, size_t chunk, uint64_t offset, uint64_t gpu, si
 {
     uint8_t *remote = view(fx->chunks[chunk].va + offset, len);
     uint8_t *local = view(gpu, len);
-    fill_random(local, len);
+    egm_test_fill_random(local, len);
     assert_int_equal(xfer(fx->consumer, &fx->descs[chunk], offset, gpu, len, EGM_TE_WRITE), EGM_OK);
     assert_memory_equal(remote, local, len);
-    fill_random(remote, len);
+    egm_test_fill_random(remote, len);
     assert_int_equal(xfer(fx->consumer, &fx->descs[chunk], offset, gpu, len, EGM_TE_READ), EGM_OK);
     assert_memory_equal(local, remote, len);
 }
@@ -291,7 +268,7 @@ static void test_fabric_descriptor_wire(void **state)
     d.size = 4 * MIB;
     strcpy(d.name, "fabric/0");
     d.handle_kind = EGM_HANDLE_FABRIC;
-    fill_random(d.fabric_handle, sizeof(d.fabric_handle));
+    egm_test_fill_random(d.fabric_handle, sizeof(d.fabric_handle));
     d.fabric_handle_len = 64;
 
     Egm__SegmentDesc pb;
@@ -393,7 +370,7 @@ static void test_posix_fd_host_numa_round_trip(void **state)
     uint8_t *host = malloc(100000), *back = malloc(100000);
     assert_non_null(host);
     assert_non_null(back);
-    fill_random(host, 100000);
+    egm_test_fill_random(host, 100000);
     assert_int_equal(xfer(fx->consumer, d, 777, (uint64_t)(uintptr_t)host, 100000, EGM_TE_WRITE),
                      EGM_OK);
     assert_memory_equal(view(fx->chunks[c].va + 777, 100000), host, 100000);
@@ -460,8 +437,8 @@ static void test_batch_across_devices(void **state)
     uint64_t g[2] = {gpu_alloc(0, N * BLOCK), gpu_alloc(1, N * BLOCK)};
     egm_te_op_t ops[N];
 
-    fill_random(view(g[0], N * BLOCK), N * BLOCK);
-    fill_random(view(g[1], N * BLOCK), N * BLOCK);
+    egm_test_fill_random(view(g[0], N * BLOCK), N * BLOCK);
+    egm_test_fill_random(view(g[1], N * BLOCK), N * BLOCK);
     for (size_t i = 0; i < N; i++)
         ops[i] = (egm_te_op_t){.segment = &fx->descs[i % 2 ? b : a],
                                .offset = (i / 2) * 2 * BLOCK + 17,
@@ -521,7 +498,7 @@ static void aba(fx_t *fx, egm_handle_kind_t kind)
     egm_segment_desc_t X = fx->descs[x];
     uint64_t P = fx->chunks[x].va;
     egm_cu_mem_handle_t x_handle = fx->chunks[x].handle;
-    fill_random(a_bytes, LEN);
+    egm_test_fill_random(a_bytes, LEN);
     memcpy(view(P, LEN), a_bytes, LEN);
     assert_int_equal(xfer(fx->consumer, &X, 0, g, LEN, EGM_TE_READ), EGM_OK);
     assert_memory_equal(view(g, LEN), a_bytes, LEN);
@@ -538,7 +515,7 @@ static void aba(fx_t *fx, egm_handle_kind_t kind)
     /* The fake usually hands out the same address again; either way it is
      * another allocation. */
     assert_true(fx->chunks[y].va == P || fx->chunks[y].handle != x_handle);
-    fill_random(b_bytes, LEN);
+    egm_test_fill_random(b_bytes, LEN);
     memcpy(view(fx->chunks[y].va, LEN), b_bytes, LEN);
 
     /* Until it is forgotten, X still reads X's own memory (the import keeps
@@ -622,7 +599,7 @@ static void test_forget_in_flight(void **state)
 
     /* ... but the one in flight still completes against the right memory. */
     uint8_t bytes[4096];
-    fill_random(bytes, sizeof(bytes));
+    egm_test_fill_random(bytes, sizeof(bytes));
     assert_int_equal(egm__cuda_use_device(1), EGM_OK);
     assert_int_equal(
         cu->cuMemcpy(egm__mapping_va(m) + 100, (uint64_t)(uintptr_t)bytes, sizeof(bytes)),
@@ -887,10 +864,10 @@ static void test_staging_over_tcp_and_shm(void **state)
         set_consumer(fx, protocols[k], 1);
         assert_int_equal(route_op(fx->consumer, &d, g, len),
                          protocols[k] == EGM_PROTOCOL_TCP ? EGM_TRANSPORT_TCP : EGM_TRANSPORT_SHM);
-        fill_random(gv, len);
+        egm_test_fill_random(gv, len);
         assert_int_equal(xfer(fx->consumer, &d, 1000, g, len, EGM_TE_WRITE), EGM_OK);
         assert_memory_equal(mem + 1000, gv, len);
-        fill_random(mem + 1000, len);
+        egm_test_fill_random(mem + 1000, len);
         assert_int_equal(xfer(fx->consumer, &d, 1000, g, len, EGM_TE_READ), EGM_OK);
         assert_memory_equal(gv, mem + 1000, len);
         assert_int_equal(stats(fx->consumer).staged_bytes, 2 * len);
@@ -993,7 +970,7 @@ static void test_own_segments(void **state)
     /* GPU buffer <-> own VMM: one GPU copy each, no import of our own memory. */
     for (size_t k = 0; k < 2; k++) {
         size_t c = k ? d : h;
-        fill_random(view(g, sizeof(host)), sizeof(host));
+        egm_test_fill_random(view(g, sizeof(host)), sizeof(host));
         assert_int_equal(xfer(fx->provider, &fx->descs[c], 8192, g, sizeof(host), EGM_TE_WRITE),
                          EGM_OK);
         assert_memory_equal(view(fx->chunks[c].va + 8192, sizeof(host)), view(g, sizeof(host)),
@@ -1002,7 +979,7 @@ static void test_own_segments(void **state)
     /* Host buffer <-> own GPU memory: staged; <-> own HOST_NUMA: memcpy. */
     for (size_t k = 0; k < 2; k++) {
         size_t c = k ? d : h;
-        fill_random(host, sizeof(host));
+        egm_test_fill_random(host, sizeof(host));
         assert_int_equal(xfer(fx->provider, &fx->descs[c], 100, (uint64_t)(uintptr_t)host,
                               sizeof(host), EGM_TE_WRITE),
                          EGM_OK);

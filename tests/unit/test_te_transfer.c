@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/sock.h"
@@ -83,30 +84,6 @@ typedef struct {
     uint64_t live_at_start;
 } fx_t;
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
-
-static void fill_random(void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = getrandom(p, len > 65536 ? 65536 : len, 0);
-        assert_true(n > 0);
-        p += n;
-        len -= (size_t)n;
-    }
-}
-
 static egm_te_t *make_te(egm_id_t id, egm_protocol_t protocol)
 {
     egm_te_params_t params = {.client_id = id,
@@ -142,7 +119,7 @@ static fx_t *fx_open(uint64_t pool_size, uint64_t chunk_size)
     fx_t *fx = calloc(1, sizeof(*fx));
     assert_non_null(fx);
     fx->live_at_start = egm__alloc_live_count();
-    fx->fds_at_start = count_fds();
+    fx->fds_at_start = egm_test_count_fds();
     fx->provider_id = egm__id_random();
     fx->consumer_id = egm__id_random();
     assert_int_equal(test_pool_create(pool_size, chunk_size, &fx->pool), EGM_OK);
@@ -170,7 +147,7 @@ static int teardown(void **state)
     egm__te_destroy(fx->provider);
     test_pool_destroy(fx->pool);
     assert_int_equal(egm__alloc_live_count(), fx->live_at_start);
-    assert_int_equal(count_fds(), fx->fds_at_start);
+    assert_int_equal(egm_test_count_fds(), fx->fds_at_start);
     free(fx);
     return 0;
 }
@@ -191,11 +168,11 @@ static void round_trip(fx_t *fx, uint64_t offset, size_t len)
     uint8_t *out = malloc(len), *in = malloc(len);
     assert_non_null(out);
     assert_non_null(in);
-    fill_random(out, len);
+    egm_test_fill_random(out, len);
     assert_int_equal(xfer(fx->consumer, &fx->desc, offset, out, len, EGM_TE_WRITE), EGM_OK);
     assert_memory_equal((uint8_t *)fx->chunk->base + offset, out, len);
 
-    fill_random((uint8_t *)fx->chunk->base + offset, len);
+    egm_test_fill_random((uint8_t *)fx->chunk->base + offset, len);
     assert_int_equal(xfer(fx->consumer, &fx->desc, offset, in, len, EGM_TE_READ), EGM_OK);
     assert_memory_equal(in, (uint8_t *)fx->chunk->base + offset, len);
     free(out);
@@ -294,7 +271,7 @@ static void test_local_transfer(void **state)
 {
     fx_t *fx = *state;
     uint8_t out[5000], in[5000];
-    fill_random(out, sizeof(out));
+    egm_test_fill_random(out, sizeof(out));
     assert_int_equal(xfer(fx->provider, &fx->desc, 100, out, sizeof(out), EGM_TE_WRITE), EGM_OK);
     assert_memory_equal((uint8_t *)fx->chunk->base + 100, out, sizeof(out));
     assert_int_equal(xfer(fx->provider, &fx->desc, 100, in, sizeof(in), EGM_TE_READ), EGM_OK);
@@ -698,7 +675,7 @@ static void test_forget_while_transfers_run(void **state)
 {
     fx_t *fx = *state;
     set_consumer(fx, EGM_PROTOCOL_SHM);
-    fill_random(fx->chunk->base, fx->chunk->size);
+    egm_test_fill_random(fx->chunk->base, fx->chunk->size);
     reader_arg_t arg = {.fx = fx};
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, reader_main, &arg), 0);
