@@ -202,7 +202,9 @@ egm_status_t egm__sock_unix_connect(const char *path, int *fd_p)
     if (strlen(path) >= sizeof(sun.sun_path))
         return egm__set_error(EGM_ERR_INVALID_ARG, "unix socket path too long: %s", path);
     socklen_t len = unix_addr(path, &sun);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a Unix connect completes at once or fails (EAGAIN when the
+     * listener's backlog is full) instead of waiting without a deadline. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return sys_error("socket(AF_UNIX)");
     int rc;
@@ -211,11 +213,26 @@ egm_status_t egm__sock_unix_connect(const char *path, int *fd_p)
     while (rc != 0 && errno == EINTR);
     if (rc != 0) {
         egm_status_t status =
-            egm__set_error(egm__status_from_errno(errno), "connect %s: %s", path, strerror(errno));
+            egm__set_error(errno == EAGAIN ? EGM_ERR_UNREACHABLE : egm__status_from_errno(errno),
+                           "connect %s: %s", path, strerror(errno));
         close(fd);
         return status;
     }
+    egm__sock_set_nonblock(fd, 0);
     *fd_p = fd;
+    return EGM_OK;
+}
+
+egm_status_t egm__sock_peer_trusted(int sock, const char *what)
+{
+    pid_t pid = 0;
+    uid_t uid = (uid_t)-1;
+    egm_status_t status = egm__sock_peer_cred(sock, &pid, &uid, NULL);
+    if (status != EGM_OK)
+        return status;
+    if (uid != geteuid() && uid != 0)
+        return egm__set_error(EGM_ERR_PERMISSION, "%s: peer pid %d runs as uid %u, not ours (%u)",
+                              what, (int)pid, (unsigned)uid, (unsigned)geteuid());
     return EGM_OK;
 }
 

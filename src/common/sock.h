@@ -15,7 +15,8 @@ egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_
 egm_status_t egm__sock_tcp_listen(const char *host, uint16_t port, int *fd_p, uint16_t *port_p);
 /* Blocking connect with a timeout; sets TCP_NODELAY and CLOEXEC. */
 egm_status_t egm__sock_tcp_connect(const char *host, uint16_t port, int timeout_ms, int *fd_p);
-/* Unix stream socket at path (unlinked first) / connect to it. */
+/* Unix stream socket at path (unlinked first) / connect to it (never waits: a
+ * full backlog is EGM_ERR_UNREACHABLE). '@name' is the abstract namespace. */
 egm_status_t egm__sock_unix_listen(const char *path, int *fd_p);
 egm_status_t egm__sock_unix_connect(const char *path, int *fd_p);
 egm_status_t egm__sock_set_nonblock(int fd, int on);
@@ -30,6 +31,9 @@ egm_status_t egm__sock_send_fd(int sock, int fd, const void *data, size_t len);
 egm_status_t egm__sock_recv_fd(int sock, int *fd_p, void *data, size_t len);
 /* Peer credentials of a connected Unix socket (SO_PEERCRED). */
 egm_status_t egm__sock_peer_cred(int sock, pid_t *pid_p, uid_t *uid_p, gid_t *gid_p);
+/* The one rule for local peers (fd broker, shm, the master's local socket):
+ * same effective uid as ours, or root. EGM_ERR_PERMISSION naming `what` else. */
+egm_status_t egm__sock_peer_trusted(int sock, const char *what);
 
 /* This host's identity: hostname plus boot id, so that two containers with the
  * same hostname on different machines differ. Static string. */

@@ -27,7 +27,6 @@
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -344,40 +343,21 @@ static int is_loopback_host(const char *host)
     return 0;
 }
 
-/* Non-blocking connect to the local socket: a Unix connect either completes at
- * once or fails (EAGAIN when the backlog is full), so it never waits; any
- * failure sends the caller to TCP, which has a timeout. Returns the fd or -1. */
+/* Connect to the master's local socket: never waits (a full backlog fails at
+ * once) and talks only to a master of our own uid or root, since any local
+ * process could bind the abstract name first. Any failure sends the caller to
+ * TCP, which has a timeout. Returns the fd or -1. */
 static int local_connect(const char *path)
 {
-    struct sockaddr_un sun;
-    size_t len = strlen(path);
-
-    if (len >= sizeof(sun.sun_path))
+    int fd;
+    if (egm__sock_unix_connect(path, &fd) != EGM_OK)
         return -1;
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
-    memcpy(sun.sun_path, path, len);
-    if (path[0] == '@')
-        sun.sun_path[0] = '\0'; /* abstract namespace */
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    int rc;
-    do
-        rc = connect(fd, (struct sockaddr *)&sun,
-                     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
+    if (egm__sock_peer_trusted(fd, path) != EGM_OK) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client: %s: using TCP", egm_last_error());
         close(fd);
         return -1;
     }
-    /* Anyone on this host can bind the abstract name first: talk only to a
-     * master of our own user (or root), as the fd broker does; else use TCP. */
-    uid_t uid = (uid_t)-1;
-    if (egm__sock_peer_cred(fd, NULL, &uid, NULL) != EGM_OK || (uid != geteuid() && uid != 0)) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1,
-                            "rpc client: %s is held by uid %d, not a master of ours: using TCP",
-                            path, (int)uid);
+    if (egm__sock_set_nonblock(fd, 1) != EGM_OK) { /* as for TCP: nobody blocks */
         close(fd);
         return -1;
     }

@@ -36,24 +36,18 @@ struct egm_fd_broker {
 
 static void serve_one(egm_fd_broker_t *broker, int fd)
 {
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
+    pid_t pid = 0;
     uint8_t req[EGM_BROKER_REQ_SIZE];
     uint8_t reply[EGM_BROKER_REPLY_SIZE];
 
-    if (egm__sock_peer_cred(fd, &pid, &uid, &gid) != EGM_OK) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: no peer credentials: %s",
-                            egm_last_error());
+    egm_status_t trust = egm__sock_peer_trusted(fd, "fd broker");
+    if (trust != EGM_OK) {
+        if (trust == EGM_ERR_PERMISSION)
+            atomic_fetch_add(&broker->counters->shm_peers_refused, 1);
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "%s: refused", egm_last_error());
         return;
     }
-    if (uid != geteuid() && uid != 0) {
-        atomic_fetch_add(&broker->counters->shm_peers_refused, 1);
-        egm_log_ratelimited(EGM_LOG_WARN, 1,
-                            "fd broker: refused peer pid %d uid %u (only uid %u or root)", (int)pid,
-                            (unsigned)uid, (unsigned)geteuid());
-        return;
-    }
+    egm__sock_peer_cred(fd, &pid, NULL, NULL); /* for the log lines below */
     if (egm__sock_read_full_timeout(fd, req, sizeof(req), BROKER_IO_TIMEOUT_MS) != EGM_OK)
         return;
     if (egm__wire_get_u32(req) != EGM_BROKER_MAGIC ||
@@ -242,15 +236,10 @@ egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_hand
     }
     /* Anyone can bind an abstract name once its provider is gone: accept
      * handles only from our own user or root. */
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
-    if ((st = egm__sock_peer_cred(sock, &pid, &uid, &gid)) != EGM_OK)
-        goto err_sock;
-    if (uid != geteuid() && uid != 0) {
-        st = egm__set_error(EGM_ERR_PERMISSION,
-                            "segment %s: fd broker %s runs as uid %u, not ours (%u)", text, socket,
-                            (unsigned)uid, (unsigned)geteuid());
+    if ((st = egm__sock_peer_trusted(sock, socket)) != EGM_OK) {
+        char detail[256];
+        snprintf(detail, sizeof(detail), "%s", egm_last_error());
+        st = egm__set_error(st, "segment %s: fd broker %s", text, detail);
         goto err_sock;
     }
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};

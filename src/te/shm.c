@@ -77,59 +77,15 @@ static egm_status_t map_segment(const egm_segment_desc_t *segment, void **base_p
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
-    uint8_t req[EGM_BROKER_REQ_SIZE] = {0};
-    uint8_t reply[EGM_BROKER_REPLY_SIZE];
     int memfd = -1;
 
     egm__id_format(segment->id, text);
-    int sock;
-    if ((st = egm__sock_unix_connect(segment->shm_socket, &sock)) != EGM_OK) {
+    uint64_t size = 0;
+    if ((st = egm__fd_broker_fetch(segment->shm_socket, segment->id, EGM_HANDLE_MEMFD,
+                                   BROKER_CLIENT_TIMEOUT_MS, &memfd, &size)) != EGM_OK) {
         char detail[256];
         snprintf(detail, sizeof(detail), "%s", egm_last_error());
-        return egm__set_error(st, "shm: segment %s: fd broker: %s", text, detail);
-    }
-    /* Anyone can bind an abstract name once its provider is gone: accept memory
-     * only from our own user or root, as the broker does in the other direction. */
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
-    if ((st = egm__sock_peer_cred(sock, &pid, &uid, &gid)) != EGM_OK)
-        goto err_sock;
-    if (uid != geteuid() && uid != 0) {
-        st = egm__set_error(EGM_ERR_PERMISSION,
-                            "shm: segment %s: fd broker %s runs as uid %u, not ours (%u)", text,
-                            segment->shm_socket, (unsigned)uid, (unsigned)geteuid());
-        goto err_sock;
-    }
-    struct timeval tv = {.tv_sec = BROKER_CLIENT_TIMEOUT_MS / 1000, .tv_usec = 0};
-    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-
-    egm__wire_put_u32(req, EGM_BROKER_MAGIC);
-    egm__wire_put_u16(req + 4, EGM_BROKER_VERSION);
-    egm__wire_put_id(req + 8, segment->id);
-    if ((st = egm__sock_write_full(sock, req, sizeof(req))) != EGM_OK)
-        goto err_sock;
-    if ((st = egm__sock_recv_fd(sock, &memfd, reply, sizeof(reply))) != EGM_OK)
-        goto err_sock;
-    if (egm__wire_get_u32(reply) != EGM_BROKER_REPLY_MAGIC) {
-        st = egm__set_error(EGM_ERR_PROTOCOL, "shm: segment %s: bad reply from fd broker %s", text,
-                            segment->shm_socket);
-        goto err_fd;
-    }
-    int32_t status = (int32_t)egm__wire_get_u32(reply + 4);
-    uint64_t size = egm__wire_get_u64(reply + 8);
-    if (status != EGM_OK) {
-        st = egm__set_error(status < 0 && status >= EGM_STATUS_MIN ? (egm_status_t)status
-                                                                   : EGM_ERR_PROTOCOL,
-                            "shm: segment %s: fd broker %s refused: %s", text, segment->shm_socket,
-                            egm_status_name(status));
-        goto err_fd;
-    }
-    if (memfd < 0) {
-        st =
-            egm__set_error(EGM_ERR_PROTOCOL, "shm: segment %s: fd broker sent no descriptor", text);
-        goto err_fd;
+        return egm__set_error(st, "shm: %s", detail);
     }
     /* The descriptor is the authority: a size that disagrees with it would let
      * a copy run past the file (SIGBUS), so both must match the descriptor's. */
@@ -162,15 +118,11 @@ static egm_status_t map_segment(const egm_segment_desc_t *segment, void **base_p
         goto err_fd;
     }
     close(memfd);
-    close(sock);
     *base_p = base;
     return EGM_OK;
 
 err_fd:
-    if (memfd >= 0)
-        close(memfd);
-err_sock:
-    close(sock);
+    close(memfd);
     return st;
 }
 
