@@ -6,7 +6,24 @@
 #include <stdint.h>
 #include <sys/random.h>
 #include <cmocka.h>
+#include "common/alloc.h"
 #include "support/testutil.h"
+
+static uint64_t live_at_start;
+
+int egm_test_setup_alloc(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    return 0;
+}
+
+int egm_test_teardown_alloc(void **state)
+{
+    (void)state;
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
 
 int egm_test_count_fds(void)
 {

@@ -10,24 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static void test_counts_follow_malloc_and_free(void **state)
 {
@@ -191,14 +176,21 @@ static void test_threads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_counts_follow_malloc_and_free, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_site_matched_by_text, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_realloc_keeps_site_and_data, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_strdup, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_alignment, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_overflow_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_report_lists_live_sites, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counts_follow_malloc_and_free, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_site_matched_by_text, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_realloc_keeps_site_and_data, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_strdup, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_alignment, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_overflow_refused, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_report_lists_live_sites, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_threads, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,26 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static void assert_error_contains(const char *needle)
 {
@@ -426,15 +411,21 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_refuses_devices_and_nul_bytes),
-        cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sizes_every_unit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sizes_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_format_size, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_set_validates_each_type, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_env, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_sizes_every_unit, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_sizes_refused, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_format_size, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_set_validates_each_type, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_file, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,25 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/hashmap.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -209,10 +194,13 @@ static void test_destroy_frees_keys(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_basic, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_random_against_reference, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_remove_during_iteration, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_destroy_frees_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_basic, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_random_against_reference, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_remove_during_iteration, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_destroy_frees_keys, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,27 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/log.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static int is_hex(char c)
 {
@@ -135,12 +120,17 @@ static void test_clock(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_random_is_v4_and_formats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_random_ids_differ, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_format_and_parse_known_value, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_parse_refuses_malformed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_equal_and_hash, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_clock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_random_is_v4_and_formats, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_random_ids_differ, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_format_and_parse_known_value, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_parse_refuses_malformed, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_equal_and_hash, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_clock, egm_test_setup_alloc, egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

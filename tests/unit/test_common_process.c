@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -20,22 +21,6 @@
 
 /* Generous: the machine is shared and noisy; no test depends on how fast. */
 #define WAIT_MS 20000
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static void spawn_sh(egm_process_t *proc, const char *script, int capture)
 {
@@ -227,15 +212,24 @@ int main(void)
     /* A child killed by a test must not take this process down with SIGPIPE. */
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_lines_and_exit_code, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wait_line_skips_to_prefix, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_long_and_unterminated_lines, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_read_line_deadline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cleanup_kills_sleeping_child, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_signal_reports_128_plus_signal, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_exec_failure_exits_127, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_uncaptured_output, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_self_exe, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lines_and_exit_code, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_wait_line_skips_to_prefix, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_long_and_unterminated_lines, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_read_line_deadline, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_cleanup_kills_sleeping_child, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_signal_reports_128_plus_signal, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_exec_failure_exits_127, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_uncaptured_output, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_self_exe, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,28 +14,13 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/reactor.h"
 
 #define WATCHDOG_MS 20000
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static int watchdog_fired;
 
@@ -364,14 +349,22 @@ static void test_destroy_drops_pending_tasks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_fd_callback_via_pipe, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_modify_interest, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_periodic_timer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_timer_removes_itself, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_post_from_other_threads, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stop_from_other_thread, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stop_from_signal_handler, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_destroy_drops_pending_tasks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fd_callback_via_pipe, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_modify_interest, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_periodic_timer, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_timer_removes_itself, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_post_from_other_threads, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_stop_from_other_thread, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_stop_from_signal_handler, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_destroy_drops_pending_tasks, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,26 +15,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/sock.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static void test_split_hostport(void **state)
 {
@@ -227,12 +212,18 @@ static void test_host_id(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_split_hostport, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tcp_roundtrip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tcp_listen_any_and_port_in_use, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unix_abstract, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unix_path, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_host_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_hostport, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_tcp_roundtrip, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_tcp_listen_any_and_port_in_use, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_unix_abstract, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_unix_path, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_host_id, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,25 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static const struct {
     int status;
@@ -218,15 +203,22 @@ static void test_log_line_format(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_every_value_has_name_text_and_mooncake_code, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_names_are_distinct, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_values, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_status_from_errno, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_last_error_is_thread_local, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_log_level_parse, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ratelimit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_log_line_format, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_value_has_name_text_and_mooncake_code,
+                                        egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_names_are_distinct, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_unknown_values, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_status_from_errno, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_last_error_is_thread_local, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_log_level_parse, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_ratelimit, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_log_line_format, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,28 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
 #include "cuda/copy.h"
 #include "cuda/driver.h"
 #include "support/fake_cuda.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 /* The no-driver tests only mean something where there is no driver. */
 static int have_real_driver(void)
@@ -261,13 +246,20 @@ static void test_back_to_real(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_no_driver, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_names, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_check_mapping, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fake_init, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fake_primary_contexts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fake_pointer_device, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_back_to_real, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_driver, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_error_names, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_check_mapping, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_fake_init, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_fake_primary_contexts, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_fake_pointer_device, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_back_to_real, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

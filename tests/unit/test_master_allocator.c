@@ -7,27 +7,12 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "master/allocator.h"
 
 #define A EGM_ALLOCATOR_ALIGN
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -253,5 +238,5 @@ int main(void)
         cmocka_unit_test(test_invalid_free_changes_nothing),
         cmocka_unit_test(test_random_trace_never_overlaps),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, egm_test_setup_alloc, egm_test_teardown_alloc);
 }

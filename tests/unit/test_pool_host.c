@@ -9,25 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "pool/host_pool.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static int fd_is_open(int fd)
 {
@@ -152,14 +137,22 @@ static void test_destroy_closes_fds(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_single_chunk_when_total_fits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_total_rounded_down_to_4k, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_chunks_no_larger_than_max, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_exact_multiple_of_max, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_is_shared_with_the_memfd, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memfd_cannot_be_shrunk, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_too_small_or_bad_max_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_destroy_closes_fds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_single_chunk_when_total_fits, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_total_rounded_down_to_4k, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_chunks_no_larger_than_max, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_exact_multiple_of_max, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_memory_is_shared_with_the_memfd, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_memfd_cannot_be_shrunk, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_too_small_or_bad_max_is_refused, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_destroy_closes_fds, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,26 +6,11 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/testutil.h"
 
 #include "common/alloc.h"
 #include "rpc/proto_util.h"
 #include "te/segment.h"
-
-static uint64_t live_at_start;
-
-static int setup(void **state)
-{
-    (void)state;
-    live_at_start = egm__alloc_live_count();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    assert_int_equal(egm__alloc_live_count(), live_at_start);
-    return 0;
-}
 
 static egm_segment_desc_t sample(void)
 {
@@ -235,15 +220,24 @@ static void test_hostile_bytes_do_not_crash(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip_through_packed_bytes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nil_or_missing_id, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_zero_size, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_over_long_strings, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_control_characters, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shm_socket_form, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_handle_kind, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_null_strings_read_as_empty, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hostile_bytes_do_not_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_round_trip_through_packed_bytes, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_nil_or_missing_id, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_zero_size, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_over_long_strings, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_control_characters, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_shm_socket_form, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_unknown_handle_kind, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_null_strings_read_as_empty, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_hostile_bytes_do_not_crash, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
