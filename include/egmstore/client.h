@@ -31,8 +31,34 @@ typedef struct {
 /* Connect to the master, mount contributed capacity if any, start pinging.
  * The config is copied. */
 EGM_API egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client_p);
-/* Unmount contributed capacity, stop pinging, release everything. NULL is a no-op. */
+/* Withdraw contributed capacity (unmount at the master, stop serving, release
+ * the memory, in that order) and stop pinging. A step that fails keeps what it
+ * could not release (never freeing memory the master may still name), health
+ * turns EGM_HEALTH_CLEANUP_PENDING, and the error is answered: call again to
+ * retry from where it stopped. EGM_OK once everything is released (health:
+ * EGM_HEALTH_NOT_INITIALIZED); only egm_client_destroy is valid afterwards. */
+EGM_API egm_status_t egm_client_close(egm_client_t *client);
+/* egm_client_close, then free the client. Whatever a failed close still holds
+ * is abandoned to the process's exit (logged). NULL is a no-op. */
 EGM_API void egm_client_destroy(egm_client_t *client);
+
+/* Health of a client (and of `egmstore provider`, whose /health reports it).
+ * Stable numeric values. */
+typedef enum {
+    EGM_HEALTH_HEALTHY = 0,            /* set up, master answering */
+    EGM_HEALTH_NOT_INITIALIZED = 1,    /* no client, still setting up, or closed */
+    EGM_HEALTH_MASTER_UNREACHABLE = 2, /* the last ping got no answer */
+    EGM_HEALTH_CLEANUP_PENDING = 3,    /* a teardown step failed; egm_client_close retries */
+} egm_health_t;
+
+/* NULL -> EGM_HEALTH_NOT_INITIALIZED. Thread-safe. */
+EGM_API egm_health_t egm_client_health(egm_client_t *client);
+/* "healthy", "not_initialized", "master_unreachable", "cleanup_pending". */
+EGM_API const char *egm_health_string(egm_health_t health);
+/* Prometheus text exposition of the client's metrics (contributed pool,
+ * transfer engine, health), with snprintf's contract: returns the length the
+ * whole text needs, writes at most len bytes, NUL-terminates when len > 0. */
+EGM_API size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len);
 
 /* Zero-copy calls (put_from, get_into and their batch forms) need their buffers
  * inside a registered range. The memory stays the caller's and must outlive the

@@ -34,6 +34,10 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     status = egm_config_copy(config, &client->config);
     if (status != EGM_OK)
         goto err_free;
+    /* Configuration mistakes are reported before anything is contacted. */
+    status = egm__capacity_check_config(config);
+    if (status != EGM_OK)
+        goto err_free;
     client->rpc_timeout_ms = (int)egm_config_get_int(config, "rpc_timeout_ms");
     client->replica_num = (uint32_t)egm_config_get_int(config, "replica_num");
 
@@ -75,24 +79,50 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     if (total > 0) {
         status = egm__capacity_mount(client, total, egm_config_get_size(config, "max_mr_size"));
         if (status != EGM_OK)
-            goto err_liveness;
+            goto err_capacity;
     }
+    egm__capacity_publish(client);
+    pthread_mutex_lock(&client->lock);
+    client->ready = 1;
+    pthread_mutex_unlock(&client->lock);
     *client_p = client;
     return EGM_OK;
 
-err_liveness:
+err_capacity:
+    /* The rollback inside mount left something only if a cleanup step
+     * failed too: one more try, then it is abandoned to the process's exit. */
+    if (client->capacity.cleanup_pending && egm__capacity_unmount(client) != EGM_OK)
+        egm__capacity_abandon(client);
     egm__liveness_stop(client);
 err_free:
     client_free(client);
     return status;
 }
 
+egm_status_t egm_client_close(egm_client_t *client)
+{
+    if (client == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
+    egm_status_t status = egm__capacity_unmount(client);
+    egm__capacity_publish(client);
+    if (status != EGM_OK)
+        return status;
+    egm__liveness_stop(client);
+    pthread_mutex_lock(&client->lock);
+    client->ready = 0;
+    pthread_mutex_unlock(&client->lock);
+    return EGM_OK;
+}
+
 void egm_client_destroy(egm_client_t *client)
 {
     if (client == NULL)
         return;
-    egm__liveness_stop(client);
-    egm__capacity_unmount(client);
+    if (egm_client_close(client) != EGM_OK) {
+        egm_error("closing the client: %s", egm_last_error());
+        egm__capacity_abandon(client);
+        egm__liveness_stop(client);
+    }
     client_free(client);
 }
 

@@ -15,15 +15,36 @@
 #include "te/te.h"
 #include "egmstore.pb-c.h"
 
-/* Capacity this client contributes: one segment per pool chunk. */
+/* Capacity this client contributes: one segment per pool chunk, published
+ * at the master all together once every chunk is ready. */
 typedef struct {
     egm_host_pool_t *pool;        /* pool_memory = host */
-    egm_vmm_pool_t *vmm;          /* pool_memory = host_numa | device */
+    egm_vmm_pool_t *vmm;          /* pool_memory = host_numa | device, or the EGM pool */
     egm_segment_desc_t *segments; /* one per chunk */
     int *exposed;                 /* segment i served by the transfer engine */
     int *mounted;                 /* segment i mounted at the master */
     size_t count;
+    int egm;           /* an EGM Store pool (enable_egm_store_pool) */
+    size_t numa_nodes; /* NUMA nodes (or the GPU) the pool spans */
+    uint64_t capacity; /* bytes published */
+    double setup_seconds;
+    /* teardown */
+    int cleanup_pending;       /* a step failed; the next close retries */
+    uint64_t cleanup_failures; /* steps that failed, over the client's life */
 } egm_capacity_t;
+
+/* What health and metrics report of the capacity, copied under the client's
+ * lock after every change (other threads read it, e.g. a provider's HTTP
+ * server). */
+typedef struct {
+    int egm;
+    uint64_t capacity;
+    size_t chunks;
+    size_t numa_nodes;
+    double setup_seconds;
+    uint64_t cleanup_failures;
+    int cleanup_pending;
+} egm_capacity_view_t;
 
 struct egm_client {
     egm_config_t *config;
@@ -43,11 +64,23 @@ struct egm_client {
     int stopping;
     uint64_t view;
     int master_reachable;
+    int ready;                         /* set up; cleared once closed (under lock) */
+    egm_capacity_view_t capacity_view; /* under lock */
 };
 
-/* Capacity (contribute.c). */
+/* Capacity (contribute.c). The configuration is checked before anything is
+ * contacted or allocated. Mount: allocate -> register with the transfer
+ * engine -> mount at the master (all segments in one request) -> ready; a
+ * failure rolls back in reverse. Unmount: unmount -> unregister -> release,
+ * resumable (see egm_client_close); EGM_OK once nothing is held. */
+egm_status_t egm__capacity_check_config(const egm_config_t *config);
 egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t max_chunk);
-void egm__capacity_unmount(egm_client_t *client);
+egm_status_t egm__capacity_unmount(egm_client_t *client);
+/* Frees what a failed unmount still holds, abandoning CUDA memory to the
+ * process's exit. */
+void egm__capacity_abandon(egm_client_t *client);
+/* Copies the capacity's state into capacity_view (takes the lock). */
+void egm__capacity_publish(egm_client_t *client);
 
 /* Liveness (liveness.c). */
 egm_status_t egm__liveness_start(egm_client_t *client);

@@ -1,15 +1,25 @@
-/* Capacity a client contributes: allocate the host pool, serve each chunk
- * through the transfer engine, mount it at the master. Any failure unwinds in
- * reverse; unmount withdraws everything before the memory is freed. */
+/* Capacity a client contributes (DESIGN.md 5): allocate the pool, register
+ * each chunk with the transfer engine, publish them all at the master in one
+ * request. Any failure rolls back in reverse; teardown (unmount -> unregister
+ * -> release) keeps whatever a failed step could not release, and the next
+ * close resumes there. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include "client/client_int.h"
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/log.h"
+#include "common/progress.h"
 #include "common/sock.h"
+#include "pool/egm_nodes.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
+
+/* Segments per Mount/Unmount request: 1024 descriptors stay far below any
+ * max_frame_size (about 300 bytes each). Pools of more chunks are published
+ * in several requests. */
+#define SEGMENTS_PER_RPC 1024
 
 static egm_status_t status_call(egm_client_t *client, uint16_t type, const ProtobufCMessage *req)
 {
@@ -26,64 +36,187 @@ static egm_status_t status_call(egm_client_t *client, uint16_t type, const Proto
     return status;
 }
 
-static egm_status_t mount_segment(egm_client_t *client, const egm_segment_desc_t *desc)
+/* Mounts segments [first, first + n) in one request: all or none. */
+static egm_status_t mount_range(egm_client_t *client, size_t first, size_t n)
 {
+    egm_capacity_t *cap = &client->capacity;
     Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
-    Egm__SegmentDesc seg = EGM__SEGMENT_DESC__INIT;
-    Egm__Id client_pb = EGM__ID__INIT, id_pb = EGM__ID__INIT, owner_pb = EGM__ID__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    Egm__SegmentDesc *segs = egm_calloc(n, sizeof(*segs), "client.mount");
+    Egm__SegmentDesc **ptrs = egm_calloc(n, sizeof(*ptrs), "client.mount");
+    Egm__Id *ids = egm_calloc(2 * n, sizeof(*ids), "client.mount");
+    egm_status_t status;
 
+    if (segs == NULL || ptrs == NULL || ids == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory mounting segments");
+        goto out;
+    }
     egm__id_to_pb(client->id, &client_pb);
-    egm__segment_desc_to_pb(desc, &seg, &id_pb, &owner_pb);
+    for (size_t i = 0; i < n; i++) {
+        egm__segment_desc_to_pb(&cap->segments[first + i], &segs[i], &ids[2 * i], &ids[2 * i + 1]);
+        ptrs[i] = &segs[i];
+    }
     req.client = &client_pb;
-    req.segment = &seg;
-    return status_call(client, EGM_RPC_MOUNT_SEGMENT, &req.base);
+    req.n_segments = n;
+    req.segments = ptrs;
+    status = status_call(client, EGM_RPC_MOUNT_SEGMENT, &req.base);
+    if (status == EGM_OK)
+        for (size_t i = 0; i < n; i++)
+            cap->mounted[first + i] = 1;
+out:
+    egm_free(segs);
+    egm_free(ptrs);
+    egm_free(ids);
+    return status;
 }
 
-static egm_status_t unmount_segment(egm_client_t *client, egm_id_t segment_id)
+/* Unmounts the mounted segments among [first, first + n) in one request.
+ * Segments the master no longer has (expired, master restarted) count as
+ * unmounted. */
+static egm_status_t unmount_range(egm_client_t *client, size_t first, size_t n)
 {
+    egm_capacity_t *cap = &client->capacity;
     Egm__UnmountSegmentRequest req = EGM__UNMOUNT_SEGMENT_REQUEST__INIT;
-    Egm__Id client_pb = EGM__ID__INIT, id_pb = EGM__ID__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    Egm__Id *ids = egm_calloc(n, sizeof(*ids), "client.unmount");
+    Egm__Id **ptrs = egm_calloc(n, sizeof(*ptrs), "client.unmount");
+    egm_status_t status = EGM_OK;
+    size_t k = 0;
 
+    if (ids == NULL || ptrs == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory unmounting segments");
+        goto out;
+    }
+    for (size_t i = first; i < first + n; i++) {
+        if (!cap->mounted[i])
+            continue;
+        egm__id_to_pb(cap->segments[i].id, &ids[k]);
+        ptrs[k] = &ids[k];
+        k++;
+    }
+    if (k == 0)
+        goto out;
     egm__id_to_pb(client->id, &client_pb);
-    egm__id_to_pb(segment_id, &id_pb);
     req.client = &client_pb;
-    req.segment = &id_pb;
-    return status_call(client, EGM_RPC_UNMOUNT_SEGMENT, &req.base);
+    req.n_segments = k;
+    req.segments = ptrs;
+    status = status_call(client, EGM_RPC_UNMOUNT_SEGMENT, &req.base);
+    if (status == EGM_ERR_SEGMENT_NOT_FOUND) {
+        egm_info("unmount: %s (already gone at the master)", egm_last_error());
+        status = EGM_OK;
+    }
+    if (status == EGM_OK)
+        for (size_t i = first; i < first + n; i++)
+            cap->mounted[i] = 0;
+out:
+    egm_free(ids);
+    egm_free(ptrs);
+    return status;
 }
 
-static egm_status_t parse_handles(const char *text, egm_vmm_handles_t *handles_p)
+static egm_vmm_handles_t parse_handles(const char *text)
 {
     if (strcmp(text, "fabric") == 0)
-        *handles_p = EGM_VMM_HANDLES_FABRIC;
-    else if (strcmp(text, "posix_fd") == 0)
-        *handles_p = EGM_VMM_HANDLES_POSIX_FD;
-    else
-        *handles_p = EGM_VMM_HANDLES_AUTO;
-    return EGM_OK;
+        return EGM_VMM_HANDLES_FABRIC;
+    if (strcmp(text, "posix_fd") == 0)
+        return EGM_VMM_HANDLES_POSIX_FD;
+    return EGM_VMM_HANDLES_AUTO;
+}
+
+egm_status_t egm__capacity_check_config(const egm_config_t *config)
+{
+    if (!egm_config_get_bool(config, "enable_egm_store_pool"))
+        return EGM_OK;
+    const char *protocol = egm_config_get(config, "protocol");
+    if (strcmp(protocol, "auto") != 0 && strcmp(protocol, "nvlink") != 0)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "enable_egm_store_pool: protocol=%s excludes nvlink, the EGM pool's "
+                              "transport; use protocol=auto or protocol=nvlink",
+                              protocol);
+    if (egm_config_get_size(config, "global_segment_size") == 0)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "enable_egm_store_pool: global_segment_size is 0; give the pool's "
+                              "capacity (e.g. global_segment_size=64GiB)");
+    const char *memory = egm_config_get(config, "pool_memory");
+    if (egm__config_is_set(config, "pool_memory") && strcmp(memory, "host_numa") != 0)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "enable_egm_store_pool: pool_memory=%s conflicts with the EGM pool "
+                              "(HOST_NUMA memory on egm_numa_nodes); drop pool_memory",
+                              memory);
+    int is_auto = 0, *nodes = NULL;
+    size_t n = 0;
+    egm_status_t status =
+        egm__egm_plan_parse_nodes(egm_config_get(config, "egm_numa_nodes"), &is_auto, &nodes, &n);
+    egm_free(nodes);
+    return status;
+}
+
+typedef struct {
+    egm_progress_t bar;
+} setup_progress_t;
+
+static void on_progress(void *arg, uint64_t done, uint64_t total, size_t done_chunks,
+                        size_t total_chunks)
+{
+    (void)total;
+    (void)done_chunks;
+    (void)total_chunks;
+    egm__progress_update(&((setup_progress_t *)arg)->bar, done);
 }
 
 /* Allocates the pool the config asks for; fills cap->count. */
 static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t max_chunk)
 {
     egm_capacity_t *cap = &client->capacity;
-    const char *memory = egm_config_get(client->config, "pool_memory");
+    const egm_config_t *config = client->config;
+    const char *memory = egm_config_get(config, "pool_memory");
+    egm_status_t status;
 
-    if (strcmp(memory, "host") == 0) {
-        egm_status_t status = egm__host_pool_create(total, max_chunk, &cap->pool);
-        if (status == EGM_OK)
+    cap->egm = egm_config_get_bool(config, "enable_egm_store_pool");
+    if (!cap->egm && strcmp(memory, "host") == 0) {
+        status = egm__host_pool_create(total, max_chunk, &cap->pool);
+        if (status == EGM_OK) {
             cap->count = egm__host_pool_chunk_count(cap->pool);
+            cap->numa_nodes = 1;
+        }
         return status;
     }
+
+    int single = (int)egm_config_get_int(config, "pool_location");
+    int *nodes = &single;
+    size_t n_nodes = 1;
+    if (cap->egm) {
+        status = egm__egm_nodes_resolve(egm_config_get(config, "egm_numa_nodes"), &nodes, &n_nodes);
+        if (status != EGM_OK)
+            return status;
+    }
+    setup_progress_t progress;
+    egm__progress_start(&progress.bar, cap->egm ? "EGM pool setup" : "VMM pool setup", total);
     egm_vmm_pool_params_t params = {
-        .location = strcmp(memory, "device") == 0 ? EGM_VMM_DEVICE : EGM_VMM_HOST_NUMA,
-        .location_id = (int)egm_config_get_int(client->config, "pool_location"),
+        .location = !cap->egm && strcmp(memory, "device") == 0 ? EGM_VMM_DEVICE : EGM_VMM_HOST_NUMA,
+        .locations = nodes,
+        .location_count = n_nodes,
+        .handles = parse_handles(egm_config_get(config, "egm_handle_type")),
         .total = total,
         .max_chunk = max_chunk,
+        .allocator_alignment = EGM_OBJECT_ALIGN,
+        .threads = (unsigned)egm_config_get_int(config, "egm_setup_threads"),
+        .progress = on_progress,
+        .progress_arg = &progress,
     };
-    parse_handles(egm_config_get(client->config, "egm_handle_type"), &params.handles);
-    egm_status_t status = egm__vmm_pool_create(&params, &cap->vmm);
-    if (status == EGM_OK)
+    status = egm__vmm_pool_create(&params, &cap->vmm);
+    if (status == EGM_OK) {
+        const egm_egm_plan_t *plan = egm__vmm_pool_plan_of(cap->vmm);
         cap->count = egm__vmm_pool_chunk_count(cap->vmm);
+        cap->numa_nodes = n_nodes;
+        egm__progress_finish(&progress.bar, plan->capacity, 1);
+    } else {
+        egm__progress_finish(&progress.bar, 0, 0);
+        if (cap->vmm != NULL) /* a rollback step failed: retried by the next close */
+            cap->cleanup_pending = 1;
+    }
+    if (nodes != &single)
+        egm_free(nodes);
     return status;
 }
 
@@ -102,11 +235,27 @@ static egm_status_t expose_chunk(egm_client_t *client, size_t i, egm_segment_des
                                       chunk->device);
 }
 
+static egm_status_t mount_all(egm_client_t *client)
+{
+    egm_capacity_t *cap = &client->capacity;
+    for (size_t first = 0; first < cap->count; first += SEGMENTS_PER_RPC) {
+        size_t n = cap->count - first < SEGMENTS_PER_RPC ? cap->count - first : SEGMENTS_PER_RPC;
+        egm_status_t status = mount_range(client, first, n);
+        if (status != EGM_OK) {
+            char detail[512];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            egm_error("mounting segments %zu..%zu of %zu failed: %s", first, first + n - 1,
+                      cap->count, detail);
+            return egm__set_error(status, "mounting the pool's segments at the master: %s", detail);
+        }
+    }
+    return EGM_OK;
+}
+
 egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t max_chunk)
 {
     egm_capacity_t *cap = &client->capacity;
     egm_status_t status;
-    char id_text[EGM_ID_STRLEN];
 
     status = create_pool(client, total, max_chunk);
     if (status != EGM_OK)
@@ -119,9 +268,10 @@ egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t 
         goto err;
     }
 
+    /* Register every chunk, then publish them all: the master never lists
+     * part of a pool. */
     for (size_t i = 0; i < cap->count; i++) {
         egm_segment_desc_t *desc = &cap->segments[i];
-
         desc->id = egm__id_random();
         desc->owner = client->id;
         snprintf(desc->name, sizeof(desc->name), "%s:%d/%zu", egm__host_name(), (int)getpid(), i);
@@ -129,53 +279,109 @@ egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t 
         if (status != EGM_OK)
             goto err;
         cap->exposed[i] = 1;
-        status = mount_segment(client, desc);
-        if (status != EGM_OK) {
-            egm_error("mounting segment %s (%s) failed: %s", desc->name,
-                      egm__id_format(desc->id, id_text), egm_last_error());
-            goto err;
-        }
-        cap->mounted[i] = 1;
-        egm_info("mounted segment %s id %s size %llu memory %s tcp %s shm %s", desc->name,
-                 egm__id_format(desc->id, id_text), (unsigned long long)desc->size,
-                 egm_config_get(client->config, "pool_memory"),
-                 desc->tcp_endpoint[0] ? desc->tcp_endpoint : "-",
-                 desc->shm_socket[0] ? desc->shm_socket : "-");
+        cap->capacity += desc->size;
     }
+    status = mount_all(client);
+    if (status != EGM_OK)
+        goto err;
+    cap->setup_seconds = cap->vmm ? egm__vmm_pool_setup_seconds(cap->vmm) : 0.0;
+    char size_text[32];
+    egm_info("%s ready: %zu segment(s), %s on %zu %s, memory %s, first %s tcp %s shm %s",
+             cap->egm ? "EGM pool" : "pool", cap->count,
+             egm__format_size(cap->capacity, size_text, sizeof(size_text)), cap->numa_nodes,
+             strcmp(egm_config_get(client->config, "pool_memory"), "device") == 0 && !cap->egm
+                 ? "GPU"
+                 : "NUMA node(s)",
+             cap->egm ? "egm" : egm_config_get(client->config, "pool_memory"),
+             cap->segments[0].name,
+             cap->segments[0].tcp_endpoint[0] ? cap->segments[0].tcp_endpoint : "-",
+             cap->segments[0].shm_socket[0] ? cap->segments[0].shm_socket : "-");
     return EGM_OK;
 
-err:
-    egm__capacity_unmount(client);
-    return status;
+err:;
+    char detail[768];
+    snprintf(detail, sizeof(detail), "%s", egm_last_error());
+    if (egm__capacity_unmount(client) != EGM_OK)
+        egm_error("rolling back the pool: %s (retried by the next close)", egm_last_error());
+    return egm__set_error(status, "%s", detail);
 }
 
-void egm__capacity_unmount(egm_client_t *client)
+/* One failed teardown step: counted, logged, and the rest waits for a retry. */
+static egm_status_t teardown_failed(egm_capacity_t *cap, egm_status_t status, const char *step)
+{
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", egm_last_error());
+    cap->cleanup_pending = 1;
+    cap->cleanup_failures++;
+    egm_warn("pool teardown: %s failed: %s; kept for a retry (health: cleanup_pending)", step,
+             detail);
+    return egm__set_error(status, "pool teardown: %s: %s", step, detail);
+}
+
+egm_status_t egm__capacity_unmount(egm_client_t *client)
 {
     egm_capacity_t *cap = &client->capacity;
-    char id_text[EGM_ID_STRLEN];
+    egm_status_t status;
 
-    for (size_t i = cap->count; i-- > 0;) {
-        egm_segment_desc_t *desc = &cap->segments[i];
-        if (cap->mounted != NULL && cap->mounted[i]) {
-            egm_status_t status = unmount_segment(client, desc->id);
-            if (status != EGM_OK)
-                egm_warn("unmounting segment %s failed: %s (%s); the master retires it when "
-                         "this client's pings stop",
-                         egm__id_format(desc->id, id_text), egm_status_string(status),
-                         egm_last_error());
-            cap->mounted[i] = 0;
-        }
-        /* Withdraw only after unmount: no new replica can be placed on it now, and
-         * withdraw waits for transfers in flight before the pool frees the memory. */
-        if (cap->exposed != NULL && cap->exposed[i]) {
-            egm__te_withdraw_segment(client->te, desc->id);
-            cap->exposed[i] = 0;
-        }
+    /* 1. Unmount: no new replica can be placed on the segments after this,
+     * and no Get is routed to them. Until the master confirms, the memory
+     * stays exactly as it is. */
+    for (size_t first = 0; cap->mounted != NULL && first < cap->count; first += SEGMENTS_PER_RPC) {
+        size_t n = cap->count - first < SEGMENTS_PER_RPC ? cap->count - first : SEGMENTS_PER_RPC;
+        if ((status = unmount_range(client, first, n)) != EGM_OK)
+            return teardown_failed(cap, status, "unmount at the master");
     }
+    /* 2. Unregister: withdraw waits for transfers in flight on the segment. */
+    for (size_t i = cap->count; cap->exposed != NULL && i-- > 0;) {
+        if (!cap->exposed[i])
+            continue;
+        status = egm__te_withdraw_segment(client->te, cap->segments[i].id);
+        if (status != EGM_OK && status != EGM_ERR_SEGMENT_NOT_FOUND && status != EGM_ERR_NOT_FOUND)
+            return teardown_failed(cap, status, "unregister from the transfer engine");
+        cap->exposed[i] = 0;
+    }
+    /* 3. Release the memory: unmap -> free the range -> release the handle. */
     egm__host_pool_destroy(cap->pool);
-    egm__vmm_pool_destroy(cap->vmm);
+    cap->pool = NULL;
+    if (cap->vmm != NULL) {
+        if ((status = egm__vmm_pool_release(cap->vmm)) != EGM_OK)
+            return teardown_failed(cap, status, "release of the pool's memory");
+        egm__vmm_pool_destroy(cap->vmm);
+        cap->vmm = NULL;
+    }
+    egm_free(cap->segments);
+    egm_free(cap->exposed);
+    egm_free(cap->mounted);
+    uint64_t failures = cap->cleanup_failures;
+    memset(cap, 0, sizeof(*cap));
+    cap->cleanup_failures = failures;
+    return EGM_OK;
+}
+
+void egm__capacity_abandon(egm_client_t *client)
+{
+    egm_capacity_t *cap = &client->capacity;
+    egm__host_pool_destroy(cap->pool);
+    egm__vmm_pool_destroy(cap->vmm); /* logs what it abandons */
     egm_free(cap->segments);
     egm_free(cap->exposed);
     egm_free(cap->mounted);
     memset(cap, 0, sizeof(*cap));
+}
+
+void egm__capacity_publish(egm_client_t *client)
+{
+    const egm_capacity_t *cap = &client->capacity;
+    egm_capacity_view_t v = {
+        .egm = cap->egm,
+        .capacity = cap->capacity,
+        .chunks = cap->count,
+        .numa_nodes = cap->numa_nodes,
+        .setup_seconds = cap->setup_seconds,
+        .cleanup_failures = cap->cleanup_failures,
+        .cleanup_pending = cap->cleanup_pending,
+    };
+    pthread_mutex_lock(&client->lock);
+    client->capacity_view = v;
+    pthread_mutex_unlock(&client->lock);
 }

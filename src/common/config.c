@@ -52,6 +52,16 @@ static const egm_config_key_t keys[] = {
     {"egm_handle_type", EGM_CFG_ENUM, "auto", 0, 0, "auto|fabric|posix_fd",
      "how VMM segments are shared: fabric (NVLink domain, needs IMEX), posix_fd (this host); "
      "auto tries fabric and falls back to posix_fd with a warning"},
+    {"enable_egm_store_pool", EGM_CFG_BOOL, "false", 0, 0, NULL,
+     "contribute capacity as an EGM Store pool: HOST_NUMA memory split over egm_numa_nodes, "
+     "served over nvlink (docs/egm-pool.md); false keeps pool_memory"},
+    {"egm_numa_nodes", EGM_CFG_STRING, "auto", 0, 0, NULL,
+     "EGM pool NUMA nodes: auto (the host NUMA node of every visible GPU) or ids, e.g. 0,1"},
+    {"egm_setup_threads", EGM_CFG_INT, "4", 1, 64, NULL,
+     "threads allocating the EGM pool's chunks at setup"},
+    {"provider_http_port", EGM_CFG_INT, "-1", -1, 65535, NULL,
+     "provider: admin HTTP port serving /health and /metrics on listen_address (-1 = off, "
+     "0 = any free port)"},
     {"prewarm", EGM_CFG_BOOL, "true", 0, 0, NULL,
      "import and map VMM segments in the background as soon as they are known"},
     {"prewarm_concurrency", EGM_CFG_INT, "2", 1, 64, NULL,

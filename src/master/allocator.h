@@ -8,8 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
+#include "rpc/frame.h"
 
-#define EGM_ALLOCATOR_ALIGN 64u
+#define EGM_ALLOCATOR_ALIGN EGM_OBJECT_ALIGN
 
 typedef struct egm_allocator egm_allocator_t;
 

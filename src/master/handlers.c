@@ -3,6 +3,7 @@
  * is malformed as a whole (too many keys, sizes not matching keys, a bad
  * replica_num), is answered with an error status (the server sends an
  * ErrorReply naming the field); per-key problems go in per-key results. */
+#include <stdio.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/log.h"
@@ -391,6 +392,54 @@ static egm_status_t status_reply(egm_status_t result, egm_rpc_reply_t *reply)
     return pack_reply(&msg.base, reply);
 }
 
+static egm_segment_params_t segment_params(const Egm__SegmentDesc *d)
+{
+    return (egm_segment_params_t){
+        .id = egm__id_from_pb(d->id),
+        .owner = egm__id_from_pb(d->owner),
+        .size = d->size,
+        .name = d->name,
+        .host_id = d->host_id,
+        .tcp_endpoint = d->tcp_endpoint,
+        .shm_socket = d->shm_socket,
+        .handle_kind = (int)d->handle_kind,
+        .fabric_handle = d->fabric_handle.data,
+        .fabric_handle_len = d->fabric_handle.len,
+    };
+}
+
+/* All of the request's segments or none: a failure part way unmounts the ones
+ * mounted before it, within this one reactor turn, so no client ever sees a
+ * partial pool. */
+static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentRequest *req)
+{
+    egm_id_t client = egm__id_from_pb(req->client);
+    if (req->segment != NULL && req->n_segments > 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment and segments: give one or the other");
+    if (req->segment != NULL) {
+        egm_segment_params_t p = segment_params(req->segment);
+        return egm__liveness_mount(st->liveness, client, &p, st->now_ms());
+    }
+    if (req->n_segments == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment: missing");
+    for (size_t i = 0; i < req->n_segments; i++) {
+        if (req->segments[i] == NULL)
+            return egm__set_error(EGM_ERR_INVALID_ARG, "segments[%zu]: missing", i);
+        egm_segment_params_t p = segment_params(req->segments[i]);
+        egm_status_t result = egm__liveness_mount(st->liveness, client, &p, st->now_ms());
+        if (result != EGM_OK) {
+            char detail[512];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            for (size_t k = i; k-- > 0;)
+                egm__liveness_unmount(st->liveness, client, egm__id_from_pb(req->segments[k]->id),
+                                      st->now_ms());
+            return egm__set_error(result, "segments[%zu] of %zu (none mounted): %s", i,
+                                  req->n_segments, detail);
+        }
+    }
+    return EGM_OK;
+}
+
 static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload, size_t len,
                                  egm_rpc_reply_t *reply)
 {
@@ -401,29 +450,49 @@ static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload,
                             (ProtobufCMessage **)&req);
     if (status != EGM_OK)
         return status;
-    const Egm__SegmentDesc *d = req->segment;
-    if (d == NULL) {
-        result = egm__set_error(EGM_ERR_INVALID_ARG, "segment: missing");
-    } else {
-        egm_segment_params_t p = {
-            .id = egm__id_from_pb(d->id),
-            .owner = egm__id_from_pb(d->owner),
-            .size = d->size,
-            .name = d->name,
-            .host_id = d->host_id,
-            .tcp_endpoint = d->tcp_endpoint,
-            .shm_socket = d->shm_socket,
-            .handle_kind = (int)d->handle_kind,
-            .fabric_handle = d->fabric_handle.data,
-            .fabric_handle_len = d->fabric_handle.len,
-        };
-        result = egm__liveness_mount(st->liveness, egm__id_from_pb(req->client), &p, st->now_ms());
-        if (result != EGM_OK)
-            egm_warn("MountSegment refused: %s", egm_last_error());
-    }
+    result = mount_all(st, req);
+    if (result != EGM_OK)
+        egm_warn("MountSegment refused: %s", egm_last_error());
     status = status_reply(result, reply);
     egm__pb_free(&req->base);
     return status;
+}
+
+/* Every named segment must be the caller's before any is unmounted; ones the
+ * master no longer has (expired, or a master restart) are skipped and
+ * reported as SEGMENT_NOT_FOUND after the others are gone. */
+static egm_status_t unmount_all(egm_master_state_t *st, const Egm__UnmountSegmentRequest *req)
+{
+    egm_id_t client = egm__id_from_pb(req->client);
+    char id_text[EGM_ID_STRLEN];
+    size_t missing = 0;
+
+    if (req->segment != NULL && req->n_segments > 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment and segments: give one or the other");
+    if (req->segment != NULL)
+        return egm__liveness_unmount(st->liveness, client, egm__id_from_pb(req->segment),
+                                     st->now_ms());
+    if (req->n_segments == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment: missing");
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    for (size_t i = 0; i < req->n_segments; i++) {
+        egm_id_t id = egm__id_from_pb(req->segments[i]);
+        const egm_segment_t *seg = egm__segment_table_find(st->segments, id);
+        if (seg != NULL && !egm__id_equal(seg->owner, client))
+            return egm__set_error(EGM_ERR_PERMISSION,
+                                  "segments[%zu] %s belongs to another client (none unmounted)", i,
+                                  egm__id_format(id, id_text));
+    }
+    for (size_t i = 0; i < req->n_segments; i++)
+        if (egm__liveness_unmount(st->liveness, client, egm__id_from_pb(req->segments[i]),
+                                  st->now_ms()) != EGM_OK)
+            missing++;
+    if (missing > 0)
+        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND,
+                              "%zu of %zu segments were not mounted (the others are unmounted)",
+                              missing, req->n_segments);
+    return EGM_OK;
 }
 
 static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payload, size_t len,
@@ -436,8 +505,7 @@ static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payloa
                             (ProtobufCMessage **)&req);
     if (status != EGM_OK)
         return status;
-    result = egm__liveness_unmount(st->liveness, egm__id_from_pb(req->client),
-                                   egm__id_from_pb(req->segment), st->now_ms());
+    result = unmount_all(st, req);
     if (result != EGM_OK)
         egm_debug("UnmountSegment refused: %s", egm_last_error());
     status = status_reply(result, reply);

@@ -18,6 +18,9 @@
 #define EGM_RPC_MAGIC 0x524d4745u
 #define EGM_RPC_VERSION 1
 #define EGM_FRAME_HEADER_SIZE 24
+/* Objects start at multiples of this within a segment (the master's
+ * allocator); providers align their segment sizes to it. */
+#define EGM_OBJECT_ALIGN 64u
 #define EGM_FRAME_REPLY 0x1u
 #define EGM_FRAME_ERROR 0x2u /* payload is an ErrorReply */
 

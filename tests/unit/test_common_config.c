@@ -50,6 +50,10 @@ static void test_key_table_names_order_defaults(void **state)
         {"pool_memory", "host"},
         {"pool_location", "0"},
         {"egm_handle_type", "auto"},
+        {"enable_egm_store_pool", "false"},
+        {"egm_numa_nodes", "auto"},
+        {"egm_setup_threads", "4"},
+        {"provider_http_port", "-1"},
         {"prewarm", "true"},
         {"prewarm_concurrency", "2"},
     };

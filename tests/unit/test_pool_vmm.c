@@ -57,11 +57,16 @@ static int teardown(void **state)
     return 0;
 }
 
+/* One location (the tests run one pool at a time). */
+static int location;
+
 static egm_vmm_pool_params_t params(egm_vmm_location_t loc, int id, egm_vmm_handles_t handles,
                                     uint64_t total, uint64_t max_chunk)
 {
+    location = id;
     return (egm_vmm_pool_params_t){.location = loc,
-                                   .location_id = id,
+                                   .locations = &location,
+                                   .location_count = 1,
                                    .handles = handles,
                                    .total = total,
                                    .max_chunk = max_chunk};
@@ -172,11 +177,11 @@ static void test_bad_parameters(void **state)
     egm_vmm_pool_t *pool = NULL;
     egm_vmm_pool_params_t p =
         params(EGM_VMM_HOST_NUMA, 0, EGM_VMM_HANDLES_POSIX_FD, 2 * MIB - 1, 4 * MIB);
-    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "global_segment_size"));
     p.total = 4 * MIB;
     p.max_chunk = 1 * MIB;
-    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "max_mr_size"));
     p = params(EGM_VMM_DEVICE, 2, EGM_VMM_HANDLES_POSIX_FD, 4 * MIB, 4 * MIB);
     assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_INVALID_ARG);

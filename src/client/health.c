@@ -1,0 +1,106 @@
+/* Client health and metrics (a provider's /health and /metrics report these). */
+#include <stdarg.h>
+#include <stdio.h>
+#include "client/client_int.h"
+
+egm_health_t egm_client_health(egm_client_t *client)
+{
+    if (client == NULL)
+        return EGM_HEALTH_NOT_INITIALIZED;
+    pthread_mutex_lock(&client->lock);
+    egm_health_t h = client->capacity_view.cleanup_pending ? EGM_HEALTH_CLEANUP_PENDING
+                     : !client->ready                      ? EGM_HEALTH_NOT_INITIALIZED
+                     : !client->master_reachable           ? EGM_HEALTH_MASTER_UNREACHABLE
+                                                           : EGM_HEALTH_HEALTHY;
+    pthread_mutex_unlock(&client->lock);
+    return h;
+}
+
+const char *egm_health_string(egm_health_t health)
+{
+    switch (health) {
+    case EGM_HEALTH_HEALTHY:
+        return "healthy";
+    case EGM_HEALTH_NOT_INITIALIZED:
+        return "not_initialized";
+    case EGM_HEALTH_MASTER_UNREACHABLE:
+        return "master_unreachable";
+    case EGM_HEALTH_CLEANUP_PENDING:
+        return "cleanup_pending";
+    }
+    return "unknown";
+}
+
+typedef struct {
+    char *buf;
+    size_t len;
+    size_t need;
+} out_t;
+
+static void out(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out(out_t *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *dst = o->need < o->len ? o->buf + o->need : NULL;
+    size_t room = o->need < o->len ? o->len - o->need : 0;
+    int n = vsnprintf(dst, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->need += (size_t)n;
+}
+
+/* One metric: HELP, TYPE and the sample. */
+static void metric(out_t *o, const char *name, const char *type, const char *help, double value)
+{
+    out(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+}
+
+size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
+{
+    out_t o = {buf, len, 0};
+    egm_capacity_view_t v = {0};
+    egm_te_stats_t te = {0};
+
+    if (len > 0)
+        buf[0] = '\0';
+    egm_health_t health = egm_client_health(client);
+    if (client != NULL) {
+        pthread_mutex_lock(&client->lock);
+        v = client->capacity_view;
+        pthread_mutex_unlock(&client->lock);
+        egm__te_stats(client->te, &te);
+    }
+    metric(&o, "egmstore_health", "gauge",
+           "0 healthy, 1 not_initialized, 2 master_unreachable, 3 cleanup_pending", health);
+    metric(&o, "egmstore_pool_egm", "gauge", "1 when the contributed capacity is an EGM Store pool",
+           v.egm);
+    metric(&o, "egmstore_pool_capacity_bytes", "gauge", "contributed capacity published",
+           (double)v.capacity);
+    metric(&o, "egmstore_pool_chunks", "gauge", "chunks (segments) of the contributed pool",
+           (double)v.chunks);
+    metric(&o, "egmstore_pool_numa_nodes", "gauge", "NUMA nodes (or GPUs) the pool spans",
+           (double)v.numa_nodes);
+    metric(&o, "egmstore_pool_setup_seconds", "gauge",
+           "wall time of the pool's planning and allocation", v.setup_seconds);
+    metric(&o, "egmstore_pool_cleanup_failures_total", "counter",
+           "teardown steps that failed (each kept its resources for a retry)",
+           (double)v.cleanup_failures);
+    metric(&o, "egmstore_pool_cleanup_pending", "gauge",
+           "1 while a failed teardown step waits for the next close", v.cleanup_pending);
+    metric(&o, "egmstore_te_mappings", "gauge", "segment mappings held now (shm and nvlink)",
+           (double)te.mappings_live);
+    metric(&o, "egmstore_te_nvlink_mappings", "gauge", "VMM segment imports mapped now",
+           (double)te.nvlink_mappings_live);
+    metric(&o, "egmstore_te_nvlink_imports_total", "counter", "VMM segment handles imported",
+           (double)te.nvlink_imports_total);
+    metric(&o, "egmstore_te_nvlink_import_failures_total", "counter",
+           "VMM segment imports that failed", (double)te.nvlink_import_failures);
+    metric(&o, "egmstore_te_bytes_read_total", "counter", "bytes this process read from segments",
+           (double)te.bytes_read);
+    metric(&o, "egmstore_te_bytes_written_total", "counter",
+           "bytes this process wrote into segments", (double)te.bytes_written);
+    metric(&o, "egmstore_te_vmm_fds_sent_total", "counter",
+           "posix_fd VMM handles exported to consumers", (double)te.vmm_fds_sent);
+    return o.need;
+}
