@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
     build-essential cmake ninja-build pkg-config
     protobuf-c-compiler libprotobuf-c-dev
+    libmicrohttpd-dev
     libcmocka-dev
     clang-format
 )

@@ -1,0 +1,328 @@
+/* Admin HTTP server on libmicrohttpd: we open the listening socket ourselves so
+ * that the address really is the one bound (and errors name it), then hand it
+ * to MHD's internal polling thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <microhttpd.h>
+#include "admin/http_server.h"
+#include "common/alloc.h"
+#include "common/log.h"
+
+struct egm_http_server {
+    struct MHD_Daemon *daemon;
+    egm_http_handler_fn fn;
+    void *arg;
+    uint16_t port;
+};
+
+/* Per request, created when MHD sees the request line: the raw query (MHD
+ * hands the handler a decoded path and decoded arguments only). */
+enum request_state { REQ_NEW, REQ_ACCEPTED, REQ_DONE };
+struct http_request {
+    enum request_state state;
+    char query[];
+};
+
+static const char DEFAULT_CONTENT_TYPE[] = "text/plain; charset=utf-8";
+
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[256];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    egm_log_ratelimited(EGM_LOG_WARN, 10, "http: %s", line);
+}
+
+static void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    const char *q = uri != NULL ? strchr(uri, '?') : NULL;
+    q = q != NULL ? q + 1 : "";
+    size_t qlen = strlen(q);
+    struct http_request *req = egm_malloc(sizeof(*req) + qlen + 1, "http_request");
+    if (req == NULL)
+        return NULL;
+    req->state = REQ_NEW;
+    memcpy(req->query, q, qlen + 1);
+    return req;
+}
+
+static void request_done(void *cls, struct MHD_Connection *conn, void **req_p,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    egm_free(*req_p);
+    *req_p = NULL;
+}
+
+/* Queues a short plain-text answer that also closes the connection: used for
+ * requests we refuse, whose unread body must not be parsed as a next request. */
+static enum MHD_Result refuse(struct MHD_Connection *conn, unsigned status, const char *text)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, DEFAULT_CONTENT_TYPE);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static int has_body(struct MHD_Connection *conn)
+{
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL && strspn(cl, "0") != strlen(cl))
+        return 1;
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) !=
+           NULL;
+}
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_data_size, void **req_p)
+{
+    (void)version;
+    (void)upload_data;
+    egm_http_server_t *srv = cls;
+    struct http_request *req = *req_p;
+
+    if (req == NULL)
+        return refuse(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "out of memory\n");
+    if (req->state == REQ_NEW) {
+        /* Headers only: refuse now, before any body is read; answer an
+         * accepted request on the next call, once the request is complete,
+         * which lets MHD keep the connection alive. */
+        req->state = REQ_DONE;
+        if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+            return refuse(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are allowed\n");
+        if (has_body(conn))
+            return refuse(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request bodies are not accepted\n");
+        req->state = REQ_ACCEPTED;
+        return MHD_YES;
+    }
+    if (req->state != REQ_ACCEPTED || *upload_data_size != 0) {
+        *upload_data_size = 0; /* body of a refused request arriving anyway: drop it */
+        return MHD_YES;
+    }
+    req->state = REQ_DONE;
+
+    egm_http_response_t resp = {.status = MHD_HTTP_NOT_FOUND};
+    const char *path = url != NULL && url[0] != '\0' ? url : "/";
+    srv->fn(srv->arg, path, req->query, &resp);
+    if (resp.body == NULL)
+        resp.len = 0;
+    if (resp.status < 100 || resp.status > 599) {
+        egm_log_ratelimited(EGM_LOG_ERROR, 1, "http: handler for %s answered status %d", path,
+                            resp.status);
+        egm_free(resp.body);
+        return refuse(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n");
+    }
+
+    struct MHD_Response *r;
+    if (resp.body != NULL)
+        r = MHD_create_response_from_buffer_with_free_callback(resp.len, resp.body, egm_free);
+    else
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (r == NULL) {
+        egm_free(resp.body);
+        return MHD_NO;
+    }
+    const char *ctype = resp.content_type != NULL ? resp.content_type : DEFAULT_CONTENT_TYPE;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)resp.status, r);
+    MHD_destroy_response(r);
+    egm_trace("http: %s %s -> %d (%zu bytes)", method, path, resp.status, resp.len);
+    return ret;
+}
+
+static void format_endpoint(const char *host, uint16_t port, char *buf, size_t len)
+{
+    if (strchr(host, ':') != NULL)
+        snprintf(buf, len, "[%s]:%u", host, (unsigned)port);
+    else
+        snprintf(buf, len, "%s:%u", host, (unsigned)port);
+}
+
+/* Non-blocking listening socket bound to exactly host:port (IPv6 "::" also
+ * takes IPv4). */
+static egm_status_t listen_on(const char *host, uint16_t port, int *fd_p, uint16_t *port_p)
+{
+    struct addrinfo hints, *ai;
+    char service[8], where[300];
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(service, sizeof(service), "%u", (unsigned)port);
+    format_endpoint(host, port, where, sizeof(where));
+    int rc = getaddrinfo(host, service, &hints, &ai);
+    if (rc != 0)
+        return egm__set_error(EGM_ERR_CONFIG, "http address \"%s\": %s", host,
+                              rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+
+    egm_status_t status;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        int err = errno;
+        status = egm__set_error(egm__status_from_errno(err), "http listen %s: socket: %s", where,
+                                strerror(err));
+        goto err_free;
+    }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+        int err = errno;
+        status = egm__set_error(err == ENOMEM ? EGM_ERR_NO_MEMORY : EGM_ERR_CONFIG,
+                                "http_port: cannot listen on %s: %s", where, strerror(err));
+        goto err_close;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sslen) != 0) {
+        int err = errno;
+        status = egm__set_error(egm__status_from_errno(err), "http listen %s: getsockname: %s",
+                                where, strerror(err));
+        goto err_close;
+    }
+    *port_p = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                       : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    freeaddrinfo(ai);
+    *fd_p = fd;
+    return EGM_OK;
+err_close:
+    close(fd);
+err_free:
+    freeaddrinfo(ai);
+    return status;
+}
+
+static unsigned daemon_flags(void)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES)
+        flags |= MHD_USE_EPOLL;
+    else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES)
+        flags |= MHD_USE_POLL;
+    return flags;
+}
+
+egm_status_t egm__http_start(const char *address, uint16_t port, egm_http_handler_fn fn, void *arg,
+                             egm_http_server_t **srv_p)
+{
+    if (fn == NULL || srv_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "http start: handler and srv_p are required");
+    const char *host = address != NULL && address[0] != '\0' ? address : "0.0.0.0";
+    egm_status_t status;
+    egm_http_server_t *srv = egm_calloc(1, sizeof(*srv), "http_server");
+    if (srv == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "http server: out of memory");
+    srv->fn = fn;
+    srv->arg = arg;
+
+    int fd = -1;
+    status = listen_on(host, port, &fd, &srv->port);
+    if (status != EGM_OK)
+        goto err_free;
+    /* Whether MHD closes a listening socket it was given when it fails to start
+     * differs between versions: remember which socket it is to close it once. */
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        memset(&st, 0, sizeof(st));
+
+    srv->daemon = MHD_start_daemon(
+        daemon_flags(), 0, NULL, NULL, answer, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
+        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)EGM_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)EGM_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_URI_LOG_CALLBACK, request_begin, srv,
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_END);
+    if (srv->daemon == NULL) {
+        struct stat now;
+        if (fstat(fd, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+            close(fd);
+        status =
+            egm__set_error(EGM_ERR_IO, "http server on %s port %u: libmicrohttpd did not start",
+                           host, (unsigned)srv->port);
+        egm_error("%s", egm_last_error());
+        goto err_free;
+    }
+    char where[300];
+    format_endpoint(host, srv->port, where, sizeof(where));
+    egm_info("admin http listening on %s", where);
+    *srv_p = srv;
+    return EGM_OK;
+err_free:
+    egm_free(srv);
+    return status;
+}
+
+uint16_t egm__http_port(const egm_http_server_t *srv)
+{
+    return srv != NULL ? srv->port : 0;
+}
+
+void egm__http_stop(egm_http_server_t *srv)
+{
+    if (srv == NULL)
+        return;
+    /* Quiesce first so the listening socket is handed back and closed here, by
+     * its owner, whatever MHD's version does with sockets it was given. */
+    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
+    MHD_stop_daemon(srv->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    egm_free(srv);
+}
+
+egm_status_t egm__http_printf(egm_http_response_t *resp, const char *fmt, ...)
+{
+    va_list ap, ap2;
+    size_t room = resp->cap > resp->len ? resp->cap - resp->len : 0;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(room > 0 ? resp->body + resp->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        va_end(ap2);
+        return egm__set_error(EGM_ERR_INVALID_ARG, "http body: bad format \"%s\"", fmt);
+    }
+    if ((size_t)n >= room) {
+        size_t need = resp->len + (size_t)n + 1;
+        size_t cap = resp->cap > 256 ? resp->cap : 256;
+        while (cap < need)
+            cap *= 2;
+        char *body = egm_realloc(resp->body, cap, "http_body");
+        if (body == NULL) {
+            va_end(ap2);
+            return egm__set_error(EGM_ERR_NO_MEMORY, "http body: out of memory (%zu bytes)", cap);
+        }
+        resp->body = body;
+        resp->cap = cap;
+        vsnprintf(resp->body + resp->len, cap - resp->len, fmt, ap2);
+    }
+    va_end(ap2);
+    resp->len += (size_t)n;
+    return EGM_OK;
+}

@@ -1,0 +1,381 @@
+/* Admin HTTP server: GET with path and raw query reaching the handler, HEAD
+ * without a body, POST and GET-with-body refused (405 with Allow, 413), unknown
+ * path 404, bad handler status 500, two requests on one kept-alive connection, growing printf
+ * bodies, a busy port and a foreign address answered with EGM_ERR_CONFIG naming them, "::" dual
+ * stack, and start/stop in a loop without leaking memory or descriptors. A real TCP client on plain
+ * sockets talks to the server. */
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "support/testutil.h"
+
+#include "admin/http_server.h"
+#include "common/alloc.h"
+#include "common/log.h"
+#include "common/sock.h"
+
+#define BIG_LINES 5000
+
+/* What the handler saw last, written on the server thread. */
+static struct {
+    pthread_mutex_t lock;
+    int calls;
+    int wrong_arg;
+    char path[256];
+    char query[256];
+} seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void handler(void *arg, const char *path, const char *query, egm_http_response_t *resp)
+{
+    /* No cmocka asserts here: this runs on the server's thread. */
+    pthread_mutex_lock(&seen.lock);
+    seen.calls++;
+    seen.wrong_arg += arg != &seen;
+    snprintf(seen.path, sizeof(seen.path), "%s", path);
+    snprintf(seen.query, sizeof(seen.query), "%s", query);
+    pthread_mutex_unlock(&seen.lock);
+
+    if (strcmp(path, "/x") == 0) {
+        resp->status = 200;
+        resp->content_type = "application/json";
+        egm__http_printf(resp, "{\"ok\":true,\"query\":\"%s\"}\n", query);
+    } else if (strcmp(path, "/big") == 0) {
+        resp->status = 200;
+        for (int i = 0; i < BIG_LINES; i++)
+            if (egm__http_printf(resp, "egm_line{i=\"%d\"} %d\n", i, i * 7) != EGM_OK)
+                return;
+    } else if (strcmp(path, "/empty") == 0) {
+        resp->status = 503; /* status with no body */
+    } else if (strcmp(path, "/bad") == 0) {
+        resp->status = 42;
+        egm__http_printf(resp, "dropped");
+    }
+    /* anything else: untouched, which is a 404 */
+}
+
+static int calls(void)
+{
+    pthread_mutex_lock(&seen.lock);
+    int n = seen.calls;
+    pthread_mutex_unlock(&seen.lock);
+    return n;
+}
+
+/* One request on a fresh connection; returns the whole answer (server closes
+ * because we ask it to), NUL-terminated, in buf. */
+static size_t http_exchange(uint16_t port, const char *request, char *buf, size_t cap)
+{
+    int fd;
+    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", port, 5000, &fd), EGM_OK);
+    assert_int_equal(egm__sock_write_full(fd, request, strlen(request)), EGM_OK);
+    size_t len = 0;
+    for (int rounds = 0; rounds < 100000; rounds++) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        /* A guard against a hung server, not a timing assertion. */
+        assert_int_equal(poll(&pfd, 1, 30000), 1);
+        assert_true(len + 1 < cap);
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        assert_true(n >= 0);
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    buf[len] = '\0';
+    return len;
+}
+
+static const char *body_of(const char *answer)
+{
+    const char *end = strstr(answer, "\r\n\r\n");
+    assert_non_null(end);
+    return end + 4;
+}
+
+/* Header line "Name: value" present in the header block (name case-insensitive). */
+static int has_header(const char *answer, const char *name, const char *value)
+{
+    const char *end = strstr(answer, "\r\n\r\n");
+    assert_non_null(end);
+    size_t nlen = strlen(name);
+    for (const char *p = strstr(answer, "\r\n"); p != NULL && p < end; p = strstr(p + 2, "\r\n")) {
+        const char *h = p + 2;
+        if (strncasecmp(h, name, nlen) == 0 && h[nlen] == ':') {
+            const char *v = h + nlen + 1;
+            while (*v == ' ')
+                v++;
+            if (strncmp(v, value, strlen(value)) == 0 && v[strlen(value)] == '\r')
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static egm_http_server_t *start_local(void)
+{
+    egm_http_server_t *srv = NULL;
+    assert_int_equal(egm__http_start("127.0.0.1", 0, handler, &seen, &srv), EGM_OK);
+    assert_non_null(srv);
+    assert_int_not_equal(egm__http_port(srv), 0);
+    return srv;
+}
+
+static void test_get_path_and_query(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm_http_server_t *srv = start_local();
+    uint16_t port = egm__http_port(srv);
+
+    http_exchange(port, "GET /x?y=1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    assert_true(has_header(buf, "Content-Type", "application/json"));
+    assert_true(has_header(buf, "Cache-Control", "no-store"));
+    const char *expect = "{\"ok\":true,\"query\":\"y=1\"}\n";
+    char clen[16];
+    snprintf(clen, sizeof(clen), "%zu", strlen(expect));
+    assert_true(has_header(buf, "Content-Length", clen));
+    assert_string_equal(body_of(buf), expect);
+    assert_string_equal(seen.path, "/x");
+    assert_string_equal(seen.query, "y=1");
+    assert_int_equal(seen.wrong_arg, 0);
+
+    /* No query -> ""; the path reaches the handler decoded, the query raw. */
+    http_exchange(port, "GET /x HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.", 7) == 0 && strncmp(buf + 8, " 200 ", 5) == 0);
+    assert_string_equal(seen.query, "");
+    http_exchange(port, "GET /a%20b?k=a%20b&l=2 HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_string_equal(seen.path, "/a b");
+    assert_string_equal(seen.query, "k=a%20b&l=2");
+    egm__http_stop(srv);
+}
+
+static void test_keep_alive(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm_http_server_t *srv = start_local();
+    /* Two pipelined requests on one connection, each with its own query. */
+    http_exchange(egm__http_port(srv),
+                  "GET /x?a=1 HTTP/1.1\r\nHost: t\r\n\r\n"
+                  "GET /x?b=2 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                  buf, sizeof(buf));
+    const char *first = strstr(buf, "{\"ok\":true,\"query\":\"a=1\"}\n");
+    assert_non_null(first);
+    assert_non_null(strstr(first, "HTTP/1.1 200 "));
+    assert_non_null(strstr(first, "{\"ok\":true,\"query\":\"b=2\"}\n"));
+    assert_string_equal(seen.query, "b=2");
+    egm__http_stop(srv);
+}
+
+static void test_head_has_no_body(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm_http_server_t *srv = start_local();
+    http_exchange(egm__http_port(srv), "HEAD /x?q HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                  buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    assert_true(has_header(buf, "Content-Type", "application/json"));
+    assert_true(has_header(buf, "Cache-Control", "no-store"));
+    assert_string_equal(body_of(buf), "");
+    assert_string_equal(seen.path, "/x");
+    assert_string_equal(seen.query, "q");
+    egm__http_stop(srv);
+}
+
+static void test_other_methods_and_bodies_refused(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm_http_server_t *srv = start_local();
+    uint16_t port = egm__http_port(srv);
+    int before = calls();
+
+    http_exchange(
+        port, "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+        buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 405 ", 13) == 0);
+    assert_true(has_header(buf, "Allow", "GET, HEAD"));
+    http_exchange(port, "DELETE /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 405 ", 13) == 0);
+    http_exchange(
+        port, "GET /x HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+        buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 413 ", 13) == 0);
+    /* None of them reached the handler. */
+    assert_int_equal(calls(), before);
+
+    /* The server still answers afterwards. */
+    http_exchange(port, "GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    egm__http_stop(srv);
+}
+
+static void test_statuses(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm_http_server_t *srv = start_local();
+    uint16_t port = egm__http_port(srv);
+
+    http_exchange(port, "GET /nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 404 ", 13) == 0);
+    assert_true(has_header(buf, "Cache-Control", "no-store"));
+    assert_string_equal(body_of(buf), "");
+    assert_string_equal(seen.path, "/nope");
+
+    http_exchange(port, "GET /empty HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 503 ", 13) == 0);
+    assert_string_equal(body_of(buf), "");
+
+    /* A status outside 100..599 is the handler's bug: 500, its body freed. */
+    http_exchange(port, "GET /bad HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 500 ", 13) == 0);
+    egm__http_stop(srv);
+}
+
+static void test_big_body(void **state)
+{
+    (void)state;
+    static char buf[1 << 20];
+    egm_http_server_t *srv = start_local();
+    http_exchange(egm__http_port(srv), "GET /big HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                  buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    assert_true(has_header(buf, "Content-Type", "text/plain; charset=utf-8"));
+    const char *p = body_of(buf);
+    char line[64];
+    for (int i = 0; i < BIG_LINES; i++) {
+        int n = snprintf(line, sizeof(line), "egm_line{i=\"%d\"} %d\n", i, i * 7);
+        assert_memory_equal(p, line, (size_t)n);
+        p += n;
+    }
+    assert_string_equal(p, "");
+    egm__http_stop(srv);
+}
+
+static void test_printf(void **state)
+{
+    (void)state;
+    egm_http_response_t resp = {.status = 200};
+    char chunk[1000];
+    memset(chunk, 'a', sizeof(chunk) - 1);
+    chunk[sizeof(chunk) - 1] = '\0';
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(egm__http_printf(&resp, "%s%d", chunk, i), EGM_OK);
+    assert_int_equal(resp.len, 10 * 1000);
+    assert_true(resp.cap > resp.len);
+    assert_int_equal(resp.body[resp.len], '\0');
+    assert_int_equal(resp.body[999], '0');
+    assert_int_equal(resp.body[9999], '9');
+    egm_free(resp.body);
+
+    /* A body the handler allocated itself (cap unknown) is appended to, not overrun. */
+    egm_http_response_t own = {.status = 200, .body = egm_strdup("abc", "test"), .len = 3};
+    assert_int_equal(egm__http_printf(&own, "-%d", 42), EGM_OK);
+    assert_int_equal(own.len, 6);
+    assert_string_equal(own.body, "abc-42");
+    egm_free(own.body);
+}
+
+static void test_busy_port_and_bad_address(void **state)
+{
+    (void)state;
+    egm_http_server_t *srv = start_local(), *other = NULL;
+    uint16_t port = egm__http_port(srv);
+    char where[64];
+    snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)port);
+
+    assert_int_equal(egm__http_start("127.0.0.1", port, handler, &seen, &other), EGM_ERR_CONFIG);
+    assert_null(other);
+    assert_non_null(strstr(egm_last_error(), "http_port"));
+    assert_non_null(strstr(egm_last_error(), where));
+    assert_non_null(strstr(egm_last_error(), "in use"));
+
+    /* An address that is not this host's. */
+    assert_int_equal(egm__http_start("192.0.2.1", 0, handler, &seen, &other), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "192.0.2.1"));
+    assert_null(other);
+    egm__http_stop(srv);
+}
+
+static void test_dual_stack(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm_http_server_t *srv = NULL;
+    if (egm__http_start("::", 0, handler, &seen, &srv) != EGM_OK)
+        skip(); /* no IPv6 on this machine */
+    http_exchange(egm__http_port(srv), "GET /x?v6 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                  buf, sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);
+    assert_string_equal(seen.query, "v6");
+    egm__http_stop(srv);
+}
+
+static void test_start_stop_loop(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    egm__http_stop(NULL);
+    int fds = egm_test_count_fds();
+    for (int i = 0; i < 20; i++) {
+        egm_http_server_t *srv = start_local();
+        if (i % 2 == 0) {
+            http_exchange(egm__http_port(srv), "GET /x HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+            assert_true(strncmp(buf + 8, " 200 ", 5) == 0);
+        } else {
+            /* A connection left open at stop is dropped. */
+            int fd;
+            assert_int_equal(egm__sock_tcp_connect("127.0.0.1", egm__http_port(srv), 5000, &fd),
+                             EGM_OK);
+            egm__http_stop(srv);
+            close(fd);
+            continue;
+        }
+        egm__http_stop(srv);
+    }
+    assert_int_equal(egm_test_count_fds(), fds);
+}
+
+int main(void)
+{
+    egm__log_set_level(EGM_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_get_path_and_query, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_keep_alive, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_head_has_no_body, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_other_methods_and_bodies_refused, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_statuses, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_big_body, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_printf, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_busy_port_and_bad_address, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_dual_stack, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_start_stop_loop, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
