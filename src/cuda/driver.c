@@ -416,15 +416,24 @@ void egm__cuda_set_api(const egm_cuda_api_t *api)
     pthread_mutex_unlock(&lock);
 }
 
-int egm__cuda_device_count(void)
+egm_status_t egm__cuda_count_devices(int *count_p)
 {
     const egm_cuda_api_t *api;
     int count = 0;
-    if (egm__cuda_load(&api) != EGM_OK)
-        return 0;
-    if (api->cuDeviceGetCount(&count) != EGM_CU_SUCCESS || count < 0)
-        return 0;
-    return count;
+    *count_p = 0;
+    egm_status_t st = egm__cuda_load(&api);
+    if (st != EGM_OK)
+        return st;
+    if ((st = egm__cuda_check(api->cuDeviceGetCount(&count), "cuDeviceGetCount")) != EGM_OK)
+        return st;
+    *count_p = count < 0 ? 0 : count;
+    return EGM_OK;
+}
+
+int egm__cuda_device_count(void)
+{
+    int count = 0;
+    return egm__cuda_count_devices(&count) == EGM_OK ? count : 0;
 }
 
 egm_status_t egm__cuda_use_device(int device)

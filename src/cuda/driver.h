@@ -21,8 +21,11 @@ egm_status_t egm__cuda_check(egm_cu_result_t rc, const char *call);
 /* "CUDA_ERROR_NOT_PERMITTED" etc. (the driver's name when loaded). */
 const char *egm__cuda_error_name(egm_cu_result_t rc);
 
-/* Number of visible devices (0 without a driver). */
+/* Number of visible devices (0 without a driver, or when the count fails). */
 int egm__cuda_device_count(void);
+/* The same, answering why there is none: the load error, or the failed
+ * cuDeviceGetCount with the CUDA error's name. */
+egm_status_t egm__cuda_count_devices(int *count_p);
 /* Makes `device`'s primary context current on this thread (retained once per
  * process, released at exit); egmstore never creates contexts of its own. */
 egm_status_t egm__cuda_use_device(int device);

@@ -29,7 +29,9 @@ static egm_status_t resolve_auto(int **nodes_p, size_t *count_p)
     egm_status_t st = egm__cuda_load(&api);
     if (st != EGM_OK)
         return st;
-    int ndev = egm__cuda_device_count();
+    int ndev = 0;
+    if ((st = egm__cuda_count_devices(&ndev)) != EGM_OK)
+        return st;
     if (ndev <= 0)
         return egm__set_error(EGM_ERR_NO_CUDA,
                               "egm_numa_nodes=auto: no CUDA device visible; list the nodes instead "

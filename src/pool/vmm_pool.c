@@ -183,7 +183,9 @@ static egm_status_t pool_open(const egm_vmm_pool_params_t *p, egm_vmm_pool_t **p
         return egm__set_error(EGM_ERR_INVALID_ARG, "vmm pool: missing parameters");
     if ((st = egm__cuda_load(&api)) != EGM_OK)
         return st;
-    int ndev = egm__cuda_device_count();
+    int ndev = 0;
+    if ((st = egm__cuda_count_devices(&ndev)) != EGM_OK)
+        return st;
     if (ndev <= 0)
         return egm__set_error(EGM_ERR_NO_CUDA, "vmm pool: no CUDA device visible");
     if (ndev > MAX_ACCESS - 1)

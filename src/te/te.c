@@ -37,7 +37,9 @@ struct egm_te {
     egm_tcp_client_t *tcp;
     egm_registry_t *registry;   /* the client's; may be NULL */
     const egm_cuda_api_t *cuda; /* NULL without a driver (or a GPU) */
-    egm_nvlink_t *nvlink;       /* non-NULL exactly when cuda is */
+    egm_status_t cuda_status;   /* why cuda is NULL: status and text */
+    char cuda_missing[256];
+    egm_nvlink_t *nvlink; /* non-NULL exactly when cuda is */
 
     pthread_mutex_t servers_lock; /* servers start on the first expose */
     egm_fd_broker_t *broker;
@@ -58,10 +60,15 @@ static egm_status_t copy_param(const char *field, const char *src, char *dst, si
 static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
 {
     const egm_cuda_api_t *api = NULL;
+    int ndev = 0;
     egm_status_t st = egm__cuda_load(&api);
-    if (st == EGM_OK && egm__cuda_device_count() <= 0)
+    if (st == EGM_OK)
+        st = egm__cuda_count_devices(&ndev);
+    if (st == EGM_OK && ndev <= 0)
         st = egm__set_error(EGM_ERR_NO_CUDA, "no CUDA device visible");
     if (st != EGM_OK) {
+        te->cuda_status = st;
+        snprintf(te->cuda_missing, sizeof(te->cuda_missing), "%s", egm_last_error());
         if (te->protocol == EGM_PROTOCOL_NVLINK) {
             char detail[256];
             snprintf(detail, sizeof(detail), "%s", egm_last_error());
@@ -273,7 +280,9 @@ egm_status_t egm__te_expose_vmm_segment(egm_te_t *te, egm_segment_desc_t *desc, 
     if (device < -1)
         return egm__set_error(EGM_ERR_INVALID_ARG, "expose: device %d", device);
     if (te->cuda == NULL)
-        return egm__set_error(EGM_ERR_NO_CUDA, "expose: VMM segment without a CUDA driver");
+        return egm__set_error(te->cuda_status,
+                              "expose: VMM segment without a usable CUDA driver: %s",
+                              te->cuda_missing);
     if ((st = start_servers(te)) != EGM_OK)
         return st;
 
