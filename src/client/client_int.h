@@ -74,6 +74,9 @@ struct egm_client {
  * failure rolls back in reverse. Unmount: unmount -> unregister -> release,
  * resumable (see egm_client_close); EGM_OK once nothing is held. */
 egm_status_t egm__capacity_check_config(const egm_config_t *config);
+/* The plan the config's CUDA pool would follow (`provider --plan-only`):
+ * driver queries only, nothing allocated. Free with egm__egm_plan_free. */
+egm_status_t egm__capacity_plan(const egm_config_t *config, egm_egm_plan_t **plan_p);
 egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t max_chunk);
 egm_status_t egm__capacity_unmount(egm_client_t *client);
 /* Frees what a failed unmount still holds, abandoning CUDA memory to the

@@ -164,16 +164,68 @@ static void on_progress(void *arg, uint64_t done, uint64_t total, size_t done_ch
     egm__progress_update(&((setup_progress_t *)arg)->bar, done);
 }
 
+/* The VMM pool parameters the config asks for (EGM pool, or pool_memory
+ * host_numa|device). *nodes_p (egm_malloc'ed) backs p->locations. */
+static egm_status_t vmm_params(const egm_config_t *config, egm_vmm_pool_params_t *p, int **nodes_p)
+{
+    int egm = egm_config_get_bool(config, "enable_egm_store_pool");
+    const char *memory = egm_config_get(config, "pool_memory");
+    int *nodes = NULL;
+    size_t n_nodes = 1;
+    egm_status_t status;
+
+    if (egm) {
+        status = egm__egm_nodes_resolve(egm_config_get(config, "egm_numa_nodes"), &nodes, &n_nodes);
+        if (status != EGM_OK)
+            return status;
+    } else {
+        if ((nodes = egm_malloc(sizeof(*nodes), "client.pool_location")) == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory");
+        nodes[0] = (int)egm_config_get_int(config, "pool_location");
+    }
+    *p = (egm_vmm_pool_params_t){
+        .location = !egm && strcmp(memory, "device") == 0 ? EGM_VMM_DEVICE : EGM_VMM_HOST_NUMA,
+        .locations = nodes,
+        .location_count = n_nodes,
+        .handles = parse_handles(egm_config_get(config, "egm_handle_type")),
+        .total = egm_config_get_size(config, "global_segment_size"),
+        .max_chunk = egm_config_get_size(config, "max_mr_size"),
+        .allocator_alignment = EGM_OBJECT_ALIGN,
+        .threads = (unsigned)egm_config_get_int(config, "egm_setup_threads"),
+    };
+    *nodes_p = nodes;
+    return EGM_OK;
+}
+
+egm_status_t egm__capacity_plan(const egm_config_t *config, egm_egm_plan_t **plan_p)
+{
+    egm_vmm_pool_params_t params;
+    int *nodes = NULL;
+
+    egm_status_t status = egm__capacity_check_config(config);
+    if (status != EGM_OK)
+        return status;
+    if (!egm_config_get_bool(config, "enable_egm_store_pool") &&
+        strcmp(egm_config_get(config, "pool_memory"), "host") == 0)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "--plan-only: plans a CUDA pool; set enable_egm_store_pool=true (or "
+                              "pool_memory=host_numa|device)");
+    if ((status = vmm_params(config, &params, &nodes)) != EGM_OK)
+        return status;
+    status = egm__vmm_pool_plan(&params, plan_p);
+    egm_free(nodes);
+    return status;
+}
+
 /* Allocates the pool the config asks for; fills cap->count. */
 static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t max_chunk)
 {
     egm_capacity_t *cap = &client->capacity;
     const egm_config_t *config = client->config;
-    const char *memory = egm_config_get(config, "pool_memory");
     egm_status_t status;
 
     cap->egm = egm_config_get_bool(config, "enable_egm_store_pool");
-    if (!cap->egm && strcmp(memory, "host") == 0) {
+    if (!cap->egm && strcmp(egm_config_get(config, "pool_memory"), "host") == 0) {
         status = egm__host_pool_create(total, max_chunk, &cap->pool);
         if (status == EGM_OK) {
             cap->count = egm__host_pool_chunk_count(cap->pool);
@@ -182,41 +234,28 @@ static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t m
         return status;
     }
 
-    int single = (int)egm_config_get_int(config, "pool_location");
-    int *nodes = &single;
-    size_t n_nodes = 1;
-    if (cap->egm) {
-        status = egm__egm_nodes_resolve(egm_config_get(config, "egm_numa_nodes"), &nodes, &n_nodes);
-        if (status != EGM_OK)
-            return status;
-    }
+    egm_vmm_pool_params_t params;
+    int *nodes = NULL;
+    if ((status = vmm_params(config, &params, &nodes)) != EGM_OK)
+        return status;
+    params.total = total;
+    params.max_chunk = max_chunk;
     setup_progress_t progress;
     egm__progress_start(&progress.bar, cap->egm ? "EGM pool setup" : "VMM pool setup", total);
-    egm_vmm_pool_params_t params = {
-        .location = !cap->egm && strcmp(memory, "device") == 0 ? EGM_VMM_DEVICE : EGM_VMM_HOST_NUMA,
-        .locations = nodes,
-        .location_count = n_nodes,
-        .handles = parse_handles(egm_config_get(config, "egm_handle_type")),
-        .total = total,
-        .max_chunk = max_chunk,
-        .allocator_alignment = EGM_OBJECT_ALIGN,
-        .threads = (unsigned)egm_config_get_int(config, "egm_setup_threads"),
-        .progress = on_progress,
-        .progress_arg = &progress,
-    };
+    params.progress = on_progress;
+    params.progress_arg = &progress;
     status = egm__vmm_pool_create(&params, &cap->vmm);
     if (status == EGM_OK) {
         const egm_egm_plan_t *plan = egm__vmm_pool_plan_of(cap->vmm);
         cap->count = egm__vmm_pool_chunk_count(cap->vmm);
-        cap->numa_nodes = n_nodes;
+        cap->numa_nodes = params.location_count;
         egm__progress_finish(&progress.bar, plan->capacity, 1);
     } else {
         egm__progress_finish(&progress.bar, 0, 0);
         if (cap->vmm != NULL) /* a rollback step failed: retried by the next close */
             cap->cleanup_pending = 1;
     }
-    if (nodes != &single)
-        egm_free(nodes);
+    egm_free(nodes);
     return status;
 }
 

@@ -90,6 +90,10 @@ int egm__cli_parse(int argc, char **argv, egm_cli_t *cli)
             cli->force = 1;
             continue;
         }
+        if (strcmp(arg, "--plan-only") == 0) {
+            cli->plan_only = 1;
+            continue;
+        }
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
             cli->argv[cli->argc++] = argv[i]; /* positional, "-" included */
             continue;

@@ -15,7 +15,8 @@ typedef struct {
     int argc; /* positional arguments after the subcommand */
     char **argv;
     int help;
-    int force; /* --force (rm) */
+    int force;     /* --force (rm) */
+    int plan_only; /* --plan-only (provider) */
 } egm_cli_t;
 
 /* Builds the config: defaults < --config FILE < EGMSTORE_* env < flags. Flags:

@@ -14,7 +14,9 @@ typedef struct {
 static const command_t commands[] = {
     {"master", egm__cmd_master, "master [--port N] [--listen-address ADDR]  run the master"},
     {"provider", egm__cmd_provider,
-     "provider [--global-segment-size SIZE]       contribute host memory capacity"},
+     "provider [--global-segment-size SIZE] [--plan-only]\n"
+     "                                             contribute capacity (host memory, or the EGM\n"
+     "                                             pool with --enable-egm-store-pool true)"},
     {"put", egm__cmd_put, "put KEY FILE|-                             store a file (- = stdin)"},
     {"get", egm__cmd_get,
      "get KEY FILE|-                             fetch into a file (- = stdout)"},
