@@ -16,8 +16,40 @@ echo "== machine"
 nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 numactl -H 2>/dev/null | head -3 || cat /sys/devices/system/node/online
+nvidia-smi topo -m 2>/dev/null | head -8
 missing=$(ldd "$build/bin/egmstore" "$build/tests/gpu_test_gpu_nvlink" | grep "not found" | sort -u)
 [ -n "$missing" ] && echo "missing libraries: $missing"
+
+# EGM pool setup timing: a 64 GiB pool (auto NUMA nodes, 1 GiB chunks) with 1,
+# 4 and 16 allocation threads; setup and teardown wall times from the log.
+egm_setup() {
+    local bin="$build/bin/egmstore" size=${EGM_POOL_SIZE:-64GiB}
+    echo "== egm pool plan ($size)"
+    "$bin" provider --plan-only --enable-egm-store-pool true --global-segment-size "$size" \
+        --max-mr-size 1GiB
+    "$bin" master --port 50061 --listen-address 127.0.0.1 --log-level warn > "$out/egm-master.log" 2>&1 &
+    local master=$!
+    sleep 1
+    for threads in 1 4 16; do
+        local log="$out/egm-provider-t$threads.log"
+        "$bin" provider --master 127.0.0.1:50061 --enable-egm-store-pool true \
+            --global-segment-size "$size" --max-mr-size 1GiB --egm-setup-threads "$threads" \
+            --provider-http-port 0 --local-hostname 127.0.0.1 > "$log" 2>&1 &
+        local provider=$!
+        for i in $(seq 1 600); do grep -q "provider ready" "$log" && break; sleep 0.2; done
+        grep -h "provider ready\|EGM pool setup:\|vmm pool:" "$log"
+        local t0=$(date +%s.%N)
+        kill -TERM "$provider"; wait "$provider"; local prc=$?
+        local t1=$(date +%s.%N)
+        echo "egm setup threads=$threads: provider exit $prc, teardown $(awk "BEGIN{print $t1 - $t0}") s"
+    done
+    kill -TERM "$master"; wait "$master"
+}
+
+if [ "${3:-all}" = "egm" ]; then
+    egm_setup
+    exit 0
+fi
 
 echo "== gpu tests"
 rc=0
@@ -38,5 +70,6 @@ cat "$out/provider.log"
 timeout 400 "$build/bin/egm-gpu-bench" --master 127.0.0.1:50051 --out "$out/gpu-bench.json" || rc=1
 kill -TERM "$provider"; wait "$provider"; echo "provider exit $?"
 kill -TERM "$master"; wait "$master"; echo "master exit $?"
+egm_setup
 echo "gpu suite rc=$rc"
 exit $rc

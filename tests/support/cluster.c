@@ -82,6 +82,7 @@ int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size, const
     if (egm__process_wait_line(&cluster->providers[index], "egmstore provider ready", line,
                                sizeof(line), START_TIMEOUT_MS) != EGM_OK)
         return -1;
+    snprintf(cluster->provider_ready[index], sizeof(cluster->provider_ready[index]), "%s", line);
     return index;
 }
 

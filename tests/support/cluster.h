@@ -14,6 +14,7 @@ typedef struct {
     egm_process_t master;
     egm_process_t providers[EGM_TEST_MAX_PROVIDERS];
     int n_providers;
+    char provider_ready[EGM_TEST_MAX_PROVIDERS][512]; /* each provider's "ready" line */
     char master_addr[64];
     unsigned master_port;
 } egm_test_cluster_t;
