@@ -244,6 +244,101 @@ static void test_fault_sweep_unwinds(void **state)
     assert_true(failures >= 3 * 5);
 }
 
+typedef struct {
+    uint64_t last_bytes;
+    size_t last_chunks, calls;
+    int monotonic;
+} progress_seen_t;
+
+static void on_progress(void *arg, uint64_t done, uint64_t total, size_t done_chunks,
+                        size_t total_chunks)
+{
+    progress_seen_t *p = arg;
+    if (done <= p->last_bytes || done_chunks != p->last_chunks + 1 || done > total ||
+        done_chunks > total_chunks)
+        p->monotonic = 0;
+    p->last_bytes = done;
+    p->last_chunks = done_chunks;
+    p->calls++;
+}
+
+/* Three NUMA nodes, 4 threads: the plan's split (lower ids take the
+ * remainder), every chunk on its node, progress once per chunk and in order;
+ * then a failure part way on the threads rolls everything back. */
+static void test_nodes_in_parallel(void **state)
+{
+    (void)state;
+    egm_fake_cuda_reset(2, 3);
+    static const int nodes[] = {0, 1, 2};
+    progress_seen_t seen = {.monotonic = 1};
+    egm_vmm_pool_params_t p = {.location = EGM_VMM_HOST_NUMA,
+                               .locations = nodes,
+                               .location_count = 3,
+                               .handles = EGM_VMM_HANDLES_POSIX_FD,
+                               .total = 22 * MIB + 5,
+                               .max_chunk = 4 * MIB,
+                               .allocator_alignment = 64,
+                               .threads = 4,
+                               .progress = on_progress,
+                               .progress_arg = &seen};
+    egm_vmm_pool_t *pool = NULL;
+    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_OK);
+    /* 11 units of 2 MiB: 4 + 4 + 3 -> 8, 8, 6 MiB -> chunks 4+4, 4+4, 4+2. */
+    static const int want_node[] = {0, 0, 1, 1, 2, 2};
+    static const uint64_t want_size[] = {4, 4, 4, 4, 4, 2};
+    assert_int_equal(egm__vmm_pool_chunk_count(pool), 6);
+    for (size_t i = 0; i < 6; i++) {
+        const egm_vmm_chunk_t *c = egm__vmm_pool_chunk(pool, i);
+        assert_int_equal(c->location, want_node[i]);
+        assert_int_equal(c->size, want_size[i] * MIB);
+        assert_int_equal(c->stage, EGM_VMM_CHUNK_READY);
+        assert_int_equal(c->device, -1);
+    }
+    assert_int_equal(egm__egm_plan_format(egm__vmm_pool_plan_of(pool), NULL, 0) > 0, 1);
+    assert_int_equal(seen.calls, 6);
+    assert_true(seen.monotonic);
+    assert_int_equal(seen.last_bytes, 22 * MIB);
+    assert_int_equal(egm_fake_cuda_counters().allocations, 6);
+    egm__vmm_pool_destroy(pool);
+    assert_int_equal(egm_fake_cuda_live_objects(), 0);
+
+    for (unsigned nth = 1; nth <= 6; nth++) {
+        egm_fake_cuda_fail("cuMemMap", nth, EGM_CU_ERROR_OUT_OF_MEMORY);
+        pool = NULL;
+        assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_NO_MEMORY);
+        assert_null(pool);
+        assert_non_null(strstr(egm_last_error(), "cuMemMap: CUDA_ERROR_OUT_OF_MEMORY"));
+        egm_fake_cuda_clear_failures();
+        assert_int_equal(egm_fake_cuda_live_objects(), 0);
+    }
+}
+
+/* A release step that fails keeps its chunk; the next release resumes. */
+static void test_release_resumes(void **state)
+{
+    (void)state;
+    egm_vmm_pool_params_t p =
+        params(EGM_VMM_HOST_NUMA, 0, EGM_VMM_HANDLES_POSIX_FD, 6 * MIB, 2 * MIB);
+    egm_vmm_pool_t *pool = NULL;
+    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_OK);
+    static const char *const steps[] = {"cuMemUnmap", "cuMemAddressFree", "cuMemRelease"};
+    for (size_t s = 0; s < 3; s++) {
+        egm_fake_cuda_fail(steps[s], 0, EGM_CU_ERROR_UNKNOWN);
+        egm_status_t st = egm__vmm_pool_release(pool);
+        assert_int_not_equal(st, EGM_OK);
+        assert_non_null(strstr(egm_last_error(), steps[s]));
+        assert_int_equal(egm__vmm_pool_held(pool), 3);
+        assert_int_equal(egm__vmm_pool_chunk_count(pool), 0);
+        assert_int_equal(egm__vmm_pool_cleanup_failures(pool), 3 * (s + 1));
+        assert_true(egm_fake_cuda_live_objects() > 0);
+        egm_fake_cuda_clear_failures();
+    }
+    assert_int_equal(egm__vmm_pool_release(pool), EGM_OK);
+    assert_int_equal(egm__vmm_pool_held(pool), 0);
+    assert_int_equal(egm_fake_cuda_live_objects(), 0);
+    egm__vmm_pool_destroy(pool);
+}
+
 /* What a provider client does with a VMM pool: expose every chunk, and a
  * consumer moves bytes in and out of them from GPU memory over nvlink. */
 static void serve(egm_vmm_location_t loc, int id, egm_vmm_handles_t handles)
@@ -351,6 +446,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auto_and_fabric_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_sweep_unwinds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nodes_in_parallel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_serve_host_numa_posix_fd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_serve_host_numa_fabric, setup, teardown),
         cmocka_unit_test_setup_teardown(test_serve_device_posix_fd, setup, teardown),
