@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include "client/client_int.h"
 #include "cuda/driver.h"
@@ -382,6 +383,35 @@ static void test_fault_sweep_fabric_granted(void **state)
     fault_sweep(1);
 }
 
+/* A master that goes away: health turns master_unreachable (and the pool is
+ * still this client's to withdraw; close then fails with cleanup_pending,
+ * since the master cannot confirm the unmount, and keeps the memory). */
+static void test_master_unreachable(void **state)
+{
+    (void)state;
+    egm_test_cluster_t own;
+    assert_int_equal(egm_test_start_master(&own, NULL), 0);
+    egm_config_t *c = pool_config((const char *const[]){"ping_interval_ms=50", NULL});
+    assert_int_equal(egm_config_set(c, "master_server_addr", own.master_addr), EGM_OK);
+    egm_client_t *client = NULL;
+    assert_int_equal(egm_client_create(c, &client), EGM_OK);
+    egm_config_destroy(c);
+    assert_int_equal(egm_client_health(client), EGM_HEALTH_HEALTHY);
+    egm_test_cluster_stop(&own);
+    /* Bounded wait for the next failed ping (no timing asserted). */
+    for (int i = 0; i < 400 && egm_client_health(client) != EGM_HEALTH_MASTER_UNREACHABLE; i++)
+        usleep(25 * 1000);
+    assert_int_equal(egm_client_health(client), EGM_HEALTH_MASTER_UNREACHABLE);
+    assert_int_not_equal(egm_client_close(client), EGM_OK);
+    assert_true(contains(egm_last_error(), "unmount at the master"));
+    assert_int_equal(egm_client_health(client), EGM_HEALTH_CLEANUP_PENDING);
+    assert_int_equal(egm_fake_cuda_counters().allocations, POOL_CHUNKS);
+    /* destroy abandons what it cannot withdraw, to the process's exit; the
+     * fake's reset stands in for that exit here. */
+    egm_client_destroy(client);
+    egm_fake_cuda_reset(N_GPUS, N_NODES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -390,6 +420,7 @@ int main(void)
         cmocka_unit_test_setup(test_disabled_is_previous_behaviour, setup),
         cmocka_unit_test_setup(test_fault_sweep_fabric_refused, setup),
         cmocka_unit_test_setup(test_fault_sweep_fabric_granted, setup),
+        cmocka_unit_test_setup(test_master_unreachable, setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
