@@ -1,0 +1,454 @@
+/* Integration: the fake CUDA driver as libcuda.so.1 (tests/fake_libcuda) in real
+ * processes, found through LD_LIBRARY_PATH=$EGM_FAKE_CUDA_DIR. A master and a
+ * provider whose pool is HOST_NUMA VMM memory of the fake (fabric handles not
+ * permitted, as on the H200 without IMEX, so segments travel as posix_fd
+ * handles through the fd broker). The CLI round-trips bytes through that pool;
+ * client processes (this executable re-run with --client) put from and get into
+ * fake GPU memory over nvlink; every such process, and the provider after
+ * SIGTERM, leaves no live CUDA object (EGM_FAKE_CUDA_REPORT). An injected CUDA
+ * failure fails provider setup with its error name and leaves nothing behind;
+ * malformed fake settings abort the process. */
+#include <errno.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "client/client_int.h"
+#include "common/clock.h"
+#include "common/process.h"
+#include "cuda/driver.h"
+#include "support/cluster.h"
+#include "support/testutil.h"
+#include "te/te.h"
+
+#define CHILD_TIMEOUT_MS 60000
+#define GPU_LEN ((size_t)(1u << 20) + 3)
+#define CLI_LEN ((size_t)300 * 1024 + 17)
+
+/* Live-object counters of the report (egm_fake_cuda_counters_t). */
+static const char *const live_counters[] = {
+    "allocations",
+    "imports",
+    "reservations",
+    "mappings",
+    "memory_objects",
+    "fabric_names",
+    "device_allocations",
+    "pinned_host",
+    "host_registrations",
+    "streams",
+    "events",
+    "modules",
+    "live_objects",
+};
+
+static egm_test_cluster_t cluster;
+static char report_dir[64];
+static int provider = -1;
+
+/* ---- child: a library client with its buffer in fake GPU memory ---------- */
+
+static int client_fail(const char *what, egm_status_t status)
+{
+    fprintf(stderr, "fake-driver client: %s: %s (%s)\n", what, egm_status_string(status),
+            egm_last_error());
+    return 1;
+}
+
+/* --client MASTER PROTOCOL put|get KEY SEED LEN: exit 0 when the put succeeded
+ * or the get returned exactly the bytes of SEED; prints the nvlink copy count. */
+static int client_main(int argc, char **argv)
+{
+    const egm_cuda_api_t *cu = NULL;
+    egm_config_t *config = NULL;
+    egm_client_t *client = NULL;
+    egm_cu_deviceptr_t gpu = 0;
+    egm_status_t st;
+    int rc = 1;
+
+    if (argc != 8)
+        return 2;
+    const char *op = argv[4], *key = argv[5];
+    unsigned seed = (unsigned)strtoul(argv[6], NULL, 10);
+    size_t len = (size_t)strtoull(argv[7], NULL, 10);
+    unsigned char *host = malloc(len), *want = malloc(len);
+    if (host == NULL || want == NULL)
+        goto out;
+    egm_test_fill(want, len, seed);
+    if ((st = egm__cuda_load(&cu)) != EGM_OK || (st = egm__cuda_use_device(0)) != EGM_OK) {
+        client_fail("cuda", st);
+        goto out;
+    }
+    if ((st = egm_config_create(&config)) != EGM_OK ||
+        (st = egm_config_set(config, "master_server_addr", argv[2])) != EGM_OK ||
+        (st = egm_config_set(config, "protocol", argv[3])) != EGM_OK ||
+        (st = egm_config_set(config, "local_hostname", "127.0.0.1")) != EGM_OK ||
+        (st = egm_client_create(config, &client)) != EGM_OK) {
+        client_fail("client", st);
+        goto out;
+    }
+    if ((st = egm__cuda_check(cu->cuMemAlloc(&gpu, len), "cuMemAlloc")) != EGM_OK ||
+        (st = egm_register_buffer(client, (void *)(uintptr_t)gpu, len)) != EGM_OK) {
+        client_fail("gpu buffer", st);
+        goto out;
+    }
+    if (strcmp(op, "put") == 0) {
+        st = egm__cuda_check(cu->cuMemcpy(gpu, (egm_cu_deviceptr_t)(uintptr_t)want, len), "H2D");
+        if (st == EGM_OK)
+            st = egm_put_from(client, key, (void *)(uintptr_t)gpu, len, NULL);
+        if (st != EGM_OK)
+            client_fail("put", st);
+        rc = st != EGM_OK;
+    } else {
+        size_t got = 0;
+        st = egm__cuda_check(cu->cuMemsetD8(gpu, 0, len), "cuMemsetD8");
+        if (st == EGM_OK)
+            st = egm_get_into(client, key, (void *)(uintptr_t)gpu, len, &got);
+        if (st == EGM_OK)
+            st =
+                egm__cuda_check(cu->cuMemcpy((egm_cu_deviceptr_t)(uintptr_t)host, gpu, len), "D2H");
+        if (st != EGM_OK)
+            client_fail("get", st);
+        else if (got != len || memcmp(host, want, len) != 0)
+            fprintf(stderr, "fake-driver client: %s: %zu bytes back, content differs\n", key, got);
+        else
+            rc = 0;
+    }
+    egm_te_stats_t stats;
+    egm__te_stats(client->te, &stats);
+    printf("nvlink_copies %" PRIu64 "\n", stats.nvlink_copies);
+    egm_unregister_buffer(client, (void *)(uintptr_t)gpu);
+out:
+    if (gpu != 0)
+        cu->cuMemFree(gpu);
+    egm_client_destroy(client);
+    egm_config_destroy(config);
+    free(host);
+    free(want);
+    return rc;
+}
+
+/* ---- parent helpers ------------------------------------------------------ */
+
+/* Value of `name` in a report, -1 when the report or the line is missing. */
+static long long report_value(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "r");
+    char key[64];
+    unsigned long long value;
+    long long found = -1;
+    if (f == NULL)
+        return -1;
+    while (fscanf(f, "%63s %llu", key, &value) == 2)
+        if (strcmp(key, name) == 0)
+            found = (long long)value;
+    fclose(f);
+    return found;
+}
+
+/* The process that wrote `path` used the fake and released every CUDA object. */
+static void assert_nothing_live(const char *path)
+{
+    long long calls = report_value(path, "calls_total");
+    if (calls <= 0)
+        fail_msg("%s: no report, or no CUDA call was made through the fake", path);
+    for (size_t i = 0; i < sizeof(live_counters) / sizeof(live_counters[0]); i++)
+        if (report_value(path, live_counters[i]) != 0)
+            fail_msg("%s: %s = %lld, expected 0", path, live_counters[i],
+                     report_value(path, live_counters[i]));
+}
+
+static void pid_report(char *path, size_t len, pid_t pid)
+{
+    snprintf(path, len, "%s/report-%d", report_dir, (int)pid);
+}
+
+/* Runs this executable as a client process; its nvlink copy count goes to
+ * *copies_p and its report path to report. Returns the exit code. */
+static int run_client(const char *protocol, const char *op, const char *key, unsigned seed,
+                      size_t len, unsigned long long *copies_p, char *report, size_t report_len)
+{
+    char seed_text[16], len_text[32], line[256];
+    snprintf(seed_text, sizeof(seed_text), "%u", seed);
+    snprintf(len_text, sizeof(len_text), "%zu", len);
+    const char *argv[] = {egm__process_self_exe(),
+                          "--client",
+                          cluster.master_addr,
+                          protocol,
+                          op,
+                          key,
+                          seed_text,
+                          len_text,
+                          NULL};
+    egm_process_t child;
+    int code = -1;
+
+    *copies_p = 0;
+    if (egm__process_spawn((char *const *)argv, 1, &child) != EGM_OK)
+        return -1;
+    pid_report(report, report_len, child.pid);
+    uint64_t deadline = egm__now_ms() + CHILD_TIMEOUT_MS;
+    while (egm__now_ms() < deadline &&
+           egm__process_read_line(&child, line, sizeof(line), CHILD_TIMEOUT_MS) == EGM_OK)
+        sscanf(line, "nvlink_copies %llu", copies_p);
+    if (egm__process_wait(&child, 10000, &code) != EGM_OK)
+        code = -1;
+    egm__process_cleanup(&child);
+    return code;
+}
+
+/* `egmstore get KEY FILE` and compare with the bytes of seed. */
+static void cli_get_check(const char *key, const char *protocol, unsigned seed, size_t len)
+{
+    char path[128], out[4096];
+    unsigned char *want = malloc(len), *back = malloc(len + 1);
+    assert_non_null(want);
+    assert_non_null(back);
+    snprintf(path, sizeof(path), "%s/get.bin", report_dir);
+    const char *get[] = {"get", key, path, "--protocol", protocol, NULL};
+    int code = egm_test_cli(&cluster, get, NULL, 0, out, sizeof(out));
+    if (code != 0)
+        fail_msg("get %s: exit %d: %s", key, code, out);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(back, 1, len + 1, f), len);
+    fclose(f);
+    unlink(path);
+    egm_test_fill(want, len, seed);
+    assert_memory_equal(back, want, len);
+    free(want);
+    free(back);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static int setup(void **state)
+{
+    (void)state;
+    if (egm_test_start_master(&cluster, NULL) != 0)
+        return -1;
+    const char *pool[] = {"--pool-memory", "host_numa", "--max-mr-size", "16MiB", NULL};
+    provider = egm_test_start_provider(&cluster, "64MiB", pool);
+    return provider < 0 ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm_test_cluster_stop(&cluster);
+    return 0;
+}
+
+/* A host buffer reaches the VMM pool over tcp (auto); nvlink refuses host memory
+ * (the CLI's buffer). */
+static void test_cli_put_get_through_vmm_pool(void **state)
+{
+    (void)state;
+    char out[4096];
+    unsigned char *data = malloc(CLI_LEN);
+    assert_non_null(data);
+    egm_test_fill(data, CLI_LEN, 11);
+    const char *put[] = {"put", "cli/a", "-", "--protocol", "auto", NULL};
+    int code = egm_test_cli(&cluster, put, data, CLI_LEN, out, sizeof(out));
+    if (code != 0)
+        fail_msg("put: exit %d: %s", code, out);
+    cli_get_check("cli/a", "auto", 11, CLI_LEN);
+
+    const char *nv[] = {"get", "cli/a", "-", "--protocol", "nvlink", NULL};
+    assert_int_not_equal(egm_test_cli(&cluster, nv, NULL, 0, out, sizeof(out)), 0);
+    free(data);
+}
+
+/* GPU memory of one process -> pool -> GPU memory of another, over nvlink;
+ * the same bytes read by the CLI over tcp; and CLI bytes into GPU memory. */
+static void test_gpu_clients_over_nvlink(void **state)
+{
+    (void)state;
+    char report[256], out[4096];
+    unsigned long long copies = 0;
+
+    assert_int_equal(
+        run_client("nvlink", "put", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_true(copies >= 1);
+    assert_nothing_live(report);
+    assert_true(report_value(report, "bytes_copied") >= (long long)GPU_LEN);
+
+    assert_int_equal(
+        run_client("nvlink", "get", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_true(copies >= 1);
+    assert_nothing_live(report);
+    /* auto picks nvlink for a GPU buffer */
+    assert_int_equal(
+        run_client("auto", "get", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_true(copies >= 1);
+    assert_nothing_live(report);
+    /* a wrong seed must fail: the comparison is real */
+    assert_int_equal(
+        run_client("nvlink", "get", "gpu/a", 22, GPU_LEN, &copies, report, sizeof(report)), 1);
+
+    cli_get_check("gpu/a", "tcp", 21, GPU_LEN);
+
+    unsigned char *data = malloc(GPU_LEN);
+    assert_non_null(data);
+    egm_test_fill(data, GPU_LEN, 23);
+    const char *put[] = {"put", "cli/b", "-", NULL};
+    int code = egm_test_cli(&cluster, put, data, GPU_LEN, out, sizeof(out));
+    if (code != 0)
+        fail_msg("put: exit %d: %s", code, out);
+    assert_int_equal(
+        run_client("nvlink", "get", "cli/b", 23, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_true(copies >= 1);
+    assert_nothing_live(report);
+    free(data);
+}
+
+/* EGM_FAKE_CUDA_FAIL reaches the driver: a provider whose third cuMemCreate
+ * fails (the first is the refused fabric attempt) exits with the CUDA error name
+ * and rolls every allocation back. cuMemCreate because only pool setup calls it:
+ * the nth call of a function the prewarm threads also call (cuMemMap, importing
+ * the other provider's segments) would depend on thread timing. */
+static void test_injected_failure_rolls_back(void **state)
+{
+    (void)state;
+    char report[256], out[8192];
+    snprintf(report, sizeof(report), "%s/failed-provider", report_dir);
+    const char *saved = getenv("EGM_FAKE_CUDA_REPORT");
+    char *keep = saved ? strdup(saved) : NULL;
+    setenv("EGM_FAKE_CUDA_REPORT", report, 1);
+    setenv("EGM_FAKE_CUDA_FAIL", "cuMemCreate:3:CUDA_ERROR_OUT_OF_MEMORY", 1);
+    const char *args[] = {"provider",  "--pool-memory",
+                          "host_numa", "--max-mr-size",
+                          "16MiB",     "--global-segment-size",
+                          "64MiB",     "--local-hostname",
+                          "127.0.0.1", NULL};
+    int code = egm_test_cli(&cluster, args, NULL, 0, out, sizeof(out));
+    unsetenv("EGM_FAKE_CUDA_FAIL");
+    if (keep != NULL)
+        setenv("EGM_FAKE_CUDA_REPORT", keep, 1);
+    else
+        unsetenv("EGM_FAKE_CUDA_REPORT");
+    free(keep);
+    if (code == 0 || code >= 128)
+        fail_msg("provider with a failing cuMemCreate: exit %d (expected a clean failure): %s",
+                 code, out);
+    if (strstr(out, "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY") == NULL)
+        fail_msg("provider with a failing cuMemCreate: the error does not name the call and the "
+                 "CUDA error: %s",
+                 out);
+    assert_nothing_live(report);
+}
+
+/* A typo in a fake setting must abort, not run with defaults. */
+static void test_bad_settings_abort(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *value;
+    } bad[] = {
+        {"EGM_FAKE_CUDA_FAIL", "cuMemCreat:1:2"},
+        {"EGM_FAKE_CUDA_FAIL", "cuMemCreate:x:2"},
+        {"EGM_FAKE_CUDA_FAIL", "cuMemCreate:1:0"},
+        {"EGM_FAKE_CUDA_FAIL", "cuMemCreate:1:2,"},
+        {"EGM_FAKE_CUDA_FAIL", "cuMemCreate:1:CUDA_ERROR_NO_SUCH"},
+        {"EGM_FAKE_CUDA_DEVICES", "17"},
+        {"EGM_FAKE_CUDA_NUMA_NODES", "0"},
+        {"EGM_FAKE_CUDA_GRANULARITY", "3000"},
+        {"EGM_FAKE_CUDA_FABRIC", "no"},
+    };
+    char out[4096];
+    const char *exist[] = {"exist", "some/key", NULL};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *saved = getenv(bad[i].name);
+        char *keep = saved ? strdup(saved) : NULL;
+        setenv(bad[i].name, bad[i].value, 1);
+        int code = egm_test_cli(&cluster, exist, NULL, 0, out, sizeof(out));
+        if (keep != NULL)
+            setenv(bad[i].name, keep, 1);
+        else
+            unsetenv(bad[i].name);
+        free(keep);
+        if (code != 128 + SIGABRT || strstr(out, bad[i].name) == NULL)
+            fail_msg("%s=%s: exit %d, expected an abort naming it: %s", bad[i].name, bad[i].value,
+                     code, out);
+    }
+    /* The same command with valid settings runs (the key is absent: exit 1). */
+    assert_int_equal(egm_test_cli(&cluster, exist, NULL, 0, out, sizeof(out)), 1);
+}
+
+/* Runs last: SIGTERM, and the provider released every CUDA object. */
+static void test_provider_sigterm_leaves_nothing(void **state)
+{
+    (void)state;
+    char report[256];
+    egm_process_t *proc = &cluster.providers[provider];
+    pid_report(report, sizeof(report), proc->pid);
+    int code = -1;
+    assert_int_equal(egm__process_signal(proc, SIGTERM), EGM_OK);
+    assert_int_equal(egm__process_wait(proc, 15000, &code), EGM_OK);
+    assert_int_equal(code, 0);
+    assert_nothing_live(report);
+}
+
+static void remove_reports(void)
+{
+    char cmd[128];
+    if (report_dir[0] == '\0')
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", report_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", report_dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--client") == 0)
+        return client_main(argc, argv);
+
+    const char *dir = getenv("EGM_FAKE_CUDA_DIR");
+    char lib[512], path[1024];
+    if (dir == NULL || dir[0] == '\0') {
+        printf("test_fake_driver: skipped: EGM_FAKE_CUDA_DIR is not set\n");
+        return 77;
+    }
+    snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dir);
+    if (access(lib, R_OK) != 0) {
+        printf("test_fake_driver: skipped: %s: %s\n", lib, strerror(errno));
+        return 77;
+    }
+    /* Children only: this process's loader read LD_LIBRARY_PATH at start. */
+    const char *old = getenv("LD_LIBRARY_PATH");
+    snprintf(path, sizeof(path), "%s%s%s", dir, old && old[0] ? ":" : "", old ? old : "");
+    setenv("LD_LIBRARY_PATH", path, 1);
+    setenv("EGM_FAKE_CUDA_FABRIC", "0", 1); /* posix_fd handles, as on the H200 */
+    snprintf(report_dir, sizeof(report_dir), "/tmp/egm-fake-driver-XXXXXX");
+    if (mkdtemp(report_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/report-%%p", report_dir);
+    setenv("EGM_FAKE_CUDA_REPORT", path, 1);
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cli_put_get_through_vmm_pool, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_gpu_clients_over_nvlink, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_injected_failure_rolls_back, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_bad_settings_abort, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_provider_sigterm_leaves_nothing, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    remove_reports();
+    return failed;
+}
