@@ -20,6 +20,9 @@ demo: build
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
+	@echo "== the GPU suite again, on the fake CUDA driver (tests/fake_libcuda): logic only, no GPU"
+	LD_LIBRARY_PATH=$(abspath $(BUILD))/fake-cuda EGM_FAKE_CUDA_FABRIC=0 \
+		ctest --test-dir $(BUILD) --output-on-failure --timeout 600 -L gpu
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DEGM_WERROR=ON -DEGM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS)

@@ -26,29 +26,13 @@
 #include "common/process.h"
 #include "cuda/driver.h"
 #include "support/cluster.h"
+#include "support/fake_env.h"
 #include "support/testutil.h"
 #include "te/te.h"
 
 #define CHILD_TIMEOUT_MS 60000
 #define GPU_LEN ((size_t)(1u << 20) + 3)
 #define CLI_LEN ((size_t)300 * 1024 + 17)
-
-/* Live-object counters of the report (egm_fake_cuda_counters_t). */
-static const char *const live_counters[] = {
-    "allocations",
-    "imports",
-    "reservations",
-    "mappings",
-    "memory_objects",
-    "fabric_names",
-    "device_allocations",
-    "pinned_host",
-    "host_registrations",
-    "streams",
-    "events",
-    "modules",
-    "live_objects",
-};
 
 static egm_test_cluster_t cluster;
 static char report_dir[64];
@@ -138,32 +122,12 @@ out:
 
 /* ---- parent helpers ------------------------------------------------------ */
 
-/* Value of `name` in a report, -1 when the report or the line is missing. */
-static long long report_value(const char *path, const char *name)
-{
-    FILE *f = fopen(path, "r");
-    char key[64];
-    unsigned long long value;
-    long long found = -1;
-    if (f == NULL)
-        return -1;
-    while (fscanf(f, "%63s %llu", key, &value) == 2)
-        if (strcmp(key, name) == 0)
-            found = (long long)value;
-    fclose(f);
-    return found;
-}
-
 /* The process that wrote `path` used the fake and released every CUDA object. */
 static void assert_nothing_live(const char *path)
 {
-    long long calls = report_value(path, "calls_total");
-    if (calls <= 0)
-        fail_msg("%s: no report, or no CUDA call was made through the fake", path);
-    for (size_t i = 0; i < sizeof(live_counters) / sizeof(live_counters[0]); i++)
-        if (report_value(path, live_counters[i]) != 0)
-            fail_msg("%s: %s = %lld, expected 0", path, live_counters[i],
-                     report_value(path, live_counters[i]));
+    const char *problem = egm_test_fake_report_problem(path);
+    if (problem != NULL)
+        fail_msg("%s", problem);
 }
 
 static void pid_report(char *path, size_t len, pid_t pid)
@@ -279,7 +243,7 @@ static void test_gpu_clients_over_nvlink(void **state)
         run_client("nvlink", "put", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
     assert_true(copies >= 1);
     assert_nothing_live(report);
-    assert_true(report_value(report, "bytes_copied") >= (long long)GPU_LEN);
+    assert_true(egm_test_fake_report_value(report, "bytes_copied") >= (long long)GPU_LEN);
 
     assert_int_equal(
         run_client("nvlink", "get", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
@@ -412,29 +376,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--client") == 0)
         return client_main(argc, argv);
 
-    const char *dir = getenv("EGM_FAKE_CUDA_DIR");
-    char lib[512], path[1024];
-    if (dir == NULL || dir[0] == '\0') {
-        printf("test_fake_driver: skipped: EGM_FAKE_CUDA_DIR is not set\n");
-        return 77;
-    }
-    snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dir);
-    if (access(lib, R_OK) != 0) {
-        printf("test_fake_driver: skipped: %s: %s\n", lib, strerror(errno));
-        return 77;
-    }
-    /* Children only: this process's loader read LD_LIBRARY_PATH at start. */
-    const char *old = getenv("LD_LIBRARY_PATH");
-    snprintf(path, sizeof(path), "%s%s%s", dir, old && old[0] ? ":" : "", old ? old : "");
-    setenv("LD_LIBRARY_PATH", path, 1);
-    setenv("EGM_FAKE_CUDA_FABRIC", "0", 1); /* posix_fd handles, as on the H200 */
-    snprintf(report_dir, sizeof(report_dir), "/tmp/egm-fake-driver-XXXXXX");
-    if (mkdtemp(report_dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    snprintf(path, sizeof(path), "%s/report-%%p", report_dir);
-    setenv("EGM_FAKE_CUDA_REPORT", path, 1);
+    int rc = egm_test_fake_env("test_fake_driver", report_dir, sizeof(report_dir));
+    if (rc != 0)
+        return rc;
 
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cli_put_get_through_vmm_pool, egm_test_setup_alloc,

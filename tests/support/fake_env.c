@@ -1,0 +1,85 @@
+/* Environment and reports of the fake libcuda.so.1 for child processes. */
+#include "support/fake_env.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Live-object counters of a report (egm_fake_cuda_counters_t). */
+static const char *const live_counters[] = {
+    "allocations",
+    "imports",
+    "reservations",
+    "mappings",
+    "memory_objects",
+    "fabric_names",
+    "device_allocations",
+    "pinned_host",
+    "host_registrations",
+    "streams",
+    "events",
+    "modules",
+    "live_objects",
+};
+
+int egm_test_fake_env(const char *test, char *report_dir, size_t len)
+{
+    const char *dir = getenv("EGM_FAKE_CUDA_DIR");
+    char lib[512], path[1024];
+    if (dir == NULL || dir[0] == '\0') {
+        printf("%s: skipped: EGM_FAKE_CUDA_DIR is not set\n", test);
+        return 77;
+    }
+    snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dir);
+    if (access(lib, R_OK) != 0) {
+        printf("%s: skipped: %s: %s\n", test, lib, strerror(errno));
+        return 77;
+    }
+    const char *old = getenv("LD_LIBRARY_PATH");
+    snprintf(path, sizeof(path), "%s%s%s", dir, old && old[0] ? ":" : "", old ? old : "");
+    setenv("LD_LIBRARY_PATH", path, 1);
+    setenv("EGM_FAKE_CUDA_FABRIC", "0", 1);
+    snprintf(report_dir, len, "/tmp/egm-fake-XXXXXX");
+    if (mkdtemp(report_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(path, sizeof(path), "%s/report-%%p", report_dir);
+    setenv("EGM_FAKE_CUDA_REPORT", path, 1);
+    return 0;
+}
+
+long long egm_test_fake_report_value(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "r");
+    char key[64];
+    unsigned long long value;
+    long long found = -1;
+    if (f == NULL)
+        return -1;
+    while (fscanf(f, "%63s %llu", key, &value) == 2)
+        if (strcmp(key, name) == 0)
+            found = (long long)value;
+    fclose(f);
+    return found;
+}
+
+const char *egm_test_fake_report_problem(const char *path)
+{
+    static char why[512];
+    if (egm_test_fake_report_value(path, "calls_total") <= 0) {
+        snprintf(why, sizeof(why), "%s: no report, or no CUDA call was made through the fake",
+                 path);
+        return why;
+    }
+    for (size_t i = 0; i < sizeof(live_counters) / sizeof(live_counters[0]); i++) {
+        long long v = egm_test_fake_report_value(path, live_counters[i]);
+        if (v != 0) {
+            snprintf(why, sizeof(why), "%s: %s = %lld, expected 0", path, live_counters[i], v);
+            return why;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,21 @@
+/* Child processes on the fake CUDA driver: the shim libcuda.so.1 built in
+ * EGM_FAKE_CUDA_DIR (tests/fake_libcuda), configured by EGM_FAKE_CUDA_*
+ * variables, writes its live-object counters to EGM_FAKE_CUDA_REPORT at exit. */
+#ifndef EGM_TEST_FAKE_ENV_H
+#define EGM_TEST_FAKE_ENV_H
+
+#include <stddef.h>
+
+/* Makes processes started from now load the shim (LD_LIBRARY_PATH; this
+ * process's loader is not affected), with posix_fd handles as on the H200
+ * (EGM_FAKE_CUDA_FABRIC=0) and reports in a fresh directory written to
+ * report_dir as <dir>/report-<pid>. Returns 0, or 77 (printed why) when the
+ * shim is not built. */
+int egm_test_fake_env(const char *test, char *report_dir, size_t len);
+/* Value of `name` in a report, -1 when the report or the line is missing. */
+long long egm_test_fake_report_value(const char *path, const char *name);
+/* NULL when the report exists, shows CUDA calls and every live counter is 0;
+ * else what is wrong, in a static buffer. */
+const char *egm_test_fake_report_problem(const char *path);
+
+#endif
