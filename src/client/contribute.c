@@ -16,17 +16,22 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
-/* Segments per Mount/Unmount request: 1024 descriptors stay far below any
- * max_frame_size (about 300 bytes each). Pools of more chunks are published
- * in several requests. */
-#define SEGMENTS_PER_RPC 1024
+/* Segments per Mount/Unmount request: the master's limit (about 300 bytes
+ * each, far below max_frame_size). A pool of more chunks is published in
+ * several requests, the only case where the master may list part of it. */
+#define SEGMENTS_PER_RPC EGM_MOUNT_MAX_SEGMENTS
 
-static egm_status_t status_call(egm_client_t *client, uint16_t type, const ProtobufCMessage *req)
+/* *answered_p (optional): whether the master replied, i.e. whether the
+ * outcome is known. */
+static egm_status_t status_call(egm_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                                int *answered_p)
 {
     Egm__StatusReply *reply = NULL;
     egm_status_t status =
         egm__rpc_call_msg(client->master, type, req, &egm__status_reply__descriptor,
                           (ProtobufCMessage **)&reply, client->rpc_timeout_ms);
+    if (answered_p != NULL)
+        *answered_p = status == EGM_OK;
     if (status != EGM_OK)
         return status;
     status = reply->status;
@@ -59,8 +64,12 @@ static egm_status_t mount_range(egm_client_t *client, size_t first, size_t n)
     req.client = &client_pb;
     req.n_segments = n;
     req.segments = ptrs;
-    status = status_call(client, EGM_RPC_MOUNT_SEGMENT, &req.base);
-    if (status == EGM_OK)
+    int answered = 0;
+    status = status_call(client, EGM_RPC_MOUNT_SEGMENT, &req.base, &answered);
+    /* Without an answer (timeout, connection lost) the master may have
+     * mounted them: count them as mounted so that the rollback unmounts
+     * (SEGMENT_NOT_FOUND there means they never were). */
+    if (status == EGM_OK || !answered)
         for (size_t i = 0; i < n; i++)
             cap->mounted[first + i] = 1;
 out:
@@ -100,7 +109,7 @@ static egm_status_t unmount_range(egm_client_t *client, size_t first, size_t n)
     req.client = &client_pb;
     req.n_segments = k;
     req.segments = ptrs;
-    status = status_call(client, EGM_RPC_UNMOUNT_SEGMENT, &req.base);
+    status = status_call(client, EGM_RPC_UNMOUNT_SEGMENT, &req.base, NULL);
     if (status == EGM_ERR_SEGMENT_NOT_FOUND) {
         egm_info("unmount: %s (already gone at the master)", egm_last_error());
         status = EGM_OK;
@@ -158,10 +167,11 @@ typedef struct {
 static void on_progress(void *arg, uint64_t done, uint64_t total, size_t done_chunks,
                         size_t total_chunks)
 {
-    (void)total;
     (void)done_chunks;
     (void)total_chunks;
-    egm__progress_update(&((setup_progress_t *)arg)->bar, done);
+    setup_progress_t *p = arg;
+    p->bar.total = total; /* the plan's capacity: the request rounded down */
+    egm__progress_update(&p->bar, done);
 }
 
 /* The VMM pool parameters the config asks for (EGM pool, or pool_memory
@@ -192,6 +202,7 @@ static egm_status_t vmm_params(const egm_config_t *config, egm_vmm_pool_params_t
         .max_chunk = egm_config_get_size(config, "max_mr_size"),
         .allocator_alignment = EGM_OBJECT_ALIGN,
         .threads = (unsigned)egm_config_get_int(config, "egm_setup_threads"),
+        .locations_key = egm ? "egm_numa_nodes" : "pool_location",
     };
     *nodes_p = nodes;
     return EGM_OK;
@@ -400,8 +411,27 @@ egm_status_t egm__capacity_unmount(egm_client_t *client)
 void egm__capacity_abandon(egm_client_t *client)
 {
     egm_capacity_t *cap = &client->capacity;
+    int published = 0;
+    /* Stop serving first: nothing in this process touches the memory after. */
+    for (size_t i = cap->count; cap->exposed != NULL && i-- > 0;)
+        if (cap->exposed[i])
+            egm__te_withdraw_segment(client->te, cap->segments[i].id);
+    for (size_t i = 0; cap->mounted != NULL && i < cap->count; i++)
+        published |= cap->mounted[i];
+    /* A memfd pool may go: consumers hold their own mappings of it, and no
+     * new one can be handed out once withdrawn. */
     egm__host_pool_destroy(cap->pool);
-    egm__vmm_pool_destroy(cap->vmm); /* logs what it abandons */
+    if (published && cap->vmm != NULL) {
+        /* The master may still name these segments (until client_ttl expires
+         * this client): the CUDA memory is never released, only left to the
+         * process's exit. */
+        egm_error("pool teardown: %zu segment(s) may still be listed at the master; their "
+                  "CUDA memory is left to the process's exit",
+                  cap->count);
+        egm__vmm_pool_forget(cap->vmm);
+    } else {
+        egm__vmm_pool_destroy(cap->vmm); /* logs what it abandons */
+    }
     egm_free(cap->segments);
     egm_free(cap->exposed);
     egm_free(cap->mounted);

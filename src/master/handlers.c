@@ -408,9 +408,8 @@ static egm_segment_params_t segment_params(const Egm__SegmentDesc *d)
     };
 }
 
-/* All of the request's segments or none: a failure part way unmounts the ones
- * mounted before it, within this one reactor turn, so no client ever sees a
- * partial pool. */
+/* All of the request's segments or none (liveness checks the whole list
+ * before mounting any): no client ever sees part of a pool. */
 static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentRequest *req)
 {
     egm_id_t client = egm__id_from_pb(req->client);
@@ -422,22 +421,26 @@ static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentReq
     }
     if (req->n_segments == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment: missing");
-    for (size_t i = 0; i < req->n_segments; i++) {
+    if (req->n_segments > EGM_MOUNT_MAX_SEGMENTS)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segments: %zu in one list, at most %d",
+                              req->n_segments, EGM_MOUNT_MAX_SEGMENTS);
+    egm_segment_params_t *params =
+        egm_calloc(req->n_segments, sizeof(*params), "master.mount_params");
+    if (params == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory mounting %zu segments",
+                              req->n_segments);
+    egm_status_t result = EGM_OK;
+    for (size_t i = 0; i < req->n_segments && result == EGM_OK; i++) {
         if (req->segments[i] == NULL)
-            return egm__set_error(EGM_ERR_INVALID_ARG, "segments[%zu]: missing", i);
-        egm_segment_params_t p = segment_params(req->segments[i]);
-        egm_status_t result = egm__liveness_mount(st->liveness, client, &p, st->now_ms());
-        if (result != EGM_OK) {
-            char detail[512];
-            snprintf(detail, sizeof(detail), "%s", egm_last_error());
-            for (size_t k = i; k-- > 0;)
-                egm__liveness_unmount(st->liveness, client, egm__id_from_pb(req->segments[k]->id),
-                                      st->now_ms());
-            return egm__set_error(result, "segments[%zu] of %zu (none mounted): %s", i,
-                                  req->n_segments, detail);
-        }
+            result = egm__set_error(EGM_ERR_INVALID_ARG, "segments[%zu]: missing", i);
+        else
+            params[i] = segment_params(req->segments[i]);
     }
-    return EGM_OK;
+    if (result == EGM_OK)
+        result =
+            egm__liveness_mount_all(st->liveness, client, params, req->n_segments, st->now_ms());
+    egm_free(params);
+    return result;
 }
 
 static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload, size_t len,
@@ -474,6 +477,9 @@ static egm_status_t unmount_all(egm_master_state_t *st, const Egm__UnmountSegmen
                                      st->now_ms());
     if (req->n_segments == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment: missing");
+    if (req->n_segments > EGM_MOUNT_MAX_SEGMENTS)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segments: %zu in one list, at most %d",
+                              req->n_segments, EGM_MOUNT_MAX_SEGMENTS);
     if (egm__id_is_nil(client))
         return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
     for (size_t i = 0; i < req->n_segments; i++) {

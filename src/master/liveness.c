@@ -1,6 +1,8 @@
 /* Liveness: client id -> last time heard from; mount, unmount and expiry. */
 #include "master/liveness.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/hashmap.h"
@@ -130,6 +132,80 @@ egm_status_t egm__liveness_mount(egm_liveness_t *l, egm_id_t client,
              egm__id_format(seg->id, id_text), (unsigned long long)seg->size,
              seg->tcp_endpoint[0] ? seg->tcp_endpoint : "-",
              seg->shm_socket[0] ? seg->shm_socket : "-");
+    return EGM_OK;
+}
+
+static int compare_ids(const void *a, const void *b)
+{
+    const egm_id_t *x = a, *y = b;
+    if (x->hi != y->hi)
+        return x->hi < y->hi ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Every descriptor of a list is acceptable and no id appears twice. */
+static egm_status_t check_all(egm_liveness_t *l, egm_id_t client, egm_segment_params_t *params,
+                              size_t n)
+{
+    char id_text[EGM_ID_STRLEN];
+    for (size_t i = 0; i < n; i++) {
+        egm_segment_params_t *p = &params[i];
+        if (egm__id_is_nil(p->owner))
+            p->owner = client;
+        else if (!egm__id_equal(p->owner, client))
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "segments[%zu].owner: must be the calling client", i);
+        egm_status_t status = egm__segment_table_check(l->segments, p);
+        if (status != EGM_OK) {
+            char detail[256];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            return egm__set_error(status, "segments[%zu]: %s", i, detail);
+        }
+    }
+    egm_id_t *ids = egm_malloc(n * sizeof(*ids), "master.mount_ids");
+    if (ids == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory checking %zu segments", n);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = params[i].id;
+    qsort(ids, n, sizeof(*ids), compare_ids);
+    egm_status_t status = EGM_OK;
+    for (size_t i = 1; i < n && status == EGM_OK; i++)
+        if (egm__id_equal(ids[i], ids[i - 1]))
+            status = egm__set_error(EGM_ERR_INVALID_ARG, "segments: id %s appears twice",
+                                    egm__id_format(ids[i], id_text));
+    egm_free(ids);
+    return status;
+}
+
+egm_status_t egm__liveness_mount_all(egm_liveness_t *l, egm_id_t client,
+                                     egm_segment_params_t *params, size_t n, uint64_t now_ms)
+{
+    egm_status_t status;
+    uint64_t bytes = 0;
+
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    if ((status = check_all(l, client, params, n)) != EGM_OK)
+        return status;
+    if ((status = egm__liveness_ping(l, client, now_ms)) != EGM_OK)
+        return status;
+    for (size_t i = 0; i < n; i++) {
+        egm_segment_t *seg;
+        status = egm__segment_table_mount(l->segments, &params[i], &seg);
+        if (status != EGM_OK) {
+            for (size_t k = i; k-- > 0;)
+                egm__segment_table_unpublish(l->segments,
+                                             egm__segment_table_find(l->segments, params[k].id));
+            return status;
+        }
+        bytes += seg->size;
+        egm_debug("mounted segment %s", seg->name);
+    }
+    char id_text[EGM_ID_STRLEN];
+    egm_info("mounted %zu segments of client %s at once (%llu bytes; first %s, tcp %s, shm %s)", n,
+             egm__id_format(client, id_text), (unsigned long long)bytes, params[0].name,
+             params[0].tcp_endpoint && params[0].tcp_endpoint[0] ? params[0].tcp_endpoint : "-",
+             params[0].shm_socket && params[0].shm_socket[0] ? params[0].shm_socket : "-");
     return EGM_OK;
 }
 

@@ -24,6 +24,12 @@ egm_status_t egm__liveness_ping(egm_liveness_t *liveness, egm_id_t client, uint6
  * INVALID_ARG naming the descriptor field (egm__segment_validate). */
 egm_status_t egm__liveness_mount(egm_liveness_t *liveness, egm_id_t client,
                                  const egm_segment_params_t *params, uint64_t now_ms);
+/* Mounts all of `n` segments or none: every descriptor is checked first
+ * (owner, fields, ids unique within the list and free at the master), so a
+ * refusal changes nothing; should an insertion still fail (out of memory) the
+ * ones before it are taken back without retiring their ids. */
+egm_status_t egm__liveness_mount_all(egm_liveness_t *liveness, egm_id_t client,
+                                     egm_segment_params_t *params, size_t n, uint64_t now_ms);
 /* SEGMENT_NOT_FOUND; PERMISSION unless `client` owns it. Drops the replicas on
  * it (objects left without one are deleted) and retires its id. */
 egm_status_t egm__liveness_unmount(egm_liveness_t *liveness, egm_id_t client, egm_id_t segment,

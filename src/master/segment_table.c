@@ -127,23 +127,31 @@ static void copy_string(char *dst, const char *src, size_t max)
     dst[len] = '\0';
 }
 
-egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_params_t *p,
-                                      egm_segment_t **segment_p)
+egm_status_t egm__segment_table_check(const egm_segment_table_t *t, const egm_segment_params_t *p)
 {
-    egm_segment_t *seg;
-    uint8_t key[16];
     char id_text[EGM_ID_STRLEN];
-    egm_status_t status;
-
-    if (segment_p != NULL)
-        *segment_p = NULL;
-    status = egm__segment_validate(p);
+    egm_status_t status = egm__segment_validate(p);
     if (status != EGM_OK)
         return status;
     if (egm__segment_table_find(t, p->id) != NULL || recently_retired(t, p->id))
         return egm__set_error(
             EGM_ERR_SEGMENT_EXISTS, "segment %s is %s", egm__id_format(p->id, id_text),
             recently_retired(t, p->id) ? "retired (ids are never reused)" : "already mounted");
+    return EGM_OK;
+}
+
+egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_params_t *p,
+                                      egm_segment_t **segment_p)
+{
+    egm_segment_t *seg;
+    uint8_t key[16];
+    egm_status_t status;
+
+    if (segment_p != NULL)
+        *segment_p = NULL;
+    status = egm__segment_table_check(t, p);
+    if (status != EGM_OK)
+        return status;
     if (t->n == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 16;
         egm_segment_t **list = egm_realloc(t->list, cap * sizeof(*list), "master.segment_list");
@@ -201,7 +209,7 @@ egm_segment_t *egm__segment_table_at(const egm_segment_table_t *t, size_t i)
     return i < t->n ? t->list[i] : NULL;
 }
 
-void egm__segment_table_remove(egm_segment_table_t *t, egm_segment_t *seg)
+static void detach(egm_segment_table_t *t, egm_segment_t *seg)
 {
     uint8_t key[16];
 
@@ -211,6 +219,17 @@ void egm__segment_table_remove(egm_segment_table_t *t, egm_segment_t *seg)
     t->list[seg->index] = t->list[t->n - 1];
     t->list[seg->index]->index = seg->index;
     t->n--;
+}
+
+void egm__segment_table_unpublish(egm_segment_table_t *t, egm_segment_t *seg)
+{
+    detach(t, seg);
+    segment_free(seg);
+}
+
+void egm__segment_table_remove(egm_segment_table_t *t, egm_segment_t *seg)
+{
+    detach(t, seg);
     t->view++;
     t->retired[(t->view - 1) % t->history] = seg->id;
     if (t->retired_count < t->history)

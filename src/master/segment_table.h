@@ -66,8 +66,11 @@ void egm__segment_table_destroy(egm_segment_table_t *table);
  * nil id or owner, size < EGM_ALLOCATOR_ALIGN, empty name, strings too long,
  * unknown handle kind, fabric handle too long. */
 egm_status_t egm__segment_validate(const egm_segment_params_t *params);
-/* Validates, then adds. EGM_ERR_SEGMENT_EXISTS for an id mounted now or
- * remembered as retired (ids are never reused). */
+/* Validates and checks the id is free: EGM_ERR_SEGMENT_EXISTS for an id
+ * mounted now or remembered as retired (ids are never reused). */
+egm_status_t egm__segment_table_check(const egm_segment_table_t *table,
+                                      const egm_segment_params_t *params);
+/* Checks (egm__segment_table_check), then adds. */
 egm_status_t egm__segment_table_mount(egm_segment_table_t *table,
                                       const egm_segment_params_t *params,
                                       egm_segment_t **segment_p);
@@ -78,6 +81,10 @@ egm_segment_t *egm__segment_table_at(const egm_segment_table_t *table, size_t i)
 /* Removes and frees the segment, retires its id and bumps the view. The caller
  * has already dropped the replicas placed in it. */
 void egm__segment_table_remove(egm_segment_table_t *table, egm_segment_t *segment);
+/* Takes back a segment mounted in this same reactor turn (no replica, no
+ * client has seen it): removed and freed without retiring its id or bumping
+ * the view, so a retry may mount it again. */
+void egm__segment_table_unpublish(egm_segment_table_t *table, egm_segment_t *segment);
 
 /* Current view: the number of ids retired since the table was created. */
 uint64_t egm__segment_table_view(const egm_segment_table_t *table);

@@ -28,6 +28,7 @@ struct egm_vmm_pool {
     const egm_cuda_api_t *api;
     egm_vmm_location_t kind;
     egm_vmm_handles_t handles;
+    const char *key; /* config key of the locations, for errors */
     location_t *locs;
     size_t n_locs;
     egm_egm_plan_t *plan;
@@ -119,7 +120,9 @@ static egm_status_t prepare(egm_vmm_pool_t *pool, int handle_types, int ndev)
         if (st != EGM_OK) {
             char detail[256];
             snprintf(detail, sizeof(detail), "%s", egm_last_error());
-            return egm__set_error(st, "vmm pool: %s %d does not accept allocations: %s",
+            /* An id the driver calls invalid is a configuration mistake. */
+            return egm__set_error(st == EGM_ERR_INVALID_ARG ? EGM_ERR_CONFIG : st,
+                                  "%s: %s %d does not accept allocations: %s", pool->key,
                                   kind_name(pool->kind), l->id, detail);
         }
         if (gran == 0)
@@ -200,6 +203,7 @@ static egm_status_t pool_open(const egm_vmm_pool_params_t *p, egm_vmm_pool_t **p
     pool->api = api;
     pool->kind = p->location;
     pool->handles = p->handles;
+    pool->key = p->locations_key ? p->locations_key : "pool_location";
     pool->locs = egm_calloc(p->location_count, sizeof(*pool->locs), "pool.vmm.locations");
     if (pool->locs == NULL) {
         pool_free(pool);
@@ -380,11 +384,12 @@ egm_status_t egm__vmm_pool_create(const egm_vmm_pool_params_t *params, egm_vmm_p
         egm_info("vmm pool: global_segment_size %" PRIu64 " rounded down to %" PRIu64
                  " (alignment %" PRIu64 ")",
                  params->total, pool->plan->capacity, pool->plan->alignment);
-    pool->chunks = egm_calloc(pool->plan->chunk_count, sizeof(*pool->chunks), "pool.vmm.chunks");
+    size_t n_chunks = pool->plan->chunk_count;
+    pool->chunks = egm_calloc(n_chunks, sizeof(*pool->chunks), "pool.vmm.chunks");
     if (pool->chunks == NULL) {
         pool_free(pool);
         return egm__set_error(EGM_ERR_NO_MEMORY, "vmm pool: out of memory for %zu chunks",
-                              pool->plan->chunk_count);
+                              n_chunks);
     }
     pool->params = params;
     st = create_first(pool, params, ndev);
@@ -441,6 +446,12 @@ egm_status_t egm__vmm_pool_release(egm_vmm_pool_t *pool)
         return egm__set_error(first, "vmm pool: %zu chunk(s) not released, first %s",
                               egm__vmm_pool_held(pool), first_error);
     return EGM_OK;
+}
+
+void egm__vmm_pool_forget(egm_vmm_pool_t *pool)
+{
+    if (pool != NULL)
+        pool_free(pool);
 }
 
 void egm__vmm_pool_destroy(egm_vmm_pool_t *pool)

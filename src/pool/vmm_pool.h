@@ -47,6 +47,7 @@ typedef struct {
     uint64_t max_chunk;           /* max_mr_size */
     uint64_t allocator_alignment; /* the master allocator's; 0 = none */
     unsigned threads;             /* allocating threads; 0 or 1 = the caller's only */
+    const char *locations_key;    /* the config key naming locations, for errors */
     egm_vmm_progress_fn progress; /* optional */
     void *progress_arg;
 } egm_vmm_pool_params_t;
@@ -76,6 +77,11 @@ egm_status_t egm__vmm_pool_release(egm_vmm_pool_t *pool);
  * holds is abandoned to the process's exit (logged): never freed while it may
  * be mapped. NULL is a no-op. */
 void egm__vmm_pool_destroy(egm_vmm_pool_t *pool);
+
+/* Frees the pool's bookkeeping and leaves every CUDA resource it holds to the
+ * process's exit (for memory that may still be named elsewhere). NULL is a
+ * no-op. */
+void egm__vmm_pool_forget(egm_vmm_pool_t *pool);
 
 /* Chunks created (the plan's count once creation succeeded); chunk i is READY
  * until the pool is released. */

@@ -21,6 +21,10 @@
 /* Objects start at multiples of this within a segment (the master's
  * allocator); providers align their segment sizes to it. */
 #define EGM_OBJECT_ALIGN 64u
+/* Most segments one MountSegment/UnmountSegment list may carry: the master
+ * handles a list in one reactor turn, so it is bounded (16384 descriptors are
+ * about 5 MB and a few hundred ms). Larger pools use several lists. */
+#define EGM_MOUNT_MAX_SEGMENTS 16384
 #define EGM_FRAME_REPLY 0x1u
 #define EGM_FRAME_ERROR 0x2u /* payload is an ErrorReply */
 

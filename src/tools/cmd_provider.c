@@ -26,7 +26,6 @@
 typedef struct {
     pthread_mutex_t lock;
     egm_client_t *client; /* NULL while setting up and after teardown */
-    int setup_failed;
 } provider_state_t;
 
 static void serve_health(provider_state_t *ps, egm_http_response_t *resp)
@@ -36,8 +35,7 @@ static void serve_health(provider_state_t *ps, egm_http_response_t *resp)
     pthread_mutex_unlock(&ps->lock);
     resp->status = h == EGM_HEALTH_HEALTHY ? 200 : 503;
     resp->content_type = "application/json";
-    egm__http_printf(resp, "{\"status\":\"%s\",\"code\":%d,\"setup_failed\":%s}\n",
-                     egm_health_string(h), (int)h, ps->setup_failed ? "true" : "false");
+    egm__http_printf(resp, "{\"status\":\"%s\",\"code\":%d}\n", egm_health_string(h), (int)h);
 }
 
 static void serve_metrics(provider_state_t *ps, egm_http_response_t *resp)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "client/client_int.h"
+#include "common/alloc.h"
 #include "cuda/driver.h"
 #include "support/cluster.h"
 #include "support/fake_cuda.h"
@@ -46,11 +47,22 @@ static int group_teardown(void **state)
     return 0;
 }
 
+static uint64_t live_at_start;
+
 static int setup(void **state)
 {
     (void)state;
     egm_fake_cuda_reset(N_GPUS, N_NODES);
     egm_fake_cuda_set_fabric(1, 0); /* as on the H200: no IMEX channel */
+    live_at_start = egm__alloc_live_count();
+    return 0;
+}
+
+/* Every error path of every run gave back what it allocated. */
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
     return 0;
 }
 
@@ -222,8 +234,9 @@ static void test_config_refused(void **state)
     refused((const char *const[]){"max_mr_size=1MiB", NULL}, EGM_ERR_CONFIG,
             (const char *const[]){"max_mr_size", "2 MiB", NULL});
     /* A node the machine does not have: the driver's error, naming the node. */
-    refused((const char *const[]){"egm_numa_nodes=0,7", NULL}, EGM_ERR_INVALID_ARG,
-            (const char *const[]){"host NUMA node 7", "CUDA_ERROR_INVALID_VALUE", NULL});
+    refused((const char *const[]){"egm_numa_nodes=0,7", NULL}, EGM_ERR_CONFIG,
+            (const char *const[]){"egm_numa_nodes", "host NUMA node 7", "CUDA_ERROR_INVALID_VALUE",
+                                  NULL});
     /* auto with GPUs that report no host NUMA node, or without HOST_NUMA VMM. */
     egm_fake_cuda_set_attribute(-1, EGM_CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, -1);
     refused((const char *const[]){"egm_numa_nodes=auto", NULL}, EGM_ERR_NOT_SUPPORTED,
@@ -257,8 +270,15 @@ static void test_disabled_is_previous_behaviour(void **state)
     assert_non_null(client->capacity.pool);
     assert_null(client->capacity.vmm);
     assert_int_equal(client->capacity.segments[0].handle_kind, EGM_HANDLE_MEMFD);
-    assert_int_equal(egm_fake_cuda_calls("cuMemCreate"), 0);
-    assert_int_equal(egm_fake_cuda_calls("cuMemGetAllocationGranularity"), 0);
+    static const char *const vmm_calls[] = {"cuMemGetAllocationGranularity",
+                                            "cuMemCreate",
+                                            "cuMemAddressReserve",
+                                            "cuMemMap",
+                                            "cuMemSetAccess",
+                                            "cuMemExportToShareableHandle",
+                                            NULL};
+    for (const char *const *f = vmm_calls; *f; f++)
+        assert_int_equal(egm_fake_cuda_calls(*f), 0);
     assert_int_equal(master_segments(), POOL_CHUNKS);
     char metrics[4096];
     egm_client_metrics(client, metrics, sizeof(metrics));
@@ -406,21 +426,23 @@ static void test_master_unreachable(void **state)
     assert_true(contains(egm_last_error(), "unmount at the master"));
     assert_int_equal(egm_client_health(client), EGM_HEALTH_CLEANUP_PENDING);
     assert_int_equal(egm_fake_cuda_counters().allocations, POOL_CHUNKS);
-    /* destroy abandons what it cannot withdraw, to the process's exit; the
-     * fake's reset stands in for that exit here. */
+    /* destroy stops serving but never releases memory the master may still
+     * name: it is left to the process's exit (the fake's reset stands in). */
     egm_client_destroy(client);
+    assert_int_equal(egm_fake_cuda_counters().allocations, POOL_CHUNKS);
+    assert_int_equal(egm_fake_cuda_counters().mappings, POOL_CHUNKS);
     egm_fake_cuda_reset(N_GPUS, N_NODES);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_setup_publishes_whole_pool, setup),
-        cmocka_unit_test_setup(test_config_refused, setup),
-        cmocka_unit_test_setup(test_disabled_is_previous_behaviour, setup),
-        cmocka_unit_test_setup(test_fault_sweep_fabric_refused, setup),
-        cmocka_unit_test_setup(test_fault_sweep_fabric_granted, setup),
-        cmocka_unit_test_setup(test_master_unreachable, setup),
+        cmocka_unit_test_setup_teardown(test_setup_publishes_whole_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disabled_is_previous_behaviour, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_sweep_fabric_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_sweep_fabric_granted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_unreachable, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

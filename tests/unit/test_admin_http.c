@@ -141,7 +141,7 @@ static void test_get_path_and_query(void **state)
     assert_true(has_header(buf, "Content-Type", "application/json"));
     assert_true(has_header(buf, "Cache-Control", "no-store"));
     const char *expect = "{\"ok\":true,\"query\":\"y=1\"}\n";
-    char clen[16];
+    char clen[24];
     snprintf(clen, sizeof(clen), "%zu", strlen(expect));
     assert_true(has_header(buf, "Content-Length", clen));
     assert_string_equal(body_of(buf), expect);

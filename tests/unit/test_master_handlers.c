@@ -428,6 +428,104 @@ static void test_ping_and_list(void **state)
     egm__pb_free(&r->base);
 }
 
+/* A list mount of n segments (ids[i], size 4096 unless sizes says otherwise);
+ * answers the reply status. */
+#define LIST_MAX 8
+static egm_status_t mount_list(egm_id_t client_id, size_t n, const egm_id_t *ids,
+                               const uint64_t *sizes, int also_single)
+{
+    Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
+    Egm__SegmentDesc d[LIST_MAX], *dp[LIST_MAX];
+    Egm__Id client = EGM__ID__INIT, id[LIST_MAX];
+    char names[LIST_MAX][16];
+    Egm__StatusReply *reply;
+
+    egm__id_to_pb(client_id, &client);
+    for (size_t i = 0; i < n; i++) {
+        egm__segment_desc__init(&d[i]);
+        egm__id_to_pb(ids[i], &id[i]);
+        snprintf(names[i], sizeof(names[i]), "seg%zu", i);
+        d[i].id = &id[i];
+        d[i].size = sizes ? sizes[i] : 4096;
+        d[i].name = names[i];
+        d[i].host_id = "host-a";
+        d[i].handle_kind = EGM__HANDLE_KIND__HANDLE_MEMFD;
+        dp[i] = &d[i];
+    }
+    req.client = &client;
+    req.n_segments = n;
+    req.segments = dp;
+    if (also_single)
+        req.segment = &d[0];
+    assert_int_equal(call(EGM_RPC_MOUNT_SEGMENT, &req.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&reply),
+                     EGM_OK);
+    egm_status_t status = reply->status;
+    egm__pb_free(&reply->base);
+    return status;
+}
+
+static egm_status_t unmount_list(egm_id_t client_id, size_t n, const egm_id_t *ids)
+{
+    Egm__UnmountSegmentRequest req = EGM__UNMOUNT_SEGMENT_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT, id[LIST_MAX], *ip[LIST_MAX];
+    Egm__StatusReply *reply;
+
+    egm__id_to_pb(client_id, &client);
+    for (size_t i = 0; i < n; i++) {
+        egm__id_to_pb(ids[i], &id[i]);
+        ip[i] = &id[i];
+    }
+    req.client = &client;
+    req.n_segments = n;
+    req.segments = ip;
+    assert_int_equal(call(EGM_RPC_UNMOUNT_SEGMENT, &req.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&reply),
+                     EGM_OK);
+    egm_status_t status = reply->status;
+    egm__pb_free(&reply->base);
+    return status;
+}
+
+/* A pool's segments are mounted all or none; a refused list changes nothing
+ * (no id retired, no view change), so the same list can be retried. */
+static void test_mount_list_all_or_none(void **state)
+{
+    (void)state;
+    egm_id_t ids[4] = {egm__id_random(), egm__id_random(), egm__id_random(), egm__id_random()};
+    uint64_t view = egm__segment_table_view(st.segments);
+
+    /* Duplicate ids within the list; a bad descriptor at the end; both forms. */
+    egm_id_t dup[3] = {ids[0], ids[1], ids[0]};
+    assert_int_equal(mount_list(me, 3, dup, NULL, 0), EGM_ERR_INVALID_ARG);
+    assert_int_equal(mount_list(me, 4, ids, (const uint64_t[]){4096, 4096, 4096, 1}, 0),
+                     EGM_ERR_INVALID_ARG);
+    assert_int_equal(mount_list(me, 2, ids, NULL, 1), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__segment_table_count(st.segments), 0);
+    assert_int_equal(egm__segment_table_view(st.segments), view);
+
+    /* The same ids now mount, all four at once. */
+    assert_int_equal(mount_list(me, 4, ids, NULL, 0), EGM_OK);
+    assert_int_equal(egm__segment_table_count(st.segments), 4);
+    /* A list naming one mounted id is refused whole. */
+    egm_id_t again[2] = {egm__id_random(), ids[2]};
+    assert_int_equal(mount_list(me, 2, again, NULL, 0), EGM_ERR_SEGMENT_EXISTS);
+    assert_int_equal(egm__segment_table_count(st.segments), 4);
+
+    /* Unmount lists: another client's refused whole; a missing id reported
+     * after the others are gone. */
+    egm_id_t other = egm__id_random();
+    assert_int_equal(unmount_list(other, 2, ids), EGM_ERR_PERMISSION);
+    assert_int_equal(egm__segment_table_count(st.segments), 4);
+    egm_id_t some[3] = {ids[0], egm__id_random(), ids[1]};
+    assert_int_equal(unmount_list(me, 3, some), EGM_ERR_SEGMENT_NOT_FOUND);
+    assert_int_equal(egm__segment_table_count(st.segments), 2);
+    assert_int_equal(unmount_list(me, 2, &ids[2]), EGM_OK);
+    assert_int_equal(egm__segment_table_count(st.segments), 0);
+    /* Retired now: ids are never reused. */
+    assert_int_equal(mount_list(me, 1, ids, NULL, 0), EGM_ERR_SEGMENT_EXISTS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -435,6 +533,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_replicas_name_two_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ping_and_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mount_list_all_or_none, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
