@@ -437,7 +437,7 @@ static egm_status_t mount_list(egm_id_t client_id, size_t n, const egm_id_t *ids
     Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
     Egm__SegmentDesc d[LIST_MAX], *dp[LIST_MAX];
     Egm__Id client = EGM__ID__INIT, id[LIST_MAX];
-    char names[LIST_MAX][16];
+    char names[LIST_MAX][32];
     Egm__StatusReply *reply;
 
     egm__id_to_pb(client_id, &client);
