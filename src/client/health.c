@@ -1,7 +1,6 @@
 /* Client health and metrics (a provider's /health and /metrics report these). */
-#include <stdarg.h>
-#include <stdio.h>
 #include "client/client_int.h"
+#include "common/textbuf.h"
 
 egm_health_t egm_client_health(egm_client_t *client)
 {
@@ -31,39 +30,20 @@ const char *egm_health_string(egm_health_t health)
     return "unknown";
 }
 
-typedef struct {
-    char *buf;
-    size_t len;
-    size_t need;
-} out_t;
-
-static void out(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out(out_t *o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *dst = o->need < o->len ? o->buf + o->need : NULL;
-    size_t room = o->need < o->len ? o->len - o->need : 0;
-    int n = vsnprintf(dst, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->need += (size_t)n;
-}
-
 /* One metric: HELP, TYPE and the sample. */
-static void metric(out_t *o, const char *name, const char *type, const char *help, double value)
+static void metric(egm_textbuf_t *o, const char *name, const char *type, const char *help,
+                   double value)
 {
-    out(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+    egm__textbuf_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name,
+                        value);
 }
 
 size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
 {
-    out_t o = {buf, len, 0};
+    egm_textbuf_t o = egm__textbuf(buf, len);
     egm_capacity_view_t v = {0};
     egm_te_stats_t te = {0};
 
-    if (len > 0)
-        buf[0] = '\0';
     egm_health_t health = egm_client_health(client);
     if (client != NULL) {
         pthread_mutex_lock(&client->lock);

@@ -3,7 +3,6 @@
 
 #include <stdio.h>
 
-#include "common/alloc.h"
 #include "common/log.h"
 #include "cuda/driver.h"
 #include "pool/egm_plan.h"
@@ -76,16 +75,7 @@ static egm_status_t resolve_auto(int **nodes_p, size_t *count_p)
                               "NUMA node (CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID); list the nodes "
                               "instead (e.g. egm_numa_nodes=0)",
                               ndev);
-    int *nodes = egm_malloc(count * sizeof(*nodes), "pool.egm_nodes");
-    if (nodes == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "egm_numa_nodes: out of memory");
-    size_t k = 0;
-    for (int id = 0; id <= EGM_EGM_PLAN_MAX_NODE_ID; id++)
-        if (seen[id])
-            nodes[k++] = id;
-    *nodes_p = nodes;
-    *count_p = count;
-    return EGM_OK;
+    return egm__egm_plan_node_list(seen, count, nodes_p, count_p);
 }
 
 egm_status_t egm__egm_nodes_resolve(const char *text, int **nodes_p, size_t *count_p)

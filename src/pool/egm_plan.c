@@ -3,13 +3,13 @@
  * hundreds of TiB times small factors come close to 64 bits. */
 #include "pool/egm_plan.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/textbuf.h"
 
 #define NODES_FORM "auto or a comma-separated list of NUMA node ids 0..1023 (e.g. 0,1)"
 
@@ -253,50 +253,34 @@ egm_status_t egm__egm_plan_parse_nodes(const char *text, int *auto_p, int **node
         p++;
     }
 
+    return egm__egm_plan_node_list(seen, count, nodes_p, count_p);
+}
+
+egm_status_t egm__egm_plan_node_list(const unsigned char *seen, size_t count, int **nodes_p,
+                                     size_t *count_p)
+{
     int *nodes = egm_malloc(count * sizeof(*nodes), "egm_plan.numa_nodes");
     if (nodes == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "egm_numa_nodes: out of memory");
     size_t k = 0;
-    for (int id = 0; id <= EGM_EGM_PLAN_MAX_NODE_ID; id++)
+    for (int id = 0; id <= EGM_EGM_PLAN_MAX_NODE_ID && k < count; id++)
         if (seen[id])
             nodes[k++] = id;
     *nodes_p = nodes;
-    *count_p = count;
+    *count_p = k;
     return EGM_OK;
-}
-
-typedef struct {
-    char *buf;
-    size_t len;
-    size_t need;
-} out_t;
-
-static void out_printf(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out_printf(out_t *o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *dst = o->need < o->len ? o->buf + o->need : NULL;
-    size_t room = o->need < o->len ? o->len - o->need : 0;
-    int n = vsnprintf(dst, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->need += (size_t)n;
 }
 
 size_t egm__egm_plan_format(const egm_egm_plan_t *plan, char *buf, size_t len)
 {
     char b1[32], b2[32], b3[32], b4[32];
-    out_t o = {buf, len, 0};
-
-    if (len > 0)
-        buf[0] = '\0';
-    out_printf(
+    egm_textbuf_t o = egm__textbuf(buf, len);
+    egm__textbuf_printf(
         &o, "EGM pool plan: %s of %s requested, alignment %s, max chunk %s\n",
         exact_size(plan->capacity, b1, sizeof b1), exact_size(plan->requested, b2, sizeof b2),
         exact_size(plan->alignment, b3, sizeof b3), exact_size(plan->max_chunk, b4, sizeof b4));
-    out_printf(&o, "%-6s %-12s %-12s %8s  %s\n", "node", "granularity", "share", "chunks",
-               "chunk sizes");
+    egm__textbuf_printf(&o, "%-6s %-12s %-12s %8s  %s\n", "node", "granularity", "share", "chunks",
+                        "chunk sizes");
     for (size_t i = 0; i < plan->node_count; i++) {
         const egm_egm_plan_node_t *n = &plan->nodes[i];
         /* A node's chunks are all max_chunk except possibly the last. */
@@ -311,11 +295,11 @@ size_t egm__egm_plan_format(const egm_egm_plan_t *plan, char *buf, size_t len)
                      exact_size(plan->max_chunk, b1, sizeof b1));
         else
             snprintf(sizes, sizeof sizes, "1 x %s", exact_size(last, b2, sizeof b2));
-        out_printf(&o, "%-6d %-12s %-12s %8zu  %s\n", n->node,
-                   exact_size(n->granularity, b3, sizeof b3), exact_size(n->share, b4, sizeof b4),
-                   n->chunk_count, sizes);
+        egm__textbuf_printf(&o, "%-6d %-12s %-12s %8zu  %s\n", n->node,
+                            exact_size(n->granularity, b3, sizeof b3),
+                            exact_size(n->share, b4, sizeof b4), n->chunk_count, sizes);
     }
-    out_printf(&o, "%-6s %-12s %-12s %8zu\n", "total", "",
-               exact_size(plan->capacity, b1, sizeof b1), plan->chunk_count);
+    egm__textbuf_printf(&o, "%-6s %-12s %-12s %8zu\n", "total", "",
+                        exact_size(plan->capacity, b1, sizeof b1), plan->chunk_count);
     return o.need;
 }

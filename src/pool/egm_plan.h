@@ -77,6 +77,11 @@ void egm__egm_plan_free(egm_egm_plan_t *plan);
 egm_status_t egm__egm_plan_parse_nodes(const char *text, int *auto_p, int **nodes_p,
                                        size_t *count_p);
 
+/* The ids marked in seen[0..EGM_EGM_PLAN_MAX_NODE_ID] (count of them), in
+ * ascending order, as an egm_malloc'ed array. */
+egm_status_t egm__egm_plan_node_list(const unsigned char *seen, size_t count, int **nodes_p,
+                                     size_t *count_p);
+
 /* Writes the plan as a small table, one row per node, with snprintf's
  * contract: returns the length the whole text needs (without the NUL),
  * writes at most len bytes and always NUL-terminates when len > 0. */
