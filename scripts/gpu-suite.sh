@@ -36,12 +36,16 @@ egm_setup() {
             --global-segment-size "$size" --max-mr-size 1GiB --egm-setup-threads "$threads" \
             --provider-http-port 0 --local-hostname 127.0.0.1 > "$log" 2>&1 &
         local provider=$!
+        local free0=$(awk '/^MemFree/{print $2}' /proc/meminfo)
         for i in $(seq 1 600); do grep -q "provider ready" "$log" && break; sleep 0.2; done
+        local free1=$(awk '/^MemFree/{print $2}' /proc/meminfo)
         grep -h "provider ready\|EGM pool setup:\|vmm pool:" "$log"
         local t0=$(date +%s.%N)
         kill -TERM "$provider"; wait "$provider"; local prc=$?
         local t1=$(date +%s.%N)
+        local free2=$(awk '/^MemFree/{print $2}' /proc/meminfo)
         echo "egm setup threads=$threads: provider exit $prc, teardown $(awk "BEGIN{print $t1 - $t0}") s"
+        echo "egm setup threads=$threads: MemFree GiB before/ready/after: $(awk "BEGIN{printf \"%.1f / %.1f / %.1f\", $free0/1048576, $free1/1048576, $free2/1048576}")"
     done
     kill -TERM "$master"; wait "$master"
 }
