@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <egmstore/egmstore.h>
 #include "client/client_int.h"
 #include "common/process.h"
@@ -248,6 +249,21 @@ int main(int argc, char **argv)
     }
     if (master_segments(client) != 0) {
         fail("segments left at the master after teardown");
+        goto out;
+    }
+    /* This process imported the chunks to put: its next pings learn they are
+     * retired and drop the mappings, the last reference to the memory. */
+    egm_te_stats_t st;
+    for (int i = 0; i < 150; i++) {
+        egm__te_stats(client->te, &st);
+        if (st.nvlink_mappings_live == 0)
+            break;
+        usleep(100 * 1000);
+    }
+    printf("putter's nvlink mappings after the pool was retired: %" PRIu64 "\n",
+           st.nvlink_mappings_live);
+    if (st.nvlink_mappings_live != 0) {
+        fail("the putter kept mappings of retired segments");
         goto out;
     }
     /* The pool took about 8 GiB of free host memory and SIGTERM gave it back
