@@ -160,18 +160,14 @@ egm_status_t egm__capacity_check_config(const egm_config_t *config)
     return status;
 }
 
-typedef struct {
-    egm_progress_t bar;
-} setup_progress_t;
-
 static void on_progress(void *arg, uint64_t done, uint64_t total, size_t done_chunks,
                         size_t total_chunks)
 {
     (void)done_chunks;
     (void)total_chunks;
-    setup_progress_t *p = arg;
-    p->bar.total = total; /* the plan's capacity: the request rounded down */
-    egm__progress_update(&p->bar, done);
+    egm_progress_t *bar = arg;
+    bar->total = total; /* the plan's capacity: the request rounded down */
+    egm__progress_update(bar, done);
 }
 
 /* The VMM pool parameters the config asks for (EGM pool, or pool_memory
@@ -251,8 +247,8 @@ static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t m
         return status;
     params.total = total;
     params.max_chunk = max_chunk;
-    setup_progress_t progress;
-    egm__progress_start(&progress.bar, cap->egm ? "EGM pool setup" : "VMM pool setup", total);
+    egm_progress_t progress;
+    egm__progress_start(&progress, cap->egm ? "EGM pool setup" : "VMM pool setup", total);
     params.progress = on_progress;
     params.progress_arg = &progress;
     status = egm__vmm_pool_create(&params, &cap->vmm);
@@ -260,9 +256,9 @@ static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t m
         const egm_egm_plan_t *plan = egm__vmm_pool_plan_of(cap->vmm);
         cap->count = egm__vmm_pool_chunk_count(cap->vmm);
         cap->numa_nodes = params.location_count;
-        egm__progress_finish(&progress.bar, plan->capacity, 1);
+        egm__progress_finish(&progress, plan->capacity, 1);
     } else {
-        egm__progress_finish(&progress.bar, 0, 0);
+        egm__progress_finish(&progress, 0, 0);
         if (cap->vmm != NULL) /* a rollback step failed: retried by the next close */
             cap->cleanup_pending = 1;
     }

@@ -17,6 +17,7 @@
 #include "common/process.h"
 #include "cuda/driver.h"
 #include "support/cluster.h"
+#include "support/gpu_util.h"
 #include "support/http_get.h"
 
 #define SKIP 77
@@ -31,41 +32,6 @@ static int fail(const char *what)
     return 1;
 }
 
-static int hbm_fill(egm_cu_deviceptr_t ptr, size_t len, unsigned seed)
-{
-    unsigned char *host = malloc(len);
-    if (host == NULL)
-        return -1;
-    egm_test_fill(host, len, seed);
-    int rc = cu->cuMemcpy(ptr, (egm_cu_deviceptr_t)(uintptr_t)host, len) == EGM_CU_SUCCESS ? 0 : -1;
-    free(host);
-    return rc;
-}
-
-static int hbm_matches(egm_cu_deviceptr_t ptr, size_t len, unsigned seed)
-{
-    unsigned char *host = malloc(len), *want = malloc(len);
-    int ok = host && want &&
-             cu->cuMemcpy((egm_cu_deviceptr_t)(uintptr_t)host, ptr, len) == EGM_CU_SUCCESS;
-    if (ok) {
-        egm_test_fill(want, len, seed);
-        ok = memcmp(host, want, len) == 0;
-    }
-    free(host);
-    free(want);
-    return ok;
-}
-
-static size_t master_segments(egm_client_t *client)
-{
-    Egm__ListSegmentsReply *reply = NULL;
-    if (egm__client_list_segments(client, &reply) != EGM_OK)
-        return (size_t)-1;
-    size_t n = reply->n_segments;
-    egm__rpc_msg_free(&reply->base);
-    return n;
-}
-
 /* MemFree of /proc/meminfo in bytes (0 if unreadable). */
 static uint64_t mem_free(void)
 {
@@ -78,20 +44,6 @@ static uint64_t mem_free(void)
     if (f != NULL)
         fclose(f);
     return (uint64_t)kb * 1024;
-}
-
-static egm_client_t *client_on(const char *master, int device)
-{
-    egm_config_t *config = NULL;
-    egm_client_t *client = NULL;
-    if (egm__cuda_use_device(device) != EGM_OK || egm_config_create(&config) != EGM_OK)
-        return NULL;
-    if (egm_config_set(config, "master_server_addr", master) == EGM_OK &&
-        egm_config_set(config, "protocol", "nvlink") == EGM_OK &&
-        egm_client_create(config, &client) != EGM_OK)
-        client = NULL;
-    egm_config_destroy(config);
-    return client;
 }
 
 static int check_endpoints(unsigned port)
@@ -119,7 +71,7 @@ static int check_endpoints(unsigned port)
 /* The second process: every object into this GPU's HBM, verified there. */
 static int getter(const char *master, int device)
 {
-    egm_client_t *client = client_on(master, device);
+    egm_client_t *client = egm_test_gpu_client(master, device);
     size_t max = sizes[N_SIZES - 1];
     egm_cu_deviceptr_t dst = 0;
     if (client == NULL || cu->cuMemAlloc(&dst, max) != EGM_CU_SUCCESS ||
@@ -130,7 +82,7 @@ static int getter(const char *master, int device)
         size_t got = 0;
         snprintf(key, sizeof(key), "egm-gpu/%zu", sizes[s]);
         if (egm_get_into(client, key, (void *)(uintptr_t)dst, max, &got) != EGM_OK ||
-            got != sizes[s] || !hbm_matches(dst, got, 7u + (unsigned)s))
+            got != sizes[s] || !egm_test_hbm_matches(dst, got, 7u + (unsigned)s))
             return fail(key);
     }
     egm_te_stats_t st;
@@ -156,7 +108,7 @@ static int putter(egm_client_t *client)
     for (size_t s = 0; s < N_SIZES; s++) {
         char key[64];
         snprintf(key, sizeof(key), "egm-gpu/%zu", sizes[s]);
-        if (hbm_fill(src, sizes[s], 7u + (unsigned)s) != 0 ||
+        if (egm_test_hbm_fill(src, sizes[s], 7u + (unsigned)s) != EGM_OK ||
             egm_put_from(client, key, (void *)(uintptr_t)src, sizes[s], NULL) != EGM_OK)
             return fail(key);
     }
@@ -228,14 +180,14 @@ int main(int argc, char **argv)
     printf("%s\n", cluster.provider_ready[provider]);
     if (check_endpoints(egm_test_ready_http_port(cluster.provider_ready[provider])) != 0)
         goto out;
-    client = client_on(cluster.master_addr, 0);
+    client = egm_test_gpu_client(cluster.master_addr, 0);
     if (client == NULL) {
         fail("client");
         goto out;
     }
     if (putter(client) != 0 || run_getter(cluster.master_addr, ndev - 1) != 0)
         goto out;
-    if (master_segments(client) != 4) {
+    if (egm_test_segment_count(client) != 4) {
         fail("master should list the pool's 4 segments");
         goto out;
     }
@@ -247,7 +199,7 @@ int main(int argc, char **argv)
         fail("provider teardown");
         goto out;
     }
-    if (master_segments(client) != 0) {
+    if (egm_test_segment_count(client) != 0) {
         fail("segments left at the master after teardown");
         goto out;
     }

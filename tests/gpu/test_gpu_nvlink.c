@@ -11,6 +11,7 @@
 #include "common/process.h"
 #include "cuda/driver.h"
 #include "support/cluster.h"
+#include "support/gpu_util.h"
 
 #define SKIP 77
 static const size_t sizes[] = {4096, 65536 + 16, 1 << 20, 64 << 20};
@@ -32,51 +33,15 @@ static egm_status_t hbm_buffer(size_t len, int seed, egm_cu_deviceptr_t *ptr_p)
     egm_status_t st = egm__cuda_check(cu->cuMemAlloc(ptr_p, len), "cuMemAlloc");
     if (st != EGM_OK)
         return st;
-    unsigned char *host = malloc(len);
-    if (host == NULL)
-        return EGM_ERR_NO_MEMORY;
-    if (seed >= 0)
-        egm_test_fill(host, len, (unsigned)seed);
-    else
-        memset(host, 0, len);
-    st = egm__cuda_check(cu->cuMemcpy(*ptr_p, (egm_cu_deviceptr_t)(uintptr_t)host, len),
-                         "cuMemcpy H2D");
-    free(host);
-    return st;
-}
-
-static int hbm_matches(egm_cu_deviceptr_t ptr, size_t len, unsigned seed)
-{
-    unsigned char *host = malloc(len), *want = malloc(len);
-    int ok = host != NULL && want != NULL &&
-             cu->cuMemcpy((egm_cu_deviceptr_t)(uintptr_t)host, ptr, len) == EGM_CU_SUCCESS;
-    if (ok) {
-        egm_test_fill(want, len, seed);
-        ok = memcmp(host, want, len) == 0;
-    }
-    free(host);
-    free(want);
-    return ok;
-}
-
-static egm_client_t *client_on(const char *master, int device)
-{
-    egm_config_t *config = NULL;
-    egm_client_t *client = NULL;
-    if (egm__cuda_use_device(device) != EGM_OK || egm_config_create(&config) != EGM_OK)
-        return NULL;
-    if (egm_config_set(config, "master_server_addr", master) == EGM_OK &&
-        egm_config_set(config, "protocol", "nvlink") == EGM_OK &&
-        egm_client_create(config, &client) != EGM_OK)
-        client = NULL;
-    egm_config_destroy(config);
-    return client;
+    if (seed < 0)
+        return egm__cuda_check(cu->cuMemsetD8(*ptr_p, 0, len), "cuMemsetD8");
+    return egm_test_hbm_fill(*ptr_p, len, (unsigned)seed);
 }
 
 /* The second process: get everything into this GPU's HBM and verify it there. */
 static int getter(const char *master, int device)
 {
-    egm_client_t *client = client_on(master, device);
+    egm_client_t *client = egm_test_gpu_client(master, device);
     if (client == NULL)
         return fail("getter client", EGM_ERR_UNREACHABLE);
     size_t max = sizes[sizeof(sizes) / sizeof(sizes[0]) - 1];
@@ -92,7 +57,7 @@ static int getter(const char *master, int device)
             egm_status_t st = egm_get_into(client, key, (void *)(uintptr_t)dst, max, &got);
             if (st != EGM_OK)
                 return fail(key, st);
-            if (got != sizes[s] || !hbm_matches(dst, got, (unsigned)s + 1)) {
+            if (got != sizes[s] || !egm_test_hbm_matches(dst, got, (unsigned)s + 1)) {
                 fprintf(stderr, "test_gpu_nvlink: %s: bytes differ in GPU %d\n", key, device);
                 return 1;
             }
@@ -113,8 +78,8 @@ static int getter(const char *master, int device)
     if (st != EGM_OK)
         return fail("batch get", st);
     for (int i = 0; i < BATCH; i++)
-        if (results[i] != EGM_OK ||
-            !hbm_matches((egm_cu_deviceptr_t)(uintptr_t)dsts[i], BATCH_BLOCK, 1000u + (unsigned)i))
+        if (results[i] != EGM_OK || !egm_test_hbm_matches((egm_cu_deviceptr_t)(uintptr_t)dsts[i],
+                                                          BATCH_BLOCK, 1000u + (unsigned)i))
             return fail(keys[i], results[i] != EGM_OK ? results[i] : EGM_ERR_TRANSFER);
     egm_te_stats_t stats;
     egm__te_stats(client->te, &stats);
@@ -152,7 +117,7 @@ int main(int argc, char **argv)
         return fail("cluster", EGM_ERR_UNREACHABLE);
 
     int rc = 1;
-    egm_client_t *client = client_on(cluster.master_addr, 0);
+    egm_client_t *client = egm_test_gpu_client(cluster.master_addr, 0);
     if (client == NULL) {
         fail("putter client", EGM_ERR_UNREACHABLE);
         goto out;

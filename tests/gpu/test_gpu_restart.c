@@ -29,22 +29,12 @@ static int fail(const char *what, egm_status_t status)
     return 1;
 }
 
-static size_t count_segments(egm_client_t *client)
-{
-    Egm__ListSegmentsReply *reply = NULL;
-    if (egm__client_list_segments(client, &reply) != EGM_OK)
-        return (size_t)-1;
-    size_t n = reply->n_segments;
-    egm__rpc_msg_free(&reply->base);
-    return n;
-}
-
 static int wait_segments(egm_client_t *client, size_t want)
 {
     uint64_t deadline = egm__now_ms() + 30000;
-    while (count_segments(client) != want && egm__now_ms() < deadline)
+    while (egm_test_segment_count(client) != want && egm__now_ms() < deadline)
         egm__sleep_ms(100);
-    return count_segments(client) == want ? 0 : -1;
+    return egm_test_segment_count(client) == want ? 0 : -1;
 }
 
 static egm_status_t put_pattern(egm_client_t *client, egm_cu_deviceptr_t hbm, unsigned char *host,

@@ -88,19 +88,6 @@ static egm_config_t *pool_config(const char *const *extra)
     return c;
 }
 
-/* Segments the master lists now (any owner). */
-static size_t master_segments(void)
-{
-    egm_client_t *viewer = egm_test_client(&cluster, "auto", NULL);
-    assert_non_null(viewer);
-    Egm__ListSegmentsReply *reply = NULL;
-    assert_int_equal(egm__client_list_segments(viewer, &reply), EGM_OK);
-    size_t n = reply->n_segments;
-    egm__rpc_msg_free(&reply->base);
-    egm_client_destroy(viewer);
-    return n;
-}
-
 static void assert_nothing_left(void)
 {
     egm_fake_cuda_counters_t k = egm_fake_cuda_counters();
@@ -108,7 +95,7 @@ static void assert_nothing_left(void)
     assert_int_equal(k.reservations, 0);
     assert_int_equal(k.mappings, 0);
     assert_int_equal(egm_fake_cuda_live_objects(), 0);
-    assert_int_equal(master_segments(), 0);
+    assert_int_equal(egm_test_cluster_segments(&cluster), 0);
 }
 
 static int contains(const char *text, const char *what)
@@ -279,7 +266,7 @@ static void test_disabled_is_previous_behaviour(void **state)
                                             NULL};
     for (const char *const *f = vmm_calls; *f; f++)
         assert_int_equal(egm_fake_cuda_calls(*f), 0);
-    assert_int_equal(master_segments(), POOL_CHUNKS);
+    assert_int_equal(egm_test_cluster_segments(&cluster), POOL_CHUNKS);
     char metrics[4096];
     egm_client_metrics(client, metrics, sizeof(metrics));
     assert_true(contains(metrics, "\negmstore_pool_egm 0\n"));
@@ -372,7 +359,7 @@ static void fault_sweep(int fabric_permitted)
             assert_true(contains(metrics, "\negmstore_pool_cleanup_pending 1\n"));
             assert_true(contains(metrics, "\negmstore_pool_cleanup_failures_total 1\n"));
             /* Unpublished already; the memory it could not release is still held. */
-            assert_int_equal(master_segments(), 0);
+            assert_int_equal(egm_test_cluster_segments(&cluster), 0);
             assert_true(egm_fake_cuda_live_objects() > 0);
             egm_fake_cuda_clear_failures();
             assert_int_equal(egm_client_close(client), EGM_OK);

@@ -20,16 +20,6 @@
 #define OBJECTS 16
 #define LEN (64 * 1024 + 5)
 
-static size_t count_segments(egm_client_t *client)
-{
-    Egm__ListSegmentsReply *reply = NULL;
-    if (egm__client_list_segments(client, &reply) != EGM_OK)
-        return (size_t)-1;
-    size_t n = reply->n_segments;
-    egm__rpc_msg_free(&reply->base);
-    return n;
-}
-
 static void test_provider_sigkill(void **state)
 {
     (void)state;
@@ -53,14 +43,14 @@ static void test_provider_sigkill(void **state)
     }
     /* A survivor joins; then the first provider dies without unmounting. */
     assert_true(egm_test_start_provider(&cluster, "32MiB", NULL) >= 0);
-    assert_int_equal(count_segments(client), 2);
+    assert_int_equal(egm_test_segment_count(client), 2);
     assert_int_equal(egm__process_signal(&cluster.providers[victim], SIGKILL), EGM_OK);
     assert_int_equal(egm__process_wait(&cluster.providers[victim], 10000, NULL), EGM_OK);
 
     /* Until the master expires it, gets fail or return the exact bytes: never others. */
     assert_int_equal(egm_register_buffer(client, back, LEN), EGM_OK);
     uint64_t deadline = egm__now_ms() + 30000;
-    while (count_segments(client) != 1 && egm__now_ms() < deadline) {
+    while (egm_test_segment_count(client) != 1 && egm__now_ms() < deadline) {
         for (int i = 0; i < OBJECTS; i++) {
             size_t got = 0;
             snprintf(key, sizeof(key), "victim/%d", i);
@@ -72,7 +62,7 @@ static void test_provider_sigkill(void **state)
         }
         egm__sleep_ms(100);
     }
-    assert_int_equal(count_segments(client), 1);
+    assert_int_equal(egm_test_segment_count(client), 1);
     for (int i = 0; i < OBJECTS; i++) {
         size_t got = 0;
         snprintf(key, sizeof(key), "victim/%d", i);

@@ -28,18 +28,6 @@ static char report_dir[64];
 static const char *const egm_flags[] = {
     "--enable-egm-store-pool", "true", "--max-mr-size", "4MiB", "--provider-http-port", "0", NULL};
 
-static size_t master_segments(void)
-{
-    egm_client_t *viewer = egm_test_client(&cluster, "tcp", NULL);
-    assert_non_null(viewer);
-    Egm__ListSegmentsReply *reply = NULL;
-    assert_int_equal(egm__client_list_segments(viewer, &reply), EGM_OK);
-    size_t n = reply->n_segments;
-    egm__rpc_msg_free(&reply->base);
-    egm_client_destroy(viewer);
-    return n;
-}
-
 static void assert_nothing_live(pid_t pid)
 {
     char path[128];
@@ -78,7 +66,7 @@ static void test_plan_only(void **state)
     assert_non_null(
         strstr(out, "1      2 MiB        10 MiB              3  2 x 4 MiB + 1 x 2 MiB"));
     assert_non_null(strstr(out, "nothing allocated"));
-    assert_int_equal(master_segments(), 0);
+    assert_int_equal(egm_test_cluster_segments(&cluster), 0);
 
     /* Mistakes are usage errors (exit 2) naming the key. */
     const char *bad[] = {"provider", "--plan-only",      "--enable-egm-store-pool",
@@ -118,7 +106,7 @@ static void test_health_metrics_and_teardown(void **state)
             fail_msg("/metrics lacks %s", *w);
     }
     assert_int_equal(egm_test_http_get(port, "/nope", body, sizeof(body)), 404);
-    assert_int_equal(master_segments(), 6);
+    assert_int_equal(egm_test_cluster_segments(&cluster), 6);
 
     /* Objects through the pool from a CLI process (host memory, tcp/shm). */
     static char out[4096];
@@ -130,7 +118,7 @@ static void test_health_metrics_and_teardown(void **state)
 
     pid_t pid = cluster.providers[p].pid;
     assert_int_equal(stop_provider(p), 0);
-    assert_int_equal(master_segments(), 0);
+    assert_int_equal(egm_test_cluster_segments(&cluster), 0);
     assert_nothing_live(pid);
 }
 
@@ -149,7 +137,7 @@ static void test_setup_failure(void **state)
     assert_int_equal(code, 1);
     assert_non_null(strstr(out, "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY"));
     assert_non_null(strstr(out, "chunk 2 of 6"));
-    assert_int_equal(master_segments(), 0);
+    assert_int_equal(egm_test_cluster_segments(&cluster), 0);
 }
 
 static void test_host_pool_health(void **state)

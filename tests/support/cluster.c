@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "client/client_int.h"
 #include "common/clock.h"
 #include "support/cluster.h"
 
@@ -183,6 +184,24 @@ egm_client_t *egm_test_client(egm_test_cluster_t *cluster, const char *protocol,
 out:
     egm_config_destroy(config);
     return client;
+}
+
+size_t egm_test_segment_count(egm_client_t *client)
+{
+    Egm__ListSegmentsReply *reply = NULL;
+    if (client == NULL || egm__client_list_segments(client, &reply) != EGM_OK)
+        return (size_t)-1;
+    size_t n = reply->n_segments;
+    egm__rpc_msg_free(&reply->base);
+    return n;
+}
+
+size_t egm_test_cluster_segments(egm_test_cluster_t *cluster)
+{
+    egm_client_t *viewer = egm_test_client(cluster, "tcp", NULL);
+    size_t n = egm_test_segment_count(viewer);
+    egm_client_destroy(viewer);
+    return n;
 }
 
 static void stop_process(egm_process_t *proc)

@@ -33,6 +33,11 @@ int egm_test_cli(egm_test_cluster_t *cluster, const char *const *args, const voi
 /* A library client in this process; protocol "shm", "tcp" or "auto". */
 egm_client_t *egm_test_client(egm_test_cluster_t *cluster, const char *protocol,
                               const char *const *pairs);
+/* Segments the master lists now, asked through `client`; (size_t)-1 when the
+ * call fails. */
+size_t egm_test_segment_count(egm_client_t *client);
+/* The same through a short-lived client of the cluster's master. */
+size_t egm_test_cluster_segments(egm_test_cluster_t *cluster);
 /* SIGTERM everything, wait (bounded), then SIGKILL what is left. */
 void egm_test_cluster_stop(egm_test_cluster_t *cluster);
 /* Deterministic bytes for object seeds. */

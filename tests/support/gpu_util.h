@@ -1,0 +1,17 @@
+/* Helpers of the GPU suite (tests/gpu): HBM filled with and compared against
+ * the deterministic pattern of egm_test_fill, and a client on one GPU. */
+#ifndef EGM_TEST_GPU_UTIL_H
+#define EGM_TEST_GPU_UTIL_H
+
+#include <stddef.h>
+#include <egmstore/egmstore.h>
+#include "cuda/cuda_api.h"
+
+/* Writes the pattern of `seed` into len bytes of device memory at ptr. */
+egm_status_t egm_test_hbm_fill(egm_cu_deviceptr_t ptr, size_t len, unsigned seed);
+/* 1 when len bytes at ptr hold the pattern of `seed`. */
+int egm_test_hbm_matches(egm_cu_deviceptr_t ptr, size_t len, unsigned seed);
+/* A client of `master` with `device` current and protocol nvlink, or NULL. */
+egm_client_t *egm_test_gpu_client(const char *master, int device);
+
+#endif
