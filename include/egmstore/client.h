@@ -98,6 +98,26 @@ EGM_API egm_status_t egm_batch_get_into(egm_client_t *client, size_t n, const ch
                                         egm_status_t *results);
 EGM_API egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
                                      egm_status_t *results);
+/* Scatter-gather batches (Mooncake's batch_*_multi_buffers): key i's object is
+ * the concatenation of its parts part_addrs[f .. f + part_counts[i]) with f the
+ * sum of the earlier counts (part_lens likewise). Put: the object is the parts
+ * in order. Get: the object fills the parts in order and may be shorter than
+ * their sum (sizes_p[i] tells how long it is); a longer one answers
+ * EGM_ERR_BUFFER_TOO_SMALL. Every part must lie inside a registered range; a
+ * part count of 0 is invalid. Returns like the batch forms above. */
+EGM_API egm_status_t egm_batch_put_from_parts(egm_client_t *client, size_t n,
+                                              const char *const *keys, const size_t *part_counts,
+                                              const void *const *part_addrs,
+                                              const size_t *part_lens,
+                                              const egm_replicate_config_t *rc,
+                                              egm_status_t *results);
+EGM_API egm_status_t egm_batch_get_into_parts(egm_client_t *client, size_t n,
+                                              const char *const *keys, const size_t *part_counts,
+                                              void *const *part_addrs, const size_t *part_lens,
+                                              size_t *sizes_p, egm_status_t *results);
+/* Remove every key (one RPC); results[i] as egm_remove would answer. */
+EGM_API egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys,
+                                      int force, egm_status_t *results);
 
 #ifdef __cplusplus
 }
