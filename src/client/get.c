@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
+#include "client/parts.h"
 #include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/clock.h"
@@ -18,7 +19,13 @@ typedef struct {
     size_t order[16];              /* replicas by preference (local, shm, tcp) */
     size_t n_order;
     size_t next; /* next replica to try */
-    void *dst;
+    int active;  /* still needs its data */
+    /* where the object goes: the caller's parts, or one buffer allocated here */
+    void *const *addr;
+    const size_t *len;
+    size_t n_local;
+    void *buf;
+    size_t buf_len;
 } fetch_t;
 
 static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_desc_t *descs,
@@ -33,8 +40,8 @@ static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_d
         egm_transport_t transport;
         egm_te_op_t probe = {.segment = seg,
                              .offset = f->replicas[r].offset,
-                             .local = f->dst,
-                             .length = f->res->size,
+                             .local = f->addr[0],
+                             .length = f->res->size < f->len[0] ? f->res->size : f->len[0],
                              .dir = EGM_TE_READ};
         if (seg == NULL || egm__te_route_op(client->te, &probe, &transport) != EGM_OK)
             continue;
@@ -49,49 +56,99 @@ static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_d
     }
 }
 
-/* One round: for every fetch that still needs data, try its next replica. */
+/* One round: for every fetch that still needs data, try its next replica,
+ * one copy per local part (the object fills them in order). */
 static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *descs,
                          size_t n_descs, egm_te_op_t *ops, size_t *op_fetch)
 {
     size_t n_ops = 0;
     for (size_t j = 0; j < n; j++) {
         fetch_t *f = &fetches[j];
-        if (f->dst == NULL || f->next >= f->n_order)
+        if (!f->active || f->next >= f->n_order)
             continue;
         const egm_replica_t *rep = &f->replicas[f->order[f->next++]];
-        ops[n_ops] =
-            (egm_te_op_t){.segment = egm__client_find_segment(descs, n_descs, rep->segment),
-                          .offset = rep->offset,
-                          .local = f->dst,
-                          .length = f->res->size,
-                          .dir = EGM_TE_READ};
-        op_fetch[n_ops++] = j;
+        const egm_segment_desc_t *seg = egm__client_find_segment(descs, n_descs, rep->segment);
+        uint64_t at = 0;
+        for (size_t p = 0; p < f->n_local && at < f->res->size; p++) {
+            uint64_t len = f->res->size - at < f->len[p] ? f->res->size - at : f->len[p];
+            ops[n_ops] = (egm_te_op_t){.segment = seg,
+                                       .offset = rep->offset + at,
+                                       .local = f->addr[p],
+                                       .length = len,
+                                       .dir = EGM_TE_READ};
+            op_fetch[n_ops++] = j;
+            at += len;
+        }
     }
     return n_ops;
 }
 
+/* Points f at its destination: one buffer allocated here (parts NULL,
+ * egm_get), or the caller's parts of key i, which must hold the object and lie
+ * in registered memory (acquired for the bytes used). */
+static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *key,
+                                 const egm_parts_t *parts, size_t i, void **allocated,
+                                 int *acquired)
+{
+    uint64_t size = f->res->size;
+
+    if (parts == NULL) {
+        allocated[i] = egm_malloc(size ? size : 1, "client.get_buffer");
+        if (allocated[i] == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "no memory for %llu bytes",
+                                  (unsigned long long)size);
+        f->buf = allocated[i];
+        f->buf_len = size;
+        f->addr = &f->buf;
+        f->len = &f->buf_len;
+        f->n_local = 1;
+        return EGM_OK;
+    }
+    size_t first = egm__parts_first(parts, i), end = egm__parts_end(parts, i);
+    uint64_t cap = egm__parts_total(parts, i), at = 0;
+    if (cap < size)
+        return egm__set_error(EGM_ERR_BUFFER_TOO_SMALL,
+                              "\"%s\" has %llu bytes, the buffer%s hold%s %llu", key,
+                              (unsigned long long)size, end - first > 1 ? "s" : "",
+                              end - first > 1 ? "" : "s", (unsigned long long)cap);
+    f->addr = parts->addr + first;
+    f->len = parts->len + first;
+    f->n_local = end - first;
+    for (size_t p = first; p < end && at < size; p++) {
+        uint64_t len = size - at < parts->len[p] ? size - at : parts->len[p];
+        egm_status_t status = egm__registry_acquire(client->registry, parts->addr[p], len);
+        if (status != EGM_OK)
+            return status;
+        acquired[p - egm__parts_first(parts, 0)] = 1;
+        at += len;
+    }
+    return EGM_OK;
+}
+
 /* Copies the keys of one GetReplicaList reply (owned, freed here); started_ms
- * is when the lease was asked for. dsts NULL: allocate each object (egm_get);
- * else copy into dsts[i] of caps[i]. */
+ * is when the lease was asked for. parts NULL: allocate each object (egm_get);
+ * else copy into key i's parts. */
 static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *const *keys,
-                                void *const *dsts, const size_t *caps, void **allocated,
-                                size_t *sizes_p, egm_status_t *results, egm_keys_reply_t *reply,
-                                uint64_t started_ms)
+                                const egm_parts_t *parts, void **allocated, size_t *sizes_p,
+                                egm_status_t *results, egm_keys_reply_t *reply, uint64_t started_ms)
 {
     egm_segment_desc_t *descs = NULL;
     fetch_t *fetches = NULL;
     egm_te_op_t *ops = NULL;
     size_t *op_fetch = NULL;
     int *acquired = NULL;
+    /* the view's parts, numbered from its first key's first part */
+    size_t part0 = parts ? egm__parts_first(parts, 0) : 0;
+    size_t n_parts = parts ? egm__parts_end(parts, n - 1) - part0 : n;
     egm_status_t status;
 
     status = egm__client_reply_segments(reply, &descs);
     if (status != EGM_OK)
         goto out;
     fetches = egm_calloc(n, sizeof(*fetches), "client.get");
-    ops = egm_calloc(n, sizeof(*ops), "client.get");
-    op_fetch = egm_calloc(n, sizeof(*op_fetch), "client.get");
-    acquired = egm_calloc(n, sizeof(*acquired), "client.get");
+    ops = egm_calloc(n_parts, sizeof(*ops), "client.get");
+    op_fetch = egm_calloc(n_parts, sizeof(*op_fetch), "client.get");
+    acquired = egm_calloc(n_parts, sizeof(*acquired), "client.get");
     if (!fetches || !ops || !op_fetch || !acquired) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a get");
         goto out;
@@ -109,34 +166,17 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
         }
         if (sizes_p != NULL)
             sizes_p[i] = f->res->size;
-        if (dsts == NULL) {
-            allocated[i] = egm_malloc(f->res->size ? f->res->size : 1, "client.get_buffer");
-            if (allocated[i] == NULL) {
-                results[i] = egm__set_error(EGM_ERR_NO_MEMORY, "no memory for %llu bytes",
-                                            (unsigned long long)f->res->size);
-                continue;
-            }
-            f->dst = allocated[i];
-        } else if (caps[i] < f->res->size) {
-            results[i] = egm__set_error(EGM_ERR_BUFFER_TOO_SMALL,
-                                        "\"%s\" has %llu bytes, the buffer holds %zu", keys[i],
-                                        (unsigned long long)f->res->size, caps[i]);
+        results[i] = fetch_target(client, f, keys[i], parts, i, allocated, acquired);
+        if (results[i] != EGM_OK)
             continue;
-        } else {
-            results[i] = egm__registry_acquire(client->registry, dsts[i], f->res->size);
-            if (results[i] != EGM_OK)
-                continue;
-            acquired[i] = 1;
-            f->dst = dsts[i];
-        }
         order_replicas(client, f, descs, reply->n_segments);
         if (f->n_order == 0) {
             results[i] = egm__set_error(EGM_ERR_UNREACHABLE,
                                         "no replica of \"%s\" is reachable with protocol %s",
                                         keys[i], egm_config_get(client->config, "protocol"));
-            f->dst = NULL;
         } else {
             results[i] = EGM_ERR_TRANSFER;
+            f->active = 1;
         }
     }
 
@@ -146,12 +186,15 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
         if (n_ops == 0)
             break;
         egm__te_transfer(client->te, ops, n_ops);
-        for (size_t k = 0; k < n_ops; k++) {
-            fetch_t *f = &fetches[op_fetch[k]];
-            results[f->caller] = ops[k].status;
-            if (ops[k].status == EGM_OK)
-                f->dst = NULL; /* done */
-        }
+        /* a fetch is done when every copy of its round succeeded */
+        for (size_t k = 0; k < n_ops; k++)
+            results[fetches[op_fetch[k]].caller] = EGM_OK;
+        for (size_t k = 0; k < n_ops; k++)
+            if (ops[k].status != EGM_OK && results[fetches[op_fetch[k]].caller] == EGM_OK)
+                results[fetches[op_fetch[k]].caller] = ops[k].status;
+        for (size_t k = 0; k < n_ops; k++)
+            if (results[fetches[op_fetch[k]].caller] == EGM_OK)
+                fetches[op_fetch[k]].active = 0;
     }
 
     /* The lease protected the replicas only until it ran out. */
@@ -161,9 +204,10 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
             results[i] = egm__set_error(EGM_ERR_LEASE_EXPIRED,
                                         "\"%s\": the read lease ran out during the copy", keys[i]);
 out:
+    for (size_t p = 0; acquired != NULL && p < n_parts; p++)
+        if (acquired[p])
+            egm__registry_release(client->registry, parts->addr[part0 + p]);
     for (size_t i = 0; i < n; i++) {
-        if (acquired != NULL && acquired[i])
-            egm__registry_release(client->registry, dsts[i]);
         if (status != EGM_OK)
             results[i] = status;
         if (allocated != NULL && results[i] != EGM_OK) {
@@ -211,8 +255,7 @@ typedef struct {
     egm_pipeline_t *p;
     size_t n, n_chunks, start;
     const char *const *keys;
-    void *const *dsts;
-    const size_t *caps;
+    const egm_parts_t *parts;
     size_t *sizes_p;
     egm_status_t *results;
     egm_status_t status; /* of the lowest failed chunk */
@@ -230,9 +273,10 @@ static void copy_chunks(get_copier_t *w)
         uint64_t started_ms;
         egm_status_t st = egm__pipeline_wait(w->p, k, &reply, &started_ms);
         if (st == EGM_OK) {
-            st = fetch_reply(w->client, len, w->keys + first, w->dsts + first, w->caps + first,
-                             NULL, w->sizes_p ? w->sizes_p + first : NULL, w->results + first,
-                             reply, started_ms);
+            egm_parts_t view = egm__parts_from(w->parts, first);
+            st = fetch_reply(w->client, len, w->keys + first, &view, NULL,
+                             w->sizes_p ? w->sizes_p + first : NULL, w->results + first, reply,
+                             started_ms);
         } else {
             for (size_t i = 0; i < len; i++)
                 w->results[first + i] = st;
@@ -253,8 +297,7 @@ static void *copy_main(void *arg)
 }
 
 static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *const *keys,
-                                  void *const *dsts, const size_t *caps, size_t *sizes_p,
-                                  egm_status_t *results)
+                                  const egm_parts_t *parts, size_t *sizes_p, egm_status_t *results)
 {
     get_pipeline_t g = {.client = client, .keys = keys, .n = n};
     size_t n_chunks = egm__pipeline_n_chunks(n);
@@ -272,8 +315,7 @@ static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *co
                                     .n_chunks = n_chunks,
                                     .start = t,
                                     .keys = keys,
-                                    .dsts = dsts,
-                                    .caps = caps,
+                                    .parts = parts,
                                     .sizes_p = sizes_p,
                                     .results = results};
     /* A worker that cannot start has its chunks copied by the caller. */
@@ -299,8 +341,8 @@ static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *co
 }
 
 static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
-                              void *const *dsts, const size_t *caps, void **allocated,
-                              size_t *sizes_p, egm_status_t *results)
+                              const egm_parts_t *parts, void **allocated, size_t *sizes_p,
+                              egm_status_t *results)
 {
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
@@ -318,8 +360,8 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
     }
     if (n == 0)
         return EGM_OK;
-    if (n >= EGM_PIPELINE_MIN_KEYS && dsts != NULL)
-        return get_pipelined(client, n, keys, dsts, caps, sizes_p, results);
+    if (n >= EGM_PIPELINE_MIN_KEYS && parts != NULL)
+        return get_pipelined(client, n, keys, parts, sizes_p, results);
 
     uint64_t started_ms = egm__now_ms();
     status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, n, keys, 0, &reply);
@@ -328,7 +370,7 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
             results[i] = status;
         return status;
     }
-    return fetch_reply(client, n, keys, dsts, caps, allocated, sizes_p, results, reply, started_ms);
+    return fetch_reply(client, n, keys, parts, allocated, sizes_p, results, reply, started_ms);
 }
 
 egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_t *len_p)
@@ -339,7 +381,7 @@ egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_
 
     if (data_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "data_p must not be NULL");
-    egm_status_t status = get_batch(client, 1, &key, NULL, NULL, &data, &size, &result);
+    egm_status_t status = get_batch(client, 1, &key, NULL, &data, &size, &result);
     if (status == EGM_OK)
         status = result;
     *data_p = status == EGM_OK ? data : NULL;
@@ -358,7 +400,9 @@ egm_status_t egm_get_into(egm_client_t *client, const char *key, void *dst, size
 {
     egm_status_t result;
     size_t size = 0;
-    egm_status_t status = get_batch(client, 1, &key, &dst, &cap, NULL, &size, &result);
+    egm_parts_t parts;
+    egm__parts_init(&parts, 1, NULL, &dst, &cap);
+    egm_status_t status = get_batch(client, 1, &key, &parts, NULL, &size, &result);
     if (len_p != NULL)
         *len_p = size;
     return status != EGM_OK ? status : result;
@@ -368,7 +412,29 @@ egm_status_t egm_batch_get_into(egm_client_t *client, size_t n, const char *cons
                                 void *const *dsts, const size_t *caps, size_t *sizes_p,
                                 egm_status_t *results)
 {
+    egm_parts_t parts;
+
     if (n > 0 && (dsts == NULL || caps == NULL))
         return egm__set_error(EGM_ERR_INVALID_ARG, "dsts and caps must not be NULL");
-    return get_batch(client, n, keys, dsts, caps, NULL, sizes_p, results);
+    egm__parts_init(&parts, n, NULL, dsts, caps);
+    return get_batch(client, n, keys, &parts, NULL, sizes_p, results);
+}
+
+egm_status_t egm_batch_get_into_parts(egm_client_t *client, size_t n, const char *const *keys,
+                                      const size_t *part_counts, void *const *part_addrs,
+                                      const size_t *part_lens, size_t *sizes_p,
+                                      egm_status_t *results)
+{
+    egm_parts_t parts;
+    egm_status_t status;
+
+    if (n > 0 && (part_counts == NULL || part_addrs == NULL || part_lens == NULL))
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "part_counts, part_addrs and part_lens must not be NULL");
+    status = egm__parts_init(&parts, n, part_counts, part_addrs, part_lens);
+    if (status != EGM_OK)
+        return status;
+    status = get_batch(client, n, keys, &parts, NULL, sizes_p, results);
+    egm__parts_free(&parts);
+    return status;
 }

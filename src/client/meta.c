@@ -69,8 +69,9 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
     return status;
 }
 
-egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
-                             egm_status_t *results)
+/* A keys call over a whole batch: results[i] is key i's answer. */
+static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t n,
+                                    const char *const *keys, int force, egm_status_t *results)
 {
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
@@ -84,9 +85,21 @@ egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *
     }
     if (n == 0)
         return EGM_OK;
-    status = egm__client_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, 0, &reply);
+    status = egm__client_keys_call(client, type, n, keys, force, &reply);
     for (size_t i = 0; i < n; i++)
         results[i] = status == EGM_OK ? reply->results[i].status : status;
     egm__keys_reply_free(reply);
     return status;
+}
+
+egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
+                             egm_status_t *results)
+{
+    return batch_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, 0, results);
+}
+
+egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys, int force,
+                              egm_status_t *results)
+{
+    return batch_keys_call(client, EGM_RPC_REMOVE, n, keys, force, results);
 }

@@ -2,6 +2,7 @@
  * PutEnd, or PutRevoke for keys whose copy failed. One RPC per phase per batch. */
 #include <string.h>
 #include "client/client_int.h"
+#include "client/parts.h"
 #include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/log.h"
@@ -39,9 +40,10 @@ static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
     return egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, plan->n, reply_p);
 }
 
-/* Copies every placed key into its replicas; key_status[j] gets each key's result. */
+/* Copies every placed key into its replicas, each part of a key at its offset
+ * in the object; key_status[j] gets each key's result. */
 static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
-                                  const egm_keys_reply_t *reply, const void *const *srcs,
+                                  const egm_keys_reply_t *reply, const egm_parts_t *parts,
                                   egm_status_t *key_status)
 {
     egm_segment_desc_t *descs = NULL;
@@ -55,7 +57,8 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
         return status;
     for (size_t j = 0; j < plan->n; j++)
         if (reply->results[j].status == EGM_OK)
-            cap_ops += reply->results[j].n_replicas;
+            cap_ops += reply->results[j].n_replicas * (egm__parts_end(parts, plan->index[j]) -
+                                                       egm__parts_first(parts, plan->index[j]));
     if (cap_ops > 0) {
         ops = egm_calloc(cap_ops, sizeof(*ops), "client.put_ops");
         op_key = egm_calloc(cap_ops, sizeof(*op_key), "client.put_ops");
@@ -83,12 +86,17 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
                     egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
                 break;
             }
-            ops[n_ops] = (egm_te_op_t){.segment = seg,
-                                       .offset = rep->offset,
-                                       .local = (void *)srcs[plan->index[j]],
-                                       .length = rep->length,
-                                       .dir = EGM_TE_WRITE};
-            op_key[n_ops++] = j;
+            uint64_t at = rep->offset;
+            for (size_t p = egm__parts_first(parts, plan->index[j]);
+                 p < egm__parts_end(parts, plan->index[j]); p++) {
+                ops[n_ops] = (egm_te_op_t){.segment = seg,
+                                           .offset = at,
+                                           .local = parts->addr[p],
+                                           .length = parts->len[p],
+                                           .dir = EGM_TE_WRITE};
+                op_key[n_ops++] = j;
+                at += parts->len[p];
+            }
         }
     }
     if (n_ops > 0)
@@ -190,7 +198,7 @@ static void put_behind(void *arg, size_t k, void *reply)
 
 /* Fills key_status for every key of plan; returns the first chunk-wide failure. */
 static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
-                                  const egm_replicate_config_t *rc, const void *const *srcs,
+                                  const egm_replicate_config_t *rc, const egm_parts_t *parts,
                                   egm_status_t *key_status)
 {
     put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
@@ -206,7 +214,7 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
         void *reply;
         egm_status_t st = egm__pipeline_wait(p, k, &reply, NULL);
         if (st == EGM_OK)
-            st = copy_replicas(client, &sub, reply, srcs, chunk_status);
+            st = copy_replicas(client, &sub, reply, parts, chunk_status);
         if (st == EGM_OK) {
             egm__pipeline_release(p, k, reply, 1); /* PutEnd/PutRevoke behind */
             continue;
@@ -228,57 +236,73 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
     return status;
 }
 
+/* Validates key i of a batch and its parts (acquiring them when zero_copy);
+ * its object size out. */
+static egm_status_t check_key(egm_client_t *client, const char *key, const egm_parts_t *parts,
+                              size_t i, int zero_copy, int *acquired, uint64_t *size_p)
+{
+    egm_status_t status = egm__client_validate_key(key);
+    size_t first = egm__parts_first(parts, i), end = egm__parts_end(parts, i);
+
+    for (size_t p = first; p < end && status == EGM_OK; p++)
+        if (parts->addr[p] == NULL || parts->len[p] == 0)
+            status = egm__set_error(EGM_ERR_INVALID_ARG, "buffer %zu of \"%s\" is %s", p - first,
+                                    key, parts->addr[p] == NULL ? "NULL" : "empty");
+    *size_p = egm__parts_total(parts, i);
+    if (status == EGM_OK && *size_p == UINT64_MAX)
+        status = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "buffers of \"%s\" add up to more than "
+                                "2^64 bytes",
+                                key);
+    for (size_t p = first; p < end && status == EGM_OK && zero_copy; p++) {
+        status = egm__registry_acquire(client->registry, parts->addr[p], parts->len[p]);
+        acquired[p] = status == EGM_OK;
+    }
+    return status;
+}
+
 static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const *keys,
-                              const void *const *srcs, const size_t *lens,
-                              const egm_replicate_config_t *rc, int zero_copy,
-                              egm_status_t *results)
+                              const egm_parts_t *parts, const egm_replicate_config_t *rc,
+                              int zero_copy, egm_status_t *results)
 {
     put_plan_t plan = {0};
     egm_status_t *key_status = NULL;
     egm_keys_reply_t *reply = NULL;
     int *acquired = NULL;
+    size_t n_parts = n > 0 ? egm__parts_end(parts, n - 1) : 0;
     egm_status_t status = EGM_OK;
 
-    if (client == NULL ||
-        (n > 0 && (keys == NULL || srcs == NULL || lens == NULL || results == NULL)))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys, buffers, sizes and results "
-                                                   "must not be NULL");
     if (n == 0)
         return EGM_OK;
     plan.index = egm_calloc(n, sizeof(*plan.index), "client.put_plan");
     plan.keys = egm_calloc(n, sizeof(*plan.keys), "client.put_plan");
     plan.sizes = egm_calloc(n, sizeof(*plan.sizes), "client.put_plan");
     key_status = egm_calloc(n, sizeof(*key_status), "client.put_plan");
-    acquired = egm_calloc(n, sizeof(*acquired), "client.put_plan");
+    acquired = egm_calloc(n_parts, sizeof(*acquired), "client.put_plan");
     if (!plan.index || !plan.keys || !plan.sizes || !key_status || !acquired) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a put");
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        results[i] = egm__client_validate_key(keys[i]);
-        if (results[i] == EGM_OK && (srcs[i] == NULL || lens[i] == 0))
-            results[i] = egm__set_error(EGM_ERR_INVALID_ARG, "value of \"%s\" is empty", keys[i]);
-        if (results[i] == EGM_OK && zero_copy) {
-            results[i] = egm__registry_acquire(client->registry, srcs[i], lens[i]);
-            acquired[i] = results[i] == EGM_OK;
-        }
+        uint64_t size;
+        results[i] = check_key(client, keys[i], parts, i, zero_copy, acquired, &size);
         if (results[i] != EGM_OK)
             continue;
         plan.index[plan.n] = i;
         plan.keys[plan.n] = keys[i];
-        plan.sizes[plan.n++] = lens[i];
+        plan.sizes[plan.n++] = size;
     }
     if (plan.n == 0)
         goto out;
     if (plan.n >= EGM_PIPELINE_MIN_KEYS) {
-        status = put_pipelined(client, &plan, rc, srcs, key_status);
+        status = put_pipelined(client, &plan, rc, parts, key_status);
         for (size_t j = 0; j < plan.n; j++)
             results[plan.index[j]] = key_status[j];
         goto out;
     }
     status = put_start(client, &plan, rc, &reply);
     if (status == EGM_OK)
-        status = copy_replicas(client, &plan, reply, srcs, key_status);
+        status = copy_replicas(client, &plan, reply, parts, key_status);
     if (status == EGM_OK) {
         finish(client, &plan, reply, key_status);
         for (size_t j = 0; j < plan.n; j++)
@@ -289,9 +313,9 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
     }
     egm__keys_reply_free(reply);
 out:
-    for (size_t i = 0; acquired != NULL && i < n; i++)
-        if (acquired[i])
-            egm__registry_release(client->registry, srcs[i]);
+    for (size_t p = 0; acquired != NULL && p < n_parts; p++)
+        if (acquired[p])
+            egm__registry_release(client->registry, parts->addr[p]);
     egm_free(plan.index);
     egm_free(plan.keys);
     egm_free(plan.sizes);
@@ -300,11 +324,27 @@ out:
     return status;
 }
 
+/* One buffer per key. */
+static egm_status_t put_buffers(egm_client_t *client, size_t n, const char *const *keys,
+                                const void *const *srcs, const size_t *lens,
+                                const egm_replicate_config_t *rc, int zero_copy,
+                                egm_status_t *results)
+{
+    egm_parts_t parts;
+
+    if (client == NULL ||
+        (n > 0 && (keys == NULL || srcs == NULL || lens == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys, buffers, sizes and results "
+                                                   "must not be NULL");
+    egm__parts_init(&parts, n, NULL, (void *const *)srcs, lens);
+    return put_batch(client, n, keys, &parts, rc, zero_copy, results);
+}
+
 egm_status_t egm_put(egm_client_t *client, const char *key, const void *data, size_t len,
                      const egm_replicate_config_t *rc)
 {
     egm_status_t result;
-    egm_status_t status = put_batch(client, 1, &key, &data, &len, rc, 0, &result);
+    egm_status_t status = put_buffers(client, 1, &key, &data, &len, rc, 0, &result);
     return status != EGM_OK ? status : result;
 }
 
@@ -312,7 +352,7 @@ egm_status_t egm_put_from(egm_client_t *client, const char *key, const void *src
                           const egm_replicate_config_t *rc)
 {
     egm_status_t result;
-    egm_status_t status = put_batch(client, 1, &key, &src, &len, rc, 1, &result);
+    egm_status_t status = put_buffers(client, 1, &key, &src, &len, rc, 1, &result);
     return status != EGM_OK ? status : result;
 }
 
@@ -320,5 +360,25 @@ egm_status_t egm_batch_put_from(egm_client_t *client, size_t n, const char *cons
                                 const void *const *srcs, const size_t *lens,
                                 const egm_replicate_config_t *rc, egm_status_t *results)
 {
-    return put_batch(client, n, keys, srcs, lens, rc, 1, results);
+    return put_buffers(client, n, keys, srcs, lens, rc, 1, results);
+}
+
+egm_status_t egm_batch_put_from_parts(egm_client_t *client, size_t n, const char *const *keys,
+                                      const size_t *part_counts, const void *const *part_addrs,
+                                      const size_t *part_lens, const egm_replicate_config_t *rc,
+                                      egm_status_t *results)
+{
+    egm_parts_t parts;
+    egm_status_t status;
+
+    if (client == NULL || (n > 0 && (keys == NULL || part_counts == NULL || part_addrs == NULL ||
+                                     part_lens == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys, part_counts, part_addrs, "
+                                                   "part_lens and results must not be NULL");
+    status = egm__parts_init(&parts, n, part_counts, (void *const *)part_addrs, part_lens);
+    if (status != EGM_OK)
+        return status;
+    status = put_batch(client, n, keys, &parts, rc, 1, results);
+    egm__parts_free(&parts);
+    return status;
 }

@@ -2,7 +2,7 @@
  * in chunks of EGM_PIPELINE_CHUNK_KEYS, the last one partial) put and get over
  * shm; every key's status and bytes are checked, including keys that fail
  * (empty value: refused by the client; key already stored: refused by the
- * master) in the middle of later chunks. */
+ * master) in the middle of later chunks; the scatter-gather forms likewise. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,10 +112,83 @@ static void test_pipelined_put_get(void **state)
     free(dst);
 }
 
+/* The scatter-gather forms pipelined: every key is a K half and a V half from
+ * two separate areas (as a paged KV cache stores them), read back into other
+ * places; chunk views must find each key's parts. */
+static void test_pipelined_parts(void **state)
+{
+    (void)state;
+    enum { HALF = BLOCK / 2 };
+    size_t live = egm__alloc_live_count();
+    char(*names)[32] = calloc(N_KEYS, sizeof(*names));
+    const char **keys = calloc(N_KEYS, sizeof(*keys));
+    size_t *counts = calloc(N_KEYS, sizeof(*counts)), *sizes = calloc(N_KEYS, sizeof(*sizes));
+    void **addrs = calloc(2 * N_KEYS, sizeof(*addrs)),
+         **get_addrs = calloc(2 * N_KEYS, sizeof(*addrs));
+    size_t *lens = calloc(2 * N_KEYS, sizeof(*lens));
+    egm_status_t *results = calloc(N_KEYS, sizeof(*results));
+    unsigned char *src = malloc((size_t)N_KEYS * BLOCK), *dst = malloc((size_t)N_KEYS * BLOCK);
+    assert_true(names && keys && counts && sizes && addrs && get_addrs && lens && results && src &&
+                dst);
+
+    egm_client_t *client = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(client);
+    assert_int_equal(egm_register_buffer(client, src, (size_t)N_KEYS * BLOCK), EGM_OK);
+    assert_int_equal(egm_register_buffer(client, dst, (size_t)N_KEYS * BLOCK), EGM_OK);
+    egm_test_fill(src, (size_t)N_KEYS * BLOCK, 23);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "parts/%zu", i);
+        keys[i] = names[i];
+        counts[i] = 2;
+        addrs[2 * i] = src + i * HALF;                             /* K area */
+        addrs[2 * i + 1] = src + (size_t)N_KEYS * HALF + i * HALF; /* V area */
+        get_addrs[2 * i] = dst + (N_KEYS - 1 - i) * HALF;          /* reversed */
+        get_addrs[2 * i + 1] = dst + (size_t)N_KEYS * HALF + (N_KEYS - 1 - i) * HALF;
+        lens[2 * i] = lens[2 * i + 1] = HALF;
+    }
+    assert_int_equal(egm_batch_put_from_parts(client, N_KEYS, keys, counts,
+                                              (const void *const *)addrs, lens, NULL, results),
+                     EGM_OK);
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (results[i] != EGM_OK)
+            fail_msg("put key %zu: %d", i, results[i]);
+
+    memset(dst, 0, (size_t)N_KEYS * BLOCK);
+    assert_int_equal(
+        egm_batch_get_into_parts(client, N_KEYS, keys, counts, get_addrs, lens, sizes, results),
+        EGM_OK);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (results[i] != EGM_OK || sizes[i] != BLOCK)
+            fail_msg("get key %zu: %d, %zu bytes", i, results[i], sizes[i]);
+        if (memcmp(get_addrs[2 * i], addrs[2 * i], HALF) != 0 ||
+            memcmp(get_addrs[2 * i + 1], addrs[2 * i + 1], HALF) != 0)
+            fail_msg("get key %zu: wrong bytes", i);
+    }
+
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
+    assert_int_equal(removed, N_KEYS);
+    assert_int_equal(egm_unregister_buffer(client, src), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(client, dst), EGM_OK);
+    egm_client_destroy(client);
+    assert_int_equal(egm__alloc_live_count(), live);
+    free(names);
+    free(keys);
+    free(counts);
+    free(sizes);
+    free(addrs);
+    free(get_addrs);
+    free(lens);
+    free(results);
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipelined_put_get),
+        cmocka_unit_test(test_pipelined_parts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

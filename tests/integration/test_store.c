@@ -174,6 +174,117 @@ static void test_batches_mixed_keys(void **state)
     free(dst);
 }
 
+/* Scatter-gather batches (Mooncake's *_multi_buffers): each object is the
+ * concatenation of its parts; a get fills its parts in order and may be
+ * shorter than them. Over shm and tcp. Then a batch remove. */
+static void test_scatter_gather_batches(void **state)
+{
+    (void)state;
+    enum { N = 4, PARTS = 3, SRC_LEN = 64 * 1024 };
+    static const size_t put_lens[PARTS] = {1000, 1, 4097};
+    const size_t total = 1000 + 1 + 4097;
+    const char *protocols[] = {"shm", "tcp"};
+
+    for (size_t t = 0; t < 2; t++) {
+        egm_client_t *client = egm_test_client(&cluster, protocols[t], NULL);
+        assert_non_null(client);
+        unsigned char *src = malloc(SRC_LEN), *dst = malloc(SRC_LEN);
+        assert_non_null(src);
+        assert_non_null(dst);
+        egm_test_fill(src, SRC_LEN, 7u + (unsigned)t);
+        assert_int_equal(egm_register_buffer(client, src, SRC_LEN), EGM_OK);
+        assert_int_equal(egm_register_buffer(client, dst, SRC_LEN), EGM_OK);
+
+        char names[N][32];
+        const char *keys[N];
+        size_t counts[N];
+        const void *addrs[N * PARTS];
+        size_t lens[N * PARTS];
+        egm_status_t results[N];
+        for (size_t i = 0; i < N; i++) {
+            snprintf(names[i], sizeof(names[i]), "sg/%s/%zu", protocols[t], i);
+            keys[i] = names[i];
+            counts[i] = PARTS;
+            for (size_t p = 0; p < PARTS; p++) { /* parts scattered, out of order */
+                addrs[i * PARTS + p] = src + (PARTS - p) * 12000 + i * 100;
+                lens[i * PARTS + p] = put_lens[p];
+            }
+        }
+        assert_int_equal(
+            egm_batch_put_from_parts(client, N, keys, counts, addrs, lens, NULL, results), EGM_OK);
+        for (size_t i = 0; i < N; i++)
+            assert_int_equal(results[i], EGM_OK);
+
+        /* egm_get sees the concatenation */
+        void *whole;
+        size_t whole_len;
+        assert_int_equal(egm_get(client, keys[1], &whole, &whole_len), EGM_OK);
+        assert_int_equal(whole_len, total);
+        for (size_t p = 0, at = 0; p < PARTS; at += put_lens[p], p++)
+            assert_memory_equal((unsigned char *)whole + at, addrs[PARTS + p], put_lens[p]);
+        egm_buffer_free(whole);
+
+        /* Read back split differently: two parts of 3000 (room for 6000), the
+         * second one only partly filled; a missing key; a too-small pair. */
+        const char *get_keys[3] = {keys[2], "sg/missing", keys[3]};
+        size_t get_counts[3] = {2, 1, 2};
+        void *get_addrs[5] = {dst, dst + 20000, dst + 30000, dst + 40000, dst + 50000};
+        size_t get_lens[5] = {3000, 3000, 100, 2000, 3000};
+        size_t sizes[3];
+        egm_status_t get_results[3];
+        memset(dst, 0xEE, SRC_LEN);
+        assert_int_equal(egm_batch_get_into_parts(client, 3, get_keys, get_counts, get_addrs,
+                                                  get_lens, sizes, get_results),
+                         EGM_OK);
+        assert_int_equal(get_results[0], EGM_OK);
+        assert_int_equal(sizes[0], total);
+        unsigned char *expect = malloc(total);
+        assert_non_null(expect);
+        for (size_t p = 0, at = 0; p < PARTS; at += put_lens[p], p++)
+            memcpy(expect + at, addrs[2 * PARTS + p], put_lens[p]);
+        assert_memory_equal(dst, expect, 3000);
+        assert_memory_equal(dst + 20000, expect + 3000, total - 3000);
+        assert_int_equal(dst[20000 + total - 3000], 0xEE); /* past the object: untouched */
+        assert_int_equal(get_results[1], EGM_ERR_NOT_FOUND);
+        assert_int_equal(get_results[2], EGM_ERR_BUFFER_TOO_SMALL);
+        free(expect);
+
+        /* Whole-batch refusals: a key without parts; a part outside registered memory. */
+        size_t zero[1] = {0};
+        assert_int_equal(egm_batch_get_into_parts(client, 1, keys, zero, get_addrs, get_lens, sizes,
+                                                  get_results),
+                         EGM_ERR_INVALID_ARG);
+        assert_non_null(strstr(egm_last_error(), "part_counts[0]"));
+        unsigned char loose[16];
+        const void *mixed[2] = {src, loose};
+        size_t mixed_lens[2] = {16, 16}, two[1] = {2};
+        const char *new_key[1] = {"sg/loose"};
+        assert_int_equal(
+            egm_batch_put_from_parts(client, 1, new_key, two, mixed, mixed_lens, NULL, results),
+            EGM_OK);
+        assert_int_equal(results[0], EGM_ERR_NOT_REGISTERED);
+        assert_int_equal(egm_exist(client, "sg/loose"), EGM_ERR_NOT_FOUND);
+
+        /* Batch remove: read keys hold a lease unless forced. */
+        const char *rm_keys[3] = {keys[2], "sg/missing", keys[0]};
+        assert_int_equal(egm_batch_remove(client, 3, rm_keys, 0, results), EGM_OK);
+        assert_int_equal(results[0], EGM_ERR_HAS_LEASE);
+        assert_int_equal(results[1], EGM_ERR_NOT_FOUND);
+        assert_int_equal(results[2], EGM_OK);
+        assert_int_equal(egm_batch_remove(client, 3, rm_keys, 1, results), EGM_OK);
+        assert_int_equal(results[0], EGM_OK);
+        assert_int_equal(results[1], EGM_ERR_NOT_FOUND);
+        assert_int_equal(results[2], EGM_ERR_NOT_FOUND);
+        assert_int_equal(egm_exist(client, keys[2]), EGM_ERR_NOT_FOUND);
+
+        assert_int_equal(egm_unregister_buffer(client, src), EGM_OK);
+        assert_int_equal(egm_unregister_buffer(client, dst), EGM_OK);
+        egm_client_destroy(client);
+        free(src);
+        free(dst);
+    }
+}
+
 static void test_remove_while_leased(void **state)
 {
     (void)state;
@@ -276,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_cross_process_put_get),
         cmocka_unit_test(test_cli_errors),
         cmocka_unit_test(test_batches_mixed_keys),
+        cmocka_unit_test(test_scatter_gather_batches),
         cmocka_unit_test(test_remove_while_leased),
         cmocka_unit_test(test_two_replicas_on_distinct_providers),
         cmocka_unit_test(test_space_reuse_after_remove),
