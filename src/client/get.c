@@ -43,8 +43,12 @@ static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_d
                              .local = f->addr[0],
                              .length = f->res->size < f->len[0] ? f->res->size : f->len[0],
                              .dir = EGM_TE_READ};
-        if (seg == NULL || egm__te_route_op(client->te, &probe, &transport) != EGM_OK)
+        if (seg == NULL) {
+            egm__set_error(EGM_ERR_PROTOCOL, "the master named no segment for a replica");
             continue;
+        }
+        if (egm__te_route_op(client->te, &probe, &transport) != EGM_OK)
+            continue; /* its reason stays the thread's error */
         size_t k = f->n_order++;
         while (k > 0 && rank[k - 1] > (int)transport) {
             rank[k] = rank[k - 1];
@@ -171,9 +175,11 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
             continue;
         order_replicas(client, f, descs, reply->n_segments);
         if (f->n_order == 0) {
-            results[i] = egm__set_error(EGM_ERR_UNREACHABLE,
-                                        "no replica of \"%s\" is reachable with protocol %s",
-                                        keys[i], egm_config_get(client->config, "protocol"));
+            char reason[256];
+            snprintf(reason, sizeof(reason), "%s", egm_last_error());
+            results[i] = egm__set_error(
+                EGM_ERR_UNREACHABLE, "no replica of \"%s\" is reachable with protocol %s: %s",
+                keys[i], egm_config_get(client->config, "protocol"), reason);
         } else {
             results[i] = EGM_ERR_TRANSFER;
             f->active = 1;

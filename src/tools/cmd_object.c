@@ -86,12 +86,12 @@ int egm__cmd_put(egm_cli_t *cli)
         return EGM_EXIT_FAIL;
     }
     status = egm_put(client, cli->argv[0], data, len, NULL);
+    if (status != EGM_OK) /* before the client's teardown can replace the detail */
+        egm__cli_error("put", status);
     egm_client_destroy(client);
     egm_free(data);
-    if (status != EGM_OK) {
-        egm__cli_error(cli->argv[0], status);
+    if (status != EGM_OK)
         return EGM_EXIT_FAIL;
-    }
     printf("stored %s (%zu bytes)\n", cli->argv[0], len);
     return EGM_EXIT_OK;
 }
@@ -108,11 +108,11 @@ int egm__cmd_get(egm_cli_t *cli)
     if (client == NULL)
         return EGM_EXIT_FAIL;
     status = egm_get(client, cli->argv[0], &data, &len);
+    if (status != EGM_OK)
+        egm__cli_error("get", status);
     egm_client_destroy(client);
-    if (status != EGM_OK) {
-        fprintf(stderr, "egmstore: error: %s: %s\n", cli->argv[0], egm_status_string(status));
+    if (status != EGM_OK)
         return EGM_EXIT_FAIL;
-    }
     int to_stdout = strcmp(cli->argv[1], "-") == 0;
     FILE *f = to_stdout ? stdout : fopen(cli->argv[1], "wb");
     int ok = f != NULL && fwrite(data, 1, len, f) == len;
@@ -138,13 +138,13 @@ int egm__cmd_exist(egm_cli_t *cli)
     if (client == NULL)
         return EGM_EXIT_FAIL;
     egm_status_t status = egm_exist(client, cli->argv[0]);
+    if (status != EGM_OK)
+        egm__cli_error("exist", status);
     egm_client_destroy(client);
-    if (status == EGM_OK) {
-        printf("%s exists\n", cli->argv[0]);
-        return EGM_EXIT_OK;
-    }
-    fprintf(stderr, "egmstore: error: %s: %s\n", cli->argv[0], egm_status_string(status));
-    return EGM_EXIT_FAIL;
+    if (status != EGM_OK)
+        return EGM_EXIT_FAIL;
+    printf("%s exists\n", cli->argv[0]);
+    return EGM_EXIT_OK;
 }
 
 int egm__cmd_rm(egm_cli_t *cli)
@@ -155,12 +155,14 @@ int egm__cmd_rm(egm_cli_t *cli)
     if (client == NULL)
         return EGM_EXIT_FAIL;
     egm_status_t status = egm_remove(client, cli->argv[0], cli->force);
-    egm_client_destroy(client);
     if (status != EGM_OK) {
-        fprintf(stderr, "egmstore: error: %s: %s%s\n", cli->argv[0], egm_status_string(status),
-                status == EGM_ERR_HAS_LEASE ? " (use --force to remove it anyway)" : "");
-        return EGM_EXIT_FAIL;
+        egm__cli_error("rm", status);
+        if (status == EGM_ERR_HAS_LEASE)
+            fprintf(stderr, "egmstore: use --force to remove it anyway\n");
     }
+    egm_client_destroy(client);
+    if (status != EGM_OK)
+        return EGM_EXIT_FAIL;
     printf("removed %s\n", cli->argv[0]);
     return EGM_EXIT_OK;
 }

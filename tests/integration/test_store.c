@@ -108,6 +108,13 @@ static void test_cli_errors(void **state)
     const char *get_dup[] = {"get", "dup/key", "-", NULL};
     assert_int_equal(egm_test_cli(&cluster, get_dup, NULL, 0, out, sizeof(out)), 0);
     assert_string_equal(out, "first");
+
+    /* nvlink says why it cannot serve: no driver (CI), or the CLI's buffer is
+     * host memory (a GPU machine). */
+    const char *nvlink[] = {"get", "dup/key", "-", "--protocol", "nvlink", NULL};
+    assert_int_equal(egm_test_cli(&cluster, nvlink, NULL, 0, out, sizeof(out)), 1);
+    if (strstr(out, "no CUDA driver") == NULL)
+        assert_non_null(strstr(out, "the local buffer is host memory"));
 }
 
 static void test_batches_mixed_keys(void **state)
