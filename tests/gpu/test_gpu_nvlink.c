@@ -1,7 +1,9 @@
 /* GPU suite (label gpu; exit 77 without a CUDA driver): a provider process with
  * a HOST_NUMA pool; this process puts from GPU0's HBM; a second client process
  * on GPU1 (GPU0 when there is one GPU) gets into its HBM; bytes verified there;
- * the getter's mapping cache imports each segment once however many gets. */
+ * the getter's mapping cache imports each segment once however many gets. An
+ * object put from two HBM buffers (scatter-gather, like a KV block's K and V)
+ * is read back into two other buffers. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,9 @@
 static const size_t sizes[] = {4096, 65536 + 16, 1 << 20, 64 << 20};
 #define BATCH 256
 #define BATCH_BLOCK (64 << 10)
+/* the scatter-gather object: part lengths and pattern seeds */
+static const size_t sg_lens[2] = {40000, 30000 + 16};
+#define SG_SEED 5000
 
 static const egm_cuda_api_t *cu;
 
@@ -81,9 +86,22 @@ static int getter(const char *master, int device)
         if (results[i] != EGM_OK || !egm_test_hbm_matches((egm_cu_deviceptr_t)(uintptr_t)dsts[i],
                                                           BATCH_BLOCK, 1000u + (unsigned)i))
             return fail(keys[i], results[i] != EGM_OK ? results[i] : EGM_ERR_TRANSFER);
+    /* The scatter-gather object into two places of this GPU, second part first. */
+    const char *sg_key = "gpu/sg";
+    size_t sg_count = 2, sg_size = 0;
+    void *sg_dsts[2] = {(void *)(uintptr_t)(dst + BATCH_BLOCK), (void *)(uintptr_t)(dst)};
+    st = egm_batch_get_into_parts(client, 1, &sg_key, &sg_count, sg_dsts, sg_lens, &sg_size,
+                                  results);
+    if (st != EGM_OK || results[0] != EGM_OK)
+        return fail("scatter-gather get", st != EGM_OK ? st : results[0]);
+    for (int p = 0; p < 2; p++)
+        if (sg_size != sg_lens[0] + sg_lens[1] ||
+            !egm_test_hbm_matches((egm_cu_deviceptr_t)(uintptr_t)sg_dsts[p], sg_lens[p],
+                                  SG_SEED + (unsigned)p))
+            return fail("scatter-gather bytes", EGM_ERR_TRANSFER);
     egm_te_stats_t stats;
     egm__te_stats(client->te, &stats);
-    size_t gets = 3 * sizeof(sizes) / sizeof(sizes[0]) + BATCH;
+    size_t gets = 3 * sizeof(sizes) / sizeof(sizes[0]) + BATCH + 1;
     printf("getter on GPU %d: %zu gets verified by nvlink (%" PRIu64 " GPU copies), %" PRIu64
            " imports, %" PRIu64 " kernel launches\n",
            device, gets, stats.nvlink_copies, stats.nvlink_imports_total,
@@ -151,8 +169,31 @@ int main(int argc, char **argv)
         egm_unregister_buffer(client, (void *)(uintptr_t)src);
         cu->cuMemFree(src);
     }
+    egm_cu_deviceptr_t sg_src[2];
+    const void *sg_addrs[2];
+    size_t sg_count = 2;
+    const char *sg_key = "gpu/sg";
+    egm_status_t sg_result = EGM_ERR_TRANSFER;
+    for (int p = 0; p < 2; p++) {
+        if (hbm_buffer(sg_lens[p], SG_SEED + p, &sg_src[p]) != EGM_OK ||
+            egm_register_buffer(client, (void *)(uintptr_t)sg_src[p], sg_lens[p]) != EGM_OK) {
+            fail("scatter-gather buffer", EGM_ERR_NO_MEMORY);
+            goto out;
+        }
+        sg_addrs[p] = (const void *)(uintptr_t)sg_src[p];
+    }
+    st = egm_batch_put_from_parts(client, 1, &sg_key, &sg_count, sg_addrs, sg_lens, NULL,
+                                  &sg_result);
+    for (int p = 0; p < 2; p++) {
+        egm_unregister_buffer(client, (void *)(uintptr_t)sg_src[p]);
+        cu->cuMemFree(sg_src[p]);
+    }
+    if (st != EGM_OK || sg_result != EGM_OK) {
+        fail("scatter-gather put", st != EGM_OK ? st : sg_result);
+        goto out;
+    }
     printf("putter on GPU 0: %zu objects stored from HBM\n",
-           sizeof(sizes) / sizeof(sizes[0]) + BATCH);
+           sizeof(sizes) / sizeof(sizes[0]) + BATCH + 1);
 
     char device_text[8];
     snprintf(device_text, sizeof(device_text), "%d", get_device);
