@@ -1,0 +1,167 @@
+"""A small decoder-only transformer with a paged KV cache, for the KV-cache scenario.
+
+Weights are random from a seeded generator (no download): two processes that build the
+same Config get bit-identical weights. The KV cache is paged the way vLLM/SGLang lay it
+out: per layer one K and one V tensor of shape [num_blocks, block_size, heads, head_dim],
+so one block (page) of one layer is a contiguous range of block_bytes bytes.
+"""
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    name: str
+    layers: int
+    heads: int
+    head_dim: int
+    vocab: int
+    block_size: int  # tokens per KV page
+    prompt_tokens: int  # a multiple of block_size: only whole pages are stored
+    max_pos: int = 16384
+    seed: int = 1234
+
+    @property
+    def d_model(self):
+        return self.heads * self.head_dim
+
+
+# KV bytes per round (fp16 on a GPU, fp32 on the CPU) = layers * 2 * prompt * heads * head_dim * elt.
+PRESETS = {
+    "tiny": Config("tiny", layers=2, heads=2, head_dim=16, vocab=128, block_size=16, prompt_tokens=64),
+    "small": Config("small", layers=4, heads=4, head_dim=64, vocab=1024, block_size=16, prompt_tokens=256),
+    "medium": Config("medium", layers=8, heads=8, head_dim=128, vocab=4096, block_size=16, prompt_tokens=2048),
+    "large": Config("large", layers=16, heads=8, head_dim=128, vocab=4096, block_size=32, prompt_tokens=8192),
+}
+
+
+class PagedKVCache:
+    """Per layer K and V tensors [num_blocks, block_size, heads, head_dim]; a block table maps
+    a sequence's logical block i to a physical slot."""
+
+    def __init__(self, cfg, num_blocks, device, dtype):
+        shape = (num_blocks, cfg.block_size, cfg.heads, cfg.head_dim)
+        self.cfg = cfg
+        self.num_blocks = num_blocks
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.layers)]
+        self.block_bytes = cfg.block_size * cfg.heads * cfg.head_dim * self.k[0].element_size()
+
+    def tensors(self):
+        return self.k + self.v
+
+    def block_ptrs(self, layer, slot):
+        """(K address, V address) of one physical block of one layer."""
+        return (self.k[layer].data_ptr() + slot * self.block_bytes,
+                self.v[layer].data_ptr() + slot * self.block_bytes)
+
+    def write(self, layer, block_table, pos, k, v):
+        """Store k, v ([T, heads, head_dim]) for positions pos .. pos+T-1."""
+        bs = self.cfg.block_size
+        for t in range(k.shape[0]):
+            slot, off = block_table[(pos + t) // bs], (pos + t) % bs
+            self.k[layer][slot, off] = k[t]
+            self.v[layer][slot, off] = v[t]
+
+    def write_pages(self, layer, block_table, k, v):
+        """Store a whole prefill (T a multiple of block_size) page by page."""
+        bs = self.cfg.block_size
+        idx = torch.tensor(block_table[: k.shape[0] // bs], device=k.device)
+        self.k[layer][idx] = k.view(-1, bs, *k.shape[1:])
+        self.v[layer][idx] = v.view(-1, bs, *v.shape[1:])
+
+    def read(self, layer, block_table, length):
+        """Gather the first `length` positions of a sequence: ([length, h, d], [length, h, d])."""
+        nb = (length + self.cfg.block_size - 1) // self.cfg.block_size
+        idx = torch.tensor(block_table[:nb], device=self.k[layer].device)
+        k = self.k[layer][idx].flatten(0, 1)[:length]
+        v = self.v[layer][idx].flatten(0, 1)[:length]
+        return k, v
+
+
+class Model:
+    """Pre-LayerNorm GPT: learned positions, multi-head attention, GELU MLP."""
+
+    def __init__(self, cfg, device, dtype):
+        self.cfg, self.device, self.dtype = cfg, device, dtype
+        g = torch.Generator().manual_seed(cfg.seed)  # on the CPU: identical on every device
+        d = cfg.d_model
+
+        def w(*shape, std=0.02):
+            return (torch.randn(*shape, generator=g) * std).to(device=device, dtype=dtype)
+
+        self.tok = w(cfg.vocab, d)
+        self.pos = w(cfg.max_pos, d)
+        self.layers = []
+        for _ in range(cfg.layers):
+            self.layers.append({
+                "qkv": w(d, 3 * d), "proj": w(d, d, std=0.02 / math.sqrt(2 * cfg.layers)),
+                "fc": w(d, 4 * d), "out": w(4 * d, d, std=0.02 / math.sqrt(2 * cfg.layers)),
+            })
+        self.head = w(d, cfg.vocab)
+
+    def _norm(self, x):
+        return F.layer_norm(x.float(), (x.shape[-1],)).to(self.dtype)
+
+    def _attend(self, q, k, v, causal):
+        """q [Tq, h, d], k/v [Tk, h, d] -> [Tq, h*d]; softmax in fp32."""
+        scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(self.cfg.head_dim)
+        if causal:
+            tq, tk = q.shape[0], k.shape[0]
+            mask = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
+            scores = scores.masked_fill(~mask, float("-inf"))
+        p = scores.softmax(-1).to(self.dtype)
+        return torch.einsum("hqk,khd->qhd", p, v).flatten(1)
+
+    def _layer(self, i, x, attend_kv):
+        lw, h, hd = self.layers[i], self.cfg.heads, self.cfg.head_dim
+        q, k, v = (self._norm(x) @ lw["qkv"]).view(x.shape[0], 3, h, hd).unbind(1)
+        x = x + attend_kv(i, q, k, v) @ lw["proj"]
+        return x + F.gelu(self._norm(x) @ lw["fc"]) @ lw["out"]
+
+    def _logits(self, x):
+        return (self._norm(x) @ self.head).float()
+
+    def _embed(self, tokens, pos0):
+        t = torch.as_tensor(tokens, device=self.device)
+        return self.tok[t] + self.pos[pos0: pos0 + t.shape[0]]
+
+    @torch.no_grad()
+    def forward_full(self, tokens):
+        """Reference: full recompute with a causal mask, no cache. Logits [T, vocab] (fp32)."""
+        x = self._embed(tokens, 0)
+        for i in range(self.cfg.layers):
+            x = self._layer(i, x, lambda _i, q, k, v: self._attend(q, k, v, causal=True))
+        return self._logits(x)
+
+    @torch.no_grad()
+    def prefill(self, tokens, cache, block_table):
+        """Full forward over the prompt, writing every layer's K/V into the pages of block_table."""
+        assert len(tokens) % self.cfg.block_size == 0
+
+        def attend(i, q, k, v):
+            cache.write_pages(i, block_table, k, v)
+            return self._attend(q, k, v, causal=True)
+
+        x = self._embed(tokens, 0)
+        for i in range(self.cfg.layers):
+            x = self._layer(i, x, attend)
+        return self._logits(x)
+
+    @torch.no_grad()
+    def decode_step(self, token, pos, cache, block_table):
+        """One token at position pos: its K/V appended to the pages, attention over the paged
+        cache positions 0..pos. Logits [vocab] (fp32)."""
+
+        def attend(i, q, k, v):
+            cache.write(i, block_table, pos, k, v)
+            kc, vc = cache.read(i, block_table, pos + 1)
+            return self._attend(q, kc, vc, causal=False)
+
+        x = self._embed([token], pos)
+        for i in range(self.cfg.layers):
+            x = self._layer(i, x, attend)
+        return self._logits(x)[0]

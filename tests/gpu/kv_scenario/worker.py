@@ -1,0 +1,384 @@
+"""Workers of the KV-cache scenario; run.py starts them as separate processes.
+
+  --role a        prefill a prompt per round into a paged KV cache, store every (layer, block)
+                  page straight from it with batch_put_from_multi_buffers (K page + V page = the
+                  two buffers of one key), write manifest.json (tokens, keys, page digests)
+  --role b        fetch each round's pages with batch_get_into_multi_buffers into its own cache
+                  at other slots, check them byte for byte (digests), decode further tokens from
+                  them and compare the logits with a full recompute
+  --role ceiling  raw copy rate of the same bytes (device -> pinned host -> device)
+
+Each writes WORK/<role>.json and exits 0 only when every check passed.
+"""
+import argparse
+import ctypes
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+from model import PRESETS, Model, PagedKVCache
+
+GiB = 1 << 30
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--role", choices=["a", "b", "ceiling"], required=True)
+    p.add_argument("--master", default="127.0.0.1:50051")
+    p.add_argument("--protocol", default="auto")
+    p.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    p.add_argument("--device-b", default=None, help="ceiling: the device of the pinned->device copy")
+    p.add_argument("--size", default="tiny", choices=sorted(PRESETS))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--decode-tokens", type=int, default=8)
+    p.add_argument("--lat-iters", type=int, default=20)
+    p.add_argument("--expect-segments", type=int, default=0, help="segments the pool has (0: unknown)")
+    p.add_argument("--atol", type=float, default=None)
+    p.add_argument("--bytes", type=int, default=0, help="ceiling: bytes to copy")
+    p.add_argument("--work", required=True)
+    return p.parse_args()
+
+
+def dtype_for(device):
+    return torch.float32 if device == "cpu" else torch.float16
+
+
+def sync(device):
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+
+
+def host_view(t):
+    """A CPU tensor's bytes as a buffer (hashlib reads it without a copy; no numpy needed)."""
+    return (ctypes.c_char * (t.numel() * t.element_size())).from_address(t.data_ptr())
+
+
+def page_digests(cache, table, nblocks):
+    """sha256 of K page + V page of every (layer, logical block), in key order."""
+    out = []
+    for layer in range(cache.cfg.layers):
+        idx = torch.tensor(table[:nblocks], device=cache.k[layer].device)
+        k = cache.k[layer][idx].cpu().contiguous()
+        v = cache.v[layer][idx].cpu().contiguous()
+        for b in range(nblocks):
+            h = hashlib.sha256(host_view(k[b]))
+            h.update(host_view(v[b]))
+            out.append(h.hexdigest())
+    return out
+
+
+def metrics(store):
+    """The client's Prometheus metrics as {name: value} (None when the facade has no such call)."""
+    for obj in [store] + list(getattr(store, "__dict__", {}).values()):
+        fn = getattr(obj, "metrics", None) or getattr(obj, "get_metrics", None)
+        if callable(fn):
+            text = fn()
+            if isinstance(text, bytes):
+                text = text.decode()
+            vals = {}
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    name, _, value = line.rpartition(" ")
+                    try:
+                        vals[name.split("{")[0]] = float(value)
+                    except ValueError:
+                        pass
+            return vals
+    return None
+
+
+class Mappings:
+    """Tracks the counter that shows mapping reuse: VMM imports (nvlink) or live shm mappings."""
+
+    def __init__(self, store, protocol):
+        self.store = store
+        self.name = ("egmstore_te_nvlink_imports_total" if protocol in ("nvlink", "auto")
+                     else "egmstore_te_mappings" if protocol == "shm" else None)
+        self.history = []
+
+    def read(self):
+        m = metrics(self.store)
+        if m is None or self.name is None:
+            return None
+        if self.name == "egmstore_te_nvlink_imports_total" and m.get(self.name, 0) == 0:
+            # auto that ended up on shm (a host pool): no imports, the shm mappings show reuse
+            if m.get("egmstore_te_mappings", 0) > 0:
+                self.name = "egmstore_te_mappings"
+        return m.get(self.name)
+
+    def settle(self, expect, timeout=10.0):
+        """Prewarm threads import segments in the background: wait until they have (or the
+        count stops moving) so that a later rise means a mapping was not reused."""
+        last, since, end = None, time.time(), time.time() + timeout
+        while time.time() < end:
+            v = self.read()
+            if v is None or (expect and self.name.startswith("egmstore_te_nvlink") and v >= expect):
+                return v
+            if v != last:
+                last, since = v, time.time()
+            elif time.time() - since > 1.0:
+                return v
+            time.sleep(0.05)
+        return last
+
+    def after_round(self):
+        v = self.read()
+        self.history.append(v)
+        return v
+
+    def check(self):
+        """(ok, text): the count after every round equals the count after round 1."""
+        if self.name is None:
+            return True, "not checked (tcp maps nothing)"
+        if not self.history or self.history[0] is None:
+            return False, "metrics unavailable from the store object (need its Prometheus text)"
+        ok = all(v == self.history[0] for v in self.history)
+        return ok, f"{self.name} per round {self.history}" + ("" if ok else " (rose after round 1)")
+
+
+def open_store(args):
+    from egmstore.mooncake import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    # Workers contribute nothing (global_segment_size 0): the provider holds the pool.
+    rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, args.protocol, "", args.master)
+    if rc != 0:
+        raise RuntimeError(f"setup returned {rc}")
+    return store
+
+
+def layout(cfg, extra_blocks, seed):
+    """Block slots of one sequence: a seeded permutation of a cache twice as large as needed."""
+    nblocks = cfg.prompt_tokens // cfg.block_size + extra_blocks
+    num_slots = 2 * nblocks
+    table = torch.randperm(num_slots, generator=torch.Generator().manual_seed(seed)).tolist()
+    return num_slots, table[:nblocks]
+
+
+def p50_us(samples):
+    return round(statistics.median(samples) * 1e6, 1)
+
+
+def round_tokens(cfg, r):
+    g = torch.Generator().manual_seed(cfg.seed * 1000 + r)
+    return torch.randint(cfg.vocab, (cfg.prompt_tokens,), generator=g).tolist()
+
+
+def prompt_keys(cfg, tokens):
+    """Keys as engines form them: model / prompt-prefix hash / layer / block."""
+    phash = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
+    nb = cfg.prompt_tokens // cfg.block_size
+    return phash, [f"{cfg.name}/{phash}/L{l}/B{b}" for l in range(cfg.layers) for b in range(nb)]
+
+
+def buffers(cache, table, nb):
+    ptrs, sizes = [], []
+    for layer in range(cache.cfg.layers):
+        for b in range(nb):
+            ptrs.append(list(cache.block_ptrs(layer, table[b])))
+            sizes.append([cache.block_bytes, cache.block_bytes])
+    return ptrs, sizes
+
+
+def worker_a(args, res):
+    cfg, dev = PRESETS[args.size], args.device
+    model = Model(cfg, dev, dtype_for(dev))
+    extra = (args.decode_tokens + cfg.block_size - 1) // cfg.block_size
+    num_slots, table = layout(cfg, extra, seed=11)
+    cache = PagedKVCache(cfg, num_slots, dev, dtype_for(dev))
+    nb = cfg.prompt_tokens // cfg.block_size
+    store = open_store(args)
+    for t in cache.tensors():
+        rc = store.register_buffer(t.data_ptr(), t.numel() * t.element_size())
+        if rc != 0:
+            raise RuntimeError(f"register_buffer returned {rc}")
+    maps = Mappings(store, args.protocol)
+    res["mappings_at_start"] = maps.settle(args.expect_segments)
+    manifest = {"size": args.size, "device": dev, "dtype": str(dtype_for(dev)), "rounds": []}
+    ok = True
+    for r in range(args.rounds):
+        tokens = round_tokens(cfg, r)
+        logits = model.prefill(tokens, cache, table)
+        sync(dev)
+        phash, keys = prompt_keys(cfg, tokens)
+        ptrs, sizes = buffers(cache, table, nb)
+        existed = sum(store.batch_is_exist(keys))
+        t0 = time.perf_counter()
+        rcs = store.batch_put_from_multi_buffers(keys, ptrs, sizes)
+        dt = time.perf_counter() - t0
+        failed = [(k, c) for k, c in zip(keys, rcs) if c != 0]
+        # one-page puts for latency (their own keys, the K/V page of layer 0 block 0)
+        lat = []
+        for i in range(args.lat_iters):
+            t1 = time.perf_counter()
+            c = store.batch_put_from_multi_buffers([f"{cfg.name}/{phash}/lat{i}"], ptrs[:1], sizes[:1])
+            lat.append(time.perf_counter() - t1)
+            if c[0] != 0:
+                failed.append((f"lat{i}", c[0]))
+        nbytes = len(keys) * 2 * cache.block_bytes
+        row = {"round": r + 1, "keys": len(keys), "bytes": nbytes, "put_s": dt,
+               "put_GBps": nbytes / dt / 1e9, "put_1page_p50_us": p50_us(lat),
+               "existed_before": existed, "failed": failed[:5], "mappings": maps.after_round()}
+        res["rounds"].append(row)
+        ok &= not failed and existed == 0
+        print(f"A round {r + 1}: put {len(keys)} keys {nbytes / 2**20:.1f} MiB in {dt * 1e3:.2f} ms "
+              f"({row['put_GBps']:.2f} GB/s), 1-page put p50 {row['put_1page_p50_us']} us, "
+              f"failed {len(failed)}, mappings {row['mappings']}", flush=True)
+        manifest["rounds"].append({"tokens": tokens, "next_token": int(logits[-1].argmax()),
+                                   "keys": keys, "digests": page_digests(cache, table, nb)})
+    with open(os.path.join(args.work, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    mok, mtext = maps.check()
+    res["mapping_reuse"] = {"ok": mok, "detail": mtext}
+    res["metrics_end"] = metrics(store)
+    store.close()
+    return ok and mok
+
+
+def worker_b(args, res):
+    cfg, dev = PRESETS[args.size], args.device
+    with open(os.path.join(args.work, "manifest.json")) as f:
+        manifest = json.load(f)
+    model = Model(cfg, dev, dtype_for(dev))
+    atol = args.atol if args.atol is not None else (1e-4 if dev == "cpu" else 2e-2)
+    extra = (args.decode_tokens + cfg.block_size - 1) // cfg.block_size
+    num_slots, table = layout(cfg, extra, seed=22)  # other slots than A's
+    _, table_a = layout(cfg, extra, seed=11)
+    nb = cfg.prompt_tokens // cfg.block_size
+    res["slots_differing_from_a"] = sum(a != b for a, b in zip(table_a[:nb], table[:nb]))
+    cache = PagedKVCache(cfg, num_slots, dev, dtype_for(dev))
+    store = open_store(args)
+    for t in cache.tensors():
+        rc = store.register_buffer(t.data_ptr(), t.numel() * t.element_size())
+        if rc != 0:
+            raise RuntimeError(f"register_buffer returned {rc}")
+    maps = Mappings(store, args.protocol)
+    res["mappings_at_start"] = maps.settle(args.expect_segments)
+    res["atol"] = atol
+    ok = True
+    for r, ent in enumerate(manifest["rounds"]):
+        keys, tokens, P = ent["keys"], ent["tokens"], cfg.prompt_tokens
+        for t in cache.tensors():
+            t.zero_()
+        sync(dev)
+        present = store.batch_is_exist(keys)
+        ptrs, sizes = buffers(cache, table, nb)
+        t0 = time.perf_counter()
+        got = store.batch_get_into_multi_buffers(keys, ptrs, sizes)
+        dt = time.perf_counter() - t0
+        want = 2 * cache.block_bytes
+        bad_gets = [(k, g) for k, g in zip(keys, got) if g != want]
+        mism = [k for k, d, e in zip(keys, page_digests(cache, table, nb), ent["digests"]) if d != e]
+        lat = []
+        for _ in range(args.lat_iters):
+            t1 = time.perf_counter()
+            store.batch_get_into_multi_buffers(keys[:1], ptrs[:1], sizes[:1])
+            lat.append(time.perf_counter() - t1)
+        control = None
+        if r == 0:
+            # The comparison must see a wrong page: layer 0 given layer 1's pages.
+            k0, v0 = cache.k[0].clone(), cache.v[0].clone()
+            cache.k[0].copy_(cache.k[1])
+            cache.v[0].copy_(cache.v[1])
+            bad = model.decode_step(ent["next_token"], P, cache, table)
+            cache.k[0].copy_(k0)
+            cache.v[0].copy_(v0)
+            ref0 = model.forward_full(tokens + [ent["next_token"]])[P]
+            control = float((bad - ref0).abs().max())
+        seq, nxt, outs = list(tokens), ent["next_token"], []
+        for _ in range(args.decode_tokens):
+            logits = model.decode_step(nxt, len(seq), cache, table)
+            outs.append(logits)
+            seq.append(nxt)
+            nxt = int(logits.argmax())
+        ref = model.forward_full(seq)[P:]
+        diff = float((torch.stack(outs) - ref).abs().max())
+        close = bool(torch.allclose(torch.stack(outs), ref, atol=atol, rtol=0))
+        nbytes = len(keys) * want
+        row = {"round": r + 1, "keys": len(keys), "bytes": nbytes, "get_s": dt,
+               "get_GBps": nbytes / dt / 1e9, "get_1page_p50_us": p50_us(lat),
+               "exist": sum(present), "bad_gets": bad_gets[:5], "digest_mismatches": len(mism),
+               "decode_tokens": args.decode_tokens, "logits_max_abs_diff": diff,
+               "logits_allclose": close, "mappings": maps.after_round()}
+        if control is not None:
+            row["control_wrong_layer_diff"] = control
+            row["control_detected"] = control > atol
+            ok &= control > atol
+        res["rounds"].append(row)
+        ok &= (not bad_gets and not mism and close and sum(present) == len(keys))
+        print(f"B round {r + 1}: get {len(keys)} keys {nbytes / 2**20:.1f} MiB in {dt * 1e3:.2f} ms "
+              f"({row['get_GBps']:.2f} GB/s), 1-page get p50 {row['get_1page_p50_us']} us, "
+              f"exist {sum(present)}/{len(keys)}, bad gets {len(bad_gets)}, digest mismatches "
+              f"{len(mism)}, decode {args.decode_tokens} tokens max|dlogit| {diff:.3g} "
+              f"(atol {atol}) {'ok' if close else 'MISMATCH'}, mappings {row['mappings']}"
+              + (f", control {control:.3g}" if control is not None else ""), flush=True)
+    mok, mtext = maps.check()
+    res["mapping_reuse"] = {"ok": mok, "detail": mtext}
+    res["metrics_end"] = metrics(store)
+    store.close()
+    return ok and mok
+
+
+def ceiling(args, res):
+    """Best of 5 copies of the same bytes: device -> pinned host (put's direction) and pinned host
+    -> device (get's); on the CPU, memcpy between two tensors."""
+    n, dev = args.bytes, args.device
+    dev_b = args.device_b or dev
+
+    def best(fn, d):
+        fn()
+        times = []
+        for _ in range(5):
+            sync(d)
+            t0 = time.perf_counter()
+            fn()
+            sync(d)
+            times.append(time.perf_counter() - t0)
+        return n / min(times) / 1e9, n / statistics.median(times) / 1e9
+
+    if dev == "cpu":
+        a, b = torch.ones(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8)
+        res["d2h_GBps"], res["d2h_median_GBps"] = best(lambda: b.copy_(a), dev)
+        res["h2d_GBps"], res["h2d_median_GBps"] = best(lambda: a.copy_(b), dev)
+        res["what"] = "memcpy between two CPU tensors"
+    else:
+        src = torch.ones(n, dtype=torch.uint8, device=dev)
+        dst = torch.empty(n, dtype=torch.uint8, device=dev_b)
+        host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        res["d2h_GBps"], res["d2h_median_GBps"] = best(lambda: host.copy_(src, non_blocking=True), dev)
+        res["h2d_GBps"], res["h2d_median_GBps"] = best(lambda: dst.copy_(host, non_blocking=True), dev_b)
+        res["what"] = f"torch copy {dev} -> pinned host, pinned host -> {dev_b}, one contiguous tensor"
+    res["bytes"] = n
+    print(f"ceiling: {n / 2**20:.1f} MiB, device->host {res['d2h_GBps']:.2f} GB/s, "
+          f"host->device {res['h2d_GBps']:.2f} GB/s ({res['what']})", flush=True)
+    return True
+
+
+def main():
+    args = parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if args.device != "cpu":
+        torch.cuda.set_device(args.device)
+    res = {"role": args.role, "device": args.device, "size": args.size, "protocol": args.protocol,
+           "rounds": []}
+    try:
+        ok = {"a": worker_a, "b": worker_b, "ceiling": ceiling}[args.role](args, res)
+    except Exception:
+        traceback.print_exc()
+        res["error"] = traceback.format_exc(limit=3)
+        ok = False
+    res["ok"] = bool(ok)
+    with open(os.path.join(args.work, f"{args.role}.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
