@@ -40,6 +40,7 @@ def parse_args():
     p.add_argument("--size", choices=sorted(SIZES), default=None, help="model preset; default medium (cuda), small (cpu)")
     p.add_argument("--decode-tokens", type=int, default=8)
     p.add_argument("--lat-iters", type=int, default=20)
+    p.add_argument("--atol", type=float, default=None, help="logits tolerance; default 1e-4 (fp32, cpu), 2e-2 (fp16, cuda)")
     p.add_argument("--pool-size", default="auto", help="provider capacity, e.g. 8GiB (auto: from the KV bytes)")
     p.add_argument("--max-mr-size", default=None, help="chunk size; default 1GiB (egm), the whole pool (host)")
     p.add_argument("--python", default=sys.executable, help="interpreter with torch for the workers")
@@ -261,14 +262,17 @@ def main():
         r.check("worker A: prefill, register, batch_put_from_multi_buffers", wa.get("ok") and wa["exit"] == 0,
                 wa.get("error", "").strip().splitlines()[-1] if wa.get("error") else f"{len(wa.get('rounds', []))} rounds")
         if wa.get("ok"):
-            wb = r.worker("b", common + ["--device", dev_b])
+            wb = r.worker("b", common + ["--device", dev_b] + (["--atol", str(a.atol)] if a.atol is not None else []))
             res["worker_b"] = wb
             rows = wb.get("rounds", [])
             r.check("worker B: exist, batch_get_into_multi_buffers, pages byte for byte",
                     rows and all(x["digest_mismatches"] == 0 and not x["bad_gets"] and x["exist"] == x["keys"]
                                  for x in rows) and len(rows) == a.rounds,
                     wb.get("error", "").strip().splitlines()[-1] if wb.get("error") else
-                    f"{sum(x['keys'] for x in rows)} keys, slots differing from A: {wb.get('slots_differing_from_a')}")
+                    f"{sum(x['keys'] for x in rows)} keys fetched, {sum(x['digest_mismatches'] for x in rows)} "
+                    f"digest mismatches, {sum(x['short_gets'] for x in rows)} short gets, "
+                    f"{sum(x['keys'] - x['exist'] for x in rows)} missing; B's slots differ from A's for "
+                    f"{wb.get('slots_differing_from_a')} of {res['config']['keys_per_round'] // layers} blocks")
             r.check("worker B: decode from the fetched cache == full recompute",
                     rows and all(x["logits_allclose"] for x in rows),
                     "max |logit diff| " + ", ".join(f"{x['logits_max_abs_diff']:.3g}" for x in rows)

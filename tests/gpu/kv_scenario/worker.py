@@ -303,7 +303,7 @@ def worker_b(args, res):
         nbytes = len(keys) * want
         row = {"round": r + 1, "keys": len(keys), "bytes": nbytes, "get_s": dt,
                "get_GBps": nbytes / dt / 1e9, "get_1page_p50_us": p50_us(lat),
-               "exist": sum(present), "bad_gets": bad_gets[:5], "digest_mismatches": len(mism),
+               "exist": sum(present), "bad_gets": bad_gets[:5], "short_gets": len(bad_gets), "digest_mismatches": len(mism),
                "decode_tokens": args.decode_tokens, "logits_max_abs_diff": diff,
                "logits_allclose": close, "mappings": maps.after_round()}
         if control is not None:
