@@ -1,0 +1,336 @@
+"""Mooncake Store's Python API on egmstore.
+
+``from egmstore.mooncake import MooncakeDistributedStore, ReplicateConfig`` in
+place of ``from mooncake.store import ...``: the same method names, signatures
+and return conventions (0 or a negative Mooncake ErrorCode; bytes read for the
+get-into calls; 1/0 for ``is_exist``; ``b""`` from ``get`` of a missing key;
+one entry per key from batch calls). Nothing here raises for a store failure;
+bad Python arguments raise TypeError/ValueError as Mooncake's binding does.
+docs/python.md lists every method and each difference from Mooncake.
+"""
+
+import logging
+
+from . import Status, _egmstore
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode"]
+
+log = logging.getLogger(__name__)
+
+
+class ErrorCode:
+    """The Mooncake ErrorCode values this module answers."""
+
+    OK = 0
+    INTERNAL_ERROR = -1
+    BUFFER_OVERFLOW = -10
+    NO_AVAILABLE_HANDLE = -200
+    INVALID_PARAMS = -600
+    OBJECT_NOT_FOUND = -704
+    OBJECT_ALREADY_EXISTS = -705
+    OBJECT_HAS_LEASE = -706
+    RPC_FAIL = -900
+    UNAVAILABLE_IN_CURRENT_STATUS = -1010
+    NOT_SUPPORTED = -1012
+
+
+# Mooncake's own default sizes for the dict form of setup().
+_DEFAULT_SEGMENT = 16 * 1024 * 1024
+_DEFAULT_BUFFER = 16 * 1024 * 1024
+_DEFAULT_MASTER = "127.0.0.1:50051"
+_PROTOCOLS = ("tcp", "shm", "nvlink", "auto")
+# Mooncake setup keys that have no egmstore meaning (accepted, ignored).
+_IGNORED_KEYS = {
+    "metadata_server", "local_buffer_size", "rdma_devices", "ipc_socket_path",
+    "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
+    "client_http_port", "engine",
+}
+
+
+def _code(status):
+    """egm status -> Mooncake ErrorCode (0 for success)."""
+    return 0 if status >= 0 else _egmstore.status_to_mooncake(status)
+
+
+def _put_code(status):
+    # Mooncake's client treats a put of an existing key as success (value unchanged).
+    return 0 if status == Status.EXISTS else _code(status)
+
+
+def _read_code(status, nbytes):
+    if status >= 0:
+        return nbytes
+    # Measured: Mooncake answers a too-small destination with INVALID_PARAMS.
+    if status == Status.BUFFER_TOO_SMALL:
+        return ErrorCode.INVALID_PARAMS
+    return _code(status)
+
+
+class ReplicateConfig:
+    """Mooncake's ReplicateConfig. ``preferred_segment`` is the deprecated
+    single-segment form of ``preferred_segments``; ``prefer_alloc_in_same_node``
+    is accepted and has no effect."""
+
+    def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
+                 preferred_segments=None, preferred_segment="", prefer_alloc_in_same_node=False):
+        self.replica_num = replica_num
+        self.with_soft_pin = with_soft_pin
+        self.with_hard_pin = with_hard_pin
+        self.preferred_segments = list(preferred_segments or [])
+        self.preferred_segment = preferred_segment
+        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+
+    def _as_tuple(self):
+        segs = list(self.preferred_segments)
+        if not segs and self.preferred_segment:
+            segs = [self.preferred_segment]
+        if not all(isinstance(s, str) for s in segs):
+            raise TypeError("preferred_segments must be a list of str")
+        if not isinstance(self.replica_num, int) or self.replica_num < 1:
+            raise ValueError(f"replica_num must be an int >= 1, not {self.replica_num!r}")
+        return (self.replica_num, bool(self.with_soft_pin), bool(self.with_hard_pin), segs)
+
+    def __repr__(self):
+        return (f"ReplicateConfig: {{ replica_num: {self.replica_num}, "
+                f"with_soft_pin: {int(bool(self.with_soft_pin))}, "
+                f"with_hard_pin: {int(bool(self.with_hard_pin))}, "
+                f"preferred_segments: {self.preferred_segments}, "
+                f"prefer_alloc_in_same_node: {int(bool(self.prefer_alloc_in_same_node))} }}")
+
+
+def _rc(config):
+    if config is None:
+        return None
+    if not isinstance(config, ReplicateConfig):
+        raise TypeError("config must be an egmstore.mooncake.ReplicateConfig, "
+                        f"not {type(config).__name__}")
+    return config._as_tuple()
+
+
+def _need(value, kind, name):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"setup(): {name} must be {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+class MooncakeDistributedStore:
+    """Mooncake's store client, answering Mooncake's codes from egmstore."""
+
+    def __init__(self):
+        self._client = None
+        self._hostname = ""
+
+    # ---- setup / teardown ----
+    def setup(self, *args, **kwargs):
+        """setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr, ...)
+        or setup(config_dict) -> 0 or a negative ErrorCode."""
+        if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+            return self._setup_dict(args[0])
+        return self._setup_args(*args, **kwargs)
+
+    def _setup_args(self, local_hostname, metadata_server, global_segment_size,
+                    local_buffer_size, protocol, rdma_devices, master_server_addr, engine=None,
+                    enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
+                    enable_client_http_server=False, client_http_port=9300):
+        _need(local_hostname, str, "local_hostname")
+        _need(metadata_server, str, "metadata_server")
+        _need(global_segment_size, int, "global_segment_size")
+        _need(local_buffer_size, int, "local_buffer_size")
+        _need(protocol, str, "protocol")
+        _need(rdma_devices, str, "rdma_devices")
+        _need(master_server_addr, str, "master_server_addr")
+        return self._connect(local_hostname, global_segment_size, protocol, master_server_addr, {})
+
+    def _setup_dict(self, config):
+        for key in ("local_hostname", "metadata_server"):
+            if key not in config:
+                log.error("setup(): the config dict needs %r", key)
+                return ErrorCode.INVALID_PARAMS
+        extra = {}
+        for key, value in config.items():
+            if key in _IGNORED_KEYS or key in ("local_hostname", "global_segment_size",
+                                               "protocol", "master_server_addr"):
+                continue
+            # egmstore's own configuration keys pass through (docs/configuration.md).
+            if isinstance(key, str) and _egmstore.config_get(key) is not None:
+                extra[key] = value
+            else:
+                log.warning("setup(): config key %r is not used by egmstore; ignored", key)
+        try:
+            size = int(config.get("global_segment_size", _DEFAULT_SEGMENT))
+        except (TypeError, ValueError):
+            log.error("setup(): global_segment_size must be an int, not %r",
+                      config.get("global_segment_size"))
+            return ErrorCode.INVALID_PARAMS
+        return self._connect(str(config["local_hostname"]), size,
+                             str(config.get("protocol", "tcp")),
+                             str(config.get("master_server_addr", _DEFAULT_MASTER)), extra)
+
+    def _connect(self, local_hostname, global_segment_size, protocol, master_server_addr, extra):
+        if self._client is not None and not self._client.closed:
+            log.error("setup(): this store is already set up; close() it first")
+            return ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS
+        if protocol not in _PROTOCOLS:
+            log.error("setup(): protocol %r is not supported by egmstore (accepted: %s)",
+                      protocol, ", ".join(_PROTOCOLS))
+            return ErrorCode.NOT_SUPPORTED
+        if global_segment_size < 0:
+            log.error("setup(): global_segment_size must be >= 0, not %d", global_segment_size)
+            return ErrorCode.INVALID_PARAMS
+        config = {
+            "master_server_addr": master_server_addr,
+            "protocol": protocol,
+            "global_segment_size": str(global_segment_size),
+        }
+        host = local_hostname
+        # "host:port" names the data server's port too (not for bare IPv6 addresses).
+        if host.count(":") == 1:
+            host, port = host.rsplit(":", 1)
+            config["data_port"] = port
+        config["local_hostname"] = host
+        for key, value in extra.items():
+            config[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        try:
+            client = _egmstore.Client(config)
+        except _egmstore.StatusError as e:
+            status, message = e.args
+            log.error("setup() failed: %s (%s)", message, _egmstore.status_name(status))
+            return _code(status)
+        self._client = client
+        self._hostname = local_hostname
+        return ErrorCode.OK
+
+    def close(self):
+        """-> 0, or a negative code when a teardown step failed (call again)."""
+        if self._client is None:
+            return ErrorCode.OK
+        return _code(self._client.close())
+
+    def health_check(self):
+        """0 healthy, 1 not set up or closed, 2 master unreachable, 3 cleanup pending."""
+        if self._client is None:
+            return 1
+        return self._client.health()
+
+    def get_hostname(self):
+        """The local_hostname given to setup() ("" before setup)."""
+        return self._hostname
+
+    # ---- the client, or a stand-in answering CLOSED ----
+    @property
+    def _c(self):
+        return self._client if self._client is not None else _NOT_SET_UP
+
+    # ---- registered memory ----
+    def register_buffer(self, buffer_ptr, size):
+        return _code(self._c.register_buffer(buffer_ptr, size))
+
+    def unregister_buffer(self, buffer_ptr):
+        return _code(self._c.unregister_buffer(buffer_ptr))
+
+    # ---- single keys ----
+    def put(self, key, value, config=None):
+        return _put_code(self._c.put(key, value, _rc(config)))
+
+    def put_parts(self, key, *parts, config=None):
+        """Stores the concatenation of the bytes-like parts."""
+        return self.put(key, b"".join(parts), config)
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        return _put_code(self._c.put_from(key, buffer_ptr, size, _rc(config)))
+
+    def get(self, key):
+        """The object's bytes, or b"" when it is missing or the read fails."""
+        status, data = self._c.get(key)
+        return data if status >= 0 else b""
+
+    def get_into(self, key, buffer_ptr, size):
+        """Bytes read, or a negative code."""
+        status, nbytes = self._c.get_into(key, buffer_ptr, size)
+        return _read_code(status, nbytes)
+
+    def is_exist(self, key):
+        """1 if the key exists, 0 if not, negative on error."""
+        status = self._c.exist(key)
+        if status == Status.NOT_FOUND:
+            return 0
+        return 1 if status >= 0 else _code(status)
+
+    def get_size(self, key):
+        status, size = self._c.size(key)
+        return size if status >= 0 else _code(status)
+
+    def remove(self, key, force=False):
+        return _code(self._c.remove(key, bool(force)))
+
+    def remove_all(self, force=False):
+        """Number of objects removed, or a negative code."""
+        status, removed = self._c.remove_all(bool(force))
+        return removed if status >= 0 else _code(status)
+
+    # ---- batches: one entry per key ----
+    @staticmethod
+    def _whole(status, n):
+        return [_code(status)] * n
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        status, results = self._c.batch_put_from(keys, buffer_ptrs, sizes, _rc(config))
+        if status < 0:
+            return self._whole(status, len(keys))
+        return [_put_code(st) for st in results]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        status, results, nbytes = self._c.batch_get_into(keys, buffer_ptrs, sizes)
+        if status < 0:
+            return self._whole(status, len(keys))
+        return [_read_code(st, n) for st, n in zip(results, nbytes)]
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        status, results = self._c.batch_put_from_parts(keys, all_buffer_ptrs, all_sizes,
+                                                       _rc(config))
+        if status < 0:
+            return self._whole(status, len(keys))
+        return [_put_code(st) for st in results]
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
+                                     prefer_alloc_in_same_node=False):
+        status, results, nbytes = self._c.batch_get_into_parts(keys, all_buffer_ptrs, all_sizes)
+        if status < 0:
+            return self._whole(status, len(keys))
+        return [_read_code(st, n) for st, n in zip(results, nbytes)]
+
+    def batch_is_exist(self, keys):
+        status, results = self._c.batch_exist(keys)
+        if status < 0:
+            return self._whole(status, len(keys))
+        return [1 if st >= 0 else 0 if st == Status.NOT_FOUND else _code(st) for st in results]
+
+    def batch_remove(self, keys, force=False):
+        status, results = self._c.batch_remove(keys, bool(force))
+        if status < 0:
+            return self._whole(status, len(keys))
+        return [_code(st) for st in results]
+
+
+class _NotSetUp:
+    """Stands in for the client before setup(): validates nothing, answers CLOSED."""
+
+    closed = True
+
+    def __getattr__(self, name):
+        closed = Status.CLOSED
+
+        def call(*args, **kwargs):
+            if name in ("get", "get_into", "size", "remove_all"):
+                return closed, (None if name == "get" else 0)
+            if name in ("batch_get_into", "batch_get_into_parts"):
+                return closed, [], []
+            if name.startswith("batch_"):
+                return closed, []
+            return closed
+
+        return call
+
+
+_NOT_SET_UP = _NotSetUp()

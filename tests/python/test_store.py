@@ -1,0 +1,366 @@
+"""egmstore.Store against a real master and provider: round trips, zero-copy and
+batch calls, one exception class per status, the context manager, the GIL
+released during RPCs, configuration errors."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+import egmstore
+from egmstore import _egmstore
+from conftest import pattern
+
+PROTOCOLS = ["shm", "tcp"]
+
+
+@pytest.fixture(params=PROTOCOLS)
+def store(request, cluster):
+    with egmstore.Store(master_server_addr=cluster.master_addr, protocol=request.param) as s:
+        yield s
+
+
+# ---- the binding itself ----------------------------------------------------------
+
+
+def test_extension_is_stable_abi_and_beside_libegmstore():
+    path = _egmstore.__file__
+    assert path.endswith("_egmstore.abi3.so")
+    assert os.path.exists(os.path.join(os.path.dirname(path), "libegmstore.so.0"))
+
+
+def test_status_enum_matches_the_library():
+    for value in range(_egmstore.STATUS_MIN, 2):
+        assert egmstore.Status(value).name == egmstore.status_name(value)
+    assert egmstore.status_name(-1000) == "UNKNOWN"
+    assert egmstore.status_to_mooncake(egmstore.Status.NOT_FOUND) == -704
+    assert egmstore.status_to_mooncake(egmstore.Status.HAS_LEASE) == -706
+
+
+def test_every_error_status_has_its_exception_class():
+    for value in range(_egmstore.STATUS_MIN, 0):
+        err = egmstore.error_for(value, "detail")
+        assert isinstance(err, egmstore.Error)
+        assert type(err) is not egmstore.Error, egmstore.status_name(value)
+        assert type(err).STATUS == value
+        assert err.status == value and err.name == egmstore.status_name(value)
+        assert err.message == "detail"
+        assert str(err) == f"{err.name} ({value}): detail"
+    assert type(egmstore.error_for(-1000)) is egmstore.Error
+    assert egmstore.EXCEPTIONS[-4] is egmstore.NotFound
+
+
+def test_config_get_defaults_and_overrides():
+    assert _egmstore.config_get("protocol") == "auto"
+    assert _egmstore.config_get("replica_num", {"replica_num": "3"}) == "3"
+    assert _egmstore.config_get("no_such_key") is None
+
+
+# ---- round trips -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 5, 4095, 4096, 65537, 4 << 20])
+def test_put_get_round_trip(store, key, size):
+    data = pattern(size, size)
+    store.put(key(), data)
+    assert store.get(key()) == data
+    assert store.size(key()) == size
+    assert store.exists(key())
+
+
+def test_put_accepts_any_bytes_like(store, key):
+    store.put(key("ba"), bytearray(b"abc"))
+    store.put(key("mv"), memoryview(b"xxdefxx")[2:5])
+    assert store.get(key("ba")) == b"abc"
+    assert store.get(key("mv")) == b"def"
+    with pytest.raises(TypeError, match="value must be a contiguous bytes-like object"):
+        store.put(key("s"), "text")
+
+
+def test_empty_value_is_rejected(store, key):
+    with pytest.raises(egmstore.InvalidArgument) as info:
+        store.put(key(), b"")
+    assert info.value.name == "INVALID_ARG"
+    assert not store.exists(key())
+
+
+def test_zero_copy_round_trip(store, key, buffer):
+    size = 1 << 20
+    src, dst = buffer(size), buffer(size)
+    data = pattern(size, 3)
+    src.write(0, data)
+    store.register_buffer(src.ptr, size)
+    store.register_buffer(dst.ptr, size)
+    store.put_from(key(), src.ptr, size)
+    assert store.get_into(key(), dst.ptr, size) == size
+    assert dst.read(0, size) == data
+    store.unregister_buffer(src.ptr)
+    store.unregister_buffer(dst.ptr)
+
+
+def test_get_into_reports_object_size_in_a_larger_buffer(store, key, buffer):
+    dst = buffer(100)
+    store.register_buffer(dst.ptr, 100)
+    store.put(key(), b"hello")
+    assert store.get_into(key(), dst.ptr, 100) == 5
+    assert dst.read(0, 5) == b"hello"
+    store.unregister_buffer(dst.ptr)
+
+
+# ---- exceptions per status -------------------------------------------------------
+
+
+def test_exceptions_carry_status_name_and_detail(store, key, buffer):
+    with pytest.raises(egmstore.NotFound) as info:
+        store.get(key("missing"))
+    assert info.value.status == -4 and info.value.name == "NOT_FOUND"
+    assert key("missing") in info.value.message
+
+    store.put(key(), b"abcd")
+    with pytest.raises(egmstore.Exists) as info:
+        store.put(key(), b"other")
+    assert info.value.name == "EXISTS"
+    assert store.get(key()) == b"abcd"  # unchanged
+
+    # get() took a read lease: remove without force is refused.
+    with pytest.raises(egmstore.HasLease) as info:
+        store.remove(key())
+    assert info.value.name == "HAS_LEASE"
+    store.remove(key(), force=True)
+    assert not store.exists(key())
+    with pytest.raises(egmstore.NotFound):
+        store.remove(key())
+
+    small = buffer(2)
+    store.register_buffer(small.ptr, 2)
+    store.put(key("big"), b"0123456789")
+    with pytest.raises(egmstore.BufferTooSmall) as info:
+        store.get_into(key("big"), small.ptr, 2)
+    assert info.value.name == "BUFFER_TOO_SMALL"
+    store.unregister_buffer(small.ptr)
+
+    unreg = buffer(16)
+    with pytest.raises(egmstore.NotRegistered) as info:
+        store.put_from(key("unreg"), unreg.ptr, 16)
+    assert info.value.name == "NOT_REGISTERED"
+
+    with pytest.raises(egmstore.InvalidKey):
+        store.put("", b"x")
+    with pytest.raises(egmstore.InvalidKey):
+        store.put("k" * (_egmstore.KEY_MAX + 1), b"x")
+
+
+def test_no_space(make_cluster):
+    c = make_cluster(segment="4MiB")
+    with egmstore.Store(master_server_addr=c.master_addr) as s:
+        with pytest.raises(egmstore.NoSpace) as info:
+            s.put("too-big", bytes(5 << 20))  # no 4 MiB segment can hold it
+        assert info.value.name == "NO_SPACE"
+
+
+def test_bad_python_arguments_name_the_argument(store, key):
+    with pytest.raises(TypeError, match="key must be a str"):
+        store.put(b"bytes-key", b"x")
+    with pytest.raises(ValueError, match="NUL"):
+        store.put("a\0b", b"x")
+    with pytest.raises(TypeError, match="ptr must be an int address"):
+        store.put_from(key(), "0x10", 4)
+    with pytest.raises(ValueError, match="size must be a size >= 0"):
+        store.get_into(key(), 4096, -1)
+    with pytest.raises(ValueError, match="ptrs has 1 items but keys has 2"):
+        store.batch_get_into([key("a"), key("b")], [4096], [1, 1])
+    with pytest.raises(ValueError, match="sizes has 1 items but keys has 2"):
+        store.batch_put_from([key("a"), key("b")], [4096, 4096], [1])
+    with pytest.raises(TypeError, match=r"keys\[1\] must be a str"):
+        store.batch_exists([key("a"), 7])
+    with pytest.raises(TypeError, match="keys must be a list"):
+        store.batch_exists(key("a"))
+    with pytest.raises(ValueError, match=r"ptrs\[0\] has 2 items but sizes\[0\] has 1"):
+        store.batch_put_from_parts([key("a")], [[4096, 4097]], [[1]])
+    with pytest.raises(TypeError, match=r"ptrs\[0\] must be a list"):
+        store.batch_get_into_parts([key("a")], [4096], [[1]])
+    with pytest.raises(TypeError, match="replicate must be an egmstore.ReplicateConfig"):
+        store.put(key(), b"x", replicate={"replica_num": 1})
+
+
+# ---- batches ---------------------------------------------------------------------
+
+
+def test_batch_forms_with_missing_keys(store, key, buffer):
+    n, size = 4, 8192
+    src, dst = buffer(n * size), buffer(n * size + 100)
+    store.register_buffer(src.ptr, src.size)
+    store.register_buffer(dst.ptr, dst.size)
+    datas = [pattern(size - i, i) for i in range(n)]
+    for i, d in enumerate(datas):
+        src.write(i * size, d)
+    keys = [key(str(i)) for i in range(n)]
+    assert store.batch_put_from(keys, [src.ptr + i * size for i in range(n)],
+                                [len(d) for d in datas]) == [None] * n
+
+    # A key that exists already fails alone; the others go through.
+    res = store.batch_put_from([keys[0], key("new")], [src.ptr, src.ptr], [1, 1])
+    assert isinstance(res[0], egmstore.Exists) and res[1] is None
+
+    order = [keys[2], key("missing"), keys[0], keys[3], keys[1]]
+    ptrs = [dst.ptr + i * size for i in range(4)] + [dst.ptr + n * size]
+    sizes = [size] * 4 + [10]  # the last buffer is too small for keys[1]
+    res = store.batch_get_into(order, ptrs, sizes)
+    assert res[0] == len(datas[2]) and res[2] == len(datas[0]) and res[3] == len(datas[3])
+    assert isinstance(res[1], egmstore.NotFound)
+    assert isinstance(res[4], egmstore.BufferTooSmall)
+    assert dst.read(0, len(datas[2])) == datas[2]
+    assert dst.read(2 * size, len(datas[0])) == datas[0]
+
+    assert store.batch_exists([keys[0], key("missing")]) == [True, False]
+    res = store.batch_remove([keys[0], key("missing")], force=True)
+    assert res[0] is None and isinstance(res[1], egmstore.NotFound)
+    assert store.batch_exists([]) == []
+
+
+def test_scatter_gather_batches(store, key, buffer):
+    src, dst = buffer(64), buffer(64)
+    src.write(0, b"abcdefghij")
+    store.register_buffer(src.ptr, 64)
+    store.register_buffer(dst.ptr, 64)
+    keys = [key("m1"), key("m2")]
+    res = store.batch_put_from_parts(keys, [[src.ptr, src.ptr + 5], [src.ptr + 2]],
+                                     [[2, 3], [4]])
+    assert res == [None, None]
+    assert store.get(keys[0]) == b"abfgh"
+    assert store.get(keys[1]) == b"cdef"
+    res = store.batch_get_into_parts(keys + [key("m3")],
+                                     [[dst.ptr, dst.ptr + 10], [dst.ptr + 20], [dst.ptr + 30]],
+                                     [[1, 9], [4], [3]])
+    assert res[:2] == [5, 4] and isinstance(res[2], egmstore.NotFound)
+    assert dst.read(0, 1) + dst.read(10, 4) == b"abfgh"
+    assert dst.read(20, 4) == b"cdef"
+
+
+def test_remove_all_returns_count(make_cluster):
+    c = make_cluster(segment="64MiB")
+    with egmstore.Store(master_server_addr=c.master_addr) as s:
+        for i in range(3):
+            s.put(f"ra/{i}", b"x")
+        s.get("ra/0")  # leased: kept without force
+        assert s.remove_all() == 2
+        assert s.exists("ra/0")
+        assert s.remove_all(force=True) == 1
+        assert not s.exists("ra/0")
+
+
+def test_replicate_config(store, key):
+    store.put(key(), b"r", replicate=egmstore.ReplicateConfig(replica_num=1))
+    assert store.get(key()) == b"r"
+
+
+# ---- lifecycle -------------------------------------------------------------------
+
+
+def test_context_manager_closes(cluster, key):
+    with egmstore.Store(master_server_addr=cluster.master_addr) as s:
+        assert s.health() == egmstore.Health.HEALTHY
+        assert "egmstore_health 0" in s.metrics()
+        s.put(key(), b"v")
+        assert not s.closed
+    assert s.closed
+    assert s.health() == egmstore.Health.NOT_INITIALIZED
+    assert s.metrics() == ""
+    with pytest.raises(egmstore.Closed) as info:
+        s.get(key())
+    assert info.value.name == "CLOSED" and "closed" in info.value.message
+    with pytest.raises(egmstore.Closed):
+        s.batch_put_from([key()], [4096], [1])
+    s.close()  # idempotent
+
+
+def test_store_closed_from_another_thread_does_not_crash(cluster, key):
+    s = egmstore.Store(master_server_addr=cluster.master_addr)
+    s.put(key(), b"v")
+    stop = threading.Event()
+    seen = []
+
+    def reader():
+        for _ in range(10000):
+            if stop.is_set():
+                break
+            try:
+                seen.append(s.get(key()))
+            except egmstore.Closed:
+                seen.append("closed")
+                break
+
+    t = threading.Thread(target=reader)
+    t.start()
+    s.close()
+    stop.set()
+    t.join(60)
+    assert not t.is_alive()
+    assert all(x in (b"v", "closed") for x in seen)
+
+
+def test_gil_released_while_a_batch_waits(make_cluster, key, buffer):
+    """The master is stopped (SIGSTOP), so a batch waits in its RPC. The main
+    thread must be able to count while it waits and then resume the master; a
+    binding that held the GIL would block the main thread until the RPC timed
+    out and the batch would fail."""
+    c = make_cluster(segment="64MiB")
+    s = egmstore.Store(master_server_addr=c.master_addr, rpc_timeout_ms=30000)
+    n = 32
+    dst = buffer(n * 64)
+    s.register_buffer(dst.ptr, dst.size)
+    keys = [key(str(i)) for i in range(n)]
+    for k in keys:
+        s.put(k, b"value")
+    started, done = threading.Event(), threading.Event()
+    result = {}
+
+    def worker():
+        started.set()
+        result["res"] = s.batch_get_into(keys, [dst.ptr + 64 * i for i in range(n)], [64] * n)
+        done.set()
+
+    os.kill(c.master.pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=worker)
+        t.start()
+        assert started.wait(30)
+        counter = 0
+        while counter < 200 and not done.is_set():
+            counter += 1
+            done.wait(0.001)  # a blocking wait: the worker may take the GIL here
+        progressed_while_waiting = counter == 200 and not done.is_set()
+    finally:
+        os.kill(c.master.pid, signal.SIGCONT)
+    t.join(60)
+    assert progressed_while_waiting, f"main thread stalled after {counter} steps"
+    assert result["res"] == [5] * n
+    s.close()
+
+
+# ---- configuration ---------------------------------------------------------------
+
+
+def test_config_errors_name_the_key(cluster):
+    with pytest.raises(egmstore.ConfigError) as info:
+        egmstore.Store(master_server_addr=cluster.master_addr, protocol="rdma")
+    assert info.value.name == "CONFIG"
+    assert "protocol" in info.value.message and "rdma" in info.value.message
+    with pytest.raises(egmstore.ConfigError, match="bogus_key"):
+        egmstore.Store({"bogus_key": "1"})
+    with pytest.raises(egmstore.ConfigError, match="replica_num"):
+        egmstore.Store(replica_num=0)
+    with pytest.raises(TypeError, match="rpc_timeout_ms"):
+        egmstore.Store(rpc_timeout_ms=1.5)
+
+
+def test_unreachable_master(tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises((egmstore.Unreachable, egmstore.Timeout)) as info:
+        egmstore.Store(master_server_addr=f"127.0.0.1:{port}", connect_timeout_ms=2000)
+    assert str(port) in info.value.message
