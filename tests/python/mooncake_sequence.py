@@ -74,7 +74,9 @@ HOSTNAME_SHAPE = re.compile(r"^[^:\s]+:\d+$")
 def hostname_shape(value):
     """get_hostname differs per deployment (ports): keep only its shape."""
     if isinstance(value, str):
-        return ("str", "host:port" if HOSTNAME_SHAPE.match(value) else "other")
+        if HOSTNAME_SHAPE.match(value):
+            return ("str", "host:port")
+        return ("str", "not host:port", value)  # the value itself, to say what came instead
     return normalise(value)
 
 
@@ -216,6 +218,18 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
         cfg.replica_num = 1
         r.call("put.with_config", m("put"), "pg.cfg", b"with-config", cfg)
         r.call("get.with_config", m("get"), "pg.cfg")
+        # Engines (LMCache, vLLM's connector) prefer their own segment this way.
+        hostname = m("get_hostname")()
+        cfg = replicate_config()
+        cfg.preferred_segment = hostname
+        r.call("put.preferred_segment.self", m("put"), "pg.pref.self", b"self", cfg)
+        cfg = replicate_config()
+        cfg.preferred_segments = [hostname]
+        r.call("put.preferred_segments.self", m("put"), "pg.prefs.self", b"self", cfg)
+        cfg = replicate_config()
+        cfg.preferred_segment = "no.such.segment:1"
+        r.call("put.preferred_segment.unknown", m("put"), "pg.pref.unknown", b"x", cfg)
+        r.call("is_exist.preferred_segment.unknown", m("is_exist"), "pg.pref.unknown")
 
     # --- missing keys -------------------------------------------------------------
     r.call("get.missing", m("get"), "no.such.key")
@@ -403,9 +417,14 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
     r.call("unregister_buffer.dst", m("unregister_buffer"), dst.ptr)
     # Mooncake's tcp transport reads and writes unregistered memory too.
     r.call("put_from.unregistered", m("put_from"), "unreg.1", src.ptr, 4096)
+    r.call("remove.unregistered", m("remove"), "unreg.1", True)  # keeps later counts independent of it
+    r.call("put.unreg.2", m("put"), "unreg.2", zc[:4096])
     write(dst.ptr, b"\0" * 4096)
-    r.call("get_into.unregistered", m("get_into"), "unreg.1", dst.ptr, 4096)
+    r.call("get_into.unregistered", m("get_into"), "unreg.2", dst.ptr, 4096)
     r.note("get_into.unregistered.matches", int(read(dst.ptr, 4096) == zc[:4096]))
+    # Nothing may outlive close(): where an object lives (Mooncake: the writer's own
+    # segment, which close() unmounts; egmstore: any segment) must not change results.
+    r.call("remove_all.before_close", m("remove_all"), True)
 
     # --- health, close, calls after close ---------------------------------------------
     r.call("health_check", m("health_check"))
@@ -417,7 +436,7 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
         if label in skip:
             r.skip(label, skip[label])
         else:
-            r.call(label, m(name), *[src.ptr if a is PTR else a for a in args])
+            r.call(label, m(name), *[_ptr(a, src.ptr) for a in args])
     r.call("close.again", m("close"))
 
     # --- setup again on the same object, after close --------------------------------------
@@ -429,6 +448,7 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
         r.call("get.after_resetup", m("get"), "pg.1B")
         r.call("put.after_resetup", m("put"), "re.1", b"again")
         r.call("get.after_resetup.new", m("get"), "re.1")
+        r.call("remove.after_resetup", m("remove"), "re.1", True)
         r.call("close.after_resetup", m("close"))
 
     # --- the dict form of setup, on a second object -----------------------------------------
@@ -454,6 +474,14 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
 
 
 PTR = object()  # stands for the (registered, then unregistered) source buffer's address
+
+
+def _ptr(arg, ptr):
+    if arg is PTR:
+        return ptr
+    if isinstance(arg, list):
+        return [_ptr(a, ptr) for a in arg]
+    return arg
 
 # Calls made after close() whose result is compared. On Mooncake 0.3.13.post1 every one of
 # these crashes the process (segmentation fault; only health_check, get, put_from, close and

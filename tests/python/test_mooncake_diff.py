@@ -31,7 +31,35 @@ SEQUENCE_TIMEOUT_S = 300
 
 # label -> why egmstore's answer legitimately differs from Mooncake's. Keep in step with
 # docs/mooncake-compat.md. An entry whose call now matches fails the test (stale entry).
-ALLOWED_DIFFERENCES = {}
+ALLOWED_DIFFERENCES = {
+    "ReplicateConfig.has.with_soft_pin":
+        "egmstore's ReplicateConfig has with_soft_pin (issue 5, Mooncake's documented field); "
+        "Mooncake 0.3.13.post1 replaced it by soft_pin_action/soft_pin_ttl_ms",
+    "batch_get_into_multi_buffers.mixed":
+        "a 2-byte object read into two 4-byte buffers: egmstore fills the parts in order and answers "
+        "2 (as get_into does with a larger buffer); Mooncake answers -800 (TRANSFER_FAIL) unless "
+        "the buffers add up to exactly the object's size",
+    "batch_get_into_multi_buffers.mixed.matches":
+        "follows from batch_get_into_multi_buffers.mixed: Mooncake leaves the buffers untouched",
+    "put_from.zero_size":
+        "egmstore refuses an empty object with -600 (INVALID_PARAMS) from every put form, as "
+        "Mooncake's put(key, b'') does; Mooncake's put_from of 0 bytes answers 0 and stores nothing",
+    "put_parts.no_parts":
+        "as put_from.zero_size: egmstore -600; Mooncake 0 and stores nothing",
+    "put_from.unregistered":
+        "egmstore's zero-copy calls need registered memory (-600, INVALID_PARAMS, naming the "
+        "buffer); Mooncake's tcp transport copies from unregistered memory too",
+    "remove.unregistered":
+        "follows from put_from.unregistered: egmstore stored nothing (-704)",
+    "get_into.unregistered":
+        "as put_from.unregistered: egmstore -600; Mooncake over tcp copies into unregistered memory",
+    "get_into.unregistered.matches":
+        "follows from get_into.unregistered",
+    "put_from.after_close":
+        "egmstore answers -1010 (UNAVAILABLE_IN_CURRENT_STATUS) to every call after close(); "
+        "Mooncake answers -600 here because close() dropped the buffer's registration "
+        "(and crashes on most other calls after close)",
+}
 
 # Mooncake crashes on these calls after close() (see mooncake_sequence.AFTER_CLOSE_CALLS),
 # so there is nothing to compare; egmstore must answer an error instead.
@@ -150,8 +178,9 @@ def test_sequence_matches_mooncake(mooncake_master, egmstore_cluster, tmp_path):
     if allowed:
         report += "\nallowed differences:\n" + table(allowed)
     print(report)
-    assert not rows, "%d call(s) differ from Mooncake without an ALLOWED_DIFFERENCES entry:\n%s\n\n%s" % (
-        len(rows), table(rows), report)
+    assert not rows, ("%d call(s) differ from Mooncake without an ALLOWED_DIFFERENCES entry "
+                      "(%d allowed differences not shown; see the captured stdout):\n%s"
+                      % (len(rows), len(allowed), table(rows)))
 
 
 def test_mooncake_sequence_runs_on_mooncake(mooncake_master, tmp_path):
