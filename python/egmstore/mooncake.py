@@ -9,7 +9,9 @@ bad Python arguments raise TypeError/ValueError as Mooncake's binding does.
 docs/python.md lists every method and each difference from Mooncake.
 """
 
+import inspect
 import logging
+import socket
 
 from . import Status, _egmstore
 
@@ -49,7 +51,20 @@ _IGNORED_KEYS = {
 
 def _code(status):
     """egm status -> Mooncake ErrorCode (0 for success)."""
-    return 0 if status >= 0 else _egmstore.status_to_mooncake(status)
+    if status >= 0:
+        return 0
+    # Measured: Mooncake's client answers an empty or too long key with INVALID_PARAMS.
+    if status == Status.INVALID_KEY:
+        return ErrorCode.INVALID_PARAMS
+    return _egmstore.status_to_mooncake(status)
+
+
+def _buffer_code(status):
+    # Measured: Mooncake answers a second registration of a buffer, and the
+    # unregistration of an unknown one, with INVALID_PARAMS.
+    if status in (Status.EXISTS, Status.NOT_FOUND):
+        return ErrorCode.INVALID_PARAMS
+    return _code(status)
 
 
 def _put_code(status):
@@ -107,6 +122,12 @@ def _rc(config):
     return config._as_tuple()
 
 
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
 def _need(value, kind, name):
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"setup(): {name} must be {kind.__name__}, not {type(value).__name__}")
@@ -127,6 +148,12 @@ class MooncakeDistributedStore:
         or setup(config_dict) -> 0 or a negative ErrorCode."""
         if len(args) == 1 and not kwargs and isinstance(args[0], dict):
             return self._setup_dict(args[0])
+        try:
+            inspect.signature(self._setup_args).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"setup(): {e}; expected setup(local_hostname, metadata_server, "
+                            "global_segment_size, local_buffer_size, protocol, rdma_devices, "
+                            "master_server_addr) or setup(config_dict)") from None
         return self._setup_args(*args, **kwargs)
 
     def _setup_args(self, local_hostname, metadata_server, global_segment_size,
@@ -183,22 +210,37 @@ class MooncakeDistributedStore:
             "protocol": protocol,
             "global_segment_size": str(global_segment_size),
         }
-        host = local_hostname
+        host, port = local_hostname, None
         # "host:port" names the data server's port too (not for bare IPv6 addresses).
         if host.count(":") == 1:
             host, port = host.rsplit(":", 1)
-            config["data_port"] = port
+        elif "data_port" in extra:
+            port = str(extra["data_port"])
+        if port == "0":
+            port = None
         config["local_hostname"] = host
         for key, value in extra.items():
             config[key] = str(value).lower() if isinstance(value, bool) else str(value)
-        try:
-            client = _egmstore.Client(config)
-        except _egmstore.StatusError as e:
-            status, message = e.args
-            log.error("setup() failed: %s (%s)", message, _egmstore.status_name(status))
-            return _code(status)
+        # get_hostname() answers host:port like Mooncake's: the port of the data
+        # server, which only a client contributing capacity runs (else 0). A port
+        # left to us is picked free here; one retry covers losing it meanwhile.
+        for attempt in range(3):
+            if port is not None:
+                config["data_port"] = port
+            elif global_segment_size > 0:
+                config["data_port"] = str(_free_port())
+            try:
+                client = _egmstore.Client(config)
+                break
+            except _egmstore.StatusError as e:
+                status, message = e.args
+                if status == Status.IO and port is None and attempt < 2:
+                    continue  # the port was taken between the probe and the bind
+                log.error("setup() failed: %s (%s)", message, _egmstore.status_name(status))
+                return _code(status)
+        data_port = config.get("data_port", "0")
         self._client = client
-        self._hostname = local_hostname
+        self._hostname = f"[{host}]:{data_port}" if ":" in host else f"{host}:{data_port}"
         return ErrorCode.OK
 
     def close(self):
@@ -214,7 +256,8 @@ class MooncakeDistributedStore:
         return self._client.health()
 
     def get_hostname(self):
-        """The local_hostname given to setup() ("" before setup)."""
+        """local_hostname:data_port of this client ("" before setup; the port is
+        0 when the client contributes no capacity, so serves no data)."""
         return self._hostname
 
     # ---- the client, or a stand-in answering CLOSED ----
@@ -224,10 +267,10 @@ class MooncakeDistributedStore:
 
     # ---- registered memory ----
     def register_buffer(self, buffer_ptr, size):
-        return _code(self._c.register_buffer(buffer_ptr, size))
+        return _buffer_code(self._c.register_buffer(buffer_ptr, size))
 
     def unregister_buffer(self, buffer_ptr):
-        return _code(self._c.unregister_buffer(buffer_ptr))
+        return _buffer_code(self._c.unregister_buffer(buffer_ptr))
 
     # ---- single keys ----
     def put(self, key, value, config=None):
