@@ -75,8 +75,9 @@ def mooncake_version():
         return "unknown"
 
 
-@pytest.fixture(scope="module")
-def mooncake_master(tmp_path_factory):
+@pytest.fixture
+def mooncake_master(tmp_path):
+    """A fresh mooncake_master per test (the sequence's counts assume an empty store)."""
     try:
         import mooncake.store  # noqa: F401
     except Exception as exc:  # ImportError, or a missing system library (libibverbs)
@@ -86,7 +87,7 @@ def mooncake_master(tmp_path_factory):
     if binary is None:
         pytest.skip("mooncake_master (from pip package %s) not found next to %s, on PATH or in the "
                     "mooncake package" % (MOONCAKE_PACKAGE, sys.executable))
-    log = str(tmp_path_factory.mktemp("mooncake") / "mooncake-master.log")
+    log = str(tmp_path / "mooncake-master.log")
     try:
         proc, addr = runner.start_mooncake_master(binary, log)
     except RuntimeError as exc:
@@ -95,21 +96,20 @@ def mooncake_master(tmp_path_factory):
     runner.stop(proc)
 
 
-@pytest.fixture(scope="module")
-def egmstore_cluster(tmp_path_factory):
+@pytest.fixture
+def egmstore_cluster(make_cluster):
+    """An egmstore master (same read lease as the Mooncake master) and one provider, from
+    conftest.py's Cluster (the binary is ${EGM_BUILD:-build}/bin/egmstore)."""
     try:
         import egmstore.mooncake  # noqa: F401
     except Exception as exc:
         pytest.skip("egmstore Python package not importable (module 'egmstore.mooncake'; build it and "
                     "put <build>/python on PYTHONPATH): %s: %s" % (type(exc).__name__, exc))
-    binary = runner.find_egmstore_bin()
-    if binary is None:
-        pytest.skip("egmstore CLI not found (set EGMSTORE_BIN or use the build's python dir)")
-    log_dir = str(tmp_path_factory.mktemp("egmstore"))
-    procs, addr = runner.start_egmstore(binary, log_dir)
-    yield addr
-    for p in procs:
-        runner.stop(p)
+    binary = os.path.join(os.environ.get("EGM_BUILD", "build"), "bin", "egmstore")
+    if not os.access(binary, os.X_OK):
+        pytest.skip("no egmstore binary at %s (set EGM_BUILD to the build folder)" % binary)
+    cluster = make_cluster(master_args=("--default-kv-lease-ttl", str(runner.LEASE_TTL_MS)))
+    return cluster.master_addr
 
 
 def run_side(side, addr, tmp_path):
