@@ -3,6 +3,8 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The Python package is built and tested with the venv scripts/install-deps.sh makes.
+PYTHON_ARGS = -DPython3_EXECUTABLE=$(abspath .venv)/bin/python
 
 .PHONY: all deps build demo test test-release test-asan format clean
 
@@ -12,7 +14,7 @@ deps:
 	./scripts/install-deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -G Ninja -DEGM_WERROR=ON $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -G Ninja -DEGM_WERROR=ON $(PYTHON_ARGS) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
@@ -25,7 +27,7 @@ test-release: build
 		ctest --test-dir $(BUILD) --output-on-failure --timeout 600 -L gpu
 
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DEGM_WERROR=ON -DEGM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS)
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DEGM_WERROR=ON -DEGM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(PYTHON_ARGS) $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L 'unit|integration'
