@@ -98,33 +98,47 @@ def _error_class(class_name, status, doc):
 
 
 # One class per status value a caller may want to catch; each has STATUS.
-InternalError = _error_class("InternalError", Status.INTERNAL, "A bug or an unexpected system state.")
-InvalidArgument = _error_class("InvalidArgument", Status.INVALID_ARG, "Bad argument or request field.")
+InternalError = _error_class("InternalError", Status.INTERNAL,
+                              "A bug or an unexpected system state.")
+InvalidArgument = _error_class("InvalidArgument", Status.INVALID_ARG,
+                                "Bad argument or request field.")
 NoMemory = _error_class("NoMemory", Status.NO_MEMORY, "Local memory allocation failed.")
 NotFound = _error_class("NotFound", Status.NOT_FOUND, "No object with this key.")
 Exists = _error_class("Exists", Status.EXISTS, "An object with this key already exists.")
 NoSpace = _error_class("NoSpace", Status.NO_SPACE, "No segment can hold the object.")
 HasLease = _error_class("HasLease", Status.HAS_LEASE, "The object is under a live read lease.")
-LeaseExpired = _error_class("LeaseExpired", Status.LEASE_EXPIRED, "The read lease ran out during the copy.")
-Timeout = _error_class("Timeout", Status.TIMEOUT, "An RPC, connect or transfer passed its deadline.")
+LeaseExpired = _error_class("LeaseExpired", Status.LEASE_EXPIRED,
+                             "The read lease ran out during the copy.")
+Timeout = _error_class("Timeout", Status.TIMEOUT,
+                        "An RPC, connect or transfer passed its deadline.")
 IOFailure = _error_class("IOFailure", Status.IO, "A system call failed.")
-ProtocolError = _error_class("ProtocolError", Status.PROTOCOL, "Malformed frame or message from a peer.")
-Unreachable = _error_class("Unreachable", Status.UNREACHABLE, "Peer not reachable or connection lost.")
-NotSupported = _error_class("NotSupported", Status.NOT_SUPPORTED, "Operation or transport not supported.")
-SegmentNotFound = _error_class("SegmentNotFound", Status.SEGMENT_NOT_FOUND, "No segment with this id or name.")
-SegmentExists = _error_class("SegmentExists", Status.SEGMENT_EXISTS, "A segment with this id or name is mounted.")
-ClientNotFound = _error_class("ClientNotFound", Status.CLIENT_NOT_FOUND, "The master does not know this client.")
+ProtocolError = _error_class("ProtocolError", Status.PROTOCOL,
+                              "Malformed frame or message from a peer.")
+Unreachable = _error_class("Unreachable", Status.UNREACHABLE,
+                            "Peer not reachable or connection lost.")
+NotSupported = _error_class("NotSupported", Status.NOT_SUPPORTED,
+                             "Operation or transport not supported.")
+SegmentNotFound = _error_class("SegmentNotFound", Status.SEGMENT_NOT_FOUND,
+                                "No segment with this id or name.")
+SegmentExists = _error_class("SegmentExists", Status.SEGMENT_EXISTS,
+                              "A segment with this id or name is mounted.")
+ClientNotFound = _error_class("ClientNotFound", Status.CLIENT_NOT_FOUND,
+                               "The master does not know this client.")
 TransferFailed = _error_class("TransferFailed", Status.TRANSFER, "A data copy failed.")
-BufferTooSmall = _error_class("BufferTooSmall", Status.BUFFER_TOO_SMALL, "The destination is smaller than the object.")
-NotReady = _error_class("NotReady", Status.NOT_READY, "The object's replicas are not yet committed.")
-PermissionDenied = _error_class("PermissionDenied", Status.PERMISSION, "Refused: credentials or file permissions.")
+BufferTooSmall = _error_class("BufferTooSmall", Status.BUFFER_TOO_SMALL,
+                               "The destination is smaller than the object.")
+NotReady = _error_class("NotReady", Status.NOT_READY,
+                         "The object's replicas are not yet committed.")
+PermissionDenied = _error_class("PermissionDenied", Status.PERMISSION,
+                                 "Refused: credentials or file permissions.")
 NoCuda = _error_class("NoCuda", Status.NO_CUDA, "No CUDA driver available.")
 InvalidKey = _error_class("InvalidKey", Status.INVALID_KEY, "Empty or too long object key.")
 Busy = _error_class("Busy", Status.BUSY, "Resource in use.")
 Closed = _error_class("Closed", Status.CLOSED, "The store is closed or not initialised.")
 VersionMismatch = _error_class("VersionMismatch", Status.VERSION, "Unknown protocol version.")
 ConfigError = _error_class("ConfigError", Status.CONFIG, "Bad configuration key or value.")
-NotRegistered = _error_class("NotRegistered", Status.NOT_REGISTERED, "Zero-copy buffer not inside a registered range.")
+NotRegistered = _error_class("NotRegistered", Status.NOT_REGISTERED,
+                              "Zero-copy buffer not inside a registered range.")
 
 #: egm status value -> exception class (statuses not listed raise ``Error``).
 EXCEPTIONS = {

@@ -180,10 +180,6 @@ static int batch_keys(batch_args *b, PyObject *keys)
         PyObject *item = PyTuple_GetItem(b->keys_tuple, (Py_ssize_t)i);
         if (item == NULL)
             return -1;
-        if (!PyUnicode_Check(item)) {
-            type_error(item, "keys[%zu] must be a str", i);
-            return -1;
-        }
         char what[48];
         snprintf(what, sizeof(what), "keys[%zu]", i);
         b->keys[i] = key_arg(item, what);
