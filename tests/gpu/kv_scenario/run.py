@@ -280,7 +280,7 @@ def main():
             ctl = rows[0].get("control_wrong_layer_diff") if rows else None
             r.check("control: a wrong page (layer 0 given layer 1's) is detected",
                     rows and rows[0].get("control_detected"), f"max |logit diff| {ctl}")
-            for name, w in (("A", wa), ("B", wb)):
+            for name, w in (("A", wa), ("B", wb)) if a.protocol != "tcp" else ():
                 mr = w.get("mapping_reuse", {})
                 r.check(f"worker {name}: mappings reused (count constant after round 1)", mr.get("ok"),
                         mr.get("detail", "") + f"; before round 1: {w.get('mappings_at_start')}, pool segments {segments}")
@@ -360,6 +360,15 @@ def render(res, checks):
                          f"{y['get_1page_p50_us']:>10} {y['keys'] - y['digest_mismatches']:>4}/{y['keys']:<4} "
                          f"{y['logits_max_abs_diff']:>11.3g} {str(x['mappings']) + '/' + str(y['mappings']):>9}")
             out.append(line)
+        later = [n for n in sorted(ra) if n > 1 and n in rb]
+        if later:
+            med = lambda xs: sorted(xs)[len(xs) // 2]
+            pg, gg = med([ra[n]["put_GBps"] for n in later]), med([rb[n]["get_GBps"] for n in later])
+            out.append(f"rounds 2-{later[-1]} median: put {pg:.2f} GB/s, get {gg:.2f} GB/s"
+                       + (f" ({100 * pg / c['d2h_GBps']:.0f}% / {100 * gg / c['h2d_GBps']:.0f}% of the ceiling)"
+                          if c.get("ok") else ""))
+    if cfg["protocol"] == "tcp":
+        out.append("mapping reuse not checked: tcp maps no segment")
     out.append("")
     for name, ok, detail in checks:
         out.append(f"[{'PASS' if ok else 'FAIL'}] {name}" + (f": {detail}" if detail else ""))

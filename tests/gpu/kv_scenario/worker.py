@@ -110,7 +110,8 @@ class Mappings:
             # auto that ended up on shm (a host pool): no imports, the shm mappings show reuse
             if m.get("egmstore_te_mappings", 0) > 0:
                 self.name = "egmstore_te_mappings"
-        return m.get(self.name)
+        v = m.get(self.name)
+        return int(v) if v is not None else None
 
     def settle(self, expect, timeout=10.0):
         """Prewarm threads import segments in the background: wait until they have (or the
