@@ -5,6 +5,7 @@ same Config get bit-identical weights. The KV cache is paged the way vLLM/SGLang
 out: per layer one K and one V tensor of shape [num_blocks, block_size, heads, head_dim],
 so one block (page) of one layer is a contiguous range of block_bytes bytes.
 """
+
 import dataclasses
 import math
 
@@ -33,7 +34,9 @@ class Config:
 PRESETS = {
     "tiny": Config("tiny", layers=2, heads=2, head_dim=16, vocab=128, block_size=16, prompt_tokens=64),
     "small": Config("small", layers=4, heads=4, head_dim=64, vocab=1024, block_size=16, prompt_tokens=256),
-    "medium": Config("medium", layers=8, heads=8, head_dim=128, vocab=4096, block_size=16, prompt_tokens=2048),
+    "medium": Config(
+        "medium", layers=8, heads=8, head_dim=128, vocab=4096, block_size=16, prompt_tokens=2048
+    ),
     "large": Config("large", layers=16, heads=8, head_dim=128, vocab=4096, block_size=32, prompt_tokens=8192),
 }
 
@@ -42,12 +45,13 @@ class PagedKVCache:
     """Per layer K and V tensors [num_blocks, block_size, heads, head_dim]; a block table maps
     a sequence's logical block i to a physical slot."""
 
-    def __init__(self, cfg, num_blocks, device, dtype):
+    def __init__(self, cfg, num_blocks, device, dtype, alloc=None):
         shape = (num_blocks, cfg.block_size, cfg.heads, cfg.head_dim)
+        alloc = alloc or (lambda shape, dtype: torch.zeros(shape, device=device, dtype=dtype))
         self.cfg = cfg
         self.num_blocks = num_blocks
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.layers)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.layers)]
+        self.k = [alloc(shape, dtype) for _ in range(cfg.layers)]
+        self.v = [alloc(shape, dtype) for _ in range(cfg.layers)]
         self.block_bytes = cfg.block_size * cfg.heads * cfg.head_dim * self.k[0].element_size()
 
     def tensors(self):
@@ -55,8 +59,10 @@ class PagedKVCache:
 
     def block_ptrs(self, layer, slot):
         """(K address, V address) of one physical block of one layer."""
-        return (self.k[layer].data_ptr() + slot * self.block_bytes,
-                self.v[layer].data_ptr() + slot * self.block_bytes)
+        return (
+            self.k[layer].data_ptr() + slot * self.block_bytes,
+            self.v[layer].data_ptr() + slot * self.block_bytes,
+        )
 
     def write(self, layer, block_table, pos, k, v):
         """Store k, v ([T, heads, head_dim]) for positions pos .. pos+T-1."""
@@ -97,10 +103,14 @@ class Model:
         self.pos = w(cfg.max_pos, d)
         self.layers = []
         for _ in range(cfg.layers):
-            self.layers.append({
-                "qkv": w(d, 3 * d), "proj": w(d, d, std=0.02 / math.sqrt(2 * cfg.layers)),
-                "fc": w(d, 4 * d), "out": w(4 * d, d, std=0.02 / math.sqrt(2 * cfg.layers)),
-            })
+            self.layers.append(
+                {
+                    "qkv": w(d, 3 * d),
+                    "proj": w(d, d, std=0.02 / math.sqrt(2 * cfg.layers)),
+                    "fc": w(d, 4 * d),
+                    "out": w(4 * d, d, std=0.02 / math.sqrt(2 * cfg.layers)),
+                }
+            )
         self.head = w(d, cfg.vocab)
 
     def _norm(self, x):
@@ -127,7 +137,7 @@ class Model:
 
     def _embed(self, tokens, pos0):
         t = torch.as_tensor(tokens, device=self.device)
-        return self.tok[t] + self.pos[pos0: pos0 + t.shape[0]]
+        return self.tok[t] + self.pos[pos0 : pos0 + t.shape[0]]
 
     @torch.no_grad()
     def forward_full(self, tokens):

@@ -10,6 +10,7 @@
 
 Each writes WORK/<role>.json and exits 0 only when every check passed.
 """
+
 import argparse
 import ctypes
 import hashlib
@@ -41,6 +42,12 @@ def parse_args():
     p.add_argument("--expect-segments", type=int, default=0, help="segments the pool has (0: unknown)")
     p.add_argument("--atol", type=float, default=None)
     p.add_argument("--bytes", type=int, default=0, help="ceiling: bytes to copy")
+    p.add_argument(
+        "--fake-gpu",
+        type=int,
+        default=None,
+        help="testing without a GPU: cache in the fake driver's device N memory (fakegpu.py)",
+    )
     p.add_argument("--work", required=True)
     return p.parse_args()
 
@@ -98,8 +105,11 @@ class Mappings:
 
     def __init__(self, store, protocol):
         self.store = store
-        self.name = ("egmstore_te_nvlink_imports_total" if protocol in ("nvlink", "auto")
-                     else "egmstore_te_mappings" if protocol == "shm" else None)
+        self.name = (
+            "egmstore_te_nvlink_imports_total"
+            if protocol in ("nvlink", "auto")
+            else "egmstore_te_mappings" if protocol == "shm" else None
+        )
         self.history = []
 
     def read(self):
@@ -187,12 +197,22 @@ def buffers(cache, table, nb):
     return ptrs, sizes
 
 
+def make_cache(args, cfg, num_slots):
+    alloc = None
+    if args.fake_gpu is not None:
+        import fakegpu
+
+        fakegpu.use_device(args.fake_gpu)
+        alloc = fakegpu.zeros
+    return PagedKVCache(cfg, num_slots, args.device, dtype_for(args.device), alloc)
+
+
 def worker_a(args, res):
     cfg, dev = PRESETS[args.size], args.device
     model = Model(cfg, dev, dtype_for(dev))
     extra = (args.decode_tokens + cfg.block_size - 1) // cfg.block_size
     num_slots, table = layout(cfg, extra, seed=11)
-    cache = PagedKVCache(cfg, num_slots, dev, dtype_for(dev))
+    cache = make_cache(args, cfg, num_slots)
     nb = cfg.prompt_tokens // cfg.block_size
     store = open_store(args)
     for t in cache.tensors():
@@ -223,16 +243,33 @@ def worker_a(args, res):
             if c[0] != 0:
                 failed.append((f"lat{i}", c[0]))
         nbytes = len(keys) * 2 * cache.block_bytes
-        row = {"round": r + 1, "keys": len(keys), "bytes": nbytes, "put_s": dt,
-               "put_GBps": nbytes / dt / 1e9, "put_1page_p50_us": p50_us(lat),
-               "existed_before": existed, "failed": failed[:5], "mappings": maps.after_round()}
+        row = {
+            "round": r + 1,
+            "keys": len(keys),
+            "bytes": nbytes,
+            "put_s": dt,
+            "put_GBps": nbytes / dt / 1e9,
+            "put_1page_p50_us": p50_us(lat),
+            "existed_before": existed,
+            "failed": failed[:5],
+            "mappings": maps.after_round(),
+        }
         res["rounds"].append(row)
         ok &= not failed and existed == 0
-        print(f"A round {r + 1}: put {len(keys)} keys {nbytes / 2**20:.1f} MiB in {dt * 1e3:.2f} ms "
-              f"({row['put_GBps']:.2f} GB/s), 1-page put p50 {row['put_1page_p50_us']} us, "
-              f"failed {len(failed)}, mappings {row['mappings']}", flush=True)
-        manifest["rounds"].append({"tokens": tokens, "next_token": int(logits[-1].argmax()),
-                                   "keys": keys, "digests": page_digests(cache, table, nb)})
+        print(
+            f"A round {r + 1}: put {len(keys)} keys {nbytes / 2**20:.1f} MiB in {dt * 1e3:.2f} ms "
+            f"({row['put_GBps']:.2f} GB/s), 1-page put p50 {row['put_1page_p50_us']} us, "
+            f"failed {len(failed)}, mappings {row['mappings']}",
+            flush=True,
+        )
+        manifest["rounds"].append(
+            {
+                "tokens": tokens,
+                "next_token": int(logits[-1].argmax()),
+                "keys": keys,
+                "digests": page_digests(cache, table, nb),
+            }
+        )
     with open(os.path.join(args.work, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     mok, mtext = maps.check()
@@ -253,7 +290,7 @@ def worker_b(args, res):
     _, table_a = layout(cfg, extra, seed=11)
     nb = cfg.prompt_tokens // cfg.block_size
     res["slots_differing_from_a"] = sum(a != b for a, b in zip(table_a[:nb], table[:nb]))
-    cache = PagedKVCache(cfg, num_slots, dev, dtype_for(dev))
+    cache = make_cache(args, cfg, num_slots)
     store = open_store(args)
     for t in cache.tensors():
         rc = store.register_buffer(t.data_ptr(), t.numel() * t.element_size())
@@ -302,23 +339,37 @@ def worker_b(args, res):
         diff = float((torch.stack(outs) - ref).abs().max())
         close = bool(torch.allclose(torch.stack(outs), ref, atol=atol, rtol=0))
         nbytes = len(keys) * want
-        row = {"round": r + 1, "keys": len(keys), "bytes": nbytes, "get_s": dt,
-               "get_GBps": nbytes / dt / 1e9, "get_1page_p50_us": p50_us(lat),
-               "exist": sum(present), "bad_gets": bad_gets[:5], "short_gets": len(bad_gets), "digest_mismatches": len(mism),
-               "decode_tokens": args.decode_tokens, "logits_max_abs_diff": diff,
-               "logits_allclose": close, "mappings": maps.after_round()}
+        row = {
+            "round": r + 1,
+            "keys": len(keys),
+            "bytes": nbytes,
+            "get_s": dt,
+            "get_GBps": nbytes / dt / 1e9,
+            "get_1page_p50_us": p50_us(lat),
+            "exist": sum(present),
+            "bad_gets": bad_gets[:5],
+            "short_gets": len(bad_gets),
+            "digest_mismatches": len(mism),
+            "decode_tokens": args.decode_tokens,
+            "logits_max_abs_diff": diff,
+            "logits_allclose": close,
+            "mappings": maps.after_round(),
+        }
         if control is not None:
             row["control_wrong_layer_diff"] = control
             row["control_detected"] = control > atol
             ok &= control > atol
         res["rounds"].append(row)
-        ok &= (not bad_gets and not mism and close and sum(present) == len(keys))
-        print(f"B round {r + 1}: get {len(keys)} keys {nbytes / 2**20:.1f} MiB in {dt * 1e3:.2f} ms "
-              f"({row['get_GBps']:.2f} GB/s), 1-page get p50 {row['get_1page_p50_us']} us, "
-              f"exist {sum(present)}/{len(keys)}, bad gets {len(bad_gets)}, digest mismatches "
-              f"{len(mism)}, decode {args.decode_tokens} tokens max|dlogit| {diff:.3g} "
-              f"(atol {atol}) {'ok' if close else 'MISMATCH'}, mappings {row['mappings']}"
-              + (f", control {control:.3g}" if control is not None else ""), flush=True)
+        ok &= not bad_gets and not mism and close and sum(present) == len(keys)
+        print(
+            f"B round {r + 1}: get {len(keys)} keys {nbytes / 2**20:.1f} MiB in {dt * 1e3:.2f} ms "
+            f"({row['get_GBps']:.2f} GB/s), 1-page get p50 {row['get_1page_p50_us']} us, "
+            f"exist {sum(present)}/{len(keys)}, bad gets {len(bad_gets)}, digest mismatches "
+            f"{len(mism)}, decode {args.decode_tokens} tokens max|dlogit| {diff:.3g} "
+            f"(atol {atol}) {'ok' if close else 'MISMATCH'}, mappings {row['mappings']}"
+            + (f", control {control:.3g}" if control is not None else ""),
+            flush=True,
+        )
     mok, mtext = maps.check()
     res["mapping_reuse"] = {"ok": mok, "detail": mtext}
     res["metrics_end"] = metrics(store)
@@ -356,8 +407,11 @@ def ceiling(args, res):
         res["h2d_GBps"], res["h2d_median_GBps"] = best(lambda: dst.copy_(host, non_blocking=True), dev_b)
         res["what"] = f"torch copy {dev} -> pinned host, pinned host -> {dev_b}, one contiguous tensor"
     res["bytes"] = n
-    print(f"ceiling: {n / 2**20:.1f} MiB, device->host {res['d2h_GBps']:.2f} GB/s, "
-          f"host->device {res['h2d_GBps']:.2f} GB/s ({res['what']})", flush=True)
+    print(
+        f"ceiling: {n / 2**20:.1f} MiB, device->host {res['d2h_GBps']:.2f} GB/s, "
+        f"host->device {res['h2d_GBps']:.2f} GB/s ({res['what']})",
+        flush=True,
+    )
     return True
 
 
@@ -367,8 +421,13 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     if args.device != "cpu":
         torch.cuda.set_device(args.device)
-    res = {"role": args.role, "device": args.device, "size": args.size, "protocol": args.protocol,
-           "rounds": []}
+    res = {
+        "role": args.role,
+        "device": args.device,
+        "size": args.size,
+        "protocol": args.protocol,
+        "rounds": [],
+    }
     try:
         ok = {"a": worker_a, "b": worker_b, "ceiling": ceiling}[args.role](args, res)
     except Exception:
