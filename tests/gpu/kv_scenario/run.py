@@ -500,6 +500,10 @@ def render(res, checks):
         f"{cfg['block_bytes']} B = {cfg['kv_bytes_per_round'] / MiB:.1f} MiB per round"
     )
     c = res.get("ceiling", {})
+    if c.get("gpu_names"):
+        out.append(
+            "GPUs: " + ", ".join(f"{d} {n}" for d, n in c["gpu_names"].items()) + f"; torch {c.get('torch')}"
+        )
     if c.get("ok"):
         out.append(
             f"raw copy ceiling ({c['what']}): device->host {c['d2h_GBps']:.2f} GB/s, "

@@ -156,6 +156,9 @@ class Mappings:
 def open_store(args):
     from egmstore.mooncake import MooncakeDistributedStore
 
+    import egmstore
+
+    print(f"egmstore {egmstore.__version__} from {os.path.dirname(egmstore.__file__)}", flush=True)
     store = MooncakeDistributedStore()
     # Workers contribute nothing (global_segment_size 0): the provider holds the pool.
     rc = store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, args.protocol, "", args.master)
@@ -382,6 +385,13 @@ def ceiling(args, res):
     -> device (get's); on the CPU, memcpy between two tensors."""
     n, dev = args.bytes, args.device
     dev_b = args.device_b or dev
+    res["torch"] = torch.__version__
+    if dev != "cpu":
+        res["gpu_count"] = torch.cuda.device_count()
+        for d in {dev, dev_b}:
+            if torch.device(d).index >= torch.cuda.device_count():
+                raise RuntimeError(f"{d}: only {torch.cuda.device_count()} GPU(s) visible (use --gpus 0,0)")
+        res["gpu_names"] = {d: torch.cuda.get_device_name(d) for d in (dev, dev_b)}
 
     def best(fn, d):
         fn()
