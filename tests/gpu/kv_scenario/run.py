@@ -352,8 +352,8 @@ def main():
             "provider pool published",
             pm.get("egmstore_pool_capacity_bytes", 0) > 0
             and pm.get("egmstore_pool_egm") == (1.0 if a.pool == "egm" else 0.0),
-            f"capacity {pm.get('egmstore_pool_capacity_bytes')} B in {pm.get('egmstore_pool_chunks')} chunks, "
-            f"egm {pm.get('egmstore_pool_egm')}",
+            f"capacity {int(pm.get('egmstore_pool_capacity_bytes', 0))} B in "
+            f"{int(pm.get('egmstore_pool_chunks', 0))} chunks, egm {int(pm.get('egmstore_pool_egm', -1))}",
         )
         nseg, total, _ = r.ls()
         r.check("master lists the pool", nseg == segments, total)
