@@ -429,6 +429,7 @@ def main():
     args = parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     if args.device != "cpu":
         torch.cuda.set_device(args.device)
     res = {
