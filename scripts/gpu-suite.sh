@@ -2,7 +2,7 @@
 # The GPU suite and benchmarks, run on the H200 machine from the repository root
 # with a build folder made on the Debian machine (binaries are portable there;
 # libraries the GPU image lacks travel in .devlibs/). Output goes to $OUT.
-#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR
+#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv]
 set -u
 build=${1:-build}
 out=${2:-${OUT:-/tmp/egm-gpu-out}}
@@ -50,10 +50,34 @@ egm_setup() {
     kill -TERM "$master"; wait "$master"
 }
 
-if [ "${3:-all}" = "egm" ]; then
+# The KV-cache scenario (tests/gpu/kv_scenario) through the Python package in
+# $build/python: an EGM pool over nvlink, then a host (memfd) pool. Workers on
+# GPUs 0 and 1, or both on GPU 0 when there is one.
+kv_scenario() {
+    local gpus=0,1 rc=0
+    [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && gpus=0,0
+    echo "== python $(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)"
+    for pool in egm host; do
+        echo "== kv scenario: pool $pool, gpus $gpus"
+        timeout 500 python3 tests/gpu/kv_scenario/run.py --egmstore "$build/bin/egmstore" \
+            --pythonpath "$build/python" --out "$out/kv-$pool" --gpus "$gpus" --pool "$pool" ${KV_ARGS:-}
+        local r=$?
+        echo "kv scenario pool $pool: rc=$r"
+        [ $r -eq 0 ] || rc=1
+    done
+    return $rc
+}
+
+case "${3:-all}" in
+egm)
     egm_setup
     exit 0
-fi
+    ;;
+kv)
+    kv_scenario
+    exit $?
+    ;;
+esac
 
 echo "== gpu tests"
 rc=0
