@@ -15,6 +15,7 @@ packages=(
     clang-format
     python3-dev python3-venv
     libibverbs1
+    redis-server redis-tools # bench/meta/run.sh measures Redis next to the master
 )
 
 missing=()
