@@ -1,29 +1,216 @@
-/* Range allocator: free ranges kept sorted by offset in one array. */
+/* Range allocator: spans in address order, free spans in size-class bins found
+ * through bitmaps, allocations in a hash by offset. Lengths and offsets are
+ * kept in blocks of EGM_ALLOCATOR_ALIGN bytes. */
 #include "master/allocator.h"
 
 #include <string.h>
 #include "common/alloc.h"
 #include "common/log.h"
 
+#define NIL UINT32_MAX
+#define MAX_SPANS (UINT32_MAX - 1u)
+
+/* Size classes (TLSF's mapping): lengths below 2 * SL_COUNT blocks have a class
+ * each; above, every power of two is cut into SL_COUNT classes, so a class
+ * spans at most 1/32 of its lower bound and a good fit wastes little. */
+#define SL_BITS 5
+#define SL_COUNT (1u << SL_BITS)
+/* Blocks fit in 58 bits (64-byte alignment), so classes stay below
+ * class_floor(2^58) = 1728. */
+#define BITMAP_WORDS 28
+/* Spans of the request's own class looked at before taking a larger class:
+ * a near-exact fit there keeps large ranges whole. */
+#define PROBE 8
+
+enum { SPAN_UNUSED = 0, SPAN_FREE = 1, SPAN_USED = 2 };
+
 typedef struct {
-    uint64_t offset;
-    uint64_t length;
-} free_range_t;
+    uint64_t off;        /* blocks */
+    uint64_t len;        /* blocks, > 0 */
+    uint32_t prev, next; /* neighbours in address order: the boundary tags */
+    /* SPAN_FREE: the bin list. SPAN_USED: link_next chains the hash bucket.
+     * SPAN_UNUSED: link_next chains the pool of spare records. */
+    uint32_t link_prev, link_next;
+    uint16_t bin; /* class while SPAN_FREE */
+    uint8_t state;
+} span_t;
 
 struct egm_allocator {
-    uint64_t capacity;
-    uint64_t used;
+    uint64_t capacity; /* bytes */
+    uint64_t blocks;
+    uint64_t used; /* blocks */
     size_t allocations;
-    free_range_t *ranges; /* sorted by offset, never adjacent (always coalesced) */
-    size_t n_ranges;
-    size_t cap_ranges;
-    /* Longest free range, exact while largest_valid: lets a full segment refuse
-     * at once instead of scanning. */
-    uint64_t largest;
-    int largest_valid;
+    size_t free_ranges;
+    span_t *spans; /* grown only by alloc, so free never needs memory */
+    uint32_t n_spans, cap_spans;
+    uint32_t spare;    /* SPAN_UNUSED records below n_spans */
+    uint32_t first;    /* the span at offset 0 */
+    uint32_t *buckets; /* allocations by offset */
+    unsigned bucket_bits;
+    uint32_t *bins; /* head of each class's free list */
+    unsigned n_classes;
+    uint64_t summary;              /* bit w: bitmap[w] != 0 */
+    uint64_t bitmap[BITMAP_WORDS]; /* bit c: bins[c] not empty */
 };
 
-#define INITIAL_RANGES 8
+static unsigned log2_floor(uint64_t n)
+{
+    return 63u - (unsigned)__builtin_clzll(n);
+}
+
+/* Class holding free spans of n blocks (n >= 1). */
+static unsigned class_floor(uint64_t n)
+{
+    if (n < 2 * SL_COUNT)
+        return (unsigned)n;
+    unsigned fl = log2_floor(n);
+    return SL_COUNT + ((fl - SL_BITS) << SL_BITS) + (unsigned)((n >> (fl - SL_BITS)) - SL_COUNT);
+}
+
+/* Lowest class whose every span is at least n blocks. */
+static unsigned class_up(uint64_t n)
+{
+    if (n < 2 * SL_COUNT)
+        return (unsigned)n;
+    return class_floor(n + (1ull << (log2_floor(n) - SL_BITS)) - 1);
+}
+
+static void bitmap_set(egm_allocator_t *a, unsigned c)
+{
+    a->bitmap[c >> 6] |= 1ull << (c & 63);
+    a->summary |= 1ull << (c >> 6);
+}
+
+static void bitmap_clear(egm_allocator_t *a, unsigned c)
+{
+    a->bitmap[c >> 6] &= ~(1ull << (c & 63));
+    if (a->bitmap[c >> 6] == 0)
+        a->summary &= ~(1ull << (c >> 6));
+}
+
+/* First non-empty class >= c, or NIL. */
+static uint32_t bitmap_find(const egm_allocator_t *a, unsigned c)
+{
+    unsigned w = c >> 6;
+
+    if (c >= a->n_classes)
+        return NIL;
+    uint64_t m = a->bitmap[w] & (~0ull << (c & 63));
+    if (m != 0)
+        return (w << 6) + (unsigned)__builtin_ctzll(m);
+    uint64_t s = w + 1 < 64 ? a->summary & (~0ull << (w + 1)) : 0;
+    if (s == 0)
+        return NIL;
+    w = (unsigned)__builtin_ctzll(s);
+    return (w << 6) + (unsigned)__builtin_ctzll(a->bitmap[w]);
+}
+
+static void bin_insert(egm_allocator_t *a, uint32_t i)
+{
+    span_t *s = &a->spans[i];
+    unsigned c = class_floor(s->len);
+
+    s->state = SPAN_FREE;
+    s->bin = (uint16_t)c;
+    s->link_prev = NIL;
+    s->link_next = a->bins[c];
+    if (s->link_next != NIL)
+        a->spans[s->link_next].link_prev = i;
+    else
+        bitmap_set(a, c);
+    a->bins[c] = i;
+}
+
+static void bin_remove(egm_allocator_t *a, uint32_t i)
+{
+    span_t *s = &a->spans[i];
+
+    if (s->link_prev != NIL)
+        a->spans[s->link_prev].link_next = s->link_next;
+    else
+        a->bins[s->bin] = s->link_next;
+    if (s->link_next != NIL)
+        a->spans[s->link_next].link_prev = s->link_prev;
+    if (a->bins[s->bin] == NIL)
+        bitmap_clear(a, s->bin);
+}
+
+static uint32_t bucket_of(const egm_allocator_t *a, uint64_t off)
+{
+    /* Fibonacci hashing: the top bits of the product mix every offset bit. */
+    return (uint32_t)((off * 0x9e3779b97f4a7c15ull) >> (64 - a->bucket_bits));
+}
+
+static void hash_insert(egm_allocator_t *a, uint32_t i)
+{
+    uint32_t b = bucket_of(a, a->spans[i].off);
+
+    a->spans[i].state = SPAN_USED;
+    a->spans[i].link_next = a->buckets[b];
+    a->buckets[b] = i;
+}
+
+/* The allocation at `off`, or NIL; *link_p is where the hash points to it. */
+static uint32_t hash_find(egm_allocator_t *a, uint64_t off, uint32_t **link_p)
+{
+    uint32_t *link = &a->buckets[bucket_of(a, off)];
+
+    while (*link != NIL && a->spans[*link].off != off)
+        link = &a->spans[*link].link_next;
+    *link_p = link;
+    return *link;
+}
+
+static void span_release(egm_allocator_t *a, uint32_t i)
+{
+    a->spans[i].state = SPAN_UNUSED;
+    a->spans[i].link_next = a->spare;
+    a->spare = i;
+}
+
+/* Room for one more span and one more allocation in the hash, so the rest of
+ * egm__allocator_alloc cannot fail half way. */
+static egm_status_t reserve(egm_allocator_t *a)
+{
+    if (a->spare == NIL && a->n_spans == a->cap_spans) {
+        if (a->cap_spans >= MAX_SPANS)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "segment has %u spans, the most it can track",
+                                  a->cap_spans);
+        uint32_t cap = a->cap_spans > MAX_SPANS / 2 ? MAX_SPANS : a->cap_spans * 2;
+        span_t *spans =
+            egm_realloc(a->spans, (size_t)cap * sizeof(*spans), "master.allocator_spans");
+        if (spans == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing allocator spans to %u",
+                                  cap);
+        a->spans = spans;
+        a->cap_spans = cap;
+    }
+    if (a->allocations + 1 > (1ull << a->bucket_bits) && a->bucket_bits < 32) {
+        unsigned bits = a->bucket_bits + 1;
+        uint32_t *buckets = egm_malloc(sizeof(*buckets) << bits, "master.allocator_hash");
+        if (buckets == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing the allocation hash");
+        memset(buckets, 0xff, sizeof(*buckets) << bits); /* every bucket NIL */
+        egm_free(a->buckets);
+        a->buckets = buckets;
+        a->bucket_bits = bits;
+        for (uint32_t i = 0; i < a->n_spans; i++)
+            if (a->spans[i].state == SPAN_USED)
+                hash_insert(a, i);
+    }
+    return EGM_OK;
+}
+
+static uint32_t span_take(egm_allocator_t *a)
+{
+    uint32_t i = a->spare;
+
+    if (i != NIL)
+        a->spare = a->spans[i].link_next;
+    else
+        i = a->n_spans++;
+    return i;
+}
 
 uint64_t egm__allocator_round(uint64_t len)
 {
@@ -31,6 +218,9 @@ uint64_t egm__allocator_round(uint64_t len)
         return 0;
     return (len + EGM_ALLOCATOR_ALIGN - 1) & ~(uint64_t)(EGM_ALLOCATOR_ALIGN - 1);
 }
+
+#define INITIAL_SPANS 16
+#define INITIAL_BUCKET_BITS 4
 
 egm_status_t egm__allocator_create(uint64_t size, egm_allocator_t **allocator_p)
 {
@@ -44,18 +234,35 @@ egm_status_t egm__allocator_create(uint64_t size, egm_allocator_t **allocator_p)
     a = egm_calloc(1, sizeof(*a), "master.allocator");
     if (a == NULL)
         goto err_nomem;
-    a->ranges = egm_calloc(INITIAL_RANGES, sizeof(*a->ranges), "master.allocator_ranges");
-    if (a->ranges == NULL)
-        goto err_free;
-    a->cap_ranges = INITIAL_RANGES;
     a->capacity = capacity;
-    a->ranges[0] = (free_range_t){0, capacity};
-    a->n_ranges = 1;
-    a->largest = capacity;
-    a->largest_valid = 1;
+    a->blocks = capacity / EGM_ALLOCATOR_ALIGN;
+    a->n_classes = class_floor(a->blocks) + 1;
+    a->bins = egm_malloc(a->n_classes * sizeof(*a->bins), "master.allocator_bins");
+    if (a->bins == NULL)
+        goto err_free;
+    memset(a->bins, 0xff, a->n_classes * sizeof(*a->bins));
+    a->bucket_bits = INITIAL_BUCKET_BITS;
+    a->buckets = egm_malloc(sizeof(*a->buckets) << a->bucket_bits, "master.allocator_hash");
+    if (a->buckets == NULL)
+        goto err_free_bins;
+    memset(a->buckets, 0xff, sizeof(*a->buckets) << a->bucket_bits);
+    a->spans = egm_malloc(INITIAL_SPANS * sizeof(*a->spans), "master.allocator_spans");
+    if (a->spans == NULL)
+        goto err_free_buckets;
+    a->cap_spans = INITIAL_SPANS;
+    a->spare = NIL;
+    a->n_spans = 1;
+    a->first = 0;
+    a->spans[0] = (span_t){.off = 0, .len = a->blocks, .prev = NIL, .next = NIL};
+    bin_insert(a, 0);
+    a->free_ranges = 1;
     *allocator_p = a;
     return EGM_OK;
 
+err_free_buckets:
+    egm_free(a->buckets);
+err_free_bins:
+    egm_free(a->bins);
 err_free:
     egm_free(a);
 err_nomem:
@@ -66,154 +273,233 @@ void egm__allocator_destroy(egm_allocator_t *allocator)
 {
     if (allocator == NULL)
         return;
-    egm_free(allocator->ranges);
+    egm_free(allocator->spans);
+    egm_free(allocator->buckets);
+    egm_free(allocator->bins);
     egm_free(allocator);
 }
 
-/* Free ranges never outnumber allocations + 1, so reserving that much here
- * means egm__allocator_free never needs memory. */
-static egm_status_t reserve_ranges(egm_allocator_t *a, size_t need)
+/* A free span of at least n blocks, or NIL when none is that long. */
+static uint32_t pick(const egm_allocator_t *a, uint64_t n)
 {
-    if (need <= a->cap_ranges)
-        return EGM_OK;
-    size_t cap = a->cap_ranges * 2;
-    if (cap < need)
-        cap = need;
-    free_range_t *ranges = egm_realloc(a->ranges, cap * sizeof(*ranges), "master.allocator_ranges");
-    if (ranges == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing a free-range list");
-    a->ranges = ranges;
-    a->cap_ranges = cap;
-    return EGM_OK;
-}
+    unsigned c = class_floor(n);
+    uint32_t i = c < a->n_classes ? a->bins[c] : NIL;
 
-static void remove_range(egm_allocator_t *a, size_t i)
-{
-    memmove(&a->ranges[i], &a->ranges[i + 1], (a->n_ranges - i - 1) * sizeof(*a->ranges));
-    a->n_ranges--;
+    /* Near-exact fits first: spans of this class are within 1/32 of n. */
+    for (int probe = 0; i != NIL && probe < PROBE; probe++, i = a->spans[i].link_next)
+        if (a->spans[i].len >= n)
+            return i;
+    uint32_t up = bitmap_find(a, class_up(n));
+    if (up != NIL)
+        return a->bins[up];
+    /* Only this class may still hold a span long enough: look at the rest of
+     * it, so NO_SPACE means no free range fits. */
+    for (; i != NIL; i = a->spans[i].link_next)
+        if (a->spans[i].len >= n)
+            return i;
+    return NIL;
 }
 
 egm_status_t egm__allocator_alloc(egm_allocator_t *a, uint64_t len, uint64_t *offset_p)
 {
     uint64_t need = egm__allocator_round(len);
-    uint64_t largest = 0;
     egm_status_t status;
 
     if (len == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "allocation length must be > 0");
-    if (need == 0 || need > a->capacity - a->used || (a->largest_valid && a->largest < need))
-        return egm__set_error(EGM_ERR_NO_SPACE, "no free range of %llu bytes",
-                              (unsigned long long)len);
-    status = reserve_ranges(a, a->allocations + 2);
+    if (need == 0 || need / EGM_ALLOCATOR_ALIGN > a->blocks - a->used)
+        return egm__set_error(EGM_ERR_NO_SPACE, "no free range of %llu bytes (%llu free)",
+                              (unsigned long long)len,
+                              (unsigned long long)((a->blocks - a->used) * EGM_ALLOCATOR_ALIGN));
+    uint64_t n = need / EGM_ALLOCATOR_ALIGN;
+    uint32_t i = pick(a, n);
+    if (i == NIL) {
+        egm_allocator_stats_t st;
+        egm__allocator_stats(a, &st);
+        return egm__set_error(EGM_ERR_NO_SPACE, "no free range of %llu bytes (largest %llu)",
+                              (unsigned long long)len, (unsigned long long)st.largest_free);
+    }
+    status = reserve(a); /* may move spans: index i stays valid */
     if (status != EGM_OK)
         return status;
 
-    for (size_t i = 0; i < a->n_ranges; i++) {
-        free_range_t *r = &a->ranges[i];
-        if (r->length < need) {
-            if (r->length > largest)
-                largest = r->length;
-            continue;
-        }
-        if (a->largest_valid && r->length == a->largest)
-            a->largest_valid = 0; /* the longest range may have been the one cut */
-        *offset_p = r->offset;
-        r->offset += need;
-        r->length -= need;
-        if (r->length == 0)
-            remove_range(a, i);
-        a->used += need;
-        a->allocations++;
-        return EGM_OK;
-    }
-    /* A full scan found nothing: it also measured the longest range. */
-    a->largest = largest;
-    a->largest_valid = 1;
-    return egm__set_error(EGM_ERR_NO_SPACE, "no free range of %llu bytes (largest %llu)",
-                          (unsigned long long)len, (unsigned long long)largest);
-}
-
-/* Index of the first free range with offset > `offset` (binary search). */
-static size_t upper_bound(const egm_allocator_t *a, uint64_t offset)
-{
-    size_t lo = 0, hi = a->n_ranges;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (a->ranges[mid].offset <= offset)
-            lo = mid + 1;
+    span_t *s = &a->spans[i];
+    bin_remove(a, i);
+    if (s->len == n) {
+        a->free_ranges--;
+        hash_insert(a, i);
+    } else {
+        /* The allocation takes the low end; the rest stays free in place. */
+        uint32_t u = span_take(a);
+        s = &a->spans[i];
+        a->spans[u] = (span_t){.off = s->off, .len = n, .prev = s->prev, .next = i};
+        if (s->prev != NIL)
+            a->spans[s->prev].next = u;
         else
-            hi = mid;
+            a->first = u;
+        s->prev = u;
+        s->off += n;
+        s->len -= n;
+        bin_insert(a, i);
+        hash_insert(a, u);
+        i = u;
     }
-    return lo;
+    a->used += n;
+    a->allocations++;
+    *offset_p = a->spans[i].off * EGM_ALLOCATOR_ALIGN;
+    return EGM_OK;
 }
 
 egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t len)
 {
     uint64_t size = egm__allocator_round(len);
+    uint32_t *link;
 
-    if (len == 0 || size == 0 || offset % EGM_ALLOCATOR_ALIGN != 0 || offset > a->capacity ||
-        size > a->capacity - offset || size > a->used || a->allocations == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "free of [%llu, +%llu) is not an allocation",
+    if (len == 0 || size == 0 || offset % EGM_ALLOCATOR_ALIGN != 0 || offset >= a->capacity ||
+        size > a->capacity - offset)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "free of [%llu, +%llu) is misaligned or outside the segment",
                               (unsigned long long)offset, (unsigned long long)len);
-    size_t i = upper_bound(a, offset); /* ranges[i - 1] starts at or before offset */
-    int touch_prev = 0, touch_next = 0;
-    if (i > 0) {
-        const free_range_t *prev = &a->ranges[i - 1];
-        if (prev->offset + prev->length > offset)
-            goto err_overlap;
-        touch_prev = prev->offset + prev->length == offset;
-    }
-    if (i < a->n_ranges) {
-        const free_range_t *next = &a->ranges[i];
-        if (offset + size > next->offset)
-            goto err_overlap;
-        touch_next = offset + size == next->offset;
-    }
+    uint32_t i = hash_find(a, offset / EGM_ALLOCATOR_ALIGN, &link);
+    if (i == NIL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "free of [%llu, +%llu): no allocation there",
+                              (unsigned long long)offset, (unsigned long long)len);
+    span_t *s = &a->spans[i];
+    if (s->len != size / EGM_ALLOCATOR_ALIGN)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "free of [%llu, +%llu): the allocation there is %llu bytes",
+                              (unsigned long long)offset, (unsigned long long)len,
+                              (unsigned long long)(s->len * EGM_ALLOCATOR_ALIGN));
 
-    uint64_t merged;
-    if (touch_prev && touch_next) {
-        a->ranges[i - 1].length += size + a->ranges[i].length;
-        merged = a->ranges[i - 1].length;
-        remove_range(a, i);
-    } else if (touch_prev) {
-        a->ranges[i - 1].length += size;
-        merged = a->ranges[i - 1].length;
-    } else if (touch_next) {
-        a->ranges[i].offset = offset;
-        a->ranges[i].length += size;
-        merged = a->ranges[i].length;
-    } else {
-        /* Room is guaranteed by reserve_ranges at allocation time. */
-        memmove(&a->ranges[i + 1], &a->ranges[i], (a->n_ranges - i) * sizeof(*a->ranges));
-        a->ranges[i] = (free_range_t){offset, size};
-        a->n_ranges++;
-        merged = size;
-    }
-    a->used -= size;
+    *link = s->link_next; /* out of the hash */
+    a->used -= s->len;
     a->allocations--;
-    if (a->largest_valid && merged > a->largest)
-        a->largest = merged;
+    a->free_ranges++;
+    uint32_t p = s->prev;
+    if (p != NIL && a->spans[p].state == SPAN_FREE) {
+        /* Absorbed by the free range before it. */
+        span_t *ps = &a->spans[p];
+        bin_remove(a, p);
+        ps->len += s->len;
+        ps->next = s->next;
+        if (s->next != NIL)
+            a->spans[s->next].prev = p;
+        span_release(a, i);
+        a->free_ranges--;
+        i = p;
+        s = ps;
+    }
+    uint32_t q = s->next;
+    if (q != NIL && a->spans[q].state == SPAN_FREE) {
+        /* Absorbs the free range after it. */
+        span_t *qs = &a->spans[q];
+        bin_remove(a, q);
+        s->len += qs->len;
+        s->next = qs->next;
+        if (qs->next != NIL)
+            a->spans[qs->next].prev = i;
+        span_release(a, q);
+        a->free_ranges--;
+    }
+    bin_insert(a, i);
     return EGM_OK;
-
-err_overlap:
-    return egm__set_error(EGM_ERR_INVALID_ARG, "free of [%llu, +%llu) overlaps free space",
-                          (unsigned long long)offset, (unsigned long long)len);
 }
 
 void egm__allocator_stats(const egm_allocator_t *a, egm_allocator_stats_t *stats_p)
 {
-    uint64_t largest = a->largest;
+    uint64_t largest = 0;
 
-    if (!a->largest_valid) {
-        largest = 0;
-        for (size_t i = 0; i < a->n_ranges; i++)
-            if (a->ranges[i].length > largest)
-                largest = a->ranges[i].length;
+    if (a->summary != 0) {
+        /* Every span of the top class beats every other span: walk that one. */
+        unsigned w = log2_floor(a->summary);
+        unsigned c = (w << 6) + log2_floor(a->bitmap[w]);
+        for (uint32_t i = a->bins[c]; i != NIL; i = a->spans[i].link_next)
+            if (a->spans[i].len > largest)
+                largest = a->spans[i].len;
     }
     stats_p->capacity = a->capacity;
-    stats_p->used = a->used;
-    stats_p->free = a->capacity - a->used;
-    stats_p->largest_free = largest;
-    stats_p->free_ranges = a->n_ranges;
+    stats_p->used = a->used * EGM_ALLOCATOR_ALIGN;
+    stats_p->free = a->capacity - stats_p->used;
+    stats_p->largest_free = largest * EGM_ALLOCATOR_ALIGN;
+    stats_p->free_ranges = a->free_ranges;
     stats_p->allocations = a->allocations;
+}
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return egm__set_error(EGM_ERR_INTERNAL, __VA_ARGS__);                                  \
+    } while (0)
+
+egm_status_t egm__allocator_check(const egm_allocator_t *a)
+{
+    uint64_t off = 0, used = 0;
+    size_t n_free = 0, n_used = 0, n_unused = 0, walked = 0;
+    uint32_t prev = NIL;
+
+    CHECK(a->first < a->n_spans && a->spans[a->first].prev == NIL, "first span %u is wrong",
+          a->first);
+    for (uint32_t i = a->first; i != NIL; prev = i, i = a->spans[i].next) {
+        const span_t *s = &a->spans[i];
+        CHECK(i < a->n_spans && ++walked <= a->n_spans, "address list broken at span %u", i);
+        CHECK(s->prev == prev, "span %u: prev %u, expected %u", i, s->prev, prev);
+        CHECK(s->off == off && s->len > 0 && s->len <= a->blocks - off,
+              "span %u [%llu, +%llu) does not follow block %llu", i, (unsigned long long)s->off,
+              (unsigned long long)s->len, (unsigned long long)off);
+        off += s->len;
+        if (s->state == SPAN_FREE) {
+            CHECK(prev == NIL || a->spans[prev].state != SPAN_FREE,
+                  "free span %u not coalesced with its predecessor", i);
+            CHECK(s->bin == class_floor(s->len), "free span %u in class %u, expected %u", i, s->bin,
+                  class_floor(s->len));
+            n_free++;
+        } else {
+            CHECK(s->state == SPAN_USED, "span %u in the address list is unused", i);
+            uint32_t j = a->buckets[bucket_of(a, s->off)];
+            while (j != NIL && j != i)
+                j = a->spans[j].link_next;
+            CHECK(j == i, "allocation span %u missing from the hash", i);
+            used += s->len;
+            n_used++;
+        }
+    }
+    CHECK(off == a->blocks, "spans cover %llu of %llu blocks", (unsigned long long)off,
+          (unsigned long long)a->blocks);
+    CHECK(used == a->used && n_used == a->allocations && n_free == a->free_ranges,
+          "counters disagree: used %llu/%llu allocations %zu/%zu free ranges %zu/%zu",
+          (unsigned long long)used, (unsigned long long)a->used, n_used, a->allocations, n_free,
+          a->free_ranges);
+
+    size_t in_bins = 0;
+    for (unsigned c = 0; c < a->n_classes; c++) {
+        int bit = (a->bitmap[c >> 6] >> (c & 63)) & 1;
+        CHECK(bit == (a->bins[c] != NIL), "bitmap bit of class %u is %d", c, bit);
+        uint32_t p = NIL;
+        for (uint32_t i = a->bins[c]; i != NIL; p = i, i = a->spans[i].link_next) {
+            CHECK(i < a->n_spans && ++in_bins <= n_free, "bin %u broken at span %u", c, i);
+            CHECK(a->spans[i].state == SPAN_FREE && a->spans[i].bin == c &&
+                      a->spans[i].link_prev == p,
+                  "span %u in bin %u is not a free span of that class", i, c);
+        }
+    }
+    CHECK(in_bins == n_free, "bins hold %zu spans, %zu are free", in_bins, n_free);
+    for (unsigned w = 0; w < BITMAP_WORDS; w++)
+        CHECK(((a->summary >> w) & 1) == (a->bitmap[w] != 0), "summary bit %u is wrong", w);
+
+    size_t hashed = 0;
+    for (uint64_t b = 0; b < (1ull << a->bucket_bits); b++)
+        for (uint32_t i = a->buckets[b]; i != NIL; i = a->spans[i].link_next) {
+            CHECK(i < a->n_spans && ++hashed <= n_used, "hash bucket %llu broken",
+                  (unsigned long long)b);
+            CHECK(a->spans[i].state == SPAN_USED && bucket_of(a, a->spans[i].off) == b,
+                  "span %u in hash bucket %llu does not belong there", i, (unsigned long long)b);
+        }
+    CHECK(hashed == n_used, "hash holds %zu allocations, %zu exist", hashed, n_used);
+    for (uint32_t i = a->spare; i != NIL; i = a->spans[i].link_next) {
+        CHECK(i < a->n_spans && a->spans[i].state == SPAN_UNUSED && ++n_unused <= a->n_spans,
+              "spare list broken at span %u", i);
+    }
+    CHECK(n_free + n_used + n_unused == a->n_spans, "%zu spans are neither in use nor spare",
+          a->n_spans - n_free - n_used - n_unused);
+    return EGM_OK;
 }
