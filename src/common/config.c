@@ -22,6 +22,9 @@ static const egm_config_key_t keys[] = {
      "master RPC address HOST:PORT (flag alias --master)"},
     {"listen_address", EGM_CFG_STRING, "0.0.0.0", 0, 0, NULL, "master: bind address"},
     {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)"},
+    {"http_port", EGM_CFG_INT, "9003", -1, 65535, NULL,
+     "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
+     "/get_all_segments, /keys (-1 = off, 0 = any free port)"},
     {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
      "address others use to reach this process's data server (\"\" = host name)"},
     {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|nvlink|shm|tcp",
@@ -43,6 +46,18 @@ static const egm_config_key_t keys[] = {
      "master: read lease granted by Get/Exist, in ms"},
     {"client_ttl", EGM_CFG_INT, "10", 1, 3600, NULL,
      "master: a client silent this many seconds is expired and its segments unmounted"},
+    {"default_kv_soft_pin_ttl", EGM_CFG_INT, "1800000", 1, 86400000, NULL,
+     "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
+     "lease granted; at most 24 h"},
+    {"put_start_discard_timeout_sec", EGM_CFG_INT, "30", 1, 86400, NULL,
+     "master: a put not finished this many seconds after its PutStart is discarded (space and "
+     "key return)"},
+    {"eviction_high_watermark_ratio", EGM_CFG_STRING, "0.90", 0, 0, NULL,
+     "master: evict in the background when used / capacity is above this (a number in 0..1)"},
+    {"eviction_ratio", EGM_CFG_STRING, "0.05", 0, 0, NULL,
+     "master: share of capacity one eviction frees (a number in 0..1)"},
+    {"placement_strategy", EGM_CFG_ENUM, "random", 0, 0, "random|free_ratio_first|local_first",
+     "master: order of segments tried for replicas (after the put's preferred segments)"},
     {"max_frame_size", EGM_CFG_SIZE, "64MiB", 1024, 1073741824, NULL,
      "largest RPC payload accepted"},
     {"pool_memory", EGM_CFG_ENUM, "host", 0, 0, "host|host_numa|device",

@@ -292,11 +292,25 @@ static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payl
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
         goto out;
     }
+    egm_put_config_t config = {.replica_num = replica_num};
+    if (req->config != NULL) {
+        config.soft_pin = req->config->with_soft_pin;
+        config.hard_pin = req->config->with_hard_pin;
+        config.n_preferred = req->config->n_preferred_segments;
+        config.preferred_segments = (const char *const *)req->config->preferred_segments;
+    }
+    if (config.n_preferred > EGM_MASTER_PREFERRED_MAX) {
+        status =
+            egm__set_error(EGM_ERR_INVALID_ARG, "config.preferred_segments: %zu names, at most %d",
+                           config.n_preferred, EGM_MASTER_PREFERRED_MAX);
+        goto out;
+    }
+    config.writer_host_id = egm__liveness_host_id(st->liveness, client);
     uint64_t now = st->now_ms();
     for (size_t i = 0; i < req->n_keys; i++)
         out[i].status =
-            egm__objects_put_start(st->objects, client, req->keys[i], key_length(req->keys[i]),
-                                   req->sizes[i], replica_num, now, &out[i].object);
+            egm__objects_put_start_with(st->objects, client, req->keys[i], key_length(req->keys[i]),
+                                        req->sizes[i], &config, now, &out[i].object);
     status = send_keys_reply(st, out, req->n_keys, 1, 0, reply);
 out:
     egm_free(out);
@@ -336,7 +350,7 @@ static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uin
         egm_status_t s;
         switch (type) {
         case EGM_RPC_PUT_END:
-            s = egm__objects_put_end(st->objects, client, key, klen);
+            s = egm__objects_put_end(st->objects, client, key, klen, now);
             break;
         case EGM_RPC_PUT_REVOKE:
             s = egm__objects_put_revoke(st->objects, client, key, klen);
@@ -539,6 +553,9 @@ static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, 
     msg.master_id = &master_id;
     msg.view = egm__segment_table_view(st->segments);
     msg.status = egm__liveness_ping(st->liveness, egm__id_from_pb(req->client), st->now_ms());
+    if (msg.status == EGM_OK && req->host_id != NULL && req->host_id[0] != '\0')
+        msg.status =
+            egm__liveness_set_host_id(st->liveness, egm__id_from_pb(req->client), req->host_id);
     if (msg.status == EGM_OK) {
         status = egm__segment_table_retired_since(st->segments, req->view, &ids, &n, &reset);
         if (status != EGM_OK)

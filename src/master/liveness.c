@@ -11,6 +11,7 @@
 typedef struct {
     egm_id_t id;
     uint64_t last_seen_ms;
+    char host_id[EGM_MASTER_HOST_ID_MAX]; /* from its pings, for local_first placement */
 } client_t;
 
 struct egm_liveness {
@@ -97,6 +98,7 @@ egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory registering a client");
     c->id = id;
     c->last_seen_ms = now_ms;
+    c->host_id[0] = '\0';
     id_key(id, key);
     status = egm__hashmap_put(l->clients, key, sizeof(key), c, NULL);
     if (status != EGM_OK) {
@@ -105,6 +107,27 @@ egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
     }
     egm_debug("client %s registered", egm__id_format(id, id_text));
     return EGM_OK;
+}
+
+egm_status_t egm__liveness_set_host_id(egm_liveness_t *l, egm_id_t client, const char *host_id)
+{
+    client_t *c = find_client(l, client);
+    size_t len = host_id != NULL ? strnlen(host_id, EGM_MASTER_HOST_ID_MAX) : 0;
+
+    if (len >= EGM_MASTER_HOST_ID_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "host_id: longer than %d bytes",
+                              EGM_MASTER_HOST_ID_MAX - 1);
+    if (c == NULL)
+        return egm__set_error(EGM_ERR_CLIENT_NOT_FOUND, "client: not registered");
+    memcpy(c->host_id, host_id != NULL ? host_id : "", len);
+    c->host_id[len] = '\0';
+    return EGM_OK;
+}
+
+const char *egm__liveness_host_id(const egm_liveness_t *l, egm_id_t client)
+{
+    const client_t *c = find_client(l, client);
+    return c != NULL ? c->host_id : "";
 }
 
 egm_status_t egm__liveness_mount(egm_liveness_t *l, egm_id_t client,

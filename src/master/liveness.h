@@ -19,6 +19,13 @@ void egm__liveness_destroy(egm_liveness_t *liveness);
 
 /* Registers or refreshes a client. INVALID_ARG for the nil id ("client"). */
 egm_status_t egm__liveness_ping(egm_liveness_t *liveness, egm_id_t client, uint64_t now_ms);
+/* Records the host a registered client runs on (its pings carry it), for
+ * local_first placement. INVALID_ARG ("host_id") when too long,
+ * CLIENT_NOT_FOUND for an unknown client. */
+egm_status_t egm__liveness_set_host_id(egm_liveness_t *liveness, egm_id_t client,
+                                       const char *host_id);
+/* The client's host id; "" when unknown. Valid until the client is expired. */
+const char *egm__liveness_host_id(const egm_liveness_t *liveness, egm_id_t client);
 /* Mounts a segment of `client` (registering the client). A nil params->owner
  * means the caller; another owner is INVALID_ARG. SEGMENT_EXISTS, or
  * INVALID_ARG naming the descriptor field (egm__segment_validate). */

@@ -2,13 +2,22 @@
 #include "master/master.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
+#include "admin/http_server.h"
 #include "common/alloc.h"
+#include "common/clock.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/reactor.h"
+#include "master/admin.h"
 #include "master/master_int.h"
+#include "master/metrics.h"
 #include "rpc/frame.h"
 #include "rpc/server.h"
 
@@ -17,6 +26,13 @@ struct egm_master {
     egm_rpc_server_t *server;
     egm_master_state_t state;
     int state_ready;
+    /* The state is read by the admin HTTP thread too: lock serialises it
+     * (master_int.h). The HTTP server stops before anything it reads. */
+    pthread_mutex_t lock;
+    int lock_ready;
+    egm_master_metrics_t metrics;
+    egm_master_admin_t admin;
+    egm_http_server_t *http;
     uint64_t timer_id;
     int timer_added;
     uint16_t port;
@@ -43,7 +59,86 @@ static void on_tick(egm_reactor_t *reactor, void *arg)
 {
     egm_master_t *master = arg;
     (void)reactor;
+    pthread_mutex_lock(&master->lock);
     egm__master_state_tick(&master->state, master->state.now_ms());
+    pthread_mutex_unlock(&master->lock);
+}
+
+/* http_port: -1 off, 0 any free port. The default port (9003) being taken is
+ * only a warning, so that several masters can share a host; a port asked
+ * for explicitly must be had. */
+static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *config,
+                                     const char *host)
+{
+    int64_t port = egm_config_get_int(config, "http_port");
+    if (port < 0)
+        return EGM_OK;
+    if (port > 65535)
+        return egm__set_error(EGM_ERR_CONFIG, "http_port: %lld, must be -1..65535",
+                              (long long)port);
+    master->admin = (egm_master_admin_t){
+        .state = &master->state,
+        .lock = &master->lock,
+        .metrics = &master->metrics,
+        .server = master->server,
+        .start_ms = egm__now_ms(),
+    };
+    egm_status_t status = egm__http_start(host, (uint16_t)port, egm__master_admin_http,
+                                          &master->admin, &master->http);
+    if (status == EGM_OK || egm__config_is_set(config, "http_port"))
+        return status; /* the error names http_port and the address */
+    egm_warn("master: admin HTTP off: %s (set --http-port N, 0 for any free port, -1 for none)",
+             egm_last_error());
+    return EGM_OK;
+}
+
+/* A ratio key (kept as text by the config table): a decimal number in 0..1. */
+static egm_status_t config_ratio(const egm_config_t *config, const char *key, double *value_p)
+{
+    const char *text = egm_config_get(config, key);
+    char *end = NULL;
+    double v;
+
+    errno = 0;
+    v = text != NULL ? strtod(text, &end) : 0.0;
+    if (text == NULL || text[0] == '\0' || end == NULL || *end != '\0' || errno != 0 ||
+        isspace((unsigned char)text[0]) || !(v >= 0.0 && v <= 1.0))
+        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not a number in 0..1 (e.g. 0.9)", key,
+                              text != NULL ? text : "");
+    *value_p = v;
+    return EGM_OK;
+}
+
+/* The object index's keys: leases, pins, unfinished puts, eviction, placement. */
+static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl_ms,
+                                  egm_objects_params_t *params)
+{
+    egm_status_t status;
+    int64_t soft_pin_ms = egm_config_get_int(config, "default_kv_soft_pin_ttl");
+    int64_t discard_s = egm_config_get_int(config, "put_start_discard_timeout_sec");
+    const char *placement = egm_config_get(config, "placement_strategy");
+
+    egm__objects_params_default(params);
+    params->lease_ttl_ms = lease_ttl_ms;
+    if (soft_pin_ms <= 0 || (uint64_t)soft_pin_ms > EGM_MASTER_SOFT_PIN_TTL_MAX_MS)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "default_kv_soft_pin_ttl: %lld is out of range 1..%u ms (24 h)",
+                              (long long)soft_pin_ms, EGM_MASTER_SOFT_PIN_TTL_MAX_MS);
+    params->soft_pin_ttl_ms = (uint64_t)soft_pin_ms;
+    if (discard_s <= 0)
+        return egm__set_error(EGM_ERR_CONFIG, "put_start_discard_timeout_sec: must be > 0 s");
+    params->pending_timeout_ms = (uint64_t)discard_s * 1000u;
+    if ((status = config_ratio(config, "eviction_high_watermark_ratio",
+                               &params->eviction_high_watermark)) != EGM_OK ||
+        (status = config_ratio(config, "eviction_ratio", &params->eviction_ratio)) != EGM_OK)
+        return status;
+    if (placement != NULL && strcmp(placement, "free_ratio_first") == 0)
+        params->placement = EGM_PLACEMENT_FREE_RATIO_FIRST;
+    else if (placement != NULL && strcmp(placement, "local_first") == 0)
+        params->placement = EGM_PLACEMENT_LOCAL_FIRST;
+    else
+        params->placement = EGM_PLACEMENT_RANDOM;
+    return egm__objects_params_check(params);
 }
 
 egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p)
@@ -70,15 +165,23 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
         return egm__set_error(EGM_ERR_CONFIG, "client_ttl: must be > 0 s");
     if (max_frame == 0)
         return egm__set_error(EGM_ERR_CONFIG, "max_frame_size: must be > 0");
+    egm_objects_params_t objects;
+    status = object_params(config, (uint64_t)lease_ttl_ms, &objects);
+    if (status != EGM_OK)
+        return status;
 
     master = egm_calloc(1, sizeof(*master), "master");
     if (master == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the master");
-    status = egm__master_state_init(&master->state, (uint64_t)lease_ttl_ms,
-                                    (uint64_t)client_ttl_s * 1000u);
+    status = egm__master_state_init_with(&master->state, &objects, (uint64_t)client_ttl_s * 1000u);
     if (status != EGM_OK)
         goto err;
     master->state_ready = 1;
+    pthread_mutex_init(&master->lock, NULL);
+    master->lock_ready = 1;
+    egm__master_metrics_init(&master->metrics);
+    master->state.lock = &master->lock;
+    master->state.metrics = &master->metrics;
     status = egm__reactor_create(&master->reactor);
     if (status != EGM_OK)
         goto err;
@@ -113,11 +216,19 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
             local_name[0] = '\0';
         }
     }
+    status = start_admin_http(master, config, host);
+    if (status != EGM_OK)
+        goto err;
     egm_info("master listening on %s:%u%s%s (id %s, lease %lld ms, client ttl %lld s)",
              host != NULL && host[0] != '\0' ? host : "0.0.0.0", (unsigned)master->port,
              local_name[0] ? " and unix:" : "", local_name,
              egm__id_format(master->state.master_id, id_text), (long long)lease_ttl_ms,
              (long long)client_ttl_s);
+    egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time; soft pin "
+             "%llu ms; unfinished puts discarded after %llu s",
+             egm_config_get(config, "placement_strategy"), objects.eviction_high_watermark,
+             objects.eviction_ratio, (unsigned long long)objects.soft_pin_ttl_ms,
+             (unsigned long long)(objects.pending_timeout_ms / 1000u));
     *master_p = master;
     return EGM_OK;
 
@@ -129,6 +240,11 @@ err:
 uint16_t egm__master_port(const egm_master_t *master)
 {
     return master->port;
+}
+
+uint16_t egm__master_http_port(const egm_master_t *master)
+{
+    return egm__http_port(master->http);
 }
 
 egm_status_t egm__master_run(egm_master_t *master)
@@ -145,6 +261,7 @@ void egm__master_destroy(egm_master_t *master)
 {
     if (master == NULL)
         return;
+    egm__http_stop(master->http); /* first: its thread reads everything below */
     if (master->timer_added)
         egm__reactor_remove_timer(master->reactor, master->timer_id);
     if (master->server != NULL)
@@ -153,5 +270,7 @@ void egm__master_destroy(egm_master_t *master)
         egm__reactor_destroy(master->reactor);
     if (master->state_ready)
         egm__master_state_cleanup(&master->state);
+    if (master->lock_ready)
+        pthread_mutex_destroy(&master->lock);
     egm_free(master);
 }

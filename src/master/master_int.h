@@ -25,10 +25,16 @@ typedef struct {
     uint64_t reply_mark;      /* de-duplicates segments within one reply */
 } egm_master_state_t;
 
+/* The object index's defaults (egm__objects_params_default) with lease_ttl_ms. */
 egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
                                     uint64_t client_ttl_ms);
+/* With every object index parameter (leases, pins, eviction, placement). */
+egm_status_t egm__master_state_init_with(egm_master_state_t *state,
+                                         const egm_objects_params_t *objects,
+                                         uint64_t client_ttl_ms);
 void egm__master_state_cleanup(egm_master_state_t *state);
-/* Periodic work: expires silent clients, discards stale PENDING objects. */
+/* Periodic work: expires silent clients, discards stale PENDING objects,
+ * evicts when usage is above the high watermark. */
 void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms);
 
 /* The RPC handler for every type (arg: egm_master_state_t *); see server.h. */

@@ -1,11 +1,18 @@
-/* The object index: key -> object {state, size, replicas, writer, lease}.
+/* The object index: key -> object {state, size, replicas, writer, lease, pins}.
  *
  * PutStart places replicas (PENDING) -> PutEnd by the writer (COMPLETE, visible)
  * or PutRevoke (gone). GetReplicaList and ExistKey grant or extend a read lease
  * during which Remove refuses (HAS_LEASE) unless forced. A PENDING object older
- * than EGM_MASTER_PENDING_TIMEOUT_MS is discarded by egm__objects_sweep_pending
- * and may be taken over by a new PutStart. Every call takes `now_ms` (monotonic)
- * so that tests control time. */
+ * than put_start_discard_timeout is discarded by egm__objects_sweep_pending
+ * and may be taken over by a new PutStart.
+ *
+ * Eviction (docs/master.md "Eviction, leases and pins"): COMPLETE objects sit
+ * in one of two lists in least-recently-used order, recency being the last
+ * lease granted (or PutEnd when never read): unpinned ones, and soft-pinned
+ * ones. Hard-pinned objects are in neither and are never evicted; PENDING ones
+ * neither. An eviction walks the lists from their heads, so it costs the
+ * objects it evicts plus the leased ones it steps over. Every call takes
+ * `now_ms` (monotonic) so that tests control time. */
 #ifndef EGM_MASTER_OBJECT_INDEX_H
 #define EGM_MASTER_OBJECT_INDEX_H
 
@@ -17,12 +24,24 @@
 
 #define EGM_MASTER_KEY_MAX 4096
 #define EGM_MASTER_REPLICA_MAX 16
-#define EGM_MASTER_PENDING_TIMEOUT_MS 30000u
+#define EGM_MASTER_PREFERRED_MAX 256 /* preferred segment names in one request */
+/* Defaults of the master's keys (src/common/config.c holds the same values). */
+#define EGM_MASTER_PENDING_TIMEOUT_MS 30000u     /* put_start_discard_timeout_sec */
+#define EGM_MASTER_SOFT_PIN_TTL_MS 1800000u      /* default_kv_soft_pin_ttl: 30 min */
+#define EGM_MASTER_SOFT_PIN_TTL_MAX_MS 86400000u /* its maximum: 24 h */
+#define EGM_MASTER_EVICTION_HIGH_WATERMARK 0.90
+#define EGM_MASTER_EVICTION_RATIO 0.05
 
 typedef enum {
     EGM_OBJECT_PENDING = 0,
     EGM_OBJECT_COMPLETE = 1,
 } egm_object_state_t;
+
+typedef enum {
+    EGM_PLACEMENT_RANDOM = 0,
+    EGM_PLACEMENT_FREE_RATIO_FIRST = 1,
+    EGM_PLACEMENT_LOCAL_FIRST = 2,
+} egm_placement_t;
 
 typedef struct egm_replica {
     egm_segment_t *segment; /* NULL once dropped (its segment was unmounted) */
@@ -33,17 +52,27 @@ typedef struct egm_replica {
     struct egm_replica *seg_next;
 } egm_replica_t;
 
+typedef struct egm_object_link {
+    struct egm_object *prev;
+    struct egm_object *next;
+} egm_object_link_t;
+
 typedef struct egm_object {
     egm_object_state_t state;
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms; /* 0 = never leased */
     uint64_t put_start_ms;
-    struct egm_object *pending_prev; /* PENDING objects, oldest first */
-    struct egm_object *pending_next;
-    uint32_t n_replicas; /* slots in replicas[] */
-    uint32_t n_live;     /* replicas whose segment is still mounted */
-    char *key;           /* NUL-terminated, inside this allocation */
+    uint64_t last_access_ms; /* PutEnd, then every lease granted: the LRU recency */
+    uint8_t soft_pin;        /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin;        /* put with_hard_pin: never evicted */
+    uint8_t list;            /* which list `link` is in (object_index.c) */
+    uint8_t in_lease_list;
+    egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
+    egm_object_link_t lease_link; /* objects by lease grant, oldest first */
+    uint32_t n_replicas;          /* slots in replicas[] */
+    uint32_t n_live;              /* replicas whose segment is still mounted */
+    char *key;                    /* NUL-terminated, inside this allocation */
     size_t key_len;
     egm_replica_t replicas[];
 } egm_object_t;
@@ -51,58 +80,119 @@ typedef struct egm_object {
 typedef struct egm_object_index egm_object_index_t;
 
 typedef struct {
-    uint64_t objects;
+    uint64_t lease_ttl_ms;          /* default_kv_lease_ttl */
+    uint64_t soft_pin_ttl_ms;       /* default_kv_soft_pin_ttl */
+    uint64_t pending_timeout_ms;    /* put_start_discard_timeout_sec * 1000 */
+    double eviction_high_watermark; /* eviction_high_watermark_ratio, 0..1 */
+    double eviction_ratio;          /* eviction_ratio, 0..1 */
+    egm_placement_t placement;      /* placement_strategy */
+} egm_objects_params_t;
+
+/* What a PutStart asks for (ReplicateConfig plus the writer's host). */
+typedef struct {
+    uint32_t replica_num; /* 1..EGM_MASTER_REPLICA_MAX */
+    int soft_pin;
+    int hard_pin;
+    /* Segment names tried first, in this order (best effort): a name matches
+     * a segment named exactly so, or every segment named "NAME/..." (the
+     * chunks of one pool). Unknown names are skipped. */
+    const char *const *preferred_segments;
+    size_t n_preferred;
+    const char *writer_host_id; /* for local_first; NULL or "" = unknown */
+} egm_put_config_t;
+
+typedef struct {
+    uint64_t objects; /* keys, PENDING included */
     uint64_t pending;
+    uint64_t soft_pinned;          /* objects put with a soft pin (active or lapsed) */
+    uint64_t hard_pinned;          /* objects put with a hard pin */
+    uint64_t leased;               /* under a live lease as of the latest lease granted or tick */
+    uint64_t used_bytes;           /* allocated in all segments (allocator rounding included) */
+    uint64_t capacity_bytes;       /* of all mounted segments */
+    uint64_t evictions_total;      /* objects evicted since start */
+    uint64_t evicted_bytes_total;  /* segment space they freed (every replica) */
+    uint64_t eviction_runs_total;  /* evictions started (watermark or a PutStart without room) */
+    uint64_t discarded_puts_total; /* PENDING objects discarded after the timeout */
 } egm_object_index_stats_t;
 
-/* lease_ttl_ms: the read lease GetReplicaList and ExistKey grant. */
+/* Defaults of every parameter (the config keys' defaults). */
+void egm__objects_params_default(egm_objects_params_t *params);
+/* INVALID_ARG naming the config key when a value is out of range. */
+egm_status_t egm__objects_params_check(const egm_objects_params_t *params);
+egm_status_t egm__objects_create_with(egm_segment_table_t *segments,
+                                      const egm_objects_params_t *params,
+                                      egm_object_index_t **index_p);
+/* The defaults with lease_ttl_ms: the read lease GetReplicaList and ExistKey grant. */
 egm_status_t egm__objects_create(egm_segment_table_t *segments, uint64_t lease_ttl_ms,
                                  egm_object_index_t **index_p);
 /* Frees every object and returns its space to the segments. */
 void egm__objects_destroy(egm_object_index_t *index);
 uint64_t egm__objects_lease_ttl_ms(const egm_object_index_t *index);
+const egm_objects_params_t *egm__objects_params(const egm_object_index_t *index);
 
 /* EGM_ERR_INVALID_KEY unless 1..EGM_MASTER_KEY_MAX bytes. */
 egm_status_t egm__objects_check_key(const char *key, size_t key_len);
 
-/* Places `replica_num` (1..EGM_MASTER_REPLICA_MAX) replicas of `size` bytes on
- * distinct segments chosen at random among those with room; fewer when fewer
- * segments have room, but at least one. EXISTS if the key is present (a PENDING
- * one older than the timeout is discarded first), INVALID_ARG for size 0 or a
- * bad replica_num, INVALID_KEY, NO_SPACE when no segment can hold it.
- * *object_p (optional) stays valid until the next call that changes the index. */
+/* Places config->replica_num (1..EGM_MASTER_REPLICA_MAX) replicas of `size`
+ * bytes on distinct segments: the preferred ones first (in order), then in the
+ * placement strategy's order; fewer when fewer segments have room, but at
+ * least one. When none has room, evicts (egm__objects_evict) and tries once
+ * more. EXISTS if the key is present (a PENDING one older than the timeout is
+ * discarded first), INVALID_ARG for size 0 or a bad replica_num, INVALID_KEY,
+ * NO_SPACE when no segment can hold it. *object_p (optional) stays valid until
+ * the next call that changes the index (an eviction never deletes a PENDING
+ * object, so the objects of earlier keys of one PutStart stay valid). */
+egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
+                                         const char *key, size_t key_len, uint64_t size,
+                                         const egm_put_config_t *config, uint64_t now_ms,
+                                         const egm_object_t **object_p);
+/* The same with only replica_num (no pin, no preference). */
 egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, const char *key,
                                     size_t key_len, uint64_t size, uint32_t replica_num,
                                     uint64_t now_ms, const egm_object_t **object_p);
-/* PENDING -> COMPLETE. NOT_FOUND if absent, INVALID_ARG if another client is
- * the writer. A repeated PutEnd by the writer answers OK (a retried RPC). */
+/* PENDING -> COMPLETE, most recently used as of now_ms. NOT_FOUND if absent,
+ * INVALID_ARG if another client is the writer. A repeated PutEnd by the writer
+ * answers OK (a retried RPC). */
 egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
-                                  size_t key_len);
+                                  size_t key_len, uint64_t now_ms);
 /* Frees a PENDING object's space; the key is gone. NOT_FOUND if absent,
  * INVALID_ARG if COMPLETE or another client's. */
 egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client, const char *key,
                                      size_t key_len);
-/* COMPLETE: *object_p and the lease extended to now + ttl. PENDING: NOT_READY.
+/* COMPLETE: *object_p and the lease extended to now + ttl (the object becomes
+ * the most recently used; a soft pin is refreshed). PENDING: NOT_READY.
  * Absent: NOT_FOUND. */
 egm_status_t egm__objects_get_replicas(egm_object_index_t *index, const char *key, size_t key_len,
                                        uint64_t now_ms, const egm_object_t **object_p);
-/* COMPLETE: OK and the lease refreshed (as Mooncake does); else NOT_FOUND. */
+/* COMPLETE: OK and the lease refreshed as by GetReplicaList (as Mooncake
+ * does); else NOT_FOUND. */
 egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size_t key_len,
                                 uint64_t now_ms, const egm_object_t **object_p);
-/* NOT_FOUND; NOT_READY for PENDING and HAS_LEASE under a live lease, unless force. */
+/* NOT_FOUND; NOT_READY for PENDING and HAS_LEASE under a live lease, unless
+ * force. Pins do not protect against Remove. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms);
 /* Every COMPLETE object without a live lease; with force every object
  * (PENDING ones too). Returns the number removed. */
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms);
-/* Discards PENDING objects started EGM_MASTER_PENDING_TIMEOUT_MS or more ago. */
+/* Discards PENDING objects started pending_timeout_ms or more ago. */
 size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms);
+/* Evicts COMPLETE objects, least recently used first, until `bytes` of
+ * segment space are freed or nothing evictable is left: first unpinned
+ * objects and those whose soft pin lapsed, then soft-pinned ones; never one
+ * under a live lease, hard-pinned or PENDING. Returns the bytes freed. */
+uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms);
+/* Background eviction (the master's tick): when used / capacity is above the
+ * high watermark, evicts down to (watermark - eviction_ratio) of capacity.
+ * Returns the bytes freed. */
+uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms);
 /* Drops every replica placed in `segment` (about to be unmounted); objects left
  * without replicas are deleted. Returns the number of objects deleted. */
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment);
 
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,
                                       size_t key_len);
+/* Counters and usage; O(segments). */
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p);
 
 #endif

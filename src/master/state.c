@@ -8,6 +8,17 @@
 egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
                                     uint64_t client_ttl_ms)
 {
+    egm_objects_params_t params;
+
+    egm__objects_params_default(&params);
+    params.lease_ttl_ms = lease_ttl_ms;
+    return egm__master_state_init_with(state, &params, client_ttl_ms);
+}
+
+egm_status_t egm__master_state_init_with(egm_master_state_t *state,
+                                         const egm_objects_params_t *objects,
+                                         uint64_t client_ttl_ms)
+{
     egm_status_t status;
 
     memset(state, 0, sizeof(*state));
@@ -17,7 +28,7 @@ egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_tt
     status = egm__segment_table_create(0, &state->segments);
     if (status != EGM_OK)
         goto err;
-    status = egm__objects_create(state->segments, lease_ttl_ms, &state->objects);
+    status = egm__objects_create_with(state->segments, objects, &state->objects);
     if (status != EGM_OK)
         goto err;
     status = egm__liveness_create(state->segments, state->objects, &state->liveness);
@@ -43,4 +54,5 @@ void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms)
 {
     egm__liveness_expire(state->liveness, now_ms, state->client_ttl_ms);
     egm__objects_sweep_pending(state->objects, now_ms);
+    egm__objects_evict_if_needed(state->objects, now_ms);
 }

@@ -84,7 +84,7 @@ static egm_status_t put(const char *key, uint64_t size, uint32_t replicas, uint6
 {
     egm_status_t s = put_start(key, size, replicas, now, NULL);
     if (s == EGM_OK)
-        s = egm__objects_put_end(fx.st.objects, fx.writer, key, strlen(key));
+        s = egm__objects_put_end(fx.st.objects, fx.writer, key, strlen(key), now);
     return s;
 }
 
@@ -131,10 +131,10 @@ static void test_put_lifecycle(void **state)
     assert_int_equal(put_start("a", 100, 1, 0, NULL), EGM_ERR_EXISTS);
 
     /* Only the writer commits it; a retried PutEnd is harmless. */
-    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.other, "a", 1), EGM_ERR_INVALID_ARG);
-    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "a", 1), EGM_OK);
-    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "a", 1), EGM_OK);
-    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "zz", 2), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.other, "a", 1, 0), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "a", 1, 0), EGM_OK);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "a", 1, 0), EGM_OK);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "zz", 2, 0), EGM_ERR_NOT_FOUND);
 
     assert_int_equal(get("a", 0, &obj), EGM_OK);
     assert_int_equal(obj->state, EGM_OBJECT_COMPLETE);
@@ -508,7 +508,8 @@ static void test_stale_pending_discarded(void **state)
     assert_int_equal(exist("done", t0 + 10 + timeout), EGM_OK); /* committed ones stay */
     assert_int_equal(used(seg), 128);
     /* The key is free again; PutEnd of the discarded put finds nothing. */
-    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "old", 3), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm__objects_put_end(fx.st.objects, fx.writer, "old", 3, 0),
+                     EGM_ERR_NOT_FOUND);
 
     /* A stale PENDING key is taken over by a new PutStart even before a sweep. */
     assert_int_equal(put_start("take", 100, 1, t0, NULL), EGM_OK);
