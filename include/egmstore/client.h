@@ -87,9 +87,11 @@ EGM_API egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *s
 EGM_API egm_status_t egm_remove(egm_client_t *client, const char *key, int force);
 EGM_API egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p);
 
-/* Batch forms: one RPC per phase for all keys; results[i] is key i's status.
- * The return value is EGM_OK when the batch ran (even if some keys failed), or
- * the error that stopped the whole batch. sizes_p[i] receives object sizes. */
+/* Batch forms: one RPC per phase for all keys; results[i] is key i's status
+ * (an invalid key gets EGM_ERR_INVALID_KEY in its own slot and the others
+ * run). The return value is EGM_OK when the batch ran (even if some keys
+ * failed), or the error that stopped the whole batch, then also in every
+ * results[i]. sizes_p[i] receives object sizes. */
 EGM_API egm_status_t egm_batch_put_from(egm_client_t *client, size_t n, const char *const *keys,
                                         const void *const *srcs, const size_t *lens,
                                         const egm_replicate_config_t *rc, egm_status_t *results);
@@ -103,8 +105,10 @@ EGM_API egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char 
  * sum of the earlier counts (part_lens likewise). Put: the object is the parts
  * in order. Get: the object fills the parts in order and may be shorter than
  * their sum (sizes_p[i] tells how long it is); a longer one answers
- * EGM_ERR_BUFFER_TOO_SMALL. Every part must lie inside a registered range; a
- * part count of 0 is invalid. Returns like the batch forms above. */
+ * EGM_ERR_BUFFER_TOO_SMALL. The bytes a part carries must lie inside a
+ * registered range; an empty part (length 0, any address) carries nothing, as
+ * do a get's parts past the object's end. A part count of 0 is invalid. Returns
+ * like the batch forms above. */
 EGM_API egm_status_t egm_batch_put_from_parts(egm_client_t *client, size_t n,
                                               const char *const *keys, const size_t *part_counts,
                                               const void *const *part_addrs,

@@ -75,6 +75,8 @@ static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *d
         uint64_t at = 0;
         for (size_t p = 0; p < f->n_local && at < f->res->size; p++) {
             uint64_t len = f->res->size - at < f->len[p] ? f->res->size - at : f->len[p];
+            if (len == 0)
+                continue;
             ops[n_ops] = (egm_te_op_t){.segment = seg,
                                        .offset = rep->offset + at,
                                        .local = f->addr[p],
@@ -120,6 +122,8 @@ static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *k
     f->n_local = end - first;
     for (size_t p = first; p < end && at < size; p++) {
         uint64_t len = size - at < parts->len[p] ? size - at : parts->len[p];
+        if (len == 0)
+            continue; /* an empty part receives nothing */
         egm_status_t status = egm__registry_acquire(client->registry, parts->addr[p], len);
         if (status != EGM_OK)
             return status;
@@ -171,7 +175,7 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
         if (sizes_p != NULL)
             sizes_p[i] = f->res->size;
         results[i] = fetch_target(client, f, keys[i], parts, i, allocated, acquired);
-        if (results[i] != EGM_OK)
+        if (results[i] != EGM_OK || f->res->size == 0) /* an empty object needs no copy */
             continue;
         order_replicas(client, f, descs, reply->n_segments);
         if (f->n_order == 0) {
@@ -346,29 +350,16 @@ static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *co
     return egm__set_error(failed->status, "%s", failed->error);
 }
 
-static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
-                              const egm_parts_t *parts, void **allocated, size_t *sizes_p,
-                              egm_status_t *results)
+/* Keys already checked. */
+static egm_status_t get_checked(egm_client_t *client, size_t n, const char *const *keys,
+                                const egm_parts_t *parts, void **allocated, size_t *sizes_p,
+                                egm_status_t *results)
 {
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
-    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
-    for (size_t i = 0; i < n; i++) {
-        results[i] = egm__client_validate_key(keys[i]);
-        if (results[i] != EGM_OK)
-            return egm__set_error(results[i], "key %zu: %s", i, egm_last_error());
-        if (sizes_p != NULL)
-            sizes_p[i] = 0;
-        if (allocated != NULL)
-            allocated[i] = NULL;
-    }
-    if (n == 0)
-        return EGM_OK;
     if (n >= EGM_PIPELINE_MIN_KEYS && parts != NULL)
         return get_pipelined(client, n, keys, parts, sizes_p, results);
-
     uint64_t started_ms = egm__now_ms();
     status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, n, keys, 0, &reply);
     if (status != EGM_OK) {
@@ -377,6 +368,90 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
         return status;
     }
     return fetch_reply(client, n, keys, parts, allocated, sizes_p, results, reply, started_ms);
+}
+
+/* The keys whose results[i] is EGM_OK (the valid ones) of a batch into parts:
+ * their keys and parts copied into a batch of their own, answers copied back. */
+static egm_status_t get_valid_subset(egm_client_t *client, size_t n, const char *const *keys,
+                                     const egm_parts_t *parts, size_t n_valid, size_t *sizes_p,
+                                     egm_status_t *results)
+{
+    size_t n_parts = 0;
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == EGM_OK)
+            n_parts += egm__parts_end(parts, i) - egm__parts_first(parts, i);
+    const char **sub_keys = egm_calloc(n_valid, sizeof(*sub_keys), "client.get_subset");
+    size_t *counts = egm_calloc(n_valid, sizeof(*counts), "client.get_subset");
+    size_t *sizes = egm_calloc(n_valid, sizeof(*sizes), "client.get_subset");
+    egm_status_t *sub_results = egm_calloc(n_valid, sizeof(*sub_results), "client.get_subset");
+    void **addr = egm_calloc(n_parts, sizeof(*addr), "client.get_subset");
+    size_t *len = egm_calloc(n_parts, sizeof(*len), "client.get_subset");
+    egm_parts_t sub = {0};
+    egm_status_t status;
+
+    if (!sub_keys || !counts || !sizes || !sub_results || !addr || !len) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a get");
+        goto out;
+    }
+    for (size_t i = 0, k = 0, q = 0; i < n; i++) {
+        if (results[i] != EGM_OK)
+            continue;
+        sub_keys[k] = keys[i];
+        counts[k] = egm__parts_end(parts, i) - egm__parts_first(parts, i);
+        for (size_t p = egm__parts_first(parts, i); p < egm__parts_end(parts, i); p++, q++) {
+            addr[q] = parts->addr[p];
+            len[q] = parts->len[p];
+        }
+        k++;
+    }
+    status = egm__parts_init(&sub, n_valid, counts, addr, len);
+    if (status == EGM_OK)
+        status = get_checked(client, n_valid, sub_keys, &sub, NULL, sizes, sub_results);
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (results[i] != EGM_OK)
+            continue;
+        results[i] = status == EGM_OK ? sub_results[k] : status;
+        if (sizes_p != NULL)
+            sizes_p[i] = sizes[k];
+        k++;
+    }
+out:
+    if (status != EGM_OK)
+        for (size_t i = 0; i < n; i++)
+            if (results[i] == EGM_OK)
+                results[i] = status;
+    egm__parts_free(&sub);
+    egm_free(sub_keys);
+    egm_free(counts);
+    egm_free(sizes);
+    egm_free(sub_results);
+    egm_free(addr);
+    egm_free(len);
+    return status;
+}
+
+/* An invalid key fails in its own slot (INVALID_KEY); the others are fetched. */
+static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
+                              const egm_parts_t *parts, void **allocated, size_t *sizes_p,
+                              egm_status_t *results)
+{
+    size_t n_valid = 0;
+
+    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
+    for (size_t i = 0; i < n; i++) {
+        results[i] = egm__client_validate_key(keys[i]);
+        n_valid += results[i] == EGM_OK;
+        if (sizes_p != NULL)
+            sizes_p[i] = 0;
+        if (allocated != NULL)
+            allocated[i] = NULL;
+    }
+    if (n_valid == n)
+        return n == 0 ? EGM_OK : get_checked(client, n, keys, parts, allocated, sizes_p, results);
+    if (n_valid == 0 || parts == NULL) /* egm_get: one key */
+        return EGM_OK;
+    return get_valid_subset(client, n, keys, parts, n_valid, sizes_p, results);
 }
 
 egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_t *len_p)
@@ -421,7 +496,8 @@ egm_status_t egm_batch_get_into(egm_client_t *client, size_t n, const char *cons
     egm_parts_t parts;
 
     if (n > 0 && (dsts == NULL || caps == NULL))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "dsts and caps must not be NULL");
+        return egm__parts_fail_all(
+            results, n, egm__set_error(EGM_ERR_INVALID_ARG, "dsts and caps must not be NULL"));
     egm__parts_init(&parts, n, NULL, dsts, caps);
     return get_batch(client, n, keys, &parts, NULL, sizes_p, results);
 }
@@ -435,11 +511,13 @@ egm_status_t egm_batch_get_into_parts(egm_client_t *client, size_t n, const char
     egm_status_t status;
 
     if (n > 0 && (part_counts == NULL || part_addrs == NULL || part_lens == NULL))
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "part_counts, part_addrs and part_lens must not be NULL");
+        return egm__parts_fail_all(
+            results, n,
+            egm__set_error(EGM_ERR_INVALID_ARG,
+                           "part_counts, part_addrs and part_lens must not be NULL"));
     status = egm__parts_init(&parts, n, part_counts, part_addrs, part_lens);
     if (status != EGM_OK)
-        return status;
+        return egm__parts_fail_all(results, n, status);
     status = get_batch(client, n, keys, &parts, NULL, sizes_p, results);
     egm__parts_free(&parts);
     return status;

@@ -1,5 +1,7 @@
 /* Metadata calls: exist, size, remove, remove_all. */
 #include "client/client_int.h"
+#include "client/parts.h"
+#include "common/alloc.h"
 #include "common/log.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
@@ -69,26 +71,42 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
     return status;
 }
 
-/* A keys call over a whole batch: results[i] is key i's answer. */
+/* A keys call over a whole batch: results[i] is key i's answer; an invalid
+ * key fails in its own slot (INVALID_KEY) and the others are sent. */
 static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t n,
                                     const char *const *keys, int force, egm_status_t *results)
 {
     egm_keys_reply_t *reply = NULL;
+    const char **valid = NULL;
+    size_t n_valid = 0;
     egm_status_t status;
 
     if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
+        return egm__parts_fail_all(
+            results, n,
+            egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL"));
     for (size_t i = 0; i < n; i++) {
-        status = egm__client_validate_key(keys[i]);
-        if (status != EGM_OK)
-            return egm__set_error(status, "key %zu: %s", i, egm_last_error());
+        results[i] = egm__client_validate_key(keys[i]);
+        n_valid += results[i] == EGM_OK;
     }
-    if (n == 0)
+    if (n_valid == 0)
         return EGM_OK;
-    status = egm__client_keys_call(client, type, n, keys, force, &reply);
-    for (size_t i = 0; i < n; i++)
-        results[i] = status == EGM_OK ? reply->results[i].status : status;
+    if (n_valid < n) {
+        valid = egm_calloc(n_valid, sizeof(*valid), "client.keys_call");
+        if (valid == NULL)
+            return egm__parts_fail_all(
+                results, n, egm__set_error(EGM_ERR_NO_MEMORY, "out of memory sending %zu keys", n));
+        for (size_t i = 0, k = 0; i < n; i++)
+            if (results[i] == EGM_OK)
+                valid[k++] = keys[i];
+    }
+    status = egm__client_keys_call(client, type, n_valid, valid ? valid : (const char **)keys,
+                                   force, &reply);
+    for (size_t i = 0, k = 0; i < n; i++)
+        if (results[i] == EGM_OK)
+            results[i] = status == EGM_OK ? reply->results[k++].status : status;
     egm__keys_reply_free(reply);
+    egm_free(valid);
     return status;
 }
 

@@ -41,3 +41,10 @@ uint64_t egm__parts_total(const egm_parts_t *parts, size_t i)
     }
     return total;
 }
+
+egm_status_t egm__parts_fail_all(egm_status_t *results, size_t n, egm_status_t status)
+{
+    for (size_t i = 0; results != NULL && i < n; i++)
+        results[i] = status;
+    return status;
+}

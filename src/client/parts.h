@@ -42,6 +42,9 @@ static inline size_t egm__parts_end(const egm_parts_t *parts, size_t i)
     return parts->first ? parts->first[parts->key0 + i + 1] : parts->key0 + i + 1;
 }
 
+/* A batch refused as a whole: every results[i] (if results) is status; returns status. */
+egm_status_t egm__parts_fail_all(egm_status_t *results, size_t n, egm_status_t status);
+
 /* Sum of key i's part lengths; UINT64_MAX if it overflows. */
 uint64_t egm__parts_total(const egm_parts_t *parts, size_t i);
 

@@ -89,6 +89,8 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
             uint64_t at = rep->offset;
             for (size_t p = egm__parts_first(parts, plan->index[j]);
                  p < egm__parts_end(parts, plan->index[j]); p++) {
+                if (parts->len[p] == 0)
+                    continue;
                 ops[n_ops] = (egm_te_op_t){.segment = seg,
                                            .offset = at,
                                            .local = parts->addr[p],
@@ -245,16 +247,16 @@ static egm_status_t check_key(egm_client_t *client, const char *key, const egm_p
     size_t first = egm__parts_first(parts, i), end = egm__parts_end(parts, i);
 
     for (size_t p = first; p < end && status == EGM_OK; p++)
-        if (parts->addr[p] == NULL || parts->len[p] == 0)
-            status = egm__set_error(EGM_ERR_INVALID_ARG, "buffer %zu of \"%s\" is %s", p - first,
-                                    key, parts->addr[p] == NULL ? "NULL" : "empty");
+        if (parts->addr[p] == NULL && parts->len[p] > 0)
+            status =
+                egm__set_error(EGM_ERR_INVALID_ARG, "buffer %zu of \"%s\" is NULL", p - first, key);
     *size_p = egm__parts_total(parts, i);
-    if (status == EGM_OK && *size_p == UINT64_MAX)
-        status = egm__set_error(EGM_ERR_INVALID_ARG,
-                                "buffers of \"%s\" add up to more than "
-                                "2^64 bytes",
-                                key);
+    if (status == EGM_OK && (*size_p == 0 || *size_p == UINT64_MAX))
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "value of \"%s\" is %s", key,
+                                *size_p == 0 ? "empty" : "more than 2^64 bytes");
     for (size_t p = first; p < end && status == EGM_OK && zero_copy; p++) {
+        if (parts->len[p] == 0)
+            continue; /* an empty part adds nothing */
         status = egm__registry_acquire(client->registry, parts->addr[p], parts->len[p]);
         acquired[p] = status == EGM_OK;
     }
@@ -334,8 +336,10 @@ static egm_status_t put_buffers(egm_client_t *client, size_t n, const char *cons
 
     if (client == NULL ||
         (n > 0 && (keys == NULL || srcs == NULL || lens == NULL || results == NULL)))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys, buffers, sizes and results "
-                                                   "must not be NULL");
+        return egm__parts_fail_all(results, n,
+                                   egm__set_error(EGM_ERR_INVALID_ARG,
+                                                  "client, keys, buffers, sizes and results "
+                                                  "must not be NULL"));
     egm__parts_init(&parts, n, NULL, (void *const *)srcs, lens);
     return put_batch(client, n, keys, &parts, rc, zero_copy, results);
 }
@@ -373,11 +377,13 @@ egm_status_t egm_batch_put_from_parts(egm_client_t *client, size_t n, const char
 
     if (client == NULL || (n > 0 && (keys == NULL || part_counts == NULL || part_addrs == NULL ||
                                      part_lens == NULL || results == NULL)))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys, part_counts, part_addrs, "
-                                                   "part_lens and results must not be NULL");
+        return egm__parts_fail_all(results, n,
+                                   egm__set_error(EGM_ERR_INVALID_ARG,
+                                                  "client, keys, part_counts, part_addrs, "
+                                                  "part_lens and results must not be NULL"));
     status = egm__parts_init(&parts, n, part_counts, (void *const *)part_addrs, part_lens);
     if (status != EGM_OK)
-        return status;
+        return egm__parts_fail_all(results, n, status);
     status = put_batch(client, n, keys, &parts, rc, 1, results);
     egm__parts_free(&parts);
     return status;

@@ -256,12 +256,41 @@ static void test_scatter_gather_batches(void **state)
         assert_int_equal(get_results[2], EGM_ERR_BUFFER_TOO_SMALL);
         free(expect);
 
-        /* Whole-batch refusals: a key without parts; a part outside registered memory. */
+        /* An invalid key fails alone; empty parts (even NULL ones) take nothing:
+         * key 1 read into {0 B, 2000 B, 0 B (NULL), rest}. */
+        const char *mixed_keys[2] = {"", keys[1]};
+        size_t mixed_counts[2] = {1, 4};
+        void *mixed_addrs[5] = {dst, dst + 10000, dst + 20000, NULL, dst + 30000};
+        size_t mixed_get_lens[5] = {100, 0, 2000, 0, 6000};
+        egm_status_t mixed_results[2];
+        size_t mixed_sizes[2];
+        assert_int_equal(egm_batch_get_into_parts(client, 2, mixed_keys, mixed_counts, mixed_addrs,
+                                                  mixed_get_lens, mixed_sizes, mixed_results),
+                         EGM_OK);
+        assert_int_equal(mixed_results[0], EGM_ERR_INVALID_KEY);
+        assert_int_equal(mixed_results[1], EGM_OK);
+        assert_int_equal(mixed_sizes[1], total);
+        unsigned char *expect1 = malloc(total);
+        assert_non_null(expect1);
+        for (size_t p = 0, at = 0; p < PARTS; at += put_lens[p], p++)
+            memcpy(expect1 + at, addrs[PARTS + p], put_lens[p]);
+        assert_memory_equal(dst + 20000, expect1, 2000);
+        assert_memory_equal(dst + 30000, expect1 + 2000, total - 2000);
+        free(expect1);
+        const char *exist_keys[2] = {"", keys[1]};
+        assert_int_equal(egm_batch_exist(client, 2, exist_keys, results), EGM_OK);
+        assert_int_equal(results[0], EGM_ERR_INVALID_KEY);
+        assert_int_equal(results[1], EGM_OK);
+
+        /* Whole-batch refusals fill every result: a key without parts. */
         size_t zero[1] = {0};
+        get_results[0] = EGM_OK;
         assert_int_equal(egm_batch_get_into_parts(client, 1, keys, zero, get_addrs, get_lens, sizes,
                                                   get_results),
                          EGM_ERR_INVALID_ARG);
+        assert_int_equal(get_results[0], EGM_ERR_INVALID_ARG);
         assert_non_null(strstr(egm_last_error(), "part_counts[0]"));
+        /* A part outside registered memory fails its key. */
         unsigned char loose[16];
         const void *mixed[2] = {src, loose};
         size_t mixed_lens[2] = {16, 16}, two[1] = {2};
@@ -271,6 +300,28 @@ static void test_scatter_gather_batches(void **state)
             EGM_OK);
         assert_int_equal(results[0], EGM_ERR_NOT_REGISTERED);
         assert_int_equal(egm_exist(client, "sg/loose"), EGM_ERR_NOT_FOUND);
+
+        /* A put may have empty parts (NULL or not); an all-empty one is refused. */
+        char empty_key[32];
+        snprintf(empty_key, sizeof(empty_key), "sg/%s/with-empty", protocols[t]);
+        const char *ek[1] = {empty_key};
+        const void *e_addrs[3] = {NULL, src + 5, src};
+        size_t e_lens[3] = {0, 16, 0}, e_count[1] = {3};
+        assert_int_equal(
+            egm_batch_put_from_parts(client, 1, ek, e_count, e_addrs, e_lens, NULL, results),
+            EGM_OK);
+        assert_int_equal(results[0], EGM_OK);
+        void *e_data;
+        size_t e_len;
+        assert_int_equal(egm_get(client, empty_key, &e_data, &e_len), EGM_OK);
+        assert_int_equal(e_len, 16);
+        assert_memory_equal(e_data, src + 5, 16);
+        egm_buffer_free(e_data);
+        e_lens[1] = 0;
+        assert_int_equal(
+            egm_batch_put_from_parts(client, 1, ek, e_count, e_addrs, e_lens, NULL, results),
+            EGM_OK);
+        assert_int_equal(results[0], EGM_ERR_INVALID_ARG);
 
         /* Batch remove: read keys hold a lease unless forced. */
         const char *rm_keys[3] = {keys[2], "sg/missing", keys[0]};
