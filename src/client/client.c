@@ -12,6 +12,7 @@ static void client_free(egm_client_t *client)
     egm__registry_destroy(client->registry);
     egm_config_destroy(client->config);
     pthread_cond_destroy(&client->cond);
+    pthread_mutex_destroy(&client->cap_lock);
     pthread_mutex_destroy(&client->lock);
     egm_free(client);
 }
@@ -28,6 +29,7 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     if (client == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating a client");
     pthread_mutex_init(&client->lock, NULL);
+    pthread_mutex_init(&client->cap_lock, NULL);
     pthread_cond_init(&client->cond, NULL);
     client->id = egm__id_random();
 

@@ -31,6 +31,8 @@ typedef struct {
     /* teardown */
     int cleanup_pending;       /* a step failed; the next close retries */
     uint64_t cleanup_failures; /* steps that failed, over the client's life */
+    /* remount (the ping thread, under cap_lock) */
+    int live; /* published, not being torn down: a new master gets it again */
 } egm_capacity_t;
 
 /* What health and metrics report of the capacity, copied under the client's
@@ -66,7 +68,26 @@ struct egm_client {
     int master_reachable;
     int ready;                         /* set up; cleared once closed (under lock) */
     egm_capacity_view_t capacity_view; /* under lock */
+
+    /* master restarts (liveness.c): the ping thread notices a new master id,
+     * a view reset, its own segments retired or the master not knowing it,
+     * and resynchronises: drops mappings of segments the master does not list
+     * and remounts its own under new ids. */
+    pthread_mutex_t cap_lock;  /* capacity: remount (ping thread) vs mount/unmount */
+    egm_id_t master_id;        /* as of the last ping; nil before (ping thread) */
+    egm_id_t resync_from;      /* master id when the pending restart was seen (ping thread) */
+    unsigned resync_reasons;   /* EGM_RESYNC_* bits waiting (ping thread) */
+    int resync_pending;        /* under lock: health reports master_unreachable */
+    uint64_t master_restarts;  /* under lock: new master ids seen */
+    uint64_t remounts;         /* under lock: segments mounted again */
+    uint64_t remount_failures; /* under lock: resync attempts that failed */
 };
+
+/* Why a resync is pending. */
+#define EGM_RESYNC_RESTART 1u        /* the master's id changed */
+#define EGM_RESYNC_VIEW_RESET 2u     /* the master cannot say which ids were retired */
+#define EGM_RESYNC_OWN_RETIRED 4u    /* the master retired our segments (it expired us) */
+#define EGM_RESYNC_UNKNOWN_CLIENT 8u /* the master answered CLIENT_NOT_FOUND */
 
 /* Capacity (contribute.c). The configuration is checked before anything is
  * contacted or allocated. Mount: allocate -> register with the transfer
@@ -84,6 +105,18 @@ egm_status_t egm__capacity_unmount(egm_client_t *client);
 void egm__capacity_abandon(egm_client_t *client);
 /* Copies the capacity's state into capacity_view (takes the lock). */
 void egm__capacity_publish(egm_client_t *client);
+/* 1 when one of ids names a segment this client contributes. */
+int egm__capacity_owns_any(egm_client_t *client, const egm_id_t *ids, size_t n);
+/* After a master restart (or expiry): every contributed segment whose id is
+ * not in `listed` (the master's segments, sorted by egm__capacity_id_compare)
+ * is withdrawn from the transfer engine, exposed again under a new random id
+ * (same memory) and mounted. Nothing is allocated or freed. Does nothing
+ * while the capacity is being set up or torn down. *remounted_p: segments
+ * mounted by this call. A failure leaves the rest for the next call. */
+egm_status_t egm__capacity_remount(egm_client_t *client, const egm_id_t *listed, size_t n_listed,
+                                   size_t *remounted_p);
+/* qsort/bsearch order of egm_id_t. */
+int egm__capacity_id_compare(const void *a, const void *b);
 
 /* Liveness (liveness.c). */
 egm_status_t egm__liveness_start(egm_client_t *client);

@@ -4,6 +4,7 @@
  * -> release) keeps whatever a failed step could not release, and the next
  * close resumes there. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "client/client_int.h"
@@ -41,8 +42,9 @@ static egm_status_t status_call(egm_client_t *client, uint16_t type, const Proto
     return status;
 }
 
-/* Mounts segments [first, first + n) in one request: all or none. */
-static egm_status_t mount_range(egm_client_t *client, size_t first, size_t n)
+/* Mounts segments idx[0..n) (idx NULL: [first, first + n)) in one request:
+ * all or none. */
+static egm_status_t mount_segments(egm_client_t *client, const size_t *idx, size_t first, size_t n)
 {
     egm_capacity_t *cap = &client->capacity;
     Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
@@ -58,7 +60,8 @@ static egm_status_t mount_range(egm_client_t *client, size_t first, size_t n)
     }
     egm__id_to_pb(client->id, &client_pb);
     for (size_t i = 0; i < n; i++) {
-        egm__segment_desc_to_pb(&cap->segments[first + i], &segs[i], &ids[2 * i], &ids[2 * i + 1]);
+        size_t k = idx != NULL ? idx[i] : first + i;
+        egm__segment_desc_to_pb(&cap->segments[k], &segs[i], &ids[2 * i], &ids[2 * i + 1]);
         ptrs[i] = &segs[i];
     }
     req.client = &client_pb;
@@ -71,7 +74,7 @@ static egm_status_t mount_range(egm_client_t *client, size_t first, size_t n)
      * (SEGMENT_NOT_FOUND there means they never were). */
     if (status == EGM_OK || !answered)
         for (size_t i = 0; i < n; i++)
-            cap->mounted[first + i] = 1;
+            cap->mounted[idx != NULL ? idx[i] : first + i] = 1;
 out:
     egm_free(segs);
     egm_free(ptrs);
@@ -286,7 +289,7 @@ static egm_status_t mount_all(egm_client_t *client)
     egm_capacity_t *cap = &client->capacity;
     for (size_t first = 0; first < cap->count; first += SEGMENTS_PER_RPC) {
         size_t n = cap->count - first < SEGMENTS_PER_RPC ? cap->count - first : SEGMENTS_PER_RPC;
-        egm_status_t status = mount_range(client, first, n);
+        egm_status_t status = mount_segments(client, NULL, first, n);
         if (status != EGM_OK) {
             char detail[512];
             snprintf(detail, sizeof(detail), "%s", egm_last_error());
@@ -331,6 +334,9 @@ egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t 
     if (status != EGM_OK)
         goto err;
     cap->setup_seconds = cap->vmm ? egm__vmm_pool_setup_seconds(cap->vmm) : 0.0;
+    pthread_mutex_lock(&client->cap_lock);
+    cap->live = 1; /* from now on a restarted master gets it again */
+    pthread_mutex_unlock(&client->cap_lock);
     char size_text[32];
     egm_info("%s ready: %zu segment(s), %s on %zu %s, memory %s, first %s tcp %s shm %s",
              cap->egm ? "EGM pool" : "pool", cap->count,
@@ -364,10 +370,12 @@ static egm_status_t teardown_failed(egm_capacity_t *cap, egm_status_t status, co
     return egm__set_error(status, "pool teardown: %s: %s", step, detail);
 }
 
-egm_status_t egm__capacity_unmount(egm_client_t *client)
+static egm_status_t unmount_locked(egm_client_t *client)
 {
     egm_capacity_t *cap = &client->capacity;
     egm_status_t status;
+
+    cap->live = 0; /* torn down from now on: never remounted */
 
     /* 1. Unmount: no new replica can be placed on the segments after this,
      * and no Get is routed to them. Until the master confirms, the memory
@@ -404,7 +412,16 @@ egm_status_t egm__capacity_unmount(egm_client_t *client)
     return EGM_OK;
 }
 
-void egm__capacity_abandon(egm_client_t *client)
+egm_status_t egm__capacity_unmount(egm_client_t *client)
+{
+    /* Waits for a remount in progress (the ping thread) to finish. */
+    pthread_mutex_lock(&client->cap_lock);
+    egm_status_t status = unmount_locked(client);
+    pthread_mutex_unlock(&client->cap_lock);
+    return status;
+}
+
+static void abandon_locked(egm_client_t *client)
 {
     egm_capacity_t *cap = &client->capacity;
     int published = 0;
@@ -434,6 +451,13 @@ void egm__capacity_abandon(egm_client_t *client)
     memset(cap, 0, sizeof(*cap));
 }
 
+void egm__capacity_abandon(egm_client_t *client)
+{
+    pthread_mutex_lock(&client->cap_lock);
+    abandon_locked(client);
+    pthread_mutex_unlock(&client->cap_lock);
+}
+
 void egm__capacity_publish(egm_client_t *client)
 {
     const egm_capacity_t *cap = &client->capacity;
@@ -449,4 +473,85 @@ void egm__capacity_publish(egm_client_t *client)
     pthread_mutex_lock(&client->lock);
     client->capacity_view = v;
     pthread_mutex_unlock(&client->lock);
+}
+
+int egm__capacity_id_compare(const void *a, const void *b)
+{
+    const egm_id_t *x = a, *y = b;
+    if (x->hi != y->hi)
+        return x->hi < y->hi ? -1 : 1;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+int egm__capacity_owns_any(egm_client_t *client, const egm_id_t *ids, size_t n)
+{
+    const egm_capacity_t *cap = &client->capacity;
+    int owns = 0;
+    pthread_mutex_lock(&client->cap_lock);
+    for (size_t i = 0; cap->live && i < cap->count && !owns; i++)
+        for (size_t k = 0; k < n && !owns; k++)
+            owns = egm__id_equal(cap->segments[i].id, ids[k]);
+    pthread_mutex_unlock(&client->cap_lock);
+    return owns;
+}
+
+/* Segment i under a new id: the old one stops being served first (withdraw
+ * waits for its requests in flight), so nothing reaches this memory by an id
+ * the new master never issued. */
+static egm_status_t renew_segment(egm_client_t *client, size_t i)
+{
+    egm_capacity_t *cap = &client->capacity;
+    egm_segment_desc_t *desc = &cap->segments[i];
+
+    cap->mounted[i] = 0; /* the master does not list it */
+    if (cap->exposed[i]) {
+        egm_status_t status = egm__te_withdraw_segment(client->te, desc->id);
+        if (status != EGM_OK && status != EGM_ERR_SEGMENT_NOT_FOUND)
+            return status;
+        cap->exposed[i] = 0;
+    }
+    desc->id = egm__id_random();
+    egm_status_t status = expose_chunk(client, i, desc);
+    if (status == EGM_OK)
+        cap->exposed[i] = 1;
+    return status;
+}
+
+egm_status_t egm__capacity_remount(egm_client_t *client, const egm_id_t *listed, size_t n_listed,
+                                   size_t *remounted_p)
+{
+    egm_capacity_t *cap = &client->capacity;
+    egm_status_t status = EGM_OK;
+    size_t *idx = NULL, n = 0;
+
+    *remounted_p = 0;
+    pthread_mutex_lock(&client->cap_lock);
+    if (!cap->live || cap->count == 0)
+        goto out;
+    if ((idx = egm_calloc(cap->count, sizeof(*idx), "client.remount")) == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory remounting segments");
+        goto out;
+    }
+    for (size_t i = 0; i < cap->count; i++)
+        if (n_listed == 0 || bsearch(&cap->segments[i].id, listed, n_listed, sizeof(*listed),
+                                     egm__capacity_id_compare) == NULL)
+            idx[n++] = i;
+    for (size_t k = 0; k < n; k++)
+        if ((status = renew_segment(client, idx[k])) != EGM_OK) {
+            char detail[512];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            status =
+                egm__set_error(status, "exposing segment %zu under a new id: %s", idx[k], detail);
+            goto out;
+        }
+    for (size_t first = 0; first < n; first += SEGMENTS_PER_RPC) {
+        size_t m = n - first < SEGMENTS_PER_RPC ? n - first : SEGMENTS_PER_RPC;
+        if ((status = mount_segments(client, idx + first, 0, m)) != EGM_OK)
+            goto out;
+        *remounted_p += m;
+    }
+out:
+    pthread_mutex_unlock(&client->cap_lock);
+    egm_free(idx);
+    return status;
 }

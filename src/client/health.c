@@ -43,11 +43,17 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
     egm_textbuf_t o = egm__textbuf(buf, len);
     egm_capacity_view_t v = {0};
     egm_te_stats_t te = {0};
+    uint64_t restarts = 0, remounts = 0, remount_failures = 0;
+    int resync_pending = 0;
 
     egm_health_t health = egm_client_health(client);
     if (client != NULL) {
         pthread_mutex_lock(&client->lock);
         v = client->capacity_view;
+        restarts = client->master_restarts;
+        remounts = client->remounts;
+        remount_failures = client->remount_failures;
+        resync_pending = client->resync_pending;
         pthread_mutex_unlock(&client->lock);
         egm__te_stats(client->te, &te);
     }
@@ -68,6 +74,16 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
            (double)v.cleanup_failures);
     metric(&o, "egmstore_pool_cleanup_pending", "gauge",
            "1 while a failed teardown step waits for the next close", v.cleanup_pending);
+    metric(&o, "egmstore_master_restarts_total", "counter",
+           "new master ids seen by the pings (master restarts)", (double)restarts);
+    metric(&o, "egmstore_remounted_segments_total", "counter",
+           "contributed segments mounted again under new ids (master restart or expiry)",
+           (double)remounts);
+    metric(&o, "egmstore_remount_failures_total", "counter",
+           "resynchronisations with a restarted master that failed (retried each ping)",
+           (double)remount_failures);
+    metric(&o, "egmstore_remount_pending", "gauge",
+           "1 while a resynchronisation with the master waits for a retry", resync_pending);
     metric(&o, "egmstore_te_mappings", "gauge", "segment mappings held now (shm and nvlink)",
            (double)te.mappings_live);
     metric(&o, "egmstore_te_nvlink_mappings", "gauge", "VMM segment imports mapped now",

@@ -1,6 +1,14 @@
-/* Client liveness: ping the master every `ping_interval_ms`, and drop cached
- * mappings of segments the master retired (DESIGN.md section 3). */
+/* Client liveness: ping the master every `ping_interval_ms`, drop cached
+ * mappings of segments the master retired (DESIGN.md section 3), and survive a
+ * master restart: a new master id (or a view reset, our own segments retired,
+ * CLIENT_NOT_FOUND) makes the ping thread resynchronise: forget every cached
+ * mapping of a segment the master does not list (the old master's ids are
+ * retired with it) and remount this client's segments under new ids. Until
+ * that succeeds, health reports master_unreachable and it is retried on every
+ * ping. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 #include "client/client_int.h"
 #include "common/alloc.h"
@@ -10,6 +18,26 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
+/* Forgets the retired ids; notes when one of them is ours (the master expired
+ * this client and unmounted our segments). */
+static void apply_retired(egm_client_t *client, const Egm__PingReply *reply)
+{
+    if (reply->n_retired == 0)
+        return;
+    egm_id_t *ids = egm_calloc(reply->n_retired, sizeof(*ids), "client.retired");
+    for (size_t i = 0; i < reply->n_retired; i++) {
+        egm_id_t id = egm__id_from_pb(reply->retired[i]);
+        egm__te_forget_segment(client->te, id);
+        if (ids != NULL)
+            ids[i] = id;
+    }
+    if (ids != NULL && egm__capacity_owns_any(client, ids, reply->n_retired))
+        client->resync_reasons |= EGM_RESYNC_OWN_RETIRED;
+    egm_free(ids);
+}
+
+/* EGM_OK when the master answered (CLIENT_NOT_FOUND included: it is there
+ * but does not know us). Notes what calls for a resync in resync_reasons. */
 static egm_status_t ping_once(egm_client_t *client)
 {
     Egm__PingRequest req = EGM__PING_REQUEST__INIT;
@@ -27,13 +55,151 @@ static egm_status_t ping_once(egm_client_t *client)
     if (status != EGM_OK)
         return status;
     status = reply->status;
-    if (status == EGM_OK) {
-        for (size_t i = 0; i < reply->n_retired; i++)
-            egm__te_forget_segment(client->te, egm__id_from_pb(reply->retired[i]));
+    if (status == EGM_ERR_CLIENT_NOT_FOUND) {
+        client->resync_reasons |= EGM_RESYNC_UNKNOWN_CLIENT;
+        status = EGM_OK;
+    } else if (status == EGM_OK) {
+        egm_id_t master_id = egm__id_from_pb(reply->master_id);
+        /* A nil id (a master that does not send one) never counts as a change. */
+        int changed = !egm__id_is_nil(master_id) && !egm__id_is_nil(client->master_id) &&
+                      !egm__id_equal(master_id, client->master_id);
+        if (changed) {
+            /* The retired list speaks of the new master's view: meaningless
+             * for ids the old one issued. The resync forgets those. */
+            if (!(client->resync_reasons & EGM_RESYNC_RESTART))
+                client->resync_from = client->master_id;
+            client->resync_reasons |= EGM_RESYNC_RESTART;
+            pthread_mutex_lock(&client->lock);
+            client->master_restarts++;
+            pthread_mutex_unlock(&client->lock);
+        } else {
+            apply_retired(client, reply);
+            if (reply->view_reset)
+                client->resync_reasons |= EGM_RESYNC_VIEW_RESET;
+        }
+        if (!egm__id_is_nil(master_id))
+            client->master_id = master_id;
         client->view = reply->view;
+    } else {
+        egm__set_error(status, "ping refused: %s", egm_status_string(status));
     }
     egm__rpc_msg_free(&reply->base);
     return status;
+}
+
+/* The master's segment ids, sorted. */
+static egm_status_t listed_segments(egm_client_t *client, egm_id_t **ids_p, size_t *n_p)
+{
+    Egm__ListSegmentsReply *reply = NULL;
+    egm_id_t *ids = NULL;
+    size_t n = 0;
+
+    *ids_p = NULL;
+    *n_p = 0;
+    egm_status_t status = egm__client_list_segments(client, &reply);
+    if (status != EGM_OK)
+        return status;
+    if (reply->status != EGM_OK) {
+        status =
+            egm__set_error(reply->status, "listing segments: %s", egm_status_string(reply->status));
+        goto out;
+    }
+    if (reply->n_segments > 0 &&
+        (ids = egm_calloc(reply->n_segments, sizeof(*ids), "client.listed")) == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory listing segments");
+        goto out;
+    }
+    for (size_t i = 0; i < reply->n_segments; i++)
+        if (reply->segments[i]->desc != NULL)
+            ids[n++] = egm__id_from_pb(reply->segments[i]->desc->id);
+    if (n > 1)
+        qsort(ids, n, sizeof(*ids), egm__capacity_id_compare);
+    *ids_p = ids;
+    *n_p = n;
+out:
+    egm__rpc_msg_free(&reply->base);
+    return status;
+}
+
+/* Forgets cached mappings of segments the master does not list, then
+ * remounts our own that it does not list. The mappings are taken before the
+ * list: a segment mounted at the master after the list cannot have been
+ * mapped before it, so only ids the master no longer has are dropped. */
+static egm_status_t resync(egm_client_t *client, size_t *dropped_p, size_t *remounted_p)
+{
+    egm_id_t *cached = NULL, *listed = NULL;
+    size_t n_cached = 0, n_listed = 0;
+
+    *dropped_p = 0;
+    *remounted_p = 0;
+    egm_status_t status = egm__te_cached_segments(client->te, &cached, &n_cached);
+    if (status != EGM_OK)
+        return status;
+    if ((status = listed_segments(client, &listed, &n_listed)) != EGM_OK)
+        goto out;
+    for (size_t i = 0; i < n_cached; i++)
+        if (n_listed == 0 || bsearch(&cached[i], listed, n_listed, sizeof(*listed),
+                                     egm__capacity_id_compare) == NULL) {
+            egm__te_forget_segment(client->te, cached[i]);
+            (*dropped_p)++;
+        }
+    status = egm__capacity_remount(client, listed, n_listed, remounted_p);
+out:
+    egm_free(cached);
+    egm_free(listed);
+    return status;
+}
+
+static const char *resync_why(unsigned reasons)
+{
+    if (reasons & EGM_RESYNC_RESTART)
+        return "master restarted";
+    if (reasons & (EGM_RESYNC_OWN_RETIRED | EGM_RESYNC_UNKNOWN_CLIENT))
+        return "master lost this client";
+    return "master view reset";
+}
+
+/* One resync attempt; logs one line per event, and the first failure of a
+ * series. Returns whether one is still pending. */
+static int try_resync(egm_client_t *client)
+{
+    char from[EGM_ID_STRLEN], to[EGM_ID_STRLEN];
+    size_t dropped = 0, remounted = 0;
+    unsigned reasons = client->resync_reasons;
+
+    egm_status_t status = resync(client, &dropped, &remounted);
+    pthread_mutex_lock(&client->lock);
+    client->remounts += remounted;
+    int first_failure = status != EGM_OK && !client->resync_pending;
+    if (status != EGM_OK)
+        client->remount_failures++;
+    client->resync_pending = status != EGM_OK;
+    pthread_mutex_unlock(&client->lock);
+    egm__id_format(client->resync_from, from);
+    egm__id_format(client->master_id, to);
+    if (status != EGM_OK) {
+        EGM_LOG(first_failure ? EGM_LOG_WARN : EGM_LOG_DEBUG,
+                "%s: resynchronising with the master failed: %s (%s); retried at the next ping, "
+                "health master_unreachable until then",
+                resync_why(reasons), egm_status_string(status), egm_last_error());
+        return 1;
+    }
+    client->resync_reasons = 0;
+    if (reasons & EGM_RESYNC_RESTART)
+        egm_info("master restarted (id %s -> %s): remounted %zu segments; dropped %zu mappings of "
+                 "the old master's segments",
+                 from, to, remounted, dropped);
+    else if (remounted == 0 && dropped == 0)
+        egm_debug("master %s: resynchronised, nothing to drop or remount", to);
+    else if (reasons & (EGM_RESYNC_OWN_RETIRED | EGM_RESYNC_UNKNOWN_CLIENT))
+        egm_info("master %s lost this client (expired): remounted %zu segments; dropped %zu "
+                 "mappings",
+                 to, remounted, dropped);
+    else
+        egm_info("master %s: view reset: remounted %zu segments; dropped %zu mappings of segments "
+                 "it no longer lists",
+                 to, remounted, dropped);
+    return 0;
 }
 
 /* Prewarm: map every VMM segment the master knows before a Get needs it
@@ -83,14 +249,24 @@ static void *ping_main(void *arg)
             break;
         pthread_mutex_unlock(&client->lock);
         egm_status_t status = ping_once(client);
-        if (status == EGM_OK)
+        if (status != EGM_OK) {
+            char detail[512];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            pthread_mutex_lock(&client->lock);
+            if (client->master_reachable)
+                egm_warn("master unreachable: %s (%s)", egm_status_string(status), detail);
+            client->master_reachable = 0;
+            continue; /* locked, as the loop expects */
+        }
+        /* Reachable again only once resynchronised: until then the new
+         * master lacks our capacity. */
+        int pending = client->resync_reasons != 0 ? try_resync(client) : 0;
+        if (!pending)
             prewarm_segments(client);
         pthread_mutex_lock(&client->lock);
-        if (status != EGM_OK && client->master_reachable)
-            egm_warn("master unreachable: %s (%s)", egm_status_string(status), egm_last_error());
-        else if (status == EGM_OK && !client->master_reachable)
+        if (!pending && !client->master_reachable)
             egm_info("master reachable again");
-        client->master_reachable = (status == EGM_OK);
+        client->master_reachable = !pending;
     }
     pthread_mutex_unlock(&client->lock);
     return NULL;
@@ -104,6 +280,8 @@ egm_status_t egm__liveness_start(egm_client_t *client)
                               egm_config_get(client->config, "master_server_addr"),
                               egm_status_string(status), egm_last_error());
     client->master_reachable = 1;
+    /* The first answer names the master; nothing to resynchronise yet. */
+    client->resync_reasons = 0;
     prewarm_segments(client);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);

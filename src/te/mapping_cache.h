@@ -48,6 +48,8 @@ uint64_t egm__mapping_size(const egm_mapping_t *mapping);
 
 /* Retires the id (see above). Unknown ids are retired too. */
 void egm__mapping_forget(egm_mapping_cache_t *cache, egm_id_t segment_id);
+/* Ids mapped or being imported now (egm_malloc'ed; NULL when none). */
+egm_status_t egm__mapping_cached_ids(egm_mapping_cache_t *cache, egm_id_t **ids_p, size_t *n_p);
 /* 1 when the segment is mapped and ready, or being imported now. */
 int egm__mapping_known(egm_mapping_cache_t *cache, egm_id_t segment_id);
 /* 1 when the id was forgotten. */

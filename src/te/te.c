@@ -719,6 +719,41 @@ void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id)
         egm__mapping_forget(egm__nvlink_cache(te->nvlink), segment_id);
 }
 
+egm_status_t egm__te_cached_segments(egm_te_t *te, egm_id_t **ids_p, size_t *n_p)
+{
+    egm_id_t *shm = NULL, *nv = NULL;
+    size_t n_shm = 0, n_nv = 0;
+    egm_status_t st;
+
+    *ids_p = NULL;
+    *n_p = 0;
+    if (te == NULL)
+        return EGM_OK;
+    if ((st = egm__shm_cached_ids(te->shm, &shm, &n_shm)) != EGM_OK)
+        return st;
+    if (te->nvlink != NULL &&
+        (st = egm__mapping_cached_ids(egm__nvlink_cache(te->nvlink), &nv, &n_nv)) != EGM_OK) {
+        egm_free(shm);
+        return st;
+    }
+    if (n_nv == 0) {
+        *ids_p = shm;
+        *n_p = n_shm;
+        return EGM_OK;
+    }
+    egm_id_t *all = egm_realloc(shm, (n_shm + n_nv) * sizeof(*all), "te.cached_ids");
+    if (all == NULL) {
+        egm_free(shm);
+        egm_free(nv);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory listing mappings");
+    }
+    memcpy(all + n_shm, nv, n_nv * sizeof(*all));
+    egm_free(nv);
+    *ids_p = all;
+    *n_p = n_shm + n_nv;
+    return EGM_OK;
+}
+
 void egm__te_prewarm(egm_te_t *te, const egm_segment_desc_t *descs, size_t n)
 {
     if (te == NULL || te->nvlink == NULL || descs == NULL)

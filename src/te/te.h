@@ -126,6 +126,11 @@ egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport
  * The id is never served again; an nvlink mapping is unmapped when the last
  * copy in flight on it ends. */
 void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id);
+/* Ids of the segments with a cached mapping (shm or nvlink, imports in
+ * progress included), egm_malloc'ed, NULL when none; an id may appear twice.
+ * After a master restart a client forgets those the new master does not list
+ * (the old master's ids, retired with it). */
+egm_status_t egm__te_cached_segments(egm_te_t *te, egm_id_t **ids_p, size_t *n_p);
 /* Import and map these segments in the background (nvlink mapping cache), so
  * that a later transfer finds them ready. Skips segments nvlink cannot reach
  * (not VMM, posix_fd of another host, own), mapped or queued ones, and does

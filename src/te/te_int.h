@@ -143,6 +143,8 @@ egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t 
                                uint64_t offset, void *local, size_t length, egm_te_dir_t dir);
 /* Drops the mapping; the unmap waits for the last transfer using it. */
 void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id);
+/* Ids of the segments mapped now (egm_malloc'ed; NULL when none). */
+egm_status_t egm__shm_cached_ids(egm_shm_cache_t *cache, egm_id_t **ids_p, size_t *n_p);
 uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache);
 
 /* ---- tcp data server (provider side) -------------------------------------- */

@@ -33,17 +33,16 @@ static int build_argv(const char **argv, size_t max, const char *const *base,
     return (int)n;
 }
 
-int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
+/* Spawns the master on `port` (0 = any free) and waits for it to listen. */
+static int spawn_master(egm_test_cluster_t *cluster, unsigned port, const char *const *extra)
 {
-    const char *base[] = {egm_test_bin(),     "master",    "--port", "0",
+    char port_text[16];
+    snprintf(port_text, sizeof(port_text), "%u", port);
+    const char *base[] = {egm_test_bin(),     "master",    "--port", port_text,
                           "--listen-address", "127.0.0.1", NULL};
     const char *argv[64];
     char line[512];
 
-    memset(cluster, 0, sizeof(*cluster));
-    cluster->master.out_fd = -1;
-    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
-        cluster->providers[i].out_fd = -1;
     build_argv(argv, 64, base, extra);
     if (egm__process_spawn((char *const *)argv, 1, &cluster->master) != EGM_OK)
         return -1;
@@ -57,6 +56,23 @@ int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
     snprintf(cluster->master_addr, sizeof(cluster->master_addr), "127.0.0.1:%u",
              cluster->master_port);
     return cluster->master_port > 0 ? 0 : -1;
+}
+
+int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
+{
+    memset(cluster, 0, sizeof(*cluster));
+    cluster->master.out_fd = -1;
+    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
+        cluster->providers[i].out_fd = -1;
+    return spawn_master(cluster, 0, extra);
+}
+
+int egm_test_start_master_on(egm_test_cluster_t *cluster, unsigned port, const char *const *extra)
+{
+    egm__process_cleanup(&cluster->master);
+    memset(&cluster->master, 0, sizeof(cluster->master));
+    cluster->master.out_fd = -1;
+    return spawn_master(cluster, port, extra);
 }
 
 int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size, const char *const *extra)

@@ -23,6 +23,10 @@ typedef struct {
 const char *egm_test_bin(void);
 /* Start a master on a free port; extra flags (NULL-terminated) are appended. 0 on success. */
 int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra);
+/* Start a new master on `port` in a running cluster (the providers and
+ * master_addr stay): after the previous master was stopped and reaped, e.g.
+ * to restart it on the same address. 0 on success. */
+int egm_test_start_master_on(egm_test_cluster_t *cluster, unsigned port, const char *const *extra);
 /* Start a provider with `size` capacity; returns its index or -1. Waits for "ready". */
 int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size,
                             const char *const *extra);
