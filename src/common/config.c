@@ -22,6 +22,9 @@ static const egm_config_key_t keys[] = {
      "master RPC address HOST:PORT (flag alias --master)"},
     {"listen_address", EGM_CFG_STRING, "0.0.0.0", 0, 0, NULL, "master: bind address"},
     {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)"},
+    {"http_port", EGM_CFG_INT, "9003", -1, 65535, NULL,
+     "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
+     "/get_all_segments, /keys (-1 = off, 0 = any free port)"},
     {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
      "address others use to reach this process's data server (\"\" = host name)"},
     {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|nvlink|shm|tcp",

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "master/master_int.h"
+#include "master/metrics.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
@@ -398,9 +400,11 @@ static egm_status_t handle_remove_all(egm_master_state_t *st, const uint8_t *pay
 
 /* ---- segments, liveness, listing ----------------------------------------- */
 
-static egm_status_t status_reply(egm_status_t result, egm_rpc_reply_t *reply)
+static egm_status_t status_reply(egm_master_state_t *st, egm_status_t result,
+                                 egm_rpc_reply_t *reply)
 {
     Egm__StatusReply msg = EGM__STATUS_REPLY__INIT;
+    st->call_result = result;
     msg.status = result;
     msg.error = result != EGM_OK ? (char *)egm_last_error() : (char *)"";
     return pack_reply(&msg.base, reply);
@@ -470,7 +474,7 @@ static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload,
     result = mount_all(st, req);
     if (result != EGM_OK)
         egm_warn("MountSegment refused: %s", egm_last_error());
-    status = status_reply(result, reply);
+    status = status_reply(st, result, reply);
     egm__pb_free(&req->base);
     return status;
 }
@@ -528,7 +532,7 @@ static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payloa
     result = unmount_all(st, req);
     if (result != EGM_OK)
         egm_debug("UnmountSegment refused: %s", egm_last_error());
-    status = status_reply(result, reply);
+    status = status_reply(st, result, reply);
     egm__pb_free(&req->base);
     return status;
 }
@@ -638,13 +642,9 @@ out:
     return status;
 }
 
-egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
-                                egm_rpc_reply_t *reply)
+static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
+                             size_t len, egm_rpc_reply_t *reply)
 {
-    egm_master_state_t *st = arg;
-
-    reply->buf = NULL;
-    reply->len = 0;
     switch (type) {
     case EGM_RPC_MOUNT_SEGMENT:
         return handle_mount(st, payload, len, reply);
@@ -664,7 +664,30 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
         return handle_ping(st, payload, len, reply);
     case EGM_RPC_LIST_SEGMENTS:
         return handle_list_segments(st, payload, len, reply);
+    case EGM_RPC_STAT_KEY:
+        return egm__master_handle_stat_key(st, payload, len, reply);
     default:
         return egm__set_error(EGM_ERR_NOT_SUPPORTED, "unknown request type %u", (unsigned)type);
     }
+}
+
+egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                egm_rpc_reply_t *reply)
+{
+    egm_master_state_t *st = arg;
+    /* The time includes waiting for the lock: what a caller sees of the master. */
+    uint64_t start_ns = st->metrics != NULL ? egm__now_ns() : 0;
+
+    reply->buf = NULL;
+    reply->len = 0;
+    if (st->lock != NULL)
+        pthread_mutex_lock(st->lock);
+    st->call_result = EGM_OK;
+    egm_status_t status = dispatch(st, type, payload, len, reply);
+    int failed = status != EGM_OK || st->call_result != EGM_OK;
+    if (st->lock != NULL)
+        pthread_mutex_unlock(st->lock);
+    if (st->metrics != NULL)
+        egm__master_metrics_record(st->metrics, type, failed, egm__now_ns() - start_ns);
+    return status;
 }

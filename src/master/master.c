@@ -9,10 +9,15 @@
 #include <string.h>
 #include <strings.h>
 
+#include "admin/http_server.h"
 #include "common/alloc.h"
+#include "common/clock.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/reactor.h"
+#include "master/admin.h"
 #include "master/master_int.h"
+#include "master/metrics.h"
 #include "rpc/frame.h"
 #include "rpc/server.h"
 
@@ -21,6 +26,13 @@ struct egm_master {
     egm_rpc_server_t *server;
     egm_master_state_t state;
     int state_ready;
+    /* The state is read by the admin HTTP thread too: lock serialises it
+     * (master_int.h). The HTTP server stops before anything it reads. */
+    pthread_mutex_t lock;
+    int lock_ready;
+    egm_master_metrics_t metrics;
+    egm_master_admin_t admin;
+    egm_http_server_t *http;
     uint64_t timer_id;
     int timer_added;
     uint16_t port;
@@ -47,7 +59,37 @@ static void on_tick(egm_reactor_t *reactor, void *arg)
 {
     egm_master_t *master = arg;
     (void)reactor;
+    pthread_mutex_lock(&master->lock);
     egm__master_state_tick(&master->state, master->state.now_ms());
+    pthread_mutex_unlock(&master->lock);
+}
+
+/* http_port: -1 off, 0 any free port. The default port (9003) being taken is
+ * only a warning, so that several masters can share a host; a port asked
+ * for explicitly must be had. */
+static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *config,
+                                     const char *host)
+{
+    int64_t port = egm_config_get_int(config, "http_port");
+    if (port < 0)
+        return EGM_OK;
+    if (port > 65535)
+        return egm__set_error(EGM_ERR_CONFIG, "http_port: %lld, must be -1..65535",
+                              (long long)port);
+    master->admin = (egm_master_admin_t){
+        .state = &master->state,
+        .lock = &master->lock,
+        .metrics = &master->metrics,
+        .server = master->server,
+        .start_ms = egm__now_ms(),
+    };
+    egm_status_t status = egm__http_start(host, (uint16_t)port, egm__master_admin_http,
+                                          &master->admin, &master->http);
+    if (status == EGM_OK || egm__config_is_set(config, "http_port"))
+        return status; /* the error names http_port and the address */
+    egm_warn("master: admin HTTP off: %s (set --http-port N, 0 for any free port, -1 for none)",
+             egm_last_error());
+    return EGM_OK;
 }
 
 /* A ratio key (kept as text by the config table): a decimal number in 0..1. */
@@ -135,6 +177,11 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     if (status != EGM_OK)
         goto err;
     master->state_ready = 1;
+    pthread_mutex_init(&master->lock, NULL);
+    master->lock_ready = 1;
+    egm__master_metrics_init(&master->metrics);
+    master->state.lock = &master->lock;
+    master->state.metrics = &master->metrics;
     status = egm__reactor_create(&master->reactor);
     if (status != EGM_OK)
         goto err;
@@ -169,6 +216,9 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
             local_name[0] = '\0';
         }
     }
+    status = start_admin_http(master, config, host);
+    if (status != EGM_OK)
+        goto err;
     egm_info("master listening on %s:%u%s%s (id %s, lease %lld ms, client ttl %lld s)",
              host != NULL && host[0] != '\0' ? host : "0.0.0.0", (unsigned)master->port,
              local_name[0] ? " and unix:" : "", local_name,
@@ -192,6 +242,11 @@ uint16_t egm__master_port(const egm_master_t *master)
     return master->port;
 }
 
+uint16_t egm__master_http_port(const egm_master_t *master)
+{
+    return egm__http_port(master->http);
+}
+
 egm_status_t egm__master_run(egm_master_t *master)
 {
     return egm__reactor_run(master->reactor);
@@ -206,6 +261,7 @@ void egm__master_destroy(egm_master_t *master)
 {
     if (master == NULL)
         return;
+    egm__http_stop(master->http); /* first: its thread reads everything below */
     if (master->timer_added)
         egm__reactor_remove_timer(master->reactor, master->timer_id);
     if (master->server != NULL)
@@ -214,5 +270,7 @@ void egm__master_destroy(egm_master_t *master)
         egm__reactor_destroy(master->reactor);
     if (master->state_ready)
         egm__master_state_cleanup(&master->state);
+    if (master->lock_ready)
+        pthread_mutex_destroy(&master->lock);
     egm_free(master);
 }

@@ -10,9 +10,12 @@
 typedef struct egm_master egm_master_t;
 
 /* Reads `listen_address`, `port`, `default_kv_lease_ttl`, `client_ttl`,
- * `max_frame_size` from config and binds the RPC port (port 0 = any free). */
+ * `max_frame_size` from config and binds the RPC port (port 0 = any free),
+ * and starts the admin HTTP on `http_port` (-1 = none). */
 egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p);
 uint16_t egm__master_port(const egm_master_t *master);
+/* The admin HTTP port; 0 when it is off. */
+uint16_t egm__master_http_port(const egm_master_t *master);
 /* Serves until egm__master_stop. */
 egm_status_t egm__master_run(egm_master_t *master);
 /* Thread-safe and async-signal-safe. */

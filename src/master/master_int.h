@@ -3,6 +3,7 @@
 #ifndef EGM_MASTER_MASTER_INT_H
 #define EGM_MASTER_MASTER_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
@@ -23,6 +24,12 @@ typedef struct {
     egm_id_t master_id;       /* random per start: clients see a restart */
     uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
     uint64_t reply_mark;      /* de-duplicates segments within one reply */
+    /* Set by the master process; NULL where tests drive the handlers on one
+     * thread. `lock` serialises egm__master_handle, the tick and the admin
+     * HTTP thread; `metrics` counts and times every request. */
+    pthread_mutex_t *lock;
+    struct egm_master_metrics *metrics;
+    egm_status_t call_result; /* a StatusReply's status, for the failure count */
 } egm_master_state_t;
 
 /* The object index's defaults (egm__objects_params_default) with lease_ttl_ms. */
@@ -37,7 +44,13 @@ void egm__master_state_cleanup(egm_master_state_t *state);
  * evicts when usage is above the high watermark. */
 void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms);
 
-/* The RPC handler for every type (arg: egm_master_state_t *); see server.h. */
+/* StatKey (inspect.c): an object's size, state, replicas, lease and pins,
+ * read-only (no lease granted). */
+egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *payload, size_t len,
+                                         egm_rpc_reply_t *reply);
+
+/* The RPC handler for every type (arg: egm_master_state_t *); see server.h.
+ * Takes st->lock (when set) and records st->metrics around the handler. */
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply);
 

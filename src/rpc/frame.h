@@ -40,7 +40,8 @@ typedef enum {
     EGM_RPC_REMOVE_ALL = 9,
     EGM_RPC_PING = 10,
     EGM_RPC_LIST_SEGMENTS = 11,
-    EGM_RPC_TYPE_MAX = 11,
+    EGM_RPC_STAT_KEY = 12, /* read-only: one object's replicas, lease and pins */
+    EGM_RPC_TYPE_MAX = 12,
 } egm_rpc_type_t;
 
 typedef struct {

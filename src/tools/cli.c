@@ -15,20 +15,36 @@ void egm__cli_error(const char *what, egm_status_t status)
         fprintf(stderr, "egmstore: error: %s: %s\n", what, egm_status_string(status));
 }
 
+static void print_key(FILE *out, const egm_config_key_t *key)
+{
+    char flag[96];
+    size_t j = 0;
+    for (const char *p = key->name; *p && j + 1 < sizeof(flag); p++)
+        flag[j++] = *p == '_' ? '-' : *p;
+    flag[j] = '\0';
+    fprintf(out, "  --%-24s %s (default: %s)\n", flag, key->help, key->def[0] ? key->def : "\"\"");
+}
+
 void egm__cli_print_keys(FILE *out)
 {
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
     fprintf(out, "Configuration keys (as --key-with-dashes VALUE, EGMSTORE_KEY, or key = value "
                  "in --config FILE):\n");
-    for (size_t i = 0; i < n; i++) {
-        char flag[96];
-        size_t j = 0;
-        for (const char *p = keys[i].name; *p && j + 1 < sizeof(flag); p++)
-            flag[j++] = *p == '_' ? '-' : *p;
-        flag[j] = '\0';
-        fprintf(out, "  --%-24s %s (default: %s)\n", flag, keys[i].help,
-                keys[i].def[0] ? keys[i].def : "\"\"");
+    for (size_t i = 0; i < n; i++)
+        print_key(out, &keys[i]);
+}
+
+void egm__cli_print_keys_of(FILE *out, const char *title, const char *const *names)
+{
+    fprintf(out,
+            "%s (as --key-with-dashes VALUE, EGMSTORE_KEY, or key = value in --config "
+            "FILE):\n",
+            title);
+    for (size_t i = 0; names[i] != NULL; i++) {
+        const egm_config_key_t *key = egm__config_find_key(names[i]);
+        if (key != NULL)
+            print_key(out, key);
     }
 }
 

@@ -28,6 +28,10 @@ void egm__cli_cleanup(egm_cli_t *cli);
 /* "egmstore: error: <what>: <detail>" on stderr. */
 void egm__cli_error(const char *what, egm_status_t status);
 void egm__cli_print_keys(FILE *out);
+/* Only the keys named in `names` (NULL-terminated), in that order, under `title`. */
+void egm__cli_print_keys_of(FILE *out, const char *title, const char *const *names);
+/* The keys `egmstore master` reads (its --help lists them). */
+extern const char *const egm__master_keys[];
 
 int egm__cmd_master(egm_cli_t *cli);
 int egm__cmd_provider(egm_cli_t *cli);
@@ -36,6 +40,7 @@ int egm__cmd_get(egm_cli_t *cli);
 int egm__cmd_exist(egm_cli_t *cli);
 int egm__cmd_rm(egm_cli_t *cli);
 int egm__cmd_ls(egm_cli_t *cli);
+int egm__cmd_stat(egm_cli_t *cli);
 int egm__cmd_demo(egm_cli_t *cli);
 
 #endif

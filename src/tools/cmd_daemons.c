@@ -11,6 +11,23 @@
 
 static egm_master_t *running_master;
 
+/* What `egmstore master --help` lists: every key the master reads. */
+const char *const egm__master_keys[] = {
+    "listen_address",
+    "port",
+    "http_port",
+    "client_ttl",
+    "default_kv_lease_ttl",
+    "default_kv_soft_pin_ttl",
+    "put_start_discard_timeout_sec",
+    "eviction_high_watermark_ratio",
+    "eviction_ratio",
+    "placement_strategy",
+    "max_frame_size",
+    "log_level",
+    NULL,
+};
+
 static void master_on_signal(int sig)
 {
     (void)sig;
@@ -40,8 +57,16 @@ int egm__cmd_master(egm_cli_t *cli)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* The ready line stays last-word-is-the-address (scripts split it); the
+     * admin HTTP line follows it. */
     printf("egmstore master listening on %s:%u\n", egm_config_get(cli->config, "listen_address"),
            (unsigned)egm__master_port(master));
+    if (egm__master_http_port(master) != 0)
+        printf("egmstore master admin http on %s:%u\n",
+               egm_config_get(cli->config, "listen_address"),
+               (unsigned)egm__master_http_port(master));
+    else
+        printf("egmstore master admin http off\n");
     fflush(stdout);
     status = egm__master_run(master);
     running_master = NULL;

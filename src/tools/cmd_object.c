@@ -1,10 +1,11 @@
-/* Object commands: put, get, exist, rm, ls. */
+/* Object commands: put, get, exist, rm, ls, stat. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <egmstore/egmstore.h>
 #include "client/client_int.h"
+#include "client/inspect.h"
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/id.h"
@@ -209,4 +210,59 @@ int egm__cmd_ls(egm_cli_t *cli)
            (unsigned long long)reply->clients);
     egm__rpc_msg_free(&reply->base);
     return EGM_EXIT_OK;
+}
+
+static void print_stat(const char *key, const Egm__StatKeyReply *r)
+{
+    char size_text[32], id_text[EGM_ID_STRLEN];
+
+    printf("key       %s\n", key);
+    printf("size      %llu (%s)\n", (unsigned long long)r->size,
+           egm__format_size(r->size, size_text, sizeof(size_text)));
+    printf("state     %s\n",
+           r->state == EGM__OBJECT_STATE__OBJECT_COMPLETE ? "complete" : "pending (put not ended)");
+    if (r->lease_remaining_ms > 0)
+        printf("lease     expires in %.3f s\n", (double)r->lease_remaining_ms / 1000.0);
+    else
+        printf("lease     none\n");
+    printf("pins      %s\n", r->hard_pin && r->soft_pin ? "soft, hard"
+                             : r->hard_pin              ? "hard"
+                             : r->soft_pin              ? "soft"
+                                                        : "none");
+    printf("writer    %s\n", egm__id_format(egm__id_from_pb(r->writer), id_text));
+    printf("age       %.3f s since PutStart\n", (double)r->age_ms / 1000.0);
+    if (r->state == EGM__OBJECT_STATE__OBJECT_COMPLETE)
+        printf("idle      %.3f s since the last access\n", (double)r->idle_ms / 1000.0);
+    printf("replicas  %zu\n", r->n_replicas);
+    if (r->n_replicas > 0)
+        printf("  %-24s %-36s %12s %12s  %s\n", "SEGMENT", "ID", "OFFSET", "LENGTH", "HOST");
+    for (size_t i = 0; i < r->n_replicas; i++) {
+        const Egm__ReplicaInfo *rep = r->replicas[i];
+        printf("  %-24s %-36s %12llu %12llu  %s\n", rep->segment_name,
+               egm__id_format(egm__id_from_pb(rep->segment), id_text),
+               (unsigned long long)rep->offset, (unsigned long long)rep->length,
+               rep->host_id[0] ? rep->host_id : "-");
+    }
+}
+
+int egm__cmd_stat(egm_cli_t *cli)
+{
+    Egm__StatKeyReply *reply = NULL;
+
+    if (need_args(cli, 1, "stat KEY") != 0)
+        return EGM_EXIT_USAGE;
+    egm_client_t *client = connect_client(cli);
+    if (client == NULL)
+        return EGM_EXIT_FAIL;
+    egm_status_t status = egm__client_stat(client, cli->argv[0], &reply);
+    if (status == EGM_OK && reply->status != EGM_OK)
+        status = egm__set_error(reply->status, "\"%s\": %s", cli->argv[0],
+                                reply->error[0] ? reply->error : egm_status_string(reply->status));
+    if (status != EGM_OK) /* before the client's teardown can replace the detail */
+        egm__cli_error("stat", status);
+    egm_client_destroy(client);
+    if (status == EGM_OK)
+        print_stat(cli->argv[0], reply);
+    egm__rpc_msg_free(reply != NULL ? &reply->base : NULL);
+    return status == EGM_OK ? EGM_EXIT_OK : EGM_EXIT_FAIL;
 }

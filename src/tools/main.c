@@ -12,7 +12,9 @@ typedef struct {
 } command_t;
 
 static const command_t commands[] = {
-    {"master", egm__cmd_master, "master [--port N] [--listen-address ADDR]  run the master"},
+    {"master", egm__cmd_master,
+     "master [--port N] [--http-port N] [--listen-address ADDR]\n"
+     "                                             run the master (admin HTTP on 9003)"},
     {"provider", egm__cmd_provider,
      "provider [--global-segment-size SIZE] [--plan-only]\n"
      "                                             contribute capacity (host memory, or the EGM\n"
@@ -24,6 +26,9 @@ static const command_t commands[] = {
      "exist KEY                                  exit 0 if the key exists"},
     {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object"},
     {"ls", egm__cmd_ls, "ls                                         segments and usage"},
+    {"stat", egm__cmd_stat,
+     "stat KEY                                   an object's size, state, replicas, lease (read "
+     "only)"},
     {"demo", egm__cmd_demo,
      "demo                                       embedded master + provider, put/get over shm "
      "and tcp"},
@@ -63,7 +68,11 @@ int main(int argc, char **argv)
             return rc;
         if (cli.help) {
             printf("Usage: egmstore %s\n\n", commands[i].usage);
-            egm__cli_print_keys(stdout);
+            if (commands[i].run == egm__cmd_master) /* the keys it reads */
+                egm__cli_print_keys_of(stdout, "Configuration keys of the master",
+                                       egm__master_keys);
+            else
+                egm__cli_print_keys(stdout);
             egm__cli_cleanup(&cli);
             return EGM_EXIT_OK;
         }

@@ -1,0 +1,489 @@
+/* The master's admin HTTP endpoints. Every read of the master's state holds
+ * its lock, so RPC handling waits meanwhile: the answers are built straight
+ * from the state (no copies) and /keys is bounded in count and bytes. */
+#include "master/admin.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <egmstore/egmstore.h>
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+#define JSON_TYPE "application/json"
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
+#define ENDPOINTS "/metrics, /health, /segments, /get_all_segments, /keys?prefix=&limit="
+#define LIMIT_ACCEPTED "an integer 1..100000 (default 1000)"
+#define PREFIX_ACCEPTED "percent-encoded text of at most 4096 bytes, without %00"
+
+static void lock(const egm_master_admin_t *a)
+{
+    if (a->lock != NULL)
+        pthread_mutex_lock(a->lock);
+}
+
+static void unlock(const egm_master_admin_t *a)
+{
+    if (a->lock != NULL)
+        pthread_mutex_unlock(a->lock);
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned char c = p[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* range of the second byte */
+
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (len > n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* A JSON string of len bytes. Keys are arbitrary bytes: a byte that is not
+ * part of valid UTF-8 is written as \u00XX (documented in docs/master.md). */
+static egm_status_t json_string(egm_http_response_t *out, const char *text, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    egm_status_t status = egm__http_printf(out, "\"");
+    size_t i = 0;
+
+    while (i < len && status == EGM_OK) {
+        size_t run = i; /* bytes written verbatim */
+        while (run < len && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
+            run++;
+        if (run > i) {
+            status = egm__http_printf(out, "%.*s", (int)(run - i), text + i);
+            i = run;
+            continue;
+        }
+        size_t u = p[i] >= 0x80 ? utf8_len(p + i, len - i) : 0;
+        if (u > 0) {
+            status = egm__http_printf(out, "%.*s", (int)u, text + i);
+            i += u;
+        } else if (p[i] == '"' || p[i] == '\\') {
+            status = egm__http_printf(out, "\\%c", p[i++]);
+        } else {
+            status = egm__http_printf(out, "\\u%04x", (unsigned)p[i++]);
+        }
+    }
+    if (status == EGM_OK)
+        status = egm__http_printf(out, "\"");
+    return status;
+}
+
+static egm_status_t json_cstring(egm_http_response_t *out, const char *text)
+{
+    return json_string(out, text != NULL ? text : "", text != NULL ? strlen(text) : 0);
+}
+
+/* Replaces whatever was written with a JSON error. */
+static void json_error(egm_http_response_t *resp, int status, const char *parameter,
+                       const char *message, const char *accepted)
+{
+    resp->len = 0;
+    resp->status = status;
+    resp->content_type = JSON_TYPE;
+    egm_status_t s = egm__http_printf(resp, "{\"error\":");
+    if (s == EGM_OK)
+        s = json_cstring(resp, message);
+    if (s == EGM_OK && parameter != NULL) {
+        s = egm__http_printf(resp, ",\"parameter\":");
+        if (s == EGM_OK)
+            s = json_cstring(resp, parameter);
+    }
+    if (s == EGM_OK && accepted != NULL) {
+        s = egm__http_printf(resp, ",\"accepted\":");
+        if (s == EGM_OK)
+            s = json_cstring(resp, accepted);
+    }
+    if (s == EGM_OK)
+        s = egm__http_printf(resp, "}\n");
+    if (s != EGM_OK)
+        resp->status = 500;
+}
+
+static void out_of_memory(egm_http_response_t *resp)
+{
+    egm_free(resp->body);
+    resp->body = NULL;
+    resp->len = resp->cap = 0;
+    resp->status = 503;
+    egm_log_ratelimited(EGM_LOG_WARN, 10, "admin http: out of memory building an answer");
+}
+
+/* ---- /metrics, /health ---------------------------------------------------- */
+
+/* Under the lock. */
+static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
+{
+    egm_master_state_t *st = a->state;
+
+    memset(s, 0, sizeof(*s));
+    s->master_id = st->master_id;
+    s->uptime_ms = egm__now_ms() - a->start_ms;
+    s->segments = egm__segment_table_count(st->segments);
+    for (size_t i = 0; i < s->segments; i++) {
+        const egm_segment_t *seg = egm__segment_table_at(st->segments, i);
+        egm_allocator_stats_t astats;
+        egm__allocator_stats(seg->allocator, &astats);
+        s->allocated_bytes += astats.used;
+        s->capacity_bytes += seg->size;
+        s->segment_replicas += seg->replica_count;
+    }
+    s->clients = egm__liveness_client_count(st->liveness);
+    s->view = egm__segment_table_view(st->segments);
+    egm__objects_stats(st->objects, &s->objects);
+    if (a->server != NULL)
+        egm__rpc_server_stats(a->server, &s->server);
+}
+
+static void serve_metrics(const egm_master_admin_t *a, egm_http_response_t *resp)
+{
+    egm_master_snapshot_t snap;
+    lock(a);
+    take_snapshot(a, &snap);
+    unlock(a);
+    resp->status = 200;
+    resp->content_type = METRICS_TYPE;
+    if (egm__master_metrics_format(a->metrics, &snap, resp) != EGM_OK)
+        out_of_memory(resp);
+}
+
+static void serve_health(const egm_master_admin_t *a, egm_http_response_t *resp)
+{
+    egm_master_snapshot_t snap;
+    char id_text[EGM_ID_STRLEN];
+    lock(a);
+    take_snapshot(a, &snap);
+    unlock(a);
+    resp->status = 200;
+    resp->content_type = JSON_TYPE;
+    if (egm__http_printf(
+            resp,
+            "{\"status\":\"ok\",\"master_id\":\"%s\",\"version\":\"%s\",\"uptime_s\":%.3f,"
+            "\"segments\":%llu,\"clients\":%llu,\"keys\":%llu,\"allocated_bytes\":%llu,"
+            "\"capacity_bytes\":%llu}\n",
+            egm__id_format(snap.master_id, id_text), EGMSTORE_VERSION,
+            (double)snap.uptime_ms / 1000.0, (unsigned long long)snap.segments,
+            (unsigned long long)snap.clients, (unsigned long long)snap.objects.objects,
+            (unsigned long long)snap.allocated_bytes,
+            (unsigned long long)snap.capacity_bytes) != EGM_OK)
+        out_of_memory(resp);
+}
+
+/* ---- /segments, /get_all_segments ----------------------------------------- */
+
+static egm_status_t segment_json(egm_http_response_t *out, const egm_segment_t *seg)
+{
+    char id_text[EGM_ID_STRLEN], owner_text[EGM_ID_STRLEN];
+    egm_allocator_stats_t astats;
+    egm__allocator_stats(seg->allocator, &astats);
+    egm_status_t s =
+        egm__http_printf(out, "{\"id\":\"%s\",\"name\":", egm__id_format(seg->id, id_text));
+    if (s == EGM_OK)
+        s = json_cstring(out, seg->name);
+    if (s == EGM_OK)
+        s = egm__http_printf(out,
+                             ",\"owner\":\"%s\",\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
+                             "\"host\":",
+                             egm__id_format(seg->owner, owner_text), (unsigned long long)seg->size,
+                             (unsigned long long)astats.used,
+                             (unsigned long long)seg->replica_count);
+    if (s == EGM_OK)
+        s = json_cstring(out, seg->host_id);
+    if (s == EGM_OK)
+        s = egm__http_printf(out, ",\"tcp_endpoint\":");
+    if (s == EGM_OK)
+        s = json_cstring(out, seg->tcp_endpoint);
+    if (s == EGM_OK)
+        s = egm__http_printf(out, ",\"shm_socket\":");
+    if (s == EGM_OK)
+        s = json_cstring(out, seg->shm_socket);
+    if (s == EGM_OK)
+        s = egm__http_printf(out, "}");
+    return s;
+}
+
+static void serve_segments(const egm_master_admin_t *a, egm_http_response_t *resp)
+{
+    egm_status_t s = egm__http_printf(resp, "[");
+    lock(a);
+    size_t n = egm__segment_table_count(a->state->segments);
+    for (size_t i = 0; i < n && s == EGM_OK; i++) {
+        if (i > 0)
+            s = egm__http_printf(resp, ",");
+        if (s == EGM_OK)
+            s = segment_json(resp, egm__segment_table_at(a->state->segments, i));
+    }
+    unlock(a);
+    if (s == EGM_OK)
+        s = egm__http_printf(resp, "]\n");
+    resp->status = 200;
+    resp->content_type = JSON_TYPE;
+    if (s != EGM_OK)
+        out_of_memory(resp);
+}
+
+/* Mooncake's shape, which SGLang reads: the segment names, one a line. */
+static void serve_all_segment_names(const egm_master_admin_t *a, egm_http_response_t *resp)
+{
+    egm_status_t s = EGM_OK;
+    lock(a);
+    size_t n = egm__segment_table_count(a->state->segments);
+    for (size_t i = 0; i < n && s == EGM_OK; i++)
+        s = egm__http_printf(resp, "%s\n", egm__segment_table_at(a->state->segments, i)->name);
+    unlock(a);
+    resp->status = 200;
+    resp->content_type = "text/plain; charset=utf-8";
+    if (s == EGM_OK && resp->body == NULL)
+        s = egm__http_printf(resp, "%s", ""); /* an empty body, not a missing one */
+    if (s != EGM_OK)
+        out_of_memory(resp);
+}
+
+/* ---- /keys ----------------------------------------------------------------- */
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes (and '+' -> ' ') len bytes of src into dst (room for len
+ * bytes). Returns the decoded length, or -1 for a '%' not followed by two hex
+ * digits. */
+static long percent_decode(const char *src, size_t len, char *dst)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == '%') {
+            if (i + 2 >= len)
+                return -1;
+            int h = hex_value(src[i + 1]), l = hex_value(src[i + 2]);
+            if (h < 0 || l < 0)
+                return -1;
+            dst[o++] = (char)(h * 16 + l);
+            i += 2;
+        } else
+            dst[o++] = src[i] == '+' ? ' ' : src[i];
+    }
+    return (long)o;
+}
+
+typedef struct {
+    char *prefix; /* decoded, egm_malloc'ed; NULL = every key */
+    size_t prefix_len;
+    unsigned long limit;
+} keys_query_t;
+
+/* Parses /keys' query; on a bad one answers 400 in resp and returns -1. */
+static int parse_keys_query(const char *query, keys_query_t *q, egm_http_response_t *resp)
+{
+    int have_prefix = 0, have_limit = 0;
+    char msg[256];
+
+    q->prefix = NULL;
+    q->prefix_len = 0;
+    q->limit = EGM_ADMIN_KEYS_LIMIT_DEFAULT;
+    for (const char *p = query; *p != '\0';) {
+        size_t plen = strcspn(p, "&");
+        const char *eq = memchr(p, '=', plen);
+        size_t nlen = eq != NULL ? (size_t)(eq - p) : plen;
+        const char *value = eq != NULL ? eq + 1 : p + plen;
+        size_t vlen = (size_t)(p + plen - value);
+        char name[16];
+        long n = nlen < sizeof(name) ? percent_decode(p, nlen, name) : -2;
+
+        if (plen == 0) { /* "&&" or a trailing '&' */
+            p++;
+            continue;
+        }
+        if (n == -1) {
+            json_error(resp, 400, "query", "bad percent-encoding in a parameter name",
+                       "prefix, limit");
+            return -1;
+        }
+        if (n == -2 || !((n == 6 && memcmp(name, "prefix", 6) == 0) ||
+                         (n == 5 && memcmp(name, "limit", 5) == 0))) {
+            snprintf(msg, sizeof(msg), "unknown parameter \"%.*s\"", (int)(nlen < 64 ? nlen : 64),
+                     p);
+            json_error(resp, 400, "query", msg, "prefix, limit");
+            return -1;
+        }
+        int is_prefix = n == 6;
+        if (is_prefix ? have_prefix++ : have_limit++) {
+            json_error(resp, 400, is_prefix ? "prefix" : "limit", "given more than once",
+                       is_prefix ? PREFIX_ACCEPTED : LIMIT_ACCEPTED);
+            return -1;
+        }
+        if (is_prefix) {
+            /* Decoding never grows text: 3 * KEY_MAX raw bytes bound a valid prefix. */
+            if (vlen > 3 * (size_t)EGM_MASTER_KEY_MAX) {
+                json_error(resp, 400, "prefix", "longer than 4096 bytes", PREFIX_ACCEPTED);
+                return -1;
+            }
+            q->prefix = egm_malloc(vlen + 1, "admin.prefix");
+            if (q->prefix == NULL) {
+                out_of_memory(resp);
+                return -1;
+            }
+            long dl = percent_decode(value, vlen, q->prefix);
+            if (dl < 0) {
+                json_error(resp, 400, "prefix", "bad percent-encoding", PREFIX_ACCEPTED);
+                return -1;
+            }
+            if ((size_t)dl > EGM_MASTER_KEY_MAX) {
+                json_error(resp, 400, "prefix", "longer than 4096 bytes", PREFIX_ACCEPTED);
+                return -1;
+            }
+            if (memchr(q->prefix, '\0', (size_t)dl) != NULL) {
+                json_error(resp, 400, "prefix", "contains a NUL byte (%00)", PREFIX_ACCEPTED);
+                return -1;
+            }
+            q->prefix[dl] = '\0';
+            q->prefix_len = (size_t)dl;
+        } else {
+            char text[16];
+            long dl = vlen < sizeof(text) ? percent_decode(value, vlen, text) : -2;
+            int ok = dl > 0 && (size_t)dl < sizeof(text);
+            for (long i = 0; ok && i < dl; i++)
+                ok = text[i] >= '0' && text[i] <= '9';
+            if (ok) {
+                text[dl] = '\0';
+                errno = 0;
+                q->limit = strtoul(text, NULL, 10);
+            }
+            if (!ok && dl == -2 && strspn(value, "0123456789") >= vlen) {
+                snprintf(msg, sizeof(msg), "%.*s is out of range 1..%d",
+                         (int)(vlen < 32 ? vlen : 32), value, EGM_ADMIN_KEYS_LIMIT_MAX);
+                json_error(resp, 400, "limit", msg, LIMIT_ACCEPTED);
+                return -1;
+            }
+            if (!ok) {
+                snprintf(msg, sizeof(msg), "\"%.*s\" is not a decimal integer",
+                         (int)(vlen < 32 ? vlen : 32), value);
+                json_error(resp, 400, "limit", msg, LIMIT_ACCEPTED);
+                return -1;
+            }
+            if (errno != 0 || q->limit < 1 || q->limit > EGM_ADMIN_KEYS_LIMIT_MAX) {
+                snprintf(msg, sizeof(msg), "%s is out of range 1..%d", text,
+                         EGM_ADMIN_KEYS_LIMIT_MAX);
+                json_error(resp, 400, "limit", msg, LIMIT_ACCEPTED);
+                return -1;
+            }
+        }
+        p += plen;
+        if (*p == '&')
+            p++;
+    }
+    return 0;
+}
+
+/* Every object once: each is listed at its first replica that is still on a
+ * mounted segment (an object without one no longer exists). */
+static int first_live_replica(const egm_replica_t *rep)
+{
+    const egm_object_t *obj = rep->object;
+    for (uint32_t k = 0; k < obj->n_replicas; k++)
+        if (obj->replicas[k].segment != NULL)
+            return &obj->replicas[k] == rep;
+    return 0;
+}
+
+static void serve_keys(const egm_master_admin_t *a, const char *query, egm_http_response_t *resp)
+{
+    keys_query_t q;
+    unsigned long count = 0;
+    int truncated = 0;
+    egm_status_t s;
+
+    if (parse_keys_query(query, &q, resp) != 0) {
+        egm_free(q.prefix);
+        return;
+    }
+    s = egm__http_printf(resp, "{\"keys\":[");
+    lock(a);
+    size_t n = egm__segment_table_count(a->state->segments);
+    for (size_t i = 0; i < n && s == EGM_OK && !truncated; i++) {
+        const egm_segment_t *seg = egm__segment_table_at(a->state->segments, i);
+        for (const egm_replica_t *rep = seg->replicas; rep != NULL && s == EGM_OK;
+             rep = rep->seg_next) {
+            const egm_object_t *obj = rep->object;
+            if (obj->key_len < q.prefix_len || memcmp(obj->key, q.prefix, q.prefix_len) != 0 ||
+                !first_live_replica(rep))
+                continue;
+            if (count == q.limit || resp->len >= EGM_ADMIN_KEYS_BODY_MAX) {
+                truncated = 1;
+                break;
+            }
+            s = egm__http_printf(resp, "%s{\"key\":", count > 0 ? "," : "");
+            if (s == EGM_OK)
+                s = json_string(resp, obj->key, obj->key_len);
+            if (s == EGM_OK)
+                s = egm__http_printf(resp, ",\"size\":%llu,\"state\":\"%s\",\"replicas\":%u}",
+                                     (unsigned long long)obj->size,
+                                     obj->state == EGM_OBJECT_COMPLETE ? "complete" : "pending",
+                                     obj->n_live);
+            count++;
+        }
+    }
+    unlock(a);
+    if (s == EGM_OK)
+        s = egm__http_printf(resp,
+                             "],\"count\":%lu,\"limit\":%lu,\"truncated\":%s,\"prefix\":", count,
+                             q.limit, truncated ? "true" : "false");
+    if (s == EGM_OK)
+        s = json_string(resp, q.prefix != NULL ? q.prefix : "", q.prefix_len);
+    if (s == EGM_OK)
+        s = egm__http_printf(resp, "}\n");
+    egm_free(q.prefix);
+    resp->status = 200;
+    resp->content_type = JSON_TYPE;
+    if (s != EGM_OK)
+        out_of_memory(resp);
+}
+
+void egm__master_admin_http(void *arg, const char *path, const char *query,
+                            egm_http_response_t *resp)
+{
+    const egm_master_admin_t *a = arg;
+
+    if (strcmp(path, "/metrics") == 0)
+        serve_metrics(a, resp);
+    else if (strcmp(path, "/health") == 0)
+        serve_health(a, resp);
+    else if (strcmp(path, "/segments") == 0)
+        serve_segments(a, resp);
+    else if (strcmp(path, "/get_all_segments") == 0)
+        serve_all_segment_names(a, resp);
+    else if (strcmp(path, "/keys") == 0)
+        serve_keys(a, query != NULL ? query : "", resp);
+    else {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "no endpoint %.100s", path);
+        json_error(resp, 404, NULL, msg, ENDPOINTS);
+    }
+}

@@ -1,0 +1,35 @@
+/* The master's admin HTTP endpoints (docs/master.md "Admin HTTP and metrics"):
+ * /metrics (Prometheus text), /health (JSON), /segments (JSON),
+ * /get_all_segments (segment names, one a line, as Mooncake's master answers
+ * SGLang), /keys?prefix=&limit= (JSON). They run on the HTTP server's thread
+ * and read the master's state with its lock held. */
+#ifndef EGM_MASTER_ADMIN_H
+#define EGM_MASTER_ADMIN_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "admin/http_server.h"
+#include "master/master_int.h"
+#include "master/metrics.h"
+#include "rpc/server.h"
+
+#define EGM_ADMIN_KEYS_LIMIT_DEFAULT 1000
+#define EGM_ADMIN_KEYS_LIMIT_MAX 100000
+/* A /keys answer stops (truncated) once its body is this large. */
+#define EGM_ADMIN_KEYS_BODY_MAX (16u << 20)
+
+typedef struct {
+    egm_master_state_t *state;
+    pthread_mutex_t *lock; /* taken around every read of state; NULL = none (tests) */
+    const egm_master_metrics_t *metrics;
+    const egm_rpc_server_t *server; /* NULL = no connection metrics */
+    uint64_t start_ms;              /* egm__now_ms() when the master started */
+} egm_master_admin_t;
+
+/* egm_http_handler_fn; arg is an egm_master_admin_t. Unknown paths answer 404,
+ * bad query parameters of /keys 400, both with a JSON error naming what was
+ * wrong and what is accepted. */
+void egm__master_admin_http(void *arg, const char *path, const char *query,
+                            egm_http_response_t *resp);
+
+#endif

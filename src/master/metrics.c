@@ -1,0 +1,171 @@
+/* The master's request metrics and their Prometheus text. */
+#include "master/metrics.h"
+
+#include <string.h>
+#include <egmstore/egmstore.h>
+
+/* Bucket bounds in ns and as the `le` label Prometheus reads back exactly. */
+static const uint64_t bound_ns[EGM_METRICS_BUCKETS] = {
+    10000,   25000,    50000,    100000,   250000,    500000,    1000000,   2500000,
+    5000000, 10000000, 25000000, 50000000, 100000000, 250000000, 500000000, 1000000000,
+};
+static const char *const bound_text[EGM_METRICS_BUCKETS] = {
+    "1e-05", "2.5e-05", "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025",
+    "0.005", "0.01",    "0.025", "0.05",   "0.1",     "0.25",   "0.5",   "1",
+};
+
+void egm__master_metrics_init(egm_master_metrics_t *metrics)
+{
+    memset(metrics, 0, sizeof(*metrics));
+    for (size_t t = 0; t <= EGM_RPC_TYPE_MAX; t++) {
+        egm_rpc_metrics_t *r = &metrics->rpc[t];
+        atomic_init(&r->requests, 0);
+        atomic_init(&r->failures, 0);
+        atomic_init(&r->duration_ns, 0);
+        for (size_t b = 0; b <= EGM_METRICS_BUCKETS; b++)
+            atomic_init(&r->buckets[b], 0);
+    }
+}
+
+void egm__master_metrics_record(egm_master_metrics_t *metrics, uint16_t type, int failed,
+                                uint64_t duration_ns)
+{
+    if (metrics == NULL || type == 0 || type > EGM_RPC_TYPE_MAX)
+        return;
+    egm_rpc_metrics_t *r = &metrics->rpc[type];
+    size_t b = 0;
+    while (b < EGM_METRICS_BUCKETS && duration_ns > bound_ns[b])
+        b++;
+    atomic_fetch_add_explicit(&r->requests, 1, memory_order_relaxed);
+    if (failed)
+        atomic_fetch_add_explicit(&r->failures, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->duration_ns, duration_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->buckets[b], 1, memory_order_relaxed);
+}
+
+static uint64_t load(const atomic_uint_fast64_t *v)
+{
+    return atomic_load_explicit((atomic_uint_fast64_t *)v, memory_order_relaxed);
+}
+
+/* HELP and TYPE lines, then (for an unlabelled metric) its one sample. */
+static egm_status_t header(egm_http_response_t *out, const char *name, const char *type,
+                           const char *help)
+{
+    return egm__http_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static egm_status_t sample(egm_http_response_t *out, const char *name, const char *type,
+                           const char *help, uint64_t value)
+{
+    egm_status_t status = header(out, name, type, help);
+    if (status == EGM_OK)
+        status = egm__http_printf(out, "%s %llu\n", name, (unsigned long long)value);
+    return status;
+}
+
+static egm_status_t format_rpc(const egm_master_metrics_t *m, egm_http_response_t *out)
+{
+    egm_status_t status =
+        header(out, "egm_master_rpc_requests_total", "counter", "RPC requests handled, by type");
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX && status == EGM_OK; t++)
+        status =
+            egm__http_printf(out, "egm_master_rpc_requests_total{type=\"%s\"} %llu\n",
+                             egm__rpc_type_name(t), (unsigned long long)load(&m->rpc[t].requests));
+    if (status == EGM_OK)
+        status = header(out, "egm_master_rpc_failures_total", "counter",
+                        "RPC requests answered with an error status, by type (per-key results "
+                        "of a batch are not counted)");
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX && status == EGM_OK; t++)
+        status =
+            egm__http_printf(out, "egm_master_rpc_failures_total{type=\"%s\"} %llu\n",
+                             egm__rpc_type_name(t), (unsigned long long)load(&m->rpc[t].failures));
+    if (status == EGM_OK)
+        status = header(out, "egm_master_rpc_duration_seconds", "histogram",
+                        "time the master spent handling one RPC request (decode, work, encode), "
+                        "by type");
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX && status == EGM_OK; t++) {
+        const egm_rpc_metrics_t *r = &m->rpc[t];
+        const char *name = egm__rpc_type_name(t);
+        uint64_t cumulative = 0;
+        for (size_t b = 0; b < EGM_METRICS_BUCKETS && status == EGM_OK; b++) {
+            cumulative += load(&r->buckets[b]);
+            status = egm__http_printf(
+                out, "egm_master_rpc_duration_seconds_bucket{type=\"%s\",le=\"%s\"} %llu\n", name,
+                bound_text[b], (unsigned long long)cumulative);
+        }
+        /* _count is the +Inf bucket so that the two always agree within a scrape. */
+        cumulative += load(&r->buckets[EGM_METRICS_BUCKETS]);
+        if (status == EGM_OK)
+            status = egm__http_printf(
+                out,
+                "egm_master_rpc_duration_seconds_bucket{type=\"%s\",le=\"+Inf\"} %llu\n"
+                "egm_master_rpc_duration_seconds_sum{type=\"%s\"} %.9f\n"
+                "egm_master_rpc_duration_seconds_count{type=\"%s\"} %llu\n",
+                name, (unsigned long long)cumulative, name, (double)load(&r->duration_ns) / 1e9,
+                name, (unsigned long long)cumulative);
+    }
+    return status;
+}
+
+egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
+                                        const egm_master_snapshot_t *s, egm_http_response_t *out)
+{
+    const egm_object_index_stats_t *o = &s->objects;
+    char id_text[EGM_ID_STRLEN];
+    egm_status_t status;
+
+    status = header(out, "egm_master_info", "gauge", "always 1; labels: this master's identity");
+    if (status == EGM_OK)
+        status = egm__http_printf(out, "egm_master_info{version=\"%s\",master_id=\"%s\"} 1\n",
+                                  EGMSTORE_VERSION, egm__id_format(s->master_id, id_text));
+    if (status == EGM_OK)
+        status =
+            header(out, "egm_master_uptime_seconds", "gauge", "seconds since the master started");
+    if (status == EGM_OK)
+        status = egm__http_printf(out, "egm_master_uptime_seconds %.3f\n",
+                                  (double)s->uptime_ms / 1000.0);
+    struct {
+        const char *name, *type, *help;
+        uint64_t value;
+    } rows[] = {
+        {"egm_master_keys", "gauge", "objects in the index (pending ones included)", o->objects},
+        {"egm_master_keys_pending", "gauge", "objects started by PutStart and not yet ended",
+         o->pending},
+        {"egm_master_keys_leased", "gauge",
+         "objects under a live read lease (as of the latest lease granted or tick)", o->leased},
+        {"egm_master_keys_soft_pinned", "gauge", "objects put with a soft pin", o->soft_pinned},
+        {"egm_master_keys_hard_pinned", "gauge", "objects put with a hard pin", o->hard_pinned},
+        {"egm_master_allocated_bytes", "gauge",
+         "bytes allocated in all mounted segments (allocator rounding included)",
+         s->allocated_bytes},
+        {"egm_master_capacity_bytes", "gauge", "bytes of all mounted segments", s->capacity_bytes},
+        {"egm_master_segments", "gauge", "mounted segments", s->segments},
+        {"egm_master_replicas", "gauge", "replicas placed in mounted segments",
+         s->segment_replicas},
+        {"egm_master_clients", "gauge", "registered clients (pinging or owning segments)",
+         s->clients},
+        {"egm_master_segments_retired_total", "counter",
+         "segment ids retired (unmounted or expired); the segment view number", s->view},
+        {"egm_master_evictions_total", "counter", "objects evicted", o->evictions_total},
+        {"egm_master_evicted_bytes_total", "counter",
+         "segment bytes freed by evictions (every replica)", o->evicted_bytes_total},
+        {"egm_master_eviction_runs_total", "counter",
+         "evictions started (high watermark or a PutStart without room)", o->eviction_runs_total},
+        {"egm_master_discarded_puts_total", "counter",
+         "pending objects discarded after put_start_discard_timeout_sec", o->discarded_puts_total},
+        {"egm_master_rpc_connections", "gauge", "open RPC connections (as of the latest tick)",
+         s->server.connections_open},
+        {"egm_master_rpc_connections_accepted_total", "counter",
+         "RPC connections accepted (as of the latest tick)", s->server.connections_accepted},
+        {"egm_master_rpc_frames_rejected_total", "counter",
+         "RPC frames refused before a handler: bad magic, version, size, type or payload (as of "
+         "the latest tick)",
+         s->server.frames_rejected},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && status == EGM_OK; i++)
+        status = sample(out, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
+    if (status == EGM_OK)
+        status = format_rpc(metrics, out);
+    return status;
+}

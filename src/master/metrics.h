@@ -1,0 +1,60 @@
+/* The master's metrics: per RPC type, requests, failures and a latency
+ * histogram, recorded around every handler; and the Prometheus text of a
+ * scrape (docs/master.md "Admin HTTP and metrics" lists every metric).
+ * Counters are relaxed atomics: recording takes no lock (so several RPC
+ * threads may record at once) and the admin HTTP thread reads them at any
+ * time; a scrape may see one request in `requests` and not yet in the
+ * histogram, never a torn value. */
+#ifndef EGM_MASTER_METRICS_H
+#define EGM_MASTER_METRICS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "admin/http_server.h"
+#include "common/id.h"
+#include "master/object_index.h"
+#include "rpc/frame.h"
+#include "rpc/server.h"
+
+/* Upper bounds of the latency buckets, in seconds: 10 us .. 1 s. */
+#define EGM_METRICS_BUCKETS 16
+
+typedef struct {
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t failures;    /* answered with an error status */
+    atomic_uint_fast64_t duration_ns; /* sum over the requests */
+    /* Requests per latency bucket (not cumulative); the last one is above every bound. */
+    atomic_uint_fast64_t buckets[EGM_METRICS_BUCKETS + 1];
+} egm_rpc_metrics_t;
+
+typedef struct egm_master_metrics {
+    egm_rpc_metrics_t rpc[EGM_RPC_TYPE_MAX + 1]; /* by RPC type; [0] unused */
+} egm_master_metrics_t;
+
+/* What a scrape reads from the master's state (under its lock). */
+typedef struct {
+    egm_id_t master_id;
+    uint64_t uptime_ms;
+    uint64_t segments;
+    uint64_t clients;
+    uint64_t view;             /* segment ids retired since start */
+    uint64_t allocated_bytes;  /* allocated in all segments */
+    uint64_t capacity_bytes;   /* of all mounted segments */
+    uint64_t segment_replicas; /* replicas placed in mounted segments */
+    egm_object_index_stats_t objects;
+    egm_rpc_server_stats_t server; /* as of the latest tick; zero before it */
+} egm_master_snapshot_t;
+
+void egm__master_metrics_init(egm_master_metrics_t *metrics);
+/* One request of `type` (others are ignored) that took duration_ns; failed:
+ * answered with an error status. */
+void egm__master_metrics_record(egm_master_metrics_t *metrics, uint16_t type, int failed,
+                                uint64_t duration_ns);
+/* Appends the Prometheus text exposition (format 0.0.4) of every metric to
+ * out->body. EGM_OK or NO_MEMORY. */
+egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
+                                        const egm_master_snapshot_t *snapshot,
+                                        egm_http_response_t *out);
+
+#endif
