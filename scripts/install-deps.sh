@@ -16,6 +16,7 @@ packages=(
     python3-dev python3-venv
     libibverbs1
     redis-server redis-tools # bench/meta/run.sh measures Redis next to the master
+    prometheus               # promtool: CI checks the master's /metrics with `promtool check metrics`
 )
 
 missing=()
