@@ -383,10 +383,12 @@ static void test_space_reuse_after_remove(void **state)
     char key[64];
     int placed = 0;
     egm_status_t status = EGM_OK;
+    /* Hard-pinned, so that the master cannot evict them to make room. */
+    egm_replicate_config_t pinned = {.with_hard_pin = 1};
     for (int i = 0; i < 64 && status == EGM_OK; i++) {
         egm_test_fill(data, len, (unsigned)i);
         snprintf(key, sizeof(key), "fill/%d", i);
-        status = egm_put(client, key, data, len, NULL);
+        status = egm_put(client, key, data, len, &pinned);
         if (status == EGM_OK)
             placed++;
     }
