@@ -432,7 +432,8 @@ static void serve_keys(const egm_master_admin_t *a, const char *query, egm_http_
         for (const egm_replica_t *rep = seg->replicas; rep != NULL && s == EGM_OK;
              rep = rep->seg_next) {
             const egm_object_t *obj = rep->object;
-            if (obj->key_len < q.prefix_len || memcmp(obj->key, q.prefix, q.prefix_len) != 0 ||
+            if (obj->key_len < q.prefix_len ||
+                (q.prefix_len > 0 && memcmp(obj->key, q.prefix, q.prefix_len) != 0) ||
                 !first_live_replica(rep))
                 continue;
             if (count == q.limit || resp->len >= EGM_ADMIN_KEYS_BODY_MAX) {

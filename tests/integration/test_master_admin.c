@@ -240,6 +240,19 @@ static void test_keys(void **state)
     assert_int_equal(get("/keys?prefix=keys%22"), 200);
     assert_non_null(strstr(fx.body, "\"key\":\"keys\\\"q\""));
     assert_non_null(strstr(fx.body, "\"count\":1,"));
+    /* Bytes that are not UTF-8 come out as \u00XX; valid UTF-8 as is. */
+    put_object("keys\xff\x01", 10);
+    put_object("keys\xc3\xa9", 10);
+    assert_int_equal(get("/keys?prefix=keys%FF"), 200);
+    assert_non_null(strstr(fx.body, "\"key\":\"keys\\u00ff\\u0001\""));
+    assert_int_equal(get("/keys?prefix=keys%C3%A9"), 200);
+    assert_non_null(strstr(fx.body, "\"key\":\"keys\xc3\xa9\""));
+    assert_int_equal(get("/keys"), 200); /* every key */
+    assert_non_null(strstr(fx.body, "\"key\":\"keys/a\""));
+    assert_non_null(strstr(fx.body, "\"key\":\"metrics/a\""));
+    assert_non_null(strstr(fx.body, "\"truncated\":false,\"prefix\":\"\"}"));
+    assert_int_equal(get("/keys?prefix=&limit=1"), 200);
+    assert_non_null(strstr(fx.body, "\"count\":1,\"limit\":1,\"truncated\":true"));
     assert_int_equal(get("/keys?limit=100000&prefix=nothing-like-this"), 200);
     assert_non_null(strstr(fx.body, "\"keys\":[],\"count\":0,"));
 }
