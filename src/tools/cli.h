@@ -42,5 +42,7 @@ int egm__cmd_rm(egm_cli_t *cli);
 int egm__cmd_ls(egm_cli_t *cli);
 int egm__cmd_stat(egm_cli_t *cli);
 int egm__cmd_demo(egm_cli_t *cli);
+/* `egmstore bench ...`: parses its own flags, then the common ones. */
+int egm__cmd_bench(int argc, char **argv);
 
 #endif

@@ -32,6 +32,8 @@ static const command_t commands[] = {
     {"demo", egm__cmd_demo,
      "demo                                       embedded master + provider, put/get over shm "
      "and tcp"},
+    {"bench", NULL,
+     "bench meta [--clients 1,8,64] [--ops N] [--out FILE]  master metadata round trips"},
 };
 
 static void usage(FILE *out)
@@ -55,6 +57,8 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? EGM_EXIT_USAGE : EGM_EXIT_OK;
     }
+    if (strcmp(argv[1], "bench") == 0)
+        return egm__cmd_bench(argc - 2, argv + 2);
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("egmstore %s\n", EGMSTORE_VERSION);
         return EGM_EXIT_OK;
