@@ -26,12 +26,66 @@ static size_t key_length(const char *key)
 
 /* ---- KeysReply building ------------------------------------------------ */
 
-/* Per-key outcome of the first pass; the object stays valid through the
- * handler (later keys of one request never delete an earlier key's object). */
+/* Per-key outcome, copied from the index under the key's shard lock: the
+ * reply never reads an object, which another thread may change or delete once
+ * that lock is released. Replicas sit in the call's replica array; their
+ * segments stay mounted while the handler runs (unmounting takes the state
+ * lock exclusive). */
 typedef struct {
     egm_status_t status;
-    const egm_object_t *object;
+    int has_body; /* OK with an object: size (and replicas) go in the reply */
+    uint64_t size;
+    size_t first; /* its replicas: reps[first, first + n) */
+    uint32_t n;
 } key_outcome_t;
+
+typedef struct {
+    key_outcome_t *out; /* one per key */
+    egm_replica_view_t *reps;
+    size_t n_reps, cap_reps;
+} outcomes_t;
+
+static egm_status_t outcomes_init(outcomes_t *o, size_t n_keys)
+{
+    memset(o, 0, sizeof(*o));
+    o->out = egm_calloc(n_keys ? n_keys : 1, sizeof(*o->out), "master.outcomes");
+    if (o->out == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", n_keys);
+    return EGM_OK;
+}
+
+static void outcomes_cleanup(outcomes_t *o)
+{
+    egm_free(o->out);
+    egm_free(o->reps);
+}
+
+/* Key i answered with the object in view (replicas kept when with_replicas). */
+static egm_status_t outcomes_record(outcomes_t *o, size_t i, const egm_object_view_t *view,
+                                    int with_replicas)
+{
+    key_outcome_t *k = &o->out[i];
+    k->has_body = 1;
+    k->size = view->size;
+    k->first = o->n_reps;
+    k->n = 0;
+    if (!with_replicas || view->n_replicas == 0)
+        return EGM_OK;
+    if (o->n_reps + view->n_replicas > o->cap_reps) {
+        size_t cap = o->cap_reps ? o->cap_reps * 2 : 64;
+        while (cap < o->n_reps + view->n_replicas)
+            cap *= 2;
+        egm_replica_view_t *reps = egm_realloc(o->reps, cap * sizeof(*reps), "master.outcomes");
+        if (reps == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for the replicas of a reply");
+        o->reps = reps;
+        o->cap_reps = cap;
+    }
+    memcpy(&o->reps[o->n_reps], view->replicas, view->n_replicas * sizeof(*view->replicas));
+    o->n_reps += view->n_replicas;
+    k->n = view->n_replicas;
+    return EGM_OK;
+}
 
 /* KeysReply is the one reply whose size grows with the keys (8192 keys: one
  * KeyResult and a Replica per key), so it is written straight to the wire from
@@ -108,7 +162,7 @@ static size_t id_len(egm_id_t id)
     return (id.hi != 0 ? 9 : 0) + (id.lo != 0 ? 9 : 0);
 }
 
-static size_t replica_len(const egm_replica_t *rep)
+static size_t replica_len(const egm_replica_view_t *rep)
 {
     size_t idl = id_len(rep->segment->id);
     return 1 + varint_len(idl) + idl + scalar_len(rep->offset) + scalar_len(rep->length);
@@ -116,26 +170,23 @@ static size_t replica_len(const egm_replica_t *rep)
 
 static int has_body(const key_outcome_t *o)
 {
-    return o->status == EGM_OK && o->object != NULL;
+    return o->status == EGM_OK && o->has_body;
 }
 
-static size_t key_result_len(const key_outcome_t *o, int with_replicas, uint64_t lease_ttl_ms)
+static size_t key_result_len(const outcomes_t *oc, const key_outcome_t *o, uint64_t lease_ttl_ms)
 {
     size_t len = scalar_len(zigzag32(o->status));
     if (!has_body(o))
         return len;
-    len += scalar_len(o->object->size) + scalar_len(lease_ttl_ms);
-    for (uint32_t k = 0; with_replicas && k < o->object->n_replicas; k++) {
-        const egm_replica_t *rep = &o->object->replicas[k];
-        if (rep->segment == NULL)
-            continue; /* dropped with its segment */
-        size_t rl = replica_len(rep);
+    len += scalar_len(o->size) + scalar_len(lease_ttl_ms);
+    for (uint32_t k = 0; k < o->n; k++) {
+        size_t rl = replica_len(&oc->reps[o->first + k]);
         len += 1 + varint_len(rl) + rl;
     }
     return len;
 }
 
-static uint8_t *put_key_result(uint8_t *p, const key_outcome_t *o, int with_replicas,
+static uint8_t *put_key_result(uint8_t *p, const outcomes_t *oc, const key_outcome_t *o,
                                uint64_t lease_ttl_ms, size_t len)
 {
     *p++ = TAG_KEYS_RESULTS;
@@ -143,11 +194,9 @@ static uint8_t *put_key_result(uint8_t *p, const key_outcome_t *o, int with_repl
     p = put_scalar(p, TAG_RESULT_STATUS, zigzag32(o->status));
     if (!has_body(o))
         return p;
-    p = put_scalar(p, TAG_RESULT_SIZE, o->object->size);
-    for (uint32_t k = 0; with_replicas && k < o->object->n_replicas; k++) {
-        const egm_replica_t *rep = &o->object->replicas[k];
-        if (rep->segment == NULL)
-            continue;
+    p = put_scalar(p, TAG_RESULT_SIZE, o->size);
+    for (uint32_t k = 0; k < o->n; k++) {
+        const egm_replica_view_t *rep = &oc->reps[o->first + k];
         egm_id_t id = rep->segment->id;
         size_t idl = id_len(id);
         *p++ = TAG_RESULT_REPLICA;
@@ -181,34 +230,66 @@ static void segment_to_pb(const egm_segment_t *seg, Egm__SegmentDesc *pb, Egm__I
     pb->fabric_handle.data = (uint8_t *)seg->fabric_handle;
 }
 
-/* One KeyResult per key; with_replicas adds each object's live replicas and
- * the descriptor of every segment they name (once each). */
-static egm_status_t send_keys_reply(egm_master_state_t *st, const key_outcome_t *out, size_t n,
-                                    int with_replicas, uint64_t lease_ttl_ms,
-                                    egm_rpc_reply_t *reply)
+/* The segments one reply names, each once: an open-addressing set local to
+ * the call (segments are shared by every RPC thread, so nothing is marked on
+ * them). */
+typedef struct {
+    const egm_segment_t **slots;
+    size_t mask;
+} segment_set_t;
+
+static egm_status_t segment_set_init(segment_set_t *set, size_t max)
 {
-    size_t max_segs = with_replicas ? egm__segment_table_count(st->segments) : 0;
+    size_t cap = 16;
+    while (cap < 2 * max)
+        cap *= 2;
+    set->mask = cap - 1;
+    set->slots = egm_calloc(cap, sizeof(*set->slots), "master.reply");
+    return set->slots != NULL ? EGM_OK : EGM_ERR_NO_MEMORY;
+}
+
+/* 1 when seg was not in the set (and is now). */
+static int segment_set_add(segment_set_t *set, const egm_segment_t *seg)
+{
+    size_t i = (size_t)(((uintptr_t)seg >> 4) * 0x9e3779b97f4a7c15ull >> 17) & set->mask;
+    while (set->slots[i] != NULL) {
+        if (set->slots[i] == seg)
+            return 0;
+        i = (i + 1) & set->mask;
+    }
+    set->slots[i] = seg;
+    return 1;
+}
+
+/* One KeyResult per key; the replicas recorded in the outcomes (GetReplicaList,
+ * PutStart) name segments, whose descriptors follow, once each. */
+static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
+                                    uint64_t lease_ttl_ms, egm_rpc_reply_t *reply)
+{
+    size_t max_segs = egm__segment_table_count(st->segments);
     Egm__SegmentDesc *descs = NULL;
     Egm__Id *ids = NULL;
+    segment_set_t seen = {NULL, 0};
     size_t n_segs = 0, total = scalar_len(zigzag32(EGM_OK));
-    uint64_t mark = ++st->reply_mark;
     egm_status_t status = EGM_OK;
+    const key_outcome_t *out = oc->out;
 
+    if (max_segs > oc->n_reps)
+        max_segs = oc->n_reps; /* no more distinct segments than replicas */
     if (max_segs > 0) {
         descs = egm_calloc(max_segs, sizeof(*descs), "master.reply");
         ids = egm_calloc(2 * max_segs, sizeof(*ids), "master.reply");
-        if (descs == NULL || ids == NULL)
+        if (descs == NULL || ids == NULL || segment_set_init(&seen, max_segs) != EGM_OK)
             goto err_nomem;
     }
     for (size_t i = 0; i < n; i++) {
-        size_t len = key_result_len(&out[i], with_replicas, lease_ttl_ms);
+        size_t len = key_result_len(oc, &out[i], lease_ttl_ms);
         total += 1 + varint_len(len) + len;
-        if (!with_replicas || !has_body(&out[i]))
+        if (!has_body(&out[i]))
             continue;
-        for (uint32_t k = 0; k < out[i].object->n_replicas; k++) {
-            egm_segment_t *seg = out[i].object->replicas[k].segment;
-            if (seg != NULL && seg->mark != mark && n_segs < max_segs) {
-                seg->mark = mark;
+        for (uint32_t k = 0; k < out[i].n; k++) {
+            const egm_segment_t *seg = oc->reps[out[i].first + k].segment;
+            if (n_segs < max_segs && segment_set_add(&seen, seg)) {
                 segment_to_pb(seg, &descs[n_segs], &ids[2 * n_segs]);
                 n_segs++;
             }
@@ -223,8 +304,7 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const key_outcome_t 
         goto err_nomem;
     p = put_scalar(p, TAG_KEYS_STATUS, zigzag32(EGM_OK));
     for (size_t i = 0; i < n; i++)
-        p = put_key_result(p, &out[i], with_replicas, lease_ttl_ms,
-                           key_result_len(&out[i], with_replicas, lease_ttl_ms));
+        p = put_key_result(p, oc, &out[i], lease_ttl_ms, key_result_len(oc, &out[i], lease_ttl_ms));
     for (size_t s = 0; s < n_segs; s++) {
         *p++ = TAG_KEYS_SEGMENTS;
         p = put_varint(p, egm__segment_desc__get_packed_size(&descs[s]));
@@ -245,6 +325,7 @@ err_nomem:
 out:
     egm_free(descs);
     egm_free(ids);
+    egm_free(seen.slots);
     return status;
 }
 
@@ -262,7 +343,8 @@ static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payl
                                      egm_rpc_reply_t *reply)
 {
     Egm__PutStartRequest *req = NULL;
-    key_outcome_t *out = NULL;
+    outcomes_t oc = {0};
+    egm_object_view_t view;
     egm_status_t status;
 
     status = egm__pb_unpack(&egm__put_start_request__descriptor, payload, len,
@@ -289,11 +371,8 @@ static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payl
         status = egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
         goto out;
     }
-    out = egm_calloc(req->n_keys ? req->n_keys : 1, sizeof(*out), "master.outcomes");
-    if (out == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+    if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
         goto out;
-    }
     egm_put_config_t config = {.replica_num = replica_num};
     if (req->config != NULL) {
         config.soft_pin = req->config->with_soft_pin;
@@ -309,13 +388,17 @@ static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payl
     }
     config.writer_host_id = egm__liveness_host_id(st->liveness, client);
     uint64_t now = st->now_ms();
-    for (size_t i = 0; i < req->n_keys; i++)
-        out[i].status =
+    for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
+        oc.out[i].status =
             egm__objects_put_start_with(st->objects, client, req->keys[i], key_length(req->keys[i]),
-                                        req->sizes[i], &config, now, &out[i].object);
-    status = send_keys_reply(st, out, req->n_keys, 1, 0, reply);
+                                        req->sizes[i], &config, now, &view);
+        if (oc.out[i].status == EGM_OK)
+            status = outcomes_record(&oc, i, &view, 1);
+    }
+    if (status == EGM_OK)
+        status = send_keys_reply(st, &oc, req->n_keys, 0, reply);
 out:
-    egm_free(out);
+    outcomes_cleanup(&oc);
     egm__pb_free(&req->base);
     return status;
 }
@@ -324,7 +407,8 @@ static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uin
                                 size_t len, egm_rpc_reply_t *reply)
 {
     Egm__KeysRequest *req = NULL;
-    key_outcome_t *out = NULL;
+    outcomes_t oc = {0};
+    egm_object_view_t view;
     egm_status_t status;
     int with_replicas = type == EGM_RPC_GET_REPLICA_LIST;
     uint64_t lease_ttl_ms = 0;
@@ -340,13 +424,10 @@ static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uin
         status = egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
         goto out;
     }
-    out = egm_calloc(req->n_keys ? req->n_keys : 1, sizeof(*out), "master.outcomes");
-    if (out == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+    if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
         goto out;
-    }
     uint64_t now = st->now_ms();
-    for (size_t i = 0; i < req->n_keys; i++) {
+    for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
         const char *key = req->keys[i];
         size_t klen = key_length(key);
         egm_status_t s;
@@ -358,22 +439,25 @@ static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uin
             s = egm__objects_put_revoke(st->objects, client, key, klen);
             break;
         case EGM_RPC_GET_REPLICA_LIST:
-            s = egm__objects_get_replicas(st->objects, key, klen, now, &out[i].object);
+            s = egm__objects_get_replicas(st->objects, key, klen, now, &view);
             lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
             break;
         case EGM_RPC_EXIST_KEY:
-            s = egm__objects_exist(st->objects, key, klen, now, &out[i].object);
+            s = egm__objects_exist(st->objects, key, klen, now, &view);
             lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
             break;
         default: /* EGM_RPC_REMOVE */
             s = egm__objects_remove(st->objects, key, klen, req->force, now);
             break;
         }
-        out[i].status = s;
+        oc.out[i].status = s;
+        if (s == EGM_OK && (type == EGM_RPC_GET_REPLICA_LIST || type == EGM_RPC_EXIST_KEY))
+            status = outcomes_record(&oc, i, &view, with_replicas);
     }
-    status = send_keys_reply(st, out, req->n_keys, with_replicas, lease_ttl_ms, reply);
+    if (status == EGM_OK)
+        status = send_keys_reply(st, &oc, req->n_keys, lease_ttl_ms, reply);
 out:
-    egm_free(out);
+    outcomes_cleanup(&oc);
     egm__pb_free(&req->base);
     return status;
 }

@@ -21,32 +21,27 @@ egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *
     if (status != EGM_OK)
         return status;
     size_t klen = req->key != NULL ? strnlen(req->key, EGM_MASTER_KEY_MAX + 1) : 0;
-    const egm_object_t *obj = NULL;
-    msg.status = egm__objects_check_key(req->key, klen);
-    if (msg.status == EGM_OK) {
-        obj = egm__objects_find(st->objects, req->key, klen);
-        if (obj == NULL)
-            msg.status = egm__set_error(EGM_ERR_NOT_FOUND, "no object with this key");
-    }
+    egm_object_view_t obj;
+    msg.status = egm__objects_stat(st->objects, req->key, klen, &obj);
     if (msg.status != EGM_OK) {
         msg.error = (char *)egm_last_error();
         goto pack;
     }
 
+    /* A copy taken under the key's shard lock; its segments stay mounted
+     * while this handler runs (unmounting takes the state lock exclusive). */
     uint64_t now = st->now_ms();
-    if (obj->n_replicas > 0) {
-        infos = egm_calloc(obj->n_replicas, sizeof(*infos), "master.reply");
-        info_ptrs = egm_calloc(obj->n_replicas, sizeof(*info_ptrs), "master.reply");
-        ids = egm_calloc(obj->n_replicas, sizeof(*ids), "master.reply");
+    if (obj.n_replicas > 0) {
+        infos = egm_calloc(obj.n_replicas, sizeof(*infos), "master.reply");
+        info_ptrs = egm_calloc(obj.n_replicas, sizeof(*info_ptrs), "master.reply");
+        ids = egm_calloc(obj.n_replicas, sizeof(*ids), "master.reply");
         if (infos == NULL || info_ptrs == NULL || ids == NULL) {
             status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory answering StatKey");
             goto out;
         }
     }
-    for (uint32_t k = 0; k < obj->n_replicas; k++) {
-        const egm_replica_t *rep = &obj->replicas[k];
-        if (rep->segment == NULL)
-            continue; /* dropped with its segment */
+    for (uint32_t k = 0; k < obj.n_replicas; k++) {
+        const egm_replica_view_t *rep = &obj.replicas[k];
         Egm__ReplicaInfo *info = &infos[msg.n_replicas];
         egm__replica_info__init(info);
         egm__id_to_pb(rep->segment->id, &ids[msg.n_replicas]);
@@ -57,19 +52,18 @@ egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *
         info->length = rep->length;
         info_ptrs[msg.n_replicas++] = info;
     }
-    egm__id_to_pb(obj->writer, &writer);
+    egm__id_to_pb(obj.writer, &writer);
     msg.replicas = info_ptrs;
     msg.writer = &writer;
-    msg.size = obj->size;
-    msg.state = obj->state == EGM_OBJECT_COMPLETE ? EGM__OBJECT_STATE__OBJECT_COMPLETE
-                                                  : EGM__OBJECT_STATE__OBJECT_PENDING;
-    msg.lease_remaining_ms = obj->lease_expiry_ms > now ? obj->lease_expiry_ms - now : 0;
-    msg.soft_pin = obj->soft_pin != 0;
-    msg.hard_pin = obj->hard_pin != 0;
-    msg.age_ms = now > obj->put_start_ms ? now - obj->put_start_ms : 0;
-    msg.idle_ms = obj->state == EGM_OBJECT_COMPLETE && now > obj->last_access_ms
-                      ? now - obj->last_access_ms
-                      : 0;
+    msg.size = obj.size;
+    msg.state = obj.state == EGM_OBJECT_COMPLETE ? EGM__OBJECT_STATE__OBJECT_COMPLETE
+                                                 : EGM__OBJECT_STATE__OBJECT_PENDING;
+    msg.lease_remaining_ms = obj.lease_expiry_ms > now ? obj.lease_expiry_ms - now : 0;
+    msg.soft_pin = obj.soft_pin != 0;
+    msg.hard_pin = obj.hard_pin != 0;
+    msg.age_ms = now > obj.put_start_ms ? now - obj.put_start_ms : 0;
+    msg.idle_ms =
+        obj.state == EGM_OBJECT_COMPLETE && now > obj.last_access_ms ? now - obj.last_access_ms : 0;
 pack:
     status = egm__pb_pack(&msg.base, &reply->buf, &reply->len);
 out:

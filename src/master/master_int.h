@@ -23,7 +23,6 @@ typedef struct {
     uint64_t client_ttl_ms;
     egm_id_t master_id;       /* random per start: clients see a restart */
     uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
-    uint64_t reply_mark;      /* de-duplicates segments within one reply */
     /* Set by the master process; NULL where tests drive the handlers on one
      * thread. `lock` serialises egm__master_handle, the tick and the admin
      * HTTP thread; `metrics` counts and times every request. */

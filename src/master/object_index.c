@@ -1,15 +1,26 @@
-/* Object index: a hash map by key; each object one allocation holding its
- * replicas and its key. Replicas are also linked into their segment so that an
- * unmount finds them without scanning every object. COMPLETE objects are kept
- * in least-recently-used lists (unpinned, soft-pinned) that eviction walks from
- * the head, and leased objects in a list by lease grant that counts them. */
+/* Object index: EGM_OBJECTS_SHARDS shards, each a hash map by key with its own
+ * lists and mutex; each object one allocation holding its replicas and its
+ * key. Replicas are also linked into their segment so that an unmount finds
+ * them without scanning every object. COMPLETE objects are kept in
+ * least-recently-used lists (unpinned, soft-pinned) that eviction walks from
+ * the head, and leased objects in a list by lease grant that counts them.
+ *
+ * Locks: a shard's mutex guards its map, its lists, its counters and the
+ * objects in it; `space` guards the segments' allocators and replica lists,
+ * placement (rng, scratch arrays), the eviction totals and the futile-eviction
+ * memo. Order: shard (several only in index order, by lock_all) -> space.
+ * Nothing is locked while `space` is held. */
 #include "master/object_index.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/hashmap.h"
 #include "common/log.h"
+
+_Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJECTS_SHARDS <= 256,
+               "EGM_OBJECTS_SHARDS: a power of two that fits egm_object_t.shard");
 
 /* The list an object's `link` is in. */
 enum { LIST_NONE = 0, LIST_PENDING, LIST_LRU, LIST_SOFT };
@@ -26,24 +37,36 @@ typedef struct {
     size_t index;
 } ranked_segment_t;
 
-struct egm_object_index {
-    egm_segment_table_t *segments;
+typedef struct {
+    pthread_mutex_t lock;
     egm_hashmap_t *by_key;
-    egm_objects_params_t params;
     object_list_t pending; /* by PutStart time */
     object_list_t lru;     /* COMPLETE, no pin, least recently used first */
     object_list_t soft;    /* COMPLETE, soft-pinned, least recently used first */
     object_list_t leases;  /* by lease grant; expired ones trimmed from the head */
     uint64_t n_soft_pinned;
     uint64_t n_hard_pinned;
+} shard_t;
+
+struct egm_object_index {
+    egm_segment_table_t *segments;
+    egm_objects_params_t params;
+    shard_t shards[EGM_OBJECTS_SHARDS];
+    size_t n_shards_ready; /* shards whose lock and map exist (creation, destroy) */
+    /* Appends to any shard's LRU lists, numbered: merging the shards' lists
+     * by it gives the order of the single list of an unsharded index. Atomic. */
+    uint64_t lru_seq;
+    /* Bumped (atomically) whenever an object becomes evictable. A
+     * PutStart-triggered eviction that found nothing is not repeated for the
+     * next keys of the same instant unless an object became evictable since
+     * (a batch against a pool full of leased objects stays linear). */
+    uint64_t evictable_gen;
+
+    pthread_mutex_t space; /* everything below */
     uint64_t evictions;
     uint64_t evicted_bytes;
     uint64_t eviction_runs;
     uint64_t discarded;
-    /* A PutStart-triggered eviction that found nothing is not repeated for the
-     * next keys of the same instant unless an object became evictable since
-     * (a batch against a pool full of leased objects stays linear). */
-    uint64_t evictable_gen;
     uint64_t futile_gen;
     uint64_t futile_now_ms;
     int futile_valid;
@@ -53,6 +76,59 @@ struct egm_object_index {
     ranked_segment_t *ranked; /* scratch: free_ratio_first */
     size_t ranked_cap;
 };
+
+/* ---- shards and locks -------------------------------------------------------- */
+
+/* FNV-1a with a full final mix. The shard is taken from the top bits: the
+ * shard's own hash map indexes by the low bits of a similar hash, which must
+ * not be the same for every key of a shard. */
+static unsigned shard_index(const char *key, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)key[i];
+        h *= 1099511628211ull;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return (unsigned)(h >> 32) & (EGM_OBJECTS_SHARDS - 1);
+}
+
+static shard_t *shard_of_key(egm_object_index_t *index, const char *key, size_t len)
+{
+    return &index->shards[shard_index(key, len)];
+}
+
+static shard_t *shard_of(egm_object_index_t *index, const egm_object_t *obj)
+{
+    return &index->shards[obj->shard];
+}
+
+/* Every shard, in index order: the only way two shard locks are held. */
+static void lock_all(egm_object_index_t *index)
+{
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        pthread_mutex_lock(&index->shards[s].lock);
+}
+
+static void unlock_all(egm_object_index_t *index)
+{
+    for (size_t s = EGM_OBJECTS_SHARDS; s-- > 0;)
+        pthread_mutex_unlock(&index->shards[s].lock);
+}
+
+static void space_lock(egm_object_index_t *index)
+{
+    pthread_mutex_lock(&index->space);
+}
+
+static void space_unlock(egm_object_index_t *index)
+{
+    pthread_mutex_unlock(&index->space);
+}
 
 /* ---- lists ---------------------------------------------------------------- */
 
@@ -89,28 +165,33 @@ static void list_unlink(object_list_t *list, egm_object_t *obj, int lease)
     list->count--;
 }
 
-static object_list_t *list_named(egm_object_index_t *index, int list)
+static object_list_t *list_named(shard_t *sh, int list)
 {
     switch (list) {
     case LIST_PENDING:
-        return &index->pending;
+        return &sh->pending;
     case LIST_LRU:
-        return &index->lru;
+        return &sh->lru;
     case LIST_SOFT:
-        return &index->soft;
+        return &sh->soft;
     default:
         return NULL;
     }
 }
 
+/* With obj's shard locked. */
 static void move_to(egm_object_index_t *index, egm_object_t *obj, int list)
 {
-    object_list_t *from = list_named(index, obj->list), *to = list_named(index, list);
+    shard_t *sh = shard_of(index, obj);
+    object_list_t *from = list_named(sh, obj->list), *to = list_named(sh, list);
     if (from != NULL)
         list_unlink(from, obj, 0);
     obj->list = (uint8_t)list;
-    if (to != NULL)
+    if (to != NULL) {
+        if (list == LIST_LRU || list == LIST_SOFT)
+            obj->lru_seq = __atomic_fetch_add(&index->lru_seq, 1, __ATOMIC_RELAXED);
         list_append(to, obj, 0);
+    }
 }
 
 static int lease_live(const egm_object_t *obj, uint64_t now_ms)
@@ -119,12 +200,12 @@ static int lease_live(const egm_object_t *obj, uint64_t now_ms)
 }
 
 /* Leases are granted with one TTL, so expiry follows grant order: the expired
- * ones are at the head. */
-static void trim_leases(egm_object_index_t *index, uint64_t now_ms)
+ * ones are at the head. With the shard locked. */
+static void trim_leases(shard_t *sh, uint64_t now_ms)
 {
-    while (index->leases.head != NULL && !lease_live(index->leases.head, now_ms)) {
-        egm_object_t *obj = index->leases.head;
-        list_unlink(&index->leases, obj, 1);
+    while (sh->leases.head != NULL && !lease_live(sh->leases.head, now_ms)) {
+        egm_object_t *obj = sh->leases.head;
+        list_unlink(&sh->leases, obj, 1);
         obj->in_lease_list = 0;
     }
 }
@@ -142,7 +223,6 @@ void egm__objects_params_default(egm_objects_params_t *params)
         .placement = EGM_PLACEMENT_RANDOM,
     };
 }
-
 egm_status_t egm__objects_params_check(const egm_objects_params_t *p)
 {
     if (p->lease_ttl_ms == 0)
@@ -183,10 +263,15 @@ egm_status_t egm__objects_create_with(egm_segment_table_t *segments,
     index = egm_calloc(1, sizeof(*index), "master.object_index");
     if (index == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the object index");
-    status = egm__hashmap_create(&index->by_key);
-    if (status != EGM_OK) {
-        egm_free(index);
-        return status;
+    pthread_mutex_init(&index->space, NULL);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        status = egm__hashmap_create(&index->shards[s].by_key);
+        if (status != EGM_OK) {
+            egm__objects_destroy(index);
+            return status;
+        }
+        pthread_mutex_init(&index->shards[s].lock, NULL);
+        index->n_shards_ready = s + 1;
     }
     index->segments = segments;
     index->params = *params;
@@ -214,6 +299,7 @@ const egm_objects_params_t *egm__objects_params(const egm_object_index_t *index)
     return &index->params;
 }
 
+/* With `space` locked. */
 static uint64_t next_random(egm_object_index_t *index)
 {
     uint64_t x = index->rng;
@@ -235,14 +321,15 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len)
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,
                                       size_t key_len)
 {
-    return egm__hashmap_get(index->by_key, key, key_len);
+    return egm__hashmap_get(index->shards[shard_index(key, key_len)].by_key, key, key_len);
 }
 
-static egm_object_t *find(const egm_object_index_t *index, const char *key, size_t key_len)
+static egm_object_t *find(const shard_t *sh, const char *key, size_t key_len)
 {
-    return egm__hashmap_get(index->by_key, key, key_len);
+    return egm__hashmap_get(sh->by_key, key, key_len);
 }
 
+/* With `space` locked. */
 static void replica_link(egm_replica_t *r)
 {
     egm_segment_t *seg = r->segment;
@@ -254,6 +341,7 @@ static void replica_link(egm_replica_t *r)
     seg->replica_count++;
 }
 
+/* With `space` locked. */
 static void replica_unlink(egm_replica_t *r)
 {
     egm_segment_t *seg = r->segment;
@@ -267,7 +355,8 @@ static void replica_unlink(egm_replica_t *r)
     seg->replica_count--;
 }
 
-/* Returns every live replica's space to its segment; the bytes freed. */
+/* Returns every live replica's space to its segment; the bytes freed. With
+ * the object's shard and `space` locked. */
 static uint64_t release_replicas(egm_object_t *obj)
 {
     uint64_t freed = 0;
@@ -288,31 +377,59 @@ static uint64_t release_replicas(egm_object_t *obj)
     return freed;
 }
 
-static uint64_t object_delete(egm_object_index_t *index, egm_object_t *obj)
+/* Takes an object without live replicas out of its shard and frees it. With
+ * its shard locked; touches nothing `space` guards. */
+static void object_forget(egm_object_index_t *index, egm_object_t *obj)
 {
-    uint64_t freed = release_replicas(obj);
+    shard_t *sh = shard_of(index, obj);
     move_to(index, obj, LIST_NONE);
     if (obj->in_lease_list)
-        list_unlink(&index->leases, obj, 1);
-    index->n_soft_pinned -= obj->soft_pin;
-    index->n_hard_pinned -= obj->hard_pin;
-    egm__hashmap_remove(index->by_key, obj->key, obj->key_len);
+        list_unlink(&sh->leases, obj, 1);
+    sh->n_soft_pinned -= obj->soft_pin;
+    sh->n_hard_pinned -= obj->hard_pin;
+    egm__hashmap_remove(sh->by_key, obj->key, obj->key_len);
     egm_free(obj);
+}
+
+/* With the object's shard and `space` locked. Returns the bytes freed. */
+static uint64_t object_delete_locked(egm_object_index_t *index, egm_object_t *obj)
+{
+    uint64_t freed = release_replicas(obj);
+    object_forget(index, obj);
+    return freed;
+}
+
+/* With the object's shard locked (not `space`). */
+static uint64_t object_delete(egm_object_index_t *index, egm_object_t *obj)
+{
+    space_lock(index);
+    uint64_t freed = release_replicas(obj);
+    space_unlock(index);
+    object_forget(index, obj);
     return freed;
 }
 
 void egm__objects_destroy(egm_object_index_t *index)
 {
-    size_t iter = 0;
+    size_t iter;
     const void *key;
     size_t key_len;
     void *value;
 
     if (index == NULL)
         return;
-    while (egm__hashmap_next(index->by_key, &iter, &key, &key_len, &value))
-        object_delete(index, value);
-    egm__hashmap_destroy(index->by_key);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        shard_t *sh = &index->shards[s];
+        if (sh->by_key == NULL)
+            continue;
+        iter = 0;
+        while (egm__hashmap_next(sh->by_key, &iter, &key, &key_len, &value))
+            object_delete(index, value);
+        egm__hashmap_destroy(sh->by_key);
+    }
+    for (size_t s = 0; s < index->n_shards_ready; s++)
+        pthread_mutex_destroy(&index->shards[s].lock);
+    pthread_mutex_destroy(&index->space);
     egm_free(index->order);
     egm_free(index->ranked);
     egm_free(index);
@@ -325,7 +442,37 @@ static int pending_is_stale(const egm_object_index_t *index, const egm_object_t 
            now_ms - obj->put_start_ms >= index->params.pending_timeout_ms;
 }
 
+/* What a reply needs of obj, copied. With its shard locked. */
+static void fill_view(const egm_object_t *obj, egm_object_view_t *v)
+{
+    v->state = obj->state;
+    v->size = obj->size;
+    v->writer = obj->writer;
+    v->lease_expiry_ms = obj->lease_expiry_ms;
+    v->put_start_ms = obj->put_start_ms;
+    v->last_access_ms = obj->last_access_ms;
+    v->soft_pin = obj->soft_pin;
+    v->hard_pin = obj->hard_pin;
+    v->n_replicas = 0;
+    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+        const egm_replica_t *r = &obj->replicas[i];
+        if (r->segment == NULL)
+            continue; /* dropped with its segment */
+        v->replicas[v->n_replicas++] =
+            (egm_replica_view_t){.segment = r->segment, .offset = r->offset, .length = r->length};
+    }
+}
+
+static void clear_view(egm_object_view_t *v)
+{
+    if (v != NULL)
+        memset(v, 0, sizeof(*v));
+}
+
 /* ---- placement ------------------------------------------------------------ */
+
+/* Everything in this section runs with `space` locked (and the shard of the
+ * object being placed). */
 
 static egm_status_t reserve_scratch(egm_object_index_t *index, size_t n, int ranked)
 {
@@ -483,60 +630,56 @@ static void usage(const egm_object_index_t *index, uint64_t *used_p, uint64_t *c
 
 /* A PutStart found no room: evict about eviction_ratio of capacity (at least
  * the object's replicas) unless the object could never fit, or an eviction at
- * this same instant already found nothing and nothing became evictable since. */
+ * this same instant already found nothing and nothing became evictable since.
+ * With every shard and `space` locked. */
+static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms);
+
 static void evict_for(egm_object_index_t *index, uint64_t size, uint32_t replicas, uint64_t now_ms)
 {
     uint64_t used, capacity, largest, rounded = egm__allocator_round(size);
+    uint64_t gen = __atomic_load_n(&index->evictable_gen, __ATOMIC_RELAXED);
 
     usage(index, &used, &capacity, &largest);
     if (rounded == 0 || rounded > largest)
         return;
-    if (index->futile_valid && index->futile_now_ms == now_ms &&
-        index->futile_gen == index->evictable_gen)
+    if (index->futile_valid && index->futile_now_ms == now_ms && index->futile_gen == gen)
         return;
     double share = index->params.eviction_ratio * (double)capacity;
     uint64_t target = share >= (double)UINT64_MAX ? UINT64_MAX : (uint64_t)share;
     uint64_t need = rounded > UINT64_MAX / replicas ? UINT64_MAX : rounded * replicas;
     if (target < need)
         target = need;
-    if (egm__objects_evict(index, target, now_ms) == 0) {
+    if (evict_locked(index, target, now_ms) == 0) {
         index->futile_valid = 1;
         index->futile_now_ms = now_ms;
-        index->futile_gen = index->evictable_gen;
+        index->futile_gen = gen;
     }
 }
 
-egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
-                                         const char *key, size_t key_len, uint64_t size,
-                                         const egm_put_config_t *config, uint64_t now_ms,
-                                         const egm_object_t **object_p)
-{
-    egm_object_t *obj;
-    egm_status_t status;
-    uint32_t replica_num = config->replica_num;
+/* Returned by put_locked when the object fits nowhere and an eviction could
+ * make room: the caller locks every shard and calls again with evict_ok. */
+#define NEEDS_EVICTION 2
 
-    if (object_p != NULL)
-        *object_p = NULL;
-    status = egm__objects_check_key(key, key_len);
-    if (status != EGM_OK)
-        return status;
-    if (size == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "size: must be > 0");
-    if (replica_num == 0 || replica_num > EGM_MASTER_REPLICA_MAX)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "replica_num: %u, must be 1..%d", replica_num,
-                              EGM_MASTER_REPLICA_MAX);
-    if (config->n_preferred > EGM_MASTER_PREFERRED_MAX)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "preferred_segments: %zu names, at most %d",
-                              config->n_preferred, EGM_MASTER_PREFERRED_MAX);
-    obj = find(index, key, key_len);
+/* With sh (the key's shard) locked, and every shard when evict_ok. */
+static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t client,
+                               const char *key, size_t key_len, uint64_t size,
+                               const egm_put_config_t *config, uint64_t now_ms, int evict_ok,
+                               egm_object_view_t *view_p)
+{
+    uint32_t replica_num = config->replica_num;
+    egm_status_t status;
+    egm_object_t *obj = find(sh, key, key_len);
+
     if (obj != NULL) {
         if (!pending_is_stale(index, obj, now_ms))
             return egm__set_error(EGM_ERR_EXISTS, "object already exists");
         /* Its writer gave up long ago (Mooncake lets a new put take it over). */
         egm_info("discarding a put started %llu ms ago to let a new one take its key",
                  (unsigned long long)(now_ms - obj->put_start_ms));
-        object_delete(index, obj);
+        space_lock(index);
+        object_delete_locked(index, obj);
         index->discarded++;
+        space_unlock(index);
     }
 
     obj = egm_malloc(sizeof(*obj) + replica_num * sizeof(egm_replica_t) + key_len + 1,
@@ -550,50 +693,87 @@ egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t cli
     obj->put_start_ms = now_ms;
     obj->hard_pin = config->hard_pin != 0;
     obj->soft_pin = config->soft_pin != 0 && !obj->hard_pin; /* a hard pin says more */
+    obj->shard = (uint8_t)(sh - index->shards);
     obj->key = (char *)&obj->replicas[replica_num];
     memcpy(obj->key, key, key_len);
     obj->key[key_len] = '\0';
     obj->key_len = key_len;
+    space_lock(index);
     status = place_replicas(index, obj, replica_num, config);
     if (status == EGM_ERR_NO_SPACE && egm__segment_table_count(index->segments) > 0) {
+        if (!evict_ok) {
+            space_unlock(index);
+            egm_free(obj); /* placed nothing */
+            return NEEDS_EVICTION;
+        }
         evict_for(index, size, replica_num, now_ms);
         status = place_replicas(index, obj, replica_num, config);
     }
-    if (status != EGM_OK)
-        goto err_release;
-    status = egm__hashmap_put(index->by_key, obj->key, obj->key_len, obj, NULL);
-    if (status != EGM_OK)
-        goto err_release;
+    if (status == EGM_OK) {
+        status = egm__hashmap_put(sh->by_key, obj->key, obj->key_len, obj, NULL);
+        if (status != EGM_OK)
+            release_replicas(obj);
+    }
+    space_unlock(index);
+    if (status != EGM_OK) {
+        egm_free(obj);
+        return status;
+    }
     move_to(index, obj, LIST_PENDING);
-    index->n_soft_pinned += obj->soft_pin;
-    index->n_hard_pinned += obj->hard_pin;
-    if (object_p != NULL)
-        *object_p = obj;
+    sh->n_soft_pinned += obj->soft_pin;
+    sh->n_hard_pinned += obj->hard_pin;
+    if (view_p != NULL)
+        fill_view(obj, view_p);
     return EGM_OK;
+}
 
-err_release:
-    release_replicas(obj);
-    egm_free(obj);
+egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
+                                         const char *key, size_t key_len, uint64_t size,
+                                         const egm_put_config_t *config, uint64_t now_ms,
+                                         egm_object_view_t *view_p)
+{
+    egm_status_t status;
+    uint32_t replica_num = config->replica_num;
+
+    clear_view(view_p);
+    status = egm__objects_check_key(key, key_len);
+    if (status != EGM_OK)
+        return status;
+    if (size == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "size: must be > 0");
+    if (replica_num == 0 || replica_num > EGM_MASTER_REPLICA_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "replica_num: %u, must be 1..%d", replica_num,
+                              EGM_MASTER_REPLICA_MAX);
+    if (config->n_preferred > EGM_MASTER_PREFERRED_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "preferred_segments: %zu names, at most %d",
+                              config->n_preferred, EGM_MASTER_PREFERRED_MAX);
+    shard_t *sh = shard_of_key(index, key, key_len);
+    pthread_mutex_lock(&sh->lock);
+    status = put_locked(index, sh, client, key, key_len, size, config, now_ms, 0, view_p);
+    pthread_mutex_unlock(&sh->lock);
+    if (status != NEEDS_EVICTION)
+        return status;
+    /* Eviction picks from every shard. Another call may change this key or
+     * free space meanwhile: put_locked starts over. */
+    lock_all(index);
+    status = put_locked(index, sh, client, key, key_len, size, config, now_ms, 1, view_p);
+    unlock_all(index);
     return status;
 }
 
 egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, const char *key,
                                     size_t key_len, uint64_t size, uint32_t replica_num,
-                                    uint64_t now_ms, const egm_object_t **object_p)
+                                    uint64_t now_ms, egm_object_view_t *view_p)
 {
     egm_put_config_t config = {.replica_num = replica_num};
-    return egm__objects_put_start_with(index, client, key, key_len, size, &config, now_ms,
-                                       object_p);
+    return egm__objects_put_start_with(index, client, key, key_len, size, &config, now_ms, view_p);
 }
 
-/* The object `client` is writing under key (PutEnd, PutRevoke). */
-static egm_status_t find_written(egm_object_index_t *index, egm_id_t client, const char *key,
-                                 size_t key_len, egm_object_t **obj_p)
+/* The object `client` is writing under key (PutEnd, PutRevoke). With sh locked. */
+static egm_status_t find_written(shard_t *sh, egm_id_t client, const char *key, size_t key_len,
+                                 egm_object_t **obj_p)
 {
-    egm_status_t status = egm__objects_check_key(key, key_len);
-    if (status != EGM_OK)
-        return status;
-    egm_object_t *obj = find(index, key, key_len);
+    egm_object_t *obj = find(sh, key, key_len);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NOT_FOUND, "no put in progress for this key");
     if (!egm__id_equal(obj->writer, client))
@@ -606,35 +786,48 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
                                   size_t key_len, uint64_t now_ms)
 {
     egm_object_t *obj = NULL;
-    egm_status_t status = find_written(index, client, key, key_len, &obj);
+    egm_status_t status = egm__objects_check_key(key, key_len);
 
-    if (status != EGM_OK || obj->state == EGM_OBJECT_COMPLETE)
+    if (status != EGM_OK)
         return status;
-    obj->state = EGM_OBJECT_COMPLETE;
-    obj->last_access_ms = now_ms;
-    move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
-    index->evictable_gen++;
-    return EGM_OK;
+    shard_t *sh = shard_of_key(index, key, key_len);
+    pthread_mutex_lock(&sh->lock);
+    status = find_written(sh, client, key, key_len, &obj);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
+        obj->state = EGM_OBJECT_COMPLETE;
+        obj->last_access_ms = now_ms;
+        move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
+        __atomic_fetch_add(&index->evictable_gen, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return status;
 }
 
 egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client, const char *key,
                                      size_t key_len)
 {
     egm_object_t *obj = NULL;
-    egm_status_t status = find_written(index, client, key, key_len, &obj);
+    egm_status_t status = egm__objects_check_key(key, key_len);
 
     if (status != EGM_OK)
         return status;
-    if (obj->state != EGM_OBJECT_PENDING)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
-    object_delete(index, obj);
-    return EGM_OK;
+    shard_t *sh = shard_of_key(index, key, key_len);
+    pthread_mutex_lock(&sh->lock);
+    status = find_written(sh, client, key, key_len, &obj);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
+    if (status == EGM_OK)
+        object_delete(index, obj);
+    pthread_mutex_unlock(&sh->lock);
+    return status;
 }
 
 /* A lease granted: the lease extended, the object the most recently used
- * (which also refreshes a soft pin, as Mooncake's GrantLease does). */
+ * (which also refreshes a soft pin, as Mooncake's GrantLease does). With its
+ * shard locked. */
 static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t now_ms)
 {
+    shard_t *sh = shard_of(index, obj);
     uint64_t expiry = now_ms + index->params.lease_ttl_ms;
     if (expiry > obj->lease_expiry_ms)
         obj->lease_expiry_ms = expiry;
@@ -643,68 +836,90 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
     if (obj->list == LIST_LRU || obj->list == LIST_SOFT)
         move_to(index, obj, obj->list);
     if (obj->in_lease_list)
-        list_unlink(&index->leases, obj, 1);
-    list_append(&index->leases, obj, 1);
+        list_unlink(&sh->leases, obj, 1);
+    list_append(&sh->leases, obj, 1);
     obj->in_lease_list = 1;
-    trim_leases(index, now_ms);
+    trim_leases(sh, now_ms);
+}
+
+/* GetReplicaList (not_ready: a PENDING object answers NOT_READY) and
+ * ExistKey (it answers NOT_FOUND). */
+static egm_status_t read_leased(egm_object_index_t *index, const char *key, size_t key_len,
+                                uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
+{
+    egm_status_t status = egm__objects_check_key(key, key_len);
+
+    clear_view(view_p);
+    if (status != EGM_OK)
+        return status;
+    shard_t *sh = shard_of_key(index, key, key_len);
+    pthread_mutex_lock(&sh->lock);
+    egm_object_t *obj = find(sh, key, key_len);
+    if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
+    else if (obj->state != EGM_OBJECT_COMPLETE)
+        status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
+    if (status == EGM_OK) {
+        grant_lease(index, obj, now_ms);
+        if (view_p != NULL)
+            fill_view(obj, view_p);
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return status;
 }
 
 egm_status_t egm__objects_get_replicas(egm_object_index_t *index, const char *key, size_t key_len,
-                                       uint64_t now_ms, const egm_object_t **object_p)
+                                       uint64_t now_ms, egm_object_view_t *view_p)
 {
-    egm_object_t *obj;
-    egm_status_t status = egm__objects_check_key(key, key_len);
-
-    *object_p = NULL;
-    if (status != EGM_OK)
-        return status;
-    obj = find(index, key, key_len);
-    if (obj == NULL)
-        return egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
-    if (obj->state != EGM_OBJECT_COMPLETE)
-        return egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
-    grant_lease(index, obj, now_ms);
-    *object_p = obj;
-    return EGM_OK;
+    return read_leased(index, key, key_len, now_ms, 1, view_p);
 }
 
 egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size_t key_len,
-                                uint64_t now_ms, const egm_object_t **object_p)
+                                uint64_t now_ms, egm_object_view_t *view_p)
 {
-    egm_object_t *obj;
+    return read_leased(index, key, key_len, now_ms, 0, view_p);
+}
+
+egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_t key_len,
+                               egm_object_view_t *view_p)
+{
     egm_status_t status = egm__objects_check_key(key, key_len);
 
-    if (object_p != NULL)
-        *object_p = NULL;
+    clear_view(view_p);
     if (status != EGM_OK)
         return status;
-    obj = find(index, key, key_len);
-    if (obj == NULL || obj->state != EGM_OBJECT_COMPLETE)
-        return egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
-    grant_lease(index, obj, now_ms);
-    if (object_p != NULL)
-        *object_p = obj;
-    return EGM_OK;
+    shard_t *sh = shard_of_key(index, key, key_len);
+    pthread_mutex_lock(&sh->lock);
+    egm_object_t *obj = find(sh, key, key_len);
+    if (obj == NULL)
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "no object with this key");
+    else
+        fill_view(obj, view_p);
+    pthread_mutex_unlock(&sh->lock);
+    return status;
 }
 
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms)
 {
-    egm_object_t *obj;
     egm_status_t status = egm__objects_check_key(key, key_len);
 
     if (status != EGM_OK)
         return status;
-    obj = find(index, key, key_len);
+    shard_t *sh = shard_of_key(index, key, key_len);
+    pthread_mutex_lock(&sh->lock);
+    egm_object_t *obj = find(sh, key, key_len);
     if (obj == NULL)
-        return egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
-    if (!force && obj->state == EGM_OBJECT_PENDING)
-        return egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
-    if (!force && lease_live(obj, now_ms))
-        return egm__set_error(EGM_ERR_HAS_LEASE, "object is under a read lease for %llu ms",
-                              (unsigned long long)(obj->lease_expiry_ms - now_ms));
-    object_delete(index, obj);
-    return EGM_OK;
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
+    else if (!force && obj->state == EGM_OBJECT_PENDING)
+        status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
+    else if (!force && lease_live(obj, now_ms))
+        status = egm__set_error(EGM_ERR_HAS_LEASE, "object is under a read lease for %llu ms",
+                                (unsigned long long)(obj->lease_expiry_ms - now_ms));
+    else
+        object_delete(index, obj);
+    pthread_mutex_unlock(&sh->lock);
+    return status;
 }
 
 static int cmp_replica_desc(const void *a, const void *b)
@@ -718,7 +933,7 @@ static int cmp_replica_desc(const void *a, const void *b)
 /* Frees the replicas of objs[0..n) highest offset first in each segment: each
  * freed range then joins the free range just above it, where hash order would
  * insert into the middle of the allocator's sorted range array every time
- * (O(n^2) moves for a full segment). */
+ * (O(n^2) moves for a full segment). With every shard and `space` locked. */
 static void release_sorted(egm_object_t **objs, size_t n)
 {
     size_t total = 0, k = 0;
@@ -726,7 +941,7 @@ static void release_sorted(egm_object_t **objs, size_t n)
         total += objs[i]->n_replicas;
     egm_replica_t **reps = egm_malloc((total ? total : 1) * sizeof(*reps), "master.remove_all");
     if (reps == NULL)
-        return; /* object_delete frees them in any order */
+        return; /* object_delete_locked frees them in any order */
     for (size_t i = 0; i < n; i++)
         for (uint32_t r = 0; r < objs[i]->n_replicas; r++)
             if (objs[i]->replicas[r].segment != NULL)
@@ -747,28 +962,37 @@ static void release_sorted(egm_object_t **objs, size_t n)
 
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms)
 {
-    size_t iter = 0, n = 0, cap = egm__hashmap_size(index->by_key);
+    size_t cap = 0, n = 0;
     const void *key;
     size_t key_len;
     void *value;
-    egm_object_t **objs = egm_malloc((cap ? cap : 1) * sizeof(*objs), "master.remove_all");
     uint64_t removed = 0;
 
-    while (egm__hashmap_next(index->by_key, &iter, &key, &key_len, &value)) {
-        egm_object_t *obj = value;
-        if (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms)))
-            continue;
-        if (objs != NULL && n < cap) {
-            objs[n++] = obj; /* deleted below, after the sorted frees */
-            continue;
+    lock_all(index);
+    space_lock(index);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        cap += egm__hashmap_size(index->shards[s].by_key);
+    egm_object_t **objs = egm_malloc((cap ? cap : 1) * sizeof(*objs), "master.remove_all");
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        size_t iter = 0;
+        while (egm__hashmap_next(index->shards[s].by_key, &iter, &key, &key_len, &value)) {
+            egm_object_t *obj = value;
+            if (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms)))
+                continue;
+            if (objs != NULL && n < cap) {
+                objs[n++] = obj; /* deleted below, after the sorted frees */
+                continue;
+            }
+            object_delete_locked(index, obj);
+            removed++;
         }
-        object_delete(index, obj);
-        removed++;
     }
     if (n > 0)
         release_sorted(objs, n);
     for (size_t i = 0; i < n; i++)
-        object_delete(index, objs[i]);
+        object_delete_locked(index, objs[i]);
+    space_unlock(index);
+    unlock_all(index);
     egm_free(objs);
     return removed + n;
 }
@@ -777,15 +1001,21 @@ size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms)
 {
     size_t discarded = 0;
 
-    while (index->pending.head != NULL && pending_is_stale(index, index->pending.head, now_ms)) {
-        object_delete(index, index->pending.head);
-        discarded++;
+    lock_all(index);
+    space_lock(index);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        shard_t *sh = &index->shards[s];
+        while (sh->pending.head != NULL && pending_is_stale(index, sh->pending.head, now_ms)) {
+            object_delete_locked(index, sh->pending.head);
+            discarded++;
+        }
     }
-    if (discarded > 0) {
-        index->discarded += discarded;
+    index->discarded += discarded;
+    space_unlock(index);
+    unlock_all(index);
+    if (discarded > 0)
         egm_info("discarded %zu puts unfinished after %llu ms", discarded,
                  (unsigned long long)index->params.pending_timeout_ms);
-    }
     return discarded;
 }
 
@@ -797,17 +1027,48 @@ static int soft_pin_holds(const egm_object_index_t *index, const egm_object_t *o
                              now_ms - obj->last_access_ms < index->params.soft_pin_ttl_ms);
 }
 
+/* With every shard and `space` locked. */
 static uint64_t evict_one(egm_object_index_t *index, egm_object_t *obj)
 {
-    uint64_t freed = object_delete(index, obj);
+    uint64_t freed = object_delete_locked(index, obj);
     index->evictions++;
     index->evicted_bytes += freed;
     return freed;
 }
 
-uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms)
+/* The shards' lists of one kind walked as one: cursor[s] is the next object
+ * of shard s; the first of them in append order (lru_seq) is the one the
+ * single list of an unsharded index would have next. */
+typedef struct {
+    egm_object_t *cursor[EGM_OBJECTS_SHARDS];
+} merged_list_t;
+
+static void merged_start(egm_object_index_t *index, merged_list_t *m, int soft)
+{
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        m->cursor[s] = soft ? index->shards[s].soft.head : index->shards[s].lru.head;
+}
+
+static egm_object_t *merged_peek(const merged_list_t *m)
+{
+    egm_object_t *best = NULL;
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        if (m->cursor[s] != NULL && (best == NULL || m->cursor[s]->lru_seq < best->lru_seq))
+            best = m->cursor[s];
+    return best;
+}
+
+/* Steps past obj (the one merged_peek gave), before it may be deleted. */
+static void merged_advance(merged_list_t *m, const egm_object_t *obj)
+{
+    m->cursor[obj->shard] = obj->link.next;
+}
+
+/* With every shard and `space` locked. */
+static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms)
 {
     uint64_t freed = 0, evicted = 0, soft_evicted = 0;
+    merged_list_t lru, soft;
 
     if (bytes == 0)
         return 0;
@@ -817,17 +1078,21 @@ uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t 
      * are its head: the merge stops taking from it at the first pin that
      * holds. Leased objects are stepped over (they were used within one lease
      * TTL, so there are few of them ahead of anything evictable). */
-    egm_object_t *a = index->lru.head, *b = index->soft.head;
+    merged_start(index, &lru, 0);
+    merged_start(index, &soft, 1);
+    int soft_done = 0;
     while (freed < bytes) {
-        egm_object_t *pick;
-        if (b != NULL && soft_pin_holds(index, b, now_ms))
+        egm_object_t *a = merged_peek(&lru), *b = soft_done ? NULL : merged_peek(&soft), *pick;
+        if (b != NULL && soft_pin_holds(index, b, now_ms)) {
+            soft_done = 1;
             b = NULL;
+        }
         if (a != NULL && (b == NULL || a->last_access_ms <= b->last_access_ms)) {
             pick = a;
-            a = a->link.next;
+            merged_advance(&lru, a);
         } else if (b != NULL) {
             pick = b;
-            b = b->link.next;
+            merged_advance(&soft, b);
         } else {
             break;
         }
@@ -837,14 +1102,14 @@ uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t 
         evicted++;
     }
     /* Then soft-pinned objects, only because nothing else was left. */
-    for (b = index->soft.head; b != NULL && freed < bytes;) {
-        egm_object_t *next = b->link.next;
+    merged_start(index, &soft, 1);
+    for (egm_object_t *b = merged_peek(&soft); b != NULL && freed < bytes; b = merged_peek(&soft)) {
+        merged_advance(&soft, b);
         if (!lease_live(b, now_ms)) {
             freed += evict_one(index, b);
             evicted++;
             soft_evicted++;
         }
-        b = next;
     }
     if (evicted > 0)
         egm_log_ratelimited(EGM_LOG_INFO, 1,
@@ -859,29 +1124,47 @@ uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t 
     return freed;
 }
 
+uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms)
+{
+    lock_all(index);
+    space_lock(index);
+    uint64_t freed = evict_locked(index, bytes, now_ms);
+    space_unlock(index);
+    unlock_all(index);
+    return freed;
+}
+
 uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms)
 {
-    uint64_t used, capacity;
+    uint64_t used, capacity, freed = 0;
 
-    trim_leases(index, now_ms);
+    lock_all(index);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        trim_leases(&index->shards[s], now_ms);
+    space_lock(index);
     usage(index, &used, &capacity, NULL);
-    if (capacity == 0 || (double)used <= index->params.eviction_high_watermark * (double)capacity)
-        return 0;
-    double low = index->params.eviction_high_watermark - index->params.eviction_ratio;
-    if (low < 0.0)
-        low = 0.0;
-    uint64_t keep = (uint64_t)(low * (double)capacity);
-    return egm__objects_evict(index, used > keep ? used - keep : 0, now_ms);
+    if (capacity > 0 && (double)used > index->params.eviction_high_watermark * (double)capacity) {
+        double low = index->params.eviction_high_watermark - index->params.eviction_ratio;
+        if (low < 0.0)
+            low = 0.0;
+        uint64_t keep = (uint64_t)(low * (double)capacity);
+        freed = evict_locked(index, used > keep ? used - keep : 0, now_ms);
+    }
+    space_unlock(index);
+    unlock_all(index);
+    return freed;
 }
 
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment)
 {
     size_t deleted = 0;
-    egm_replica_t *r = segment->replicas;
 
+    lock_all(index);
+    space_lock(index);
     /* The segment's space goes away with it: nothing to free in its allocator.
      * Replicas of one object are on distinct segments, so deleting an object
      * here never touches this list again. */
+    egm_replica_t *r = segment->replicas;
     while (r != NULL) {
         egm_replica_t *next = r->seg_next;
         egm_object_t *obj = r->object;
@@ -889,26 +1172,36 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
         r->segment = NULL;
         obj->n_live--;
         if (obj->n_live == 0) {
-            object_delete(index, obj);
+            object_forget(index, obj); /* no live replica: nothing to free */
             deleted++;
         }
         r = next;
     }
+    space_unlock(index);
+    unlock_all(index);
     return deleted;
 }
 
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p)
 {
-    *stats_p = (egm_object_index_stats_t){
-        .objects = egm__hashmap_size(index->by_key),
-        .pending = index->pending.count,
-        .soft_pinned = index->n_soft_pinned,
-        .hard_pinned = index->n_hard_pinned,
-        .leased = index->leases.count,
-        .evictions_total = index->evictions,
-        .evicted_bytes_total = index->evicted_bytes,
-        .eviction_runs_total = index->eviction_runs,
-        .discarded_puts_total = index->discarded,
-    };
-    usage(index, &stats_p->used_bytes, &stats_p->capacity_bytes, NULL);
+    egm_object_index_t *ix = (egm_object_index_t *)index; /* locks only */
+
+    memset(stats_p, 0, sizeof(*stats_p));
+    lock_all(ix);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        const shard_t *sh = &ix->shards[s];
+        stats_p->objects += egm__hashmap_size(sh->by_key);
+        stats_p->pending += sh->pending.count;
+        stats_p->soft_pinned += sh->n_soft_pinned;
+        stats_p->hard_pinned += sh->n_hard_pinned;
+        stats_p->leased += sh->leases.count;
+    }
+    space_lock(ix);
+    stats_p->evictions_total = ix->evictions;
+    stats_p->evicted_bytes_total = ix->evicted_bytes;
+    stats_p->eviction_runs_total = ix->eviction_runs;
+    stats_p->discarded_puts_total = ix->discarded;
+    usage(ix, &stats_p->used_bytes, &stats_p->capacity_bytes, NULL);
+    space_unlock(ix);
+    unlock_all(ix);
 }

@@ -12,7 +12,19 @@
  * ones. Hard-pinned objects are in neither and are never evicted; PENDING ones
  * neither. An eviction walks the lists from their heads, so it costs the
  * objects it evicts plus the leased ones it steps over. Every call takes
- * `now_ms` (monotonic) so that tests control time. */
+ * `now_ms` (monotonic) so that tests control time.
+ *
+ * Concurrency (docs/master.md "Concurrency"): the index is split into
+ * EGM_OBJECTS_SHARDS shards by a hash of the key, each with its own mutex, map,
+ * lists and counters; a `space` mutex guards what the shards share (segment
+ * allocators, segment replica lists, placement, eviction totals). Every
+ * function here is thread-safe: a per-key call locks its key's shard (then
+ * `space` when it allocates or frees), a call over every object locks every
+ * shard in order, then `space`. Callers never see an object: per-key calls copy
+ * what they answer into an egm_object_view_t under the shard lock. The segment
+ * table is not locked here: segments must not be mounted or unmounted during a
+ * call other than egm__objects_drop_segment (the master's rwlock, held
+ * exclusive for those). */
 #ifndef EGM_MASTER_OBJECT_INDEX_H
 #define EGM_MASTER_OBJECT_INDEX_H
 
@@ -68,6 +80,8 @@ typedef struct egm_object {
     uint8_t hard_pin;        /* put with_hard_pin: never evicted */
     uint8_t list;            /* which list `link` is in (object_index.c) */
     uint8_t in_lease_list;
+    uint8_t shard;                /* index of the shard holding it */
+    uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
     egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
     egm_object_link_t lease_link; /* objects by lease grant, oldest first */
     uint32_t n_replicas;          /* slots in replicas[] */
@@ -78,6 +92,31 @@ typedef struct egm_object {
 } egm_object_t;
 
 typedef struct egm_object_index egm_object_index_t;
+
+#define EGM_OBJECTS_SHARDS 16 /* a power of two */
+
+/* An object's replica as copied out of the index. `segment` stays valid only
+ * while segments cannot be unmounted (the master's lock, held shared). */
+typedef struct {
+    egm_segment_t *segment;
+    uint64_t offset;
+    uint64_t length;
+} egm_replica_view_t;
+
+/* A copy of an object, taken under its shard's lock: what a reply needs,
+ * without a pointer into the index. */
+typedef struct {
+    egm_object_state_t state;
+    uint64_t size;
+    egm_id_t writer;
+    uint64_t lease_expiry_ms;
+    uint64_t put_start_ms;
+    uint64_t last_access_ms;
+    uint8_t soft_pin;
+    uint8_t hard_pin;
+    uint32_t n_replicas; /* replicas still on a mounted segment, in replicas[0..n) */
+    egm_replica_view_t replicas[EGM_MASTER_REPLICA_MAX];
+} egm_object_view_t;
 
 typedef struct {
     uint64_t lease_ttl_ms;          /* default_kv_lease_ttl */
@@ -139,17 +178,18 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len);
  * least one. When none has room, evicts (egm__objects_evict) and tries once
  * more. EXISTS if the key is present (a PENDING one older than the timeout is
  * discarded first), INVALID_ARG for size 0 or a bad replica_num, INVALID_KEY,
- * NO_SPACE when no segment can hold it. *object_p (optional) stays valid until
- * the next call that changes the index (an eviction never deletes a PENDING
- * object, so the objects of earlier keys of one PutStart stay valid). */
+ * NO_SPACE when no segment can hold it. *view_p (optional) receives the new
+ * object on success; it is zeroed otherwise. Placement first runs under the
+ * key's shard lock only; an eviction locks every shard (and places again
+ * first, in case another call freed space meanwhile). */
 egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
                                          const char *key, size_t key_len, uint64_t size,
                                          const egm_put_config_t *config, uint64_t now_ms,
-                                         const egm_object_t **object_p);
+                                         egm_object_view_t *view_p);
 /* The same with only replica_num (no pin, no preference). */
 egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, const char *key,
                                     size_t key_len, uint64_t size, uint32_t replica_num,
-                                    uint64_t now_ms, const egm_object_t **object_p);
+                                    uint64_t now_ms, egm_object_view_t *view_p);
 /* PENDING -> COMPLETE, most recently used as of now_ms. NOT_FOUND if absent,
  * INVALID_ARG if another client is the writer. A repeated PutEnd by the writer
  * answers OK (a retried RPC). */
@@ -159,15 +199,19 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
  * INVALID_ARG if COMPLETE or another client's. */
 egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client, const char *key,
                                      size_t key_len);
-/* COMPLETE: *object_p and the lease extended to now + ttl (the object becomes
- * the most recently used; a soft pin is refreshed). PENDING: NOT_READY.
- * Absent: NOT_FOUND. */
+/* COMPLETE: *view_p (optional) and the lease extended to now + ttl (the
+ * object becomes the most recently used; a soft pin is refreshed). PENDING:
+ * NOT_READY. Absent: NOT_FOUND. *view_p is zeroed unless OK. */
 egm_status_t egm__objects_get_replicas(egm_object_index_t *index, const char *key, size_t key_len,
-                                       uint64_t now_ms, const egm_object_t **object_p);
+                                       uint64_t now_ms, egm_object_view_t *view_p);
 /* COMPLETE: OK and the lease refreshed as by GetReplicaList (as Mooncake
  * does); else NOT_FOUND. */
 egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size_t key_len,
-                                uint64_t now_ms, const egm_object_t **object_p);
+                                uint64_t now_ms, egm_object_view_t *view_p);
+/* Any state: *view_p, without granting a lease or touching the LRU order
+ * (StatKey). INVALID_KEY, NOT_FOUND. */
+egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_t key_len,
+                               egm_object_view_t *view_p);
 /* NOT_FOUND; NOT_READY for PENDING and HAS_LEASE under a live lease, unless
  * force. Pins do not protect against Remove. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
@@ -190,9 +234,11 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
  * without replicas are deleted. Returns the number of objects deleted. */
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment);
 
+/* The object itself, without any lock: only for a caller that no other
+ * thread can race (tests; the master's lock held exclusive). */
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,
                                       size_t key_len);
-/* Counters and usage; O(segments). */
+/* Counters and usage; O(segments + shards). */
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p);
 
 #endif

@@ -48,10 +48,11 @@ typedef struct egm_segment {
     uint8_t fabric_handle[EGM_MASTER_FABRIC_HANDLE_MAX];
     size_t fabric_handle_len;
 
+    /* Guarded by the object index's `space` lock (object_index.h). The
+     * fields above never change while the segment is mounted. */
     egm_allocator_t *allocator;
     uint64_t replica_count;       /* replicas (= objects) placed here */
     struct egm_replica *replicas; /* their list, maintained by object_index.c */
-    uint64_t mark;                /* scratch for de-duplicating segments in a reply */
     size_t index;                 /* position in the table's dense array */
 } egm_segment_t;
 

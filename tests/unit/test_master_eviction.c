@@ -100,7 +100,7 @@ static egm_segment_t *mount(uint64_t size)
 }
 
 static egm_status_t put_cfg(const char *key, uint64_t size, const egm_put_config_t *cfg,
-                            uint64_t now, const egm_object_t **obj_p)
+                            uint64_t now, egm_object_view_t *obj_p)
 {
     egm_status_t s =
         egm__objects_put_start_with(st.objects, writer, key, strlen(key), size, cfg, now, obj_p);
@@ -123,8 +123,8 @@ static egm_status_t put_pinned(const char *key, int soft, int hard, uint64_t now
 
 static egm_status_t get(const char *key, uint64_t now)
 {
-    const egm_object_t *obj;
-    return egm__objects_get_replicas(st.objects, key, strlen(key), now, &obj);
+    egm_object_view_t view;
+    return egm__objects_get_replicas(st.objects, key, strlen(key), now, &view);
 }
 
 static int present(const char *key)
@@ -441,19 +441,19 @@ static void test_preferred_segments(void **state)
     egm_segment_t *c0 = mount_named("c/0", "h2", SEG), *c1 = mount_named("c/1", "h2", SEG);
     const char *pref_ba[] = {"b", "nowhere", "a"};
     egm_put_config_t cfg = {.replica_num = 2, .preferred_segments = pref_ba, .n_preferred = 3};
-    const egm_object_t *obj;
+    egm_object_view_t view, *obj = &view;
     char key[32];
 
     for (int i = 0; i < 8; i++) {
         snprintf(key, sizeof(key), "ba%d", i);
-        assert_int_equal(put_cfg(key, OBJ, &cfg, 1, &obj), EGM_OK);
+        assert_int_equal(put_cfg(key, OBJ, &cfg, 1, obj), EGM_OK);
         assert_ptr_equal(obj->replicas[0].segment, b);
         assert_ptr_equal(obj->replicas[1].segment, a);
     }
     /* A pool's name matches its chunks; the third replica comes from the strategy. */
     const char *pref_c[] = {"c"};
     cfg = (egm_put_config_t){.replica_num = 3, .preferred_segments = pref_c, .n_preferred = 1};
-    assert_int_equal(put_cfg("c", OBJ, &cfg, 1, &obj), EGM_OK);
+    assert_int_equal(put_cfg("c", OBJ, &cfg, 1, obj), EGM_OK);
     assert_int_equal(obj->n_replicas, 3);
     assert_true(obj->replicas[0].segment == c0 || obj->replicas[0].segment == c1);
     assert_true(obj->replicas[1].segment == c0 || obj->replicas[1].segment == c1);
@@ -461,7 +461,7 @@ static void test_preferred_segments(void **state)
     /* A full chunk name matches that chunk only. */
     const char *pref_c1[] = {"c/1"};
     cfg = (egm_put_config_t){.replica_num = 1, .preferred_segments = pref_c1, .n_preferred = 1};
-    assert_int_equal(put_cfg("c1", OBJ, &cfg, 1, &obj), EGM_OK);
+    assert_int_equal(put_cfg("c1", OBJ, &cfg, 1, obj), EGM_OK);
     assert_ptr_equal(obj->replicas[0].segment, c1);
     /* Best effort: a full preferred segment is skipped. */
     fill("fill", 7, 2); /* random: somewhere */
@@ -470,10 +470,10 @@ static void test_preferred_segments(void **state)
     for (int i = 0; b->replica_count < 16; i++) {
         snprintf(key, sizeof(key), "tob%d", i);
         assert_true(i < 16);
-        assert_int_equal(put_cfg(key, OBJ, &cfg, 3, &obj), EGM_OK);
+        assert_int_equal(put_cfg(key, OBJ, &cfg, 3, obj), EGM_OK);
         assert_ptr_equal(obj->replicas[0].segment, b);
     }
-    assert_int_equal(put_cfg("notb", OBJ, &cfg, 3, &obj), EGM_OK);
+    assert_int_equal(put_cfg("notb", OBJ, &cfg, 3, obj), EGM_OK);
     assert_ptr_not_equal(obj->replicas[0].segment, b);
     /* Too many names is refused. */
     cfg.n_preferred = EGM_MASTER_PREFERRED_MAX + 1;
@@ -490,7 +490,7 @@ static void test_free_ratio_first(void **state)
     egm_segment_t *big = mount_named("big", "h", 2 * SEG), *small = mount_named("small", "h", SEG);
     const char *pref_big[] = {"big"};
     egm_put_config_t cfg = {.replica_num = 1, .preferred_segments = pref_big, .n_preferred = 1};
-    const egm_object_t *obj;
+    egm_object_view_t view, *obj = &view;
     char key[32];
 
     /* big: 12 of 32 used (free ratio 0.625) against small's 1.0: small takes
@@ -498,7 +498,7 @@ static void test_free_ratio_first(void **state)
      * two alternate. */
     for (int i = 0; i < 12; i++) {
         snprintf(key, sizeof(key), "big%d", i);
-        assert_int_equal(put_cfg(key, OBJ, &cfg, 1, &obj), EGM_OK);
+        assert_int_equal(put_cfg(key, OBJ, &cfg, 1, obj), EGM_OK);
         assert_ptr_equal(obj->replicas[0].segment, big);
     }
     for (int i = 0; i < 6; i++) {
@@ -527,17 +527,17 @@ static void test_local_first(void **state)
     egm_segment_t *l0 = mount_named("l0", "here", SEG), *l1 = mount_named("l1", "here", SEG);
     egm_segment_t *r0 = mount_named("r0", "there", SEG), *r1 = mount_named("r1", "there", SEG);
     egm_put_config_t cfg = {.replica_num = 1, .writer_host_id = "here"};
-    const egm_object_t *obj;
+    egm_object_view_t view, *obj = &view;
     char key[32];
 
     for (int i = 0; i < 20; i++) {
         snprintf(key, sizeof(key), "one%d", i);
-        assert_int_equal(put_cfg(key, 64, &cfg, 1, &obj), EGM_OK);
+        assert_int_equal(put_cfg(key, 64, &cfg, 1, obj), EGM_OK);
         assert_true(obj->replicas[0].segment == l0 || obj->replicas[0].segment == l1);
     }
     assert_true(l0->replica_count > 0 && l1->replica_count > 0); /* random among local ones */
     cfg.replica_num = 3;
-    assert_int_equal(put_cfg("three", 64, &cfg, 1, &obj), EGM_OK);
+    assert_int_equal(put_cfg("three", 64, &cfg, 1, obj), EGM_OK);
     assert_true(obj->replicas[0].segment == l0 || obj->replicas[0].segment == l1);
     assert_true(obj->replicas[1].segment == l0 || obj->replicas[1].segment == l1);
     assert_true(obj->replicas[2].segment == r0 || obj->replicas[2].segment == r1);
@@ -545,7 +545,7 @@ static void test_local_first(void **state)
     const char *pref[] = {"r1"};
     cfg = (egm_put_config_t){
         .replica_num = 2, .writer_host_id = "here", .preferred_segments = pref, .n_preferred = 1};
-    assert_int_equal(put_cfg("pref", 64, &cfg, 1, &obj), EGM_OK);
+    assert_int_equal(put_cfg("pref", 64, &cfg, 1, obj), EGM_OK);
     assert_ptr_equal(obj->replicas[0].segment, r1);
     assert_true(obj->replicas[1].segment == l0 || obj->replicas[1].segment == l1);
     /* An unknown writer host: random over all (every segment gets some). */
