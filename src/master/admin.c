@@ -1,6 +1,8 @@
 /* The master's admin HTTP endpoints. Every read of the master's state holds
- * its lock, so RPC handling waits meanwhile: the answers are built straight
- * from the state (no copies) and /keys is bounded in count and bytes. */
+ * its lock exclusive (they read segment usage and walk objects, which RPC
+ * threads holding it shared change under finer locks), so RPC handling waits
+ * meanwhile: the answers are built straight from the state (no copies) and
+ * /keys is bounded in count and bytes. */
 #include "master/admin.h"
 
 #include <errno.h>
@@ -21,13 +23,21 @@
 static void lock(const egm_master_admin_t *a)
 {
     if (a->lock != NULL)
-        pthread_mutex_lock(a->lock);
+        pthread_rwlock_wrlock(a->lock);
+}
+
+/* Enough to read what only exclusive holders change: the set of segments and
+ * their descriptors. */
+static void lock_shared(const egm_master_admin_t *a)
+{
+    if (a->lock != NULL)
+        pthread_rwlock_rdlock(a->lock);
 }
 
 static void unlock(const egm_master_admin_t *a)
 {
     if (a->lock != NULL)
-        pthread_mutex_unlock(a->lock);
+        pthread_rwlock_unlock(a->lock);
 }
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
@@ -246,7 +256,7 @@ static void serve_segments(const egm_master_admin_t *a, egm_http_response_t *res
 static void serve_all_segment_names(const egm_master_admin_t *a, egm_http_response_t *resp)
 {
     egm_status_t s = EGM_OK;
-    lock(a);
+    lock_shared(a);
     size_t n = egm__segment_table_count(a->state->segments);
     for (size_t i = 0; i < n && s == EGM_OK; i++)
         s = egm__http_printf(resp, "%s\n", egm__segment_table_at(a->state->segments, i)->name);

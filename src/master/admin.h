@@ -2,7 +2,8 @@
  * /metrics (Prometheus text), /health (JSON), /segments (JSON),
  * /get_all_segments (segment names, one a line, as Mooncake's master answers
  * SGLang), /keys?prefix=&limit= (JSON). They run on the HTTP server's thread
- * and read the master's state with its lock held. */
+ * and read the master's state with its lock held (exclusive, except for the
+ * segment names). */
 #ifndef EGM_MASTER_ADMIN_H
 #define EGM_MASTER_ADMIN_H
 
@@ -20,7 +21,7 @@
 
 typedef struct {
     egm_master_state_t *state;
-    pthread_mutex_t *lock; /* taken around every read of state; NULL = none (tests) */
+    pthread_rwlock_t *lock; /* the state lock, held around every read; NULL = none (tests) */
     const egm_master_metrics_t *metrics;
     const egm_rpc_server_t *server; /* NULL = no connection metrics */
     uint64_t start_ms;              /* egm__now_ms() when the master started */

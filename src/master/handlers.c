@@ -386,7 +386,8 @@ static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payl
                            config.n_preferred, EGM_MASTER_PREFERRED_MAX);
         goto out;
     }
-    config.writer_host_id = egm__liveness_host_id(st->liveness, client);
+    char host_id[EGM_MASTER_HOST_ID_MAX];
+    config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
     uint64_t now = st->now_ms();
     for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
         oc.out[i].status =
@@ -484,11 +485,9 @@ static egm_status_t handle_remove_all(egm_master_state_t *st, const uint8_t *pay
 
 /* ---- segments, liveness, listing ----------------------------------------- */
 
-static egm_status_t status_reply(egm_master_state_t *st, egm_status_t result,
-                                 egm_rpc_reply_t *reply)
+static egm_status_t status_reply(egm_status_t result, egm_rpc_reply_t *reply)
 {
     Egm__StatusReply msg = EGM__STATUS_REPLY__INIT;
-    st->call_result = result;
     msg.status = result;
     msg.error = result != EGM_OK ? (char *)egm_last_error() : (char *)"";
     return pack_reply(&msg.base, reply);
@@ -546,7 +545,7 @@ static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentReq
 }
 
 static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                 egm_rpc_reply_t *reply)
+                                 egm_rpc_reply_t *reply, int *failed_p)
 {
     Egm__MountSegmentRequest *req = NULL;
     egm_status_t status, result;
@@ -558,7 +557,8 @@ static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload,
     result = mount_all(st, req);
     if (result != EGM_OK)
         egm_warn("MountSegment refused: %s", egm_last_error());
-    status = status_reply(st, result, reply);
+    *failed_p = result != EGM_OK;
+    status = status_reply(result, reply);
     egm__pb_free(&req->base);
     return status;
 }
@@ -604,7 +604,7 @@ static egm_status_t unmount_all(egm_master_state_t *st, const Egm__UnmountSegmen
 }
 
 static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                   egm_rpc_reply_t *reply)
+                                   egm_rpc_reply_t *reply, int *failed_p)
 {
     Egm__UnmountSegmentRequest *req = NULL;
     egm_status_t status, result;
@@ -616,7 +616,8 @@ static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payloa
     result = unmount_all(st, req);
     if (result != EGM_OK)
         egm_debug("UnmountSegment refused: %s", egm_last_error());
-    status = status_reply(st, result, reply);
+    *failed_p = result != EGM_OK;
+    status = status_reply(result, reply);
     egm__pb_free(&req->base);
     return status;
 }
@@ -726,14 +727,15 @@ out:
     return status;
 }
 
+/* *failed_p: answered with an error status inside a normal reply. */
 static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
-                             size_t len, egm_rpc_reply_t *reply)
+                             size_t len, egm_rpc_reply_t *reply, int *failed_p)
 {
     switch (type) {
     case EGM_RPC_MOUNT_SEGMENT:
-        return handle_mount(st, payload, len, reply);
+        return handle_mount(st, payload, len, reply, failed_p);
     case EGM_RPC_UNMOUNT_SEGMENT:
-        return handle_unmount(st, payload, len, reply);
+        return handle_unmount(st, payload, len, reply, failed_p);
     case EGM_RPC_PUT_START:
         return handle_put_start(st, payload, len, reply);
     case EGM_RPC_PUT_END:
@@ -755,23 +757,52 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
     }
 }
 
+/* Whether a request only reads or changes objects and clients one key or one
+ * client at a time (the state lock held shared), or changes the set of
+ * segments or walks every object (held exclusive). */
+static int runs_shared(uint16_t type)
+{
+    switch (type) {
+    case EGM_RPC_PUT_START:
+    case EGM_RPC_PUT_END:
+    case EGM_RPC_PUT_REVOKE:
+    case EGM_RPC_GET_REPLICA_LIST:
+    case EGM_RPC_EXIST_KEY:
+    case EGM_RPC_REMOVE:
+    case EGM_RPC_STAT_KEY:
+    case EGM_RPC_PING:
+        return 1;
+    case EGM_RPC_MOUNT_SEGMENT:
+    case EGM_RPC_UNMOUNT_SEGMENT:
+    case EGM_RPC_REMOVE_ALL:
+    case EGM_RPC_LIST_SEGMENTS:
+        return 0;
+    default:
+        return 1; /* refused without touching the state */
+    }
+}
+
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply)
 {
     egm_master_state_t *st = arg;
     /* The time includes waiting for the lock: what a caller sees of the master. */
     uint64_t start_ns = st->metrics != NULL ? egm__now_ns() : 0;
+    int failed = 0;
 
     reply->buf = NULL;
     reply->len = 0;
+    if (st->lock != NULL) {
+        if (runs_shared(type))
+            pthread_rwlock_rdlock(st->lock);
+        else
+            pthread_rwlock_wrlock(st->lock);
+    }
+    egm_status_t status = dispatch(st, type, payload, len, reply, &failed);
     if (st->lock != NULL)
-        pthread_mutex_lock(st->lock);
-    st->call_result = EGM_OK;
-    egm_status_t status = dispatch(st, type, payload, len, reply);
-    int failed = status != EGM_OK || st->call_result != EGM_OK;
-    if (st->lock != NULL)
-        pthread_mutex_unlock(st->lock);
+        pthread_rwlock_unlock(st->lock);
     if (st->metrics != NULL)
-        egm__master_metrics_record(st->metrics, type, failed, egm__now_ns() - start_ns);
+        egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,
+                                   egm__now_ns() - start_ns);
     return status;
 }

@@ -1,6 +1,8 @@
-/* Liveness: client id -> last time heard from; mount, unmount and expiry. */
+/* Liveness: client id -> last time heard from; mount, unmount and expiry.
+ * `lock` guards the client map and every client in it. */
 #include "master/liveness.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@ typedef struct {
 struct egm_liveness {
     egm_segment_table_t *segments;
     egm_object_index_t *objects;
+    pthread_mutex_t lock;
     egm_hashmap_t *clients; /* 16-byte id -> client_t */
 };
 
@@ -41,6 +44,7 @@ egm_status_t egm__liveness_create(egm_segment_table_t *segments, egm_object_inde
         egm_free(l);
         return status;
     }
+    pthread_mutex_init(&l->lock, NULL);
     l->segments = segments;
     l->objects = objects;
     *liveness_p = l;
@@ -59,6 +63,7 @@ void egm__liveness_destroy(egm_liveness_t *l)
     while (egm__hashmap_next(l->clients, &iter, &key, &key_len, &value))
         egm_free(value);
     egm__hashmap_destroy(l->clients);
+    pthread_mutex_destroy(&l->lock);
     egm_free(l);
 }
 
@@ -69,17 +74,24 @@ static client_t *find_client(const egm_liveness_t *l, egm_id_t id)
     return egm__hashmap_get(l->clients, key, sizeof(key));
 }
 
-int egm__liveness_is_known(const egm_liveness_t *l, egm_id_t client)
+int egm__liveness_is_known(egm_liveness_t *l, egm_id_t client)
 {
-    return find_client(l, client) != NULL;
+    pthread_mutex_lock(&l->lock);
+    int known = find_client(l, client) != NULL;
+    pthread_mutex_unlock(&l->lock);
+    return known;
 }
 
-size_t egm__liveness_client_count(const egm_liveness_t *l)
+size_t egm__liveness_client_count(egm_liveness_t *l)
 {
-    return egm__hashmap_size(l->clients);
+    pthread_mutex_lock(&l->lock);
+    size_t n = egm__hashmap_size(l->clients);
+    pthread_mutex_unlock(&l->lock);
+    return n;
 }
 
-egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
+/* With l->lock held. */
+static egm_status_t ping_locked(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
 {
     client_t *c;
     uint8_t key[16];
@@ -109,25 +121,42 @@ egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
     return EGM_OK;
 }
 
+egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
+{
+    pthread_mutex_lock(&l->lock);
+    egm_status_t status = ping_locked(l, id, now_ms);
+    pthread_mutex_unlock(&l->lock);
+    return status;
+}
+
 egm_status_t egm__liveness_set_host_id(egm_liveness_t *l, egm_id_t client, const char *host_id)
 {
-    client_t *c = find_client(l, client);
     size_t len = host_id != NULL ? strnlen(host_id, EGM_MASTER_HOST_ID_MAX) : 0;
+    egm_status_t status = EGM_OK;
 
     if (len >= EGM_MASTER_HOST_ID_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG, "host_id: longer than %d bytes",
                               EGM_MASTER_HOST_ID_MAX - 1);
-    if (c == NULL)
-        return egm__set_error(EGM_ERR_CLIENT_NOT_FOUND, "client: not registered");
-    memcpy(c->host_id, host_id != NULL ? host_id : "", len);
-    c->host_id[len] = '\0';
-    return EGM_OK;
+    pthread_mutex_lock(&l->lock);
+    client_t *c = find_client(l, client);
+    if (c == NULL) {
+        status = egm__set_error(EGM_ERR_CLIENT_NOT_FOUND, "client: not registered");
+    } else {
+        memcpy(c->host_id, host_id != NULL ? host_id : "", len);
+        c->host_id[len] = '\0';
+    }
+    pthread_mutex_unlock(&l->lock);
+    return status;
 }
 
-const char *egm__liveness_host_id(const egm_liveness_t *l, egm_id_t client)
+const char *egm__liveness_host_id(egm_liveness_t *l, egm_id_t client,
+                                  char buf[EGM_MASTER_HOST_ID_MAX])
 {
+    pthread_mutex_lock(&l->lock);
     const client_t *c = find_client(l, client);
-    return c != NULL ? c->host_id : "";
+    memcpy(buf, c != NULL ? c->host_id : "", c != NULL ? sizeof(c->host_id) : 1);
+    pthread_mutex_unlock(&l->lock);
+    return buf;
 }
 
 egm_status_t egm__liveness_mount(egm_liveness_t *l, egm_id_t client,
@@ -255,9 +284,11 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t 
     if (!egm__id_equal(seg->owner, client))
         return egm__set_error(EGM_ERR_PERMISSION, "segment %s belongs to another client",
                               egm__id_format(segment, id_text));
+    pthread_mutex_lock(&l->lock);
     client_t *c = find_client(l, client);
     if (c != NULL)
         c->last_seen_ms = now_ms;
+    pthread_mutex_unlock(&l->lock);
     memcpy(name, seg->name, sizeof(name));
     uint64_t replicas = seg->replica_count;
     size_t deleted = unmount(l, seg);
@@ -274,6 +305,9 @@ size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
     void *value;
     char id_text[EGM_ID_STRLEN];
 
+    /* Held while segments are unmounted: lock order liveness -> object
+     * shards -> space. */
+    pthread_mutex_lock(&l->lock);
     while (egm__hashmap_next(l->clients, &iter, &key, &key_len, &value)) {
         client_t *c = value;
         if (now_ms < c->last_seen_ms || now_ms - c->last_seen_ms < ttl_ms)
@@ -297,5 +331,6 @@ size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
         egm_free(c);
         expired++;
     }
+    pthread_mutex_unlock(&l->lock);
     return expired;
 }

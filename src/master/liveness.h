@@ -1,6 +1,10 @@
 /* Client liveness and segment mounting: clients register by pinging (or by
  * mounting); a client silent for the TTL is expired, its segments unmounted
- * (ids retired) and every replica on them dropped. */
+ * (ids retired) and every replica on them dropped.
+ *
+ * The client table has its own mutex, so pings, host ids and counts are
+ * thread-safe. Mounting, unmounting and expiry change the segment table,
+ * which is not locked here: their callers hold the master's lock exclusive. */
 #ifndef EGM_MASTER_LIVENESS_H
 #define EGM_MASTER_LIVENESS_H
 
@@ -24,8 +28,9 @@ egm_status_t egm__liveness_ping(egm_liveness_t *liveness, egm_id_t client, uint6
  * CLIENT_NOT_FOUND for an unknown client. */
 egm_status_t egm__liveness_set_host_id(egm_liveness_t *liveness, egm_id_t client,
                                        const char *host_id);
-/* The client's host id; "" when unknown. Valid until the client is expired. */
-const char *egm__liveness_host_id(const egm_liveness_t *liveness, egm_id_t client);
+/* Copies the client's host id into buf ("" when unknown); returns buf. */
+const char *egm__liveness_host_id(egm_liveness_t *liveness, egm_id_t client,
+                                  char buf[EGM_MASTER_HOST_ID_MAX]);
 /* Mounts a segment of `client` (registering the client). A nil params->owner
  * means the caller; another owner is INVALID_ARG. SEGMENT_EXISTS, or
  * INVALID_ARG naming the descriptor field (egm__segment_validate). */
@@ -43,7 +48,7 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *liveness, egm_id_t client, eg
                                    uint64_t now_ms);
 /* Expires clients silent for ttl_ms or more; returns how many. */
 size_t egm__liveness_expire(egm_liveness_t *liveness, uint64_t now_ms, uint64_t ttl_ms);
-size_t egm__liveness_client_count(const egm_liveness_t *liveness);
-int egm__liveness_is_known(const egm_liveness_t *liveness, egm_id_t client);
+size_t egm__liveness_client_count(egm_liveness_t *liveness);
+int egm__liveness_is_known(egm_liveness_t *liveness, egm_id_t client);
 
 #endif

@@ -26,9 +26,10 @@ struct egm_master {
     egm_rpc_server_t *server;
     egm_master_state_t state;
     int state_ready;
-    /* The state is read by the admin HTTP thread too: lock serialises it
-     * (master_int.h). The HTTP server stops before anything it reads. */
-    pthread_mutex_t lock;
+    /* The state lock (master_int.h): RPC threads hold it shared or
+     * exclusive by request type, the tick and the admin HTTP thread
+     * exclusive. The HTTP server stops before anything it reads. */
+    pthread_rwlock_t lock;
     int lock_ready;
     egm_master_metrics_t metrics;
     egm_master_admin_t admin;
@@ -59,9 +60,7 @@ static void on_tick(egm_reactor_t *reactor, void *arg)
 {
     egm_master_t *master = arg;
     (void)reactor;
-    pthread_mutex_lock(&master->lock);
-    egm__master_state_tick(&master->state, master->state.now_ms());
-    pthread_mutex_unlock(&master->lock);
+    egm__master_state_tick(&master->state, master->state.now_ms()); /* takes the lock */
 }
 
 /* http_port: -1 off, 0 any free port. The default port (9003) being taken is
@@ -177,7 +176,7 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     if (status != EGM_OK)
         goto err;
     master->state_ready = 1;
-    pthread_mutex_init(&master->lock, NULL);
+    pthread_rwlock_init(&master->lock, NULL);
     master->lock_ready = 1;
     egm__master_metrics_init(&master->metrics);
     master->state.lock = &master->lock;
@@ -271,6 +270,6 @@ void egm__master_destroy(egm_master_t *master)
     if (master->state_ready)
         egm__master_state_cleanup(&master->state);
     if (master->lock_ready)
-        pthread_mutex_destroy(&master->lock);
+        pthread_rwlock_destroy(&master->lock);
     egm_free(master);
 }

@@ -23,12 +23,18 @@ typedef struct {
     uint64_t client_ttl_ms;
     egm_id_t master_id;       /* random per start: clients see a restart */
     uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
-    /* Set by the master process; NULL where tests drive the handlers on one
-     * thread. `lock` serialises egm__master_handle, the tick and the admin
-     * HTTP thread; `metrics` counts and times every request. */
-    pthread_mutex_t *lock;
+    /* Set by the master process (and the concurrency test); NULL where tests
+     * drive the handlers on one thread. Per-key RPCs (PutStart, PutEnd,
+     * PutRevoke, GetReplicaList, ExistKey, Remove, StatKey, Ping) hold it
+     * shared: the object index and liveness lock what they change. Changes of
+     * the segment set and walks over everything (Mount/UnmountSegment,
+     * RemoveAll, ListSegments, the tick, the admin HTTP reads) hold it
+     * exclusive, so segments named by a shared holder stay mounted. Lock
+     * order: this -> liveness -> one object shard (every shard only in
+     * index order) -> the index's space lock (docs/master.md "Concurrency").
+     * `metrics` counts and times every request. */
+    pthread_rwlock_t *lock;
     struct egm_master_metrics *metrics;
-    egm_status_t call_result; /* a StatusReply's status, for the failure count */
 } egm_master_state_t;
 
 /* The object index's defaults (egm__objects_params_default) with lease_ttl_ms. */
@@ -40,7 +46,8 @@ egm_status_t egm__master_state_init_with(egm_master_state_t *state,
                                          uint64_t client_ttl_ms);
 void egm__master_state_cleanup(egm_master_state_t *state);
 /* Periodic work: expires silent clients, discards stale PENDING objects,
- * evicts when usage is above the high watermark. */
+ * evicts when usage is above the high watermark. Holds state->lock
+ * exclusive (when set). */
 void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms);
 
 /* StatKey (inspect.c): an object's size, state, replicas, lease and pins,
@@ -49,7 +56,8 @@ egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *
                                          egm_rpc_reply_t *reply);
 
 /* The RPC handler for every type (arg: egm_master_state_t *); see server.h.
- * Takes st->lock (when set) and records st->metrics around the handler. */
+ * Takes st->lock (when set; shared or exclusive by type, see above) and
+ * records st->metrics around the handler. Thread-safe. */
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply);
 

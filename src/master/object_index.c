@@ -1205,3 +1205,152 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     space_unlock(ix);
     unlock_all(ix);
 }
+
+/* ---- consistency check (tests) ------------------------------------------- */
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return egm__set_error(EGM_ERR_INTERNAL, __VA_ARGS__);                                  \
+    } while (0)
+
+/* One list of a shard: its count, back links, every member's `list` field
+ * (list >= 0) or lease flag (list < 0), and the append order of LRU lists. */
+static egm_status_t check_list(size_t s, const object_list_t *l, int list, const char *name,
+                               uint64_t *walked_p)
+{
+    int lease = list < 0;
+    uint64_t n = 0;
+    const egm_object_t *prev = NULL;
+    for (egm_object_t *o = l->head; o != NULL; o = link_of(o, lease)->next) {
+        CHECK(link_of(o, lease)->prev == prev, "shard %zu %s: broken back link", s, name);
+        CHECK(o->shard == s, "shard %zu %s: an object of shard %u", s, name, o->shard);
+        CHECK(lease ? o->in_lease_list == 1 : o->list == list,
+              "shard %zu %s: object %s is marked for another list", s, name, o->key);
+        CHECK((list != LIST_LRU && list != LIST_SOFT) || prev == NULL || prev->lru_seq < o->lru_seq,
+              "shard %zu %s: not in append order at %s", s, name, o->key);
+        prev = o;
+        n++;
+    }
+    CHECK(l->tail == prev, "shard %zu %s: tail is not the last object", s, name);
+    CHECK(n == l->count, "shard %zu %s: %llu objects, count says %llu", s, name,
+          (unsigned long long)n, (unsigned long long)l->count);
+    *walked_p = n;
+    return EGM_OK;
+}
+
+static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *replicas_p)
+{
+    const shard_t *sh = &index->shards[s];
+    uint64_t in_list[4] = {0, 0, 0, 0}, leased = 0, soft = 0, hard = 0, walked;
+    size_t iter = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+    egm_status_t status;
+
+    while (egm__hashmap_next(sh->by_key, &iter, &key, &key_len, &value)) {
+        const egm_object_t *o = value;
+        uint32_t live = 0;
+        CHECK(o->shard == s && shard_index(o->key, o->key_len) == s,
+              "object %s: in shard %zu, hashes to %u", o->key, s, shard_index(o->key, o->key_len));
+        CHECK(key_len == o->key_len && memcmp(key, o->key, key_len) == 0,
+              "shard %zu: an object under another key", s);
+        for (uint32_t i = 0; i < o->n_replicas; i++) {
+            const egm_replica_t *r = &o->replicas[i];
+            CHECK(r->object == o, "object %s: replica %u points to another object", o->key, i);
+            if (r->segment == NULL)
+                continue;
+            live++;
+            CHECK(egm__segment_table_find(index->segments, r->segment->id) == r->segment,
+                  "object %s: replica %u is on a segment that is not mounted", o->key, i);
+            CHECK(r->offset + r->length <= r->segment->size,
+                  "object %s: replica %u beyond its segment", o->key, i);
+            CHECK(r->length == o->size, "object %s: replica %u of %llu bytes, object %llu", o->key,
+                  i, (unsigned long long)r->length, (unsigned long long)o->size);
+            for (uint32_t j = 0; j < i; j++)
+                CHECK(o->replicas[j].segment != r->segment,
+                      "object %s: two replicas on one segment", o->key);
+        }
+        CHECK(live == o->n_live, "object %s: %u live replicas, n_live %u", o->key, live, o->n_live);
+        CHECK(live > 0, "object %s: no replica left, yet indexed", o->key);
+        int want = o->state == EGM_OBJECT_PENDING ? LIST_PENDING
+                   : o->hard_pin                  ? LIST_NONE
+                   : o->soft_pin                  ? LIST_SOFT
+                                                  : LIST_LRU;
+        CHECK(o->list == want, "object %s: in list %d, its state says %d", o->key, o->list, want);
+        in_list[o->list]++;
+        leased += o->in_lease_list;
+        soft += o->soft_pin;
+        hard += o->hard_pin;
+        *replicas_p += live;
+    }
+    if ((status = check_list(s, &sh->pending, LIST_PENDING, "pending", &walked)) != EGM_OK)
+        return status;
+    CHECK(walked == in_list[LIST_PENDING], "shard %zu: pending list and map disagree", s);
+    if ((status = check_list(s, &sh->lru, LIST_LRU, "lru", &walked)) != EGM_OK)
+        return status;
+    CHECK(walked == in_list[LIST_LRU], "shard %zu: lru list and map disagree", s);
+    if ((status = check_list(s, &sh->soft, LIST_SOFT, "soft", &walked)) != EGM_OK)
+        return status;
+    CHECK(walked == in_list[LIST_SOFT], "shard %zu: soft list and map disagree", s);
+    if ((status = check_list(s, &sh->leases, -1, "leases", &walked)) != EGM_OK)
+        return status;
+    CHECK(walked == leased, "shard %zu: lease list and map disagree", s);
+    CHECK(soft == sh->n_soft_pinned && hard == sh->n_hard_pinned,
+          "shard %zu: pin counters %llu/%llu, objects %llu/%llu", s,
+          (unsigned long long)sh->n_soft_pinned, (unsigned long long)sh->n_hard_pinned,
+          (unsigned long long)soft, (unsigned long long)hard);
+    return EGM_OK;
+}
+
+static egm_status_t check_segment(const egm_segment_t *seg, uint64_t *replicas_p)
+{
+    egm_allocator_stats_t a;
+    uint64_t n = 0, bytes = 0;
+    const egm_replica_t *prev = NULL;
+
+    for (const egm_replica_t *r = seg->replicas; r != NULL; r = r->seg_next) {
+        const egm_object_t *o = r->object;
+        CHECK(r->seg_prev == prev, "segment %s: broken back link", seg->name);
+        CHECK(r->segment == seg, "segment %s: lists a replica of another segment", seg->name);
+        CHECK(r >= o->replicas && r < o->replicas + o->n_replicas,
+              "segment %s: a replica outside its object", seg->name);
+        bytes += egm__allocator_round(r->length);
+        prev = r;
+        n++;
+    }
+    CHECK(n == seg->replica_count, "segment %s: %llu replicas listed, replica_count %llu",
+          seg->name, (unsigned long long)n, (unsigned long long)seg->replica_count);
+    egm_status_t status = egm__allocator_check(seg->allocator);
+    if (status != EGM_OK)
+        return status;
+    egm__allocator_stats(seg->allocator, &a);
+    CHECK(a.used == bytes && a.allocations == n,
+          "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu",
+          seg->name, (unsigned long long)a.used, a.allocations, (unsigned long long)bytes,
+          (unsigned long long)n);
+    *replicas_p += n;
+    return EGM_OK;
+}
+
+egm_status_t egm__objects_check(egm_object_index_t *index)
+{
+    uint64_t by_objects = 0, by_segments = 0;
+    egm_status_t status = EGM_OK;
+
+    lock_all(index);
+    space_lock(index);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS && status == EGM_OK; s++)
+        status = check_shard(index, s, &by_objects);
+    size_t n = egm__segment_table_count(index->segments);
+    for (size_t i = 0; i < n && status == EGM_OK; i++)
+        status = check_segment(egm__segment_table_at(index->segments, i), &by_segments);
+    if (status == EGM_OK && by_objects != by_segments)
+        status =
+            egm__set_error(EGM_ERR_INTERNAL, "%llu live replicas in objects, %llu in segment lists",
+                           (unsigned long long)by_objects, (unsigned long long)by_segments);
+    space_unlock(index);
+    unlock_all(index);
+    return status;
+}

@@ -240,5 +240,11 @@ const egm_object_t *egm__objects_find(const egm_object_index_t *index, const cha
                                       size_t key_len);
 /* Counters and usage; O(segments + shards). */
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p);
+/* Walks every object, list and mounted segment and checks them against each
+ * other: shards, lists and counters agree; every live replica is on a mounted
+ * segment, in its replica list, within its bounds, one per segment; each
+ * segment's allocator holds exactly its replicas' bytes. EGM_ERR_INTERNAL
+ * naming the first broken invariant. O(objects + segments): for tests. */
+egm_status_t egm__objects_check(egm_object_index_t *index);
 
 #endif

@@ -43,6 +43,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    assert_int_equal(egm__objects_check(fx.st.objects), EGM_OK); /* whatever the test did */
     egm__master_state_cleanup(&fx.st);
     assert_int_equal(egm__alloc_live_count(), live_at_start);
     return 0;
