@@ -3,7 +3,8 @@
 # Skips what is already installed; needs root (or sudo) only when something is missing.
 # Then makes the Python virtual environment .venv (from Debian's /usr/bin/python3, with its
 # system site packages) with python/requirements-test.txt, and tries
-# python/requirements-mooncake.txt (only a warning if that fails: the differential test skips).
+# python/requirements-mooncake.txt (only a warning if that fails: the differential test skips)
+# and python/requirements-bench.txt (matplotlib for bench/report.py's plots; only a warning too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,9 +52,10 @@ install_debian() {
 # .venv: pip installs run again only when a requirements file changed (a stamp holds their hash).
 install_venv() {
     local venv=.venv req=python/requirements-test.txt mc=python/requirements-mooncake.txt
+    local bench=python/requirements-bench.txt
     local stamp=$venv/.egm-requirements
     local want
-    want=$(cat "$req" "$mc" | sha256sum | cut -d' ' -f1)
+    want=$(cat "$req" "$mc" "$bench" | sha256sum | cut -d' ' -f1)
     if [ ! -x "$venv/bin/python" ]; then
         echo "install-deps: creating $venv from /usr/bin/python3"
         /usr/bin/python3 -m venv --system-site-packages "$venv"
@@ -66,6 +68,10 @@ install_venv() {
     if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$mc"; then
         echo "install-deps: warning: $(grep -v '^#' "$mc" | head -1) did not install;" \
             "the differential test against Mooncake will be skipped" >&2
+    fi
+    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$bench"; then
+        echo "install-deps: warning: $(grep -v '^#' "$bench" | head -1) did not install;" \
+            "bench/report.py will write its markdown without plots" >&2
     fi
     echo "$want" >"$stamp"
     echo "install-deps: $venv ready ($("$venv/bin/python" -m pytest --version 2>&1))"
