@@ -25,6 +25,8 @@ static const egm_config_key_t keys[] = {
     {"http_port", EGM_CFG_INT, "9003", -1, 65535, NULL,
      "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
      "/get_all_segments, /keys (-1 = off, 0 = any free port)"},
+    {"rpc_threads", EGM_CFG_INT, "4", 1, 64, NULL,
+     "master: RPC threads, each with its own event loop; connections are spread over them"},
     {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
      "address others use to reach this process's data server (\"\" = host name)"},
     {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|nvlink|shm|tcp",

@@ -50,7 +50,8 @@ struct egm_reactor {
 
 static uint32_t to_epoll(uint32_t events)
 {
-    return ((events & EGM_EV_READ) ? EPOLLIN : 0u) | ((events & EGM_EV_WRITE) ? EPOLLOUT : 0u);
+    return ((events & EGM_EV_READ) ? EPOLLIN : 0u) | ((events & EGM_EV_WRITE) ? EPOLLOUT : 0u) |
+           ((events & EGM_EV_EXCLUSIVE) ? EPOLLEXCLUSIVE : 0u);
 }
 
 egm_status_t egm__reactor_create(egm_reactor_t **reactor_p)
@@ -151,7 +152,7 @@ egm_status_t egm__reactor_modify(egm_reactor_t *r, int fd, uint32_t events)
     fd_rec_t *rec = egm__hashmap_get(r->fds, &fd, sizeof(fd));
     if (rec == NULL)
         return egm__set_error(EGM_ERR_NOT_FOUND, "fd %d is not in the reactor", fd);
-    struct epoll_event ev = {.events = to_epoll(events), .data.ptr = rec};
+    struct epoll_event ev = {.events = to_epoll(events & ~EGM_EV_EXCLUSIVE), .data.ptr = rec};
     if (epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
         return egm__set_error(egm__status_from_errno(errno), "epoll_ctl(MOD %d): %s", fd,
                               strerror(errno));

@@ -10,6 +10,11 @@ typedef struct egm_reactor egm_reactor_t;
 #define EGM_EV_READ 0x1u
 #define EGM_EV_WRITE 0x2u
 #define EGM_EV_ERROR 0x4u /* hang-up or error; always reported */
+/* egm__reactor_add only: one fd watched by several reactors (a listening
+ * socket shared by server threads) wakes one of them per event, not all
+ * (EPOLLEXCLUSIVE). Such an fd cannot be modified: remove it and add it
+ * again. */
+#define EGM_EV_EXCLUSIVE 0x8u
 
 typedef void (*egm_reactor_fd_cb_t)(egm_reactor_t *reactor, int fd, uint32_t events, void *arg);
 typedef void (*egm_reactor_timer_cb_t)(egm_reactor_t *reactor, void *arg);
@@ -19,8 +24,8 @@ egm_status_t egm__reactor_create(egm_reactor_t **reactor_p);
 /* Must not be running. Registered fds are not closed. */
 void egm__reactor_destroy(egm_reactor_t *reactor);
 
-/* fd registration; events is EGM_EV_READ|EGM_EV_WRITE. Loop thread only
- * (or before the loop runs). */
+/* fd registration; events is EGM_EV_READ|EGM_EV_WRITE (add: also
+ * EGM_EV_EXCLUSIVE). Loop thread only (or before the loop runs). */
 egm_status_t egm__reactor_add(egm_reactor_t *reactor, int fd, uint32_t events,
                               egm_reactor_fd_cb_t cb, void *arg);
 egm_status_t egm__reactor_modify(egm_reactor_t *reactor, int fd, uint32_t events);

@@ -162,7 +162,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
     s->view = egm__segment_table_view(st->segments);
     egm__objects_stats(st->objects, &s->objects);
     if (a->server != NULL)
-        egm__rpc_server_stats(a->server, &s->server);
+        egm__rpc_server_group_stats(a->server, &s->server); /* every RPC thread */
 }
 
 static void serve_metrics(const egm_master_admin_t *a, egm_http_response_t *resp)

@@ -23,7 +23,7 @@ typedef struct {
     egm_master_state_t *state;
     pthread_rwlock_t *lock; /* the state lock, held around every read; NULL = none (tests) */
     const egm_master_metrics_t *metrics;
-    const egm_rpc_server_t *server; /* NULL = no connection metrics */
+    const egm_rpc_server_t *server; /* any of the group; NULL = no connection metrics */
     uint64_t start_ms;              /* egm__now_ms() when the master started */
 } egm_master_admin_t;
 

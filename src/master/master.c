@@ -1,9 +1,12 @@
-/* The master process object: config, reactor, RPC server, periodic timer. */
+/* The master process object: config, the RPC threads (each a reactor and an
+ * RPC server; the first server owns the listening sockets, the others are its
+ * peers), the periodic timer on the first reactor, the admin HTTP. */
 #include "master/master.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +24,19 @@
 #include "rpc/frame.h"
 #include "rpc/server.h"
 
+typedef struct {
+    egm_master_t *master;
+    size_t index;
+} rpc_thread_t;
+
 struct egm_master {
-    egm_reactor_t *reactor;
-    egm_rpc_server_t *server;
+    /* RPC thread i runs reactors[i], which serves servers[i]; thread 0 is the
+     * caller of egm__master_run and also runs the tick. */
+    size_t n_threads;
+    egm_reactor_t **reactors;
+    egm_rpc_server_t **servers;
+    pthread_t *threads; /* [i] runs reactors[i], for i >= 1 */
+    rpc_thread_t *thread_args;
     egm_master_state_t state;
     int state_ready;
     /* The state lock (master_int.h): RPC threads hold it shared or
@@ -79,7 +92,7 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
         .state = &master->state,
         .lock = &master->lock,
         .metrics = &master->metrics,
-        .server = master->server,
+        .server = master->servers[0],
         .start_ms = egm__now_ms(),
     };
     egm_status_t status = egm__http_start(host, (uint16_t)port, egm__master_admin_http,
@@ -154,6 +167,7 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     int64_t port = egm_config_get_int(config, "port");
     int64_t lease_ttl_ms = egm_config_get_int(config, "default_kv_lease_ttl");
     int64_t client_ttl_s = egm_config_get_int(config, "client_ttl");
+    int64_t rpc_threads = egm_config_get_int(config, "rpc_threads");
     uint64_t max_frame = egm_config_get_size(config, "max_frame_size");
     /* The config table checks ranges; these guard against a table that changed. */
     if (port < 0 || port > 65535)
@@ -164,6 +178,9 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
         return egm__set_error(EGM_ERR_CONFIG, "client_ttl: must be > 0 s");
     if (max_frame == 0)
         return egm__set_error(EGM_ERR_CONFIG, "max_frame_size: must be > 0");
+    if (rpc_threads < 1 || rpc_threads > EGM_MASTER_RPC_THREADS_MAX)
+        return egm__set_error(EGM_ERR_CONFIG, "rpc_threads: %lld, must be 1..%d",
+                              (long long)rpc_threads, EGM_MASTER_RPC_THREADS_MAX);
     egm_objects_params_t objects;
     status = object_params(config, (uint64_t)lease_ttl_ms, &objects);
     if (status != EGM_OK)
@@ -181,7 +198,18 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     egm__master_metrics_init(&master->metrics);
     master->state.lock = &master->lock;
     master->state.metrics = &master->metrics;
-    status = egm__reactor_create(&master->reactor);
+    size_t n = (size_t)rpc_threads;
+    master->reactors = egm_calloc(n, sizeof(*master->reactors), "master.threads");
+    master->servers = egm_calloc(n, sizeof(*master->servers), "master.threads");
+    master->threads = egm_calloc(n, sizeof(*master->threads), "master.threads");
+    master->thread_args = egm_calloc(n, sizeof(*master->thread_args), "master.threads");
+    if (master->reactors == NULL || master->servers == NULL || master->threads == NULL ||
+        master->thread_args == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the master");
+        goto err;
+    }
+    master->n_threads = n;
+    status = egm__reactor_create(&master->reactors[0]);
     if (status != EGM_OK)
         goto err;
     egm_rpc_server_params_t params = {
@@ -189,40 +217,53 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
         .port = (uint16_t)port,
         .max_frame_size = (size_t)max_frame,
     };
-    status = egm__rpc_server_create(master->reactor, &params, &master->server);
+    status = egm__rpc_server_create(master->reactors[0], &params, &master->servers[0]);
     if (status != EGM_OK)
         goto err;
-    for (uint16_t type = 1; type <= EGM_RPC_TYPE_MAX; type++) {
-        status = egm__rpc_server_register(master->server, type, egm__master_handle, &master->state);
-        if (status != EGM_OK)
-            goto err;
-    }
-    status = egm__reactor_add_timer(master->reactor, EGM_MASTER_TICK_MS, on_tick, master,
+    status = egm__reactor_add_timer(master->reactors[0], EGM_MASTER_TICK_MS, on_tick, master,
                                     &master->timer_id);
     if (status != EGM_OK)
         goto err;
     master->timer_added = 1;
-    master->port = egm__rpc_server_port(master->server);
+    master->port = egm__rpc_server_port(master->servers[0]);
     /* Clients on this host (loopback address) reach us over a Unix socket: same
      * frames, without the loopback TCP/IP stack. Optional: TCP serves
      * everyone when the name is taken. */
     char local_name[EGM_RPC_LOCAL_NAME_MAX] = "";
     if (listen_covers_loopback(host)) {
         snprintf(local_name, sizeof(local_name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)master->port);
-        if (egm__rpc_server_listen_unix(master->server, local_name) != EGM_OK) {
+        if (egm__rpc_server_listen_unix(master->servers[0], local_name) != EGM_OK) {
             egm_warn("master: local socket %s unavailable (%s); local clients use TCP", local_name,
                      egm_last_error());
             local_name[0] = '\0';
         }
     }
+    /* The other RPC threads share the listeners (after the Unix one exists). */
+    for (size_t i = 1; i < n; i++) {
+        status = egm__reactor_create(&master->reactors[i]);
+        if (status == EGM_OK)
+            status = egm__rpc_server_create_peer(master->reactors[i], master->servers[0],
+                                                 &master->servers[i]);
+        if (status != EGM_OK)
+            goto err;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (uint16_t type = 1; type <= EGM_RPC_TYPE_MAX; type++) {
+            status = egm__rpc_server_register(master->servers[i], type, egm__master_handle,
+                                              &master->state);
+            if (status != EGM_OK)
+                goto err;
+        }
+    }
     status = start_admin_http(master, config, host);
     if (status != EGM_OK)
         goto err;
-    egm_info("master listening on %s:%u%s%s (id %s, lease %lld ms, client ttl %lld s)",
+    egm_info("master listening on %s:%u%s%s (id %s, lease %lld ms, client ttl %lld s, %zu rpc "
+             "threads)",
              host != NULL && host[0] != '\0' ? host : "0.0.0.0", (unsigned)master->port,
              local_name[0] ? " and unix:" : "", local_name,
              egm__id_format(master->state.master_id, id_text), (long long)lease_ttl_ms,
-             (long long)client_ttl_s);
+             (long long)client_ttl_s, n);
     egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time; soft pin "
              "%llu ms; unfinished puts discarded after %llu s",
              egm_config_get(config, "placement_strategy"), objects.eviction_high_watermark,
@@ -246,14 +287,46 @@ uint16_t egm__master_http_port(const egm_master_t *master)
     return egm__http_port(master->http);
 }
 
+static void *rpc_thread_main(void *arg)
+{
+    rpc_thread_t *t = arg;
+    egm_status_t status = egm__reactor_run(t->master->reactors[t->index]);
+    if (status != EGM_OK) {
+        egm_error("master: rpc thread %zu stopped: %s; stopping the master", t->index,
+                  egm_last_error());
+        egm__master_stop(t->master);
+    }
+    return NULL;
+}
+
 egm_status_t egm__master_run(egm_master_t *master)
 {
-    return egm__reactor_run(master->reactor);
+    egm_status_t status = EGM_OK;
+    size_t started = 1;
+
+    for (; started < master->n_threads; started++) {
+        master->thread_args[started] = (rpc_thread_t){.master = master, .index = started};
+        int rc = pthread_create(&master->threads[started], NULL, rpc_thread_main,
+                                &master->thread_args[started]);
+        if (rc != 0) {
+            status = egm__set_error(egm__status_from_errno(rc),
+                                    "master: starting rpc thread %zu: %s", started, strerror(rc));
+            break;
+        }
+    }
+    if (status == EGM_OK)
+        status = egm__reactor_run(master->reactors[0]);
+    for (size_t i = 1; i < started; i++)
+        egm__reactor_stop(master->reactors[i]);
+    for (size_t i = 1; i < started; i++)
+        pthread_join(master->threads[i], NULL);
+    return status;
 }
 
 void egm__master_stop(egm_master_t *master)
 {
-    egm__reactor_stop(master->reactor);
+    for (size_t i = 0; i < master->n_threads; i++)
+        egm__reactor_stop(master->reactors[i]);
 }
 
 void egm__master_destroy(egm_master_t *master)
@@ -262,14 +335,19 @@ void egm__master_destroy(egm_master_t *master)
         return;
     egm__http_stop(master->http); /* first: its thread reads everything below */
     if (master->timer_added)
-        egm__reactor_remove_timer(master->reactor, master->timer_id);
-    if (master->server != NULL)
-        egm__rpc_server_destroy(master->server);
-    if (master->reactor != NULL)
-        egm__reactor_destroy(master->reactor);
+        egm__reactor_remove_timer(master->reactors[0], master->timer_id);
+    /* Peers before the server that owns the listeners. */
+    for (size_t i = master->n_threads; i-- > 0;)
+        egm__rpc_server_destroy(master->servers[i]);
+    for (size_t i = 0; i < master->n_threads; i++)
+        egm__reactor_destroy(master->reactors[i]);
     if (master->state_ready)
         egm__master_state_cleanup(&master->state);
     if (master->lock_ready)
         pthread_rwlock_destroy(&master->lock);
+    egm_free(master->reactors);
+    egm_free(master->servers);
+    egm_free(master->threads);
+    egm_free(master->thread_args);
     egm_free(master);
 }

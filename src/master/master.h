@@ -1,5 +1,6 @@
 /* The master: segments, allocation inside segments, the object index, leases,
- * client liveness. Never touches data. Runs on one reactor thread. */
+ * client liveness. Never touches data. Serves RPCs on `rpc_threads` threads,
+ * each with its own reactor (docs/master.md "Concurrency"). */
 #ifndef EGM_MASTER_MASTER_H
 #define EGM_MASTER_MASTER_H
 
@@ -9,14 +10,18 @@
 
 typedef struct egm_master egm_master_t;
 
-/* Reads `listen_address`, `port`, `default_kv_lease_ttl`, `client_ttl`,
- * `max_frame_size` from config and binds the RPC port (port 0 = any free),
- * and starts the admin HTTP on `http_port` (-1 = none). */
+#define EGM_MASTER_RPC_THREADS_MAX 64
+
+/* Reads the master's keys from config (`listen_address`, `port`,
+ * `rpc_threads`, `default_kv_lease_ttl`, `client_ttl`, `max_frame_size`, the
+ * object index's keys), binds the RPC port (port 0 = any free), and starts
+ * the admin HTTP on `http_port` (-1 = none). */
 egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p);
 uint16_t egm__master_port(const egm_master_t *master);
 /* The admin HTTP port; 0 when it is off. */
 uint16_t egm__master_http_port(const egm_master_t *master);
-/* Serves until egm__master_stop. */
+/* Serves until egm__master_stop: runs the first RPC thread on the caller's
+ * thread and the others on threads of its own, joined before it returns. */
 egm_status_t egm__master_run(egm_master_t *master);
 /* Thread-safe and async-signal-safe. */
 void egm__master_stop(egm_master_t *master);

@@ -154,13 +154,13 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "evictions started (high watermark or a PutStart without room)", o->eviction_runs_total},
         {"egm_master_discarded_puts_total", "counter",
          "pending objects discarded after put_start_discard_timeout_sec", o->discarded_puts_total},
-        {"egm_master_rpc_connections", "gauge", "open RPC connections (as of the latest tick)",
+        {"egm_master_rpc_connections", "gauge", "open RPC connections (every RPC thread)",
          s->server.connections_open},
         {"egm_master_rpc_connections_accepted_total", "counter",
-         "RPC connections accepted (as of the latest tick)", s->server.connections_accepted},
+         "RPC connections accepted (every RPC thread)", s->server.connections_accepted},
         {"egm_master_rpc_frames_rejected_total", "counter",
-         "RPC frames refused before a handler: bad magic, version, size, type or payload (as of "
-         "the latest tick)",
+         "RPC frames refused before a handler: bad magic, version, size, type or payload (every "
+         "RPC thread)",
          s->server.frames_rejected},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && status == EGM_OK; i++)

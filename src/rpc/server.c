@@ -1,11 +1,19 @@
 /* RPC server on the reactor: accepts connections, reads frames incrementally
  * (partial frames across reads, several frames per read), dispatches each to
  * its handler and queues the reply, flushing with EPOLLOUT when the socket
- * would block. Everything here runs on the reactor thread; only the stats are
- * read from elsewhere (atomics). */
+ * would block. Everything of a server runs on its reactor's thread; only the
+ * stats (atomics) and the inbox (its mutex) are touched from elsewhere.
+ *
+ * Several servers on several reactors (threads) may share one set of
+ * listening sockets (egm__rpc_server_create_peer): each watches them with
+ * EPOLLEXCLUSIVE, so a new connection wakes one of them, which accepts it
+ * (others that were woken get EAGAIN) and hands it to the server of the group
+ * with the fewest open connections, through that server's inbox and a task on
+ * its reactor. A connection then stays on that one thread. */
 #include "rpc/server.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -76,6 +84,18 @@ struct egm_rpc_server {
     size_t nconns;
     uint8_t *rbuf; /* READ_CHUNK scratch shared by all connections */
     egm_rpc_server_stats_t stats;
+
+    /* Listeners shared with the servers of a group; `owner` created (and
+     * closes) them. Its `group` lists every server, itself first; it is set
+     * up before any reactor runs and only read afterwards. */
+    egm_rpc_server_t *owner;
+    egm_rpc_server_t **group;
+    size_t n_group;
+    int listening; /* the listeners are in this server's reactor */
+    /* Connections another server of the group accepted for this one. */
+    pthread_mutex_t inbox_lock;
+    int *inbox; /* fd, or -1 - fd for one accepted on the Unix listener */
+    size_t n_inbox, cap_inbox;
 };
 
 static void stat_add(uint64_t *counter, int64_t delta)
@@ -423,11 +443,28 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
     conn_flush(c);
 }
 
-static void watch_listeners(egm_rpc_server_t *s, uint32_t events)
+static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg);
+
+/* The listeners in (on) or out of (off) this server's reactor. Shared
+ * listeners are registered EPOLLEXCLUSIVE, which epoll cannot modify: they
+ * are removed and added again. */
+static void watch_listeners(egm_rpc_server_t *s, int on)
 {
-    egm__reactor_modify(s->reactor, s->listen_fd, events);
-    if (s->unix_fd >= 0)
-        egm__reactor_modify(s->reactor, s->unix_fd, events);
+    if (on == s->listening)
+        return;
+    if (on) {
+        if (egm__reactor_add(s->reactor, s->listen_fd, EGM_EV_READ | EGM_EV_EXCLUSIVE, on_accept,
+                             s) != EGM_OK ||
+            (s->unix_fd >= 0 &&
+             egm__reactor_add(s->reactor, s->unix_fd, EGM_EV_READ | EGM_EV_EXCLUSIVE, on_accept,
+                              s) != EGM_OK))
+            egm_warn("rpc server: cannot watch the listening sockets again: %s", egm_last_error());
+    } else {
+        egm__reactor_remove(s->reactor, s->listen_fd);
+        if (s->unix_fd >= 0)
+            egm__reactor_remove(s->reactor, s->unix_fd);
+    }
+    s->listening = on;
 }
 
 static void resume_accepting(egm_reactor_t *reactor, void *arg)
@@ -435,7 +472,7 @@ static void resume_accepting(egm_reactor_t *reactor, void *arg)
     egm_rpc_server_t *s = arg;
     egm__reactor_remove_timer(reactor, s->resume_timer);
     s->resume_timer = 0;
-    watch_listeners(s, EGM_EV_READ);
+    watch_listeners(s, 1);
 }
 
 /* Out of descriptors: the pending connection stays in the backlog and the
@@ -453,9 +490,111 @@ static void pause_accepting(egm_rpc_server_t *s)
     watch_listeners(s, 0);
 }
 
+static uint64_t open_count(const egm_rpc_server_t *s)
+{
+    return __atomic_load_n(&s->stats.connections_open, __ATOMIC_RELAXED);
+}
+
+/* A connection this server serves from now on; connections_open already
+ * counts it. On its reactor's thread. */
+static void adopt(egm_rpc_server_t *s, int cfd, int is_unix)
+{
+    if (!is_unix)
+        egm__sock_set_nodelay(cfd);
+    rpc_conn_t *c = egm_calloc(1, sizeof(*c), "rpc_server_conn");
+    if (c == NULL) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: out of memory accepting");
+        goto err_close;
+    }
+    c->server = s;
+    c->fd = cfd;
+    c->events = EGM_EV_READ;
+    if (egm__reactor_add(s->reactor, cfd, EGM_EV_READ, conn_on_event, c) != EGM_OK) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: cannot watch a connection: %s",
+                            egm_last_error());
+        egm_free(c);
+        goto err_close;
+    }
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    stat_add(&s->stats.connections_accepted, 1);
+    if (is_unix)
+        stat_add(&s->stats.connections_unix, 1);
+    return;
+
+err_close:
+    close(cfd);
+    stat_add(&s->stats.connections_open, -1);
+}
+
+/* Takes every connection handed to this server (a task on its reactor). */
+static void drain_inbox(void *arg)
+{
+    egm_rpc_server_t *s = arg;
+    pthread_mutex_lock(&s->inbox_lock);
+    int *fds = s->inbox;
+    size_t n = s->n_inbox;
+    s->inbox = NULL;
+    s->n_inbox = s->cap_inbox = 0;
+    pthread_mutex_unlock(&s->inbox_lock);
+    for (size_t i = 0; i < n; i++)
+        adopt(s, fds[i] >= 0 ? fds[i] : -1 - fds[i], fds[i] < 0);
+    egm_free(fds);
+}
+
+/* Closes whatever is in the inbox (it can no longer be taken). */
+static void close_inbox(egm_rpc_server_t *s)
+{
+    pthread_mutex_lock(&s->inbox_lock);
+    for (size_t i = 0; i < s->n_inbox; i++) {
+        close(s->inbox[i] >= 0 ? s->inbox[i] : -1 - s->inbox[i]);
+        stat_add(&s->stats.connections_open, -1);
+    }
+    egm_free(s->inbox);
+    s->inbox = NULL;
+    s->n_inbox = s->cap_inbox = 0;
+    pthread_mutex_unlock(&s->inbox_lock);
+}
+
+/* Passes an accepted connection to server t on another thread. */
+static void hand_over(egm_rpc_server_t *t, int cfd, int is_unix)
+{
+    int post = 0, ok = 1;
+    pthread_mutex_lock(&t->inbox_lock);
+    if (t->n_inbox == t->cap_inbox) {
+        size_t cap = t->cap_inbox ? 2 * t->cap_inbox : 16;
+        int *p = egm_realloc(t->inbox, cap * sizeof(*p), "rpc_server_inbox");
+        if (p != NULL) {
+            t->inbox = p;
+            t->cap_inbox = cap;
+        } else {
+            ok = 0;
+        }
+    }
+    if (ok) {
+        post = t->n_inbox == 0; /* else a task is already on its way */
+        t->inbox[t->n_inbox++] = is_unix ? -1 - cfd : cfd;
+    }
+    pthread_mutex_unlock(&t->inbox_lock);
+    if (!ok) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: out of memory accepting");
+        close(cfd);
+        stat_add(&t->stats.connections_open, -1);
+    } else if (post && egm__reactor_post(t->reactor, drain_inbox, t) != EGM_OK) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: cannot hand a connection over: %s",
+                            egm_last_error());
+        close_inbox(t);
+    }
+}
+
 static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg)
 {
     egm_rpc_server_t *s = arg;
+    const egm_rpc_server_t *owner = s->owner;
+    (void)reactor;
     (void)events;
 
     for (int i = 0; i < 64; i++) {
@@ -464,47 +603,35 @@ static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
+                return; /* none left, or another server of the group took it */
             egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: accept failed: %s", strerror(errno));
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
                 pause_accepting(s);
             return;
         }
-        if (s->nconns >= s->max_connections) {
+        /* The least loaded server of the group serves it; this one on a tie. */
+        egm_rpc_server_t *target = s;
+        uint64_t open = 0, least = open_count(s);
+        for (size_t k = 0; k < owner->n_group; k++) {
+            uint64_t n = open_count(owner->group[k]);
+            open += n;
+            if (n < least) {
+                least = n;
+                target = owner->group[k];
+            }
+        }
+        if (open >= s->max_connections) {
             egm_log_ratelimited(EGM_LOG_WARN, 1,
-                                "rpc server: refusing a connection: %zu open (max_connections)",
-                                s->nconns);
+                                "rpc server: refusing a connection: %llu open (max_connections)",
+                                (unsigned long long)open);
             close(cfd);
             continue;
         }
-        int is_unix = fd == s->unix_fd;
-        if (!is_unix)
-            egm__sock_set_nodelay(cfd);
-        rpc_conn_t *c = egm_calloc(1, sizeof(*c), "rpc_server_conn");
-        if (c == NULL) {
-            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: out of memory accepting");
-            close(cfd);
-            continue;
-        }
-        c->server = s;
-        c->fd = cfd;
-        c->events = EGM_EV_READ;
-        if (egm__reactor_add(reactor, cfd, EGM_EV_READ, conn_on_event, c) != EGM_OK) {
-            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: cannot watch a connection: %s",
-                                egm_last_error());
-            close(cfd);
-            egm_free(c);
-            continue;
-        }
-        c->next = s->conns;
-        if (s->conns)
-            s->conns->prev = c;
-        s->conns = c;
-        s->nconns++;
-        stat_add(&s->stats.connections_accepted, 1);
-        stat_add(&s->stats.connections_open, 1);
-        if (is_unix)
-            stat_add(&s->stats.connections_unix, 1);
+        stat_add(&target->stats.connections_open, 1);
+        if (target == s)
+            adopt(s, cfd, fd == s->unix_fd);
+        else
+            hand_over(target, cfd, fd == s->unix_fd);
     }
 }
 
@@ -546,11 +673,16 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
     s->unix_fd = -1;
     s->max_frame_size = params->max_frame_size;
     s->max_connections = params->max_connections ? params->max_connections : 1024;
+    s->owner = s;
+    pthread_mutex_init(&s->inbox_lock, NULL);
     s->rbuf = egm_malloc(READ_CHUNK, "rpc_server_rbuf");
-    if (s->rbuf == NULL) {
+    s->group = egm_malloc(sizeof(*s->group), "rpc_server_group");
+    if (s->rbuf == NULL || s->group == NULL) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
         goto err_free;
     }
+    s->group[0] = s;
+    s->n_group = 1;
 
     status = egm__sock_tcp_listen(params->host ? params->host : "", params->port, &s->listen_fd,
                                   &s->port);
@@ -559,9 +691,10 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
     status = egm__sock_set_nonblock(s->listen_fd, 1);
     if (status != EGM_OK)
         goto err_close;
-    status = egm__reactor_add(reactor, s->listen_fd, EGM_EV_READ, on_accept, s);
+    status = egm__reactor_add(reactor, s->listen_fd, EGM_EV_READ | EGM_EV_EXCLUSIVE, on_accept, s);
     if (status != EGM_OK)
         goto err_close;
+    s->listening = 1;
     status = egm__reactor_add_timer(reactor, SWEEP_PERIOD_MS, on_sweep, s, &s->sweep_timer);
     if (status != EGM_OK)
         goto err_remove;
@@ -577,6 +710,65 @@ err_remove:
 err_close:
     close(s->listen_fd);
 err_free:
+    pthread_mutex_destroy(&s->inbox_lock);
+    egm_free(s->group);
+    egm_free(s->rbuf);
+    egm_free(s);
+    return status;
+}
+
+egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_t *owner,
+                                         egm_rpc_server_t **server_p)
+{
+    egm_rpc_server_t *s;
+    egm_status_t status;
+
+    *server_p = NULL;
+    if (reactor == NULL || owner == NULL || owner->owner != owner)
+        return egm__set_error(
+            EGM_ERR_INVALID_ARG,
+            "rpc server: a peer needs a reactor and a server that owns listeners");
+    egm_rpc_server_t **group =
+        egm_realloc(owner->group, (owner->n_group + 1) * sizeof(*group), "rpc_server_group");
+    if (group == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
+    owner->group = group;
+    s = egm_calloc(1, sizeof(*s), "rpc_server");
+    if (s == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
+    s->reactor = reactor;
+    s->owner = owner;
+    s->listen_fd = owner->listen_fd;
+    s->unix_fd = owner->unix_fd;
+    s->port = owner->port;
+    s->max_frame_size = owner->max_frame_size;
+    s->max_connections = owner->max_connections;
+    pthread_mutex_init(&s->inbox_lock, NULL);
+    s->rbuf = egm_malloc(READ_CHUNK, "rpc_server_rbuf");
+    if (s->rbuf == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
+        goto err_free;
+    }
+    status = egm__reactor_add_timer(reactor, SWEEP_PERIOD_MS, on_sweep, s, &s->sweep_timer);
+    if (status != EGM_OK)
+        goto err_free;
+    s->has_timer = 1;
+    watch_listeners(s, 1);
+    if (!s->listening) {
+        status = egm__set_error(EGM_ERR_IO, "rpc server: a peer cannot watch the listeners");
+        goto err_free;
+    }
+    owner->group[owner->n_group++] = s;
+    *server_p = s;
+    return EGM_OK;
+
+err_free:
+    if (s->has_timer)
+        egm__reactor_remove_timer(reactor, s->sweep_timer);
+    egm__reactor_remove(reactor, s->listen_fd); /* either may be absent */
+    if (s->unix_fd >= 0)
+        egm__reactor_remove(reactor, s->unix_fd);
+    pthread_mutex_destroy(&s->inbox_lock);
     egm_free(s->rbuf);
     egm_free(s);
     return status;
@@ -603,15 +795,21 @@ egm_status_t egm__rpc_server_listen_unix(egm_rpc_server_t *server, const char *p
     if (server->unix_fd >= 0)
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "rpc server: already listening on a Unix socket");
+    if (server->owner != server || server->n_group > 1)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "rpc server: listen on a Unix socket before creating peers");
     status = egm__sock_unix_listen(path, &fd);
     if (status != EGM_OK)
         return status;
     status = egm__sock_set_nonblock(fd, 1);
     if (status != EGM_OK)
         goto err_close;
-    status = egm__reactor_add(server->reactor, fd, EGM_EV_READ, on_accept, server);
-    if (status != EGM_OK)
-        goto err_close;
+    if (server->listening) {
+        status = egm__reactor_add(server->reactor, fd, EGM_EV_READ | EGM_EV_EXCLUSIVE, on_accept,
+                                  server);
+        if (status != EGM_OK)
+            goto err_close;
+    }
     server->unix_fd = fd;
     egm_debug("rpc server listening on unix:%s", path);
     return EGM_OK;
@@ -636,22 +834,46 @@ void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_
     stats_p->connections_unix = __atomic_load_n(&server->stats.connections_unix, __ATOMIC_RELAXED);
 }
 
+void egm__rpc_server_group_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p)
+{
+    const egm_rpc_server_t *owner = server->owner;
+    memset(stats_p, 0, sizeof(*stats_p));
+    for (size_t k = 0; k < owner->n_group; k++) {
+        egm_rpc_server_stats_t one;
+        egm__rpc_server_stats(owner->group[k], &one);
+        stats_p->connections_accepted += one.connections_accepted;
+        stats_p->connections_open += one.connections_open;
+        stats_p->requests += one.requests;
+        stats_p->frames_rejected += one.frames_rejected;
+        stats_p->connections_unix += one.connections_unix;
+    }
+}
+
 void egm__rpc_server_destroy(egm_rpc_server_t *server)
 {
     if (server == NULL)
         return;
     while (server->conns)
         conn_close(server->conns);
+    close_inbox(server);
     if (server->has_timer)
         egm__reactor_remove_timer(server->reactor, server->sweep_timer);
     if (server->resume_timer != 0)
         egm__reactor_remove_timer(server->reactor, server->resume_timer);
-    egm__reactor_remove(server->reactor, server->listen_fd);
-    close(server->listen_fd);
-    if (server->unix_fd >= 0) {
-        egm__reactor_remove(server->reactor, server->unix_fd);
-        close(server->unix_fd);
+    watch_listeners(server, 0);
+    if (server->owner == server) {
+        close(server->listen_fd);
+        if (server->unix_fd >= 0)
+            close(server->unix_fd);
+        egm_free(server->group);
+    } else {
+        /* Out of its owner's group (every reactor of the group is stopped). */
+        egm_rpc_server_t *owner = server->owner;
+        for (size_t k = 0; k < owner->n_group; k++)
+            if (owner->group[k] == server)
+                owner->group[k] = owner->group[--owner->n_group];
     }
+    pthread_mutex_destroy(&server->inbox_lock);
     egm_free(server->rbuf);
     egm_free(server);
 }

@@ -19,7 +19,8 @@ typedef struct {
     size_t len;
 } egm_rpc_reply_t;
 
-/* Called on the reactor thread. Return EGM_OK with *reply filled (len 0 is
+/* Called on the reactor thread (of each server of a group: make it
+ * thread-safe for a group). Return EGM_OK with *reply filled (len 0 is
  * allowed), or an error: the peer then gets an ErrorReply with that status and
  * egm_last_error()'s text. */
 typedef egm_status_t (*egm_rpc_handler_t)(void *arg, uint16_t type, const uint8_t *payload,
@@ -55,9 +56,24 @@ egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
  * At most one per server; call before the reactor runs or on its thread. Fails
  * (the server keeps serving TCP) when the name is taken. */
 egm_status_t egm__rpc_server_listen_unix(egm_rpc_server_t *server, const char *path);
+/* Another server, on another reactor (thread), serving the listening sockets
+ * of `owner` (a server made by egm__rpc_server_create, after its
+ * egm__rpc_server_listen_unix): every server of the group watches them
+ * (EPOLLEXCLUSIVE), and the one that accepts a connection hands it to the
+ * server of the group with the fewest open connections. max_frame_size and
+ * max_connections (for the whole group) are the owner's; handlers are
+ * registered on each server. Create peers before any reactor of the group
+ * runs. */
+egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_t *owner,
+                                         egm_rpc_server_t **server_p);
 uint16_t egm__rpc_server_port(const egm_rpc_server_t *server);
+/* This server's connections and frames. */
 void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p);
-/* Closes every connection. Call on the reactor thread or when it is not running. */
+/* Summed over the server's group (its owner and every peer). Thread-safe. */
+void egm__rpc_server_group_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p);
+/* Closes every connection (and the listeners, for an owner). Call on the
+ * reactor thread or when it is not running; for a group, with every reactor
+ * of the group stopped, and the peers before their owner. */
 void egm__rpc_server_destroy(egm_rpc_server_t *server);
 
 #endif

@@ -16,6 +16,7 @@ const char *const egm__master_keys[] = {
     "listen_address",
     "port",
     "http_port",
+    "rpc_threads",
     "client_ttl",
     "default_kv_lease_ttl",
     "default_kv_soft_pin_ttl",

@@ -35,6 +35,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"listen_address", "0.0.0.0"},
         {"port", "50051"},
         {"http_port", "9003"},
+        {"rpc_threads", "4"},
         {"local_hostname", ""},
         {"protocol", "auto"},
         {"global_segment_size", "0"},
@@ -197,6 +198,12 @@ static void test_set_validates_each_type(void **state)
     assert_int_equal(egm_config_set(c, "port", " 80"), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_set(c, "port", "99999999999999999999999"), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_get_int(c, "port"), 65535);
+    assert_int_equal(egm_config_set(c, "rpc_threads", "1"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "rpc_threads", "64"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "rpc_threads", "0"), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(), "rpc_threads: 0 is out of range 1..64");
+    assert_int_equal(egm_config_set(c, "rpc_threads", "65"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_get_int(c, "rpc_threads"), 64);
     assert_int_equal(egm_config_set(c, "replica_num", "0"), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_set(c, "replica_num", "16"), EGM_OK);
     assert_int_equal(egm_config_set(c, "replica_num", "17"), EGM_ERR_CONFIG);

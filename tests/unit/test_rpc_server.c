@@ -3,7 +3,8 @@
  * disturbing well-formed peers, handler errors travel back with their text,
  * timeouts drop late replies, a lost connection fails calls and the next call
  * reconnects; clients of a loopback address reach a server's local Unix socket
- * when they prefer it and it exists, and TCP otherwise. */
+ * when they prefer it and it exists, and TCP otherwise; servers on several
+ * threads sharing listeners split the connections between them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1137,6 +1138,116 @@ static void test_local_socket_name_clash(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+/* --- several servers sharing listeners (a group) ----------------------------- */
+
+/* Answers the index of the server that ran it (its arg). */
+static egm_status_t whoami_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                   egm_rpc_reply_t *reply)
+{
+    (void)type;
+    (void)payload;
+    (void)len;
+    reply->buf = egm_malloc(1, "test_whoami");
+    if (reply->buf == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "whoami");
+    reply->buf[0] = (uint8_t)('0' + (uintptr_t)arg);
+    reply->len = 1;
+    return EGM_OK;
+}
+
+/* Which server answered on fd: '0' or '1'. */
+static char raw_whoami(int fd, uint64_t id)
+{
+    uint8_t buf[64];
+    egm_frame_header_t h;
+    size_t n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, id, NULL, 0);
+    raw_send(fd, buf, n);
+    raw_read_frame(fd, &h, buf, sizeof(buf));
+    assert_int_equal(h.flags, EGM_FRAME_REPLY);
+    assert_true(h.request_id == id);
+    assert_int_equal(h.length, 1);
+    return (char)buf[0];
+}
+
+/* An owner and a peer on two reactor threads share the TCP and Unix
+ * listeners: connections opened one after another (each answered before the
+ * next) go to the server with fewer open ones, so each serves half, whichever
+ * thread accepted them; the group's connection cap and stats cover both. */
+static void test_peer_group_spreads_connections(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    egm_reactor_t *reactors[2];
+    egm_rpc_server_t *servers[2];
+    pthread_t threads[2];
+    char name[EGM_RPC_LOCAL_NAME_MAX];
+    egm_rpc_server_params_t params = {
+        .host = "127.0.0.1", .port = 0, .max_frame_size = MAX_FRAME, .max_connections = 8};
+
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(egm__reactor_create(&reactors[i]), EGM_OK);
+    assert_int_equal(egm__rpc_server_create(reactors[0], &params, &servers[0]), EGM_OK);
+    uint16_t port = egm__rpc_server_port(servers[0]);
+    snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)port);
+    assert_int_equal(egm__rpc_server_listen_unix(servers[0], name), EGM_OK);
+    assert_int_equal(egm__rpc_server_create_peer(reactors[1], servers[0], &servers[1]), EGM_OK);
+    assert_int_equal(egm__rpc_server_port(servers[1]), port);
+    /* A Unix listener comes before the peers. */
+    assert_int_equal(egm__rpc_server_listen_unix(servers[0], "@egmstore-test-late"),
+                     EGM_ERR_INVALID_ARG);
+    for (uintptr_t i = 0; i < 2; i++)
+        assert_int_equal(egm__rpc_server_register(servers[i], TYPE_ECHO, whoami_handler, (void *)i),
+                         EGM_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, reactor_main, reactors[i]), 0);
+
+    int fds[8], served[2] = {0, 0};
+    for (int i = 0; i < 8; i++) {
+        fds[i] = i % 2 ? raw_connect_unix(name) : raw_connect(port);
+        char who = raw_whoami(fds[i], (uint64_t)i + 1);
+        assert_true(who == '0' || who == '1');
+        served[who - '0']++;
+        assert_int_equal(raw_whoami(fds[i], 100 + (uint64_t)i), who); /* it stays there */
+    }
+    assert_int_equal(served[0], 4);
+    assert_int_equal(served[1], 4);
+    egm_rpc_server_stats_t st, one;
+    egm__rpc_server_group_stats(servers[1], &st);
+    assert_int_equal(st.connections_open, 8);
+    assert_int_equal(st.connections_accepted, 8);
+    assert_int_equal(st.connections_unix, 4);
+    assert_int_equal(st.requests, 16);
+    for (int i = 0; i < 2; i++) {
+        egm__rpc_server_stats(servers[i], &one);
+        assert_int_equal(one.connections_open, 4);
+        assert_int_equal(one.requests, 8);
+    }
+
+    /* The cap is the group's: a ninth connection is closed at once. */
+    int extra = raw_connect(port);
+    raw_expect_eof(extra);
+    close(extra);
+
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+    for (int k = 0; k < 500; k++) {
+        egm__rpc_server_group_stats(servers[0], &st);
+        if (st.connections_open == 0)
+            break;
+        egm__sleep_ms(10);
+    }
+    assert_int_equal(st.connections_open, 0);
+    for (int i = 0; i < 2; i++) {
+        egm__reactor_stop(reactors[i]);
+        pthread_join(threads[i], NULL);
+    }
+    egm__rpc_server_destroy(servers[1]); /* peers first */
+    egm__rpc_server_destroy(servers[0]);
+    for (int i = 0; i < 2; i++)
+        egm__reactor_destroy(reactors[i]);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1154,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_local_socket_preferred),
         cmocka_unit_test(test_local_socket_fallback),
         cmocka_unit_test(test_local_socket_name_clash),
+        cmocka_unit_test(test_peer_group_spreads_connections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
