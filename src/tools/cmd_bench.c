@@ -1201,12 +1201,16 @@ int egm__cmd_bench(int argc, char **argv)
         return EGM_EXIT_FAIL;
     egm__log_set_component("bench");
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("%s", bench_usage);
+        printf("%s\nData workloads: egmstore bench data --help\n", bench_usage);
         egm_free(rest);
         return EGM_EXIT_OK;
     }
+    if (argc >= 1 && strcmp(argv[0], "data") == 0) {
+        egm_free(rest);
+        return egm__cmd_bench_data(argc - 1, argv + 1);
+    }
     if (argc < 1 || strcmp(argv[0], "meta") != 0) {
-        fprintf(stderr, "egmstore: error: bench: which benchmark? (egmstore bench meta)\n");
+        fprintf(stderr, "egmstore: error: bench: which benchmark? (egmstore bench meta|data)\n");
         egm_free(rest);
         return EGM_EXIT_USAGE;
     }

@@ -1,0 +1,414 @@
+/* bench data: the command's flags, their defaults (normal and --smoke), the
+ * combinations refused, and the "config" object of the JSON document. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/config_int.h"
+#include "tools/bench_data.h"
+
+const char egm__bdata_usage[] =
+    "Usage: egmstore bench data [--workload single,batch,mixed,full] [--sizes 4KiB,...,256MiB]\n"
+    "                           [--keys 8192] [--block 64KiB] [--dist uniform,zipf:0.99]\n"
+    "                           [--read-ratio 0.9] [--clients 1,8] [--procs 1,2]\n"
+    "                           [--protocol shm,tcp|nvlink,tcp] [--memory host|gpu[:N]]\n"
+    "                           [--pool auto|host|egm] [--pool-size SIZE] [--max-memory SIZE]\n"
+    "                           [--seconds S | --iters N] [--fill 0.88] [--no-ceiling]\n"
+    "                           [--shared-client] [--smoke] [--master HOST:PORT] [--out FILE]\n\n"
+    "Puts and gets through the client library, every get checked byte for byte, with the copy\n"
+    "ceiling measured in the same run. Without --master it starts a master in this process and\n"
+    "one provider process (a pool of --pool-size) on free loopback ports. Progress lines go to\n"
+    "stderr, a table to stdout, every figure to --out as JSON (docs/benchmarks.md).\n\n"
+    "  --workload LIST    single: put then get of one object per call, for each of --sizes;\n"
+    "                     batch: batch put and get of --keys blocks of --block, scattered in one\n"
+    "                     registered buffer; mixed: gets of a preloaded keyspace of --keys\n"
+    "                     blocks (drawn by --dist) and puts of new keys, --read-ratio of them\n"
+    "                     gets; full: puts into a pool filled to --fill, the master evicting\n"
+    "                     (default all four)\n"
+    "  --clients LIST     client threads per process, each with its own client (default 1,8)\n"
+    "  --shared-client    the threads of a process share one client instead\n"
+    "  --procs LIST       processes (copies of this command) running the clients (default 1)\n"
+    "  --protocol LIST    transports, each run in turn (default shm,tcp; nvlink,tcp with GPU\n"
+    "                     memory, where tcp is the staging path); also --protocols\n"
+    "  --memory host|gpu[:N]  where the clients' buffers live (default host); --gpu = gpu:0\n"
+    "  --pool auto|host|egm   the provider's pool: host memfd, or the EGM Store pool (CUDA\n"
+    "                     HOST_NUMA memory; auto = egm when nvlink is asked for)\n"
+    "  --pool-size SIZE   the embedded provider's capacity (default 2GiB)\n"
+    "  --max-memory SIZE  host memory the buffers and pool may take; a phase that needs more\n"
+    "                     is skipped and listed (default 60% of MemAvailable)\n"
+    "  --seconds S        length of each phase (default 2); --iters N: calls per client instead\n"
+    "  --fill R           full: share of the pool filled before the timed puts (default 0.88)\n"
+    "  --no-ceiling       skip the memcpy / cuMemcpy ceiling measurements\n"
+    "  --smoke            a seconds-long run of every workload with tiny sizes (CI)\n";
+
+typedef struct {
+    const char *name;
+    int has_value;
+} flag_t;
+
+static const flag_t flags[] = {
+    {"--workload", 1},   {"--sizes", 1},        {"--keys", 1},        {"--block", 1},
+    {"--dist", 1},       {"--read-ratio", 1},   {"--clients", 1},     {"--procs", 1},
+    {"--protocol", 1},   {"--memory", 1},       {"--pool", 1},        {"--pool-size", 1},
+    {"--max-memory", 1}, {"--seconds", 1},      {"--iters", 1},       {"--fill", 1},
+    {"--out", 1},        {"--ceiling", 0},      {"--no-ceiling", 0},  {"--shared-client", 0},
+    {"--smoke", 0},      {"--child-index", 1},  {"--child-procs", 1}, {"--child-go-fd", 1},
+    {"--child-dir", 1},  {"--child-prefix", 1}, {"--protocols", 1},   {"--gpu", 0},
+};
+
+static int parse_workloads(const char *text, unsigned *out)
+{
+    static const char *const names[] = {"single", "batch", "mixed", "full"};
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", text);
+    *out = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        unsigned bit = 0;
+        for (int w = 0; w < EGM_BDATA_N_WORKLOADS; w++)
+            if (strcmp(tok, names[w]) == 0)
+                bit = 1u << w;
+        if (strcmp(tok, "all") == 0)
+            bit = (1u << EGM_BDATA_N_WORKLOADS) - 1;
+        if (bit == 0) {
+            fprintf(stderr,
+                    "egmstore: error: --workload: \"%s\", must be single, batch, mixed, full or "
+                    "all (comma separated)\n",
+                    tok);
+            return -1;
+        }
+        *out |= bit;
+    }
+    return *out != 0 ? 0 : -1;
+}
+
+static int parse_dists(const char *text, egm_bdata_opts_t *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", text);
+    o->n_dists = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        double s = 0;
+        if (o->n_dists == EGM_BDATA_MAX_LIST)
+            return -1;
+        if (strcmp(tok, "zipf") == 0)
+            s = 0.99;
+        else if (strncmp(tok, "zipf:", 5) == 0) {
+            if (egm__bench_parse_double("--dist zipf:S", tok + 5, 0.01, 10, &s) != 0)
+                return -1;
+        } else if (strcmp(tok, "uniform") != 0) {
+            fprintf(stderr, "egmstore: error: --dist: \"%s\", must be uniform or zipf:S\n", tok);
+            return -1;
+        }
+        o->zipf[o->n_dists++] = s;
+    }
+    return o->n_dists > 0 ? 0 : -1;
+}
+
+static int parse_protocols(const char *text, egm_bdata_opts_t *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", text);
+    o->n_protocols = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        int p = -1;
+        for (int k = EGM_BDATA_SHM; k <= EGM_BDATA_NVLINK; k++)
+            if (strcmp(tok, egm__bdata_proto_name((egm_bdata_proto_t)k)) == 0)
+                p = k;
+        if (p < 0 || o->n_protocols == 3) {
+            fprintf(stderr, "egmstore: error: --protocol: \"%s\", must be shm, tcp or nvlink\n",
+                    tok);
+            return -1;
+        }
+        o->protocols[o->n_protocols++] = (egm_bdata_proto_t)p;
+    }
+    return o->n_protocols > 0 ? 0 : -1;
+}
+
+static int parse_memory(const char *text, egm_bdata_opts_t *o)
+{
+    char *end = NULL;
+    o->gpu = strncmp(text, "gpu", 3) == 0;
+    o->device = 0;
+    if (strcmp(text, "host") == 0 || strcmp(text, "gpu") == 0)
+        return 0;
+    if (o->gpu && text[3] == ':') {
+        long d = strtol(text + 4, &end, 10);
+        if (text[4] != '\0' && *end == '\0' && d >= 0 && d < 1024) {
+            o->device = (int)d;
+            return 0;
+        }
+    }
+    fprintf(stderr, "egmstore: error: --memory: \"%s\", must be host, gpu or gpu:N\n", text);
+    return -1;
+}
+
+static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end = NULL;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] == '\0' || text[0] == '-' || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "egmstore: error: %s: \"%s\", must be an integer %llu..%llu\n", flag, text,
+                (unsigned long long)min, (unsigned long long)max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_size(const char *flag, const char *text, uint64_t min, uint64_t *out)
+{
+    int n = 0;
+    return egm__bench_parse_sizes(flag, text, min, out, 1, &n);
+}
+
+static int parse_pool(const char *text, egm_bdata_opts_t *o)
+{
+    if (strcmp(text, "auto") == 0 || strcmp(text, "host") == 0 || strcmp(text, "egm") == 0) {
+        o->pool_egm = strcmp(text, "auto") == 0 ? -1 : strcmp(text, "egm") == 0;
+        return 0;
+    }
+    fprintf(stderr, "egmstore: error: --pool: \"%s\", must be auto, host or egm\n", text);
+    return -1;
+}
+
+/* One flag with its value; 0 or -1 after printing why. */
+static int apply(egm_bdata_opts_t *o, const char *name, const char *v)
+{
+    uint64_t u = 0;
+    int rc = 0;
+    if (strcmp(name, "--workload") == 0)
+        rc = parse_workloads(v, &o->workloads);
+    else if (strcmp(name, "--sizes") == 0)
+        rc = egm__bench_parse_sizes(name, v, 1, o->sizes, EGM_BDATA_MAX_LIST, &o->n_sizes);
+    else if (strcmp(name, "--keys") == 0)
+        rc = parse_u64(name, v, 1, 1u << 24, &o->keys);
+    else if (strcmp(name, "--block") == 0)
+        rc = parse_size(name, v, 1, &o->block);
+    else if (strcmp(name, "--dist") == 0)
+        rc = parse_dists(v, o);
+    else if (strcmp(name, "--read-ratio") == 0)
+        rc = egm__bench_parse_double(name, v, 0, 1, &o->read_ratio);
+    else if (strcmp(name, "--clients") == 0)
+        rc = egm__bench_parse_ints(name, v, 1, 1024, o->clients, EGM_BDATA_MAX_LIST, &o->n_clients);
+    else if (strcmp(name, "--procs") == 0)
+        rc = egm__bench_parse_ints(name, v, 1, 256, o->procs, EGM_BDATA_MAX_LIST, &o->n_procs);
+    else if (strcmp(name, "--protocol") == 0 || strcmp(name, "--protocols") == 0)
+        rc = parse_protocols(v, o);
+    else if (strcmp(name, "--gpu") == 0)
+        rc = parse_memory("gpu", o);
+    else if (strcmp(name, "--memory") == 0)
+        rc = parse_memory(v, o);
+    else if (strcmp(name, "--pool") == 0)
+        rc = parse_pool(v, o);
+    else if (strcmp(name, "--pool-size") == 0)
+        rc = parse_size(name, v, 1u << 20, &o->pool_size);
+    else if (strcmp(name, "--max-memory") == 0)
+        rc = parse_size(name, v, 1u << 20, &o->max_memory);
+    else if (strcmp(name, "--seconds") == 0)
+        rc = egm__bench_parse_double(name, v, 0.001, 3600, &o->seconds);
+    else if (strcmp(name, "--iters") == 0)
+        rc = parse_u64(name, v, 1, 1000000000ull, &o->iters);
+    else if (strcmp(name, "--fill") == 0)
+        rc = egm__bench_parse_double(name, v, 0.01, 0.99, &o->fill);
+    else if (strcmp(name, "--out") == 0)
+        o->out = v;
+    else if (strcmp(name, "--ceiling") == 0 || strcmp(name, "--no-ceiling") == 0)
+        o->ceiling = strcmp(name, "--ceiling") == 0;
+    else if (strcmp(name, "--shared-client") == 0)
+        o->shared_client = 1;
+    else if (strcmp(name, "--smoke") == 0)
+        o->smoke = 1;
+    else if (strcmp(name, "--child-dir") == 0)
+        o->child_dir = v;
+    else if (strcmp(name, "--child-prefix") == 0)
+        o->child_prefix = v;
+    else {
+        rc = parse_u64(name, v, 0, 1u << 30, &u);
+        if (strcmp(name, "--child-index") == 0)
+            o->child_index = (int)u;
+        else if (strcmp(name, "--child-procs") == 0)
+            o->child_procs = (int)u;
+        else
+            o->child_go_fd = (int)u;
+        o->child = 1;
+    }
+    return rc;
+}
+
+int egm__bdata_parse(int argc, char **argv, egm_bdata_opts_t *o, char **rest, int *n_rest)
+{
+    *n_rest = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i], *eq = strchr(arg, '=');
+        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        const flag_t *flag = NULL;
+        char name[64];
+        for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
+            if (nlen == strlen(flags[k].name) && strncmp(arg, flags[k].name, nlen) == 0)
+                flag = &flags[k];
+        if (flag == NULL) {
+            rest[(*n_rest)++] = argv[i];
+            continue;
+        }
+        snprintf(name, sizeof(name), "%.*s", (int)nlen, arg);
+        const char *value = eq != NULL ? eq + 1 : NULL;
+        if (flag->has_value && value == NULL) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "egmstore: error: %s needs a value\n", name);
+                return -1;
+            }
+            value = argv[++i];
+        } else if (!flag->has_value && value != NULL) {
+            fprintf(stderr, "egmstore: error: %s takes no value\n", name);
+            return -1;
+        }
+        if (apply(o, name, value) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- defaults ---------------------------------------------------------------- */
+
+static void default_lists(egm_bdata_opts_t *o)
+{
+    static const uint64_t sizes[] = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 256u << 20};
+    static const uint64_t smoke_sizes[] = {4u << 10, 64u << 10, 1u << 20};
+    if (o->n_sizes == 0) {
+        const uint64_t *v = o->smoke ? smoke_sizes : sizes;
+        o->n_sizes = o->smoke ? 3 : 5;
+        memcpy(o->sizes, v, (size_t)o->n_sizes * sizeof(*v));
+    }
+    if (o->n_dists == 0) {
+        o->zipf[0] = 0;
+        o->zipf[1] = 0.99;
+        o->n_dists = 2;
+    }
+    if (o->n_clients == 0) {
+        o->clients[0] = o->smoke ? 2 : 1;
+        o->clients[1] = 8;
+        o->n_clients = o->smoke ? 1 : 2;
+    }
+    if (o->n_procs == 0) {
+        o->procs[0] = 1;
+        o->procs[1] = 2;
+        o->n_procs = o->smoke ? 2 : 1;
+    }
+    if (o->n_protocols == 0) {
+        o->protocols[0] = o->gpu ? EGM_BDATA_NVLINK : EGM_BDATA_SHM;
+        o->protocols[1] = EGM_BDATA_TCP;
+        o->n_protocols = 2;
+    }
+}
+
+static void default_numbers(egm_bdata_opts_t *o)
+{
+    if (o->workloads == 0)
+        o->workloads = (1u << EGM_BDATA_N_WORKLOADS) - 1;
+    if (o->keys == 0)
+        o->keys = o->smoke ? 64 : 8192;
+    if (o->block == 0)
+        o->block = o->smoke ? 16u << 10 : 64u << 10;
+    if (o->read_ratio < 0)
+        o->read_ratio = 0.9;
+    if (o->pool_size == 0)
+        o->pool_size = o->smoke ? 128ull << 20 : 2ull << 30;
+    if (o->max_memory == 0)
+        o->max_memory = egm__bench_mem_available() / 10 * 6;
+    if (o->seconds == 0 && o->iters == 0)
+        o->seconds = o->smoke ? 0.1 : 2;
+    if (o->fill == 0) /* smoke: nearly no room, so that even a short phase evicts */
+        o->fill = o->smoke ? 0.99 : 0.88;
+    if (o->ceiling < 0)
+        o->ceiling = !o->child;
+}
+
+static int refuse(const char *why)
+{
+    fprintf(stderr, "egmstore: error: %s\n", why);
+    return -1;
+}
+
+int egm__bdata_defaults(egm_bdata_opts_t *o, int embedded)
+{
+    int nvlink = 0, shm = 0;
+    if (o->seconds > 0 && o->iters > 0)
+        return refuse("--seconds and --iters: give one or the other");
+    default_lists(o);
+    default_numbers(o);
+    for (int i = 0; i < o->n_protocols; i++) {
+        nvlink |= o->protocols[i] == EGM_BDATA_NVLINK;
+        shm |= o->protocols[i] == EGM_BDATA_SHM;
+    }
+    if (nvlink && !o->gpu)
+        return refuse("--protocol nvlink needs --memory gpu (nvlink copies between a GPU and "
+                      "the pool)");
+    if (o->pool_egm < 0)
+        o->pool_egm = nvlink;
+    if (o->pool_egm && shm && embedded)
+        return refuse("--protocol shm needs --pool host: the EGM pool is CUDA memory, which "
+                      "shm cannot map");
+    if (o->block > o->pool_size)
+        return refuse("--block is larger than --pool-size");
+    if (o->child && (o->child_dir == NULL || o->child_prefix == NULL || o->child_procs < 1))
+        return refuse("--child-*: internal flags of --procs, all of them or none");
+    return 0;
+}
+
+/* ---- the JSON config object ---------------------------------------------------- */
+
+static void json_u64_list(FILE *f, const char *name, const uint64_t *v, int n)
+{
+    fprintf(f, "\"%s\": [", name);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)v[i]);
+    fprintf(f, "], ");
+}
+
+static void json_int_list(FILE *f, const char *name, const int *v, int n)
+{
+    fprintf(f, "\"%s\": [", name);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%d", i ? ", " : "", v[i]);
+    fprintf(f, "], ");
+}
+
+void egm__bdata_json_config(FILE *f, const egm_bdata_run_t *r)
+{
+    const egm_bdata_opts_t *o = &r->o;
+    fprintf(f, "{\"workloads\": [");
+    for (int w = 0, k = 0; w < EGM_BDATA_N_WORKLOADS; w++)
+        if (o->workloads & (1u << w))
+            fprintf(f, "%s\"%s\"", k++ ? ", " : "", egm__bdata_workload_name(w));
+    fprintf(f, "], ");
+    json_u64_list(f, "sizes", o->sizes, o->n_sizes);
+    fprintf(f, "\"keys\": %llu, \"block\": %llu, \"dists\": [", (unsigned long long)o->keys,
+            (unsigned long long)o->block);
+    for (int i = 0; i < o->n_dists; i++) {
+        if (o->zipf[i] > 0)
+            fprintf(f, "%s\"zipf-%g\"", i ? ", " : "", o->zipf[i]);
+        else
+            fprintf(f, "%s\"uniform\"", i ? ", " : "");
+    }
+    fprintf(f, "], \"read_ratio\": %g, ", o->read_ratio);
+    json_int_list(f, "clients", o->clients, o->n_clients);
+    json_int_list(f, "procs", o->procs, o->n_procs);
+    fprintf(f, "\"protocols\": [");
+    for (int i = 0; i < o->n_protocols; i++)
+        fprintf(f, "%s\"%s\"", i ? ", " : "", egm__bdata_proto_name(o->protocols[i]));
+    fprintf(f, "], \"memory\": \"%s\", \"device\": %d, \"pool\": \"%s\", \"pool_size\": %llu, ",
+            o->gpu ? "gpu" : "host", o->device, o->pool_egm ? "egm" : "host",
+            (unsigned long long)o->pool_size);
+    fprintf(f, "\"max_memory\": %llu, \"seconds\": %g, \"iters\": %llu, \"fill\": %g, ",
+            (unsigned long long)o->max_memory, o->seconds, (unsigned long long)o->iters, o->fill);
+    fprintf(f, "\"ceiling\": %s, \"smoke\": %s, \"client_mode\": \"%s\", \"replica_num\": 1, ",
+            o->ceiling ? "true" : "false", o->smoke ? "true" : "false",
+            o->shared_client ? "shared" : "per-thread");
+    fprintf(f, "\"master\": ");
+    egm__bench_json_str(f, r->embedded ? "embedded" : r->master_addr);
+    fprintf(f, ", \"key_prefix\": ");
+    egm__bench_json_str(f, r->prefix);
+    fprintf(f, "}");
+}

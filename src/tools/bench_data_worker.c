@@ -1,0 +1,204 @@
+/* bench data: one client thread's state (client, registered buffers, key
+ * arguments) and what every workload does with it: name keys, time a call,
+ * count an error, check an object, remove keys. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "tools/bench_data.h"
+
+egm_status_t egm__bdata_worker_init(egm_bdata_run_t *r, egm_bdata_worker_t *w, int index,
+                                    egm_client_t *shared)
+{
+    memset(w, 0, sizeof(*w));
+    w->r = r;
+    w->index = index;
+    w->global = r->proc_index * r->clients + index;
+    w->rng = egm__bdata_seed((uint64_t)w->global, 0x5eed, r->started_unix_ms) | 1;
+    if (shared != NULL) {
+        w->client = shared;
+        return EGM_OK;
+    }
+    egm_config_t *config = NULL;
+    egm_status_t status = egm__bdata_client_config(r, &config);
+    if (status == EGM_OK)
+        status = egm_client_create(config, &w->client);
+    egm_config_destroy(config);
+    w->own_client = status == EGM_OK;
+    return status;
+}
+
+static void release_buffers(egm_bdata_worker_t *w)
+{
+    const egm_bdata_mem_t *m = &w->r->mem;
+    if (w->src.ptr != NULL)
+        egm_unregister_buffer(w->client, w->src.ptr);
+    if (w->dst.ptr != NULL)
+        egm_unregister_buffer(w->client, w->dst.ptr);
+    egm__bdata_buf_free(m, &w->src);
+    egm__bdata_buf_free(m, &w->dst);
+}
+
+void egm__bdata_worker_cleanup(egm_bdata_worker_t *w)
+{
+    if (w->r == NULL)
+        return;
+    release_buffers(w);
+    egm__bdata_staging_free(&w->r->mem, &w->staging);
+    if (w->own_client)
+        egm_client_destroy(w->client);
+    egm_free(w->names);
+    egm_free(w->keys);
+    egm_free(w->srcs);
+    egm_free(w->dsts);
+    egm_free(w->lens);
+    egm_free(w->sizes);
+    egm_free(w->perm);
+    egm_free(w->results);
+    egm_free(w->versions);
+    egm__bdata_stats_free(&w->st, 1);
+    memset(w, 0, sizeof(*w));
+}
+
+egm_status_t egm__bdata_worker_buffers(egm_bdata_worker_t *w, size_t len)
+{
+    const egm_bdata_mem_t *m = &w->r->mem;
+    egm_status_t status;
+
+    if (w->src.ptr != NULL && w->src.len == len)
+        return EGM_OK;
+    release_buffers(w);
+    status = egm__bdata_buf_alloc(m, len, &w->src);
+    if (status == EGM_OK)
+        status = egm__bdata_buf_alloc(m, len, &w->dst);
+    /* Zero-copy calls need registered memory, as in Mooncake. */
+    if (status == EGM_OK)
+        status = egm_register_buffer(w->client, w->src.ptr, len);
+    if (status == EGM_OK)
+        status = egm_register_buffer(w->client, w->dst.ptr, len);
+    if (status != EGM_OK) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", egm_last_error());
+        release_buffers(w);
+        return egm__set_error(status, "two %zu-byte buffers: %s", len, why);
+    }
+    return EGM_OK;
+}
+
+#define GROW(field, n, site)                                                                       \
+    do {                                                                                           \
+        void *p_ = egm_realloc(w->field, (n) * sizeof(*w->field), site);                           \
+        if (p_ == NULL)                                                                            \
+            return egm__set_error(EGM_ERR_NO_MEMORY, "arguments for %zu keys", (size_t)(n));       \
+        w->field = p_;                                                                             \
+    } while (0)
+
+egm_status_t egm__bdata_worker_keys(egm_bdata_worker_t *w, size_t n)
+{
+    if (n <= w->cap_keys)
+        return EGM_OK;
+    GROW(names, n, "bench.keys");
+    GROW(keys, n, "bench.keys");
+    GROW(srcs, n, "bench.keys");
+    GROW(dsts, n, "bench.keys");
+    GROW(lens, n, "bench.keys");
+    GROW(sizes, n, "bench.keys");
+    GROW(perm, n, "bench.keys");
+    GROW(results, n, "bench.keys");
+    GROW(versions, n, "bench.keys");
+    for (size_t i = 0; i < n; i++)
+        w->keys[i] = w->names[i];
+    w->cap_keys = n;
+    return EGM_OK;
+}
+
+void egm__bdata_key(const egm_bdata_worker_t *w, char *key, const char *what, uint64_t a,
+                    uint64_t b)
+{
+    const egm_bdata_run_t *r = w->r;
+    snprintf(key, EGM_BDATA_KEY_LEN, "%s/%s/%dx%d/%s/%llu/%llu", r->prefix,
+             egm__bdata_proto_name(r->proto), r->procs, r->clients, what, (unsigned long long)a,
+             (unsigned long long)b);
+}
+
+void egm__bdata_timed(egm_bdata_worker_t *w, egm_bench_samples_t *extra, uint64_t t0, uint64_t t1,
+                      uint64_t bytes, uint64_t keys)
+{
+    egm_bdata_stats_t *st = &w->st;
+    st->calls++;
+    st->busy_ns += t1 - t0;
+    st->bytes += bytes;
+    st->keys += keys;
+    if (egm__bench_samples_add(&st->lat, t1 - t0) != EGM_OK ||
+        (extra != NULL && egm__bench_samples_add(extra, t1 - t0) != EGM_OK)) {
+        egm__bdata_error(w, 1, "latency samples: out of memory");
+        w->stop = 1;
+    }
+}
+
+void egm__bdata_error(egm_bdata_worker_t *w, uint64_t n, const char *fmt, ...)
+{
+    va_list ap;
+    w->st.errors += n;
+    if (w->st.error[0] != '\0')
+        return;
+    va_start(ap, fmt);
+    vsnprintf(w->st.error, sizeof(w->st.error), fmt, ap);
+    va_end(ap);
+}
+
+void egm__bdata_verify(egm_bdata_worker_t *w, size_t at, size_t len, uint64_t seed, const char *key)
+{
+    int bad = 0;
+    egm_status_t status = egm__bdata_check(&w->r->mem, &w->staging, &w->dst, at, len, seed, &bad);
+    if (status != EGM_OK)
+        egm__bdata_error(w, 1, "checking %s: %s", key, egm_last_error());
+    else if (bad)
+        egm__bdata_error(w, 1, "get %s: %s", key, egm_last_error());
+}
+
+void egm__bdata_remove(egm_bdata_worker_t *w, size_t n)
+{
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t k = n - i < 1024 ? n - i : 1024;
+        egm_status_t status = egm_batch_remove(w->client, k, w->keys + i, 1, w->results + i);
+        for (size_t j = 0; j < k; j++) {
+            egm_status_t s = status != EGM_OK ? status : w->results[i + j];
+            if (s != EGM_OK && s != EGM_ERR_NOT_FOUND) {
+                egm__bdata_error(w, 1, "remove %s: %s", w->keys[i + j], egm_status_string(s));
+                break;
+            }
+        }
+    }
+}
+
+uint64_t egm__bdata_rand(egm_bdata_worker_t *w)
+{
+    uint64_t x = w->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return w->rng = x;
+}
+
+void egm__bdata_warm(egm_bdata_worker_t *w)
+{
+    char key[EGM_BDATA_KEY_LEN];
+    size_t len = w->src.len < 4096 ? w->src.len : 4096, got = 0;
+    uint64_t seed = egm__bdata_seed((uint64_t)w->global, 0x3a3a, 0);
+
+    egm__bdata_key(w, key, "warm", (uint64_t)w->global, 0);
+    egm_status_t status = egm__bdata_fill(&w->r->mem, &w->staging, &w->src, 0, len, seed);
+    if (status == EGM_OK)
+        status = egm_put_from(w->client, key, w->src.ptr, len, NULL);
+    if (status == EGM_OK)
+        status = egm_get_into(w->client, key, w->dst.ptr, w->dst.len, &got);
+    if (status != EGM_OK)
+        egm__bdata_error(w, 1, "warm-up put/get %s: %s (%s)", key, egm_status_string(status),
+                         egm_last_error());
+    else
+        egm__bdata_verify(w, 0, len, seed, key);
+    egm_remove(w->client, key, 1);
+}

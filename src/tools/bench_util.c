@@ -1,0 +1,278 @@
+/* Helpers shared by the `egmstore bench` drivers (see bench_util.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/utsname.h>
+#include "common/alloc.h"
+#include "common/config_int.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "tools/bench_util.h"
+
+#define MAX_ITEM 64
+
+egm_status_t egm__bench_samples_add(egm_bench_samples_t *s, uint64_t ns)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        uint64_t *v = egm_realloc(s->ns, cap * sizeof(*v), "bench.samples");
+        if (v == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "latency samples");
+        s->ns = v;
+        s->cap = cap;
+    }
+    s->ns[s->n++] = ns;
+    return EGM_OK;
+}
+
+egm_status_t egm__bench_samples_extend(egm_bench_samples_t *s, const uint64_t *ns, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        egm_status_t status = egm__bench_samples_add(s, ns[i]);
+        if (status != EGM_OK)
+            return status;
+    }
+    return EGM_OK;
+}
+
+void egm__bench_samples_free(egm_bench_samples_t *s)
+{
+    egm_free(s->ns);
+    memset(s, 0, sizeof(*s));
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest rank: the smallest sample with at least p of the samples at or below it. */
+static double rank_us(const uint64_t *v, size_t n, double p)
+{
+    size_t k = (size_t)(p * (double)n + 0.999999);
+    if (k > 0)
+        k--;
+    if (k >= n)
+        k = n - 1;
+    return (double)v[k] / 1000.0;
+}
+
+void egm__bench_latency(egm_bench_samples_t *s, egm_bench_latency_t *lat)
+{
+    double sum = 0;
+    memset(lat, 0, sizeof(*lat));
+    if (s->n == 0)
+        return;
+    qsort(s->ns, s->n, sizeof(*s->ns), cmp_u64);
+    for (size_t i = 0; i < s->n; i++)
+        sum += (double)s->ns[i];
+    lat->p50_us = rank_us(s->ns, s->n, 0.50);
+    lat->p99_us = rank_us(s->ns, s->n, 0.99);
+    lat->mean_us = sum / (double)s->n / 1000.0;
+    lat->max_us = (double)s->ns[s->n - 1] / 1000.0;
+}
+
+void egm__bench_quantiles(const egm_bench_samples_t *sorted, double *q_us, int n)
+{
+    for (int i = 0; i < n; i++)
+        q_us[i] = sorted->n > 0 && n > 1 ? rank_us(sorted->ns, sorted->n, (double)i / (n - 1)) : 0;
+}
+
+void egm__bench_json_str(FILE *f, const char *s)
+{
+    if (s == NULL) {
+        fputs("null", f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void egm__bench_json_num(FILE *f, double v)
+{
+    if (v < 0)
+        fputs("null", f);
+    else
+        fprintf(f, "%.6g", v);
+}
+
+static void cpu_model(char *buf, size_t len)
+{
+    char line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    snprintf(buf, len, "unknown");
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || colon == NULL)
+            continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(buf, len, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+/* A /proc/meminfo field in bytes (0 when missing). */
+static uint64_t meminfo(const char *field)
+{
+    char line[256];
+    size_t flen = strlen(field);
+    uint64_t kib = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, field, flen) == 0 && line[flen] == ':') {
+            kib = strtoull(line + flen + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kib * 1024;
+}
+
+uint64_t egm__bench_mem_available(void)
+{
+    return meminfo("MemAvailable");
+}
+
+void egm__bench_machine(egm_bench_machine_t *m)
+{
+    struct utsname uts;
+    memset(m, 0, sizeof(*m));
+    if (gethostname(m->host, sizeof(m->host) - 1) != 0)
+        snprintf(m->host, sizeof(m->host), "unknown");
+    cpu_model(m->cpu, sizeof(m->cpu));
+    if (uname(&uts) == 0)
+        snprintf(m->kernel, sizeof(m->kernel), "%s %s", uts.sysname, uts.release);
+    m->cores = sysconf(_SC_NPROCESSORS_ONLN);
+    m->memory_bytes = meminfo("MemTotal");
+    if (getloadavg(m->load, 3) != 3)
+        memset(m->load, 0, sizeof(m->load));
+}
+
+/* First line of a shell command's output, "" if none. */
+static void command_line(const char *cmd, char *buf, size_t len)
+{
+    FILE *p = popen(cmd, "r");
+    buf[0] = '\0';
+    if (p == NULL)
+        return;
+    if (fgets(buf, (int)len, p) == NULL)
+        buf[0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+    pclose(p);
+}
+
+void egm__bench_git_commit(char *commit, size_t len, int *dirty_p)
+{
+    char dir[1024], cmd[1200], out[128];
+    const char *exe = egm__process_self_exe();
+
+    snprintf(commit, len, "unknown");
+    *dirty_p = 0;
+    if (exe == NULL || strchr(exe, '\'') != NULL)
+        return;
+    snprintf(dir, sizeof(dir), "%s", exe);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return;
+    *slash = '\0';
+    snprintf(cmd, sizeof(cmd), "git -C '%s' rev-parse HEAD 2>/dev/null", dir);
+    command_line(cmd, out, sizeof(out));
+    if (strlen(out) != 40)
+        return;
+    snprintf(commit, len, "%s", out);
+    snprintf(cmd, sizeof(cmd),
+             "git -C '%s' status --porcelain --untracked-files=no -- src include proto "
+             "2>/dev/null | head -1",
+             dir);
+    command_line(cmd, out, sizeof(out));
+    *dirty_p = out[0] != '\0';
+}
+
+/* Splits text at commas into at most cap items; -1 (with an error) beyond. */
+static int split(const char *flag, const char *text, char items[][MAX_ITEM], int cap)
+{
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (n == cap || len == 0 || len >= MAX_ITEM) {
+            fprintf(stderr, "egmstore: error: %s: \"%s\", %s\n", flag, text,
+                    n == cap ? "too many items" : "a comma-separated list without empty items");
+            return -1;
+        }
+        memcpy(items[n], p, len);
+        items[n++][len] = '\0';
+        if (p[len] == '\0')
+            return n;
+        p += len + 1;
+    }
+}
+
+int egm__bench_parse_sizes(const char *flag, const char *text, uint64_t min, uint64_t *out, int cap,
+                           int *n_p)
+{
+    char items[32][MAX_ITEM];
+    int n = split(flag, text, items, cap < 32 ? cap : 32);
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (egm__parse_size(flag, items[i], &out[i]) != EGM_OK || out[i] < min) {
+            fprintf(stderr, "egmstore: error: %s: \"%s\", must be a size of at least %llu bytes\n",
+                    flag, items[i], (unsigned long long)min);
+            return -1;
+        }
+    *n_p = n;
+    return 0;
+}
+
+int egm__bench_parse_ints(const char *flag, const char *text, long min, long max, int *out, int cap,
+                          int *n_p)
+{
+    char items[32][MAX_ITEM];
+    int n = split(flag, text, items, cap < 32 ? cap : 32);
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(items[i], &end, 10);
+        if (errno != 0 || *end != '\0' || v < min || v > max) {
+            fprintf(stderr, "egmstore: error: %s: \"%s\", must be an integer %ld..%ld\n", flag,
+                    items[i], min, max);
+            return -1;
+        }
+        out[i] = (int)v;
+    }
+    *n_p = n;
+    return 0;
+}
+
+int egm__bench_parse_double(const char *flag, const char *text, double min, double max, double *out)
+{
+    char *end = NULL;
+    double v = strtod(text, &end);
+    if (text[0] == '\0' || *end != '\0' || !(v >= min && v <= max)) {
+        fprintf(stderr, "egmstore: error: %s: \"%s\", must be a number in [%g, %g]\n", flag, text,
+                min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* Helpers the `egmstore bench` drivers share: latency samples and their
+ * percentiles, JSON text, the machine and commit a run is recorded with, and
+ * the comma-separated lists their flags take. */
+#ifndef EGM_TOOLS_BENCH_UTIL_H
+#define EGM_TOOLS_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <egmstore/status.h>
+
+/* Latencies of one timed series, in ns. */
+typedef struct {
+    uint64_t *ns;
+    size_t n, cap;
+} egm_bench_samples_t;
+
+egm_status_t egm__bench_samples_add(egm_bench_samples_t *s, uint64_t ns);
+/* Appends every sample of `from`. */
+egm_status_t egm__bench_samples_extend(egm_bench_samples_t *s, const uint64_t *ns, size_t n);
+void egm__bench_samples_free(egm_bench_samples_t *s);
+
+typedef struct {
+    double p50_us, p99_us, mean_us, max_us;
+} egm_bench_latency_t;
+
+/* Sorts the samples in place; nearest-rank percentiles (zeros when empty). */
+void egm__bench_latency(egm_bench_samples_t *s, egm_bench_latency_t *lat);
+
+/* n evenly spaced quantiles (0, 1/(n-1), .., 1) of samples sorted by
+ * egm__bench_latency, in us: a latency CDF. Zeros when empty. */
+void egm__bench_quantiles(const egm_bench_samples_t *sorted, double *q_us, int n);
+
+/* A JSON string literal of s (NULL writes null). */
+void egm__bench_json_str(FILE *f, const char *s);
+/* A JSON number, or null when v < 0 (the schema's "not applicable"). */
+void egm__bench_json_num(FILE *f, double v);
+
+typedef struct {
+    char host[256];
+    char cpu[256];
+    char kernel[256];
+    long cores;
+    uint64_t memory_bytes;
+    double load[3]; /* load average (1, 5, 15 min) when the run started: others' work */
+} egm_bench_machine_t;
+
+void egm__bench_machine(egm_bench_machine_t *m);
+/* MemAvailable of /proc/meminfo in bytes (0 when unknown). */
+uint64_t egm__bench_mem_available(void);
+/* The commit of the checkout this executable was built in (it lives in the
+ * build folder inside it), "unknown" without git; *dirty_p when src, include
+ * or proto have uncommitted changes. */
+void egm__bench_git_commit(char *commit, size_t len, int *dirty_p);
+
+/* "4KiB,64KiB" -> sizes (each >= min); "1,8,64" -> integers in [min, max];
+ * "0.5,1" -> numbers. A one-line error naming the flag goes to stderr and -1
+ * comes back on bad input or more than `cap` items. */
+int egm__bench_parse_sizes(const char *flag, const char *text, uint64_t min, uint64_t *out, int cap,
+                           int *n_p);
+int egm__bench_parse_ints(const char *flag, const char *text, long min, long max, int *out, int cap,
+                          int *n_p);
+int egm__bench_parse_double(const char *flag, const char *text, double min, double max,
+                            double *out);
+
+#endif
