@@ -1,12 +1,13 @@
 # The two README commands: `make demo` (main job) and `make test` (every test).
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 # The Python package is built and tested with the venv scripts/install-deps.sh makes.
 PYTHON_ARGS = -DPython3_EXECUTABLE=$(abspath .venv)/bin/python
 
-.PHONY: all deps build demo test test-release test-asan format clean
+.PHONY: all deps build demo test test-release test-asan test-tsan format clean
 
 all: build
 
@@ -32,10 +33,19 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L 'unit|integration'
 
+# ThreadSanitizer over the concurrent modules only (ctest label `tsan`: the master's RPC threads,
+# index shards and locks, the RPC server, the reactor, the master's integration tests): a few
+# minutes. halt_on_error: the first race report fails its test (a child process exits 66).
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DEGM_WERROR=ON -DEGM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target egm_tsan_tests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(abspath scripts/tsan.supp)" \
+		ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L tsan
+
 format:
 	./scripts/check-format.sh
 
-test: deps format test-release test-asan
+test: deps format test-release test-asan test-tsan
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -448,7 +448,8 @@ static egm_status_t mount_fake_segments(bench_t *b)
     Egm__SegmentDesc *descs = egm_calloc(n, sizeof(*descs), "bench.mount");
     Egm__SegmentDesc **ptrs = egm_calloc(n, sizeof(*ptrs), "bench.mount");
     Egm__Id *ids = egm_calloc(2 * n, sizeof(*ids), "bench.mount");
-    char(*names)[KEY_LEN] = egm_calloc(n, sizeof(*names), "bench.mount");
+    /* The prefix (< 32 bytes), "/fake-segment-" and any size_t always fit. */
+    char(*names)[sizeof(b->prefix) + 40] = egm_calloc(n, sizeof(*names), "bench.mount");
     egm_status_t status;
 
     b->segment_ids = egm_calloc(n, sizeof(*b->segment_ids), "bench.mount");
@@ -461,7 +462,7 @@ static egm_status_t mount_fake_segments(bench_t *b)
         b->segment_ids[i] = egm__id_random();
         egm__id_to_pb(b->segment_ids[i], &ids[2 * i]);
         egm__id_to_pb(b->owner, &ids[2 * i + 1]);
-        snprintf(names[i], KEY_LEN, "%s/fake-segment-%zu", b->prefix, i);
+        snprintf(names[i], sizeof(names[i]), "%s/fake-segment-%zu", b->prefix, i);
         descs[i].id = &ids[2 * i];
         descs[i].owner = &ids[2 * i + 1];
         descs[i].name = names[i];
