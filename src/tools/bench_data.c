@@ -70,8 +70,8 @@ static void run_level(egm_bdata_run_t *r)
         r->failed = 1;
     }
     egm__bdata_group_stop(g);
-    if (p != NULL && egm__bdata_procs_stop(p) != EGM_OK) {
-        egm__cli_error("bench processes", EGM_ERR_INTERNAL);
+    if (p != NULL && (status = egm__bdata_procs_stop(p)) != EGM_OK) {
+        egm__cli_error("bench processes", status);
         r->failed = 1;
     }
     egm_free(phases);

@@ -21,6 +21,7 @@ struct egm_bdata_group {
     const egm_bdata_phase_t *phase; /* NULL: the threads exit */
     int prepared, finished;
     int abort; /* a client could not prepare: nobody runs the phase */
+    egm_status_t prepare_status;
     uint64_t deadline_ns;
     char prepare_error[256];
 };
@@ -62,6 +63,7 @@ static void run_phase(egm_bdata_group_t *g, egm_bdata_worker_t *w, const egm_bda
     pthread_mutex_lock(&g->lock);
     if (status != EGM_OK && !g->abort) {
         g->abort = 1;
+        g->prepare_status = status;
         snprintf(g->prepare_error, sizeof(g->prepare_error), "client %d: %s", w->index,
                  egm_last_error());
     }
@@ -167,7 +169,7 @@ egm_status_t egm__bdata_group_phase(egm_bdata_group_t *g, const egm_bdata_phase_
     int abort = g->abort;
     pthread_mutex_unlock(&g->lock);
     if (abort)
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "preparing the phase: %s", g->prepare_error);
+        status = egm__set_error(g->prepare_status, "preparing the phase: %s", g->prepare_error);
     else if (gate != NULL)
         status = gate(gate_arg, ph);
 

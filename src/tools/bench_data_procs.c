@@ -41,6 +41,11 @@ static void result_path(const char *dir, int child, int phase, char *path, size_
 
 /* ---- the child's side ---------------------------------------------------------- */
 
+static int write_samples(FILE *f, const egm_bench_samples_t *s)
+{
+    return s->n == 0 || fwrite(s->ns, sizeof(s->ns[0]), s->n, f) == s->n;
+}
+
 static egm_status_t write_stats(const char *path, const egm_bdata_stats_t *stats, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -51,10 +56,8 @@ static egm_status_t write_stats(const char *path, const egm_bdata_stats_t *stats
                             s->busy_ns,   s->start_ns,  s->end_ns, s->lat.n,
                             s->lat_get.n, s->lat_put.n, {0}};
         memcpy(h.error, s->error, sizeof(h.error));
-        ok = fwrite(&h, sizeof(h), 1, f) == 1 &&
-             fwrite(s->lat.ns, sizeof(uint64_t), s->lat.n, f) == s->lat.n &&
-             fwrite(s->lat_get.ns, sizeof(uint64_t), s->lat_get.n, f) == s->lat_get.n &&
-             fwrite(s->lat_put.ns, sizeof(uint64_t), s->lat_put.n, f) == s->lat_put.n;
+        ok = fwrite(&h, sizeof(h), 1, f) == 1 && write_samples(f, &s->lat) &&
+             write_samples(f, &s->lat_get) && write_samples(f, &s->lat_put);
     }
     if (f != NULL && fclose(f) != 0)
         ok = 0;
@@ -329,10 +332,14 @@ egm_status_t egm__bdata_procs_stop(egm_bdata_procs_t *p)
         int code = -1;
         if (p->child[i].pid <= 0)
             continue;
-        if (egm__process_wait(&p->child[i], EXIT_TIMEOUT_MS, &code) != EGM_OK || code != 0) {
-            status = egm__set_error(EGM_ERR_INTERNAL, "process %d exited with %d", i, code);
+        int pid = (int)p->child[i].pid;
+        egm_status_t waited = egm__process_wait(&p->child[i], EXIT_TIMEOUT_MS, &code);
+        if (waited != EGM_OK)
             egm__process_signal(&p->child[i], SIGKILL);
-        }
+        if (waited != EGM_OK || code != 0)
+            status = egm__set_error(EGM_ERR_INTERNAL, "process %d (pid %d) %s %d", i, pid,
+                                    waited != EGM_OK ? "did not exit, killed; code" : "exited with",
+                                    code);
         egm__process_cleanup(&p->child[i]);
     }
     if (p->dir[0] != '\0')
