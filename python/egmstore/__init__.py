@@ -79,12 +79,14 @@ class Health(enum.IntEnum):
 
 class Error(Exception):
     """An egmstore call failed. ``status`` is the egm status value, ``name``
-    its stable name (``"NOT_FOUND"``), ``message`` the library's detail."""
+    its stable name (``"NOT_FOUND"``), ``message`` the library's detail;
+    ``key`` the key a batch entry failed for (None elsewhere)."""
 
-    def __init__(self, status, message=None):
+    def __init__(self, status, message=None, key=None):
         self.status = int(status)
         self.name = _egmstore.status_name(self.status)
         self.message = message or _egmstore.status_string(self.status)
+        self.key = key
         super().__init__(self.status, self.message)
 
     def __str__(self):
@@ -154,9 +156,26 @@ EXCEPTIONS = {
 __all__ += [cls.__name__ for cls in EXCEPTIONS.values()] + ["EXCEPTIONS"]
 
 
-def error_for(status, message=None):
+def error_for(status, message=None, key=None):
     """The exception instance for an egm status value (not raised)."""
-    return EXCEPTIONS.get(int(status), Error)(status, message)
+    return EXCEPTIONS.get(int(status), Error)(status, message, key)
+
+
+# Keys longer than this are cut in messages (an invalid key may be very long).
+_KEY_SHOWN = 80
+
+
+def _key_error(key, status):
+    """The exception for one key of a batch: its message names the key and the
+    status detail, as the library's detail does for a single-key call
+    ('"k": not found'). The library keeps one detail per call, not per key."""
+    status = int(status)
+    shown = key if len(key) <= _KEY_SHOWN else f"{key[:_KEY_SHOWN]}...({len(key)} characters)"
+    detail = _egmstore.status_string(status)
+    if status == Status.INVALID_KEY:
+        nbytes = len(key.encode())
+        detail += f" (a key has 1..{_egmstore.KEY_MAX} bytes; this one has {nbytes})"
+    return error_for(status, f'"{shown}": {detail}', key)
 
 
 # ---- Store ---------------------------------------------------------------------
@@ -177,8 +196,12 @@ class ReplicateConfig:
         segs = self.preferred_segments
         if isinstance(segs, str) or not all(isinstance(s, str) for s in segs):
             raise TypeError("preferred_segments must be a list of str")
-        return (int(self.replica_num), bool(self.with_soft_pin), bool(self.with_hard_pin),
-                list(segs))
+        num = self.replica_num
+        if not isinstance(num, int) or isinstance(num, bool):
+            raise TypeError(f"replica_num must be an int, not {type(num).__name__}")
+        # The range (0..REPLICA_MAX, 0 meaning the replica_num key) is checked by
+        # the binding, whose ValueError names replica_num.
+        return (num, bool(self.with_soft_pin), bool(self.with_hard_pin), list(segs))
 
     def __repr__(self):
         return (f"ReplicateConfig(replica_num={self.replica_num!r}, "
@@ -251,11 +274,11 @@ class Store:
         return status
 
     @staticmethod
-    def _per_key(results, values=None):
+    def _per_key(keys, results, values=None):
         out = []
         for i, st in enumerate(results):
             if st < 0:
-                out.append(error_for(st))
+                out.append(_key_error(keys[i], st))
             else:
                 out.append(values[i] if values is not None else None)
         return out
@@ -346,37 +369,37 @@ class Store:
         """[None or exception per key]."""
         status, results = self._client.batch_put_from(keys, ptrs, sizes, _rc(replicate))
         self._check(status)
-        return self._per_key(results)
+        return self._per_key(keys, results)
 
     def batch_get_into(self, keys, ptrs, sizes):
         """[object size or exception per key]."""
         status, results, nbytes = self._client.batch_get_into(keys, ptrs, sizes)
         self._check(status)
-        return self._per_key(results, nbytes)
+        return self._per_key(keys, results, nbytes)
 
     def batch_put_from_parts(self, keys, ptrs, sizes, replicate=None):
         """Scatter-gather put: key i's object is the concatenation of the
         buffers ptrs[i][j] of sizes[i][j] bytes. [None or exception per key]."""
         status, results = self._client.batch_put_from_parts(keys, ptrs, sizes, _rc(replicate))
         self._check(status)
-        return self._per_key(results)
+        return self._per_key(keys, results)
 
     def batch_get_into_parts(self, keys, ptrs, sizes):
         """Scatter-gather get: key i's object fills its buffers in order.
         [object size or exception per key]."""
         status, results, nbytes = self._client.batch_get_into_parts(keys, ptrs, sizes)
         self._check(status)
-        return self._per_key(results, nbytes)
+        return self._per_key(keys, results, nbytes)
 
     def batch_exists(self, keys):
         """[True, False or exception per key]."""
         status, results = self._client.batch_exist(keys)
         self._check(status)
-        return [True if st == 0 else False if st == Status.NOT_FOUND else error_for(st)
-                for st in results]
+        return [True if st == 0 else False if st == Status.NOT_FOUND else _key_error(k, st)
+                for k, st in zip(keys, results)]
 
     def batch_remove(self, keys, force=False):
         """[None or exception per key]."""
         status, results = self._client.batch_remove(keys, bool(force))
         self._check(status)
-        return self._per_key(results)
+        return self._per_key(keys, results)

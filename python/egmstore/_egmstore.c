@@ -10,23 +10,38 @@
  * transfers, close). Arguments are converted to C arrays first, and the Python
  * objects whose memory those arrays borrow (key strings, buffers) stay
  * referenced for the whole call. A per-client rwlock lets calls run in
- * parallel while close waits for them, so close never frees a client in use. */
+ * parallel while close waits for them, so close never frees a client in use;
+ * close first sets `closing`, which new calls check before they take the read
+ * lock, so a stream of callers cannot starve it. */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <egmstore/egmstore.h>
 
+/* Most replicas per object: the range of the `replica_num` configuration key
+ * and the master's placement limit (src/common/config.c, EGM_MASTER_REPLICA_MAX);
+ * the public headers do not name it. */
+#define REPLICA_MAX 16
+
+enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
+
 typedef struct {
-    PyObject_HEAD egm_client_t *client; /* NULL once closed */
-    int closing;                        /* set by close(): data calls answer CLOSED */
-    pthread_rwlock_t lock;              /* read: a call in flight; write: close */
+    PyObject_HEAD egm_client_t *client; /* NULL until initialised and once closed; written
+                                           under the write lock */
+    int init_state;                     /* INIT_*, read and written with the GIL held */
+    atomic_int closing;                 /* set once by close(): every later call answers
+                                           CLOSED without waiting for the lock */
+    atomic_int cleanup_pending;         /* the last close() failed a teardown step */
+    pthread_rwlock_t lock;              /* read: a call in flight; write: close, init */
 } client_object;
 
 /* Raised by Client() when the config or the connection fails: args are
@@ -110,6 +125,30 @@ static int size_arg(PyObject *obj, const char *what, Py_ssize_t index, size_t *s
         return -1;
     }
     *size_p = v;
+    return 0;
+}
+
+/* An int (not a bool) in min..max; the ValueError names the argument and the
+ * accepted range (`low` overrides how its lower end reads, or NULL). */
+static int int_arg(PyObject *obj, const char *what, long min, long max, const char *low,
+                   int *value_p)
+{
+    int overflow = 0;
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        type_error(obj, "%s must be an int", what);
+        return -1;
+    }
+    long v = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow != 0 || v < min || v > max) {
+        if (low != NULL)
+            PyErr_Format(PyExc_ValueError, "%s must be %s..%ld, not %R", what, low, max, obj);
+        else
+            PyErr_Format(PyExc_ValueError, "%s must be %ld..%ld, not %R", what, min, max, obj);
+        return -1;
+    }
+    *value_p = (int)v;
     return 0;
 }
 
@@ -336,20 +375,18 @@ static int rc_arg(PyObject *obj, rc_args *r, const egm_replicate_config_t **rc_p
     *rc_p = NULL;
     if (obj == NULL || obj == Py_None)
         return 0;
-    unsigned long replica_num = 0;
-    int soft = 0, hard = 0;
-    PyObject *segs = NULL;
-    if (!PyTuple_Check(obj) ||
-        !PyArg_ParseTuple(obj, "kppO:rc", &replica_num, &soft, &hard, &segs)) {
+    PyObject *num = NULL, *segs = NULL;
+    int soft = 0, hard = 0, replica_num = 0;
+    if (!PyTuple_Check(obj) || !PyArg_ParseTuple(obj, "OppO:rc", &num, &soft, &hard, &segs)) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "rc must be None or a tuple (replica_num, with_soft_pin, "
                                          "with_hard_pin, [preferred segment names])");
         return -1;
     }
-    if (replica_num > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "rc.replica_num is out of range");
+    /* 0 means the configuration's replica_num; anything else is the count itself. */
+    if (int_arg(num, "replica_num", 0, REPLICA_MAX, "0 (the replica_num configuration key) or 1",
+                &replica_num) != 0)
         return -1;
-    }
     r->holder = seq_arg(segs, "rc.preferred_segments");
     if (r->holder == NULL)
         return -1;
@@ -373,13 +410,26 @@ static int rc_arg(PyObject *obj, rc_args *r, const egm_replicate_config_t **rc_p
 
 /* ---- calls without the GIL --------------------------------------------- */
 
+static int is_closing(client_object *self)
+{
+    return atomic_load_explicit(&self->closing, memory_order_acquire);
+}
+
 /* Runs `expr` (an egm status expression using `c`, the client) without the
- * GIL and under the read lock; a closed client answers EGM_ERR_CLOSED. */
+ * GIL and under the read lock; a closed (or closing, or not initialised)
+ * client answers EGM_ERR_CLOSED. `closing` is checked before the read lock so
+ * that close(), which sets it before taking the write lock, waits only for the
+ * calls already in flight; it is checked again under the lock for a caller
+ * that passed the first check just before close() set it. */
 #define CALL_UNLOCKED(self, st, expr)                                                              \
     do {                                                                                           \
+        if (is_closing(self)) {                                                                    \
+            (st) = EGM_ERR_CLOSED;                                                                 \
+            break;                                                                                 \
+        }                                                                                          \
         PyThreadState *ts_ = PyEval_SaveThread();                                                  \
         pthread_rwlock_rdlock(&(self)->lock);                                                      \
-        egm_client_t *c = (self)->closing ? NULL : (self)->client;                                 \
+        egm_client_t *c = is_closing(self) ? NULL : (self)->client;                                \
         (st) = c == NULL ? EGM_ERR_CLOSED : (expr);                                                \
         pthread_rwlock_unlock(&(self)->lock);                                                      \
         PyEval_RestoreThread(ts_);                                                                 \
@@ -447,8 +497,17 @@ static int client_init(PyObject *op, PyObject *args, PyObject *kwargs)
 
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:Client", kwlist, &dict))
         return -1;
-    if (self->client != NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Client is already initialised");
+    /* Checked and set with the GIL held: a second __init__ (from this thread or
+     * another, during or after the first, or after close) never replaces or
+     * revives the client. */
+    if (self->init_state != INIT_NONE || is_closing(self)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        is_closing(self)
+                            ? "Client.__init__: this Client is closed; create a new one"
+                        : self->init_state == INIT_RUNNING
+                            ? "Client.__init__: this Client is being initialised by another call"
+                            : "Client.__init__: this Client is already initialised; __init__ may "
+                              "run only once (create a new Client)");
         return -1;
     }
     if (config_from_dict(dict, &config, &st) != 0)
@@ -457,16 +516,39 @@ static int client_init(PyObject *op, PyObject *args, PyObject *kwargs)
         raise_status(st);
         return -1;
     }
+    self->init_state = INIT_RUNNING;
     PyThreadState *ts = PyEval_SaveThread();
     st = egm_client_create(config, &client);
-    PyEval_RestoreThread(ts);
     egm_config_destroy(config);
+    if (st == EGM_OK) {
+        int installed = 0;
+        pthread_rwlock_wrlock(&self->lock);
+        if (!is_closing(self)) {
+            self->client = client;
+            installed = 1;
+        }
+        pthread_rwlock_unlock(&self->lock);
+        if (!installed) { /* close() ran meanwhile: it wins */
+            egm_client_destroy(client);
+            st = EGM_ERR_CLOSED;
+        }
+    }
+    PyEval_RestoreThread(ts);
+    if (st == EGM_ERR_CLOSED) {
+        self->init_state = INIT_DONE;
+        PyObject *err = Py_BuildValue("(is)", (int)st, "the Client was closed during __init__");
+        if (err != NULL) {
+            PyErr_SetObject(status_error, err);
+            Py_DECREF(err);
+        }
+        return -1;
+    }
     if (st != EGM_OK) {
+        self->init_state = INIT_NONE; /* nothing was created: __init__ may be retried */
         raise_status(st);
         return -1;
     }
-    self->client = client;
-    self->closing = 0;
+    self->init_state = INIT_DONE;
     return 0;
 }
 
@@ -479,7 +561,9 @@ static PyObject *client_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (self == NULL)
         return NULL;
     self->client = NULL;
-    self->closing = 0;
+    self->init_state = INIT_NONE;
+    atomic_init(&self->closing, 0);
+    atomic_init(&self->cleanup_pending, 0);
     if (pthread_rwlock_init(&self->lock, NULL) != 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -510,9 +594,11 @@ static PyObject *client_close(PyObject *op, PyObject *unused)
     client_object *self = (client_object *)op;
     egm_status_t st = EGM_OK;
     (void)unused;
+    /* Before the write lock: new calls now answer CLOSED instead of queueing
+     * for the read lock, so only the calls in flight delay close. */
+    atomic_store_explicit(&self->closing, 1, memory_order_release);
     PyThreadState *ts = PyEval_SaveThread();
     pthread_rwlock_wrlock(&self->lock);
-    self->closing = 1;
     if (self->client != NULL) {
         st = egm_client_close(self->client);
         /* A failed close keeps what it could not release; close() retries. */
@@ -520,6 +606,7 @@ static PyObject *client_close(PyObject *op, PyObject *unused)
             egm_client_destroy(self->client);
             self->client = NULL;
         }
+        atomic_store_explicit(&self->cleanup_pending, st != EGM_OK, memory_order_release);
     }
     pthread_rwlock_unlock(&self->lock);
     PyEval_RestoreThread(ts);
@@ -530,7 +617,14 @@ static PyObject *client_closed(PyObject *op, void *unused)
 {
     client_object *self = (client_object *)op;
     (void)unused;
-    return PyBool_FromLong(self->closing);
+    return PyBool_FromLong(is_closing(self));
+}
+
+static egm_health_t closed_health(client_object *self)
+{
+    return atomic_load_explicit(&self->cleanup_pending, memory_order_acquire)
+               ? EGM_HEALTH_CLEANUP_PENDING
+               : EGM_HEALTH_NOT_INITIALIZED;
 }
 
 static PyObject *client_health(PyObject *op, PyObject *unused)
@@ -538,9 +632,15 @@ static PyObject *client_health(PyObject *op, PyObject *unused)
     client_object *self = (client_object *)op;
     egm_health_t h;
     (void)unused;
+    /* Closing or closed answers as closed, as every other call does, without
+     * waiting behind close() for the lock: NOT_INITIALIZED, or CLEANUP_PENDING
+     * while a failed close() waits to be retried. */
+    if (is_closing(self))
+        return PyLong_FromLong(closed_health(self));
     PyThreadState *ts = PyEval_SaveThread();
     pthread_rwlock_rdlock(&self->lock);
-    h = egm_client_health(self->client); /* NULL (closed) -> NOT_INITIALIZED */
+    h = is_closing(self) ? closed_health(self)
+                         : egm_client_health(self->client); /* NULL -> NOT_INITIALIZED */
     pthread_rwlock_unlock(&self->lock);
     PyEval_RestoreThread(ts);
     return PyLong_FromLong((long)h);
@@ -551,6 +651,8 @@ static PyObject *client_metrics(PyObject *op, PyObject *unused)
     client_object *self = (client_object *)op;
     (void)unused;
     size_t cap = 4096, need = 0;
+    if (is_closing(self))
+        return PyUnicode_FromString("");
     for (int attempt = 0; attempt < 4; attempt++) {
         char *buf = PyMem_Malloc(cap);
         if (buf == NULL)
@@ -558,7 +660,7 @@ static PyObject *client_metrics(PyObject *op, PyObject *unused)
         int closed = 0;
         PyThreadState *ts = PyEval_SaveThread();
         pthread_rwlock_rdlock(&self->lock);
-        if (self->client == NULL)
+        if (self->client == NULL || is_closing(self))
             closed = 1;
         else
             need = egm_client_metrics(self->client, buf, cap);
@@ -959,8 +1061,8 @@ static PyType_Spec client_spec = {
 static PyObject *mod_status_name(PyObject *mod, PyObject *arg)
 {
     (void)mod;
-    int st = PyLong_AsLong(arg);
-    if (st == -1 && PyErr_Occurred())
+    int st;
+    if (int_arg(arg, "status", INT_MIN, INT_MAX, NULL, &st) != 0)
         return NULL;
     return PyUnicode_FromString(egm_status_name(st));
 }
@@ -968,8 +1070,8 @@ static PyObject *mod_status_name(PyObject *mod, PyObject *arg)
 static PyObject *mod_status_string(PyObject *mod, PyObject *arg)
 {
     (void)mod;
-    int st = PyLong_AsLong(arg);
-    if (st == -1 && PyErr_Occurred())
+    int st;
+    if (int_arg(arg, "status", INT_MIN, INT_MAX, NULL, &st) != 0)
         return NULL;
     return PyUnicode_FromString(egm_status_string(st));
 }
@@ -977,8 +1079,8 @@ static PyObject *mod_status_string(PyObject *mod, PyObject *arg)
 static PyObject *mod_status_to_mooncake(PyObject *mod, PyObject *arg)
 {
     (void)mod;
-    int st = PyLong_AsLong(arg);
-    if (st == -1 && PyErr_Occurred())
+    int st;
+    if (int_arg(arg, "status", INT_MIN, INT_MAX, NULL, &st) != 0)
         return NULL;
     return PyLong_FromLong(egm_status_to_mooncake(st));
 }
@@ -994,8 +1096,8 @@ static PyObject *mod_last_error(PyObject *mod, PyObject *unused)
 static PyObject *mod_health_string(PyObject *mod, PyObject *arg)
 {
     (void)mod;
-    long h = PyLong_AsLong(arg);
-    if (h == -1 && PyErr_Occurred())
+    int h;
+    if (int_arg(arg, "health", INT_MIN, INT_MAX, NULL, &h) != 0)
         return NULL;
     return PyUnicode_FromString(egm_health_string((egm_health_t)h));
 }
@@ -1050,19 +1152,24 @@ PyMODINIT_FUNC PyInit__egmstore(void)
     PyObject *mod = PyModule_Create(&module_def);
     if (mod == NULL)
         return NULL;
+    /* PyModule_AddObjectRef never steals: our references are dropped here on
+     * every path, the module keeps its own (status_error keeps ours too). */
     PyObject *type = PyType_FromSpec(&client_spec);
-    if (type == NULL || PyModule_AddObject(mod, "Client", type) != 0)
+    if (type == NULL || PyModule_AddObjectRef(mod, "Client", type) != 0)
         goto err;
     status_error = PyErr_NewException("egmstore._egmstore.StatusError", PyExc_RuntimeError, NULL);
     if (status_error == NULL || PyModule_AddObjectRef(mod, "StatusError", status_error) != 0)
         goto err;
     if (PyModule_AddStringConstant(mod, "VERSION", EGMSTORE_VERSION) != 0 ||
         PyModule_AddIntConstant(mod, "STATUS_MIN", EGM_STATUS_MIN) != 0 ||
-        PyModule_AddIntConstant(mod, "KEY_MAX", EGM_KEY_MAX) != 0)
+        PyModule_AddIntConstant(mod, "KEY_MAX", EGM_KEY_MAX) != 0 ||
+        PyModule_AddIntConstant(mod, "REPLICA_MAX", REPLICA_MAX) != 0)
         goto err;
+    Py_DECREF(type);
     return mod;
 err:
     Py_XDECREF(type);
+    Py_CLEAR(status_error);
     Py_DECREF(mod);
     return NULL;
 }

@@ -14,6 +14,10 @@ import time
 import pytest
 
 START_TIMEOUT_S = 30.0
+# Read lease of every test master (ms): far longer than any test runs, so a
+# "remove right after a read" is refused (HAS_LEASE) however slow the machine;
+# the default (10 s) would make those results depend on timing.
+LEASE_TTL_MS = 600000
 
 
 def egm_binary():
@@ -86,13 +90,15 @@ class Daemon:
 
 
 class Cluster:
-    """A master and `providers` providers of `segment` bytes each."""
+    """A master (read lease `lease_ttl_ms`) and `providers` providers of `segment`
+    bytes each."""
 
-    def __init__(self, log_dir, providers=1, segment="256MiB", master_args=()):
+    def __init__(self, log_dir, providers=1, segment="256MiB", master_args=(),
+                 lease_ttl_ms=LEASE_TTL_MS):
         binary = egm_binary()
         self.daemons = []
         self.master = Daemon([binary, "master", "--port", "0", "--listen-address", "127.0.0.1",
-                              *master_args],
+                              "--default-kv-lease-ttl", str(lease_ttl_ms), *master_args],
                              "egmstore master listening on ", os.path.join(log_dir, "master.log"))
         self.daemons.append(self.master)
         self.port = int(self.master.ready_line.rsplit(":", 1)[1])

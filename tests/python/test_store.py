@@ -51,6 +51,22 @@ def test_every_error_status_has_its_exception_class():
     assert egmstore.EXCEPTIONS[-4] is egmstore.NotFound
 
 
+def test_status_helpers_refuse_values_outside_int():
+    # 2**32 - 4 is -4 once truncated to a C int: it must not name NOT_FOUND.
+    for fn in (_egmstore.status_name, _egmstore.status_string, _egmstore.status_to_mooncake):
+        with pytest.raises(ValueError, match=r"status must be -2147483648\.\.2147483647"):
+            fn(2**32 - 4)
+        with pytest.raises(ValueError, match="status must be"):
+            fn(-(2**63))
+        with pytest.raises(TypeError, match="status must be an int, not str"):
+            fn("-4")
+    assert _egmstore.status_name(-4) == "NOT_FOUND"
+    assert _egmstore.status_to_mooncake(-4) == -704
+    with pytest.raises(ValueError, match="health must be"):
+        _egmstore.health_string(2**32 + 1)
+    assert _egmstore.health_string(1) == "not_initialized"
+
+
 def test_config_get_defaults_and_overrides():
     assert _egmstore.config_get("protocol") == "auto"
     assert _egmstore.config_get("replica_num", {"replica_num": "3"}) == "3"
@@ -219,6 +235,38 @@ def test_batch_forms_with_missing_keys(store, key, buffer):
     assert store.batch_exists([]) == []
 
 
+def test_batch_exceptions_name_the_key_and_the_detail(store, key, buffer):
+    dst = buffer(64)
+    store.register_buffer(dst.ptr, 64)
+    store.put(key("big"), b"0123456789")
+    res = store.batch_get_into([key("missing"), key("big")], [dst.ptr, dst.ptr + 32], [16, 2])
+    assert isinstance(res[0], egmstore.NotFound) and isinstance(res[1], egmstore.BufferTooSmall)
+    assert res[0].key == key("missing") and res[1].key == key("big")
+    assert str(res[0]) == f'NOT_FOUND (-4): "{key("missing")}": not found'
+    assert str(res[1]) == f'BUFFER_TOO_SMALL (-18): "{key("big")}": buffer too small for the object'
+
+    long_key = "L" * (_egmstore.KEY_MAX + 1)
+    res = store.batch_exists(["", key("big"), long_key])
+    assert isinstance(res[0], egmstore.InvalidKey) and res[1] is True
+    assert isinstance(res[2], egmstore.InvalidKey)
+    assert res[0].key == "" and res[2].key == long_key
+    assert res[0].message == '"": invalid key (a key has 1..4096 bytes; this one has 0)'
+    # An over-long key is cut in the message, which still says how long it was.
+    assert res[2].message.startswith('"' + "L" * 80 + '...(4097 characters)": invalid key')
+    assert "this one has 4097" in res[2].message
+
+    res = store.batch_remove([key("missing")])
+    assert res[0].key == key("missing") and key("missing") in str(res[0])
+    store.get(key("big"))  # a read lease
+    res = store.batch_remove([key("big")])
+    assert str(res[0]) == f'HAS_LEASE (-7): "{key("big")}": object is under a read lease'
+    res = store.batch_put_from([key("big")], [dst.ptr], [1])
+    assert isinstance(res[0], egmstore.Exists) and key("big") in res[0].message
+    res = store.batch_get_into_parts([key("missing")], [[dst.ptr]], [[4]])
+    assert key("missing") in res[0].message and "not found" in res[0].message
+    store.unregister_buffer(dst.ptr)
+
+
 def test_scatter_gather_batches(store, key, buffer):
     src, dst = buffer(64), buffer(64)
     src.write(0, b"abcdefghij")
@@ -250,9 +298,38 @@ def test_remove_all_returns_count(make_cluster):
         assert not s.exists("ra/0")
 
 
-def test_replicate_config(store, key):
+def test_replicate_config(store, key, buffer):
     store.put(key(), b"r", replicate=egmstore.ReplicateConfig(replica_num=1))
     assert store.get(key()) == b"r"
+    store.put(key("default"), b"d", replicate=egmstore.ReplicateConfig(replica_num=0))
+    assert store.get(key("default")) == b"d"
+    assert _egmstore.REPLICA_MAX == 16
+    src = buffer(8)
+    store.register_buffer(src.ptr, 8)
+    # 17 replicas (more than the master places), negative counts and counts that a
+    # C unsigned long would truncate (2**64 + 1 -> 1) are refused before any RPC.
+    for bad in (17, -1, 2**64 + 1, 2**100):
+        rc = egmstore.ReplicateConfig(replica_num=bad)
+        with pytest.raises(ValueError) as info:
+            store.put(key("bad"), b"x", replicate=rc)
+        assert str(info.value) == (f"replica_num must be 0 (the replica_num configuration key) "
+                                   f"or 1..16, not {bad}")
+        with pytest.raises(ValueError, match="replica_num"):
+            store.put_from(key("bad"), src.ptr, 1, replicate=rc)
+        with pytest.raises(ValueError, match="replica_num"):
+            store.batch_put_from([key("bad")], [src.ptr], [1], replicate=rc)
+        with pytest.raises(ValueError, match="replica_num"):
+            store.batch_put_from_parts([key("bad")], [[src.ptr]], [[1]], replicate=rc)
+    for bad in ("2", 1.0, True, None):
+        with pytest.raises(TypeError, match="replica_num must be an int"):
+            store.put(key("bad"), b"x", replicate=egmstore.ReplicateConfig(replica_num=bad))
+    # The binding itself, without the Python layer's type check.
+    with pytest.raises(ValueError, match="replica_num must be 0 .* or 1..16, not 18446744073709551617"):
+        store._client.put(key("bad"), b"x", (2**64 + 1, False, False, []))
+    with pytest.raises(TypeError, match="replica_num must be an int, not bool"):
+        store._client.put(key("bad"), b"x", (True, False, False, []))
+    assert not store.exists(key("bad"))
+    store.unregister_buffer(src.ptr)
 
 
 # ---- lifecycle -------------------------------------------------------------------
@@ -275,29 +352,188 @@ def test_context_manager_closes(cluster, key):
     s.close()  # idempotent
 
 
-def test_store_closed_from_another_thread_does_not_crash(cluster, key):
-    s = egmstore.Store(master_server_addr=cluster.master_addr)
-    s.put(key(), b"v")
-    stop = threading.Event()
-    seen = []
+RACE_ROUNDS = 200
+RACE_READERS = 3
+RACE_MAX_CALLS = 200000  # per reader and round: a bound, never reached unless close stalls
 
-    def reader():
-        for _ in range(10000):
-            if stop.is_set():
-                break
+
+def test_store_closed_from_another_thread_races_every_call(cluster, key, buffer):
+    """Readers call the store in a loop while another thread closes it: every
+    call must succeed or raise Closed (health: answer NOT_INITIALIZED), and once
+    one has seen the store closed every later call must too. close() runs only
+    after every reader has completed a call, so it always races with readers
+    still calling (the calls in flight as it begins are counted: there must be
+    some); a close that could not make progress behind them would leave the
+    readers at RACE_MAX_CALLS without ever seeing Closed."""
+    overlaps = 0
+    for rnd in range(RACE_ROUNDS):
+        s = egmstore.Store(master_server_addr=cluster.master_addr)
+        k = key(str(rnd))
+        s.put(k, b"v")
+        dst = buffer(16 * RACE_READERS)
+        s.register_buffer(dst.ptr, dst.size)
+        barrier = threading.Barrier(RACE_READERS + 1)
+        called = [threading.Event() for _ in range(RACE_READERS)]
+        outcomes = [[] for _ in range(RACE_READERS)]
+        errors = []
+
+        def one_call(i, n):
+            """'ok' or 'closed'; anything else raises."""
+            op = n % 5
             try:
-                seen.append(s.get(key()))
+                if op == 0:
+                    assert s.get(k) == b"v"
+                elif op == 1:
+                    assert s.exists(k) is True
+                elif op == 2:
+                    assert s.batch_get_into([k], [dst.ptr + 16 * i], [16]) == [1]
+                elif op == 3:
+                    health = s.health()
+                    if health == egmstore.Health.NOT_INITIALIZED:
+                        return "closed"
+                    assert health == egmstore.Health.HEALTHY
+                else:
+                    text = s.metrics()
+                    if text == "":
+                        return "closed"
+                    assert "egmstore_health" in text
+                return "ok"
             except egmstore.Closed:
-                seen.append("closed")
-                break
+                return "closed"
 
-    t = threading.Thread(target=reader)
-    t.start()
-    s.close()
-    stop.set()
-    t.join(60)
-    assert not t.is_alive()
-    assert all(x in (b"v", "closed") for x in seen)
+        def reader(i):
+            try:
+                barrier.wait(30)
+                for n in range(RACE_MAX_CALLS):
+                    outcome = one_call(i, n)
+                    if outcome == "ok" and s.closed:
+                        outcome = "ok during close"  # the call was in flight as close began
+                    outcomes[i].append(outcome)
+                    called[i].set()
+                    if outcome == "closed":
+                        # Closed stays closed, for every kind of call.
+                        outcomes[i].extend(one_call(i, m) for m in range(n + 1, n + 6))
+                        break
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+                called[i].set()
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(RACE_READERS)]
+        for t in threads:
+            t.start()
+        barrier.wait(30)
+        for ev in called:
+            assert ev.wait(30)
+        s.close()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, f"round {rnd}: {errors[0]!r}"
+        for i, seen in enumerate(outcomes):
+            first_closed = seen.index("closed") if "closed" in seen else None
+            assert first_closed is not None, f"round {rnd}, reader {i}: close never took effect"
+            assert seen[0] == "ok" and set(seen[:first_closed]) <= {"ok", "ok during close"}
+            assert set(seen[first_closed:]) == {"closed"}, f"round {rnd}, reader {i}: {seen[-8:]}"
+            # Once close() has begun, only the call then in flight may still succeed.
+            assert seen.count("ok during close") <= 1, f"round {rnd}, reader {i}: {seen[-8:]}"
+        assert s.closed and s.health() == egmstore.Health.NOT_INITIALIZED
+        overlaps += sum(seen.count("ok during close") for seen in outcomes)
+    # Calls that were in flight when close() began (they answered, then found the
+    # store closed): the race this test is about did happen.
+    assert overlaps > 0
+
+
+def contributing_store(cluster, **kwargs):
+    """A store that contributes capacity, so that close() unmounts it with an RPC."""
+    return egmstore.Store(master_server_addr=cluster.master_addr, global_segment_size="4MiB",
+                          local_hostname="127.0.0.1", **kwargs)
+
+
+def test_calls_during_close_answer_closed_without_waiting(make_cluster, key):
+    """close() is held in its unmount RPC by a stopped master. Calls made
+    meanwhile answer as closed at once (health NOT_INITIALIZED, data calls
+    Closed) instead of queueing behind close() until its RPC times out."""
+    c = make_cluster(segment="64MiB")
+    s = contributing_store(c, rpc_timeout_ms=60000)
+    s.put(key(), b"v")
+    result = {}
+
+    def closer():
+        try:
+            s.close()
+            result["close"] = "ok"
+        except egmstore.Error as exc:
+            result["close"] = exc
+
+    os.kill(c.master.pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=closer)
+        t.start()
+        for _ in range(30000):  # until close() has begun (bounded: 30 s)
+            if s.closed:
+                break
+            t.join(0.001)
+        assert s.closed
+        assert s.health() == egmstore.Health.NOT_INITIALIZED
+        assert s.metrics() == ""
+        with pytest.raises(egmstore.Closed):
+            s.get(key())
+        with pytest.raises(egmstore.Closed):
+            s.batch_exists([key()])
+        assert t.is_alive(), "close() returned while the master was stopped"
+    finally:
+        os.kill(c.master.pid, signal.SIGCONT)
+    t.join(120)
+    assert result["close"] == "ok"
+    assert s.health() == egmstore.Health.NOT_INITIALIZED
+
+
+def test_failed_close_answers_cleanup_pending_then_retries(make_cluster, key):
+    c = make_cluster(segment="64MiB")
+    s = contributing_store(c, rpc_timeout_ms=1000)
+    os.kill(c.master.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(egmstore.Timeout) as info:
+            s.close()  # the unmount RPC gets no answer
+        assert "unmount" in info.value.message
+        assert s.closed
+        assert s.health() == egmstore.Health.CLEANUP_PENDING
+        assert s.metrics() == ""
+        with pytest.raises(egmstore.Closed):
+            s.put(key(), b"v")
+    finally:
+        os.kill(c.master.pid, signal.SIGCONT)
+    s.close()  # the retry releases what is left
+    assert s.health() == egmstore.Health.NOT_INITIALIZED
+
+
+def test_client_init_runs_once(cluster):
+    config = {"master_server_addr": cluster.master_addr}
+    c = _egmstore.Client(config)
+    with pytest.raises(RuntimeError, match="already initialised"):
+        c.__init__(config)
+    assert c.exist("init-once") == egmstore.Status.NOT_FOUND  # the same, live client
+    assert c.close() == 0
+    # A closed client is never revived.
+    with pytest.raises(RuntimeError, match="this Client is closed"):
+        c.__init__(config)
+    assert c.closed
+    assert c.exist("init-once") == egmstore.Status.CLOSED
+    assert c.health() == egmstore.Health.NOT_INITIALIZED
+
+    # Closed before any __init__: stays closed.
+    c = _egmstore.Client.__new__(_egmstore.Client)
+    assert c.close() == 0
+    with pytest.raises(RuntimeError, match="this Client is closed"):
+        c.__init__(config)
+
+    # A failed __init__ created nothing and may be retried.
+    c = _egmstore.Client.__new__(_egmstore.Client)
+    with pytest.raises(_egmstore.StatusError):
+        c.__init__({"bogus_key": "1"})
+    c.__init__(config)
+    assert c.exist("init-once") == egmstore.Status.NOT_FOUND
+    assert c.close() == 0
 
 
 def test_gil_released_while_a_batch_waits(make_cluster, key, buffer):
