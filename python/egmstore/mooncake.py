@@ -11,6 +11,7 @@ docs/python.md lists every method and each difference from Mooncake.
 
 import inspect
 import logging
+import re
 import socket
 
 from . import Status, _egmstore
@@ -50,13 +51,22 @@ _IGNORED_KEYS = {
 
 
 def _code(status):
-    """egm status -> Mooncake ErrorCode (0 for success)."""
+    """egm status -> Mooncake ErrorCode (0 for success), for the put calls."""
     if status >= 0:
         return 0
-    # Measured: Mooncake's client answers an empty or too long key with INVALID_PARAMS.
+    # Measured: Mooncake's puts answer an empty key with INVALID_PARAMS.
     if status == Status.INVALID_KEY:
         return ErrorCode.INVALID_PARAMS
     return _egmstore.status_to_mooncake(status)
+
+
+def _lookup_code(status):
+    """As _code, for the calls that look a key up (get_size, get_into, remove and
+    their batches): measured, Mooncake answers an empty key there, alone or in a
+    batch, with OBJECT_NOT_FOUND; a key egmstore cannot store is never found."""
+    if status == Status.INVALID_KEY:
+        return ErrorCode.OBJECT_NOT_FOUND
+    return _code(status)
 
 
 def _buffer_code(status):
@@ -78,6 +88,15 @@ def _read_code(status, nbytes):
     # Measured: Mooncake answers a too-small destination with INVALID_PARAMS.
     if status == Status.BUFFER_TOO_SMALL:
         return ErrorCode.INVALID_PARAMS
+    return _lookup_code(status)
+
+
+def _exist_code(status):
+    # Measured: is_exist and batch_is_exist answer 0 for an empty key.
+    if status >= 0:
+        return 1
+    if status in (Status.NOT_FOUND, Status.INVALID_KEY):
+        return 0
     return _code(status)
 
 
@@ -88,12 +107,24 @@ class ReplicateConfig:
 
     def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
                  preferred_segments=None, preferred_segment="", prefer_alloc_in_same_node=False):
-        self.replica_num = replica_num
+        self.replica_num = replica_num  # the setter checks the type
         self.with_soft_pin = with_soft_pin
         self.with_hard_pin = with_hard_pin
         self.preferred_segments = list(preferred_segments or [])
         self.preferred_segment = preferred_segment
         self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+
+    @property
+    def replica_num(self):
+        return self._replica_num
+
+    @replica_num.setter
+    def replica_num(self, value):
+        # As Mooncake's (pybind11, size_t): a non-int or negative value raises
+        # TypeError when assigned; 0 is accepted here and refused by the put.
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TypeError(f"replica_num must be an int >= 0, not {value!r}")
+        self._replica_num = value
 
     def _as_tuple(self):
         segs = list(self.preferred_segments)
@@ -101,8 +132,6 @@ class ReplicateConfig:
             segs = [self.preferred_segment]
         if not all(isinstance(s, str) for s in segs):
             raise TypeError("preferred_segments must be a list of str")
-        if not isinstance(self.replica_num, int) or self.replica_num < 1:
-            raise ValueError(f"replica_num must be an int >= 1, not {self.replica_num!r}")
         return (self.replica_num, bool(self.with_soft_pin), bool(self.with_hard_pin), segs)
 
     def __repr__(self):
@@ -113,13 +142,24 @@ class ReplicateConfig:
                 f"prefer_alloc_in_same_node: {int(bool(self.prefer_alloc_in_same_node))} }}")
 
 
+_BAD_RC = object()  # _rc's answer for a replica_num no put can honour
+
+
 def _rc(config):
+    """The binding's replicate tuple, None, or _BAD_RC (logged) for a replica_num
+    outside 1..REPLICA_MAX, which the put calls answer with INVALID_PARAMS:
+    measured, Mooncake answers replica_num 0 so rather than raising."""
     if config is None:
         return None
     if not isinstance(config, ReplicateConfig):
         raise TypeError("config must be an egmstore.mooncake.ReplicateConfig, "
                         f"not {type(config).__name__}")
-    return config._as_tuple()
+    rc = config._as_tuple()
+    if not 1 <= rc[0] <= _egmstore.REPLICA_MAX:
+        log.error("put: ReplicateConfig.replica_num must be 1..%d, not %d",
+                  _egmstore.REPLICA_MAX, rc[0])
+        return _BAD_RC
+    return rc
 
 
 def _free_port():
@@ -132,6 +172,59 @@ def _need(value, kind, name):
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"setup(): {name} must be {kind.__name__}, not {type(value).__name__}")
     return value
+
+
+class _BadSetting(Exception):
+    """A value of setup()'s config dict with a type setup cannot use."""
+
+
+# setup(config_dict): the type each Mooncake key must have.
+_DICT_STR_KEYS = ("local_hostname", "metadata_server", "protocol", "rdma_devices",
+                  "master_server_addr")
+_DICT_SIZE_KEYS = ("global_segment_size", "local_buffer_size")
+
+
+def _dict_str(config, key, default=None):
+    value = config.get(key, default)
+    if not isinstance(value, str):
+        raise _BadSetting(f"setup(): config[{key!r}] must be a str, not {type(value).__name__}")
+    return value
+
+
+def _dict_size(config, key, default):
+    """An int, or a size text in egmstore's syntax ("16777216", "16MB", "256MiB";
+    docs/configuration.md), returned as it is. Measured: Mooncake's dict form
+    also reads sizes from strings ("16MB", "16M") and answers INVALID_PARAMS for
+    a float, a bool or a list."""
+    value = config.get(key, default)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:  # egmstore's size syntax, checked by the library's parser
+            _egmstore.config_get("global_segment_size", {"global_segment_size": value})
+            return value
+        except _egmstore.StatusError:
+            pass
+    raise _BadSetting(f"setup(): config[{key!r}] must be an int or a str holding a size (bytes, "
+                      f"or a number with KB/MB/GB or KiB/MiB/GiB, e.g. \"16MB\"), "
+                      f"not {type(value).__name__} {value!r}")
+
+
+def _size_positive(size):
+    """Whether an int or a (valid) size text is more than 0 bytes."""
+    if isinstance(size, int):
+        return size > 0
+    return int(re.match(r"\s*(\d+)", size).group(1)) > 0
+
+
+def _dict_extra(key, value):
+    # egmstore configuration keys, as egmstore.Store takes them.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, str)):
+        return str(value)
+    raise _BadSetting(f"setup(): config[{key!r}] must be a str, int or bool, "
+                      f"not {type(value).__name__}")
 
 
 class MooncakeDistributedStore:
@@ -170,29 +263,35 @@ class MooncakeDistributedStore:
         return self._connect(local_hostname, global_segment_size, protocol, master_server_addr, {})
 
     def _setup_dict(self, config):
+        """Like Mooncake's dict form, a value setup cannot use answers
+        INVALID_PARAMS (logged, naming the key and the accepted type) rather
+        than raising."""
         for key in ("local_hostname", "metadata_server"):
             if key not in config:
                 log.error("setup(): the config dict needs %r", key)
                 return ErrorCode.INVALID_PARAMS
         extra = {}
-        for key, value in config.items():
-            if key in _IGNORED_KEYS or key in ("local_hostname", "global_segment_size",
-                                               "protocol", "master_server_addr"):
-                continue
-            # egmstore's own configuration keys pass through (docs/configuration.md).
-            if isinstance(key, str) and _egmstore.config_get(key) is not None:
-                extra[key] = value
-            else:
-                log.warning("setup(): config key %r is not used by egmstore; ignored", key)
         try:
-            size = int(config.get("global_segment_size", _DEFAULT_SEGMENT))
-        except (TypeError, ValueError):
-            log.error("setup(): global_segment_size must be an int, not %r",
-                      config.get("global_segment_size"))
+            for key in _DICT_STR_KEYS:
+                if key in config:
+                    _dict_str(config, key)
+            for key in _DICT_SIZE_KEYS:
+                _dict_size(config, key, 0)
+            size = _dict_size(config, "global_segment_size", _DEFAULT_SEGMENT)
+            for key, value in config.items():
+                if key in _IGNORED_KEYS or key in _DICT_STR_KEYS or key in _DICT_SIZE_KEYS:
+                    continue
+                # egmstore's own configuration keys pass through (docs/configuration.md).
+                if isinstance(key, str) and _egmstore.config_get(key) is not None:
+                    extra[key] = _dict_extra(key, value)
+                else:
+                    log.warning("setup(): config key %r is not used by egmstore; ignored", key)
+        except _BadSetting as e:
+            log.error("%s", e)
             return ErrorCode.INVALID_PARAMS
-        return self._connect(str(config["local_hostname"]), size,
-                             str(config.get("protocol", "tcp")),
-                             str(config.get("master_server_addr", _DEFAULT_MASTER)), extra)
+        return self._connect(config["local_hostname"], size,
+                             _dict_str(config, "protocol", "tcp"),
+                             _dict_str(config, "master_server_addr", _DEFAULT_MASTER), extra)
 
     def _connect(self, local_hostname, global_segment_size, protocol, master_server_addr, extra):
         if self._client is not None and not self._client.closed:
@@ -202,7 +301,7 @@ class MooncakeDistributedStore:
             log.error("setup(): protocol %r is not supported by egmstore (accepted: %s)",
                       protocol, ", ".join(_PROTOCOLS))
             return ErrorCode.NOT_SUPPORTED
-        if global_segment_size < 0:
+        if isinstance(global_segment_size, int) and global_segment_size < 0:
             log.error("setup(): global_segment_size must be >= 0, not %d", global_segment_size)
             return ErrorCode.INVALID_PARAMS
         config = {
@@ -219,15 +318,14 @@ class MooncakeDistributedStore:
         if port == "0":
             port = None
         config["local_hostname"] = host
-        for key, value in extra.items():
-            config[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        config.update(extra)  # already strings
         # get_hostname() answers host:port like Mooncake's: the port of the data
         # server, which only a client contributing capacity runs (else 0). A port
         # left to us is picked free here; one retry covers losing it meanwhile.
         for attempt in range(3):
             if port is not None:
                 config["data_port"] = port
-            elif global_segment_size > 0:
+            elif _size_positive(global_segment_size):
                 config["data_port"] = str(_free_port())
             try:
                 client = _egmstore.Client(config)
@@ -274,14 +372,20 @@ class MooncakeDistributedStore:
 
     # ---- single keys ----
     def put(self, key, value, config=None):
-        return _put_code(self._c.put(key, value, _rc(config)))
+        rc = _rc(config)
+        if rc is _BAD_RC:
+            return ErrorCode.INVALID_PARAMS
+        return _put_code(self._c.put(key, value, rc))
 
     def put_parts(self, key, *parts, config=None):
         """Stores the concatenation of the bytes-like parts."""
         return self.put(key, b"".join(parts), config)
 
     def put_from(self, key, buffer_ptr, size, config=None):
-        return _put_code(self._c.put_from(key, buffer_ptr, size, _rc(config)))
+        rc = _rc(config)
+        if rc is _BAD_RC:
+            return ErrorCode.INVALID_PARAMS
+        return _put_code(self._c.put_from(key, buffer_ptr, size, rc))
 
     def get(self, key):
         """The object's bytes, or b"" when it is missing or the read fails."""
@@ -294,18 +398,15 @@ class MooncakeDistributedStore:
         return _read_code(status, nbytes)
 
     def is_exist(self, key):
-        """1 if the key exists, 0 if not, negative on error."""
-        status = self._c.exist(key)
-        if status == Status.NOT_FOUND:
-            return 0
-        return 1 if status >= 0 else _code(status)
+        """1 if the key exists, 0 if not (or the key is invalid), negative on error."""
+        return _exist_code(self._c.exist(key))
 
     def get_size(self, key):
         status, size = self._c.size(key)
-        return size if status >= 0 else _code(status)
+        return size if status >= 0 else _lookup_code(status)
 
     def remove(self, key, force=False):
-        return _code(self._c.remove(key, bool(force)))
+        return _lookup_code(self._c.remove(key, bool(force)))
 
     def remove_all(self, force=False):
         """Number of objects removed, or a negative code."""
@@ -318,7 +419,10 @@ class MooncakeDistributedStore:
         return [_code(status)] * n
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
-        status, results = self._c.batch_put_from(keys, buffer_ptrs, sizes, _rc(config))
+        rc = _rc(config)
+        if rc is _BAD_RC:
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        status, results = self._c.batch_put_from(keys, buffer_ptrs, sizes, rc)
         if status < 0:
             return self._whole(status, len(keys))
         return [_put_code(st) for st in results]
@@ -330,8 +434,10 @@ class MooncakeDistributedStore:
         return [_read_code(st, n) for st, n in zip(results, nbytes)]
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        status, results = self._c.batch_put_from_parts(keys, all_buffer_ptrs, all_sizes,
-                                                       _rc(config))
+        rc = _rc(config)
+        if rc is _BAD_RC:
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        status, results = self._c.batch_put_from_parts(keys, all_buffer_ptrs, all_sizes, rc)
         if status < 0:
             return self._whole(status, len(keys))
         return [_put_code(st) for st in results]
@@ -347,13 +453,13 @@ class MooncakeDistributedStore:
         status, results = self._c.batch_exist(keys)
         if status < 0:
             return self._whole(status, len(keys))
-        return [1 if st >= 0 else 0 if st == Status.NOT_FOUND else _code(st) for st in results]
+        return [_exist_code(st) for st in results]
 
     def batch_remove(self, keys, force=False):
         status, results = self._c.batch_remove(keys, bool(force))
         if status < 0:
             return self._whole(status, len(keys))
-        return [_code(st) for st in results]
+        return [_lookup_code(st) for st in results]
 
 
 class _NotSetUp:

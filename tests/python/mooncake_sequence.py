@@ -409,6 +409,48 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
     r.call("put_parts.no_parts", m("put_parts"), "edge.noparts")
     r.call("is_exist.no_parts", m("is_exist"), "edge.noparts")
 
+    # --- invalid keys -------------------------------------------------------------------
+    # The empty key through every call, alone and inside batches (whose other keys
+    # must still go through): puts refuse it, lookups do not find it.
+    s, d = src.ptr, dst.ptr
+    r.call("put.ik", m("put"), "ik.a", b"abc")
+    r.call("invalid_key.put_from", m("put_from"), "", s, 4)
+    r.call("invalid_key.put_parts", m("put_parts"), "", b"a", b"b")
+    r.call("invalid_key.is_exist", m("is_exist"), "")
+    r.call("invalid_key.get_size", m("get_size"), "")
+    r.call("invalid_key.get", m("get"), "")
+    r.call("invalid_key.get_into", m("get_into"), "", d, 64)
+    r.call("invalid_key.remove", m("remove"), "")
+    r.call("invalid_key.remove.force", m("remove"), "", True)
+    r.call("invalid_key.batch_is_exist", m("batch_is_exist"), ["ik.a", "", "no.such.key"])
+    r.call("invalid_key.batch_get_into", m("batch_get_into"), ["ik.a", "", "no.such.key"],
+           [d, d + 64, d + 128], [64, 64, 64])
+    r.call("invalid_key.batch_get_into_multi_buffers", m("batch_get_into_multi_buffers"),
+           ["ik.a", ""], [[d], [d + 64]], [[3], [4]])
+    r.call("invalid_key.batch_put_from", m("batch_put_from"), ["ik.b", ""], [s, s + 64], [4, 4])
+    r.call("invalid_key.batch_put_from_multi_buffers", m("batch_put_from_multi_buffers"),
+           ["", "ik.c"], [[s], [s]], [[4], [4]])
+    r.call("invalid_key.batch_remove", m("batch_remove"), ["ik.b", "", "no.such.key"])
+    r.call("invalid_key.batch_is_exist.after", m("batch_is_exist"), ["ik.b", "ik.c"])
+    # A key over egmstore's 4096 bytes: Mooncake 0.3.13.post1 stores it, egmstore cannot.
+    long_key = "k" * 4097
+    r.call("invalid_key.long.put", m("put"), long_key, b"x")
+    r.call("invalid_key.long.is_exist", m("is_exist"), long_key)
+    r.call("invalid_key.long.remove.force", m("remove"), long_key, True)
+
+    # --- replica counts out of range ----------------------------------------------------
+    if replicate_config is not None:
+        for num in (0, 17):
+            cfg = replicate_config()
+            cfg.replica_num = num
+            r.call("put.replica_num_%d" % num, m("put"), "rn.%d" % num, b"x", cfg)
+            r.call("batch_put_from.replica_num_%d" % num, m("batch_put_from"),
+                   ["rn.b.%d" % num], [s], [4], cfg)
+            r.call("batch_is_exist.replica_num_%d" % num, m("batch_is_exist"),
+                   ["rn.%d" % num, "rn.b.%d" % num])
+            r.call("batch_remove.replica_num_%d" % num, m("batch_remove"),
+                   ["rn.%d" % num, "rn.b.%d" % num], True)
+
     # --- register/unregister -----------------------------------------------------------
     r.call("register_buffer.twice", m("register_buffer"), src.ptr, ZC_BUFFER_SIZE)
     r.call("unregister_buffer.unknown", m("unregister_buffer"), src.ptr + 12345)
@@ -453,6 +495,34 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
 
     # --- the dict form of setup, on a second object -----------------------------------------
     if new_store is not None:
+        # Sizes of the wrong type, each on a fresh object: refused, not coerced.
+        for name, key, value in BAD_DICT_SIZES:
+            bad = new_store()
+            config = {
+                "local_hostname": "127.0.0.1",
+                "metadata_server": "P2PHANDSHAKE",
+                "global_segment_size": GLOBAL_SEGMENT_SIZE,
+                "local_buffer_size": LOCAL_BUFFER_SIZE,
+                "protocol": "tcp",
+                "master_server_addr": master_addr,
+            }
+            config[key] = value
+            if r.call("setup.dict.bad." + name, _method(bad, "setup"), config) == 0:
+                _method(bad, "close")()
+        # A size as text with a unit, which both read.
+        sized = new_store()
+        rc = r.call("setup.dict.size_text", _method(sized, "setup"), {
+            "local_hostname": "127.0.0.1",
+            "metadata_server": "P2PHANDSHAKE",
+            "global_segment_size": "16MB",
+            "local_buffer_size": "32MB",
+            "protocol": "tcp",
+            "master_server_addr": master_addr,
+        })
+        if rc == 0:
+            r.call("setup.dict.size_text.put", _method(sized, "put"), "sized.1", b"x")
+            r.call("setup.dict.size_text.remove", _method(sized, "remove"), "sized.1")
+            r.call("setup.dict.size_text.close", _method(sized, "close"))
         store2 = new_store()
         m2 = lambda name: _method(store2, name)  # noqa: E731
         rc = r.call("setup.dict", m2("setup"), {
@@ -472,6 +542,14 @@ def run_sequence(store, alloc=ctypes_alloc, master_addr="127.0.0.1:50051", repli
             r.call("dict.close", m2("close"))
     return r.results
 
+
+# setup(config_dict) with a size of the wrong type: (label, key, value).
+BAD_DICT_SIZES = [
+    ("global_segment_size.list", "global_segment_size", [1]),
+    ("global_segment_size.float", "global_segment_size", 1.5),
+    ("global_segment_size.bool", "global_segment_size", True),
+    ("local_buffer_size.str", "local_buffer_size", "x"),
+]
 
 PTR = object()  # stands for the (registered, then unregistered) source buffer's address
 

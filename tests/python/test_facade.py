@@ -148,6 +148,85 @@ def test_setup_dict_form_with_mooncake_defaults(make_cluster):
     assert s.close() == 0
 
 
+def test_invalid_keys_answer_as_mooncake(cluster, buffer):
+    """An empty key (Mooncake's answers, measured on 0.3.13.post1) and one longer
+    than egmstore's limit, which egmstore can never store: puts answer -600,
+    lookups find nothing (0, -704, b""), alone and inside batches, where the
+    other keys go through."""
+    s = setup_store(cluster.master_addr)
+    buf = buffer(64)
+    p = buf.ptr
+    assert s.register_buffer(p, 64) == 0
+    assert s.put("ik/a", b"abc") == 0
+    for bad in ("", "k" * 4097):
+        assert s.put(bad, b"x") == -600
+        assert s.put_from(bad, p, 4) == -600
+        assert s.put_parts(bad, b"a", b"b") == -600
+        assert s.is_exist(bad) == 0
+        assert s.get_size(bad) == -704
+        assert s.get(bad) == b""
+        assert s.get_into(bad, p, 64) == -704
+        assert s.remove(bad) == -704
+        assert s.remove(bad, True) == -704
+        assert s.batch_is_exist(["ik/a", bad, "ik/missing"]) == [1, 0, 0]
+        assert s.batch_get_into(["ik/a", bad, "ik/missing"], [p, p + 16, p + 32],
+                                [16, 16, 16]) == [3, -704, -704]
+        assert s.batch_get_into_multi_buffers(["ik/a", bad], [[p], [p + 16]], [[3], [4]]) == [3, -704]
+        assert s.batch_put_from(["ik/b", bad], [p, p + 16], [4, 4]) == [0, -600]
+        assert s.batch_put_from_multi_buffers([bad, "ik/c"], [[p], [p]], [[4], [4]]) == [-600, 0]
+        assert s.batch_remove(["ik/b", bad, "ik/missing"]) == [0, -704, -704]
+        assert s.remove("ik/c") == 0
+    assert s.remove("ik/a", True) == 0
+    assert s.unregister_buffer(p) == 0
+    assert s.close() == 0
+
+
+@pytest.mark.parametrize("key,value,accepted", [
+    ("global_segment_size", [1], "an int"),
+    ("global_segment_size", 1.5, "an int"),
+    ("global_segment_size", True, "an int"),
+    ("global_segment_size", "16 bytes", "an int"),
+    ("global_segment_size", "0x1000", "an int"),
+    ("global_segment_size", "-5", "an int"),
+    ("local_buffer_size", "x", "an int"),
+    ("local_buffer_size", None, "an int"),
+    ("local_hostname", 5, "a str"),
+    ("protocol", b"tcp", "a str"),
+    ("master_server_addr", ["127.0.0.1", 1], "a str"),
+    ("rdma_devices", None, "a str"),
+    ("metadata_server", 0, "a str"),
+    ("replica_num", [1], "a str, int or bool"),
+    ("rpc_timeout_ms", 1.5, "a str, int or bool"),
+])
+def test_setup_dict_form_refuses_wrong_types(cluster, caplog, key, value, accepted):
+    """A value of the wrong type answers -600 (as Mooncake's dict form does for its
+    sizes) with an error naming the key and the accepted type; nothing is coerced."""
+    config = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+              "master_server_addr": cluster.master_addr, "global_segment_size": 0}
+    config[key] = value
+    s = MooncakeDistributedStore()
+    with caplog.at_level(logging.ERROR, logger="egmstore.mooncake"):
+        assert s.setup(config) == -600
+    assert f"config[{key!r}] must be {accepted}" in caplog.text
+    assert s.health_check() == 1
+
+
+@pytest.mark.parametrize("text,size", [("4194304", 4 << 20), ("4MB", 4 << 20),
+                                       (" 4 mib ", 4 << 20), ("0", 0)])
+def test_setup_dict_form_takes_sizes_as_text(make_cluster, text, size):
+    c = make_cluster(segment="64MiB")
+    s = MooncakeDistributedStore()
+    # Measured: Mooncake's dict form reads a size from a str too ("16777216", "16MB").
+    assert s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                    "master_server_addr": c.master_addr, "global_segment_size": text,
+                    "local_buffer_size": "16MB", "rpc_timeout_ms": "5000",
+                    "enable_ssd_offload": False}) == 0
+    assert f"egmstore_pool_capacity_bytes {size}" in s._client.metrics()
+    host, port = s.get_hostname().rsplit(":", 1)
+    assert (int(port) > 0) == (size > 0)  # a data server only when it contributes
+    assert s.close() == 0
+
+
 def test_setup_dict_form_needs_hostname_and_metadata_server(caplog):
     s = MooncakeDistributedStore()
     with caplog.at_level(logging.ERROR, logger="egmstore.mooncake"):
@@ -217,7 +296,7 @@ def test_hostname_with_port_and_other_protocols(cluster, caplog):
     assert s.close() == 0
 
 
-def test_replicate_config(cluster):
+def test_replicate_config(cluster, buffer, caplog):
     rc = ReplicateConfig()
     assert (rc.replica_num, rc.with_soft_pin, rc.with_hard_pin) == (1, False, False)
     assert rc.preferred_segments == [] and rc.preferred_segment == ""
@@ -234,12 +313,34 @@ def test_replicate_config(cluster):
     rc2 = ReplicateConfig()
     rc2.preferred_segment = "no-such-segment"
     assert s.put("rc/pref", b"p", rc2) in (0, -101, -200)
-    bad = ReplicateConfig()
-    bad.replica_num = 0
-    with pytest.raises(ValueError, match="replica_num"):
-        s.put("rc/bad", b"x", bad)
+    # Measured on Mooncake: replica_num 0 answers INVALID_PARAMS from put (it does
+    # not raise). egmstore places at most 16 replicas, so 17 is refused the same way.
+    src = buffer(8)
+    assert s.register_buffer(src.ptr, 8) == 0
+    for num in (0, 17, 2**64 + 1):
+        bad = ReplicateConfig()
+        bad.replica_num = num
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="egmstore.mooncake"):
+            assert s.put("rc/bad", b"x", bad) == -600
+            assert s.put_from("rc/bad", src.ptr, 1, bad) == -600
+            assert s.put_parts("rc/bad", b"x", config=bad) == -600
+            assert s.batch_put_from(["rc/bad", "rc/bad2"], [src.ptr] * 2, [1, 1], bad) == [-600] * 2
+            assert s.batch_put_from_multi_buffers(["rc/bad"], [[src.ptr]], [[1]], bad) == [-600]
+        assert f"replica_num must be 1..16, not {num}" in caplog.text
+    assert s.batch_is_exist(["rc/bad", "rc/bad2"]) == [0, 0]
+    rc16 = ReplicateConfig()
+    rc16.replica_num = 16  # accepted; one segment can hold one replica only
+    assert s.put("rc/16", b"x", rc16) in (0, -200)
+    # As Mooncake's (pybind11, size_t) field: a negative or non-int value raises on assignment.
+    for num in (-1, "1", 1.0, True):
+        with pytest.raises(TypeError, match="replica_num must be an int >= 0"):
+            ReplicateConfig().replica_num = num
+    with pytest.raises(TypeError, match="replica_num"):
+        ReplicateConfig(replica_num=-1)
     with pytest.raises(TypeError, match="ReplicateConfig"):
         s.put("rc/bad", b"x", {"replica_num": 1})
+    assert s.unregister_buffer(src.ptr) == 0
     assert s.close() == 0
 
 
