@@ -662,6 +662,11 @@ def header_lines(docs):
                    % (os.path.basename(path), doc.get("tool"), doc.get("commit"), " (dirty)" if doc.get("dirty") else "",
                       m.get("host"), m.get("cpu"), m.get("cores"), (m.get("memory_bytes") or 0) / bl.GiB,
                       m.get("kernel"), gpus))
+        if doc.get("loadavg"):
+            la = doc["loadavg"]
+            out.append("  - load average (1/5/15 min) at the start %s, at the end %s; the run took %s s"
+                       % ("/".join("%.1f" % x for x in la.get("start") or []),
+                          "/".join("%.1f" % x for x in la.get("end") or []), doc.get("seconds")))
         for s in doc.get("steps", []):
             out.append("  - step `%s`: %s (%s)%s" % (s["step"], s["status"], s["message"],
                                                      ", %d records" % s["records"] if s.get("records") else ""))

@@ -48,6 +48,7 @@ class Suite:
         self.steps = []  # {"step", "status", "seconds", "message", "json"}
         self.docs = {}
         self.t0 = time.monotonic()
+        self.load_start = loadavg()
 
     def say(self, text, always=False):
         if always or self.show:
@@ -246,9 +247,19 @@ class Suite:
                 r["step"] = step
                 results.append(r)
             documents[step] = {k: v for k, v in doc.items() if k != "results"}
-        config = {k: v for k, v in vars(self.a).items() if k not in ("work_dir",)}
+        config = dict(vars(self.a))
         return bl.document("suite", config, results, started_ms=started_ms, steps=self.steps,
-                           documents=documents, seconds=round(time.monotonic() - self.t0, 1))
+                           documents=documents, seconds=round(time.monotonic() - self.t0, 1),
+                           loadavg={"start": self.load_start, "end": loadavg()})
+
+
+def loadavg():
+    """The 1, 5 and 15 minute load averages (other work on the machine during the run)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except (OSError, ValueError):
+        return None
 
 
 def convert_meta(doc):
@@ -312,6 +323,7 @@ def main(argv=None):
                     help="build folder with bin/egmstore and python/ (default build)")
     ap.add_argument("--out-dir", help="where the JSON and report go (default bench/results; "
                                       "--smoke: a temp folder, removed after a passing --check)")
+    ap.add_argument("--parts-dir", help="where each step's JSON and log go (default a temp folder)")
     ap.add_argument("--machine", help="machine name in the file name (default from the hardware, e.g. cpu2, h200x2)")
     ap.add_argument("--only", help="comma list of steps to run (%s)" % ", ".join(CPU_STEPS + GPU_STEPS))
     ap.add_argument("--skip", default="", help="comma list of steps not to run")
@@ -353,7 +365,14 @@ def main(argv=None):
             break
         path = os.path.join(out_dir, "%s-%d.json" % (stem, i))
     stem = os.path.splitext(os.path.basename(path))[0]
-    a.work_dir = os.path.join(out_dir, stem + "-parts") if not temp_out else os.path.join(out_dir, "parts")
+    # Each step's own JSON and log: inside the smoke run's temp folder, else a temp folder of
+    # their own (kept, its path printed) so that bench/results/ gets only the combined files.
+    if a.parts_dir:
+        a.work_dir = a.parts_dir
+    elif temp_out:
+        a.work_dir = os.path.join(out_dir, "parts")
+    else:
+        a.work_dir = tempfile.mkdtemp(prefix="egm-suite-parts-")
     os.makedirs(a.work_dir, exist_ok=True)
 
     suite = Suite(a)
@@ -401,6 +420,8 @@ def main(argv=None):
             print("[suite] check passed: %d records, all with errors 0%s; report %s"
                   % (len(doc["results"]), ("; skipped: " + ", ".join(skipped)) if skipped else "", md_path),
                   flush=True)
+    if not temp_out:
+        print("[suite] each step's JSON and log: %s" % a.work_dir, flush=True)
     if temp_out and rc == 0 and not a.keep:
         shutil.rmtree(out_dir, ignore_errors=True)
     elif temp_out:

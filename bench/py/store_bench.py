@@ -69,25 +69,32 @@ class Mem:
 
 
 _patterns = {}
+_patterns_lock = threading.Lock()
 
 
 def pattern(size):
     """Random bytes of `size` (a 16 MiB + 4099 B random block repeated beyond that, so that
-    a misplaced page never matches), the same in every process."""
-    if size not in _patterns:
-        period = size if size <= 16 * bl.MiB else 16 * bl.MiB + 4099
-        block = random.Random(size).randbytes(period)
-        m = Mem(size)
-        for off in range(0, size, period):
-            ctypes.memmove(m.ptr + off, block, min(period, size - off))
-        _patterns.clear()  # one size at a time: large patterns are large
-        _patterns[size] = m
-    return _patterns[size]
+    a misplaced page never matches), the same in every process. Made once per size under a
+    lock (client threads ask at the same time); only the latest size is kept, since the
+    clients of a phase all use one size and phases are separated by barriers. Callers hold
+    the returned object while they use its memory."""
+    with _patterns_lock:
+        m = _patterns.get(size)
+        if m is None:
+            period = size if size <= 16 * bl.MiB else 16 * bl.MiB + 4099
+            block = random.Random(size).randbytes(period)
+            m = Mem(size)
+            for off in range(0, size, period):
+                ctypes.memmove(m.ptr + off, block, min(period, size - off))
+            _patterns.clear()  # large patterns are large
+            _patterns[size] = m
+        return m
 
 
 def fill(addr, size, oid):
     """Object `oid` of `size` bytes at addr: the size's pattern with oid at both ends."""
-    ctypes.memmove(addr, pattern(size).ptr, size)
+    p = pattern(size)
+    ctypes.memmove(addr, p.ptr, size)
     ctypes.c_uint64.from_address(addr).value = oid
     ctypes.c_uint64.from_address(addr + size - 8).value = oid
 
@@ -98,7 +105,8 @@ def check(addr, size, oid):
         return 1
     if ctypes.c_uint64.from_address(addr + size - 8).value != oid:
         return 1
-    return 1 if _libc.memcmp(addr + 8, pattern(size).ptr + 8, size - 16) != 0 else 0
+    p = pattern(size)
+    return 1 if _libc.memcmp(addr + 8, p.ptr + 8, size - 16) != 0 else 0
 
 
 def bytes_addr(b):
@@ -155,17 +163,28 @@ class Ctx:
 
     def __init__(self, index, clients, barrier, flag):
         self.index, self.clients, self.barrier, self.flag = index, clients, barrier, flag
+        self.reset()
 
     def wait(self):
         self.barrier.wait(BARRIER_TIMEOUT_S)
+
+    def reset(self):
+        self.stats = {"verify_errors": 0, "answers": {}}
+
+    def bad(self, answer):
+        """Counts a failed call by its answer (a Mooncake ErrorCode, or a wrong size); 1."""
+        key = str(answer)
+        self.stats["answers"][key] = self.stats["answers"].get(key, 0) + 1
+        return 1
 
 
 def run_rounds(ctx, n, slots, budget_s, prepare, call, verify):
     """Items 0..n-1 (the same n on every client) in rounds of `slots`: prepare(i, k) untimed,
     barrier, k timed calls call(i + j, j) -> error count, barrier, verify(i, k) -> error count.
     Stops when every item is done or client 0 has spent budget_s in timed sections (at least
-    one round). Returns (latencies ns, calls, errors, timed seconds)."""
+    one round). Returns (latencies ns, calls, errors, timed seconds, error detail)."""
     lat, errors, timed, i = [], 0, 0.0, 0
+    ctx.reset()
     clock = time.perf_counter_ns
     while True:
         k = min(slots, n - i)
@@ -179,17 +198,19 @@ def run_rounds(ctx, n, slots, budget_s, prepare, call, verify):
             errors += e
         ctx.wait()
         timed += (clock() - t0) / 1e9
-        errors += verify(i, k)
+        bad = verify(i, k)
+        errors += bad
+        ctx.stats["verify_errors"] += bad
         i += k
         if ctx.index == 0:
             ctx.flag.value = 1 if (i >= n or timed >= budget_s) else 0
         ctx.wait()
         if ctx.flag.value:
-            return lat, i, errors, timed
+            return lat, i, errors, timed, ctx.stats
 
 
-def step(lat, calls, errors, timed, **extra):
-    d = {"lat": lat, "calls": calls, "errors": errors, "seconds": timed}
+def step(lat, calls, errors, timed, stats, **extra):
+    d = {"lat": lat, "calls": calls, "errors": errors, "seconds": timed, "stats": stats}
     d.update(extra)
     return d
 
@@ -216,7 +237,8 @@ def phase_single(store, spec, ctx):
                     fill(src.ptr + j * size, size, put_ids[i + j])
 
             def do_put(i, j):
-                return 0 if store.put_from(key(put_ids[i]), src.ptr + j * size, size) == 0 else 1
+                rc = store.put_from(key(put_ids[i]), src.ptr + j * size, size)
+                return 0 if rc == 0 else ctx.bad(rc)
 
             r = run_rounds(ctx, len(put_ids), slots, spec["budget"], prep_put, do_put, lambda i, k: 0)
             out["put"] = step(*r, call="put_from")
@@ -224,7 +246,8 @@ def phase_single(store, spec, ctx):
             get_ids = [stored[j % len(stored)] for j in range(spec["n_get"])]
 
             def do_get(i, j):
-                return 0 if store.get_into(key(get_ids[i]), dst.ptr + j * size, size) == size else 1
+                rc = store.get_into(key(get_ids[i]), dst.ptr + j * size, size)
+                return 0 if rc == size else ctx.bad(rc)
 
             def ver_get(i, k):
                 return sum(check(dst.ptr + j * size, size, get_ids[i + j]) for j in range(k))
@@ -244,7 +267,8 @@ def phase_single(store, spec, ctx):
                 fill(addrs[j], size, put_ids[i + j])
 
         def do_put(i, j):
-            return 0 if store.put(key(put_ids[i]), values[j]) == 0 else 1
+            rc = store.put(key(put_ids[i]), values[j])
+            return 0 if rc == 0 else ctx.bad(rc)
 
         r = run_rounds(ctx, len(put_ids), slots, spec["budget"], prep_put, do_put, lambda i, k: 0)
         out["put"] = step(*r, call="put")
@@ -253,7 +277,7 @@ def phase_single(store, spec, ctx):
 
         def do_get(i, j):
             got[j] = store.get(key(get_ids[i]))
-            return 0 if len(got[j]) == size else 1
+            return 0 if len(got[j]) == size else ctx.bad("len %d" % len(got[j]))
 
         def ver_get(i, k):
             bad = 0
@@ -290,7 +314,7 @@ def phase_batch(store, spec, ctx):
 
         def do_put(i, j):
             rcs = store.batch_put_from(cur["keys"], ptrs_src, sizes)
-            return sum(1 for rc in rcs if rc != 0)
+            return sum(ctx.bad(rc) for rc in rcs if rc != 0)
 
         r = run_rounds(ctx, calls, 1, spec["budget"], prep_put, do_put, lambda i, k: 0)
         out["put"] = step(*r, call="batch_put_from")
@@ -303,7 +327,7 @@ def phase_batch(store, spec, ctx):
 
         def do_get(i, j):
             rcs = store.batch_get_into(cur["keys"], ptrs_dst, sizes)
-            return sum(1 for rc in rcs if rc != block)
+            return sum(ctx.bad(rc) for rc in rcs if rc != block)
 
         def ver_get(i, k):
             if not k:
@@ -380,19 +404,19 @@ def phase_mixed(store, spec, ctx):
             is_read, oid = ops[i]
             t = clock()
             if is_read:
-                e = 0 if store.get_into(key(oid), dst.ptr + j * size, size) == size else 1
+                rc = store.get_into(key(oid), dst.ptr + j * size, size)
                 lat_r.append(clock() - t)
-            else:
-                e = 0 if store.put_from(key(oid), src.ptr + j * size, size) == 0 else 1
-                lat_w.append(clock() - t)
-            return e
+                return 0 if rc == size else ctx.bad(rc)
+            rc = store.put_from(key(oid), src.ptr + j * size, size)
+            lat_w.append(clock() - t)
+            return 0 if rc == 0 else ctx.bad(rc)
 
         def ver(i, k):
             return sum(check(dst.ptr + j * size, size, ops[i + j][1])
                        for j in range(k) if ops[i + j][0])
 
         r = run_rounds(ctx, len(ops), slots, spec["budget"], prep, do, ver)
-        out["mixed"] = step(r[0], r[1], r[2] + bad, r[3], call="get_into+put_from",
+        out["mixed"] = step(r[0], r[1], r[2] + bad, r[3], r[4], call="get_into+put_from",
                             lat_read=lat_r, lat_write=lat_w)
     finally:
         src.close()
@@ -636,15 +660,21 @@ def mooncake_holder(args):
 def aggregate(per_client, name):
     """Steps of every client -> one dict: latencies merged, calls/errors summed, seconds max."""
     lat, calls, errors, secs, extra = [], 0, 0, 0.0, {}
+    verify_errors, answers = 0, {}
     for res in per_client:
         s = res[name]
         lat += s["lat"]
         calls += s["calls"]
         errors += s["errors"]
         secs = max(secs, s["seconds"])
+        verify_errors += s["stats"]["verify_errors"]
+        for k, v in s["stats"]["answers"].items():
+            answers[k] = answers.get(k, 0) + v
         for k in ("lat_read", "lat_write"):
             if k in s:
                 extra.setdefault(k, []).extend(s[k])
+    if errors:
+        extra["error_detail"] = {"wrong_bytes": verify_errors, "failed_calls_by_answer": answers}
     return lat, calls, errors, secs, per_client[0][name]["call"], extra
 
 
@@ -683,6 +713,8 @@ class Bench:
                       seconds=round(secs, 6), errors=errors, call=call,
                       mode="processes" if procs > 1 else "threads",
                       verified=(op != "put" and name != "put"), **fields, **st)
+        if "error_detail" in extra:
+            r["error_detail"] = extra.pop("error_detail")
         for k, v in extra.items():
             s2 = bl.latency_stats(v, keep=2)
             r[k.replace("lat_", "") + "_p50_us"] = s2["p50_us"]
