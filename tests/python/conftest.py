@@ -7,6 +7,7 @@ import ctypes
 import itertools
 import os
 import selectors
+import signal
 import subprocess
 import threading
 import time
@@ -87,6 +88,26 @@ class Daemon:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self.log.close()
+
+
+def stop_process(pid, timeout_s=10.0):
+    """SIGSTOP pid and wait until every one of its threads is stopped: kill()
+    returns before a busy thread has noticed the signal, and a request it then
+    handled would be answered. Bounded in time; resume with SIGCONT."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                pass  # a thread that just exited
+        if states and all(state in "Tt" for state in states):
+            return
+        time.sleep(0.005)
+    raise RuntimeError(f"process {pid} did not stop within {timeout_s} s")
 
 
 class Cluster:

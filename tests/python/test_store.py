@@ -10,7 +10,7 @@ import pytest
 
 import egmstore
 from egmstore import _egmstore
-from conftest import pattern
+from conftest import pattern, stop_process
 
 PROTOCOLS = ["shm", "tcp"]
 
@@ -465,7 +465,7 @@ def test_calls_during_close_answer_closed_without_waiting(make_cluster, key):
         except egmstore.Error as exc:
             result["close"] = exc
 
-    os.kill(c.master.pid, signal.SIGSTOP)
+    stop_process(c.master.pid)
     try:
         t = threading.Thread(target=closer)
         t.start()
@@ -491,7 +491,7 @@ def test_calls_during_close_answer_closed_without_waiting(make_cluster, key):
 def test_failed_close_answers_cleanup_pending_then_retries(make_cluster, key):
     c = make_cluster(segment="64MiB")
     s = contributing_store(c, rpc_timeout_ms=1000)
-    os.kill(c.master.pid, signal.SIGSTOP)
+    stop_process(c.master.pid)
     try:
         with pytest.raises(egmstore.Timeout) as info:
             s.close()  # the unmount RPC gets no answer
@@ -557,7 +557,7 @@ def test_gil_released_while_a_batch_waits(make_cluster, key, buffer):
         result["res"] = s.batch_get_into(keys, [dst.ptr + 64 * i for i in range(n)], [64] * n)
         done.set()
 
-    os.kill(c.master.pid, signal.SIGSTOP)
+    stop_process(c.master.pid)
     try:
         t = threading.Thread(target=worker)
         t.start()
