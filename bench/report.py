@@ -133,7 +133,7 @@ def drop_empty_columns(header, rows, keep=1):
 def section_single(recs, host_only=True):
     """Single objects, one client, host memory: one table per op."""
     out = []
-    single = find(recs, workload="single", clients=1, batch=1, memory="host")
+    single = find(recs, workload="single", total_clients=1, batch=1, memory="host")
     sizes = sorted({r["bytes"] for r in single if r.get("bytes")})
     if not sizes:
         return out
@@ -172,7 +172,7 @@ def section_single(recs, host_only=True):
 
 
 def section_bytes(recs):
-    single = find(recs, workload="single", clients=1, batch=1, api="python", variant="bytes")
+    single = find(recs, workload="single", total_clients=1, batch=1, api="python", variant="bytes")
     sizes = sorted({r["bytes"] for r in single if r.get("bytes")})
     if not sizes:
         return []
@@ -195,19 +195,21 @@ def section_bytes(recs):
 
 def section_concurrency(recs):
     single = find(recs, workload="single", batch=1, memory="host")
-    counts = sorted({r["clients"] for r in single if r.get("clients", 1) > 1})
+    counts = sorted({r["total_clients"] for r in single if r["total_clients"] > 1})
     if not counts:
         return []
-    sizes = sorted({r["bytes"] for r in single if r.get("clients", 1) > 1 and r.get("bytes")})
+    sizes = sorted({r["bytes"] for r in single if r["total_clients"] > 1 and r.get("bytes")})
     out = ["## Concurrency: ops/s with 1 and %s clients\n" % ", ".join(map(str, counts)),
-           "Python clients are threads sharing one store (*thr*) or processes with a store each "
-           "(*proc*); Redis clients are redis-benchmark connections (-c). Cells: ops/s summed over "
-           "the clients (p50/p99 us of one call).\n"]
+           "Clients in all: threads x processes. Python clients are threads sharing one store "
+           "(*thr*) or processes with a store each (*proc*); the C tool's are threads with a "
+           "client each (the best of its thread/process mixes with that total); Redis clients are "
+           "redis-benchmark connections (-c). Cells: ops/s summed over the clients (p50/p99 us "
+           "of one call).\n"]
     rows = []
     for size in sizes:
         for op in ("put", "get"):
             for n in [1] + counts:
-                kw = dict(op=op, bytes=size, clients=n)
+                kw = dict(op=op, bytes=size, total_clients=n)
                 c = best(single, system="egmstore", api="c", transport="shm", **kw)
                 pt = best(single, system="egmstore", api="python", transport="shm", variant="zc", procs=1, **kw)
                 pp = best(single, system="egmstore", api="python", transport="shm", variant="zc",
@@ -249,13 +251,13 @@ def section_batch(recs):
         for op in ("put", "get"):
             for n in sorted({n for n, b in shapes if b == block and find(batch, bytes=block, batch=n, op=op,
                                                                            system=lambda s: s != "redis")}):
-                kw = dict(op=op, bytes=block, batch=n, clients=1)
+                kw = dict(op=op, bytes=block, batch=n, total_clients=1)
                 c = best(batch, system="egmstore", api="c", transport="shm", **kw)
                 ct = best(batch, system="egmstore", api="c", transport="tcp", **kw)
                 ps = best(batch, system="egmstore", api="python", transport="shm", **kw)
                 pt = best(batch, system="egmstore", api="python", transport="tcp", **kw)
                 m = best(batch, system="mooncake", **kw)
-                rd = best(batch, system="redis", op=op, bytes=block, clients=1)
+                rd = best(batch, system="redis", op=op, bytes=block, total_clients=1)
                 ceil = best(recs, workload="ceiling", bytes=block, api="c") or best(recs, workload="ceiling", bytes=block)
                 egm = c or ps
                 rows.append(["%d x %s" % (n, bl.fmt_size(block)), op, cell(c, "GB/s"), cell(ct, "GB/s"),
@@ -278,15 +280,16 @@ def section_mixed(recs):
            "Gets of preloaded keys chosen by the distribution, puts of new keys; one latency sample "
            "per call. Cells: ops/s (p50/p99 us).\n"]
     rows = []
-    combos = sorted({(r.get("dist") or "-", r.get("read_ratio"), r["bytes"], r["clients"], r.get("procs", 1))
-                     for r in mixed}, key=lambda x: (x[0], x[2], x[3], x[4]))
-    for dist, rr, size, n, procs in combos:
-        kw = dict(dist=lambda d, x=dist: (d or "-") == x, bytes=size, clients=n, procs=procs)
+    combos = sorted({(r.get("dist") or "-", r.get("read_ratio"), r["bytes"], r["total_clients"],
+                      (r.get("procs") or 1) > 1) for r in mixed}, key=lambda x: (x[0], x[2], x[3], x[4]))
+    for dist, rr, size, n, multi in combos:
+        kw = dict(dist=lambda d, x=dist: (d or "-") == x, bytes=size, total_clients=n,
+                  procs=lambda p, m=multi: ((p or 1) > 1) == m)
         c = best(mixed, system="egmstore", api="c", transport="shm", **kw)
         s = best(mixed, system="egmstore", api="python", transport="shm", **kw)
         t = best(mixed, system="egmstore", api="python", transport="tcp", **kw)
         m = best(mixed, system="mooncake", **kw)
-        rows.append([dist, rr, bl.fmt_size(size), n, "proc" if procs > 1 else "thr", cell(c, "ops/s"),
+        rows.append([dist, rr, bl.fmt_size(size), n, "proc" if multi else "thr", cell(c, "ops/s"),
                      cell(s, "ops/s"), cell(t, "ops/s"), cell(m, "ops/s"), fratio(ratio(s, m)), fratio(ratio(t, m))])
     header = ["dist", "reads", "size", "clients", "as", "egmstore C shm", "egm py shm", "egm py tcp",
               "Mooncake py tcp", "egm py shm / Mooncake", "egm py tcp / Mooncake"]
@@ -322,7 +325,7 @@ def section_gpu(recs):
         shapes = sorted({(r["bytes"], r.get("batch", 1)) for r in gpu if r.get("workload") == wl and r.get("bytes")})
         for size, n in shapes:
             for op in ("put", "get"):
-                kw = dict(workload=wl, bytes=size, batch=n, op=op, clients=1)
+                kw = dict(workload=wl, bytes=size, batch=n, op=op, total_clients=1)
                 nv = best(gpu, system="egmstore", transport="nvlink", **kw)
                 st = best(gpu, system="egmstore", transport="tcp-staging", **kw)
                 mc = best(gpu, system="mooncake", **kw)
@@ -355,11 +358,12 @@ def section_other(recs):
         rows = []
         for r in [x for x in other if (x.get("workload") or "-") == wl]:
             rows.append([r.get("system"), r.get("api"), r.get("transport"), r.get("op"), r.get("memory"),
-                         bl.fmt_size(r.get("bytes")) if r.get("bytes") else "-", r.get("batch"), r.get("clients"),
+                         bl.fmt_size(r.get("bytes")) if r.get("bytes") else "-", r.get("batch"),
+                         "%s x %s" % (r.get("clients"), r.get("procs") or 1),
                          "-" if r.get("gbps") is None else "%.2f" % r["gbps"], fnum(r.get("ops_s")),
                          fus(r.get("p50_us")), fus(r.get("p99_us")), r.get("errors")])
         out.append("### %s\n" % wl)
-        out.append(table(["system", "api", "transport", "op", "memory", "bytes", "batch", "clients", "GB/s",
+        out.append(table(["system", "api", "transport", "op", "memory", "bytes", "batch", "clients x procs", "GB/s",
                           "ops/s", "p50 us", "p99 us", "errors"], rows) + "\n")
     return out
 
@@ -375,7 +379,7 @@ def goals(recs):
 
     # GPU goals
     def gpu_single(op, size):
-        return best(recs, workload="single", transport="nvlink", op=op, bytes=size, clients=1)
+        return best(recs, workload="single", transport="nvlink", op=op, bytes=size, total_clients=1)
 
     ceil16 = best(recs, workload="ceiling", transport="cuMemcpy", bytes=16 * bl.MiB)
     vals = []
@@ -403,9 +407,9 @@ def goals(recs):
                  "p50 %s us, p99 %s us" % (fus(g4["p50_us"]), fus(g4["p99_us"])) if g4 else "-",
                  verdict(None if g4 is None else (g4["p50_us"] <= 30 and g4["p99_us"] <= 60))])
     vals = []
-    for r in find(recs, workload="single", transport="nvlink", clients=1,
+    for r in find(recs, workload="single", transport="nvlink", total_clients=1,
                   bytes=lambda b: b is not None and bl.MiB <= b <= 64 * bl.MiB):
-        st = best(recs, workload="single", transport="tcp-staging", op=r["op"], bytes=r["bytes"], clients=1)
+        st = best(recs, workload="single", transport="tcp-staging", op=r["op"], bytes=r["bytes"], total_clients=1)
         q = ratio(r, st, "gbps")
         if q is not None:
             vals.append((r["bytes"], r["op"], q))
@@ -414,27 +418,27 @@ def goals(recs):
                  verdict(all(q >= 2 for *_, q in vals) if vals else None)])
 
     # CPU goals
-    shm16, lab = egm_local(recs, workload="single", op="get", bytes=16 * bl.MiB, clients=1, batch=1)
-    shm16p, _ = egm_local(recs, workload="single", op="put", bytes=16 * bl.MiB, clients=1, batch=1)
+    shm16, lab = egm_local(recs, workload="single", op="get", bytes=16 * bl.MiB, total_clients=1, batch=1)
+    shm16p, _ = egm_local(recs, workload="single", op="put", bytes=16 * bl.MiB, total_clients=1, batch=1)
     c16 = best(recs, workload="ceiling", transport="memcpy", bytes=16 * bl.MiB, api="c") or \
         best(recs, workload="ceiling", transport="memcpy", bytes=16 * bl.MiB)
     q1, q2 = ratio(shm16, c16, "gbps"), ratio(shm16p, c16, "gbps")
     rows.append(["shm on CPU, 16 MiB objects: >= 80%% of memcpy bandwidth (%s)" % (lab or "-"),
                  "get %s, put %s" % ("-" if q1 is None else "%.0f%%" % (q1 * 100), "-" if q2 is None else "%.0f%%" % (q2 * 100)),
                  verdict(None if q1 is None else (q1 >= 0.8 and (q2 is None or q2 >= 0.8)))])
-    g4s, lab = egm_local(recs, workload="single", op="get", bytes=4 * bl.KiB, clients=1, batch=1)
+    g4s, lab = egm_local(recs, workload="single", op="get", bytes=4 * bl.KiB, total_clients=1, batch=1)
     rows.append(["shm on CPU, 4 KiB Get p50 <= 20 us (%s)" % (lab or "-"),
                  "p50 %s us" % fus(g4s["p50_us"]) if g4s else "-",
                  verdict(None if g4s is None else g4s["p50_us"] <= 20)])
     # small objects vs Redis and Mooncake
     small = sorted({r["bytes"] for r in find(recs, workload="single", system="egmstore")
                     if r.get("bytes") and SMALL[0] <= r["bytes"] <= SMALL[1]})
-    counts = sorted({r["clients"] for r in find(recs, workload="single", system="egmstore")})
+    counts = sorted({r["total_clients"] for r in find(recs, workload="single", system="egmstore")})
     vs_redis, vs_mc = [], []
     for size in small:
         for n in counts:
             for op in ("put", "get"):
-                kw = dict(workload="single", op=op, bytes=size, clients=n, batch=1)
+                kw = dict(workload="single", op=op, bytes=size, total_clients=n, batch=1)
                 egm, _ = egm_local(recs, **kw)
                 rd = best(recs, system="redis", **kw)
                 q = ratio(egm, rd)
@@ -459,8 +463,8 @@ def goals(recs):
     rows.append(["CPU small objects: >= 3x Mooncake at the same concurrency (Python API both)",
                  span(vs_mc), verdict(all(v[-1] >= 3 for v in vs_mc) if vs_mc else None)])
     eg = best(recs, workload="single", system="egmstore", api="python", transport="shm", variant="zc",
-              op="get", bytes=16 * bl.MiB, clients=1, batch=1)
-    mc = best(recs, workload="single", system="mooncake", variant="zc", op="get", bytes=16 * bl.MiB, clients=1, batch=1)
+              op="get", bytes=16 * bl.MiB, total_clients=1, batch=1)
+    mc = best(recs, workload="single", system="mooncake", variant="zc", op="get", bytes=16 * bl.MiB, total_clients=1, batch=1)
     q = ratio(eg, mc)
     rows.append(["16 MiB Get over shm >= 4x Mooncake over tcp (Python API both)",
                  "-" if q is None else "%.2fx (%.2f vs %.2f GB/s)" % (q, eg["gbps"], mc["gbps"]),
@@ -468,16 +472,16 @@ def goals(recs):
     # scaling
     sc = []
     for size in sorted({r["bytes"] for r in find(recs, workload="single", system="egmstore",
-                                                 clients=lambda c: c is not None and c > 1) if r.get("bytes")}):
+                                                 total_clients=lambda c: c > 1) if r.get("bytes")}):
         for op in ("get",):
-            one = egm_local(recs, workload="single", op=op, bytes=size, clients=1, batch=1)[0]
+            one = egm_local(recs, workload="single", op=op, bytes=size, total_clients=1, batch=1)[0]
             many = [r for r in find(recs, workload="single", system="egmstore", op=op, bytes=size,
-                                    transport="shm", clients=lambda c: c is not None and c > 1)
+                                    transport="shm", total_clients=lambda c: c > 1)
                     if r.get("api") == (one or {}).get("api")]
             m = max(many, key=lambda r: r.get("ops_s") or 0) if many else None
             q = ratio(m, one)
             if q is not None:
-                sc.append("%s %s: %.2fx at %d clients" % (bl.fmt_size(size), op, q, m["clients"]))
+                sc.append("%s %s: %.2fx at %d clients" % (bl.fmt_size(size), op, q, m["total_clients"]))
     rows.append(["Throughput scales with clients until the link or pool bandwidth is reached",
                  "; ".join(sc) or "-", "see the concurrency table" if sc else "not measured"])
     return rows
@@ -504,7 +508,7 @@ def plots(recs, prefix):
     made = []
     # 1. bandwidth vs size per transport, with the ceiling line
     for memory, title in (("host", "host memory"), ("gpu", "GPU memory")):
-        single = [r for r in find(recs, workload="single", clients=1, batch=1, memory=memory)
+        single = [r for r in find(recs, workload="single", total_clients=1, batch=1, memory=memory)
                   if r.get("gbps") and r.get("op") in ("put", "get")]
         if not single:
             continue
@@ -541,7 +545,7 @@ def plots(recs, prefix):
         made.append(("Bandwidth vs object size (%s)" % title, path))
 
     # 2. latency: CDF at 4 KiB when samples exist, else p50/p99 bars
-    lat = [r for r in find(recs, workload="single", clients=1, batch=1, bytes=4 * bl.KiB)
+    lat = [r for r in find(recs, workload="single", total_clients=1, batch=1, bytes=4 * bl.KiB)
            if r.get("p50_us") and r.get("op") in ("put", "get")]
     if lat:
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
@@ -577,7 +581,7 @@ def plots(recs, prefix):
         made.append(("Latency of 4 KiB calls (%s)" % ("CDF" if cdf else "p50/p99"), path))
 
     # 3. batch throughput vs block size
-    batch = [r for r in find(recs, workload="batch", clients=1) if r.get("gbps")]
+    batch = [r for r in find(recs, workload="batch", total_clients=1) if r.get("gbps")]
     if batch:
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
         for ax, op in zip(axes, ("put", "get")):
@@ -605,9 +609,9 @@ def plots(recs, prefix):
     # 4. ops/s by client count at the small sizes
     conc = [r for r in find(recs, workload="single", batch=1, memory="host",
                             bytes=lambda b: b is not None and SMALL[0] <= b <= SMALL[1]) if r.get("ops_s")]
-    counts = sorted({r["clients"] for r in conc})
+    counts = sorted({r["total_clients"] for r in conc})
     if len(counts) > 1:
-        sizes = sorted({r["bytes"] for r in conc if r["clients"] > 1})
+        sizes = sorted({r["bytes"] for r in conc if r["total_clients"] > 1})
         fig, axes = plt.subplots(1, len(sizes) or 1, figsize=(6 * max(1, len(sizes)), 4.5), squeeze=False)
         for ax, size in zip(axes[0], sizes):
             labels, groups = [], {}
@@ -616,7 +620,7 @@ def plots(recs, prefix):
                 if variant(r) == "bytes":
                     continue
                 groups.setdefault(lab, {})
-                groups[lab][r["clients"]] = max(groups[lab].get(r["clients"], 0), r["ops_s"])
+                groups[lab][r["total_clients"]] = max(groups[lab].get(r["total_clients"], 0), r["ops_s"])
             labels = sorted(groups)
             width = 0.8 / max(1, len(counts))
             for i, n in enumerate(counts):
@@ -648,6 +652,8 @@ def load(paths):
         for r in doc.get("results", []):
             r = dict(r)
             r.setdefault("tool", doc.get("tool"))
+            # clients are per process (as `egmstore bench data` counts them)
+            r["total_clients"] = (r.get("clients") or 1) * (r.get("procs") or 1)
             recs.append(r)
     return docs, recs
 

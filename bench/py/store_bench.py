@@ -705,11 +705,13 @@ class Bench:
         return int(self.args.pool_size * self.args.fill // (obj_bytes * clients))
 
     def emit(self, per_client, name, op, transport, spec, clients, procs, **fields):
+        """clients: all of them; the record counts them per process (clients x procs in all),
+        as `egmstore bench data` does."""
         lat, calls, errors, secs, call, extra = aggregate(per_client, name)
         st = bl.latency_stats(lat)
         r = bl.record(workload=spec["workload"], system=self.system, api="python",
                       transport=transport, op=op, memory="host", bytes=spec["size"],
-                      batch=spec.get("batch", 1), clients=clients, procs=procs, calls=calls,
+                      batch=spec.get("batch", 1), clients=clients // procs, procs=procs, calls=calls,
                       seconds=round(secs, 6), errors=errors, call=call,
                       mode="processes" if procs > 1 else "threads",
                       verified=(op != "put" and name != "put"), **fields, **st)
@@ -733,7 +735,7 @@ class Bench:
             self.say("  %s %s failed: %s" % (spec["workload"], transport, exc))
             self.records.append(bl.record(
                 workload=spec["workload"], system=self.system, api="python", transport=transport,
-                op="failed", bytes=spec["size"], batch=spec.get("batch", 1), clients=clients,
+                op="failed", bytes=spec["size"], batch=spec.get("batch", 1), clients=clients // procs,
                 procs=procs, errors=1, message=str(exc)[:500]))
             return
         for name, op, fields in names:
@@ -812,7 +814,7 @@ class Bench:
                         self.say("  %d client processes could not start: %s" % (n, exc))
                         self.records.append(bl.record(
                             workload="single", system=self.system, api="python", transport=protocol,
-                            op="failed", clients=n, procs=n, errors=1, message=str(exc)[:500]))
+                            op="failed", clients=1, procs=n, errors=1, message=str(exc)[:500]))
                         continue
                     try:
                         if "single" in a.workloads:
