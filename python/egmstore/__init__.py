@@ -256,6 +256,8 @@ class Store:
     """
 
     def __init__(self, config=None, /, **kwargs):
+        if hasattr(self, "_client"):  # as _egmstore.Client: one client per Store, for good
+            raise RuntimeError("Store.__init__ may run only once; create a new Store")
         try:
             self._client = _egmstore.Client(_config_dict(config, kwargs))
         except _egmstore.StatusError as e:

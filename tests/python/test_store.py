@@ -535,6 +535,15 @@ def test_client_init_runs_once(cluster):
     assert c.exist("init-once") == egmstore.Status.NOT_FOUND
     assert c.close() == 0
 
+    # The Store over it, likewise: never a second client, never a revived one.
+    s = egmstore.Store(config)
+    with pytest.raises(RuntimeError, match="only once"):
+        s.__init__(config)
+    s.close()
+    with pytest.raises(RuntimeError, match="only once"):
+        s.__init__(config)
+    assert s.closed
+
 
 def test_gil_released_while_a_batch_waits(make_cluster, key, buffer):
     """The master is stopped (SIGSTOP), so a batch waits in its RPC. The main
