@@ -157,7 +157,8 @@ class Suite:
                 ("--gpu", None) if gpu else None,
                 ("--sizes", a.sizes) if a.sizes else None,
                 ("--clients", a.clients) if a.clients else None,
-                ("--seconds", str(a.seconds)) if a.seconds else None,
+                # the C tool's phases default to 2 s; 1 s keeps the CPU suite to a few minutes
+                ("--seconds", str(a.seconds or 1.0)) if not a.smoke else None,
                 ("--ceiling", None) if "--ceiling" in flags and "--no-ceiling" in flags else None]
         cmd = [binary, "bench", "data"]
         for w in want:

@@ -138,7 +138,7 @@ def main(argv=None):
                     help="value sizes of the pipelined runs (default 4KiB,64KiB,1MiB)")
     ap.add_argument("--seconds", type=float, default=None, help="about this long per measurement (default 1)")
     ap.add_argument("--bytes", type=bl.parse_size, default=None,
-                    help="bytes per measurement of values >= 4MiB (default 2GiB)")
+                    help="bytes per measurement of values >= 4MiB (default 1GiB)")
     ap.add_argument("--min-requests", type=int, default=2)
     ap.add_argument("--max-requests", type=int, default=None, help="default 100000")
     ap.add_argument("--probe-bytes", type=bl.parse_size, default=64 * bl.MiB)
@@ -151,7 +151,7 @@ def main(argv=None):
          [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB, 256 * bl.MiB, 512 * bl.MiB],
          "clients": [1, 2] if a.smoke else [1, 8], "pipeline": 16 if a.smoke else 128,
          "batch_sizes": [64 * bl.KiB] if a.smoke else [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB],
-         "seconds": 0.1 if a.smoke else 1.0, "bytes": 16 * bl.MiB if a.smoke else 2 * bl.GiB,
+         "seconds": 0.1 if a.smoke else 1.0, "bytes": 16 * bl.MiB if a.smoke else 1 * bl.GiB,
          "max_requests": 2000 if a.smoke else 100000}
     for k, v in d.items():
         if getattr(a, k) is None:
