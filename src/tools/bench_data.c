@@ -129,10 +129,6 @@ static int run(egm_bdata_run_t *r)
         return EGM_EXIT_FAIL;
     }
     announce(r);
-    if (r->embedded && !r->o.pool_egm && (status = egm__bdata_prefault(r)) != EGM_OK) {
-        egm__cli_error("bench data: writing the pool once", status);
-        r->failed = 1;
-    }
     if (r->o.ceiling && (status = egm__bdata_ceilings(r)) != EGM_OK) {
         egm__cli_error("bench data: ceiling", status);
         r->failed = 1;
@@ -184,6 +180,7 @@ int egm__cmd_bench_data(int argc, char **argv)
     o.read_ratio = -1;
     o.ceiling = -1;
     o.pool_egm = -1;
+    o.warm = -1;
     o.argc = argc;
     o.argv = argv;
     if (rest == NULL)

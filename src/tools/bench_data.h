@@ -67,7 +67,8 @@ typedef struct {
     double fill;    /* full: share of the pool filled before the timed puts */
     int ceiling;    /* -1: unset */
     int smoke;
-    int shared_client;
+    int client_per_thread; /* else the threads of a process share one client */
+    int warm;              /* -1 unset; 1: each client writes the pool once first */
     const char *out;
     /* hidden: this process is child `child_index` of `child_procs` (--procs) */
     int child;
@@ -159,7 +160,8 @@ typedef struct {
     double samples_us[EGM_BDATA_QUANTILES]; /* the latency CDF */
     double gbps;                            /* < 0: null */
     double ops_s, keys_s;
-    int mixed; /* get_lat/put_lat hold the mixed workload's split */
+    double gbps_p50; /* one call's bytes / p50: robust to others' load */
+    int mixed;       /* get_lat/put_lat hold the mixed workload's split */
     uint64_t gets, puts;
     egm_bench_latency_t get_lat, put_lat;
     int full; /* the eviction figures below are set */
@@ -269,6 +271,10 @@ void egm__bdata_remove(egm_bdata_worker_t *w, size_t n);
 uint64_t egm__bdata_rand(egm_bdata_worker_t *w);
 /* Puts and gets one small object: the first transfer's mapping is not timed. */
 void egm__bdata_warm(egm_bdata_worker_t *w);
+/* Writes the whole pool once through this client (then removes what it
+ * wrote), untimed: the first write to each page of a client's mapping costs a
+ * page fault, which is not the store's steady state. */
+egm_status_t egm__bdata_warm_pool(egm_bdata_run_t *r, egm_client_t *client, int which);
 
 /* The workloads: untimed preparation, one timed call (with its checks), and
  * untimed cleanup. */
@@ -322,8 +328,6 @@ int egm__bdata_child_main(egm_bdata_run_t *r);
 
 egm_status_t egm__bdata_cluster_start(egm_bdata_run_t *r);
 egm_status_t egm__bdata_cluster_stop(egm_bdata_run_t *r);
-/* Writes every page of the embedded pool once (untimed). */
-egm_status_t egm__bdata_prefault(egm_bdata_run_t *r);
 egm_status_t egm__bdata_metrics(egm_bdata_run_t *r, egm_bdata_metrics_t *m);
 /* Before and after a phase: the mixed keyspace, the full pool's fill. */
 egm_status_t egm__bdata_control_before(egm_bdata_run_t *r, const egm_bdata_phase_t *ph);

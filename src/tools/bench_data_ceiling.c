@@ -67,6 +67,8 @@ static egm_status_t record(egm_bdata_run_t *r, series_t *s, const char *transpor
         rec.ops_s = (double)s->calls / rec.seconds;
         rec.keys_s = (double)rec.keys / rec.seconds;
     }
+    if (rec.lat.p50_us > 0)
+        rec.gbps_p50 = (double)(bytes * batch) / rec.lat.p50_us / 1e3;
     egm__bench_samples_free(&s->lat);
     return egm__bdata_add_record(r, &rec);
 }

@@ -410,22 +410,6 @@ static egm_status_t fill_pool(egm_bdata_run_t *r, double target, int no_space_ok
     return status;
 }
 
-/* A fresh memfd pool costs a page fault (allocation and zeroing) the first
- * time each page is written: one untimed pass over the whole pool, so that
- * puts measure the store, not the kernel's first touch. */
-egm_status_t egm__bdata_prefault(egm_bdata_run_t *r)
-{
-    egm_bdata_metrics_t m;
-    uint64_t t0 = egm__now_ns();
-    egm_status_t status = fill_pool(r, 0.99, 1, &m);
-    if (status == EGM_OK)
-        fprintf(stderr, "bench: wrote %.1f%% of the pool once (first touch) in %.2f s\n",
-                100 * m.allocated / m.capacity, (double)(egm__now_ns() - t0) / 1e9);
-    egm_status_t removed = remove_keys(r, fill_key, r->fill_keys);
-    r->fill_keys = 0;
-    return status != EGM_OK ? status : removed;
-}
-
 egm_status_t egm__bdata_control_before(egm_bdata_run_t *r, const egm_bdata_phase_t *ph)
 {
     egm_status_t status = EGM_OK;

@@ -124,7 +124,7 @@ egm_status_t egm__bdata_group_start(egm_bdata_run_t *r, egm_bdata_group_t **g_p)
     g->stats = egm_calloc((size_t)g->n, sizeof(*g->stats), "bench.group");
     if (g->w == NULL || g->stats == NULL)
         status = egm__set_error(EGM_ERR_NO_MEMORY, "bench clients");
-    if (status == EGM_OK && r->o.shared_client) {
+    if (status == EGM_OK && !r->o.client_per_thread) {
         egm_config_t *config = NULL;
         status = egm__bdata_client_config(r, &config);
         if (status == EGM_OK)
@@ -135,6 +135,9 @@ egm_status_t egm__bdata_group_start(egm_bdata_run_t *r, egm_bdata_group_t **g_p)
         status = egm__bdata_worker_init(r, &g->w[i], i, g->shared);
         g->w[i].group = g;
     }
+    for (int i = 0; status == EGM_OK && r->o.warm && i < g->n; i++)
+        if (g->shared == NULL || i == 0) /* one client at a time: each gets the whole pool */
+            status = egm__bdata_warm_pool(r, g->w[i].client, g->w[i].global);
     for (; status == EGM_OK && g->started < g->n; g->started++)
         if (pthread_create(&g->w[g->started].thread, NULL, worker_main, &g->w[g->started]) != 0)
             status = egm__set_error(EGM_ERR_NO_MEMORY, "starting client thread %d", g->started);

@@ -13,7 +13,8 @@ const char egm__bdata_usage[] =
     "                           [--protocol shm,tcp|nvlink,tcp] [--memory host|gpu[:N]]\n"
     "                           [--pool auto|host|egm] [--pool-size SIZE] [--max-memory SIZE]\n"
     "                           [--seconds S | --iters N] [--fill 0.88] [--no-ceiling]\n"
-    "                           [--shared-client] [--smoke] [--master HOST:PORT] [--out FILE]\n\n"
+    "                           [--client-per-thread] [--no-warm] [--smoke] [--master HOST:PORT]\n"
+    "                           [--out FILE]\n\n"
     "Puts and gets through the client library, every get checked byte for byte, with the copy\n"
     "ceiling measured in the same run. Without --master it starts a master in this process and\n"
     "one provider process (a pool of --pool-size) on free loopback ports. Progress lines go to\n"
@@ -24,8 +25,11 @@ const char egm__bdata_usage[] =
     "                     blocks (drawn by --dist) and puts of new keys, --read-ratio of them\n"
     "                     gets; full: puts into a pool filled to --fill, the master evicting\n"
     "                     (default all four)\n"
-    "  --clients LIST     client threads per process, each with its own client (default 1,8)\n"
-    "  --shared-client    the threads of a process share one client instead\n"
+    "  --clients LIST     client threads per process (default 1,8); they share the process's\n"
+    "                     client, as an inference process's threads share its store\n"
+    "  --client-per-thread  each thread creates a client of its own instead\n"
+    "  --no-warm          no untimed pass writing the pool once through each client first\n"
+    "                     (default: the pass runs with the embedded provider)\n"
     "  --procs LIST       processes (copies of this command) running the clients (default 1)\n"
     "  --protocol LIST    transports, each run in turn (default shm,tcp; nvlink,tcp with GPU\n"
     "                     memory, where tcp is the staging path); also --protocols\n"
@@ -50,9 +54,10 @@ static const flag_t flags[] = {
     {"--dist", 1},       {"--read-ratio", 1},   {"--clients", 1},     {"--procs", 1},
     {"--protocol", 1},   {"--memory", 1},       {"--pool", 1},        {"--pool-size", 1},
     {"--max-memory", 1}, {"--seconds", 1},      {"--iters", 1},       {"--fill", 1},
-    {"--out", 1},        {"--ceiling", 0},      {"--no-ceiling", 0},  {"--shared-client", 0},
+    {"--out", 1},        {"--ceiling", 0},      {"--no-ceiling", 0},  {"--client-per-thread", 0},
     {"--smoke", 0},      {"--child-index", 1},  {"--child-procs", 1}, {"--child-go-fd", 1},
     {"--child-dir", 1},  {"--child-prefix", 1}, {"--protocols", 1},   {"--gpu", 0},
+    {"--warm", 0},       {"--no-warm", 0},
 };
 
 static int parse_workloads(const char *text, unsigned *out)
@@ -216,8 +221,10 @@ static int apply(egm_bdata_opts_t *o, const char *name, const char *v)
         o->out = v;
     else if (strcmp(name, "--ceiling") == 0 || strcmp(name, "--no-ceiling") == 0)
         o->ceiling = strcmp(name, "--ceiling") == 0;
-    else if (strcmp(name, "--shared-client") == 0)
-        o->shared_client = 1;
+    else if (strcmp(name, "--client-per-thread") == 0)
+        o->client_per_thread = 1;
+    else if (strcmp(name, "--warm") == 0 || strcmp(name, "--no-warm") == 0)
+        o->warm = strcmp(name, "--warm") == 0;
     else if (strcmp(name, "--smoke") == 0)
         o->smoke = 1;
     else if (strcmp(name, "--child-dir") == 0)
@@ -303,7 +310,7 @@ static void default_lists(egm_bdata_opts_t *o)
     }
 }
 
-static void default_numbers(egm_bdata_opts_t *o)
+static void default_numbers(egm_bdata_opts_t *o, int embedded)
 {
     if (o->workloads == 0)
         o->workloads = (1u << EGM_BDATA_N_WORKLOADS) - 1;
@@ -323,6 +330,8 @@ static void default_numbers(egm_bdata_opts_t *o)
         o->fill = o->smoke ? 0.99 : 0.88;
     if (o->ceiling < 0)
         o->ceiling = !o->child;
+    if (o->warm < 0) /* never write over a running master's pool */
+        o->warm = embedded;
 }
 
 static int refuse(const char *why)
@@ -337,7 +346,7 @@ int egm__bdata_defaults(egm_bdata_opts_t *o, int embedded)
     if (o->seconds > 0 && o->iters > 0)
         return refuse("--seconds and --iters: give one or the other");
     default_lists(o);
-    default_numbers(o);
+    default_numbers(o, embedded);
     for (int i = 0; i < o->n_protocols; i++) {
         nvlink |= o->protocols[i] == EGM_BDATA_NVLINK;
         shm |= o->protocols[i] == EGM_BDATA_SHM;
@@ -405,8 +414,8 @@ void egm__bdata_json_config(FILE *f, const egm_bdata_run_t *r)
             (unsigned long long)o->max_memory, o->seconds, (unsigned long long)o->iters, o->fill);
     fprintf(f, "\"ceiling\": %s, \"smoke\": %s, \"client_mode\": \"%s\", \"replica_num\": 1, ",
             o->ceiling ? "true" : "false", o->smoke ? "true" : "false",
-            o->shared_client ? "shared" : "per-thread");
-    fprintf(f, "\"master\": ");
+            o->client_per_thread ? "per-thread" : "shared");
+    fprintf(f, "\"warm\": %s, \"master\": ", o->warm ? "true" : "false");
     egm__bench_json_str(f, r->embedded ? "embedded" : r->master_addr);
     fprintf(f, ", \"key_prefix\": ");
     egm__bench_json_str(f, r->prefix);

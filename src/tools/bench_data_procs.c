@@ -1,5 +1,6 @@
 /* bench data --procs N: N child processes of this command, each running the
- * level's clients as threads. Per phase each child prepares and prints
+ * level's clients as threads. They start one after the other (each prints
+ * "started" once its clients have written the pool once). Per phase each child prepares and prints
  * "ready <phase>", the parent then writes one byte into every child's go pipe
  * so that all start together, each child prints "done <phase>" after writing
  * its clients' figures (latency samples included) into a file of a temporary
@@ -92,6 +93,10 @@ int egm__bdata_child_main(egm_bdata_run_t *r)
     status = egm__bdata_phases(&r->o, r->clients, r->procs, &phases, &n);
     if (status == EGM_OK)
         status = egm__bdata_group_start(r, &g);
+    if (status == EGM_OK) { /* clients made, pool written once: the parent starts the next */
+        printf("started\n");
+        fflush(stdout);
+    }
     for (size_t i = 0; status == EGM_OK && i < n; i++) {
         egm_bdata_stats_t *stats = NULL;
         size_t n_stats = 0;
@@ -145,12 +150,12 @@ static egm_status_t spawn(egm_bdata_procs_t *p, int i, int go_read)
                      "--procs",        "1",
                      "--pool-size",    num[1],
                      "--max-memory",   num[2],
-                     "--no-ceiling",   "--child-index",
-                     num[3],           "--child-procs",
-                     num[4],           "--child-go-fd",
-                     num[5],           "--child-dir",
-                     p->dir,           "--child-prefix",
-                     (char *)r->prefix};
+                     "--no-ceiling",   r->o.warm ? "--warm" : "--no-warm",
+                     "--child-index",  num[3],
+                     "--child-procs",  num[4],
+                     "--child-go-fd",  num[5],
+                     "--child-dir",    p->dir,
+                     "--child-prefix", (char *)r->prefix};
     for (size_t a = 0; a < sizeof(level) / sizeof(level[0]); a++)
         argv[k++] = level[a];
     argv[k] = NULL;
@@ -196,6 +201,11 @@ egm_status_t egm__bdata_procs_start(egm_bdata_run_t *r, egm_bdata_procs_t **p_p)
         p->go[i] = fds[1];
         status = spawn(p, i, fds[0]);
         close(fds[0]);
+        /* One at a time: each child's pass over the pool must have it to itself. */
+        char line[512];
+        if (status == EGM_OK)
+            status = egm__process_wait_line(&p->child[i], "started", line, sizeof(line),
+                                            READY_TIMEOUT_MS);
     }
     *p_p = p;
     if (status != EGM_OK) {

@@ -87,6 +87,8 @@ void egm__bdata_summarize(const egm_bdata_run_t *r, const egm_bdata_phase_t *ph,
     rec->gbps = rec->seconds > 0 ? (double)bytes / rec->seconds / 1e9 : 0;
     rec->ops_s = rec->seconds > 0 ? (double)rec->calls / rec->seconds : 0;
     rec->keys_s = rec->seconds > 0 ? (double)rec->keys / rec->seconds : 0;
+    rec->gbps_p50 =
+        rec->lat.p50_us > 0 ? (double)(ph->bytes * ph->batch) / rec->lat.p50_us / 1e3 : 0;
     egm__bench_samples_free(&lat);
     egm__bench_samples_free(&get);
     egm__bench_samples_free(&put);
@@ -99,11 +101,11 @@ static void print_progress(const egm_bdata_record_t *rec)
     dist_label(rec->zipf, dist, sizeof(dist));
     fprintf(stderr,
             "bench: %-7s %-5s %-11s %-4s %7s x%-5llu %2dc x %dp %-9s %8llu calls  p50 %9.1f us  "
-            "p99 %9.1f us  %7.2f GB/s  %9.0f ops/s%s\n",
+            "p99 %9.1f us  %7.2f GB/s (at p50 %6.2f)  %9.0f ops/s%s\n",
             rec->workload, rec->op, rec->transport, rec->memory, size,
             (unsigned long long)rec->batch, rec->clients, rec->procs, dist,
-            (unsigned long long)rec->calls, rec->lat.p50_us, rec->lat.p99_us, rec->gbps, rec->ops_s,
-            rec->errors ? "  ERRORS" : "");
+            (unsigned long long)rec->calls, rec->lat.p50_us, rec->lat.p99_us, rec->gbps,
+            rec->gbps_p50, rec->ops_s, rec->errors ? "  ERRORS" : "");
     if (rec->full)
         fprintf(stderr,
                 "bench: full: pool %.1f%% -> %.1f%% used, %llu evictions (%llu runs, %.1f MB)%s\n",
@@ -152,23 +154,23 @@ egm_status_t egm__bdata_add_skipped(egm_bdata_run_t *r, const egm_bdata_phase_t 
 
 void egm__bdata_print_table(const egm_bdata_run_t *r)
 {
-    printf("\n%-8s %-5s %-11s %-4s %7s %5s %7s %5s %-9s %9s %10s %10s %8s %10s %6s\n", "workload",
-           "op", "transport", "mem", "bytes", "batch", "clients", "procs", "dist", "calls",
-           "p50 us", "p99 us", "GB/s", "ops/s", "errors");
+    printf("\n%-8s %-5s %-11s %-4s %7s %5s %7s %5s %-9s %9s %10s %10s %8s %8s %10s %6s\n",
+           "workload", "op", "transport", "mem", "bytes", "batch", "clients", "procs", "dist",
+           "calls", "p50 us", "p99 us", "GB/s", "p50 GB/s", "ops/s", "errors");
     for (size_t i = 0; i < r->n_records; i++) {
         const egm_bdata_record_t *rec = &r->records[i];
         char size[32], dist[32];
         size_label(rec->bytes, size, sizeof(size));
         dist_label(rec->zipf, dist, sizeof(dist));
-        printf("%-8s %-5s %-11s %-4s %7s %5llu %7d %5d %-9s %9llu %10.1f %10.1f %8.2f %10.0f "
-               "%6llu\n",
+        printf("%-8s %-5s %-11s %-4s %7s %5llu %7d %5d %-9s %9llu %10.1f %10.1f %8.2f %8.2f "
+               "%10.0f %6llu\n",
                rec->workload, rec->op, rec->transport, rec->memory, size,
                (unsigned long long)rec->batch, rec->clients, rec->procs, dist,
                (unsigned long long)rec->calls, rec->lat.p50_us, rec->lat.p99_us, rec->gbps,
-               rec->ops_s, (unsigned long long)rec->errors);
+               rec->gbps_p50, rec->ops_s, (unsigned long long)rec->errors);
     }
     printf("\nlatency = one call (a batch call is one sample); GB/s = bytes / time inside the "
-           "calls, 1e9; clients are per process\n");
+           "calls, 1e9; p50 GB/s = one call's bytes / p50; clients are per process\n");
 }
 
 /* ---- JSON ------------------------------------------------------------------------ */
@@ -202,8 +204,8 @@ static void json_record(FILE *f, const egm_bdata_record_t *rec)
     egm__bench_json_num(f, rec->gbps);
     fprintf(f, ", \"ops_s\": %.3f, \"keys_s\": %.3f, \"errors\": %llu", rec->ops_s, rec->keys_s,
             (unsigned long long)rec->errors);
-    fprintf(f, ", \"keys\": %llu, \"wall_seconds\": %.6f", (unsigned long long)rec->keys,
-            rec->wall_seconds);
+    fprintf(f, ", \"keys\": %llu, \"wall_seconds\": %.6f, \"gbps_p50\": %.6g",
+            (unsigned long long)rec->keys, rec->wall_seconds, rec->gbps_p50);
     if (rec->mixed) {
         fprintf(f, ", \"gets\": %llu, \"puts\": %llu", (unsigned long long)rec->gets,
                 (unsigned long long)rec->puts);
