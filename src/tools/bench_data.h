@@ -34,6 +34,7 @@
 #define EGM_BDATA_POOL_SHARE 0.8      /* of the pool a phase may fill (eviction starts at 0.9) */
 #define EGM_BDATA_STAGING (16u << 20) /* pinned bytes a GPU worker fills and checks through */
 #define EGM_BDATA_QUANTILES 101       /* samples_us: latency quantiles 0, 0.01, .., 1 */
+#define EGM_BDATA_MIN_CALLS 3         /* per client and phase, even past --seconds */
 
 typedef enum {
     EGM_BDATA_SINGLE,
@@ -167,8 +168,8 @@ typedef struct {
     int full; /* the eviction figures below are set */
     int metrics_ok;
     uint64_t evictions, evicted_bytes, eviction_runs;
-    double used_before, used_after; /* allocated / capacity */
-    const char *note;               /* how a ceiling was measured, or NULL */
+    double used_before; /* allocated / capacity when the timed puts started */
+    const char *note;   /* how a ceiling was measured, or NULL */
 } egm_bdata_record_t;
 
 /* ---- the run ------------------------------------------------------------- */

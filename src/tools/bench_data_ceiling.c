@@ -21,7 +21,7 @@ static int more(const egm_bdata_run_t *r, const series_t *s)
 {
     if (r->o.iters > 0)
         return s->calls < r->o.iters;
-    return s->calls == 0 || egm__now_ns() < s->deadline;
+    return s->calls < EGM_BDATA_MIN_CALLS || egm__now_ns() < s->deadline;
 }
 
 static void series_start(const egm_bdata_run_t *r, series_t *s)

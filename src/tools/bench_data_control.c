@@ -439,7 +439,6 @@ egm_status_t egm__bdata_control_after(egm_bdata_run_t *r, const egm_bdata_phase_
         rec->evicted_bytes = (uint64_t)(m.evicted_bytes - r->before.evicted_bytes);
         rec->eviction_runs = (uint64_t)(m.eviction_runs - r->before.eviction_runs);
         rec->used_before = r->before.allocated / r->before.capacity;
-        rec->used_after = m.allocated / m.capacity;
     }
     egm_status_t removed = remove_keys(r, fill_key, r->fill_keys);
     return status != EGM_OK ? status : removed;

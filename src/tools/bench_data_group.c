@@ -44,7 +44,8 @@ static void timed_loop(egm_bdata_worker_t *w, const egm_bdata_ops_t *ops,
 
     w->st.start_ns = now;
     for (w->step = 0; !w->stop; w->step++) {
-        if (o->iters > 0 ? w->step >= o->iters : (w->step > 0 && now >= deadline))
+        if (o->iters > 0 ? w->step >= o->iters
+                         : (w->step >= EGM_BDATA_MIN_CALLS && now >= deadline))
             break;
         ops->step(w, ph);
         now = egm__now_ns();

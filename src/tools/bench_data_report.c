@@ -107,11 +107,12 @@ static void print_progress(const egm_bdata_record_t *rec)
             (unsigned long long)rec->calls, rec->lat.p50_us, rec->lat.p99_us, rec->gbps,
             rec->gbps_p50, rec->ops_s, rec->errors ? "  ERRORS" : "");
     if (rec->full)
-        fprintf(stderr,
-                "bench: full: pool %.1f%% -> %.1f%% used, %llu evictions (%llu runs, %.1f MB)%s\n",
-                100 * rec->used_before, 100 * rec->used_after, (unsigned long long)rec->evictions,
-                (unsigned long long)rec->eviction_runs, (double)rec->evicted_bytes / 1e6,
-                rec->metrics_ok ? "" : " (metrics unavailable)");
+        fprintf(
+            stderr,
+            "bench: full: pool %.1f%% used at the start, %llu evictions (%llu runs, %.1f MB)%s\n",
+            100 * rec->used_before, (unsigned long long)rec->evictions,
+            (unsigned long long)rec->eviction_runs, (double)rec->evicted_bytes / 1e6,
+            rec->metrics_ok ? "" : " (metrics unavailable)");
 }
 
 egm_status_t egm__bdata_add_record(egm_bdata_run_t *r, const egm_bdata_record_t *rec)
@@ -215,9 +216,9 @@ static void json_record(FILE *f, const egm_bdata_record_t *rec)
     if (rec->full && rec->metrics_ok)
         fprintf(f,
                 ", \"evictions\": %llu, \"evicted_bytes\": %llu, \"eviction_runs\": %llu, "
-                "\"pool_used_before\": %.4f, \"pool_used_after\": %.4f",
+                "\"pool_used_before\": %.4f",
                 (unsigned long long)rec->evictions, (unsigned long long)rec->evicted_bytes,
-                (unsigned long long)rec->eviction_runs, rec->used_before, rec->used_after);
+                (unsigned long long)rec->eviction_runs, rec->used_before);
     fprintf(f, ", \"samples_us\": [");
     for (int i = 0; i < EGM_BDATA_QUANTILES; i++)
         fprintf(f, "%s%.2f", i ? ", " : "", rec->samples_us[i]);
