@@ -178,70 +178,96 @@ static int parse_pool(const char *text, egm_bdata_opts_t *o)
     return -1;
 }
 
+/* The workloads' shape; 1 when `name` is none of these flags. */
+static int apply_shape(egm_bdata_opts_t *o, const char *name, const char *v)
+{
+    if (strcmp(name, "--workload") == 0)
+        return parse_workloads(v, &o->workloads);
+    if (strcmp(name, "--sizes") == 0)
+        return egm__bench_parse_sizes(name, v, 1, o->sizes, EGM_BDATA_MAX_LIST, &o->n_sizes);
+    if (strcmp(name, "--keys") == 0)
+        return parse_u64(name, v, 1, 1u << 24, &o->keys);
+    if (strcmp(name, "--block") == 0)
+        return parse_size(name, v, 1, &o->block);
+    if (strcmp(name, "--dist") == 0)
+        return parse_dists(v, o);
+    if (strcmp(name, "--read-ratio") == 0)
+        return egm__bench_parse_double(name, v, 0, 1, &o->read_ratio);
+    if (strcmp(name, "--clients") == 0)
+        return egm__bench_parse_ints(name, v, 1, 1024, o->clients, EGM_BDATA_MAX_LIST,
+                                     &o->n_clients);
+    if (strcmp(name, "--procs") == 0)
+        return egm__bench_parse_ints(name, v, 1, 256, o->procs, EGM_BDATA_MAX_LIST, &o->n_procs);
+    if (strcmp(name, "--protocol") == 0 || strcmp(name, "--protocols") == 0)
+        return parse_protocols(v, o);
+    if (strcmp(name, "--memory") == 0)
+        return parse_memory(v, o);
+    if (strcmp(name, "--gpu") == 0)
+        return parse_memory("gpu", o);
+    if (strcmp(name, "--pool") == 0)
+        return parse_pool(v, o);
+    if (strcmp(name, "--pool-size") == 0)
+        return parse_size(name, v, 1u << 20, &o->pool_size);
+    if (strcmp(name, "--max-memory") == 0)
+        return parse_size(name, v, 1u << 20, &o->max_memory);
+    return 1;
+}
+
+/* How long, what else, where to: 1 when `name` is none of these flags. */
+static int apply_run(egm_bdata_opts_t *o, const char *name, const char *v)
+{
+    if (strcmp(name, "--seconds") == 0)
+        return egm__bench_parse_double(name, v, 0.001, 3600, &o->seconds);
+    if (strcmp(name, "--iters") == 0)
+        return parse_u64(name, v, 1, 1000000000ull, &o->iters);
+    if (strcmp(name, "--fill") == 0)
+        return egm__bench_parse_double(name, v, 0.01, 0.99, &o->fill);
+    if (strcmp(name, "--ceiling") == 0 || strcmp(name, "--no-ceiling") == 0)
+        o->ceiling = strcmp(name, "--ceiling") == 0;
+    else if (strcmp(name, "--warm") == 0 || strcmp(name, "--no-warm") == 0)
+        o->warm = strcmp(name, "--warm") == 0;
+    else if (strcmp(name, "--client-per-thread") == 0)
+        o->client_per_thread = 1;
+    else if (strcmp(name, "--smoke") == 0)
+        o->smoke = 1;
+    else if (strcmp(name, "--out") == 0)
+        o->out = v;
+    else
+        return 1;
+    return 0;
+}
+
+/* The hidden flags a --procs parent gives its children. */
+static int apply_child(egm_bdata_opts_t *o, const char *name, const char *v)
+{
+    uint64_t u = 0;
+    o->child = 1;
+    if (strcmp(name, "--child-dir") == 0) {
+        o->child_dir = v;
+        return 0;
+    }
+    if (strcmp(name, "--child-prefix") == 0) {
+        o->child_prefix = v;
+        return 0;
+    }
+    if (parse_u64(name, v, 0, 1u << 30, &u) != 0)
+        return -1;
+    if (strcmp(name, "--child-index") == 0)
+        o->child_index = (int)u;
+    else if (strcmp(name, "--child-procs") == 0)
+        o->child_procs = (int)u;
+    else
+        o->child_go_fd = (int)u;
+    return 0;
+}
+
 /* One flag with its value; 0 or -1 after printing why. */
 static int apply(egm_bdata_opts_t *o, const char *name, const char *v)
 {
-    uint64_t u = 0;
-    int rc = 0;
-    if (strcmp(name, "--workload") == 0)
-        rc = parse_workloads(v, &o->workloads);
-    else if (strcmp(name, "--sizes") == 0)
-        rc = egm__bench_parse_sizes(name, v, 1, o->sizes, EGM_BDATA_MAX_LIST, &o->n_sizes);
-    else if (strcmp(name, "--keys") == 0)
-        rc = parse_u64(name, v, 1, 1u << 24, &o->keys);
-    else if (strcmp(name, "--block") == 0)
-        rc = parse_size(name, v, 1, &o->block);
-    else if (strcmp(name, "--dist") == 0)
-        rc = parse_dists(v, o);
-    else if (strcmp(name, "--read-ratio") == 0)
-        rc = egm__bench_parse_double(name, v, 0, 1, &o->read_ratio);
-    else if (strcmp(name, "--clients") == 0)
-        rc = egm__bench_parse_ints(name, v, 1, 1024, o->clients, EGM_BDATA_MAX_LIST, &o->n_clients);
-    else if (strcmp(name, "--procs") == 0)
-        rc = egm__bench_parse_ints(name, v, 1, 256, o->procs, EGM_BDATA_MAX_LIST, &o->n_procs);
-    else if (strcmp(name, "--protocol") == 0 || strcmp(name, "--protocols") == 0)
-        rc = parse_protocols(v, o);
-    else if (strcmp(name, "--gpu") == 0)
-        rc = parse_memory("gpu", o);
-    else if (strcmp(name, "--memory") == 0)
-        rc = parse_memory(v, o);
-    else if (strcmp(name, "--pool") == 0)
-        rc = parse_pool(v, o);
-    else if (strcmp(name, "--pool-size") == 0)
-        rc = parse_size(name, v, 1u << 20, &o->pool_size);
-    else if (strcmp(name, "--max-memory") == 0)
-        rc = parse_size(name, v, 1u << 20, &o->max_memory);
-    else if (strcmp(name, "--seconds") == 0)
-        rc = egm__bench_parse_double(name, v, 0.001, 3600, &o->seconds);
-    else if (strcmp(name, "--iters") == 0)
-        rc = parse_u64(name, v, 1, 1000000000ull, &o->iters);
-    else if (strcmp(name, "--fill") == 0)
-        rc = egm__bench_parse_double(name, v, 0.01, 0.99, &o->fill);
-    else if (strcmp(name, "--out") == 0)
-        o->out = v;
-    else if (strcmp(name, "--ceiling") == 0 || strcmp(name, "--no-ceiling") == 0)
-        o->ceiling = strcmp(name, "--ceiling") == 0;
-    else if (strcmp(name, "--client-per-thread") == 0)
-        o->client_per_thread = 1;
-    else if (strcmp(name, "--warm") == 0 || strcmp(name, "--no-warm") == 0)
-        o->warm = strcmp(name, "--warm") == 0;
-    else if (strcmp(name, "--smoke") == 0)
-        o->smoke = 1;
-    else if (strcmp(name, "--child-dir") == 0)
-        o->child_dir = v;
-    else if (strcmp(name, "--child-prefix") == 0)
-        o->child_prefix = v;
-    else {
-        rc = parse_u64(name, v, 0, 1u << 30, &u);
-        if (strcmp(name, "--child-index") == 0)
-            o->child_index = (int)u;
-        else if (strcmp(name, "--child-procs") == 0)
-            o->child_procs = (int)u;
-        else
-            o->child_go_fd = (int)u;
-        o->child = 1;
-    }
-    return rc;
+    int rc = apply_shape(o, name, v);
+    if (rc == 1)
+        rc = apply_run(o, name, v);
+    return rc == 1 ? apply_child(o, name, v) : rc;
 }
 
 int egm__bdata_parse(int argc, char **argv, egm_bdata_opts_t *o, char **rest, int *n_rest)
