@@ -64,6 +64,18 @@ def ratio(a, b, field="ops_s"):
     return a[field] / b[field]
 
 
+def ceiling_for(recs, nbytes, transport="memcpy"):
+    """The ceiling measured at the size nearest to nbytes (the C tool's when it ran): a batch
+    of N x block moves N x block bytes, which a copy of that size bounds."""
+    import math
+
+    cands = [r for r in find(recs, workload="ceiling", transport=transport) if r.get("bytes") and r.get("gbps")]
+    if not cands or not nbytes:
+        return None
+    pref = [r for r in cands if r.get("api") == "c"] or cands
+    return min(pref, key=lambda r: (abs(math.log(r["bytes"] / nbytes)), -r["gbps"]))
+
+
 def egm_local(recs, **kw):
     """egmstore's same-host figure: the C tool over shm when it ran, else the Python facade
     over shm (zero-copy calls). Returns (record, label)."""
@@ -258,7 +270,7 @@ def section_batch(recs):
                 pt = best(batch, system="egmstore", api="python", transport="tcp", **kw)
                 m = best(batch, system="mooncake", **kw)
                 rd = best(batch, system="redis", op=op, bytes=block, total_clients=1)
-                ceil = best(recs, workload="ceiling", bytes=block, api="c") or best(recs, workload="ceiling", bytes=block)
+                ceil = ceiling_for(recs, n * block)
                 egm = c or ps
                 rows.append(["%d x %s" % (n, bl.fmt_size(block)), op, cell(c, "GB/s"), cell(ct, "GB/s"),
                              cell(ps, "GB/s"), cell(pt, "GB/s"), cell(m, "GB/s"),
@@ -266,7 +278,8 @@ def section_batch(recs):
                              fratio(ratio(egm, rd, "gbps")), fratio(ratio(ps, m, "gbps")),
                              fratio(ratio(egm, ceil, "gbps"))])
     header = ["batch", "op", "egmstore C shm", "egmstore C tcp", "egm py shm", "egm py tcp",
-              "Mooncake py tcp", "Redis", "egm / Redis (GB/s)", "egm py shm / Mooncake", "egm / ceiling"]
+              "Mooncake py tcp", "Redis", "egm / Redis (GB/s)", "egm py shm / Mooncake",
+              "egm / ceiling (copy of N x block)"]
     header, rows = drop_empty_columns(header, rows, keep=2)
     out.append(table(header, rows) + "\n")
     return out
@@ -381,7 +394,6 @@ def goals(recs):
     def gpu_single(op, size):
         return best(recs, workload="single", transport="nvlink", op=op, bytes=size, total_clients=1)
 
-    ceil16 = best(recs, workload="ceiling", transport="cuMemcpy", bytes=16 * bl.MiB)
     vals = []
     for size in sorted({r["bytes"] for r in find(recs, workload="single", transport="nvlink") if r.get("bytes", 0) >= 16 * bl.MiB}):
         c = best(recs, workload="ceiling", transport="cuMemcpy", bytes=size)
@@ -395,7 +407,7 @@ def goals(recs):
     vals = []
     for op in ("put", "get"):
         b = best(recs, workload="batch", transport="nvlink", op=op, batch=8192, bytes=64 * bl.KiB)
-        c = best(recs, workload="ceiling", transport="cuMemcpy", bytes=8192 * 64 * bl.KiB) or ceil16
+        c = ceiling_for(recs, 8192 * 64 * bl.KiB, "cuMemcpy")
         q = ratio(b, c, "gbps")
         if q is not None:
             vals.append((op, q))
