@@ -64,12 +64,28 @@ def ratio(a, b, field="ops_s"):
     return a[field] / b[field]
 
 
-def ceiling_for(recs, nbytes, transport="memcpy"):
+def op_ok(op):
+    """Ceiling records of `op` (cuMemcpy has put = HBM -> host and get = host -> HBM), or of
+    any op when None; memcpy's op is "copy" and matches every op."""
+    return lambda o: op is None or o in (op, "copy", None)
+
+
+def ceiling(recs, nbytes, transport=None, op=None, batch=1):
+    """The ceiling record of one copy of nbytes (of a batch's blocks when batch > 1): the C
+    tool's when it ran, else store_bench's."""
+    kw = dict(workload="ceiling", bytes=nbytes, batch=batch, op=op_ok(op))
+    if transport:
+        kw["transport"] = transport
+    return best(recs, api="c", **kw) or best(recs, **kw)
+
+
+def ceiling_for(recs, nbytes, transport="memcpy", op=None):
     """The ceiling measured at the size nearest to nbytes (the C tool's when it ran): a batch
     of N x block moves N x block bytes, which a copy of that size bounds."""
     import math
 
-    cands = [r for r in find(recs, workload="ceiling", transport=transport) if r.get("bytes") and r.get("gbps")]
+    cands = [r for r in find(recs, workload="ceiling", transport=transport, batch=1, op=op_ok(op))
+             if r.get("bytes") and r.get("gbps")]
     if not cands or not nbytes:
         return None
     pref = [r for r in cands if r.get("api") == "c"] or cands
@@ -159,7 +175,7 @@ def section_single(recs, host_only=True):
         rows = []
         for size in sizes:
             u = unit_for(size)
-            ceil = best(recs, workload="ceiling", bytes=size, api="c") or best(recs, workload="ceiling", bytes=size)
+            ceil = ceiling(recs, size, "memcpy")
             c_shm = best(single, system="egmstore", api="c", transport="shm", op=op, bytes=size)
             c_tcp = best(single, system="egmstore", api="c", transport="tcp", op=op, bytes=size)
             p_shm = best(single, system="egmstore", api="python", transport="shm", variant="zc", op=op, bytes=size)
@@ -270,7 +286,9 @@ def section_batch(recs):
                 pt = best(batch, system="egmstore", api="python", transport="tcp", **kw)
                 m = best(batch, system="mooncake", **kw)
                 rd = best(batch, system="redis", op=op, bytes=block, total_clients=1)
-                ceil = ceiling_for(recs, n * block)
+                # the C tool's ceiling of this batch (its blocks copied to scattered places),
+                # else one copy of the batch's bytes
+                ceil = ceiling(recs, block, "memcpy", batch=n) or ceiling_for(recs, n * block)
                 egm = c or ps
                 rows.append(["%d x %s" % (n, bl.fmt_size(block)), op, cell(c, "GB/s"), cell(ct, "GB/s"),
                              cell(ps, "GB/s"), cell(pt, "GB/s"), cell(m, "GB/s"),
@@ -342,8 +360,8 @@ def section_gpu(recs):
                 nv = best(gpu, system="egmstore", transport="nvlink", **kw)
                 st = best(gpu, system="egmstore", transport="tcp-staging", **kw)
                 mc = best(gpu, system="mooncake", **kw)
-                ceil = best(recs, workload="ceiling", transport="cuMemcpy", bytes=size * n) or \
-                    best(recs, workload="ceiling", transport="cuMemcpy", bytes=size)
+                ceil = (ceiling(recs, size * n, "cuMemcpy", op) or ceiling(recs, size, "cuMemcpy", op, n)
+                        or ceiling_for(recs, size * n, "cuMemcpy", op))
                 if not (nv or st or mc):
                     continue
                 rows.append([wl, "%d x %s" % (n, bl.fmt_size(size)) if n > 1 else bl.fmt_size(size), op,
@@ -396,8 +414,8 @@ def goals(recs):
 
     vals = []
     for size in sorted({r["bytes"] for r in find(recs, workload="single", transport="nvlink") if r.get("bytes", 0) >= 16 * bl.MiB}):
-        c = best(recs, workload="ceiling", transport="cuMemcpy", bytes=size)
         for op in ("put", "get"):
+            c = ceiling(recs, size, "cuMemcpy", op)
             q = ratio(gpu_single(op, size), c, "gbps")
             if q is not None:
                 vals.append((size, op, q))
@@ -407,7 +425,8 @@ def goals(recs):
     vals = []
     for op in ("put", "get"):
         b = best(recs, workload="batch", transport="nvlink", op=op, batch=8192, bytes=64 * bl.KiB)
-        c = ceiling_for(recs, 8192 * 64 * bl.KiB, "cuMemcpy")
+        c = (ceiling(recs, 8192 * 64 * bl.KiB, "cuMemcpy", op) or ceiling(recs, 64 * bl.KiB, "cuMemcpy", op, 8192)
+             or ceiling_for(recs, 8192 * 64 * bl.KiB, "cuMemcpy", op))
         q = ratio(b, c, "gbps")
         if q is not None:
             vals.append((op, q))
@@ -432,8 +451,7 @@ def goals(recs):
     # CPU goals
     shm16, lab = egm_local(recs, workload="single", op="get", bytes=16 * bl.MiB, total_clients=1, batch=1)
     shm16p, _ = egm_local(recs, workload="single", op="put", bytes=16 * bl.MiB, total_clients=1, batch=1)
-    c16 = best(recs, workload="ceiling", transport="memcpy", bytes=16 * bl.MiB, api="c") or \
-        best(recs, workload="ceiling", transport="memcpy", bytes=16 * bl.MiB)
+    c16 = ceiling(recs, 16 * bl.MiB, "memcpy")
     q1, q2 = ratio(shm16, c16, "gbps"), ratio(shm16p, c16, "gbps")
     rows.append(["shm on CPU, 16 MiB objects: >= 80%% of memcpy bandwidth (%s)" % (lab or "-"),
                  "get %s, put %s" % ("-" if q1 is None else "%.0f%%" % (q1 * 100), "-" if q2 is None else "%.0f%%" % (q2 * 100)),
@@ -535,7 +553,7 @@ def plots(recs, prefix):
             for label, pts in sorted(groups.items()):
                 xs = sorted(pts)
                 ax.plot(xs, [pts[x] for x in xs], marker="o", label=label)
-            ceil = [r for r in find(recs, workload="ceiling") if r.get("gbps")
+            ceil = [r for r in find(recs, workload="ceiling", batch=1, op=op_ok(op)) if r.get("gbps")
                     and (r.get("transport") == "cuMemcpy") == (memory == "gpu")]
             if ceil:
                 pts = {}

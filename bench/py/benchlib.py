@@ -91,6 +91,9 @@ def record(**fields):
             r["keys_s"] = round(r["calls"] * (r["batch"] or 1) / secs, 3)
         if r["gbps"] is None and r["bytes"] and r["op"] not in ("exist", "meta"):
             r["gbps"] = round(r["calls"] * (r["batch"] or 1) * r["bytes"] / secs / 1e9, 6)
+    # one call's bytes / its p50: steadier than the mean on a machine shared with other work
+    if "gbps_p50" not in r and r["bytes"] and r["p50_us"] and r["gbps"] is not None:
+        r["gbps_p50"] = round((r["batch"] or 1) * r["bytes"] / r["p50_us"] / 1e3, 6)
     return r
 
 

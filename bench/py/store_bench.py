@@ -474,6 +474,24 @@ class ThreadClients:
         pass
 
 
+def warm_store(store, pool_size, share, prefix):
+    """Untimed: writes `share` of the pool once through this store with 4 MiB objects, then
+    removes them, so that no timed put pays a first touch: the pool's pages are mapped lazily
+    (both systems), and over shm each client process maps the pool itself, whose pages fault
+    on a process's first write to them. Returns (objects, size, failed, removed)."""
+    size = min(4 * bl.MiB, pool_size)
+    n = int(pool_size * share // size)
+    buf = Registered(store, size)
+    bad = 0
+    try:
+        fill(buf.ptr, size, 1)
+        for i in range(n):
+            bad += 0 if store.put_from("%s/%d" % (prefix, i), buf.ptr, size) == 0 else 1
+    finally:
+        buf.close()
+    return n, size, bad, store.remove_all(True)
+
+
 def _proc_worker(index, clients, conn, barrier, flag, system, protocol, master, local_buffer, paths):
     """A benchmark client process: one store, then phases until told to stop."""
     sys.path[:0] = paths
@@ -488,6 +506,9 @@ def _proc_worker(index, clients, conn, barrier, flag, system, protocol, master, 
         if msg is None:
             break
         try:
+            if msg.get("workload") == "warm":
+                conn.send(("ok", warm_store(store, msg["pool_size"], msg["fill"], msg["tag"])))
+                continue
             conn.send(("ok", run_phase(store, msg, Ctx(index, clients, barrier, flag))))
         except Exception as exc:
             conn.send(("error", "".join(traceback.format_exception_only(type(exc), exc)).strip()))
@@ -542,6 +563,19 @@ class ProcessClients:
             self.barrier.reset()
             raise RuntimeError("; ".join(errors))
         return results
+
+    def warm(self, pool_size, fill_share, tag):
+        """warm_store in each client process, one process at a time (each fills the pool's
+        share, and the pool holds one share at a time). Returns the failed puts."""
+        bad = 0
+        for i, c in enumerate(self.conns):
+            c.send({"workload": "warm", "pool_size": pool_size, "fill": fill_share,
+                    "tag": "%s/warm-p%d" % (tag, i)})
+            kind, value = self._recv(c, BARRIER_TIMEOUT_S, i)
+            if kind != "ok":
+                raise RuntimeError("client process %d: warm-up: %s" % (i, value))
+            bad += value[2]
+        return bad
 
     def close(self):
         for c in self.conns:
@@ -817,6 +851,11 @@ class Bench:
                             op="failed", clients=1, procs=n, errors=1, message=str(exc)[:500]))
                         continue
                     try:
+                        if a.warmup and protocol == "shm":
+                            t = time.monotonic()
+                            bad = pool.warm(a.pool_size, a.fill, self.tag)
+                            self.say("  warm-up of %d client processes (each maps the shm pool): "
+                                     "%.1f s, %d failed puts" % (n, time.monotonic() - t, bad))
                         if "single" in a.workloads:
                             self.plan_single(pool, protocol, a.concurrency_sizes, "zero-copy", n, n)
                         if "mixed" in a.workloads:
@@ -827,20 +866,7 @@ class Bench:
             store.close()
 
     def warm(self, store):
-        """Untimed: write the pool's --fill share once with 4 MiB objects, then remove them, so
-        that no timed put pays the first touch of the pool's pages (both systems map their pool
-        memory lazily)."""
-        size = min(4 * bl.MiB, self.args.pool_size)
-        n = int(self.args.pool_size * self.args.fill // size)
-        buf = Registered(store, size)
-        bad = 0
-        try:
-            fill(buf.ptr, size, 1)
-            for i in range(n):
-                bad += 0 if store.put_from("%s/warm/%d" % (self.tag, i), buf.ptr, size) == 0 else 1
-        finally:
-            buf.close()
-        removed = store.remove_all(True)
+        n, size, bad, removed = warm_store(store, self.args.pool_size, self.args.fill, self.tag + "/warm")
         self.warmed = True
         self.say("  warm-up: %d x %s written and removed (%d failed, remove_all %d)"
                  % (n, bl.fmt_size(size), bad, removed))
