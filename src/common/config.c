@@ -83,6 +83,16 @@ static const egm_config_key_t keys[] = {
      "import and map VMM segments in the background as soon as they are known"},
     {"prewarm_concurrency", EGM_CFG_INT, "2", 1, 64, NULL,
      "segments imported and mapped at once by the prewarm threads"},
+    {"nvlink_max_inflight_bytes", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
+     "client: bound on the bytes of GPU copies one transfer has in flight per device: a batch "
+     "goes in groups of at most this many bytes, each waited for before the next (longer "
+     "copies are cut); 0 = unbounded, else at least 4KiB"},
+    {"nvlink_chunk_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
+     "client: GPU copies longer than this are cut into pieces of at most this size (one "
+     "copy-engine call each); 0 = copies whole, else at least 4KiB"},
+    {"nvlink_low_priority_stream", EGM_CFG_BOOL, "false", 0, 0, NULL,
+     "client: GPU copies on a stream of the device's least priority (CUDA's least is its "
+     "default, 0: this ranks them below streams made with a greater priority only)"},
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
