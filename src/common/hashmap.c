@@ -109,6 +109,18 @@ void *egm__hashmap_get(const egm_hashmap_t *map, const void *key, size_t key_len
     return s != NULL ? s->value : NULL;
 }
 
+uint64_t egm__hashmap_hash(const void *key, size_t key_len)
+{
+    return hash_bytes(key, key_len);
+}
+
+void *egm__hashmap_get_hashed(const egm_hashmap_t *map, const void *key, size_t key_len,
+                              uint64_t hash)
+{
+    slot_t *s = find(map, key, key_len, hash);
+    return s != NULL ? s->value : NULL;
+}
+
 egm_status_t egm__hashmap_put(egm_hashmap_t *map, const void *key, size_t key_len, void *value,
                               void **old_p)
 {

@@ -15,6 +15,13 @@ void egm__hashmap_destroy(egm_hashmap_t *map);
 size_t egm__hashmap_size(const egm_hashmap_t *map);
 /* Returns the value or NULL. */
 void *egm__hashmap_get(const egm_hashmap_t *map, const void *key, size_t key_len);
+/* The hash a map uses for key. Its low bits pick the slot, so a caller that
+ * splits keys over several maps can pick the map with its top bits, and look
+ * the key up without hashing it again (egm__hashmap_get_hashed). */
+uint64_t egm__hashmap_hash(const void *key, size_t key_len);
+/* egm__hashmap_get with hash = egm__hashmap_hash(key, key_len). */
+void *egm__hashmap_get_hashed(const egm_hashmap_t *map, const void *key, size_t key_len,
+                              uint64_t hash);
 /* Inserts or replaces; *old_p (may be NULL) receives the replaced value or NULL. */
 egm_status_t egm__hashmap_put(egm_hashmap_t *map, const void *key, size_t key_len, void *value,
                               void **old_p);

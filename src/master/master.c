@@ -193,7 +193,9 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     if (status != EGM_OK)
         goto err;
     master->state_ready = 1;
-    pthread_rwlock_init(&master->lock, NULL);
+    status = egm__master_lock_init(&master->lock);
+    if (status != EGM_OK)
+        goto err;
     master->lock_ready = 1;
     egm__master_metrics_init(&master->metrics);
     master->state.lock = &master->lock;

@@ -37,6 +37,9 @@ typedef struct {
     struct egm_master_metrics *metrics;
 } egm_master_state_t;
 
+/* Initializes a state lock: writers first (a waiting exclusive holder stops
+ * new shared ones), never taken shared twice by one thread. */
+egm_status_t egm__master_lock_init(pthread_rwlock_t *lock);
 /* The object index's defaults (egm__objects_params_default) with lease_ttl_ms. */
 egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
                                     uint64_t client_ttl_ms);

@@ -13,6 +13,7 @@
 #include "master/object_index.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
@@ -53,10 +54,11 @@ struct egm_object_index {
     egm_objects_params_t params;
     shard_t shards[EGM_OBJECTS_SHARDS];
     size_t n_shards_ready; /* shards whose lock and map exist (creation, destroy) */
-    /* Appends to any shard's LRU lists, numbered: merging the shards' lists
-     * by it gives the order of the single list of an unsharded index. Atomic. */
+    /* Appends to any shard's LRU lists, numbered (bump()): merging the
+     * shards' lists by it gives the order of the single list of an unsharded
+     * index (up to ties between appends at the same instant). */
     uint64_t lru_seq;
-    /* Bumped (atomically) whenever an object becomes evictable. A
+    /* Bumped whenever an object becomes evictable. A
      * PutStart-triggered eviction that found nothing is not repeated for the
      * next keys of the same instant unless an object became evictable since
      * (a batch against a pool full of leased objects stays linear). */
@@ -79,27 +81,21 @@ struct egm_object_index {
 
 /* ---- shards and locks -------------------------------------------------------- */
 
-/* FNV-1a with a full final mix. The shard is taken from the top bits: the
- * shard's own hash map indexes by the low bits of a similar hash, which must
- * not be the same for every key of a shard. */
-static unsigned shard_index(const char *key, size_t len)
+/* The shard of a key: the top bits of the hash its shard's map uses, whose
+ * low bits pick the slot, so each shard's keys still spread over its map. The
+ * hash is computed once per call and reused for the lookup. */
+static unsigned shard_index(uint64_t hash)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)key[i];
-        h *= 1099511628211ull;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return (unsigned)(h >> 32) & (EGM_OBJECTS_SHARDS - 1);
+    return (unsigned)(hash >> 60) & (EGM_OBJECTS_SHARDS - 1);
 }
 
-static shard_t *shard_of_key(egm_object_index_t *index, const char *key, size_t len)
+_Static_assert(EGM_OBJECTS_SHARDS <= 16, "shard_index takes 4 bits of the hash");
+
+static shard_t *shard_of_key(egm_object_index_t *index, const char *key, size_t len,
+                             uint64_t *hash_p)
 {
-    return &index->shards[shard_index(key, len)];
+    *hash_p = egm__hashmap_hash(key, len);
+    return &index->shards[shard_index(*hash_p)];
 }
 
 static shard_t *shard_of(egm_object_index_t *index, const egm_object_t *obj)
@@ -179,6 +175,21 @@ static object_list_t *list_named(shard_t *sh, int list)
     }
 }
 
+/* Increments a counter shared by the shards and returns the new value, with
+ * a relaxed load and store, not a locked read-modify-write: one per key
+ * operation, a locked instruction would wait for every store before it (the
+ * list links of other objects, often cache misses) and so make the calls
+ * markedly slower. Two shards bumping at the same instant may both get the
+ * same value: for lru_seq their objects then tie (eviction breaks the tie by
+ * shard), for evictable_gen the value changes anyway. Within one shard, whose
+ * lock orders its bumps, the values always increase. */
+static uint64_t bump(uint64_t *counter)
+{
+    uint64_t v = __atomic_load_n(counter, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(counter, v, __ATOMIC_RELAXED);
+    return v;
+}
+
 /* With obj's shard locked. */
 static void move_to(egm_object_index_t *index, egm_object_t *obj, int list)
 {
@@ -189,7 +200,7 @@ static void move_to(egm_object_index_t *index, egm_object_t *obj, int list)
     obj->list = (uint8_t)list;
     if (to != NULL) {
         if (list == LIST_LRU || list == LIST_SOFT)
-            obj->lru_seq = __atomic_fetch_add(&index->lru_seq, 1, __ATOMIC_RELAXED);
+            obj->lru_seq = bump(&index->lru_seq);
         list_append(to, obj, 0);
     }
 }
@@ -263,16 +274,24 @@ egm_status_t egm__objects_create_with(egm_segment_table_t *segments,
     index = egm_calloc(1, sizeof(*index), "master.object_index");
     if (index == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the object index");
-    pthread_mutex_init(&index->space, NULL);
+    /* Adaptive: critical sections are short (one key, one placement), so a
+     * waiter spins briefly before it sleeps; RPC threads then rarely pay a
+     * futex sleep and wake-up on a lock held for a few hundred ns. */
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&index->space, &attr);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
         status = egm__hashmap_create(&index->shards[s].by_key);
         if (status != EGM_OK) {
+            pthread_mutexattr_destroy(&attr);
             egm__objects_destroy(index);
             return status;
         }
-        pthread_mutex_init(&index->shards[s].lock, NULL);
+        pthread_mutex_init(&index->shards[s].lock, &attr);
         index->n_shards_ready = s + 1;
     }
+    pthread_mutexattr_destroy(&attr);
     index->segments = segments;
     index->params = *params;
     index->rng = egm__id_random().lo | 1;
@@ -321,12 +340,13 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len)
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,
                                       size_t key_len)
 {
-    return egm__hashmap_get(index->shards[shard_index(key, key_len)].by_key, key, key_len);
+    uint64_t hash = egm__hashmap_hash(key, key_len);
+    return egm__hashmap_get_hashed(index->shards[shard_index(hash)].by_key, key, key_len, hash);
 }
 
-static egm_object_t *find(const shard_t *sh, const char *key, size_t key_len)
+static egm_object_t *find(const shard_t *sh, const char *key, size_t key_len, uint64_t hash)
 {
-    return egm__hashmap_get(sh->by_key, key, key_len);
+    return egm__hashmap_get_hashed(sh->by_key, key, key_len, hash);
 }
 
 /* With `space` locked. */
@@ -442,8 +462,9 @@ static int pending_is_stale(const egm_object_index_t *index, const egm_object_t 
            now_ms - obj->put_start_ms >= index->params.pending_timeout_ms;
 }
 
-/* What a reply needs of obj, copied. With its shard locked. */
-static void fill_view(const egm_object_t *obj, egm_object_view_t *v)
+/* What a reply needs of obj, copied (replicas only when asked: they are
+ * another cache line). With its shard locked. */
+static void fill_view(const egm_object_t *obj, egm_object_view_t *v, int with_replicas)
 {
     v->state = obj->state;
     v->size = obj->size;
@@ -454,7 +475,7 @@ static void fill_view(const egm_object_t *obj, egm_object_view_t *v)
     v->soft_pin = obj->soft_pin;
     v->hard_pin = obj->hard_pin;
     v->n_replicas = 0;
-    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+    for (uint32_t i = 0; with_replicas && i < obj->n_replicas; i++) {
         const egm_replica_t *r = &obj->replicas[i];
         if (r->segment == NULL)
             continue; /* dropped with its segment */
@@ -466,7 +487,7 @@ static void fill_view(const egm_object_t *obj, egm_object_view_t *v)
 static void clear_view(egm_object_view_t *v)
 {
     if (v != NULL)
-        memset(v, 0, sizeof(*v));
+        memset(v, 0, offsetof(egm_object_view_t, replicas)); /* n_replicas is 0 */
 }
 
 /* ---- placement ------------------------------------------------------------ */
@@ -662,13 +683,13 @@ static void evict_for(egm_object_index_t *index, uint64_t size, uint32_t replica
 
 /* With sh (the key's shard) locked, and every shard when evict_ok. */
 static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t client,
-                               const char *key, size_t key_len, uint64_t size,
+                               const char *key, size_t key_len, uint64_t hash, uint64_t size,
                                const egm_put_config_t *config, uint64_t now_ms, int evict_ok,
                                egm_object_view_t *view_p)
 {
     uint32_t replica_num = config->replica_num;
     egm_status_t status;
-    egm_object_t *obj = find(sh, key, key_len);
+    egm_object_t *obj = find(sh, key, key_len, hash);
 
     if (obj != NULL) {
         if (!pending_is_stale(index, obj, now_ms))
@@ -723,7 +744,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     if (view_p != NULL)
-        fill_view(obj, view_p);
+        fill_view(obj, view_p, 1);
     return EGM_OK;
 }
 
@@ -747,16 +768,17 @@ egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t cli
     if (config->n_preferred > EGM_MASTER_PREFERRED_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG, "preferred_segments: %zu names, at most %d",
                               config->n_preferred, EGM_MASTER_PREFERRED_MAX);
-    shard_t *sh = shard_of_key(index, key, key_len);
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
-    status = put_locked(index, sh, client, key, key_len, size, config, now_ms, 0, view_p);
+    status = put_locked(index, sh, client, key, key_len, hash, size, config, now_ms, 0, view_p);
     pthread_mutex_unlock(&sh->lock);
     if (status != NEEDS_EVICTION)
         return status;
     /* Eviction picks from every shard. Another call may change this key or
      * free space meanwhile: put_locked starts over. */
     lock_all(index);
-    status = put_locked(index, sh, client, key, key_len, size, config, now_ms, 1, view_p);
+    status = put_locked(index, sh, client, key, key_len, hash, size, config, now_ms, 1, view_p);
     unlock_all(index);
     return status;
 }
@@ -771,9 +793,9 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
 
 /* The object `client` is writing under key (PutEnd, PutRevoke). With sh locked. */
 static egm_status_t find_written(shard_t *sh, egm_id_t client, const char *key, size_t key_len,
-                                 egm_object_t **obj_p)
+                                 uint64_t hash, egm_object_t **obj_p)
 {
-    egm_object_t *obj = find(sh, key, key_len);
+    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NOT_FOUND, "no put in progress for this key");
     if (!egm__id_equal(obj->writer, client))
@@ -790,14 +812,15 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
 
     if (status != EGM_OK)
         return status;
-    shard_t *sh = shard_of_key(index, key, key_len);
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
-    status = find_written(sh, client, key, key_len, &obj);
+    status = find_written(sh, client, key, key_len, hash, &obj);
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
         obj->state = EGM_OBJECT_COMPLETE;
         obj->last_access_ms = now_ms;
         move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
-        __atomic_fetch_add(&index->evictable_gen, 1, __ATOMIC_RELAXED);
+        bump(&index->evictable_gen);
     }
     pthread_mutex_unlock(&sh->lock);
     return status;
@@ -811,9 +834,10 @@ egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client,
 
     if (status != EGM_OK)
         return status;
-    shard_t *sh = shard_of_key(index, key, key_len);
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
-    status = find_written(sh, client, key, key_len, &obj);
+    status = find_written(sh, client, key, key_len, hash, &obj);
     if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
         status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
     if (status == EGM_OK)
@@ -852,9 +876,10 @@ static egm_status_t read_leased(egm_object_index_t *index, const char *key, size
     clear_view(view_p);
     if (status != EGM_OK)
         return status;
-    shard_t *sh = shard_of_key(index, key, key_len);
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
-    egm_object_t *obj = find(sh, key, key_len);
+    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (obj->state != EGM_OBJECT_COMPLETE)
@@ -862,7 +887,7 @@ static egm_status_t read_leased(egm_object_index_t *index, const char *key, size
     if (status == EGM_OK) {
         grant_lease(index, obj, now_ms);
         if (view_p != NULL)
-            fill_view(obj, view_p);
+            fill_view(obj, view_p, not_ready);
     }
     pthread_mutex_unlock(&sh->lock);
     return status;
@@ -888,13 +913,14 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
     clear_view(view_p);
     if (status != EGM_OK)
         return status;
-    shard_t *sh = shard_of_key(index, key, key_len);
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
-    egm_object_t *obj = find(sh, key, key_len);
+    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "no object with this key");
     else
-        fill_view(obj, view_p);
+        fill_view(obj, view_p, 1);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -906,9 +932,10 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
 
     if (status != EGM_OK)
         return status;
-    shard_t *sh = shard_of_key(index, key, key_len);
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
-    egm_object_t *obj = find(sh, key, key_len);
+    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (!force && obj->state == EGM_OBJECT_PENDING)
@@ -1037,8 +1064,9 @@ static uint64_t evict_one(egm_object_index_t *index, egm_object_t *obj)
 }
 
 /* The shards' lists of one kind walked as one: cursor[s] is the next object
- * of shard s; the first of them in append order (lru_seq) is the one the
- * single list of an unsharded index would have next. */
+ * of shard s; the first of them in append order (lru_seq; a tie goes to the
+ * lower shard) is the one the single list of an unsharded index would have
+ * next. */
 typedef struct {
     egm_object_t *cursor[EGM_OBJECTS_SHARDS];
 } merged_list_t;
@@ -1252,8 +1280,9 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
     while (egm__hashmap_next(sh->by_key, &iter, &key, &key_len, &value)) {
         const egm_object_t *o = value;
         uint32_t live = 0;
-        CHECK(o->shard == s && shard_index(o->key, o->key_len) == s,
-              "object %s: in shard %zu, hashes to %u", o->key, s, shard_index(o->key, o->key_len));
+        unsigned want_shard = shard_index(egm__hashmap_hash(o->key, o->key_len));
+        CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u", o->key, s,
+              want_shard);
         CHECK(key_len == o->key_len && memcmp(key, o->key, key_len) == 0,
               "shard %zu: an object under another key", s);
         for (uint32_t i = 0; i < o->n_replicas; i++) {

@@ -205,7 +205,7 @@ egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client,
 egm_status_t egm__objects_get_replicas(egm_object_index_t *index, const char *key, size_t key_len,
                                        uint64_t now_ms, egm_object_view_t *view_p);
 /* COMPLETE: OK and the lease refreshed as by GetReplicaList (as Mooncake
- * does); else NOT_FOUND. */
+ * does); else NOT_FOUND. *view_p (optional) without replicas. */
 egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size_t key_len,
                                 uint64_t now_ms, egm_object_view_t *view_p);
 /* Any state: *view_p, without granting a lease or touching the LRU order

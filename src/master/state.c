@@ -50,6 +50,23 @@ void egm__master_state_cleanup(egm_master_state_t *state)
     memset(state, 0, sizeof(*state));
 }
 
+egm_status_t egm__master_lock_init(pthread_rwlock_t *lock)
+{
+    pthread_rwlockattr_t attr;
+    int rc;
+
+    /* glibc's default lets readers in while a writer waits: with RPC threads
+     * always holding it shared, the tick or a mount could wait forever. */
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    rc = pthread_rwlock_init(lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    if (rc != 0)
+        return egm__set_error(egm__status_from_errno(rc), "the master's state lock: %s",
+                              strerror(rc));
+    return EGM_OK;
+}
+
 void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms)
 {
     if (state->lock != NULL)

@@ -401,7 +401,7 @@ static int setup(void **state)
     p.eviction_ratio = 0.1;
     p.placement = EGM_PLACEMENT_LOCAL_FIRST;
     assert_int_equal(egm__master_state_init_with(&st, &p, UINT64_MAX / 4), EGM_OK);
-    assert_int_equal(pthread_rwlock_init(&state_lock, NULL), 0);
+    assert_int_equal(egm__master_lock_init(&state_lock), EGM_OK);
     egm__master_metrics_init(&metrics);
     st.lock = &state_lock;
     st.metrics = &metrics;
