@@ -54,6 +54,9 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .registry = client->registry,
         .prewarm_off = !egm_config_get_bool(config, "prewarm"),
         .prewarm_concurrency = (int)egm_config_get_int(config, "prewarm_concurrency"),
+        .copy_low_priority = egm_config_get_bool(config, "nvlink_low_priority_stream"),
+        .copy_max_inflight_bytes = egm_config_get_size(config, "nvlink_max_inflight_bytes"),
+        .copy_chunk_bytes = egm_config_get_size(config, "nvlink_chunk_size"),
     };
     status = egm__protocol_parse(egm_config_get(config, "protocol"), &te_params.protocol);
     if (status != EGM_OK)

@@ -98,5 +98,20 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
            "bytes this process wrote into segments", (double)te.bytes_written);
     metric(&o, "egmstore_te_vmm_fds_sent_total", "counter",
            "posix_fd VMM handles exported to consumers", (double)te.vmm_fds_sent);
+    metric(&o, "egmstore_te_copy_kernel_launches_total", "counter",
+           "launches of the GPU gather/scatter kernel", (double)te.copy_kernel_launches);
+    metric(&o, "egmstore_te_copy_engine_copies_total", "counter",
+           "cuMemcpyAsync calls (copy engines)", (double)te.copy_engine_copies);
+    metric(&o, "egmstore_te_copy_batch_calls_total", "counter", "cuMemcpyBatchAsync calls",
+           (double)te.copy_batch_calls);
+    metric(&o, "egmstore_te_copy_groups_total", "counter",
+           "groups of GPU copies issued and waited for (one per batch and device, more under "
+           "nvlink_max_inflight_bytes)",
+           (double)te.copy_groups);
+    metric(&o, "egmstore_te_copy_chunks_total", "counter",
+           "pieces of GPU copies cut at nvlink_chunk_size or nvlink_max_inflight_bytes",
+           (double)te.copy_chunks);
+    metric(&o, "egmstore_te_copy_group_bytes_max", "gauge", "largest group of GPU copies issued",
+           (double)te.copy_max_group_bytes);
     return o.need;
 }

@@ -1,7 +1,9 @@
 /* Per-device copier: one non-blocking stream, one event, and three ways to move
  * a batch: the gather/scatter kernel (many blocks up to 512 KiB, one launch),
  * the driver's cuMemcpyBatchAsync (any other batch of two or more), or one
- * cuMemcpyAsync (a single copy: large single objects). DESIGN.md 4 has the numbers. */
+ * cuMemcpyAsync (a single copy: large single objects). DESIGN.md 4 has the numbers.
+ * Optional pressure bounds cut long copies into chunks and issue a run in
+ * groups of bounded bytes, each waited for (egm__copier_set_pressure). */
 #include "cuda/copy.h"
 
 #include <inttypes.h>
@@ -62,12 +64,19 @@ struct egm_copier {
     size_t batch_cap;
     size_t min_blocks;
     size_t max_block;
+    uint64_t max_inflight;  /* 0 = unbounded */
+    uint64_t chunk;         /* 0 = copies whole */
+    egm_copy_desc_t *group; /* one group's pieces, when copies are cut or bounded */
+    size_t group_cap;
 
     atomic_uint_fast64_t copies;
     atomic_uint_fast64_t bytes;
     atomic_uint_fast64_t kernel_launches;
     atomic_uint_fast64_t engine_copies;
     atomic_uint_fast64_t batch_api_calls;
+    atomic_uint_fast64_t groups;
+    atomic_uint_fast64_t chunks;
+    atomic_uint_fast64_t max_group_bytes;
 };
 
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "batch sizes share the uint64_t scratch");
@@ -210,6 +219,7 @@ void egm__copier_destroy(egm_copier_t *c)
         egm_warn("copier: cuStreamDestroy: %s", egm__cuda_error_name(rc));
     leave(c, saved);
     pthread_mutex_destroy(&c->lock);
+    egm_free(c->group);
     egm_free(c->batch);
     egm_free(c);
 }
@@ -221,6 +231,16 @@ void egm__copier_set_kernel_threshold(egm_copier_t *c, size_t min_blocks, size_t
     pthread_mutex_lock(&c->lock);
     c->min_blocks = min_blocks;
     c->max_block = max_block_bytes;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void egm__copier_set_pressure(egm_copier_t *c, uint64_t max_inflight_bytes, uint64_t chunk_bytes)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->max_inflight = max_inflight_bytes;
+    c->chunk = chunk_bytes;
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -236,6 +256,9 @@ void egm__copier_stats(const egm_copier_t *c, egm_copier_stats_t *stats_p)
     stats_p->kernel_launches = atomic_load_explicit(&c->kernel_launches, memory_order_relaxed);
     stats_p->engine_copies = atomic_load_explicit(&c->engine_copies, memory_order_relaxed);
     stats_p->batch_api_calls = atomic_load_explicit(&c->batch_api_calls, memory_order_relaxed);
+    stats_p->groups = atomic_load_explicit(&c->groups, memory_order_relaxed);
+    stats_p->chunks = atomic_load_explicit(&c->chunks, memory_order_relaxed);
+    stats_p->max_group_bytes = atomic_load_explicit(&c->max_group_bytes, memory_order_relaxed);
 }
 
 /* Waits for everything issued on the stream so far. */
@@ -400,6 +423,97 @@ static egm_status_t run_engines(egm_copier_t *c, const egm_copy_desc_t *copies, 
     return wait_stream(c);
 }
 
+/* How a run's copies move, chosen from the run as the caller gave it. */
+typedef enum { PATH_KERNEL, PATH_BATCH, PATH_ENGINES } copy_path_t;
+
+/* One group of copies through `path`, issued and waited for. */
+static egm_status_t run_group(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
+                              size_t n, size_t nonzero, uint64_t bytes)
+{
+    egm_status_t st;
+    uint64_t launches = 0, issued = 0;
+    switch (path) {
+    case PATH_KERNEL:
+        st = run_kernel(c, copies, n, bytes, &launches);
+        atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
+        break;
+    case PATH_BATCH:
+        st = run_batch(c, copies, n, nonzero);
+        if (st == EGM_OK)
+            atomic_fetch_add_explicit(&c->batch_api_calls, 1, memory_order_relaxed);
+        break;
+    default:
+        st = run_engines(c, copies, n, &issued);
+        atomic_fetch_add_explicit(&c->engine_copies, issued, memory_order_relaxed);
+        break;
+    }
+    if (st != EGM_OK)
+        return st;
+    atomic_fetch_add_explicit(&c->groups, 1, memory_order_relaxed);
+    /* Written under the copier's lock only: a plain compare suffices. */
+    if (bytes > atomic_load_explicit(&c->max_group_bytes, memory_order_relaxed))
+        atomic_store_explicit(&c->max_group_bytes, bytes, memory_order_relaxed);
+    return EGM_OK;
+}
+
+static egm_status_t group_reserve(egm_copier_t *c, size_t need)
+{
+    if (c->group_cap >= need)
+        return EGM_OK;
+    size_t cap = c->group_cap ? 2 * c->group_cap : 64;
+    while (cap < need)
+        cap *= 2;
+    egm_copy_desc_t *grown = egm_realloc(c->group, cap * sizeof(*grown), "cuda.copier.group");
+    if (grown == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "copier: out of memory for %zu pieces", cap);
+    c->group = grown;
+    c->group_cap = cap;
+    return EGM_OK;
+}
+
+/* The run under the pressure bounds: copies cut into pieces of at most `cut`
+ * bytes, gathered into groups of at most max_inflight bytes (all in one group
+ * when unbounded); a group ends before a piece that would overflow it, so
+ * copies are cut only at `cut`. Each group is waited for before the next. */
+static egm_status_t run_bounded(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
+                                size_t n, uint64_t cut)
+{
+    uint64_t bound = c->max_inflight;
+    size_t i = 0;
+    uint64_t offset = 0; /* into copies[i] */
+    while (i < n) {
+        size_t k = 0;
+        uint64_t bytes = 0, pieces_of_cut = 0;
+        while (i < n) {
+            uint64_t left = copies[i].len - offset;
+            if (left == 0) {
+                i++;
+                offset = 0;
+                continue;
+            }
+            uint64_t len = left < cut ? left : cut;
+            if (bound > 0 && bytes + len > bound)
+                break; /* k > 0 here: a piece alone never exceeds the bound */
+            egm_status_t st = group_reserve(c, k + 1);
+            if (st != EGM_OK)
+                return st;
+            c->group[k++] = (egm_copy_desc_t){
+                .dst = copies[i].dst + offset, .src = copies[i].src + offset, .len = len};
+            if (copies[i].len > cut)
+                pieces_of_cut++;
+            bytes += len;
+            offset += len;
+        }
+        if (k == 0)
+            break; /* only empty copies were left */
+        egm_status_t st = run_group(c, path, c->group, k, k, bytes);
+        if (st != EGM_OK)
+            return st;
+        atomic_fetch_add_explicit(&c->chunks, pieces_of_cut, memory_order_relaxed);
+    }
+    return EGM_OK;
+}
+
 egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
 {
     if (c == NULL)
@@ -411,7 +525,7 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
 
     pthread_mutex_lock(&c->lock);
     egm_status_t st = EGM_OK;
-    uint64_t total = 0;
+    uint64_t total = 0, longest = 0;
     size_t nonzero = 0;
     int all_small = 1;
     for (size_t i = 0; i < n; i++) {
@@ -431,29 +545,36 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
         }
         nonzero++;
         total += d->len;
+        if (d->len > longest)
+            longest = d->len;
         if (d->len > c->max_block)
             all_small = 0;
     }
     if (nonzero == 0)
         goto done;
 
+    copy_path_t path;
+    if (c->kernel != NULL && n >= c->min_blocks && all_small)
+        path = PATH_KERNEL;
+    else if (nonzero > 1 && c->api->cuMemcpyBatchAsync != NULL)
+        /* One driver call beats one cuMemcpyAsync per block from 2 blocks
+         * up (H200), with or without the kernel. */
+        path = PATH_BATCH;
+    else
+        path = PATH_ENGINES;
+    /* The largest piece: the chunk size, and never more than the bound. */
+    uint64_t cut = c->chunk;
+    if (c->max_inflight > 0 && (cut == 0 || cut > c->max_inflight))
+        cut = c->max_inflight;
+
     egm_cu_context_t saved;
     if ((st = enter(c, &saved)) != EGM_OK)
         goto out;
-    uint64_t launches = 0, issued = 0;
-    if (c->kernel != NULL && n >= c->min_blocks && all_small) {
-        st = run_kernel(c, copies, n, total, &launches);
-        atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
-    } else if (nonzero > 1 && c->api->cuMemcpyBatchAsync != NULL) {
-        /* One driver call beats one cuMemcpyAsync per block from 2 blocks
-         * up (H200), with or without the kernel. */
-        st = run_batch(c, copies, n, nonzero);
-        if (st == EGM_OK)
-            atomic_fetch_add_explicit(&c->batch_api_calls, 1, memory_order_relaxed);
-    } else {
-        st = run_engines(c, copies, n, &issued);
-        atomic_fetch_add_explicit(&c->engine_copies, issued, memory_order_relaxed);
-    }
+    /* Nothing to cut and within the bound: the copies go as they are. */
+    if (cut == 0 || (longest <= cut && (c->max_inflight == 0 || total <= c->max_inflight)))
+        st = run_group(c, path, copies, n, nonzero, total);
+    else
+        st = run_bounded(c, path, copies, n, cut);
     leave(c, saved);
     if (st != EGM_OK)
         goto out;

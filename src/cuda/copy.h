@@ -24,6 +24,13 @@ typedef struct {
     uint64_t kernel_launches;
     uint64_t engine_copies;
     uint64_t batch_api_calls;
+    /* Groups of copies issued and waited for: one per run, more when the
+     * in-flight bound splits a run. */
+    uint64_t groups;
+    /* Pieces the copies cut at the chunk size (or the in-flight bound) became;
+     * copies that needed no cut are not counted. */
+    uint64_t chunks;
+    uint64_t max_group_bytes; /* largest group issued */
 } egm_copier_stats_t;
 
 /* Copier on `device` (primary context, a stream of the lowest priority when
@@ -38,6 +45,16 @@ egm_status_t egm__copier_run(egm_copier_t *copier, const egm_copy_desc_t *copies
  * tunable for benchmarks). */
 void egm__copier_set_kernel_threshold(egm_copier_t *copier, size_t min_blocks,
                                       size_t max_block_bytes);
+/* Bounds on the pressure a run puts on the GPU (configuration keys
+ * nvlink_max_inflight_bytes, nvlink_chunk_size; docs/configuration.md).
+ * chunk_bytes > 0: a copy longer than that is cut into pieces of at most
+ * chunk_bytes (one copy-engine call or batch entry each). max_inflight_bytes
+ * > 0: a run is issued in groups of at most that many bytes, each waited for
+ * before the next is issued (copies longer than the bound are cut to it).
+ * 0 = no bound. The path (kernel, batch call, engines) is chosen from the
+ * run's copies as given, before any cut. */
+void egm__copier_set_pressure(egm_copier_t *copier, uint64_t max_inflight_bytes,
+                              uint64_t chunk_bytes);
 void egm__copier_stats(const egm_copier_t *copier, egm_copier_stats_t *stats_p);
 /* 1 when the kernels were built into this library (nvcc was present). */
 int egm__copier_has_kernels(void);

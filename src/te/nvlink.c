@@ -126,8 +126,12 @@ static egm_status_t get_copier(egm_nvlink_t *nv, int device, egm_copier_t **copi
         return egm__set_error(EGM_ERR_INVALID_ARG, "nvlink: device %d out of range 0..%d", device,
                               EGM_NVLINK_MAX_DEVICES - 1);
     pthread_mutex_lock(&nv->copiers_lock);
-    if (nv->copiers[device] == NULL)
+    if (nv->copiers[device] == NULL) {
         st = egm__copier_create(device, nv->params.copy_low_priority, &nv->copiers[device]);
+        if (st == EGM_OK)
+            egm__copier_set_pressure(nv->copiers[device], nv->params.copy_max_inflight_bytes,
+                                     nv->params.copy_chunk_bytes);
+    }
     *copier_p = nv->copiers[device];
     pthread_mutex_unlock(&nv->copiers_lock);
     return st;
@@ -343,6 +347,10 @@ void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
         stats_p->copier.kernel_launches += cs.kernel_launches;
         stats_p->copier.engine_copies += cs.engine_copies;
         stats_p->copier.batch_api_calls += cs.batch_api_calls;
+        stats_p->copier.groups += cs.groups;
+        stats_p->copier.chunks += cs.chunks;
+        if (cs.max_group_bytes > stats_p->copier.max_group_bytes)
+            stats_p->copier.max_group_bytes = cs.max_group_bytes;
     }
     pthread_mutex_unlock(&nv->copiers_lock);
 }

@@ -24,8 +24,11 @@
 typedef struct egm_nvlink egm_nvlink_t;
 
 typedef struct {
-    int timeout_ms;          /* fd broker requests */
-    int copy_low_priority;   /* copier streams at the lowest priority */
+    int timeout_ms;        /* fd broker requests */
+    int copy_low_priority; /* copier streams at the lowest priority */
+    /* egm__copier_set_pressure of every copier (0 = no bound) */
+    uint64_t copy_max_inflight_bytes;
+    uint64_t copy_chunk_bytes;
     int prewarm_off;         /* egm__nvlink_prewarm does nothing */
     int prewarm_concurrency; /* 0 = EGM_PREWARM_DEFAULT_CONCURRENCY */
 } egm_nvlink_params_t;

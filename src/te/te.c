@@ -79,6 +79,8 @@ static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
     }
     egm_nvlink_params_t np = {.timeout_ms = te->io_timeout_ms,
                               .copy_low_priority = params->copy_low_priority,
+                              .copy_max_inflight_bytes = params->copy_max_inflight_bytes,
+                              .copy_chunk_bytes = params->copy_chunk_bytes,
                               .prewarm_off = params->prewarm_off,
                               .prewarm_concurrency = params->prewarm_concurrency};
     if ((st = egm__nvlink_create(api, &np, &te->nvlink)) != EGM_OK)
@@ -101,6 +103,16 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
         params->prewarm_concurrency > EGM_PREWARM_MAX_CONCURRENCY)
         return egm__set_error(EGM_ERR_INVALID_ARG, "prewarm_concurrency: %d not in 0..%d",
                               params->prewarm_concurrency, EGM_PREWARM_MAX_CONCURRENCY);
+    if (params->copy_max_inflight_bytes > 0 && params->copy_max_inflight_bytes < EGM_TE_CHUNK_MIN)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "nvlink_max_inflight_bytes: %" PRIu64 " is neither 0 (unbounded) "
+                              "nor at least %d bytes",
+                              params->copy_max_inflight_bytes, EGM_TE_CHUNK_MIN);
+    if (params->copy_chunk_bytes > 0 && params->copy_chunk_bytes < EGM_TE_CHUNK_MIN)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "nvlink_chunk_size: %" PRIu64 " is neither 0 (copies whole) nor at "
+                              "least %d bytes",
+                              params->copy_chunk_bytes, EGM_TE_CHUNK_MIN);
     egm_te_t *te = egm_calloc(1, sizeof(*te), "te");
     if (te == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory");
@@ -796,6 +808,10 @@ void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
         stats_p->nvlink_copies = ns.nvlink_copies;
         stats_p->copy_kernel_launches = ns.copier.kernel_launches;
         stats_p->copy_engine_copies = ns.copier.engine_copies;
+        stats_p->copy_batch_calls = ns.copier.batch_api_calls;
+        stats_p->copy_groups = ns.copier.groups;
+        stats_p->copy_chunks = ns.copier.chunks;
+        stats_p->copy_max_group_bytes = ns.copier.max_group_bytes;
         stats_p->staged_bytes = ns.staged_bytes;
     }
     stats_p->mappings_live = egm__shm_mappings_live(te->shm) + stats_p->nvlink_mappings_live;

@@ -52,7 +52,13 @@ typedef struct {
     int prewarm_off;         /* 1: egm__te_prewarm does nothing (default: on) */
     int prewarm_concurrency; /* imports at once; 0 = 2 */
     int copy_low_priority;   /* GPU copies on lowest-priority streams */
+    /* Pressure of GPU copies (docs/configuration.md): 0 = unbounded. */
+    uint64_t copy_max_inflight_bytes; /* nvlink_max_inflight_bytes */
+    uint64_t copy_chunk_bytes;        /* nvlink_chunk_size: 0 or >= EGM_TE_CHUNK_MIN */
 } egm_te_params_t;
+
+/* Smallest nonzero chunk and in-flight bound: pieces below a page are only overhead. */
+#define EGM_TE_CHUNK_MIN 4096
 
 typedef enum { EGM_TE_READ = 0, EGM_TE_WRITE = 1 } egm_te_dir_t;
 
@@ -82,6 +88,10 @@ typedef struct {
     uint64_t nvlink_copies; /* ops moved by GPU copies */
     uint64_t copy_kernel_launches;
     uint64_t copy_engine_copies;
+    uint64_t copy_batch_calls; /* cuMemcpyBatchAsync calls */
+    uint64_t copy_groups;      /* groups issued and waited for (docs/configuration.md) */
+    uint64_t copy_chunks;      /* pieces of copies cut at the chunk size or bound */
+    uint64_t copy_max_group_bytes;
     uint64_t staged_bytes; /* GPU bytes that went over shm/tcp through the staging ring */
     /* provider side */
     uint64_t vmm_fds_sent; /* posix_fd VMM handles exported to consumers */

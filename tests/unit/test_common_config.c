@@ -63,6 +63,9 @@ static void test_key_table_names_order_defaults(void **state)
         {"provider_http_port", "-1"},
         {"prewarm", "true"},
         {"prewarm_concurrency", "2"},
+        {"nvlink_max_inflight_bytes", "0"},
+        {"nvlink_chunk_size", "0"},
+        {"nvlink_low_priority_stream", "false"},
     };
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
@@ -404,6 +407,27 @@ static void test_get_bool_and_unknown_getters(void **state)
     egm_config_destroy(c);
 }
 
+/* The GPU pressure keys: sizes (0 = unbounded) and a bool, checked when set. */
+static void test_nvlink_pressure_keys(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "nvlink_max_inflight_bytes"), 0);
+    assert_int_equal(egm_config_get_bool(c, "nvlink_low_priority_stream"), 0);
+    assert_int_equal(egm_config_set(c, "nvlink_max_inflight_bytes", "64MiB"), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "nvlink_max_inflight_bytes"), 64ull << 20);
+    assert_int_equal(egm_config_set_pair(c, "nvlink_chunk_size = 2 MiB"), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "nvlink_chunk_size"), 2ull << 20);
+    assert_int_equal(egm_config_set(c, "nvlink_chunk_size", "-1"), EGM_ERR_CONFIG);
+    assert_error_contains("nvlink_chunk_size");
+    assert_int_equal(egm_config_set(c, "nvlink_low_priority_stream", "yes"), EGM_OK);
+    assert_int_equal(egm_config_get_bool(c, "nvlink_low_priority_stream"), 1);
+    assert_int_equal(egm_config_set(c, "nvlink_low_priority_stream", "low"), EGM_ERR_CONFIG);
+    assert_error_contains("nvlink_low_priority_stream");
+    egm_config_destroy(c);
+}
+
 static void test_file_refuses_devices_and_nul_bytes(void **state)
 {
     (void)state;
@@ -442,6 +466,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_nvlink_pressure_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,8 +2,10 @@
  * batches through the kernel (the fake runs egm_copy_blocks as CPU loops, and
  * like a GPU refuses pageable memory, descriptors included) or through
  * cuMemcpyBatchAsync, the switch-over threshold, failures reported with the
- * call's name, and no CUDA object or allocation left behind. Buffers are the
- * fake's device memory (cuMemAlloc) read and written through its host view. */
+ * call's name, the pressure bounds (chunks, groups of bounded bytes: what is
+ * issued between two waits, recorded by a wrapper of the fake's table), and
+ * no CUDA object or allocation left behind. Buffers are the fake's device
+ * memory (cuMemAlloc) read and written through its host view. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,6 +116,80 @@ static egm_copier_t *copier_new(int device, int low_priority)
     assert_int_equal(egm__copier_create(device, low_priority, &c), EGM_OK);
     assert_non_null(c);
     return c;
+}
+
+/* The fake's table with the copy calls and the waits recorded (installed for
+ * the whole file): the bytes issued between two cuEventSynchronize calls form
+ * one group, so a test sees how a run was cut without timing anything. */
+#define REC_GROUPS 4096
+static egm_cuda_api_t rec_api;
+static struct {
+    uint64_t pending;                 /* bytes issued since the last wait */
+    size_t groups;                    /* waits that ended a group */
+    uint64_t group_bytes[REC_GROUPS]; /* bytes of each */
+    uint64_t largest;                 /* largest engine copy or batch entry issued */
+} rec;
+
+static void rec_clear(void)
+{
+    memset(&rec, 0, sizeof(rec));
+}
+
+static void rec_issue(uint64_t bytes)
+{
+    rec.pending += bytes;
+    if (bytes > rec.largest)
+        rec.largest = bytes;
+}
+
+static egm_cu_result_t rec_cuMemcpyAsync(egm_cu_deviceptr_t dst, egm_cu_deviceptr_t src,
+                                         size_t size, egm_cu_stream_t stream)
+{
+    egm_cu_result_t rc = egm_fake_cuda_api()->cuMemcpyAsync(dst, src, size, stream);
+    if (rc == EGM_CU_SUCCESS)
+        rec_issue(size);
+    return rc;
+}
+
+static egm_cu_result_t rec_cuMemcpyBatchAsync(egm_cu_deviceptr_t *dsts, egm_cu_deviceptr_t *srcs,
+                                              size_t *sizes, size_t count,
+                                              egm_cu_memcpy_attributes_t *attrs, size_t *attr_idxs,
+                                              size_t num_attrs, egm_cu_stream_t stream)
+{
+    egm_cu_result_t rc = egm_fake_cuda_api()->cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs,
+                                                                 attr_idxs, num_attrs, stream);
+    if (rc == EGM_CU_SUCCESS)
+        for (size_t i = 0; i < count; i++)
+            rec_issue(sizes[i]);
+    return rc;
+}
+
+/* The kernel's pieces are its own cut (at most 256 KiB): counted as bytes only. */
+static egm_cu_result_t rec_cuLaunchKernel(egm_cu_function_t func, unsigned gx, unsigned gy,
+                                          unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                          unsigned shared, egm_cu_stream_t stream, void **params,
+                                          void **extra)
+{
+    egm_cu_result_t rc = egm_fake_cuda_api()->cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared,
+                                                             stream, params, extra);
+    if (rc == EGM_CU_SUCCESS) {
+        const egm_copy_desc_t *descs = *(const egm_copy_desc_t **)params[0];
+        uint32_t count = *(const uint32_t *)params[1];
+        for (uint32_t i = 0; i < count; i++)
+            rec.pending += descs[i].len;
+    }
+    return rc;
+}
+
+static egm_cu_result_t rec_cuEventSynchronize(egm_cu_event_t event)
+{
+    egm_cu_result_t rc = egm_fake_cuda_api()->cuEventSynchronize(event);
+    if (rec.pending > 0) {
+        assert_true(rec.groups < REC_GROUPS);
+        rec.group_bytes[rec.groups++] = rec.pending;
+        rec.pending = 0;
+    }
+    return rc;
 }
 
 /* ---- tests ---------------------------------------------------------------- */
@@ -574,10 +650,226 @@ static void test_threads_share_a_copier(void **state)
     bufs_free(0, &b);
 }
 
+/* ---- pressure bounds (nvlink_chunk_size, nvlink_max_inflight_bytes) ------- */
+
+static void assert_groups(const uint64_t *want, size_t n)
+{
+    assert_int_equal(rec.groups, n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(rec.group_bytes[i], want[i]);
+}
+
+/* A chunk size alone: a long copy becomes one engine call per chunk, all
+ * issued before the one wait. */
+static void test_chunk_cuts_a_single_copy(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 8 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm__copier_set_pressure(c, 0, 1 * MIB);
+    egm_fake_cuda_clear_calls();
+    rec_clear();
+
+    egm_copy_desc_t one = {.dst = b.dst + 3, .src = b.src + 5, .len = 6 * MIB + 7};
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    check_copied(&one, 1);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 7); /* 6 x 1 MiB + 7 bytes */
+    assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 1);
+    uint64_t want[] = {6 * MIB + 7};
+    assert_groups(want, 1);
+    assert_int_equal(rec.largest, 1 * MIB);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.copies, 1);
+    assert_int_equal(s.bytes, one.len);
+    assert_int_equal(s.engine_copies, 7);
+    assert_int_equal(s.groups, 1);
+    assert_int_equal(s.chunks, 7);
+    assert_int_equal(s.max_group_bytes, one.len);
+
+    /* A copy no longer than the chunk goes whole; 0 turns chunking off. */
+    egm_fake_cuda_clear_calls();
+    one.len = 1 * MIB;
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 1);
+    egm__copier_set_pressure(c, 0, 0);
+    one.len = 6 * MIB;
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    check_copied(&one, 1);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 2);
+    assert_int_equal(stats_of(c).chunks, 7);
+    assert_int_equal(stats_of(c).groups, 3);
+
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* The in-flight bound on a batch: groups of whole blocks of at most the bound,
+ * each waited for before the next is issued, on whichever path the whole
+ * batch takes (the kernel with the kernels built in, else the batch call). */
+static void test_bound_splits_a_batch(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    bufs_t b = bufs_alloc(0, 2 * N * 64 * KIB + 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t *d = gather(&b, N, 64 * KIB, 0);
+    const char *path = egm__copier_has_kernels() ? "cuLaunchKernel" : "cuMemcpyBatchAsync";
+
+    /* 256 KiB: ten groups of four blocks. */
+    egm__copier_set_pressure(c, 256 * KIB, 0);
+    egm_fake_cuda_clear_calls();
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    check_copied(d, N);
+    uint64_t ten[10];
+    for (size_t i = 0; i < 10; i++)
+        ten[i] = 256 * KIB;
+    assert_groups(ten, 10);
+    assert_int_equal(egm_fake_cuda_calls(path), 10);
+    assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 10);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.groups, 10);
+    assert_int_equal(s.chunks, 0); /* no block was cut */
+    assert_int_equal(s.copies, N);
+    assert_int_equal(s.bytes, N * 64 * KIB);
+    assert_int_equal(s.max_group_bytes, 256 * KIB);
+    if (egm__copier_has_kernels())
+        assert_int_equal(s.kernel_launches, 10); /* 4 blocks each: still the kernel's */
+    else
+        assert_int_equal(s.batch_api_calls, 10);
+
+    /* 200 KiB: blocks are not cut to fill a group, so 3 per group (192 KiB),
+     * 13 of them and one of the last block. */
+    egm__copier_set_pressure(c, 200 * KIB, 0);
+    memset(view(b.dst, b.size), 0, b.size);
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    check_copied(d, N);
+    uint64_t uneven[14];
+    for (size_t i = 0; i < 13; i++)
+        uneven[i] = 192 * KIB;
+    uneven[13] = 64 * KIB;
+    assert_groups(uneven, 14);
+    assert_int_equal(stats_of(c).chunks, 0);
+
+    /* A batch within the bound goes as one group; so does any batch at 0. */
+    egm__copier_set_pressure(c, N * 64 * KIB, 0);
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    uint64_t all[] = {N * 64 * KIB};
+    assert_groups(all, 1);
+    egm__copier_set_pressure(c, 0, 0);
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    assert_groups(all, 1);
+
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* The bound also cuts copies longer than itself, and with a smaller chunk
+ * size a group holds several chunks; nothing beyond the bound is in flight. */
+static void test_bound_with_chunks(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 4 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t one = {.dst = b.dst, .src = b.src + 1, .len = 1 * MIB + 100};
+
+    egm__copier_set_pressure(c, 256 * KIB, 0);
+    egm_fake_cuda_clear_calls();
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    check_copied(&one, 1);
+    uint64_t five[] = {256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB, 100};
+    assert_groups(five, 5);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 5);
+    assert_int_equal(stats_of(c).chunks, 5);
+
+    /* 64 KiB chunks, 256 KiB bound: 1 MiB = 16 engine calls in 4 groups. */
+    egm__copier_set_pressure(c, 256 * KIB, 64 * KIB);
+    one.len = 1 * MIB;
+    memset(view(b.dst, b.size), 0, b.size);
+    egm_fake_cuda_clear_calls();
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    check_copied(&one, 1);
+    uint64_t four[] = {256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB};
+    assert_groups(four, 4);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 16);
+    assert_int_equal(rec.largest, 64 * KIB);
+    /* A chunk larger than the bound is cut to the bound. */
+    egm__copier_set_pressure(c, 256 * KIB, 1 * MIB);
+    egm_fake_cuda_clear_calls();
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    assert_groups(four, 4);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 4);
+    assert_int_equal(stats_of(c).max_group_bytes, 256 * KIB);
+
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* The path is the batch's as given: a single long copy cut into many small
+ * chunks stays on the copy engines, never the kernel. */
+static void test_chunks_keep_the_path(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 8 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm__copier_set_pressure(c, 0, 16 * KIB);
+    egm_copy_desc_t one = {.dst = b.dst, .src = b.src, .len = 4 * MIB};
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
+    check_copied(&one, 1);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 256);
+    assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 0);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 0);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* A group that fails stops the run: the groups after it are never issued,
+ * the error names the call, nothing is counted as copied. */
+static void test_bound_failure_stops(void **state)
+{
+    (void)state;
+    enum { N = 40 };
+    bufs_t b = bufs_alloc(0, 2 * N * 64 * KIB + 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copy_desc_t *d = gather(&b, N, 64 * KIB, 0);
+    const char *path = egm__copier_has_kernels() ? "cuLaunchKernel" : "cuMemcpyBatchAsync";
+    egm__copier_set_pressure(c, 256 * KIB, 0);
+    egm_fake_cuda_clear_calls();
+    egm_fake_cuda_fail(path, 3, EGM_CU_ERROR_INVALID_VALUE);
+    assert_int_equal(egm__copier_run(c, d, N), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), path));
+    assert_int_equal(egm_fake_cuda_calls(path), 3);
+    egm_copier_stats_t s = stats_of(c);
+    assert_int_equal(s.groups, 2);
+    assert_int_equal(s.copies, 0);
+    /* The next run goes through whole. */
+    egm_fake_cuda_clear_failures();
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    check_copied(d, N);
+    assert_int_equal(stats_of(c).groups, 12);
+    free(d);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
-    cu = egm_fake_cuda_api();
+    rec_api = *egm_fake_cuda_api();
+    rec_api.cuMemcpyAsync = rec_cuMemcpyAsync;
+    rec_api.cuMemcpyBatchAsync = rec_cuMemcpyBatchAsync;
+    rec_api.cuLaunchKernel = rec_cuLaunchKernel;
+    rec_api.cuEventSynchronize = rec_cuEventSynchronize;
+    cu = &rec_api;
     egm__cuda_set_api(cu);
     const egm_cuda_api_t *api;
     return egm__cuda_load(&api) == EGM_OK && api == cu ? 0 : -1;
@@ -597,6 +889,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_context_and_priority, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_fault_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_share_a_copier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunk_cuts_a_single_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_splits_a_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_with_chunks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunks_keep_the_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bound_failure_stops, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

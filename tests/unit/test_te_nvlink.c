@@ -995,6 +995,75 @@ static void test_own_segments(void **state)
     gpu_free(g);
 }
 
+/* The pressure parameters (client keys nvlink_max_inflight_bytes,
+ * nvlink_chunk_size, nvlink_low_priority_stream) reach the copiers: a batch
+ * goes in groups of at most the bound, a long object in chunks, the stream at
+ * the least priority; too small a value is refused naming its key. */
+static void test_pressure_params(void **state)
+{
+    fx_t *fx = *state;
+    enum { N = 32, BLOCK = 64 * 1024 };
+    size_t c = expose(fx, 4 * MIB, HOST_NUMA, EGM_HANDLE_POSIX_FD);
+    uint64_t g = gpu_alloc(0, 4 * MIB);
+    egm_test_fill_random(view(g, 4 * MIB), 4 * MIB);
+
+    egm__te_destroy(fx->consumer);
+    fx->consumer = NULL;
+    egm_te_params_t params = {.client_id = fx->consumer_id,
+                              .protocol = EGM_PROTOCOL_NVLINK,
+                              .local_hostname = "127.0.0.1",
+                              .data_listen_host = "127.0.0.1",
+                              .io_timeout_ms = 5000,
+                              .registry = fx->registry,
+                              .prewarm_off = 1,
+                              .copy_low_priority = 1,
+                              .copy_max_inflight_bytes = 256 * 1024,
+                              .copy_chunk_bytes = 128 * 1024};
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__te_create(&params, &fx->consumer), EGM_OK);
+
+    egm_te_op_t ops[N];
+    for (size_t i = 0; i < N; i++)
+        ops[i] = (egm_te_op_t){.segment = &fx->descs[c],
+                               .offset = (N - 1 - i) * 2 * BLOCK,
+                               .local = (void *)(uintptr_t)(g + i * BLOCK),
+                               .length = BLOCK,
+                               .dir = EGM_TE_WRITE};
+    assert_int_equal(egm__te_transfer(fx->consumer, ops, N), EGM_OK);
+    for (size_t i = 0; i < N; i++)
+        assert_memory_equal(view(fx->chunks[c].va + ops[i].offset, BLOCK),
+                            view((uint64_t)(uintptr_t)ops[i].local, BLOCK), BLOCK);
+    /* The copier was made with the least priority. */
+    assert_int_equal(egm_fake_cuda_calls("cuCtxGetStreamPriorityRange"), 1);
+    egm_te_stats_t cs = stats(fx->consumer);
+    assert_int_equal(cs.copy_groups, N * BLOCK / (256 * 1024)); /* 8 groups of 4 blocks */
+    assert_int_equal(cs.copy_max_group_bytes, 256 * 1024);
+    assert_int_equal(cs.copy_chunks, 0);
+    assert_int_equal(egm_fake_cuda_calls("cuEventRecord"), 8);
+
+    /* One object of 1 MiB: 8 chunks of 128 KiB, two per group. */
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(xfer(fx->consumer, &fx->descs[c], 4096, g, 1 * MIB, EGM_TE_READ), EGM_OK);
+    assert_memory_equal(view(g, 1 * MIB), view(fx->chunks[c].va + 4096, 1 * MIB), 1 * MIB);
+    cs = stats(fx->consumer);
+    assert_int_equal(cs.copy_groups, 8 + 4);
+    assert_int_equal(cs.copy_chunks, 8);
+    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 8);
+    assert_int_equal(egm_fake_cuda_calls("cuEventRecord"), 4);
+
+    /* Below 4 KiB (but not 0) is refused by name. */
+    egm_te_t *bad = NULL;
+    params.copy_chunk_bytes = 100;
+    assert_int_equal(egm__te_create(&params, &bad), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "nvlink_chunk_size"));
+    params.copy_chunk_bytes = 0;
+    params.copy_max_inflight_bytes = 4095;
+    assert_int_equal(egm__te_create(&params, &bad), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "nvlink_max_inflight_bytes"));
+    assert_null(bad);
+    gpu_free(g);
+}
+
 int main(void)
 {
     egm__cuda_set_api(egm_fake_cuda_api());
@@ -1021,6 +1090,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_protocol_nvlink_refuses_clearly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_gpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_segments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pressure_params, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
