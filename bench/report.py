@@ -485,8 +485,8 @@ def goals(recs):
             return "-"
         lo = min(vals, key=lambda v: v[-1])
         hi = max(vals, key=lambda v: v[-1])
-        return "%.2fx .. %.2fx (lowest: %s %s, %d clients; %d points)" % (
-            lo[-1], hi[-1], bl.fmt_size(lo[0]), lo[2], lo[1], len(vals))
+        return "%.2fx .. %.2fx (lowest: %s %s, %d client%s; %d points)" % (
+            lo[-1], hi[-1], bl.fmt_size(lo[0]), lo[2], lo[1], "" if lo[1] == 1 else "s", len(vals))
 
     rows.append(["CPU small objects (4 KiB .. 64 KiB, 1 and 8 clients): ops/s >= Redis GET/SET",
                  span(vs_redis), verdict(all(v[-1] >= 1 for v in vs_redis) if vs_redis else None)])
