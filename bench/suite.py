@@ -12,7 +12,7 @@ Steps (each a child process; a missing tool or package is SKIPPED with the reaso
   store-egmstore  bench/py/store_bench.py --system egmstore (the Mooncake-API facade, shm and tcp)
   store-mooncake  bench/py/store_bench.py --system mooncake (Mooncake Store over tcp)
   redis           bench/py/redis_bench.py (redis-server + redis-benchmark)
-  gpu-scripts     --gpu only: every bench/gpu/*.py (run with --out FILE [--smoke])
+  gpu-scripts     --gpu only: every bench/gpu/*.py program (sparse offload, interference, ...)
 
 Writes <out-dir>/<machine>-suite-<yyyymmdd>.json (machine, commit, each step's status and
 config, every record) and runs bench/report.py on it (markdown + PNG plots beside it).
@@ -116,7 +116,8 @@ class Suite:
 
     def record_step(self, step, status, message, out_json=None, convert=None):
         entry = {"step": step, "status": status, "message": message, "json": None, "records": 0}
-        if status == "ok" and out_json:
+        # a failed step's JSON, when it wrote one, is kept too: its records say what failed
+        if status in ("ok", "failed") and out_json and (status == "ok" or os.path.exists(out_json)):
             try:
                 with open(out_json) as f:
                     doc = json.load(f)
@@ -126,7 +127,9 @@ class Suite:
                 entry["json"] = os.path.basename(out_json)
                 entry["records"] = len(doc.get("results", []))
             except (OSError, ValueError) as exc:
-                entry["status"], entry["message"] = "failed", "%s: not JSON: %s" % (out_json, exc)
+                entry["status"] = "failed"
+                entry["message"] += "; %s: not JSON: %s" % (out_json, exc) if status == "failed" else \
+                    "%s: not JSON: %s" % (out_json, exc)
         self.steps.append(entry)
         word = {"ok": "done", "skipped": "SKIPPED", "failed": "FAILED"}[entry["status"]]
         self.say("[suite %5.0fs] %s %s: %s%s" % (time.monotonic() - self.t0, entry["step"], word, entry["message"],
@@ -221,19 +224,43 @@ class Suite:
         return bool(bl.machine_info().get("gpus"))
 
     def step_gpu_scripts(self):
-        scripts = sorted(p for p in glob.glob(os.path.join(HERE, "gpu", "*.py"))
-                         if not os.path.basename(p).startswith("_"))
+        """Every bench/gpu/*.py that is a program (has a __main__ block; the others are its
+        helper modules), with the options its --help lists: --egmstore BIN, --pythonpath DIR,
+        --out DIR (its results folder), --json FILE, and --smoke in smoke runs."""
+        scripts = []
+        for path in sorted(glob.glob(os.path.join(HERE, "gpu", "*.py"))):
+            try:
+                with open(path) as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if not os.path.basename(path).startswith("_") and re.search(r"__name__\s*==\s*['\"]__main__", text):
+                scripts.append(path)
         if not scripts:
-            return self.record_step("gpu-scripts", "skipped", "no bench/gpu/*.py scripts in this checkout")
+            return self.record_step("gpu-scripts", "skipped", "no bench/gpu/*.py programs in this checkout")
         if not self.has_gpu():
-            return self.record_step("gpu-scripts", "skipped", "no GPU (nvidia-smi lists none)")
+            return self.record_step("gpu-scripts", "skipped", "no GPU (nvidia-smi lists none): %s not run"
+                                    % ", ".join(os.path.basename(p) for p in scripts))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(self.a.egm_build, "python"), env.get("PYTHONPATH", "")])
+        pypath = os.path.join(self.a.egm_build, "python")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [pypath, env.get("PYTHONPATH", "")] if p)
         env["EGM_BUILD"] = self.a.egm_build
         for script in scripts:
             name = "gpu-" + os.path.splitext(os.path.basename(script))[0]
+            out_dir = os.path.join(self.a.work_dir, name)
             out = os.path.join(self.a.work_dir, name + ".json")
-            cmd = [sys.executable, script, "--out", out] + (["--smoke"] if self.a.smoke else [])
+            os.makedirs(out_dir, exist_ok=True)
+            helptext = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True,
+                                      timeout=120, env=env)
+            flags = set(re.findall(r"(--[a-z][a-z0-9-]*)", helptext.stdout))
+            cmd = [sys.executable, script]
+            for flag, value in (("--egmstore", self.egm_bin()), ("--pythonpath", pypath),
+                                ("--out", out_dir if "--json" in flags else out), ("--json", out)):
+                if flag in flags:
+                    cmd += [flag, value]
+            if self.a.smoke and "--smoke" in flags:
+                cmd.append("--smoke")
+            cmd += shlex.split(self.a.gpu_script_args or "")
             status, msg = self.run(name, cmd, out, self.a.step_timeout, env=env)
             self.record_step(name, status, msg, out)
 
@@ -334,6 +361,7 @@ def main(argv=None):
     ap.add_argument("--data-args", help="more options for `egmstore bench data` (one string)")
     ap.add_argument("--store-args", help="more options for store_bench.py (both systems)")
     ap.add_argument("--redis-args", help="more options for redis_bench.py")
+    ap.add_argument("--gpu-script-args", help="more options for every bench/gpu/*.py program")
     ap.add_argument("--step-timeout", type=int, default=None, help="seconds per step (default 1800; smoke 300)")
     ap.add_argument("--no-report", action="store_true", help="do not run bench/report.py")
     ap.add_argument("--keep", action="store_true", help="keep the smoke run's temp folder")
