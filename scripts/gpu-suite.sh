@@ -2,7 +2,7 @@
 # The GPU suite and benchmarks, run on the H200 machine from the repository root
 # with a build folder made on the Debian machine (binaries are portable there;
 # libraries the GPU image lacks travel in .devlibs/). Output goes to $OUT.
-#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv]
+#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv|bench]
 set -u
 build=${1:-build}
 out=${2:-${OUT:-/tmp/egm-gpu-out}}
@@ -68,7 +68,80 @@ kv_scenario() {
     return $rc
 }
 
+# Benchmarks (issue 7; docs/benchmarks.md), about 6-8 minutes on one H200: `egmstore bench
+# data` with GPU buffers over nvlink and tcp-staging (single 4 KiB..256 MiB, batch 8192 x 64 KiB,
+# the 4 KiB get latency among the singles), bench/gpu/sparse_offload.py (unbounded, then
+# nvlink_max_inflight_bytes=8MiB), bench/gpu/interference.py with 64 KiB blocks and with 16 MiB
+# objects (NCCL all-reduce with two GPUs; with one, the d2d-proxy, which is NOT NCCL). Each step
+# has its own timeout and its own log; the timeouts add up to 520 s, under the device's 600 s. Everything is written under $out/bench/, then packed into
+# $out/bench-results.tar.gz and the folder removed (the device returns only a few files);
+# $out/bench-summary.txt holds every step's summary table and checks.
+# EGM_BENCH_FAKE=1: the same steps on egmstore's fake CUDA driver ($build/fake-cuda; no GPU, no
+# torch), with small sizes: a test of this mode, not a measurement.
+bench() {
+    local bin="$build/bin/egmstore" py="$build/python" dir="$out/bench" rc=0
+    local ngpu fake=() sizes=4KiB,64KiB,1MiB,16MiB,64MiB,256MiB keys=8192 secs=2 pool=4GiB
+    local sparse=() intf_small=() intf_large=() t=1
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+    intf_large=(--kv-block 16MiB --kv-batch 4 --kv-keys 64 --settings
+        "unbounded;inflight-8MiB:nvlink_max_inflight_bytes=8MiB;chunk-1MiB:nvlink_chunk_size=1MiB;low-priority:nvlink_low_priority_stream=true")
+    if [ "${EGM_BENCH_FAKE:-0}" = 1 ]; then
+        export LD_LIBRARY_PATH="$PWD/$build/fake-cuda:$LD_LIBRARY_PATH" EGM_FAKE_CUDA_FABRIC=0
+        fake=(--fake-gpu)
+        sizes=4KiB,64KiB,1MiB keys=256 secs=0.2 pool=512MiB ngpu=1 t=4
+        intf_large=(--kv-block 1MiB --kv-batch 4 --kv-keys 32 --settings
+            "unbounded;inflight-256KiB:nvlink_max_inflight_bytes=256KiB;chunk-64KiB:nvlink_chunk_size=64KiB")
+        echo "== bench: EGM_BENCH_FAKE=1: fake CUDA driver, small sizes: a test of this mode, no GPU figure"
+    fi
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    echo "== bench: $ngpu GPU(s), python $(python3 --version 2>&1 | cut -d" " -f2), torch $(python3 -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)"
+    step() { # name timeout command...: runs it with its output in $dir/name.log, says how it ended
+        local name=$1 limit=$2 t0 r
+        shift 2
+        t0=$(date +%s)
+        echo "== bench $name: $*"
+        timeout "$limit" "$@" > "$dir/$name.log" 2>&1
+        r=$?
+        tail -n 40 "$dir/$name.log"
+        echo "== bench $name: rc=$r ($(($(date +%s) - t0)) s)"
+        [ $r -eq 0 ] || rc=1
+        return $r
+    }
+    step data-gpu $((150 * t)) "$bin" bench data --memory gpu --pool egm --protocol nvlink,tcp \
+        --workload single,batch --sizes "$sizes" --keys "$keys" --block 64KiB --clients 1 \
+        --seconds "$secs" --pool-size "$pool" --out "$dir/data-gpu.json"
+    step sparse $((90 * t)) python3 bench/gpu/sparse_offload.py --egmstore "$bin" \
+        --pythonpath "$py" --out "$dir/sparse" "${fake[@]}"
+    step sparse-inflight-8MiB $((90 * t)) python3 bench/gpu/sparse_offload.py --egmstore "$bin" \
+        --pythonpath "$py" --out "$dir/sparse-inflight-8MiB" \
+        --config nvlink_max_inflight_bytes="$([ ${#fake[@]} -gt 0 ] && echo 256KiB || echo 8MiB)" "${fake[@]}"
+    step interference $((100 * t)) python3 bench/gpu/interference.py --egmstore "$bin" \
+        --pythonpath "$py" --out "$dir/interference" "${fake[@]}"
+    step interference-large $((90 * t)) python3 bench/gpu/interference.py --egmstore "$bin" \
+        --pythonpath "$py" --out "$dir/interference-large" "${intf_large[@]}" "${fake[@]}"
+    python3 bench/report.py --no-plots --md "$dir/report.md" --title "GPU benchmarks ($ngpu GPU)" \
+        "$dir"/data-gpu.json "$dir"/sparse*/sparse.json "$dir"/interference*/interference.json \
+        > "$dir/report.log" 2>&1 || echo "== bench: report.py failed (see report.log in the tarball)"
+    {
+        echo "# bench summaries ($(date -u +%FT%TZ), $ngpu GPU(s)${fake[*]:+, FAKE GPU})"
+        for f in "$dir"/sparse*/summary.txt "$dir"/interference*/summary.txt; do
+            [ -f "$f" ] && { echo; echo "## ${f#"$dir"/}"; cat "$f"; }
+        done
+        echo
+        echo "## data-gpu (egmstore bench data, table)"
+        sed -n "/^workload /,\$p" "$dir/data-gpu.log"
+    } > "$out/bench-summary.txt"
+    tar czf "$out/bench-results.tar.gz" -C "$out" bench && rm -rf "$dir"
+    echo "== bench: rc=$rc; $out/bench-summary.txt, $out/bench-results.tar.gz ($(du -h "$out/bench-results.tar.gz" | cut -f1))"
+    return $rc
+}
+
 case "${3:-all}" in
+bench)
+    bench
+    exit $?
+    ;;
 egm)
     egm_setup
     exit 0

@@ -115,10 +115,18 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--timeout", type=int, default=900, help="seconds the workers may take")
     p.add_argument("--json", default=None, help="the JSON file (default OUT/interference.json)")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds-long: 2000 collective operations, KV 256 x 64KiB for 0.5 s, "
+                   "settings unbounded and a 1MiB bound (fake: its defaults)")
     p.add_argument("--role", default="main", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     fake = a.fake_gpu
+    if a.smoke and not fake:
+        a.settings = a.settings or "unbounded;inflight-1MiB:nvlink_max_inflight_bytes=1MiB"
+        a.collective_iters = a.collective_iters or 2000
+        a.kv_batch, a.kv_keys = a.kv_batch or 256, a.kv_keys or 2048
+        a.kv_seconds = a.kv_seconds if a.kv_seconds is not None else 0.5
     a.settings = parse_settings(a.settings or (FAKE_SETTINGS if fake else GPU_SETTINGS))
     a.collective_bytes = gpulib.parse_size(a.collective_bytes)
     a.collective_iters = a.collective_iters or (200 if fake else 20000)
@@ -246,10 +254,33 @@ class TorchCollective:
         self.spin_cycles = 0
         self._calibrate()
 
-    def _calibrate(self):
+    def _burst(self, n, spin_cycles):
+        """Enqueues n timed operations (behind a spin of spin_cycles when > 0), waits for them;
+        (samples in ns, the CPU's enqueue time in ns)."""
         torch = self.torch
+        with torch.cuda.stream(self.stream):
+            if spin_cycles:
+                self.sleep(spin_cycles)
+            e0 = time.perf_counter_ns()
+            for i in range(n):
+                a, b = self.events[i]
+                a.record()
+                self.op_fn()
+                b.record()
+            enqueue = time.perf_counter_ns() - e0
+        self.events[n - 1][1].synchronize()
+        samples = [int(a.elapsed_time(b) * 1e6)
+                   for a, b in self.events[min(self.skip, n - 1):n]]
+        return samples, enqueue
+
+    def _calibrate(self):
+        """The spin covers what the CPU needs to enqueue a burst beyond what the GPU has to do
+        meanwhile (an NCCL all-reduce of 1 MiB takes longer than its launch: little spin; a 1 MiB
+        device copy takes ~2 us: the spin covers nearly the whole enqueue)."""
+        torch = self.torch
+        self.op_ns, self.spin_ns = 0, 0
         if self.sleep is None:
-            self.info["spin"] = "torch.cuda._sleep missing: samples include launch gaps"
+            self.info["spin"] = "torch.cuda._sleep missing: samples may include launch gaps"
             return
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(self.stream):
@@ -259,47 +290,30 @@ class TorchCollective:
             e.record()
         e.synchronize()
         cycles_per_ns = 1_000_000 / max(1.0, s.elapsed_time(e) * 1e6)
-        # the CPU's enqueue time of a burst, worst of a few
-        worst = 0
-        for _ in range(3):
-            t0 = time.perf_counter_ns()
-            with torch.cuda.stream(self.stream):
-                for i in range(self.burst):
-                    a, b = self.events[i]
-                    a.record()
-                    self.op_fn()
-                    b.record()
-            worst = max(worst, time.perf_counter_ns() - t0)
-            self.events[-1][1].synchronize()
+        worst = max(self._burst(self.burst, 0)[1] for _ in range(2))
+        generous = int((2 * worst + 50_000) * cycles_per_ns)
+        samples, _ = self._burst(self.burst, generous)
+        self.op_ns = sorted(samples)[len(samples) // 2]
         self.enqueue_ns = worst
-        self.spin_ns = 2 * worst + 50_000
+        self.spin_ns = max(50_000, 2 * worst - self.burst * self.op_ns)
         self.spin_cycles = int(self.spin_ns * cycles_per_ns)
         self.info["spin"] = {"cycles_per_ns": round(cycles_per_ns, 3),
-                             "burst_enqueue_us": round(worst / 1e3, 1),
+                             "burst": self.burst, "burst_enqueue_us": round(worst / 1e3, 1),
+                             "op_us_calibration": round(self.op_ns / 1e3, 2),
                              "spin_us": round(self.spin_ns / 1e3, 1)}
 
     def run(self, iters):
-        torch = self.torch
         samples, starved, bursts = [], 0, 0
         t0 = time.perf_counter_ns()
         done = 0
         while done < iters:
             n = min(self.burst, iters - done)
-            with torch.cuda.stream(self.stream):
-                if self.spin_cycles:
-                    self.sleep(self.spin_cycles)
-                e0 = time.perf_counter_ns()
-                for i in range(n):
-                    a, b = self.events[i]
-                    a.record()
-                    self.op_fn()
-                    b.record()
-                if self.spin_cycles and time.perf_counter_ns() - e0 > self.spin_ns:
-                    starved += 1  # the GPU may have waited for the CPU inside this burst
-            self.events[n - 1][1].synchronize()
-            for i in range(min(self.skip, n - 1), n):
-                a, b = self.events[i]
-                samples.append(int(a.elapsed_time(b) * 1e6))
+            got, enqueue = self._burst(n, self.spin_cycles)
+            samples += got
+            # the GPU ran out of work inside this burst when the CPU took longer than the spin
+            # and the operations already queued: a sample there may include a launch gap
+            if self.spin_cycles and enqueue > self.spin_ns + (n - 1) * self.op_ns:
+                starved += 1
             done += n
             bursts += 1
         wall = (time.perf_counter_ns() - t0) / 1e9
@@ -459,6 +473,7 @@ def worker(p, rank):
         warm = KvTraffic(store, p, rank, tag, buf, names, rng.random())
         warm.start()
         warm.started_flag.wait(60)
+        time.sleep(min(0.25, p["kv_seconds"] / 4))
         warm.stop_flag.set()
         warm.join()
         coll.run(min(p["burst"] * 2, p["collective_iters"]))

@@ -61,8 +61,13 @@ def parse_args(argv=None):
                    help="client configuration key for the store (repeatable), e.g. "
                    "nvlink_max_inflight_bytes=8MiB (docs/configuration.md)")
     p.add_argument("--json", default=None, help="the JSON file (default OUT/sparse.json)")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds-long: 8192 blocks, top-256, 30 steps (fake: its defaults)")
     a = p.parse_args(argv)
     fake = a.fake_gpu
+    if a.smoke and not fake:
+        a.blocks, a.topk = a.blocks or 8192, a.topk or 256
+        a.steps = a.steps if a.steps is not None else 30
     a.blocks = a.blocks or (1024 if fake else 131072)
     a.block_size = gpulib.parse_size(a.block_size or ("16KiB" if fake else "64KiB"))
     a.topk = a.topk or (64 if fake else 2048)
