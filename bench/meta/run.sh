@@ -122,11 +122,15 @@ trap 'exit 130' INT TERM
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 load_before=$(loadavg)
+# The checkout when the run starts (others may commit meanwhile).
+commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$root" status --porcelain --untracked-files=no -- src include proto bench/meta \
+    2>/dev/null | head -1)
 
 # ---- Redis: a loopback port from bind(0) and a unix socket in its own folder, no persistence --
 sock=$tmp/redis.sock
 started=0
-for attempt in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     redis-server --bind 127.0.0.1 --port "$port" --unixsocket "$sock" --unixsocketperm 700 \
         --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
@@ -257,9 +261,6 @@ done
 say "measured in $(($(date +%s) - t_start)) s"
 load_after=$(loadavg)
 
-commit=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=$(git -C "$root" status --porcelain --untracked-files=no -- src include proto bench/meta \
-    2>/dev/null | head -1)
 
 keep_tmp=1 # until they are combined
 python3 "$root/bench/meta/combine.py" --tmp "$tmp" --out "$out" \
