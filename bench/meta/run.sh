@@ -261,7 +261,6 @@ done
 say "measured in $(($(date +%s) - t_start)) s"
 load_after=$(loadavg)
 
-
 keep_tmp=1 # until they are combined
 python3 "$root/bench/meta/combine.py" --tmp "$tmp" --out "$out" \
     --egmstore "$egm" --commit "$commit" --dirty "${dirty:+1}" --redis-version "$redis_version" \
