@@ -225,7 +225,8 @@ class TorchCollective:
                 self.info["priority_note"] = "init_process_group(pg_options=...): %s" % e
                 dist.init_process_group(**kw)
                 self.info["nccl_high_priority_stream"] = False
-            self.x = torch.ones(nbytes // 4, dtype=torch.float32, device=be.device)
+            # zeros: a sum of ones would double each time and reach inf after ~128 rounds
+            self.x = torch.zeros(nbytes // 4, dtype=torch.float32, device=be.device)
             self.stream = torch.cuda.current_stream(be.device)
             self.op_fn = lambda: dist.all_reduce(self.x)
             self.skip = 1  # the first of a burst also waits for the other rank's spin
