@@ -929,7 +929,7 @@ def build_parser():
     ap.add_argument("--concurrency-sizes", type=bl.parse_sizes, default=None,
                     help="sizes run with clients > 1 (default 4KiB,64KiB,1MiB,16MiB)")
     ap.add_argument("--batches", type=parse_batches, default=None,
-                    help="NxSIZE list (default 1024x4KiB,1024x64KiB,64x1MiB)")
+                    help="NxSIZE list (default 1024x4KiB,1024x64KiB,8192x64KiB,64x1MiB)")
     ap.add_argument("--dists", default="uniform,zipf-0.99", help="mixed: key distributions")
     ap.add_argument("--read-ratio", type=float, default=0.9, help="mixed: share of gets (default 0.9)")
     ap.add_argument("--mixed-size", type=bl.parse_size, default=64 * bl.KiB, help="mixed: object size (64KiB)")
@@ -960,7 +960,8 @@ def apply_defaults(a):
         "sizes": [4 * bl.KiB, 1 * bl.MiB] if smoke else [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB, 256 * bl.MiB],
         "clients": [1, 2] if smoke else [1, 8],
         "concurrency_sizes": [4 * bl.KiB] if smoke else [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB],
-        "batches": [(16, 64 * bl.KiB)] if smoke else [(1024, 4 * bl.KiB), (1024, 64 * bl.KiB), (64, 1 * bl.MiB)],
+        "batches": [(16, 64 * bl.KiB)] if smoke else [(1024, 4 * bl.KiB), (1024, 64 * bl.KiB), (8192, 64 * bl.KiB),
+                                                      (64, 1 * bl.MiB)],
         "mixed_keys": 64 if smoke else 2048,
         "seconds": 0.1 if smoke else 1.0,
         "max_ops": 200 if smoke else 20000,
