@@ -281,7 +281,8 @@ egm_status_t egm__bdata_write_json(const egm_bdata_run_t *r, const char *path)
 
     if (f == NULL)
         return egm__set_error(EGM_ERR_IO, "--out %s: %s", path, strerror(errno));
-    egm__bench_git_commit(commit, sizeof(commit), &dirty);
+    /* schema 1: the short commit */
+    snprintf(commit, sizeof(commit), "%s", egm__bench_build_commit(&dirty));
     if (strlen(commit) == 40)
         commit[7] = '\0';
     fprintf(f, "{\n  \"schema\": 1,\n  \"tool\": \"egmstore bench data\",\n  \"version\": ");

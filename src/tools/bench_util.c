@@ -8,8 +8,8 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
-#include "common/process.h"
 #include "tools/bench_util.h"
+#include "egm_build_info.h" /* generated: cmake/build_info.cmake */
 
 #define MAX_ITEM 64
 
@@ -165,44 +165,10 @@ void egm__bench_machine(egm_bench_machine_t *m)
         memset(m->load, 0, sizeof(m->load));
 }
 
-/* First line of a shell command's output, "" if none. */
-static void command_line(const char *cmd, char *buf, size_t len)
+const char *egm__bench_build_commit(int *dirty_p)
 {
-    FILE *p = popen(cmd, "r");
-    buf[0] = '\0';
-    if (p == NULL)
-        return;
-    if (fgets(buf, (int)len, p) == NULL)
-        buf[0] = '\0';
-    buf[strcspn(buf, "\n")] = '\0';
-    pclose(p);
-}
-
-void egm__bench_git_commit(char *commit, size_t len, int *dirty_p)
-{
-    char dir[1024], cmd[1200], out[128];
-    const char *exe = egm__process_self_exe();
-
-    snprintf(commit, len, "unknown");
-    *dirty_p = 0;
-    if (exe == NULL || strchr(exe, '\'') != NULL)
-        return;
-    snprintf(dir, sizeof(dir), "%s", exe);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        return;
-    *slash = '\0';
-    snprintf(cmd, sizeof(cmd), "git -C '%s' rev-parse HEAD 2>/dev/null", dir);
-    command_line(cmd, out, sizeof(out));
-    if (strlen(out) != 40)
-        return;
-    snprintf(commit, len, "%s", out);
-    snprintf(cmd, sizeof(cmd),
-             "git -C '%s' status --porcelain --untracked-files=no -- src include proto "
-             "2>/dev/null | head -1",
-             dir);
-    command_line(cmd, out, sizeof(out));
-    *dirty_p = out[0] != '\0';
+    *dirty_p = EGM_BUILD_DIRTY;
+    return EGM_BUILD_COMMIT;
 }
 
 /* Splits text at commas into at most cap items; -1 (with an error) beyond. */

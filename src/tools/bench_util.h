@@ -48,10 +48,11 @@ typedef struct {
 void egm__bench_machine(egm_bench_machine_t *m);
 /* MemAvailable of /proc/meminfo in bytes (0 when unknown). */
 uint64_t egm__bench_mem_available(void);
-/* The commit of the checkout this executable was built in (it lives in the
- * build folder inside it), "unknown" without git; *dirty_p when src, include
- * or proto have uncommitted changes. */
-void egm__bench_git_commit(char *commit, size_t len, int *dirty_p);
+/* The commit this executable was built from (the checkout's HEAD when it was
+ * built, not when it runs), "unknown" when built outside a git checkout;
+ * *dirty_p when src, include, proto or the CMake files had uncommitted
+ * changes then (cmake/build_info.cmake). */
+const char *egm__bench_build_commit(int *dirty_p);
 
 /* "4KiB,64KiB" -> sizes (each >= min); "1,8,64" -> integers in [min, max];
  * "0.5,1" -> numbers. A one-line error naming the flag goes to stderr and -1

@@ -23,14 +23,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/utsname.h>
 #include <egmstore/egmstore.h>
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/config_int.h"
 #include "common/id.h"
 #include "common/log.h"
-#include "common/process.h"
 #include "common/sock.h"
 #include "master/master.h"
 #include "rpc/client.h"
@@ -38,6 +36,7 @@
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
 #include "rpc/server.h"
+#include "tools/bench_util.h"
 #include "tools/cli.h"
 
 #define MAX_LEVELS 16
@@ -96,8 +95,7 @@ typedef struct {
     egm_id_t id;
     uint64_t rng;
     uint64_t quota; /* calls this phase, ops mode */
-    uint64_t *lat_ns;
-    size_t n_lat, cap_lat;
+    egm_bench_samples_t lat;
     uint64_t calls, keys, errors;
     uint64_t put_seq, put_removed;
     uint64_t end_ns;
@@ -139,6 +137,7 @@ struct bench {
 
     bench_result_t results[MAX_LEVELS * N_PHASES];
     size_t n_results;
+    egm_bench_machine_t machine; /* when the run started */
 };
 
 static uint64_t next_rand(uint64_t *s)
@@ -284,24 +283,17 @@ static void run_phase(worker_t *w, const phase_t *ph)
     uint64_t now = egm__now_ns();
 
     w->calls = w->keys = w->errors = 0;
-    w->n_lat = 0;
+    w->lat.n = 0;
     for (uint64_t i = 0;; i++) {
         if (b->o.seconds > 0 ? (i > 0 && now >= b->deadline_ns) : i >= w->quota)
             break;
-        if (w->n_lat == w->cap_lat) {
-            size_t cap = w->cap_lat ? 2 * w->cap_lat : 4096;
-            uint64_t *lat = egm_realloc(w->lat_ns, cap * sizeof(*lat), "bench.latency");
-            if (lat == NULL) {
-                note_error(w, egm__set_error(EGM_ERR_NO_MEMORY, "latency samples"));
-                break;
-            }
-            w->lat_ns = lat;
-            w->cap_lat = cap;
-        }
         uint64_t t = egm__now_ns();
         egm_status_t status = one_call(w, ph, n);
         now = egm__now_ns();
-        w->lat_ns[w->n_lat++] = now - t;
+        if (egm__bench_samples_add(&w->lat, now - t) != EGM_OK) {
+            note_error(w, EGM_ERR_NO_MEMORY);
+            break;
+        }
         w->calls++;
         w->keys += n;
         if (status != EGM_OK)
@@ -363,7 +355,7 @@ static void worker_cleanup(worker_t *w)
     egm_free(w->names);
     egm_free(w->keys_v);
     egm_free(w->sizes);
-    egm_free(w->lat_ns);
+    egm__bench_samples_free(&w->lat);
     memset(w, 0, sizeof(*w));
 }
 
@@ -542,38 +534,18 @@ static egm_status_t preload(bench_t *b, int remove)
 
 /* ---- phases --------------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Nearest rank. */
-static double rank_us(const uint64_t *v, size_t n, double p)
-{
-    if (n == 0)
-        return 0;
-    size_t k = (size_t)(p * (double)n + 0.999999);
-    if (k > 0)
-        k--;
-    if (k >= n)
-        k = n - 1;
-    return (double)v[k] / 1000.0;
-}
-
 static egm_status_t summarize(bench_t *b, worker_t *workers, int n, const phase_t *ph,
                               bench_result_t *r)
 {
-    size_t total = 0, k = 0;
+    egm_bench_samples_t all = {0};
+    egm_bench_latency_t lat;
     uint64_t end = b->t0_ns;
-    double sum = 0;
 
     memset(r, 0, sizeof(*r));
     r->clients = n;
     r->phase = ph;
     r->batch = ph->batched ? b->o.batch : 1;
     for (int i = 0; i < n; i++) {
-        total += workers[i].n_lat;
         r->calls += workers[i].calls;
         r->keys += workers[i].keys;
         r->errors += workers[i].errors;
@@ -586,21 +558,19 @@ static egm_status_t summarize(bench_t *b, worker_t *workers, int n, const phase_
         }
     }
     r->seconds = (double)(end - b->t0_ns) / 1e9;
-    uint64_t *all = egm_malloc((total ? total : 1) * sizeof(*all), "bench.latency");
-    if (all == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "latency samples");
     for (int i = 0; i < n; i++) {
-        memcpy(all + k, workers[i].lat_ns, workers[i].n_lat * sizeof(*all));
-        k += workers[i].n_lat;
+        egm_status_t status = egm__bench_samples_extend(&all, workers[i].lat.ns, workers[i].lat.n);
+        if (status != EGM_OK) {
+            egm__bench_samples_free(&all);
+            return status;
+        }
     }
-    qsort(all, total, sizeof(*all), cmp_u64);
-    for (size_t i = 0; i < total; i++)
-        sum += (double)all[i];
-    r->p50_us = rank_us(all, total, 0.50);
-    r->p99_us = rank_us(all, total, 0.99);
-    r->mean_us = total ? sum / (double)total / 1000.0 : 0;
-    r->max_us = total ? (double)all[total - 1] / 1000.0 : 0;
-    egm_free(all);
+    egm__bench_latency(&all, &lat);
+    r->p50_us = lat.p50_us;
+    r->p99_us = lat.p99_us;
+    r->mean_us = lat.mean_us;
+    r->max_us = lat.max_us;
+    egm__bench_samples_free(&all);
     return EGM_OK;
 }
 
@@ -684,82 +654,6 @@ out:
 
 /* ---- report --------------------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s != NULL && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void cpu_model(char *buf, size_t len)
-{
-    char line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    snprintf(buf, len, "unknown");
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) != 0 || colon == NULL)
-            continue;
-        colon += 1 + (colon[1] == ' ');
-        colon[strcspn(colon, "\n")] = '\0';
-        snprintf(buf, len, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
-/* First line of a shell command's output, "" if none. */
-static void command_line(const char *cmd, char *buf, size_t len)
-{
-    FILE *p = popen(cmd, "r");
-    buf[0] = '\0';
-    if (p == NULL)
-        return;
-    if (fgets(buf, (int)len, p) == NULL)
-        buf[0] = '\0';
-    buf[strcspn(buf, "\n")] = '\0';
-    pclose(p);
-}
-
-/* The commit of the checkout this executable was built in (it lives in the
- * build folder inside it); "unknown" without git. */
-static void git_commit(char *commit, size_t len, int *dirty_p)
-{
-    char dir[1024], cmd[1200], out[128];
-    const char *exe = egm__process_self_exe();
-
-    snprintf(commit, len, "unknown");
-    *dirty_p = 0;
-    if (exe == NULL || strchr(exe, '\'') != NULL)
-        return;
-    snprintf(dir, sizeof(dir), "%s", exe);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        return;
-    *slash = '\0';
-    snprintf(cmd, sizeof(cmd), "git -C '%s' rev-parse HEAD 2>/dev/null", dir);
-    command_line(cmd, out, sizeof(out));
-    if (strlen(out) != 40)
-        return;
-    snprintf(commit, len, "%s", out);
-    snprintf(cmd, sizeof(cmd),
-             "git -C '%s' status --porcelain --untracked-files=no -- src include proto "
-             "2>/dev/null | head -1",
-             dir);
-    command_line(cmd, out, sizeof(out));
-    *dirty_p = out[0] != '\0';
-}
-
 static const char *op_title(const phase_t *ph)
 {
     switch (ph->kind) {
@@ -789,41 +683,39 @@ static void print_table(const bench_t *b)
 static egm_status_t write_json(const bench_t *b, const char *path, const char *master,
                                const char *transport)
 {
-    char host[256] = "unknown", cpu[256], commit[64], when[32];
-    struct utsname uts;
+    const egm_bench_machine_t *m = &b->machine;
+    char when[32];
     int dirty = 0;
+    const char *commit = egm__bench_build_commit(&dirty);
     time_t now = time(NULL);
     struct tm tm;
     FILE *f = fopen(path, "w");
 
     if (f == NULL)
         return egm__set_error(EGM_ERR_IO, "--out %s: %s", path, strerror(errno));
-    gethostname(host, sizeof(host) - 1);
-    cpu_model(cpu, sizeof(cpu));
-    git_commit(commit, sizeof(commit), &dirty);
     gmtime_r(&now, &tm);
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    if (uname(&uts) != 0)
-        memset(&uts, 0, sizeof(uts));
 
     fprintf(f, "{\n  \"benchmark\": \"egmstore bench meta\",\n  \"version\": ");
-    json_str(f, EGMSTORE_VERSION);
+    egm__bench_json_str(f, EGMSTORE_VERSION);
     fprintf(f, ",\n  \"time_utc\": ");
-    json_str(f, when);
-    fprintf(f, ",\n  \"machine\": {\"hostname\": ");
-    json_str(f, host);
-    fprintf(f, ", \"nproc\": %ld, \"cpu_model\": ", sysconf(_SC_NPROCESSORS_ONLN));
-    json_str(f, cpu);
-    fprintf(f, ", \"kernel\": ");
-    char kernel[200];
-    snprintf(kernel, sizeof(kernel), "%s %s", uts.sysname, uts.release);
-    json_str(f, kernel);
-    fprintf(f, "},\n  \"commit\": ");
-    json_str(f, commit);
+    egm__bench_json_str(f, when);
+    /* The names of `egmstore bench data` and bench/py/benchlib.py (schema 1). */
+    fprintf(f, ",\n  \"machine\": {\"host\": ");
+    egm__bench_json_str(f, m->host);
+    fprintf(f, ", \"cpu\": ");
+    egm__bench_json_str(f, m->cpu);
+    fprintf(f, ", \"cores\": %ld, \"kernel\": ", m->cores);
+    egm__bench_json_str(f, m->kernel);
+    fprintf(f, ", \"memory_bytes\": %llu, \"load_avg\": [%.2f, %.2f, %.2f]},\n",
+            (unsigned long long)m->memory_bytes, m->load[0], m->load[1], m->load[2]);
+    /* The commit the binary was built from, not the checkout's HEAD now. */
+    fprintf(f, "  \"commit\": ");
+    egm__bench_json_str(f, commit);
     fprintf(f, ",\n  \"commit_dirty\": %s,\n  \"config\": {\"master\": ", dirty ? "true" : "false");
-    json_str(f, master);
+    egm__bench_json_str(f, master);
     fprintf(f, ", \"transport\": ");
-    json_str(f, transport);
+    egm__bench_json_str(f, transport);
     fprintf(f, ", \"clients\": [");
     for (int i = 0; i < b->o.n_levels; i++)
         fprintf(f, "%s%d", i ? ", " : "", b->o.levels[i]);
@@ -837,7 +729,7 @@ static egm_status_t write_json(const bench_t *b, const char *path, const char *m
             (unsigned long long)b->o.segment_size);
     char example[KEY_LEN];
     read_key_name(b, example, b->o.keys - 1);
-    json_str(f, example);
+    egm__bench_json_str(f, example);
     fprintf(f, "},\n  \"ping_failures\": %d,\n  \"results\": [\n",
             atomic_load(&((bench_t *)b)->ping_failures));
     for (size_t i = 0; i < b->n_results; i++) {
@@ -1061,6 +953,7 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
         return EGM_EXIT_FAIL;
     }
     b->o = *o;
+    egm__bench_machine(&b->machine);
     pthread_mutex_init(&b->ids_lock, NULL);
     pthread_mutex_init(&b->phase_lock, NULL);
     pthread_cond_init(&b->go, NULL);
