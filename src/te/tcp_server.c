@@ -53,9 +53,20 @@ static egm_status_t send_reply(int fd, uint64_t request_id, egm_status_t status,
     return egm__sock_write_full(fd, buf, sizeof(buf));
 }
 
-/* Why a request is refused, or EGM_OK with a use reference in *seg_p. */
-static egm_status_t check_request(egm_tcp_server_t *server, const egm_tcp_req_t *req,
-                                  egm_exposed_t **seg_p)
+egm_status_t egm__tcp_req_parse(const uint8_t in[EGM_TCP_REQ_SIZE], egm_tcp_req_t *req)
+{
+    egm__tcp_req_decode(in, req);
+    if (req->magic != EGM_TCP_MAGIC)
+        return egm__set_error(EGM_ERR_PROTOCOL, "magic: 0x%08x, expected 0x%08x",
+                              (unsigned)req->magic, (unsigned)EGM_TCP_MAGIC);
+    if (req->version != EGM_TCP_VERSION)
+        return egm__set_error(EGM_ERR_VERSION, "version: %u, expected %u", (unsigned)req->version,
+                              (unsigned)EGM_TCP_VERSION);
+    return EGM_OK;
+}
+
+egm_status_t egm__tcp_req_check(egm_exposed_table_t *table, const egm_tcp_req_t *req,
+                                egm_exposed_t **seg_p)
 {
     char text[EGM_ID_STRLEN];
 
@@ -65,20 +76,20 @@ static egm_status_t check_request(egm_tcp_server_t *server, const egm_tcp_req_t 
     if (req->length == 0 || req->length > EGM_TCP_MAX_REQUEST)
         return egm__set_error(EGM_ERR_INVALID_ARG, "length: %" PRIu64 " not in 1..%llu",
                               req->length, (unsigned long long)EGM_TCP_MAX_REQUEST);
-    egm_exposed_t *seg = egm__exposed_acquire(server->table, req->segment);
+    egm_exposed_t *seg = egm__exposed_acquire(table, req->segment);
     if (seg == NULL)
         return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment: %s is not served here",
                               egm__id_format(req->segment, text));
     /* GPU memory (DEVICE VMM) is reachable over nvlink only: the CPU cannot
      * touch the provider's mapping of it. */
     if (!seg->host_accessible) {
-        egm__exposed_release(server->table, seg);
+        egm__exposed_release(table, seg);
         return egm__set_error(EGM_ERR_NOT_SUPPORTED,
                               "segment: %s is GPU memory, reachable over nvlink only",
                               egm__id_format(req->segment, text));
     }
     if (req->offset > seg->size || req->length > seg->size - req->offset) {
-        egm__exposed_release(server->table, seg);
+        egm__exposed_release(table, seg);
         return egm__set_error(
             EGM_ERR_INVALID_ARG,
             "offset/length: [%" PRIu64 ", +%" PRIu64 ") outside segment %s of %" PRIu64 " bytes",
@@ -92,7 +103,7 @@ static egm_status_t check_request(egm_tcp_server_t *server, const egm_tcp_req_t 
 static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req)
 {
     egm_exposed_t *seg = NULL;
-    egm_status_t st = check_request(server, req, &seg);
+    egm_status_t st = egm__tcp_req_check(server->table, req, &seg);
     if (st != EGM_OK) {
         atomic_fetch_add(&server->counters->tcp_requests_refused, 1);
         egm_log_ratelimited(EGM_LOG_INFO, 5, "tcp server: refused request %" PRIu64 ": %s",
@@ -133,12 +144,10 @@ static void *conn_main(void *arg)
     /* Between requests a connection may idle as long as it likes (clients pool
      * them); stop wakes this read with shutdown(). */
     while (egm__sock_read_full(conn->fd, buf, sizeof(buf)) == EGM_OK) {
-        egm__tcp_req_decode(buf, &req);
-        if (req.magic != EGM_TCP_MAGIC || req.version != EGM_TCP_VERSION) {
+        if (egm__tcp_req_parse(buf, &req) != EGM_OK) {
             atomic_fetch_add(&server->counters->tcp_requests_refused, 1);
-            egm_log_ratelimited(EGM_LOG_WARN, 1,
-                                "tcp server: bad magic 0x%08x or version %u: closing",
-                                (unsigned)req.magic, (unsigned)req.version);
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: request %s: closing",
+                                egm_last_error());
             break;
         }
         if (serve_request(server, conn->fd, &req) != 0)

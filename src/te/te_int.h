@@ -152,6 +152,15 @@ typedef struct egm_tcp_server egm_tcp_server_t;
 
 #define EGM_TCP_MAX_CONNECTIONS 256
 
+/* The server's reading of a request, apart from its socket (fuzz/ drives these).
+ * egm__tcp_req_parse decodes the 48 bytes and refuses a bad magic (EGM_ERR_PROTOCOL) or
+ * version (EGM_ERR_VERSION): the server closes that connection. egm__tcp_req_check refuses
+ * an op, a length, a segment or a range it does not serve (the reply's status), else takes
+ * a use reference on the segment in *seg_p, whose [offset, offset + length) then lies
+ * inside base[0, size). */
+egm_status_t egm__tcp_req_parse(const uint8_t in[EGM_TCP_REQ_SIZE], egm_tcp_req_t *req);
+egm_status_t egm__tcp_req_check(egm_exposed_table_t *table, const egm_tcp_req_t *req,
+                                egm_exposed_t **seg_p);
 egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
                                    const char *host, uint16_t port, int io_timeout_ms,
                                    egm_tcp_server_t **server_p);
