@@ -11,9 +11,10 @@
  * not exist (no handle, no endpoint), under a client id of its own that a
  * pinger thread keeps alive. The master only hands out offsets and no data
  * moves in this bench, so no provider is needed. The keys read are preloaded
- * (untimed, in batches); the keys a put phase writes are removed after it
- * (untimed), so every phase sees the same index. Everything the bench adds to
- * a master is removed at the end. */
+ * (untimed, in batches); the keys a put phase writes are removed after it,
+ * once every client has finished the timed part (untimed, so no removal runs
+ * while another client is being timed), so every phase sees the same index.
+ * Everything the bench adds to a master is removed at the end. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -97,6 +98,7 @@ typedef struct {
     uint64_t quota; /* calls this phase, ops mode */
     egm_bench_samples_t lat;
     uint64_t calls, keys, errors;
+    uint64_t remove_errors; /* the removal step after a put phase */
     uint64_t put_seq, put_removed;
     uint64_t end_ns;
     uint64_t seen_gen; /* the phase generation this thread last ran */
@@ -125,13 +127,15 @@ struct bench {
     atomic_int stop_pinger;
     atomic_int ping_failures;
 
-    /* A phase starts when gen moves (workers wait on go) and ends when every
-     * started worker has counted itself in `finished` (signalling done). */
+    /* A step starts when gen moves (workers wait on go) and ends when every
+     * started worker has counted itself in `finished` (signalling done). A
+     * phase is the timed step, then for puts the untimed removal step. */
     pthread_mutex_t phase_lock;
     pthread_cond_t go, done;
     uint64_t gen;
     int finished;
     const phase_t *phase; /* NULL: workers exit */
+    int removing;         /* this step removes the keys the phase put */
     int level;
     uint64_t t0_ns, deadline_ns;
 
@@ -300,10 +304,19 @@ static void run_phase(worker_t *w, const phase_t *ph)
             note_error(w, status);
     }
     w->end_ns = now;
-    if (ph->kind == OP_PUT) {
-        egm_status_t status = remove_put_keys(w);
-        if (status != EGM_OK)
-            note_error(w, status);
+}
+
+/* The step after a timed put phase. */
+static void run_removal(worker_t *w)
+{
+    char error[sizeof(w->error)];
+    egm_status_t status = remove_put_keys(w);
+    w->remove_errors = 0;
+    if (status != EGM_OK) {
+        w->remove_errors = 1;
+        snprintf(error, sizeof(error), "removing the keys put: %s: %s", egm_status_string(status),
+                 egm_last_error());
+        memcpy(w->error, error, sizeof(error));
     }
 }
 
@@ -318,10 +331,14 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&b->go, &b->phase_lock);
         seen = b->gen;
         const phase_t *ph = b->phase;
+        int removing = b->removing;
         pthread_mutex_unlock(&b->phase_lock);
         if (ph == NULL)
             break;
-        run_phase(w, ph);
+        if (removing)
+            run_removal(w);
+        else
+            run_phase(w, ph);
         pthread_mutex_lock(&b->phase_lock);
         b->finished++;
         pthread_cond_signal(&b->done);
@@ -579,6 +596,22 @@ static double per_s(uint64_t count, double seconds)
     return seconds > 0 ? (double)count / seconds : 0;
 }
 
+/* One step of a phase on every client; returns when all of them are done. */
+static void run_step(bench_t *b, const phase_t *ph, int removing, int clients)
+{
+    pthread_mutex_lock(&b->phase_lock);
+    b->phase = ph;
+    b->removing = removing;
+    b->finished = 0;
+    b->t0_ns = egm__now_ns();
+    b->deadline_ns = b->t0_ns + (uint64_t)(b->o.seconds * 1e9);
+    b->gen++;
+    pthread_cond_broadcast(&b->go);
+    while (b->finished < clients)
+        pthread_cond_wait(&b->done, &b->phase_lock);
+    pthread_mutex_unlock(&b->phase_lock);
+}
+
 static egm_status_t run_level(bench_t *b, int clients)
 {
     worker_t *workers = egm_calloc((size_t)clients, sizeof(*workers), "bench.workers");
@@ -613,21 +646,22 @@ static egm_status_t run_level(bench_t *b, int clients)
         for (int i = 0; i < clients; i++)
             workers[i].quota =
                 total / (uint64_t)clients + ((uint64_t)i < total % (uint64_t)clients);
-        pthread_mutex_lock(&b->phase_lock);
-        b->phase = ph;
-        b->finished = 0;
-        b->t0_ns = egm__now_ns();
-        b->deadline_ns = b->t0_ns + (uint64_t)(b->o.seconds * 1e9);
-        b->gen++;
-        pthread_cond_broadcast(&b->go);
-        while (b->finished < clients)
-            pthread_cond_wait(&b->done, &b->phase_lock);
-        pthread_mutex_unlock(&b->phase_lock);
+        run_step(b, ph, 0, clients);
         bench_result_t *r = &b->results[b->n_results];
         status = summarize(b, workers, clients, ph, r);
         if (status != EGM_OK)
             break;
         b->n_results++;
+        if (ph->kind == OP_PUT) {
+            /* Untimed, and only once every client's timed part is over. */
+            run_step(b, ph, 1, clients);
+            for (int i = 0; i < clients; i++)
+                if (workers[i].remove_errors > 0) {
+                    fprintf(stderr, "bench: %s client %d: %s\n", ph->name, i, workers[i].error);
+                    workers[i].error[0] = '\0';
+                    r->errors += workers[i].remove_errors;
+                }
+        }
         fprintf(stderr,
                 "bench: %-16s x%-4d %3d clients: %8llu calls in %6.2f s, %9.0f calls/s, %10.0f "
                 "keys/s, p50 %7.1f us, p99 %8.1f us%s\n",
