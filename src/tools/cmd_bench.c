@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,7 +143,22 @@ struct bench {
     bench_result_t results[MAX_LEVELS * N_PHASES];
     size_t n_results;
     egm_bench_machine_t machine; /* when the run started */
+    int tty;                     /* stderr is a terminal: progress lines */
 };
+
+/* A progress line on a terminal; nothing otherwise (the table and the JSON
+ * hold every figure). */
+__attribute__((format(printf, 2, 3))) static void progress(const bench_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    if (!b->tty)
+        return;
+    fputs("bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
 
 static uint64_t next_rand(uint64_t *s)
 {
@@ -538,14 +554,14 @@ static egm_status_t preload(bench_t *b, int remove)
             read_key_name(b, w->names[n++], i++);
         status = remove ? keys_call(w, EGM_RPC_REMOVE, n, 1, 0, EGM_ERR_NOT_FOUND) : put_call(w, n);
         if (egm__now_ns() >= next_note) {
-            fprintf(stderr, "bench: %s %llu of %llu keys\n", remove ? "removed" : "preloaded",
-                    (unsigned long long)i, (unsigned long long)b->o.keys);
+            progress(b, "%s %llu of %llu keys", remove ? "removed" : "preloaded",
+                     (unsigned long long)i, (unsigned long long)b->o.keys);
             next_note += 2000000000ull;
         }
     }
     if (status == EGM_OK)
-        fprintf(stderr, "bench: %s %llu keys in %.2f s\n", remove ? "removed" : "preloaded",
-                (unsigned long long)b->o.keys, (double)(egm__now_ns() - t0) / 1e9);
+        progress(b, "%s %llu keys in %.2f s", remove ? "removed" : "preloaded",
+                 (unsigned long long)b->o.keys, (double)(egm__now_ns() - t0) / 1e9);
     return status;
 }
 
@@ -662,12 +678,12 @@ static egm_status_t run_level(bench_t *b, int clients)
                     r->errors += workers[i].remove_errors;
                 }
         }
-        fprintf(stderr,
-                "bench: %-16s x%-4d %3d clients: %8llu calls in %6.2f s, %9.0f calls/s, %10.0f "
-                "keys/s, p50 %7.1f us, p99 %8.1f us%s\n",
-                ph->name, r->batch, clients, (unsigned long long)r->calls, r->seconds,
-                per_s(r->calls, r->seconds), per_s(r->keys, r->seconds), r->p50_us, r->p99_us,
-                r->errors ? ", ERRORS" : "");
+        progress(b,
+                 "%-16s x%-4d %3d clients: %8llu calls in %6.2f s, %9.0f calls/s, %10.0f "
+                 "keys/s, p50 %7.1f us, p99 %8.1f us%s",
+                 ph->name, r->batch, clients, (unsigned long long)r->calls, r->seconds,
+                 per_s(r->calls, r->seconds), per_s(r->keys, r->seconds), r->p50_us, r->p99_us,
+                 r->errors ? ", ERRORS" : "");
     }
 out:
     if (started > 0) {
@@ -700,7 +716,7 @@ static const char *op_title(const phase_t *ph)
     }
 }
 
-static void print_table(const bench_t *b)
+static void print_table(const bench_t *b, const char *where)
 {
     printf("\n%-16s %5s %7s %9s %8s %10s %11s %9s %9s %6s\n", "op", "batch", "clients", "calls",
            "seconds", "calls/s", "keys/s", "p50 us", "p99 us", "errors");
@@ -711,7 +727,9 @@ static void print_table(const bench_t *b)
                per_s(r->calls, r->seconds), per_s(r->keys, r->seconds), r->p50_us, r->p99_us,
                (unsigned long long)r->errors);
     }
-    printf("\nlatency = one call (PutStart+PutEnd: both round trips); keys/s = calls/s x batch\n");
+    printf("\nlatency = one call (PutStart+PutEnd: both round trips); keys/s = calls/s x batch\n"
+           "%s\n",
+           where);
 }
 
 static egm_status_t write_json(const bench_t *b, const char *path, const char *master,
@@ -799,7 +817,7 @@ static const char bench_usage[] =
     "free loopback port. Capacity comes from fake segments (descriptors only; the master just\n"
     "hands out offsets, no data moves). Configuration keys given here (--rpc-threads 4,\n"
     "--http-port -1, ...) configure that master. Prints a table; --out writes every figure\n"
-    "as JSON.\n\n"
+    "as JSON. Progress lines go to stderr when it is a terminal.\n\n"
     "  --clients LIST     client counts, comma separated (default 1,8,64)\n"
     "  --ops N            single-key calls per op and client count (default 20000)\n"
     "  --batch-ops N      batch calls per op and client count (default ops/16)\n"
@@ -988,6 +1006,7 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
     }
     b->o = *o;
     egm__bench_machine(&b->machine);
+    b->tty = isatty(STDERR_FILENO);
     pthread_mutex_init(&b->ids_lock, NULL);
     pthread_mutex_init(&b->phase_lock, NULL);
     pthread_cond_init(&b->go, NULL);
@@ -1031,9 +1050,11 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
     snprintf(b->prefix, sizeof(b->prefix), "bench-%08llx",
              (unsigned long long)(egm__id_random().lo & 0xffffffffu));
     const char *transport = probe_transport(b, addr);
-    fprintf(stderr, "bench: master %s (%s), %s transport, keys %s/0..%llu\n", addr,
-            master_started ? "in this process" : "external", transport, b->prefix,
-            (unsigned long long)o->keys - 1);
+    char where[600];
+    snprintf(where, sizeof(where), "master %s (%s), %s transport, keys %s/0..%llu", addr,
+             master_started ? "in this process" : "external", transport, b->prefix,
+             (unsigned long long)o->keys - 1);
+    progress(b, "%s", where);
 
     status = worker_init(b, &b->control, -1);
     control = 1;
@@ -1062,7 +1083,7 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
             goto out;
         }
     }
-    print_table(b);
+    print_table(b, where);
     rc = EGM_EXIT_OK;
     for (size_t i = 0; i < b->n_results; i++)
         if (b->results[i].errors > 0)
