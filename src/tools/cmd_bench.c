@@ -771,14 +771,18 @@ static egm_status_t write_json(const bench_t *b, const char *path, const char *m
     fprintf(f, ", \"clients\": [");
     for (int i = 0; i < b->o.n_levels; i++)
         fprintf(f, "%s%d", i ? ", " : "", b->o.levels[i]);
+    fprintf(f, "], \"mode\": \"%s\", ", b->o.seconds > 0 ? "seconds" : "ops");
+    /* the other mode's settings are null */
+    if (b->o.seconds > 0)
+        fprintf(f, "\"ops\": null, \"batch_ops\": null, \"seconds\": %g, ", b->o.seconds);
+    else
+        fprintf(f, "\"ops\": %llu, \"batch_ops\": %llu, \"seconds\": null, ",
+                (unsigned long long)b->o.ops, (unsigned long long)b->o.batch_ops);
     fprintf(f,
-            "], \"mode\": \"%s\", \"ops\": %llu, \"batch_ops\": %llu, \"seconds\": %g, "
             "\"keys\": %llu, \"batch\": %d, \"object_size\": %llu, \"replica_num\": 1, "
             "\"segments\": %d, \"segment_size\": %llu, \"key_example\": ",
-            b->o.seconds > 0 ? "seconds" : "ops", (unsigned long long)b->o.ops,
-            (unsigned long long)b->o.batch_ops, b->o.seconds, (unsigned long long)b->o.keys,
-            b->o.batch, (unsigned long long)b->o.object_size, b->o.segments,
-            (unsigned long long)b->o.segment_size);
+            (unsigned long long)b->o.keys, b->o.batch, (unsigned long long)b->o.object_size,
+            b->o.segments, (unsigned long long)b->o.segment_size);
     char example[KEY_LEN];
     read_key_name(b, example, b->o.keys - 1);
     egm__bench_json_str(f, example);
@@ -807,8 +811,9 @@ static egm_status_t write_json(const bench_t *b, const char *path, const char *m
 /* ---- options -------------------------------------------------------------- */
 
 static const char bench_usage[] =
-    "Usage: egmstore bench meta [--master HOST:PORT] [--clients 1,8,64] [--ops N | --seconds S]\n"
-    "                           [--batch-ops N] [--keys K] [--batch 128] [--object-size 4KiB]\n"
+    "Usage: egmstore bench meta [--master HOST:PORT] [--clients 1,8,64]\n"
+    "                           [--seconds 1 | --ops N [--batch-ops N]] [--keys K] [--batch 128]\n"
+    "                           [--object-size 4KiB]"
     "                           [--segments 64] [--segment-size 1GiB] [--transport auto|tcp]\n"
     "                           [--out FILE.json]\n\n"
     "Round trips of the master's metadata calls: ExistKey, GetReplicaList and\n"
@@ -819,9 +824,11 @@ static const char bench_usage[] =
     "--http-port -1, ...) configure that master. Prints a table; --out writes every figure\n"
     "as JSON. Progress lines go to stderr when it is a terminal.\n\n"
     "  --clients LIST     client counts, comma separated (default 1,8,64)\n"
-    "  --ops N            single-key calls per op and client count (default 20000)\n"
-    "  --batch-ops N      batch calls per op and client count (default ops/16)\n"
-    "  --seconds S        run each op for S seconds instead of a number of calls\n"
+    "  --seconds S        run each op for S seconds at each client count (default 1)\n"
+    "  --ops N            instead, a number of calls: N single-key calls per op and client\n"
+    "                     count, shared by the clients (a short run: 20000 calls last 0.1-1 s)\n"
+    "  --batch-ops N      with --ops: batch calls per op and client count (default\n"
+    "                     ops/16, at least one per client)\n"
     "  --keys K           keys preloaded and read at random (default 100000)\n"
     "  --batch B          keys per batch call (default 128)\n"
     "  --object-size SIZE size each PutStart asks for (default 4KiB)\n"
@@ -879,7 +886,7 @@ static int parse_size_flag(const char *flag, const char *text, uint64_t min, uin
  * --master, --config, --help) is left for egm__cli_parse in *rest. */
 static int parse_opts(int argc, char **argv, bench_opts_t *o, char **rest, int *n_rest)
 {
-    int have_ops = 0;
+    int have_ops = 0, have_seconds = 0;
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i], *value = NULL;
@@ -916,8 +923,10 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o, char **rest, int *
             have_ops = 1;
         } else if (strcmp(name, "--batch-ops") == 0) {
             rc = parse_u64(name, value, 1, 1000000000ull, &o->batch_ops);
+            have_ops = 1;
         } else if (strcmp(name, "--seconds") == 0) {
             char *end = NULL;
+            have_seconds = 1;
             o->seconds = strtod(value, &end);
             if (value[0] == '\0' || *end != '\0' || !(o->seconds > 0 && o->seconds <= 3600)) {
                 fprintf(stderr, "egmstore: error: --seconds: \"%s\", must be in (0, 3600]\n",
@@ -949,10 +958,15 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o, char **rest, int *
         if (rc != 0)
             return -1;
     }
-    if (have_ops && o->seconds > 0) {
-        fprintf(stderr, "egmstore: error: --ops and --seconds: give one or the other\n");
+    if (have_ops && have_seconds) {
+        fprintf(stderr,
+                "egmstore: error: --ops/--batch-ops and --seconds: give one or the other\n");
         return -1;
     }
+    /* A number of calls only when asked: 20000 single-key calls last 0.1-1 s
+     * and 1250 batch calls even less, too short for a steady figure. */
+    if (have_ops)
+        o->seconds = 0;
     if (o->batch_ops == 0)
         o->batch_ops = o->ops / 16 ? o->ops / 16 : 1;
     if (o->object_size > o->segment_size) {
@@ -1138,6 +1152,7 @@ int egm__cmd_bench(int argc, char **argv)
         .levels = {1, 8, 64},
         .n_levels = 3,
         .ops = 20000,
+        .seconds = 1,
         .keys = 100000,
         .batch = 128,
         .object_size = 4096,

@@ -33,7 +33,7 @@ static const command_t commands[] = {
      "demo                                       embedded master + provider, put/get over shm "
      "and tcp"},
     {"bench", NULL,
-     "bench meta [--clients 1,8,64] [--ops N] [--out FILE]  master metadata round trips\n"
+     "bench meta [--clients 1,8,64] [--seconds 1] [--out FILE]  master metadata round trips\n"
      "  bench data [--workload single,batch,mixed,full] [--protocol shm,tcp] [--out FILE]\n"
      "                                             put/get workloads with their copy ceiling"},
 };
