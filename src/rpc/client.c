@@ -26,6 +26,7 @@
 #include <string.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,9 @@
 /* Socket reads go through this scratch; payloads at least this large are
  * read straight into their reply buffer. */
 #define IN_CHUNK (16 * 1024)
+/* The reader's blocking recv returns after this long without data
+ * (SO_RCVTIMEO), so that it can check its deadline. */
+#define RECV_SLICE_MS 100
 
 typedef struct {
     pthread_cond_t cond;
@@ -245,18 +249,20 @@ static egm_status_t consume(egm_rpc_client_t *cl, const uint8_t *data, size_t n)
     return EGM_OK;
 }
 
-/* One read from the socket, delivering every reply it completes. Returns
- * EGM_OK after progress, EGM_INPROGRESS when nothing was there, an error when
- * the connection is unusable. Role holder only; lock not held. */
-static egm_status_t pump(egm_rpc_client_t *cl, int fd)
+/* One read from the socket, delivering every reply it completes. block: wait
+ * for data, at most RECV_SLICE_MS. Returns EGM_OK after progress,
+ * EGM_INPROGRESS when nothing came, an error when the connection is unusable.
+ * Role holder only; lock not held. */
+static egm_status_t pump(egm_rpc_client_t *cl, int fd, int block)
 {
     input_t *in = &cl->in;
     size_t want = in->in_payload ? in->hdr.length - in->payload_got : 0;
+    int flags = block ? 0 : MSG_DONTWAIT;
     ssize_t n;
 
     if (want >= IN_CHUNK) {
         /* a large payload goes straight into its reply buffer */
-        n = recv(fd, in->payload + in->payload_got, want, MSG_DONTWAIT);
+        n = recv(fd, in->payload + in->payload_got, want, flags);
         if (n > 0) {
             in->payload_got += (size_t)n;
             if (in->payload_got == in->hdr.length)
@@ -264,7 +270,7 @@ static egm_status_t pump(egm_rpc_client_t *cl, int fd)
             return EGM_OK;
         }
     } else {
-        n = recv(fd, in->scratch, IN_CHUNK, MSG_DONTWAIT);
+        n = recv(fd, in->scratch, IN_CHUNK, flags);
         if (n > 0)
             return consume(cl, in->scratch, (size_t)n);
     }
@@ -277,7 +283,13 @@ static egm_status_t pump(egm_rpc_client_t *cl, int fd)
 }
 
 /* Holds the reader role until `p` is done or `deadline_ms` passes. Called and
- * returns with lock held; drops it while reading. */
+ * returns with lock held; drops it while reading.
+ *
+ * Reads block (up to RECV_SLICE_MS each), so that a round trip costs two
+ * system calls, sendmsg and recv: a non-blocking read right after the send
+ * would almost always find nothing and need a poll and another read. Within
+ * the last slice before the deadline it polls for exactly what is left, then
+ * reads without blocking, so a deadline is never overshot by a slice. */
 static void read_until_done_locked(egm_rpc_client_t *cl, pending_t *p, uint64_t deadline_ms)
 {
     int fd = cl->fd;
@@ -285,22 +297,27 @@ static void read_until_done_locked(egm_rpc_client_t *cl, pending_t *p, uint64_t 
 
     cl->reading = 1;
     while (!p->done) {
+        int left_ms = -1; /* no deadline */
         pthread_mutex_unlock(&cl->lock);
-        status = pump(cl, fd);
-        if (status == EGM_INPROGRESS) {
-            int wait_ms = -1;
-            if (deadline_ms) {
-                uint64_t now = egm__now_ms();
-                wait_ms = now >= deadline_ms ? 0 : (int)(deadline_ms - now);
-            }
+        if (deadline_ms) {
+            uint64_t now = egm__now_ms();
+            left_ms = now >= deadline_ms ? 0 : (int)(deadline_ms - now);
+        }
+        if (left_ms < 0 || left_ms > RECV_SLICE_MS) {
+            status = pump(cl, fd, 1);
+        } else {
             struct pollfd pfd = {.fd = fd, .events = POLLIN};
-            int rc = poll(&pfd, 1, wait_ms);
+            int rc = poll(&pfd, 1, left_ms);
             if (rc < 0 && errno != EINTR)
                 status = egm__set_error(egm__status_from_errno(errno),
                                         "rpc client: poll failed: %s", strerror(errno));
+            else if (rc == 0)
+                status = EGM_ERR_TIMEOUT;
             else
-                status = rc == 0 ? EGM_ERR_TIMEOUT : EGM_OK;
+                status = pump(cl, fd, 0);
         }
+        if (status == EGM_INPROGRESS)
+            status = EGM_OK; /* a slice without data, or EINTR: look at the deadline again */
         pthread_mutex_lock(&cl->lock);
         if (status == EGM_ERR_TIMEOUT)
             break; /* the caller removes its entry */
@@ -343,6 +360,18 @@ static int is_loopback_host(const char *host)
     return 0;
 }
 
+/* The fd stays blocking for the reader's recv, which returns after
+ * RECV_SLICE_MS without data; every other call on it passes MSG_DONTWAIT (the
+ * reader's own non-blocking reads, every write), so no writer ever blocks. */
+static egm_status_t reader_timeout(int fd)
+{
+    struct timeval tv = {.tv_sec = RECV_SLICE_MS / 1000, .tv_usec = RECV_SLICE_MS % 1000 * 1000};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+        return egm__set_error(egm__status_from_errno(errno),
+                              "rpc client: setsockopt(SO_RCVTIMEO): %s", strerror(errno));
+    return EGM_OK;
+}
+
 /* Connect to the master's local socket: never waits (a full backlog fails at
  * once) and talks only to a master of our own uid or root, since any local
  * process could bind the abstract name first. Any failure sends the caller to
@@ -357,7 +386,7 @@ static int local_connect(const char *path)
         close(fd);
         return -1;
     }
-    if (egm__sock_set_nonblock(fd, 1) != EGM_OK) { /* as for TCP: nobody blocks */
+    if (reader_timeout(fd) != EGM_OK) {
         close(fd);
         return -1;
     }
@@ -393,8 +422,7 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
         if (status != EGM_OK)
             return status;
-        /* readers poll, writers pass MSG_DONTWAIT: nobody blocks in a socket call */
-        status = egm__sock_set_nonblock(fd, 1);
+        status = reader_timeout(fd);
         if (status != EGM_OK) {
             close(fd);
             return status;
