@@ -11,9 +11,15 @@ usage() {
     cat <<EOF
 Usage: bench/meta/run.sh [--egmstore PATH] [--clients 1,8,64] [--keys 100000] [--seconds 1]
                          [--rounds 3] [--batch 128] [--value-size 64] [--transport both|unix|tcp]
-                         [--out PREFIX] [--note TEXT]
+                         [--out PREFIX] [--note TEXT] [--redis-dir DIR | --redis-server PATH
+                         --redis-benchmark PATH --redis-cli PATH]
 
   --egmstore PATH   the egmstore binary (default build/bin/egmstore); nothing is built
+  --redis-server PATH, --redis-benchmark PATH, --redis-cli PATH
+                    the Redis programs (default: from PATH). Each one given runs with its own
+                    folder first in LD_LIBRARY_PATH, so a copy with its shared libraries next to
+                    it works on a machine without the packages (bench/meta/stage-redis.sh)
+  --redis-dir DIR   the three from DIR (DIR/redis-server, ...), as stage-redis.sh DIR leaves them
   --clients LIST    concurrent clients (egmstore client threads, redis-benchmark -c)
   --keys K          keys read at random: egmstore --keys, redis-benchmark -r (Redis is preloaded
                     with the same K keys so that GET hits)
@@ -40,6 +46,10 @@ value_size=64
 transport=both
 out=""
 note=""
+redis_server=""
+redis_benchmark=""
+redis_cli=""
+redis_dir=""
 while [ $# -gt 0 ]; do
     case $1 in
     --egmstore) egm=$2 ;;
@@ -52,6 +62,10 @@ while [ $# -gt 0 ]; do
     --transport) transport=$2 ;;
     --out) out=$2 ;;
     --note) note=$2 ;;
+    --redis-server) redis_server=$2 ;;
+    --redis-benchmark) redis_benchmark=$2 ;;
+    --redis-cli) redis_cli=$2 ;;
+    --redis-dir) redis_dir=$2 ;;
     -h | --help)
         usage
         exit 0
@@ -85,10 +99,44 @@ unix | tcp) transports=$transport ;;
 *) die "--transport: \"$transport\", must be both, unix or tcp" ;;
 esac
 [ -x "$egm" ] || die "--egmstore: $egm is not an executable (build it first, or pass its path)"
-for tool in redis-server redis-benchmark redis-cli python3; do
-    command -v "$tool" >/dev/null ||
-        die "$tool not found (scripts/install-deps.sh, or apt-get install redis-server redis-tools)"
-done
+command -v python3 >/dev/null || die "python3 not found"
+
+# The Redis programs: given (--redis-dir, --redis-*) or from PATH. A given one runs through
+# `env` with its folder first in LD_LIBRARY_PATH (the libraries stage-redis.sh copies next to
+# it); `env` execs it, so that $! of a background start is the program's own pid.
+# redis_tool ARRAY NAME GIVEN: sets ARRAY to the command that runs NAME.
+redis_tool() {
+    local -n cmd=$1
+    local name=$2 given=$3 flag=--$2 dir
+    if [ -z "$given" ] && [ -n "$redis_dir" ]; then
+        given=$redis_dir/$name
+        flag="--redis-dir $redis_dir:"
+    fi
+    if [ -z "$given" ]; then
+        given=$(command -v "$name") ||
+            die "$name not found in PATH (scripts/install-deps.sh, apt-get install redis-server" \
+                "redis-tools, or --redis-dir DIR with a copy made by bench/meta/stage-redis.sh)"
+        cmd=("$given")
+    else
+        if [ ! -f "$given" ] || [ ! -x "$given" ]; then
+            die "$flag $given is not an executable"
+        fi
+        dir=$(cd "$(dirname "$given")" && pwd)
+        cmd=(env "LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            "$dir/$(basename "$given")")
+    fi
+    # Here, not in the middle of a run, when a copied program misses a library.
+    local out
+    out=$("${cmd[@]}" --version 2>&1) ||
+        die "$name does not run (a missing shared library? bench/meta/stage-redis.sh copies" \
+            "them): $out"
+}
+redis_server_cmd=()
+redis_benchmark_cmd=()
+redis_cli_cmd=()
+redis_tool redis_server_cmd redis-server "$redis_server"
+redis_tool redis_benchmark_cmd redis-benchmark "$redis_benchmark"
+redis_tool redis_cli_cmd redis-cli "$redis_cli"
 
 if [ -z "$out" ]; then
     base=$root/bench/results/meta-$(hostname -s)-$(date -u +%Y%m%d)
@@ -132,13 +180,13 @@ sock=$tmp/redis.sock
 started=0
 for _ in 1 2 3 4 5; do
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    redis-server --bind 127.0.0.1 --port "$port" --unixsocket "$sock" --unixsocketperm 700 \
+    "${redis_server_cmd[@]}" --bind 127.0.0.1 --port "$port" --unixsocket "$sock" --unixsocketperm 700 \
         --save '' --appendonly no --dir "$tmp" --logfile "$tmp/redis.log" --daemonize no \
         --maxclients 1000 &
     redis_pid=$!
     for _ in $(seq 100); do
         if ! kill -0 "$redis_pid" 2>/dev/null; then break; fi
-        if [ "$(redis-cli -s "$sock" ping 2>/dev/null)" = PONG ]; then
+        if [ "$("${redis_cli_cmd[@]}" -s "$sock" ping 2>/dev/null)" = PONG ]; then
             started=1
             break
         fi
@@ -154,11 +202,11 @@ done
     cat "$tmp/redis.log" >&2 || true
     die "redis-server did not start"
 }
-redis_version=$(redis-server --version)
+redis_version=$("${redis_server_cmd[@]}" --version)
 say "redis-server pid $redis_pid on 127.0.0.1:$port and $sock"
 
 # Same keys as redis-benchmark's -r expands (key:%012d), so that GET finds a value.
-python3 - "$keys" "$value_size" <<'EOF' | redis-cli -s "$sock" --pipe >"$tmp/preload.log"
+python3 - "$keys" "$value_size" <<'EOF' | "${redis_cli_cmd[@]}" -s "$sock" --pipe >"$tmp/preload.log"
 import sys
 keys, size = int(sys.argv[1]), int(sys.argv[2])
 value = b"v" * size
@@ -167,7 +215,7 @@ for i in range(keys):
     k = b"key:%012d" % i
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, size, value))
 EOF
-dbsize=$(redis-cli -s "$sock" dbsize)
+dbsize=$("${redis_cli_cmd[@]}" -s "$sock" dbsize)
 [ "$dbsize" = "$keys" ] || die "Redis preload: $dbsize keys, expected $keys"
 
 # ---- measurements -------------------------------------------------------------------------
@@ -194,11 +242,11 @@ redis_run() {
     local n=$((c * pipe * 20))
     [ "$n" -lt 2000 ] && n=2000
     local line rps
-    line=$(redis-benchmark "${conn[@]}" -c "$c" "${targs[@]}" -P "$pipe" -r "$keys" \
+    line=$("${redis_benchmark_cmd[@]}" "${conn[@]}" -c "$c" "${targs[@]}" -P "$pipe" -r "$keys" \
         -d "$value_size" -n "$n" --csv "${test[@]}" "$@" | tail -1)
     rps=$(echo "$line" | awk -F'","' '{print $2}')
     n=$(python3 -c "import math,sys; print(max($n, int(math.ceil(float(sys.argv[1]) * $secs))))" "$rps")
-    line=$(redis-benchmark "${conn[@]}" -c "$c" "${targs[@]}" -P "$pipe" -r "$keys" \
+    line=$("${redis_benchmark_cmd[@]}" "${conn[@]}" -c "$c" "${targs[@]}" -P "$pipe" -r "$keys" \
         -d "$value_size" -n "$n" --csv "${test[@]}" "$@" | tail -1)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tr" "$round" "$name" "$c" "$threads" \
         "$pipe" "$per" "$n" "$line" >>"$tmp/redis.tsv"
@@ -264,7 +312,7 @@ load_after=$(loadavg)
 keep_tmp=1 # until they are combined
 python3 "$root/bench/meta/combine.py" --tmp "$tmp" --out "$out" \
     --egmstore "$egm" --commit "$commit" --dirty "${dirty:+1}" --redis-version "$redis_version" \
-    --redis-benchmark-version "$(redis-benchmark --version)" --load-before "$load_before" \
+    --redis-benchmark-version "$("${redis_benchmark_cmd[@]}" --version)" --load-before "$load_before" \
     --load-after "$load_after" --note "$note" --clients "$clients" --keys "$keys" \
     --seconds "$seconds" --rounds "$rounds" --batch "$batch" --value-size "$value_size" \
     --transports "$transports"
