@@ -129,8 +129,33 @@ def counters_delta(after, before):
     return {k: after[k] - before.get(k, 0) for k in after if k.endswith("_total")}
 
 
+# The client's chunk pipeline (src/client/pipeline.h): a batch of at least PIPELINE_MIN_KEYS
+# keys is cut into a first chunk of PIPELINE_FIRST_CHUNK_KEYS keys, then chunks of
+# PIPELINE_CHUNK_KEYS, each copied by its own copier run.
+PIPELINE_MIN_KEYS = 2048
+PIPELINE_FIRST_CHUNK_KEYS = 256
+PIPELINE_CHUNK_KEYS = 1024
+
+
+def pipeline_chunks(nblocks):
+    """Keys per copier run of one batch call, as the client's pipeline cuts it."""
+    if nblocks < PIPELINE_MIN_KEYS:
+        return [nblocks]
+    sizes, left = [PIPELINE_FIRST_CHUNK_KEYS], nblocks - PIPELINE_FIRST_CHUNK_KEYS
+    while left > 0:
+        sizes.append(min(left, PIPELINE_CHUNK_KEYS))
+        left -= sizes[-1]
+    return sizes
+
+
 def expected_groups(block, nblocks, bound, chunk):
-    """Groups the copier issues for one batch of nblocks blocks of `block` bytes under the
+    """Groups the copier issues for one batch call of nblocks blocks of `block` bytes: the
+    client's pipeline chunks (pipeline_chunks), each a copier run under the bounds."""
+    return sum(run_groups(block, n, bound, chunk) for n in pipeline_chunks(nblocks))
+
+
+def run_groups(block, nblocks, bound, chunk):
+    """Groups the copier issues for one run of nblocks blocks of `block` bytes under the
     bounds (src/cuda/copy.c run_bounded, simulated): pieces of at most cut bytes, a group closed
     before a piece that would overflow the bound. 1 when unbounded."""
     cut = chunk
