@@ -73,10 +73,21 @@ void egm__segment_table_destroy(egm_segment_table_t *t)
     egm_free(t);
 }
 
+/* The clients' rules for descriptor strings (te/segment.c): a segment the
+ * master mounted but clients refuse would fail every reply that names it. */
 static egm_status_t check_string(const char *field, const char *s, size_t max)
 {
-    if (s != NULL && strnlen(s, max) >= max)
+    if (s == NULL)
+        return EGM_OK;
+    size_t len = strnlen(s, max);
+    if (len >= max)
         return egm__set_error(EGM_ERR_INVALID_ARG, "%s: at most %zu bytes", field, max - 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return egm__set_error(EGM_ERR_INVALID_ARG, "%s: control character at byte %zu", field,
+                                  i);
+    }
     return EGM_OK;
 }
 
@@ -100,13 +111,29 @@ egm_status_t egm__segment_validate(const egm_segment_params_t *p)
         (status = check_string("segment.shm_socket", p->shm_socket, EGM_MASTER_SHM_SOCKET_MAX)) !=
             EGM_OK)
         return status;
+    /* The fd broker listens in the abstract namespace ("@name") or at a path. */
+    const char *sock = p->shm_socket != NULL ? p->shm_socket : "";
+    if (sock[0] != '\0' && sock[0] != '@' && sock[0] != '/')
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "segment.shm_socket: must start with '@' (abstract) or '/'");
+    if (sock[0] == '@' && sock[1] == '\0')
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.shm_socket: empty abstract name");
     if (p->handle_kind < 0 || p->handle_kind > EGM_MASTER_HANDLE_KIND_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment.handle_kind: %d, must be 0..%d",
                               p->handle_kind, EGM_MASTER_HANDLE_KIND_MAX);
-    if (p->fabric_handle_len > EGM_MASTER_FABRIC_HANDLE_MAX ||
-        (p->fabric_handle_len > 0 && p->fabric_handle == NULL))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.fabric_handle: at most %d bytes",
-                              EGM_MASTER_FABRIC_HANDLE_MAX);
+    /* A whole fabric handle for HANDLE_FABRIC (consumers pass it to the driver), none else. */
+    if (p->handle_kind == EGM_MASTER_HANDLE_FABRIC) {
+        if (p->fabric_handle_len != EGM_MASTER_FABRIC_HANDLE_MAX || p->fabric_handle == NULL)
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "segment.fabric_handle: %zu bytes, expected %d for "
+                                  "HANDLE_FABRIC",
+                                  p->fabric_handle_len, EGM_MASTER_FABRIC_HANDLE_MAX);
+    } else if (p->fabric_handle_len != 0) {
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "segment.fabric_handle: %zu bytes given for handle kind %d (only "
+                              "HANDLE_FABRIC carries one)",
+                              p->fabric_handle_len, p->handle_kind);
+    }
     return EGM_OK;
 }
 

@@ -17,7 +17,8 @@
 #define EGM_MASTER_ENDPOINT_MAX 128
 #define EGM_MASTER_SHM_SOCKET_MAX 100
 #define EGM_MASTER_FABRIC_HANDLE_MAX 64
-#define EGM_MASTER_HANDLE_KIND_MAX 3 /* HANDLE_FABRIC */
+#define EGM_MASTER_HANDLE_FABRIC 3 /* HANDLE_FABRIC: the one kind with a fabric handle */
+#define EGM_MASTER_HANDLE_KIND_MAX EGM_MASTER_HANDLE_FABRIC
 
 #define EGM_MASTER_RETIRED_HISTORY 4096
 
@@ -64,8 +65,12 @@ egm_status_t egm__segment_table_create(size_t history, egm_segment_table_t **tab
 void egm__segment_table_destroy(egm_segment_table_t *table);
 
 /* EGM_ERR_INVALID_ARG naming the field ("segment.id", "segment.size", ...):
- * nil id or owner, size < EGM_ALLOCATOR_ALIGN, empty name, strings too long,
- * unknown handle kind, fabric handle too long. */
+ * nil id or owner, size < EGM_ALLOCATOR_ALIGN, empty name, strings too long
+ * or holding control characters, a shm_socket that is neither "@name" nor a
+ * path, unknown handle kind, a fabric handle that is not 64 bytes for
+ * HANDLE_FABRIC or present for another kind. At least as strict as the
+ * clients' egm__segment_desc_from_pb (fuzz/fuzz_segment_desc.c checks it), so
+ * every descriptor the master hands out decodes at the clients. */
 egm_status_t egm__segment_validate(const egm_segment_params_t *params);
 /* Validates and checks the id is free: EGM_ERR_SEGMENT_EXISTS for an id
  * mounted now or remembered as retired (ids are never reused). */

@@ -418,6 +418,27 @@ static void test_mount_validation(void **state)
     expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.handle_kind");
     p = good, p.fabric_handle = fabric, p.fabric_handle_len = sizeof(fabric);
     expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.fabric_handle");
+    /* What clients would refuse in a reply (fuzz/regressions/segment_desc,
+     * master_rpc): control bytes, a socket name that is neither "@name" nor a
+     * path, a fabric handle on another kind or not whole on HANDLE_FABRIC. */
+    p = good, p.name = "tab\there";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.name");
+    p = good, p.host_id = "del\x7f";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.host_id");
+    p = good, p.tcp_endpoint = "127.0.0.1:1\n";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.tcp_endpoint");
+    p = good, p.shm_socket = "@egm\x01";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.shm_socket");
+    p = good, p.shm_socket = "relative";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.shm_socket");
+    p = good, p.shm_socket = "@";
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.shm_socket");
+    p = good, p.fabric_handle = fabric, p.fabric_handle_len = 64;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.fabric_handle");
+    p = good, p.fabric_handle = fabric, p.fabric_handle_len = 63, p.handle_kind = 3;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.fabric_handle");
+    p = good, p.handle_kind = 3;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.fabric_handle");
     p = good, p.owner = fx.other;
     expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.owner");
     assert_int_equal(egm__liveness_mount(fx.st.liveness, (egm_id_t){0, 0}, &good, 0),
@@ -425,6 +446,7 @@ static void test_mount_validation(void **state)
     assert_int_equal(egm__segment_table_count(fx.st.segments), 0);
 
     p = good, p.fabric_handle = fabric, p.fabric_handle_len = 64, p.handle_kind = 3;
+    p.shm_socket = "@egmstore-1-2", p.tcp_endpoint = "host:7000";
     assert_int_equal(egm__liveness_mount(fx.st.liveness, fx.provider, &p, 0), EGM_OK);
     expect_mount_error(&good, EGM_ERR_SEGMENT_EXISTS, NULL);
     egm_segment_t *seg = egm__segment_table_find(fx.st.segments, good.id);
@@ -432,7 +454,8 @@ static void test_mount_validation(void **state)
     assert_true(egm__id_equal(seg->owner, fx.provider));
     assert_int_equal(seg->fabric_handle_len, 64);
     assert_string_equal(seg->name, "n");
-    assert_string_equal(seg->tcp_endpoint, "");
+    assert_string_equal(seg->tcp_endpoint, "host:7000");
+    assert_string_equal(seg->shm_socket, "@egmstore-1-2");
 }
 
 static void test_view_and_retired_history(void **state)
