@@ -14,6 +14,7 @@ packages=(
     libmicrohttpd-dev
     libcmocka-dev
     clang-format
+    clang libclang-rt-14-dev # fuzz/: libFuzzer and the sanitizers' runtimes (make fuzz)
     python3-dev python3-venv
     libibverbs1
     redis-server redis-tools # bench/meta/run.sh measures Redis next to the master

@@ -1,0 +1,105 @@
+/* Fuzz target: configuration parsing (src/common/config.c): INI files
+ * (egm_config_load_file), "key=value" pairs (egm_config_set_pair, what
+ * --config-style arguments and the Python binding pass) and command-line
+ * flags (egm__config_set_flag).
+ *
+ * Input: u8 mode, then text. Mode % 3 == 0: the text is a whole config file
+ * (NUL bytes included), loaded from a memfd; 1: a pair; 2: a flag and its
+ * value, split at the first NUL or '=' byte. Checks: a refusal is
+ * EGM_ERR_CONFIG (or INVALID_ARG for what cannot be a pair) with a message;
+ * afterwards every key's value, changed or not, is one that egm_config_set
+ * accepts again (nothing invalid is ever stored, a refused line stores
+ * nothing past it), and the typed getters agree with the text; nothing
+ * leaks. */
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "common/config_int.h"
+#include "fuzz.h"
+
+static int memfd = -1;
+
+static egm_status_t load_file(egm_config_t *config, const uint8_t *data, size_t size)
+{
+    char path[64];
+    if (memfd < 0) {
+        memfd = memfd_create("egm-fuzz-config", MFD_CLOEXEC);
+        FUZZ_CHECK(memfd >= 0);
+    }
+    FUZZ_CHECK(ftruncate(memfd, 0) == 0);
+    FUZZ_CHECK(size == 0 || pwrite(memfd, data, size, 0) == (ssize_t)size);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", memfd);
+    return egm_config_load_file(config, path);
+}
+
+/* Every stored value passes validation again; the getters read it. */
+static void check_values(const egm_config_t *config)
+{
+    size_t n;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    egm_config_t *probe;
+    FUZZ_CHECK(egm_config_create(&probe) == EGM_OK);
+    for (size_t i = 0; i < n; i++) {
+        const char *v = egm_config_get(config, keys[i].name);
+        FUZZ_CHECK(v != NULL);
+        FUZZ_CHECK(egm_config_set(probe, keys[i].name, v) == EGM_OK);
+        switch (keys[i].type) {
+        case EGM_CFG_INT: {
+            int64_t x = egm_config_get_int(config, keys[i].name);
+            FUZZ_CHECK(x >= keys[i].min && x <= keys[i].max);
+            break;
+        }
+        case EGM_CFG_SIZE: {
+            uint64_t x = egm_config_get_size(config, keys[i].name);
+            FUZZ_CHECK(x >= (uint64_t)keys[i].min && x <= (uint64_t)keys[i].max);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    egm_config_destroy(probe);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    egm_config_t *config;
+    egm_status_t st;
+
+    fuzz_init_logs();
+    if (size < 1)
+        return 0;
+    uint64_t live = egm__alloc_live_count();
+    FUZZ_CHECK(egm_config_create(&config) == EGM_OK);
+    uint8_t mode = data[0] % 3;
+    data++;
+    size--;
+    if (mode == 0) {
+        st = load_file(config, data, size);
+    } else {
+        char *text = malloc(size + 1);
+        FUZZ_CHECK(text != NULL);
+        memcpy(text, data, size);
+        text[size] = '\0';
+        if (mode == 1) {
+            st = egm_config_set_pair(config, text);
+        } else {
+            char *value = text + strcspn(text, "=");
+            if (*value == '=')
+                *value++ = '\0';
+            else
+                value = text + strlen(text) + (strlen(text) < size ? 1 : 0);
+            st = egm__config_set_flag(config, text, value);
+        }
+        free(text);
+    }
+    if (st != EGM_OK) {
+        FUZZ_CHECK(st == EGM_ERR_CONFIG || st == EGM_ERR_INVALID_ARG);
+        FUZZ_CHECK(egm_last_error()[0] != '\0');
+    }
+    check_values(config);
+    egm_config_destroy(config);
+    FUZZ_CHECK(egm__alloc_live_count() == live);
+    return 0;
+}

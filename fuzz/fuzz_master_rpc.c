@@ -1,0 +1,202 @@
+/* Fuzz target: every master RPC handler, through egm__master_handle as the RPC
+ * server calls it (src/master/handlers.c, inspect.c), without sockets.
+ *
+ * Input: a sequence of up to 64 calls on one fresh master state, so that an
+ * input replays alone and the state never grows past what one input builds:
+ *   u8 op     low 4 bits: the RPC type (1..12; 0 and 13..15 are unknown types);
+ *             bit 7: first advance the clock by 1 + ((op >> 4) & 7) seconds and
+ *             run the periodic tick (client expiry, the pending sweep, eviction)
+ *   u16 len   (LE) payload bytes that follow (fewer at the end of the input)
+ *   payload   the request message, given to the handler in an exact-size copy
+ * The clock is the target's; the index's random placement is seeded the same
+ * for every input (getrandom below), so the same input does the same.
+ *
+ * Checks: a refused call leaves no reply; an answered one decodes as its
+ * reply type (a KeysReply with one result per key); every replica handed out lies inside its
+ * segment and is at least the object's size; every segment descriptor in a reply passes the
+ * clients' validation (egm__segment_desc_from_pb); the object index's invariants hold after every
+ * call (egm__objects_check); everything is freed at the end. */
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/alloc.h"
+#include "fuzz.h"
+#include "master/master_int.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+#include "te/segment.h"
+
+#define MAX_CALLS 64
+
+static uint64_t fake_now;
+static uint64_t rng = 1;
+static int deterministic;
+
+static uint64_t clock_ms(void)
+{
+    return fake_now;
+}
+
+/* The master's ids and placement draw from getrandom (egm__id_random): while
+ * an input runs, the bytes come from a generator seeded alike for every input. */
+ssize_t getrandom(void *buf, size_t len, unsigned int flags)
+{
+    if (!deterministic) {
+        long rc = syscall(SYS_getrandom, buf, len, flags);
+        return (ssize_t)rc;
+    }
+    uint8_t *p = buf;
+    for (size_t i = 0; i < len; i++) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        p[i] = (uint8_t)(rng >> 24);
+    }
+    return (ssize_t)len;
+}
+
+static void check_segment(const Egm__SegmentDesc *pb)
+{
+    egm_segment_desc_t desc;
+    FUZZ_CHECK(pb != NULL);
+    /* "every descriptor the master hands out decodes at the clients" */
+    FUZZ_CHECK(egm__segment_desc_from_pb(pb, &desc) == EGM_OK);
+}
+
+/* A KeysReply for n keys: replicas lie in their described segments. (The
+ * clients' decoder is fuzz_keys_reply.c's; its header clashes with the
+ * master's here.) */
+static void check_keys_reply(const uint8_t *buf, size_t len, size_t n)
+{
+    Egm__KeysReply *ref = NULL;
+
+    FUZZ_CHECK(egm__pb_unpack(&egm__keys_reply__descriptor, buf, len, (ProtobufCMessage **)&ref) ==
+               EGM_OK);
+    FUZZ_CHECK(ref->status == EGM_OK);
+    FUZZ_CHECK(ref->n_results == n);
+    for (size_t s = 0; s < ref->n_segments; s++)
+        check_segment(ref->segments[s]);
+    for (size_t i = 0; i < ref->n_results; i++) {
+        const Egm__KeyResult *res = ref->results[i];
+        FUZZ_CHECK(res->status <= 0 && res->status >= EGM_STATUS_MIN);
+        FUZZ_CHECK(res->status == EGM_OK || res->n_replicas == 0);
+        for (size_t k = 0; k < res->n_replicas; k++) {
+            const Egm__Replica *rep = res->replicas[k];
+            egm_id_t id = egm__id_from_pb(rep->segment);
+            const Egm__SegmentDesc *seg = NULL;
+            for (size_t s = 0; s < ref->n_segments && seg == NULL; s++)
+                if (egm__id_equal(egm__id_from_pb(ref->segments[s]->id), id))
+                    seg = ref->segments[s];
+            FUZZ_CHECK(seg != NULL); /* every replica's segment is described */
+            FUZZ_CHECK(rep->offset <= seg->size);
+            FUZZ_CHECK(rep->length <= seg->size - rep->offset);
+            FUZZ_CHECK(rep->length >= res->size);
+        }
+    }
+    egm__pb_free(&ref->base);
+}
+
+static void check_reply(uint16_t type, const uint8_t *req, size_t req_len, const uint8_t *buf,
+                        size_t len)
+{
+    ProtobufCMessage *msg = NULL;
+    const ProtobufCMessageDescriptor *desc = NULL;
+
+    switch (type) {
+    case EGM_RPC_PUT_START: {
+        Egm__PutStartRequest *r = NULL;
+        FUZZ_CHECK(egm__pb_unpack(&egm__put_start_request__descriptor, req, req_len,
+                                  (ProtobufCMessage **)&r) == EGM_OK);
+        check_keys_reply(buf, len, r->n_keys);
+        egm__pb_free(&r->base);
+        return;
+    }
+    case EGM_RPC_PUT_END:
+    case EGM_RPC_PUT_REVOKE:
+    case EGM_RPC_GET_REPLICA_LIST:
+    case EGM_RPC_EXIST_KEY:
+    case EGM_RPC_REMOVE: {
+        Egm__KeysRequest *r = NULL;
+        FUZZ_CHECK(egm__pb_unpack(&egm__keys_request__descriptor, req, req_len,
+                                  (ProtobufCMessage **)&r) == EGM_OK);
+        check_keys_reply(buf, len, r->n_keys);
+        egm__pb_free(&r->base);
+        return;
+    }
+    case EGM_RPC_MOUNT_SEGMENT:
+    case EGM_RPC_UNMOUNT_SEGMENT:
+        desc = &egm__status_reply__descriptor;
+        break;
+    case EGM_RPC_REMOVE_ALL:
+        desc = &egm__remove_all_reply__descriptor;
+        break;
+    case EGM_RPC_PING:
+        desc = &egm__ping_reply__descriptor;
+        break;
+    case EGM_RPC_LIST_SEGMENTS:
+        desc = &egm__list_segments_reply__descriptor;
+        break;
+    case EGM_RPC_STAT_KEY:
+        desc = &egm__stat_key_reply__descriptor;
+        break;
+    default:
+        FUZZ_CHECK(!"an unknown type was answered");
+    }
+    FUZZ_CHECK(egm__pb_unpack(desc, buf, len, &msg) == EGM_OK);
+    if (type == EGM_RPC_LIST_SEGMENTS) {
+        const Egm__ListSegmentsReply *r = (const Egm__ListSegmentsReply *)msg;
+        for (size_t s = 0; s < r->n_segments; s++)
+            check_segment(r->segments[s]->desc);
+    }
+    egm__pb_free(msg);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    egm_master_state_t st;
+    egm_objects_params_t params;
+    fuzz_reader_t in = {data, size};
+
+    fuzz_init_logs();
+    uint64_t live = egm__alloc_live_count();
+    deterministic = 1;
+    rng = 0x9e3779b97f4a7c15ull;
+    fake_now = 1000;
+    egm__objects_params_default(&params);
+    params.lease_ttl_ms = 5000;
+    params.soft_pin_ttl_ms = 20000;
+    params.pending_timeout_ms = 4000;
+    FUZZ_CHECK(egm__master_state_init_with(&st, &params, 3000) == EGM_OK);
+    st.now_ms = clock_ms;
+
+    for (int n = 0; n < MAX_CALLS && in.left > 0; n++) {
+        uint8_t op = fuzz_u8(&in);
+        size_t len;
+        uint8_t *payload = fuzz_bytes(&in, fuzz_u16(&in), &len);
+        uint16_t type = op & 0x0f;
+        egm_rpc_reply_t reply = {(uint8_t *)1, 1};
+
+        if (op & 0x80) {
+            fake_now += 1000 * (1 + ((op >> 4) & 7));
+            egm__master_state_tick(&st, fake_now);
+        }
+        egm_status_t status = egm__master_handle(&st, type, payload, len, &reply);
+        if (status != EGM_OK) {
+            FUZZ_CHECK(status < 0 && status >= EGM_STATUS_MIN);
+            FUZZ_CHECK(reply.buf == NULL && reply.len == 0);
+            FUZZ_CHECK(type >= 1 && type <= EGM_RPC_TYPE_MAX ? 1 : status == EGM_ERR_NOT_SUPPORTED);
+        } else {
+            FUZZ_CHECK(type >= 1 && type <= EGM_RPC_TYPE_MAX);
+            check_reply(type, payload, len, reply.buf, reply.len);
+        }
+        egm_free(reply.buf);
+        free(payload);
+        FUZZ_CHECK(egm__objects_check(st.objects) == EGM_OK);
+    }
+
+    egm__master_state_cleanup(&st);
+    deterministic = 0;
+    FUZZ_CHECK(egm__alloc_live_count() == live);
+    return 0;
+}

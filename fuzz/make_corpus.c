@@ -1,0 +1,595 @@
+/* Writes the seed corpora of the fuzz targets, fuzz/corpus/<target>/<name>,
+ * from valid messages (and a few near misses) built with the project's own
+ * encoders, so the seeds follow the schema. Deterministic: running it again
+ * rewrites the same bytes.
+ *   build/fuzz/fuzz_make_corpus fuzz/corpus */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/alloc.h"
+#include "common/config_int.h"
+#include "fuzz.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+#include "te/te_int.h"
+
+static const char *root;
+static size_t written;
+
+static void put_file(const char *target, const char *name, const void *data, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", root, target);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", root, target, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || (len > 0 && fwrite(data, 1, len, f) != len) || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+    written++;
+}
+
+/* ---- a growing byte buffer ------------------------------------------------ */
+typedef struct {
+    uint8_t data[65536];
+    size_t len;
+} buf_t;
+
+static void add(buf_t *b, const void *p, size_t n)
+{
+    if (b->len + n > sizeof(b->data)) {
+        fprintf(stderr, "make_corpus: seed too large\n");
+        exit(1);
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+static void add_u8(buf_t *b, uint8_t v)
+{
+    add(b, &v, 1);
+}
+
+static void add_msg(buf_t *b, const ProtobufCMessage *msg)
+{
+    uint8_t *packed;
+    size_t len;
+    if (egm__pb_pack(msg, &packed, &len) != EGM_OK)
+        exit(1);
+    add(b, packed, len);
+    egm_free(packed);
+}
+
+/* ---- rpc_frame -------------------------------------------------------------- */
+static void frame_seed(const char *name, uint8_t version, uint8_t flags, uint16_t type,
+                       uint32_t length, uint32_t max, int with_max)
+{
+    egm_frame_header_t h = {version, flags, type, 0x0102030405060708ull + type, length};
+    uint8_t out[EGM_FRAME_HEADER_SIZE + 4];
+    egm__frame_encode_header(&h, out);
+    egm__wire_put_u32(out + EGM_FRAME_HEADER_SIZE, max);
+    put_file("rpc_frame", name, out, with_max ? sizeof(out) : EGM_FRAME_HEADER_SIZE);
+}
+
+static void make_rpc_frame(void)
+{
+    char name[64];
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++) {
+        snprintf(name, sizeof(name), "request_type%02u", (unsigned)t);
+        frame_seed(name, EGM_RPC_VERSION, 0, t, 40u * t, 0, 0);
+        snprintf(name, sizeof(name), "reply_type%02u", (unsigned)t);
+        frame_seed(name, EGM_RPC_VERSION, EGM_FRAME_REPLY, t, 100u * t, 1u << 20, 1);
+    }
+    frame_seed("error_reply", EGM_RPC_VERSION, EGM_FRAME_REPLY | EGM_FRAME_ERROR, 3, 17, 0, 0);
+    frame_seed("empty_ping", EGM_RPC_VERSION, 0, EGM_RPC_PING, 0, 0, 0);
+    frame_seed("at_limit", EGM_RPC_VERSION, 0, EGM_RPC_PUT_START, 4096, 4096, 1);
+    frame_seed("over_limit", EGM_RPC_VERSION, 0, EGM_RPC_PUT_START, 4097, 4096, 1);
+    frame_seed("version2", 2, 0, EGM_RPC_EXIST_KEY, 16, 0, 0);
+    frame_seed("unknown_type", EGM_RPC_VERSION, 0, 999, 8, 0, 0);
+    uint8_t bad[EGM_FRAME_HEADER_SIZE];
+    egm_frame_header_t h = {EGM_RPC_VERSION, 0, EGM_RPC_PING, 1, 0};
+    egm__frame_encode_header(&h, bad);
+    bad[0] ^= 0xff;
+    put_file("rpc_frame", "bad_magic", bad, sizeof(bad));
+    bad[0] ^= 0xff;
+    bad[22] = 1;
+    put_file("rpc_frame", "reserved_set", bad, sizeof(bad));
+    put_file("rpc_frame", "http_get", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
+}
+
+/* ---- master_rpc: sequences of calls ------------------------------------------ */
+static const egm_id_t client_a = {0xaaaa, 1}, client_b = {0xbbbb, 2};
+
+static void call(buf_t *b, uint8_t op, const ProtobufCMessage *msg)
+{
+    uint8_t *packed = NULL;
+    size_t len = 0;
+    if (msg != NULL && egm__pb_pack(msg, &packed, &len) != EGM_OK)
+        exit(1);
+    add_u8(b, op);
+    add_u8(b, (uint8_t)len);
+    add_u8(b, (uint8_t)(len >> 8));
+    add(b, packed, len);
+    egm_free(packed);
+}
+
+typedef struct {
+    egm_id_t id, owner;
+    uint64_t size;
+    const char *name, *host, *tcp, *shm;
+    int kind;
+} seg_t;
+
+static void fill_desc(Egm__SegmentDesc *d, Egm__Id *ids, const seg_t *s)
+{
+    static uint8_t fabric[64] = {1, 2, 3, 4};
+    egm__segment_desc__init(d);
+    egm__id_to_pb(s->id, &ids[0]);
+    egm__id_to_pb(s->owner, &ids[1]);
+    d->id = &ids[0];
+    d->owner = &ids[1];
+    d->size = s->size;
+    d->name = (char *)s->name;
+    d->host_id = (char *)s->host;
+    d->tcp_endpoint = (char *)s->tcp;
+    d->shm_socket = (char *)s->shm;
+    d->handle_kind = (Egm__HandleKind)s->kind;
+    if (s->kind == EGM__HANDLE_KIND__HANDLE_FABRIC) {
+        d->fabric_handle.data = fabric;
+        d->fabric_handle.len = sizeof(fabric);
+    }
+}
+
+static seg_t seg(uint64_t n, egm_id_t owner, uint64_t size, int kind)
+{
+    static char names[64][32];
+    snprintf(names[n % 64], sizeof(names[0]), "host-a:%llu/%llu", (unsigned long long)owner.lo,
+             (unsigned long long)n);
+    return (seg_t){{0x5e6, n},       owner,           size, names[n % 64], "host-a",
+                   "127.0.0.1:7000", "@egmstore-1-0", kind};
+}
+
+static void mount(buf_t *b, egm_id_t client, const seg_t *segs, size_t n, int as_list)
+{
+    Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
+    Egm__SegmentDesc descs[8], *ptrs[8];
+    Egm__Id ids[8][2], cid;
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    for (size_t i = 0; i < n; i++) {
+        fill_desc(&descs[i], ids[i], &segs[i]);
+        ptrs[i] = &descs[i];
+    }
+    if (as_list) {
+        req.n_segments = n;
+        req.segments = ptrs;
+    } else {
+        req.segment = ptrs[0];
+    }
+    call(b, EGM_RPC_MOUNT_SEGMENT, &req.base);
+}
+
+static void unmount(buf_t *b, egm_id_t client, const seg_t *segs, size_t n, int as_list)
+{
+    Egm__UnmountSegmentRequest req = EGM__UNMOUNT_SEGMENT_REQUEST__INIT;
+    Egm__Id cid, ids[8], *ptrs[8];
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    for (size_t i = 0; i < n; i++) {
+        egm__id_to_pb(segs[i].id, &ids[i]);
+        ptrs[i] = &ids[i];
+    }
+    if (as_list) {
+        req.n_segments = n;
+        req.segments = ptrs;
+    } else {
+        req.segment = ptrs[0];
+    }
+    call(b, EGM_RPC_UNMOUNT_SEGMENT, &req.base);
+}
+
+static void put_start(buf_t *b, egm_id_t client, size_t n, const char **keys, const uint64_t *sizes,
+                      uint32_t replicas, int soft, int hard, const char *preferred)
+{
+    Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id cid;
+    char *pref[1] = {(char *)preferred};
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    req.n_keys = n;
+    req.keys = (char **)keys;
+    req.n_sizes = n;
+    req.sizes = (uint64_t *)sizes;
+    cfg.replica_num = replicas;
+    cfg.with_soft_pin = soft;
+    cfg.with_hard_pin = hard;
+    if (preferred != NULL) {
+        cfg.n_preferred_segments = 1;
+        cfg.preferred_segments = pref;
+    }
+    req.config = &cfg;
+    call(b, EGM_RPC_PUT_START, &req.base);
+}
+
+static void keys(buf_t *b, uint8_t op, egm_id_t client, size_t n, const char **k, int force)
+{
+    Egm__KeysRequest req = EGM__KEYS_REQUEST__INIT;
+    Egm__Id cid;
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    req.n_keys = n;
+    req.keys = (char **)k;
+    req.force = force;
+    call(b, op, &req.base);
+}
+
+static void ping(buf_t *b, uint8_t op, egm_id_t client, uint64_t view, const char *host)
+{
+    Egm__PingRequest req = EGM__PING_REQUEST__INIT;
+    Egm__Id cid;
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    req.view = view;
+    req.host_id = (char *)host;
+    call(b, op, &req.base);
+}
+
+static void list(buf_t *b, egm_id_t client)
+{
+    Egm__ListSegmentsRequest req = EGM__LIST_SEGMENTS_REQUEST__INIT;
+    Egm__Id cid;
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    call(b, EGM_RPC_LIST_SEGMENTS, &req.base);
+}
+
+static void stat_key(buf_t *b, egm_id_t client, const char *key)
+{
+    Egm__StatKeyRequest req = EGM__STAT_KEY_REQUEST__INIT;
+    Egm__Id cid;
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    req.key = (char *)key;
+    call(b, EGM_RPC_STAT_KEY, &req.base);
+}
+
+static void remove_all(buf_t *b, egm_id_t client, int force)
+{
+    Egm__RemoveAllRequest req = EGM__REMOVE_ALL_REQUEST__INIT;
+    Egm__Id cid;
+    egm__id_to_pb(client, &cid);
+    req.client = &cid;
+    req.force = force;
+    call(b, EGM_RPC_REMOVE_ALL, &req.base);
+}
+
+#define TICK(secs) ((uint8_t)(0x80 | (((secs)-1) & 7) << 4))
+
+static void make_master_rpc(void)
+{
+    const char *k2[] = {"alpha", "beta"};
+    const char *k4[] = {"alpha", "beta", "gamma", "delta"};
+    const char *bad_keys[] = {"", "ok"};
+    const uint64_t s2[] = {100, 4096}, s4[] = {1000, 2000, 3000, 4000};
+    const uint64_t big[] = {1ull << 20, 1ull << 20, 1ull << 20, 1ull << 20};
+    seg_t one = seg(1, client_a, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    seg_t three[3] = {seg(2, client_a, 1 << 16, EGM__HANDLE_KIND__HANDLE_MEMFD),
+                      seg(3, client_a, 1 << 16, EGM__HANDLE_KIND__HANDLE_POSIX_FD),
+                      seg(4, client_a, 1 << 16, EGM__HANDLE_KIND__HANDLE_FABRIC)};
+    seg_t small = seg(5, client_b, 2 << 20, EGM__HANDLE_KIND__HANDLE_NONE);
+    buf_t *b = calloc(1, sizeof(*b));
+    char name[64];
+
+    /* every type alone, empty payload (a valid message of all defaults) */
+    for (uint8_t t = 0; t <= 15; t++) {
+        b->len = 0;
+        call(b, t, NULL);
+        snprintf(name, sizeof(name), "empty_type%02u", (unsigned)t);
+        put_file("master_rpc", name, b->data, b->len);
+    }
+
+    b->len = 0; /* the life of two objects */
+    mount(b, client_a, &one, 1, 0);
+    put_start(b, client_a, 2, k2, s2, 1, 0, 0, NULL);
+    keys(b, EGM_RPC_GET_REPLICA_LIST, client_a, 2, k2, 0);
+    keys(b, EGM_RPC_PUT_END, client_a, 2, k2, 0);
+    keys(b, EGM_RPC_GET_REPLICA_LIST, client_a, 2, k2, 0);
+    keys(b, EGM_RPC_EXIST_KEY, client_a, 2, k2, 0);
+    stat_key(b, client_a, "alpha");
+    keys(b, EGM_RPC_REMOVE, client_a, 2, k2, 0);
+    keys(b, EGM_RPC_REMOVE, client_a, 2, k2, 1);
+    list(b, client_a);
+    put_file("master_rpc", "put_get_remove", b->data, b->len);
+
+    b->len = 0; /* a pool as one list, replicas over it, then withdrawn */
+    mount(b, client_a, three, 3, 1);
+    put_start(b, client_a, 4, k4, s4, 3, 0, 0, NULL);
+    keys(b, EGM_RPC_PUT_END, client_a, 4, k4, 0);
+    keys(b, EGM_RPC_GET_REPLICA_LIST, client_b, 4, k4, 0);
+    ping(b, EGM_RPC_PING, client_b, 0, "host-b");
+    unmount(b, client_a, three, 3, 1);
+    ping(b, EGM_RPC_PING, client_b, 1, "host-b");
+    keys(b, EGM_RPC_GET_REPLICA_LIST, client_b, 4, k4, 0);
+    list(b, client_b);
+    put_file("master_rpc", "pool_list_mount_unmount", b->data, b->len);
+
+    b->len = 0; /* PutStart never ended, then revoked, then swept */
+    mount(b, client_a, &one, 1, 0);
+    put_start(b, client_a, 2, k2, s2, 1, 0, 0, NULL);
+    keys(b, EGM_RPC_PUT_REVOKE, client_a, 1, k2, 0);
+    ping(b, TICK(5) | EGM_RPC_PING, client_a, 0, "host-a");
+    keys(b, TICK(8) | EGM_RPC_EXIST_KEY, client_a, 2, k2, 0);
+    put_file("master_rpc", "revoke_and_sweep", b->data, b->len);
+
+    b->len = 0; /* a client that stops pinging: its segments go */
+    mount(b, client_b, &small, 1, 0);
+    put_start(b, client_a, 4, k4, s4, 1, 0, 0, NULL);
+    keys(b, EGM_RPC_PUT_END, client_a, 4, k4, 0);
+    ping(b, TICK(8) | EGM_RPC_PING, client_a, 0, "host-a");
+    keys(b, EGM_RPC_GET_REPLICA_LIST, client_a, 4, k4, 0);
+    list(b, client_a);
+    put_file("master_rpc", "client_expiry", b->data, b->len);
+
+    b->len = 0; /* a full pool: eviction, pins */
+    mount(b, client_b, &small, 1, 0);
+    put_start(b, client_a, 1, k4, big, 1, 0, 1, NULL);
+    put_start(b, client_a, 1, k4 + 1, big + 1, 1, 1, 0, NULL);
+    keys(b, EGM_RPC_PUT_END, client_a, 4, k4, 0);
+    put_start(b, client_a, 2, k4 + 2, big + 2, 1, 0, 0, "host-b:2/5");
+    keys(b, TICK(2) | EGM_RPC_PUT_END, client_a, 4, k4, 0);
+    stat_key(b, client_a, "beta");
+    remove_all(b, client_a, 0);
+    remove_all(b, client_a, 1);
+    put_file("master_rpc", "full_pool_pins", b->data, b->len);
+
+    b->len = 0; /* refusals: bad keys, replica counts, someone else's segment */
+    mount(b, client_a, &one, 1, 0);
+    mount(b, client_a, &one, 1, 0);
+    put_start(b, client_a, 2, bad_keys, s2, 17, 0, 0, NULL);
+    put_start(b, client_a, 2, bad_keys, s2, 2, 0, 0, NULL);
+    put_start(b, (egm_id_t){0, 0}, 2, k2, s2, 1, 0, 0, NULL);
+    keys(b, EGM_RPC_PUT_END, client_b, 2, bad_keys, 0);
+    unmount(b, client_b, &one, 1, 0);
+    unmount(b, client_b, &one, 1, 1);
+    put_file("master_rpc", "refusals", b->data, b->len);
+    free(b);
+}
+
+/* ---- keys_reply and segment_desc --------------------------------------------- */
+static void make_descriptors(void)
+{
+    const seg_t segs[] = {
+        seg(1, client_a, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD),
+        seg(2, client_a, 64, EGM__HANDLE_KIND__HANDLE_NONE),
+        seg(3, client_b, 1ull << 40, EGM__HANDLE_KIND__HANDLE_POSIX_FD),
+        seg(4, client_b, 1 << 30, EGM__HANDLE_KIND__HANDLE_FABRIC),
+    };
+    buf_t *b = calloc(1, sizeof(*b));
+    char name[64];
+    Egm__SegmentDesc d;
+    Egm__Id ids[2];
+
+    for (size_t i = 0; i < 4; i++) {
+        b->len = 0;
+        fill_desc(&d, ids, &segs[i]);
+        add_msg(b, &d.base);
+        snprintf(name, sizeof(name), "kind%d", segs[i].kind);
+        put_file("segment_desc", name, b->data, b->len);
+    }
+    seg_t odd = segs[0];
+    odd.shm = "/run/egmstore/broker.sock";
+    odd.tcp = "";
+    b->len = 0;
+    fill_desc(&d, ids, &odd);
+    add_msg(b, &d.base);
+    put_file("segment_desc", "path_socket_no_tcp", b->data, b->len);
+    odd.shm = "relative";
+    b->len = 0;
+    fill_desc(&d, ids, &odd);
+    add_msg(b, &d.base);
+    put_file("segment_desc", "relative_socket", b->data, b->len);
+    odd = segs[0];
+    odd.name = "tab\there";
+    b->len = 0;
+    fill_desc(&d, ids, &odd);
+    add_msg(b, &d.base);
+    put_file("segment_desc", "control_char", b->data, b->len);
+    put_file("segment_desc", "empty", "", 0);
+
+    /* KeysReply: n results with replicas over the segments, each segment once */
+    for (size_t n = 0; n <= 6; n += 2) {
+        Egm__KeysReply reply = EGM__KEYS_REPLY__INIT;
+        Egm__KeyResult results[6], *rptr[6];
+        Egm__Replica reps[6][2], *pptr[6][2];
+        Egm__Id rid[6][2];
+        Egm__SegmentDesc descs[4], *dptr[4];
+        Egm__Id dids[4][2];
+        for (size_t i = 0; i < n; i++) {
+            egm__key_result__init(&results[i]);
+            rptr[i] = &results[i];
+            results[i].status = i == 3 ? EGM_ERR_NOT_FOUND : EGM_OK;
+            results[i].size = 100 * (i + 1);
+            results[i].lease_ttl_ms = 5000;
+            results[i].n_replicas = i == 3 ? 0 : 1 + i % 2;
+            results[i].replicas = pptr[i];
+            for (size_t k = 0; k < results[i].n_replicas; k++) {
+                egm__replica__init(&reps[i][k]);
+                pptr[i][k] = &reps[i][k];
+                egm__id_to_pb(segs[(i + k) % 4].id, &rid[i][k]);
+                reps[i][k].segment = &rid[i][k];
+                reps[i][k].offset = 4096 * i;
+                reps[i][k].length = results[i].size;
+            }
+        }
+        size_t nseg = n < 4 ? n : 4;
+        for (size_t s = 0; s < nseg; s++) {
+            fill_desc(&descs[s], dids[s], &segs[s]);
+            dptr[s] = &descs[s];
+        }
+        reply.n_results = n;
+        reply.results = rptr;
+        reply.n_segments = nseg;
+        reply.segments = dptr;
+        b->len = 0;
+        add_u8(b, (uint8_t)n);
+        add_msg(b, &reply.base);
+        snprintf(name, sizeof(name), "results%zu", n);
+        put_file("keys_reply", name, b->data, b->len);
+        b->data[0] = 255;
+        snprintf(name, sizeof(name), "results%zu_nolimit", n);
+        put_file("keys_reply", name, b->data, b->len);
+        if (n > 0) {
+            b->data[0] = (uint8_t)(n - 1);
+            snprintf(name, sizeof(name), "results%zu_over_limit", n);
+            put_file("keys_reply", name, b->data, b->len);
+        }
+    }
+    Egm__KeysReply refused = EGM__KEYS_REPLY__INIT;
+    refused.status = EGM_ERR_INVALID_ARG;
+    b->len = 0;
+    add_u8(b, 4);
+    add_msg(b, &refused.base);
+    put_file("keys_reply", "whole_request_refused", b->data, b->len);
+    free(b);
+}
+
+/* ---- tcp_request ------------------------------------------------------------- */
+static void tcp_add(buf_t *b, uint32_t magic, uint16_t version, uint16_t op, egm_id_t seg,
+                    uint64_t offset, uint64_t length)
+{
+    static uint64_t id;
+    egm_tcp_req_t req = {magic, version, op, ++id, seg, offset, length};
+    uint8_t out[EGM_TCP_REQ_SIZE];
+    egm__tcp_req_encode(&req, out);
+    add(b, out, sizeof(out));
+}
+
+static void make_tcp_request(void)
+{
+    const egm_id_t a = FUZZ_TCP_ID_A, bb = FUZZ_TCP_ID_B, gpu = FUZZ_TCP_ID_GPU,
+                   gone = FUZZ_TCP_ID_GONE, none = {7, 7};
+    const uint32_t M = EGM_TCP_MAGIC;
+    const uint16_t V = EGM_TCP_VERSION, R = EGM_TCP_OP_READ, W = EGM_TCP_OP_WRITE;
+    buf_t *b = calloc(1, sizeof(*b));
+
+    tcp_add(b, M, V, R, a, 0, FUZZ_TCP_SIZE_A);
+    put_file("tcp_request", "read_whole", b->data, b->len);
+    b->len = 0;
+    tcp_add(b, M, V, W, a, 1024, 1024);
+    tcp_add(b, M, V, R, a, 1024, 1024);
+    tcp_add(b, M, V, R, bb, 0, 1);
+    put_file("tcp_request", "write_then_read", b->data, b->len);
+    b->len = 0;
+    tcp_add(b, M, V, R, a, FUZZ_TCP_SIZE_A, 1);
+    tcp_add(b, M, V, R, a, 1, FUZZ_TCP_SIZE_A);
+    tcp_add(b, M, V, R, a, UINT64_MAX, 2);
+    tcp_add(b, M, V, R, bb, 1, 1);
+    tcp_add(b, M, V, R, a, 0, 0);
+    tcp_add(b, M, V, R, a, 0, EGM_TCP_MAX_REQUEST + 1);
+    tcp_add(b, M, V, 3, a, 0, 1);
+    tcp_add(b, M, V, R, gpu, 0, 1);
+    tcp_add(b, M, V, R, gone, 0, 1);
+    tcp_add(b, M, V, R, none, 0, 1);
+    tcp_add(b, M, V, R, a, 10, 10);
+    put_file("tcp_request", "refused_reads", b->data, b->len);
+    b->len = 0;
+    tcp_add(b, M, V, W, a, 4000, 200);
+    tcp_add(b, M, V, R, a, 0, 1);
+    put_file("tcp_request", "refused_write_closes", b->data, b->len);
+    b->len = 0;
+    tcp_add(b, M, 2, R, a, 0, 1);
+    put_file("tcp_request", "version2", b->data, b->len);
+    b->len = 0;
+    tcp_add(b, 0x20544547, V, R, a, 0, 1);
+    put_file("tcp_request", "bad_magic", b->data, b->len);
+    free(b);
+}
+
+/* ---- config and parse_size ------------------------------------------------------ */
+static void make_config(void)
+{
+    size_t n;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    buf_t *b = calloc(1, sizeof(*b));
+    char line[512], name[160];
+
+    /* a whole file of every key at its default, with the INI forms */
+    b->len = 0;
+    add_u8(b, 0);
+    const char *head = "# egmstore\n[master]\n; comment\n";
+    add(b, head, strlen(head));
+    for (size_t i = 0; i < n; i++) {
+        int len = snprintf(line, sizeof(line),
+                           i % 3 == 0   ? "%s = %s\n"
+                           : i % 3 == 1 ? "  %s=\"%s\"  # default\n"
+                                        : "%s = '%s'\n",
+                           keys[i].name, keys[i].def);
+        add(b, line, (size_t)len);
+    }
+    put_file("config", "file_defaults", b->data, b->len);
+    b->len = 0;
+    static const char bad[] = "\x00port = 50051\nno equals sign here\n";
+    add(b, bad, sizeof(bad) - 1);
+    put_file("config", "file_bad_line", b->data, b->len);
+
+    /* one pair and one flag per key */
+    for (size_t i = 0; i < n; i++) {
+        int len = snprintf(line, sizeof(line), "%c%s = %s", 1, keys[i].name, keys[i].def);
+        snprintf(name, sizeof(name), "pair_%s", keys[i].name);
+        put_file("config", name, line, (size_t)len);
+        len = snprintf(line, sizeof(line), "%c--%s=%s", 2, keys[i].name, keys[i].def);
+        for (char *p = line + 3; *p != '=' && *p != '\0'; p++)
+            if (*p == '_')
+                *p = '-';
+        snprintf(name, sizeof(name), "flag_%s", keys[i].name);
+        put_file("config", name, line, (size_t)len);
+    }
+
+    static const char *const sizes[] = {"0",
+                                        "1",
+                                        "256MiB",
+                                        " 4 k ",
+                                        "1TiB",
+                                        "18446744073709551615",
+                                        "17179869184GiB",
+                                        "1.5G",
+                                        "",
+                                        "GB",
+                                        "12 kb",
+                                        "16 EiB",
+                                        "64\tmb\n",
+                                        "007B"};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        snprintf(name, sizeof(name), "size%02zu", i);
+        put_file("parse_size", name, sizes[i], strlen(sizes[i]));
+    }
+    free(b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s fuzz/corpus\n", argv[0]);
+        return 2;
+    }
+    root = argv[1];
+    if (mkdir(root, 0755) != 0 && errno != EEXIST) {
+        perror(root);
+        return 1;
+    }
+    make_rpc_frame();
+    make_master_rpc();
+    make_descriptors();
+    make_tcp_request();
+    make_config();
+    printf("make_corpus: %zu files under %s\n", written, root);
+    return 0;
+}
