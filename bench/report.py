@@ -59,7 +59,10 @@ def best(recs, **kw):
 
 
 def ratio(a, b, field="ops_s"):
+    """a / b, or None when either is missing or had errors (a failed call's speed means nothing)."""
     if a is None or b is None or not a.get(field) or not b.get(field):
+        return None
+    if a.get("errors") or b.get("errors"):
         return None
     return a[field] / b[field]
 
@@ -750,7 +753,7 @@ def main(argv=None):
     lines.append("")
     lines.append("GB/s are decimal (1e9 bytes/s); latencies are of one call as the user makes it (a batch "
                  "call is one sample); p50/p99 in microseconds. Errors (failed calls or wrong bytes in a "
-                 "verified get) are shown in a cell when not 0.\n")
+                 "verified get) are shown in a cell when not 0, and no ratio is taken of such a figure.\n")
     lines.append("## Goals (issue 7)\n")
     lines.append(table(["goal", "measured", "verdict"], goals(ok)) + "\n")
     for sec in (section_single, section_bytes, section_concurrency, section_batch, section_mixed,

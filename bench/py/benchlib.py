@@ -227,6 +227,19 @@ def stop(proc, timeout=10):
         proc.wait(timeout=timeout)
 
 
+def die_with_parent():
+    """preexec_fn for the daemons a benchmark starts: the kernel sends them SIGTERM when the
+    benchmark process dies, however it dies (a crash in a client library included), so that
+    none is left behind. Linux prctl(PR_SET_PDEATHSIG); a no-op elsewhere."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
 def progress_enabled(flag=None):
     """Progress lines go to a terminal only, unless forced on (--progress) or off."""
     if flag is not None:

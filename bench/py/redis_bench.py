@@ -19,6 +19,7 @@ import csv
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,8 @@ class Redis:
                  "--appendonly", "no", "--dir", tmp, "--logfile", log, "--daemonize", "no",
                  "--proto-max-bulk-len", "1gb", "--client-query-buffer-limit", "1gb",
                  "--protected-mode", "yes"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                preexec_fn=bl.die_with_parent)
             self.port = port
             if bl.wait_port(port, self.proc, timeout=10) and self.cli("PING") == "PONG":
                 return
@@ -124,6 +126,10 @@ def to_record(workload, test, size, clients, pipeline, n, row, wall, cmd, errors
                      "pipeline's write to that reply" if pipeline > 1 else None)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -174,6 +180,8 @@ def main(argv=None):
     for size in a.batch_sizes:
         plan.append(("batch", size, 1, a.pipeline))
     rc = 0
+    # SIGTERM (the suite's step timeout) unwinds like ^C: redis-server is stopped, not left behind
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         r = Redis(tmp)
         if show:
@@ -198,6 +206,9 @@ def main(argv=None):
     except RuntimeError as exc:
         print("redis_bench: error: %s" % exc, file=sys.stderr, flush=True)
         rc = 2
+    except KeyboardInterrupt:
+        print("redis_bench: stopped by a signal", file=sys.stderr, flush=True)
+        rc = 130
     finally:
         if r is not None:
             r.stop()
