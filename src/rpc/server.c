@@ -326,9 +326,17 @@ static int on_header(rpc_conn_t *c)
     uint32_t magic = (uint32_t)c->hdr_buf[0] | (uint32_t)c->hdr_buf[1] << 8 |
                      (uint32_t)c->hdr_buf[2] << 16 | (uint32_t)c->hdr_buf[3] << 24;
     if (magic != EGM_RPC_MAGIC) {
-        /* nothing in this stream can be trusted, not even the request id */
-        conn_close(c);
-        return -1;
+        /* Nothing in this stream can be trusted, not even the request id: no
+         * error reply. Replies to the frames before it, queued in this read,
+         * still go out: the connection closes like after an error reply
+         * (flush, then wait for the peer's EOF), not with an RST that would
+         * drop them. */
+        if (c->out_off == c->out_len) {
+            conn_close(c);
+            return -1;
+        }
+        begin_closing(c);
+        return 0;
     }
     queue_error(c, c->hdr.type, c->hdr.request_id, status, egm_last_error());
     begin_closing(c);
