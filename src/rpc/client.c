@@ -26,7 +26,6 @@
 #include <string.h>
 #include <stddef.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,9 +42,6 @@
 /* Socket reads go through this scratch; payloads at least this large are
  * read straight into their reply buffer. */
 #define IN_CHUNK (16 * 1024)
-/* The reader's blocking recv returns after this long without data
- * (SO_RCVTIMEO), so that it can check its deadline. */
-#define RECV_SLICE_MS 100
 
 typedef struct {
     pthread_cond_t cond;
@@ -249,20 +245,18 @@ static egm_status_t consume(egm_rpc_client_t *cl, const uint8_t *data, size_t n)
     return EGM_OK;
 }
 
-/* One read from the socket, delivering every reply it completes. block: wait
- * for data, at most RECV_SLICE_MS. Returns EGM_OK after progress,
- * EGM_INPROGRESS when nothing came, an error when the connection is unusable.
- * Role holder only; lock not held. */
-static egm_status_t pump(egm_rpc_client_t *cl, int fd, int block)
+/* One read from the socket, delivering every reply it completes. Returns
+ * EGM_OK after progress, EGM_INPROGRESS when nothing was there, an error when
+ * the connection is unusable. Role holder only; lock not held. */
+static egm_status_t pump(egm_rpc_client_t *cl, int fd)
 {
     input_t *in = &cl->in;
     size_t want = in->in_payload ? in->hdr.length - in->payload_got : 0;
-    int flags = block ? 0 : MSG_DONTWAIT;
     ssize_t n;
 
     if (want >= IN_CHUNK) {
         /* a large payload goes straight into its reply buffer */
-        n = recv(fd, in->payload + in->payload_got, want, flags);
+        n = recv(fd, in->payload + in->payload_got, want, MSG_DONTWAIT);
         if (n > 0) {
             in->payload_got += (size_t)n;
             if (in->payload_got == in->hdr.length)
@@ -270,7 +264,7 @@ static egm_status_t pump(egm_rpc_client_t *cl, int fd, int block)
             return EGM_OK;
         }
     } else {
-        n = recv(fd, in->scratch, IN_CHUNK, flags);
+        n = recv(fd, in->scratch, IN_CHUNK, MSG_DONTWAIT);
         if (n > 0)
             return consume(cl, in->scratch, (size_t)n);
     }
@@ -282,42 +276,53 @@ static egm_status_t pump(egm_rpc_client_t *cl, int fd, int block)
                           strerror(errno));
 }
 
+/* Waits until fd is readable or deadline_ms passes (0: no deadline). EGM_OK
+ * when readable (or interrupted: the caller reads and finds out), TIMEOUT, or
+ * an error. */
+static egm_status_t wait_readable(int fd, uint64_t deadline_ms)
+{
+    int wait_ms = -1;
+    if (deadline_ms) {
+        uint64_t now = egm__now_ms();
+        wait_ms = now >= deadline_ms ? 0 : (int)(deadline_ms - now);
+    }
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int rc = poll(&pfd, 1, wait_ms);
+    if (rc < 0 && errno != EINTR)
+        return egm__set_error(egm__status_from_errno(errno), "rpc client: poll failed: %s",
+                              strerror(errno));
+    return rc == 0 ? EGM_ERR_TIMEOUT : EGM_OK;
+}
+
 /* Holds the reader role until `p` is done or `deadline_ms` passes. Called and
  * returns with lock held; drops it while reading.
  *
- * Reads block (up to RECV_SLICE_MS each), so that a round trip costs two
- * system calls, sendmsg and recv: a non-blocking read right after the send
- * would almost always find nothing and need a poll and another read. Within
- * the last slice before the deadline it polls for exactly what is left, then
- * reads without blocking, so a deadline is never overshot by a slice. */
+ * Polls before the first read: the caller has just sent its request (or has
+ * slept while another caller read), so a read at once would mostly find
+ * nothing and cost a system call (sendmsg, recv EAGAIN, poll, recv). After a
+ * read that made progress it reads again before polling, as more of a large
+ * reply may be there already.
+ *
+ * Not a blocking recv: on a Unix socket a reader blocked in recv is also woken
+ * each time the server drains our request from the socket (write space; poll
+ * filters that out by its event mask), and goes back to sleep: measured 1.4
+ * sleeps per round trip against 1.0 with poll, at 8 clients. */
 static void read_until_done_locked(egm_rpc_client_t *cl, pending_t *p, uint64_t deadline_ms)
 {
     int fd = cl->fd;
+    int readable = 0; /* the last read made progress: try another before polling */
     egm_status_t status = EGM_OK;
 
     cl->reading = 1;
     while (!p->done) {
-        int left_ms = -1; /* no deadline */
         pthread_mutex_unlock(&cl->lock);
-        if (deadline_ms) {
-            uint64_t now = egm__now_ms();
-            left_ms = now >= deadline_ms ? 0 : (int)(deadline_ms - now);
+        status = readable ? EGM_OK : wait_readable(fd, deadline_ms);
+        if (status == EGM_OK) {
+            status = pump(cl, fd);
+            readable = status == EGM_OK;
+            if (status == EGM_INPROGRESS)
+                status = EGM_OK; /* nothing after all (or EINTR): poll again */
         }
-        if (left_ms < 0 || left_ms > RECV_SLICE_MS) {
-            status = pump(cl, fd, 1);
-        } else {
-            struct pollfd pfd = {.fd = fd, .events = POLLIN};
-            int rc = poll(&pfd, 1, left_ms);
-            if (rc < 0 && errno != EINTR)
-                status = egm__set_error(egm__status_from_errno(errno),
-                                        "rpc client: poll failed: %s", strerror(errno));
-            else if (rc == 0)
-                status = EGM_ERR_TIMEOUT;
-            else
-                status = pump(cl, fd, 0);
-        }
-        if (status == EGM_INPROGRESS)
-            status = EGM_OK; /* a slice without data, or EINTR: look at the deadline again */
         pthread_mutex_lock(&cl->lock);
         if (status == EGM_ERR_TIMEOUT)
             break; /* the caller removes its entry */
@@ -360,18 +365,6 @@ static int is_loopback_host(const char *host)
     return 0;
 }
 
-/* The fd stays blocking for the reader's recv, which returns after
- * RECV_SLICE_MS without data; every other call on it passes MSG_DONTWAIT (the
- * reader's own non-blocking reads, every write), so no writer ever blocks. */
-static egm_status_t reader_timeout(int fd)
-{
-    struct timeval tv = {.tv_sec = RECV_SLICE_MS / 1000, .tv_usec = RECV_SLICE_MS % 1000 * 1000};
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
-        return egm__set_error(egm__status_from_errno(errno),
-                              "rpc client: setsockopt(SO_RCVTIMEO): %s", strerror(errno));
-    return EGM_OK;
-}
-
 /* Connect to the master's local socket: never waits (a full backlog fails at
  * once) and talks only to a master of our own uid or root, since any local
  * process could bind the abstract name first. Any failure sends the caller to
@@ -386,7 +379,7 @@ static int local_connect(const char *path)
         close(fd);
         return -1;
     }
-    if (reader_timeout(fd) != EGM_OK) {
+    if (egm__sock_set_nonblock(fd, 1) != EGM_OK) { /* as for TCP: nobody blocks */
         close(fd);
         return -1;
     }
@@ -422,7 +415,8 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
         if (status != EGM_OK)
             return status;
-        status = reader_timeout(fd);
+        /* readers poll, writers pass MSG_DONTWAIT: nobody blocks in a socket call */
+        status = egm__sock_set_nonblock(fd, 1);
         if (status != EGM_OK) {
             close(fd);
             return status;
