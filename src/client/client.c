@@ -57,21 +57,29 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .copy_low_priority = egm_config_get_bool(config, "nvlink_low_priority_stream"),
         .copy_max_inflight_bytes = egm_config_get_size(config, "nvlink_max_inflight_bytes"),
         .copy_chunk_bytes = egm_config_get_size(config, "nvlink_chunk_size"),
+        .fd_gid_allowed = egm_config_get_int(config, "fd_allowed_gid") >= 0,
+        .fd_allowed_gid = egm_config_get_int(config, "fd_allowed_gid"),
     };
     status = egm__protocol_parse(egm_config_get(config, "protocol"), &te_params.protocol);
     if (status != EGM_OK)
         goto err_free;
 
+    char token[EGM_AUTH_TOKEN_MAX + 1];
+    status = egm__config_auth_token(config, token, sizeof(token));
+    if (status != EGM_OK)
+        goto err_free;
+    te_params.auth_token = token;
     egm_rpc_client_params_t rpc_params = {
         .addr = egm_config_get(config, "master_server_addr"),
         .connect_timeout_ms = (int)egm_config_get_int(config, "connect_timeout_ms"),
         .max_frame_size = egm_config_get_size(config, "max_frame_size"),
         .prefer_local_socket = 1,
+        .auth_token = token,
     };
     status = egm__rpc_client_create(&rpc_params, &client->master);
-    if (status != EGM_OK)
-        goto err_free;
-    status = egm__te_create(&te_params, &client->te);
+    if (status == EGM_OK)
+        status = egm__te_create(&te_params, &client->te);
+    egm__secure_zero(token, sizeof(token));
     if (status != EGM_OK)
         goto err_free;
 

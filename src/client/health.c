@@ -96,6 +96,12 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
            (double)te.bytes_read);
     metric(&o, "egmstore_te_bytes_written_total", "counter",
            "bytes this process wrote into segments", (double)te.bytes_written);
+    metric(&o, "egmstore_te_auth_failures_total", "counter",
+           "requests to this process's tcp data server and fd socket refused for a missing or "
+           "wrong cluster token (auth_token)",
+           (double)te.auth_failures);
+    metric(&o, "egmstore_te_fd_peers_refused_total", "counter",
+           "fd socket peers refused by their uid/gid (SO_PEERCRED)", (double)te.shm_peers_refused);
     metric(&o, "egmstore_te_vmm_fds_sent_total", "counter",
            "posix_fd VMM handles exported to consumers", (double)te.vmm_fds_sent);
     metric(&o, "egmstore_te_copy_kernel_launches_total", "counter",

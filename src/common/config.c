@@ -93,6 +93,16 @@ static const egm_config_key_t keys[] = {
     {"nvlink_low_priority_stream", EGM_CFG_BOOL, "false", 0, 0, NULL,
      "client: GPU copies on a stream of the device's least priority (CUDA's least is its "
      "default, 0: this ranks them below streams made with a greater priority only)"},
+    {"auth_token", EGM_CFG_STRING, "", 0, 0, NULL,
+     "cluster token: when set, the master's RPC, a provider's tcp data server and its fd "
+     "socket answer only peers that present it, and clients and providers send it "
+     "(docs/security.md); \"\" = off. Never logged"},
+    {"auth_token_file", EGM_CFG_STRING, "", 0, 0, NULL,
+     "file holding auth_token (one line; the trailing newline is dropped); it must not be "
+     "readable by group or others. Not together with auth_token"},
+    {"fd_allowed_gid", EGM_CFG_INT, "-1", -1, 2147483647, NULL,
+     "provider: besides its own uid and root, peers whose primary group is this gid may fetch "
+     "segment descriptors from its fd socket (-1 = none)"},
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -514,6 +524,77 @@ uint64_t egm_config_get_size(const egm_config_t *config, const char *key)
     if (v == NULL || egm__parse_size(key, v, &bytes) != EGM_OK)
         return 0;
     return bytes;
+}
+
+egm_status_t egm__config_auth_token(const egm_config_t *config, char *token, size_t len)
+{
+    const char *inline_token = egm_config_get(config, "auth_token");
+    const char *path = egm_config_get(config, "auth_token_file");
+    int has_inline = inline_token != NULL && inline_token[0] != '\0';
+    int has_file = path != NULL && path[0] != '\0';
+
+    token[0] = '\0';
+    if (has_inline && has_file)
+        return egm__set_error(EGM_ERR_CONFIG, "auth_token and auth_token_file are both set: "
+                                              "set one of them");
+    if (has_inline) {
+        if (strlen(inline_token) >= len)
+            return egm__set_error(EGM_ERR_CONFIG, "auth_token: longer than %zu characters",
+                                  len - 1);
+        snprintf(token, len, "%s", inline_token);
+        return EGM_OK;
+    }
+    if (!has_file)
+        return EGM_OK;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return egm__set_error(EGM_ERR_CONFIG, "auth_token_file: %s: %s", path, strerror(errno));
+    struct stat st;
+    egm_status_t status = EGM_OK;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        status = egm__set_error(EGM_ERR_CONFIG, "auth_token_file: %s: not a regular file", path);
+    } else if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+        status = egm__set_error(EGM_ERR_CONFIG,
+                                "auth_token_file: %s: mode %04o lets group or others access the "
+                                "token (chmod 600 it)",
+                                path, (unsigned)(st.st_mode & 07777));
+    } else {
+        size_t n = fread(token, 1, len, f);
+        if (ferror(f)) {
+            status = egm__set_error(EGM_ERR_CONFIG, "auth_token_file: %s: read failed", path);
+        } else if (n >= len) {
+            status = egm__set_error(EGM_ERR_CONFIG, "auth_token_file: %s: longer than %zu bytes",
+                                    path, len - 1);
+        } else {
+            token[n] = '\0';
+            while (n > 0 && (token[n - 1] == '\n' || token[n - 1] == '\r'))
+                token[--n] = '\0';
+            if (n == 0 || memchr(token, '\0', n) != NULL || strchr(token, '\n') != NULL)
+                status = egm__set_error(EGM_ERR_CONFIG,
+                                        "auth_token_file: %s: expected one non-empty line", path);
+        }
+    }
+    fclose(f);
+    if (status != EGM_OK)
+        egm__secure_zero(token, len);
+    return status;
+}
+
+void egm__secure_zero(void *p, size_t len)
+{
+    volatile unsigned char *v = p;
+    while (len--)
+        *v++ = 0;
+}
+
+int egm__token_equal(const char *a, const char *b, size_t b_len)
+{
+    size_t a_len = strlen(a);
+    unsigned char diff = (unsigned char)(a_len != b_len);
+    /* constant time in the length of the presented token */
+    for (size_t i = 0; i < b_len; i++)
+        diff |= (unsigned char)((unsigned char)b[i] ^ (unsigned char)a[i < a_len ? i : 0]);
+    return diff == 0 && a_len > 0;
 }
 
 int egm_config_get_bool(const egm_config_t *config, const char *key)

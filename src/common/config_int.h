@@ -39,4 +39,16 @@ char *egm__format_size(uint64_t bytes, char *buf, size_t len);
  * value. Unknown flag -> EGM_ERR_CONFIG naming it. */
 egm_status_t egm__config_set_flag(egm_config_t *config, const char *flag, const char *value);
 
+/* Longest cluster token (auth_token, auth_token_file), without the NUL. */
+#define EGM_AUTH_TOKEN_MAX 1024
+/* The cluster token of `config` into token[len] ("" when none is set). Both
+ * keys set, a token file group/world accessible, unreadable or empty ->
+ * EGM_ERR_CONFIG naming the key (never the token). */
+egm_status_t egm__config_auth_token(const egm_config_t *config, char *token, size_t len);
+/* 1 when the presented bytes b[0, b_len) equal the NUL-terminated non-empty
+ * token a; the time taken depends on b_len only. */
+int egm__token_equal(const char *a, const char *b, size_t b_len);
+/* memset that the compiler keeps (for secrets going out of scope). */
+void egm__secure_zero(void *p, size_t len);
+
 #endif

@@ -214,14 +214,23 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     status = egm__reactor_create(&master->reactors[0]);
     if (status != EGM_OK)
         goto err;
+    char token[EGM_AUTH_TOKEN_MAX + 1];
+    status = egm__config_auth_token(config, token, sizeof(token));
+    if (status != EGM_OK)
+        goto err;
     egm_rpc_server_params_t params = {
         .host = host,
         .port = (uint16_t)port,
         .max_frame_size = (size_t)max_frame,
+        .auth_token = token,
     };
+    int has_token = token[0] != '\0';
     status = egm__rpc_server_create(master->reactors[0], &params, &master->servers[0]);
+    egm__secure_zero(token, sizeof(token));
     if (status != EGM_OK)
         goto err;
+    if (has_token)
+        egm_info("master: RPC requires the cluster token (auth_token)");
     status = egm__reactor_add_timer(master->reactors[0], EGM_MASTER_TICK_MS, on_tick, master,
                                     &master->timer_id);
     if (status != EGM_OK)

@@ -162,6 +162,10 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "RPC frames refused before a handler: bad magic, version, size, type or payload (every "
          "RPC thread)",
          s->server.frames_rejected},
+        {"egm_master_auth_failures_total", "counter",
+         "RPC requests refused for a missing or wrong cluster token (auth_token; every RPC "
+         "thread)",
+         s->server.auth_failures},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && status == EGM_OK; i++)
         status = sample(out, rows[i].name, rows[i].type, rows[i].help, rows[i].value);

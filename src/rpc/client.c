@@ -32,6 +32,7 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/config_int.h"
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -70,6 +71,7 @@ struct egm_rpc_client {
     int connect_timeout_ms;
     size_t max_frame_size;
     char local_path[EGM_RPC_LOCAL_NAME_MAX]; /* "" = TCP only */
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none sent */
 
     pthread_mutex_t lock;
     pthread_mutex_t wlock;
@@ -386,6 +388,66 @@ static int local_connect(const char *path)
     return fd;
 }
 
+static egm_status_t write_frame(int fd, const uint8_t *hdr, const uint8_t *payload, size_t len,
+                                uint64_t deadline_ms, size_t *sent_p);
+static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t len);
+
+/* Reads exactly len bytes of a fresh (not yet shared) connection. */
+static egm_status_t read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadline_ms)
+{
+    size_t got = 0;
+    while (got < len) {
+        egm_status_t status = wait_readable(fd, deadline_ms);
+        if (status != EGM_OK)
+            return status == EGM_ERR_TIMEOUT
+                       ? egm__set_error(EGM_ERR_TIMEOUT, "rpc client: no answer to Auth")
+                       : status;
+        ssize_t n = recv(fd, buf + got, len - got, MSG_DONTWAIT);
+        if (n == 0)
+            return egm__set_error(EGM_ERR_UNREACHABLE, "rpc client: connection closed during Auth");
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+                continue;
+            return egm__set_error(egm__status_from_errno(errno), "rpc client: recv: %s",
+                                  strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    return EGM_OK;
+}
+
+/* Presents the cluster token on a fresh connection and waits for the answer
+ * (request id 0, which no call uses). */
+static egm_status_t authenticate(egm_rpc_client_t *cl, int fd, uint64_t deadline_ms)
+{
+    size_t len = strlen(cl->auth_token), sent = 0;
+    uint8_t hdr[EGM_FRAME_HEADER_SIZE];
+    egm_frame_header_t h = {
+        .version = EGM_RPC_VERSION, .type = EGM_RPC_AUTH, .request_id = 0, .length = (uint32_t)len};
+    egm_status_t status;
+
+    egm__frame_encode_header(&h, hdr);
+    status = write_frame(fd, hdr, (const uint8_t *)cl->auth_token, len, deadline_ms, &sent);
+    if (status != EGM_OK)
+        return status;
+    status = read_exact(fd, hdr, sizeof(hdr), deadline_ms);
+    if (status != EGM_OK)
+        return status;
+    status = egm__frame_decode_header(hdr, cl->max_frame_size, &h);
+    if (status != EGM_OK)
+        return status;
+    if (h.type != EGM_RPC_AUTH || h.request_id != 0 || !(h.flags & EGM_FRAME_REPLY) ||
+        h.length > 4096)
+        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: unexpected answer to Auth");
+    uint8_t payload[4096];
+    status = read_exact(fd, payload, h.length, deadline_ms);
+    if (status != EGM_OK)
+        return status;
+    if (h.flags & EGM_FRAME_ERROR)
+        return decode_error_reply(EGM_RPC_AUTH, payload, h.length);
+    return EGM_OK;
+}
+
 /* Caller holds lock. */
 static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadline_ms)
 {
@@ -425,6 +487,19 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
     } else {
         egm_debug("rpc client connected to %s:%u over unix:%s", cl->host, (unsigned)cl->port,
                   cl->local_path);
+    }
+    if (cl->auth_token[0] != '\0') {
+        uint64_t auth_deadline = deadline_ms;
+        if (auth_deadline == 0 && cl->connect_timeout_ms > 0)
+            auth_deadline = egm__now_ms() + (uint64_t)cl->connect_timeout_ms;
+        status = authenticate(cl, fd, auth_deadline);
+        if (status != EGM_OK) {
+            char detail[256];
+            snprintf(detail, sizeof(detail), "%s", egm_last_error());
+            close(fd);
+            return egm__set_error(status, "master %s:%u refused the connection: %s", cl->host,
+                                  (unsigned)cl->port, detail);
+        }
     }
     pthread_mutex_lock(&cl->wlock);
     cl->fd = fd;
@@ -708,6 +783,8 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl->fd = -1;
     cl->connect_timeout_ms = params->connect_timeout_ms;
     cl->max_frame_size = params->max_frame_size;
+    if (params->auth_token != NULL)
+        snprintf(cl->auth_token, sizeof(cl->auth_token), "%s", params->auth_token);
     if (params->prefer_local_socket && is_loopback_host(cl->host))
         snprintf(cl->local_path, sizeof(cl->local_path), EGM_RPC_LOCAL_NAME_FMT,
                  (unsigned)cl->port);
@@ -745,5 +822,6 @@ void egm__rpc_client_destroy(egm_rpc_client_t *client)
     pthread_mutex_destroy(&cl->wlock);
     pthread_mutex_destroy(&cl->lock);
     egm_free(cl->in.scratch);
+    egm__secure_zero(cl->auth_token, sizeof(cl->auth_token));
     egm_free(cl);
 }

@@ -22,6 +22,10 @@ typedef struct {
      * port first, and fall back to TCP silently when nobody listens there.
      * Same frames, without the loopback TCP/IP stack on every call. */
     int prefer_local_socket;
+    /* Cluster token presented first on every (re)connection (NULL or "" =
+     * none). A refusal fails the call that connected with the server's
+     * EGM_ERR_PERMISSION and text. */
+    const char *auth_token;
 } egm_rpc_client_params_t;
 
 /* Does not connect yet: the first call does. */

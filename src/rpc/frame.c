@@ -68,6 +68,8 @@ const char *egm__rpc_type_name(uint16_t type)
         return "Ping";
     case EGM_RPC_LIST_SEGMENTS:
         return "ListSegments";
+    case EGM_RPC_AUTH:
+        return "Auth";
     case EGM_RPC_STAT_KEY:
         return "StatKey";
     default:

@@ -42,6 +42,10 @@ typedef enum {
     EGM_RPC_LIST_SEGMENTS = 11,
     EGM_RPC_STAT_KEY = 12, /* read-only: one object's replicas, lease and pins */
     EGM_RPC_TYPE_MAX = 12,
+    /* First frame of a connection to a server with a cluster token: the
+     * payload is the token's bytes (no protobuf); the reply is empty. Served
+     * by the RPC server itself, not by a handler (so above TYPE_MAX). */
+    EGM_RPC_AUTH = 64,
 } egm_rpc_type_t;
 
 typedef struct {

@@ -21,6 +21,7 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "rpc/frame.h"
@@ -59,6 +60,8 @@ struct rpc_conn {
     uint8_t *out;
     size_t out_off, out_len, out_cap;
 
+    /* the peer presented the cluster token (or none is required) */
+    int authenticated;
     /* closing after an error reply: no more dispatch */
     int closing;
     int wr_shut;
@@ -74,6 +77,7 @@ struct egm_rpc_server {
     uint16_t port;
     size_t max_frame_size;
     size_t max_connections;
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none required */
     uint64_t sweep_timer;
     int has_timer;
     struct {
@@ -262,6 +266,37 @@ static void begin_closing(rpc_conn_t *c)
     c->hdr_got = 0;
 }
 
+static void begin_closing(rpc_conn_t *c);
+
+/* The cluster token gate. Returns 1 when the frame was an Auth frame or was
+ * refused (answered here), 0 when it goes on to its handler. */
+static int auth_gate(rpc_conn_t *c, const uint8_t *payload, size_t len)
+{
+    egm_rpc_server_t *s = c->server;
+    uint16_t type = c->hdr.type;
+    uint64_t id = c->hdr.request_id;
+    const char *problem;
+
+    if (type != EGM_RPC_AUTH) {
+        if (c->authenticated || s->auth_token[0] == '\0')
+            return 0;
+        problem = "auth required: this master requires the cluster token (auth_token)";
+    } else if (s->auth_token[0] == '\0' ||
+               egm__token_equal(s->auth_token, (const char *)payload, len)) {
+        c->authenticated = 1;
+        queue_frame(c, EGM_FRAME_REPLY, type, id, NULL, 0);
+        return 1;
+    } else {
+        problem = "auth token mismatch: the token presented is not this master's auth_token";
+    }
+    stat_add(&s->stats.auth_failures, 1);
+    egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: fd %d: %s request %llu refused: %s", c->fd,
+                        egm__rpc_type_name(type), (unsigned long long)id, problem);
+    queue_error(c, type, id, EGM_ERR_PERMISSION, problem);
+    begin_closing(c);
+    return 1;
+}
+
 static void dispatch(rpc_conn_t *c, const uint8_t *payload, size_t len)
 {
     egm_rpc_server_t *s = c->server;
@@ -272,6 +307,8 @@ static void dispatch(rpc_conn_t *c, const uint8_t *payload, size_t len)
     egm_status_t status;
 
     stat_add(&s->stats.requests, 1);
+    if (auth_gate(c, payload, len))
+        return;
     if (fn == NULL) {
         stat_add(&s->stats.frames_rejected, 1);
         egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: unknown request type %u (id %llu)",
@@ -673,6 +710,10 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
                               "rpc server: max_frame_size %zu out of range 1..%u",
                               params->max_frame_size, UINT32_MAX);
 
+    if (params->auth_token != NULL && strlen(params->auth_token) > EGM_AUTH_TOKEN_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "rpc server: auth token longer than %d bytes",
+                              EGM_AUTH_TOKEN_MAX);
+
     s = egm_calloc(1, sizeof(*s), "rpc_server");
     if (s == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
@@ -681,6 +722,8 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
     s->unix_fd = -1;
     s->max_frame_size = params->max_frame_size;
     s->max_connections = params->max_connections ? params->max_connections : 1024;
+    if (params->auth_token != NULL)
+        snprintf(s->auth_token, sizeof(s->auth_token), "%s", params->auth_token);
     s->owner = s;
     pthread_mutex_init(&s->inbox_lock, NULL);
     s->rbuf = egm_malloc(READ_CHUNK, "rpc_server_rbuf");
@@ -751,6 +794,7 @@ egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_
     s->port = owner->port;
     s->max_frame_size = owner->max_frame_size;
     s->max_connections = owner->max_connections;
+    memcpy(s->auth_token, owner->auth_token, sizeof(s->auth_token));
     pthread_mutex_init(&s->inbox_lock, NULL);
     s->rbuf = egm_malloc(READ_CHUNK, "rpc_server_rbuf");
     if (s->rbuf == NULL) {
@@ -840,6 +884,7 @@ void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_
     stats_p->requests = __atomic_load_n(&server->stats.requests, __ATOMIC_RELAXED);
     stats_p->frames_rejected = __atomic_load_n(&server->stats.frames_rejected, __ATOMIC_RELAXED);
     stats_p->connections_unix = __atomic_load_n(&server->stats.connections_unix, __ATOMIC_RELAXED);
+    stats_p->auth_failures = __atomic_load_n(&server->stats.auth_failures, __ATOMIC_RELAXED);
 }
 
 void egm__rpc_server_group_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p)
@@ -854,6 +899,7 @@ void egm__rpc_server_group_stats(const egm_rpc_server_t *server, egm_rpc_server_
         stats_p->requests += one.requests;
         stats_p->frames_rejected += one.frames_rejected;
         stats_p->connections_unix += one.connections_unix;
+        stats_p->auth_failures += one.auth_failures;
     }
 }
 
@@ -882,6 +928,7 @@ void egm__rpc_server_destroy(egm_rpc_server_t *server)
                 owner->group[k] = owner->group[--owner->n_group];
     }
     pthread_mutex_destroy(&server->inbox_lock);
+    egm__secure_zero(server->auth_token, sizeof(server->auth_token));
     egm_free(server->rbuf);
     egm_free(server);
 }

@@ -31,6 +31,11 @@ typedef struct {
     uint16_t port;          /* 0 = any free port */
     size_t max_frame_size;  /* payload limit */
     size_t max_connections; /* 0 = 1024 */
+    /* Cluster token (copied; NULL or "" = none): each connection must first
+     * send an EGM_RPC_AUTH frame carrying it; any other frame before that, or
+     * a wrong token, gets an EGM_ERR_PERMISSION error reply ("auth required" /
+     * "auth token mismatch") and the connection is closed. */
+    const char *auth_token;
 } egm_rpc_server_params_t;
 
 typedef struct {
@@ -39,6 +44,7 @@ typedef struct {
     uint64_t requests;
     uint64_t frames_rejected;  /* bad magic/version/size/type/payload */
     uint64_t connections_unix; /* of connections_accepted: over the Unix listener */
+    uint64_t auth_failures;    /* frames refused for a missing or wrong cluster token */
 } egm_rpc_server_stats_t;
 
 /* Abstract Unix socket name ("@" = abstract namespace) under which a master

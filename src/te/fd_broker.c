@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "cuda/driver.h"
@@ -28,11 +29,83 @@ struct egm_fd_broker {
     egm_exposed_table_t *table;
     egm_te_counters_t *counters;
     const egm_cuda_api_t *api; /* NULL: no VMM descriptors served */
+    const egm_te_auth_t *auth; /* token and allowed gid (the te's) */
     char name[EGM_SHM_SOCKET_MAX];
     int listen_fd;
     int stop_fd; /* eventfd: wakes the thread to stop */
     pthread_t thread;
 };
+
+/* A refusal the peer can read: a reply with `status` and no descriptor. */
+static void refuse(int fd, egm_status_t status)
+{
+    uint8_t reply[EGM_BROKER_REPLY_SIZE] = {0};
+    egm__wire_put_u32(reply, EGM_BROKER_REPLY_MAGIC);
+    egm__wire_put_u32(reply + 4, (uint32_t)status);
+    struct timeval tv = {.tv_sec = BROKER_IO_TIMEOUT_MS / 1000, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    (void)egm__sock_write_full(fd, reply, sizeof(reply));
+}
+
+/* Same uid as ours, root, or the primary gid fd_allowed_gid names. */
+static egm_status_t peer_allowed(egm_fd_broker_t *broker, int fd, pid_t *pid_p)
+{
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    egm_status_t st = egm__sock_peer_cred(fd, pid_p, &uid, &gid);
+    if (st != EGM_OK)
+        return st;
+    if (uid == geteuid() || uid == 0)
+        return EGM_OK;
+    if (broker->auth != NULL && broker->auth->fd_allowed_gid >= 0 &&
+        (int64_t)gid == broker->auth->fd_allowed_gid)
+        return EGM_OK;
+    return egm__set_error(EGM_ERR_PERMISSION,
+                          "fd broker: peer pid %d runs as uid %u gid %u: neither our uid (%u), "
+                          "root, nor fd_allowed_gid",
+                          (int)*pid_p, (unsigned)uid, (unsigned)gid, (unsigned)geteuid());
+}
+
+/* Reads the request, after the cluster token when one comes first or is
+ * required. 0 = req filled; -1 = answered or gone (close). */
+static int read_request(egm_fd_broker_t *broker, int fd, pid_t pid,
+                        uint8_t req[EGM_BROKER_REQ_SIZE])
+{
+    const char *token = broker->auth != NULL ? broker->auth->token : NULL;
+    int required = token != NULL && token[0] != '\0';
+    const char *problem = NULL;
+
+    if (egm__sock_read_full_timeout(fd, req, 8, BROKER_IO_TIMEOUT_MS) != EGM_OK)
+        return -1;
+    if (egm__wire_get_u32(req) == EGM_BROKER_AUTH_MAGIC) {
+        uint32_t len = egm__wire_get_u32(req + 4);
+        char presented[EGM_AUTH_TOKEN_MAX + 1];
+        if (len > EGM_AUTH_TOKEN_MAX) {
+            problem = "auth token longer than the longest accepted";
+        } else {
+            if (egm__sock_read_full_timeout(fd, presented, len, BROKER_IO_TIMEOUT_MS) != EGM_OK)
+                return -1;
+            if (required && !egm__token_equal(token, presented, len))
+                problem = "auth token mismatch";
+            egm__secure_zero(presented, sizeof(presented));
+        }
+        if (problem == NULL &&
+            egm__sock_read_full_timeout(fd, req, 8, BROKER_IO_TIMEOUT_MS) != EGM_OK)
+            return -1;
+    } else if (required) {
+        problem = "auth required (no cluster token presented)";
+    }
+    if (problem != NULL) {
+        atomic_fetch_add(&broker->counters->auth_failures, 1);
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: pid %d refused: %s", (int)pid, problem);
+        refuse(fd, EGM_ERR_PERMISSION);
+        return -1;
+    }
+    if (egm__sock_read_full_timeout(fd, req + 8, EGM_BROKER_REQ_SIZE - 8, BROKER_IO_TIMEOUT_MS) !=
+        EGM_OK)
+        return -1;
+    return 0;
+}
 
 static void serve_one(egm_fd_broker_t *broker, int fd)
 {
@@ -40,15 +113,16 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
     uint8_t req[EGM_BROKER_REQ_SIZE];
     uint8_t reply[EGM_BROKER_REPLY_SIZE];
 
-    egm_status_t trust = egm__sock_peer_trusted(fd, "fd broker");
+    egm_status_t trust = peer_allowed(broker, fd, &pid);
     if (trust != EGM_OK) {
-        if (trust == EGM_ERR_PERMISSION)
+        if (trust == EGM_ERR_PERMISSION) {
             atomic_fetch_add(&broker->counters->shm_peers_refused, 1);
+            refuse(fd, EGM_ERR_PERMISSION);
+        }
         egm_log_ratelimited(EGM_LOG_WARN, 1, "%s: refused", egm_last_error());
         return;
     }
-    egm__sock_peer_cred(fd, &pid, NULL, NULL); /* for the log lines below */
-    if (egm__sock_read_full_timeout(fd, req, sizeof(req), BROKER_IO_TIMEOUT_MS) != EGM_OK)
+    if (read_request(broker, fd, pid, req) != 0)
         return;
     if (egm__wire_get_u32(req) != EGM_BROKER_MAGIC ||
         egm__wire_get_u16(req + 4) != EGM_BROKER_VERSION) {
@@ -156,7 +230,8 @@ static void *broker_main(void *arg)
 }
 
 egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
-                                  const egm_cuda_api_t *api, egm_fd_broker_t **broker_p)
+                                  const egm_cuda_api_t *api, const egm_te_auth_t *auth,
+                                  egm_fd_broker_t **broker_p)
 {
     egm_status_t st;
     egm_fd_broker_t *broker = egm_calloc(1, sizeof(*broker), "te.fd_broker");
@@ -165,6 +240,7 @@ egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t 
     broker->table = table;
     broker->counters = counters;
     broker->api = api;
+    broker->auth = auth;
     broker->listen_fd = -1;
     broker->stop_fd = -1;
 
@@ -220,7 +296,7 @@ const char *egm__fd_broker_name(const egm_fd_broker_t *broker)
 }
 
 egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_handle_kind_t kind,
-                                  int timeout_ms, int *fd_p, uint64_t *size_p)
+                                  const char *token, int timeout_ms, int *fd_p, uint64_t *size_p)
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
@@ -246,12 +322,22 @@ egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_hand
     setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 
+    if (token != NULL && token[0] != '\0') {
+        size_t len = strlen(token);
+        uint8_t auth[8];
+        egm__wire_put_u32(auth, EGM_BROKER_AUTH_MAGIC);
+        egm__wire_put_u32(auth + 4, (uint32_t)len);
+        if ((st = egm__sock_write_full(sock, auth, sizeof(auth))) != EGM_OK ||
+            (st = egm__sock_write_full(sock, token, len)) != EGM_OK)
+            goto err_sock;
+    }
     egm__wire_put_u32(req, EGM_BROKER_MAGIC);
     egm__wire_put_u16(req + 4, EGM_BROKER_VERSION);
     egm__wire_put_u16(req + 6, (uint16_t)kind);
     egm__wire_put_id(req + 8, segment);
-    if ((st = egm__sock_write_full(sock, req, sizeof(req))) != EGM_OK)
-        goto err_sock;
+    /* A broker that refused our token may close before reading the request:
+     * its answer, read below, says more than the failed write. */
+    (void)egm__sock_write_full(sock, req, sizeof(req));
     if ((st = egm__sock_recv_fd(sock, &fd, reply, sizeof(reply))) != EGM_OK)
         goto err_sock;
     if (egm__wire_get_u32(reply) != EGM_BROKER_REPLY_MAGIC) {
@@ -261,9 +347,15 @@ egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_hand
     }
     int32_t status = (int32_t)egm__wire_get_u32(reply + 4);
     if (status != EGM_OK) {
-        st = egm__set_error(
-            status < 0 && status >= EGM_STATUS_MIN ? (egm_status_t)status : EGM_ERR_PROTOCOL,
-            "segment %s: fd broker %s refused: %s", text, socket, egm_status_name(status));
+        const char *why = egm_status_name(status);
+        if (status == EGM_ERR_PERMISSION)
+            why = token == NULL || token[0] == '\0'
+                      ? "PERMISSION (auth required: the provider requires the cluster token "
+                        "(auth_token), or our uid is not allowed)"
+                      : "PERMISSION (auth token mismatch, or our uid is not allowed)";
+        st = egm__set_error(status < 0 && status >= EGM_STATUS_MIN ? (egm_status_t)status
+                                                                   : EGM_ERR_PROTOCOL,
+                            "segment %s: fd broker %s refused: %s", text, socket, why);
         goto err_fd;
     }
     if (fd < 0) {

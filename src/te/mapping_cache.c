@@ -41,10 +41,11 @@ struct egm_mapping_cache {
     egm_hashmap_t *retired; /* id -> marker: forgotten ids, never served again */
     uint64_t imports_total;
     uint64_t import_failures;
-    uint64_t live; /* mapped, including retired ones still referenced */
+    uint64_t live;     /* mapped, including retired ones still referenced */
+    const char *token; /* cluster token for fd brokers (the te's); NULL = none */
 };
 
-egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms,
+egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms, const char *token,
                                        egm_mapping_cache_t **cache_p)
 {
     egm_status_t st;
@@ -52,6 +53,7 @@ egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms
     if (cache == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "nvlink: out of memory");
     cache->api = api;
+    cache->token = token;
     cache->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
     if ((st = egm__hashmap_create(&cache->by_id)) != EGM_OK)
         goto err_cache;
@@ -145,7 +147,7 @@ static egm_status_t import_handle(egm_mapping_cache_t *cache, const egm_segment_
     /* posix_fd: the provider exports a descriptor for this request only. */
     int fd = -1;
     uint64_t size = 0;
-    st = egm__fd_broker_fetch(segment->shm_socket, segment->id, EGM_HANDLE_POSIX_FD,
+    st = egm__fd_broker_fetch(segment->shm_socket, segment->id, EGM_HANDLE_POSIX_FD, cache->token,
                               cache->timeout_ms, &fd, &size);
     if (st != EGM_OK)
         return st;

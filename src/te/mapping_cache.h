@@ -29,7 +29,8 @@ typedef struct {
 } egm_mapping_stats_t;
 
 /* `api` is the loaded driver; broker requests time out after timeout_ms. */
-egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms,
+/* token: the cluster token presented to fd brokers (borrowed: outlives the cache; NULL = none). */
+egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms, const char *token,
                                        egm_mapping_cache_t **cache_p);
 /* No copy may hold a mapping. Unmaps and releases everything. */
 void egm__mapping_cache_destroy(egm_mapping_cache_t *cache);

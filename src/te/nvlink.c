@@ -75,7 +75,8 @@ egm_status_t egm__nvlink_create(const egm_cuda_api_t *api, const egm_nvlink_para
         nv->params.prewarm_concurrency = EGM_PREWARM_DEFAULT_CONCURRENCY;
     if (nv->params.prewarm_concurrency > EGM_PREWARM_MAX_CONCURRENCY)
         nv->params.prewarm_concurrency = EGM_PREWARM_MAX_CONCURRENCY;
-    if ((st = egm__mapping_cache_create(api, params->timeout_ms, &nv->cache)) != EGM_OK) {
+    if ((st = egm__mapping_cache_create(api, params->timeout_ms, params->auth_token, &nv->cache)) !=
+        EGM_OK) {
         egm_free(nv);
         return st;
     }

@@ -31,6 +31,7 @@ typedef struct {
     uint64_t copy_chunk_bytes;
     int prewarm_off;         /* egm__nvlink_prewarm does nothing */
     int prewarm_concurrency; /* 0 = EGM_PREWARM_DEFAULT_CONCURRENCY */
+    const char *auth_token;  /* for fd brokers (borrowed: outlives the nvlink object) */
 } egm_nvlink_params_t;
 
 typedef struct {

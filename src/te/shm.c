@@ -33,9 +33,10 @@ struct egm_shm_cache {
     pthread_mutex_t lock;
     egm_hashmap_t *by_id; /* id bytes -> mapping_t* */
     uint64_t live;        /* mapped, including forgotten ones still in use */
+    const char *token;    /* cluster token for fd brokers (the te's) */
 };
 
-egm_status_t egm__shm_cache_create(egm_shm_cache_t **cache_p)
+egm_status_t egm__shm_cache_create(const char *token, egm_shm_cache_t **cache_p)
 {
     egm_status_t st;
     egm_shm_cache_t *cache = egm_calloc(1, sizeof(*cache), "te.shm");
@@ -46,6 +47,7 @@ egm_status_t egm__shm_cache_create(egm_shm_cache_t **cache_p)
         return st;
     }
     pthread_mutex_init(&cache->lock, NULL);
+    cache->token = token;
     *cache_p = cache;
     return EGM_OK;
 }
@@ -73,7 +75,8 @@ void egm__shm_cache_destroy(egm_shm_cache_t *cache)
 
 /* Ask the segment's fd broker for its memfd and map it. Slow (a connection and
  * an mmap), so it runs outside the cache lock. */
-static egm_status_t map_segment(const egm_segment_desc_t *segment, void **base_p)
+static egm_status_t map_segment(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
+                                void **base_p)
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
@@ -81,7 +84,7 @@ static egm_status_t map_segment(const egm_segment_desc_t *segment, void **base_p
 
     egm__id_format(segment->id, text);
     uint64_t size = 0;
-    if ((st = egm__fd_broker_fetch(segment->shm_socket, segment->id, EGM_HANDLE_MEMFD,
+    if ((st = egm__fd_broker_fetch(segment->shm_socket, segment->id, EGM_HANDLE_MEMFD, cache->token,
                                    BROKER_CLIENT_TIMEOUT_MS, &memfd, &size)) != EGM_OK) {
         char detail[256];
         snprintf(detail, sizeof(detail), "%s", egm_last_error());
@@ -140,7 +143,7 @@ static egm_status_t mapping_get(egm_shm_cache_t *cache, const egm_segment_desc_t
     pthread_mutex_unlock(&cache->lock);
 
     void *base = NULL;
-    if ((st = map_segment(segment, &base)) != EGM_OK) {
+    if ((st = map_segment(cache, segment, &base)) != EGM_OK) {
         egm_warn("%s", egm_last_error());
         return st;
     }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -31,10 +32,14 @@ struct egm_tcp_client {
     egm_hashmap_t *endpoints; /* name -> endpoint_t* */
     int io_timeout_ms;
     atomic_uint_fast64_t next_request_id;
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none presented */
 };
 
-egm_status_t egm__tcp_client_create(int io_timeout_ms, egm_tcp_client_t **client_p)
+egm_status_t egm__tcp_client_create(int io_timeout_ms, const char *token,
+                                    egm_tcp_client_t **client_p)
 {
+    if (token != NULL && strlen(token) > EGM_AUTH_TOKEN_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "tcp client: auth token too long");
     egm_status_t st;
     egm_tcp_client_t *client = egm_calloc(1, sizeof(*client), "te.tcp_client");
     if (client == NULL)
@@ -45,6 +50,8 @@ egm_status_t egm__tcp_client_create(int io_timeout_ms, egm_tcp_client_t **client
     }
     pthread_mutex_init(&client->lock, NULL);
     client->io_timeout_ms = io_timeout_ms > 0 ? io_timeout_ms : 10000;
+    if (token != NULL)
+        snprintf(client->auth_token, sizeof(client->auth_token), "%s", token);
     atomic_init(&client->next_request_id, 1);
     *client_p = client;
     return EGM_OK;
@@ -66,6 +73,7 @@ void egm__tcp_client_destroy(egm_tcp_client_t *client)
     }
     egm__hashmap_destroy(client->endpoints);
     pthread_mutex_destroy(&client->lock);
+    egm__secure_zero(client->auth_token, sizeof(client->auth_token));
     egm_free(client);
 }
 
@@ -99,6 +107,39 @@ static egm_status_t endpoint_get(egm_tcp_client_t *client, const char *name, end
 err_free:
     egm_free(ep);
     return st;
+}
+
+static egm_status_t read_reply(egm_tcp_client_t *client, int fd, uint64_t request_id,
+                               egm_tcp_reply_t *reply);
+
+/* Presents the cluster token on a new connection. */
+static egm_status_t authenticate(egm_tcp_client_t *client, int fd, const char *name)
+{
+    size_t len = strlen(client->auth_token);
+    uint8_t buf[EGM_TCP_REQ_SIZE];
+    egm_tcp_req_t req = {.magic = EGM_TCP_MAGIC,
+                         .version = EGM_TCP_VERSION,
+                         .op = EGM_TCP_OP_AUTH,
+                         .request_id = atomic_fetch_add(&client->next_request_id, 1),
+                         .length = len};
+    egm_tcp_reply_t reply;
+
+    egm__tcp_req_encode(&req, buf);
+    egm_status_t st = egm__sock_write_full(fd, buf, sizeof(buf));
+    if (st == EGM_OK)
+        st = egm__sock_write_full(fd, client->auth_token, len);
+    if (st == EGM_OK)
+        st = read_reply(client, fd, req.request_id, &reply);
+    if (st != EGM_OK) {
+        char detail[256];
+        snprintf(detail, sizeof(detail), "%s", egm_last_error());
+        return egm__set_error(st, "tcp: data server %s: authentication failed: %s", name, detail);
+    }
+    if (reply.status != EGM_OK)
+        return egm__set_error(EGM_ERR_PERMISSION,
+                              "tcp: data server %s refused our cluster token: auth token mismatch",
+                              name);
+    return EGM_OK;
 }
 
 /* A connection to the endpoint: an idle one (*reused_p = 1) or a new one. */
@@ -136,6 +177,10 @@ static egm_status_t conn_get(egm_tcp_client_t *client, const char *name, int *fd
     struct timeval tv = {.tv_sec = client->io_timeout_ms / 1000,
                          .tv_usec = (client->io_timeout_ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (client->auth_token[0] != '\0' && (st = authenticate(client, fd, name)) != EGM_OK) {
+        close(fd);
+        return st;
+    }
     *fd_p = fd;
     *reused_p = 0;
     return EGM_OK;
@@ -251,7 +296,11 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
         if (st != EGM_OK) {
             char detail[256];
             snprintf(detail, sizeof(detail), "%s",
-                     answered ? "refused by the server" : egm_last_error());
+                     !answered                       ? egm_last_error()
+                     : st != EGM_ERR_PERMISSION      ? "refused by the server"
+                     : client->auth_token[0] == '\0' ? "auth required: the data server requires "
+                                                       "the cluster token (auth_token)"
+                                                     : "auth token mismatch");
             return egm__set_error(st, "tcp: %s of segment %s [%" PRIu64 ", +%zu) at %s: %s: %s",
                                   dir == EGM_TE_READ ? "READ" : "WRITE",
                                   egm__id_format(segment, text), offset, n, endpoint,

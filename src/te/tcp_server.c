@@ -17,6 +17,7 @@
 
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
 
@@ -25,6 +26,7 @@ typedef struct conn conn_t;
 struct egm_tcp_server {
     egm_exposed_table_t *table;
     egm_te_counters_t *counters;
+    const egm_te_auth_t *auth;
     int listen_fd;
     int stop_fd; /* eventfd: wakes the accept thread to stop */
     uint16_t port;
@@ -134,12 +136,57 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
     return 0;
 }
 
+/* The cluster token gate: 1 when the request was the connection's
+ * authentication (answered: *close_p says whether it failed) or was refused
+ * for want of one (answered, *close_p = 1); 0 when it goes on to be served. */
+static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req, int *authed_p,
+                     int *close_p)
+{
+    const char *token = server->auth != NULL ? server->auth->token : NULL;
+    int required = token != NULL && token[0] != '\0';
+    const char *problem;
+
+    *close_p = 0;
+    if (req->op != EGM_TCP_OP_AUTH) {
+        if (*authed_p || !required)
+            return 0;
+        problem = "auth required (no cluster token presented)";
+    } else if (req->length > EGM_AUTH_TOKEN_MAX) {
+        problem = "auth token longer than the longest accepted";
+    } else {
+        char presented[EGM_AUTH_TOKEN_MAX + 1];
+        egm_status_t st =
+            egm__sock_read_full_timeout(fd, presented, (size_t)req->length, server->io_timeout_ms);
+        int ok =
+            st == EGM_OK && (!required || egm__token_equal(token, presented, (size_t)req->length));
+        egm__secure_zero(presented, sizeof(presented));
+        if (st != EGM_OK) {
+            *close_p = 1;
+            return 1;
+        }
+        if (ok) {
+            *authed_p = 1;
+            if (send_reply(fd, req->request_id, EGM_OK, 0) != EGM_OK)
+                *close_p = 1;
+            return 1;
+        }
+        problem = "auth token mismatch";
+    }
+    atomic_fetch_add(&server->counters->auth_failures, 1);
+    egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: request %" PRIu64 " refused: %s",
+                        req->request_id, problem);
+    (void)send_reply(fd, req->request_id, EGM_ERR_PERMISSION, 0);
+    *close_p = 1;
+    return 1;
+}
+
 static void *conn_main(void *arg)
 {
     conn_t *conn = arg;
     egm_tcp_server_t *server = conn->server;
     uint8_t buf[EGM_TCP_REQ_SIZE];
     egm_tcp_req_t req;
+    int authed = 0, close_now = 0;
 
     /* Between requests a connection may idle as long as it likes (clients pool
      * them); stop wakes this read with shutdown(). */
@@ -149,6 +196,11 @@ static void *conn_main(void *arg)
             egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: request %s: closing",
                                 egm_last_error());
             break;
+        }
+        if (auth_gate(server, conn->fd, &req, &authed, &close_now)) {
+            if (close_now)
+                break;
+            continue;
         }
         if (serve_request(server, conn->fd, &req) != 0)
             break;
@@ -249,8 +301,8 @@ static void *accept_main(void *arg)
 }
 
 egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
-                                   const char *host, uint16_t port, int io_timeout_ms,
-                                   egm_tcp_server_t **server_p)
+                                   const egm_te_auth_t *auth, const char *host, uint16_t port,
+                                   int io_timeout_ms, egm_tcp_server_t **server_p)
 {
     egm_status_t st;
     egm_tcp_server_t *server = egm_calloc(1, sizeof(*server), "te.tcp_server");
@@ -258,6 +310,7 @@ egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t
         return egm__set_error(EGM_ERR_NO_MEMORY, "tcp server: out of memory");
     server->table = table;
     server->counters = counters;
+    server->auth = auth;
     server->io_timeout_ms = io_timeout_ms > 0 ? io_timeout_ms : 10000;
     pthread_mutex_init(&server->lock, NULL);
 

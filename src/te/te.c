@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "cuda/driver.h"
@@ -41,7 +42,9 @@ struct egm_te {
     char cuda_missing[256];
     egm_nvlink_t *nvlink; /* non-NULL exactly when cuda is */
 
-    pthread_mutex_t servers_lock; /* servers start on the first expose */
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none */
+    egm_te_auth_t auth;                      /* points at auth_token */
+    pthread_mutex_t servers_lock;            /* servers start on the first expose */
     egm_fd_broker_t *broker;
     egm_tcp_server_t *server;
 };
@@ -82,7 +85,8 @@ static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
                               .copy_max_inflight_bytes = params->copy_max_inflight_bytes,
                               .copy_chunk_bytes = params->copy_chunk_bytes,
                               .prewarm_off = params->prewarm_off,
-                              .prewarm_concurrency = params->prewarm_concurrency};
+                              .prewarm_concurrency = params->prewarm_concurrency,
+                              .auth_token = te->auth_token};
     if ((st = egm__nvlink_create(api, &np, &te->nvlink)) != EGM_OK)
         return st;
     te->cuda = api;
@@ -136,13 +140,19 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
     }
     if ((st = copy_param("host_id", egm__host_id(), te->host_id, sizeof(te->host_id))) != EGM_OK)
         goto err_te;
+    if (params->auth_token != NULL &&
+        (st = copy_param("auth_token", params->auth_token, te->auth_token,
+                         sizeof(te->auth_token))) != EGM_OK)
+        goto err_te;
+    te->auth.token = te->auth_token;
+    te->auth.fd_allowed_gid = params->fd_gid_allowed ? params->fd_allowed_gid : -1;
     pthread_mutex_init(&te->servers_lock, NULL);
 
     if ((st = egm__exposed_create(&te->exposed)) != EGM_OK)
         goto err_lock;
-    if ((st = egm__shm_cache_create(&te->shm)) != EGM_OK)
+    if ((st = egm__shm_cache_create(te->auth_token, &te->shm)) != EGM_OK)
         goto err_exposed;
-    if ((st = egm__tcp_client_create(te->io_timeout_ms, &te->tcp)) != EGM_OK)
+    if ((st = egm__tcp_client_create(te->io_timeout_ms, te->auth_token, &te->tcp)) != EGM_OK)
         goto err_shm;
     if ((st = cuda_open(te, params)) != EGM_OK)
         goto err_tcp;
@@ -174,6 +184,7 @@ void egm__te_destroy(egm_te_t *te)
     egm__shm_cache_destroy(te->shm);
     egm__exposed_destroy(te->exposed);
     pthread_mutex_destroy(&te->servers_lock);
+    egm__secure_zero(te->auth_token, sizeof(te->auth_token));
     egm_free(te);
 }
 
@@ -183,12 +194,12 @@ static egm_status_t start_servers(egm_te_t *te)
 
     pthread_mutex_lock(&te->servers_lock);
     if (te->broker == NULL) {
-        st = egm__fd_broker_start(te->exposed, &te->counters, te->cuda, &te->broker);
+        st = egm__fd_broker_start(te->exposed, &te->counters, te->cuda, &te->auth, &te->broker);
         if (st != EGM_OK)
             goto out;
     }
     if (te->server == NULL) {
-        st = egm__tcp_server_start(te->exposed, &te->counters,
+        st = egm__tcp_server_start(te->exposed, &te->counters, &te->auth,
                                    te->has_listen_host ? te->listen_host : NULL, te->data_port,
                                    te->io_timeout_ms, &te->server);
         if (st != EGM_OK)
@@ -798,6 +809,7 @@ void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
     stats_p->shm_fds_sent = atomic_load(&te->counters.shm_fds_sent);
     stats_p->shm_peers_refused = atomic_load(&te->counters.shm_peers_refused);
     stats_p->vmm_fds_sent = atomic_load(&te->counters.vmm_fds_sent);
+    stats_p->auth_failures = atomic_load(&te->counters.auth_failures);
     if (te->nvlink != NULL) {
         egm_nvlink_stats_t ns;
         egm__nvlink_stats(te->nvlink, &ns);

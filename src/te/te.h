@@ -55,6 +55,14 @@ typedef struct {
     /* Pressure of GPU copies (docs/configuration.md): 0 = unbounded. */
     uint64_t copy_max_inflight_bytes; /* nvlink_max_inflight_bytes */
     uint64_t copy_chunk_bytes;        /* nvlink_chunk_size: 0 or >= EGM_TE_CHUNK_MIN */
+    /* Cluster token (copied; NULL or "" = none): required by this process's
+     * tcp data server and fd socket, and presented to other providers'. */
+    const char *auth_token;
+    /* fd socket: when fd_gid_allowed, a peer whose primary gid is
+     * fd_allowed_gid may fetch descriptors besides our uid and root (so that
+     * zeroed params allow no group). */
+    int fd_gid_allowed;
+    int64_t fd_allowed_gid;
 } egm_te_params_t;
 
 /* Smallest nonzero chunk and in-flight bound: pieces below a page are only overhead. */
@@ -79,6 +87,7 @@ typedef struct {
     uint64_t tcp_requests_refused; /* bounds or unknown segment */
     uint64_t shm_fds_sent;
     uint64_t shm_peers_refused;
+    uint64_t auth_failures; /* tcp data server and fd socket: cluster token missing or wrong */
     uint64_t mappings_live; /* shm + nvlink */
     /* nvlink (consumer side) */
     uint64_t nvlink_imports_total; /* VMM handles imported and mapped */

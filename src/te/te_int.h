@@ -21,8 +21,15 @@ typedef struct {
     atomic_uint_fast64_t tcp_requests_refused;
     atomic_uint_fast64_t shm_fds_sent;
     atomic_uint_fast64_t shm_peers_refused;
-    atomic_uint_fast64_t vmm_fds_sent; /* posix_fd handles exported to consumers */
+    atomic_uint_fast64_t vmm_fds_sent;  /* posix_fd handles exported to consumers */
+    atomic_uint_fast64_t auth_failures; /* tcp/fd peers refused: cluster token missing or wrong */
 } egm_te_counters_t;
+
+/* The provider servers' access rules (the te's; outlive the servers). */
+typedef struct {
+    const char *token;      /* cluster token; "" = none required */
+    int64_t fd_allowed_gid; /* fd socket: also this primary gid; -1 = none */
+} egm_te_auth_t;
 
 /* ---- exposed segments (provider side) ------------------------------------- */
 typedef struct egm_exposed_table egm_exposed_table_t;
@@ -68,6 +75,9 @@ size_t egm__exposed_count(egm_exposed_table_t *table);
 #define EGM_TCP_VERSION 1u
 #define EGM_TCP_OP_READ 1u
 #define EGM_TCP_OP_WRITE 2u
+/* First request of a connection to a server with a cluster token: `length`
+ * bytes of token follow the header; answered OK or PERMISSION (then closed). */
+#define EGM_TCP_OP_AUTH 3u
 #define EGM_TCP_REQ_SIZE 48u
 #define EGM_TCP_REPLY_SIZE 24u
 #define EGM_TCP_MAX_REQUEST (1ull << 30)   /* server refuses longer requests */
@@ -100,6 +110,9 @@ void egm__tcp_reply_decode(const uint8_t in[EGM_TCP_REPLY_SIZE], egm_tcp_reply_t
 #define EGM_BROKER_VERSION 1u
 #define EGM_BROKER_REQ_SIZE 24u   /* magic u32, version u16, reserved u16, segment id 16 */
 #define EGM_BROKER_REPLY_SIZE 16u /* magic u32, status i32, size u64 */
+/* Sent before the request when the consumer has a cluster token: magic u32,
+ * token length u32, then the token's bytes. */
+#define EGM_BROKER_AUTH_MAGIC 0x41474d45u /* "EMGA" */
 
 void egm__wire_put_u16(uint8_t *p, uint16_t v);
 void egm__wire_put_u32(uint8_t *p, uint32_t v);
@@ -120,7 +133,8 @@ typedef struct egm_fd_broker egm_fd_broker_t;
  * the segment's VMM allocation (through `api`; NULL: none served), closed here
  * once sent. A kind the segment does not have is answered SEGMENT_NOT_FOUND. */
 egm_status_t egm__fd_broker_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
-                                  const egm_cuda_api_t *api, egm_fd_broker_t **broker_p);
+                                  const egm_cuda_api_t *api, const egm_te_auth_t *auth,
+                                  egm_fd_broker_t **broker_p);
 void egm__fd_broker_stop(egm_fd_broker_t *broker);
 /* "@egmstore-..." (the '@' stands for the abstract namespace's leading NUL). */
 const char *egm__fd_broker_name(const egm_fd_broker_t *broker);
@@ -129,12 +143,13 @@ const char *egm__fd_broker_name(const egm_fd_broker_t *broker);
  * root. *fd_p is the caller's to close; *size_p is the size the provider
  * reports. Broker gone -> UNREACHABLE; refused -> the provider's status. */
 egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_handle_kind_t kind,
-                                  int timeout_ms, int *fd_p, uint64_t *size_p);
+                                  const char *token, int timeout_ms, int *fd_p, uint64_t *size_p);
 
 /* ---- shm mapping cache (consumer side) ------------------------------------ */
 typedef struct egm_shm_cache egm_shm_cache_t;
 
-egm_status_t egm__shm_cache_create(egm_shm_cache_t **cache_p);
+/* token: the cluster token presented to fd brokers (borrowed; outlives the cache). */
+egm_status_t egm__shm_cache_create(const char *token, egm_shm_cache_t **cache_p);
 /* No transfer may be running. Unmaps everything. */
 void egm__shm_cache_destroy(egm_shm_cache_t *cache);
 /* Copy between local memory and the segment, mapping it first if needed.
@@ -162,15 +177,17 @@ egm_status_t egm__tcp_req_parse(const uint8_t in[EGM_TCP_REQ_SIZE], egm_tcp_req_
 egm_status_t egm__tcp_req_check(egm_exposed_table_t *table, const egm_tcp_req_t *req,
                                 egm_exposed_t **seg_p);
 egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t *counters,
-                                   const char *host, uint16_t port, int io_timeout_ms,
-                                   egm_tcp_server_t **server_p);
+                                   const egm_te_auth_t *auth, const char *host, uint16_t port,
+                                   int io_timeout_ms, egm_tcp_server_t **server_p);
 void egm__tcp_server_stop(egm_tcp_server_t *server);
 uint16_t egm__tcp_server_port(const egm_tcp_server_t *server);
 
 /* ---- tcp data client (consumer side) -------------------------------------- */
 typedef struct egm_tcp_client egm_tcp_client_t;
 
-egm_status_t egm__tcp_client_create(int io_timeout_ms, egm_tcp_client_t **client_p);
+/* token: presented first on every new connection ("" = none; copied). */
+egm_status_t egm__tcp_client_create(int io_timeout_ms, const char *token,
+                                    egm_tcp_client_t **client_p);
 void egm__tcp_client_destroy(egm_tcp_client_t *client);
 /* Moves [offset, offset+length) of the segment at `endpoint` ("host:port") in
  * requests of at most EGM_TCP_CLIENT_CHUNK bytes. */

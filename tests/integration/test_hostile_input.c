@@ -90,7 +90,8 @@ static void assert_still_serving(void)
     assert_int_equal(egm_exist(tcp_client, "never/put"), EGM_ERR_NOT_FOUND);
     if (broker[0] != '\0') {
         assert_int_equal(
-            egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, IO_MS, &fd, &size), EGM_OK);
+            egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
+            EGM_OK);
         struct stat st;
         assert_int_equal(fstat(fd, &st), 0);
         assert_true((uint64_t)st.st_size >= segment_size);
@@ -530,8 +531,9 @@ static void test_fd_broker(void **state)
     int silent;
     assert_int_equal(egm__sock_unix_connect(broker, &silent), EGM_OK);
     uint64_t size = 0;
-    assert_int_equal(egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, IO_MS, &fd, &size),
-                     EGM_OK);
+    assert_int_equal(
+        egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
+        EGM_OK);
     assert_int_equal(size, segment_size);
     close(fd);
     close(silent);

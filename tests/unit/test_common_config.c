@@ -66,6 +66,9 @@ static void test_key_table_names_order_defaults(void **state)
         {"nvlink_max_inflight_bytes", "0"},
         {"nvlink_chunk_size", "0"},
         {"nvlink_low_priority_stream", "false"},
+        {"auth_token", ""},
+        {"auth_token_file", ""},
+        {"fd_allowed_gid", "-1"},
     };
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);

@@ -417,7 +417,7 @@ static void test_fabric_device_round_trip(void **state)
                      EGM_ERR_NOT_SUPPORTED);
     /* And the data server refuses it by name even when asked directly. */
     egm_tcp_client_t *tcp;
-    assert_int_equal(egm__tcp_client_create(2000, &tcp), EGM_OK);
+    assert_int_equal(egm__tcp_client_create(2000, NULL, &tcp), EGM_OK);
     assert_int_equal(egm__tcp_client_transfer(tcp, fx->descs[h].tcp_endpoint, d->id, 0, buf,
                                               sizeof(buf), EGM_TE_READ),
                      EGM_ERR_NOT_SUPPORTED);
@@ -583,7 +583,7 @@ static void test_forget_in_flight(void **state)
     egm_mapping_t *m = NULL;
     egm_mapping_stats_t ms;
     int imported = 0;
-    assert_int_equal(egm__mapping_cache_create(cu, 2000, &cache), EGM_OK);
+    assert_int_equal(egm__mapping_cache_create(cu, 2000, NULL, &cache), EGM_OK);
 
     /* A copy holds the mapping ... */
     assert_int_equal(egm__mapping_acquire(cache, d, &m, &imported), EGM_OK);
@@ -826,8 +826,9 @@ static void test_expose_checks(void **state)
     /* A memfd request for a VMM segment gets no descriptor. */
     int fd = -1;
     uint64_t size = 0;
-    assert_int_equal(egm__fd_broker_fetch(d.shm_socket, d.id, EGM_HANDLE_MEMFD, 2000, &fd, &size),
-                     EGM_ERR_SEGMENT_NOT_FOUND);
+    assert_int_equal(
+        egm__fd_broker_fetch(d.shm_socket, d.id, EGM_HANDLE_MEMFD, NULL, 2000, &fd, &size),
+        EGM_ERR_SEGMENT_NOT_FOUND);
     assert_int_equal(fd, -1);
     assert_int_equal(egm__te_withdraw_segment(fx->provider, d.id), EGM_OK);
     vchunk_destroy(&c);

@@ -620,7 +620,11 @@ static void test_fd_broker_refuses_other_users(void **state)
         (void)send(fd, req, sizeof(req), MSG_NOSIGNAL);
         char reply[EGM_BROKER_REPLY_SIZE];
         ssize_t n = recv(fd, reply, sizeof(reply), 0);
-        _exit(n <= 0 ? 0 : 1); /* refused = closed without a reply */
+        /* refused = a PERMISSION reply without a descriptor, then closed */
+        _exit(n == (ssize_t)sizeof(reply) &&
+                      egm__wire_get_u32((const uint8_t *)reply + 4) == (uint32_t)EGM_ERR_PERMISSION
+                  ? 0
+                  : 1);
     }
     int wstatus;
     assert_int_equal(waitpid(pid, &wstatus, 0), pid);
