@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "support/testutil.h"
@@ -451,6 +452,69 @@ static void test_file_refuses_devices_and_nul_bytes(void **state)
     egm_config_destroy(c);
 }
 
+static void write_token_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+/* auth_token / auth_token_file: the trailing newline goes, a file others may
+ * read, both keys, an empty or multi-line file are errors naming the key and
+ * never the token. */
+static void test_auth_token_keys(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/egm-token-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof(path), "%s/t", dir);
+    char token[EGM_AUTH_TOKEN_MAX + 1];
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_OK);
+    assert_string_equal(token, ""); /* none by default */
+    assert_int_equal(egm_config_set(c, "auth_token", "inline-secret"), EGM_OK);
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_OK);
+    assert_string_equal(token, "inline-secret");
+
+    write_token_file(path, "file-secret\r\n", 0600);
+    assert_int_equal(egm_config_set(c, "auth_token_file", path), EGM_OK);
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "both set"));
+    assert_int_equal(egm_config_set(c, "auth_token", ""), EGM_OK);
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_OK);
+    assert_string_equal(token, "file-secret");
+
+    const mode_t bad_modes[] = {0640, 0604, 0660};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(chmod(path, bad_modes[i]), 0);
+        assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_ERR_CONFIG);
+        assert_non_null(strstr(egm_last_error(), "auth_token_file"));
+        assert_null(strstr(egm_last_error(), "file-secret"));
+        assert_string_equal(token, "");
+    }
+    write_token_file(path, "\n", 0600);
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_ERR_CONFIG);
+    write_token_file(path, "two\nlines\n", 0600);
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_ERR_CONFIG);
+    assert_null(strstr(egm_last_error(), "lines"));
+    unlink(path);
+    assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "auth_token_file"));
+    rmdir(dir);
+    egm_config_destroy(c);
+
+    assert_true(egm__token_equal("abc", "abc", 3));
+    assert_false(egm__token_equal("abc", "abd", 3));
+    assert_false(egm__token_equal("abc", "ab", 2));
+    assert_false(egm__token_equal("abc", "abcd", 4));
+    assert_false(egm__token_equal("", "", 0)); /* an empty token never matches */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -469,6 +533,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_auth_token_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_nvlink_pressure_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
