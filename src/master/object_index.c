@@ -618,7 +618,8 @@ static egm_status_t place_replicas(egm_object_index_t *index, egm_object_t *obj,
                 .index = i,
             };
         }
-        qsort(index->ranked, n, sizeof(*index->ranked), cmp_ranked);
+        if (n > 1) /* with no segment the scratch is NULL: qsort's arguments must not be */
+            qsort(index->ranked, n, sizeof(*index->ranked), cmp_ranked);
         for (size_t i = 0; i < n && obj->n_replicas < want; i++)
             try_segment(obj, egm__segment_table_at(table, index->ranked[i].index));
         break;

@@ -488,6 +488,9 @@ static void test_free_ratio_first(void **state)
     egm_objects_params_t p = quiet_params();
     p.placement = EGM_PLACEMENT_FREE_RATIO_FIRST;
     reinit(&p);
+    /* No segment yet: NO_SPACE, with nothing to rank (UBSan once saw qsort(NULL, 0):
+     * fuzz/regressions/master_rpc/free-ratio-first-no-segment) */
+    assert_int_equal(put("nowhere", 1), EGM_ERR_NO_SPACE);
     egm_segment_t *big = mount_named("big", "h", 2 * SEG), *small = mount_named("small", "h", SEG);
     const char *pref_big[] = {"big"};
     egm_put_config_t cfg = {.replica_num = 1, .preferred_segments = pref_big, .n_preferred = 1};
