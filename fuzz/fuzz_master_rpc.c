@@ -8,6 +8,10 @@
  *             run the periodic tick (client expiry, the pending sweep, eviction)
  *   u16 len   (LE) payload bytes that follow (fewer at the end of the input)
  *   payload   the request message, given to the handler in an exact-size copy
+ * A first call of type 15 (an unknown type anywhere else) sets the index
+ * instead: payload byte 0 % 3 the placement strategy (random,
+ * free_ratio_first, local_first), byte 1 the eviction high watermark
+ * (byte / 255), byte 2 the eviction ratio (byte / 255).
  * The clock is the target's; the index's random placement is seeded the same
  * for every input (getrandom below), so the same input does the same.
  *
@@ -28,6 +32,7 @@
 #include "te/segment.h"
 
 #define MAX_CALLS 64
+#define SETTINGS_TYPE 15
 
 static uint64_t fake_now;
 static uint64_t rng = 1;
@@ -167,6 +172,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     params.lease_ttl_ms = 5000;
     params.soft_pin_ttl_ms = 20000;
     params.pending_timeout_ms = 4000;
+    if (size >= 3 && (data[0] & 0x0f) == SETTINGS_TYPE) {
+        fuzz_u8(&in);
+        size_t len;
+        uint8_t *set = fuzz_bytes(&in, fuzz_u16(&in), &len);
+        if (len > 0)
+            params.placement = (egm_placement_t)(set[0] % 3);
+        if (len > 1)
+            params.eviction_high_watermark = set[1] / 255.0;
+        if (len > 2)
+            params.eviction_ratio = set[2] / 255.0;
+        free(set);
+        if (egm__objects_params_check(&params) != EGM_OK) {
+            deterministic = 0;
+            return 0;
+        }
+    }
     FUZZ_CHECK(egm__master_state_init_with(&st, &params, 3000) == EGM_OK);
     st.now_ms = clock_ms;
 

@@ -338,6 +338,24 @@ static void make_master_rpc(void)
     list(b, client_a);
     put_file("master_rpc", "client_expiry", b->data, b->len);
 
+    for (int placement = 0; placement < 3; placement++) {
+        static const uint8_t settings[3][3] = {{0, 255, 25}, {1, 200, 50}, {2, 128, 128}};
+        b->len = 0; /* a placement strategy, a watermark that evicts, two providers */
+        add_u8(b, 15);
+        add_u8(b, 3);
+        add_u8(b, 0);
+        add(b, settings[placement], 3);
+        mount(b, client_b, &small, 1, 0);
+        mount(b, client_a, three, 3, 1);
+        ping(b, EGM_RPC_PING, client_a, 0, "host-a");
+        put_start(b, client_a, 4, k4, s4, 2, 0, 0, NULL);
+        keys(b, EGM_RPC_PUT_END, client_a, 4, k4, 0);
+        put_start(b, client_a, 4, k4, big, 1, 0, 0, NULL);
+        keys(b, TICK(1) | EGM_RPC_GET_REPLICA_LIST, client_a, 4, k4, 0);
+        snprintf(name, sizeof(name), "settings_placement%d", placement);
+        put_file("master_rpc", name, b->data, b->len);
+    }
+
     b->len = 0; /* a full pool: eviction, pins */
     mount(b, client_b, &small, 1, 0);
     put_start(b, client_a, 1, k4, big, 1, 0, 1, NULL);
