@@ -44,12 +44,7 @@ const char egm__bdata_usage[] =
     "  --no-ceiling       skip the memcpy / cuMemcpy ceiling measurements\n"
     "  --smoke            a seconds-long run of every workload with tiny sizes (CI)\n";
 
-typedef struct {
-    const char *name;
-    int has_value;
-} flag_t;
-
-static const flag_t flags[] = {
+static const egm_bench_flag_t flags[] = {
     {"--workload", 1},   {"--sizes", 1},        {"--keys", 1},        {"--block", 1},
     {"--dist", 1},       {"--read-ratio", 1},   {"--clients", 1},     {"--procs", 1},
     {"--protocol", 1},   {"--memory", 1},       {"--pool", 1},        {"--pool-size", 1},
@@ -149,19 +144,6 @@ static int parse_memory(const char *text, egm_bdata_opts_t *o)
     return -1;
 }
 
-static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max, uint64_t *out)
-{
-    char *end = NULL;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (text[0] == '\0' || text[0] == '-' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "egmstore: error: %s: \"%s\", must be an integer %llu..%llu\n", flag, text,
-                (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_size(const char *flag, const char *text, uint64_t min, uint64_t *out)
 {
     int n = 0;
@@ -186,7 +168,7 @@ static int apply_shape(egm_bdata_opts_t *o, const char *name, const char *v)
     if (strcmp(name, "--sizes") == 0)
         return egm__bench_parse_sizes(name, v, 1, o->sizes, EGM_BDATA_MAX_LIST, &o->n_sizes);
     if (strcmp(name, "--keys") == 0)
-        return parse_u64(name, v, 1, 1u << 24, &o->keys);
+        return egm__bench_parse_u64(name, v, 1, 1u << 24, &o->keys);
     if (strcmp(name, "--block") == 0)
         return parse_size(name, v, 1, &o->block);
     if (strcmp(name, "--dist") == 0)
@@ -219,7 +201,7 @@ static int apply_run(egm_bdata_opts_t *o, const char *name, const char *v)
     if (strcmp(name, "--seconds") == 0)
         return egm__bench_parse_double(name, v, 0.001, 3600, &o->seconds);
     if (strcmp(name, "--iters") == 0)
-        return parse_u64(name, v, 1, 1000000000ull, &o->iters);
+        return egm__bench_parse_u64(name, v, 1, 1000000000ull, &o->iters);
     if (strcmp(name, "--fill") == 0)
         return egm__bench_parse_double(name, v, 0.01, 0.99, &o->fill);
     if (strcmp(name, "--ceiling") == 0 || strcmp(name, "--no-ceiling") == 0)
@@ -250,7 +232,7 @@ static int apply_child(egm_bdata_opts_t *o, const char *name, const char *v)
         o->child_prefix = v;
         return 0;
     }
-    if (parse_u64(name, v, 0, 1u << 30, &u) != 0)
+    if (egm__bench_parse_u64(name, v, 0, 1u << 30, &u) != 0)
         return -1;
     if (strcmp(name, "--child-index") == 0)
         o->child_index = (int)u;
@@ -274,30 +256,13 @@ int egm__bdata_parse(int argc, char **argv, egm_bdata_opts_t *o, char **rest, in
 {
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i], *eq = strchr(arg, '=');
-        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        const flag_t *flag = NULL;
         char name[64];
-        for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++)
-            if (nlen == strlen(flags[k].name) && strncmp(arg, flags[k].name, nlen) == 0)
-                flag = &flags[k];
-        if (flag == NULL) {
+        const char *value = NULL;
+        int rc = egm__bench_take_flag(argc, argv, &i, flags, sizeof(flags) / sizeof(flags[0]), name,
+                                      sizeof(name), &value);
+        if (rc == 0)
             rest[(*n_rest)++] = argv[i];
-            continue;
-        }
-        snprintf(name, sizeof(name), "%.*s", (int)nlen, arg);
-        const char *value = eq != NULL ? eq + 1 : NULL;
-        if (flag->has_value && value == NULL) {
-            if (i + 1 == argc) {
-                fprintf(stderr, "egmstore: error: %s needs a value\n", name);
-                return -1;
-            }
-            value = argv[++i];
-        } else if (!flag->has_value && value != NULL) {
-            fprintf(stderr, "egmstore: error: %s takes no value\n", name);
-            return -1;
-        }
-        if (apply(o, name, value) != 0)
+        else if (rc < 0 || apply(o, name, value) != 0)
             return -1;
     }
     return 0;

@@ -171,6 +171,57 @@ const char *egm__bench_build_commit(int *dirty_p)
     return EGM_BUILD_COMMIT;
 }
 
+int egm__bench_parse_size(const char *flag, const char *text, uint64_t min, uint64_t *out)
+{
+    if (egm__parse_size(flag, text, out) != EGM_OK || *out < min) {
+        fprintf(stderr, "egmstore: error: %s: \"%s\", must be a size of at least %llu bytes\n",
+                flag, text, (unsigned long long)min);
+        return -1;
+    }
+    return 0;
+}
+
+int egm__bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+                         uint64_t *out)
+{
+    char *end = NULL;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] == '\0' || text[0] == '-' || *end != '\0' || v < min || v > max) {
+        fprintf(stderr, "egmstore: error: %s: \"%s\", must be an integer %llu..%llu\n", flag, text,
+                (unsigned long long)min, (unsigned long long)max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int egm__bench_take_flag(int argc, char **argv, int *i_p, const egm_bench_flag_t *flags,
+                         size_t n_flags, char *name, size_t name_len, const char **value_p)
+{
+    const char *arg = argv[*i_p], *eq = strchr(arg, '=');
+    size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    const egm_bench_flag_t *flag = NULL;
+
+    for (size_t k = 0; k < n_flags; k++)
+        if (nlen == strlen(flags[k].name) && strncmp(arg, flags[k].name, nlen) == 0)
+            flag = &flags[k];
+    if (flag == NULL)
+        return 0;
+    snprintf(name, name_len, "%.*s", (int)nlen, arg);
+    *value_p = eq != NULL ? eq + 1 : NULL;
+    if (flag->has_value && *value_p == NULL) {
+        if (*i_p + 1 == argc) {
+            fprintf(stderr, "egmstore: error: %s needs a value\n", name);
+            return -1;
+        }
+        *value_p = argv[++*i_p];
+    } else if (!flag->has_value && *value_p != NULL) {
+        fprintf(stderr, "egmstore: error: %s takes no value\n", name);
+        return -1;
+    }
+    return 1;
+}
+
 /* Splits text at commas into at most cap items; -1 (with an error) beyond. */
 static int split(const char *flag, const char *text, char items[][MAX_ITEM], int cap)
 {
@@ -199,11 +250,8 @@ int egm__bench_parse_sizes(const char *flag, const char *text, uint64_t min, uin
     if (n < 0)
         return -1;
     for (int i = 0; i < n; i++)
-        if (egm__parse_size(flag, items[i], &out[i]) != EGM_OK || out[i] < min) {
-            fprintf(stderr, "egmstore: error: %s: \"%s\", must be a size of at least %llu bytes\n",
-                    flag, items[i], (unsigned long long)min);
+        if (egm__bench_parse_size(flag, items[i], min, &out[i]) != 0)
             return -1;
-        }
     *n_p = n;
     return 0;
 }

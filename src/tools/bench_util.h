@@ -63,5 +63,24 @@ int egm__bench_parse_ints(const char *flag, const char *text, long min, long max
                           int *n_p);
 int egm__bench_parse_double(const char *flag, const char *text, double min, double max,
                             double *out);
+/* One size of at least min bytes ("4KiB"); one integer in [min, max]. The same
+ * one-line errors, -1. */
+int egm__bench_parse_size(const char *flag, const char *text, uint64_t min, uint64_t *out);
+int egm__bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+                         uint64_t *out);
+
+/* A bench command's own flag; has_value: it takes one (--name V or --name=V). */
+typedef struct {
+    const char *name;
+    int has_value;
+} egm_bench_flag_t;
+
+/* Whether argv[*i_p] is one of flags: 1 with its name in name[name_len] and
+ * *value_p its value (NULL for a flag without one), *i_p moved past a value
+ * given as the next item; 0 when it is none of them (left for the common
+ * parser); -1 after printing why (a missing value, or one given to a flag
+ * without). */
+int egm__bench_take_flag(int argc, char **argv, int *i_p, const egm_bench_flag_t *flags,
+                         size_t n_flags, char *name, size_t name_len, const char **value_p);
 
 #endif

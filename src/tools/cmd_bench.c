@@ -836,19 +836,6 @@ static const char bench_usage[] =
     "  --transport auto|tcp  auto: the master's local socket when it is on this host, as\n"
     "                     the client library does; tcp: always TCP (default auto)\n";
 
-static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max, uint64_t *out)
-{
-    char *end = NULL;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (text[0] == '\0' || text[0] == '-' || *end != '\0' || v < min || v > max) {
-        fprintf(stderr, "egmstore: error: %s: \"%s\", must be an integer %llu..%llu\n", flag, text,
-                (unsigned long long)min, (unsigned long long)max);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_levels(const char *text, bench_opts_t *o)
 {
     char buf[256];
@@ -861,7 +848,7 @@ static int parse_levels(const char *text, bench_opts_t *o)
             fprintf(stderr, "egmstore: error: --clients: at most %d counts\n", MAX_LEVELS);
             return -1;
         }
-        if (parse_u64("--clients", tok, 1, MAX_CLIENTS, &v) != 0)
+        if (egm__bench_parse_u64("--clients", tok, 1, MAX_CLIENTS, &v) != 0)
             return -1;
         o->levels[o->n_levels++] = (int)v;
     }
@@ -872,57 +859,37 @@ static int parse_levels(const char *text, bench_opts_t *o)
     return 0;
 }
 
-static int parse_size_flag(const char *flag, const char *text, uint64_t min, uint64_t *out)
-{
-    if (egm__parse_size(flag, text, out) != EGM_OK || *out < min) {
-        fprintf(stderr, "egmstore: error: %s: \"%s\", must be a size of at least %llu bytes\n",
-                flag, text, (unsigned long long)min);
-        return -1;
-    }
-    return 0;
-}
-
 /* Takes this command's own flags out of argv; the rest (config keys,
  * --master, --config, --help) is left for egm__cli_parse in *rest. */
 static int parse_opts(int argc, char **argv, bench_opts_t *o, char **rest, int *n_rest)
 {
+    static const egm_bench_flag_t own[] = {
+        {"--clients", 1},      {"--ops", 1},       {"--batch-ops", 1},   {"--seconds", 1},
+        {"--keys", 1},         {"--batch", 1},     {"--object-size", 1}, {"--segments", 1},
+        {"--segment-size", 1}, {"--transport", 1}, {"--out", 1},
+    };
     int have_ops = 0, have_seconds = 0;
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i], *value = NULL;
         char name[64];
-        const char *eq = strchr(arg, '=');
-        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        static const char *const own[] = {
-            "--clients",     "--ops",      "--batch-ops",    "--seconds",   "--keys", "--batch",
-            "--object-size", "--segments", "--segment-size", "--transport", "--out",
-        };
-        int mine = 0;
-        for (size_t k = 0; k < sizeof(own) / sizeof(own[0]); k++)
-            if (nlen == strlen(own[k]) && strncmp(arg, own[k], nlen) == 0)
-                mine = 1;
-        if (!mine) {
+        const char *value = NULL;
+        int taken = egm__bench_take_flag(argc, argv, &i, own, sizeof(own) / sizeof(own[0]), name,
+                                         sizeof(name), &value);
+        if (taken < 0)
+            return -1;
+        if (taken == 0) {
             rest[(*n_rest)++] = argv[i];
             continue;
-        }
-        snprintf(name, sizeof(name), "%.*s", (int)nlen, arg);
-        if (eq != NULL) {
-            value = eq + 1;
-        } else if (i + 1 < argc) {
-            value = argv[++i];
-        } else {
-            fprintf(stderr, "egmstore: error: %s needs a value\n", name);
-            return -1;
         }
         uint64_t v;
         int rc = 0;
         if (strcmp(name, "--clients") == 0) {
             rc = parse_levels(value, o);
         } else if (strcmp(name, "--ops") == 0) {
-            rc = parse_u64(name, value, 1, 1000000000ull, &o->ops);
+            rc = egm__bench_parse_u64(name, value, 1, 1000000000ull, &o->ops);
             have_ops = 1;
         } else if (strcmp(name, "--batch-ops") == 0) {
-            rc = parse_u64(name, value, 1, 1000000000ull, &o->batch_ops);
+            rc = egm__bench_parse_u64(name, value, 1, 1000000000ull, &o->batch_ops);
             have_ops = 1;
         } else if (strcmp(name, "--seconds") == 0) {
             char *end = NULL;
@@ -934,17 +901,17 @@ static int parse_opts(int argc, char **argv, bench_opts_t *o, char **rest, int *
                 rc = -1;
             }
         } else if (strcmp(name, "--keys") == 0) {
-            rc = parse_u64(name, value, 1, 100000000ull, &o->keys);
+            rc = egm__bench_parse_u64(name, value, 1, 100000000ull, &o->keys);
         } else if (strcmp(name, "--batch") == 0) {
-            rc = parse_u64(name, value, 1, MAX_BATCH, &v);
+            rc = egm__bench_parse_u64(name, value, 1, MAX_BATCH, &v);
             o->batch = (int)v;
         } else if (strcmp(name, "--object-size") == 0) {
-            rc = parse_size_flag(name, value, 1, &o->object_size);
+            rc = egm__bench_parse_size(name, value, 1, &o->object_size);
         } else if (strcmp(name, "--segments") == 0) {
-            rc = parse_u64(name, value, 1, EGM_MOUNT_MAX_SEGMENTS, &v);
+            rc = egm__bench_parse_u64(name, value, 1, EGM_MOUNT_MAX_SEGMENTS, &v);
             o->segments = (int)v;
         } else if (strcmp(name, "--segment-size") == 0) {
-            rc = parse_size_flag(name, value, 4096, &o->segment_size);
+            rc = egm__bench_parse_size(name, value, 4096, &o->segment_size);
         } else if (strcmp(name, "--transport") == 0) {
             if (strcmp(value, "auto") != 0 && strcmp(value, "tcp") != 0) {
                 fprintf(stderr, "egmstore: error: --transport: \"%s\", must be auto or tcp\n",
