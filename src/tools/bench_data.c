@@ -169,12 +169,16 @@ static int run_command(egm_cli_t *cli, const egm_bdata_opts_t *o)
     return rc;
 }
 
+static int take_flags(int argc, char **argv, void *o, char **rest, int *n_rest)
+{
+    return egm__bdata_parse(argc, argv, o, rest, n_rest);
+}
+
 int egm__cmd_bench_data(int argc, char **argv)
 {
     egm_bdata_opts_t o;
-    char **rest = egm_calloc((size_t)argc + 1, sizeof(*rest), "cli.argv");
     egm_cli_t cli;
-    int n_rest = 0, rc;
+    int rc;
 
     memset(&o, 0, sizeof(o));
     o.read_ratio = -1;
@@ -183,28 +187,12 @@ int egm__cmd_bench_data(int argc, char **argv)
     o.warm = -1;
     o.argc = argc;
     o.argv = argv;
-    if (rest == NULL)
-        return EGM_EXIT_FAIL;
-    if (egm__bdata_parse(argc, argv, &o, rest, &n_rest) != 0) {
-        egm_free(rest);
-        return EGM_EXIT_USAGE;
-    }
-    rc = egm__cli_parse(n_rest, rest, &cli);
-    egm_free(rest);
-    if (rc != EGM_EXIT_OK)
+    if (!egm__bench_cli(argc, argv, "data", egm__bdata_usage, take_flags, &o, &cli, &rc))
         return rc;
-    if (cli.help) {
-        printf("%s\n", egm__bdata_usage);
-        egm__cli_print_keys(stdout);
-    } else if (cli.argc > 0) {
-        fprintf(stderr, "egmstore: error: bench data: unexpected argument \"%s\"\n", cli.argv[0]);
+    if (egm__bdata_defaults(&o, !egm__config_is_set(cli.config, "master_server_addr")) != 0)
         rc = EGM_EXIT_USAGE;
-    } else if (egm__bdata_defaults(&o, !egm__config_is_set(cli.config, "master_server_addr")) !=
-               0) {
-        rc = EGM_EXIT_USAGE;
-    } else {
+    else
         rc = run_command(&cli, &o);
-    }
     egm__cli_cleanup(&cli);
     return rc;
 }

@@ -222,6 +222,38 @@ int egm__bench_take_flag(int argc, char **argv, int *i_p, const egm_bench_flag_t
     return 1;
 }
 
+int egm__bench_cli(int argc, char **argv, const char *what, const char *usage,
+                   egm_bench_take_fn take, void *opts, egm_cli_t *cli, int *rc_p)
+{
+    char **rest = egm_calloc((size_t)argc + 1, sizeof(*rest), "cli.argv");
+    int n_rest = 0;
+
+    *rc_p = EGM_EXIT_FAIL;
+    if (rest == NULL)
+        return 0;
+    if (take(argc, argv, opts, rest, &n_rest) != 0) {
+        egm_free(rest);
+        *rc_p = EGM_EXIT_USAGE;
+        return 0;
+    }
+    *rc_p = egm__cli_parse(n_rest, rest, cli);
+    egm_free(rest);
+    if (*rc_p != EGM_EXIT_OK)
+        return 0;
+    if (cli->help) {
+        printf("%s\n", usage);
+        egm__cli_print_keys(stdout);
+    } else if (cli->argc > 0) {
+        fprintf(stderr, "egmstore: error: bench %s: unexpected argument \"%s\"\n", what,
+                cli->argv[0]);
+        *rc_p = EGM_EXIT_USAGE;
+    } else {
+        return 1;
+    }
+    egm__cli_cleanup(cli);
+    return 0;
+}
+
 /* Splits text at commas into at most cap items; -1 (with an error) beyond. */
 static int split(const char *flag, const char *text, char items[][MAX_ITEM], int cap)
 {

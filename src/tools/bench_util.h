@@ -1,6 +1,7 @@
 /* Helpers the `egmstore bench` drivers share: latency samples and their
  * percentiles, JSON text, the machine and commit a run is recorded with, and
- * the comma-separated lists their flags take. */
+ * their command lines: the flags, the comma-separated lists they take, and
+ * what is left for the common parser. */
 #ifndef EGM_TOOLS_BENCH_UTIL_H
 #define EGM_TOOLS_BENCH_UTIL_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <egmstore/status.h>
+#include "tools/cli.h"
 
 /* Latencies of one timed series, in ns. */
 typedef struct {
@@ -82,5 +84,17 @@ typedef struct {
  * without). */
 int egm__bench_take_flag(int argc, char **argv, int *i_p, const egm_bench_flag_t *flags,
                          size_t n_flags, char *name, size_t name_len, const char **value_p);
+
+/* Takes a command's own flags out of argv into opts, the rest into rest[*n_rest_p]; 0, or -1
+ * after printing why. */
+typedef int (*egm_bench_take_fn)(int argc, char **argv, void *opts, char **rest, int *n_rest_p);
+
+/* The command line of `egmstore bench <what>`: take() reads the command's own
+ * flags, egm__cli_parse the rest (config keys, --master, --config, --help)
+ * into *cli. 1 when the benchmark is to run (the caller cleans *cli up after);
+ * else 0 with the exit code in *rc_p, after printing usage and the config
+ * keys for --help, or why the line is refused. */
+int egm__bench_cli(int argc, char **argv, const char *what, const char *usage,
+                   egm_bench_take_fn take, void *opts, egm_cli_t *cli, int *rc_p);
 
 #endif

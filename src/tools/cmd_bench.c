@@ -861,8 +861,9 @@ static int parse_levels(const char *text, bench_opts_t *o)
 
 /* Takes this command's own flags out of argv; the rest (config keys,
  * --master, --config, --help) is left for egm__cli_parse in *rest. */
-static int parse_opts(int argc, char **argv, bench_opts_t *o, char **rest, int *n_rest)
+static int parse_opts(int argc, char **argv, void *opts, char **rest, int *n_rest)
 {
+    bench_opts_t *o = opts;
     static const egm_bench_flag_t own[] = {
         {"--clients", 1},      {"--ops", 1},       {"--batch-ops", 1},   {"--seconds", 1},
         {"--keys", 1},         {"--batch", 1},     {"--object-size", 1}, {"--segments", 1},
@@ -1126,45 +1127,23 @@ int egm__cmd_bench(int argc, char **argv)
         .segments = 64,
         .segment_size = 1ull << 30,
     };
-    char **rest = egm_calloc((size_t)argc + 1, sizeof(*rest), "cli.argv");
     egm_cli_t cli;
-    int n_rest = 0, rc;
+    int rc;
 
-    if (rest == NULL)
-        return EGM_EXIT_FAIL;
     egm__log_set_component("bench");
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
         printf("%s\nData workloads: egmstore bench data --help\n", bench_usage);
-        egm_free(rest);
         return EGM_EXIT_OK;
     }
-    if (argc >= 1 && strcmp(argv[0], "data") == 0) {
-        egm_free(rest);
+    if (argc >= 1 && strcmp(argv[0], "data") == 0)
         return egm__cmd_bench_data(argc - 1, argv + 1);
-    }
     if (argc < 1 || strcmp(argv[0], "meta") != 0) {
         fprintf(stderr, "egmstore: error: bench: which benchmark? (egmstore bench meta|data)\n");
-        egm_free(rest);
         return EGM_EXIT_USAGE;
     }
-    if (parse_opts(argc - 1, argv + 1, &o, rest, &n_rest) != 0) {
-        egm_free(rest);
-        return EGM_EXIT_USAGE;
-    }
-    rc = egm__cli_parse(n_rest, rest, &cli);
-    egm_free(rest);
-    if (rc != EGM_EXIT_OK)
+    if (!egm__bench_cli(argc - 1, argv + 1, "meta", bench_usage, parse_opts, &o, &cli, &rc))
         return rc;
-    if (cli.help) {
-        printf("%s\n", bench_usage);
-        egm__cli_print_keys(stdout);
-        rc = EGM_EXIT_OK;
-    } else if (cli.argc > 0) {
-        fprintf(stderr, "egmstore: error: bench meta: unexpected argument \"%s\"\n", cli.argv[0]);
-        rc = EGM_EXIT_USAGE;
-    } else {
-        rc = bench_meta(&cli, &o);
-    }
+    rc = bench_meta(&cli, &o);
     egm__cli_cleanup(&cli);
     return rc;
 }
