@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -45,6 +46,23 @@ static void refuse(int fd, egm_status_t status)
     struct timeval tv = {.tv_sec = BROKER_IO_TIMEOUT_MS / 1000, .tv_usec = 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     (void)egm__sock_write_full(fd, reply, sizeof(reply));
+    /* Take what the peer sent until its EOF (bounded) before closing: closing
+     * with unread input would reset the peer's socket and could lose the
+     * answer before it is read. */
+    shutdown(fd, SHUT_WR);
+    char sink[512];
+    uint64_t deadline = egm__now_ms() + BROKER_IO_TIMEOUT_MS;
+    for (size_t taken = 0; taken < 64 * 1024;) {
+        uint64_t now = egm__now_ms();
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (now >= deadline || poll(&pfd, 1, (int)(deadline - now)) <= 0)
+            break;
+        ssize_t n = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+        if (n <= 0 && !(n < 0 && errno == EINTR))
+            break;
+        if (n > 0)
+            taken += (size_t)n;
+    }
 }
 
 /* Same uid as ours, root, or the primary gid fd_allowed_gid names. */
@@ -327,16 +345,17 @@ egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_hand
         uint8_t auth[8];
         egm__wire_put_u32(auth, EGM_BROKER_AUTH_MAGIC);
         egm__wire_put_u32(auth + 4, (uint32_t)len);
-        if ((st = egm__sock_write_full(sock, auth, sizeof(auth))) != EGM_OK ||
-            (st = egm__sock_write_full(sock, token, len)) != EGM_OK)
-            goto err_sock;
+        /* A write that fails (the broker refused our uid and closed) is
+         * explained by its answer, read below. */
+        if (egm__sock_write_full(sock, auth, sizeof(auth)) == EGM_OK)
+            (void)egm__sock_write_full(sock, token, len);
     }
     egm__wire_put_u32(req, EGM_BROKER_MAGIC);
     egm__wire_put_u16(req + 4, EGM_BROKER_VERSION);
     egm__wire_put_u16(req + 6, (uint16_t)kind);
     egm__wire_put_id(req + 8, segment);
-    /* A broker that refused our token may close before reading the request:
-     * its answer, read below, says more than the failed write. */
+    /* A broker that refused our token or uid may close before reading the
+     * request: its answer, read below, says more than the failed write. */
     (void)egm__sock_write_full(sock, req, sizeof(req));
     if ((st = egm__sock_recv_fd(sock, &fd, reply, sizeof(reply))) != EGM_OK)
         goto err_sock;
