@@ -659,6 +659,61 @@ static void assert_groups(const uint64_t *want, size_t n)
         assert_int_equal(rec.group_bytes[i], want[i]);
 }
 
+/* One run under a pressure setting and what it must show: the bytes of each
+ * group the recorder saw, and how often `call` was made (when named). */
+typedef struct {
+    uint64_t inflight, chunk; /* egm__copier_set_pressure's */
+    const uint64_t *groups;
+    size_t n_groups;
+    const char *call;
+    int calls;
+} bounded_run_t;
+
+/* Runs d[n] from a zeroed dst under want's pressure and checks every byte,
+ * the groups and the call count; the copier's stats are left to the caller. */
+static void check_bounded_run(egm_copier_t *c, const bufs_t *b, const egm_copy_desc_t *d, size_t n,
+                              const bounded_run_t *want)
+{
+    egm__copier_set_pressure(c, want->inflight, want->chunk);
+    memset(view(b->dst, b->size), 0, b->size);
+    egm_fake_cuda_clear_calls();
+    rec_clear();
+    assert_int_equal(egm__copier_run(c, d, n), EGM_OK);
+    check_copied(d, n);
+    assert_groups(want->groups, want->n_groups);
+    if (want->call != NULL)
+        assert_int_equal(egm_fake_cuda_calls(want->call), want->calls);
+}
+
+/* The batch the bound tests cut: N blocks of 64 KiB gathered from scattered
+ * places, and the call a whole batch goes through (the kernel with the
+ * kernels built in, else the batch call). */
+enum { BATCH_N = 40 };
+/* The batch cut by a 256 KiB bound: ten groups of four blocks. */
+static const uint64_t ten[] = {256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB,
+                               256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB};
+typedef struct {
+    bufs_t b;
+    egm_copier_t *c;
+    egm_copy_desc_t *d;
+    const char *path;
+} bound_batch_t;
+
+static void bound_batch_init(bound_batch_t *t)
+{
+    t->b = bufs_alloc(0, 2 * BATCH_N * 64 * KIB + 64 * KIB);
+    t->c = copier_new(0, 0);
+    t->d = gather(&t->b, BATCH_N, 64 * KIB, 0);
+    t->path = egm__copier_has_kernels() ? "cuLaunchKernel" : "cuMemcpyBatchAsync";
+}
+
+static void bound_batch_cleanup(bound_batch_t *t)
+{
+    free(t->d);
+    egm__copier_destroy(t->c);
+    bufs_free(0, &t->b);
+}
+
 /* A chunk size alone: a long copy becomes one engine call per chunk, all
  * issued before the one wait. */
 static void test_chunk_cuts_a_single_copy(void **state)
@@ -666,17 +721,11 @@ static void test_chunk_cuts_a_single_copy(void **state)
     (void)state;
     bufs_t b = bufs_alloc(0, 8 * MIB);
     egm_copier_t *c = copier_new(0, 0);
-    egm__copier_set_pressure(c, 0, 1 * MIB);
-    egm_fake_cuda_clear_calls();
-    rec_clear();
-
     egm_copy_desc_t one = {.dst = b.dst + 3, .src = b.src + 5, .len = 6 * MIB + 7};
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    check_copied(&one, 1);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 7); /* 6 x 1 MiB + 7 bytes */
+    uint64_t whole[] = {6 * MIB + 7};
+    /* 6 x 1 MiB + 7 bytes */
+    check_bounded_run(c, &b, &one, 1, &(bounded_run_t){0, 1 * MIB, whole, 1, "cuMemcpyAsync", 7});
     assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 1);
-    uint64_t want[] = {6 * MIB + 7};
-    assert_groups(want, 1);
     assert_int_equal(rec.largest, 1 * MIB);
     egm_copier_stats_t s = stats_of(c);
     assert_int_equal(s.copies, 1);
@@ -687,15 +736,12 @@ static void test_chunk_cuts_a_single_copy(void **state)
     assert_int_equal(s.max_group_bytes, one.len);
 
     /* A copy no longer than the chunk goes whole; 0 turns chunking off. */
-    egm_fake_cuda_clear_calls();
     one.len = 1 * MIB;
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 1);
-    egm__copier_set_pressure(c, 0, 0);
+    uint64_t one_mib[] = {1 * MIB};
+    check_bounded_run(c, &b, &one, 1, &(bounded_run_t){0, 1 * MIB, one_mib, 1, "cuMemcpyAsync", 1});
     one.len = 6 * MIB;
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    check_copied(&one, 1);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 2);
+    uint64_t six_mib[] = {6 * MIB};
+    check_bounded_run(c, &b, &one, 1, &(bounded_run_t){0, 0, six_mib, 1, "cuMemcpyAsync", 1});
     assert_int_equal(stats_of(c).chunks, 7);
     assert_int_equal(stats_of(c).groups, 3);
 
@@ -705,34 +751,21 @@ static void test_chunk_cuts_a_single_copy(void **state)
 
 /* The in-flight bound on a batch: groups of whole blocks of at most the bound,
  * each waited for before the next is issued, on whichever path the whole
- * batch takes (the kernel with the kernels built in, else the batch call). */
+ * batch takes. */
 static void test_bound_splits_a_batch(void **state)
 {
     (void)state;
-    enum { N = 40 };
-    bufs_t b = bufs_alloc(0, 2 * N * 64 * KIB + 64 * KIB);
-    egm_copier_t *c = copier_new(0, 0);
-    egm_copy_desc_t *d = gather(&b, N, 64 * KIB, 0);
-    const char *path = egm__copier_has_kernels() ? "cuLaunchKernel" : "cuMemcpyBatchAsync";
+    bound_batch_t t;
+    bound_batch_init(&t);
 
-    /* 256 KiB: ten groups of four blocks. */
-    egm__copier_set_pressure(c, 256 * KIB, 0);
-    egm_fake_cuda_clear_calls();
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
-    check_copied(d, N);
-    uint64_t ten[10];
-    for (size_t i = 0; i < 10; i++)
-        ten[i] = 256 * KIB;
-    assert_groups(ten, 10);
-    assert_int_equal(egm_fake_cuda_calls(path), 10);
+    check_bounded_run(t.c, &t.b, t.d, BATCH_N, &(bounded_run_t){256 * KIB, 0, ten, 10, t.path, 10});
     assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 10);
     assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
-    egm_copier_stats_t s = stats_of(c);
+    egm_copier_stats_t s = stats_of(t.c);
     assert_int_equal(s.groups, 10);
     assert_int_equal(s.chunks, 0); /* no block was cut */
-    assert_int_equal(s.copies, N);
-    assert_int_equal(s.bytes, N * 64 * KIB);
+    assert_int_equal(s.copies, BATCH_N);
+    assert_int_equal(s.bytes, BATCH_N * 64 * KIB);
     assert_int_equal(s.max_group_bytes, 256 * KIB);
     if (egm__copier_has_kernels())
         assert_int_equal(s.kernel_launches, 10); /* 4 blocks each: still the kernel's */
@@ -740,33 +773,23 @@ static void test_bound_splits_a_batch(void **state)
         assert_int_equal(s.batch_api_calls, 10);
 
     /* 200 KiB: blocks are not cut to fill a group, so 3 per group (192 KiB),
-     * 13 of them and one of the last block. */
-    egm__copier_set_pressure(c, 200 * KIB, 0);
-    memset(view(b.dst, b.size), 0, b.size);
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
-    check_copied(d, N);
+     * 13 of them and one of the last block. A batch within the bound goes as
+     * one group; so does any batch at 0. */
     uint64_t uneven[14];
     for (size_t i = 0; i < 13; i++)
         uneven[i] = 192 * KIB;
     uneven[13] = 64 * KIB;
-    assert_groups(uneven, 14);
-    assert_int_equal(stats_of(c).chunks, 0);
+    uint64_t all[] = {BATCH_N * 64 * KIB};
+    const bounded_run_t runs[] = {
+        {200 * KIB, 0, uneven, 14, NULL, 0},
+        {BATCH_N * 64 * KIB, 0, all, 1, NULL, 0},
+        {0, 0, all, 1, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+        check_bounded_run(t.c, &t.b, t.d, BATCH_N, &runs[i]);
+    assert_int_equal(stats_of(t.c).chunks, 0);
 
-    /* A batch within the bound goes as one group; so does any batch at 0. */
-    egm__copier_set_pressure(c, N * 64 * KIB, 0);
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
-    uint64_t all[] = {N * 64 * KIB};
-    assert_groups(all, 1);
-    egm__copier_set_pressure(c, 0, 0);
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
-    assert_groups(all, 1);
-
-    free(d);
-    egm__copier_destroy(c);
-    bufs_free(0, &b);
+    bound_batch_cleanup(&t);
 }
 
 /* The bound also cuts copies longer than itself, and with a smaller chunk
@@ -778,35 +801,19 @@ static void test_bound_with_chunks(void **state)
     egm_copier_t *c = copier_new(0, 0);
     egm_copy_desc_t one = {.dst = b.dst, .src = b.src + 1, .len = 1 * MIB + 100};
 
-    egm__copier_set_pressure(c, 256 * KIB, 0);
-    egm_fake_cuda_clear_calls();
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    check_copied(&one, 1);
     uint64_t five[] = {256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB, 100};
-    assert_groups(five, 5);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 5);
+    check_bounded_run(c, &b, &one, 1, &(bounded_run_t){256 * KIB, 0, five, 5, "cuMemcpyAsync", 5});
     assert_int_equal(stats_of(c).chunks, 5);
 
     /* 64 KiB chunks, 256 KiB bound: 1 MiB = 16 engine calls in 4 groups. */
-    egm__copier_set_pressure(c, 256 * KIB, 64 * KIB);
     one.len = 1 * MIB;
-    memset(view(b.dst, b.size), 0, b.size);
-    egm_fake_cuda_clear_calls();
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    check_copied(&one, 1);
     uint64_t four[] = {256 * KIB, 256 * KIB, 256 * KIB, 256 * KIB};
-    assert_groups(four, 4);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 16);
+    check_bounded_run(c, &b, &one, 1,
+                      &(bounded_run_t){256 * KIB, 64 * KIB, four, 4, "cuMemcpyAsync", 16});
     assert_int_equal(rec.largest, 64 * KIB);
     /* A chunk larger than the bound is cut to the bound. */
-    egm__copier_set_pressure(c, 256 * KIB, 1 * MIB);
-    egm_fake_cuda_clear_calls();
-    rec_clear();
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    assert_groups(four, 4);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 4);
+    check_bounded_run(c, &b, &one, 1,
+                      &(bounded_run_t){256 * KIB, 1 * MIB, four, 4, "cuMemcpyAsync", 4});
     assert_int_equal(stats_of(c).max_group_bytes, 256 * KIB);
 
     egm__copier_destroy(c);
@@ -820,12 +827,10 @@ static void test_chunks_keep_the_path(void **state)
     (void)state;
     bufs_t b = bufs_alloc(0, 8 * MIB);
     egm_copier_t *c = copier_new(0, 0);
-    egm__copier_set_pressure(c, 0, 16 * KIB);
     egm_copy_desc_t one = {.dst = b.dst, .src = b.src, .len = 4 * MIB};
-    egm_fake_cuda_clear_calls();
-    assert_int_equal(egm__copier_run(c, &one, 1), EGM_OK);
-    check_copied(&one, 1);
-    assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 256);
+    uint64_t whole[] = {4 * MIB};
+    check_bounded_run(c, &b, &one, 1,
+                      &(bounded_run_t){0, 16 * KIB, whole, 1, "cuMemcpyAsync", 256});
     assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 0);
     assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 0);
     egm__copier_destroy(c);
@@ -837,28 +842,22 @@ static void test_chunks_keep_the_path(void **state)
 static void test_bound_failure_stops(void **state)
 {
     (void)state;
-    enum { N = 40 };
-    bufs_t b = bufs_alloc(0, 2 * N * 64 * KIB + 64 * KIB);
-    egm_copier_t *c = copier_new(0, 0);
-    egm_copy_desc_t *d = gather(&b, N, 64 * KIB, 0);
-    const char *path = egm__copier_has_kernels() ? "cuLaunchKernel" : "cuMemcpyBatchAsync";
-    egm__copier_set_pressure(c, 256 * KIB, 0);
+    bound_batch_t t;
+    bound_batch_init(&t);
+    egm__copier_set_pressure(t.c, 256 * KIB, 0);
     egm_fake_cuda_clear_calls();
-    egm_fake_cuda_fail(path, 3, EGM_CU_ERROR_INVALID_VALUE);
-    assert_int_equal(egm__copier_run(c, d, N), EGM_ERR_INVALID_ARG);
-    assert_non_null(strstr(egm_last_error(), path));
-    assert_int_equal(egm_fake_cuda_calls(path), 3);
-    egm_copier_stats_t s = stats_of(c);
+    egm_fake_cuda_fail(t.path, 3, EGM_CU_ERROR_INVALID_VALUE);
+    assert_int_equal(egm__copier_run(t.c, t.d, BATCH_N), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), t.path));
+    assert_int_equal(egm_fake_cuda_calls(t.path), 3);
+    egm_copier_stats_t s = stats_of(t.c);
     assert_int_equal(s.groups, 2);
     assert_int_equal(s.copies, 0);
     /* The next run goes through whole. */
     egm_fake_cuda_clear_failures();
-    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
-    check_copied(d, N);
-    assert_int_equal(stats_of(c).groups, 12);
-    free(d);
-    egm__copier_destroy(c);
-    bufs_free(0, &b);
+    check_bounded_run(t.c, &t.b, t.d, BATCH_N, &(bounded_run_t){256 * KIB, 0, ten, 10, t.path, 10});
+    assert_int_equal(stats_of(t.c).groups, 12);
+    bound_batch_cleanup(&t);
 }
 
 static int group_setup(void **state)
