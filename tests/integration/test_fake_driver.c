@@ -75,6 +75,7 @@ static int client_main(int argc, char **argv)
         (st = egm_config_set(config, "master_server_addr", argv[2])) != EGM_OK ||
         (st = egm_config_set(config, "protocol", argv[3])) != EGM_OK ||
         (st = egm_config_set(config, "local_hostname", "127.0.0.1")) != EGM_OK ||
+        (st = egm_config_load_env(config)) != EGM_OK || /* EGMSTORE_AUTH_TOKEN */
         (st = egm_client_create(config, &client)) != EGM_OK) {
         client_fail("client", st);
         goto out;
@@ -371,6 +372,42 @@ static void remove_reports(void)
         fprintf(stderr, "could not remove %s\n", report_dir);
 }
 
+/* A cluster with a token (master, host_numa pool provider): GPU memory over
+ * nvlink works for a client with the token, whose posix_fd handles come from
+ * the fd socket after the token; a client without it is refused. */
+static void test_nvlink_with_cluster_token(void **state)
+{
+    (void)state;
+    static const char token[] = "fake-driver-cluster-token-51c2";
+    char report[256], saved[sizeof(cluster.master_addr)];
+    unsigned long long copies = 0;
+    egm_test_cluster_t tc;
+    const char *mflags[] = {"--auth-token", token, NULL};
+    const char *pflags[] = {"--pool-memory", "host_numa", "--max-mr-size", "16MiB", "--auth-token",
+                            token,           NULL};
+    assert_int_equal(egm_test_start_master(&tc, mflags), 0);
+    assert_true(egm_test_start_provider(&tc, "32MiB", pflags) >= 0);
+
+    memcpy(saved, cluster.master_addr, sizeof(saved)); /* run_client talks to cluster's */
+    memcpy(cluster.master_addr, tc.master_addr, sizeof(saved));
+    assert_int_equal(setenv("EGMSTORE_AUTH_TOKEN", token, 1), 0);
+    int put = run_client("nvlink", "put", "tok/a", 31, GPU_LEN, &copies, report, sizeof(report));
+    unsigned long long put_copies = copies;
+    int get = run_client("nvlink", "get", "tok/a", 31, GPU_LEN, &copies, report, sizeof(report));
+    unsigned long long get_copies = copies;
+    unsetenv("EGMSTORE_AUTH_TOKEN");
+    int refused =
+        run_client("nvlink", "get", "tok/a", 31, GPU_LEN, &copies, report, sizeof(report));
+    memcpy(cluster.master_addr, saved, sizeof(saved));
+    egm_test_cluster_stop(&tc);
+
+    assert_int_equal(put, 0);
+    assert_true(put_copies >= 1);
+    assert_int_equal(get, 0);
+    assert_true(get_copies >= 1);
+    assert_int_equal(refused, 1);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--client") == 0)
@@ -384,6 +421,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_cli_put_get_through_vmm_pool, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_gpu_clients_over_nvlink, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_nvlink_with_cluster_token, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_injected_failure_rolls_back, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
