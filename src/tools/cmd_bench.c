@@ -112,6 +112,7 @@ typedef struct {
 struct bench {
     bench_opts_t o;
     egm_rpc_client_params_t rpc_params;
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* rpc_params.auth_token */
     int timeout_ms;
     int ping_interval_ms;
     char prefix[32];
@@ -1020,11 +1021,17 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
         snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)egm__master_port(master));
         master_label = "embedded";
     }
+    status = egm__config_auth_token(cli->config, b->auth_token, sizeof(b->auth_token));
+    if (status != EGM_OK) {
+        egm__cli_error("bench", status);
+        goto out;
+    }
     b->rpc_params = (egm_rpc_client_params_t){
         .addr = addr,
         .connect_timeout_ms = (int)egm_config_get_int(cli->config, "connect_timeout_ms"),
         .max_frame_size = egm_config_get_size(cli->config, "max_frame_size"),
         .prefer_local_socket = !o->tcp,
+        .auth_token = b->auth_token,
     };
     b->timeout_ms = (int)egm_config_get_int(cli->config, "rpc_timeout_ms");
     b->ping_interval_ms = (int)egm_config_get_int(cli->config, "ping_interval_ms");
