@@ -249,14 +249,9 @@ static void nvidia_driver(char *buf, size_t len)
 static void json_machine(FILE *f, const egm_bdata_run_t *r)
 {
     const egm_bench_machine_t *m = &r->machine;
-    fprintf(f, "  \"machine\": {\"host\": ");
-    egm__bench_json_str(f, m->host);
-    fprintf(f, ", \"cpu\": ");
-    egm__bench_json_str(f, m->cpu);
-    fprintf(f, ", \"cores\": %ld, \"kernel\": ", m->cores);
-    egm__bench_json_str(f, m->kernel);
-    fprintf(f, ", \"memory_bytes\": %llu, \"load_avg\": [%.2f, %.2f, %.2f], \"gpus\": [",
-            (unsigned long long)m->memory_bytes, m->load[0], m->load[1], m->load[2]);
+    fprintf(f, "  ");
+    egm__bench_json_machine(f, m);
+    fprintf(f, ", \"gpus\": [");
     if (r->mem.gpu) {
         char driver[64], cuda[32];
         nvidia_driver(driver, sizeof(driver));

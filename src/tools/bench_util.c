@@ -165,6 +165,18 @@ void egm__bench_machine(egm_bench_machine_t *m)
         memset(m->load, 0, sizeof(m->load));
 }
 
+void egm__bench_json_machine(FILE *f, const egm_bench_machine_t *m)
+{
+    fprintf(f, "\"machine\": {\"host\": ");
+    egm__bench_json_str(f, m->host);
+    fprintf(f, ", \"cpu\": ");
+    egm__bench_json_str(f, m->cpu);
+    fprintf(f, ", \"cores\": %ld, \"kernel\": ", m->cores);
+    egm__bench_json_str(f, m->kernel);
+    fprintf(f, ", \"memory_bytes\": %llu, \"load_avg\": [%.2f, %.2f, %.2f]",
+            (unsigned long long)m->memory_bytes, m->load[0], m->load[1], m->load[2]);
+}
+
 const char *egm__bench_build_commit(int *dirty_p)
 {
     *dirty_p = EGM_BUILD_DIRTY;

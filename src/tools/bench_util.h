@@ -48,6 +48,10 @@ typedef struct {
 } egm_bench_machine_t;
 
 void egm__bench_machine(egm_bench_machine_t *m);
+/* The "machine" member of a result document, open after its load_avg so that
+ * a caller may add members of its own before closing it with '}' (the names
+ * bench/py/benchlib.py writes, schema 1). */
+void egm__bench_json_machine(FILE *f, const egm_bench_machine_t *m);
 /* MemAvailable of /proc/meminfo in bytes (0 when unknown). */
 uint64_t egm__bench_mem_available(void);
 /* The commit this executable was built from (the checkout's HEAD when it was

@@ -754,14 +754,9 @@ static egm_status_t write_json(const bench_t *b, const char *path, const char *m
     fprintf(f, ",\n  \"time_utc\": ");
     egm__bench_json_str(f, when);
     /* The names of `egmstore bench data` and bench/py/benchlib.py (schema 1). */
-    fprintf(f, ",\n  \"machine\": {\"host\": ");
-    egm__bench_json_str(f, m->host);
-    fprintf(f, ", \"cpu\": ");
-    egm__bench_json_str(f, m->cpu);
-    fprintf(f, ", \"cores\": %ld, \"kernel\": ", m->cores);
-    egm__bench_json_str(f, m->kernel);
-    fprintf(f, ", \"memory_bytes\": %llu, \"load_avg\": [%.2f, %.2f, %.2f]},\n",
-            (unsigned long long)m->memory_bytes, m->load[0], m->load[1], m->load[2]);
+    fprintf(f, ",\n  ");
+    egm__bench_json_machine(f, m);
+    fprintf(f, "},\n");
     /* The commit the binary was built from, not the checkout's HEAD now. */
     fprintf(f, "  \"commit\": ");
     egm__bench_json_str(f, commit);
