@@ -55,74 +55,81 @@ static const egm_bench_flag_t flags[] = {
     {"--warm", 0},       {"--no-warm", 0},
 };
 
-static int parse_workloads(const char *text, unsigned *out)
+static int add_workload(const char *it, void *arg)
 {
     static const char *const names[] = {"single", "batch", "mixed", "full"};
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", text);
-    *out = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        unsigned bit = 0;
-        for (int w = 0; w < EGM_BDATA_N_WORKLOADS; w++)
-            if (strcmp(tok, names[w]) == 0)
-                bit = 1u << w;
-        if (strcmp(tok, "all") == 0)
-            bit = (1u << EGM_BDATA_N_WORKLOADS) - 1;
-        if (bit == 0) {
-            fprintf(stderr,
-                    "egmstore: error: --workload: \"%s\", must be single, batch, mixed, full or "
-                    "all (comma separated)\n",
-                    tok);
-            return -1;
-        }
-        *out |= bit;
+    unsigned *out = arg, bit = 0;
+    for (int w = 0; w < EGM_BDATA_N_WORKLOADS; w++)
+        if (strcmp(it, names[w]) == 0)
+            bit = 1u << w;
+    if (strcmp(it, "all") == 0)
+        bit = (1u << EGM_BDATA_N_WORKLOADS) - 1;
+    if (bit == 0) {
+        fprintf(stderr,
+                "egmstore: error: --workload: \"%s\", must be single, batch, mixed, full or all "
+                "(comma separated)\n",
+                it);
+        return -1;
     }
+    *out |= bit;
+    return 0;
+}
+
+static int parse_workloads(const char *text, unsigned *out)
+{
+    *out = 0;
+    if (egm__bench_each_item(text, add_workload, out) != 0)
+        return -1;
     return *out != 0 ? 0 : -1;
+}
+
+static int add_dist(const char *it, void *arg)
+{
+    egm_bdata_opts_t *o = arg;
+    double s = 0;
+    if (o->n_dists == EGM_BDATA_MAX_LIST)
+        return -1;
+    if (strcmp(it, "zipf") == 0)
+        s = 0.99;
+    else if (strncmp(it, "zipf:", 5) == 0) {
+        if (egm__bench_parse_double("--dist zipf:S", it + 5, 0.01, 10, &s) != 0)
+            return -1;
+    } else if (strcmp(it, "uniform") != 0) {
+        fprintf(stderr, "egmstore: error: --dist: \"%s\", must be uniform or zipf:S\n", it);
+        return -1;
+    }
+    o->zipf[o->n_dists++] = s;
+    return 0;
 }
 
 static int parse_dists(const char *text, egm_bdata_opts_t *o)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", text);
     o->n_dists = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        double s = 0;
-        if (o->n_dists == EGM_BDATA_MAX_LIST)
-            return -1;
-        if (strcmp(tok, "zipf") == 0)
-            s = 0.99;
-        else if (strncmp(tok, "zipf:", 5) == 0) {
-            if (egm__bench_parse_double("--dist zipf:S", tok + 5, 0.01, 10, &s) != 0)
-                return -1;
-        } else if (strcmp(tok, "uniform") != 0) {
-            fprintf(stderr, "egmstore: error: --dist: \"%s\", must be uniform or zipf:S\n", tok);
-            return -1;
-        }
-        o->zipf[o->n_dists++] = s;
-    }
+    if (egm__bench_each_item(text, add_dist, o) != 0)
+        return -1;
     return o->n_dists > 0 ? 0 : -1;
+}
+
+static int add_protocol(const char *it, void *arg)
+{
+    egm_bdata_opts_t *o = arg;
+    int p = -1;
+    for (int k = EGM_BDATA_SHM; k <= EGM_BDATA_NVLINK; k++)
+        if (strcmp(it, egm__bdata_proto_name((egm_bdata_proto_t)k)) == 0)
+            p = k;
+    if (p < 0 || o->n_protocols == 3) {
+        fprintf(stderr, "egmstore: error: --protocol: \"%s\", must be shm, tcp or nvlink\n", it);
+        return -1;
+    }
+    o->protocols[o->n_protocols++] = (egm_bdata_proto_t)p;
+    return 0;
 }
 
 static int parse_protocols(const char *text, egm_bdata_opts_t *o)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", text);
     o->n_protocols = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        int p = -1;
-        for (int k = EGM_BDATA_SHM; k <= EGM_BDATA_NVLINK; k++)
-            if (strcmp(tok, egm__bdata_proto_name((egm_bdata_proto_t)k)) == 0)
-                p = k;
-        if (p < 0 || o->n_protocols == 3) {
-            fprintf(stderr, "egmstore: error: --protocol: \"%s\", must be shm, tcp or nvlink\n",
-                    tok);
-            return -1;
-        }
-        o->protocols[o->n_protocols++] = (egm_bdata_proto_t)p;
-    }
+    if (egm__bench_each_item(text, add_protocol, o) != 0)
+        return -1;
     return o->n_protocols > 0 ? 0 : -1;
 }
 

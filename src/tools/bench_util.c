@@ -183,6 +183,19 @@ const char *egm__bench_build_commit(int *dirty_p)
     return EGM_BUILD_COMMIT;
 }
 
+int egm__bench_each_item(const char *text, int (*item)(const char *it, void *arg), void *arg)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save)) {
+        int rc = item(tok, arg);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
 int egm__bench_parse_size(const char *flag, const char *text, uint64_t min, uint64_t *out)
 {
     if (egm__parse_size(flag, text, out) != EGM_OK || *out < min) {

@@ -69,6 +69,10 @@ int egm__bench_parse_ints(const char *flag, const char *text, long min, long max
                           int *n_p);
 int egm__bench_parse_double(const char *flag, const char *text, double min, double max,
                             double *out);
+/* Calls item(it, arg) for each comma-separated item of text (of its first 255
+ * characters; empty items are skipped) until one answers nonzero: that
+ * answer, else 0. */
+int egm__bench_each_item(const char *text, int (*item)(const char *it, void *arg), void *arg);
 /* One size of at least min bytes ("4KiB"); one integer in [min, max]. The same
  * one-line errors, -1. */
 int egm__bench_parse_size(const char *flag, const char *text, uint64_t min, uint64_t *out);

@@ -832,22 +832,25 @@ static const char bench_usage[] =
     "  --transport auto|tcp  auto: the master's local socket when it is on this host, as\n"
     "                     the client library does; tcp: always TCP (default auto)\n";
 
+static int add_level(const char *it, void *arg)
+{
+    bench_opts_t *o = arg;
+    uint64_t v;
+    if (o->n_levels == MAX_LEVELS) {
+        fprintf(stderr, "egmstore: error: --clients: at most %d counts\n", MAX_LEVELS);
+        return -1;
+    }
+    if (egm__bench_parse_u64("--clients", it, 1, MAX_CLIENTS, &v) != 0)
+        return -1;
+    o->levels[o->n_levels++] = (int)v;
+    return 0;
+}
+
 static int parse_levels(const char *text, bench_opts_t *o)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", text);
     o->n_levels = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        uint64_t v;
-        if (o->n_levels == MAX_LEVELS) {
-            fprintf(stderr, "egmstore: error: --clients: at most %d counts\n", MAX_LEVELS);
-            return -1;
-        }
-        if (egm__bench_parse_u64("--clients", tok, 1, MAX_CLIENTS, &v) != 0)
-            return -1;
-        o->levels[o->n_levels++] = (int)v;
-    }
+    if (egm__bench_each_item(text, add_level, o) != 0)
+        return -1;
     if (o->n_levels == 0) {
         fprintf(stderr, "egmstore: error: --clients: a list such as 1,8,64\n");
         return -1;
