@@ -267,6 +267,15 @@ void egm__bdata_error(egm_bdata_worker_t *w, uint64_t n, const char *fmt, ...)
 /* Checks dst[at, at + len) against seed, counting a wrong object as an error. */
 void egm__bdata_verify(egm_bdata_worker_t *w, size_t at, size_t len, uint64_t seed,
                        const char *key);
+/* One object through the client, timed and recorded (in extra's samples too
+ * when given), a failure counted. put: the source's first `bytes` filled from
+ * seed and put under key; 1 when stored. get: key's `bytes` into the
+ * poisoned destination, checked against seed. A failed fill or poisoning
+ * stops the worker. */
+int egm__bdata_put_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
+                       uint64_t bytes, uint64_t seed);
+void egm__bdata_get_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
+                        uint64_t bytes, uint64_t seed);
 /* Removes keys[0..n) (force; NOT_FOUND is fine), untimed. */
 void egm__bdata_remove(egm_bdata_worker_t *w, size_t n);
 uint64_t egm__bdata_rand(egm_bdata_worker_t *w);

@@ -88,24 +88,9 @@ static void mixed_get(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     char key[EGM_BDATA_KEY_LEN];
     uint64_t k = egm__bdata_dist_draw(w, ph);
-    size_t len = 0;
 
     egm__bdata_keyspace_key(w->r, key, k);
-    if (egm__bdata_poison(&w->r->mem, &w->dst, 0, ph->bytes) != EGM_OK) {
-        egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());
-        w->stop = 1;
-        return;
-    }
-    uint64_t t0 = egm__now_ns();
-    egm_status_t status = egm_get_into(w->client, key, w->dst.ptr, ph->bytes, &len);
-    uint64_t t1 = egm__now_ns();
-    if (status != EGM_OK || len != ph->bytes) {
-        egm__bdata_timed(w, &w->st.lat_get, t0, t1, 0, 0);
-        egm__bdata_error(w, 1, "get %s: %s (%zu bytes)", key, egm_status_string(status), len);
-        return;
-    }
-    egm__bdata_timed(w, &w->st.lat_get, t0, t1, ph->bytes, 1);
-    egm__bdata_verify(w, 0, ph->bytes, egm__bdata_keyspace_seed(k), key);
+    egm__bdata_get_one(w, &w->st.lat_get, key, ph->bytes, egm__bdata_keyspace_seed(k));
 }
 
 static void new_key(const egm_bdata_worker_t *w, char *key, const char *what, uint64_t seq)
@@ -120,24 +105,8 @@ static void put_new(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph, const ch
     char key[EGM_BDATA_KEY_LEN];
     uint64_t seq = ++w->seq;
 
-    *ok_p = 0;
     new_key(w, key, what, seq);
-    if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, 0, ph->bytes, new_key_seed(w, seq)) !=
-        EGM_OK) {
-        egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
-        w->stop = 1;
-        return;
-    }
-    uint64_t t0 = egm__now_ns();
-    egm_status_t status = egm_put_from(w->client, key, w->src.ptr, ph->bytes, NULL);
-    uint64_t t1 = egm__now_ns();
-    if (status != EGM_OK) {
-        egm__bdata_timed(w, extra, t0, t1, 0, 0);
-        egm__bdata_error(w, 1, "put %s: %s (%s)", key, egm_status_string(status), egm_last_error());
-        return;
-    }
-    egm__bdata_timed(w, extra, t0, t1, ph->bytes, 1);
-    *ok_p = 1;
+    *ok_p = egm__bdata_put_one(w, extra, key, ph->bytes, new_key_seed(w, seq));
 }
 
 static void mixed_put(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)

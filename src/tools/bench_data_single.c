@@ -51,22 +51,8 @@ static void single_put_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
         w->versions[k] = 0;
     }
     uint64_t version = ++w->seq;
-    status = egm__bdata_fill(&w->r->mem, &w->staging, &w->src, 0, ph->bytes,
-                             single_seed(w, ph, version));
-    if (status != EGM_OK) {
-        egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
-        w->stop = 1;
+    if (!egm__bdata_put_one(w, NULL, key, ph->bytes, single_seed(w, ph, version)))
         return;
-    }
-    uint64_t t0 = egm__now_ns();
-    status = egm_put_from(w->client, key, w->src.ptr, ph->bytes, NULL);
-    uint64_t t1 = egm__now_ns();
-    if (status != EGM_OK) {
-        egm__bdata_timed(w, NULL, t0, t1, 0, 0);
-        egm__bdata_error(w, 1, "put %s: %s (%s)", key, egm_status_string(status), egm_last_error());
-        return;
-    }
-    egm__bdata_timed(w, NULL, t0, t1, ph->bytes, 1);
     w->versions[k] = version;
     if (k + 1 > w->stored)
         w->stored = k + 1;
@@ -91,25 +77,10 @@ static egm_status_t single_get_prepare(egm_bdata_worker_t *w, const egm_bdata_ph
 static void single_get_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     char key[EGM_BDATA_KEY_LEN];
-    size_t k = (size_t)(w->step % w->stored), len = 0;
+    size_t k = (size_t)(w->step % w->stored);
 
     single_key(w, ph, key, k);
-    if (egm__bdata_poison(&w->r->mem, &w->dst, 0, ph->bytes) != EGM_OK) {
-        egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());
-        w->stop = 1;
-        return;
-    }
-    uint64_t t0 = egm__now_ns();
-    egm_status_t status = egm_get_into(w->client, key, w->dst.ptr, ph->bytes, &len);
-    uint64_t t1 = egm__now_ns();
-    if (status != EGM_OK || len != ph->bytes) {
-        egm__bdata_timed(w, NULL, t0, t1, 0, 0);
-        egm__bdata_error(w, 1, "get %s: %s (%zu bytes of %llu)", key, egm_status_string(status),
-                         len, (unsigned long long)ph->bytes);
-        return;
-    }
-    egm__bdata_timed(w, NULL, t0, t1, ph->bytes, 1);
-    egm__bdata_verify(w, 0, ph->bytes, single_seed(w, ph, w->versions[k]), key);
+    egm__bdata_get_one(w, NULL, key, ph->bytes, single_seed(w, ph, w->versions[k]));
 }
 
 static void single_get_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
