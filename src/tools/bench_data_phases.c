@@ -59,14 +59,10 @@ typedef struct {
 static egm_bdata_phase_t *add(list_t *l, egm_bdata_workload_t w, egm_bdata_op_t op, uint64_t bytes,
                               size_t batch)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 32;
-        egm_bdata_phase_t *v = egm_realloc(l->v, cap * sizeof(*v), "bench.phases");
-        if (v == NULL)
-            return NULL;
-        l->v = v;
-        l->cap = cap;
-    }
+    egm_bdata_phase_t *v = egm__bench_reserve(l->v, l->n, &l->cap, sizeof(*v), 32, "bench.phases");
+    if (v == NULL)
+        return NULL;
+    l->v = v;
     egm_bdata_phase_t *ph = &l->v[l->n];
     memset(ph, 0, sizeof(*ph));
     ph->workload = w;

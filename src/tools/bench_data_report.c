@@ -117,14 +117,11 @@ static void print_progress(const egm_bdata_record_t *rec)
 
 egm_status_t egm__bdata_add_record(egm_bdata_run_t *r, const egm_bdata_record_t *rec)
 {
-    if (r->n_records == r->cap_records) {
-        size_t cap = r->cap_records ? 2 * r->cap_records : 64;
-        egm_bdata_record_t *v = egm_realloc(r->records, cap * sizeof(*v), "bench.records");
-        if (v == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "bench records");
-        r->records = v;
-        r->cap_records = cap;
-    }
+    egm_bdata_record_t *v = egm__bench_reserve(r->records, r->n_records, &r->cap_records,
+                                               sizeof(*v), 64, "bench.records");
+    if (v == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "bench records");
+    r->records = v;
     r->records[r->n_records++] = *rec;
     print_progress(rec);
     if (rec->errors > 0)
@@ -135,14 +132,11 @@ egm_status_t egm__bdata_add_record(egm_bdata_run_t *r, const egm_bdata_record_t 
 egm_status_t egm__bdata_add_skipped(egm_bdata_run_t *r, const egm_bdata_phase_t *ph)
 {
     char size[32];
-    if (r->n_skipped == r->cap_skipped) {
-        size_t cap = r->cap_skipped ? 2 * r->cap_skipped : 16;
-        char(*v)[256] = egm_realloc(r->skipped, cap * sizeof(*v), "bench.records");
-        if (v == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "bench records");
-        r->skipped = v;
-        r->cap_skipped = cap;
-    }
+    char(*v)[256] = egm__bench_reserve(r->skipped, r->n_skipped, &r->cap_skipped, sizeof(*v), 16,
+                                       "bench.records");
+    if (v == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "bench records");
+    r->skipped = v;
     size_label(ph->bytes, size, sizeof(size));
     snprintf(r->skipped[r->n_skipped], sizeof(r->skipped[0]),
              "%s %s %s x%zu, %s, %d clients x %d procs: %.160s",

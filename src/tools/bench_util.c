@@ -13,16 +13,24 @@
 
 #define MAX_ITEM 64
 
+void *egm__bench_reserve(void *v, size_t n, size_t *cap_p, size_t size, size_t first,
+                         const char *site)
+{
+    size_t cap = *cap_p ? 2 * *cap_p : first;
+    if (n < *cap_p)
+        return v;
+    v = egm_realloc(v, cap * size, site);
+    if (v != NULL)
+        *cap_p = cap;
+    return v;
+}
+
 egm_status_t egm__bench_samples_add(egm_bench_samples_t *s, uint64_t ns)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 1024;
-        uint64_t *v = egm_realloc(s->ns, cap * sizeof(*v), "bench.samples");
-        if (v == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "latency samples");
-        s->ns = v;
-        s->cap = cap;
-    }
+    uint64_t *v = egm__bench_reserve(s->ns, s->n, &s->cap, sizeof(*v), 1024, "bench.samples");
+    if (v == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "latency samples");
+    s->ns = v;
     s->ns[s->n++] = ns;
     return EGM_OK;
 }

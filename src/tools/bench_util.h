@@ -11,6 +11,13 @@
 #include <egmstore/status.h>
 #include "tools/cli.h"
 
+/* The array v, holding n items of `size` bytes in *cap_p, with room for one
+ * more: v itself when it has it, else v grown to twice *cap_p (to `first`
+ * when empty) and *cap_p updated. NULL, with v and *cap_p as they were, when
+ * memory runs out. */
+void *egm__bench_reserve(void *v, size_t n, size_t *cap_p, size_t size, size_t first,
+                         const char *site);
+
 /* Latencies of one timed series, in ns. */
 typedef struct {
     uint64_t *ns;
