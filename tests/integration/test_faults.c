@@ -1,0 +1,636 @@
+/* Integration (issue 8, Faults): real master, providers and client processes;
+ * a provider SIGKILLed during batch Puts and during batch Gets, a client
+ * SIGKILLed while holding read leases and half-finished PutStarts, a pool full
+ * of leased and hard-pinned objects. After each, every object still stored
+ * reads back as the reference model allows (the exact committed bytes or
+ * not-found, never other bytes) and the master's accounting (keys, allocated
+ * bytes, nothing pending) matches what a client finds stored. The moment of a
+ * kill comes from the child's reported progress, never from a sleep; every
+ * wait is bounded by a generous deadline and asserts no speed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "client/client_int.h"
+#include "common/clock.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+#include "support/cluster.h"
+#include "support/model.h"
+
+#define BATCH 16
+#define OBJ_LEN (4096 + 17)
+#define MAX_ROUNDS 400 /* keys r0..r399 x 16 x 4 KiB: 26 MiB, below the survivor's 64 MiB */
+#define DEADLINE_MS 60000
+
+/* What a child reports after each round. */
+typedef struct {
+    uint32_t round, ok, wrong, errors;
+    uint32_t after; /* the round began after the child read the test's 'e' */
+} round_report_t;
+
+typedef struct {
+    pid_t pid;
+    int progress_fd; /* child -> test: round_report_t per round */
+    int control_fd;  /* test -> child: 'q' to stop */
+    int exit_code;   /* once reaped (pid 0) */
+} child_t;
+
+typedef int (*child_fn)(egm_test_cluster_t *cl, int progress_fd, int control_fd);
+
+/* One cluster and at most one child per test; teardown ends whatever a failed
+ * assertion left running. */
+static egm_test_cluster_t cluster;
+static child_t child;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&cluster, 0, sizeof(cluster));
+    cluster.master.out_fd = -1;
+    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
+        cluster.providers[i].out_fd = -1;
+    memset(&child, 0, sizeof(child));
+    child.progress_fd = child.control_fd = -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (child.pid > 0) {
+        kill(child.pid, SIGKILL);
+        waitpid(child.pid, NULL, 0);
+        child.pid = 0;
+    }
+    if (child.progress_fd >= 0)
+        close(child.progress_fd);
+    if (child.control_fd >= 0)
+        close(child.control_fd);
+    return 0;
+}
+
+/* Forks before the test process starts any client thread. */
+static void child_start(child_t *c, egm_test_cluster_t *cl, child_fn fn)
+{
+    int up[2], down[2];
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        setvbuf(stdout, NULL, _IONBF, 0);
+        signal(SIGPIPE, SIG_IGN);
+        _exit(fn(cl, up[1], down[0]));
+    }
+    close(up[1]);
+    close(down[0]);
+    c->progress_fd = up[0];
+    c->control_fd = down[1];
+}
+
+/* Next report, or -1 at EOF or after DEADLINE_MS. */
+static int child_report(child_t *c, round_report_t *r)
+{
+    size_t got = 0;
+    uint64_t deadline = egm__now_ms() + DEADLINE_MS;
+    while (got < sizeof(*r) && egm__now_ms() < deadline) {
+        struct pollfd pfd = {.fd = c->progress_fd, .events = POLLIN};
+        if (poll(&pfd, 1, 200) <= 0)
+            continue;
+        ssize_t n = read(c->progress_fd, (char *)r + got, sizeof(*r) - got);
+        if (n <= 0) {
+            int status = 0;
+            if (c->pid > 0 && waitpid(c->pid, &status, 0) == c->pid) {
+                c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                c->pid = 0;
+            }
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    return got == sizeof(*r) ? 0 : -1;
+}
+
+/* Asks the child to stop, drains its reports and returns its exit code. */
+static int child_finish(child_t *c, round_report_t *total)
+{
+    round_report_t r;
+    (void)!write(c->control_fd, "q", 1);
+    close(c->control_fd);
+    c->control_fd = -1;
+    while (child_report(c, &r) == 0) {
+        total->ok += r.ok;
+        total->wrong += r.wrong;
+        total->errors += r.errors;
+    }
+    close(c->progress_fd);
+    c->progress_fd = -1;
+    if (c->pid > 0) {
+        int status = 0;
+        assert_int_equal(waitpid(c->pid, &status, 0), c->pid);
+        c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        c->pid = 0;
+    }
+    return c->exit_code;
+}
+
+/* Reads the test's orders: 'e' (the fault is over: later rounds report
+ * after = 1) and 'q' (stop). Returns 1 when the child should stop. */
+static int read_orders(int control_fd, uint32_t *after)
+{
+    struct pollfd pfd = {.fd = control_fd, .events = POLLIN};
+    while (poll(&pfd, 1, 0) > 0) {
+        char order;
+        if (read(control_fd, &order, 1) != 1 || order == 'q')
+            return 1;
+        if (order == 'e')
+            *after = 1;
+    }
+    return 0;
+}
+
+static void round_keys(unsigned round, char (*names)[32], const char **keys)
+{
+    for (unsigned i = 0; i < BATCH; i++) {
+        snprintf(names[i], 32, "r%u/%u", round, i);
+        keys[i] = names[i];
+    }
+}
+
+/* Child: a new batch of keys per round (put once: version 0), each batch read
+ * back at once; reports puts that succeeded and gets that were wrong. */
+static int batch_put_child(egm_test_cluster_t *cl, int progress_fd, int control_fd)
+{
+    const char *pairs[] = {"ping_interval_ms=200", NULL};
+    egm_client_t *client = egm_test_client(cl, "tcp", pairs);
+    if (client == NULL)
+        return 10;
+    egm_model_t *model = egm_model_create();
+    unsigned char *buf = malloc((size_t)BATCH * OBJ_LEN * 2);
+    if (model == NULL || buf == NULL ||
+        egm_register_buffer(client, buf, (size_t)BATCH * OBJ_LEN * 2) != EGM_OK)
+        return 11;
+    char names[BATCH][32];
+    const char *keys[BATCH];
+    const void *srcs[BATCH];
+    void *dsts[BATCH];
+    size_t lens[BATCH], sizes[BATCH];
+    egm_status_t results[BATCH];
+    uint32_t after = 0;
+    unsigned round = 0, after_rounds = 0;
+    while (round < MAX_ROUNDS && after_rounds < MAX_ROUNDS / 2 &&
+           !read_orders(control_fd, &after)) {
+        if (!after && round >= MAX_ROUNDS / 2) { /* wait for the fault's end with keys to spare */
+            usleep(10000);
+            continue;
+        }
+        after_rounds += after;
+        round_report_t r = {.round = round, .after = after};
+        round_keys(round, names, keys);
+        for (unsigned i = 0; i < BATCH; i++) {
+            srcs[i] = buf + (size_t)i * OBJ_LEN;
+            dsts[i] = buf + (size_t)(BATCH + i) * OBJ_LEN;
+            lens[i] = OBJ_LEN;
+            egm_model_fill(keys[i], 0, buf + (size_t)i * OBJ_LEN, OBJ_LEN);
+            egm_model_put_begin(model, keys[i], 0, OBJ_LEN);
+        }
+        egm_batch_put_from(client, BATCH, keys, srcs, lens, NULL, results);
+        for (unsigned i = 0; i < BATCH; i++) {
+            egm_model_put_end(model, keys[i], 0, results[i]);
+            r.ok += results[i] == EGM_OK;
+        }
+        egm_batch_get_into(client, BATCH, keys, dsts, lens, sizes, results);
+        for (unsigned i = 0; i < BATCH; i++) {
+            if (egm_model_check(model, keys[i], results[i], dsts[i],
+                                results[i] == EGM_OK ? sizes[i] : 0) != 0)
+                r.wrong++;
+            r.errors += results[i] != EGM_OK && results[i] != EGM_ERR_NOT_FOUND;
+        }
+        if (write(progress_fd, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+            fprintf(stderr, "child: report: %s\n", strerror(errno));
+            break;
+        }
+        round++;
+    }
+    egm_unregister_buffer(client, buf);
+    egm_client_destroy(client);
+    egm_model_destroy(model);
+    free(buf);
+    return 0;
+}
+
+/* Child: puts N_GET_KEYS objects once, then reads them all in one batch per round. */
+#define N_GET_KEYS (4 * BATCH)
+static int batch_get_child(egm_test_cluster_t *cl, int progress_fd, int control_fd)
+{
+    const char *pairs[] = {"ping_interval_ms=200", NULL};
+    egm_client_t *client = egm_test_client(cl, "tcp", pairs);
+    if (client == NULL)
+        return 10;
+    egm_model_t *model = egm_model_create();
+    size_t total = (size_t)N_GET_KEYS * OBJ_LEN;
+    unsigned char *buf = malloc(total);
+    if (model == NULL || buf == NULL || egm_register_buffer(client, buf, total) != EGM_OK)
+        return 11;
+    char names[N_GET_KEYS][32];
+    const char *keys[N_GET_KEYS];
+    void *ptrs[N_GET_KEYS];
+    size_t lens[N_GET_KEYS], sizes[N_GET_KEYS];
+    egm_status_t results[N_GET_KEYS];
+    for (unsigned i = 0; i < N_GET_KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "g/%u", i);
+        keys[i] = names[i];
+        ptrs[i] = buf + (size_t)i * OBJ_LEN;
+        lens[i] = OBJ_LEN;
+        egm_model_fill(keys[i], 0, ptrs[i], OBJ_LEN);
+        egm_model_put_begin(model, keys[i], 0, OBJ_LEN);
+    }
+    if (egm_batch_put_from(client, N_GET_KEYS, keys, (const void *const *)ptrs, lens, NULL,
+                           results) != EGM_OK)
+        return 12;
+    for (unsigned i = 0; i < N_GET_KEYS; i++) {
+        egm_model_put_end(model, keys[i], 0, results[i]);
+        if (results[i] != EGM_OK)
+            return 13;
+    }
+    uint32_t after = 0;
+    for (unsigned round = 0; round < 100000 && !read_orders(control_fd, &after); round++) {
+        round_report_t r = {.round = round, .after = after};
+        memset(buf, 0xa5, total);
+        egm_batch_get_into(client, N_GET_KEYS, keys, ptrs, lens, sizes, results);
+        for (unsigned i = 0; i < N_GET_KEYS; i++) {
+            if (egm_model_check(model, keys[i], results[i], ptrs[i],
+                                results[i] == EGM_OK ? sizes[i] : 0) != 0)
+                r.wrong++;
+            r.ok += results[i] == EGM_OK;
+            r.errors += results[i] != EGM_OK && results[i] != EGM_ERR_NOT_FOUND;
+        }
+        if (write(progress_fd, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+            fprintf(stderr, "child: report: %s\n", strerror(errno));
+            break;
+        }
+    }
+    egm_unregister_buffer(client, buf);
+    egm_client_destroy(client);
+    egm_model_destroy(model);
+    free(buf);
+    return 0;
+}
+
+/* With a client TTL of 2 s, clients ping often enough on a busy machine. */
+static const char *fast_ping[] = {"ping_interval_ms=200", NULL};
+
+/* Master with a short client TTL (the dead provider's segments expire soon)
+ * and its admin port; two providers, the first the victim. */
+static unsigned start_two_providers(void)
+{
+    const char *master_flags[] = {"--client-ttl", "2", "--http-port", "0", NULL};
+    assert_int_equal(egm_test_start_master(&cluster, master_flags), 0);
+    unsigned http_port = egm_model_admin_port(&cluster);
+    assert_true(http_port != 0);
+    assert_int_equal(egm_test_start_provider(&cluster, "32MiB", NULL), 0);
+    assert_int_equal(egm_test_start_provider(&cluster, "64MiB", NULL), 1);
+    return http_port;
+}
+
+static void kill_victim_and_wait_expiry(egm_client_t *client)
+{
+    assert_int_equal(egm__process_signal(&cluster.providers[0], SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_wait(&cluster.providers[0], 10000, NULL), EGM_OK);
+    uint64_t deadline = egm__now_ms() + DEADLINE_MS;
+    while (egm_test_segment_count(client) != 1 && egm__now_ms() < deadline)
+        egm__sleep_ms(50);
+    assert_int_equal(egm_test_segment_count(client), 1);
+    (void)!write(child.control_fd, "e", 1); /* a child that died is caught by its reports */
+}
+
+/* The model of everything the children may have written (each key once, version 0). */
+static egm_model_t *model_of_rounds(unsigned rounds)
+{
+    egm_model_t *model = egm_model_create();
+    assert_non_null(model);
+    char names[BATCH][32];
+    const char *keys[BATCH];
+    for (unsigned round = 0; round < rounds; round++) {
+        round_keys(round, names, keys);
+        for (unsigned i = 0; i < BATCH; i++)
+            egm_model_put_begin(model, keys[i], 0, OBJ_LEN);
+    }
+    return model;
+}
+
+static void check_recovered(egm_model_t *model, egm_client_t *client, unsigned http_port)
+{
+    uint64_t found = 0, bytes = 0;
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    assert_int_equal(egm_model_check_master(http_port, found, bytes), 0);
+    egm_model_stats_t s = egm_model_stats(model);
+    print_message("recovered: %llu objects verified, %llu not found, 0 wrong\n",
+                  (unsigned long long)s.gets_verified, (unsigned long long)s.not_found);
+}
+
+static void test_provider_sigkill_during_batch_put(void **state)
+{
+    (void)state;
+    unsigned http_port = start_two_providers();
+    child_start(&child, &cluster, batch_put_child);
+    egm_client_t *client = egm_test_client(&cluster, "tcp", fast_ping);
+    assert_non_null(client);
+
+    /* Kill while the child runs batches (it has done three). */
+    round_report_t r, total = {0};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(child_report(&child, &r), 0);
+        total.wrong += r.wrong;
+    }
+    kill_victim_and_wait_expiry(client);
+    /* Rounds that began after the master dropped the victim must land whole. */
+    unsigned first_after = 0, n_after = 0, after_ok = 0;
+    while (n_after < 4) {
+        assert_int_equal(child_report(&child, &r), 0);
+        total.wrong += r.wrong;
+        if (r.after) {
+            if (n_after++ == 0)
+                first_after = r.round;
+            assert_int_equal(r.ok, BATCH);
+            after_ok += r.ok;
+        }
+    }
+    assert_int_equal(child_finish(&child, &total), 0);
+    assert_int_equal(total.wrong, 0);
+
+    egm_model_t *model = model_of_rounds(MAX_ROUNDS);
+    check_recovered(model, client, http_port);
+    /* Every key of the rounds after the expiry is stored. */
+    char names[BATCH][32];
+    const char *keys[BATCH];
+    for (unsigned round = first_after; round < first_after + 4; round++) {
+        round_keys(round, names, keys);
+        for (unsigned i = 0; i < BATCH; i++)
+            assert_int_equal(egm_exist(client, keys[i]), EGM_OK);
+    }
+    print_message("batch put: %u puts after the kill verified\n", after_ok);
+    egm_model_destroy(model);
+    egm_client_destroy(client);
+}
+
+static void test_provider_sigkill_during_batch_get(void **state)
+{
+    (void)state;
+    unsigned http_port = start_two_providers();
+    child_start(&child, &cluster, batch_get_child);
+    egm_client_t *client = egm_test_client(&cluster, "tcp", fast_ping);
+    assert_non_null(client);
+
+    round_report_t r, total = {0};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(child_report(&child, &r), 0);
+        assert_int_equal(r.ok, N_GET_KEYS); /* before the fault every object reads back */
+        total.wrong += r.wrong;
+    }
+    kill_victim_and_wait_expiry(client);
+    unsigned n_after = 0;
+    while (n_after < 4) {
+        assert_int_equal(child_report(&child, &r), 0);
+        total.wrong += r.wrong;
+        n_after += r.after;
+    }
+    unsigned last_ok = r.ok; /* a round that began after the expiry */
+    assert_int_equal(child_finish(&child, &total), 0);
+    assert_int_equal(total.wrong, 0);
+
+    egm_model_t *model = egm_model_create();
+    char key[32];
+    for (unsigned i = 0; i < N_GET_KEYS; i++) {
+        snprintf(key, sizeof(key), "g/%u", i);
+        egm_model_put_begin(model, key, 0, OBJ_LEN);
+        egm_model_put_end(model, key, 0, EGM_OK);
+    }
+    uint64_t found = 0, bytes = 0;
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    /* After the expiry the child's gets find exactly the survivor's objects. */
+    assert_int_equal(found, last_ok);
+    assert_int_equal(egm_model_check_master(http_port, found, bytes), 0);
+    print_message("batch get: %llu objects survived on the other provider\n",
+                  (unsigned long long)found);
+    egm_model_destroy(model);
+    egm_client_destroy(client);
+}
+
+#define BIG_LEN (1u << 20)
+#define N_HELD 4
+#define N_HALF 3
+
+/* Child: puts and reads N_HELD objects (read leases), starts N_HALF puts
+ * without ending them, reports, and waits to be killed. */
+static int lease_holder_child(egm_test_cluster_t *cl, int progress_fd, int control_fd)
+{
+    (void)control_fd;
+    egm_client_t *client = egm_test_client(cl, "auto", NULL);
+    if (client == NULL)
+        return 10;
+    unsigned char *buf = malloc(BIG_LEN);
+    char key[32];
+    for (unsigned i = 0; i < N_HELD; i++) {
+        snprintf(key, sizeof(key), "held/%u", i);
+        egm_model_fill(key, 0, buf, BIG_LEN);
+        if (egm_put(client, key, buf, BIG_LEN, NULL) != EGM_OK)
+            return 11;
+        void *data = NULL;
+        size_t len = 0;
+        if (egm_get(client, key, &data, &len) != EGM_OK)
+            return 12;
+        egm_buffer_free(data);
+    }
+    /* PutStart through the client's own master call, never followed by PutEnd. */
+    char names[N_HALF][32];
+    const char *keys[N_HALF];
+    uint64_t sizes[N_HALF];
+    for (unsigned i = 0; i < N_HALF; i++) {
+        snprintf(names[i], sizeof(names[i]), "half/%u", i);
+        keys[i] = names[i];
+        sizes[i] = BIG_LEN;
+    }
+    Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    egm__id_to_pb(client->id, &client_pb);
+    cfg.replica_num = 1;
+    req.client = &client_pb;
+    req.n_keys = N_HALF;
+    req.keys = (char **)keys;
+    req.n_sizes = N_HALF;
+    req.sizes = sizes;
+    req.config = &cfg;
+    egm_keys_reply_t *reply = NULL;
+    if (egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, N_HALF, &reply) != EGM_OK)
+        return 13;
+    for (unsigned i = 0; i < N_HALF; i++)
+        if (reply->results[i].status != EGM_OK)
+            return 14;
+    round_report_t r = {.ok = N_HELD + N_HALF};
+    if (write(progress_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+        return 15;
+    for (;;)
+        pause(); /* SIGKILL ends it, holding everything */
+}
+
+static void test_client_sigkill_with_leases_and_put_starts(void **state)
+{
+    (void)state;
+    const char *master_flags[] = {"--client-ttl",
+                                  "2",
+                                  "--default-kv-lease-ttl",
+                                  "2000",
+                                  "--put-start-discard-timeout-sec",
+                                  "2",
+                                  "--http-port",
+                                  "0",
+                                  NULL};
+    assert_int_equal(egm_test_start_master(&cluster, master_flags), 0);
+    unsigned http_port = egm_model_admin_port(&cluster);
+    assert_true(http_port != 0);
+    assert_true(egm_test_start_provider(&cluster, "16MiB", NULL) >= 0);
+    child_start(&child, &cluster, lease_holder_child);
+    round_report_t r;
+    assert_int_equal(child_report(&child, &r), 0);
+    assert_int_equal(r.ok, N_HELD + N_HALF);
+    assert_int_equal(kill(child.pid, SIGKILL), 0);
+    int status = 0;
+    assert_int_equal(waitpid(child.pid, &status, 0), child.pid);
+    child.pid = 0;
+    assert_true(WIFSIGNALED(status));
+
+    egm_client_t *client = egm_test_client(&cluster, "auto", NULL);
+    assert_non_null(client);
+    assert_int_equal(egm_model_master_metric(http_port, "egm_master_keys_pending"), N_HALF);
+    /* The half-finished keys come back: a Put of each succeeds in the end. */
+    unsigned char *buf = malloc(BIG_LEN);
+    assert_non_null(buf);
+    egm_model_t *model = egm_model_create();
+    char key[32];
+    uint64_t deadline = egm__now_ms() + DEADLINE_MS;
+    for (unsigned i = 0; i < N_HALF; i++) {
+        snprintf(key, sizeof(key), "half/%u", i);
+        egm_model_fill(key, 1, buf, BIG_LEN);
+        egm_model_put_begin(model, key, 1, BIG_LEN);
+        egm_status_t s;
+        while ((s = egm_put(client, key, buf, BIG_LEN, NULL)) != EGM_OK && egm__now_ms() < deadline)
+            egm__sleep_ms(100);
+        assert_int_equal(s, EGM_OK);
+        egm_model_put_end(model, key, 1, s);
+    }
+    /* The leased objects read back exactly, and their leases end: a remove
+     * without force succeeds in the end. */
+    for (unsigned i = 0; i < N_HELD; i++) {
+        snprintf(key, sizeof(key), "held/%u", i);
+        egm_model_put_begin(model, key, 0, BIG_LEN);
+        egm_model_put_end(model, key, 0, EGM_OK);
+    }
+    uint64_t found = 0, bytes = 0;
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    assert_int_equal(found, N_HELD + N_HALF);
+    for (unsigned i = 0; i < N_HELD; i++) {
+        snprintf(key, sizeof(key), "held/%u", i);
+        egm_status_t s;
+        while ((s = egm_remove(client, key, 0)) == EGM_ERR_HAS_LEASE && egm__now_ms() < deadline)
+            egm__sleep_ms(100);
+        assert_int_equal(s, EGM_OK);
+        egm_model_remove(model, key, s);
+    }
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    assert_int_equal(found, N_HALF);
+    assert_int_equal(egm_model_check_master(http_port, found, bytes), 0);
+    egm_model_destroy(model);
+    free(buf);
+    egm_client_destroy(client);
+}
+
+static void test_pool_full_of_leased_and_pinned(void **state)
+{
+    (void)state;
+    const char *master_flags[] = {"--default-kv-lease-ttl", "600000", "--http-port", "0", NULL};
+    assert_int_equal(egm_test_start_master(&cluster, master_flags), 0);
+    unsigned http_port = egm_model_admin_port(&cluster);
+    assert_true(http_port != 0);
+    assert_true(egm_test_start_provider(&cluster, "8MiB", NULL) >= 0);
+    egm_client_t *client = egm_test_client(&cluster, "auto", NULL);
+    assert_non_null(client);
+    egm_model_t *model = egm_model_create();
+    unsigned char *buf = malloc(BIG_LEN);
+    assert_non_null(buf);
+    char key[32];
+    void *data;
+    size_t len;
+
+    /* Two objects leased (read once, long lease) while the pool has room... */
+    for (unsigned i = 0; i < 2; i++) {
+        snprintf(key, sizeof(key), "leased/%u", i);
+        egm_model_fill(key, 0, buf, BIG_LEN);
+        egm_model_put_begin(model, key, 0, BIG_LEN);
+        egm_model_put_end(model, key, 0, egm_put(client, key, buf, BIG_LEN, NULL));
+        assert_int_equal(egm_model_committed(model, key), 0);
+        assert_int_equal(egm_get(client, key, &data, &len), EGM_OK);
+        assert_int_equal(egm_model_check(model, key, EGM_OK, data, len), 0);
+        egm_buffer_free(data);
+    }
+    /* ...then hard-pinned ones until the pool refuses. */
+    egm_replicate_config_t pin = {.replica_num = 1, .with_hard_pin = 1};
+    egm_status_t s = EGM_OK;
+    unsigned pinned = 0;
+    for (; pinned < 64 && s == EGM_OK; pinned++) {
+        snprintf(key, sizeof(key), "pinned/%u", pinned);
+        egm_model_fill(key, 0, buf, BIG_LEN);
+        egm_model_put_begin(model, key, 0, BIG_LEN);
+        s = egm_put(client, key, buf, BIG_LEN, &pin);
+        egm_model_put_end(model, key, 0, s);
+    }
+    assert_int_equal(s, EGM_ERR_NO_SPACE);
+    assert_true(pinned > 2);
+    /* More Puts, pinned or not, answer NO_SPACE and leave no key behind. */
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "refused/%u", i);
+        egm_model_fill(key, 0, buf, BIG_LEN);
+        egm_model_put_begin(model, key, 0, BIG_LEN);
+        s = egm_put(client, key, buf, BIG_LEN, (i & 1) ? &pin : NULL);
+        assert_int_equal(s, EGM_ERR_NO_SPACE);
+        egm_model_put_end(model, key, 0, s);
+        assert_int_equal(egm_exist(client, key), EGM_ERR_NOT_FOUND);
+    }
+    /* Every stored object reads back exactly; the leased ones and every pinned one are there. */
+    uint64_t found = 0, bytes = 0;
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    assert_int_equal(found, 2 + pinned - 1);
+    assert_int_equal(egm_model_check_master(http_port, found, bytes), 0);
+    print_message("pool full: %llu objects verified after %u refused puts\n",
+                  (unsigned long long)found, 5u);
+    egm_model_destroy(model);
+    free(buf);
+    egm_client_destroy(client);
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    signal(SIGPIPE, SIG_IGN); /* a dead child's pipe fails the test, not the process */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_provider_sigkill_during_batch_put, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_provider_sigkill_during_batch_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_sigkill_with_leases_and_put_starts, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_pool_full_of_leased_and_pinned, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
