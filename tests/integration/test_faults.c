@@ -76,6 +76,7 @@ static int teardown(void **state)
         close(child.progress_fd);
     if (child.control_fd >= 0)
         close(child.control_fd);
+    egm_test_cluster_stop(&cluster);
     return 0;
 }
 
