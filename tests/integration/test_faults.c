@@ -51,6 +51,8 @@ typedef int (*child_fn)(egm_test_cluster_t *cl, int progress_fd, int control_fd)
  * assertion left running. */
 static egm_test_cluster_t cluster;
 static child_t child;
+static char netns[32];   /* the namespace test's, deleted by teardown */
+static char host_if[16]; /* its veth end in the test's namespace, likewise */
 
 static int setup(void **state)
 {
@@ -77,6 +79,18 @@ static int teardown(void **state)
     if (child.control_fd >= 0)
         close(child.control_fd);
     egm_test_cluster_stop(&cluster);
+    if (netns[0] != '\0') {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "ip netns del %s 2>/dev/null", netns);
+        (void)!system(cmd);
+        netns[0] = '\0';
+    }
+    if (host_if[0] != '\0') {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "ip link del %s 2>/dev/null", host_if);
+        (void)!system(cmd); /* gone with the namespace already, unless something held it */
+        host_if[0] = '\0';
+    }
     return 0;
 }
 
@@ -622,6 +636,130 @@ static void test_pool_full_of_leased_and_pinned(void **state)
     egm_client_destroy(client);
 }
 
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* A tcp provider in a network namespace of its own, joined to the test's by a
+ * veth pair; the link goes down (the provider is cut off: the master expires
+ * it) and comes back (it must mount again). Needs root and ip(8); skipped
+ * with a message where either is missing or the container refuses netns. */
+static void test_netns_cut_tcp_provider(void **state)
+{
+    (void)state;
+    if (getuid() != 0 || access("/usr/sbin/ip", X_OK) != 0) {
+        print_message("skipped: needs root and /usr/sbin/ip to create a network namespace\n");
+        skip();
+    }
+    unsigned id = (unsigned)getpid() % 200 + 20;
+    snprintf(netns, sizeof(netns), "egmf%u", (unsigned)getpid());
+    if (sh("ip netns add %s 2>/dev/null", netns) != 0) {
+        netns[0] = '\0';
+        print_message("skipped: ip netns add refused (no CAP_SYS_ADMIN in this container?)\n");
+        skip();
+    }
+    char host_ip[32], ns_ip[32];
+    snprintf(host_if, sizeof(host_if), "egmh%u", (unsigned)getpid() % 100000);
+    snprintf(host_ip, sizeof(host_ip), "10.213.%u.1", id);
+    snprintf(ns_ip, sizeof(ns_ip), "10.213.%u.2", id);
+    if (sh("ip link add %s type veth peer name eth0 netns %s && ip addr add %s/24 dev %s && "
+           "ip link set %s up && ip -n %s link set lo up && ip -n %s addr add %s/24 dev eth0 && "
+           "ip -n %s link set eth0 up",
+           host_if, netns, host_ip, host_if, host_if, netns, netns, ns_ip, netns) != 0) {
+        print_message("skipped: could not make a veth pair into the namespace\n");
+        skip();
+    }
+
+    const char *master_flags[] = {"--client-ttl",     "2",       "--http-port", "0",
+                                  "--listen-address", "0.0.0.0", NULL};
+    assert_int_equal(egm_test_start_master(&cluster, master_flags), 0);
+    unsigned http_port = egm_model_admin_port(&cluster);
+    assert_true(http_port != 0);
+    assert_int_equal(egm_test_start_provider(&cluster, "32MiB", NULL), 0);
+    char master_addr[64], line[512];
+    snprintf(master_addr, sizeof(master_addr), "%s:%u", host_ip, cluster.master_port);
+    const char *argv[] = {"/usr/sbin/ip",
+                          "netns",
+                          "exec",
+                          netns,
+                          egm_test_bin(),
+                          "provider",
+                          "--master",
+                          master_addr,
+                          "--global-segment-size",
+                          "32MiB",
+                          "--local-hostname",
+                          ns_ip,
+                          "--ping-interval-ms",
+                          "200",
+                          NULL};
+    egm_process_t *cut = &cluster.providers[1];
+    assert_int_equal(egm__process_spawn((char *const *)argv, 1, cut), EGM_OK);
+    cluster.n_providers = 2;
+    assert_int_equal(
+        egm__process_wait_line(cut, "egmstore provider ready", line, sizeof(line), DEADLINE_MS),
+        EGM_OK);
+    egm_client_t *client = egm_test_client(&cluster, "tcp", fast_ping);
+    assert_non_null(client);
+    assert_int_equal(egm_test_segment_count(client), 2);
+
+    egm_model_t *model = egm_model_create();
+    unsigned char *buf = malloc(OBJ_LEN);
+    assert_non_null(buf);
+    char key[32];
+    for (unsigned i = 0; i < 4 * BATCH; i++) {
+        snprintf(key, sizeof(key), "ns/%u", i);
+        egm_model_fill(key, 0, buf, OBJ_LEN);
+        egm_model_put_begin(model, key, 0, OBJ_LEN);
+        egm_model_put_end(model, key, 0, egm_put(client, key, buf, OBJ_LEN, NULL));
+        assert_int_equal(egm_model_committed(model, key), 0);
+    }
+    /* Cut: gets answer exact bytes or fail, until the master drops the segment. */
+    assert_int_equal(sh("ip link set %s down", host_if), 0);
+    uint64_t deadline = egm__now_ms() + DEADLINE_MS;
+    uint64_t found = 0, bytes = 0;
+    while (egm_test_segment_count(client) != 1 && egm__now_ms() < deadline) {
+        for (unsigned i = 0; i < 4 * BATCH; i++) {
+            void *data = NULL;
+            size_t len = 0;
+            snprintf(key, sizeof(key), "ns/%u", i);
+            egm_status_t s = egm_get(client, key, &data, &len);
+            assert_int_equal(egm_model_check(model, key, s, data, len), 0);
+            egm_buffer_free(data);
+        }
+    }
+    assert_int_equal(egm_test_segment_count(client), 1);
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    assert_int_equal(egm_model_check_master(http_port, found, bytes), 0);
+    /* Back: the provider mounts its pool again and takes objects. */
+    assert_int_equal(sh("ip link set %s up", host_if), 0);
+    while (egm_test_segment_count(client) != 2 && egm__now_ms() < deadline + DEADLINE_MS)
+        egm__sleep_ms(100);
+    assert_int_equal(egm_test_segment_count(client), 2);
+    for (unsigned i = 0; i < 4 * BATCH; i++) {
+        snprintf(key, sizeof(key), "back/%u", i);
+        egm_model_fill(key, 0, buf, OBJ_LEN);
+        egm_model_put_begin(model, key, 0, OBJ_LEN);
+        egm_model_put_end(model, key, 0, egm_put(client, key, buf, OBJ_LEN, NULL));
+        assert_int_equal(egm_model_committed(model, key), 0);
+    }
+    assert_int_equal(egm_model_verify_all(model, client, 1, &found, &bytes), 0);
+    assert_int_equal(egm_model_check_master(http_port, found, bytes), 0);
+    print_message("netns cut: %llu objects verified after the provider came back\n",
+                  (unsigned long long)found);
+    egm_model_destroy(model);
+    free(buf);
+    egm_client_destroy(client);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -632,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_client_sigkill_with_leases_and_put_starts, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_pool_full_of_leased_and_pinned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_netns_cut_tcp_provider, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
