@@ -3,15 +3,20 @@
  * --config-style arguments and the Python binding pass) and command-line
  * flags (egm__config_set_flag).
  *
- * Input: u8 mode, then text. Mode % 3 == 0: the text is a whole config file
+ * Input: u8 mode, then text. Mode % 4 == 0: the text is a whole config file
  * (NUL bytes included), loaded from a memfd; 1: a pair; 2: a flag and its
- * value, split at the first NUL or '=' byte. Checks: a refusal is
+ * value, split at the first NUL or '=' byte; 3: the bytes of an
+ * auth_token_file (a memfd of mode 0600), read by egm__config_auth_token,
+ * whose token must then be one non-empty line without NUL, CR or LF at its
+ * end, at most EGM_AUTH_TOKEN_MAX bytes, equal to itself by
+ * egm__token_equal; a refused file leaves the buffer zeroed. Checks: a refusal is
  * EGM_ERR_CONFIG (or INVALID_ARG for what cannot be a pair) with a message;
  * afterwards every key's value, changed or not, is one that egm_config_set
  * accepts again (nothing invalid is ever stored, a refused line stores
  * nothing past it), and the typed getters agree with the text; nothing
  * leaks. */
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -19,18 +24,46 @@
 #include "fuzz.h"
 
 static int memfd = -1;
+static char memfd_path[64];
 
-static egm_status_t load_file(egm_config_t *config, const uint8_t *data, size_t size)
+/* The bytes as a regular file of mode 0600 (memfd_path). */
+static void put_file(const uint8_t *data, size_t size)
 {
-    char path[64];
     if (memfd < 0) {
         memfd = memfd_create("egm-fuzz-config", MFD_CLOEXEC);
         FUZZ_CHECK(memfd >= 0);
+        FUZZ_CHECK(fchmod(memfd, 0600) == 0);
+        snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", memfd);
     }
     FUZZ_CHECK(ftruncate(memfd, 0) == 0);
     FUZZ_CHECK(size == 0 || pwrite(memfd, data, size, 0) == (ssize_t)size);
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", memfd);
-    return egm_config_load_file(config, path);
+}
+
+static egm_status_t load_file(egm_config_t *config, const uint8_t *data, size_t size)
+{
+    put_file(data, size);
+    return egm_config_load_file(config, memfd_path);
+}
+
+static egm_status_t token_file(egm_config_t *config, const uint8_t *data, size_t size)
+{
+    static char token[EGM_AUTH_TOKEN_MAX + 1];
+    put_file(data, size);
+    FUZZ_CHECK(egm_config_set(config, "auth_token_file", memfd_path) == EGM_OK);
+    memset(token, 0x5a, sizeof(token));
+    egm_status_t st = egm__config_auth_token(config, token, sizeof(token));
+    if (st != EGM_OK) {
+        for (size_t i = 0; i < sizeof(token); i++)
+            FUZZ_CHECK(token[i] == 0); /* no part of a refused secret stays */
+        return st;
+    }
+    size_t n = strnlen(token, sizeof(token));
+    FUZZ_CHECK(n > 0 && n <= EGM_AUTH_TOKEN_MAX);
+    FUZZ_CHECK(token[n - 1] != '\n' && token[n - 1] != '\r' && strchr(token, '\n') == NULL);
+    FUZZ_CHECK(n <= size && memcmp(token, data, n) == 0); /* the file's first line */
+    FUZZ_CHECK(egm__token_equal(token, token, n));
+    FUZZ_CHECK(!egm__token_equal(token, token, n - 1));
+    return st;
 }
 
 /* Every stored value passes validation again; the getters read it. */
@@ -72,11 +105,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     uint64_t live = egm__alloc_live_count();
     FUZZ_CHECK(egm_config_create(&config) == EGM_OK);
-    uint8_t mode = data[0] % 3;
+    uint8_t mode = data[0] % 4;
     data++;
     size--;
     if (mode == 0) {
         st = load_file(config, data, size);
+    } else if (mode == 3) {
+        st = token_file(config, data, size);
     } else {
         char *text = malloc(size + 1);
         FUZZ_CHECK(text != NULL);

@@ -537,7 +537,7 @@ static void make_config(void)
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
     buf_t *b = calloc(1, sizeof(*b));
-    char line[512], name[160];
+    char line[2048], name[160];
 
     /* a whole file of every key at its default, with the INI forms */
     b->len = 0;
@@ -570,6 +570,20 @@ static void make_config(void)
         snprintf(name, sizeof(name), "flag_%s", keys[i].name);
         put_file("config", name, line, (size_t)len);
     }
+
+    /* auth_token_file contents */
+    static const char *const tokens[] = {"s3cret\n", "s3cret",   "two\nlines\n", "\n",
+                                         "",         "crlf\r\n", "nul\0inside\n"};
+    static const size_t token_len[] = {7, 6, 10, 1, 0, 6, 12};
+    for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
+        line[0] = 3;
+        memcpy(line + 1, tokens[i], token_len[i]);
+        snprintf(name, sizeof(name), "token_file%zu", i);
+        put_file("config", name, line, 1 + token_len[i]);
+    }
+    memset(line + 1, 't', 1025);
+    line[1026] = '\n';
+    put_file("config", "token_file_too_long", line, 1027);
 
     static const char *const sizes[] = {"0",
                                         "1",
