@@ -349,9 +349,22 @@ static void dispatch(rpc_conn_t *c, const uint8_t *payload, size_t len)
 static int on_header(rpc_conn_t *c)
 {
     egm_rpc_server_t *s = c->server;
-    egm_status_t status = egm__frame_decode_header(c->hdr_buf, s->max_frame_size, &c->hdr);
+    /* Before the cluster token, no frame larger than a token is read: a peer
+     * without it cannot make the master buffer max_frame_size bytes. */
+    int gated = s->auth_token[0] != '\0' && !c->authenticated;
+    egm_status_t status = egm__frame_decode_header(
+        c->hdr_buf, gated ? EGM_AUTH_TOKEN_MAX : s->max_frame_size, &c->hdr);
 
     c->hdr_got = 0;
+    /* Refused for its length alone: answer as the token gate does. */
+    if (status != EGM_OK && gated &&
+        egm__frame_decode_header(c->hdr_buf, SIZE_MAX, &c->hdr) == EGM_OK) {
+        stat_add(&s->stats.auth_failures, 1);
+        status = egm__set_error(EGM_ERR_PERMISSION,
+                                "auth required: this master requires the cluster token "
+                                "(auth_token) before a frame of %u bytes",
+                                (unsigned)c->hdr.length);
+    }
     if (status == EGM_OK) {
         c->in_payload = 1;
         c->payload_got = 0;

@@ -265,16 +265,15 @@ static void test_token_keys_checked(void **state)
     assert_null(strstr(error, TOKEN));
 }
 
-/* A Ping on the master's TCP port without Auth: an error reply that says
- * so, then the master closes. */
-static void test_master_tcp_frame_without_auth(void **state)
+/* A Ping header of `length` payload bytes (none sent) on the master's TCP
+ * port without Auth: an error reply that says so, then the master closes. */
+static void frame_without_auth(uint32_t length)
 {
-    (void)state;
     int fd;
     assert_int_equal(egm__sock_tcp_connect("127.0.0.1", (uint16_t)cluster.master_port, 3000, &fd),
                      EGM_OK);
     uint8_t hdr[EGM_FRAME_HEADER_SIZE];
-    egm_frame_header_t h = {EGM_RPC_VERSION, 0, EGM_RPC_PING, 77, 0};
+    egm_frame_header_t h = {EGM_RPC_VERSION, 0, EGM_RPC_PING, 77, length};
     egm__frame_encode_header(&h, hdr);
     assert_int_equal(egm__sock_write_full(fd, hdr, sizeof(hdr)), EGM_OK);
     assert_int_equal(egm__sock_read_full_timeout(fd, hdr, sizeof(hdr), IO_MS), EGM_OK);
@@ -294,6 +293,22 @@ static void test_master_tcp_frame_without_auth(void **state)
     /* then closed: EOF (bounded by IO_MS) */
     assert_int_equal(egm__sock_read_full_timeout(fd, hdr, 1, IO_MS), EGM_ERR_UNREACHABLE);
     close(fd);
+}
+
+static void test_master_tcp_frame_without_auth(void **state)
+{
+    (void)state;
+    frame_without_auth(0);
+}
+
+/* Before the token no frame longer than a token is read: a 32 MiB header is
+ * refused at once, without waiting for (or buffering) its payload. */
+static void test_master_large_frame_before_auth(void **state)
+{
+    (void)state;
+    unsigned long long before = metric_value(master_http, "egm_master_auth_failures_total");
+    frame_without_auth(32u << 20);
+    assert_true(metric_value(master_http, "egm_master_auth_failures_total") > before);
 }
 
 /* ---- the provider's tcp data server ----------------------------------------- */
@@ -563,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_right_token_shm_and_tcp),
         cmocka_unit_test(test_token_keys_checked),
         cmocka_unit_test(test_master_tcp_frame_without_auth),
+        cmocka_unit_test(test_master_large_frame_before_auth),
         cmocka_unit_test(test_data_server_requires_token),
         cmocka_unit_test(test_data_server_refuses_out_of_segment),
         cmocka_unit_test(test_fd_socket_requires_token),
