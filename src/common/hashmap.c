@@ -187,3 +187,25 @@ int egm__hashmap_next(const egm_hashmap_t *map, size_t *iter, const void **key_p
     }
     return 0;
 }
+
+egm_status_t egm__hashmap_copy_keys(const egm_hashmap_t *map, size_t key_len, const char *what,
+                                    void **keys_p, size_t *n_p)
+{
+    size_t iter = 0, n = 0, count = map->count;
+    const void *key;
+    size_t len;
+
+    *keys_p = NULL;
+    *n_p = 0;
+    if (count == 0 || key_len == 0)
+        return EGM_OK;
+    uint8_t *keys = egm_malloc(count * key_len, "hashmap.keys");
+    if (keys == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "%s: out of memory listing %zu keys", what, count);
+    while (n < count && egm__hashmap_next(map, &iter, &key, &len, NULL))
+        if (len == key_len)
+            memcpy(keys + key_len * n++, key, key_len);
+    *keys_p = keys;
+    *n_p = n;
+    return EGM_OK;
+}

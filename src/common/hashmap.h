@@ -33,4 +33,10 @@ void *egm__hashmap_remove(egm_hashmap_t *map, const void *key, size_t key_len);
 int egm__hashmap_next(const egm_hashmap_t *map, size_t *iter, const void **key_p, size_t *key_len_p,
                       void **value_p);
 
+/* Copies every key of exactly key_len bytes, end to end, into one egm_malloc'ed
+ * array (*keys_p NULL when none): e.g. the ids of a map keyed by egm_id_t.
+ * EGM_ERR_NO_MEMORY naming `what`. */
+egm_status_t egm__hashmap_copy_keys(const egm_hashmap_t *map, size_t key_len, const char *what,
+                                    void **keys_p, size_t *n_p);
+
 #endif

@@ -414,26 +414,13 @@ void egm__mapping_forget(egm_mapping_cache_t *cache, egm_id_t segment_id)
 
 egm_status_t egm__mapping_cached_ids(egm_mapping_cache_t *cache, egm_id_t **ids_p, size_t *n_p)
 {
-    size_t iter = 0, n = 0;
-    const void *key;
-    size_t key_len;
-    void *value;
-
-    *ids_p = NULL;
-    *n_p = 0;
+    void *ids = NULL;
     pthread_mutex_lock(&cache->lock);
-    size_t count = egm__hashmap_size(cache->by_id);
-    egm_id_t *ids = count > 0 ? egm_calloc(count, sizeof(*ids), "te.mapping_cache.ids") : NULL;
-    if (count > 0 && ids == NULL) {
-        pthread_mutex_unlock(&cache->lock);
-        return egm__set_error(EGM_ERR_NO_MEMORY, "nvlink: out of memory listing mappings");
-    }
-    while (n < count && egm__hashmap_next(cache->by_id, &iter, &key, &key_len, &value))
-        ids[n++] = ((const egm_mapping_t *)value)->id;
+    egm_status_t st =
+        egm__hashmap_copy_keys(cache->by_id, sizeof(egm_id_t), "nvlink mappings", &ids, n_p);
     pthread_mutex_unlock(&cache->lock);
     *ids_p = ids;
-    *n_p = n;
-    return EGM_OK;
+    return st;
 }
 
 int egm__mapping_known(egm_mapping_cache_t *cache, egm_id_t segment_id)

@@ -193,6 +193,34 @@ static void test_destroy_frees_keys(void **state)
     assert_int_equal(egm__alloc_live_count_site("hashmap.key"), before);
 }
 
+/* copy_keys copies the keys of the asked length only, every one once. */
+static void test_copy_keys(void **state)
+{
+    (void)state;
+    egm_hashmap_t *map = NULL;
+    uint64_t *keys = NULL;
+    size_t n = 7;
+    int value = 1;
+
+    assert_int_equal(egm__hashmap_create(&map), EGM_OK);
+    assert_int_equal(egm__hashmap_copy_keys(map, sizeof(uint64_t), "test", (void **)&keys, &n),
+                     EGM_OK);
+    assert_null(keys);
+    assert_int_equal(n, 0);
+    for (uint64_t k = 1; k <= 100; k++)
+        assert_int_equal(egm__hashmap_put(map, &k, sizeof(k), &value, NULL), EGM_OK);
+    assert_int_equal(egm__hashmap_put(map, "short", 5, &value, NULL), EGM_OK);
+    assert_int_equal(egm__hashmap_copy_keys(map, sizeof(uint64_t), "test", (void **)&keys, &n),
+                     EGM_OK);
+    assert_int_equal(n, 100);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += keys[i];
+    assert_int_equal(sum, 5050);
+    egm_free(keys);
+    egm__hashmap_destroy(map);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +228,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_random_against_reference, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_remove_during_iteration, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_copy_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_destroy_frees_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
