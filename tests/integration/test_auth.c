@@ -120,19 +120,16 @@ static int setup(void **state)
         return -1;
 
     egm_client_t *client = token_client("tcp");
-    Egm__ListSegmentsReply *reply = NULL;
-    if (client == NULL || egm__client_list_segments(client, &reply) != EGM_OK ||
-        reply->n_segments != 1)
+    egm_test_segment_t seg;
+    if (client == NULL || egm_test_only_segment(client, &seg) != 0)
         return -1;
-    const Egm__SegmentDesc *d = reply->segments[0]->desc;
-    segment_id = egm__id_from_pb(d->id);
-    segment_size = d->size;
-    snprintf(broker, sizeof(broker), "%s", d->shm_socket);
-    egm_status_t status =
-        egm__sock_split_hostport(d->tcp_endpoint, data_host, sizeof(data_host), &data_port);
-    egm__rpc_msg_free(&reply->base);
+    segment_id = seg.id;
+    segment_size = seg.size;
+    snprintf(broker, sizeof(broker), "%s", seg.shm_socket);
+    snprintf(data_host, sizeof(data_host), "%s", seg.data_host);
+    data_port = seg.data_port;
     egm_client_destroy(client);
-    return status == EGM_OK ? 0 : -1;
+    return 0;
 }
 
 static int teardown(void **state)

@@ -42,22 +42,19 @@ static uint64_t segment_size;
 static int setup(void **state)
 {
     (void)state;
-    Egm__ListSegmentsReply *reply = NULL;
     if (egm_test_start_master(&cluster, NULL) != 0 ||
         egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
         return -1;
     tcp_client = egm_test_client(&cluster, "tcp", NULL);
-    if (tcp_client == NULL || egm__client_list_segments(tcp_client, &reply) != EGM_OK ||
-        reply->n_segments != 1)
+    egm_test_segment_t seg;
+    if (tcp_client == NULL || egm_test_only_segment(tcp_client, &seg) != 0)
         return -1;
-    const Egm__SegmentDesc *d = reply->segments[0]->desc;
-    segment_id = egm__id_from_pb(d->id);
-    segment_size = d->size;
-    snprintf(broker, sizeof(broker), "%s", d->shm_socket);
-    egm_status_t status =
-        egm__sock_split_hostport(d->tcp_endpoint, data_host, sizeof(data_host), &data_port);
-    egm__rpc_msg_free(&reply->base);
-    return status == EGM_OK ? 0 : -1;
+    segment_id = seg.id;
+    segment_size = seg.size;
+    snprintf(broker, sizeof(broker), "%s", seg.shm_socket);
+    snprintf(data_host, sizeof(data_host), "%s", seg.data_host);
+    data_port = seg.data_port;
+    return 0;
 }
 
 static int teardown(void **state)

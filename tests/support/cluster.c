@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include "client/client_int.h"
 #include "common/clock.h"
+#include "common/sock.h"
+#include "rpc/proto_util.h"
 #include "support/cluster.h"
 
 #define START_TIMEOUT_MS 30000
@@ -245,4 +247,24 @@ void egm_test_fill(void *buf, size_t len, unsigned seed)
         x = x * 1103515245u + 12345u;
         p[i] = (unsigned char)(x >> 16);
     }
+}
+
+int egm_test_only_segment(egm_client_t *client, egm_test_segment_t *seg)
+{
+    Egm__ListSegmentsReply *reply = NULL;
+    if (egm__client_list_segments(client, &reply) != EGM_OK)
+        return -1;
+    int rc = -1;
+    if (reply->n_segments == 1) {
+        const Egm__SegmentDesc *d = reply->segments[0]->desc;
+        seg->id = egm__id_from_pb(d->id);
+        seg->size = d->size;
+        snprintf(seg->shm_socket, sizeof(seg->shm_socket), "%s", d->shm_socket);
+        rc = egm__sock_split_hostport(d->tcp_endpoint, seg->data_host, sizeof(seg->data_host),
+                                      &seg->data_port) == EGM_OK
+                 ? 0
+                 : -1;
+    }
+    egm__rpc_msg_free(&reply->base);
+    return rc;
 }

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <egmstore/egmstore.h>
+#include "common/id.h"
 #include "common/process.h"
 
 #define EGM_TEST_MAX_PROVIDERS 4
@@ -44,6 +45,17 @@ size_t egm_test_segment_count(egm_client_t *client);
 size_t egm_test_cluster_segments(egm_test_cluster_t *cluster);
 /* SIGTERM everything, wait (bounded), then SIGKILL what is left. */
 void egm_test_cluster_stop(egm_test_cluster_t *cluster);
+/* The one segment a single-provider cluster serves, as a client lists it. */
+typedef struct {
+    egm_id_t id;
+    uint64_t size;
+    char data_host[64]; /* the provider's tcp data server */
+    uint16_t data_port;
+    char shm_socket[100]; /* its fd broker (EGM_SHM_SOCKET_MAX) */
+} egm_test_segment_t;
+/* 0, or -1 unless the master lists exactly one segment with a tcp endpoint. */
+int egm_test_only_segment(egm_client_t *client, egm_test_segment_t *seg);
+
 /* Deterministic bytes for object seeds. */
 void egm_test_fill(void *buf, size_t len, unsigned seed);
 
