@@ -379,7 +379,10 @@ def section_gpu(recs):
     out = ["## GPU memory\n",
            "Cells: GB/s (p50/p99 us). Ceiling: cuMemcpy HBM <-> pinned host in the same run (put: "
            "HBM -> host, get: host -> HBM); *staging*: tcp (or shm) from GPU memory through a "
-           "pinned staging buffer, the conventional path.\n"]
+           "pinned staging buffer, the conventional path. egmstore nvlink and staging: the C tool "
+           "(`egmstore bench data --memory gpu`); *Python*: bench/py/store_bench.py --memory gpu, the "
+           "Mooncake-API facade over nvlink and Mooncake Store (CUDA 13 build) over its tcp transport "
+           "with the same script, so *Python nvlink / Mooncake* compares like with like.\n"]
     rows = []
     for wl in ("single", "batch"):
         shapes = sorted({(r["bytes"], r.get("batch", 1), r["total_clients"]) for r in gpu
@@ -387,23 +390,24 @@ def section_gpu(recs):
         for size, n, total in shapes:
             for op in ("put", "get"):
                 kw = dict(workload=wl, bytes=size, batch=n, op=op, total_clients=total)
-                nv = best(gpu, system="egmstore", transport="nvlink", **kw)
+                nv = best(gpu, system="egmstore", transport="nvlink", variant="c", **kw)
+                nvpy = best(gpu, system="egmstore", transport="nvlink", variant="zc", **kw)
                 st = best(gpu, system="egmstore", transport="tcp-staging", **kw)
                 ss = best(gpu, system="egmstore", transport="shm-staging", **kw)
                 mc = best(gpu, system="mooncake", **kw)
                 ceil = (ceiling(recs, size * n, "cuMemcpy", op) or ceiling(recs, size, "cuMemcpy", op, n)
                         or ceiling_for(recs, size * n, "cuMemcpy", op))
-                if not (nv or st or ss or mc):
+                if not (nv or nvpy or st or ss or mc):
                     continue
                 rows.append([wl, "%d x %s" % (n, bl.fmt_size(size)) if n > 1 else bl.fmt_size(size), op, total,
                              "-" if ceil is None else "%.2f" % ceil_gbps(ceil), cell(nv, "GB/s"), cell(st, "GB/s"),
-                             cell(ss, "GB/s"), cell(mc, "GB/s"), fratio(ceil_ratio(nv, ceil)),
-                             fratio(ratio(nv, st, "gbps")), fratio(ratio(nv, mc, "gbps"))])
+                             cell(ss, "GB/s"), cell(nvpy, "GB/s"), cell(mc, "GB/s"), fratio(ceil_ratio(nv, ceil)),
+                             fratio(ratio(nv, st, "gbps")), fratio(ratio(nvpy, mc, "gbps"))])
     if not rows:
         return []
     header = ["workload", "size", "op", "clients", "ceiling GB/s", "egmstore nvlink", "egmstore tcp-staging",
-              "egmstore shm-staging", "Mooncake (GPU)", "nvlink / ceiling", "nvlink / tcp-staging",
-              "nvlink / Mooncake"]
+              "egmstore shm-staging", "egmstore nvlink (Python)", "Mooncake tcp (Python)", "nvlink / ceiling",
+              "nvlink / tcp-staging", "Python nvlink / Mooncake"]
     header, rows = drop_empty_columns(header, rows, keep=4)
     out.append(table(header, rows) + "\n")
     return out
@@ -444,7 +448,7 @@ def goals(recs):
 
     # GPU goals
     def gpu_single(op, size):
-        return best(recs, workload="single", transport="nvlink", op=op, bytes=size, total_clients=1)
+        return best(recs, workload="single", transport="nvlink", variant="c", op=op, bytes=size, total_clients=1)
 
     vals = []
     for size in sorted({r["bytes"] for r in find(recs, workload="single", transport="nvlink") if r.get("bytes", 0) >= 16 * bl.MiB}):
@@ -458,7 +462,7 @@ def goals(recs):
                  verdict(all(q >= 0.95 for _, _, q in vals) if vals else None)])
     vals = []
     for op in ("put", "get"):
-        b = best(recs, workload="batch", transport="nvlink", op=op, batch=8192, bytes=64 * bl.KiB)
+        b = best(recs, workload="batch", transport="nvlink", variant="c", op=op, batch=8192, bytes=64 * bl.KiB)
         c = (ceiling(recs, 8192 * 64 * bl.KiB, "cuMemcpy", op) or ceiling(recs, 64 * bl.KiB, "cuMemcpy", op, 8192)
              or ceiling_for(recs, 8192 * 64 * bl.KiB, "cuMemcpy", op))
         q = ceil_ratio(b, c)

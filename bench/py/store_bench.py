@@ -5,6 +5,8 @@ or egmstore's facade (egmstore.mooncake), with the same script and the same Pyth
   store_bench.py --system egmstore --egm-build build --out egm.json       # shm and tcp
   store_bench.py --system mooncake --out mooncake.json                     # Mooncake over tcp
   store_bench.py --system egmstore --smoke                                 # seconds-long
+  store_bench.py --system egmstore --memory gpu --out egm-gpu.json         # GPU buffers, nvlink
+  store_bench.py --system mooncake --memory gpu --out mooncake-gpu.json    # GPU buffers, tcp
 
 It starts its own cluster: for egmstore `egmstore master` + `egmstore provider` (the
 <build>/bin/egmstore CLI, package from <build>/python); for Mooncake its `mooncake_master`
@@ -19,8 +21,17 @@ its tcp transport). Workloads (docs/benchmarks.md):
   mixed    gets (by uniform or zipf key choice over preloaded keys) and puts of new keys
   ceiling  memcpy of the same sizes in this process (--ceiling)
 
-Every get is verified byte for byte (untimed): each object is a random pattern with its key's
-id stamped at both ends. Clients work in rounds between barriers: timed calls, then untimed
+--memory gpu (with --device N): the client's buffers are CUDA tensors of PyTorch (imported only
+then), registered with register_buffer; only the zero-copy API is measured (put_from, get_into,
+batch_put_from, batch_get_into), single objects (4 KiB..64 MiB) and batches (N x 64 KiB), one
+client. egmstore: a provider with an EGM pool (HOST_NUMA memory, nvlink), the facade over
+nvlink; Mooncake: its CUDA 13 build (bench/py/stage-mooncake-gpu.sh, unpack-mooncake-gpu.sh)
+over tcp, its segment in host memory as above, so its transport stages the GPU data itself.
+Records say memory "gpu" and the transport used. --fake-gpu: the same flow on egmstore's fake
+CUDA driver (host memory, no torch): a test, not a measurement.
+
+Every get is verified byte for byte (untimed; GPU buffers on the GPU, zeroed before each round
+of gets): each object is a random pattern with its key's id stamped at both ends. Clients work in rounds between barriers: timed calls, then untimed
 preparation and checks, so GB/s and ops/s count only the calls. Output: JSON schema 1
 (docs/benchmarks.md), api "python". Exit 0 when it ran (errors are counted in the records),
 77 when the system under test is not available (skipped), 2 on a usage or setup error.
@@ -47,7 +58,8 @@ import benchlib as bl  # noqa: E402
 
 EXIT_SKIP = 77
 LARGE_BATCH = 2048  # keys per call; larger batches run after everything else
-MOONCAKE_PACKAGE = "mooncake-transfer-engine-non-cuda"
+# the pip package (for its version); unpack-mooncake-gpu.sh's env.sh names the CUDA 13 one
+MOONCAKE_PACKAGE = os.environ.get("MOONCAKE_PACKAGE", "mooncake-transfer-engine-non-cuda")
 BARRIER_TIMEOUT_S = 600
 SETUP_TIMEOUT_S = 60
 
@@ -118,6 +130,153 @@ def bytearray_addr(ba):
     return ctypes.addressof((ctypes.c_char * len(ba)).from_buffer(ba))
 
 
+class HostMemory:
+    """Where the benchmark's buffers live (--memory host): Mem, filled and checked with the
+    functions above. Every backend fills and checks runs of objects of one size laid out one
+    after the other from an address."""
+
+    kind = "host"
+    info = {}
+
+    def alloc(self, size):
+        return Mem(size)
+
+    def free(self, mem):
+        pass
+
+    def fill_run(self, addr, size, oids):
+        for j, oid in enumerate(oids):
+            fill(addr + j * size, size, oid)
+
+    def check_run(self, addr, size, oids):
+        """How many of the objects at addr are not objects oids of size bytes."""
+        return sum(check(addr + j * size, size, oid) for j, oid in enumerate(oids))
+
+    def zero(self, addr, nbytes):
+        pass  # host gets overwrite ids that differ from round to round; left as it was
+
+    def thread_init(self):
+        pass
+
+
+class FakeGpuMemory(HostMemory):
+    """--memory gpu --fake-gpu: device memory of egmstore's fake CUDA driver (libcuda.so.1 of
+    BUILD/fake-cuda on LD_LIBRARY_PATH), which is host memory: the stores take it for GPU
+    memory, the pattern is written and checked as on the host. Tests the flow, not a speed."""
+
+    kind = "fake-gpu"
+
+    def __init__(self, device):
+        sys.path.insert(0, os.path.join(bl.REPO, "bench", "gpu"))
+        import gpulib
+
+        why = gpulib.check_fake_driver()
+        if why:
+            raise SystemExit("store_bench: --fake-gpu: " + why)
+        self.dev = gpulib.FakeDevice(device)
+        self.ctx = ctypes.c_void_p()
+        self.dev._fn("cuCtxGetCurrent", ctypes.POINTER(ctypes.c_void_p))(ctypes.byref(self.ctx))
+        self.info = {"device": self.dev.name, "fake_gpu": True}
+
+    def thread_init(self):
+        self.dev._fn("cuCtxSetCurrent", ctypes.c_void_p)(self.ctx)
+
+    def alloc(self, size):
+        m = Mem.__new__(Mem)
+        m.ptr, m.size, m._raw = self.dev.alloc(size), size, None
+        return m
+
+    def zero(self, addr, nbytes):
+        _libc.memset(addr, 0, nbytes)
+
+
+class TorchGpuMemory:
+    """--memory gpu: buffers are CUDA tensors of PyTorch on one GPU. The pattern of a size is
+    random bytes made on the GPU (seeded by the size); an object is the pattern with its id in
+    its first and last 8 bytes. Fills, zeroing and checks run on the GPU, then synchronize."""
+
+    kind = "gpu"
+
+    def __init__(self, device):
+        try:
+            import torch
+        except ImportError as exc:
+            raise SystemExit("store_bench: --memory gpu needs PyTorch with CUDA (import torch "
+                             "failed: %s); without a GPU, --fake-gpu runs the flow on egmstore's "
+                             "fake CUDA driver" % exc)
+        if not torch.cuda.is_available() or device >= torch.cuda.device_count():
+            raise SystemExit("store_bench: --memory gpu: no CUDA device %d visible to torch "
+                             "(%d devices)" % (device, torch.cuda.device_count()))
+        self.torch = torch
+        self.device = torch.device("cuda", device)
+        torch.cuda.set_device(self.device)
+        self.bufs = {}  # address -> int64 tensor
+        self.patterns = {}
+        self.info = {"device": str(self.device), "name": torch.cuda.get_device_name(self.device),
+                     "torch": torch.__version__, "cuda": torch.version.cuda, "fake_gpu": False}
+
+    def thread_init(self):
+        self.torch.cuda.set_device(self.device)
+
+    def alloc(self, size):
+        t = self.torch.zeros((size + 7) // 8, dtype=self.torch.int64, device=self.device)
+        self.torch.cuda.synchronize(self.device)
+        m = Mem.__new__(Mem)
+        m.ptr, m.size, m._raw = t.data_ptr(), size, t
+        self.bufs[m.ptr] = t
+        return m
+
+    def free(self, mem):
+        self.bufs.pop(mem.ptr, None)
+        mem._raw = None
+
+    def _rows(self, addr, size, n):
+        """The n objects of size bytes at addr, as an n x size/8 int64 view."""
+        for base, t in self.bufs.items():
+            if base <= addr and addr + n * size <= base + t.numel() * 8:
+                off = (addr - base) // 8
+                return t[off:off + n * size // 8].view(n, size // 8)
+        raise ValueError("no GPU buffer holds %d x %d bytes at 0x%x" % (n, size, addr))
+
+    def _pattern(self, size):
+        p = self.patterns.get(size)
+        if p is None:
+            torch = self.torch
+            g = torch.Generator(device=self.device)
+            g.manual_seed(size)
+            p = torch.randint(0, 256, (size,), dtype=torch.uint8, device=self.device,
+                              generator=g).view(torch.int64)
+            self.patterns.clear()  # large patterns are large; one size at a time
+            self.patterns[size] = p
+        return p
+
+    def fill_run(self, addr, size, oids):
+        if not oids:
+            return
+        rows = self._rows(addr, size, len(oids))
+        ids = self.torch.tensor(oids, dtype=self.torch.int64, device=self.device)
+        rows.copy_(self._pattern(size).expand_as(rows))
+        rows[:, 0] = ids
+        rows[:, -1] = ids
+        self.torch.cuda.synchronize(self.device)
+
+    def check_run(self, addr, size, oids):
+        if not oids:
+            return 0
+        rows = self._rows(addr, size, len(oids))
+        ids = self.torch.tensor(oids, dtype=self.torch.int64, device=self.device)
+        bad = (rows[:, 1:-1] != self._pattern(size)[1:-1]).any(dim=1)
+        bad |= (rows[:, 0] != ids) | (rows[:, -1] != ids)
+        return int(bad.sum().item())
+
+    def zero(self, addr, nbytes):
+        self._rows(addr, nbytes, 1).zero_()
+        self.torch.cuda.synchronize(self.device)
+
+
+MEM = HostMemory()  # --memory gpu replaces it (one client thread then; no client processes)
+
+
 # ---- stores -----------------------------------------------------------------------------
 
 def store_class(system):
@@ -138,18 +297,21 @@ def open_store(system, protocol, master, local_buffer):
 
 
 class Registered:
-    """Mem registered with a store for its lifetime (unregistered by close)."""
+    """Memory of MEM (host, or GPU with --memory gpu) registered with a store for its lifetime
+    (unregistered and released by close)."""
 
     def __init__(self, store, size):
-        self.mem = Mem(size)
+        self.mem = MEM.alloc(size)
         self.ptr = self.mem.ptr
         self.store = store
         rc = store.register_buffer(self.ptr, size)
         if rc != 0:
-            raise RuntimeError("register_buffer(%d bytes) answered %d" % (size, rc))
+            MEM.free(self.mem)
+            raise RuntimeError("register_buffer(%d bytes, %s memory) answered %d" % (size, MEM.kind, rc))
 
     def close(self):
         self.store.unregister_buffer(self.ptr)
+        MEM.free(self.mem)
 
 
 # ---- rounds -----------------------------------------------------------------------------
@@ -234,8 +396,7 @@ def phase_single(store, spec, ctx):
         src, dst = Registered(store, slots * size), Registered(store, slots * size)
         try:
             def prep_put(i, k):
-                for j in range(k):
-                    fill(src.ptr + j * size, size, put_ids[i + j])
+                MEM.fill_run(src.ptr, size, put_ids[i:i + k])
 
             def do_put(i, j):
                 rc = store.put_from(key(put_ids[i]), src.ptr + j * size, size)
@@ -251,9 +412,11 @@ def phase_single(store, spec, ctx):
                 return 0 if rc == size else ctx.bad(rc)
 
             def ver_get(i, k):
-                return sum(check(dst.ptr + j * size, size, get_ids[i + j]) for j in range(k))
+                return MEM.check_run(dst.ptr, size, get_ids[i:i + k])
 
-            r = run_rounds(ctx, len(get_ids), slots, spec["budget"], lambda i, k: None, do_get, ver_get)
+            # GPU memory is zeroed before each round, so that a get that moved nothing shows
+            r = run_rounds(ctx, len(get_ids), slots, spec["budget"], lambda i, k: MEM.zero(dst.ptr, k * size),
+                           do_get, ver_get)
             out["get"] = step(*r, call="get_into")
         finally:
             src.close()
@@ -309,8 +472,7 @@ def phase_batch(store, spec, ctx):
     try:
         def prep_put(i, k):
             if k:
-                for j, oid in enumerate(ids(i)):
-                    fill(ptrs_src[j], block, oid)
+                MEM.fill_run(src.ptr, block, list(ids(i)))
                 cur["keys"] = keys(i)
 
         def do_put(i, j):
@@ -324,6 +486,7 @@ def phase_batch(store, spec, ctx):
 
         def prep_get(i, k):
             if k:
+                MEM.zero(dst.ptr, nkeys * block)
                 cur["keys"] = keys(order[i])
 
         def do_get(i, j):
@@ -333,7 +496,7 @@ def phase_batch(store, spec, ctx):
         def ver_get(i, k):
             if not k:
                 return 0
-            return sum(check(ptrs_dst[j], block, oid) for j, oid in enumerate(ids(order[i])))
+            return MEM.check_run(dst.ptr, block, list(ids(order[i])))
 
         r = run_rounds(ctx, len(order), 1, spec["budget"], prep_get, do_get, ver_get)
         out["get"] = step(*r, call="batch_get_into")
@@ -454,6 +617,7 @@ class ThreadClients:
 
         def body(i):
             try:
+                MEM.thread_init()
                 results[i] = run_phase(self.store, spec, Ctx(i, self.n, barrier, flag))
             except Exception as exc:
                 errors.append("client %d: %s" % (i, "".join(traceback.format_exception_only(type(exc), exc)).strip()))
@@ -485,7 +649,7 @@ def warm_store(store, pool_size, share, prefix):
     buf = Registered(store, size)
     bad = 0
     try:
-        fill(buf.ptr, size, 1)
+        MEM.fill_run(buf.ptr, size, [1])
         for i in range(n):
             bad += 0 if store.put_from("%s/%d" % (prefix, i), buf.ptr, size) == 0 else 1
     finally:
@@ -604,7 +768,9 @@ class Cluster:
         self.procs = []
 
 
-def start_egmstore(binary, log_dir, pool):
+def start_egmstore(binary, log_dir, pool, egm=False):
+    """egm: the provider contributes an EGM pool (HOST_NUMA VMM memory, posix_fd handles,
+    served over nvlink), as bench/gpu/gpulib.py's Cluster starts it for the GPU workloads."""
     c = Cluster()
     mlog = os.path.join(log_dir, "egm-master.log")
     with open(mlog, "wb") as log:
@@ -621,16 +787,24 @@ def start_egmstore(binary, log_dir, pool):
     with open(plog, "wb") as log:
         c.procs.append(subprocess.Popen(
             [binary, "provider", "--master", c.master, "--global-segment-size", str(pool),
-             "--local-hostname", "127.0.0.1"],
+             "--local-hostname", "127.0.0.1"] + (egm_provider_args(pool) if egm else []),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=bl.die_with_parent))
-    if bl.wait_line(plog, "egmstore provider ready", c.procs[1]) is None:
+    if bl.wait_line(plog, "egmstore provider ready", c.procs[1], timeout=600 if egm else 30) is None:
         c.stop()
         raise RuntimeError("egmstore provider did not become ready; log: " + plog)
     return c
 
 
+def egm_provider_args(pool):
+    chunk = bl.GiB if pool % bl.GiB == 0 else 16 * bl.MiB
+    return ["--enable-egm-store-pool", "true", "--egm-handle-type", "posix_fd", "--protocol", "nvlink",
+            "--max-mr-size", str(chunk)]
+
+
 def find_mooncake_master():
+    if os.environ.get("MOONCAKE_MASTER"):  # bench/py/unpack-mooncake-gpu.sh's env.sh sets it
+        return os.environ["MOONCAKE_MASTER"] if os.access(os.environ["MOONCAKE_MASTER"], os.X_OK) else None
     for cand in (os.path.join(os.path.dirname(sys.executable), "mooncake_master"),):
         if os.access(cand, os.X_OK):
             return cand
@@ -725,6 +899,10 @@ def aggregate(per_client, name):
     return lat, calls, errors, secs, per_client[0][name]["call"], extra
 
 
+def memory_name():
+    return "host" if MEM.kind == "host" else "gpu"
+
+
 class Bench:
     def __init__(self, args, system):
         self.args, self.system = args, system
@@ -757,11 +935,13 @@ class Bench:
         lat, calls, errors, secs, call, extra = aggregate(per_client, name)
         st = bl.latency_stats(lat)
         r = bl.record(workload=spec["workload"], system=self.system, api="python",
-                      transport=transport, op=op, memory="host", bytes=spec["size"],
+                      transport=transport, op=op, memory=memory_name(), bytes=spec["size"],
                       batch=spec.get("batch", 1), clients=clients // procs, procs=procs, calls=calls,
                       seconds=round(secs, 6), errors=errors, call=call,
                       mode="processes" if procs > 1 else "threads",
                       verified=(op != "put" and name != "put"), **fields, **st)
+        if MEM.kind == "fake-gpu":
+            r["fake_gpu"] = True
         if "error_detail" in extra:
             r["error_detail"] = extra.pop("error_detail")
         for k, v in extra.items():
@@ -782,7 +962,7 @@ class Bench:
             self.say("  %s %s failed: %s" % (spec["workload"], transport, exc))
             self.records.append(bl.record(
                 workload=spec["workload"], system=self.system, api="python", transport=transport,
-                op="failed", bytes=spec["size"], batch=spec.get("batch", 1), clients=clients // procs,
+                op="failed", memory=memory_name(), bytes=spec["size"], batch=spec.get("batch", 1), clients=clients // procs,
                 procs=procs, errors=1, message=str(exc)[:500]))
             return
         for name, op, fields in names:
@@ -946,8 +1126,17 @@ def build_parser():
     ap.add_argument("--fill", type=float, default=0.6, help="share of the pool one phase may fill (default 0.6)")
     ap.add_argument("--sizes", type=bl.parse_sizes, default=None,
                     help="single-object sizes (default 4KiB,64KiB,1MiB,16MiB,256MiB)")
-    ap.add_argument("--apis", default="zero-copy,bytes",
-                    help="zero-copy (put_from/get_into, registered buffers) and/or bytes (put/get)")
+    ap.add_argument("--memory", choices=["host", "gpu"], default="host",
+                    help="where the client's buffers are: host (default) or gpu (CUDA tensors of "
+                    "PyTorch on --device; zero-copy API only, single and batch, one client; "
+                    "egmstore over nvlink from an EGM pool, Mooncake over tcp)")
+    ap.add_argument("--device", type=int, default=0, help="--memory gpu: the GPU ordinal (default 0)")
+    ap.add_argument("--fake-gpu", action="store_true",
+                    help="--memory gpu without a GPU: buffers of egmstore's fake CUDA driver "
+                    "(BUILD/fake-cuda on LD_LIBRARY_PATH; host memory), no torch: tests the flow")
+    ap.add_argument("--apis", default=None,
+                    help="zero-copy (put_from/get_into, registered buffers) and/or bytes (put/get); "
+                    "default both (gpu: zero-copy)")
     ap.add_argument("--clients", type=bl.parse_ints, default=None, help="client counts (default 1,8)")
     ap.add_argument("--modes", default="threads,processes", help="how clients > 1 run: threads,processes")
     ap.add_argument("--concurrency-sizes", type=bl.parse_sizes, default=None,
@@ -958,7 +1147,7 @@ def build_parser():
     ap.add_argument("--read-ratio", type=float, default=0.9, help="mixed: share of gets (default 0.9)")
     ap.add_argument("--mixed-size", type=bl.parse_size, default=64 * bl.KiB, help="mixed: object size (64KiB)")
     ap.add_argument("--mixed-keys", type=int, default=None, help="mixed: preloaded keys (default 2048)")
-    ap.add_argument("--workloads", default="single,batch,mixed", help="single,batch,mixed")
+    ap.add_argument("--workloads", default=None, help="single,batch,mixed (default all; gpu: single,batch)")
     ap.add_argument("--no-warmup", dest="warmup", action="store_false",
                     help="skip the untimed first write of the pool's pages")
     ap.add_argument("--ceiling", action="store_true", help="also measure memcpy of every single size")
@@ -979,13 +1168,23 @@ def build_parser():
 
 def apply_defaults(a):
     smoke = a.smoke
+    gpu = a.memory == "gpu"
+    if a.fake_gpu and not gpu:
+        raise SystemExit("store_bench: --fake-gpu goes with --memory gpu")
+    if gpu:
+        sizes = [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB, 64 * bl.MiB]
+        batches = [(1024, 64 * bl.KiB), (8192, 64 * bl.KiB)]
+    else:
+        sizes = [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB, 256 * bl.MiB]
+        batches = [(1024, 4 * bl.KiB), (1024, 64 * bl.KiB), (8192, 64 * bl.KiB), (64, 1 * bl.MiB)]
     d = {
-        "pool_size": 256 * bl.MiB if smoke else 2 * bl.GiB,
-        "sizes": [4 * bl.KiB, 1 * bl.MiB] if smoke else [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB, 256 * bl.MiB],
-        "clients": [1, 2] if smoke else [1, 8],
+        "pool_size": 256 * bl.MiB if smoke else (4 if gpu else 2) * bl.GiB,
+        "sizes": [4 * bl.KiB, 1 * bl.MiB] if smoke else sizes,
+        "clients": [1] if gpu else [1, 2] if smoke else [1, 8],
         "concurrency_sizes": [4 * bl.KiB] if smoke else [4 * bl.KiB, 64 * bl.KiB, 1 * bl.MiB, 16 * bl.MiB],
-        "batches": [(16, 64 * bl.KiB)] if smoke else [(1024, 4 * bl.KiB), (1024, 64 * bl.KiB), (8192, 64 * bl.KiB),
-                                                      (64, 1 * bl.MiB)],
+        "batches": [(16, 64 * bl.KiB)] if smoke else batches,
+        "apis": "zero-copy" if gpu else "zero-copy,bytes",
+        "workloads": "single,batch" if gpu else "single,batch,mixed",
         "mixed_keys": 64 if smoke else 2048,
         "seconds": 0.1 if smoke else 1.0,
         "max_ops": 200 if smoke else 20000,
@@ -1011,10 +1210,26 @@ def apply_defaults(a):
     if min(a.sizes + a.concurrency_sizes + [b for _, b in a.batches] + [a.mixed_size]) < 16:
         raise SystemExit("store_bench: objects must be at least 16 bytes (the id is stamped at both ends)")
     if a.protocol is None:
-        a.protocol = "shm,tcp" if a.system == "egmstore" else "tcp"
+        a.protocol = ("nvlink" if gpu else "shm,tcp") if a.system == "egmstore" else "tcp"
     a.protocols = [p for p in a.protocol.split(",") if p]
     if a.system == "mooncake" and a.protocols != ["tcp"]:
         raise SystemExit("store_bench: Mooncake is measured over tcp only (--protocol tcp)")
+    if gpu:
+        # GPU buffers: the zero-copy API into registered device memory, one client thread
+        if a.apis != ["zero-copy"]:
+            raise SystemExit("store_bench: --memory gpu measures the zero-copy API only (--apis zero-copy)")
+        if "mixed" in a.workloads:
+            raise SystemExit("store_bench: --memory gpu runs the single and batch workloads")
+        if a.clients != [1]:
+            raise SystemExit("store_bench: --memory gpu runs one client (--clients 1)")
+        if a.ceiling:
+            raise SystemExit("store_bench: --ceiling is a host memcpy; GPU ceilings: egmstore bench data --memory gpu")
+        if a.system == "egmstore" and a.protocols != ["nvlink"]:
+            raise SystemExit("store_bench: --memory gpu measures egmstore over nvlink (--protocol nvlink)")
+        if any(x % 8 for x in a.sizes + [b for _, b in a.batches]):
+            raise SystemExit("store_bench: --memory gpu: sizes must be multiples of 8 bytes")
+        if a.system == "egmstore" and a.pool_size % (16 * bl.MiB):
+            raise SystemExit("store_bench: --memory gpu: the EGM pool (--pool-size) is whole 16 MiB chunks")
 
 
 def system_version(system):
@@ -1040,6 +1255,13 @@ def main(argv=None):
         ap.error("--system is required")
     apply_defaults(a)
     started = int(time.time() * 1000)
+    if a.memory == "gpu":
+        global MEM
+        try:
+            MEM = FakeGpuMemory(a.device) if a.fake_gpu else TorchGpuMemory(a.device)
+        except SystemExit as exc:
+            print(exc, file=sys.stderr, flush=True)
+            return 2
     log_dir = a.log_dir or os.path.join("/tmp", "store-bench-%d" % os.getpid())
     os.makedirs(log_dir, exist_ok=True)
     if a.system == "mooncake":
@@ -1079,7 +1301,7 @@ def main(argv=None):
             if not os.access(binary, os.X_OK):
                 print("store_bench: SKIPPED egmstore: no CLI at %s" % binary, flush=True)
                 return EXIT_SKIP
-            cluster = start_egmstore(binary, log_dir, a.pool_size)
+            cluster = start_egmstore(binary, log_dir, a.pool_size, egm=a.memory == "gpu")
             master = cluster.master
         else:
             try:
@@ -1104,6 +1326,8 @@ def main(argv=None):
     config["batches"] = ["%dx%s" % (n, bl.fmt_size(b)) for n, b in a.batches]
     config["system_version"] = system_version(a.system)
     config["log_dir"] = log_dir
+    if a.memory == "gpu":
+        config["gpu"] = MEM.info
     if a.system == "mooncake":
         config["env"] = {"MC_TCP_ENABLE_CONNECTION_POOL": os.environ.get("MC_TCP_ENABLE_CONNECTION_POOL")}
     doc = bl.document("store_bench.py", config, bench.records, started_ms=started)
