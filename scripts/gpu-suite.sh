@@ -2,7 +2,7 @@
 # The GPU suite and benchmarks, run on the H200 machine from the repository root
 # with a build folder made on the Debian machine (binaries are portable there;
 # libraries the GPU image lacks travel in .devlibs/). Output goes to $OUT.
-#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv|bench]
+#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv|bench|mooncake-gpu]
 set -u
 build=${1:-build}
 out=${2:-${OUT:-/tmp/egm-gpu-out}}
@@ -137,9 +137,84 @@ bench() {
     return $rc
 }
 
+# Mooncake Store with GPU buffers next to egmstore's facade (issue 7; docs/benchmarks.md), about
+# 2-4 minutes: bench/py/store_bench.py --memory gpu (single 4 KiB..64 MiB, batches 1024 and
+# 8192 x 64 KiB, put_from/get_into and their batch forms from HBM, every get checked on the GPU)
+# for egmstore (the facade over nvlink, an EGM pool) and for Mooncake Store's CUDA 13 build over
+# its tcp transport (segment in host memory, the client's buffers in HBM), the same script.
+# Mooncake comes from $MOONCAKE_GPU_ARCHIVE (default BUILD/mooncake-cuda13.tar.xz, made on the
+# Debian machine by bench/py/stage-mooncake-gpu.sh BUILD), unpacked to /tmp by
+# bench/py/unpack-mooncake-gpu.sh; without the archive the Mooncake step is skipped, said so.
+# Writes $out/store-gpu-egmstore.json, $out/store-gpu-mooncake.json, $out/store-gpu-report.md
+# (bench/report.py: the GPU table with the Python nvlink / Mooncake ratio) and the logs in
+# $out/store-gpu-logs.tar.gz. EGM_BENCH_FAKE=1: egmstore's fake CUDA driver, --smoke, and the
+# mooncake package python3 imports (no archive): a test of this mode, not a measurement.
+mooncake_gpu() {
+    local dir="$out/store-gpu" rc=0 r archive=${MOONCAKE_GPU_ARCHIVE:-$build/mooncake-cuda13.tar.xz}
+    local args=(--memory gpu --device "${STORE_GPU_DEVICE:-0}" --progress) jsons=()
+    local run=/tmp/mooncake-cuda13-run title="store_bench.py with GPU buffers: egmstore and Mooncake"
+    if [ "${EGM_BENCH_FAKE:-0}" = 1 ]; then
+        export LD_LIBRARY_PATH="$PWD/$build/fake-cuda:$LD_LIBRARY_PATH" EGM_FAKE_CUDA_FABRIC=0
+        args+=(--fake-gpu --smoke)
+        title="$title (FAKE GPU: a test of the mode)"
+        echo "== store-gpu: EGM_BENCH_FAKE=1: fake CUDA driver, --smoke: a test of this mode, no GPU figure"
+    fi
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    echo "== store-gpu: python $(python3 --version 2>&1 | cut -d" " -f2), torch $(python3 -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)"
+    echo "== store-gpu egmstore: store_bench.py --system egmstore ${args[*]}"
+    timeout 240 python3 bench/py/store_bench.py --system egmstore --egm-build "$build" "${args[@]}" \
+        --out "$out/store-gpu-egmstore.json" --log-dir "$dir/egmstore" > "$dir/egmstore.log" 2>&1
+    r=$?
+    tail -n 30 "$dir/egmstore.log"
+    echo "== store-gpu egmstore: rc=$r"
+    [ $r -eq 0 ] || rc=1
+    [ -f "$out/store-gpu-egmstore.json" ] && jsons+=("$out/store-gpu-egmstore.json")
+    local env_sh=""
+    if [ "${EGM_BENCH_FAKE:-0}" = 1 ]; then
+        env_sh=/dev/null
+    elif [ ! -f "$archive" ]; then
+        echo "== store-gpu mooncake: SKIPPED: no $archive (make it on the Debian machine with" \
+            "bench/py/stage-mooncake-gpu.sh $build, and carry it; or set MOONCAKE_GPU_ARCHIVE)"
+    elif bench/py/unpack-mooncake-gpu.sh "$archive" "$run" > "$dir/unpack.log" 2>&1; then
+        cat "$dir/unpack.log"
+        env_sh=$run/env.sh
+    else
+        cat "$dir/unpack.log"
+        echo "== store-gpu mooncake: FAILED: $archive does not load here (unpack-mooncake-gpu.sh above)"
+        rc=1
+    fi
+    if [ -n "$env_sh" ]; then
+        echo "== store-gpu mooncake: store_bench.py --system mooncake ${args[*]}"
+        (
+            # shellcheck disable=SC1090
+            . "$env_sh"
+            timeout 300 python3 bench/py/store_bench.py --system mooncake "${args[@]}" \
+                --out "$out/store-gpu-mooncake.json" --log-dir "$dir/mooncake" > "$dir/mooncake.log" 2>&1
+        )
+        r=$?
+        tail -n 30 "$dir/mooncake.log"
+        echo "== store-gpu mooncake: rc=$r"
+        [ $r -eq 0 ] || rc=1
+        [ -f "$out/store-gpu-mooncake.json" ] && jsons+=("$out/store-gpu-mooncake.json")
+    fi
+    if [ ${#jsons[@]} -gt 0 ]; then
+        python3 bench/report.py --no-plots --md "$out/store-gpu-report.md" --title "$title" "${jsons[@]}" > "$dir/report.log" 2>&1 || echo "== store-gpu: report.py failed (report.log in the tarball)"
+        sed -n "/^## GPU memory/,/^## [^G]/p" "$out/store-gpu-report.md" 2>/dev/null | grep "^|"
+    fi
+    rm -rf "$run"
+    tar czf "$out/store-gpu-logs.tar.gz" -C "$out" store-gpu && rm -rf "$dir"
+    echo "== store-gpu: rc=$rc; $out/store-gpu-*.json, $out/store-gpu-report.md, $out/store-gpu-logs.tar.gz"
+    return $rc
+}
+
 case "${3:-all}" in
 bench)
     bench
+    exit $?
+    ;;
+mooncake-gpu)
+    mooncake_gpu
     exit $?
     ;;
 egm)
