@@ -1,9 +1,14 @@
-/* Per-device copier: one non-blocking stream, one event, and three ways to move
- * a batch: the gather/scatter kernel (many blocks up to 512 KiB, one launch),
- * the driver's cuMemcpyBatchAsync (any other batch of two or more), or one
+/* Per-device copier: one non-blocking stream and three ways to move a batch:
+ * the gather/scatter kernel (many blocks up to 512 KiB, one launch), the
+ * driver's cuMemcpyBatchAsync (any other batch of two or more), or one
  * cuMemcpyAsync (a single copy: large single objects). DESIGN.md 4 has the numbers.
+ * A run is issued under the copier's lock into one of a few slots (an event
+ * and the kernel's pinned descriptors) and waited for outside it, so runs
+ * from several threads queue on the stream back to back: the GPU starts the
+ * next one as soon as the last ends, not when its thread has been woken.
  * Optional pressure bounds cut long copies into chunks and issue a run in
- * groups of bounded bytes, each waited for (egm__copier_set_pressure). */
+ * groups of bounded bytes, each waited for under the lock
+ * (egm__copier_set_pressure). */
 #include "cuda/copy.h"
 
 #include <inttypes.h>
@@ -47,6 +52,17 @@
  * bigger batches take several launches. */
 #define KERNEL_MAX_DESCS ((size_t)1 << 16)
 #define KERNEL_MIN_DESCS ((size_t)256)
+/* Runs issued and not yet waited for, at most (more threads wait for a slot). */
+#define COPIER_SLOTS 4
+
+/* One run in flight: its completion event and the descriptors its kernel
+ * reads, reused only once the run's thread has waited for the event. */
+typedef struct {
+    egm_cu_event_t event;   /* created on first use */
+    egm_copy_desc_t *descs; /* pinned */
+    size_t descs_cap;
+    int busy;
+} copier_slot_t;
 
 struct egm_copier {
     const egm_cuda_api_t *api;
@@ -57,8 +73,10 @@ struct egm_copier {
     egm_cu_module_t module;
     egm_cu_function_t kernel; /* NULL: no kernel on this device */
 
-    pthread_mutex_t lock;   /* one run at a time; guards everything below */
-    egm_copy_desc_t *descs; /* pinned host memory the kernel reads */
+    pthread_mutex_t lock; /* one issue at a time; guards everything below */
+    pthread_cond_t slot_free;
+    copier_slot_t slots[COPIER_SLOTS];
+    egm_copy_desc_t *descs; /* pinned host memory the kernel reads (bounded runs) */
     size_t descs_cap;
     uint64_t *batch; /* cuMemcpyBatchAsync arguments: dsts | srcs | sizes */
     size_t batch_cap;
@@ -178,6 +196,7 @@ egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **cop
     load_kernel(c);
 
     pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->slot_free, NULL);
     leave(c, saved);
     egm_debug("copier: device %d, %s priority stream, %s for batches", device,
               low_priority ? "low" : "default",
@@ -213,11 +232,19 @@ void egm__copier_destroy(egm_copier_t *c)
         egm_warn("copier: cuModuleUnload: %s", egm__cuda_error_name(rc));
     if (c->descs != NULL && (rc = api->cuMemFreeHost(c->descs)) != EGM_CU_SUCCESS)
         egm_warn("copier: cuMemFreeHost: %s", egm__cuda_error_name(rc));
+    for (int i = 0; i < COPIER_SLOTS; i++) {
+        copier_slot_t *slot = &c->slots[i];
+        if (slot->descs != NULL && (rc = api->cuMemFreeHost(slot->descs)) != EGM_CU_SUCCESS)
+            egm_warn("copier: cuMemFreeHost: %s", egm__cuda_error_name(rc));
+        if (slot->event != NULL && (rc = api->cuEventDestroy(slot->event)) != EGM_CU_SUCCESS)
+            egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
+    }
     if ((rc = api->cuEventDestroy(c->event)) != EGM_CU_SUCCESS)
         egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
     if ((rc = api->cuStreamDestroy(c->stream)) != EGM_CU_SUCCESS)
         egm_warn("copier: cuStreamDestroy: %s", egm__cuda_error_name(rc));
     leave(c, saved);
+    pthread_cond_destroy(&c->slot_free);
     pthread_mutex_destroy(&c->lock);
     egm_free(c->group);
     egm_free(c->batch);
@@ -279,11 +306,14 @@ static void drain_after_error(egm_copier_t *c)
         egm_debug("copier: cuStreamSynchronize after a failed copy: %s", egm__cuda_error_name(rc));
 }
 
-static egm_status_t ensure_descs(egm_copier_t *c, size_t need)
+/* A pinned descriptor buffer (*descs_p, *cap_p) of at least `need` entries
+ * (at most KERNEL_MAX_DESCS); the old one is freed when it grows. */
+static egm_status_t ensure_descs(egm_copier_t *c, egm_copy_desc_t **descs_p, size_t *cap_p,
+                                 size_t need)
 {
-    if (c->descs_cap >= need)
+    if (*cap_p >= need)
         return EGM_OK;
-    size_t cap = c->descs_cap ? c->descs_cap : KERNEL_MIN_DESCS;
+    size_t cap = *cap_p ? *cap_p : KERNEL_MIN_DESCS;
     while (cap < need)
         cap *= 2;
     if (cap > KERNEL_MAX_DESCS)
@@ -293,13 +323,13 @@ static egm_status_t ensure_descs(egm_copier_t *c, size_t need)
                                       "cuMemAllocHost(copy descriptors)");
     if (st != EGM_OK)
         return st;
-    if (c->descs != NULL) {
-        egm_cu_result_t rc = c->api->cuMemFreeHost(c->descs);
+    if (*descs_p != NULL) {
+        egm_cu_result_t rc = c->api->cuMemFreeHost(*descs_p);
         if (rc != EGM_CU_SUCCESS)
             egm_warn("copier: cuMemFreeHost: %s", egm__cuda_error_name(rc));
     }
-    c->descs = p;
-    c->descs_cap = cap;
+    *descs_p = p;
+    *cap_p = cap;
     return EGM_OK;
 }
 
@@ -320,20 +350,24 @@ static uint64_t count_pieces(const egm_copy_desc_t *copies, size_t n, uint64_t p
 }
 
 /* Every copy through the kernel: descriptors (cut into pieces) written into
- * the pinned buffer, one launch per buffer-full, one CTA per piece. */
-static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
-                               uint64_t total, uint64_t *launches_p)
+ * the pinned buffer *descs_p, one launch per buffer-full, one CTA per piece;
+ * issued, not waited for (but for the launches before the last, whose buffer
+ * the next one refills). */
+static egm_status_t issue_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                                 uint64_t total, egm_copy_desc_t **descs_p, size_t *cap_p,
+                                 uint64_t *launches_p)
 {
     uint64_t piece = piece_size(total);
     uint64_t pieces = count_pieces(copies, n, piece);
-    egm_status_t st = ensure_descs(c, pieces < KERNEL_MAX_DESCS ? pieces : KERNEL_MAX_DESCS);
+    egm_status_t st =
+        ensure_descs(c, descs_p, cap_p, pieces < KERNEL_MAX_DESCS ? pieces : KERNEL_MAX_DESCS);
     if (st != EGM_OK)
         return st;
     size_t i = 0;
     uint64_t offset = 0; /* into copies[i] */
     while (i < n) {
         size_t count = 0;
-        while (i < n && count < c->descs_cap) {
+        while (i < n && count < *cap_p) {
             uint64_t left = copies[i].len - offset;
             if (left == 0) {
                 i++;
@@ -341,13 +375,13 @@ static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, s
                 continue;
             }
             uint64_t len = left < piece ? left : piece;
-            c->descs[count++] = (egm_copy_desc_t){
+            (*descs_p)[count++] = (egm_copy_desc_t){
                 .dst = copies[i].dst + offset, .src = copies[i].src + offset, .len = len};
             offset += len;
         }
         if (count == 0)
             break; /* only empty copies were left */
-        const egm_copy_desc_t *descs = c->descs;
+        const egm_copy_desc_t *descs = *descs_p;
         uint32_t count32 = (uint32_t)count;
         void *params[] = {&descs, &count32};
         egm_cu_result_t rc = c->api->cuLaunchKernel(
@@ -361,12 +395,13 @@ static egm_status_t run_kernel(egm_copier_t *c, const egm_copy_desc_t *copies, s
         if (i < n && (st = wait_stream(c)) != EGM_OK)
             return st;
     }
-    return wait_stream(c);
+    return EGM_OK;
 }
 
-/* One driver call for the whole batch (batches the kernel does not take). */
-static egm_status_t run_batch(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
-                              size_t nonzero)
+/* One driver call for the whole batch (batches the kernel does not take),
+ * issued. */
+static egm_status_t issue_batch(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                                size_t nonzero)
 {
     if (c->batch_cap < nonzero) {
         uint64_t *grown =
@@ -397,16 +432,14 @@ static egm_status_t run_batch(egm_copier_t *c, const egm_copy_desc_t *copies, si
     egm_cu_result_t rc =
         c->api->cuMemcpyBatchAsync(dsts, srcs, sizes, k, &attrs, &attr_idx, 1, c->stream);
     egm_status_t st = egm__cuda_check(rc, "cuMemcpyBatchAsync");
-    if (st != EGM_OK) {
+    if (st != EGM_OK)
         drain_after_error(c);
-        return st;
-    }
-    return wait_stream(c);
+    return st;
 }
 
-/* One copy-engine call per copy. */
-static egm_status_t run_engines(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
-                                uint64_t *issued_p)
+/* One copy-engine call per copy, issued. */
+static egm_status_t issue_engines(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                                  uint64_t *issued_p)
 {
     for (size_t i = 0; i < n; i++) {
         if (copies[i].len == 0)
@@ -420,30 +453,32 @@ static egm_status_t run_engines(egm_copier_t *c, const egm_copy_desc_t *copies, 
         }
         (*issued_p)++;
     }
-    return wait_stream(c);
+    return EGM_OK;
 }
 
 /* How a run's copies move, chosen from the run as the caller gave it. */
 typedef enum { PATH_KERNEL, PATH_BATCH, PATH_ENGINES } copy_path_t;
 
-/* One group of copies through `path`, issued and waited for. */
-static egm_status_t run_group(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
-                              size_t n, size_t nonzero, uint64_t bytes)
+/* One group of copies through `path`, issued on the stream (kernel
+ * descriptors in *descs_p), counted once issued. */
+static egm_status_t issue_group(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
+                                size_t n, size_t nonzero, uint64_t bytes, egm_copy_desc_t **descs_p,
+                                size_t *cap_p)
 {
     egm_status_t st;
     uint64_t launches = 0, issued = 0;
     switch (path) {
     case PATH_KERNEL:
-        st = run_kernel(c, copies, n, bytes, &launches);
+        st = issue_kernel(c, copies, n, bytes, descs_p, cap_p, &launches);
         atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
         break;
     case PATH_BATCH:
-        st = run_batch(c, copies, n, nonzero);
+        st = issue_batch(c, copies, n, nonzero);
         if (st == EGM_OK)
             atomic_fetch_add_explicit(&c->batch_api_calls, 1, memory_order_relaxed);
         break;
     default:
-        st = run_engines(c, copies, n, &issued);
+        st = issue_engines(c, copies, n, &issued);
         atomic_fetch_add_explicit(&c->engine_copies, issued, memory_order_relaxed);
         break;
     }
@@ -454,6 +489,14 @@ static egm_status_t run_group(egm_copier_t *c, copy_path_t path, const egm_copy_
     if (bytes > atomic_load_explicit(&c->max_group_bytes, memory_order_relaxed))
         atomic_store_explicit(&c->max_group_bytes, bytes, memory_order_relaxed);
     return EGM_OK;
+}
+
+/* One group issued and waited for, under the lock (bounded runs). */
+static egm_status_t run_group(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
+                              size_t n, size_t nonzero, uint64_t bytes)
+{
+    egm_status_t st = issue_group(c, path, copies, n, nonzero, bytes, &c->descs, &c->descs_cap);
+    return st != EGM_OK ? st : wait_stream(c);
 }
 
 static egm_status_t group_reserve(egm_copier_t *c, size_t need)
@@ -514,6 +557,67 @@ static egm_status_t run_bounded(egm_copier_t *c, copy_path_t path, const egm_cop
     return EGM_OK;
 }
 
+/* A free slot, its event created on first use; waits (releasing the lock)
+ * while every slot has a run in flight. Called with the lock held. */
+static egm_status_t take_slot(egm_copier_t *c, copier_slot_t **slot_p)
+{
+    for (;;) {
+        for (int i = 0; i < COPIER_SLOTS; i++) {
+            copier_slot_t *slot = &c->slots[i];
+            if (slot->busy)
+                continue;
+            if (slot->event == NULL) {
+                egm_cu_result_t rc =
+                    c->api->cuEventCreate(&slot->event, EGM_CU_EVENT_DISABLE_TIMING);
+                egm_status_t st = egm__cuda_check(rc, "cuEventCreate");
+                if (st != EGM_OK) {
+                    slot->event = NULL;
+                    return st;
+                }
+            }
+            slot->busy = 1;
+            *slot_p = slot;
+            return EGM_OK;
+        }
+        pthread_cond_wait(&c->slot_free, &c->lock);
+    }
+}
+
+static void give_slot(egm_copier_t *c, copier_slot_t *slot)
+{
+    slot->busy = 0;
+    pthread_cond_signal(&c->slot_free);
+}
+
+/* Issues the group into a slot under the lock (held on entry), then releases
+ * the lock and waits for the slot's event: another thread's run can be queued
+ * behind this one while it is on the GPU. Returns with the lock released. */
+static egm_status_t run_in_slot(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
+                                size_t n, size_t nonzero, uint64_t total)
+{
+    copier_slot_t *slot = NULL;
+    egm_status_t st = take_slot(c, &slot);
+    if (st == EGM_OK)
+        st = issue_group(c, path, copies, n, nonzero, total, &slot->descs, &slot->descs_cap);
+    if (st == EGM_OK) {
+        st = egm__cuda_check(c->api->cuEventRecord(slot->event, c->stream), "cuEventRecord");
+        if (st != EGM_OK)
+            drain_after_error(c); /* the slot's descriptors may still be read */
+    }
+    if (st != EGM_OK) {
+        if (slot != NULL)
+            give_slot(c, slot);
+        pthread_mutex_unlock(&c->lock);
+        return st;
+    }
+    pthread_mutex_unlock(&c->lock);
+    st = egm__cuda_check(c->api->cuEventSynchronize(slot->event), "cuEventSynchronize");
+    pthread_mutex_lock(&c->lock);
+    give_slot(c, slot);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
 egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
 {
     if (c == NULL)
@@ -570,6 +674,17 @@ egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, siz
     egm_cu_context_t saved;
     if ((st = enter(c, &saved)) != EGM_OK)
         goto out;
+    if (c->max_inflight == 0 && (cut == 0 || longest <= cut) &&
+        (path != PATH_KERNEL || count_pieces(copies, n, piece_size(total)) <= KERNEL_MAX_DESCS)) {
+        /* Unbounded, one launch at most: issued here, waited for unlocked. */
+        st = run_in_slot(c, path, copies, n, nonzero, total);
+        leave(c, saved);
+        if (st != EGM_OK)
+            goto unlocked;
+        atomic_fetch_add_explicit(&c->copies, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->bytes, total, memory_order_relaxed);
+        return EGM_OK;
+    }
     /* Nothing to cut and within the bound: the copies go as they are. */
     if (cut == 0 || (longest <= cut && (c->max_inflight == 0 || total <= c->max_inflight)))
         st = run_group(c, path, copies, n, nonzero, total);
@@ -583,5 +698,6 @@ done:
     atomic_fetch_add_explicit(&c->bytes, total, memory_order_relaxed);
 out:
     pthread_mutex_unlock(&c->lock);
+unlocked:
     return st;
 }

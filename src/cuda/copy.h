@@ -39,7 +39,10 @@ egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **cop
 void egm__copier_destroy(egm_copier_t *copier);
 /* Runs n copies and waits for them. Batches of >= kernel_min_blocks blocks each
  * <= kernel_max_block bytes use the kernel; the rest use copy engines.
- * Thread-safe (serialised per copier). */
+ * Thread-safe: runs are issued one at a time onto the copier's stream, and
+ * (without pressure bounds) each thread waits for its own run outside the
+ * copier's lock, so that runs of several threads follow each other on the GPU
+ * without a gap; with bounds, a run is waited for before the next is issued. */
 egm_status_t egm__copier_run(egm_copier_t *copier, const egm_copy_desc_t *copies, size_t n);
 /* Switch-over point between per-copy engines and the kernel (measured on H200;
  * tunable for benchmarks). */

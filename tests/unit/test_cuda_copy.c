@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "common/alloc.h"
@@ -130,16 +131,62 @@ static struct {
     uint64_t largest;                 /* largest engine copy or batch entry issued */
 } rec;
 
+/* Runs of several threads wait outside the copier's lock: rec has its own. */
+static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rec_cond = PTHREAD_COND_INITIALIZER;
+
+/* A gate in the next wait (armed by a test): the waiting thread holds until
+ * another thread has issued a copy, or until hold_ms have passed. */
+static struct {
+    int armed;
+    int waiting; /* a thread holds in its wait */
+    int issued_while_waiting;
+    int hold_ms;
+} gate;
+
 static void rec_clear(void)
 {
+    pthread_mutex_lock(&rec_lock);
     memset(&rec, 0, sizeof(rec));
+    memset(&gate, 0, sizeof(gate));
+    pthread_mutex_unlock(&rec_lock);
 }
 
 static void rec_issue(uint64_t bytes)
 {
+    pthread_mutex_lock(&rec_lock);
     rec.pending += bytes;
     if (bytes > rec.largest)
         rec.largest = bytes;
+    if (gate.waiting) {
+        gate.issued_while_waiting++;
+        pthread_cond_broadcast(&rec_cond);
+    }
+    pthread_mutex_unlock(&rec_lock);
+}
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void gate_hold(void)
+{
+    struct timespec until;
+    deadline_in(&until, gate.hold_ms);
+    gate.armed = 0;
+    gate.waiting = 1;
+    pthread_cond_broadcast(&rec_cond);
+    while (gate.issued_while_waiting == 0)
+        if (pthread_cond_timedwait(&rec_cond, &rec_lock, &until) != 0)
+            break;
+    gate.waiting = 0;
 }
 
 static egm_cu_result_t rec_cuMemcpyAsync(egm_cu_deviceptr_t dst, egm_cu_deviceptr_t src,
@@ -175,20 +222,28 @@ static egm_cu_result_t rec_cuLaunchKernel(egm_cu_function_t func, unsigned gx, u
     if (rc == EGM_CU_SUCCESS) {
         const egm_copy_desc_t *descs = *(const egm_copy_desc_t **)params[0];
         uint32_t count = *(const uint32_t *)params[1];
+        uint64_t bytes = 0;
         for (uint32_t i = 0; i < count; i++)
-            rec.pending += descs[i].len;
+            bytes += descs[i].len;
+        pthread_mutex_lock(&rec_lock);
+        rec.pending += bytes;
+        pthread_mutex_unlock(&rec_lock);
     }
     return rc;
 }
 
 static egm_cu_result_t rec_cuEventSynchronize(egm_cu_event_t event)
 {
+    pthread_mutex_lock(&rec_lock);
+    if (gate.armed)
+        gate_hold();
     egm_cu_result_t rc = egm_fake_cuda_api()->cuEventSynchronize(event);
     if (rec.pending > 0) {
         assert_true(rec.groups < REC_GROUPS);
         rec.group_bytes[rec.groups++] = rec.pending;
         rec.pending = 0;
     }
+    pthread_mutex_unlock(&rec_lock);
     return rc;
 }
 
@@ -650,6 +705,78 @@ static void test_threads_share_a_copier(void **state)
     bufs_free(0, &b);
 }
 
+typedef struct {
+    egm_copier_t *copier;
+    egm_copy_desc_t desc;
+    egm_status_t status;
+} one_run_t;
+
+static void *one_run(void *p)
+{
+    one_run_t *r = p;
+    r->status = egm__copier_run(r->copier, &r->desc, 1);
+    return NULL;
+}
+
+/* Thread A's run holds in its completion wait (the gate); thread B then
+ * starts a run. Returns how many copies B issued while A was still waiting. */
+static int issued_while_one_waits(egm_copier_t *c, const bufs_t *b, int hold_ms)
+{
+    one_run_t ra = {.copier = c, .desc = {.dst = b->dst, .src = b->src, .len = 1 * MIB}};
+    one_run_t rb = {.copier = c,
+                    .desc = {.dst = b->dst + 1 * MIB, .src = b->src + 1 * MIB, .len = 1 * MIB}};
+    pthread_t ta, tb;
+    rec_clear();
+    pthread_mutex_lock(&rec_lock);
+    gate.armed = 1;
+    gate.hold_ms = hold_ms;
+    pthread_mutex_unlock(&rec_lock);
+    assert_int_equal(pthread_create(&ta, NULL, one_run, &ra), 0);
+    pthread_mutex_lock(&rec_lock);
+    while (!gate.waiting && gate.armed)
+        pthread_cond_wait(&rec_cond, &rec_lock);
+    pthread_mutex_unlock(&rec_lock);
+    assert_int_equal(pthread_create(&tb, NULL, one_run, &rb), 0);
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    assert_int_equal(pthread_join(tb, NULL), 0);
+    assert_int_equal(ra.status, EGM_OK);
+    assert_int_equal(rb.status, EGM_OK);
+    check_copied(&ra.desc, 1);
+    check_copied(&rb.desc, 1);
+    pthread_mutex_lock(&rec_lock);
+    int issued = gate.issued_while_waiting;
+    pthread_mutex_unlock(&rec_lock);
+    return issued;
+}
+
+/* Without pressure bounds a run is waited for outside the copier's lock: a
+ * second thread's run is issued (queued on the stream behind the first)
+ * while the first thread still waits. Were the lock held through the wait,
+ * B could not issue and A's gate would give up after 30 s: the test fails. */
+static void test_runs_queue_while_one_waits(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 4 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    assert_int_equal(issued_while_one_waits(c, &b, 30000), 1);
+    assert_int_equal(stats_of(c).copies, 2);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* With nvlink_max_inflight_bytes a run is waited for before the next is
+ * issued: B issues nothing while A holds in its wait (300 ms). */
+static void test_bounded_runs_do_not_overlap(void **state)
+{
+    (void)state;
+    bufs_t b = bufs_alloc(0, 4 * MIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm__copier_set_pressure(c, 8 * MIB, 0);
+    assert_int_equal(issued_while_one_waits(c, &b, 300), 0);
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
 /* ---- pressure bounds (nvlink_chunk_size, nvlink_max_inflight_bytes) ------- */
 
 static void assert_groups(const uint64_t *want, size_t n)
@@ -888,6 +1015,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_context_and_priority, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_fault_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_share_a_copier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_runs_queue_while_one_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bounded_runs_do_not_overlap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunk_cuts_a_single_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_splits_a_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_with_chunks, setup, teardown),
