@@ -24,7 +24,14 @@ py=${PYTHON:-python3}
 [ -f "$archive" ] || die "no archive $archive (make it with bench/py/stage-mooncake-gpu.sh)"
 rm -rf "$dir"
 mkdir -p "$dir"
-tar -C "$dir" -xJf "$archive" || die "cannot extract $archive"
+if command -v xz >/dev/null; then
+    tar -C "$dir" -xJf "$archive" || die "cannot extract $archive"
+else # no xz program: Python's lzma
+    "$py" -c 'import sys, tarfile
+with tarfile.open(sys.argv[1], "r:xz") as t:
+    t.extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
+        "$archive" "$dir" || die "cannot extract $archive (no xz; Python's lzma failed)"
+fi
 dir=$(cd "$dir" && pwd)
 top=$dir/mooncake-cuda13
 site=$top/site
