@@ -34,6 +34,7 @@
 #define EGM_BDATA_POOL_SHARE 0.8      /* of the pool a phase may fill (eviction starts at 0.9) */
 #define EGM_BDATA_STAGING (16u << 20) /* pinned bytes a GPU worker fills and checks through */
 #define EGM_BDATA_QUANTILES 101       /* samples_us: latency quantiles 0, 0.01, .., 1 */
+#define EGM_BDATA_MAX_RUN 16          /* single: calls timed back to back, at most */
 #define EGM_BDATA_MIN_CALLS 3         /* per client and phase, even past --seconds */
 
 typedef enum {
@@ -65,6 +66,7 @@ typedef struct {
     uint64_t pool_size, max_memory;
     double seconds; /* per phase */
     uint64_t iters; /* calls per client and phase (instead of seconds) */
+    uint64_t run;   /* single: calls timed back to back before their checks (--run) */
     double fill;    /* full: share of the pool filled before the timed puts */
     int ceiling;    /* -1: unset */
     int smoke;
@@ -88,6 +90,7 @@ typedef struct {
     double zipf;       /* mixed: 0 = uniform */
     double read_ratio; /* mixed */
     size_t slots;      /* single: objects each client puts and gets */
+    size_t run;        /* single: calls back to back, each into its own buffer slot */
     int index;         /* in the level's list: the ready/done lines of --procs */
     char skip[200];    /* why the phase does not run, "" when it does */
 } egm_bdata_phase_t;
@@ -170,6 +173,7 @@ typedef struct {
     uint64_t evictions, evicted_bytes, eviction_runs;
     double used_before; /* allocated / capacity when the timed puts started */
     const char *note;   /* how a ceiling was measured, or NULL */
+    uint64_t run;       /* single: calls back to back between checks (0: not single) */
 } egm_bdata_record_t;
 
 /* ---- the run ------------------------------------------------------------- */
@@ -244,7 +248,12 @@ typedef struct egm_bdata_worker {
     size_t ring_n;
     uint64_t rng;
     uint64_t step; /* calls made so far in this phase */
-    int stop;      /* the phase cannot go on (nothing to get) */
+    /* single: the run under way (its calls' buffer slots are 0..run_n) */
+    size_t run_n;
+    size_t run_key[EGM_BDATA_MAX_RUN];
+    uint64_t run_seed[EGM_BDATA_MAX_RUN];    /* put: the version; get: the seed */
+    unsigned char run_ok[EGM_BDATA_MAX_RUN]; /* get: the call succeeded, to be checked */
+    int stop;                                /* the phase cannot go on (nothing to get) */
     egm_bdata_stats_t st;
 } egm_bdata_worker_t;
 
@@ -274,6 +283,12 @@ void egm__bdata_verify(egm_bdata_worker_t *w, size_t at, size_t len, uint64_t se
  * stops the worker. */
 int egm__bdata_put_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
                        uint64_t bytes, uint64_t seed);
+/* The timed call alone, from src[at, at + bytes) / into dst[at, at + bytes):
+ * 1 when it succeeded (a get: with all `bytes`), the failure counted. */
+int egm__bdata_put_at(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key, size_t at,
+                      uint64_t bytes);
+int egm__bdata_get_at(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key, size_t at,
+                      uint64_t bytes);
 void egm__bdata_get_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
                         uint64_t bytes, uint64_t seed);
 /* Removes keys[0..n) (force; NOT_FOUND is fine), untimed. */

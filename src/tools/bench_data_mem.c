@@ -193,7 +193,13 @@ egm_status_t egm__bdata_poison(const egm_bdata_mem_t *m, const egm_bdata_buf_t *
         memset(b->ptr + at, POISON, len);
         return EGM_OK;
     }
-    return egm__cuda_check(m->cu->cuMemsetD8(dptr(b->ptr + at), POISON, len), "cuMemsetD8");
+    egm_status_t status =
+        egm__cuda_check(m->cu->cuMemsetD8(dptr(b->ptr + at), POISON, len), "cuMemsetD8");
+    /* The memset may run on after it returns (device memory), and the store
+     * copies on a stream of its own that does not wait for it. */
+    if (status == EGM_OK)
+        status = egm__cuda_check(m->cu->cuCtxSynchronize(), "cuCtxSynchronize (poison)");
+    return status;
 }
 
 egm_status_t egm__bdata_check(const egm_bdata_mem_t *m, egm_bdata_staging_t *s,

@@ -41,18 +41,25 @@ const char egm__bdata_usage[] =
     "                     is skipped and listed (default 60% of MemAvailable)\n"
     "  --seconds S        length of each phase (default 2); --iters N: calls per client instead\n"
     "  --fill R           full: share of the pool filled before the timed puts (default 0.88)\n"
+    "  --run N            single: calls timed back to back, each into its own buffer slot,\n"
+    "                     before their sources are refilled and their objects checked\n"
+    "                     (default 8, at most 16; fewer where the slots would pass 64 MiB,\n"
+    "                     256 MiB with GPU memory); --run 1: a check between every two calls\n"
     "  --no-ceiling       skip the memcpy / cuMemcpy ceiling measurements\n"
     "  --smoke            a seconds-long run of every workload with tiny sizes (CI)\n";
 
 static const egm_bench_flag_t flags[] = {
-    {"--workload", 1},   {"--sizes", 1},        {"--keys", 1},        {"--block", 1},
-    {"--dist", 1},       {"--read-ratio", 1},   {"--clients", 1},     {"--procs", 1},
-    {"--protocol", 1},   {"--memory", 1},       {"--pool", 1},        {"--pool-size", 1},
-    {"--max-memory", 1}, {"--seconds", 1},      {"--iters", 1},       {"--fill", 1},
-    {"--out", 1},        {"--ceiling", 0},      {"--no-ceiling", 0},  {"--client-per-thread", 0},
-    {"--smoke", 0},      {"--child-index", 1},  {"--child-procs", 1}, {"--child-go-fd", 1},
-    {"--child-dir", 1},  {"--child-prefix", 1}, {"--protocols", 1},   {"--gpu", 0},
-    {"--warm", 0},       {"--no-warm", 0},
+    {"--workload", 1},    {"--sizes", 1},       {"--keys", 1},
+    {"--block", 1},       {"--dist", 1},        {"--read-ratio", 1},
+    {"--clients", 1},     {"--procs", 1},       {"--protocol", 1},
+    {"--memory", 1},      {"--pool", 1},        {"--pool-size", 1},
+    {"--max-memory", 1},  {"--seconds", 1},     {"--iters", 1},
+    {"--fill", 1},        {"--run", 1},         {"--out", 1},
+    {"--ceiling", 0},     {"--no-ceiling", 0},  {"--client-per-thread", 0},
+    {"--smoke", 0},       {"--child-index", 1}, {"--child-procs", 1},
+    {"--child-go-fd", 1}, {"--child-dir", 1},   {"--child-prefix", 1},
+    {"--protocols", 1},   {"--gpu", 0},         {"--warm", 0},
+    {"--no-warm", 0},
 };
 
 static int add_workload(const char *it, void *arg)
@@ -211,6 +218,8 @@ static int apply_run(egm_bdata_opts_t *o, const char *name, const char *v)
         return egm__bench_parse_u64(name, v, 1, 1000000000ull, &o->iters);
     if (strcmp(name, "--fill") == 0)
         return egm__bench_parse_double(name, v, 0.01, 0.99, &o->fill);
+    if (strcmp(name, "--run") == 0)
+        return egm__bench_parse_u64(name, v, 1, EGM_BDATA_MAX_RUN, &o->run);
     if (strcmp(name, "--ceiling") == 0 || strcmp(name, "--no-ceiling") == 0)
         o->ceiling = strcmp(name, "--ceiling") == 0;
     else if (strcmp(name, "--warm") == 0 || strcmp(name, "--no-warm") == 0)
@@ -324,6 +333,8 @@ static void default_numbers(egm_bdata_opts_t *o, int embedded)
         o->max_memory = egm__bench_mem_available() / 10 * 6;
     if (o->seconds == 0 && o->iters == 0)
         o->seconds = o->smoke ? 0.1 : 2;
+    if (o->run == 0)
+        o->run = 8;
     if (o->fill == 0) /* smoke: nearly no room, so that even a short phase evicts */
         o->fill = o->smoke ? 0.99 : 0.88;
     if (o->ceiling < 0)
@@ -408,8 +419,10 @@ void egm__bdata_json_config(FILE *f, const egm_bdata_run_t *r)
     fprintf(f, "], \"memory\": \"%s\", \"device\": %d, \"pool\": \"%s\", \"pool_size\": %llu, ",
             o->gpu ? "gpu" : "host", o->device, o->pool_egm ? "egm" : "host",
             (unsigned long long)o->pool_size);
-    fprintf(f, "\"max_memory\": %llu, \"seconds\": %g, \"iters\": %llu, \"fill\": %g, ",
-            (unsigned long long)o->max_memory, o->seconds, (unsigned long long)o->iters, o->fill);
+    fprintf(f,
+            "\"max_memory\": %llu, \"seconds\": %g, \"iters\": %llu, \"fill\": %g, \"run\": %llu, ",
+            (unsigned long long)o->max_memory, o->seconds, (unsigned long long)o->iters, o->fill,
+            (unsigned long long)o->run);
     fprintf(f, "\"ceiling\": %s, \"smoke\": %s, \"client_mode\": \"%s\", \"replica_num\": 1, ",
             o->ceiling ? "true" : "false", o->smoke ? "true" : "false",
             o->client_per_thread ? "per-thread" : "shared");

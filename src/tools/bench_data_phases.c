@@ -97,6 +97,17 @@ static void check_pool(const list_t *l, egm_bdata_phase_t *ph, uint64_t need)
                  egm__format_size(l->o->pool_size, b, sizeof(b)));
 }
 
+/* Calls of a single phase back to back: --run, no more than its objects, and
+ * its buffer slots within 64 MiB (host) or 256 MiB (GPU) per buffer. */
+static size_t single_run(const egm_bdata_opts_t *o, size_t slots, uint64_t bytes)
+{
+    uint64_t cap = (o->gpu ? 256ull : 64ull) << 20;
+    uint64_t run = o->run < slots ? o->run : slots;
+    if (run * bytes > cap)
+        run = cap / bytes;
+    return run > 0 ? (size_t)run : 1;
+}
+
 static int add_single(list_t *l)
 {
     const egm_bdata_opts_t *o = l->o;
@@ -112,8 +123,9 @@ static int add_single(list_t *l)
             if (ph == NULL)
                 return -1;
             ph->slots = slots;
+            ph->run = single_run(o, slots, bytes);
             check_pool(l, ph, (uint64_t)l->total * bytes);
-            check_memory(l, ph, bytes);
+            check_memory(l, ph, bytes * ph->run);
         }
     }
     return 0;

@@ -48,6 +48,7 @@ void egm__bdata_summarize(const egm_bdata_run_t *r, const egm_bdata_phase_t *ph,
     rec->op = egm__bdata_op_name(ph->op);
     rec->memory = r->mem.gpu ? "gpu" : "host";
     rec->bytes = ph->bytes;
+    rec->run = ph->workload == EGM_BDATA_SINGLE ? ph->run : 0;
     rec->batch = ph->batch;
     rec->clients = r->clients;
     rec->procs = r->procs;
@@ -213,6 +214,8 @@ static void json_record(FILE *f, const egm_bdata_record_t *rec)
                 "\"pool_used_before\": %.4f",
                 (unsigned long long)rec->evictions, (unsigned long long)rec->evicted_bytes,
                 (unsigned long long)rec->eviction_runs, rec->used_before);
+    if (rec->run > 0)
+        fprintf(f, ", \"run\": %llu", (unsigned long long)rec->run);
     fprintf(f, ", \"samples_us\": [");
     for (int i = 0; i < EGM_BDATA_QUANTILES; i++)
         fprintf(f, "%s%.2f", i ? ", " : "", rec->samples_us[i]);

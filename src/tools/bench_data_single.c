@@ -1,7 +1,11 @@
 /* bench data: the single and batch workloads. A put phase stores objects of
  * the client's own; the get phase after it reads them back, checks every
  * byte, and removes them. Only the store's call is timed: filling a source,
- * poisoning a destination, checking it and removing keys are not. */
+ * poisoning a destination, checking it and removing keys are not. Single
+ * calls go in runs of --run calls back to back, each with its own slot of
+ * the source or destination buffer, prepared before the run and checked
+ * after it: the store is timed busy, as the ceiling's copies are, not after
+ * an idle pause of the size of a check. */
 #include <stdio.h>
 #include <string.h>
 #include "common/clock.h"
@@ -18,7 +22,7 @@ static uint64_t single_seed(const egm_bdata_worker_t *w, const egm_bdata_phase_t
 
 static egm_status_t single_put_prepare(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
-    egm_status_t status = egm__bdata_worker_buffers(w, ph->bytes);
+    egm_status_t status = egm__bdata_worker_buffers(w, ph->bytes * ph->run);
     if (status == EGM_OK)
         status = egm__bdata_worker_keys(w, ph->slots);
     if (status != EGM_OK)
@@ -37,23 +41,44 @@ static void single_key(const egm_bdata_worker_t *w, const egm_bdata_phase_t *ph,
     egm__bdata_key(w, key, "s", ph->bytes, (uint64_t)w->global * EGM_BDATA_MAX_SLOTS + k);
 }
 
+/* Before a run of puts: the run's sources filled with its new versions. 0
+ * when a fill failed (the worker stops). */
+static int single_put_run(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
+{
+    w->run_n = 0;
+    for (size_t r = 0; r < ph->run; r++) {
+        uint64_t version = ++w->seq;
+        if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, r * ph->bytes, ph->bytes,
+                            single_seed(w, ph, version)) != EGM_OK) {
+            egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
+            w->stop = 1;
+            return 0;
+        }
+        w->run_key[r] = (size_t)((w->step + r) % w->slots);
+        w->run_seed[r] = version;
+        w->run_n = r + 1;
+    }
+    return 1;
+}
+
 static void single_put_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     char key[EGM_BDATA_KEY_LEN];
-    size_t k = (size_t)(w->step % w->slots);
-    egm_status_t status;
+    size_t r = (size_t)(w->step % ph->run);
 
+    if (r == 0 && !single_put_run(w, ph))
+        return;
+    size_t k = w->run_key[r];
     single_key(w, ph, key, k);
     if (w->versions[k] != 0) { /* every slot written: make room for the new version */
-        status = egm_remove(w->client, key, 1);
+        egm_status_t status = egm_remove(w->client, key, 1);
         if (status != EGM_OK && status != EGM_ERR_NOT_FOUND)
             egm__bdata_error(w, 1, "remove %s: %s", key, egm_status_string(status));
         w->versions[k] = 0;
     }
-    uint64_t version = ++w->seq;
-    if (!egm__bdata_put_one(w, NULL, key, ph->bytes, single_seed(w, ph, version)))
+    if (!egm__bdata_put_at(w, NULL, key, r * ph->bytes, ph->bytes))
         return;
-    w->versions[k] = version;
+    w->versions[k] = w->run_seed[r];
     if (k + 1 > w->stored)
         w->stored = k + 1;
 }
@@ -67,6 +92,7 @@ static void no_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 static egm_status_t single_get_prepare(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     (void)ph;
+    w->run_n = 0;
     if (w->stored == 0) {
         egm__bdata_error(w, 1, "nothing to get: the put phase stored no object");
         w->stop = 1;
@@ -74,18 +100,49 @@ static egm_status_t single_get_prepare(egm_bdata_worker_t *w, const egm_bdata_ph
     return EGM_OK;
 }
 
+/* Calls of a get run: --run, but no more than the objects stored. */
+static size_t get_run(const egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
+{
+    return ph->run < w->stored ? ph->run : w->stored;
+}
+
+/* After a run of gets: every object it fetched, checked in its slot. */
+static void single_check_run(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
+{
+    char key[EGM_BDATA_KEY_LEN];
+    for (size_t r = 0; r < w->run_n; r++) {
+        if (!w->run_ok[r])
+            continue;
+        single_key(w, ph, key, w->run_key[r]);
+        egm__bdata_verify(w, r * ph->bytes, ph->bytes, w->run_seed[r], key);
+    }
+    w->run_n = 0;
+}
+
 static void single_get_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     char key[EGM_BDATA_KEY_LEN];
+    size_t run = get_run(w, ph), r = (size_t)(w->step % run);
     size_t k = (size_t)(w->step % w->stored);
 
+    if (r == 0 && egm__bdata_poison(&w->r->mem, &w->dst, 0, run * ph->bytes) != EGM_OK) {
+        egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());
+        w->stop = 1;
+        return;
+    }
     single_key(w, ph, key, k);
-    egm__bdata_get_one(w, NULL, key, ph->bytes, single_seed(w, ph, w->versions[k]));
+    w->run_key[r] = k;
+    w->run_seed[r] = single_seed(w, ph, w->versions[k]);
+    w->run_ok[r] = (unsigned char)egm__bdata_get_at(w, NULL, key, r * ph->bytes, ph->bytes);
+    w->run_n = r + 1;
+    if (r + 1 == run)
+        single_check_run(w, ph);
 }
 
 static void single_get_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     size_t n = 0;
+    single_check_run(w, ph); /* a run the phase's end cut short */
     for (size_t k = 0; k < w->stored; k++)
         if (w->versions[k] != 0)
             single_key(w, ph, w->names[n++], k);

@@ -138,16 +138,11 @@ void egm__bdata_timed(egm_bdata_worker_t *w, egm_bench_samples_t *extra, uint64_
     }
 }
 
-int egm__bdata_put_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
-                       uint64_t bytes, uint64_t seed)
+int egm__bdata_put_at(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key, size_t at,
+                      uint64_t bytes)
 {
-    if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, 0, bytes, seed) != EGM_OK) {
-        egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
-        w->stop = 1;
-        return 0;
-    }
     uint64_t t0 = egm__now_ns();
-    egm_status_t status = egm_put_from(w->client, key, w->src.ptr, bytes, NULL);
+    egm_status_t status = egm_put_from(w->client, key, w->src.ptr + at, bytes, NULL);
     uint64_t t1 = egm__now_ns();
     if (status != EGM_OK) {
         egm__bdata_timed(w, extra, t0, t1, 0, 0);
@@ -158,26 +153,44 @@ int egm__bdata_put_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const 
     return 1;
 }
 
-void egm__bdata_get_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
-                        uint64_t bytes, uint64_t seed)
+int egm__bdata_get_at(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key, size_t at,
+                      uint64_t bytes)
 {
     size_t len = 0;
-    if (egm__bdata_poison(&w->r->mem, &w->dst, 0, bytes) != EGM_OK) {
-        egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());
-        w->stop = 1;
-        return;
-    }
     uint64_t t0 = egm__now_ns();
-    egm_status_t status = egm_get_into(w->client, key, w->dst.ptr, bytes, &len);
+    egm_status_t status = egm_get_into(w->client, key, w->dst.ptr + at, bytes, &len);
     uint64_t t1 = egm__now_ns();
     if (status != EGM_OK || len != bytes) {
         egm__bdata_timed(w, extra, t0, t1, 0, 0);
         egm__bdata_error(w, 1, "get %s: %s (%zu bytes of %llu)", key, egm_status_string(status),
                          len, (unsigned long long)bytes);
-        return;
+        return 0;
     }
     egm__bdata_timed(w, extra, t0, t1, bytes, 1);
-    egm__bdata_verify(w, 0, bytes, seed, key);
+    return 1;
+}
+
+int egm__bdata_put_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
+                       uint64_t bytes, uint64_t seed)
+{
+    if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, 0, bytes, seed) != EGM_OK) {
+        egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
+        w->stop = 1;
+        return 0;
+    }
+    return egm__bdata_put_at(w, extra, key, 0, bytes);
+}
+
+void egm__bdata_get_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
+                        uint64_t bytes, uint64_t seed)
+{
+    if (egm__bdata_poison(&w->r->mem, &w->dst, 0, bytes) != EGM_OK) {
+        egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());
+        w->stop = 1;
+        return;
+    }
+    if (egm__bdata_get_at(w, extra, key, 0, bytes))
+        egm__bdata_verify(w, 0, bytes, seed, key);
 }
 
 void egm__bdata_error(egm_bdata_worker_t *w, uint64_t n, const char *fmt, ...)
