@@ -111,6 +111,10 @@ bench() {
     step data-gpu $((150 * t)) "$bin" bench data --memory gpu --pool egm --protocol nvlink,tcp \
         --workload single,batch --sizes "$sizes" --keys "$keys" --block 64KiB --clients 1 \
         --seconds "$secs" --pool-size "$pool" --out "$dir/data-gpu.json"
+    # The isolated call: a check between every two single calls (--run 1), nvlink only.
+    step data-gpu-run1 $((60 * t)) "$bin" bench data --memory gpu --pool egm --protocol nvlink \
+        --workload single --sizes "$sizes" --clients 1 --run 1 --no-ceiling \
+        --seconds "$secs" --pool-size "$pool" --out "$dir/data-gpu-run1.json"
     step sparse $((90 * t)) python3 bench/gpu/sparse_offload.py --egmstore "$bin" \
         --pythonpath "$py" --out "$dir/sparse" "${fake[@]}"
     step sparse-inflight-8MiB $((90 * t)) python3 bench/gpu/sparse_offload.py --egmstore "$bin" \
