@@ -1,6 +1,8 @@
 /* shm transport (consumer side): segments on this host are mapped once, from
  * the memfd their provider's fd broker hands out, and cached by segment id.
- * Transfers are plain memcpy. A forgotten mapping is unmapped by its last user. */
+ * Transfers are plain memcpy; a write first populates the pages it covers where
+ * this process has not mapped them yet (prefault.h), so that the copy does not
+ * take a fault per page. A forgotten mapping is unmapped by its last user. */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -18,6 +20,7 @@
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "te/prefault.h"
 
 #define BROKER_CLIENT_TIMEOUT_MS 5000
 
@@ -25,8 +28,9 @@ typedef struct {
     egm_id_t id;
     void *base;
     uint64_t size;
-    uint64_t uses; /* transfers using the mapping now */
-    int forgotten; /* out of the cache; the last user unmaps */
+    egm_prefault_t *prefault; /* blocks mapped in this process; NULL: none tracked */
+    uint64_t uses;            /* transfers using the mapping now */
+    int forgotten;            /* out of the cache; the last user unmaps */
 } mapping_t;
 
 struct egm_shm_cache {
@@ -55,6 +59,7 @@ egm_status_t egm__shm_cache_create(const char *token, egm_shm_cache_t **cache_p)
 static void mapping_free(mapping_t *m)
 {
     munmap(m->base, m->size);
+    egm__prefault_destroy(m->prefault);
     egm_free(m);
 }
 
@@ -153,6 +158,9 @@ static egm_status_t mapping_get(egm_shm_cache_t *cache, const egm_segment_desc_t
         return egm__set_error(EGM_ERR_NO_MEMORY, "shm: out of memory");
     }
     *fresh = (mapping_t){.id = segment->id, .base = base, .size = segment->size};
+    /* Without the bitmap (out of memory) writes just fault page by page. */
+    if (egm__prefault_create(segment->size, &fresh->prefault) != EGM_OK)
+        fresh->prefault = NULL;
 
     pthread_mutex_lock(&cache->lock);
     /* Another thread may have mapped it meanwhile: keep one mapping. */
@@ -211,10 +219,13 @@ egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t 
                               offset, length, m->size);
     }
     uint8_t *remote = (uint8_t *)m->base + offset;
-    if (dir == EGM_TE_READ)
+    if (dir == EGM_TE_READ) {
         memcpy(local, remote, length);
-    else
+        egm__prefault_mark(m->prefault, offset, length);
+    } else {
+        egm__prefault_write(m->prefault, m->base, offset, length);
         memcpy(remote, local, length);
+    }
     mapping_put(cache, m);
     return EGM_OK;
 }
