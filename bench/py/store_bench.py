@@ -1012,8 +1012,11 @@ class Bench:
 
     def run_protocol(self, protocol, master):
         a = self.args
-        bytes_sizes = [s for s in a.sizes if "bytes" in a.apis]
-        local_buffer = max(16 * bl.MiB, (max(bytes_sizes) if bytes_sizes else 0) + 16 * bl.MiB)
+        # The client's local buffer holds what the bytes API returns and, in
+        # Mooncake, the temporary host copy of a get into GPU memory (its tcp
+        # transport stages GPU data there): it must hold the largest object.
+        staged = [s for s in a.sizes if "bytes" in a.apis or a.memory == "gpu"]
+        local_buffer = max(16 * bl.MiB, (max(staged) if staged else 0) + 16 * bl.MiB)
         store = open_store(self.system, protocol, master, local_buffer)
         try:
             self.say("%s over %s (master %s)" % (self.system, protocol, master))
