@@ -75,6 +75,7 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .max_frame_size = egm_config_get_size(config, "max_frame_size"),
         .prefer_local_socket = 1,
         .auth_token = token,
+        .spin_us = (int)egm_config_get_int(config, "rpc_spin_us"),
     };
     status = egm__rpc_client_create(&rpc_params, &client->master);
     if (status == EGM_OK)

@@ -39,6 +39,8 @@ static const egm_config_key_t keys[] = {
     {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)"},
     {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object"},
     {"rpc_timeout_ms", EGM_CFG_INT, "5000", 1, 3600000, NULL, "deadline of one master RPC"},
+    {"rpc_spin_us", EGM_CFG_INT, "0", 0, 1000, NULL,
+     "client: microseconds a master RPC polls for its reply before sleeping (0 = sleep at once)"},
     {"connect_timeout_ms", EGM_CFG_INT, "3000", 1, 600000, NULL,
      "deadline of the TCP connect to the master"},
     {"io_timeout_ms", EGM_CFG_INT, "10000", 1, 3600000, NULL,

@@ -69,6 +69,7 @@ struct egm_rpc_client {
     char host[256];
     uint16_t port;
     int connect_timeout_ms;
+    int spin_us; /* polls without sleeping before waiting for a reply */
     size_t max_frame_size;
     char local_path[EGM_RPC_LOCAL_NAME_MAX]; /* "" = TCP only */
     char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none sent */
@@ -281,8 +282,23 @@ static egm_status_t pump(egm_rpc_client_t *cl, int fd)
 /* Waits until fd is readable or deadline_ms passes (0: no deadline). EGM_OK
  * when readable (or interrupted: the caller reads and finds out), TIMEOUT, or
  * an error. */
-static egm_status_t wait_readable(int fd, uint64_t deadline_ms)
+/* Waits until fd is readable: first up to spin_us microseconds of polls that
+ * do not sleep (a reply expected within that saves the thread's sleep and
+ * wake-up, which cost several microseconds, more on a VM), then in poll. */
+static egm_status_t wait_readable(int fd, uint64_t deadline_ms, int spin_us)
 {
+    if (spin_us > 0) {
+        uint64_t until = egm__now_ns() + (uint64_t)spin_us * 1000u;
+        do {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            int rc = poll(&pfd, 1, 0);
+            if (rc > 0)
+                return EGM_OK;
+            if (rc < 0 && errno != EINTR)
+                return egm__set_error(egm__status_from_errno(errno), "rpc client: poll failed: %s",
+                                      strerror(errno));
+        } while (egm__now_ns() < until);
+    }
     int wait_ms = -1;
     if (deadline_ms) {
         uint64_t now = egm__now_ms();
@@ -318,7 +334,7 @@ static void read_until_done_locked(egm_rpc_client_t *cl, pending_t *p, uint64_t 
     cl->reading = 1;
     while (!p->done) {
         pthread_mutex_unlock(&cl->lock);
-        status = readable ? EGM_OK : wait_readable(fd, deadline_ms);
+        status = readable ? EGM_OK : wait_readable(fd, deadline_ms, cl->spin_us);
         if (status == EGM_OK) {
             status = pump(cl, fd);
             readable = status == EGM_OK;
@@ -397,7 +413,7 @@ static egm_status_t read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadli
 {
     size_t got = 0;
     while (got < len) {
-        egm_status_t status = wait_readable(fd, deadline_ms);
+        egm_status_t status = wait_readable(fd, deadline_ms, 0);
         if (status != EGM_OK)
             return status == EGM_ERR_TIMEOUT
                        ? egm__set_error(EGM_ERR_TIMEOUT, "rpc client: no answer to Auth")
@@ -782,6 +798,7 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     pthread_cond_init(&cl->idle, NULL);
     cl->fd = -1;
     cl->connect_timeout_ms = params->connect_timeout_ms;
+    cl->spin_us = params->spin_us;
     cl->max_frame_size = params->max_frame_size;
     if (params->auth_token != NULL)
         snprintf(cl->auth_token, sizeof(cl->auth_token), "%s", params->auth_token);

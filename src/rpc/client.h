@@ -26,6 +26,9 @@ typedef struct {
      * none). A refusal fails the call that connected with the server's
      * EGM_ERR_PERMISSION and text. */
     const char *auth_token;
+    /* Microseconds a caller polls for its reply without sleeping before it
+     * waits in poll (0 = sleep at once). */
+    int spin_us;
 } egm_rpc_client_params_t;
 
 /* Does not connect yet: the first call does. */

@@ -44,6 +44,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"data_port", "0"},
         {"replica_num", "1"},
         {"rpc_timeout_ms", "5000"},
+        {"rpc_spin_us", "0"},
         {"connect_timeout_ms", "3000"},
         {"io_timeout_ms", "10000"},
         {"ping_interval_ms", "1000"},
