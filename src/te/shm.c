@@ -1,8 +1,9 @@
 /* shm transport (consumer side): segments on this host are mapped once, from
  * the memfd their provider's fd broker hands out, and cached by segment id.
- * Transfers are plain memcpy; a write first populates the pages it covers where
+ * Reads are plain memcpy. A write first populates the pages it covers where
  * this process has not mapped them yet (prefault.h), so that the copy does not
- * take a fault per page. A forgotten mapping is unmapped by its last user. */
+ * take a fault per page, and copies with streaming stores (stream_copy.h). A forgotten mapping is
+ * unmapped by its last user. */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include "common/log.h"
 #include "common/sock.h"
 #include "te/prefault.h"
+#include "te/stream_copy.h"
 
 #define BROKER_CLIENT_TIMEOUT_MS 5000
 
@@ -224,7 +226,7 @@ egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t 
         egm__prefault_mark(m->prefault, offset, length);
     } else {
         egm__prefault_write(m->prefault, m->base, offset, length);
-        memcpy(remote, local, length);
+        egm__stream_copy(remote, local, length);
     }
     mapping_put(cache, m);
     return EGM_OK;
