@@ -934,6 +934,56 @@ static void test_timeout_and_late_reply(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+/* rpc_spin_us: a caller that polls for its reply before sleeping gets the
+ * same answers, from several threads at once, and still times out when no
+ * reply comes (the spin is part of the wait, not added to the deadline's
+ * checks). */
+static void test_spinning_caller(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_params_t params = {
+        .addr = env.addr, .connect_timeout_ms = 3000, .max_frame_size = MAX_FRAME, .spin_us = 1000};
+    egm_rpc_client_t *client = NULL;
+    assert_int_equal(egm__rpc_client_create(&params, &client), EGM_OK);
+    for (int i = 0; i < 50; i++)
+        echo_ok(client, i % 2 ? "spin" : "a longer request that spins before its reply");
+    call_t calls[4];
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++) {
+        calls[k] = (call_t){.client = client, .text = "together"};
+        assert_int_equal(pthread_create(&t[k], NULL, call_main, &calls[k]), 0);
+    }
+    for (int k = 0; k < 4; k++) {
+        pthread_join(t[k], NULL);
+        assert_int_equal(calls[k].status, EGM_OK);
+        assert_int_equal(calls[k].len, strlen("together"));
+        assert_memory_equal(calls[k].reply, "together", calls[k].len);
+        egm_free(calls[k].reply);
+    }
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+
+    /* nobody reads: the call times out although it spins first */
+    int lfd = -1;
+    uint16_t port = 0;
+    char addr[64];
+    assert_int_equal(egm__sock_tcp_listen("127.0.0.1", 0, &lfd, &port), EGM_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+    params.addr = addr;
+    assert_int_equal(egm__rpc_client_create(&params, &client), EGM_OK);
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    assert_int_equal(egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 200),
+                     EGM_ERR_TIMEOUT);
+    assert_null(reply);
+    egm__rpc_client_destroy(client);
+    close(lfd);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 static void test_server_restart(void **state)
 {
     (void)state;
@@ -1270,6 +1320,7 @@ int main(void)
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_handler_errors),
         cmocka_unit_test(test_timeout_and_late_reply),
+        cmocka_unit_test(test_spinning_caller),
         cmocka_unit_test(test_out_of_order_replies_to_waiting_callers),
         cmocka_unit_test(test_reader_timeout_hands_over),
         cmocka_unit_test(test_concurrent_mixed_sizes_and_timeouts),
