@@ -267,6 +267,10 @@ static egm_status_t create_one(egm_vmm_pool_t *pool, size_t i)
                               pool->plan->chunk_count, pc->size, kind_name(pool->kind), pc->node,
                               detail);
     }
+    /* Names the range, so that a check of page placement (bench/gpu/scale.py reads
+     * /proc/PID/numa_maps) can tell the chunks apart. */
+    egm_debug("vmm pool: chunk %zu: %s %d, base %p, %" PRIu64 " bytes", i, kind_name(pool->kind),
+              pc->node, c->base, pc->size);
     return EGM_OK;
 }
 
