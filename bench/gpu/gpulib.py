@@ -130,10 +130,10 @@ def counters_delta(after, before):
 
 
 # The client's chunk pipeline (src/client/pipeline.h): a batch of at least PIPELINE_MIN_KEYS
-# keys is cut into a first chunk of PIPELINE_FIRST_CHUNK_KEYS keys, then chunks of
-# PIPELINE_CHUNK_KEYS, each copied by its own copier run.
+# keys is cut into chunks of PIPELINE_FIRST_CHUNK_KEYS keys doubling up to PIPELINE_CHUNK_KEYS
+# (128, 256, 512, 1024, 1024, ...), each copied by its own copier run.
 PIPELINE_MIN_KEYS = 2048
-PIPELINE_FIRST_CHUNK_KEYS = 256
+PIPELINE_FIRST_CHUNK_KEYS = 128
 PIPELINE_CHUNK_KEYS = 1024
 
 
@@ -141,10 +141,11 @@ def pipeline_chunks(nblocks):
     """Keys per copier run of one batch call, as the client's pipeline cuts it."""
     if nblocks < PIPELINE_MIN_KEYS:
         return [nblocks]
-    sizes, left = [PIPELINE_FIRST_CHUNK_KEYS], nblocks - PIPELINE_FIRST_CHUNK_KEYS
+    sizes, left, cap = [], nblocks, PIPELINE_FIRST_CHUNK_KEYS
     while left > 0:
-        sizes.append(min(left, PIPELINE_CHUNK_KEYS))
+        sizes.append(min(left, cap))
         left -= sizes[-1]
+        cap = min(2 * cap, PIPELINE_CHUNK_KEYS)
     return sizes
 
 

@@ -19,9 +19,11 @@
  * gain nothing from threads. */
 #define EGM_PIPELINE_MIN_KEYS 2048
 #define EGM_PIPELINE_CHUNK_KEYS 1024
-/* The first chunk is smaller: nothing can be copied until its RPC answers, and
- * a 1024-key GetReplicaList costs ~0.4-1 ms, a 256-key one a quarter of that. */
-#define EGM_PIPELINE_FIRST_CHUNK_KEYS 256
+/* The first chunks are smaller, doubling up to EGM_PIPELINE_CHUNK_KEYS: nothing
+ * can be copied until the first RPC answers (a 1024-key GetReplicaList costs
+ * ~0.4-1 ms, a 128-key one an eighth of that), and each chunk's RPC should be
+ * back before the copy of the chunk before it ends. */
+#define EGM_PIPELINE_FIRST_CHUNK_KEYS 128
 /* First RPCs in flight at once (one helper thread each; the RPC client takes
  * concurrent calls on one connection). One 1024-key round trip (client encode,
  * master decode + lookups + encode, client decode) is ~0.4-1 ms against ~1.3 ms
@@ -49,27 +51,40 @@ void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_beh
 /* Joins the helpers (every behind step has run) and frees p. */
 void egm__pipeline_finish(egm_pipeline_t *p);
 
-/* Chunk k's key range of an n-key batch: chunk 0 holds the first
- * EGM_PIPELINE_FIRST_CHUNK_KEYS keys, every later one EGM_PIPELINE_CHUNK_KEYS,
- * the last one what is left. */
+/* Keys of chunk k when the batch has more: EGM_PIPELINE_FIRST_CHUNK_KEYS << k,
+ * at most EGM_PIPELINE_CHUNK_KEYS. */
+static inline size_t egm__pipeline_chunk_cap(size_t k)
+{
+    size_t cap = EGM_PIPELINE_FIRST_CHUNK_KEYS;
+    while (k-- > 0 && cap < EGM_PIPELINE_CHUNK_KEYS)
+        cap *= 2;
+    return cap < EGM_PIPELINE_CHUNK_KEYS ? cap : EGM_PIPELINE_CHUNK_KEYS;
+}
+
+/* Chunk k's key range of an n-key batch: chunk k holds egm__pipeline_chunk_cap(k)
+ * keys, the last one what is left. */
 static inline size_t egm__pipeline_chunk_first(size_t k)
 {
-    return k == 0 ? 0 : EGM_PIPELINE_FIRST_CHUNK_KEYS + (k - 1) * EGM_PIPELINE_CHUNK_KEYS;
+    size_t first = 0;
+    for (size_t j = 0; j < k; j++)
+        first += egm__pipeline_chunk_cap(j);
+    return first;
 }
 
 static inline size_t egm__pipeline_chunk_len(size_t n, size_t k)
 {
     size_t first = egm__pipeline_chunk_first(k);
-    size_t cap = k == 0 ? EGM_PIPELINE_FIRST_CHUNK_KEYS : EGM_PIPELINE_CHUNK_KEYS;
+    size_t cap = egm__pipeline_chunk_cap(k);
     return n - first < cap ? n - first : cap;
 }
 
 static inline size_t egm__pipeline_n_chunks(size_t n)
 {
-    if (n <= EGM_PIPELINE_FIRST_CHUNK_KEYS)
-        return 1;
-    return 1 + (n - EGM_PIPELINE_FIRST_CHUNK_KEYS + EGM_PIPELINE_CHUNK_KEYS - 1) /
-                   EGM_PIPELINE_CHUNK_KEYS;
+    size_t k = 0, covered = 0;
+    do
+        covered += egm__pipeline_chunk_cap(k++);
+    while (covered < n);
+    return k;
 }
 
 #endif

@@ -25,10 +25,12 @@ static void check_layout(size_t n)
         size_t len = egm__pipeline_chunk_len(n, k);
         assert_int_equal(egm__pipeline_chunk_first(k), next);
         assert_true(len >= 1);
-        assert_true(len <= (k == 0 ? EGM_PIPELINE_FIRST_CHUNK_KEYS : EGM_PIPELINE_CHUNK_KEYS));
-        /* Only the last chunk may be partial. */
+        /* 128, 256, 512, then 1024 keys; only the last chunk may be partial. */
+        size_t cap = k >= 3 ? EGM_PIPELINE_CHUNK_KEYS : (size_t)EGM_PIPELINE_FIRST_CHUNK_KEYS << k;
+        assert_int_equal(egm__pipeline_chunk_cap(k), cap);
+        assert_true(len <= cap);
         if (k + 1 < n_chunks)
-            assert_int_equal(len, k == 0 ? EGM_PIPELINE_FIRST_CHUNK_KEYS : EGM_PIPELINE_CHUNK_KEYS);
+            assert_int_equal(len, cap);
         next += len;
     }
     assert_int_equal(next, n);
@@ -49,6 +51,12 @@ static void test_layout_covers_every_key_once(void **state)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         check_layout(sizes[i]);
     assert_int_equal(egm__pipeline_chunk_len(8192, 0), EGM_PIPELINE_FIRST_CHUNK_KEYS);
+    /* 8192 = 128 + 256 + 512 + 7 x 1024 + 128: 11 chunks; 2048: 128 + 256 + 512 + 1024 + 128. */
+    assert_int_equal(egm__pipeline_n_chunks(8192), 11);
+    assert_int_equal(egm__pipeline_n_chunks(2048), 5);
+    assert_int_equal(egm__pipeline_n_chunks(1), 1);
+    assert_int_equal(egm__pipeline_n_chunks(128), 1);
+    assert_int_equal(egm__pipeline_n_chunks(129), 2);
     assert_true(EGM_PIPELINE_FIRST_CHUNK_KEYS <= EGM_PIPELINE_CHUNK_KEYS);
     assert_true(EGM_PIPELINE_DEPTH >= 1);
 }
