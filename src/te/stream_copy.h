@@ -9,7 +9,8 @@
  * Streaming stores skip the read and the cache: on the H200 machine's CPU a
  * 16 MiB copy into a pool slot ran at 15.2 GB/s against glibc memcpy's 8.6
  * (and its hot-buffer memcpy ceiling's 11.9), and `egmstore bench data`'s shm
- * put went from 57% to 79% of that ceiling (one A/B run, --run 1). Reads keep memcpy: their
+ * put went from 59-67% to 103-110% of that ceiling (3 alternating runs, --run 1;
+ * bench/results/h200x1-shm-copy-20261201). Reads keep memcpy: their
  * destination is the caller's buffer, which it reads next. Small
  * copies (below EGM_STREAM_COPY_MIN) stay memcpy: their lines are few, and a
  * reader on this host may still find them cached. */
