@@ -38,7 +38,8 @@ static int cmp(const void *a, const void *b)
 
 static void *priv(uint64_t len, int huge)
 {
-    void *p = mmap(NULL, len + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p =
+        mmap(NULL, len + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     p = (void *)(((uintptr_t)p + (2 << 20) - 1) & ~(uintptr_t)((2 << 20) - 1));
     madvise(p, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     memset(p, 1, len);
@@ -134,8 +135,9 @@ int main(int argc, char **argv)
         long f0 = minflt();
         for (uint64_t o = 0; o < POOL; o += OBJ)
             memset(p1 + o, 7, OBJ);
-        printf("first write of fresh memfd pages (alloc+zero+fault): %.1f us per 16 MiB, faults %ld\n",
-               (now() - t0) / 1e3 / nslots, (minflt() - f0) / nslots);
+        printf(
+            "first write of fresh memfd pages (alloc+zero+fault): %.1f us per 16 MiB, faults %ld\n",
+            (now() - t0) / 1e3 / nslots, (minflt() - f0) / nslots);
         uint8_t *p2 = mmap(NULL, POOL, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
         t0 = now();
         f0 = minflt();
