@@ -14,7 +14,8 @@ typedef struct {
     char error[256]; /* the ahead thread's egm_last_error when status != EGM_OK */
     void *behind_reply;
     int run_behind;
-    int fetched; /* its ahead call has returned (under lock) */
+    int fetched;  /* its ahead call has returned (under lock) */
+    int released; /* the caller is done with it (under lock) */
 } chunk_t;
 
 typedef struct {
@@ -32,7 +33,6 @@ struct egm_pipeline {
     chunk_t *chunks;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    size_t released; /* chunks the caller is done with */
     ahead_t aheads[EGM_PIPELINE_DEPTH];
     pthread_t behind_thread;
     int behind_running;
@@ -66,7 +66,7 @@ static void *behind_main(void *arg)
     egm_pipeline_t *p = arg;
     for (size_t k = 0; k < p->n_chunks; k++) {
         pthread_mutex_lock(&p->lock);
-        while (p->released <= k)
+        while (!p->chunks[k].released)
             pthread_cond_wait(&p->cond, &p->lock);
         pthread_mutex_unlock(&p->lock);
         if (p->chunks[k].run_behind)
@@ -143,8 +143,7 @@ void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_beh
         c->run_behind = 0;
     }
     pthread_mutex_lock(&p->lock);
-    if (p->released < k + 1)
-        p->released = k + 1;
+    c->released = 1;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }

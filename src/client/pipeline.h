@@ -3,11 +3,12 @@
  * work and the round trip overlap the copies of earlier chunks), and an optional second helper runs
  * each chunk's closing step behind it (so it overlaps the copies of later chunks).
  *
- * The caller calls egm__pipeline_wait(k) then egm__pipeline_release(k) for
- * every chunk k in order, then egm__pipeline_finish. Without a behind step the
- * chunks may be waited for and released in any order from several threads
- * (each chunk by one), then egm__pipeline_finish once. If a thread cannot be
- * started its work runs on the caller's thread instead (same results, no overlap). */
+ * The callers call egm__pipeline_wait(k) then egm__pipeline_release(k) for
+ * every chunk k, in any order and from several threads (each chunk by one),
+ * then egm__pipeline_finish once. The behind step still runs chunk by chunk in
+ * order, each once its chunk is released. If a thread cannot be started its
+ * work runs on the caller's thread instead (same results, no overlap; a behind
+ * step then runs at its chunk's release). */
 #ifndef EGM_CLIENT_PIPELINE_H
 #define EGM_CLIENT_PIPELINE_H
 

@@ -1,5 +1,7 @@
 /* Put: PutStart (the master places replicas) -> copy into every replica ->
  * PutEnd, or PutRevoke for keys whose copy failed. One RPC per phase per batch. */
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
 #include "client/parts.h"
@@ -198,28 +200,41 @@ static void put_behind(void *arg, size_t k, void *reply)
     egm__keys_reply_free(start);
 }
 
-/* Fills key_status for every key of plan; returns the first chunk-wide failure. */
-static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
-                                  const egm_replicate_config_t *rc, const egm_parts_t *parts,
-                                  egm_status_t *key_status)
-{
-    put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
-    size_t n_chunks = egm__pipeline_n_chunks(plan->n);
-    egm_pipeline_t *p;
-    egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
+/* Copiers of one pipelined put: the caller and EGM_PUT_COPY_WORKERS - 1
+ * threads, each taking every EGM_PUT_COPY_WORKERS-th chunk, so that one plans
+ * a chunk's copies while the other's are on the GPU (the copier queues them). */
+#define EGM_PUT_COPY_WORKERS 2
 
-    if (status != EGM_OK)
-        return status;
-    for (size_t k = 0; k < n_chunks; k++) {
-        put_plan_t sub = chunk_plan(plan, k);
-        egm_status_t *chunk_status = key_status + egm__pipeline_chunk_first(k);
+typedef struct {
+    put_pipeline_t *pp;
+    egm_pipeline_t *p;
+    const egm_parts_t *parts;
+    size_t n_chunks, start;
+    egm_status_t status; /* of the lowest failed chunk */
+    size_t failed_chunk;
+    char error[256];
+    pthread_t thread;
+} put_copier_t;
+
+static void put_chunks(put_copier_t *w)
+{
+    egm_client_t *client = w->pp->client;
+    w->status = EGM_OK;
+    for (size_t k = w->start; k < w->n_chunks; k += EGM_PUT_COPY_WORKERS) {
+        put_plan_t sub = chunk_plan(w->pp->plan, k);
+        egm_status_t *chunk_status = w->pp->key_status + egm__pipeline_chunk_first(k);
         void *reply;
-        egm_status_t st = egm__pipeline_wait(p, k, &reply, NULL);
+        egm_status_t st = egm__pipeline_wait(w->p, k, &reply, NULL);
         if (st == EGM_OK)
-            st = copy_replicas(client, &sub, reply, parts, chunk_status);
+            st = copy_replicas(client, &sub, reply, w->parts, chunk_status);
         if (st == EGM_OK) {
-            egm__pipeline_release(p, k, reply, 1); /* PutEnd/PutRevoke behind */
+            egm__pipeline_release(w->p, k, reply, 1); /* PutEnd/PutRevoke behind */
             continue;
+        }
+        if (w->status == EGM_OK) {
+            w->status = st;
+            w->failed_chunk = k;
+            snprintf(w->error, sizeof(w->error), "%s", egm_last_error());
         }
         /* The master placed these keys (if PutStart answered): take them back now. */
         if (reply != NULL) {
@@ -230,12 +245,54 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
         }
         for (size_t j = 0; j < sub.n; j++)
             chunk_status[j] = st;
-        egm__pipeline_release(p, k, NULL, 0);
-        if (status == EGM_OK)
-            status = st;
+        egm__pipeline_release(w->p, k, NULL, 0);
+    }
+}
+
+static void *put_copy_main(void *arg)
+{
+    put_chunks(arg);
+    return NULL;
+}
+
+/* Fills key_status for every key of plan; returns the failure of the lowest
+ * chunk that failed as a whole. */
+static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
+                                  const egm_replicate_config_t *rc, const egm_parts_t *parts,
+                                  egm_status_t *key_status)
+{
+    put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
+    size_t n_chunks = egm__pipeline_n_chunks(plan->n);
+    put_copier_t workers[EGM_PUT_COPY_WORKERS];
+    int started[EGM_PUT_COPY_WORKERS] = {0};
+    egm_pipeline_t *p;
+    egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
+
+    if (status != EGM_OK)
+        return status;
+    for (size_t t = 0; t < EGM_PUT_COPY_WORKERS; t++)
+        workers[t] =
+            (put_copier_t){.pp = &pp, .p = p, .parts = parts, .n_chunks = n_chunks, .start = t};
+    /* A worker that cannot start has its chunks copied by the caller. */
+    for (size_t t = 1; t < EGM_PUT_COPY_WORKERS && t < n_chunks; t++)
+        started[t] = pthread_create(&workers[t].thread, NULL, put_copy_main, &workers[t]) == 0;
+    put_chunks(&workers[0]);
+    for (size_t t = 1; t < EGM_PUT_COPY_WORKERS && t < n_chunks; t++) {
+        if (started[t])
+            pthread_join(workers[t].thread, NULL);
+        else
+            put_chunks(&workers[t]);
     }
     egm__pipeline_finish(p);
-    return status;
+
+    const put_copier_t *failed = NULL;
+    for (size_t t = 0; t < EGM_PUT_COPY_WORKERS && t < n_chunks; t++)
+        if (workers[t].status != EGM_OK &&
+            (failed == NULL || workers[t].failed_chunk < failed->failed_chunk))
+            failed = &workers[t];
+    if (failed == NULL)
+        return EGM_OK;
+    return egm__set_error(failed->status, "%s", failed->error);
 }
 
 /* Validates key i of a batch and its parts (acquiring them when zero_copy);

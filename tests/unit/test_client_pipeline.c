@@ -128,6 +128,34 @@ static void test_depth_every_chunk_once_in_order(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+/* Chunks released out of order (two copy workers finish in any order): the
+ * behind step still runs chunk by chunk in order, each after its own release
+ * and with its own reply. Here every chunk is waited for first, then released
+ * last to first. */
+static void test_release_out_of_order(void **state)
+{
+    (void)state;
+    size_t live = egm__alloc_live_count();
+    static probe_t pr;
+    egm_pipeline_t *p;
+    void *replies[N_CHUNKS];
+
+    memset(&pr, 0, sizeof(pr));
+    assert_int_equal(egm__pipeline_start(N_CHUNKS, probe_ahead, probe_behind, &pr, &p), EGM_OK);
+    for (size_t k = 0; k < N_CHUNKS; k++) {
+        replies[k] = NULL;
+        egm_status_t st = egm__pipeline_wait(p, k, &replies[k], NULL);
+        assert_int_equal(st, k == FAIL_CHUNK ? EGM_ERR_TIMEOUT : EGM_OK);
+    }
+    for (size_t k = N_CHUNKS; k-- > 0;)
+        egm__pipeline_release(p, k, replies[k], replies[k] != NULL);
+    egm__pipeline_finish(p);
+    assert_int_equal(pr.n_behind, N_CHUNKS - 1);
+    for (size_t i = 0; i + 1 < pr.n_behind; i++)
+        assert_true(pr.behind_order[i] < pr.behind_order[i + 1]);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 static void test_fewer_chunks_than_depth(void **state)
 {
     (void)state;
@@ -152,6 +180,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_covers_every_key_once),
         cmocka_unit_test(test_depth_every_chunk_once_in_order),
+        cmocka_unit_test(test_release_out_of_order),
         cmocka_unit_test(test_fewer_chunks_than_depth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
