@@ -57,10 +57,11 @@ class Cluster:
     """`egmstore master` and one `egmstore provider` with an EGM pool (HOST_NUMA VMM, posix_fd,
     nvlink) of `pool` bytes in chunks of `chunk`, on free loopback ports; logs in args.out."""
 
-    def __init__(self, args, pool, chunk):
+    def __init__(self, args, pool, chunk, provider_args=()):
         self.run = Run(args)  # makes args.out, run.log; daemon() / stop() / http()
         self.args = args
         self.pool, self.chunk = pool, chunk
+        self.provider_args = list(provider_args)  # appended: a later flag overrides
         self.master = self.provider = None
 
     def say(self, text):
@@ -81,6 +82,7 @@ class Cluster:
                 "--max-mr-size", str(self.chunk), "--local-hostname", "127.0.0.1",
                 "--provider-http-port", "0", "--enable-egm-store-pool", "true",
                 "--egm-handle-type", "posix_fd", "--protocol", "nvlink", "--log-level", "warn"]
+        argv += self.provider_args
         self.provider, m, line = self.run.daemon(
             "provider", argv, r"provider ready: (\d+) segments.* http (\d+)", 600)
         self.segments, self.http_port = int(m.group(1)), int(m.group(2))
