@@ -2,7 +2,7 @@
 # The GPU suite and benchmarks, run on the H200 machine from the repository root
 # with a build folder made on the Debian machine (binaries are portable there;
 # libraries the GPU image lacks travel in .devlibs/). Output goes to $OUT.
-#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv|bench|mooncake-gpu]
+#   scripts/gpu-suite.sh BUILD_DIR OUT_DIR [all|egm|kv|bench|mooncake-gpu|scale]
 set -u
 build=${1:-build}
 out=${2:-${OUT:-/tmp/egm-gpu-out}}
@@ -212,7 +212,42 @@ mooncake_gpu() {
     return $rc
 }
 
+# Scale (issue 9; docs/benchmarks.md "Scale: eight GPUs"): bench/gpu/scale.py, one worker per
+# GPU; on a one-GPU machine two workers share GPU 0 (--gpus 0,0) so that the concurrent path
+# runs. Under 300 s on one H200 (timeout 290 s). Writes $out/scale.json, $out/scale-summary.txt,
+# $out/topology.txt and $out/topology.json; the logs (provider's chunk lines, numa_maps, the
+# workers') in $out/scale-logs.tar.gz. SCALE_ARGS adds flags (e.g. "--workers 16").
+# EGM_BENCH_FAKE=1: the fake CUDA driver (2 GPUs over 2 nodes), small sizes: a test of the mode.
+scale() {
+    local dir="$out/scale" ngpu gpus=() fake=() r
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU ")
+    [ "$ngpu" = 1 ] && gpus=(--gpus 0,0)
+    if [ "${EGM_BENCH_FAKE:-0}" = 1 ]; then
+        export LD_LIBRARY_PATH="$PWD/$build/fake-cuda:$LD_LIBRARY_PATH" EGM_FAKE_CUDA_FABRIC=0
+        fake=(--fake-gpu)
+        gpus=()
+        echo "== scale: EGM_BENCH_FAKE=1: fake CUDA driver, small sizes: a test of this mode, no GPU figure"
+    fi
+    rm -rf "$dir"
+    echo "== scale: $ngpu GPU(s) ${gpus[*]}, python $(python3 --version 2>&1 | cut -d" " -f2), torch $(python3 -c "import torch; print(torch.__version__)" 2>/dev/null || echo none), numactl $(command -v numactl || echo none), numastat $(command -v numastat || echo none)"
+    # shellcheck disable=SC2086
+    timeout -k 20 290 python3 bench/gpu/scale.py --egmstore "$build/bin/egmstore" \
+        --pythonpath "$build/python" --out "$dir" "${gpus[@]}" "${fake[@]}" ${SCALE_ARGS:-}
+    r=$?
+    for f in scale.json topology.txt topology.json; do
+        [ -f "$dir/$f" ] && cp "$dir/$f" "$out/$f"
+    done
+    [ -f "$dir/summary.txt" ] && cp "$dir/summary.txt" "$out/scale-summary.txt"
+    tar czf "$out/scale-logs.tar.gz" -C "$out" scale && rm -rf "$dir"
+    echo "== scale: rc=$r; $out/scale-summary.txt, $out/scale.json, $out/topology.txt, $out/scale-logs.tar.gz"
+    return $r
+}
+
 case "${3:-all}" in
+scale)
+    scale
+    exit $?
+    ;;
 bench)
     bench
     exit $?
