@@ -752,13 +752,7 @@ def _worker(spec, send):
         if op in ("put", "get") and filled != kind:
             fill(kind)
             filled = kind
-        send("ready")
-        if sys.stdin.readline().strip() != "go":
-            raise RuntimeError("no go")
-        out["t_go"] = time.monotonic()
-        end = out["t_go"] + spec["seconds"]
-        if op.startswith("ceiling"):
-            d2h = op == "ceiling-d2h"
+        if op.startswith("ceiling"):  # the buffers before the barrier, not inside the phase
             cb = spec["ceiling_bytes"]
             if fake:
                 a_, b_ = be.alloc(cb), be.alloc(cb)
@@ -768,6 +762,13 @@ def _worker(spec, send):
                 host = torch.empty(cb, dtype=torch.uint8, pin_memory=True)
                 dev = torch.empty(cb, dtype=torch.uint8, device=be.device)
                 be.sync()
+        send("ready")
+        if sys.stdin.readline().strip() != "go":
+            raise RuntimeError("no go")
+        out["t_go"] = time.monotonic()
+        end = out["t_go"] + spec["seconds"]
+        if op.startswith("ceiling"):
+            d2h = op == "ceiling-d2h"
             while time.monotonic() < end:
                 t0 = time.monotonic()
                 if fake:
@@ -781,6 +782,8 @@ def _worker(spec, send):
                 out["intervals"].append((t0, t1))
                 out["bytes"] += cb
                 out["busy_s"] += t1 - t0
+            if not fake:
+                del host, dev
         elif op == "put":
             unit, batch = kinds[kind]
             n = W // unit
