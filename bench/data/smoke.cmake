@@ -27,6 +27,17 @@ foreach(i RANGE ${last})
   if(NOT errors EQUAL 0 OR calls EQUAL 0)
     message(FATAL_ERROR "${OUT}: record ${i} (${workload} ${op}): ${calls} calls, ${errors} errors")
   endif()
+  # seconds: the union of the clients' calls, between one client's time in its calls
+  # (client_seconds, their average) and the phase's first start to last end (wall_seconds).
+  if(NOT workload STREQUAL "ceiling")
+    string(JSON secs GET "${doc}" results ${i} seconds)
+    string(JSON csecs GET "${doc}" results ${i} client_seconds)
+    string(JSON wall GET "${doc}" results ${i} wall_seconds)
+    if(secs LESS csecs OR secs GREATER wall)
+      message(FATAL_ERROR "${OUT}: record ${i} (${workload} ${op}): seconds ${secs} outside "
+                          "[client_seconds ${csecs}, wall_seconds ${wall}]")
+    endif()
+  endif()
   list(APPEND seen ${workload})
 endforeach()
 foreach(want single batch mixed full ceiling)

@@ -101,6 +101,7 @@ typedef struct {
     uint64_t busy_ns;                          /* time inside timed calls */
     uint64_t start_ns, end_ns;                 /* CLOCK_MONOTONIC, comparable across processes */
     egm_bench_samples_t lat, lat_get, lat_put; /* the two last: mixed only */
+    egm_bench_samples_t at;                    /* each lat sample's start, CLOCK_MONOTONIC */
     char error[200];                           /* the first error */
 } egm_bdata_stats_t;
 
@@ -160,6 +161,7 @@ typedef struct {
     double read_ratio; /* < 0: null */
     uint64_t calls, keys, errors;
     double seconds, wall_seconds;
+    double client_seconds; /* each client's time inside its calls, averaged */
     egm_bench_latency_t lat;
     double samples_us[EGM_BDATA_QUANTILES]; /* the latency CDF */
     double gbps;                            /* < 0: null */

@@ -32,6 +32,7 @@ void egm__bdata_stats_free(egm_bdata_stats_t *stats, size_t n)
         egm__bench_samples_free(&stats[i].lat);
         egm__bench_samples_free(&stats[i].lat_get);
         egm__bench_samples_free(&stats[i].lat_put);
+        egm__bench_samples_free(&stats[i].at);
         memset(&stats[i], 0, sizeof(stats[i]));
     }
 }

@@ -31,7 +31,7 @@ struct egm_bdata_procs {
 /* What a child writes per client, followed by the samples. */
 typedef struct {
     uint64_t calls, keys, bytes, errors, busy_ns, start_ns, end_ns;
-    uint64_t n_lat, n_get, n_put;
+    uint64_t n_lat, n_get, n_put, n_at;
     char error[200];
 } stats_header_t;
 
@@ -55,10 +55,11 @@ static egm_status_t write_stats(const char *path, const egm_bdata_stats_t *stats
         const egm_bdata_stats_t *s = &stats[i];
         stats_header_t h = {s->calls,     s->keys,      s->bytes,  s->errors,
                             s->busy_ns,   s->start_ns,  s->end_ns, s->lat.n,
-                            s->lat_get.n, s->lat_put.n, {0}};
+                            s->lat_get.n, s->lat_put.n, s->at.n,   {0}};
         memcpy(h.error, s->error, sizeof(h.error));
         ok = fwrite(&h, sizeof(h), 1, f) == 1 && write_samples(f, &s->lat) &&
-             write_samples(f, &s->lat_get) && write_samples(f, &s->lat_put);
+             write_samples(f, &s->lat_get) && write_samples(f, &s->lat_put) &&
+             write_samples(f, &s->at);
     }
     if (f != NULL && fclose(f) != 0)
         ok = 0;
@@ -278,6 +279,8 @@ static egm_status_t read_stats(const char *path, egm_bdata_stats_t *stats, size_
             status = read_samples(f, &s->lat_get, h.n_get);
         if (status == EGM_OK)
             status = read_samples(f, &s->lat_put, h.n_put);
+        if (status == EGM_OK)
+            status = read_samples(f, &s->at, h.n_at);
     }
     fclose(f);
     unlink(path);

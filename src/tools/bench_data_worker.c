@@ -132,6 +132,7 @@ void egm__bdata_timed(egm_bdata_worker_t *w, egm_bench_samples_t *extra, uint64_
     st->bytes += bytes;
     st->keys += keys;
     if (egm__bench_samples_add(&st->lat, t1 - t0) != EGM_OK ||
+        egm__bench_samples_add(&st->at, t0) != EGM_OK ||
         (extra != NULL && egm__bench_samples_add(extra, t1 - t0) != EGM_OK)) {
         egm__bdata_error(w, 1, "latency samples: out of memory");
         w->stop = 1;
