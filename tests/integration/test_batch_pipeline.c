@@ -15,8 +15,9 @@
 #include "common/alloc.h"
 #include "support/cluster.h"
 
-#define N_KEYS (2 * EGM_PIPELINE_CHUNK_KEYS + 977) /* six chunks (128, 256, 512, 1024, 1024, 81)   \
-                                                    */
+#define N_KEYS                                                                                     \
+    (2 * EGM_PIPELINE_CHUNK_KEYS + 977) /* six chunks (128, 256, 512, 1024, 1024, 81)              \
+                                         */
 #define BLOCK 192
 #define EMPTY_KEY 1500                            /* chunk 1: zero length */
 #define DUP_KEY (2 * EGM_PIPELINE_CHUNK_KEYS + 5) /* chunk 2: stored before the batch */
