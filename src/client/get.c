@@ -1,6 +1,5 @@
 /* Get: GetReplicaList (grants a read lease) -> copy from the best replica,
  * falling back to the others -> check the lease still held when the copy ended. */
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
@@ -253,57 +252,35 @@ static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
     return status;
 }
 
-/* Copiers of one pipelined get: the caller and EGM_GET_COPY_WORKERS - 1
- * threads, each taking every EGM_GET_COPY_WORKERS-th chunk. A chunk's client
- * work (segments, replica order, registry, routing, copy descriptors: ~80 ns a
- * key) would otherwise leave the GPU idle between chunks; with two, one plans
- * while the other's copy runs (the copier serialises the copies themselves). */
-#define EGM_GET_COPY_WORKERS 2
-
+/* What every copy worker of one pipelined get shares (pipeline.h). */
 typedef struct {
     egm_client_t *client;
     egm_pipeline_t *p;
-    size_t n, n_chunks, start;
+    size_t n;
     const char *const *keys;
     const egm_parts_t *parts;
     size_t *sizes_p;
     egm_status_t *results;
-    egm_status_t status; /* of the lowest failed chunk */
-    size_t failed_chunk;
-    char error[256];
-    pthread_t thread;
-} get_copier_t;
+} get_copy_t;
 
-static void copy_chunks(get_copier_t *w)
+static egm_status_t get_copy_chunk(void *arg, size_t k)
 {
-    w->status = EGM_OK;
-    for (size_t k = w->start; k < w->n_chunks; k += EGM_GET_COPY_WORKERS) {
-        size_t first = egm__pipeline_chunk_first(k), len = egm__pipeline_chunk_len(w->n, k);
-        void *reply;
-        uint64_t started_ms;
-        egm_status_t st = egm__pipeline_wait(w->p, k, &reply, &started_ms);
-        if (st == EGM_OK) {
-            egm_parts_t view = egm__parts_from(w->parts, first);
-            st = fetch_reply(w->client, len, w->keys + first, &view, NULL,
-                             w->sizes_p ? w->sizes_p + first : NULL, w->results + first, reply,
-                             started_ms);
-        } else {
-            for (size_t i = 0; i < len; i++)
-                w->results[first + i] = st;
-        }
-        egm__pipeline_release(w->p, k, NULL, 0);
-        if (w->status == EGM_OK && st != EGM_OK) {
-            w->status = st;
-            w->failed_chunk = k;
-            snprintf(w->error, sizeof(w->error), "%s", egm_last_error());
-        }
+    get_copy_t *c = arg;
+    size_t first = egm__pipeline_chunk_first(k), len = egm__pipeline_chunk_len(c->n, k);
+    void *reply;
+    uint64_t started_ms;
+    egm_status_t st = egm__pipeline_wait(c->p, k, &reply, &started_ms);
+    if (st == EGM_OK) {
+        egm_parts_t view = egm__parts_from(c->parts, first);
+        st = fetch_reply(c->client, len, c->keys + first, &view, NULL,
+                         c->sizes_p ? c->sizes_p + first : NULL, c->results + first, reply,
+                         started_ms);
+    } else {
+        for (size_t i = 0; i < len; i++)
+            c->results[first + i] = st;
     }
-}
-
-static void *copy_main(void *arg)
-{
-    copy_chunks(arg);
-    return NULL;
+    egm__pipeline_release(c->p, k, NULL, 0);
+    return st;
 }
 
 static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *const *keys,
@@ -311,43 +288,21 @@ static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *co
 {
     get_pipeline_t g = {.client = client, .keys = keys, .n = n};
     size_t n_chunks = egm__pipeline_n_chunks(n);
-    get_copier_t workers[EGM_GET_COPY_WORKERS];
-    int started[EGM_GET_COPY_WORKERS] = {0};
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
 
     if (status != EGM_OK)
         return status;
-    for (size_t t = 0; t < EGM_GET_COPY_WORKERS; t++)
-        workers[t] = (get_copier_t){.client = client,
-                                    .p = p,
-                                    .n = n,
-                                    .n_chunks = n_chunks,
-                                    .start = t,
-                                    .keys = keys,
-                                    .parts = parts,
-                                    .sizes_p = sizes_p,
-                                    .results = results};
-    /* A worker that cannot start has its chunks copied by the caller. */
-    for (size_t t = 1; t < EGM_GET_COPY_WORKERS && t < n_chunks; t++)
-        started[t] = pthread_create(&workers[t].thread, NULL, copy_main, &workers[t]) == 0;
-    copy_chunks(&workers[0]);
-    for (size_t t = 1; t < EGM_GET_COPY_WORKERS && t < n_chunks; t++) {
-        if (started[t])
-            pthread_join(workers[t].thread, NULL);
-        else
-            copy_chunks(&workers[t]);
-    }
+    get_copy_t c = {.client = client,
+                    .p = p,
+                    .n = n,
+                    .keys = keys,
+                    .parts = parts,
+                    .sizes_p = sizes_p,
+                    .results = results};
+    status = egm__pipeline_copy(n_chunks, get_copy_chunk, &c);
     egm__pipeline_finish(p);
-
-    const get_copier_t *failed = NULL;
-    for (size_t t = 0; t < EGM_GET_COPY_WORKERS && t < n_chunks; t++)
-        if (workers[t].status != EGM_OK &&
-            (failed == NULL || workers[t].failed_chunk < failed->failed_chunk))
-            failed = &workers[t];
-    if (failed == NULL)
-        return EGM_OK;
-    return egm__set_error(failed->status, "%s", failed->error);
+    return status;
 }
 
 /* Keys already checked. */

@@ -162,3 +162,60 @@ void egm__pipeline_finish(egm_pipeline_t *p)
     egm_free(p->chunks);
     egm_free(p);
 }
+
+typedef struct {
+    egm_pipeline_copy_fn copy;
+    void *arg;
+    size_t n_chunks, start;
+    egm_status_t status; /* of its lowest failed chunk */
+    size_t failed_chunk;
+    char error[256];
+    pthread_t thread;
+} copy_worker_t;
+
+static void copy_chunks(copy_worker_t *w)
+{
+    w->status = EGM_OK;
+    for (size_t k = w->start; k < w->n_chunks; k += EGM_PIPELINE_COPY_WORKERS) {
+        egm_status_t st = w->copy(w->arg, k);
+        if (w->status == EGM_OK && st != EGM_OK) {
+            w->status = st;
+            w->failed_chunk = k;
+            snprintf(w->error, sizeof(w->error), "%s", egm_last_error());
+        }
+    }
+}
+
+static void *copy_main(void *arg)
+{
+    copy_chunks(arg);
+    return NULL;
+}
+
+egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void *arg)
+{
+    copy_worker_t workers[EGM_PIPELINE_COPY_WORKERS];
+    int started[EGM_PIPELINE_COPY_WORKERS] = {0};
+    size_t n = n_chunks < EGM_PIPELINE_COPY_WORKERS ? n_chunks : EGM_PIPELINE_COPY_WORKERS;
+
+    for (size_t t = 0; t < n; t++)
+        workers[t] = (copy_worker_t){.copy = copy, .arg = arg, .n_chunks = n_chunks, .start = t};
+    for (size_t t = 1; t < n; t++)
+        started[t] = pthread_create(&workers[t].thread, NULL, copy_main, &workers[t]) == 0;
+    if (n > 0)
+        copy_chunks(&workers[0]);
+    for (size_t t = 1; t < n; t++) {
+        if (started[t])
+            pthread_join(workers[t].thread, NULL);
+        else
+            copy_chunks(&workers[t]);
+    }
+    const copy_worker_t *failed = NULL;
+    for (size_t t = 0; t < n; t++)
+        if (workers[t].status != EGM_OK &&
+            (failed == NULL || workers[t].failed_chunk < failed->failed_chunk))
+            failed = &workers[t];
+    if (failed == NULL)
+        return EGM_OK;
+    return egm__set_error(failed->status, "%s", failed->error);
+}

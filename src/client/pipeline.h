@@ -52,6 +52,22 @@ void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_beh
 /* Joins the helpers (every behind step has run) and frees p. */
 void egm__pipeline_finish(egm_pipeline_t *p);
 
+/* The copies of a pipelined batch run on EGM_PIPELINE_COPY_WORKERS workers: the
+ * caller and threads, worker t taking chunks t, t + W, ... A chunk's client work
+ * (segments, replica order, registry, routing, copy descriptors: ~80 ns a key)
+ * would otherwise leave the GPU idle between chunks; with two, one plans while
+ * the other's copy runs (the copier queues the copies themselves). */
+#define EGM_PIPELINE_COPY_WORKERS 2
+
+/* Copies chunk k (waiting for it and releasing it is the callback's), answering
+ * its chunk-wide status; called from several threads, each chunk once. */
+typedef egm_status_t (*egm_pipeline_copy_fn)(void *arg, size_t k);
+
+/* Runs copy for chunks 0..n_chunks on the workers (a worker whose thread cannot
+ * start has its chunks run by the caller) and waits for them. EGM_OK, or the
+ * status and error text of the lowest chunk whose copy failed. */
+egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void *arg);
+
 /* Keys of chunk k when the batch has more: EGM_PIPELINE_FIRST_CHUNK_KEYS << k,
  * at most EGM_PIPELINE_CHUNK_KEYS. */
 static inline size_t egm__pipeline_chunk_cap(size_t k)

@@ -1,6 +1,5 @@
 /* Put: PutStart (the master places replicas) -> copy into every replica ->
  * PutEnd, or PutRevoke for keys whose copy failed. One RPC per phase per batch. */
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
@@ -200,59 +199,40 @@ static void put_behind(void *arg, size_t k, void *reply)
     egm__keys_reply_free(start);
 }
 
-/* Copiers of one pipelined put: the caller and EGM_PUT_COPY_WORKERS - 1
- * threads, each taking every EGM_PUT_COPY_WORKERS-th chunk, so that one plans
- * a chunk's copies while the other's are on the GPU (the copier queues them). */
-#define EGM_PUT_COPY_WORKERS 2
-
+/* What every copy worker of one pipelined put shares (pipeline.h). */
 typedef struct {
     put_pipeline_t *pp;
     egm_pipeline_t *p;
     const egm_parts_t *parts;
-    size_t n_chunks, start;
-    egm_status_t status; /* of the lowest failed chunk */
-    size_t failed_chunk;
-    char error[256];
-    pthread_t thread;
-} put_copier_t;
+} put_copy_t;
 
-static void put_chunks(put_copier_t *w)
+static egm_status_t put_copy_chunk(void *arg, size_t k)
 {
-    egm_client_t *client = w->pp->client;
-    w->status = EGM_OK;
-    for (size_t k = w->start; k < w->n_chunks; k += EGM_PUT_COPY_WORKERS) {
-        put_plan_t sub = chunk_plan(w->pp->plan, k);
-        egm_status_t *chunk_status = w->pp->key_status + egm__pipeline_chunk_first(k);
-        void *reply;
-        egm_status_t st = egm__pipeline_wait(w->p, k, &reply, NULL);
-        if (st == EGM_OK)
-            st = copy_replicas(client, &sub, reply, w->parts, chunk_status);
-        if (st == EGM_OK) {
-            egm__pipeline_release(w->p, k, reply, 1); /* PutEnd/PutRevoke behind */
-            continue;
-        }
-        if (w->status == EGM_OK) {
-            w->status = st;
-            w->failed_chunk = k;
-            snprintf(w->error, sizeof(w->error), "%s", egm_last_error());
-        }
-        /* The master placed these keys (if PutStart answered): take them back now. */
-        if (reply != NULL) {
-            for (size_t j = 0; j < sub.n; j++)
-                chunk_status[j] = EGM_ERR_TRANSFER;
-            finish(client, &sub, reply, chunk_status);
-            egm__keys_reply_free(reply);
-        }
-        for (size_t j = 0; j < sub.n; j++)
-            chunk_status[j] = st;
-        egm__pipeline_release(w->p, k, NULL, 0);
+    put_copy_t *c = arg;
+    egm_client_t *client = c->pp->client;
+    put_plan_t sub = chunk_plan(c->pp->plan, k);
+    egm_status_t *chunk_status = c->pp->key_status + egm__pipeline_chunk_first(k);
+    void *reply;
+    egm_status_t st = egm__pipeline_wait(c->p, k, &reply, NULL);
+    if (st == EGM_OK)
+        st = copy_replicas(client, &sub, reply, c->parts, chunk_status);
+    if (st == EGM_OK) {
+        egm__pipeline_release(c->p, k, reply, 1); /* PutEnd/PutRevoke behind */
+        return EGM_OK;
     }
-}
-
-static void *put_copy_main(void *arg)
-{
-    put_chunks(arg);
-    return NULL;
+    char why[256];
+    snprintf(why, sizeof(why), "%s", egm_last_error());
+    /* The master placed these keys (if PutStart answered): take them back now. */
+    if (reply != NULL) {
+        for (size_t j = 0; j < sub.n; j++)
+            chunk_status[j] = EGM_ERR_TRANSFER;
+        finish(client, &sub, reply, chunk_status);
+        egm__keys_reply_free(reply);
+    }
+    for (size_t j = 0; j < sub.n; j++)
+        chunk_status[j] = st;
+    egm__pipeline_release(c->p, k, NULL, 0);
+    return egm__set_error(st, "%s", why);
 }
 
 /* Fills key_status for every key of plan; returns the failure of the lowest
@@ -263,36 +243,15 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
 {
     put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
     size_t n_chunks = egm__pipeline_n_chunks(plan->n);
-    put_copier_t workers[EGM_PUT_COPY_WORKERS];
-    int started[EGM_PUT_COPY_WORKERS] = {0};
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
 
     if (status != EGM_OK)
         return status;
-    for (size_t t = 0; t < EGM_PUT_COPY_WORKERS; t++)
-        workers[t] =
-            (put_copier_t){.pp = &pp, .p = p, .parts = parts, .n_chunks = n_chunks, .start = t};
-    /* A worker that cannot start has its chunks copied by the caller. */
-    for (size_t t = 1; t < EGM_PUT_COPY_WORKERS && t < n_chunks; t++)
-        started[t] = pthread_create(&workers[t].thread, NULL, put_copy_main, &workers[t]) == 0;
-    put_chunks(&workers[0]);
-    for (size_t t = 1; t < EGM_PUT_COPY_WORKERS && t < n_chunks; t++) {
-        if (started[t])
-            pthread_join(workers[t].thread, NULL);
-        else
-            put_chunks(&workers[t]);
-    }
+    put_copy_t c = {.pp = &pp, .p = p, .parts = parts};
+    status = egm__pipeline_copy(n_chunks, put_copy_chunk, &c);
     egm__pipeline_finish(p);
-
-    const put_copier_t *failed = NULL;
-    for (size_t t = 0; t < EGM_PUT_COPY_WORKERS && t < n_chunks; t++)
-        if (workers[t].status != EGM_OK &&
-            (failed == NULL || workers[t].failed_chunk < failed->failed_chunk))
-            failed = &workers[t];
-    if (failed == NULL)
-        return EGM_OK;
-    return egm__set_error(failed->status, "%s", failed->error);
+    return status;
 }
 
 /* Validates key i of a batch and its parts (acquiring them when zero_copy);

@@ -156,6 +156,37 @@ static void test_release_out_of_order(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+/* egm__pipeline_copy: every chunk copied once, by the workers together; the
+ * answer is the lowest failed chunk's status and text, whichever worker had it. */
+typedef struct {
+    atomic_int calls[N_CHUNKS];
+} copy_probe_t;
+
+static egm_status_t probe_copy(void *arg, size_t k)
+{
+    copy_probe_t *c = arg;
+    atomic_fetch_add(&c->calls[k], 1);
+    if (k == 3 || k == 6)
+        return egm__set_error(k == 3 ? EGM_ERR_TRANSFER : EGM_ERR_TIMEOUT, "chunk %zu failed", k);
+    return EGM_OK;
+}
+
+static void test_copy_workers(void **state)
+{
+    (void)state;
+    static copy_probe_t c;
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(egm__pipeline_copy(N_CHUNKS, probe_copy, &c), EGM_ERR_TRANSFER);
+    assert_non_null(strstr(egm_last_error(), "chunk 3 failed"));
+    for (size_t k = 0; k < N_CHUNKS; k++)
+        assert_int_equal(atomic_load(&c.calls[k]), 1);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(egm__pipeline_copy(3, probe_copy, &c), EGM_OK);
+    assert_int_equal(atomic_load(&c.calls[0]) + atomic_load(&c.calls[1]) + atomic_load(&c.calls[2]),
+                     3);
+    assert_int_equal(egm__pipeline_copy(0, probe_copy, &c), EGM_OK);
+}
+
 static void test_fewer_chunks_than_depth(void **state)
 {
     (void)state;
@@ -181,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_layout_covers_every_key_once),
         cmocka_unit_test(test_depth_every_chunk_once_in_order),
         cmocka_unit_test(test_release_out_of_order),
+        cmocka_unit_test(test_copy_workers),
         cmocka_unit_test(test_fewer_chunks_than_depth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
