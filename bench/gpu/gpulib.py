@@ -260,3 +260,14 @@ def check_fake_driver():
 
 def sanitize(text):
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
+
+
+def write_results(a, doc, render, say):
+    """The end of a bench/gpu script: the JSON document to a.json, its rendering to
+    a.out/summary.txt and to the terminal."""
+    benchlib.write_json(a.json, doc)
+    summary = render(doc)
+    with open(os.path.join(a.out, "summary.txt"), "w") as f:
+        f.write(summary)
+    say("\n" + summary)
+    say("wrote %s" % a.json)

@@ -684,12 +684,7 @@ def main(argv=None):
     doc = benchlib.document("interference.py", config, records, started, checks=checks, ok=ok,
                             collective=coll, gpu=ranks[0].get("device") if ranks else None,
                             not_nccl_note=NOT_NCCL if mode == "d2d-proxy" else None)
-    benchlib.write_json(a.json, doc)
-    summary = render(doc)
-    with open(os.path.join(a.out, "summary.txt"), "w") as f:
-        f.write(summary)
-    say("\n" + summary)
-    say("wrote %s" % a.json)
+    gpulib.write_results(a, doc, render, say)
     return 0 if ok else 1
 
 

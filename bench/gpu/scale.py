@@ -1005,12 +1005,7 @@ def main(argv=None):
         checks("benchmark ran to the end", False, "%s: %s" % (type(e).__name__, e))
     doc = benchlib.document("scale.py", config, results, started, checks=checks.items,
                             ok=checks.ok(), **extra)
-    benchlib.write_json(a.json, doc)
-    summary = render(doc)
-    with open(os.path.join(a.out, "summary.txt"), "w") as f:
-        f.write(summary)
-    say("\n" + summary)
-    say("wrote %s" % a.json)
+    gpulib.write_results(a, doc, render, say)
     return 0 if checks.ok() else 1
 
 
