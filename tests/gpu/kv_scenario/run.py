@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """The KV-cache scenario end to end (issue 5): a master, a standalone provider whose pool is the
 store's capacity, worker A storing a paged KV cache, worker B fetching it into its own cache and
-decoding from it, then the provider's shutdown checked. See README.md.
+decoding from it, then the provider's shutdown checked. With N >= 3 GPUs in --gpus (or --ring),
+N workers at once on a ring (issue 9): worker i stores prompt i, worker i+1 mod N fetches and
+decodes it, every batch put and every batch get of all N started together. See README.md.
 
   run.py --egmstore BUILD/bin/egmstore --out DIR [--device cuda --gpus 0,1 --pool egm|host]
+  run.py --egmstore BUILD/bin/egmstore --out DIR --gpus 0,1,2,3,4,5,6,7      # 8 workers, a ring
   run.py --egmstore BUILD/bin/egmstore --out DIR --device cpu [--protocol shm|tcp]
 
 Writes DIR/results.json and DIR/summary.txt; exits nonzero when any check failed.
@@ -38,7 +41,22 @@ def parse_args():
     p.add_argument("--egmstore", required=True, help="the egmstore binary (BUILD/bin/egmstore)")
     p.add_argument("--out", required=True, help="results folder")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    p.add_argument("--gpus", default="0,1", help="GPU of worker A, GPU of worker B (0,0: one GPU)")
+    p.add_argument(
+        "--gpus",
+        default="0,1",
+        help="GPU of each worker: A,B (0,0: one GPU), or N >= 3 for a ring of N (repeats allowed, "
+        "e.g. 0,0,0,0); with --fake-gpu the fake driver's device ordinals",
+    )
+    p.add_argument(
+        "--ring",
+        action="store_true",
+        help="two workers as a ring too (both store and fetch at once); N >= 3 always is one",
+    )
+    p.add_argument(
+        "--skip-without-torch",
+        action="store_true",
+        help="exit 77 (a skip for ctest) when --python cannot import torch",
+    )
     p.add_argument("--pool", choices=["egm", "host"], default=None, help="default: egm (cuda), host (cpu)")
     p.add_argument("--protocol", default=None, help="workers' protocol; default nvlink (egm), shm (host)")
     p.add_argument("--rounds", type=int, default=5)
@@ -97,11 +115,13 @@ class Run:
         self.res = {"checks": []}
         os.makedirs(args.out, exist_ok=True)
         self.log = open(os.path.join(args.out, "run.log"), "w")
+        self.lock = threading.Lock()
 
     def say(self, text):
-        print(text, flush=True)
-        self.log.write(text + "\n")
-        self.log.flush()
+        with self.lock:  # the ring's workers print from one thread each
+            print(text, flush=True)
+            self.log.write(text + "\n")
+            self.log.flush()
 
     def check(self, name, ok, detail=""):
         self.checks.append((name, bool(ok), detail))
@@ -141,8 +161,9 @@ class Run:
             code = proc.wait()
         return code, time.time() - t0
 
-    def worker(self, role, extra):
-        a = self.args
+    def start_worker(self, role, extra, name=None, prefix=""):
+        """Start a worker; a thread copies its output to OUT/worker-<name>.log and the terminal."""
+        a, name = self.args, name or role
         argv = [
             a.python,
             "-W",
@@ -155,27 +176,40 @@ class Run:
             "--size",
             a.size,
         ] + extra
-        logpath = os.path.join(a.out, f"worker-{role}.log")
+        log = open(os.path.join(a.out, f"worker-{name}.log"), "w")
         self.say(f"$ {' '.join(argv)}")
-        with open(logpath, "w") as log:
-            proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env
-            )
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env
+        )
+
+        def pump():
             for line in proc.stdout:
                 log.write(line)
-                self.say("  " + line.rstrip())
-            try:
-                code = proc.wait(a.worker_timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
+                self.say("  " + prefix + line.rstrip())
+            log.close()
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        return name, proc, t
+
+    def finish_worker(self, w, deadline):
+        name, proc, t = w
         try:
-            with open(os.path.join(a.out, f"{role}.json")) as f:
+            code = proc.wait(max(1.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        t.join(30)
+        try:
+            with open(os.path.join(self.args.out, f"{name}.json")) as f:
                 out = json.load(f)
         except (OSError, ValueError):
-            out = {"ok": False, "error": f"no {role}.json"}
+            out = {"ok": False, "error": f"no {name}.json"}
         out["exit"] = code
         return out
+
+    def worker(self, role, extra):
+        return self.finish_worker(self.start_worker(role, extra), time.time() + self.args.worker_timeout)
 
     def ls(self):
         p = subprocess.run(
@@ -234,15 +268,26 @@ def main():
         )
     if a.pool == "host" and a.protocol == "nvlink":
         raise SystemExit("--pool host serves shm and tcp, not nvlink")
-    gpus = [int(x) for x in a.gpus.split(",")]
-    if len(gpus) != 2:
-        raise SystemExit("--gpus: two ids, A,B (e.g. 0,1; 0,0 with one GPU)")
-    dev_a, dev_b = (f"cuda:{gpus[0]}", f"cuda:{gpus[1]}") if a.device == "cuda" else ("cpu", "cpu")
+    try:
+        gpus = [int(x) for x in a.gpus.split(",")]
+    except ValueError:
+        gpus = []
+    if len(gpus) < 2 or min(gpus) < 0:
+        raise SystemExit("--gpus: two or more ids: A,B (e.g. 0,1; 0,0 with one GPU) or a ring 0,1,2,...")
+    if a.skip_without_torch:
+        p = subprocess.run([a.python, "-c", "import torch"], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"SKIP: {a.python} cannot import torch: {(p.stderr.strip().splitlines() or [''])[-1]}")
+            return 77
+    ring = len(gpus) > 2 or a.ring
+    nw = len(gpus)
+    devs = [f"cuda:{g}" if a.device == "cuda" else "cpu" for g in gpus]
+    dev_a, dev_b = devs[0], devs[1]
     layers, heads, hd, block, prompt = SIZES[a.size]
     elt = 2 if a.device == "cuda" else 4
     block_bytes = block * heads * hd * elt
     kv_bytes = layers * 2 * prompt * heads * hd * elt
-    need = a.rounds * (kv_bytes + a.lat_iters * 2 * block_bytes)
+    need = a.rounds * (kv_bytes + a.lat_iters * 2 * block_bytes) * (nw if ring else 1)
     if a.pool_size == "auto":
         floor, unit = (4 * GiB, GiB) if a.pool == "egm" else (256 * MiB, 64 * MiB)
         pool = max(floor, -(-need * 3 // 2 // unit) * unit)
@@ -267,7 +312,11 @@ def main():
         "device": a.device,
         "fake_gpu": a.fake_gpu,
         "gpus": gpus if a.device == "cuda" else None,
-        "same_gpu": a.device == "cuda" and gpus[0] == gpus[1],
+        "fake_gpus": gpus if a.fake_gpu else None,
+        "workers": nw,
+        "ring": ring,
+        "same_gpu": a.device == "cuda" and not ring and gpus[0] == gpus[1],
+        "shared_gpus": a.device == "cuda" and ring and len(set(gpus)) < nw,
         "pool": a.pool,
         "protocol": a.protocol,
         "size": a.size,
@@ -282,8 +331,12 @@ def main():
         "pythonpath": pypath,
         "python": a.python,
     }
+    if ring:
+        where = f"{nw} workers on a ring, GPUs {','.join(map(str, gpus))}" if a.device == "cuda" else f"{nw} workers on a ring"
+    else:
+        where = "GPUs A=%d B=%d" % tuple(gpus) if a.device == "cuda" else ""
     r.say(
-        f"== KV-cache scenario: device {a.device} {'GPUs A=%d B=%d' % tuple(gpus) if a.device == 'cuda' else ''}"
+        f"== KV-cache scenario: device {a.device} {where}"
         f" pool {a.pool} ({pool / GiB:.2f} GiB, chunks of at most {max_mr} B) protocol {a.protocol} model {a.size}:"
         f" {layers} layers x {heads} heads x {hd}, page {block} tokens = {block_bytes} B per K or V,"
         f" {layers * prompt // block} keys x 2 pages = {kv_bytes / MiB:.1f} MiB per round, {a.rounds} rounds"
@@ -292,6 +345,11 @@ def main():
         r.say(
             "NOTE: workers A and B share one GPU (--gpus %d,%d): B fetches into another process's "
             "cache on the same device, not across GPUs" % tuple(gpus)
+        )
+    if res["config"]["shared_gpus"]:
+        r.say(
+            f"NOTE: {nw} workers on {len(set(gpus))} GPU(s) ({a.gpus}): workers that share a GPU "
+            "share its copy engines; the aggregate is of the processes, not of distinct GPUs"
         )
     ok = False
     try:
@@ -373,66 +431,28 @@ def main():
             str(segments),
         ]
         fake = (lambda i: ["--fake-gpu", str(gpus[i])]) if a.fake_gpu else (lambda i: [])
-        wa = r.worker("a", common + ["--device", dev_a] + fake(0))
-        res["worker_a"] = wa
-        r.check(
-            "worker A: prefill, register, batch_put_from_multi_buffers",
-            wa.get("ok") and wa["exit"] == 0,
-            (
-                wa.get("error", "").strip().splitlines()[-1]
-                if wa.get("error")
-                else f"{len(wa.get('rounds', []))} rounds"
-            ),
-        )
-        if wa.get("ok"):
-            wb = r.worker(
-                "b",
-                common
-                + ["--device", dev_b]
-                + fake(1)
-                + (["--atol", str(a.atol)] if a.atol is not None else []),
-            )
-            res["worker_b"] = wb
-            rows = wb.get("rounds", [])
+        atol_arg = ["--atol", str(a.atol)] if a.atol is not None else []
+        if ring:
+            run_ring(r, a, common, gpus, devs, fake, atol_arg, segments, layers)
+        else:
+            wa = r.worker("a", common + ["--device", dev_a] + fake(0))
+            res["worker_a"] = wa
             r.check(
-                "worker B: exist, batch_get_into_multi_buffers, pages byte for byte",
-                rows
-                and all(
-                    x["digest_mismatches"] == 0 and not x["bad_gets"] and x["exist"] == x["keys"]
-                    for x in rows
-                )
-                and len(rows) == a.rounds,
+                "worker A: prefill, register, batch_put_from_multi_buffers",
+                wa.get("ok") and wa["exit"] == 0,
                 (
-                    wb.get("error", "").strip().splitlines()[-1]
-                    if wb.get("error")
-                    else f"{sum(x['keys'] for x in rows)} keys fetched, {sum(x['digest_mismatches'] for x in rows)} "
-                    f"digest mismatches, {sum(x['short_gets'] for x in rows)} short gets, "
-                    f"{sum(x['keys'] - x['exist'] for x in rows)} missing; B's slots differ from A's for "
-                    f"{wb.get('slots_differing_from_a')} of {res['config']['keys_per_round'] // layers} blocks"
+                    wa.get("error", "").strip().splitlines()[-1]
+                    if wa.get("error")
+                    else f"{len(wa.get('rounds', []))} rounds"
                 ),
             )
-            r.check(
-                "worker B: decode from the fetched cache == full recompute",
-                rows and all(x["logits_allclose"] for x in rows),
-                "max |logit diff| "
-                + ", ".join(f"{x['logits_max_abs_diff']:.3g}" for x in rows)
-                + f" (atol {wb.get('atol')})",
-            )
-            ctl = rows[0].get("control_wrong_layer_diff") if rows else None
-            r.check(
-                "control: a wrong page (layer 0 given layer 1's) is detected",
-                rows and rows[0].get("control_detected"),
-                f"max |logit diff| {ctl}",
-            )
-            for name, w in (("A", wa), ("B", wb)) if a.protocol != "tcp" else ():
-                mr = w.get("mapping_reuse", {})
-                r.check(
-                    f"worker {name}: mappings reused (count constant after round 1)",
-                    mr.get("ok"),
-                    mr.get("detail", "")
-                    + f"; before round 1: {w.get('mappings_at_start')}, pool segments {segments}",
-                )
-            r.check("worker B exit 0", wb["exit"] == 0 and wb.get("ok"), f"exit {wb['exit']}")
+            if wa.get("ok"):
+                wb = r.worker("b", common + ["--device", dev_b] + fake(1) + atol_arg)
+                res["worker_b"] = wb
+                fetch_checks(r, "worker B: ", "", wb, wb.get("rounds", []), "A", layers)
+                for name, w in (("A", wa), ("B", wb)) if a.protocol != "tcp" else ():
+                    mapping_check(r, f"worker {name}", w, segments)
+                r.check("worker B exit 0", wb["exit"] == 0 and wb.get("ok"), f"exit {wb['exit']}")
 
         nseg, total, _ = r.ls()
         res["ls_before_shutdown"] = total
@@ -485,6 +505,116 @@ def main():
     return 0 if ok else 1
 
 
+def last_error(w):
+    return w.get("error", "").strip().splitlines()[-1] if w.get("error") else ""
+
+
+def fetch_checks(r, prefix, control_prefix, wb, rows, storer, layers):
+    """The fetcher's checks of one pair: every page byte for byte, the decode against a full
+    recompute, the control; rows are its get rounds."""
+    a = r.args
+    r.check(
+        f"{prefix}exist, batch_get_into_multi_buffers, pages byte for byte",
+        rows
+        and all(x["digest_mismatches"] == 0 and not x["bad_gets"] and x["exist"] == x["keys"] for x in rows)
+        and len(rows) == a.rounds,
+        last_error(wb)
+        or f"{sum(x['keys'] for x in rows)} keys fetched, {sum(x['digest_mismatches'] for x in rows)} "
+        f"digest mismatches, {sum(x['short_gets'] for x in rows)} short gets, "
+        f"{sum(x['keys'] - x['exist'] for x in rows)} missing; {'B' if storer == 'A' else 'the fetcher'}'s "
+        f"slots differ from {storer}'s for {wb.get('slots_differing_from_a')} of "
+        f"{r.res['config']['keys_per_round'] // layers} blocks",
+    )
+    r.check(
+        f"{prefix}decode from the fetched cache == full recompute",
+        rows and all(x["logits_allclose"] for x in rows),
+        "max |logit diff| "
+        + ", ".join(f"{x['logits_max_abs_diff']:.3g}" for x in rows)
+        + f" (atol {wb.get('atol')})",
+    )
+    ctl = rows[0].get("control_wrong_layer_diff") if rows else None
+    r.check(
+        f"{control_prefix}control: a wrong page (layer 0 given layer 1's) is detected",
+        rows and rows[0].get("control_detected"),
+        f"max |logit diff| {ctl}",
+    )
+
+
+def mapping_check(r, name, w, segments):
+    mr = w.get("mapping_reuse", {})
+    r.check(
+        f"{name}: mappings reused (count constant after round 1)",
+        mr.get("ok"),
+        mr.get("detail", "") + f"; before round 1: {w.get('mappings_at_start')}, pool segments {segments}",
+    )
+
+
+def aggregate(rows_per_worker, op):
+    """One round's batch of every worker: all bytes over the common wall window, from the first
+    start to the last end (CLOCK_MONOTONIC, one clock for the machine), and the share of that
+    window in which all N were inside their call. Not a sum of the workers' own rates."""
+    t0 = min(x["t_start"] for x in rows_per_worker)
+    t1 = max(x["t_end"] for x in rows_per_worker)
+    busy = max(0.0, min(x["t_end"] for x in rows_per_worker) - max(x["t_start"] for x in rows_per_worker))
+    nbytes = sum(x["bytes"] for x in rows_per_worker)
+    return {
+        f"{op}_bytes": nbytes,
+        f"{op}_window_s": t1 - t0,
+        f"{op}_GBps": nbytes / (t1 - t0) / 1e9 if t1 > t0 else None,
+        f"{op}_all_busy_pct": round(100 * busy / (t1 - t0), 1) if t1 > t0 else None,
+    }
+
+
+def run_ring(r, a, common, gpus, devs, fake, atol_arg, segments, layers):
+    """N workers at once; pair i = worker i stores prompt i, worker i+1 mod N fetches it."""
+    res, n = r.res, len(gpus)
+    for stale in [f"ring{i}.json" for i in range(n)] + [f"manifest-{i}.json" for i in range(n)]:
+        if os.path.exists(os.path.join(a.out, stale)):
+            os.remove(os.path.join(a.out, stale))
+    bdir = os.path.join(a.out, "barrier")
+    if os.path.isdir(bdir):
+        for f in os.listdir(bdir):
+            os.remove(os.path.join(bdir, f))
+    ring_args = ["--nworkers", str(n), "--barrier-timeout", str(a.worker_timeout)]
+    started = [
+        r.start_worker(
+            "ring",
+            common + ["--device", devs[i], "--index", str(i)] + ring_args + fake(i) + atol_arg,
+            name=f"ring{i}",
+            prefix=f"[W{i}] ",
+        )
+        for i in range(n)
+    ]
+    deadline = time.time() + a.worker_timeout
+    ws = [r.finish_worker(w, deadline) for w in started]
+    res["workers"] = ws
+    gpu = (lambda i: f"GPU {gpus[i]}") if a.device == "cuda" or a.fake_gpu else (lambda i: "cpu")
+    for i in range(n):
+        j = (i + 1) % n
+        wa, wb = ws[i], ws[j]
+        puts, gets = wa.get("put_rounds", []), wb.get("get_rounds", [])
+        pre = f"pair {i} (W{i} {gpu(i)} -> W{j} {gpu(j)}): "
+        r.check(
+            f"{pre}stored: prefill, register, batch_put_from_multi_buffers",
+            len(puts) == a.rounds and all(not x["failed"] and x["existed_before"] == 0 for x in puts),
+            last_error(wa)
+            or f"{len(puts)} rounds, {sum(x['keys'] for x in puts)} keys, "
+            f"{sum(len(x['failed']) for x in puts)} failed, {sum(x['existed_before'] for x in puts)} existed before",
+        )
+        fetch_checks(r, f"{pre}fetched: ", pre, wb, gets, f"W{i}", layers)
+    for i, w in enumerate(ws):
+        if a.protocol != "tcp":
+            mapping_check(r, f"worker W{i}", w, segments)
+        r.check(f"worker W{i} exit 0", w["exit"] == 0 and w.get("ok"), f"exit {w['exit']}")
+    agg = []
+    for k in range(a.rounds):
+        puts = [w["put_rounds"][k] for w in ws if len(w.get("put_rounds", [])) > k]
+        gets = [w["get_rounds"][k] for w in ws if len(w.get("get_rounds", [])) > k]
+        if len(puts) == n and len(gets) == n:
+            agg.append({"round": k + 1, **aggregate(puts, "put"), **aggregate(gets, "get")})
+    res["aggregate"] = agg
+
+
 def render(res, checks):
     cfg = res["config"]
     out = []
@@ -494,6 +624,15 @@ def render(res, checks):
         if cfg["gpus"]
         else "CPU tensors" + (" in the fake CUDA driver's device memory" if cfg["fake_gpu"] else "")
     )
+    if cfg.get("ring"):
+        devs = cfg["gpus"] or cfg["fake_gpus"]
+        gp = (
+            f"{cfg['workers']} workers on a ring (worker i stores prompt i, worker i+1 mod "
+            f"{cfg['workers']} fetches it), "
+            + (f"GPUs {','.join(map(str, devs))}" if cfg["gpus"] else gp)
+            + (f" (fake devices {','.join(map(str, devs))})" if cfg["fake_gpu"] else "")
+            + (f" ({len(set(devs))} distinct GPU(s))" if cfg.get("shared_gpus") else "")
+        )
     out.append(
         f"KV-cache scenario: {gp}, pool {cfg['pool']} {cfg['pool_bytes'] / GiB:.2f} GiB, protocol "
         f"{cfg['protocol']}, model {cfg['size']}, {cfg['keys_per_round']} keys x 2 pages of "
@@ -509,6 +648,8 @@ def render(res, checks):
             f"raw copy ceiling ({c['what']}): device->host {c['d2h_GBps']:.2f} GB/s, "
             f"host->device {c['h2d_GBps']:.2f} GB/s (best of 5)"
         )
+    if cfg.get("ring"):
+        render_ring(res, c, out)
     ra = {x["round"]: x for x in res.get("worker_a", {}).get("rounds", [])}
     rb = {x["round"]: x for x in res.get("worker_b", {}).get("rounds", [])}
     if ra:
@@ -554,6 +695,55 @@ def render(res, checks):
         f"({sum(c[1] for c in checks)}/{len(checks)} checks passed)"
     )
     return "\n".join(out) + "\n"
+
+
+def render_ring(res, c, out):
+    """The ring's table: per round the aggregate of all N workers' batches, then per worker."""
+    agg, ws = res.get("aggregate", []), res.get("workers", [])
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
+    f = lambda v, fmt: format(v, fmt) if v is not None else "-"
+    if agg:
+        out.append("")
+        out.append(
+            f"aggregate of all {len(ws)} workers per round: bytes over the common wall window (first start "
+            "to last end of the batch calls); busy% = share of the window with all N inside their call"
+        )
+        out.append(
+            f"{'round':>5} {'put GB/s':>9} {'put ms':>8} {'busy%':>6} {'get GB/s':>9} {'get ms':>8} "
+            f"{'busy%':>6} {'pages ok':>11} {'max|dlogit|':>11}"
+        )
+        for x in agg:
+            k = x["round"] - 1
+            gets = [w["get_rounds"][k] for w in ws]
+            keys = sum(g["keys"] for g in gets)
+            ok = keys - sum(g["digest_mismatches"] for g in gets)
+            out.append(
+                f"{x['round']:>5} {f(x['put_GBps'], '.2f'):>9} {x['put_window_s'] * 1e3:>8.2f} "
+                f"{f(x['put_all_busy_pct'], '.0f'):>6} {f(x['get_GBps'], '.2f'):>9} "
+                f"{x['get_window_s'] * 1e3:>8.2f} {f(x['get_all_busy_pct'], '.0f'):>6} "
+                f"{str(ok) + '/' + str(keys):>11} {max(g['logits_max_abs_diff'] for g in gets):>11.3g}"
+            )
+        later = [x for x in agg if x["round"] > 1 and x["put_GBps"] and x["get_GBps"]]
+        if later:
+            out.append(
+                f"rounds 2-{later[-1]['round']} median aggregate: put {med([x['put_GBps'] for x in later]):.2f} "
+                f"GB/s, get {med([x['get_GBps'] for x in later]):.2f} GB/s"
+            )
+    if ws:
+        out.append("")
+        out.append(
+            "per worker, rounds 2-N median of its own batch (its put: its pair; its get: the pair before)"
+            + (": the ceiling above is one GPU's, measured alone" if c.get("ok") else "")
+        )
+        for i, w in enumerate(ws):
+            pr = [x["put_GBps"] for x in w.get("put_rounds", [])[1:]]
+            gr = [x["get_GBps"] for x in w.get("get_rounds", [])[1:]]
+            maps = sorted({x["mappings"] for x in w.get("put_rounds", []) + w.get("get_rounds", [])}, key=str)
+            out.append(
+                f"  W{i} {w.get('device', '?')}: put {f(med(pr), '.2f')} GB/s, get {f(med(gr), '.2f')} GB/s, "
+                f"1-page put/get p50 {f(med([x['put_1page_p50_us'] for x in w.get('put_rounds', [])]), '')}/"
+                f"{f(med([x['get_1page_p50_us'] for x in w.get('get_rounds', [])]), '')} us, mappings {maps}"
+            )
 
 
 if __name__ == "__main__":
