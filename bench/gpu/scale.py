@@ -29,8 +29,13 @@ Steps (docs/benchmarks.md, "Scale: eight GPUs (issue 9)"):
     the workers' own rates (`gbps_sum`: bytes / time inside their calls, which overstates the
     aggregate when the workers' calls do not overlap). Then the same store phases with the pool
     on the first node only (egm_numa_nodes=FIRST): the locality effect; SKIP on one node.
- 4. The KV-cache scenario with N workers: tests/gpu/kv_scenario/run.py runs two workers (A puts,
-    B gets); reported as not done (SKIP) with what it would take.
+ 4. The KV-cache scenario with N workers: tests/gpu/kv_scenario/run.py --ring with the same GPUs
+    (one worker per GPU; --gpus 0,0: two on GPU 0): worker i stores prompt i, worker i+1 mod N
+    fetches and decodes it, every batch put and get of all N at once; its own master and
+    provider, model --kv-size for --kv-rounds rounds; its checks (every pair: pages byte for
+    byte, decode == recompute, the control, mapping reuse, exits; the provider's shutdown) are
+    one check here, its aggregate GB/s a record; results in OUT/kv/. SKIP when --python has no
+    torch (the fake run without torch) or with --no-kv.
 
 Writes OUT/scale.json (schema 1, workload "scale"), OUT/summary.txt (the table and PASS / FAIL /
 SKIP checks) and the logs; exits 1 when a check failed (a SKIP is not a failure). No speed is
@@ -63,11 +68,7 @@ KiB, MiB, GiB = gpulib.KiB, gpulib.MiB, gpulib.GiB
 ATTR_PCI_BUS, ATTR_PCI_DEVICE, ATTR_PCI_DOMAIN, ATTR_HOST_NUMA_ID = 33, 34, 50, 134
 CHUNK_LINE = re.compile(r"vmm pool: chunk (\d+): host NUMA node (\d+), base (0x[0-9a-f]+|\(nil\)), "
                         r"(\d+) bytes")
-KV_NOT_DONE = ("tests/gpu/kv_scenario/run.py runs exactly two workers (A stores a prompt's pages, "
-               "then B fetches and decodes them); N workers need run.py to start N pairs at once "
-               "(worker i stores prompt i, worker (i+1) mod N fetches it), a manifest per pair "
-               "instead of one manifest.json, and the checks per pair: about 100 lines in run.py "
-               "and worker.py, not done here")
+KV_RUN = os.path.join(gpulib.REPO, "tests", "gpu", "kv_scenario", "run.py")
 
 
 # ---- arguments ---------------------------------------------------------------------------------
@@ -105,6 +106,13 @@ def parse_args(argv=None):
                    "80%% full, whole chunks, at least one chunk per node)")
     p.add_argument("--no-locality", action="store_true",
                    help="skip the run with the pool on one node only")
+    p.add_argument("--no-kv", action="store_true", help="skip the KV-cache scenario (step 4)")
+    p.add_argument("--kv-size", default=None,
+                   help="the KV scenario's model preset (medium: 64 MiB per worker and round; "
+                   "fake tiny)")
+    p.add_argument("--kv-rounds", type=int, default=3, help="the KV scenario's rounds")
+    p.add_argument("--kv-timeout", type=float, default=150,
+                   help="seconds the KV scenario may take in all")
     p.add_argument("--no-bind", action="store_true",
                    help="do not run workers under numactl on their GPU's node")
     p.add_argument("--no-touch", action="store_true",
@@ -147,6 +155,7 @@ def parse_args(argv=None):
             p.error("--gpus: at least one ordinal >= 0")
     if a.workers is not None and a.workers < 1:
         p.error("--workers >= 1")
+    a.kv_size = a.kv_size or ("tiny" if fake else "medium")
     a.json = a.json or os.path.join(a.out, "scale.json")
     a.pythonpath = a.pythonpath or gpulib.default_pythonpath(a.egmstore)
     return a
@@ -997,7 +1006,11 @@ def main(argv=None):
                 loc.setdefault(r["phase"], {})[r["pool"]] = r["gbps"]
         extra["locality"] = {ph: v for ph, v in loc.items() if len(v) > 1}
         # 4. the KV scenario
-        checks.skip("KV-cache scenario with %d workers" % len(gpus), KV_NOT_DONE)
+        say("== 4. the KV-cache scenario with %d workers on GPUs %s" % (len(gpus), gpus))
+        kv = kv_scenario(a, gpus, say, checks)
+        if kv:
+            extra["kv_scenario"] = kv
+            results += kv.pop("records")
     except SystemExit:
         raise
     except Exception as e:
@@ -1007,6 +1020,71 @@ def main(argv=None):
                             ok=checks.ok(), **extra)
     gpulib.write_results(a, doc, render, say)
     return 0 if checks.ok() else 1
+
+
+def kv_scenario(a, gpus, say, checks):
+    """tests/gpu/kv_scenario/run.py --ring on the same GPUs; None when skipped."""
+    name = "KV-cache scenario with %d workers (a ring: worker i stores, worker i+1 fetches)" % (
+        len(gpus))
+    if a.no_kv:
+        checks.skip(name, "--no-kv")
+        return None
+    p = subprocess.run([a.python, "-c", "import torch"], capture_output=True, text=True)
+    if p.returncode != 0:
+        checks.skip(name, "%s cannot import torch (the workers' model and paged cache are torch): "
+                    "%s" % (a.python, (p.stderr.strip().splitlines() or [""])[-1]))
+        return None
+    out = os.path.join(a.out, "kv")
+    argv = [a.python, KV_RUN, "--egmstore", a.egmstore, "--pythonpath", a.pythonpath,
+            "--out", out, "--gpus", ",".join(map(str, gpus)), "--ring", "--size", a.kv_size,
+            "--rounds", str(a.kv_rounds), "--worker-timeout", str(int(a.kv_timeout))]
+    if a.fake_gpu:
+        argv += ["--device", "cpu", "--fake-gpu"]
+    say("$ " + " ".join(argv))
+    t0 = time.time()
+    try:
+        with open(os.path.join(a.out, "kv.log"), "w") as log:
+            rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=a.kv_timeout + 60).returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout after %d s" % (a.kv_timeout + 60)
+    try:
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+    except (OSError, ValueError):
+        res = {}
+    kc = res.get("checks", [])
+    agg = res.get("aggregate", [])
+    later = [x for x in agg if x["round"] > 1] or agg
+    med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
+    put = med([x["put_GBps"] for x in later if x["put_GBps"]])
+    get = med([x["get_GBps"] for x in later if x["get_GBps"]])
+    failed = [c["name"] for c in kc if not c["ok"]]
+    checks(name, rc == 0 and kc and not failed,
+           "run.py exit %s, %d/%d checks passed%s; aggregate (all bytes / common wall window, median "
+           "of rounds %s) put %s GB/s, get %s GB/s; %.0f s; OUT/kv/summary.txt" % (
+               rc, len(kc) - len(failed), len(kc),
+               " (failed: %s)" % "; ".join(failed[:4]) if failed else "",
+               "2-%d" % agg[-1]["round"] if len(agg) > 1 else "1", "%.2f" % put if put else "-",
+               "%.2f" % get if get else "-", time.time() - t0))
+    records = []
+    for op, v in (("put", put), ("get", get)):
+        if v is not None:
+            cfg = res.get("config", {})
+            rec = benchlib.record(
+                workload="scale", system="kv-scenario", api="python", op=op, memory="gpu",
+                transport=cfg.get("protocol"), bytes=2 * cfg.get("block_bytes", 0),
+                batch=cfg.get("keys_per_round"), procs=len(gpus), clients=len(gpus),
+                calls=len(later) * len(gpus), seconds=round(sum(x["%s_window_s" % op]
+                                                                for x in later), 6),
+                errors=len(failed), gbps=round(v, 3))
+            rec.update(phase="kv-%s" % op, pool="auto", gpus=gpus, kv_size=a.kv_size,
+                       rounds=a.kv_rounds, gbps_sum=None,
+                       all_busy_pct=med([x["%s_all_busy_pct" % op] for x in later]),
+                       note="median over rounds of all workers' batch bytes / the common window")
+            records.append(rec)
+    return {"rc": rc if isinstance(rc, int) else None, "ok": rc == 0 and not failed,
+            "checks": kc, "aggregate": agg, "config": res.get("config"), "records": records}
 
 
 def report_placement(a, label, nodes, near, chunks, pl, checks, say):
