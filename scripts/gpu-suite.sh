@@ -51,11 +51,18 @@ egm_setup() {
 }
 
 # The KV-cache scenario (tests/gpu/kv_scenario) through the Python package in
-# $build/python: an EGM pool over nvlink, then a host (memfd) pool. Workers on
-# GPUs 0 and 1, or both on GPU 0 when there is one.
+# $build/python: an EGM pool over nvlink, then a host (memfd) pool. Workers A and B
+# on GPUs 0 and 1, or both on GPU 0 when there is one; with 3 or more GPUs one
+# worker per GPU on a ring (worker i stores prompt i, worker i+1 fetches it).
+# KV_GPUS names the workers' GPUs (e.g. 0,0,0,0: a ring of four on GPU 0).
 kv_scenario() {
-    local gpus=0,1 rc=0
-    [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && gpus=0,0
+    local gpus ngpu rc=0
+    ngpu=$(nvidia-smi -L | grep -c "^GPU ")
+    if [ -n "${KV_GPUS:-}" ]; then gpus=$KV_GPUS
+    elif [ "$ngpu" -ge 3 ]; then gpus=$(seq -s, 0 $((ngpu - 1)))
+    elif [ "$ngpu" = 2 ]; then gpus=0,1
+    else gpus=0,0
+    fi
     echo "== python $(python3 --version 2>&1), torch $(python3 -c 'import torch; print(torch.__version__)' 2>&1)"
     for pool in egm host; do
         echo "== kv scenario: pool $pool, gpus $gpus"
