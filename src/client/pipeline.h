@@ -5,10 +5,12 @@
  *
  * The callers call egm__pipeline_wait(k) then egm__pipeline_release(k) for
  * every chunk k, in any order and from several threads (each chunk by one),
- * then egm__pipeline_finish once. The behind step still runs chunk by chunk in
- * order, each once its chunk is released. If a thread cannot be started its
- * work runs on the caller's thread instead (same results, no overlap; a behind
- * step then runs at its chunk's release). */
+ * then egm__pipeline_finish once. The behind step runs chunk by chunk in order,
+ * each once its chunk is released, on its own thread. If a thread cannot be
+ * started its work runs on the caller's thread instead (same results, no
+ * overlap); without the behind thread, each behind step runs at its chunk's
+ * release, on the releasing thread and so in release order (each touches only
+ * its own chunk). */
 #ifndef EGM_CLIENT_PIPELINE_H
 #define EGM_CLIENT_PIPELINE_H
 

@@ -226,6 +226,18 @@ void egm__copier_destroy(egm_copier_t *c)
     if (c == NULL)
         return;
     const egm_cuda_api_t *api = c->api;
+    /* A run waited for outside the lock still uses its slot (event, descriptors)
+     * and re-takes the lock to give it back: wait for every one. */
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < COPIER_SLOTS; i++)
+            busy |= c->slots[i].busy;
+        if (!busy)
+            break;
+        pthread_cond_wait(&c->slot_free, &c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
     if (enter(c, &saved) != EGM_OK)
         egm_warn("copier: device %d: %s", c->device, egm_last_error());
     if (c->module != NULL && (rc = api->cuModuleUnload(c->module)) != EGM_CU_SUCCESS)
@@ -378,6 +390,13 @@ static egm_status_t issue_kernel(egm_copier_t *c, const egm_copy_desc_t *copies,
             (*descs_p)[count++] = (egm_copy_desc_t){
                 .dst = copies[i].dst + offset, .src = copies[i].src + offset, .len = len};
             offset += len;
+        }
+        /* Past the copies this round finished (and empty ones): i < n below
+         * means a copy still has bytes, so a run whose pieces exactly fill
+         * the buffer ends with this launch, waited for by the caller. */
+        while (i < n && copies[i].len == offset) {
+            i++;
+            offset = 0;
         }
         if (count == 0)
             break; /* only empty copies were left */
@@ -586,7 +605,7 @@ static egm_status_t take_slot(egm_copier_t *c, copier_slot_t **slot_p)
 static void give_slot(egm_copier_t *c, copier_slot_t *slot)
 {
     slot->busy = 0;
-    pthread_cond_signal(&c->slot_free);
+    pthread_cond_broadcast(&c->slot_free); /* runs waiting for a slot, and destroy */
 }
 
 /* Issues the group into a slot under the lock (held on entry), then releases
@@ -613,6 +632,8 @@ static egm_status_t run_in_slot(egm_copier_t *c, copy_path_t path, const egm_cop
     pthread_mutex_unlock(&c->lock);
     st = egm__cuda_check(c->api->cuEventSynchronize(slot->event), "cuEventSynchronize");
     pthread_mutex_lock(&c->lock);
+    if (st != EGM_OK)
+        drain_after_error(c); /* the kernel may still read the slot's descriptors */
     give_slot(c, slot);
     pthread_mutex_unlock(&c->lock);
     return st;

@@ -32,6 +32,9 @@
 #include <egmstore/status.h>
 
 #define EGM_PREFAULT_BLOCK ((uint64_t)64 << 10)
+/* Writes the shm transport populates first: at least 4 blocks, so that the
+ * (re-populated) partly covered blocks at the ends are a small share. */
+#define EGM_PREFAULT_MIN_WRITE ((uint64_t)256 << 10)
 
 typedef struct egm_prefault egm_prefault_t;
 

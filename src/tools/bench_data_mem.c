@@ -196,9 +196,10 @@ egm_status_t egm__bdata_poison(const egm_bdata_mem_t *m, const egm_bdata_buf_t *
     egm_status_t status =
         egm__cuda_check(m->cu->cuMemsetD8(dptr(b->ptr + at), POISON, len), "cuMemsetD8");
     /* The memset may run on after it returns (device memory), and the store
-     * copies on a stream of its own that does not wait for it. */
+     * copies on a stream of its own that does not wait for it. Only the legacy
+     * stream is waited for: other clients' copies go on meanwhile. */
     if (status == EGM_OK)
-        status = egm__cuda_check(m->cu->cuCtxSynchronize(), "cuCtxSynchronize (poison)");
+        status = egm__cuda_check(m->cu->cuStreamSynchronize(NULL), "cuStreamSynchronize (poison)");
     return status;
 }
 

@@ -299,6 +299,9 @@ static void test_batch_through_kernel(void **state)
     assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
     check_copied(d, N);
     assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 1);
+    /* One wait, the caller's: 512 pieces exactly fill the descriptor buffer,
+     * which once cost a second wait under the lock (review). */
+    assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 1);
     assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 0);
     assert_int_equal(egm_fake_cuda_calls("cuMemcpyBatchAsync"), 0);
     /* Descriptors are not payload: exactly the blocks' bytes moved. */
@@ -317,6 +320,33 @@ static void test_batch_through_kernel(void **state)
     free(d);
     egm__copier_destroy(c);
     bufs_free(1, &b);
+}
+
+/* Runs whose pieces exactly fill the pinned descriptor buffer (its sizes are
+ * powers of two from 256), and one with an empty copy last, are one launch and
+ * one wait: none under the copier's lock. */
+static void test_kernel_full_buffer_one_wait(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        skip();
+    static const size_t counts[] = {256, 1024, 1000};
+    bufs_t b = bufs_alloc(0, 2 * 1024 * 4 * KIB + 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    for (size_t t = 0; t < sizeof(counts) / sizeof(counts[0]); t++) {
+        size_t n = counts[t];
+        egm_copy_desc_t *d = gather(&b, n, 4 * KIB, 0);
+        if (n == 1000)
+            d[n - 1].len = 0; /* an empty copy after the last piece */
+        egm_fake_cuda_clear_calls();
+        assert_int_equal(egm__copier_run(c, d, n), EGM_OK);
+        check_copied(d, n);
+        assert_int_equal(egm_fake_cuda_calls("cuLaunchKernel"), 1);
+        assert_int_equal(egm_fake_cuda_calls("cuEventSynchronize"), 1);
+        free(d);
+    }
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
 }
 
 /* Odd sizes and offsets, blocks up to the limit (cut into pieces for the
@@ -1007,6 +1037,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_single_copy_uses_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_through_kernel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kernel_mixed_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kernel_full_buffer_one_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kernel_many_launches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threshold_switch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_api_without_kernel, setup, teardown),
