@@ -159,6 +159,8 @@ class Suite:
                 ("--protocols", "nvlink,tcp" if gpu else "shm,tcp"),
                 ("--gpu", None) if gpu else None,
                 ("--sizes", a.sizes) if a.sizes else None,
+                # batch throughput against the block size (bench/report.py's batch plot)
+                ("--batch-blocks", "4KiB,64KiB,1MiB") if not a.smoke else None,
                 ("--clients", a.clients) if a.clients else None,
                 # the C tool's phases default to 2 s; 1 s keeps the CPU suite to a few minutes
                 ("--seconds", str(a.seconds or 1.0)) if not a.smoke else None,

@@ -54,6 +54,8 @@ typedef struct {
     uint64_t sizes[EGM_BDATA_MAX_LIST];
     int n_sizes;
     uint64_t keys, block;
+    uint64_t batch_blocks[EGM_BDATA_MAX_LIST]; /* batch: block sizes (default: block) */
+    int n_batch_blocks;
     double zipf[EGM_BDATA_MAX_LIST]; /* 0: uniform */
     int n_dists;
     double read_ratio; /* < 0: unset */
@@ -315,6 +317,9 @@ extern const egm_bdata_ops_t egm__bdata_single_put, egm__bdata_single_get;
 extern const egm_bdata_ops_t egm__bdata_batch_put, egm__bdata_batch_get;
 extern const egm_bdata_ops_t egm__bdata_mixed, egm__bdata_full;
 const egm_bdata_ops_t *egm__bdata_ops(const egm_bdata_phase_t *ph);
+/* Keys of a batch of `block`-byte blocks: --keys, fewer where the batch would
+ * pass --keys x --block bytes (so every block size moves about the same bytes). */
+uint64_t egm__bdata_batch_keys(const egm_bdata_opts_t *o, uint64_t block);
 
 /* ---- phases, groups, processes ------------------------------------------- */
 

@@ -100,10 +100,10 @@ out:
     return status;
 }
 
-/* The batch's blocks, each to its own scattered place, as a batch get lands them. */
-static egm_status_t memcpy_batch(egm_bdata_run_t *r)
+/* A batch's blocks, each to its own scattered place, as a batch get lands them. */
+static egm_status_t memcpy_batch(egm_bdata_run_t *r, uint64_t block_bytes)
 {
-    size_t n = (size_t)r->o.keys, block = (size_t)r->o.block;
+    size_t block = (size_t)block_bytes, n = (size_t)egm__bdata_batch_keys(&r->o, block_bytes);
     series_t s;
     uint8_t *src = egm_malloc(n * block, "bench.ceiling"),
             *dst = egm_malloc(n * block, "bench.ceiling");
@@ -189,9 +189,16 @@ static egm_status_t cuda_ceilings(egm_bdata_run_t *r)
         status = egm__cuda_check(cu->cuMemAllocHost(&pinned, len), "cuMemAllocHost");
     for (int i = 0; status == EGM_OK && i < n_sizes; i++)
         status = cu_series(r, hbm, pinned, o->sizes[i], 1, NULL);
-    if (status == EGM_OK && batch)
-        status = cu_series(r, hbm, pinned, o->keys * o->block, 1,
-                           "the bytes of a batch in one contiguous copy");
+    /* Each batch block size's bytes in one copy (once per distinct total). */
+    for (int b = 0; status == EGM_OK && batch && b < o->n_batch_blocks; b++) {
+        uint64_t total = egm__bdata_batch_keys(o, o->batch_blocks[b]) * o->batch_blocks[b];
+        int seen = 0;
+        for (int e = 0; e < b; e++)
+            seen |= egm__bdata_batch_keys(o, o->batch_blocks[e]) * o->batch_blocks[e] == total;
+        if (!seen)
+            status =
+                cu_series(r, hbm, pinned, total, 1, "the bytes of a batch in one contiguous copy");
+    }
     if (pinned != NULL)
         cu->cuMemFreeHost(pinned);
     if (hbm != 0)
@@ -219,8 +226,9 @@ egm_status_t egm__bdata_ceilings(egm_bdata_run_t *r)
             status = memcpy_size(r, o->sizes[i]);
     if (status == EGM_OK && (o->workloads & block_users) && !size_used(o, o->block))
         status = memcpy_size(r, o->block);
-    if (status == EGM_OK && (o->workloads & (1u << EGM_BDATA_BATCH)))
-        status = memcpy_batch(r);
+    for (int b = 0;
+         status == EGM_OK && (o->workloads & (1u << EGM_BDATA_BATCH)) && b < o->n_batch_blocks; b++)
+        status = memcpy_batch(r, o->batch_blocks[b]);
     if (status == EGM_OK && r->mem.gpu)
         status = cuda_ceilings(r);
     return status;

@@ -8,7 +8,8 @@
 
 const char egm__bdata_usage[] =
     "Usage: egmstore bench data [--workload single,batch,mixed,full] [--sizes 4KiB,...,256MiB]\n"
-    "                           [--keys 8192] [--block 64KiB] [--dist uniform,zipf:0.99]\n"
+    "                           [--keys 8192] [--block 64KiB] [--batch-blocks 4KiB,64KiB,...]\n"
+    "                           [--dist uniform,zipf:0.99]\n"
     "                           [--read-ratio 0.9] [--clients 1,8] [--procs 1,2]\n"
     "                           [--protocol shm,tcp|nvlink,tcp] [--memory host|gpu[:N]]\n"
     "                           [--pool auto|host|egm] [--pool-size SIZE] [--max-memory SIZE]\n"
@@ -25,6 +26,9 @@ const char egm__bdata_usage[] =
     "                     blocks (drawn by --dist) and puts of new keys, --read-ratio of them\n"
     "                     gets; full: puts into a pool filled to --fill, the master evicting\n"
     "                     (default all four)\n"
+    "  --batch-blocks LIST  batch: the block sizes, one put and get phase each (default\n"
+    "                     --block); a size's batch has --keys blocks, fewer where it would pass\n"
+    "                     --keys x --block bytes\n"
     "  --clients LIST     client threads per process (default 1,8); they share the process's\n"
     "                     client, as an inference process's threads share its store\n"
     "  --client-per-thread  each thread creates a client of its own instead\n"
@@ -49,17 +53,22 @@ const char egm__bdata_usage[] =
     "  --smoke            a seconds-long run of every workload with tiny sizes (CI)\n";
 
 static const egm_bench_flag_t flags[] = {
-    {"--workload", 1},    {"--sizes", 1},       {"--keys", 1},
-    {"--block", 1},       {"--dist", 1},        {"--read-ratio", 1},
-    {"--clients", 1},     {"--procs", 1},       {"--protocol", 1},
-    {"--memory", 1},      {"--pool", 1},        {"--pool-size", 1},
-    {"--max-memory", 1},  {"--seconds", 1},     {"--iters", 1},
-    {"--fill", 1},        {"--run", 1},         {"--out", 1},
-    {"--ceiling", 0},     {"--no-ceiling", 0},  {"--client-per-thread", 0},
-    {"--smoke", 0},       {"--child-index", 1}, {"--child-procs", 1},
-    {"--child-go-fd", 1}, {"--child-dir", 1},   {"--child-prefix", 1},
-    {"--protocols", 1},   {"--gpu", 0},         {"--warm", 0},
-    {"--no-warm", 0},
+    {"--workload", 1},     {"--sizes", 1},
+    {"--keys", 1},         {"--block", 1},
+    {"--batch-blocks", 1}, {"--dist", 1},
+    {"--read-ratio", 1},   {"--clients", 1},
+    {"--procs", 1},        {"--protocol", 1},
+    {"--memory", 1},       {"--pool", 1},
+    {"--pool-size", 1},    {"--max-memory", 1},
+    {"--seconds", 1},      {"--iters", 1},
+    {"--fill", 1},         {"--run", 1},
+    {"--out", 1},          {"--ceiling", 0},
+    {"--no-ceiling", 0},   {"--client-per-thread", 0},
+    {"--smoke", 0},        {"--child-index", 1},
+    {"--child-procs", 1},  {"--child-go-fd", 1},
+    {"--child-dir", 1},    {"--child-prefix", 1},
+    {"--protocols", 1},    {"--gpu", 0},
+    {"--warm", 0},         {"--no-warm", 0},
 };
 
 static int add_workload(const char *it, void *arg)
@@ -185,6 +194,9 @@ static int apply_shape(egm_bdata_opts_t *o, const char *name, const char *v)
         return egm__bench_parse_u64(name, v, 1, 1u << 24, &o->keys);
     if (strcmp(name, "--block") == 0)
         return parse_size(name, v, 1, &o->block);
+    if (strcmp(name, "--batch-blocks") == 0)
+        return egm__bench_parse_sizes(name, v, 1, o->batch_blocks, EGM_BDATA_MAX_LIST,
+                                      &o->n_batch_blocks);
     if (strcmp(name, "--dist") == 0)
         return parse_dists(v, o);
     if (strcmp(name, "--read-ratio") == 0)
@@ -325,6 +337,11 @@ static void default_numbers(egm_bdata_opts_t *o, int embedded)
         o->keys = o->smoke ? 64 : 8192;
     if (o->block == 0)
         o->block = o->smoke ? 16u << 10 : 64u << 10;
+    if (o->n_batch_blocks == 0) { /* smoke: a second, smaller size exercises the list */
+        o->batch_blocks[0] = o->block;
+        o->batch_blocks[1] = 4u << 10;
+        o->n_batch_blocks = o->smoke && o->block != o->batch_blocks[1] ? 2 : 1;
+    }
     if (o->read_ratio < 0)
         o->read_ratio = 0.9;
     if (o->pool_size == 0)
@@ -402,8 +419,10 @@ void egm__bdata_json_config(FILE *f, const egm_bdata_run_t *r)
             fprintf(f, "%s\"%s\"", k++ ? ", " : "", egm__bdata_workload_name(w));
     fprintf(f, "], ");
     json_u64_list(f, "sizes", o->sizes, o->n_sizes);
-    fprintf(f, "\"keys\": %llu, \"block\": %llu, \"dists\": [", (unsigned long long)o->keys,
+    fprintf(f, "\"keys\": %llu, \"block\": %llu, ", (unsigned long long)o->keys,
             (unsigned long long)o->block);
+    json_u64_list(f, "batch_blocks", o->batch_blocks, o->n_batch_blocks);
+    fprintf(f, "\"dists\": [");
     for (int i = 0; i < o->n_dists; i++) {
         if (o->zipf[i] > 0)
             fprintf(f, "%s\"zipf-%g\"", i ? ", " : "", o->zipf[i]);

@@ -131,15 +131,24 @@ static int add_single(list_t *l)
     return 0;
 }
 
+uint64_t egm__bdata_batch_keys(const egm_bdata_opts_t *o, uint64_t block)
+{
+    uint64_t fit = o->keys * o->block / block;
+    return fit < 1 ? 1 : fit < o->keys ? fit : o->keys;
+}
+
 static int add_batch(list_t *l)
 {
     const egm_bdata_opts_t *o = l->o;
-    for (int op = EGM_BDATA_PUT; op <= EGM_BDATA_GET; op++) {
-        egm_bdata_phase_t *ph = add(l, EGM_BDATA_BATCH, (egm_bdata_op_t)op, o->block, o->keys);
-        if (ph == NULL)
-            return -1;
-        check_pool(l, ph, (uint64_t)l->total * o->keys * o->block);
-        check_memory(l, ph, o->keys * o->block);
+    for (int b = 0; b < o->n_batch_blocks; b++) {
+        uint64_t block = o->batch_blocks[b], keys = egm__bdata_batch_keys(o, block);
+        for (int op = EGM_BDATA_PUT; op <= EGM_BDATA_GET; op++) {
+            egm_bdata_phase_t *ph = add(l, EGM_BDATA_BATCH, (egm_bdata_op_t)op, block, keys);
+            if (ph == NULL)
+                return -1;
+            check_pool(l, ph, (uint64_t)l->total * keys * block);
+            check_memory(l, ph, keys * block);
+        }
     }
     return 0;
 }
