@@ -48,11 +48,7 @@ static char token_file[192];
 static char log_path[192];
 static unsigned master_http;
 static unsigned provider_http;
-static char data_host[64];
-static uint16_t data_port;
-static char broker[EGM_SHM_SOCKET_MAX];
-static egm_id_t segment_id;
-static uint64_t segment_size;
+static egm_test_segment_t seg; /* the cluster's one segment */
 static char body[BODY_MAX];
 
 /* Runs `start` with the test's stderr pointed at the log file, so that the
@@ -120,14 +116,8 @@ static int setup(void **state)
         return -1;
 
     egm_client_t *client = token_client("tcp");
-    egm_test_segment_t seg;
     if (client == NULL || egm_test_only_segment(client, &seg) != 0)
         return -1;
-    segment_id = seg.id;
-    segment_size = seg.size;
-    snprintf(broker, sizeof(broker), "%s", seg.shm_socket);
-    snprintf(data_host, sizeof(data_host), "%s", seg.data_host);
-    data_port = seg.data_port;
     egm_client_destroy(client);
     return 0;
 }
@@ -313,7 +303,7 @@ static void test_master_large_frame_before_auth(void **state)
 static int data_connect(void)
 {
     int fd;
-    assert_int_equal(egm__sock_tcp_connect(data_host, data_port, 3000, &fd), EGM_OK);
+    assert_int_equal(egm__sock_tcp_connect(seg.data_host, seg.data_port, 3000, &fd), EGM_OK);
     return fd;
 }
 
@@ -323,7 +313,7 @@ static void send_req(int fd, uint16_t op, uint64_t id, uint64_t offset, uint64_t
                          .version = EGM_TCP_VERSION,
                          .op = op,
                          .request_id = id,
-                         .segment = segment_id,
+                         .segment = seg.id,
                          .offset = offset,
                          .length = length};
     uint8_t buf[EGM_TCP_REQ_SIZE];
@@ -385,13 +375,13 @@ static void test_data_server_requires_token(void **state)
     egm_tcp_client_t *tcp = NULL;
     assert_int_equal(egm__tcp_client_create(IO_MS, NULL, &tcp), EGM_OK);
     char endpoint[128];
-    snprintf(endpoint, sizeof(endpoint), "%s:%u", data_host, (unsigned)data_port);
-    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, segment_id, 0, data, 64, EGM_TE_READ),
+    snprintf(endpoint, sizeof(endpoint), "%s:%u", seg.data_host, (unsigned)seg.data_port);
+    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, seg.id, 0, data, 64, EGM_TE_READ),
                      EGM_ERR_PERMISSION);
     assert_non_null(strstr(egm_last_error(), "auth required"));
     egm__tcp_client_destroy(tcp);
     assert_int_equal(egm__tcp_client_create(IO_MS, WRONG, &tcp), EGM_OK);
-    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, segment_id, 0, data, 64, EGM_TE_READ),
+    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, seg.id, 0, data, 64, EGM_TE_READ),
                      EGM_ERR_PERMISSION);
     assert_non_null(strstr(egm_last_error(), "auth token mismatch"));
     assert_null(strstr(egm_last_error(), WRONG));
@@ -407,29 +397,29 @@ static void test_data_server_refuses_out_of_segment(void **state)
     send_req(fd, EGM_TCP_OP_AUTH, 1, 0, strlen(TOKEN));
     assert_int_equal(egm__sock_write_full(fd, TOKEN, strlen(TOKEN)), EGM_OK);
     assert_int_equal(read_status(fd, 1), EGM_OK);
-    send_req(fd, EGM_TCP_OP_READ, 2, segment_size - 32, 64);
+    send_req(fd, EGM_TCP_OP_READ, 2, seg.size - 32, 64);
     assert_int_equal(read_status(fd, 2), EGM_ERR_INVALID_ARG);
-    send_req(fd, EGM_TCP_OP_READ, 3, segment_size, 1);
+    send_req(fd, EGM_TCP_OP_READ, 3, seg.size, 1);
     assert_int_equal(read_status(fd, 3), EGM_ERR_INVALID_ARG);
     send_req(fd, EGM_TCP_OP_READ, 4, UINT64_MAX - 8, 16); /* offset + length wraps */
     assert_int_equal(read_status(fd, 4), EGM_ERR_INVALID_ARG);
-    send_req(fd, EGM_TCP_OP_READ, 5, segment_size - 64, 64); /* the last bytes: served */
+    send_req(fd, EGM_TCP_OP_READ, 5, seg.size - 64, 64); /* the last bytes: served */
     assert_int_equal(read_status(fd, 5), EGM_OK);
     uint8_t data[64];
     assert_int_equal(egm__sock_read_full_timeout(fd, data, sizeof(data), IO_MS), EGM_OK);
     /* a WRITE past the end is refused before its payload is taken */
-    send_req(fd, EGM_TCP_OP_WRITE, 6, segment_size - 16, 4096);
+    send_req(fd, EGM_TCP_OP_WRITE, 6, seg.size - 16, 4096);
     assert_int_equal(read_status(fd, 6), EGM_ERR_INVALID_ARG);
     close(fd);
 
     egm_tcp_client_t *tcp = NULL;
     assert_int_equal(egm__tcp_client_create(IO_MS, TOKEN, &tcp), EGM_OK);
     char endpoint[128];
-    snprintf(endpoint, sizeof(endpoint), "%s:%u", data_host, (unsigned)data_port);
-    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, segment_id, segment_size - 8, data, 64,
-                                              EGM_TE_WRITE),
-                     EGM_ERR_INVALID_ARG);
-    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, segment_id, 0, data, 64, EGM_TE_READ),
+    snprintf(endpoint, sizeof(endpoint), "%s:%u", seg.data_host, (unsigned)seg.data_port);
+    assert_int_equal(
+        egm__tcp_client_transfer(tcp, endpoint, seg.id, seg.size - 8, data, 64, EGM_TE_WRITE),
+        EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__tcp_client_transfer(tcp, endpoint, seg.id, 0, data, 64, EGM_TE_READ),
                      EGM_OK);
     egm__tcp_client_destroy(tcp);
 }
@@ -442,18 +432,18 @@ static void test_fd_socket_requires_token(void **state)
     int fd = -1;
     uint64_t size = 0;
     assert_int_equal(
-        egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
+        egm__fd_broker_fetch(seg.shm_socket, seg.id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
         EGM_ERR_PERMISSION);
     assert_non_null(strstr(egm_last_error(), "auth required"));
     assert_int_equal(
-        egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, WRONG, IO_MS, &fd, &size),
+        egm__fd_broker_fetch(seg.shm_socket, seg.id, EGM_HANDLE_MEMFD, WRONG, IO_MS, &fd, &size),
         EGM_ERR_PERMISSION);
     assert_non_null(strstr(egm_last_error(), "auth token mismatch"));
     assert_null(strstr(egm_last_error(), WRONG));
     assert_int_equal(
-        egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, TOKEN, IO_MS, &fd, &size),
+        egm__fd_broker_fetch(seg.shm_socket, seg.id, EGM_HANDLE_MEMFD, TOKEN, IO_MS, &fd, &size),
         EGM_OK);
-    assert_int_equal(size, segment_size);
+    assert_int_equal(size, seg.size);
     close(fd);
 }
 
@@ -469,7 +459,7 @@ static int fetch_as_nobody(const char *socket)
         int fd = -1;
         uint64_t size = 0;
         egm_status_t st =
-            egm__fd_broker_fetch(socket, segment_id, EGM_HANDLE_MEMFD, TOKEN, IO_MS, &fd, &size);
+            egm__fd_broker_fetch(socket, seg.id, EGM_HANDLE_MEMFD, TOKEN, IO_MS, &fd, &size);
         _exit(st == EGM_ERR_PERMISSION ? 0 : st == EGM_OK ? 1 : 3);
     }
     int wstatus;
@@ -484,7 +474,7 @@ static void test_fd_socket_refuses_other_uid(void **state)
     if (geteuid() != 0)
         skip(); /* needs root to become another user */
     unsigned long long before = metric_value(provider_http, "egmstore_te_fd_peers_refused_total");
-    assert_int_equal(fetch_as_nobody(broker), 0);
+    assert_int_equal(fetch_as_nobody(seg.shm_socket), 0);
     assert_int_equal(metric_value(provider_http, "egmstore_te_fd_peers_refused_total"), before + 1);
 }
 
@@ -502,19 +492,19 @@ static void test_fd_allowed_gid(void **state)
     Egm__ListSegmentsReply *reply = NULL;
     assert_int_equal(egm__client_list_segments(client, &reply), EGM_OK);
     char other[EGM_SHM_SOCKET_MAX] = "";
-    egm_id_t saved = segment_id;
+    egm_id_t saved = seg.id;
     for (size_t i = 0; i < reply->n_segments; i++) {
         const Egm__SegmentDesc *d = reply->segments[i]->desc;
-        if (strcmp(d->shm_socket, broker) != 0) {
+        if (strcmp(d->shm_socket, seg.shm_socket) != 0) {
             snprintf(other, sizeof(other), "%s", d->shm_socket);
-            segment_id = egm__id_from_pb(d->id);
+            seg.id = egm__id_from_pb(d->id);
         }
     }
     egm__rpc_msg_free(&reply->base);
     egm_client_destroy(client);
     assert_true(other[0] != '\0');
     assert_int_equal(fetch_as_nobody(other), 1); /* served */
-    segment_id = saved;
+    seg.id = saved;
 }
 
 /* ---- no secret in logs, /metrics, /health ------------------------------------- */

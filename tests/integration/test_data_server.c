@@ -20,10 +20,7 @@
 
 static egm_test_cluster_t cluster;
 static egm_client_t *client;
-static char host[64];
-static uint16_t port;
-static egm_id_t segment_id;
-static uint64_t segment_size;
+static egm_test_segment_t seg; /* the cluster's one segment */
 
 static int setup(void **state)
 {
@@ -32,13 +29,8 @@ static int setup(void **state)
         egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
         return -1;
     client = egm_test_client(&cluster, "tcp", NULL);
-    egm_test_segment_t seg;
     if (client == NULL || egm_test_only_segment(client, &seg) != 0)
         return -1;
-    segment_id = seg.id;
-    segment_size = seg.size;
-    snprintf(host, sizeof(host), "%s", seg.data_host);
-    port = seg.data_port;
     return 0;
 }
 
@@ -55,7 +47,7 @@ static int teardown(void **state)
 static int exchange(const uint8_t *bytes, size_t len, egm_tcp_reply_t *reply)
 {
     int fd;
-    assert_int_equal(egm__sock_tcp_connect(host, port, 3000, &fd), EGM_OK);
+    assert_int_equal(egm__sock_tcp_connect(seg.data_host, seg.data_port, 3000, &fd), EGM_OK);
     (void)egm__sock_write_full(fd, bytes, len);
     shutdown(fd, SHUT_WR); /* a truncated header must end in a close, not a wait */
     uint8_t buf[EGM_TCP_REPLY_SIZE];
@@ -68,14 +60,14 @@ static int exchange(const uint8_t *bytes, size_t len, egm_tcp_reply_t *reply)
     return 1;
 }
 
-static int request(uint16_t op, egm_id_t seg, uint64_t offset, uint64_t length,
+static int request(uint16_t op, egm_id_t segment, uint64_t offset, uint64_t length,
                    egm_tcp_reply_t *reply)
 {
     egm_tcp_req_t req = {.magic = EGM_TCP_MAGIC,
                          .version = EGM_TCP_VERSION,
                          .op = op,
                          .request_id = 42,
-                         .segment = seg,
+                         .segment = segment,
                          .offset = offset,
                          .length = length};
     uint8_t buf[EGM_TCP_REQ_SIZE + 256];
@@ -105,7 +97,7 @@ static void test_in_bounds_read_served(void **state)
 {
     (void)state;
     egm_tcp_reply_t reply;
-    assert_int_equal(request(EGM_TCP_OP_READ, segment_id, 0, 64, &reply), 1);
+    assert_int_equal(request(EGM_TCP_OP_READ, seg.id, 0, 64, &reply), 1);
     assert_int_equal(reply.status, EGM_OK);
     assert_int_equal(reply.length, 64);
 }
@@ -118,17 +110,17 @@ static void test_out_of_bounds_refused(void **state)
         uint16_t op;
         uint64_t offset, length;
     } cases[] = {
-        {EGM_TCP_OP_READ, segment_size - 10, 100},
-        {EGM_TCP_OP_READ, segment_size, 1},
+        {EGM_TCP_OP_READ, seg.size - 10, 100},
+        {EGM_TCP_OP_READ, seg.size, 1},
         {EGM_TCP_OP_READ, UINT64_MAX - 8, 16}, /* offset + length overflows */
         {EGM_TCP_OP_READ, 0, 0},
         {EGM_TCP_OP_READ, 0, 1ull << 40},
-        {EGM_TCP_OP_WRITE, segment_size - 10, 100},
+        {EGM_TCP_OP_WRITE, seg.size - 10, 100},
         {EGM_TCP_OP_WRITE, UINT64_MAX, 2},
         {EGM_TCP_OP_WRITE, 0, 1ull << 40},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int answered = request(cases[i].op, segment_id, cases[i].offset, cases[i].length, &reply);
+        int answered = request(cases[i].op, seg.id, cases[i].offset, cases[i].length, &reply);
         if (answered) {
             assert_int_equal(reply.magic, EGM_TCP_REPLY_MAGIC);
             assert_true(reply.status < 0);
@@ -150,7 +142,7 @@ static void test_unknown_segment_and_bad_frames(void **state)
     egm_tcp_req_t req = {.magic = EGM_TCP_MAGIC,
                          .version = EGM_TCP_VERSION,
                          .op = 7,
-                         .segment = segment_id,
+                         .segment = seg.id,
                          .length = 16};
     egm__tcp_req_encode(&req, frame); /* unknown op */
     if (exchange(frame, sizeof(frame), &reply))

@@ -33,11 +33,7 @@
 
 static egm_test_cluster_t cluster;
 static egm_client_t *tcp_client;
-static char data_host[64];
-static uint16_t data_port;
-static char broker[EGM_SHM_SOCKET_MAX];
-static egm_id_t segment_id;
-static uint64_t segment_size;
+static egm_test_segment_t seg; /* the cluster's one segment */
 
 static int setup(void **state)
 {
@@ -46,14 +42,8 @@ static int setup(void **state)
         egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
         return -1;
     tcp_client = egm_test_client(&cluster, "tcp", NULL);
-    egm_test_segment_t seg;
     if (tcp_client == NULL || egm_test_only_segment(tcp_client, &seg) != 0)
         return -1;
-    segment_id = seg.id;
-    segment_size = seg.size;
-    snprintf(broker, sizeof(broker), "%s", seg.shm_socket);
-    snprintf(data_host, sizeof(data_host), "%s", seg.data_host);
-    data_port = seg.data_port;
     return 0;
 }
 
@@ -85,14 +75,14 @@ static void assert_still_serving(void)
     assert_int_equal(got, sizeof(value));
     assert_memory_equal(back, value, sizeof(value));
     assert_int_equal(egm_exist(tcp_client, "never/put"), EGM_ERR_NOT_FOUND);
-    if (broker[0] != '\0') {
+    if (seg.shm_socket[0] != '\0') {
         assert_int_equal(
-            egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
+            egm__fd_broker_fetch(seg.shm_socket, seg.id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
             EGM_OK);
         struct stat st;
         assert_int_equal(fstat(fd, &st), 0);
-        assert_true((uint64_t)st.st_size >= segment_size);
-        assert_int_equal(size, segment_size);
+        assert_true((uint64_t)st.st_size >= seg.size);
+        assert_int_equal(size, seg.size);
         close(fd);
     }
     assert_int_equal(egm__process_wait(&cluster.master, 0, NULL), EGM_ERR_TIMEOUT);
@@ -305,7 +295,7 @@ static void test_master_unix(void **state)
 static int connect_data(void)
 {
     int fd;
-    assert_int_equal(egm__sock_tcp_connect(data_host, data_port, 3000, &fd), EGM_OK);
+    assert_int_equal(egm__sock_tcp_connect(seg.data_host, seg.data_port, 3000, &fd), EGM_OK);
     return fd;
 }
 
@@ -315,7 +305,7 @@ static size_t data_request(uint8_t *out, uint16_t op, uint64_t id, uint64_t offs
                          .version = EGM_TCP_VERSION,
                          .op = op,
                          .request_id = id,
-                         .segment = segment_id,
+                         .segment = seg.id,
                          .offset = offset,
                          .length = length};
     egm__tcp_req_encode(&req, out);
@@ -371,7 +361,7 @@ static void test_data_server(void **state)
     /* A refused WRITE closes the connection: what follows it (here a valid
      * READ in the place of its payload) is never taken as a request. */
     fd = connect_data();
-    data_request(buf, EGM_TCP_OP_WRITE, 10, segment_size - 8, 64);
+    data_request(buf, EGM_TCP_OP_WRITE, 10, seg.size - 8, 64);
     data_request(buf + 48, EGM_TCP_OP_READ, 11, 0, 16);
     assert_int_equal(egm__sock_write_full(fd, buf, 96), EGM_OK);
     shutdown(fd, SHUT_WR);
@@ -399,7 +389,7 @@ static void test_data_server(void **state)
 
     /* A valid READ, then junk: the READ is served, then the connection ends. */
     for (unsigned r = 0; r < RANDOM_ROUNDS; r++) {
-        data_request(buf, EGM_TCP_OP_READ, 30 + r, (r * 4096) % (segment_size - 256), 256);
+        data_request(buf, EGM_TCP_OP_READ, 30 + r, (r * 4096) % (seg.size - 256), 256);
         egm_test_fill(buf + 48, 480, 3000u + r);
         fd = connect_data();
         assert_int_equal(egm__sock_write_full(fd, buf, 528), EGM_OK);
@@ -432,7 +422,7 @@ static int broker_exchange(const void *bytes, size_t len, int shut, int32_t *sta
 {
     int sock, fd = -1;
     uint8_t reply[EGM_BROKER_REPLY_SIZE];
-    assert_int_equal(egm__sock_unix_connect(broker, &sock), EGM_OK);
+    assert_int_equal(egm__sock_unix_connect(seg.shm_socket, &sock), EGM_OK);
     if (len > 0)
         (void)egm__sock_write_full(sock, bytes, len);
     if (shut)
@@ -468,16 +458,16 @@ static void test_fd_broker(void **state)
     int32_t status;
     int fd;
 
-    if (broker[0] == '\0')
+    if (seg.shm_socket[0] == '\0')
         skip(); /* the provider serves no shm socket here */
 
     /* Truncated, wrong magic, wrong version: closed without a reply. */
-    broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, segment_id);
+    broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, seg.id);
     assert_int_equal(broker_exchange(req, 10, 1, &status, NULL), 0);
     assert_int_equal(broker_exchange(req, 0, 1, &status, NULL), 0);
-    broker_request(req, 0x12345678, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, segment_id);
+    broker_request(req, 0x12345678, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, seg.id);
     assert_int_equal(broker_exchange(req, EGM_BROKER_REQ_SIZE, 1, &status, NULL), 0);
-    broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION + 1, EGM_HANDLE_MEMFD, segment_id);
+    broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION + 1, EGM_HANDLE_MEMFD, seg.id);
     assert_int_equal(broker_exchange(req, EGM_BROKER_REQ_SIZE, 1, &status, NULL), 0);
     assert_still_serving();
 
@@ -495,7 +485,7 @@ static void test_fd_broker(void **state)
     };
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION, refused[i].kind,
-                       refused[i].other_segment ? (egm_id_t){1, 2} : segment_id);
+                       refused[i].other_segment ? (egm_id_t){1, 2} : seg.id);
         fd = -1;
         assert_int_equal(broker_exchange(req, EGM_BROKER_REQ_SIZE, 1, &status, &fd), 1);
         assert_int_equal(status, refused[i].want);
@@ -504,7 +494,7 @@ static void test_fd_broker(void **state)
 
     /* Oversized: a valid request with bytes after it is served (one request
      * per connection; the rest is never read as another). */
-    broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, segment_id);
+    broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, seg.id);
     egm_test_fill(req + EGM_BROKER_REQ_SIZE, 100, 77);
     fd = -1;
     assert_int_equal(broker_exchange(req, sizeof(req), 0, &status, &fd), 1);
@@ -526,12 +516,12 @@ static void test_fd_broker(void **state)
     /* A peer that connects and says nothing holds the broker only until its
      * read times out: a well-formed fetch behind it is served. */
     int silent;
-    assert_int_equal(egm__sock_unix_connect(broker, &silent), EGM_OK);
+    assert_int_equal(egm__sock_unix_connect(seg.shm_socket, &silent), EGM_OK);
     uint64_t size = 0;
     assert_int_equal(
-        egm__fd_broker_fetch(broker, segment_id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
+        egm__fd_broker_fetch(seg.shm_socket, seg.id, EGM_HANDLE_MEMFD, NULL, IO_MS, &fd, &size),
         EGM_OK);
-    assert_int_equal(size, segment_size);
+    assert_int_equal(size, seg.size);
     close(fd);
     close(silent);
     assert_still_serving();
