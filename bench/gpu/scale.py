@@ -231,15 +231,14 @@ def node_meminfo(node):
     return {k: vals.get(k) for k in ("MemTotal", "MemFree")}
 
 
-def nodes_free():
+def nodes_used():
     """Per node the memory in use, MemTotal - MemFree: a VM that hot-adds memory to a node
-    raises MemFree with MemTotal, so a drop of MemFree alone would understate what was taken.
-    (Named for its callers: 'free' before/after; the difference is what was taken.)"""
+    raises MemFree with MemTotal, so a drop of MemFree alone would understate what was taken."""
     out = {}
     for n in parse_list(read("/sys/devices/system/node/online", "0")):
         mi = node_meminfo(n)
         if mi["MemTotal"] is not None and mi["MemFree"] is not None:
-            out[n] = -(mi["MemTotal"] - mi["MemFree"])
+            out[n] = mi["MemTotal"] - mi["MemFree"]
     return out
 
 
@@ -462,9 +461,9 @@ def touch(pid, addrs):
     return out
 
 
-def placement(a, pid, chunks, free_before, free_after, plan, say):
+def placement(a, pid, chunks, used_before, used_after, plan, say):
     """Per chunk: expected node, what numa_maps and move_pages say, the verdict; per node the
-    MemFree drop against the planned share."""
+    rise of its memory in use (MemTotal - MemFree) against the planned share."""
     page = os.sysconf("SC_PAGESIZE")
     res = {"chunks": [], "nodes": {}, "numastat": None}
     sampled = {}
@@ -514,11 +513,11 @@ def placement(a, pid, chunks, free_before, free_after, plan, say):
             "sampled_pages": n, "sampled_on_expected": sum(1 for s in on if s == c["node"]),
             "sampled_elsewhere": sum(1 for s in on if s != c["node"]), "sample_errors": errs,
             "verdict": verdict})
-    for nd in sorted(set(free_before) | set(free_after)):
+    for nd in sorted(set(used_before) | set(used_after)):
         share = sum(c["size"] for c in chunks if c["node"] == nd)
-        b, f = free_before.get(nd), free_after.get(nd)
-        res["nodes"][str(nd)] = {"planned_bytes": share, "memfree_before": b, "memfree_ready": f,
-                                 "memfree_drop": (b - f) if b is not None and f is not None
+        b, f = used_before.get(nd), used_after.get(nd)
+        res["nodes"][str(nd)] = {"planned_bytes": share, "used_before": b, "used_ready": f,
+                                 "used_rise": (f - b) if b is not None and f is not None
                                  else None}
     return res
 
@@ -972,12 +971,12 @@ def main(argv=None):
             sub.out = a.cur_out = os.path.join(a.out, label)
             cluster = gpulib.Cluster(sub, pool, a.max_mr_size, provider_args=[
                 "--egm-numa-nodes", nodes, "--log-level", "debug"])
-            free0 = nodes_free()
+            used0 = nodes_used()
             try:
                 cluster.start()
-                free1 = nodes_free()
+                used1 = nodes_used()
                 chunks = provider_chunks(os.path.join(sub.out, "provider.log"))
-                pl = placement(a, cluster.provider.pid, chunks, free0, free1, plan, say)
+                pl = placement(a, cluster.provider.pid, chunks, used0, used1, plan, say)
                 extra["placement"][label] = pl
                 report_placement(a, label, nodes, near, chunks, pl, checks, say)
                 phases = (phases_ceiling if label == "auto" else []) + phases_store
@@ -1103,8 +1102,8 @@ def report_placement(a, label, nodes, near, chunks, pl, checks, say):
     for nd, v in pl["nodes"].items():
         say("  node %s: planned %s, memory in use rose by %s" % (
             nd, gpulib.fmt_size(v["planned_bytes"]),
-            gpulib.fmt_size(v["memfree_drop"]) if v["memfree_drop"] is not None and
-            v["memfree_drop"] >= 0 else v["memfree_drop"]))
+            gpulib.fmt_size(v["used_rise"]) if v["used_rise"] is not None and
+            v["used_rise"] >= 0 else v["used_rise"]))
     verdicts = [c["verdict"] for c in pl["chunks"]]
     name = "%s: every chunk's sampled pages sit on its node (move_pages)" % label
     if a.fake_gpu:
@@ -1125,10 +1124,10 @@ def report_placement(a, label, nodes, near, chunks, pl, checks, say):
         checks.skip(name, "fake driver: its memory is not committed at creation")
     else:
         rows = [(nd, v) for nd, v in pl["nodes"].items() if v["planned_bytes"]]
-        ok = rows and all(v["memfree_drop"] is not None and
-                          v["memfree_drop"] >= v["planned_bytes"] * 3 // 4 for _, v in rows)
+        ok = rows and all(v["used_rise"] is not None and
+                          v["used_rise"] >= v["planned_bytes"] * 3 // 4 for _, v in rows)
         checks(name, ok, "; ".join("node %s: %s of %s" % (
-            nd, gpulib.fmt_size(max(0, v["memfree_drop"] or 0)),
+            nd, gpulib.fmt_size(max(0, v["used_rise"] or 0)),
             gpulib.fmt_size(v["planned_bytes"])) for nd, v in rows))
 
 
