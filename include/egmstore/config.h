@@ -23,7 +23,10 @@ EGM_API egm_status_t egm_config_copy(const egm_config_t *config, egm_config_t **
 EGM_API egm_status_t egm_config_set(egm_config_t *config, const char *key, const char *value);
 /* Parse "key=value" (whitespace around both is trimmed). */
 EGM_API egm_status_t egm_config_set_pair(egm_config_t *config, const char *pair);
-/* INI file: "key = value" lines, '#' or ';' comments, [section] headers ignored. */
+/* INI file: "key = value" lines, '#' or ';' comments. Lines before any section
+ * header and in [client] are set; [master] and [provider] lines are checked but
+ * not set (the egmstore command reads its own role's section); another section
+ * header is EGM_ERR_CONFIG naming the file and line. */
 EGM_API egm_status_t egm_config_load_file(egm_config_t *config, const char *path);
 /* Every EGMSTORE_<KEY> variable of the environment (unknown ones are errors). */
 EGM_API egm_status_t egm_config_load_env(egm_config_t *config);

@@ -15,97 +15,129 @@
 #define CONFIG_FILE_MAX (1 << 20)
 
 #define I64MAX INT64_MAX
+/* Who reads a key (the roles of egm_config_key_t). */
+#define M EGM_ROLE_MASTER
+#define P EGM_ROLE_PROVIDER
+#define C EGM_ROLE_CLIENT
+#define ALL (M | P | C)
+#define CAP EGM_KEY_CAPACITY
 
 static const egm_config_key_t keys[] = {
-    {"log_level", EGM_CFG_ENUM, "info", 0, 0, "error|warn|info|debug|trace", "log verbosity"},
+    {"log_level", EGM_CFG_ENUM, "info", 0, 0, "error|warn|info|debug|trace", "log verbosity", ALL},
     {"master_server_addr", EGM_CFG_STRING, "127.0.0.1:50051", 0, 0, NULL,
-     "master RPC address HOST:PORT (flag alias --master)"},
-    {"listen_address", EGM_CFG_STRING, "0.0.0.0", 0, 0, NULL, "master: bind address"},
-    {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)"},
+     "master RPC address HOST:PORT (flag alias --master)", P | C},
+    {"listen_address", EGM_CFG_STRING, "0.0.0.0", 0, 0, NULL, "master: bind address", M | P},
+    {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)", M},
     {"http_port", EGM_CFG_INT, "9003", -1, 65535, NULL,
      "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
-     "/get_all_segments, /keys (-1 = off, 0 = any free port)"},
+     "/get_all_segments, /keys (-1 = off, 0 = any free port)",
+     M},
     {"rpc_threads", EGM_CFG_INT, "4", 1, 64, NULL,
-     "master: RPC threads, each with its own event loop; connections are spread over them"},
+     "master: RPC threads, each with its own event loop; connections are spread over them", M},
     {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
-     "address others use to reach this process's data server (\"\" = host name)"},
+     "address others use to reach this process's data server (\"\" = host name)", P | C | CAP},
     {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|nvlink|shm|tcp",
      "data transport: auto picks nvlink (GPU buffer, VMM segment) > shm (same host) > tcp; "
-     "the others force one"},
+     "the others force one",
+     P | C},
     {"global_segment_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
-     "capacity this process contributes (provider: > 0; default 256MiB for egmstore provider)"},
+     "capacity this process contributes (provider: > 0; default 256MiB for egmstore provider)",
+     P | C | CAP},
     {"max_mr_size", EGM_CFG_SIZE, "1GiB", 4096, I64MAX, NULL,
-     "largest segment (chunk) the pool is cut into"},
-    {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)"},
-    {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object"},
-    {"rpc_timeout_ms", EGM_CFG_INT, "5000", 1, 3600000, NULL, "deadline of one master RPC"},
+     "largest segment (chunk) the pool is cut into", P | C | CAP},
+    {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)",
+     P | C | CAP},
+    {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object", C},
+    {"rpc_timeout_ms", EGM_CFG_INT, "5000", 1, 3600000, NULL, "deadline of one master RPC", P | C},
     {"rpc_spin_us", EGM_CFG_INT, "0", 0, 1000, NULL,
-     "client: microseconds a master RPC polls for its reply before sleeping (0 = sleep at once)"},
+     "client: microseconds a master RPC polls for its reply before sleeping (0 = sleep at once)",
+     C},
     {"connect_timeout_ms", EGM_CFG_INT, "3000", 1, 600000, NULL,
-     "deadline of the TCP connect to the master"},
+     "deadline of the TCP connect to the master", P | C},
     {"io_timeout_ms", EGM_CFG_INT, "10000", 1, 3600000, NULL,
-     "deadline of one tcp data transfer request"},
-    {"ping_interval_ms", EGM_CFG_INT, "1000", 10, 60000, NULL, "client -> master ping period"},
+     "deadline of one tcp data transfer request", P | C},
+    {"ping_interval_ms", EGM_CFG_INT, "1000", 10, 60000, NULL, "client -> master ping period",
+     P | C},
     {"default_kv_lease_ttl", EGM_CFG_INT, "10000", 1, 86400000, NULL,
-     "master: read lease granted by Get/Exist, in ms"},
+     "master: read lease granted by Get/Exist, in ms", M},
     {"client_ttl", EGM_CFG_INT, "10", 1, 3600, NULL,
-     "master: a client silent this many seconds is expired and its segments unmounted"},
+     "master: a client silent this many seconds is expired and its segments unmounted", M},
     {"default_kv_soft_pin_ttl", EGM_CFG_INT, "1800000", 1, 86400000, NULL,
      "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
-     "lease granted; at most 24 h"},
+     "lease granted; at most 24 h",
+     M},
     {"put_start_discard_timeout_sec", EGM_CFG_INT, "30", 1, 86400, NULL,
      "master: a put not finished this many seconds after its PutStart is discarded (space and "
-     "key return)"},
+     "key return)",
+     M},
     {"eviction_high_watermark_ratio", EGM_CFG_STRING, "0.90", 0, 0, NULL,
-     "master: evict in the background when used / capacity is above this (a number in 0..1)"},
+     "master: evict in the background when used / capacity is above this (a number in 0..1)", M},
     {"eviction_ratio", EGM_CFG_STRING, "0.05", 0, 0, NULL,
-     "master: share of capacity one eviction frees (a number in 0..1)"},
+     "master: share of capacity one eviction frees (a number in 0..1)", M},
     {"placement_strategy", EGM_CFG_ENUM, "random", 0, 0, "random|free_ratio_first|local_first",
-     "master: order of segments tried for replicas (after the put's preferred segments)"},
+     "master: order of segments tried for replicas (after the put's preferred segments)", M},
     {"max_frame_size", EGM_CFG_SIZE, "64MiB", 1024, 1073741824, NULL,
-     "largest RPC payload accepted"},
+     "largest RPC payload accepted", ALL},
     {"pool_memory", EGM_CFG_ENUM, "host", 0, 0, "host|host_numa|device",
-     "contributed capacity: memfd host memory (shm/tcp), HOST_NUMA VMM or GPU VMM (nvlink)"},
+     "contributed capacity: memfd host memory (shm/tcp), HOST_NUMA VMM or GPU VMM (nvlink)",
+     P | C | CAP},
     {"pool_location", EGM_CFG_INT, "0", 0, 1023, NULL,
-     "NUMA node (pool_memory=host_numa) or GPU ordinal (pool_memory=device) of the pool"},
+     "NUMA node (pool_memory=host_numa) or GPU ordinal (pool_memory=device) of the pool",
+     P | C | CAP},
     {"egm_handle_type", EGM_CFG_ENUM, "auto", 0, 0, "auto|fabric|posix_fd",
      "how VMM segments are shared: fabric (NVLink domain, needs IMEX), posix_fd (this host); "
-     "auto tries fabric and falls back to posix_fd with a warning"},
+     "auto tries fabric and falls back to posix_fd with a warning",
+     P | C | CAP},
     {"enable_egm_store_pool", EGM_CFG_BOOL, "false", 0, 0, NULL,
      "contribute capacity as an EGM Store pool: HOST_NUMA memory split over egm_numa_nodes, "
-     "served over nvlink (docs/egm-pool.md); false keeps pool_memory"},
+     "served over nvlink (docs/egm-pool.md); false keeps pool_memory",
+     P | C | CAP},
     {"egm_numa_nodes", EGM_CFG_STRING, "auto", 0, 0, NULL,
-     "EGM pool NUMA nodes: auto (the host NUMA node of every visible GPU) or ids, e.g. 0,1"},
+     "EGM pool NUMA nodes: auto (the host NUMA node of every visible GPU) or ids, e.g. 0,1",
+     P | C | CAP},
     {"egm_setup_threads", EGM_CFG_INT, "4", 1, 64, NULL,
-     "threads allocating the EGM pool's chunks at setup"},
+     "threads allocating the EGM pool's chunks at setup", P | C | CAP},
     {"provider_http_port", EGM_CFG_INT, "-1", -1, 65535, NULL,
      "provider: admin HTTP port serving /health and /metrics on listen_address (-1 = off, "
-     "0 = any free port)"},
+     "0 = any free port)",
+     P},
     {"prewarm", EGM_CFG_BOOL, "true", 0, 0, NULL,
-     "import and map VMM segments in the background as soon as they are known"},
+     "import and map VMM segments in the background as soon as they are known", C},
     {"prewarm_concurrency", EGM_CFG_INT, "2", 1, 64, NULL,
-     "segments imported and mapped at once by the prewarm threads"},
+     "segments imported and mapped at once by the prewarm threads", C},
     {"nvlink_max_inflight_bytes", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
      "client: bound on the bytes of GPU copies one transfer has in flight per device: a batch "
      "goes in groups of at most this many bytes, each waited for before the next (longer "
-     "copies are cut); 0 = unbounded, else at least 4KiB"},
+     "copies are cut); 0 = unbounded, else at least 4KiB",
+     C},
     {"nvlink_chunk_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
      "client: GPU copies longer than this are cut into pieces of at most this size (one "
-     "copy-engine call each); 0 = copies whole, else at least 4KiB"},
+     "copy-engine call each); 0 = copies whole, else at least 4KiB",
+     C},
     {"nvlink_low_priority_stream", EGM_CFG_BOOL, "false", 0, 0, NULL,
      "client: GPU copies on a stream of the device's least priority (CUDA's least is its "
-     "default, 0: this ranks them below streams made with a greater priority only)"},
+     "default, 0: this ranks them below streams made with a greater priority only)",
+     C},
     {"auth_token", EGM_CFG_STRING, "", 0, 0, NULL,
      "cluster token: when set, the master's RPC, a provider's tcp data server and its fd "
      "socket answer only peers that present it, and clients and providers send it "
-     "(docs/security.md); \"\" = off. Never logged"},
+     "(docs/security.md); \"\" = off. Never logged",
+     ALL},
     {"auth_token_file", EGM_CFG_STRING, "", 0, 0, NULL,
      "file holding auth_token (one line; the trailing newline is dropped); it must not be "
-     "readable by group or others. Not together with auth_token"},
+     "readable by group or others. Not together with auth_token",
+     ALL},
     {"fd_allowed_gid", EGM_CFG_INT, "-1", -1, 2147483647, NULL,
      "provider: besides its own uid and root, peers whose primary group is this gid may fetch "
-     "segment descriptors from its fd socket (-1 = none)"},
+     "segment descriptors from its fd socket (-1 = none)",
+     P | C | CAP},
 };
+
+#undef M
+#undef P
+#undef C
+#undef ALL
+#undef CAP
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -387,11 +419,53 @@ static void strip_comment(char *line)
     }
 }
 
+/* "[provider]" -> its role bit; 0 with the error set for anything else. */
+static unsigned section_role(const char *path, int lineno, char *s)
+{
+    static const struct {
+        const char *name;
+        unsigned role;
+    } sections[] = {
+        {"master", EGM_ROLE_MASTER}, {"provider", EGM_ROLE_PROVIDER}, {"client", EGM_ROLE_CLIENT}};
+    size_t len = strlen(s);
+    if (len >= 2 && s[len - 1] == ']') {
+        s[len - 1] = '\0';
+        char *name = trim(s + 1);
+        for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+            if (strcasecmp(name, sections[i].name) == 0)
+                return sections[i].role;
+        egm__set_error(EGM_ERR_CONFIG,
+                       "%s:%d: unknown section [%s] (accepted: [master], [provider], [client])",
+                       path, lineno, name);
+        return 0;
+    }
+    egm__set_error(EGM_ERR_CONFIG, "%s:%d: a section header is [master], [provider] or [client]",
+                   path, lineno);
+    return 0;
+}
+
+/* Sets a key of the file, or only checks it when its section is another role's. */
+static egm_status_t file_set(egm_config_t *config, const char *key, const char *value, int apply)
+{
+    if (apply)
+        return egm_config_set(config, key, value);
+    int i = key_index(key);
+    if (i < 0)
+        return egm__set_error(EGM_ERR_CONFIG, "unknown configuration key \"%s\"", key);
+    return validate(&keys[i], value);
+}
+
 egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
+{
+    return egm__config_load_file_as(config, path, EGM_ROLE_CLIENT);
+}
+
+egm_status_t egm__config_load_file_as(egm_config_t *config, const char *path, unsigned roles)
 {
     char line[8192];
     int lineno = 0;
     egm_status_t status = EGM_OK;
+    int apply = 1; /* before any section header: every role */
 
     if (config == NULL || path == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "config and path must not be NULL");
@@ -424,8 +498,17 @@ egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
         memcpy(line, raw, len + 1);
         strip_comment(line);
         char *s = trim(line);
-        if (s[0] == '\0' || s[0] == '#' || s[0] == ';' || s[0] == '[')
+        if (s[0] == '\0' || s[0] == '#' || s[0] == ';')
             continue;
+        if (s[0] == '[') {
+            unsigned role = section_role(path, lineno, s);
+            if (role == 0) {
+                status = EGM_ERR_CONFIG;
+                break;
+            }
+            apply = (role & roles) != 0;
+            continue;
+        }
         char *eq = strchr(s, '=');
         if (eq == NULL) {
             status = egm__set_error(EGM_ERR_CONFIG, "%s:%d: expected key = value", path, lineno);
@@ -438,7 +521,7 @@ egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
             value[vlen - 1] = '\0';
             value++;
         }
-        status = egm_config_set(config, trim(s), value);
+        status = file_set(config, trim(s), value, apply);
         if (status != EGM_OK)
             egm__set_error(status, "%s:%d: %s", path, lineno, egm_last_error());
     }

@@ -14,6 +14,18 @@ typedef enum {
     EGM_CFG_ENUM, /* one of `choices`, "a|b|c" */
 } egm_config_type_t;
 
+/* The processes a key affects, and the config file sections a process reads
+ * ([master], [provider], [client]; lines before any section apply to all). A
+ * provider is a client that contributes capacity; the library reads files as a
+ * client. */
+#define EGM_ROLE_MASTER 0x1u
+#define EGM_ROLE_PROVIDER 0x2u
+#define EGM_ROLE_CLIENT 0x4u
+#define EGM_ROLE_ALL (EGM_ROLE_MASTER | EGM_ROLE_PROVIDER | EGM_ROLE_CLIENT)
+/* Read only by a process that contributes capacity (global_segment_size > 0):
+ * one-shot commands contribute nothing, so these keys do not affect them. */
+#define EGM_KEY_CAPACITY 0x100u
+
 typedef struct {
     const char *name;
     egm_config_type_t type;
@@ -22,6 +34,7 @@ typedef struct {
     int64_t max;
     const char *choices; /* ENUM */
     const char *help;
+    unsigned roles; /* EGM_ROLE_* of the processes that read it, and EGM_KEY_* flags */
 } egm_config_key_t;
 
 /* The table of every key, in documentation order. */
@@ -34,6 +47,12 @@ int egm__config_is_set(const egm_config_t *config, const char *key);
 egm_status_t egm__parse_size(const char *what, const char *text, uint64_t *bytes_p);
 /* Format bytes as "1.5 GiB" into buf. */
 char *egm__format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Loads an INI file as a process of `roles` (EGM_ROLE_*): lines before any
+ * section header and in the sections of those roles are set; lines of other
+ * roles' sections are checked (known key, valid value) but not set. An unknown
+ * section is an error naming the file and line. */
+egm_status_t egm__config_load_file_as(egm_config_t *config, const char *path, unsigned roles);
 
 /* Command-line flag: "--global-segment-size" (dashes or underscores) with its
  * value. Unknown flag -> EGM_ERR_CONFIG naming it. */

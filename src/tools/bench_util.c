@@ -269,13 +269,13 @@ int egm__bench_cli(int argc, char **argv, const char *what, const char *usage,
         *rc_p = EGM_EXIT_USAGE;
         return 0;
     }
-    *rc_p = egm__cli_parse(n_rest, rest, cli);
+    *rc_p = egm__cli_parse(n_rest, rest, EGM_ROLE_ALL, cli);
     egm_free(rest);
     if (*rc_p != EGM_EXIT_OK)
         return 0;
     if (cli->help) {
         printf("%s\n", usage);
-        egm__cli_print_keys(stdout);
+        egm__cli_print_keys(stdout, EGM_ROLE_ALL, 0);
     } else if (cli->argc > 0) {
         fprintf(stderr, "egmstore: error: bench %s: unexpected argument \"%s\"\n", what,
                 cli->argv[0]);

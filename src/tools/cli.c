@@ -25,27 +25,15 @@ static void print_key(FILE *out, const egm_config_key_t *key)
     fprintf(out, "  --%-24s %s (default: %s)\n", flag, key->help, key->def[0] ? key->def : "\"\"");
 }
 
-void egm__cli_print_keys(FILE *out)
+void egm__cli_print_keys(FILE *out, unsigned roles, unsigned exclude)
 {
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
     fprintf(out, "Configuration keys (as --key-with-dashes VALUE, EGMSTORE_KEY, or key = value "
                  "in --config FILE):\n");
     for (size_t i = 0; i < n; i++)
-        print_key(out, &keys[i]);
-}
-
-void egm__cli_print_keys_of(FILE *out, const char *title, const char *const *names)
-{
-    fprintf(out,
-            "%s (as --key-with-dashes VALUE, EGMSTORE_KEY, or key = value in --config "
-            "FILE):\n",
-            title);
-    for (size_t i = 0; names[i] != NULL; i++) {
-        const egm_config_key_t *key = egm__config_find_key(names[i]);
-        if (key != NULL)
-            print_key(out, key);
-    }
+        if ((keys[i].roles & roles) != 0 && (keys[i].roles & exclude) == 0)
+            print_key(out, &keys[i]);
 }
 
 /* A flag that needs a value: "--key=value" or "--key value". */
@@ -71,7 +59,7 @@ static int flag_value(int argc, char **argv, int *i, const char *arg, char *name
     return 0;
 }
 
-int egm__cli_parse(int argc, char **argv, egm_cli_t *cli)
+int egm__cli_parse(int argc, char **argv, unsigned roles, egm_cli_t *cli)
 {
     const char *config_file = NULL;
     const char **flags = NULL, **values = NULL;
@@ -80,6 +68,7 @@ int egm__cli_parse(int argc, char **argv, egm_cli_t *cli)
     int rc = EGM_EXIT_USAGE;
 
     memset(cli, 0, sizeof(*cli));
+    cli->roles = roles;
     cli->argv = egm_calloc((size_t)argc + 1, sizeof(char *), "cli.argv");
     flags = egm_calloc((size_t)argc + 1, sizeof(char *), "cli.flags");
     values = egm_calloc((size_t)argc + 1, sizeof(char *), "cli.flags");
@@ -127,7 +116,7 @@ int egm__cli_parse(int argc, char **argv, egm_cli_t *cli)
     }
 
     if (config_file != NULL) {
-        status = egm_config_load_file(cli->config, config_file);
+        status = egm__config_load_file_as(cli->config, config_file, roles);
         if (status != EGM_OK) {
             egm__cli_error("--config", status);
             goto out;

@@ -15,23 +15,23 @@ typedef struct {
     int argc; /* positional arguments after the subcommand */
     char **argv;
     int help;
-    int force;     /* --force (rm) */
-    int plan_only; /* --plan-only (provider) */
+    int force;      /* --force (rm) */
+    int plan_only;  /* --plan-only (provider) */
+    unsigned roles; /* EGM_ROLE_* this command runs as: the config file sections it reads */
 } egm_cli_t;
 
-/* Builds the config: defaults < --config FILE < EGMSTORE_* env < flags. Flags:
+/* Builds the config: defaults < --config FILE (its sections of `roles`,
+ * EGM_ROLE_*) < EGMSTORE_* env < flags. Flags:
  * --config FILE, --master HOST:PORT, --help, and --<key-with-dashes> VALUE (or
  * --key=VALUE) for every configuration key. Positional arguments are kept in
  * order. Prints a one-line error and returns non-zero on bad input. */
-int egm__cli_parse(int argc, char **argv, egm_cli_t *cli);
+int egm__cli_parse(int argc, char **argv, unsigned roles, egm_cli_t *cli);
 void egm__cli_cleanup(egm_cli_t *cli);
 /* "egmstore: error: <what>: <detail>" on stderr. */
 void egm__cli_error(const char *what, egm_status_t status);
-void egm__cli_print_keys(FILE *out);
-/* Only the keys named in `names` (NULL-terminated), in that order, under `title`. */
-void egm__cli_print_keys_of(FILE *out, const char *title, const char *const *names);
-/* The keys `egmstore master` reads (its --help lists them). */
-extern const char *const egm__master_keys[];
+/* The keys that affect a command run as `roles` (EGM_ROLE_*), less those
+ * flagged `exclude` (EGM_KEY_*), in table order. */
+void egm__cli_print_keys(FILE *out, unsigned roles, unsigned exclude);
 
 int egm__cmd_master(egm_cli_t *cli);
 int egm__cmd_provider(egm_cli_t *cli);

@@ -11,24 +11,6 @@
 
 static egm_master_t *running_master;
 
-/* What `egmstore master --help` lists: every key the master reads. */
-const char *const egm__master_keys[] = {
-    "listen_address",
-    "port",
-    "http_port",
-    "rpc_threads",
-    "client_ttl",
-    "default_kv_lease_ttl",
-    "default_kv_soft_pin_ttl",
-    "put_start_discard_timeout_sec",
-    "eviction_high_watermark_ratio",
-    "eviction_ratio",
-    "placement_strategy",
-    "max_frame_size",
-    "log_level",
-    NULL,
-};
-
 static void master_on_signal(int sig)
 {
     (void)sig;

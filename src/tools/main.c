@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <egmstore/egmstore.h>
+#include "common/config_int.h"
 #include "common/log.h"
 #include "tools/cli.h"
 
@@ -9,33 +10,45 @@ typedef struct {
     const char *name;
     int (*run)(egm_cli_t *cli);
     const char *usage;
+    unsigned roles;   /* EGM_ROLE_*: the config sections it reads, the keys its --help lists */
+    unsigned exclude; /* EGM_KEY_* flags of keys that do not affect it */
 } command_t;
+
+/* One-shot commands exit right after their call: they read the [client]
+ * section and contribute no capacity. */
+#define ONE_SHOT EGM_ROLE_CLIENT, EGM_KEY_CAPACITY
 
 static const command_t commands[] = {
     {"master", egm__cmd_master,
      "master [--port N] [--http-port N] [--listen-address ADDR]\n"
-     "                                             run the master (admin HTTP on 9003)"},
+     "                                             run the master (admin HTTP on 9003)",
+     EGM_ROLE_MASTER, 0},
     {"provider", egm__cmd_provider,
      "provider [--global-segment-size SIZE] [--plan-only]\n"
      "                                             contribute capacity (host memory, or the EGM\n"
-     "                                             pool with --enable-egm-store-pool true)"},
-    {"put", egm__cmd_put, "put KEY FILE|-                             store a file (- = stdin)"},
+     "                                             pool with --enable-egm-store-pool true)",
+     EGM_ROLE_PROVIDER, 0},
+    {"put", egm__cmd_put, "put KEY FILE|-                             store a file (- = stdin)",
+     ONE_SHOT},
     {"get", egm__cmd_get,
-     "get KEY FILE|-                             fetch into a file (- = stdout)"},
-    {"exist", egm__cmd_exist,
-     "exist KEY                                  exit 0 if the key exists"},
-    {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object"},
-    {"ls", egm__cmd_ls, "ls                                         segments and usage"},
+     "get KEY FILE|-                             fetch into a file (- = stdout)", ONE_SHOT},
+    {"exist", egm__cmd_exist, "exist KEY                                  exit 0 if the key exists",
+     ONE_SHOT},
+    {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object", ONE_SHOT},
+    {"ls", egm__cmd_ls, "ls                                         segments and usage", ONE_SHOT},
     {"stat", egm__cmd_stat,
      "stat KEY                                   an object's size, state, replicas, lease (read "
-     "only)"},
+     "only)",
+     ONE_SHOT},
     {"demo", egm__cmd_demo,
      "demo                                       embedded master + provider, put/get over shm "
-     "and tcp"},
+     "and tcp",
+     EGM_ROLE_ALL, 0},
     {"bench", NULL,
      "bench meta [--clients 1,8,64] [--seconds 1] [--out FILE]  master metadata round trips\n"
      "  bench data [--workload single,batch,mixed,full] [--protocol shm,tcp] [--out FILE]\n"
-     "                                             put/get workloads with their copy ceiling"},
+     "                                             put/get workloads with their copy ceiling",
+     EGM_ROLE_ALL, 0},
 };
 
 static void usage(FILE *out)
@@ -48,7 +61,7 @@ static void usage(FILE *out)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(out, "  %s\n", commands[i].usage);
     fprintf(out, "\n");
-    egm__cli_print_keys(out);
+    egm__cli_print_keys(out, EGM_ROLE_ALL, 0);
 }
 
 int main(int argc, char **argv)
@@ -69,16 +82,12 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
         egm_cli_t cli;
-        int rc = egm__cli_parse(argc - 2, argv + 2, &cli);
+        int rc = egm__cli_parse(argc - 2, argv + 2, commands[i].roles, &cli);
         if (rc != EGM_EXIT_OK)
             return rc;
         if (cli.help) {
             printf("Usage: egmstore %s\n\n", commands[i].usage);
-            if (commands[i].run == egm__cmd_master) /* the keys it reads */
-                egm__cli_print_keys_of(stdout, "Configuration keys of the master",
-                                       egm__master_keys);
-            else
-                egm__cli_print_keys(stdout);
+            egm__cli_print_keys(stdout, commands[i].roles, commands[i].exclude);
             egm__cli_cleanup(&cli);
             return EGM_EXIT_OK;
         }

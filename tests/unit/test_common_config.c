@@ -282,7 +282,6 @@ static void test_file(void **state)
     write_file(path, "# egmstore\n"
                      "; another comment\n"
                      "\n"
-                     "[master]\n"
                      "port = 6000\n"
                      "  protocol=shm  \n"
                      "global_segment_size = 2 GiB   # inline comment\n"
@@ -335,6 +334,89 @@ static void test_file(void **state)
     assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
     assert_error_contains(path);
     egm_config_destroy(c);
+}
+
+/* [master], [provider] and [client] sections: a process sets the lines before
+ * any header and those of its own role's sections; other roles' lines are
+ * still checked. */
+static void test_file_sections(void **state)
+{
+    (void)state;
+    char path[128];
+    temp_path(path, sizeof(path));
+    write_file(path, "replica_num = 2\n"
+                     "[provider]\n"
+                     "global_segment_size = 1 GiB\n"
+                     "[ Master ]\n"
+                     "port = 6000\n"
+                     "[client]\n"
+                     "rpc_timeout_ms = 700\n");
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    /* The library reads a file as a client. */
+    assert_int_equal(egm_config_load_file(c, path), EGM_OK);
+    assert_int_equal(egm_config_get_int(c, "replica_num"), 2);
+    assert_int_equal(egm_config_get_int(c, "rpc_timeout_ms"), 700);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 0);
+    assert_false(egm__config_is_set(c, "global_segment_size"));
+    assert_int_equal(egm_config_get_int(c, "port"), 50051);
+    egm_config_destroy(c);
+
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm__config_load_file_as(c, path, EGM_ROLE_PROVIDER), EGM_OK);
+    assert_int_equal(egm_config_get_int(c, "replica_num"), 2);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 1ull << 30);
+    assert_int_equal(egm_config_get_int(c, "port"), 50051);
+    assert_int_equal(egm_config_get_int(c, "rpc_timeout_ms"), 5000);
+    egm_config_destroy(c);
+
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm__config_load_file_as(c, path, EGM_ROLE_MASTER), EGM_OK);
+    assert_int_equal(egm_config_get_int(c, "port"), 6000);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 0);
+    /* The demo runs every role. */
+    assert_int_equal(egm__config_load_file_as(c, path, EGM_ROLE_ALL), EGM_OK);
+    assert_int_equal(egm_config_get_size(c, "global_segment_size"), 1ull << 30);
+    assert_int_equal(egm_config_get_int(c, "rpc_timeout_ms"), 700);
+
+    /* Another role's section is still checked: a typo there is an error. */
+    write_file(path, "[master]\nprot = 6000\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    char want[256];
+    snprintf(want, sizeof(want), "%s:2: unknown configuration key \"prot\"", path);
+    assert_string_equal(egm_last_error(), want);
+    write_file(path, "[provider]\nglobal_segment_size = lots\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    assert_error_contains(":2: global_segment_size:");
+
+    /* An unknown section names the file and the line. */
+    write_file(path, "port = 6001\n\n[servers]\nport = 6002\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    snprintf(want, sizeof(want),
+             "%s:3: unknown section [servers] (accepted: [master], [provider], [client])", path);
+    assert_string_equal(egm_last_error(), want);
+    write_file(path, "[client\nport = 6002\n");
+    assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
+    assert_error_contains(":1: a section header is [master], [provider] or [client]");
+    unlink(path);
+    egm_config_destroy(c);
+}
+
+/* Every key says which processes it affects; the one-shot commands' help
+ * leaves out the capacity keys. */
+static void test_key_roles(void **state)
+{
+    (void)state;
+    size_t n;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    for (size_t i = 0; i < n; i++) {
+        assert_true((keys[i].roles & EGM_ROLE_ALL) != 0);
+        if ((keys[i].roles & EGM_KEY_CAPACITY) != 0)
+            assert_true((keys[i].roles & EGM_ROLE_PROVIDER) != 0);
+    }
+    assert_int_equal(egm__config_find_key("port")->roles, EGM_ROLE_MASTER);
+    assert_true((egm__config_find_key("global_segment_size")->roles & EGM_KEY_CAPACITY) != 0);
+    assert_true((egm__config_find_key("auth_token")->roles & EGM_ROLE_ALL) == EGM_ROLE_ALL);
 }
 
 static void test_env(void **state)
@@ -531,6 +613,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_set_validates_each_type, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_file, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_file_sections, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test(test_key_roles),
         cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, egm_test_setup_alloc,
