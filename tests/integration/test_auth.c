@@ -35,6 +35,7 @@
 #include "rpc/server.h"
 #include "support/cluster.h"
 #include "support/http_get.h"
+#include "support/testutil.h"
 #include "te/te_int.h"
 
 #define TOKEN "k9Qv-cluster-token-7f3a1e"
@@ -472,7 +473,7 @@ static void test_fd_socket_refuses_other_uid(void **state)
 {
     (void)state;
     if (geteuid() != 0)
-        skip(); /* needs root to become another user */
+        EGM_SKIP("needs root to become another user");
     unsigned long long before = metric_value(provider_http, "egmstore_te_fd_peers_refused_total");
     assert_int_equal(fetch_as_nobody(seg.shm_socket), 0);
     assert_int_equal(metric_value(provider_http, "egmstore_te_fd_peers_refused_total"), before + 1);
@@ -483,7 +484,7 @@ static void test_fd_allowed_gid(void **state)
 {
     (void)state;
     if (geteuid() != 0)
-        skip();
+        EGM_SKIP("needs root to become a member of the allowed group");
     const char *flags[] = {"--auth-token-file", token_file, "--fd-allowed-gid", "65534", NULL};
     int p = egm_test_start_provider(&cluster, "8MiB", flags);
     assert_true(p >= 0);

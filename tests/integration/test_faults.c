@@ -26,6 +26,7 @@
 #include "rpc/proto_util.h"
 #include "support/cluster.h"
 #include "support/model.h"
+#include "support/testutil.h"
 
 #define BATCH 16
 #define OBJ_LEN (4096 + 17)
@@ -667,14 +668,14 @@ static void test_netns_cut_tcp_provider(void **state)
     (void)state;
     if (getuid() != 0 || access("/usr/sbin/ip", X_OK) != 0) {
         print_message("skipped: needs root and /usr/sbin/ip to create a network namespace\n");
-        skip();
+        EGM_SKIP("needs root and /usr/sbin/ip to create a network namespace");
     }
     unsigned id = (unsigned)getpid() % 200 + 20;
     snprintf(netns, sizeof(netns), "egmf%u", (unsigned)getpid());
     if (sh("ip netns add %s 2>/dev/null", netns) != 0) {
         netns[0] = '\0';
         print_message("skipped: ip netns add refused (no CAP_SYS_ADMIN in this container?)\n");
-        skip();
+        EGM_SKIP("ip netns add refused (no CAP_SYS_ADMIN in this container?)");
     }
     char host_ip[32], ns_ip[32];
     snprintf(host_if, sizeof(host_if), "egmh%u", (unsigned)getpid() % 100000);
@@ -685,7 +686,7 @@ static void test_netns_cut_tcp_provider(void **state)
            "ip -n %s link set eth0 up",
            host_if, netns, host_ip, host_if, host_if, netns, netns, ns_ip, netns) != 0) {
         print_message("skipped: could not make a veth pair into the namespace\n");
-        skip();
+        EGM_SKIP("could not make a veth pair into the namespace");
     }
 
     const char *master_flags[] = {"--client-ttl",     "2",       "--http-port", "0",

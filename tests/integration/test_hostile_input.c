@@ -25,6 +25,7 @@
 #include "rpc/proto_util.h"
 #include "rpc/server.h"
 #include "support/cluster.h"
+#include "support/testutil.h"
 #include "te/te_int.h"
 
 #define IO_MS 10000      /* an answer or a close within this, else the server hangs on to us */
@@ -459,7 +460,7 @@ static void test_fd_broker(void **state)
     int fd;
 
     if (seg.shm_socket[0] == '\0')
-        skip(); /* the provider serves no shm socket here */
+        EGM_SKIP("the provider serves no shm socket here");
 
     /* Truncated, wrong magic, wrong version: closed without a reply. */
     broker_request(req, EGM_BROKER_MAGIC, EGM_BROKER_VERSION, EGM_HANDLE_MEMFD, seg.id);

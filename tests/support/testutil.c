@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/random.h>
 #include <cmocka.h>
 #include "common/alloc.h"
@@ -47,4 +48,15 @@ void egm_test_fill_random(void *buf, size_t len)
         p += n;
         len -= (size_t)n;
     }
+}
+
+void egm_test_skip_note(const char *test, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("EGM-SKIP: %s: ", test);
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
 }

@@ -14,4 +14,18 @@ void egm_test_fill_random(void *buf, size_t len);
 int egm_test_setup_alloc(void **state);
 int egm_test_teardown_alloc(void **state);
 
+/* Skips the running cmocka test, saying why (printf format): prints the line
+ * "EGM-SKIP: <test>: <reason>" that scripts/test-skips.py lists at the end of
+ * `make test` (a skipped case otherwise reads as a pass: the executable exits
+ * 0), then cmocka's skip(). Use it instead of a bare skip(). Needs <cmocka.h>. */
+#define EGM_SKIP(...)                                                                              \
+    do {                                                                                           \
+        egm_test_skip_note(__func__, __VA_ARGS__);                                                 \
+        skip();                                                                                    \
+    } while (0)
+/* Prints "EGM-SKIP: <test>: <reason>" on stdout (and flushes it): for EGM_SKIP,
+ * and for a whole test that exits 77, with its own name as `test`. */
+void egm_test_skip_note(const char *test, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -320,7 +320,7 @@ static void test_dual_stack(void **state)
     static char buf[8192];
     egm_http_server_t *srv = NULL;
     if (egm__http_start("::", 0, handler, &seen, &srv) != EGM_OK)
-        skip(); /* no IPv6 on this machine */
+        EGM_SKIP("no IPv6 on this machine");
     http_exchange(egm__http_port(srv), "GET /x?v6 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
                   buf, sizeof(buf));
     assert_true(strncmp(buf, "HTTP/1.1 200 ", 13) == 0);

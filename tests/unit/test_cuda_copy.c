@@ -20,6 +20,7 @@
 #include "cuda/copy.h"
 #include "cuda/driver.h"
 #include "support/fake_cuda.h"
+#include "support/testutil.h"
 
 #define KIB ((uint64_t)1 << 10)
 #define MIB ((uint64_t)1 << 20)
@@ -288,7 +289,8 @@ static void test_batch_through_kernel(void **state)
 {
     (void)state;
     if (!egm__copier_has_kernels())
-        skip(); /* built without nvcc: test_batch_api_without_kernel covers batches */
+        EGM_SKIP(
+            "built without nvcc: no copy kernel (test_batch_api_without_kernel covers batches)");
     enum { N = 512 };
     bufs_t b = bufs_alloc(1, 2 * N * 4 * KIB + 64 * KIB);
     egm_copier_t *c = copier_new(1, 0);
@@ -329,7 +331,7 @@ static void test_kernel_full_buffer_one_wait(void **state)
 {
     (void)state;
     if (!egm__copier_has_kernels())
-        skip();
+        EGM_SKIP("built without nvcc: no copy kernel");
     static const size_t counts[] = {256, 1024, 1000};
     bufs_t b = bufs_alloc(0, 2 * 1024 * 4 * KIB + 64 * KIB);
     egm_copier_t *c = copier_new(0, 0);
@@ -355,7 +357,7 @@ static void test_kernel_mixed_sizes(void **state)
 {
     (void)state;
     if (!egm__copier_has_kernels())
-        skip();
+        EGM_SKIP("built without nvcc: no copy kernel");
     enum { N = 48 };
     static const uint64_t sizes[] = {
         1, 15, 16, 17, 4 * KIB - 1, 64 * KIB, 256 * KIB + 3, 1 * MIB, 4 * MIB, 0, 3 * MIB + 5, 100};
@@ -392,7 +394,7 @@ static void test_kernel_many_launches(void **state)
 {
     (void)state;
     if (!egm__copier_has_kernels())
-        skip();
+        EGM_SKIP("built without nvcc: no copy kernel");
     enum { N = 70000, BLOCK = 16 };
     bufs_t b = bufs_alloc(0, 2 * N * BLOCK + 64);
     egm_copier_t *c = copier_new(0, 0);
@@ -411,7 +413,7 @@ static void test_threshold_switch(void **state)
 {
     (void)state;
     if (!egm__copier_has_kernels())
-        skip();
+        EGM_SKIP("built without nvcc: no copy kernel");
     bufs_t b = bufs_alloc(0, 16 * MIB);
     egm_copier_t *c = copier_new(0, 0);
     egm_copy_desc_t *d = gather(&b, 64, 64 * KIB, 0);

@@ -106,7 +106,10 @@ static void test_write_maps_the_pages_it_covers_only(void **state)
 {
     (void)state;
     if (!populate_supported() || shmem_huge_pages())
-        skip();
+        EGM_SKIP("%s",
+                 !populate_supported()
+                     ? "madvise(MADV_POPULATE_READ) not supported by this kernel"
+                     : "shmem uses transparent huge pages (the page counts assume 4 KiB pages)");
     fx_t fx;
     egm_prefault_t *p = NULL;
     fx_open(&fx, 4 * MIB);
@@ -133,7 +136,10 @@ static void test_copy_after_prefault_takes_no_fault_per_page(void **state)
 {
     (void)state;
     if (!populate_supported() || shmem_huge_pages())
-        skip();
+        EGM_SKIP("%s",
+                 !populate_supported()
+                     ? "madvise(MADV_POPULATE_READ) not supported by this kernel"
+                     : "shmem uses transparent huge pages (the page counts assume 4 KiB pages)");
     fx_t fx;
     egm_prefault_t *p = NULL;
     uint64_t len = 1 * MIB;
@@ -174,7 +180,7 @@ static void test_read_marks_covered_blocks(void **state)
     if (!populate_supported()) {
         egm__prefault_destroy(p);
         fx_close(&fx);
-        skip();
+        EGM_SKIP("madvise(MADV_POPULATE_READ) not supported by this kernel");
     }
     assert_int_equal(egm__prefault_write(p, fx.client, 64 * KIB, 128 * KIB), 0);
     assert_int_equal(egm__prefault_write(p, fx.client, 0, 64 * KIB), 64 * KIB);
@@ -189,7 +195,10 @@ static void test_short_last_block(void **state)
 {
     (void)state;
     if (!populate_supported() || shmem_huge_pages())
-        skip();
+        EGM_SKIP("%s",
+                 !populate_supported()
+                     ? "madvise(MADV_POPULATE_READ) not supported by this kernel"
+                     : "shmem uses transparent huge pages (the page counts assume 4 KiB pages)");
     /* 200 KiB: the fourth block holds 8 KiB only; a write of them covers it whole. */
     egm_prefault_t *p = NULL;
     fx_t fx;

@@ -602,7 +602,7 @@ static void test_fd_broker_refuses_other_users(void **state)
     fx_t *fx = *state;
     if (geteuid() != 0) {
         /* Needs root to become another user. */
-        skip();
+        EGM_SKIP("needs root to become another user");
     }
     pid_t pid = fork();
     assert_true(pid >= 0);
