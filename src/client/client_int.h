@@ -139,6 +139,41 @@ egm_status_t egm__client_reply_segments(const egm_keys_reply_t *reply,
 const egm_segment_desc_t *egm__client_find_segment(const egm_segment_desc_t *descs, size_t n,
                                                    egm_id_t id);
 egm_status_t egm__client_validate_key(const char *key);
+/* PutStart for n keys of the given sizes (put.c): the master places each
+ * key's replicas. rc NULL: the client's replica_num, no pins. */
+egm_status_t egm__client_put_start(egm_client_t *client, size_t n, const char *const *keys,
+                                   const uint64_t *sizes, const egm_replicate_config_t *rc,
+                                   egm_keys_reply_t **reply_p);
+
+/* Streaming put (put_stream.c), for objects not held in memory whole (the
+ * `egmstore put` of a large file or of stdin). `read` fills exactly `len`
+ * bytes of buf with the object's next bytes, or answers an error it has set
+ * (egm__set_error) naming what failed. */
+typedef egm_status_t (*egm_put_read_fn)(void *ctx, void *buf, size_t len);
+
+#define EGM_PUT_STREAM_PART ((size_t)8 << 20) /* default part: one bounce buffer */
+
+typedef struct {
+    size_t part_size;                 /* bytes read and written at a time; 0: EGM_PUT_STREAM_PART */
+    const egm_replicate_config_t *rc; /* NULL: the client's replica_num, no pins */
+} egm_put_stream_params_t;
+
+/* Stores `size` bytes under `key` without holding them whole: checks the size
+ * against the pool first (NO_SPACE naming both numbers: more than the whole
+ * pool, or than its largest segment, since a replica lies in one segment),
+ * before anything is read; then PutStart(size) -> for each part: read it into
+ * one bounce buffer and write it to every replica at (replica offset + part
+ * offset) through the transfer engine -> PutEnd. A failed read, copy or PutEnd
+ * revokes the put (PutRevoke): the key never becomes visible half-written.
+ * Memory: one part. params NULL: defaults. INVALID_KEY, INVALID_ARG (size 0,
+ * read_part NULL), NO_SPACE, EXISTS, the reader's error, TRANSFER or the copy's. */
+egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t size,
+                             egm_put_read_fn read_part, void *ctx,
+                             const egm_put_stream_params_t *params);
+/* The pool as the master lists it: capacity of all segments, of the largest
+ * one, and how many (put_stream.c). */
+egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p,
+                                       uint64_t *largest_p, size_t *segments_p);
 
 /* For `egmstore ls`: every segment with usage; free with egm__rpc_msg_free. */
 egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsReply **reply_p);

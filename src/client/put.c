@@ -17,8 +17,9 @@ typedef struct {
     uint64_t *sizes;
 } put_plan_t;
 
-static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
-                              const egm_replicate_config_t *rc, egm_keys_reply_t **reply_p)
+egm_status_t egm__client_put_start(egm_client_t *client, size_t n, const char *const *keys,
+                                   const uint64_t *sizes, const egm_replicate_config_t *rc,
+                                   egm_keys_reply_t **reply_p)
 {
     Egm__PutStartRequest req = EGM__PUT_START_REQUEST__INIT;
     Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
@@ -33,12 +34,18 @@ static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
         cfg.preferred_segments = (char **)rc->preferred_segments;
     }
     req.client = &client_pb;
-    req.n_keys = plan->n;
-    req.keys = (char **)plan->keys;
-    req.n_sizes = plan->n;
-    req.sizes = plan->sizes;
+    req.n_keys = n;
+    req.keys = (char **)keys;
+    req.n_sizes = n;
+    req.sizes = (uint64_t *)sizes;
     req.config = &cfg;
-    return egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, plan->n, reply_p);
+    return egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, n, reply_p);
+}
+
+static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
+                              const egm_replicate_config_t *rc, egm_keys_reply_t **reply_p)
+{
+    return egm__client_put_start(client, plan->n, plan->keys, plan->sizes, rc, reply_p);
 }
 
 /* Copies every placed key into its replicas, each part of a key at its offset
