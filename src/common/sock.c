@@ -59,6 +59,16 @@ egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_
     return EGM_OK;
 }
 
+char *egm__sock_format_hostport(const char *host, unsigned port, char *buf, size_t len)
+{
+    if (host == NULL)
+        host = "";
+    int v6 = host[0] != '[' && strchr(host, ':') != NULL;
+    if (len > 0)
+        snprintf(buf, len, "%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", port);
+    return buf;
+}
+
 static egm_status_t resolve(const char *host, uint16_t port, int passive, struct addrinfo **ai_p)
 {
     struct addrinfo hints;
@@ -92,9 +102,10 @@ egm_status_t egm__sock_tcp_listen(const char *host, uint16_t port, int *fd_p, ui
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        char where[300];
+        egm__sock_format_hostport(host && host[0] ? host : "0.0.0.0", port, where, sizeof(where));
         status =
-            egm__set_error(egm__status_from_errno(errno), "bind %s:%u: %s",
-                           host && host[0] ? host : "0.0.0.0", (unsigned)port, strerror(errno));
+            egm__set_error(egm__status_from_errno(errno), "bind %s: %s", where, strerror(errno));
         goto err;
     }
     if (listen(fd, 512) != 0) {
@@ -123,7 +134,9 @@ egm_status_t egm__sock_tcp_connect(const char *host, uint16_t port, int timeout_
     egm_status_t status = resolve(host, port, 0, &ai);
     if (status != EGM_OK)
         return status;
-    status = egm__set_error(EGM_ERR_UNREACHABLE, "connect %s:%u: no address", host, (unsigned)port);
+    char where[300];
+    egm__sock_format_hostport(host, port, where, sizeof(where));
+    status = egm__set_error(EGM_ERR_UNREACHABLE, "connect %s: no address", where);
     for (p = ai; p != NULL; p = p->ai_next) {
         int fd = socket(p->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) {
@@ -138,8 +151,8 @@ egm_status_t egm__sock_tcp_connect(const char *host, uint16_t port, int timeout_
             while (rc < 0 && errno == EINTR);
             if (rc == 0) {
                 close(fd);
-                status = egm__set_error(EGM_ERR_TIMEOUT, "connect %s:%u: no answer in %d ms", host,
-                                        (unsigned)port, timeout_ms);
+                status = egm__set_error(EGM_ERR_TIMEOUT, "connect %s: no answer in %d ms", where,
+                                        timeout_ms);
                 continue;
             }
             int err = 0;
@@ -149,8 +162,8 @@ egm_status_t egm__sock_tcp_connect(const char *host, uint16_t port, int timeout_
             errno = err;
         }
         if (rc != 0) {
-            status = egm__set_error(egm__status_from_errno(errno), "connect %s:%u: %s", host,
-                                    (unsigned)port, strerror(errno));
+            status = egm__set_error(egm__status_from_errno(errno), "connect %s: %s", where,
+                                    strerror(errno));
             close(fd);
             continue;
         }

@@ -10,6 +10,13 @@
 /* "host:port" -> parts; host may be a name, an IPv4 address or [IPv6]. */
 egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_len,
                                       uint16_t *port_p);
+/* The one way host:port is written for people and for endpoints on the wire:
+ * an IPv6 literal in brackets ("[::1]:50051"), anything else as it is
+ * ("127.0.0.1:50051", "node-1:50051"); a host already in brackets is kept.
+ * Truncated to len - 1 characters (EGM_SOCK_HOSTPORT_MAX holds any numeric
+ * address). Returns buf. */
+#define EGM_SOCK_HOSTPORT_MAX 64
+char *egm__sock_format_hostport(const char *host, unsigned port, char *buf, size_t len);
 /* Listening TCP socket (SO_REUSEADDR, backlog 512); port 0 picks a free one,
  * returned in *port_p. host "" or "0.0.0.0" = all IPv4 addresses. */
 egm_status_t egm__sock_tcp_listen(const char *host, uint16_t port, int *fd_p, uint16_t *port_p);

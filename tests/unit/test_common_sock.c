@@ -52,6 +52,40 @@ static void test_split_hostport(void **state)
                      EGM_ERR_INVALID_ARG);
 }
 
+/* host:port for people: IPv6 literals in brackets, everything else as it is. */
+static void test_format_hostport(void **state)
+{
+    (void)state;
+    char buf[EGM_SOCK_HOSTPORT_MAX];
+    assert_string_equal(egm__sock_format_hostport("127.0.0.1", 50051, buf, sizeof(buf)),
+                        "127.0.0.1:50051");
+    assert_string_equal(egm__sock_format_hostport("node-1.example", 0, buf, sizeof(buf)),
+                        "node-1.example:0");
+    assert_string_equal(egm__sock_format_hostport("::1", 50051, buf, sizeof(buf)), "[::1]:50051");
+    assert_string_equal(egm__sock_format_hostport("fe80::1%eth0", 80, buf, sizeof(buf)),
+                        "[fe80::1%eth0]:80");
+    assert_string_equal(egm__sock_format_hostport("[::1]", 80, buf, sizeof(buf)), "[::1]:80");
+    assert_string_equal(egm__sock_format_hostport("", 7, buf, sizeof(buf)), ":7");
+    /* What it writes, split_hostport reads back. */
+    char host[64];
+    uint16_t port;
+    assert_int_equal(egm__sock_split_hostport(
+                         egm__sock_format_hostport("::ffff:10.0.0.1", 65535, buf, sizeof(buf)),
+                         host, sizeof(host), &port),
+                     EGM_OK);
+    assert_string_equal(host, "::ffff:10.0.0.1");
+    assert_int_equal(port, 65535);
+    char tiny[6];
+    assert_string_equal(egm__sock_format_hostport("::1", 80, tiny, sizeof(tiny)), "[::1]");
+
+    /* The socket helpers' own errors name an IPv6 peer the same way (port 1:
+     * nothing listens there; refused, unreachable or no address alike). */
+    int fd = -1;
+    assert_int_not_equal(egm__sock_tcp_connect("::1", 1, 2000, &fd), EGM_OK);
+    if (strstr(egm_last_error(), "[::1]:1") == NULL)
+        fail_msg("connect error without [::1]:1: %s", egm_last_error());
+}
+
 static void test_tcp_roundtrip(void **state)
 {
     (void)state;
@@ -213,6 +247,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_split_hostport, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_format_hostport, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_tcp_roundtrip, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
