@@ -472,6 +472,59 @@ static void test_flags(void **state)
     egm_config_destroy(c);
 }
 
+/* master_server_addr is checked where it is given (file, environment, flag,
+ * API), not at connect time: a host and a port 1..65535, IPv6 in brackets. */
+static void test_master_addr_validated(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    static const char *const good[] = {"127.0.0.1:50051", "localhost:1", "node-1.example:65535",
+                                       "[::1]:50051", "[fe80::1%eth0]:7000"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        if (egm_config_set(c, "master_server_addr", good[i]) != EGM_OK)
+            fail_msg("\"%s\" refused: %s", good[i], egm_last_error());
+        assert_string_equal(egm_config_get(c, "master_server_addr"), good[i]);
+    }
+    static const struct {
+        const char *addr, *says;
+    } bad[] = {
+        {"host:70000", "port must be 1..65535"},
+        {"host:0", "port must be 1..65535"},
+        {"host:", "port must be 1..65535"},
+        {"host:80x", "port must be 1..65535"},
+        {"host:-1", "port must be 1..65535"},
+        {"host:+80", "port must be 1..65535"},
+        {"host:0000080", "port must be 1..65535"},
+        {"host", "has no port"},
+        {"", "has no port"},
+        {":50051", "has no host"},
+        {"[]:50051", "has no host"},
+        {"::1:50051", "an IPv6 address goes in brackets: [::1]:50051"},
+        {"[::1]50051", "is not HOST:PORT"},
+        {"[::1", "is not HOST:PORT"},
+        {"my host:80", "contains a space"},
+        {"ho\nst:80", "control character"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (egm_config_set(c, "master_server_addr", bad[i].addr) != EGM_ERR_CONFIG)
+            fail_msg("\"%s\" accepted", bad[i].addr);
+        assert_error_contains("master_server_addr");
+        assert_error_contains(bad[i].says);
+    }
+    /* The last good value stays. */
+    assert_string_equal(egm_config_get(c, "master_server_addr"), "[fe80::1%eth0]:7000");
+    /* The --master alias and the environment go through the same check. */
+    assert_int_equal(egm__config_set_flag(c, "--master", "10.0.0.1:70000"), EGM_ERR_CONFIG);
+    assert_error_contains("port must be 1..65535");
+    assert_int_equal(setenv("EGMSTORE_MASTER_SERVER_ADDR", "10.0.0.1", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_ERR_CONFIG);
+    assert_error_contains("EGMSTORE_MASTER_SERVER_ADDR");
+    assert_error_contains("has no port");
+    assert_int_equal(unsetenv("EGMSTORE_MASTER_SERVER_ADDR"), 0);
+    egm_config_destroy(c);
+}
+
 static void test_get_bool_and_unknown_getters(void **state)
 {
     (void)state;
@@ -618,6 +671,8 @@ int main(void)
         cmocka_unit_test(test_key_roles),
         cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_master_addr_validated, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_auth_token_keys, egm_test_setup_alloc,
