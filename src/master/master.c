@@ -3,14 +3,12 @@
  * peers), the periodic timer on the first reactor, the admin HTTP. */
 #include "master/master.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "admin/http_server.h"
 #include "common/alloc.h"
@@ -51,23 +49,6 @@ struct egm_master {
     int timer_added;
     uint16_t port;
 };
-
-/* Whether a TCP listener on host also answers on 127.0.0.1 / ::1. Only such a
- * master takes the local socket name: a master bound to another address is not
- * what a client of 127.0.0.1:PORT reaches over TCP, and must not become it. */
-static int listen_covers_loopback(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-
-    if (host == NULL || host[0] == '\0' || strcasecmp(host, "localhost") == 0)
-        return 1;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return a4.s_addr == htonl(INADDR_ANY) || (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_UNSPECIFIED(&a6) || IN6_IS_ADDR_LOOPBACK(&a6);
-    return 0;
-}
 
 static void on_tick(egm_reactor_t *reactor, void *arg)
 {
@@ -238,11 +219,14 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     master->timer_added = 1;
     master->port = egm__rpc_server_port(master->servers[0]);
     /* Clients on this host (loopback address) reach us over a Unix socket: same
-     * frames, without the loopback TCP/IP stack. Optional: TCP serves
-     * everyone when the name is taken. */
+     * frames, without the loopback TCP/IP stack. Its name carries the address
+     * we listen on, not only the port, and a client checks with Hello that we
+     * own the TCP endpoint it was given. Optional: TCP serves everyone when
+     * the name is taken. */
     char local_name[EGM_RPC_LOCAL_NAME_MAX] = "";
-    if (listen_covers_loopback(host)) {
-        snprintf(local_name, sizeof(local_name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)master->port);
+    if (egm__rpc_server_local_name(master->servers[0], local_name, sizeof(local_name)) != EGM_OK) {
+        local_name[0] = '\0'; /* not a loopback or wildcard address: no local client */
+    } else {
         if (egm__rpc_server_listen_unix(master->servers[0], local_name) != EGM_OK) {
             egm_warn("master: local socket %s unavailable (%s); local clients use TCP", local_name,
                      egm_last_error());

@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <strings.h>
@@ -36,13 +37,23 @@
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "rpc/endpoint.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
-#include "rpc/server.h"
 
 /* Socket reads go through this scratch; payloads at least this large are
  * read straight into their reply buffer. */
 #define IN_CHUNK (16 * 1024)
+/* Local socket names a client tries: per address of its host ("localhost"
+ * may have two), the exact one and the two wildcard ones. */
+#define LOCAL_CANDIDATES_MAX 6
+
+/* A local socket name to try, and the TCP endpoint the master behind it
+ * must own to be the one we were given. */
+typedef struct {
+    char name[EGM_RPC_LOCAL_NAME_MAX];
+    egm_rpc_endpoint_t target;
+} local_candidate_t;
 
 typedef struct {
     pthread_cond_t cond;
@@ -71,8 +82,9 @@ struct egm_rpc_client {
     int connect_timeout_ms;
     int spin_us; /* polls without sleeping before waiting for a reply */
     size_t max_frame_size;
-    char local_path[EGM_RPC_LOCAL_NAME_MAX]; /* "" = TCP only */
-    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none sent */
+    local_candidate_t local[LOCAL_CANDIDATES_MAX]; /* tried in order before TCP */
+    size_t n_local;                                /* 0 = TCP only */
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1];       /* "" = none sent */
 
     pthread_mutex_t lock;
     pthread_mutex_t wlock;
@@ -368,59 +380,27 @@ static void drop_connection_locked(egm_rpc_client_t *cl)
     cl->stream_shut = 0;
 }
 
-/* 127.0.0.0/8, ::1 (also v4-mapped loopback) or "localhost". */
-static int is_loopback_host(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-
-    if (strcasecmp(host, "localhost") == 0)
-        return 1;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
-    return 0;
-}
-
-/* Connect to the master's local socket: never waits (a full backlog fails at
- * once) and talks only to a master of our own uid or root, since any local
- * process could bind the abstract name first. Any failure sends the caller to
- * TCP, which has a timeout. Returns the fd or -1. */
-static int local_connect(const char *path)
-{
-    int fd;
-    if (egm__sock_unix_connect(path, &fd) != EGM_OK)
-        return -1;
-    if (egm__sock_peer_trusted(fd, path) != EGM_OK) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client: %s: using TCP", egm_last_error());
-        close(fd);
-        return -1;
-    }
-    if (egm__sock_set_nonblock(fd, 1) != EGM_OK) { /* as for TCP: nobody blocks */
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 static egm_status_t write_frame(int fd, const uint8_t *hdr, const uint8_t *payload, size_t len,
                                 uint64_t deadline_ms, size_t *sent_p);
 static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t len);
 
-/* Reads exactly len bytes of a fresh (not yet shared) connection. */
-static egm_status_t read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadline_ms)
+/* Reads exactly len bytes of a fresh (not yet shared) connection, the answer
+ * to a `type` request. */
+static egm_status_t read_exact(int fd, uint16_t type, uint8_t *buf, size_t len,
+                               uint64_t deadline_ms)
 {
     size_t got = 0;
     while (got < len) {
         egm_status_t status = wait_readable(fd, deadline_ms, 0);
         if (status != EGM_OK)
             return status == EGM_ERR_TIMEOUT
-                       ? egm__set_error(EGM_ERR_TIMEOUT, "rpc client: no answer to Auth")
+                       ? egm__set_error(EGM_ERR_TIMEOUT, "rpc client: no answer to %s",
+                                        egm__rpc_type_name(type))
                        : status;
         ssize_t n = recv(fd, buf + got, len - got, MSG_DONTWAIT);
         if (n == 0)
-            return egm__set_error(EGM_ERR_UNREACHABLE, "rpc client: connection closed during Auth");
+            return egm__set_error(EGM_ERR_UNREACHABLE, "rpc client: connection closed during %s",
+                                  egm__rpc_type_name(type));
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
                 continue;
@@ -432,36 +412,152 @@ static egm_status_t read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadli
     return EGM_OK;
 }
 
-/* Presents the cluster token on a fresh connection and waits for the answer
- * (request id 0, which no call uses). */
-static egm_status_t authenticate(egm_rpc_client_t *cl, int fd, uint64_t deadline_ms)
+/* One request on a fresh connection and its answer (request id 0, which no
+ * call uses), before the connection is shared: Auth and Hello. The reply's
+ * payload goes to reply[*len_p] (in: its room, out: its length). */
+static egm_status_t fresh_exchange(int fd, uint16_t type, const uint8_t *req, size_t req_len,
+                                   uint8_t *reply, size_t *len_p, uint64_t deadline_ms)
 {
-    size_t len = strlen(cl->auth_token), sent = 0;
+    size_t sent = 0;
     uint8_t hdr[EGM_FRAME_HEADER_SIZE];
+    uint8_t payload[4096];
     egm_frame_header_t h = {
-        .version = EGM_RPC_VERSION, .type = EGM_RPC_AUTH, .request_id = 0, .length = (uint32_t)len};
+        .version = EGM_RPC_VERSION, .type = type, .request_id = 0, .length = (uint32_t)req_len};
     egm_status_t status;
 
     egm__frame_encode_header(&h, hdr);
-    status = write_frame(fd, hdr, (const uint8_t *)cl->auth_token, len, deadline_ms, &sent);
+    status = write_frame(fd, hdr, req, req_len, deadline_ms, &sent);
     if (status != EGM_OK)
         return status;
-    status = read_exact(fd, hdr, sizeof(hdr), deadline_ms);
+    status = read_exact(fd, type, hdr, sizeof(hdr), deadline_ms);
     if (status != EGM_OK)
         return status;
-    status = egm__frame_decode_header(hdr, cl->max_frame_size, &h);
+    status = egm__frame_decode_header(hdr, sizeof(payload), &h);
     if (status != EGM_OK)
         return status;
-    if (h.type != EGM_RPC_AUTH || h.request_id != 0 || !(h.flags & EGM_FRAME_REPLY) ||
-        h.length > 4096)
-        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: unexpected answer to Auth");
-    uint8_t payload[4096];
-    status = read_exact(fd, payload, h.length, deadline_ms);
+    if (h.type != type || h.request_id != 0 || !(h.flags & EGM_FRAME_REPLY))
+        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: unexpected answer to %s",
+                              egm__rpc_type_name(type));
+    status = read_exact(fd, type, payload, h.length, deadline_ms);
     if (status != EGM_OK)
         return status;
     if (h.flags & EGM_FRAME_ERROR)
-        return decode_error_reply(EGM_RPC_AUTH, payload, h.length);
+        return decode_error_reply(type, payload, h.length);
+    if (reply == NULL) { /* the answer's payload is not wanted */
+        *len_p = h.length;
+        return EGM_OK;
+    }
+    if (h.length > *len_p)
+        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: %s answer of %u bytes, at most %zu",
+                              egm__rpc_type_name(type), (unsigned)h.length, *len_p);
+    memcpy(reply, payload, h.length);
+    *len_p = h.length;
     return EGM_OK;
+}
+
+/* Presents the cluster token on a fresh connection and waits for the answer. */
+static egm_status_t authenticate(egm_rpc_client_t *cl, int fd, uint64_t deadline_ms)
+{
+    size_t len = 0;
+    return fresh_exchange(fd, EGM_RPC_AUTH, (const uint8_t *)cl->auth_token, strlen(cl->auth_token),
+                          NULL, &len, deadline_ms);
+}
+
+/* Adds the local names to try for one address of the host we were given: its
+ * own, then the wildcard ones of its port (a listener on the exact address
+ * takes the connection before a wildcard one, and both cannot listen at
+ * once). */
+static void add_local_candidates(egm_rpc_client_t *cl, const egm_rpc_endpoint_t *target)
+{
+    egm_rpc_endpoint_t any4 = {.family = AF_INET, .port = target->port};
+    egm_rpc_endpoint_t any6 = {.family = AF_INET6, .port = target->port};
+    const egm_rpc_endpoint_t *listens[3] = {target, target->family == AF_INET ? &any4 : &any6,
+                                            target->family == AF_INET ? &any6 : NULL};
+
+    if (!egm__rpc_endpoint_is_loopback(target))
+        return;
+    for (size_t i = 0; i < 3 && listens[i] != NULL; i++) {
+        local_candidate_t c;
+        int seen = 0;
+        egm__rpc_local_name(listens[i], c.name, sizeof(c.name));
+        c.target = *target;
+        for (size_t j = 0; j < cl->n_local; j++)
+            seen |= strcmp(cl->local[j].name, c.name) == 0;
+        if (!seen && cl->n_local < LOCAL_CANDIDATES_MAX)
+            cl->local[cl->n_local++] = c;
+    }
+}
+
+/* The local names worth trying for cl->host: a loopback address, or
+ * "localhost" (each loopback address it resolves to, in the resolver's order,
+ * as TCP would try them). */
+static void plan_local_candidates(egm_rpc_client_t *cl)
+{
+    egm_rpc_endpoint_t ep;
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+
+    if (egm__rpc_endpoint_from_host(cl->host, cl->port, &ep) == EGM_OK) {
+        add_local_candidates(cl, &ep);
+        return;
+    }
+    egm__clear_error();
+    if (strcasecmp(cl->host, "localhost") != 0 || getaddrinfo(cl->host, "0", &hints, &ai) != 0)
+        return;
+    for (const struct addrinfo *p = ai; p != NULL; p = p->ai_next) {
+        if (egm__rpc_endpoint_from_sockaddr(p->ai_addr, &ep) != EGM_OK)
+            continue;
+        ep.port = cl->port;
+        add_local_candidates(cl, &ep);
+    }
+    freeaddrinfo(ai);
+    egm__clear_error();
+}
+
+/* Connects to one local name: never waits (a full backlog fails at once) and
+ * talks only to a master of our own uid or root, since any local process
+ * could bind the abstract name first; then asks it which TCP endpoints it
+ * listens on (Hello) and keeps the connection only if one of them is the one
+ * we were given: that is the master TCP would have reached. Returns the fd
+ * or -1 (the caller tries the next name, then TCP). */
+static int local_connect(const local_candidate_t *c, uint64_t deadline_ms)
+{
+    char target[EGM_RPC_ENDPOINT_MAX];
+    uint8_t hello[EGM_RPC_HELLO_MAX];
+    size_t len = sizeof(hello) - 1;
+    int fd;
+
+    if (egm__sock_unix_connect(c->name, &fd) != EGM_OK)
+        return -1; /* nobody there: the common case */
+    egm__rpc_endpoint_format(&c->target, target, sizeof(target));
+    if (egm__sock_peer_trusted(fd, c->name) != EGM_OK) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client: %s: using TCP", egm_last_error());
+        goto err_close;
+    }
+    if (egm__sock_set_nonblock(fd, 1) != EGM_OK) /* as for TCP: nobody blocks */
+        goto err_close;
+    if (fresh_exchange(fd, EGM_RPC_HELLO, NULL, 0, hello, &len, deadline_ms) != EGM_OK) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client: unix:%s: Hello failed (%s); not using it",
+                            c->name, egm_last_error());
+        goto err_close;
+    }
+    hello[len] = '\0';
+    if (!egm__rpc_hello_covers((const char *)hello, len, &c->target)) {
+        for (size_t i = 0; i < len; i++)
+            if (hello[i] < 0x20 || hello[i] > 0x7e)
+                hello[i] = '?';
+        egm_log_ratelimited(EGM_LOG_WARN, 1,
+                            "rpc client: unix:%s is the master of %s, not of %s: not using it",
+                            c->name, (const char *)hello, target);
+        goto err_close;
+    }
+    egm_debug("rpc client: unix:%s is the master of %s", c->name, target);
+    return fd;
+
+err_close:
+    close(fd);
+    return -1;
 }
 
 /* Caller holds lock. */
@@ -487,8 +583,16 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         if (timeout <= 0 || left < timeout)
             timeout = left;
     }
-    if (cl->local_path[0] != '\0')
-        fd = local_connect(cl->local_path);
+    const char *via = NULL;
+    if (cl->n_local > 0) {
+        /* Hello is answered by the server's thread without the master's
+         * state: a local master that does not answer soon is not one */
+        uint64_t hello_deadline = egm__now_ms() + (timeout > 0 ? (uint64_t)timeout : 5000u);
+        for (size_t i = 0; i < cl->n_local && fd < 0; i++) {
+            fd = local_connect(&cl->local[i], hello_deadline);
+            via = cl->local[i].name;
+        }
+    }
     if (fd < 0) {
         status = egm__sock_tcp_connect(cl->host, cl->port, timeout, &fd);
         if (status != EGM_OK)
@@ -501,8 +605,7 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         }
         egm_debug("rpc client connected to %s:%u over tcp", cl->host, (unsigned)cl->port);
     } else {
-        egm_debug("rpc client connected to %s:%u over unix:%s", cl->host, (unsigned)cl->port,
-                  cl->local_path);
+        egm_debug("rpc client connected to %s:%u over unix:%s", cl->host, (unsigned)cl->port, via);
     }
     if (cl->auth_token[0] != '\0') {
         uint64_t auth_deadline = deadline_ms;
@@ -802,9 +905,8 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl->max_frame_size = params->max_frame_size;
     if (params->auth_token != NULL)
         snprintf(cl->auth_token, sizeof(cl->auth_token), "%s", params->auth_token);
-    if (params->prefer_local_socket && is_loopback_host(cl->host))
-        snprintf(cl->local_path, sizeof(cl->local_path), EGM_RPC_LOCAL_NAME_FMT,
-                 (unsigned)cl->port);
+    if (params->prefer_local_socket)
+        plan_local_candidates(cl);
     *client_p = cl;
     return EGM_OK;
 
@@ -813,6 +915,26 @@ err_map:
 err_free:
     egm_free(cl);
     return status;
+}
+
+int egm__rpc_client_local_probe(const char *addr, int timeout_ms)
+{
+    egm_rpc_client_params_t params = {.addr = addr,
+                                      .connect_timeout_ms = timeout_ms,
+                                      .max_frame_size = EGM_RPC_HELLO_MAX,
+                                      .prefer_local_socket = 1};
+    egm_rpc_client_t *cl = NULL;
+    int fd = -1;
+
+    if (egm__rpc_client_create(&params, &cl) != EGM_OK)
+        return 0;
+    uint64_t deadline = egm__now_ms() + (timeout_ms > 0 ? (uint64_t)timeout_ms : 5000u);
+    for (size_t i = 0; i < cl->n_local && fd < 0; i++)
+        fd = local_connect(&cl->local[i], deadline);
+    if (fd >= 0)
+        close(fd);
+    egm__rpc_client_destroy(cl);
+    return fd >= 0;
 }
 
 void egm__rpc_client_destroy(egm_rpc_client_t *client)

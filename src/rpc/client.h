@@ -18,9 +18,12 @@ typedef struct {
     int connect_timeout_ms;
     size_t max_frame_size;
     /* When addr's host is a loopback address (127.0.0.0/8, ::1, "localhost"),
-     * connect to the Unix socket EGM_RPC_LOCAL_NAME_FMT (rpc/server.h) of its
-     * port first, and fall back to TCP silently when nobody listens there.
-     * Same frames, without the loopback TCP/IP stack on every call. */
+     * connect to the master's local Unix socket first (rpc/endpoint.h: the
+     * name of addr's exact address and port, then the wildcard names of its
+     * port), keep that connection only when the master behind it answers
+     * Hello with a TCP endpoint that covers addr (else a warning), and fall
+     * back to TCP otherwise (silently when nobody listens there). Same
+     * frames, without the loopback TCP/IP stack on every call. */
     int prefer_local_socket;
     /* Cluster token presented first on every (re)connection (NULL or "" =
      * none). A refusal fails the call that connected with the server's
@@ -35,6 +38,10 @@ typedef struct {
 egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
                                     egm_rpc_client_t **client_p);
 void egm__rpc_client_destroy(egm_rpc_client_t *client);
+/* Whether a client of addr preferring the local socket would be served over
+ * it now (a local name answers Hello as the master of addr). Connects and
+ * closes; for labels (bench). */
+int egm__rpc_client_local_probe(const char *addr, int timeout_ms);
 
 /* Raw call: *reply_p (egm_malloc'ed, free with egm_free) receives the reply
  * payload. An error reply from the server returns its status, with its text in

@@ -70,6 +70,8 @@ const char *egm__rpc_type_name(uint16_t type)
         return "ListSegments";
     case EGM_RPC_AUTH:
         return "Auth";
+    case EGM_RPC_HELLO:
+        return "Hello";
     case EGM_RPC_STAT_KEY:
         return "StatKey";
     default:

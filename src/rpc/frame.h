@@ -46,6 +46,13 @@ typedef enum {
      * payload is the token's bytes (no protobuf); the reply is empty. Served
      * by the RPC server itself, not by a handler (so above TYPE_MAX). */
     EGM_RPC_AUTH = 64,
+    /* Which master is this: the reply's payload is text, the TCP endpoints
+     * the server listens on ("127.0.0.2:5000", "[::]:5000 0.0.0.0:5000"),
+     * separated by spaces; the request's payload is empty. Served by the RPC
+     * server itself, also before Auth: a client reaching a master over its
+     * local Unix socket checks that it is the master of the TCP endpoint it
+     * was given (rpc/endpoint.h). */
+    EGM_RPC_HELLO = 65,
 } egm_rpc_type_t;
 
 typedef struct {

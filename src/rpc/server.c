@@ -13,6 +13,7 @@
 #include "rpc/server.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -78,6 +79,8 @@ struct egm_rpc_server {
     size_t max_frame_size;
     size_t max_connections;
     char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none required */
+    egm_rpc_endpoint_t listen_ep;            /* the TCP listener's bound address */
+    char identity[EGM_RPC_HELLO_MAX];        /* the Hello reply */
     uint64_t sweep_timer;
     int has_timer;
     struct {
@@ -268,8 +271,9 @@ static void begin_closing(rpc_conn_t *c)
 
 static void begin_closing(rpc_conn_t *c);
 
-/* The cluster token gate. Returns 1 when the frame was an Auth frame or was
- * refused (answered here), 0 when it goes on to its handler. */
+/* The cluster token gate, and Hello. Returns 1 when the frame was an Auth or
+ * Hello frame or was refused (answered here), 0 when it goes on to its
+ * handler. */
 static int auth_gate(rpc_conn_t *c, const uint8_t *payload, size_t len)
 {
     egm_rpc_server_t *s = c->server;
@@ -277,6 +281,12 @@ static int auth_gate(rpc_conn_t *c, const uint8_t *payload, size_t len)
     uint64_t id = c->hdr.request_id;
     const char *problem;
 
+    if (type == EGM_RPC_HELLO) {
+        /* who we are, to anyone: the endpoints are what the peer dialled */
+        queue_frame(c, EGM_FRAME_REPLY, type, id, (const uint8_t *)s->identity,
+                    strlen(s->identity));
+        return 1;
+    }
     if (type != EGM_RPC_AUTH) {
         if (c->authenticated || s->auth_token[0] == '\0')
             return 0;
@@ -709,6 +719,34 @@ static void on_sweep(egm_reactor_t *reactor, void *arg)
     }
 }
 
+/* The listener's bound address, and the Hello reply made of it. */
+static egm_status_t set_identity(egm_rpc_server_t *s)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char text[EGM_RPC_ENDPOINT_MAX];
+
+    if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &len) != 0)
+        return egm__set_error(egm__status_from_errno(errno), "rpc server: getsockname: %s",
+                              strerror(errno));
+    egm_status_t status = egm__rpc_endpoint_from_sockaddr((struct sockaddr *)&ss, &s->listen_ep);
+    if (status != EGM_OK)
+        return status;
+    egm__rpc_endpoint_format(&s->listen_ep, text, sizeof(text));
+    snprintf(s->identity, sizeof(s->identity), "%s", text);
+    int v6only = 1;
+    socklen_t optlen = sizeof(v6only);
+    if (s->listen_ep.family == AF_INET6 && egm__rpc_endpoint_is_wildcard(&s->listen_ep) &&
+        getsockopt(s->listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &optlen) == 0 && !v6only) {
+        /* "::" also takes IPv4 (net.ipv6.bindv6only = 0) */
+        egm_rpc_endpoint_t any4 = {.family = AF_INET, .port = s->listen_ep.port};
+        egm__rpc_endpoint_format(&any4, text, sizeof(text));
+        size_t n = strlen(s->identity);
+        snprintf(s->identity + n, sizeof(s->identity) - n, " %s", text);
+    }
+    return EGM_OK;
+}
+
 egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server_params_t *params,
                                     egm_rpc_server_t **server_p)
 {
@@ -753,6 +791,8 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
     if (status != EGM_OK)
         goto err_free;
     status = egm__sock_set_nonblock(s->listen_fd, 1);
+    if (status == EGM_OK)
+        status = set_identity(s);
     if (status != EGM_OK)
         goto err_close;
     status = egm__reactor_add(reactor, s->listen_fd, EGM_EV_READ | EGM_EV_EXCLUSIVE, on_accept, s);
@@ -805,6 +845,8 @@ egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_
     s->listen_fd = owner->listen_fd;
     s->unix_fd = owner->unix_fd;
     s->port = owner->port;
+    s->listen_ep = owner->listen_ep;
+    memcpy(s->identity, owner->identity, sizeof(s->identity));
     s->max_frame_size = owner->max_frame_size;
     s->max_connections = owner->max_connections;
     memcpy(s->auth_token, owner->auth_token, sizeof(s->auth_token));
@@ -848,6 +890,25 @@ egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
     server->handlers[type].fn = handler;
     server->handlers[type].arg = arg;
     return EGM_OK;
+}
+
+egm_status_t egm__rpc_server_local_name(const egm_rpc_server_t *server, char *buf, size_t len)
+{
+    char text[EGM_RPC_ENDPOINT_MAX];
+
+    if (!egm__rpc_endpoint_is_loopback(&server->listen_ep) &&
+        !egm__rpc_endpoint_is_wildcard(&server->listen_ep)) {
+        egm__rpc_endpoint_format(&server->listen_ep, text, sizeof(text));
+        return egm__set_error(EGM_ERR_NOT_SUPPORTED,
+                              "rpc server on %s: not a loopback or wildcard address", text);
+    }
+    egm__rpc_local_name(&server->listen_ep, buf, len);
+    return EGM_OK;
+}
+
+const char *egm__rpc_server_identity(const egm_rpc_server_t *server)
+{
+    return server->identity;
 }
 
 egm_status_t egm__rpc_server_listen_unix(egm_rpc_server_t *server, const char *path)

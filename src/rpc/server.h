@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/reactor.h"
+#include "rpc/endpoint.h"
 
 typedef struct egm_rpc_server egm_rpc_server_t;
 
@@ -32,9 +33,9 @@ typedef struct {
     size_t max_frame_size;  /* payload limit */
     size_t max_connections; /* 0 = 1024 */
     /* Cluster token (copied; NULL or "" = none): each connection must first
-     * send an EGM_RPC_AUTH frame carrying it; any other frame before that, or
-     * a wrong token, gets an EGM_ERR_PERMISSION error reply ("auth required" /
-     * "auth token mismatch") and the connection is closed. */
+     * send an EGM_RPC_AUTH frame carrying it; any other frame before that
+     * (but EGM_RPC_HELLO), or a wrong token, gets an EGM_ERR_PERMISSION error reply ("auth
+     * required" / "auth token mismatch") and the connection is closed. */
     const char *auth_token;
 } egm_rpc_server_params_t;
 
@@ -47,12 +48,6 @@ typedef struct {
     uint64_t auth_failures;    /* frames refused for a missing or wrong cluster token */
 } egm_rpc_server_stats_t;
 
-/* Abstract Unix socket name ("@" = abstract namespace) under which a master
- * listening on TCP port %u also serves clients of its own host. Abstract names
- * live in the network namespace, like 127.0.0.1, and vanish with the process. */
-#define EGM_RPC_LOCAL_NAME_FMT "@egmstore-master-%u"
-#define EGM_RPC_LOCAL_NAME_MAX 64
-
 egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server_params_t *params,
                                     egm_rpc_server_t **server_p);
 egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
@@ -62,6 +57,16 @@ egm_status_t egm__rpc_server_register(egm_rpc_server_t *server, uint16_t type,
  * At most one per server; call before the reactor runs or on its thread. Fails
  * (the server keeps serving TCP) when the name is taken. */
 egm_status_t egm__rpc_server_listen_unix(egm_rpc_server_t *server, const char *path);
+/* The abstract Unix socket name (rpc/endpoint.h) under which a server
+ * listening on this TCP address also serves clients of its own host: EGM_OK
+ * with the name in buf when the address is a loopback or wildcard one,
+ * EGM_ERR_NOT_SUPPORTED otherwise (no local client's TCP would reach it by a
+ * loopback address). Abstract names live in the network namespace, like
+ * 127.0.0.1, and vanish with the process. */
+egm_status_t egm__rpc_server_local_name(const egm_rpc_server_t *server, char *buf, size_t len);
+/* What the server answers to Hello: its TCP endpoints, separated by spaces
+ * (an IPv6 wildcard that also takes IPv4 lists "0.0.0.0:PORT" too). */
+const char *egm__rpc_server_identity(const egm_rpc_server_t *server);
 /* Another server, on another reactor (thread), serving the listening sockets
  * of `owner` (a server made by egm__rpc_server_create, after its
  * egm__rpc_server_listen_unix): every server of the group watches them

@@ -955,19 +955,7 @@ static void *master_main(void *arg)
  * socket (same host), else "tcp". */
 static const char *probe_transport(const bench_t *b, const char *addr)
 {
-    char host[256], path[EGM_RPC_LOCAL_NAME_MAX];
-    uint16_t port;
-    int fd;
-
-    if (b->o.tcp || egm__sock_split_hostport(addr, host, sizeof(host), &port) != EGM_OK)
-        return "tcp";
-    if (strncmp(host, "127.", 4) != 0 && strcmp(host, "localhost") != 0 && strcmp(host, "::1") != 0)
-        return "tcp";
-    snprintf(path, sizeof(path), EGM_RPC_LOCAL_NAME_FMT, (unsigned)port);
-    if (egm__sock_unix_connect(path, &fd) != EGM_OK)
-        return "tcp";
-    close(fd);
-    return "unix";
+    return !b->o.tcp && egm__rpc_client_local_probe(addr, 1000) ? "unix" : "tcp";
 }
 
 static int bench_meta(egm_cli_t *cli, bench_opts_t *o)

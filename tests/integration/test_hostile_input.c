@@ -97,7 +97,10 @@ static int connect_master(int over_unix)
     int fd;
     if (over_unix) {
         char name[EGM_RPC_LOCAL_NAME_MAX];
-        snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, cluster.master_port);
+        egm_rpc_endpoint_t ep;
+        assert_int_equal(
+            egm__rpc_endpoint_from_host("127.0.0.1", (uint16_t)cluster.master_port, &ep), EGM_OK);
+        egm__rpc_local_name(&ep, name, sizeof(name));
         assert_int_equal(egm__sock_unix_connect(name, &fd), EGM_OK);
     } else {
         assert_int_equal(

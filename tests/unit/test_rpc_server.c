@@ -109,12 +109,13 @@ static void *reactor_main(void *arg)
     return NULL;
 }
 
-/* Reactor + server on `port` (0 = any), running on its own thread; with
+/* Reactor + server on host:port (0 = any), running on its own thread; with
  * `local`, also on its local Unix socket name. */
-static void env_start_ex(env_t *env, uint16_t port, size_t max_connections, int local)
+static void env_start_on(env_t *env, const char *host, uint16_t port, size_t max_connections,
+                         int local)
 {
     egm_rpc_server_params_t params = {
-        .host = "127.0.0.1",
+        .host = host,
         .port = port,
         .max_frame_size = MAX_FRAME,
         .max_connections = max_connections,
@@ -132,13 +133,18 @@ static void env_start_ex(env_t *env, uint16_t port, size_t max_connections, int 
     assert_true(env->port != 0);
     if (port)
         assert_int_equal(env->port, port);
-    snprintf(env->addr, sizeof(env->addr), "127.0.0.1:%u", (unsigned)env->port);
+    snprintf(env->addr, sizeof(env->addr), "%s:%u", host, (unsigned)env->port);
     if (local) {
         char name[EGM_RPC_LOCAL_NAME_MAX];
-        snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)env->port);
+        assert_int_equal(egm__rpc_server_local_name(env->server, name, sizeof(name)), EGM_OK);
         assert_int_equal(egm__rpc_server_listen_unix(env->server, name), EGM_OK);
     }
     assert_int_equal(pthread_create(&env->thread, NULL, reactor_main, env->reactor), 0);
+}
+
+static void env_start_ex(env_t *env, uint16_t port, size_t max_connections, int local)
+{
+    env_start_on(env, "127.0.0.1", port, max_connections, local);
 }
 
 static void env_start(env_t *env, uint16_t port, size_t max_connections)
@@ -1075,7 +1081,7 @@ static int raw_connect_unix(const char *name)
 }
 
 /* A server on TCP and its local name: a client preferring the local socket is
- * served over Unix for every loopback spelling, one that does not over TCP;
+ * served over Unix for the address and "localhost", one that does not over TCP;
  * frames, error replies and the bad-frame treatment are the same on both. */
 static void test_local_socket_preferred(void **state)
 {
@@ -1087,7 +1093,7 @@ static void test_local_socket_preferred(void **state)
     size_t n;
 
     env_start_ex(&env, 0, 0, 1);
-    snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)env.port);
+    assert_int_equal(egm__rpc_server_local_name(env.server, name, sizeof(name)), EGM_OK);
 
     egm_rpc_client_t *local = new_client_ex(env.addr, 1);
     echo_ok(local, "over unix");
@@ -1100,18 +1106,16 @@ static void test_local_socket_preferred(void **state)
     assert_non_null(strstr(egm_last_error(), "no such key 'k1'"));
     egm__rpc_client_destroy(local);
 
-    const char *hosts[] = {"localhost", "127.0.0.2", "[::1]"};
-    for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
-        snprintf(addr, sizeof(addr), "%s:%u", hosts[i], (unsigned)env.port);
-        local = new_client_ex(addr, 1);
-        echo_ok(local, hosts[i]);
-        egm__rpc_client_destroy(local);
-        expect_stats(&env, 2 + i, 2 + i);
-    }
+    /* "localhost" resolves to 127.0.0.1 (and perhaps ::1, where nobody listens) */
+    snprintf(addr, sizeof(addr), "localhost:%u", (unsigned)env.port);
+    local = new_client_ex(addr, 1);
+    echo_ok(local, "localhost");
+    egm__rpc_client_destroy(local);
+    expect_stats(&env, 2, 2);
 
     egm_rpc_client_t *tcp = new_client_ex(env.addr, 0);
     echo_ok(tcp, "over tcp");
-    expect_stats(&env, 5, 4);
+    expect_stats(&env, 3, 2);
     egm__rpc_client_destroy(tcp);
 
     /* raw Unix peer: pipelined frames, an unknown type keeps the connection,
@@ -1127,7 +1131,7 @@ static void test_local_socket_preferred(void **state)
     raw_expect_error(fd, 9, EGM_ERR_VERSION, "version");
     raw_expect_eof(fd);
     close(fd);
-    expect_stats(&env, 6, 5);
+    expect_stats(&env, 4, 3);
 
     env_stop(&env);
     assert_int_equal(egm__alloc_live_count(), live);
@@ -1179,7 +1183,7 @@ static void test_local_socket_name_clash(void **state)
     int holder = -1;
 
     env_start(&env, 0, 0);
-    snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)env.port);
+    assert_int_equal(egm__rpc_server_local_name(env.server, name, sizeof(name)), EGM_OK);
     assert_int_equal(egm__sock_unix_listen(name, &holder), EGM_OK);
     /* on the reactor's thread or before it runs: stop it around the call */
     egm__reactor_stop(env.reactor);
@@ -1198,6 +1202,235 @@ static void test_local_socket_name_clash(void **state)
     close(fd);
     close(holder);
     env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* Answers the letter of the server that ran it (its arg), to tell servers apart. */
+static egm_status_t letter_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                   egm_rpc_reply_t *reply)
+{
+    (void)type;
+    (void)payload;
+    (void)len;
+    reply->buf = egm_malloc(1, "test_letter");
+    if (reply->buf == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "letter");
+    reply->buf[0] = (uint8_t)(uintptr_t)arg;
+    reply->len = 1;
+    return EGM_OK;
+}
+
+/* The letter of the server that answered a call through `client`. */
+static char call_letter(egm_rpc_client_t *client)
+{
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    assert_int_equal(egm__rpc_call(client, TYPE_DECODE, NULL, 0, &reply, &len, 10000), EGM_OK);
+    assert_int_equal(len, 1);
+    char letter = (char)reply[0];
+    egm_free(reply);
+    return letter;
+}
+
+/* Like env_start_on, with the letter handler (TYPE_DECODE) answering `letter`;
+ * `local_name` NULL = the server's own local name, "" = none. */
+static void env_start_letter(env_t *env, const char *host, uint16_t port, char letter,
+                             const char *local_name)
+{
+    env_start_on(env, host, port, 0, 0);
+    egm__reactor_stop(env->reactor); /* registering and listening: not while it runs */
+    pthread_join(env->thread, NULL);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_DECODE, letter_handler,
+                                              (void *)(uintptr_t)letter),
+                     EGM_OK);
+    char name[EGM_RPC_LOCAL_NAME_MAX];
+    if (local_name == NULL)
+        assert_int_equal(egm__rpc_server_local_name(env->server, name, sizeof(name)), EGM_OK);
+    else
+        snprintf(name, sizeof(name), "%s", local_name);
+    if (name[0] != '\0')
+        assert_int_equal(egm__rpc_server_listen_unix(env->server, name), EGM_OK);
+    assert_int_equal(pthread_create(&env->thread, NULL, reactor_main, env->reactor), 0);
+}
+
+static egm_rpc_client_t *local_client(const char *host, uint16_t port)
+{
+    char addr[80];
+    snprintf(addr, sizeof(addr), "%s:%u", host, (unsigned)port);
+    return new_client_ex(addr, 1);
+}
+
+/* Two servers on the same port of two loopback addresses, each on its own
+ * local name: a client reaches the one of the address it was given, over
+ * Unix, never the other (the name used to carry the port only). */
+static void test_local_socket_keyed_by_address(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t one, two;
+    char name[EGM_RPC_LOCAL_NAME_MAX];
+
+    env_start_letter(&one, "127.0.0.1", 0, '1', NULL);
+    env_start_letter(&two, "127.0.0.2", one.port, '2', NULL);
+    assert_int_equal(egm__rpc_server_local_name(two.server, name, sizeof(name)), EGM_OK);
+    char want[EGM_RPC_LOCAL_NAME_MAX];
+    snprintf(want, sizeof(want), "@egmstore-master-127.0.0.2:%u", (unsigned)one.port);
+    assert_string_equal(name, want);
+    assert_string_equal(egm__rpc_server_identity(two.server), want + strlen("@egmstore-master-"));
+
+    egm_rpc_client_t *c2 = local_client("127.0.0.2", one.port);
+    egm_rpc_client_t *c1 = local_client("127.0.0.1", one.port);
+    egm_rpc_client_t *cl = local_client("localhost", one.port);
+    assert_int_equal(call_letter(c2), '2');
+    assert_int_equal(call_letter(c1), '1');
+    assert_int_equal(call_letter(cl), '1');
+    expect_stats(&two, 1, 1);
+    expect_stats(&one, 2, 2);
+    egm__rpc_client_destroy(c2);
+    egm__rpc_client_destroy(c1);
+    egm__rpc_client_destroy(cl);
+    env_stop(&two);
+    env_stop(&one);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* A server on a wildcard address takes the wildcard name: a client of any
+ * loopback address of its family (what TCP would reach too) is served over
+ * Unix; an IPv6 wildcard that takes IPv4 says so in its Hello. */
+static void test_local_socket_wildcard(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t any;
+    char want[EGM_RPC_LOCAL_NAME_MAX], name[EGM_RPC_LOCAL_NAME_MAX];
+
+    env_start_letter(&any, "0.0.0.0", 0, 'a', NULL);
+    assert_int_equal(egm__rpc_server_local_name(any.server, name, sizeof(name)), EGM_OK);
+    snprintf(want, sizeof(want), "@egmstore-master-0.0.0.0:%u", (unsigned)any.port);
+    assert_string_equal(name, want);
+    egm_rpc_client_t *c = local_client("127.0.0.5", any.port);
+    assert_int_equal(call_letter(c), 'a');
+    egm__rpc_client_destroy(c);
+    expect_stats(&any, 1, 1);
+    env_stop(&any);
+
+    env_start_letter(&any, "::", 0, 'b', NULL);
+    assert_int_equal(egm__rpc_server_local_name(any.server, name, sizeof(name)), EGM_OK);
+    snprintf(want, sizeof(want), "@egmstore-master-[::]:%u", (unsigned)any.port);
+    assert_string_equal(name, want);
+    c = local_client("[::1]", any.port);
+    assert_int_equal(call_letter(c), 'b');
+    egm__rpc_client_destroy(c);
+    expect_stats(&any, 1, 1);
+    snprintf(want, sizeof(want), "[::]:%u 0.0.0.0:%u", (unsigned)any.port, (unsigned)any.port);
+    if (strcmp(egm__rpc_server_identity(any.server), want) == 0) {
+        /* dual stack (net.ipv6.bindv6only = 0): IPv4 clients too */
+        c = local_client("127.0.0.5", any.port);
+        assert_int_equal(call_letter(c), 'b');
+        egm__rpc_client_destroy(c);
+        expect_stats(&any, 2, 2);
+    } else {
+        want[strcspn(want, " ")] = '\0';
+        assert_string_equal(egm__rpc_server_identity(any.server), want);
+    }
+    env_stop(&any);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* The Unix name of the endpoint a client was given is held by a server that
+ * listens elsewhere: its Hello does not list that endpoint, so the client
+ * does not keep that connection and reaches the right server over TCP. */
+static void test_local_socket_identity_mismatch(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t wrong, right;
+    char name[EGM_RPC_LOCAL_NAME_MAX];
+    egm_rpc_endpoint_t ep;
+
+    env_start_letter(&wrong, "127.0.0.1", 0, 'w', "");
+    assert_int_equal(egm__rpc_endpoint_from_host("127.0.0.3", wrong.port, &ep), EGM_OK);
+    egm__rpc_local_name(&ep, name, sizeof(name));
+    egm__reactor_stop(wrong.reactor);
+    pthread_join(wrong.thread, NULL);
+    assert_int_equal(egm__rpc_server_listen_unix(wrong.server, name), EGM_OK);
+    assert_int_equal(pthread_create(&wrong.thread, NULL, reactor_main, wrong.reactor), 0);
+    env_start_letter(&right, "127.0.0.3", wrong.port, 'r', "");
+
+    egm_rpc_client_t *c = local_client("127.0.0.3", wrong.port);
+    assert_int_equal(call_letter(c), 'r');
+    assert_int_equal(call_letter(c), 'r');
+    expect_stats(&right, 1, 0);
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(wrong.server, &st);
+    assert_true(st.connections_unix == 1); /* asked who it is, then left */
+    assert_true(st.requests == 1);
+    egm__rpc_client_destroy(c);
+    env_stop(&right);
+    env_stop(&wrong);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* Hello is answered before Auth (the token goes only to the right master),
+ * with the server's endpoints; anything else before Auth is still refused. */
+static void test_hello_before_auth(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    egm_reactor_t *reactor;
+    egm_rpc_server_t *server;
+    pthread_t thread;
+    char name[EGM_RPC_LOCAL_NAME_MAX], want[64];
+    uint8_t buf[256];
+    egm_frame_header_t h;
+    egm_rpc_server_params_t params = {
+        .host = "127.0.0.1", .max_frame_size = MAX_FRAME, .auth_token = "hello-test-token"};
+
+    assert_int_equal(egm__reactor_create(&reactor), EGM_OK);
+    assert_int_equal(egm__rpc_server_create(reactor, &params, &server), EGM_OK);
+    assert_int_equal(egm__rpc_server_register(server, TYPE_ECHO, echo_handler, NULL), EGM_OK);
+    uint16_t port = egm__rpc_server_port(server);
+    assert_int_equal(egm__rpc_server_local_name(server, name, sizeof(name)), EGM_OK);
+    assert_int_equal(egm__rpc_server_listen_unix(server, name), EGM_OK);
+    assert_int_equal(pthread_create(&thread, NULL, reactor_main, reactor), 0);
+    snprintf(want, sizeof(want), "127.0.0.1:%u", (unsigned)port);
+
+    for (int over_unix = 0; over_unix < 2; over_unix++) {
+        int fd = over_unix ? raw_connect_unix(name) : raw_connect(port);
+        size_t n = build_frame(buf, EGM_RPC_VERSION, EGM_RPC_HELLO, 5, NULL, 0);
+        raw_send(fd, buf, n);
+        raw_read_frame(fd, &h, buf, sizeof(buf));
+        assert_int_equal(h.flags, EGM_FRAME_REPLY);
+        assert_int_equal(h.type, EGM_RPC_HELLO);
+        assert_true(h.request_id == 5);
+        assert_int_equal(h.length, strlen(want));
+        assert_memory_equal(buf, want, h.length);
+        n = build_frame(buf, EGM_RPC_VERSION, TYPE_ECHO, 6, "x", 1);
+        raw_send(fd, buf, n);
+        raw_expect_error(fd, 6, EGM_ERR_PERMISSION, "auth required");
+        raw_expect_eof(fd);
+        close(fd);
+    }
+
+    /* and a client with the token, over Unix, gets on with its calls */
+    egm_rpc_client_params_t cp = {.addr = want,
+                                  .connect_timeout_ms = 3000,
+                                  .max_frame_size = MAX_FRAME,
+                                  .prefer_local_socket = 1,
+                                  .auth_token = "hello-test-token"};
+    egm_rpc_client_t *client = NULL;
+    assert_int_equal(egm__rpc_client_create(&cp, &client), EGM_OK);
+    echo_ok(client, "after hello and auth");
+    egm_rpc_server_stats_t st;
+    egm__rpc_server_stats(server, &st);
+    assert_true(st.connections_unix == 2);
+    assert_true(egm__rpc_client_local_probe(want, 3000));
+    egm__rpc_client_destroy(client);
+
+    egm__reactor_stop(reactor);
+    pthread_join(thread, NULL);
+    egm__rpc_server_destroy(server);
+    egm__reactor_destroy(reactor);
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
@@ -1251,7 +1484,7 @@ static void test_peer_group_spreads_connections(void **state)
         assert_int_equal(egm__reactor_create(&reactors[i]), EGM_OK);
     assert_int_equal(egm__rpc_server_create(reactors[0], &params, &servers[0]), EGM_OK);
     uint16_t port = egm__rpc_server_port(servers[0]);
-    snprintf(name, sizeof(name), EGM_RPC_LOCAL_NAME_FMT, (unsigned)port);
+    assert_int_equal(egm__rpc_server_local_name(servers[0], name, sizeof(name)), EGM_OK);
     assert_int_equal(egm__rpc_server_listen_unix(servers[0], name), EGM_OK);
     assert_int_equal(egm__rpc_server_create_peer(reactors[1], servers[0], &servers[1]), EGM_OK);
     assert_int_equal(egm__rpc_server_port(servers[1]), port);
@@ -1329,6 +1562,10 @@ int main(void)
         cmocka_unit_test(test_local_socket_preferred),
         cmocka_unit_test(test_local_socket_fallback),
         cmocka_unit_test(test_local_socket_name_clash),
+        cmocka_unit_test(test_local_socket_keyed_by_address),
+        cmocka_unit_test(test_local_socket_wildcard),
+        cmocka_unit_test(test_local_socket_identity_mismatch),
+        cmocka_unit_test(test_hello_before_auth),
         cmocka_unit_test(test_peer_group_spreads_connections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
