@@ -118,7 +118,8 @@ egm_status_t egm__capacity_remount(egm_client_t *client, const egm_id_t *listed,
 /* qsort/bsearch order of egm_id_t. */
 int egm__capacity_id_compare(const void *a, const void *b);
 
-/* Liveness (liveness.c). */
+/* Liveness (liveness.c). Stop ends the ping thread, then tells the master
+ * that this client leaves (a last ping: it unregisters it at once). */
 egm_status_t egm__liveness_start(egm_client_t *client);
 void egm__liveness_stop(egm_client_t *client);
 
@@ -156,6 +157,12 @@ typedef egm_status_t (*egm_put_read_fn)(void *ctx, void *buf, size_t len);
 typedef struct {
     size_t part_size;                 /* bytes read and written at a time; 0: EGM_PUT_STREAM_PART */
     const egm_replicate_config_t *rc; /* NULL: the client's replica_num, no pins */
+    /* After each part, drop this process's mappings of the replicas' segments
+     * (egm__te_forget_segment; the next part maps them again): the pool pages
+     * written then leave its resident set, which would otherwise grow by the
+     * whole object over shm (pool memory shared with the provider, but counted
+     * as the process's). For one-shot tools; a long-lived client keeps them. */
+    int release_mappings;
 } egm_put_stream_params_t;
 
 /* Stores `size` bytes under `key` without holding them whole: checks the size
@@ -172,8 +179,8 @@ egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t siz
                              const egm_put_stream_params_t *params);
 /* The pool as the master lists it: capacity of all segments, of the largest
  * one, and how many (put_stream.c). */
-egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p,
-                                       uint64_t *largest_p, size_t *segments_p);
+egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p, uint64_t *largest_p,
+                                       size_t *segments_p);
 
 /* For `egmstore ls`: every segment with usage; free with egm__rpc_msg_free. */
 egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsReply **reply_p);

@@ -1,8 +1,11 @@
 /* Object commands: put, get, exist, rm, ls, stat. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <egmstore/egmstore.h>
 #include "client/client_int.h"
 #include "client/inspect.h"
@@ -32,68 +35,205 @@ static egm_client_t *connect_client(egm_cli_t *cli)
     return client;
 }
 
-/* Whole file or stdin into an egm_malloc'ed buffer. */
-static egm_status_t read_input(const char *path, void **data_p, size_t *len_p)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    size_t cap = 1 << 16, len = 0;
-    char *buf;
+/* What `put` stores, read part by part: a regular file where it lies (its size
+ * from fstat, nothing read before the pool is known to hold it), or stdin, a
+ * pipe or another stream, whose size is only known at its end: copied first
+ * into an unlinked temporary file in $TMPDIR (stopping as soon as it passes
+ * what one object of the pool can hold), then read back from there. */
+typedef struct {
+    const char *name; /* the path, or "stdin" */
+    int fd;
+    int owned; /* fd closed by close_input */
+    int spool; /* not a regular file: copy it to a temporary file first */
+    uint64_t size;
+    uint64_t done; /* bytes handed to the put */
+} put_input_t;
 
-    if (f == NULL)
+static egm_status_t open_input(const char *path, put_input_t *in)
+{
+    struct stat st;
+
+    *in = (put_input_t){.name = path, .fd = -1};
+    if (strcmp(path, "-") == 0) {
+        in->name = "stdin";
+        in->fd = STDIN_FILENO;
+    } else if ((in->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         return egm__set_error(EGM_ERR_IO, "%s: %s", path, strerror(errno));
-    buf = egm_malloc(cap, "cli.input");
-    while (buf != NULL) {
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap)
+    } else {
+        in->owned = 1;
+    }
+    if (fstat(in->fd, &st) != 0)
+        return egm__set_error(EGM_ERR_IO, "%s: %s", in->name, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "%s: %s", in->name, strerror(EISDIR));
+    if (!S_ISREG(st.st_mode)) {
+        in->spool = 1;
+        return EGM_OK;
+    }
+    /* stdin redirected from a file: what is left of it from its offset. */
+    off_t at = lseek(in->fd, 0, SEEK_CUR);
+    in->size = (uint64_t)st.st_size - (at > 0 && at <= st.st_size ? (uint64_t)at : 0);
+    return EGM_OK;
+}
+
+static void close_input(put_input_t *in)
+{
+    if (in->owned && in->fd >= 0)
+        close(in->fd);
+    in->fd = -1;
+}
+
+/* An unlinked file in $TMPDIR (or /tmp): O_TMPFILE, else mkstemp + unlink. */
+static int spool_file(const char **dir_p)
+{
+    const char *dir = getenv("TMPDIR");
+    char path[4096];
+
+    if (dir == NULL || dir[0] == '\0')
+        dir = "/tmp";
+    *dir_p = dir;
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+        return fd;
+    if ((size_t)snprintf(path, sizeof(path), "%s/egmstore-put-XXXXXX", dir) >= sizeof(path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd >= 0)
+        unlink(path);
+    return fd;
+}
+
+/* Copies the stream into a temporary file; more than `limit` bytes (what
+ * one object of the pool can hold) is NO_SPACE without reading the rest. */
+static egm_status_t spool_input(put_input_t *in, uint64_t limit, uint64_t pool, size_t segments)
+{
+    const char *dir;
+    char limit_text[32], pool_text[32];
+    size_t cap = (size_t)1 << 20;
+    egm_status_t status = EGM_OK;
+    int fd = spool_file(&dir);
+
+    if (fd < 0)
+        return egm__set_error(EGM_ERR_IO, "a temporary file in %s for %s: %s", dir, in->name,
+                              strerror(errno));
+    char *buf = egm_malloc(cap, "cli.spool");
+    if (buf == NULL) {
+        close(fd);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "%s: out of memory", in->name);
+    }
+    uint64_t total = 0;
+    for (;;) {
+        ssize_t n = read(in->fd, buf, cap);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            status = egm__set_error(EGM_ERR_IO, "%s: %s", in->name, strerror(errno));
             break;
-        cap *= 2;
-        char *grown = egm_realloc(buf, cap, "cli.input");
-        if (grown == NULL) {
-            egm_free(buf);
-            buf = NULL;
         }
-        buf = grown;
+        if (n == 0)
+            break;
+        total += (uint64_t)n;
+        if (total > limit) {
+            status = egm__set_error(
+                EGM_ERR_NO_SPACE,
+                "%s: more than %llu bytes (%s), the most one object can take in this pool "
+                "(%llu bytes (%s) in %zu segments; a replica lies in one segment)",
+                in->name, (unsigned long long)limit,
+                egm__format_size(limit, limit_text, sizeof(limit_text)), (unsigned long long)pool,
+                egm__format_size(pool, pool_text, sizeof(pool_text)), segments);
+            break;
+        }
+        for (ssize_t w = 0; w < n && status == EGM_OK;) {
+            ssize_t k = write(fd, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0)
+                status = egm__set_error(EGM_ERR_IO, "%s: a temporary file in %s: %s", in->name, dir,
+                                        strerror(errno));
+            else
+                w += k;
+        }
+        if (status != EGM_OK)
+            break;
     }
-    int failed = ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (buf == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "%s: out of memory", path);
-    if (failed) {
-        egm_free(buf);
-        return egm__set_error(EGM_ERR_IO, "%s: read error", path);
+    egm_free(buf);
+    if (status == EGM_OK && lseek(fd, 0, SEEK_SET) != 0)
+        status = egm__set_error(EGM_ERR_IO, "%s: a temporary file in %s: %s", in->name, dir,
+                                strerror(errno));
+    if (status != EGM_OK) {
+        close(fd);
+        return status;
     }
-    *data_p = buf;
-    *len_p = len;
+    close_input(in);
+    in->fd = fd;
+    in->owned = 1;
+    in->size = total;
+    return EGM_OK;
+}
+
+/* egm_put_read_fn: the input's next len bytes. */
+static egm_status_t read_input(void *ctx, void *buf, size_t len)
+{
+    put_input_t *in = ctx;
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t n = read(in->fd, (char *)buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return egm__set_error(EGM_ERR_IO, "%s: %s", in->name, strerror(errno));
+        if (n == 0)
+            return egm__set_error(EGM_ERR_IO,
+                                  "%s: ended after %llu of its %llu bytes (it changed while "
+                                  "being stored)",
+                                  in->name, (unsigned long long)(in->done + got),
+                                  (unsigned long long)in->size);
+        got += (size_t)n;
+    }
+    in->done += len;
     return EGM_OK;
 }
 
 int egm__cmd_put(egm_cli_t *cli)
 {
-    void *data = NULL;
-    size_t len = 0;
+    put_input_t in;
+    egm_client_t *client = NULL;
     egm_status_t status;
 
     if (need_args(cli, 2, "put KEY FILE|-") != 0)
         return EGM_EXIT_USAGE;
-    status = read_input(cli->argv[1], &data, &len);
-    if (status != EGM_OK) {
-        egm__cli_error("put", status);
+    /* The file's own errors come before connecting. */
+    status = open_input(cli->argv[1], &in);
+    if (status == EGM_OK && (client = connect_client(cli)) == NULL) {
+        close_input(&in);
         return EGM_EXIT_FAIL;
     }
-    egm_client_t *client = connect_client(cli);
-    if (client == NULL) {
-        egm_free(data);
-        return EGM_EXIT_FAIL;
+    if (status == EGM_OK && in.spool) {
+        uint64_t pool = 0, largest = 0;
+        size_t segments = 0;
+        status = egm__client_pool_capacity(client, &pool, &largest, &segments);
+        if (status == EGM_OK)
+            status = spool_input(&in, largest, pool, segments);
     }
-    status = egm_put(client, cli->argv[0], data, len, NULL);
+    if (status == EGM_OK) {
+        egm_put_stream_params_t params = {.release_mappings = 1}; /* a one-shot process */
+        status = egm__put_stream(client, cli->argv[0], in.size, read_input, &in, &params);
+        if (status == EGM_ERR_NO_SPACE) { /* name the input the size is of */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", egm_last_error());
+            egm__set_error(status, "%s: %s", in.name, why);
+        }
+    }
     if (status != EGM_OK) /* before the client's teardown can replace the detail */
         egm__cli_error("put", status);
     egm_client_destroy(client);
-    egm_free(data);
+    close_input(&in);
     if (status != EGM_OK)
         return EGM_EXIT_FAIL;
-    printf("stored %s (%zu bytes)\n", cli->argv[0], len);
+    printf("stored %s (%llu bytes)\n", cli->argv[0], (unsigned long long)in.size);
     return EGM_EXIT_OK;
 }
 
