@@ -18,6 +18,9 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
+/* Deadline of the last ping (say_leaving), at most rpc_timeout_ms. */
+#define EGM_LEAVE_TIMEOUT_MS 1000
+
 /* Forgets the retired ids; notes when one of them is ours (the master expired
  * this client and unmounted our segments). */
 static void apply_retired(egm_client_t *client, const Egm__PingReply *reply)
@@ -295,6 +298,33 @@ egm_status_t egm__liveness_start(egm_client_t *client)
     return EGM_OK;
 }
 
+/* The last ping: the master unregisters this client at once (unmounting what
+ * it may still have) instead of expiring it after client_ttl. One try with a
+ * short deadline: a master that does not answer expires it later anyway. */
+static void say_leaving(egm_client_t *client)
+{
+    Egm__PingRequest req = EGM__PING_REQUEST__INIT;
+    Egm__Id id_pb = EGM__ID__INIT;
+    Egm__PingReply *reply = NULL;
+    int timeout_ms = client->rpc_timeout_ms < EGM_LEAVE_TIMEOUT_MS ? client->rpc_timeout_ms
+                                                                   : EGM_LEAVE_TIMEOUT_MS;
+
+    egm__id_to_pb(client->id, &id_pb);
+    req.client = &id_pb;
+    req.view = client->view;
+    req.leaving = 1;
+    egm_status_t status =
+        egm__rpc_call_msg(client->master, EGM_RPC_PING, &req.base, &egm__ping_reply__descriptor,
+                          (ProtobufCMessage **)&reply, timeout_ms);
+    if (status == EGM_OK)
+        status = reply->status;
+    if (status != EGM_OK)
+        egm_debug("telling the master this client leaves: %s (%s); it expires after client_ttl",
+                  egm_status_string(status), egm_last_error());
+    if (reply != NULL)
+        egm__rpc_msg_free(&reply->base);
+}
+
 void egm__liveness_stop(egm_client_t *client)
 {
     if (!client->ping_started)
@@ -305,4 +335,10 @@ void egm__liveness_stop(egm_client_t *client)
     pthread_mutex_unlock(&client->lock);
     pthread_join(client->ping_thread, NULL);
     client->ping_started = 0;
+    /* After the join: no ping of the thread can register it again. */
+    pthread_mutex_lock(&client->lock);
+    int reachable = client->master_reachable;
+    pthread_mutex_unlock(&client->lock);
+    if (reachable)
+        say_leaving(client);
 }

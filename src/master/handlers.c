@@ -640,6 +640,24 @@ static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, 
         return status;
     egm__id_to_pb(st->master_id, &master_id);
     msg.master_id = &master_id;
+    if (req->leaving) {
+        /* Its last ping (egm_client_destroy): unregister it now rather than
+         * expire it after client_ttl. Unmounting what it may still have
+         * changes the segment set: the lock held shared (runs_shared) is then
+         * traded for an exclusive one, and back. */
+        egm_id_t client = egm__id_from_pb(req->client);
+        msg.status = egm__liveness_leave(st->liveness, client, st->lock == NULL);
+        if (msg.status == EGM_ERR_BUSY) {
+            pthread_rwlock_unlock(st->lock);
+            pthread_rwlock_wrlock(st->lock);
+            msg.status = egm__liveness_leave(st->liveness, client, 1);
+            pthread_rwlock_unlock(st->lock);
+            pthread_rwlock_rdlock(st->lock);
+        }
+        msg.view = egm__segment_table_view(st->segments);
+        status = pack_reply(&msg.base, reply);
+        goto out;
+    }
     msg.view = egm__segment_table_view(st->segments);
     msg.status = egm__liveness_ping(st->liveness, egm__id_from_pb(req->client), st->now_ms());
     if (msg.status == EGM_OK && req->host_id != NULL && req->host_id[0] != '\0')

@@ -297,6 +297,37 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t 
     return EGM_OK;
 }
 
+/* With l->lock held: unmounts every segment of c, then removes and frees c.
+ * *segments_p, *deleted_p: segments unmounted, objects deleted. */
+static void drop_client(egm_liveness_t *l, client_t *c, size_t *segments_p, size_t *deleted_p)
+{
+    size_t segments = 0, deleted = 0;
+
+    /* Backwards: a swap-remove only moves an entry already visited. */
+    for (size_t i = egm__segment_table_count(l->segments); i-- > 0;) {
+        egm_segment_t *seg = egm__segment_table_at(l->segments, i);
+        if (!egm__id_equal(seg->owner, c->id))
+            continue;
+        deleted += unmount(l, seg);
+        segments++;
+    }
+    uint8_t own_key[16]; /* not the map's own copy, which the removal frees */
+    id_key(c->id, own_key);
+    egm__hashmap_remove(l->clients, own_key, sizeof(own_key));
+    egm_free(c);
+    *segments_p = segments;
+    *deleted_p = deleted;
+}
+
+/* Whether a segment of `client` is mounted. */
+static int owns_segments(const egm_liveness_t *l, egm_id_t client)
+{
+    for (size_t i = egm__segment_table_count(l->segments); i-- > 0;)
+        if (egm__id_equal(egm__segment_table_at(l->segments, i)->owner, client))
+            return 1;
+    return 0;
+}
+
 size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
 {
     size_t iter = 0, expired = 0;
@@ -312,25 +343,37 @@ size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
         client_t *c = value;
         if (now_ms < c->last_seen_ms || now_ms - c->last_seen_ms < ttl_ms)
             continue;
-        size_t segments = 0, deleted = 0;
-        /* Backwards: a swap-remove only moves an entry already visited. */
-        for (size_t i = egm__segment_table_count(l->segments); i-- > 0;) {
-            egm_segment_t *seg = egm__segment_table_at(l->segments, i);
-            if (!egm__id_equal(seg->owner, c->id))
-                continue;
-            deleted += unmount(l, seg);
-            segments++;
-        }
+        egm_id_t id = c->id;
+        uint64_t silent_ms = now_ms - c->last_seen_ms;
+        size_t segments, deleted;
+        drop_client(l, c, &segments, &deleted);
         egm_info("client %s silent for %llu ms: expired, %zu segments unmounted, %zu objects "
                  "deleted",
-                 egm__id_format(c->id, id_text), (unsigned long long)(now_ms - c->last_seen_ms),
-                 segments, deleted);
-        uint8_t own_key[16]; /* not the map's own copy, which the removal frees */
-        id_key(c->id, own_key);
-        egm__hashmap_remove(l->clients, own_key, sizeof(own_key));
-        egm_free(c);
+                 egm__id_format(id, id_text), (unsigned long long)silent_ms, segments, deleted);
         expired++;
     }
     pthread_mutex_unlock(&l->lock);
     return expired;
+}
+
+egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client, int may_unmount)
+{
+    char id_text[EGM_ID_STRLEN];
+    egm_status_t status = EGM_OK;
+
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    pthread_mutex_lock(&l->lock);
+    client_t *c = find_client(l, client);
+    if (c != NULL && !may_unmount && owns_segments(l, client)) {
+        status = egm__set_error(EGM_ERR_BUSY, "client %s still has segments mounted",
+                                egm__id_format(client, id_text));
+    } else if (c != NULL) {
+        size_t segments, deleted;
+        drop_client(l, c, &segments, &deleted);
+        egm_debug("client %s left: unregistered, %zu segments unmounted, %zu objects deleted",
+                  egm__id_format(client, id_text), segments, deleted);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return status;
 }

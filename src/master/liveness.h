@@ -1,6 +1,7 @@
 /* Client liveness and segment mounting: clients register by pinging (or by
  * mounting); a client silent for the TTL is expired, its segments unmounted
- * (ids retired) and every replica on them dropped.
+ * (ids retired) and every replica on them dropped; a client that says it is
+ * leaving is dropped the same way at once.
  *
  * The client table has its own mutex, so pings, host ids and counts are
  * thread-safe. Mounting, unmounting and expiry change the segment table,
@@ -48,6 +49,14 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *liveness, egm_id_t client, eg
                                    uint64_t now_ms);
 /* Expires clients silent for ttl_ms or more; returns how many. */
 size_t egm__liveness_expire(egm_liveness_t *liveness, uint64_t now_ms, uint64_t ttl_ms);
+/* Unregisters a client that says it is leaving (its last ping), at once,
+ * unmounting whatever segments it still has exactly as expiry does (a debug
+ * line, not expiry's info line). Unmounting changes the segment table: with
+ * may_unmount 0 (the caller holds the master's lock shared) a client that
+ * still owns a segment is left as it is and BUSY answered, for the caller to
+ * call again holding the lock exclusive. EGM_OK for an unknown client too
+ * (nothing to drop); INVALID_ARG for the nil id. */
+egm_status_t egm__liveness_leave(egm_liveness_t *liveness, egm_id_t client, int may_unmount);
 size_t egm__liveness_client_count(egm_liveness_t *liveness);
 int egm__liveness_is_known(egm_liveness_t *liveness, egm_id_t client);
 
