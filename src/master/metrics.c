@@ -152,6 +152,11 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "segment bytes freed by evictions (every replica)", o->evicted_bytes_total},
         {"egm_master_eviction_runs_total", "counter",
          "evictions started (high watermark or a PutStart without room)", o->eviction_runs_total},
+        {"egm_master_puts_no_space_total", "counter",
+         "PutStarts answered NO_SPACE: no room even after eviction, only protected objects "
+         "(leased, within eviction_min_residency_ms) could have made room, or the object is "
+         "above the high watermark of the capacity",
+         o->no_space_total},
         {"egm_master_discarded_puts_total", "counter",
          "pending objects discarded after put_start_discard_timeout_sec", o->discarded_puts_total},
         {"egm_master_rpc_connections", "gauge", "open RPC connections (every RPC thread)",

@@ -58,10 +58,11 @@ struct egm_object_index {
      * shards' lists by it gives the order of the single list of an unsharded
      * index (up to ties between appends at the same instant). */
     uint64_t lru_seq;
-    /* Bumped whenever an object becomes evictable. A
-     * PutStart-triggered eviction that found nothing is not repeated for the
-     * next keys of the same instant unless an object became evictable since
-     * (a batch against a pool full of leased objects stays linear). */
+    /* Bumped whenever an object enters the LRU lists (PutEnd). A
+     * PutStart-triggered eviction that found nothing is not repeated until an
+     * object it stepped over stops being protected (lease, residency) or an
+     * object was committed since (a batch against a pool full of protected
+     * objects stays linear). */
     uint64_t evictable_gen;
 
     pthread_mutex_t space; /* everything below */
@@ -69,8 +70,11 @@ struct egm_object_index {
     uint64_t evicted_bytes;
     uint64_t eviction_runs;
     uint64_t discarded;
+    uint64_t no_space; /* PutStarts answered NO_SPACE (atomic: counted after the locks) */
+    /* A PutStart-triggered eviction that could free nothing, and until when
+     * nothing it stepped over stops being protected. */
     uint64_t futile_gen;
-    uint64_t futile_now_ms;
+    uint64_t futile_until_ms;
     int futile_valid;
     uint64_t rng;
     size_t *order; /* scratch: segment indexes for a placement */
@@ -231,6 +235,7 @@ void egm__objects_params_default(egm_objects_params_t *params)
         .pending_timeout_ms = EGM_MASTER_PENDING_TIMEOUT_MS,
         .eviction_high_watermark = EGM_MASTER_EVICTION_HIGH_WATERMARK,
         .eviction_ratio = EGM_MASTER_EVICTION_RATIO,
+        .min_residency_ms = EGM_MASTER_MIN_RESIDENCY_MS,
         .placement = EGM_PLACEMENT_RANDOM,
     };
 }
@@ -251,6 +256,10 @@ egm_status_t egm__objects_params_check(const egm_objects_params_t *p)
     if (!(p->eviction_ratio >= 0.0 && p->eviction_ratio <= 1.0))
         return egm__set_error(EGM_ERR_CONFIG, "eviction_ratio: %g is out of range 0..1",
                               p->eviction_ratio);
+    if (p->min_residency_ms > EGM_MASTER_MIN_RESIDENCY_MAX_MS)
+        return egm__set_error(
+            EGM_ERR_CONFIG, "eviction_min_residency_ms: %llu ms is out of range 0..%u (24 h)",
+            (unsigned long long)p->min_residency_ms, EGM_MASTER_MIN_RESIDENCY_MAX_MS);
     if (p->placement != EGM_PLACEMENT_RANDOM && p->placement != EGM_PLACEMENT_FREE_RATIO_FIRST &&
         p->placement != EGM_PLACEMENT_LOCAL_FIRST)
         return egm__set_error(EGM_ERR_CONFIG,
@@ -375,26 +384,42 @@ static void replica_unlink(egm_replica_t *r)
     seg->replica_count--;
 }
 
+/* Returns a live replica's space to its segment; the bytes freed. With the
+ * object's shard and `space` locked. */
+static uint64_t release_replica(egm_replica_t *r)
+{
+    uint64_t freed = 0;
+    replica_unlink(r);
+    if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
+        egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->name,
+                  (unsigned long long)r->offset, (unsigned long long)r->length, egm_last_error());
+    else
+        freed = egm__allocator_round(r->length);
+    r->segment = NULL;
+    return freed;
+}
+
 /* Returns every live replica's space to its segment; the bytes freed. With
  * the object's shard and `space` locked. */
 static uint64_t release_replicas(egm_object_t *obj)
 {
     uint64_t freed = 0;
-    for (uint32_t i = 0; i < obj->n_replicas; i++) {
-        egm_replica_t *r = &obj->replicas[i];
-        if (r->segment == NULL)
-            continue;
-        replica_unlink(r);
-        if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
-            egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->name,
-                      (unsigned long long)r->offset, (unsigned long long)r->length,
-                      egm_last_error());
-        else
-            freed += egm__allocator_round(r->length);
-        r->segment = NULL;
-    }
+    for (uint32_t i = 0; i < obj->n_replicas; i++)
+        if (obj->replicas[i].segment != NULL)
+            freed += release_replica(&obj->replicas[i]);
     obj->n_live = 0;
     return freed;
+}
+
+/* The segment space obj's live replicas hold (allocator rounding included).
+ * With its shard locked. */
+static uint64_t object_bytes(const egm_object_t *obj)
+{
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < obj->n_replicas; i++)
+        if (obj->replicas[i].segment != NULL)
+            bytes += egm__allocator_round(obj->replicas[i].length);
+    return bytes;
 }
 
 /* Takes an object without live replicas out of its shard and frees it. With
@@ -650,32 +675,147 @@ static void usage(const egm_object_index_t *index, uint64_t *used_p, uint64_t *c
         *largest_segment_p = largest;
 }
 
-/* A PutStart found no room: evict about eviction_ratio of capacity (at least
- * the object's replicas) unless the object could never fit, or an eviction at
- * this same instant already found nothing and nothing became evictable since.
- * With every shard and `space` locked. */
-static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms);
-
-static void evict_for(egm_object_index_t *index, uint64_t size, uint32_t replicas, uint64_t now_ms)
+/* The high watermark when it limits what one object may hold: an object
+ * above it of the capacity would start the background pass by itself, which
+ * would evict it as soon as it could (0 and 1 leave objects alone: every
+ * object is transient, or the pass is off). */
+static int watermark_limits(const egm_object_index_t *index, double *hw_p)
 {
-    uint64_t used, capacity, largest, rounded = egm__allocator_round(size);
+    *hw_p = index->params.eviction_high_watermark;
+    return *hw_p > 0.0 && *hw_p < 1.0;
+}
+
+static egm_status_t above_watermark(const egm_object_index_t *index, uint64_t bytes,
+                                    uint64_t capacity)
+{
+    return egm__set_error(EGM_ERR_NO_SPACE,
+                          "%llu bytes are more than eviction_high_watermark_ratio (%.2f) of the "
+                          "capacity (%llu bytes): the store could keep the object only by "
+                          "evicting it",
+                          (unsigned long long)bytes, index->params.eviction_high_watermark,
+                          (unsigned long long)capacity);
+}
+
+/* After placement, with `space` locked: keeps no more replicas than stay
+ * under the high watermark of the capacity, and none (NO_SPACE) when one is
+ * already above it. The segments holding the replicas usually answer without
+ * summing every segment. */
+static egm_status_t fit_watermark(egm_object_index_t *index, egm_object_t *obj)
+{
+    double hw;
+    uint64_t rounded = egm__allocator_round(obj->size), held = 0, used, capacity;
+
+    if (!watermark_limits(index, &hw) || obj->n_replicas == 0)
+        return EGM_OK;
+    for (uint32_t i = 0; i < obj->n_replicas; i++)
+        held += obj->replicas[i].segment->size;
+    if ((double)rounded * (double)obj->n_replicas <= hw * (double)held)
+        return EGM_OK;
+    usage(index, &used, &capacity, NULL);
+    double fit = hw * (double)capacity / (double)rounded;
+    uint32_t keep = fit >= (double)obj->n_replicas ? obj->n_replicas : (uint32_t)fit;
+    while (obj->n_replicas > keep)
+        release_replica(&obj->replicas[--obj->n_replicas]);
+    obj->n_live = obj->n_replicas;
+    return keep > 0 ? EGM_OK : above_watermark(index, rounded, capacity);
+}
+
+/* An object eviction must leave alone at now_ms: under a live lease, or
+ * within min_residency_ms of its PutEnd. *until_p (optional) is lowered to
+ * when its protection ends. */
+static int eviction_protected(const egm_object_index_t *index, const egm_object_t *obj,
+                              uint64_t now_ms, uint64_t *until_p)
+{
+    uint64_t until = obj->commit_ms + index->params.min_residency_ms;
+    if (obj->lease_expiry_ms > until)
+        until = obj->lease_expiry_ms;
+    if (now_ms >= until)
+        return 0;
+    if (until_p != NULL && until < *until_p)
+        *until_p = until;
+    return 1;
+}
+
+/* Whether the unprotected objects of the LRU lists hold at least `bytes`
+ * (in any order: only the sum counts). When not, *sum_p is what they hold
+ * and *until_p when the first protected one stops being so (UINT64_MAX: none
+ * is protected). With every shard locked. */
+static int evictable_at_least(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms,
+                              uint64_t *sum_p, uint64_t *until_p)
+{
+    uint64_t sum = 0;
+    *until_p = UINT64_MAX;
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        const object_list_t *lists[2] = {&index->shards[s].lru, &index->shards[s].soft};
+        for (int l = 0; l < 2; l++)
+            for (const egm_object_t *o = lists[l]->head; o != NULL; o = o->link.next) {
+                if (eviction_protected(index, o, now_ms, until_p))
+                    continue;
+                sum += object_bytes(o);
+                if (sum >= bytes)
+                    return 1;
+            }
+    }
+    *sum_p = sum;
+    return 0;
+}
+
+static egm_status_t only_protected(const egm_object_index_t *index, uint64_t size)
+{
+    return egm__set_error(EGM_ERR_NO_SPACE,
+                          "no room for %llu bytes: what eviction could free is held by objects "
+                          "under a read lease, within eviction_min_residency_ms (%llu ms) of "
+                          "their PutEnd, hard-pinned or still being written",
+                          (unsigned long long)size,
+                          (unsigned long long)index->params.min_residency_ms);
+}
+
+/* A PutStart found no room: evict about eviction_ratio of capacity (at least
+ * the object's replicas). Nothing is evicted, and the answer is NO_SPACE,
+ * when the object is above the high watermark of the capacity, or when the
+ * free space and the unprotected objects together are less than one replica
+ * (evicting them would lose objects and still place nothing). When nothing
+ * at all was evictable, no PutStart walks the lists again until something
+ * stepped over stops being protected or an object is committed. OK when the
+ * object could never fit in any segment (placement says so). With every
+ * shard and `space` locked. */
+static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms,
+                             uint64_t *until_p);
+
+static egm_status_t evict_for(egm_object_index_t *index, uint64_t size, uint32_t replicas,
+                              uint64_t now_ms)
+{
+    uint64_t used, capacity, largest, until, evictable, rounded = egm__allocator_round(size);
     uint64_t gen = __atomic_load_n(&index->evictable_gen, __ATOMIC_RELAXED);
+    double hw;
 
     usage(index, &used, &capacity, &largest);
     if (rounded == 0 || rounded > largest)
-        return;
-    if (index->futile_valid && index->futile_now_ms == now_ms && index->futile_gen == gen)
-        return;
+        return EGM_OK;
+    if (watermark_limits(index, &hw) && (double)rounded > hw * (double)capacity)
+        return above_watermark(index, rounded, capacity);
+    if (index->futile_valid && now_ms < index->futile_until_ms && index->futile_gen == gen)
+        return only_protected(index, size);
+    uint64_t free_bytes = capacity - used;
+    if (rounded > free_bytes &&
+        !evictable_at_least(index, rounded - free_bytes, now_ms, &evictable, &until)) {
+        if (evictable == 0)
+            goto futile; /* as for any size, until something changes */
+        return only_protected(index, size);
+    }
     double share = index->params.eviction_ratio * (double)capacity;
     uint64_t target = share >= (double)UINT64_MAX ? UINT64_MAX : (uint64_t)share;
     uint64_t need = rounded > UINT64_MAX / replicas ? UINT64_MAX : rounded * replicas;
     if (target < need)
         target = need;
-    if (evict_locked(index, target, now_ms) == 0) {
-        index->futile_valid = 1;
-        index->futile_now_ms = now_ms;
-        index->futile_gen = gen;
-    }
+    until = UINT64_MAX;
+    if (evict_locked(index, target, now_ms, &until) > 0)
+        return EGM_OK;
+futile:
+    index->futile_valid = 1;
+    index->futile_until_ms = until;
+    index->futile_gen = gen;
+    return only_protected(index, size);
 }
 
 /* Returned by put_locked when the object fits nowhere and an eviction could
@@ -728,9 +868,12 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
             egm_free(obj); /* placed nothing */
             return NEEDS_EVICTION;
         }
-        evict_for(index, size, replica_num, now_ms);
-        status = place_replicas(index, obj, replica_num, config);
+        status = evict_for(index, size, replica_num, now_ms);
+        if (status == EGM_OK)
+            status = place_replicas(index, obj, replica_num, config);
     }
+    if (status == EGM_OK)
+        status = fit_watermark(index, obj);
     if (status == EGM_OK) {
         status = egm__hashmap_put(sh->by_key, obj->key, obj->key_len, obj, NULL);
         if (status != EGM_OK)
@@ -739,6 +882,8 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     space_unlock(index);
     if (status != EGM_OK) {
         egm_free(obj);
+        if (status == EGM_ERR_NO_SPACE)
+            __atomic_fetch_add(&index->no_space, 1, __ATOMIC_RELAXED);
         return status;
     }
     move_to(index, obj, LIST_PENDING);
@@ -820,6 +965,7 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
         obj->state = EGM_OBJECT_COMPLETE;
         obj->last_access_ms = now_ms;
+        obj->commit_ms = now_ms;
         move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
         bump(&index->evictable_gen);
     }
@@ -1093,8 +1239,10 @@ static void merged_advance(merged_list_t *m, const egm_object_t *obj)
     m->cursor[obj->shard] = obj->link.next;
 }
 
-/* With every shard and `space` locked. */
-static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms)
+/* With every shard and `space` locked. *until_p (optional) is lowered to
+ * when the first protected object stepped over stops being protected. */
+static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms,
+                             uint64_t *until_p)
 {
     uint64_t freed = 0, evicted = 0, soft_evicted = 0;
     merged_list_t lru, soft;
@@ -1105,8 +1253,9 @@ static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t
     /* Unpinned objects and lapsed soft pins, merged by recency. Soft pins
      * share one TTL and the soft list is in recency order, so the lapsed ones
      * are its head: the merge stops taking from it at the first pin that
-     * holds. Leased objects are stepped over (they were used within one lease
-     * TTL, so there are few of them ahead of anything evictable). */
+     * holds. Protected objects are stepped over (they were committed or read
+     * within the residency or a lease TTL, so few of them are ahead of
+     * anything evictable). */
     merged_start(index, &lru, 0);
     merged_start(index, &soft, 1);
     int soft_done = 0;
@@ -1125,7 +1274,7 @@ static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t
         } else {
             break;
         }
-        if (lease_live(pick, now_ms))
+        if (eviction_protected(index, pick, now_ms, until_p))
             continue;
         freed += evict_one(index, pick);
         evicted++;
@@ -1134,7 +1283,7 @@ static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t
     merged_start(index, &soft, 1);
     for (egm_object_t *b = merged_peek(&soft); b != NULL && freed < bytes; b = merged_peek(&soft)) {
         merged_advance(&soft, b);
-        if (!lease_live(b, now_ms)) {
+        if (!eviction_protected(index, b, now_ms, until_p)) {
             freed += evict_one(index, b);
             evicted++;
             soft_evicted++;
@@ -1148,7 +1297,7 @@ static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t
     else
         egm_log_ratelimited(EGM_LOG_DEBUG, 1,
                             "eviction of %llu bytes found nothing evictable (every object is "
-                            "leased, hard-pinned or being written)",
+                            "leased, within its residency, hard-pinned or being written)",
                             (unsigned long long)bytes);
     return freed;
 }
@@ -1157,7 +1306,7 @@ uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t 
 {
     lock_all(index);
     space_lock(index);
-    uint64_t freed = evict_locked(index, bytes, now_ms);
+    uint64_t freed = evict_locked(index, bytes, now_ms, NULL);
     space_unlock(index);
     unlock_all(index);
     return freed;
@@ -1176,8 +1325,18 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
         double low = index->params.eviction_high_watermark - index->params.eviction_ratio;
         if (low < 0.0)
             low = 0.0;
-        uint64_t keep = (uint64_t)(low * (double)capacity);
-        freed = evict_locked(index, used > keep ? used - keep : 0, now_ms);
+        /* Unfinished puts count as used above, but eviction cannot free their
+         * space: the share finished objects may keep is taken of what they
+         * leave, not of the capacity (which, with puts in flight on most of
+         * the pool, would take every finished object). */
+        uint64_t pending = 0;
+        for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+            for (const egm_object_t *o = index->shards[s].pending.head; o != NULL; o = o->link.next)
+                pending += object_bytes(o);
+        uint64_t finished = used > pending ? used - pending : 0;
+        uint64_t room = capacity > pending ? capacity - pending : 0;
+        uint64_t keep = (uint64_t)(low * (double)room);
+        freed = evict_locked(index, finished > keep ? finished - keep : 0, now_ms, NULL);
     }
     space_unlock(index);
     unlock_all(index);
@@ -1230,6 +1389,7 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     stats_p->evicted_bytes_total = ix->evicted_bytes;
     stats_p->eviction_runs_total = ix->eviction_runs;
     stats_p->discarded_puts_total = ix->discarded;
+    stats_p->no_space_total = __atomic_load_n(&ix->no_space, __ATOMIC_RELAXED);
     usage(ix, &stats_p->used_bytes, &stats_p->capacity_bytes, NULL);
     space_unlock(ix);
     unlock_all(ix);

@@ -10,9 +10,14 @@
  * in one of two lists in least-recently-used order, recency being the last
  * lease granted (or PutEnd when never read): unpinned ones, and soft-pinned
  * ones. Hard-pinned objects are in neither and are never evicted; PENDING ones
- * neither. An eviction walks the lists from their heads, so it costs the
- * objects it evicts plus the leased ones it steps over. Every call takes
- * `now_ms` (monotonic) so that tests control time.
+ * neither. An object is protected from eviction while under a live lease and
+ * for min_residency_ms after its PutEnd (a put that answered OK stays
+ * readable at least that long); a PutStart that only protected objects could
+ * make room for answers NO_SPACE, and so does one whose replicas alone are
+ * above the high watermark (the background pass would evict it). An eviction
+ * walks the lists from their heads, so it costs the objects it evicts plus the
+ * protected ones it steps over. Every call takes `now_ms` (monotonic) so that
+ * tests control time.
  *
  * Concurrency (docs/master.md "Concurrency"): the index is split into
  * EGM_OBJECTS_SHARDS shards by a hash of the key, each with its own mutex, map,
@@ -43,6 +48,8 @@
 #define EGM_MASTER_SOFT_PIN_TTL_MAX_MS 86400000u /* its maximum: 24 h */
 #define EGM_MASTER_EVICTION_HIGH_WATERMARK 0.90
 #define EGM_MASTER_EVICTION_RATIO 0.05
+#define EGM_MASTER_MIN_RESIDENCY_MS 10000u        /* eviction_min_residency_ms */
+#define EGM_MASTER_MIN_RESIDENCY_MAX_MS 86400000u /* its maximum: 24 h */
 
 typedef enum {
     EGM_OBJECT_PENDING = 0,
@@ -76,6 +83,7 @@ typedef struct egm_object {
     uint64_t lease_expiry_ms; /* 0 = never leased */
     uint64_t put_start_ms;
     uint64_t last_access_ms; /* PutEnd, then every lease granted: the LRU recency */
+    uint64_t commit_ms;      /* PutEnd: not evicted before commit_ms + min_residency_ms */
     uint8_t soft_pin;        /* put with_soft_pin: kept until last access + soft pin TTL */
     uint8_t hard_pin;        /* put with_hard_pin: never evicted */
     uint8_t list;            /* which list `link` is in (object_index.c) */
@@ -124,7 +132,8 @@ typedef struct {
     uint64_t pending_timeout_ms;    /* put_start_discard_timeout_sec * 1000 */
     double eviction_high_watermark; /* eviction_high_watermark_ratio, 0..1 */
     double eviction_ratio;          /* eviction_ratio, 0..1 */
-    egm_placement_t placement;      /* placement_strategy */
+    uint64_t min_residency_ms; /* eviction_min_residency_ms: no eviction this soon after PutEnd */
+    egm_placement_t placement; /* placement_strategy */
 } egm_objects_params_t;
 
 /* What a PutStart asks for (ReplicateConfig plus the writer's host). */
@@ -152,6 +161,7 @@ typedef struct {
     uint64_t evicted_bytes_total;  /* segment space they freed (every replica) */
     uint64_t eviction_runs_total;  /* evictions started (watermark or a PutStart without room) */
     uint64_t discarded_puts_total; /* PENDING objects discarded after the timeout */
+    uint64_t no_space_total;       /* PutStarts answered NO_SPACE */
 } egm_object_index_stats_t;
 
 /* Defaults of every parameter (the config keys' defaults). */
@@ -175,10 +185,14 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len);
 /* Places config->replica_num (1..EGM_MASTER_REPLICA_MAX) replicas of `size`
  * bytes on distinct segments: the preferred ones first (in order), then in the
  * placement strategy's order; fewer when fewer segments have room, but at
- * least one. When none has room, evicts (egm__objects_evict) and tries once
- * more. EXISTS if the key is present (a PENDING one older than the timeout is
- * discarded first), INVALID_ARG for size 0 or a bad replica_num, INVALID_KEY,
- * NO_SPACE when no segment can hold it. *view_p (optional) receives the new
+ * least one, and no more than keep their total under the high watermark of
+ * the capacity. When none has room, evicts (egm__objects_evict) and tries once
+ * more, unless the unprotected objects plus the free space are too few to
+ * make room (then nothing is evicted). EXISTS if the key is present (a PENDING
+ * one older than the timeout is discarded first), INVALID_ARG for size 0 or a
+ * bad replica_num, INVALID_KEY, NO_SPACE when no segment can hold it, when
+ * only protected objects could make room, or when one replica is above
+ * eviction_high_watermark x capacity. *view_p (optional) receives the new
  * object on success; it is zeroed otherwise. Placement first runs under the
  * key's shard lock only; an eviction locks every shard (and places again
  * first, in case another call freed space meanwhile). */
@@ -190,7 +204,8 @@ egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t cli
 egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, const char *key,
                                     size_t key_len, uint64_t size, uint32_t replica_num,
                                     uint64_t now_ms, egm_object_view_t *view_p);
-/* PENDING -> COMPLETE, most recently used as of now_ms. NOT_FOUND if absent,
+/* PENDING -> COMPLETE, most recently used as of now_ms and not evicted before
+ * now_ms + min_residency_ms. NOT_FOUND if absent,
  * INVALID_ARG if another client is the writer. A repeated PutEnd by the writer
  * answers OK (a retried RPC). */
 egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
@@ -224,11 +239,15 @@ size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms);
 /* Evicts COMPLETE objects, least recently used first, until `bytes` of
  * segment space are freed or nothing evictable is left: first unpinned
  * objects and those whose soft pin lapsed, then soft-pinned ones; never one
- * under a live lease, hard-pinned or PENDING. Returns the bytes freed. */
+ * under a live lease, within min_residency_ms of its PutEnd, hard-pinned or
+ * PENDING. Returns the bytes freed. */
 uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t now_ms);
-/* Background eviction (the master's tick): when used / capacity is above the
- * high watermark, evicts down to (watermark - eviction_ratio) of capacity.
- * Returns the bytes freed. */
+/* Background eviction (the master's tick): when used / capacity (PENDING
+ * objects' space included) is above the high watermark, evicts COMPLETE
+ * objects until they fill at most (watermark - eviction_ratio) of the space
+ * that PENDING objects leave: with no put in flight, down to that share of
+ * capacity; space held by unfinished puts, which eviction cannot free, does
+ * not make it take every finished object. Returns the bytes freed. */
 uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms);
 /* Drops every replica placed in `segment` (about to be unmounted); objects left
  * without replicas are deleted. Returns the number of objects deleted. */

@@ -2,8 +2,11 @@
  * sockets through the object index with explicit times: LRU order (recency =
  * last lease, or PutEnd), leased objects never evicted, soft-pinned ones last
  * and lapsing after their TTL, hard-pinned never, the watermark from the tick,
- * eviction when a PutStart finds no room, the discard timeout, each placement
- * strategy, and the RPC plumbing (host id from pings, ReplicateConfig). */
+ * eviction when a PutStart finds no room, the minimum residency after PutEnd
+ * (a put either answers NO_SPACE or stays readable; unfinished puts do not
+ * push finished objects out; churn still evicts), the discard timeout, each
+ * placement strategy, and the RPC plumbing (host id from pings,
+ * ReplicateConfig). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +25,7 @@
 #define CLIENT_TTL 1000000u
 #define OBJ 4096u      /* object size: a multiple of the alignment */
 #define SEG (16 * OBJ) /* a segment holds 16 objects */
+#define RES 1000u      /* eviction_min_residency_ms of the residency tests */
 
 static uint64_t live_at_start;
 static egm_master_state_t st;
@@ -34,7 +38,8 @@ static uint64_t clock_ms(void)
 }
 
 /* Background eviction off and a PutStart evicting just what it needs, unless
- * a test says otherwise. */
+ * a test says otherwise; no minimum residency (these tests put and evict
+ * within a few fake ms; residency_params() is for the tests of it). */
 static void init_with(const egm_objects_params_t *params)
 {
     assert_int_equal(egm__master_state_init_with(&st, params, CLIENT_TTL), EGM_OK);
@@ -48,6 +53,17 @@ static egm_objects_params_t quiet_params(void)
     p.lease_ttl_ms = TTL;
     p.eviction_high_watermark = 1.0;
     p.eviction_ratio = 0.0;
+    p.min_residency_ms = 0;
+    return p;
+}
+
+/* The defaults (watermark 0.90, eviction_ratio 0.05) with a residency of RES. */
+static egm_objects_params_t residency_params(void)
+{
+    egm_objects_params_t p;
+    egm__objects_params_default(&p);
+    p.lease_ttl_ms = TTL;
+    p.min_residency_ms = RES;
     return p;
 }
 
@@ -114,6 +130,17 @@ static egm_status_t put(const char *key, uint64_t now)
 {
     egm_put_config_t cfg = {.replica_num = 1};
     return put_cfg(key, OBJ, &cfg, now, NULL);
+}
+
+static egm_status_t put_sized(const char *key, uint64_t size, uint64_t now)
+{
+    egm_put_config_t cfg = {.replica_num = 1};
+    return put_cfg(key, size, &cfg, now, NULL);
+}
+
+static egm_status_t put_begin(const char *key, uint64_t now)
+{
+    return egm__objects_put_start(st.objects, writer, key, strlen(key), OBJ, 1, now, NULL);
 }
 
 static egm_status_t put_pinned(const char *key, int soft, int hard, uint64_t now)
@@ -391,6 +418,220 @@ static void test_failed_put_evicts_ratio(void **state)
     assert_int_equal(stats().evictions_total, 4);
 }
 
+/* ---- minimum residency ---------------------------------------------------- */
+
+/* Issue 15's 1 GiB put into a 1 GiB pool, scaled down: it was accepted by
+ * evicting every earlier key, then the tick evicted it too. A put either
+ * answers NO_SPACE, evicting nothing, or stays readable after the pass ran. */
+static void test_put_as_big_as_pool(void **state)
+{
+    (void)state;
+    egm_objects_params_t p = residency_params();
+    reinit(&p);
+    mount(SEG);
+    char key[32];
+    fill("k", 4, 1); /* k0..k3 at t = 1..4, protected until t + RES */
+
+    /* As big as the pool: above the watermark (0.90), kept only by evicting
+     * itself. Refused, whatever the earlier keys' age. */
+    assert_int_equal(put_sized("big", SEG, 10), EGM_ERR_NO_SPACE);
+    assert_non_null(strstr(egm_last_error(), "eviction_high_watermark_ratio"));
+    assert_int_equal(put_sized("big", SEG, 10 * RES), EGM_ERR_NO_SPACE);
+    /* 14 of 16 fits under the watermark, but only by evicting keys within
+     * their residency: NO_SPACE, and none of them is lost. */
+    assert_int_equal(put_sized("big", 14 * OBJ, 10), EGM_ERR_NO_SPACE);
+    assert_non_null(strstr(egm_last_error(), "eviction_min_residency_ms"));
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_true(present(key));
+    }
+    assert_int_equal(stats().evictions_total, 0);
+    assert_int_equal(stats().no_space_total, 3);
+
+    /* Once they are older than the residency, eviction takes them for it. */
+    const uint64_t t = 5 + RES;
+    assert_int_equal(put_sized("big", 14 * OBJ, t), EGM_OK);
+    assert_false(present("k0"));
+    /* A small put takes usage above the watermark (15 of 16): the pass runs
+     * and keeps both, the put within its residency... */
+    assert_int_equal(put("small", t + 1), EGM_OK);
+    egm__master_state_tick(&st, t + 2);
+    egm__master_state_tick(&st, t + RES - 1);
+    assert_int_equal(get("big", t + RES - 1), EGM_OK);
+    assert_int_equal(get("small", t + RES - 1), EGM_OK);
+    /* ...and after it, least recently used first: big (read first) goes. */
+    egm__master_state_tick(&st, t + RES + TTL);
+    assert_false(present("big"));
+    assert_true(present("small"));
+}
+
+/* A put that evicting every unprotected object would still not make room
+ * for evicts nothing: the old objects are not lost for a put that fails. */
+static void test_no_eviction_for_a_refused_put(void **state)
+{
+    (void)state;
+    egm_objects_params_t p = residency_params();
+    reinit(&p);
+    mount(SEG);
+    char key[32];
+    fill("read", 4, 1); /* the first 4 of 16 */
+    fill("old", 2, 10); /* the next 2: 10 of 16 free after them */
+    const uint64_t t = 20 + RES;
+    for (int i = 0; i < 4; i++) { /* leased: only the 2 old ones are evictable */
+        snprintf(key, sizeof(key), "read%d", i);
+        assert_int_equal(get(key, t), EGM_OK);
+    }
+    assert_int_equal(put_sized("x", 13 * OBJ, t), EGM_ERR_NO_SPACE);
+    assert_true(present("old0"));
+    assert_true(present("old1"));
+    assert_int_equal(stats().evictions_total, 0);
+    /* 12 is enough: the old ones go, the leased ones stay. */
+    assert_int_equal(put_sized("x", 12 * OBJ, t), EGM_OK);
+    assert_false(present("old0"));
+    assert_false(present("old1"));
+    assert_true(present("read3"));
+}
+
+/* A put's replicas stop at the watermark: what would go over it is not placed. */
+static void test_replicas_under_watermark(void **state)
+{
+    (void)state;
+    egm_objects_params_t p = residency_params();
+    reinit(&p);
+    mount(SEG);
+    mount(SEG); /* capacity 32 objects: at most 28.8 under the watermark */
+    egm_put_config_t two = {.replica_num = 2};
+    egm_object_view_t view;
+    assert_int_equal(put_cfg("a", 10 * OBJ, &two, 1, &view), EGM_OK);
+    assert_int_equal(view.n_replicas, 2);
+    assert_int_equal(egm__objects_remove(st.objects, "a", 1, 0, 2), EGM_OK);
+    assert_int_equal(put_cfg("b", 15 * OBJ, &two, 3, &view), EGM_OK);
+    assert_int_equal(view.n_replicas, 1);
+    assert_int_equal(stats().used_bytes, 15 * OBJ);
+}
+
+/* Unfinished puts on most of the pool: finished objects that land are not
+ * evicted by the next tick; the tick keeps its headroom in the space the
+ * unfinished puts leave, instead of taking every finished object; the
+ * unfinished puts, once landed, are protected like any other. */
+static void test_pending_cannot_push_out_committed(void **state)
+{
+    (void)state;
+    egm_objects_params_t p = residency_params();
+    reinit(&p);
+    mount(SEG);
+    char key[32];
+
+    for (int i = 0; i < 12; i++) {
+        snprintf(key, sizeof(key), "p%d", i);
+        assert_int_equal(put_begin(key, 0), EGM_OK);
+    }
+    fill("c", 4, 10); /* c0..c3: the pool is full */
+    egm__master_state_tick(&st, 20);
+    egm__master_state_tick(&st, 10 + RES - 1);
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "c%d", i);
+        assert_true(present(key));
+    }
+    /* Nothing evictable: a new put is refused without losing anything. */
+    assert_int_equal(put("n", 10 + RES - 1), EGM_ERR_NO_SPACE);
+    assert_int_equal(stats().evictions_total, 0);
+
+    /* After the residency the tick frees its 15% of what the unfinished
+     * puts leave (4 objects: 0.6 of one), not 2.4 objects: c0 alone goes. */
+    egm__master_state_tick(&st, 13 + RES);
+    assert_false(present("c0"));
+    assert_int_equal(stats().evictions_total, 1);
+    for (int i = 1; i < 4; i++) {
+        snprintf(key, sizeof(key), "c%d", i);
+        assert_true(present(key));
+    }
+
+    /* The unfinished puts land: the tick takes older objects for them. */
+    const uint64_t t = 20 + RES;
+    for (int i = 0; i < 12; i++) {
+        snprintf(key, sizeof(key), "p%d", i);
+        assert_int_equal(egm__objects_put_end(st.objects, writer, key, strlen(key), t), EGM_OK);
+    }
+    assert_int_equal(put("n", t), EGM_OK);
+    egm__master_state_tick(&st, t + 1);
+    for (int i = 0; i < 12; i++) {
+        snprintf(key, sizeof(key), "p%d", i);
+        assert_true(present(key));
+    }
+    assert_true(present("n"));
+    for (int i = 1; i < 4; i++) { /* down to 13.6 of 16 objects: the 3 older ones */
+        snprintf(key, sizeof(key), "c%d", i);
+        assert_false(present(key));
+    }
+}
+
+/* Steady churn: puts keep coming, old objects make room for them, and every
+ * put accepted stays readable for the residency. A burst larger than the
+ * pool answers NO_SPACE once only young objects are left, instead of
+ * evicting what it just stored; once they age, puts are accepted again. */
+static void test_churn_evicts_old_accepts_new(void **state)
+{
+    (void)state;
+    egm_objects_params_t p = residency_params();
+    reinit(&p);
+    mount(SEG);
+    char key[32];
+    const int rounds = 12, per_round = 6; /* 6 puts per 600 ms: 10 per residency */
+
+    for (int r = 0; r < rounds; r++) {
+        uint64_t t = 1000 + (uint64_t)r * 600;
+        for (int i = 0; i < per_round; i++) {
+            snprintf(key, sizeof(key), "r%d/%d", r, i);
+            egm_status_t s = put(key, t + (uint64_t)i);
+            if (s != EGM_OK)
+                fail_msg("round %d put %d: %s (%s)", r, i, egm_status_string(s), egm_last_error());
+        }
+        egm__master_state_tick(&st, t + 100);
+        /* This round and the one before (within the residency) are all there. */
+        for (int back = 0; back <= 1 && back <= r; back++)
+            for (int i = 0; i < per_round; i++) {
+                snprintf(key, sizeof(key), "r%d/%d", r - back, i);
+                assert_true(present(key));
+            }
+    }
+    egm_object_index_stats_t s = stats();
+    assert_true(s.evictions_total >= (uint64_t)(rounds * per_round - 16));
+    assert_int_equal(s.no_space_total, 0);
+    assert_false(present("r0/0"));
+
+    /* A burst of 20 at one instant, 1 ms after the last round. */
+    const uint64_t t = 1000 + (uint64_t)rounds * 600;
+    int ok = 0, no_space = 0;
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "burst%d", i);
+        egm_status_t status = put(key, t);
+        if (status == EGM_OK)
+            ok++;
+        else if (status == EGM_ERR_NO_SPACE)
+            no_space++;
+        else
+            fail_msg("burst put %d: %s", i, egm_status_string(status));
+        egm__master_state_tick(&st, t);
+    }
+    assert_true(ok > 0 && no_space > 0 && ok + no_space == 20);
+    for (int i = 0; i < ok; i++) {
+        snprintf(key, sizeof(key), "burst%d", i);
+        assert_int_equal(get(key, t), EGM_OK);
+    }
+    assert_int_equal(stats().no_space_total, (uint64_t)no_space);
+    /* A refusal starts no eviction run. */
+    uint64_t runs = stats().eviction_runs_total;
+    assert_int_equal(put("late", t + 1), EGM_ERR_NO_SPACE);
+    assert_int_equal(stats().eviction_runs_total, runs);
+    /* Aged past the residency and their leases, the burst makes room again. */
+    uint64_t later = t + RES + TTL;
+    for (int i = 0; i < per_round; i++) {
+        snprintf(key, sizeof(key), "after%d", i);
+        assert_int_equal(put(key, later), EGM_OK);
+    }
+}
+
 static void test_discard_timeout(void **state)
 {
     (void)state;
@@ -426,8 +667,14 @@ static void test_params_checked(void **state)
     p = quiet_params();
     p.pending_timeout_ms = 0;
     assert_int_equal(egm__objects_params_check(&p), EGM_ERR_CONFIG);
+    p = quiet_params();
+    p.min_residency_ms = EGM_MASTER_MIN_RESIDENCY_MAX_MS + 1;
+    assert_int_equal(egm__objects_params_check(&p), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "eviction_min_residency_ms"));
     egm__objects_params_default(&p);
     assert_int_equal(egm__objects_params_check(&p), EGM_OK);
+    assert_int_equal(p.min_residency_ms, 10000);
+    assert_true(p.eviction_high_watermark == 0.90 && p.eviction_ratio == 0.05); /* Mooncake's */
     assert_int_equal(p.soft_pin_ttl_ms, 30u * 60u * 1000u);
     assert_int_equal(p.pending_timeout_ms, 30000);
     assert_int_equal(p.placement, EGM_PLACEMENT_RANDOM);
@@ -683,6 +930,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pending_never_evicted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watermark_from_tick, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_put_evicts_ratio, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_as_big_as_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_eviction_for_a_refused_put, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replicas_under_watermark, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pending_cannot_push_out_committed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_churn_evicts_old_accepts_new, setup, teardown),
         cmocka_unit_test_setup_teardown(test_discard_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_params_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preferred_segments, setup, teardown),
