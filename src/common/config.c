@@ -74,6 +74,10 @@ static const egm_config_key_t keys[] = {
      "master: evict in the background when used / capacity is above this (a number in 0..1)", M},
     {"eviction_ratio", EGM_CFG_STRING, "0.05", 0, 0, NULL,
      "master: share of capacity one eviction frees (a number in 0..1)", M},
+    {"eviction_min_residency_ms", EGM_CFG_INT, "10000", 0, 86400000, NULL,
+     "master: ms after its PutEnd during which an object is not evicted; a put that only "
+     "evicting such objects could make room for answers NO_SPACE (0 = evictable at once)",
+     M},
     {"placement_strategy", EGM_CFG_ENUM, "random", 0, 0, "random|free_ratio_first|local_first",
      "master: order of segments tried for replicas (after the put's preferred segments)", M},
     {"max_frame_size", EGM_CFG_SIZE, "64MiB", 1024, 1073741824, NULL,

@@ -109,6 +109,7 @@ static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl
     egm_status_t status;
     int64_t soft_pin_ms = egm_config_get_int(config, "default_kv_soft_pin_ttl");
     int64_t discard_s = egm_config_get_int(config, "put_start_discard_timeout_sec");
+    int64_t residency_ms = egm_config_get_int(config, "eviction_min_residency_ms");
     const char *placement = egm_config_get(config, "placement_strategy");
 
     egm__objects_params_default(params);
@@ -121,6 +122,11 @@ static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl
     if (discard_s <= 0)
         return egm__set_error(EGM_ERR_CONFIG, "put_start_discard_timeout_sec: must be > 0 s");
     params->pending_timeout_ms = (uint64_t)discard_s * 1000u;
+    if (residency_ms < 0 || (uint64_t)residency_ms > EGM_MASTER_MIN_RESIDENCY_MAX_MS)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "eviction_min_residency_ms: %lld is out of range 0..%u ms (24 h)",
+                              (long long)residency_ms, EGM_MASTER_MIN_RESIDENCY_MAX_MS);
+    params->min_residency_ms = (uint64_t)residency_ms;
     if ((status = config_ratio(config, "eviction_high_watermark_ratio",
                                &params->eviction_high_watermark)) != EGM_OK ||
         (status = config_ratio(config, "eviction_ratio", &params->eviction_ratio)) != EGM_OK)

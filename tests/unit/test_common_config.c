@@ -54,6 +54,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"put_start_discard_timeout_sec", "30"},
         {"eviction_high_watermark_ratio", "0.90"},
         {"eviction_ratio", "0.05"},
+        {"eviction_min_residency_ms", "10000"},
         {"placement_strategy", "random"},
         {"max_frame_size", "64MiB"},
         {"pool_memory", "host"},
