@@ -202,6 +202,7 @@ static egm_status_t vmm_params(const egm_config_t *config, egm_vmm_pool_params_t
         .allocator_alignment = EGM_OBJECT_ALIGN,
         .threads = (unsigned)egm_config_get_int(config, "egm_setup_threads"),
         .locations_key = egm ? "egm_numa_nodes" : "pool_location",
+        .allow_overcommit = egm_config_get_bool(config, "allow_overcommit"),
     };
     *nodes_p = nodes;
     return EGM_OK;
@@ -216,10 +217,20 @@ egm_status_t egm__capacity_plan(const egm_config_t *config, egm_egm_plan_t **pla
     if (status != EGM_OK)
         return status;
     if (!egm_config_get_bool(config, "enable_egm_store_pool") &&
-        strcmp(egm_config_get(config, "pool_memory"), "host") == 0)
+        strcmp(egm_config_get(config, "pool_memory"), "host") == 0) {
+        /* No CUDA plan to print, but the same check as at setup. */
+        uint64_t chunks = 0;
+        status = egm__host_pool_check(egm_config_get_size(config, "global_segment_size"),
+                                      egm_config_get_size(config, "max_mr_size"),
+                                      egm_config_get_bool(config, "allow_overcommit"), &chunks);
+        if (status != EGM_OK)
+            return status;
         return egm__set_error(EGM_ERR_CONFIG,
                               "--plan-only: plans a CUDA pool; set enable_egm_store_pool=true (or "
-                              "pool_memory=host_numa|device)");
+                              "pool_memory=host_numa|device) (this memfd pool of %llu chunk(s) "
+                              "fits this host's memory and descriptor limit)",
+                              (unsigned long long)chunks);
+    }
     if ((status = vmm_params(config, &params, &nodes)) != EGM_OK)
         return status;
     status = egm__vmm_pool_plan(&params, plan_p);
@@ -236,7 +247,8 @@ static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t m
 
     cap->egm = egm_config_get_bool(config, "enable_egm_store_pool");
     if (!cap->egm && strcmp(egm_config_get(config, "pool_memory"), "host") == 0) {
-        status = egm__host_pool_create(total, max_chunk, &cap->pool);
+        status = egm__host_pool_create(total, max_chunk,
+                                       egm_config_get_bool(config, "allow_overcommit"), &cap->pool);
         if (status == EGM_OK) {
             cap->count = egm__host_pool_chunk_count(cap->pool);
             cap->numa_nodes = 1;

@@ -45,6 +45,10 @@ static const egm_config_key_t keys[] = {
      P | C | CAP},
     {"max_mr_size", EGM_CFG_SIZE, "1GiB", 4096, I64MAX, NULL,
      "largest segment (chunk) the pool is cut into", P | C | CAP},
+    {"allow_overcommit", EGM_CFG_BOOL, "false", 0, 0, NULL,
+     "accept a global_segment_size above the memory this host (NUMA node) has available; the "
+     "file descriptor limit is checked regardless",
+     P | C | CAP},
     {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)",
      P | C | CAP},
     {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object", C},

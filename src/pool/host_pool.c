@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "pool/pool_limits.h"
 
 #define POOL_ALIGN 4096u
 
@@ -66,11 +67,9 @@ err_close:
     return st;
 }
 
-egm_status_t egm__host_pool_create(uint64_t total, uint64_t max_chunk, egm_host_pool_t **pool_p)
+egm_status_t egm__host_pool_check(uint64_t total, uint64_t max_chunk, int allow_overcommit,
+                                  uint64_t *chunks_p)
 {
-    egm_status_t st;
-    egm_host_pool_t *pool;
-
     uint64_t rounded = total / POOL_ALIGN * POOL_ALIGN;
     if (rounded == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG,
@@ -80,11 +79,48 @@ egm_status_t egm__host_pool_create(uint64_t total, uint64_t max_chunk, egm_host_
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "max_mr_size: %" PRIu64 " is not a non-zero multiple of 4 KiB",
                               max_chunk);
+    uint64_t n = rounded / max_chunk + (rounded % max_chunk != 0);
+
+    /* memfd pages are taken as they are written: without this check a
+     * capacity the host does not have is accepted and fails when it fills. */
+    char msg[384];
+    egm_pool_memory_check_t mem = {.requested = rounded,
+                                   .available = egm__pool_limits_host_available(),
+                                   .node = -1,
+                                   .allow_overcommit = allow_overcommit};
+    egm_status_t st = egm__pool_limits_check_memory(&mem, msg, sizeof(msg));
+    if (st != EGM_OK)
+        return st;
+    if (msg[0] != '\0')
+        egm_warn("%s: accepted (allow_overcommit=true); the pool fails when it fills beyond that",
+                 msg);
+
+    /* Each chunk keeps its memfd open for the pool's life. */
+    egm_pool_fd_check_t fds = {.chunks = n,
+                               .chunk_size = n > 1 ? max_chunk : rounded,
+                               .fds_open = egm__pool_limits_fds_open()};
+    fds.fd_limit = egm__pool_limits_fd_limit(egm__pool_limits_fds_needed(&fds));
+    if ((st = egm__pool_limits_check_fds(&fds)) != EGM_OK)
+        return st;
+    if (chunks_p != NULL)
+        *chunks_p = n;
+    return EGM_OK;
+}
+
+egm_status_t egm__host_pool_create(uint64_t total, uint64_t max_chunk, int allow_overcommit,
+                                   egm_host_pool_t **pool_p)
+{
+    egm_status_t st;
+    egm_host_pool_t *pool;
+    uint64_t n = 0;
+
+    if ((st = egm__host_pool_check(total, max_chunk, allow_overcommit, &n)) != EGM_OK)
+        return st;
+    uint64_t rounded = total / POOL_ALIGN * POOL_ALIGN;
     if (rounded != total)
         egm_info("host pool: global_segment_size %" PRIu64 " rounded down to %" PRIu64, total,
                  rounded);
 
-    uint64_t n = rounded / max_chunk + (rounded % max_chunk != 0);
     pool = egm_calloc(1, sizeof(*pool), "pool.host");
     if (pool == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "host pool: out of memory");

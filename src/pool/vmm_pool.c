@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "cuda/driver.h"
+#include "pool/pool_limits.h"
 
 #define MAX_ACCESS 65 /* every GPU, plus the host */
 #define MAX_THREADS 64
@@ -166,6 +167,36 @@ static egm_status_t make_plan(egm_vmm_pool_t *pool, const egm_vmm_pool_params_t 
     return st;
 }
 
+/* HOST_NUMA memory is pinned as it is created: a capacity beyond what the
+ * host, or a node beyond what it can give, is refused before the first chunk
+ * (the driver would take the memory from everything else first). */
+static egm_status_t check_memory(const egm_vmm_pool_t *pool, const egm_vmm_pool_params_t *p)
+{
+    const egm_egm_plan_t *plan = pool->plan;
+    char msg[384];
+    egm_status_t st;
+
+    if (pool->kind != EGM_VMM_HOST_NUMA)
+        return EGM_OK;
+    egm_pool_memory_check_t c = {.requested = plan->capacity,
+                                 .available = egm__pool_limits_host_available(),
+                                 .node = -1,
+                                 .allow_overcommit = p->allow_overcommit};
+    for (size_t i = 0;; i++) {
+        if ((st = egm__pool_limits_check_memory(&c, msg, sizeof(msg))) != EGM_OK)
+            return st;
+        if (msg[0] != '\0')
+            egm_warn(
+                "%s: accepted (allow_overcommit=true); the pool fails when it fills beyond that",
+                msg);
+        if (i == plan->node_count)
+            return EGM_OK;
+        c.requested = plan->nodes[i].share;
+        c.node = plan->nodes[i].node;
+        c.available = egm__pool_limits_node_available(c.node);
+    }
+}
+
 static void pool_free(egm_vmm_pool_t *pool)
 {
     egm__egm_plan_free(pool->plan);
@@ -215,6 +246,8 @@ static egm_status_t pool_open(const egm_vmm_pool_params_t *p, egm_vmm_pool_t **p
     st = prepare(pool, handle_types_of(p->handles), ndev);
     if (st == EGM_OK)
         st = make_plan(pool, p, &pool->plan);
+    if (st == EGM_OK)
+        st = check_memory(pool, p);
     if (st != EGM_OK) {
         pool_free(pool);
         return st;

@@ -48,6 +48,7 @@ typedef struct {
     uint64_t allocator_alignment; /* the master allocator's; 0 = none */
     unsigned threads;             /* allocating threads; 0 or 1 = the caller's only */
     const char *locations_key;    /* the config key naming locations, for errors */
+    int allow_overcommit;         /* HOST_NUMA: accept more than the memory available */
     egm_vmm_progress_fn progress; /* optional */
     void *progress_arg;
 } egm_vmm_pool_params_t;
@@ -55,14 +56,21 @@ typedef struct {
 typedef struct egm_vmm_pool egm_vmm_pool_t;
 
 /* The plan a creation would follow (free with egm__egm_plan_free): validates
- * the parameters and asks the driver for every location's granularity, and
- * allocates nothing. Errors as egm__vmm_pool_create's validation. */
+ * the parameters, asks the driver for every location's granularity and checks
+ * the plan against the memory available, and allocates nothing. Errors as
+ * egm__vmm_pool_create's validation. */
 egm_status_t egm__vmm_pool_plan(const egm_vmm_pool_params_t *params, egm_egm_plan_t **plan_p);
 
 /* Plans and creates every chunk. Errors: no driver -> EGM_ERR_NO_CUDA; bad
  * parameters -> INVALID_ARG/CONFIG naming the key (pool_memory,
  * pool_location, egm_numa_nodes, egm_handle_type, global_segment_size,
- * max_mr_size); a driver failure -> its status, with the CUDA call, error
+ * max_mr_size); HOST_NUMA memory above what the host (MemAvailable) or a
+ * node's share above what the node can give (pool/pool_limits.h), unless
+ * allow_overcommit -> EGM_ERR_CONFIG naming global_segment_size, before
+ * anything is allocated (DEVICE memory is not checked: the driver refuses it
+ * at the chunk that does not fit, and the pool rolls back; CUDA handles hold
+ * no file descriptor, so the descriptor limit is not checked either); a
+ * driver failure -> its status, with the CUDA call, error
  * name, chunk and location in egm_last_error(). On failure everything is
  * rolled back in reverse and *pool_p is NULL, unless a rollback step failed
  * too: then *pool_p is the pool holding what could not be released, to be

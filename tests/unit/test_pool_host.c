@@ -24,7 +24,7 @@ static void test_single_chunk_when_total_fits(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(1 << 20, 4 << 20, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(1 << 20, 4 << 20, 0, &pool), EGM_OK);
     assert_int_equal(egm__host_pool_chunk_count(pool), 1);
     const egm_pool_chunk_t *c = egm__host_pool_chunk(pool, 0);
     assert_non_null(c);
@@ -41,7 +41,7 @@ static void test_total_rounded_down_to_4k(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(3 * 4096 + 1000, 1 << 20, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(3 * 4096 + 1000, 1 << 20, 0, &pool), EGM_OK);
     assert_int_equal(egm__host_pool_chunk_count(pool), 1);
     assert_int_equal(egm__host_pool_chunk(pool, 0)->size, 3 * 4096);
     egm__host_pool_destroy(pool);
@@ -52,7 +52,7 @@ static void test_chunks_no_larger_than_max(void **state)
     (void)state;
     egm_host_pool_t *pool = NULL;
     /* 10 pages in chunks of 4 pages: 4 + 4 + 2. */
-    assert_int_equal(egm__host_pool_create(10 * 4096, 4 * 4096, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(10 * 4096, 4 * 4096, 0, &pool), EGM_OK);
     assert_int_equal(egm__host_pool_chunk_count(pool), 3);
     uint64_t sum = 0;
     for (size_t i = 0; i < 3; i++) {
@@ -73,7 +73,7 @@ static void test_exact_multiple_of_max(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(8 * 4096, 4 * 4096, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(8 * 4096, 4 * 4096, 0, &pool), EGM_OK);
     assert_int_equal(egm__host_pool_chunk_count(pool), 2);
     assert_int_equal(egm__host_pool_chunk(pool, 1)->size, 4 * 4096);
     egm__host_pool_destroy(pool);
@@ -83,7 +83,7 @@ static void test_memory_is_shared_with_the_memfd(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(2 * 4096, 4096, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(2 * 4096, 4096, 0, &pool), EGM_OK);
     const egm_pool_chunk_t *c = egm__host_pool_chunk(pool, 1);
     memset(c->base, 0xab, c->size);
     /* A second mapping of the memfd (what a consumer does) sees the bytes. */
@@ -99,7 +99,7 @@ static void test_memfd_cannot_be_shrunk(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(4096, 4096, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(4096, 4096, 0, &pool), EGM_OK);
     /* A consumer holding the fd must not be able to cut the pool's pages away. */
     assert_int_not_equal(ftruncate(egm__host_pool_chunk(pool, 0)->memfd, 0), 0);
     egm__host_pool_destroy(pool);
@@ -109,11 +109,11 @@ static void test_too_small_or_bad_max_is_refused(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(0, 4096, &pool), EGM_ERR_INVALID_ARG);
-    assert_int_equal(egm__host_pool_create(4095, 4096, &pool), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__host_pool_create(0, 4096, 0, &pool), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__host_pool_create(4095, 4096, 0, &pool), EGM_ERR_INVALID_ARG);
     assert_non_null(strstr(egm_last_error(), "global_segment_size"));
-    assert_int_equal(egm__host_pool_create(8192, 0, &pool), EGM_ERR_INVALID_ARG);
-    assert_int_equal(egm__host_pool_create(8192, 5000, &pool), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__host_pool_create(8192, 0, 0, &pool), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__host_pool_create(8192, 5000, 0, &pool), EGM_ERR_INVALID_ARG);
     assert_non_null(strstr(egm_last_error(), "max_mr_size"));
     assert_null(pool);
 }
@@ -122,7 +122,7 @@ static void test_destroy_closes_fds(void **state)
 {
     (void)state;
     egm_host_pool_t *pool = NULL;
-    assert_int_equal(egm__host_pool_create(3 * 4096, 4096, &pool), EGM_OK);
+    assert_int_equal(egm__host_pool_create(3 * 4096, 4096, 0, &pool), EGM_OK);
     int fds[3];
     for (size_t i = 0; i < 3; i++) {
         fds[i] = egm__host_pool_chunk(pool, i)->memfd;

@@ -18,6 +18,7 @@
 
 #include "common/alloc.h"
 #include "cuda/driver.h"
+#include "pool/pool_limits.h"
 #include "pool/vmm_pool.h"
 #include "support/fake_cuda.h"
 #include "te/te.h"
@@ -202,6 +203,40 @@ static void test_bad_parameters(void **state)
 /* Every driver call a creation makes, failed in turn (each occurrence): the
  * creation fails with the CUDA error named, or succeeds when the call did not
  * matter; either way nothing is left once the pool is gone. */
+/* HOST_NUMA memory is pinned as it is created: more than the host has
+ * available is refused by the plan and by the creation before any driver
+ * allocation, unless allow_overcommit. */
+static void test_host_numa_above_available_refused(void **state)
+{
+    (void)state;
+    uint64_t avail = egm__pool_limits_host_available();
+    if (avail == EGM_POOL_LIMITS_UNKNOWN)
+        EGM_SKIP("no MemAvailable in /proc/meminfo");
+    uint64_t over = (avail / (2 * MIB) + 8) * 2 * MIB;
+    egm_vmm_pool_params_t p = params(EGM_VMM_HOST_NUMA, 0, EGM_VMM_HANDLES_POSIX_FD, over, over);
+    egm_egm_plan_t *plan = NULL;
+    assert_int_equal(egm__vmm_pool_plan(&p, &plan), EGM_ERR_CONFIG);
+    assert_null(plan);
+    assert_non_null(strstr(egm_last_error(), "global_segment_size"));
+    assert_non_null(strstr(egm_last_error(), "MemAvailable"));
+    assert_non_null(strstr(egm_last_error(), "allow_overcommit=true"));
+    egm_vmm_pool_t *pool = NULL;
+    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_ERR_CONFIG);
+    assert_null(pool);
+    assert_non_null(strstr(egm_last_error(), "MemAvailable"));
+    assert_int_equal(egm_fake_cuda_counters().allocations, 0);
+
+    /* Overcommit: the plan is accepted (nothing allocated here). */
+    p.allow_overcommit = 1;
+    assert_int_equal(egm__vmm_pool_plan(&p, &plan), EGM_OK);
+    assert_int_equal(plan->capacity, over);
+    egm__egm_plan_free(plan);
+    /* Device memory is the driver's to refuse: not checked against the host. */
+    p = params(EGM_VMM_DEVICE, 0, EGM_VMM_HANDLES_POSIX_FD, over, over);
+    assert_int_equal(egm__vmm_pool_plan(&p, &plan), EGM_OK);
+    egm__egm_plan_free(plan);
+}
+
 static void test_fault_sweep_unwinds(void **state)
 {
     (void)state;
@@ -445,6 +480,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_device_fabric, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_and_fabric_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_numa_above_available_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_sweep_unwinds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes_in_parallel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_resumes, setup, teardown),
