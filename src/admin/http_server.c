@@ -8,12 +8,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <microhttpd.h>
 #include "admin/http_server.h"
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/log.h"
 
 struct egm_http_server {
@@ -21,6 +23,10 @@ struct egm_http_server {
     egm_http_handler_fn fn;
     void *arg;
     uint16_t port;
+    char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = every path is open */
+    char open_paths[EGM_HTTP_OPEN_PATHS_MAX][EGM_HTTP_OPEN_PATH_LEN];
+    size_t n_open_paths;
+    uint64_t auth_failures; /* atomic */
 };
 
 /* Per request, created when MHD sees the request line: the raw query (MHD
@@ -97,6 +103,66 @@ static int has_body(struct MHD_Connection *conn)
            NULL;
 }
 
+/* What a request's Authorization header is worth. */
+enum bearer { BEARER_OK, BEARER_MISSING, BEARER_WRONG };
+
+static enum bearer check_bearer(const egm_http_server_t *srv, struct MHD_Connection *conn)
+{
+    const char *value =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (value == NULL)
+        return BEARER_MISSING;
+    if (strncasecmp(value, "Bearer", 6) != 0 || (value[6] != ' ' && value[6] != '\t'))
+        return BEARER_WRONG; /* another scheme (Basic ...) is not the token */
+    const char *token = value + 6;
+    while (*token == ' ' || *token == '\t')
+        token++;
+    size_t len = strlen(token);
+    while (len > 0 && (token[len - 1] == ' ' || token[len - 1] == '\t'))
+        len--;
+    return egm__token_equal(srv->auth_token, token, len) ? BEARER_OK : BEARER_WRONG;
+}
+
+static int path_is_open(const egm_http_server_t *srv, const char *path)
+{
+    for (size_t i = 0; i < srv->n_open_paths; i++)
+        if (strcmp(srv->open_paths[i], path) == 0)
+            return 1;
+    return 0;
+}
+
+/* 401 with the Bearer challenge (RFC 6750) and a JSON error; the connection
+ * stays open (the request was read whole). Never names the token. */
+static enum MHD_Result unauthorized(egm_http_server_t *srv, struct MHD_Connection *conn,
+                                    const char *method, const char *path, enum bearer verdict)
+{
+    static const char missing[] =
+        "{\"error\":\"authorization required: this server requires the cluster token "
+        "(auth_token)\",\"accepted\":\"Authorization: Bearer <auth_token>\"}\n";
+    static const char wrong[] =
+        "{\"error\":\"authorization refused: the bearer token is not this server's "
+        "auth_token\",\"accepted\":\"Authorization: Bearer <auth_token>\"}\n";
+    const char *text = verdict == BEARER_MISSING ? missing : wrong;
+
+    __atomic_fetch_add(&srv->auth_failures, 1, __ATOMIC_RELAXED);
+    egm_log_ratelimited(EGM_LOG_WARN, 1, "http: %s %.100s refused: %s", method, path,
+                        verdict == BEARER_MISSING ? "no Authorization: Bearer token"
+                                                  : "wrong bearer token");
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                            verdict == BEARER_MISSING
+                                ? "Bearer realm=\"egmstore\""
+                                : "Bearer realm=\"egmstore\", error=\"invalid_token\"");
+    enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_UNAUTHORIZED, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_data_size, void **req_p)
@@ -128,6 +194,11 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 
     egm_http_response_t resp = {.status = MHD_HTTP_NOT_FOUND};
     const char *path = url != NULL && url[0] != '\0' ? url : "/";
+    if (srv->auth_token[0] != '\0' && !path_is_open(srv, path)) {
+        enum bearer verdict = check_bearer(srv, conn);
+        if (verdict != BEARER_OK)
+            return unauthorized(srv, conn, method, path, verdict);
+    }
     srv->fn(srv->arg, path, req->query, &resp);
     if (resp.body == NULL)
         resp.len = 0;
@@ -232,15 +303,37 @@ static unsigned daemon_flags(void)
 egm_status_t egm__http_start(const char *address, uint16_t port, egm_http_handler_fn fn, void *arg,
                              egm_http_server_t **srv_p)
 {
-    if (fn == NULL || srv_p == NULL)
+    egm_http_params_t params = {.address = address, .port = port, .fn = fn, .arg = arg};
+    return egm__http_start_with(&params, srv_p);
+}
+
+egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_server_t **srv_p)
+{
+    if (params == NULL || params->fn == NULL || srv_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "http start: handler and srv_p are required");
+    const char *address = params->address;
+    uint16_t port = params->port;
     const char *host = address != NULL && address[0] != '\0' ? address : "0.0.0.0";
+    const char *token = params->auth_token != NULL ? params->auth_token : "";
     egm_status_t status;
+    if (strlen(token) > EGM_AUTH_TOKEN_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "http server: auth token longer than %d bytes",
+                              EGM_AUTH_TOKEN_MAX);
     egm_http_server_t *srv = egm_calloc(1, sizeof(*srv), "http_server");
     if (srv == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "http server: out of memory");
-    srv->fn = fn;
-    srv->arg = arg;
+    srv->fn = params->fn;
+    srv->arg = params->arg;
+    snprintf(srv->auth_token, sizeof(srv->auth_token), "%s", token);
+    for (const char *const *p = params->open_paths; p != NULL && *p != NULL; p++) {
+        if (srv->n_open_paths == EGM_HTTP_OPEN_PATHS_MAX || strlen(*p) >= EGM_HTTP_OPEN_PATH_LEN) {
+            status = egm__set_error(EGM_ERR_INVALID_ARG,
+                                    "http server: at most %d open paths of < %d bytes",
+                                    EGM_HTTP_OPEN_PATHS_MAX, EGM_HTTP_OPEN_PATH_LEN);
+            goto err_free;
+        }
+        snprintf(srv->open_paths[srv->n_open_paths++], EGM_HTTP_OPEN_PATH_LEN, "%s", *p);
+    }
 
     int fd = -1;
     status = listen_on(host, port, &fd, &srv->port);
@@ -274,8 +367,14 @@ egm_status_t egm__http_start(const char *address, uint16_t port, egm_http_handle
     *srv_p = srv;
     return EGM_OK;
 err_free:
+    egm__secure_zero(srv->auth_token, sizeof(srv->auth_token));
     egm_free(srv);
     return status;
+}
+
+uint64_t egm__http_auth_failures(const egm_http_server_t *srv)
+{
+    return srv != NULL ? __atomic_load_n(&srv->auth_failures, __ATOMIC_RELAXED) : 0;
 }
 
 uint16_t egm__http_port(const egm_http_server_t *srv)
@@ -293,6 +392,7 @@ void egm__http_stop(egm_http_server_t *srv)
     MHD_stop_daemon(srv->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+    egm__secure_zero(srv->auth_token, sizeof(srv->auth_token));
     egm_free(srv);
 }
 

@@ -13,6 +13,9 @@
 #define EGM_HTTP_MAX_CONNECTIONS 64
 /* A connection idle this long (seconds) is closed. */
 #define EGM_HTTP_IDLE_TIMEOUT_S 10
+/* Most paths served without the token (egm_http_params_t.open_paths), and their longest. */
+#define EGM_HTTP_OPEN_PATHS_MAX 8
+#define EGM_HTTP_OPEN_PATH_LEN 64
 
 /* What a handler answers. body is egm_malloc'ed by the handler (or NULL = empty); the server
  * frees it with egm_free. cap is kept by egm__http_printf (0 = unknown: exactly len bytes). */
@@ -36,6 +39,27 @@ typedef struct egm_http_server egm_http_server_t;
  * EGM_ERR_NO_MEMORY; EGM_ERR_IO if libmicrohttpd does not start. */
 egm_status_t egm__http_start(const char *address, uint16_t port, egm_http_handler_fn fn, void *arg,
                              egm_http_server_t **srv_p);
+typedef struct {
+    const char *address; /* as for egm__http_start */
+    uint16_t port;
+    egm_http_handler_fn fn;
+    void *arg;
+    /* Bearer token (copied; NULL or "" = none). With one, a request for any
+     * path but open_paths must carry `Authorization: Bearer <token>` (scheme
+     * case-insensitive, token compared in constant time); otherwise it is
+     * answered 401 with `WWW-Authenticate: Bearer realm="egmstore"` (plus
+     * `error="invalid_token"` for a wrong one) and a JSON error, without
+     * reaching the handler. Unknown paths need it too. */
+    const char *auth_token;
+    /* Paths (exact, after percent-decoding) served without the token;
+     * NULL-terminated, at most EGM_HTTP_OPEN_PATHS_MAX; NULL = none. */
+    const char *const *open_paths;
+} egm_http_params_t;
+/* egm__http_start with a token. Also EGM_ERR_INVALID_ARG for a token longer
+ * than EGM_AUTH_TOKEN_MAX or too many / too long open paths. */
+egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_server_t **srv_p);
+/* Requests refused for a missing or wrong token since the start. Thread-safe. */
+uint64_t egm__http_auth_failures(const egm_http_server_t *srv);
 uint16_t egm__http_port(const egm_http_server_t *srv);
 /* Stops accepting, finishes or drops connections, joins the thread; NULL is a no-op. */
 void egm__http_stop(egm_http_server_t *srv);

@@ -59,7 +59,8 @@ static void on_tick(egm_reactor_t *reactor, void *arg)
 
 /* http_port: -1 off, 0 any free port. The default port (9003) being taken is
  * only a warning, so that several masters can share a host; a port asked
- * for explicitly must be had. */
+ * for explicitly must be had. With a cluster token, the admin HTTP requires
+ * it as a bearer token on every path but /health and /metrics. */
 static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *config,
                                      const char *host)
 {
@@ -76,8 +77,25 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
         .server = master->servers[0],
         .start_ms = egm__now_ms(),
     };
-    egm_status_t status = egm__http_start(host, (uint16_t)port, egm__master_admin_http,
-                                          &master->admin, &master->http);
+    /* With a cluster token, everything but the probes' and scrapers' paths
+     * needs it: /keys lists every key, /segments every provider endpoint. */
+    static const char *const open_paths[] = {"/health", "/metrics", NULL};
+    char token[EGM_AUTH_TOKEN_MAX + 1];
+    egm_status_t status = egm__config_auth_token(config, token, sizeof(token));
+    if (status != EGM_OK)
+        return status;
+    egm_http_params_t params = {.address = host,
+                                .port = (uint16_t)port,
+                                .fn = egm__master_admin_http,
+                                .arg = &master->admin,
+                                .auth_token = token,
+                                .open_paths = open_paths};
+    int has_token = token[0] != '\0';
+    status = egm__http_start_with(&params, &master->http);
+    egm__secure_zero(token, sizeof(token));
+    if (status == EGM_OK && has_token)
+        egm_info("master: admin HTTP requires the cluster token (Authorization: Bearer) except "
+                 "on /health and /metrics");
     if (status == EGM_OK || egm__config_is_set(config, "http_port"))
         return status; /* the error names http_port and the address */
     egm_warn("master: admin HTTP off: %s (set --http-port N, 0 for any free port, -1 for none)",

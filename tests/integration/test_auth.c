@@ -12,6 +12,8 @@
  * - A peer of another uid (a forked child that becomes nobody, when the tests
  *   run as root) is refused by the fd socket, unless fd_allowed_gid names its
  *   group.
+ * - The master's admin HTTP answers every path but /health and /metrics only
+ *   with `Authorization: Bearer <token>` (401 and a Bearer challenge else).
  * - Neither token appears in the daemons' logs (at debug level), /metrics or
  *   /health. */
 #include <setjmp.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -299,6 +302,92 @@ static void test_master_large_frame_before_auth(void **state)
     assert_true(metric_value(master_http, "egm_master_auth_failures_total") > before);
 }
 
+/* ---- the master's admin HTTP ----------------------------------------------- */
+
+/* GET path from 127.0.0.1:port, with `authorization` (NULL = none) as the
+ * Authorization header's value. Returns the HTTP status (-1: no answer in
+ * IO_MS) and the whole answer, headers and body, in out. */
+static int http_get_auth(unsigned port, const char *path, const char *authorization, char *out,
+                         size_t out_len)
+{
+    char request[1024];
+    int fd = -1;
+    size_t n = 0;
+
+    int rl = snprintf(request, sizeof(request), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s\r\n",
+                      path, authorization ? "Authorization: " : "",
+                      authorization ? authorization : "", authorization ? "\r\n" : "");
+    assert_true(rl > 0 && (size_t)rl < sizeof(request));
+    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", (uint16_t)port, 3000, &fd), EGM_OK);
+    assert_int_equal(egm__sock_write_full(fd, request, (size_t)rl), EGM_OK);
+    while (n + 1 < out_len) { /* HTTP/1.0: the server closes after the answer */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, IO_MS) <= 0)
+            break;
+        ssize_t got = read(fd, out + n, out_len - 1 - n);
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    close(fd);
+    out[n] = '\0';
+    int status = -1;
+    if (sscanf(out, "HTTP/1.%*d %d", &status) != 1)
+        return -1;
+    return status;
+}
+
+/* With a token, every admin path but /health and /metrics needs it as a
+ * bearer token: 401 with a Bearer challenge without it or with a wrong one
+ * (or another scheme), the endpoint's answer with it. */
+static void test_admin_http_requires_token(void **state)
+{
+    (void)state;
+    const char *guarded[] = {"/keys", "/keys?prefix=a&limit=5", "/segments", "/get_all_segments",
+                             "/no-such-endpoint"};
+    const char *refused[] = {NULL,           "Bearer " WRONG, "Bearer", "Bearer " TOKEN "x",
+                             "Basic " TOKEN, "Token " TOKEN};
+    const char *accepted[] = {"Bearer " TOKEN, "bearer   " TOKEN " "};
+
+    for (size_t p = 0; p < sizeof(guarded) / sizeof(guarded[0]); p++) {
+        for (size_t r = 0; r < sizeof(refused) / sizeof(refused[0]); r++) {
+            int st = http_get_auth(master_http, guarded[p], refused[r], body, sizeof(body));
+            if (st != 401)
+                fail_msg("GET %s with Authorization \"%s\": %d, not 401", guarded[p],
+                         refused[r] != NULL ? refused[r] : "(none)", st);
+            assert_non_null(strstr(body, "\r\nWWW-Authenticate: Bearer realm=\"egmstore\""));
+            assert_non_null(strstr(body, "\"error\":\"authorization "));
+            assert_null(strstr(body, TOKEN));
+            assert_null(strstr(body, "\"segments\"")); /* nothing of the endpoint */
+        }
+        for (size_t a = 0; a < sizeof(accepted) / sizeof(accepted[0]); a++) {
+            int st = http_get_auth(master_http, guarded[p], accepted[a], body, sizeof(body));
+            int want = strcmp(guarded[p], "/no-such-endpoint") == 0 ? 404 : 200;
+            if (st != want)
+                fail_msg("GET %s with the token: %d, not %d", guarded[p], st, want);
+        }
+    }
+    /* a wrong token says so in its challenge */
+    assert_int_equal(http_get_auth(master_http, "/keys", "Bearer " WRONG, body, sizeof(body)), 401);
+    assert_non_null(strstr(body, "error=\"invalid_token\""));
+    /* the answers with the token are the endpoints' own */
+    assert_int_equal(http_get_auth(master_http, "/segments", "Bearer " TOKEN, body, sizeof(body)),
+                     200);
+    assert_non_null(strstr(body, "\"tcp_endpoint\":"));
+    assert_int_equal(http_get_auth(master_http, "/keys", "Bearer " TOKEN, body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "\"keys\":["));
+
+    /* probes and scrapers need nothing */
+    assert_int_equal(http_get_auth(master_http, "/health", NULL, body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "\"status\":\"ok\""));
+    assert_int_equal(http_get_auth(master_http, "/metrics", NULL, body, sizeof(body)), 200);
+    assert_non_null(strstr(body, "egm_master_auth_failures_total"));
+    assert_int_equal(http_get_auth(master_http, "/health", "Bearer " WRONG, body, sizeof(body)),
+                     200);
+    /* the provider's admin HTTP serves only those two */
+    assert_int_equal(http_get_auth(provider_http, "/keys", NULL, body, sizeof(body)), 404);
+}
+
 /* ---- the provider's tcp data server ----------------------------------------- */
 
 static int data_connect(void)
@@ -567,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_token_keys_checked),
         cmocka_unit_test(test_master_tcp_frame_without_auth),
         cmocka_unit_test(test_master_large_frame_before_auth),
+        cmocka_unit_test(test_admin_http_requires_token),
         cmocka_unit_test(test_data_server_requires_token),
         cmocka_unit_test(test_data_server_refuses_out_of_segment),
         cmocka_unit_test(test_fd_socket_requires_token),

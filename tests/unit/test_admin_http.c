@@ -2,7 +2,8 @@
  * without a body, POST and GET-with-body refused (405 with Allow, 413), unknown
  * path 404, bad handler status 500, two requests on one kept-alive connection, growing printf
  * bodies, a busy port and a foreign address answered with EGM_ERR_CONFIG naming them, "::" dual
- * stack, and start/stop in a loop without leaking memory or descriptors. A real TCP client on plain
+ * stack, start/stop in a loop without leaking memory or descriptors, and the bearer token that
+ * guards every path but the open ones. A real TCP client on plain
  * sockets talks to the server. */
 #include <poll.h>
 #include <pthread.h>
@@ -353,6 +354,80 @@ static void test_start_stop_loop(void **state)
     assert_int_equal(egm_test_count_fds(), fds);
 }
 
+/* With a bearer token: open paths answer without it; every other path (known
+ * or not, GET or HEAD) is answered 401 with a Bearer challenge, without
+ * reaching the handler, unless the request carries the token; a 401 keeps
+ * the connection; refusals are counted; bad parameters are refused. */
+static void test_bearer_token(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    static const char *const open_paths[] = {"/empty", NULL};
+    egm_http_params_t params = {.address = "127.0.0.1",
+                                .fn = handler,
+                                .arg = &seen,
+                                .auth_token = "s3cret-T",
+                                .open_paths = open_paths};
+    egm_http_server_t *srv = NULL;
+    assert_int_equal(egm__http_start_with(&params, &srv), EGM_OK);
+    uint16_t port = egm__http_port(srv);
+    int before = calls();
+
+    http_exchange(port, "GET /empty HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", buf,
+                  sizeof(buf));
+    assert_true(strncmp(buf, "HTTP/1.1 503 ", 13) == 0); /* the handler's answer */
+    assert_int_equal(calls(), before + 1);
+
+    const char *refused[] = {
+        "GET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer s3cret-t\r\nConnection: close\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer s3cret-T2\r\nConnection: "
+        "close\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: t\r\nAuthorization: Basic s3cret-T\r\nConnection: close\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: t\r\nAuthorization: Bearers3cret-T\r\nConnection: close\r\n\r\n",
+        "HEAD /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        "GET /unknown HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        "GET /empty/ HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        http_exchange(port, refused[i], buf, sizeof(buf));
+        if (strncmp(buf, "HTTP/1.1 401 ", 13) != 0)
+            fail_msg("request %zu: %.40s", i, buf);
+        assert_true(has_header(buf, "WWW-Authenticate",
+                               i == 0 || i >= 5 ? "Bearer realm=\"egmstore\""
+                                                : "Bearer realm=\"egmstore\", "
+                                                  "error=\"invalid_token\""));
+        assert_true(has_header(buf, "Content-Type", "application/json"));
+        assert_null(strstr(buf, "s3cret"));
+    }
+    assert_int_equal(calls(), before + 1); /* none reached the handler */
+    assert_int_equal(egm__http_auth_failures(srv), sizeof(refused) / sizeof(refused[0]));
+
+    /* the right token, on a connection kept after a 401 */
+    http_exchange(port,
+                  "GET /x?a=1 HTTP/1.1\r\nHost: t\r\n\r\n"
+                  "GET /x?b=2 HTTP/1.1\r\nHost: t\r\nAuthorization: bEaRer  s3cret-T \r\n"
+                  "Connection: close\r\n\r\n",
+                  buf, sizeof(buf));
+    const char *second = strstr(buf, "HTTP/1.1 401 ");
+    assert_non_null(second);
+    assert_non_null(strstr(second, "HTTP/1.1 200 "));
+    assert_non_null(strstr(second, "{\"ok\":true,\"query\":\"b=2\"}\n"));
+    assert_int_equal(calls(), before + 2);
+    egm__http_stop(srv);
+
+    /* parameters */
+    char long_token[1100];
+    memset(long_token, 'a', sizeof(long_token) - 1);
+    long_token[sizeof(long_token) - 1] = '\0';
+    params.auth_token = long_token;
+    assert_int_equal(egm__http_start_with(&params, &srv), EGM_ERR_INVALID_ARG);
+    static const char *const many[] = {"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", NULL};
+    params.auth_token = "t";
+    params.open_paths = many;
+    assert_int_equal(egm__http_start_with(&params, &srv), EGM_ERR_INVALID_ARG);
+}
+
 int main(void)
 {
     egm__log_set_level(EGM_LOG_WARN);
@@ -375,6 +450,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dual_stack, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_start_stop_loop, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_bearer_token, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
