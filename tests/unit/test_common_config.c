@@ -41,6 +41,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"protocol", "auto"},
         {"global_segment_size", "0"},
         {"max_mr_size", "1GiB"},
+        {"allow_overcommit", "false"},
         {"data_port", "0"},
         {"replica_num", "1"},
         {"rpc_timeout_ms", "5000"},
