@@ -330,7 +330,12 @@ egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t
         st = egm__set_error(egm__status_from_errno(rc), "tcp server: thread: %s", strerror(rc));
         goto err_close_event;
     }
-    egm_debug("tcp server: listening on %s:%u", host ? host : "0.0.0.0", (unsigned)server->port);
+    if (egm__log_level >= EGM_LOG_DEBUG) {
+        char where[300];
+        egm_debug(
+            "tcp server: listening on %s",
+            egm__sock_format_hostport(host ? host : "0.0.0.0", server->port, where, sizeof(where)));
+    }
     *server_p = server;
     return EGM_OK;
 

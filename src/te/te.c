@@ -215,11 +215,12 @@ out:
 static egm_status_t fill_endpoints(egm_te_t *te, egm_segment_desc_t *desc)
 {
     snprintf(desc->host_id, sizeof(desc->host_id), "%s", te->host_id);
-    int v6 = strchr(te->local_hostname, ':') != NULL; /* IPv6 literal: bracket it */
-    int n = snprintf(desc->tcp_endpoint, sizeof(desc->tcp_endpoint), "%s%s%s:%u", v6 ? "[" : "",
-                     te->local_hostname, v6 ? "]" : "", (unsigned)egm__tcp_server_port(te->server));
-    if (n < 0 || (size_t)n >= sizeof(desc->tcp_endpoint))
+    char where[sizeof(desc->tcp_endpoint) + 1];
+    egm__sock_format_hostport(te->local_hostname, egm__tcp_server_port(te->server), where,
+                              sizeof(where));
+    if (strlen(where) >= sizeof(desc->tcp_endpoint))
         return egm__set_error(EGM_ERR_INVALID_ARG, "local_hostname: too long for an endpoint");
+    memcpy(desc->tcp_endpoint, where, strlen(where) + 1);
     return EGM_OK;
 }
 
