@@ -54,16 +54,18 @@ static void fill_key(const egm_bdata_run_t *r, char *key, uint64_t k)
 
 static egm_status_t http_get(const char *host, unsigned port, const char *path, char **body_p)
 {
-    char req[256];
+    char req[512], where[300];
     size_t len = 0, cap = 1 << 16;
     char *buf = egm_malloc(cap, "bench.http");
     int fd = -1;
+
+    egm__sock_format_hostport(host, port, where, sizeof(where));
 
     *body_p = NULL;
     if (buf == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "an HTTP reply");
     egm_status_t status = egm__sock_tcp_connect(host, (uint16_t)port, HTTP_TIMEOUT_MS, &fd);
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, where);
     if (status == EGM_OK)
         status = egm__sock_write_full(fd, req, (size_t)n);
     while (status == EGM_OK) {
@@ -80,8 +82,8 @@ static egm_status_t http_get(const char *host, unsigned port, const char *path, 
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            status = egm__set_error(EGM_ERR_IO, "reading http://%s:%u%s: %s", host, port, path,
-                                    strerror(errno));
+            status =
+                egm__set_error(EGM_ERR_IO, "reading http://%s%s: %s", where, path, strerror(errno));
         if (got <= 0)
             break;
         len += (size_t)got;
@@ -97,7 +99,7 @@ static egm_status_t http_get(const char *host, unsigned port, const char *path, 
     egm_free(buf);
     return status != EGM_OK
                ? status
-               : egm__set_error(EGM_ERR_PROTOCOL, "http://%s:%u%s: no 200 reply", host, port, path);
+               : egm__set_error(EGM_ERR_PROTOCOL, "http://%s%s: no 200 reply", where, path);
 }
 
 static double metric(const char *body, const char *name)
@@ -110,7 +112,7 @@ static double metric(const char *body, const char *name)
 
 egm_status_t egm__bdata_metrics(egm_bdata_run_t *r, egm_bdata_metrics_t *m)
 {
-    char *body = NULL;
+    char *body = NULL, where[300];
     memset(m, 0, sizeof(*m));
     if (r->http_port == 0)
         return egm__set_error(EGM_ERR_NOT_SUPPORTED, "the master's admin HTTP is off (http_port)");
@@ -126,10 +128,9 @@ egm_status_t egm__bdata_metrics(egm_bdata_run_t *r, egm_bdata_metrics_t *m)
     m->ok = m->capacity > 0 && m->allocated >= 0 && m->evictions >= 0 && m->evicted_bytes >= 0 &&
             m->eviction_runs >= 0;
     return m->ok ? EGM_OK
-                 : egm__set_error(EGM_ERR_PROTOCOL,
-                                  "http://%s:%u/metrics: capacity or eviction "
-                                  "counters missing",
-                                  r->http_host, r->http_port);
+                 : egm__set_error(
+                       EGM_ERR_PROTOCOL, "http://%s/metrics: capacity or eviction counters missing",
+                       egm__sock_format_hostport(r->http_host, r->http_port, where, sizeof(where)));
 }
 
 /* ---- the cluster -------------------------------------------------------------- */

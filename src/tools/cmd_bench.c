@@ -809,9 +809,8 @@ static egm_status_t write_json(const bench_t *b, const char *path, const char *m
 static const char bench_usage[] =
     "Usage: egmstore bench meta [--master HOST:PORT] [--clients 1,8,64]\n"
     "                           [--seconds 1 | --ops N [--batch-ops N]] [--keys K] [--batch 128]\n"
-    "                           [--object-size 4KiB]"
-    "                           [--segments 64] [--segment-size 1GiB] [--transport auto|tcp]\n"
-    "                           [--out FILE.json]\n\n"
+    "                           [--object-size 4KiB] [--segments 64] [--segment-size 1GiB]\n"
+    "                           [--transport auto|tcp] [--out FILE.json]\n\n"
     "Round trips of the master's metadata calls: ExistKey, GetReplicaList and\n"
     "PutStart+PutEnd, with one key and with batches, from 1, 8 and 64 client threads (each\n"
     "with its own connection). Without --master it starts a master in this process on a\n"
@@ -819,6 +818,8 @@ static const char bench_usage[] =
     "hands out offsets, no data moves). Configuration keys given here (--rpc-threads 4,\n"
     "--http-port -1, ...) configure that master. Prints a table; --out writes every figure\n"
     "as JSON. Progress lines go to stderr when it is a terminal.\n\n"
+    "  --master HOST:PORT a running master to measure instead of one in this process (the\n"
+    "                     fake segments and keys are mounted there and removed at the end)\n"
     "  --clients LIST     client counts, comma separated (default 1,8,64)\n"
     "  --seconds S        run each op for S seconds at each client count (default 1)\n"
     "  --ops N            instead, a number of calls: N single-key calls per op and client\n"
@@ -830,7 +831,8 @@ static const char bench_usage[] =
     "  --object-size SIZE size each PutStart asks for (default 4KiB)\n"
     "  --segments N, --segment-size SIZE  fake capacity (default 64 x 1GiB)\n"
     "  --transport auto|tcp  auto: the master's local socket when it is on this host, as\n"
-    "                     the client library does; tcp: always TCP (default auto)\n";
+    "                     the client library does; tcp: always TCP (default auto)\n"
+    "  --out FILE.json    write every figure as JSON (docs/benchmarks.md)\n";
 
 static int add_level(const char *it, void *arg)
 {

@@ -6,6 +6,7 @@
 #include "client/client_int.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/sock.h"
 #include "master/master.h"
 #include "tools/cli.h"
 
@@ -42,12 +43,14 @@ int egm__cmd_master(egm_cli_t *cli)
 
     /* The ready line stays last-word-is-the-address (scripts split it); the
      * admin HTTP line follows it. */
-    printf("egmstore master listening on %s:%u\n", egm_config_get(cli->config, "listen_address"),
-           (unsigned)egm__master_port(master));
+    char where[300];
+    printf("egmstore master listening on %s\n",
+           egm__sock_format_hostport(egm_config_get(cli->config, "listen_address"),
+                                     egm__master_port(master), where, sizeof(where)));
     if (egm__master_http_port(master) != 0)
-        printf("egmstore master admin http on %s:%u\n",
-               egm_config_get(cli->config, "listen_address"),
-               (unsigned)egm__master_http_port(master));
+        printf("egmstore master admin http on %s\n",
+               egm__sock_format_hostport(egm_config_get(cli->config, "listen_address"),
+                                         egm__master_http_port(master), where, sizeof(where)));
     else
         printf("egmstore master admin http off\n");
     fflush(stdout);

@@ -227,6 +227,10 @@ int egm__cmd_demo(egm_cli_t *cli)
     signal(SIGPIPE, SIG_IGN);
     egm_config_set(cli->config, "port", "0");
     egm_config_set(cli->config, "listen_address", "127.0.0.1");
+    /* The demo needs no admin HTTP: the default port (9003) belongs to a real
+     * master on this host. --http-port N (0 = a free one) still asks for it. */
+    if (!egm__config_is_set(cli->config, "http_port"))
+        egm_config_set(cli->config, "http_port", "-1");
     if (!egm__config_is_set(cli->config, "log_level"))
         egm__log_set_level(EGM_LOG_WARN);
     status = egm__master_create(cli->config, &master);
@@ -240,6 +244,9 @@ int egm__cmd_demo(egm_cli_t *cli)
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)egm__master_port(master));
     egm_config_set(cli->config, "master_server_addr", addr);
     printf("demo: master on %s (in this process)\n", addr);
+    if (egm__master_http_port(master) != 0)
+        printf("demo: master admin http on 127.0.0.1:%u\n",
+               (unsigned)egm__master_http_port(master));
 
     char *argv[] = {(char *)egm__process_self_exe(),
                     "provider",

@@ -263,11 +263,17 @@ int egm__cmd_get(egm_cli_t *cli)
         ok = (fflush(f) == 0) && ok;
     egm_buffer_free(data);
     if (!ok) {
-        fprintf(stderr, "egmstore: error: %s: %s\n", cli->argv[1], strerror(errno));
+        char path_text[EGM_CLI_QUOTE_MAX];
+        fprintf(stderr, "egmstore: error: %s: %s\n",
+                egm__cli_quote(cli->argv[1], path_text, sizeof(path_text)), strerror(errno));
         return EGM_EXIT_FAIL;
     }
-    if (!to_stdout)
-        printf("fetched %s (%zu bytes) into %s\n", cli->argv[0], len, cli->argv[1]);
+    if (!to_stdout) {
+        char key_text[EGM_CLI_QUOTE_MAX], path_text[EGM_CLI_QUOTE_MAX];
+        printf("fetched %s (%zu bytes) into %s\n",
+               egm__cli_quote(cli->argv[0], key_text, sizeof(key_text)), len,
+               egm__cli_quote(cli->argv[1], path_text, sizeof(path_text)));
+    }
     return EGM_EXIT_OK;
 }
 
@@ -284,7 +290,8 @@ int egm__cmd_exist(egm_cli_t *cli)
     egm_client_destroy(client);
     if (status != EGM_OK)
         return EGM_EXIT_FAIL;
-    printf("%s exists\n", cli->argv[0]);
+    char key_text[EGM_CLI_QUOTE_MAX];
+    printf("%s exists\n", egm__cli_quote(cli->argv[0], key_text, sizeof(key_text)));
     return EGM_EXIT_OK;
 }
 
@@ -304,7 +311,8 @@ int egm__cmd_rm(egm_cli_t *cli)
     egm_client_destroy(client);
     if (status != EGM_OK)
         return EGM_EXIT_FAIL;
-    printf("removed %s\n", cli->argv[0]);
+    char key_text[EGM_CLI_QUOTE_MAX];
+    printf("removed %s\n", egm__cli_quote(cli->argv[0], key_text, sizeof(key_text)));
     return EGM_EXIT_OK;
 }
 
@@ -312,6 +320,7 @@ int egm__cmd_ls(egm_cli_t *cli)
 {
     Egm__ListSegmentsReply *reply = NULL;
     char size_text[32], used_text[32], id_text[EGM_ID_STRLEN];
+    char name_text[256], tcp_text[256], shm_text[256];
     uint64_t total = 0, used = 0;
 
     if (need_args(cli, 0, "ls") != 0)
@@ -337,12 +346,16 @@ int egm__cmd_ls(egm_cli_t *cli)
             continue;
         total += d->size;
         used += info->used;
-        printf("%-24s %-36s %10s %10s %8llu  tcp=%s shm=%s\n", d->name,
+        /* Names and endpoints come from providers: escaped like keys. */
+        printf("%-24s %-36s %10s %10s %8llu  tcp=%s shm=%s\n",
+               egm__cli_escape(d->name, name_text, sizeof(name_text)),
                egm__id_format(egm__id_from_pb(d->id), id_text),
                egm__format_size(d->size, size_text, sizeof(size_text)),
                egm__format_size(info->used, used_text, sizeof(used_text)),
-               (unsigned long long)info->objects, d->tcp_endpoint[0] ? d->tcp_endpoint : "-",
-               d->shm_socket[0] ? d->shm_socket : "-");
+               (unsigned long long)info->objects,
+               d->tcp_endpoint[0] ? egm__cli_escape(d->tcp_endpoint, tcp_text, sizeof(tcp_text))
+                                  : "-",
+               d->shm_socket[0] ? egm__cli_escape(d->shm_socket, shm_text, sizeof(shm_text)) : "-");
     }
     printf("%zu segments, %s of %s used, %llu keys, %llu clients\n", reply->n_segments,
            egm__format_size(used, used_text, sizeof(used_text)),
@@ -354,9 +367,10 @@ int egm__cmd_ls(egm_cli_t *cli)
 
 static void print_stat(const char *key, const Egm__StatKeyReply *r)
 {
-    char size_text[32], id_text[EGM_ID_STRLEN];
+    char size_text[32], id_text[EGM_ID_STRLEN], key_text[EGM_CLI_QUOTE_MAX];
+    char name_text[256], host_text[512];
 
-    printf("key       %s\n", key);
+    printf("key       %s\n", egm__cli_quote(key, key_text, sizeof(key_text)));
     printf("size      %llu (%s)\n", (unsigned long long)r->size,
            egm__format_size(r->size, size_text, sizeof(size_text)));
     printf("state     %s\n",
@@ -378,10 +392,11 @@ static void print_stat(const char *key, const Egm__StatKeyReply *r)
         printf("  %-24s %-36s %12s %12s  %s\n", "SEGMENT", "ID", "OFFSET", "LENGTH", "HOST");
     for (size_t i = 0; i < r->n_replicas; i++) {
         const Egm__ReplicaInfo *rep = r->replicas[i];
-        printf("  %-24s %-36s %12llu %12llu  %s\n", rep->segment_name,
+        printf("  %-24s %-36s %12llu %12llu  %s\n",
+               egm__cli_escape(rep->segment_name, name_text, sizeof(name_text)),
                egm__id_format(egm__id_from_pb(rep->segment), id_text),
                (unsigned long long)rep->offset, (unsigned long long)rep->length,
-               rep->host_id[0] ? rep->host_id : "-");
+               rep->host_id[0] ? egm__cli_escape(rep->host_id, host_text, sizeof(host_text)) : "-");
     }
 }
 
@@ -395,9 +410,12 @@ int egm__cmd_stat(egm_cli_t *cli)
     if (client == NULL)
         return EGM_EXIT_FAIL;
     egm_status_t status = egm__client_stat(client, cli->argv[0], &reply);
-    if (status == EGM_OK && reply->status != EGM_OK)
-        status = egm__set_error(reply->status, "\"%s\": %s", cli->argv[0],
+    if (status == EGM_OK && reply->status != EGM_OK) {
+        char key_text[EGM_CLI_QUOTE_MAX];
+        status = egm__set_error(reply->status, "\"%s\": %s",
+                                egm__cli_escape(cli->argv[0], key_text, sizeof(key_text)),
                                 reply->error[0] ? reply->error : egm_status_string(reply->status));
+    }
     if (status != EGM_OK) /* before the client's teardown can replace the detail */
         egm__cli_error("stat", status);
     egm_client_destroy(client);

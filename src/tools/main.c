@@ -10,45 +10,66 @@ typedef struct {
     const char *name;
     int (*run)(egm_cli_t *cli);
     const char *usage;
-    unsigned roles;   /* EGM_ROLE_*: the config sections it reads, the keys its --help lists */
-    unsigned exclude; /* EGM_KEY_* flags of keys that do not affect it */
+    unsigned roles;    /* EGM_ROLE_*: the config sections it reads, the keys its --help lists */
+    unsigned exclude;  /* EGM_KEY_* flags of keys that do not affect it */
+    const char *flags; /* its own flags, explained in its --help (NULL: none) */
 } command_t;
 
 /* One-shot commands exit right after their call: they read the [client]
  * section and contribute no capacity. */
 #define ONE_SHOT EGM_ROLE_CLIENT, EGM_KEY_CAPACITY
 
+/* What every one-shot command's --help says about contributing memory. */
+#define ONE_SHOT_NOTE                                                                              \
+    "It contributes no memory: global_segment_size and the other capacity keys are ignored\n"      \
+    "(a note on stderr says so when one is given), so that a process which exits after its\n"      \
+    "call never holds an object it reported stored.\n"
+
 static const command_t commands[] = {
     {"master", egm__cmd_master,
      "master [--port N] [--http-port N] [--listen-address ADDR]\n"
      "                                             run the master (admin HTTP on 9003)",
-     EGM_ROLE_MASTER, 0},
+     EGM_ROLE_MASTER, 0, NULL},
     {"provider", egm__cmd_provider,
      "provider [--global-segment-size SIZE] [--plan-only]\n"
      "                                             contribute capacity (host memory, or the EGM\n"
      "                                             pool with --enable-egm-store-pool true)",
-     EGM_ROLE_PROVIDER, 0},
+     EGM_ROLE_PROVIDER, 0,
+     "  --plan-only                print the pool the configuration asks for (NUMA nodes, "
+     "granularity,\n"
+     "                             each node's share, chunks) and exit 0 without allocating "
+     "memory\n"
+     "                             or contacting the master; for CUDA pools (--pool-memory\n"
+     "                             host_numa|device, or --enable-egm-store-pool true)\n"},
     {"put", egm__cmd_put, "put KEY FILE|-                             store a file (- = stdin)",
-     ONE_SHOT},
+     ONE_SHOT, ONE_SHOT_NOTE},
     {"get", egm__cmd_get,
-     "get KEY FILE|-                             fetch into a file (- = stdout)", ONE_SHOT},
+     "get KEY FILE|-                             fetch into a file (- = stdout)", ONE_SHOT,
+     ONE_SHOT_NOTE},
     {"exist", egm__cmd_exist, "exist KEY                                  exit 0 if the key exists",
-     ONE_SHOT},
-    {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object", ONE_SHOT},
-    {"ls", egm__cmd_ls, "ls                                         segments and usage", ONE_SHOT},
+     ONE_SHOT, ONE_SHOT_NOTE},
+    {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object", ONE_SHOT,
+     "  --force                    remove it even while a reader holds a read lease on it or its\n"
+     "                             put is unfinished (without it: exit 1, \"object is under a "
+     "read\n"
+     "                             lease\" or \"still being written\"); a reader still copying "
+     "it\n"
+     "                             may then fail\n\n" ONE_SHOT_NOTE},
+    {"ls", egm__cmd_ls, "ls                                         segments and usage", ONE_SHOT,
+     ONE_SHOT_NOTE},
     {"stat", egm__cmd_stat,
      "stat KEY                                   an object's size, state, replicas, lease (read "
      "only)",
-     ONE_SHOT},
+     ONE_SHOT, ONE_SHOT_NOTE},
     {"demo", egm__cmd_demo,
      "demo                                       embedded master + provider, put/get over shm "
      "and tcp",
-     EGM_ROLE_ALL, 0},
+     EGM_ROLE_ALL, 0, NULL},
     {"bench", NULL,
      "bench meta [--clients 1,8,64] [--seconds 1] [--out FILE]  master metadata round trips\n"
      "  bench data [--workload single,batch,mixed,full] [--protocol shm,tcp] [--out FILE]\n"
      "                                             put/get workloads with their copy ceiling",
-     EGM_ROLE_ALL, 0},
+     EGM_ROLE_ALL, 0, NULL},
 };
 
 static void usage(FILE *out)
@@ -82,11 +103,14 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;
         egm_cli_t cli;
-        int rc = egm__cli_parse(argc - 2, argv + 2, commands[i].roles, &cli);
+        int rc = egm__cli_parse(argc - 2, argv + 2, commands[i].name, commands[i].roles,
+                                commands[i].exclude, &cli);
         if (rc != EGM_EXIT_OK)
             return rc;
         if (cli.help) {
             printf("Usage: egmstore %s\n\n", commands[i].usage);
+            if (commands[i].flags != NULL)
+                printf("%s\n", commands[i].flags);
             egm__cli_print_keys(stdout, commands[i].roles, commands[i].exclude);
             egm__cli_cleanup(&cli);
             return EGM_EXIT_OK;
