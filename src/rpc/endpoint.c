@@ -77,10 +77,7 @@ void egm__rpc_endpoint_format(const egm_rpc_endpoint_t *ep, char *buf, size_t le
 
     if (inet_ntop(ep->family, ep->addr, text, sizeof(text)) == NULL)
         snprintf(text, sizeof(text), "?");
-    if (ep->family == AF_INET6)
-        snprintf(buf, len, "[%s]:%u", text, (unsigned)ep->port);
-    else
-        snprintf(buf, len, "%s:%u", text, (unsigned)ep->port);
+    egm__sock_format_hostport(text, ep->port, buf, len);
 }
 
 int egm__rpc_endpoint_is_loopback(const egm_rpc_endpoint_t *ep)
