@@ -20,7 +20,6 @@
 #include "support/gpu_util.h"
 #include "support/http_get.h"
 
-#define SKIP 77
 #define POOL_BYTES (8ull << 30)
 static const size_t sizes[] = {4096, 1 << 20, 64 << 20, 256 << 20};
 #define N_SIZES (sizeof(sizes) / sizeof(sizes[0]))
@@ -137,10 +136,9 @@ static int run_getter(const char *master, int device)
 
 int main(int argc, char **argv)
 {
-    if (egm__cuda_load(&cu) != EGM_OK) {
-        printf("test_gpu_egm_pool: skipped: %s\n", egm_last_error());
-        return SKIP;
-    }
+    int load = egm_test_gpu_load("test_gpu_egm_pool", &cu);
+    if (load != 0)
+        return load;
     if (argc == 4 && strcmp(argv[1], "--getter") == 0)
         return getter(argv[2], atoi(argv[3]));
     int ndev = egm__cuda_device_count();

@@ -15,7 +15,6 @@
 #include "support/cluster.h"
 #include "support/gpu_util.h"
 
-#define SKIP 77
 static const size_t sizes[] = {4096, 65536 + 16, 1 << 20, 64 << 20};
 #define BATCH 256
 #define BATCH_BLOCK (64 << 10)
@@ -119,11 +118,10 @@ static int getter(const char *master, int device)
 
 int main(int argc, char **argv)
 {
-    egm_status_t st = egm__cuda_load(&cu);
-    if (st != EGM_OK) {
-        printf("test_gpu_nvlink: skipped: %s\n", egm_last_error());
-        return SKIP;
-    }
+    int load = egm_test_gpu_load("test_gpu_nvlink", &cu);
+    if (load != 0)
+        return load;
+    egm_status_t st = EGM_OK;
     if (argc == 4 && strcmp(argv[1], "--getter") == 0)
         return getter(argv[2], atoi(argv[3]));
 

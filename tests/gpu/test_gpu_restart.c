@@ -16,6 +16,7 @@
 #include "cuda/driver.h"
 #include "rpc/proto_util.h"
 #include "support/cluster.h"
+#include "support/gpu_util.h"
 
 #define LEN (1u << 20)
 
@@ -68,10 +69,9 @@ static egm_status_t get_check(egm_client_t *client, egm_cu_deviceptr_t hbm, unsi
 
 int main(void)
 {
-    if (egm__cuda_load(&cu) != EGM_OK) {
-        printf("test_gpu_restart: skipped: %s\n", egm_last_error());
-        return 77;
-    }
+    int load = egm_test_gpu_load("test_gpu_restart", &cu);
+    if (load != 0)
+        return load;
     egm_test_cluster_t cluster;
     const char *master_flags[] = {"--client-ttl", "2", NULL};
     const char *pool[] = {"--pool-memory", "host_numa", "--max-mr-size", "512MiB", NULL};

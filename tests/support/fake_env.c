@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "support/testutil.h"
 
 /* Live-object counters of a report (egm_fake_cuda_counters_t). */
 static const char *const live_counters[] = {
@@ -29,13 +30,16 @@ int egm_test_fake_env(const char *test, char *report_dir, size_t len)
     const char *dir = getenv("EGM_FAKE_CUDA_DIR");
     char lib[512], path[1024];
     if (dir == NULL || dir[0] == '\0') {
-        printf("%s: skipped: EGM_FAKE_CUDA_DIR is not set\n", test);
+        egm_test_skip_note(test, "EGM_FAKE_CUDA_DIR is not set (ctest sets it to the build's "
+                                 "fake-cuda folder)");
         return 77;
     }
     snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dir);
     if (access(lib, R_OK) != 0) {
-        printf("%s: skipped: %s: %s\n", test, lib, strerror(errno));
-        return 77;
+        /* ctest named the folder and builds the shim first: its absence is a broken build. */
+        printf("%s: FAILED: EGM_FAKE_CUDA_DIR is set but %s: %s (build egm_fake_libcuda)\n", test,
+               lib, strerror(errno));
+        return 1;
     }
     const char *old = getenv("LD_LIBRARY_PATH");
     snprintf(path, sizeof(path), "%s%s%s", dir, old && old[0] ? ":" : "", old ? old : "");

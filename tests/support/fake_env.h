@@ -9,8 +9,9 @@
 /* Makes processes started from now load the shim (LD_LIBRARY_PATH; this
  * process's loader is not affected), with posix_fd handles as on the H200
  * (EGM_FAKE_CUDA_FABRIC=0) and reports in a fresh directory written to
- * report_dir as <dir>/report-<pid>. Returns 0, or 77 (printed why) when the
- * shim is not built. */
+ * report_dir as <dir>/report-<pid>. Returns 0; 77 (a skip, with its EGM-SKIP
+ * line) when EGM_FAKE_CUDA_DIR is not set (a test run by hand, outside ctest);
+ * 1 (printed why) when it is set but holds no shim, or on a system error. */
 int egm_test_fake_env(const char *test, char *report_dir, size_t len);
 /* Value of `name` in a report, -1 when the report or the line is missing. */
 long long egm_test_fake_report_value(const char *path, const char *name);

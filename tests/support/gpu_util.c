@@ -1,10 +1,41 @@
 /* GPU suite helpers (linked by the tests that use them, with the client). */
 #include "support/gpu_util.h"
 
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/driver.h"
 #include "support/cluster.h"
+#include "support/testutil.h"
+
+int egm_test_gpu_load(const char *test, const egm_cuda_api_t **cu_p)
+{
+    const char *require = getenv("EGM_REQUIRE_GPU_RUN");
+    int required = require != NULL && strcmp(require, "1") == 0;
+    /* The driver's own loader folds "not installed" and "installed but broken"
+     * into one error: only the first is a reason to skip. */
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        const char *why = dlerror();
+        if (required) {
+            printf("%s: FAILED: EGM_REQUIRE_GPU_RUN=1 but libcuda.so.1 cannot be loaded (%s); "
+                   "is LD_LIBRARY_PATH the build's fake-cuda folder?\n",
+                   test, why ? why : "dlopen failed");
+            return 1;
+        }
+        egm_test_skip_note(test, "no CUDA driver: libcuda.so.1 cannot be loaded (%s)",
+                           why ? why : "dlopen failed");
+        return 77;
+    }
+    dlclose(lib);
+    if (egm__cuda_load(cu_p) != EGM_OK) {
+        printf("%s: FAILED: libcuda.so.1 loads but the driver is not usable: %s\n", test,
+               egm_last_error());
+        return 1;
+    }
+    return 0;
+}
 
 egm_status_t egm_test_hbm_fill(egm_cu_deviceptr_t ptr, size_t len, unsigned seed)
 {

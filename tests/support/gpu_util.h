@@ -7,6 +7,13 @@
 #include <egmstore/egmstore.h>
 #include "cuda/cuda_api.h"
 
+/* Loads the CUDA driver for a GPU test; prints why when it cannot. Returns 0
+ * with *cu_p set; 77 (a ctest skip, with its EGM-SKIP line) only when
+ * libcuda.so.1 cannot be loaded at all, that is no driver on this machine; 1
+ * (failure) when a driver loads but does not initialise, and for any failure
+ * when EGM_REQUIRE_GPU_RUN=1: the Makefile's fake-driver pass sets it, so that a
+ * GPU test that did not run fails that pass instead of reading as skipped. */
+int egm_test_gpu_load(const char *test, const egm_cuda_api_t **cu_p);
 /* Writes the pattern of `seed` into len bytes of device memory at ptr. */
 egm_status_t egm_test_hbm_fill(egm_cu_deviceptr_t ptr, size_t len, unsigned seed);
 /* 1 when len bytes at ptr hold the pattern of `seed`. */
