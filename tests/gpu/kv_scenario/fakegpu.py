@@ -1,13 +1,13 @@
 """Test scaffolding for machines without a GPU: with egmstore's fake driver (build/fake-cuda/
 libcuda.so.1 on LD_LIBRARY_PATH), allocate "device memory" with its cuMemAlloc and wrap it as CPU
-torch tensors. The fake's device memory is ordinary host memory, so torch computes on it while
-egmstore (same process, same libcuda.so.1) sees GPU buffers and takes the nvlink path. Only
-`run.py --fake-gpu` uses this; on a real GPU the workers use torch's CUDA tensors.
+torch tensors or numpy arrays (tensors.py). The fake's device memory is ordinary host memory, so
+the CPU computes on it while egmstore (same process, same libcuda.so.1) sees GPU buffers and takes
+the nvlink path. Only `run.py --fake-gpu` uses this; on a real GPU the workers use torch's CUDA
+tensors.
 """
 
 import ctypes
-
-import torch
+import math
 
 _api = {}
 
@@ -52,16 +52,15 @@ def use_device(ordinal):
     _check(_fn("cuCtxSetCurrent", ctypes.c_void_p)(ctx), "cuCtxSetCurrent")
 
 
-def zeros(shape, dtype):
-    """A zeroed tensor of `shape` in fake device memory (kept for the process's life)."""
-    n = 1
-    for s in shape:
-        n *= s
-    nbytes = n * torch.empty((), dtype=dtype).element_size()
+def zeros(T, shape, dtype):
+    """A zeroed tensor of `shape` (T: tensors.Torch or tensors.Numpy) in fake device memory,
+    kept for the process's life."""
+    nbytes = T.nbytes(T.zeros((1,), dtype, "cpu")) * math.prod(shape)
     ptr = ctypes.c_uint64()
     _check(
         _fn("cuMemAlloc", ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)(ctypes.byref(ptr), nbytes),
         "cuMemAlloc",
     )
-    buf = (ctypes.c_char * nbytes).from_address(ptr.value)
-    return torch.frombuffer(buf, dtype=dtype).view(shape).zero_()
+    t = T.from_address(ptr.value, shape, dtype)
+    T.zero_(t)
+    return t

@@ -4,13 +4,12 @@ Weights are random from a seeded generator (no download): two processes that bui
 same Config get bit-identical weights. The KV cache is paged the way vLLM/SGLang lay it
 out: per layer one K and one V tensor of shape [num_blocks, block_size, heads, head_dim],
 so one block (page) of one layer is a contiguous range of block_bytes bytes.
+
+The tensor work goes through T, a tensors.Torch or tensors.Numpy (see tensors.py).
 """
 
 import dataclasses
 import math
-
-import torch
-import torch.nn.functional as F
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,14 +44,15 @@ class PagedKVCache:
     """Per layer K and V tensors [num_blocks, block_size, heads, head_dim]; a block table maps
     a sequence's logical block i to a physical slot."""
 
-    def __init__(self, cfg, num_blocks, device, dtype, alloc=None):
+    def __init__(self, T, cfg, num_blocks, device, dtype, alloc=None):
         shape = (num_blocks, cfg.block_size, cfg.heads, cfg.head_dim)
-        alloc = alloc or (lambda shape, dtype: torch.zeros(shape, device=device, dtype=dtype))
+        alloc = alloc or (lambda shape, dtype: T.zeros(shape, dtype, device))
+        self.T = T
         self.cfg = cfg
         self.num_blocks = num_blocks
         self.k = [alloc(shape, dtype) for _ in range(cfg.layers)]
         self.v = [alloc(shape, dtype) for _ in range(cfg.layers)]
-        self.block_bytes = cfg.block_size * cfg.heads * cfg.head_dim * self.k[0].element_size()
+        self.block_bytes = T.nbytes(self.k[0]) // num_blocks
 
     def tensors(self):
         return self.k + self.v
@@ -60,8 +60,8 @@ class PagedKVCache:
     def block_ptrs(self, layer, slot):
         """(K address, V address) of one physical block of one layer."""
         return (
-            self.k[layer].data_ptr() + slot * self.block_bytes,
-            self.v[layer].data_ptr() + slot * self.block_bytes,
+            self.T.data_ptr(self.k[layer]) + slot * self.block_bytes,
+            self.T.data_ptr(self.v[layer]) + slot * self.block_bytes,
         )
 
     def write(self, layer, block_table, pos, k, v):
@@ -75,29 +75,32 @@ class PagedKVCache:
     def write_pages(self, layer, block_table, k, v):
         """Store a whole prefill (T a multiple of block_size) page by page."""
         bs = self.cfg.block_size
-        idx = torch.tensor(block_table[: k.shape[0] // bs], device=k.device)
-        self.k[layer][idx] = k.view(-1, bs, *k.shape[1:])
-        self.v[layer][idx] = v.view(-1, bs, *v.shape[1:])
+        idx = self.T.index(block_table[: k.shape[0] // bs], self.device(layer))
+        self.k[layer][idx] = k.reshape(-1, bs, *k.shape[1:])
+        self.v[layer][idx] = v.reshape(-1, bs, *v.shape[1:])
 
     def read(self, layer, block_table, length):
         """Gather the first `length` positions of a sequence: ([length, h, d], [length, h, d])."""
         nb = (length + self.cfg.block_size - 1) // self.cfg.block_size
-        idx = torch.tensor(block_table[:nb], device=self.k[layer].device)
-        k = self.k[layer][idx].flatten(0, 1)[:length]
-        v = self.v[layer][idx].flatten(0, 1)[:length]
+        idx = self.T.index(block_table[:nb], self.device(layer))
+        k = self.k[layer][idx].reshape(-1, *self.k[layer].shape[2:])[:length]
+        v = self.v[layer][idx].reshape(-1, *self.v[layer].shape[2:])[:length]
         return k, v
+
+    def device(self, layer):
+        return getattr(self.k[layer], "device", "cpu")  # numpy arrays: the CPU
 
 
 class Model:
     """Pre-LayerNorm GPT: learned positions, multi-head attention, GELU MLP."""
 
-    def __init__(self, cfg, device, dtype):
-        self.cfg, self.device, self.dtype = cfg, device, dtype
-        g = torch.Generator().manual_seed(cfg.seed)  # on the CPU: identical on every device
+    def __init__(self, T, cfg, device, dtype):
+        self.T, self.cfg, self.device, self.dtype = T, cfg, device, dtype
+        g = T.generator(cfg.seed)  # on the CPU: identical on every device
         d = cfg.d_model
 
         def w(*shape, std=0.02):
-            return (torch.randn(*shape, generator=g) * std).to(device=device, dtype=dtype)
+            return T.randn(g, shape, std, device, dtype)
 
         self.tok = w(cfg.vocab, d)
         self.pos = w(cfg.max_pos, d)
@@ -114,40 +117,40 @@ class Model:
         self.head = w(d, cfg.vocab)
 
     def _norm(self, x):
-        return F.layer_norm(x.float(), (x.shape[-1],)).to(self.dtype)
+        T = self.T
+        return T.cast(T.layer_norm(T.f32(x)), self.dtype)
 
     def _attend(self, q, k, v, causal):
         """q [Tq, h, d], k/v [Tk, h, d] -> [Tq, h*d]; softmax in fp32."""
-        scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(self.cfg.head_dim)
+        T = self.T
+        scores = T.einsum("qhd,khd->hqk", T.f32(q), T.f32(k)) / math.sqrt(self.cfg.head_dim)
         if causal:
-            tq, tk = q.shape[0], k.shape[0]
-            mask = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(tk - tq)
-            scores = scores.masked_fill(~mask, float("-inf"))
-        p = scores.softmax(-1).to(self.dtype)
-        return torch.einsum("hqk,khd->qhd", p, v).flatten(1)
+            scores = T.causal_fill(scores, q.shape[0], k.shape[0])
+        p = T.cast(T.softmax(scores), self.dtype)
+        return T.einsum("hqk,khd->qhd", p, v).reshape(q.shape[0], -1)
 
     def _layer(self, i, x, attend_kv):
         lw, h, hd = self.layers[i], self.cfg.heads, self.cfg.head_dim
-        q, k, v = (self._norm(x) @ lw["qkv"]).view(x.shape[0], 3, h, hd).unbind(1)
+        qkv = (self._norm(x) @ lw["qkv"]).reshape(x.shape[0], 3, h, hd)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
         x = x + attend_kv(i, q, k, v) @ lw["proj"]
-        return x + F.gelu(self._norm(x) @ lw["fc"]) @ lw["out"]
+        return x + self.T.gelu(self._norm(x) @ lw["fc"]) @ lw["out"]
 
     def _logits(self, x):
-        return (self._norm(x) @ self.head).float()
+        return self.T.f32(self._norm(x) @ self.head)
 
     def _embed(self, tokens, pos0):
-        t = torch.as_tensor(tokens, device=self.device)
-        return self.tok[t] + self.pos[pos0 : pos0 + t.shape[0]]
+        t = self.T.index(tokens, self.device)
+        return self.tok[t] + self.pos[pos0 : pos0 + len(tokens)]
 
-    @torch.no_grad()
     def forward_full(self, tokens):
         """Reference: full recompute with a causal mask, no cache. Logits [T, vocab] (fp32)."""
-        x = self._embed(tokens, 0)
-        for i in range(self.cfg.layers):
-            x = self._layer(i, x, lambda _i, q, k, v: self._attend(q, k, v, causal=True))
-        return self._logits(x)
+        with self.T.no_grad():
+            x = self._embed(tokens, 0)
+            for i in range(self.cfg.layers):
+                x = self._layer(i, x, lambda _i, q, k, v: self._attend(q, k, v, causal=True))
+            return self._logits(x)
 
-    @torch.no_grad()
     def prefill(self, tokens, cache, block_table):
         """Full forward over the prompt, writing every layer's K/V into the pages of block_table."""
         assert len(tokens) % self.cfg.block_size == 0
@@ -156,12 +159,12 @@ class Model:
             cache.write_pages(i, block_table, k, v)
             return self._attend(q, k, v, causal=True)
 
-        x = self._embed(tokens, 0)
-        for i in range(self.cfg.layers):
-            x = self._layer(i, x, attend)
-        return self._logits(x)
+        with self.T.no_grad():
+            x = self._embed(tokens, 0)
+            for i in range(self.cfg.layers):
+                x = self._layer(i, x, attend)
+            return self._logits(x)
 
-    @torch.no_grad()
     def decode_step(self, token, pos, cache, block_table):
         """One token at position pos: its K/V appended to the pages, attention over the paged
         cache positions 0..pos. Logits [vocab] (fp32)."""
@@ -171,7 +174,8 @@ class Model:
             kc, vc = cache.read(i, block_table, pos + 1)
             return self._attend(q, kc, vc, causal=False)
 
-        x = self._embed([token], pos)
-        for i in range(self.cfg.layers):
-            x = self._layer(i, x, attend)
-        return self._logits(x)[0]
+        with self.T.no_grad():
+            x = self._embed([token], pos)
+            for i in range(self.cfg.layers):
+                x = self._layer(i, x, attend)
+            return self._logits(x)[0]

@@ -53,9 +53,11 @@ def parse_args():
         help="two workers as a ring too (both store and fetch at once); N >= 3 always is one",
     )
     p.add_argument(
-        "--skip-without-torch",
-        action="store_true",
-        help="exit 77 (a skip for ctest) when --python cannot import torch",
+        "--tensors",
+        choices=["auto", "torch", "numpy"],
+        default="auto",
+        help="the workers' tensor library (tensors.py); auto: torch where --python has it, else "
+        "numpy (CPU only: --device cpu)",
     )
     p.add_argument("--pool", choices=["egm", "host"], default=None, help="default: egm (cuda), host (cpu)")
     p.add_argument("--protocol", default=None, help="workers' protocol; default nvlink (egm), shm (host)")
@@ -77,7 +79,9 @@ def parse_args():
     p.add_argument(
         "--max-mr-size", default=None, help="chunk size; default 1GiB (egm), the whole pool (host)"
     )
-    p.add_argument("--python", default=sys.executable, help="interpreter with torch for the workers")
+    p.add_argument(
+        "--python", default=sys.executable, help="interpreter of the workers (with torch, or numpy for the CPU)"
+    )
     p.add_argument(
         "--pythonpath", default=None, help="folder holding the egmstore package (default BIN/../python)"
     )
@@ -175,6 +179,8 @@ class Run:
             a.out,
             "--size",
             a.size,
+            "--tensors",
+            a.tensors,
         ] + extra
         log = open(os.path.join(a.out, f"worker-{name}.log"), "w")
         self.say(f"$ {' '.join(argv)}")
@@ -249,7 +255,7 @@ def main():
     if a.fake_gpu:
         if a.device != "cpu" or a.pool == "host" or a.protocol not in (None, "nvlink"):
             raise SystemExit(
-                "--fake-gpu: CPU torch on the fake driver's device memory: --device cpu, "
+                "--fake-gpu: CPU tensors on the fake driver's device memory: --device cpu, "
                 "pool egm, protocol nvlink"
             )
         a.pool, a.protocol = "egm", "nvlink"
@@ -274,11 +280,7 @@ def main():
         gpus = []
     if len(gpus) < 2 or min(gpus) < 0:
         raise SystemExit("--gpus: two or more ids: A,B (e.g. 0,1; 0,0 with one GPU) or a ring 0,1,2,...")
-    if a.skip_without_torch:
-        p = subprocess.run([a.python, "-c", "import torch"], capture_output=True, text=True)
-        if p.returncode != 0:
-            print(f"SKIP: {a.python} cannot import torch: {(p.stderr.strip().splitlines() or [''])[-1]}")
-            return 77
+    a.tensors = pick_tensors(a)
     ring = len(gpus) > 2 or a.ring
     nw = len(gpus)
     devs = [f"cuda:{g}" if a.device == "cuda" else "cpu" for g in gpus]
@@ -330,6 +332,7 @@ def main():
         "egmstore": a.egmstore,
         "pythonpath": pypath,
         "python": a.python,
+        "tensors": a.tensors,
     }
     if ring:
         where = f"{nw} workers on a ring, GPUs {','.join(map(str, gpus))}" if a.device == "cuda" else f"{nw} workers on a ring"
@@ -339,7 +342,8 @@ def main():
         f"== KV-cache scenario: device {a.device} {where}"
         f" pool {a.pool} ({pool / GiB:.2f} GiB, chunks of at most {max_mr} B) protocol {a.protocol} model {a.size}:"
         f" {layers} layers x {heads} heads x {hd}, page {block} tokens = {block_bytes} B per K or V,"
-        f" {layers * prompt // block} keys x 2 pages = {kv_bytes / MiB:.1f} MiB per round, {a.rounds} rounds"
+        f" {layers * prompt // block} keys x 2 pages = {kv_bytes / MiB:.1f} MiB per round, {a.rounds} rounds,"
+        f" tensors {a.tensors}"
     )
     if res["config"]["same_gpu"]:
         r.say(
@@ -505,6 +509,34 @@ def main():
     return 0 if ok else 1
 
 
+def pick_tensors(a):
+    """The workers' tensor library: --tensors, or torch where --python imports it, else numpy
+    (the CPU only). Neither: an error that says what to install."""
+
+    def importable(mod):
+        p = subprocess.run([a.python, "-c", f"import {mod}"], capture_output=True, text=True)
+        return p.returncode == 0, (p.stderr.strip().splitlines() or [""])[-1]
+
+    want = ["torch", "numpy"] if a.tensors == "auto" else [a.tensors]
+    if a.device == "cuda":
+        want = [w for w in want if w == "torch"]
+        if not want:
+            raise SystemExit("--device cuda: CUDA tensors need torch (--tensors torch or auto)")
+    why = []
+    for mod in want:
+        ok, err = importable(mod)
+        if ok:
+            return mod
+        why.append(f"{mod}: {err}")
+    hint = (
+        "install torch into it"
+        if want == ["torch"]
+        else "install numpy (python/requirements-test.txt; scripts/install-deps.sh puts it into .venv)"
+    )
+    raise SystemExit(f"error: the workers' interpreter {a.python} cannot import {' or '.join(want)} "
+                     f"({'; '.join(why)}): {hint}")
+
+
 def last_error(w):
     return w.get("error", "").strip().splitlines()[-1] if w.get("error") else ""
 
@@ -641,7 +673,7 @@ def render(res, checks):
     c = res.get("ceiling", {})
     if c.get("gpu_names"):
         out.append(
-            "GPUs: " + ", ".join(f"{d} {n}" for d, n in c["gpu_names"].items()) + f"; torch {c.get('torch')}"
+            "GPUs: " + ", ".join(f"{d} {n}" for d, n in c["gpu_names"].items()) + f"; {c.get('tensors')}"
         )
     if c.get("ok"):
         out.append(

@@ -12,10 +12,10 @@
   --role ceiling  raw copy rate of the same bytes (device -> pinned host -> device)
 
 Each writes WORK/<role>.json (ring: WORK/ring<i>.json) and exits 0 only when every check passed.
+The tensor work is torch's or numpy's (--tensors; tensors.py).
 """
 
 import argparse
-import ctypes
 import hashlib
 import json
 import os
@@ -24,8 +24,7 @@ import sys
 import time
 import traceback
 
-import torch
-
+import tensors
 from model import PRESETS, Model, PagedKVCache
 
 GiB = 1 << 30
@@ -57,6 +56,7 @@ def parse_args():
     p.add_argument("--index", type=int, default=0, help="ring: this worker's place i (stores pair i)")
     p.add_argument("--nworkers", type=int, default=2, help="ring: N workers on the ring")
     p.add_argument("--barrier-timeout", type=float, default=300, help="ring: seconds one barrier may take")
+    p.add_argument("--tensors", choices=["torch", "numpy"], default="torch", help="tensor library")
     a = p.parse_args()
     a.manifest = a.manifest or os.path.join(a.work, "manifest.json")
     if a.role == "ring":
@@ -64,30 +64,20 @@ def parse_args():
     return a
 
 
-def dtype_for(device):
-    return torch.float32 if device == "cpu" else torch.float16
-
-
-def sync(device):
-    if device != "cpu":
-        torch.cuda.synchronize(device)
-
-
-def host_view(t):
-    """A CPU tensor's bytes as a buffer (hashlib reads it without a copy; no numpy needed)."""
-    return (ctypes.c_char * (t.numel() * t.element_size())).from_address(t.data_ptr())
+# The tensor library (tensors.Torch or tensors.Numpy), set by main() from --tensors.
+T = None
 
 
 def page_digests(cache, table, nblocks):
     """sha256 of K page + V page of every (layer, logical block), in key order."""
     out = []
     for layer in range(cache.cfg.layers):
-        idx = torch.tensor(table[:nblocks], device=cache.k[layer].device)
-        k = cache.k[layer][idx].cpu().contiguous()
-        v = cache.v[layer][idx].cpu().contiguous()
+        idx = T.index(table[:nblocks], cache.device(layer))
+        k = T.host(cache.k[layer][idx])
+        v = T.host(cache.v[layer][idx])
         for b in range(nblocks):
-            h = hashlib.sha256(host_view(k[b]))
-            h.update(host_view(v[b]))
+            h = hashlib.sha256(T.host_bytes(k[b]))
+            h.update(T.host_bytes(v[b]))
             out.append(h.hexdigest())
     return out
 
@@ -183,7 +173,7 @@ def layout(cfg, extra_blocks, seed):
     """Block slots of one sequence: a seeded permutation of a cache twice as large as needed."""
     nblocks = cfg.prompt_tokens // cfg.block_size + extra_blocks
     num_slots = 2 * nblocks
-    table = torch.randperm(num_slots, generator=torch.Generator().manual_seed(seed)).tolist()
+    table = T.randperm(num_slots, seed)
     return num_slots, table[:nblocks]
 
 
@@ -193,8 +183,7 @@ def p50_us(samples):
 
 def round_tokens(cfg, r, pair=0):
     """Round r's prompt of pair `pair` (pair 0: the two-worker run's prompts, as before)."""
-    g = torch.Generator().manual_seed(cfg.seed * 1000 + r + 100_000 * pair)
-    return torch.randint(cfg.vocab, (cfg.prompt_tokens,), generator=g).tolist()
+    return T.randint(cfg.vocab, cfg.prompt_tokens, cfg.seed * 1000 + r + 100_000 * pair)
 
 
 def prompt_keys(cfg, tokens):
@@ -219,13 +208,13 @@ def make_cache(args, cfg, num_slots):
         import fakegpu
 
         fakegpu.use_device(args.fake_gpu)
-        alloc = fakegpu.zeros
-    return PagedKVCache(cfg, num_slots, args.device, dtype_for(args.device), alloc)
+        alloc = lambda shape, dtype: fakegpu.zeros(T, shape, dtype)  # noqa: E731
+    return PagedKVCache(T, cfg, num_slots, args.device, T.float_dtype(args.device), alloc)
 
 
 def register(store, cache):
     for t in cache.tensors():
-        rc = store.register_buffer(t.data_ptr(), t.numel() * t.element_size())
+        rc = store.register_buffer(T.data_ptr(t), T.nbytes(t))
         if rc != 0:
             raise RuntimeError(f"register_buffer returned {rc}")
 
@@ -242,7 +231,7 @@ def put_round(args, cfg, model, cache, table, store, maps, r, gate=no_gate, labe
     dev, nb = args.device, cfg.prompt_tokens // cfg.block_size
     tokens = round_tokens(cfg, r, args.pair)
     logits = model.prefill(tokens, cache, table)
-    sync(dev)
+    T.sync(dev)
     phash, keys = prompt_keys(cfg, tokens)
     ptrs, sizes = buffers(cache, table, nb)
     existed = sum(store.batch_is_exist(keys))
@@ -299,8 +288,8 @@ def get_round(args, cfg, model, cache, table, store, maps, r, ent, atol, gate=no
     dev, nb = args.device, cfg.prompt_tokens // cfg.block_size
     keys, tokens, P = ent["keys"], ent["tokens"], cfg.prompt_tokens
     for t in cache.tensors():
-        t.zero_()
-    sync(dev)
+        T.zero_(t)
+    T.sync(dev)
     present = store.batch_is_exist(keys)
     ptrs, sizes = buffers(cache, table, nb)
     gate("get")
@@ -321,14 +310,14 @@ def get_round(args, cfg, model, cache, table, store, maps, r, ent, atol, gate=no
     control = None
     if r == 0:
         # The comparison must see a wrong page: layer 0 given layer 1's pages.
-        k0, v0 = cache.k[0].clone(), cache.v[0].clone()
-        cache.k[0].copy_(cache.k[1])
-        cache.v[0].copy_(cache.v[1])
+        k0, v0 = T.clone(cache.k[0]), T.clone(cache.v[0])
+        T.copy_(cache.k[0], cache.k[1])
+        T.copy_(cache.v[0], cache.v[1])
         bad = model.decode_step(ent["next_token"], P, cache, table)
-        cache.k[0].copy_(k0)
-        cache.v[0].copy_(v0)
+        T.copy_(cache.k[0], k0)
+        T.copy_(cache.v[0], v0)
         ref0 = model.forward_full(tokens + [ent["next_token"]])[P]
-        control = float((bad - ref0).abs().max())
+        control = float(abs(bad - ref0).max())
     seq, nxt, outs = list(tokens), ent["next_token"], []
     for _ in range(args.decode_tokens):
         logits = model.decode_step(nxt, len(seq), cache, table)
@@ -336,8 +325,8 @@ def get_round(args, cfg, model, cache, table, store, maps, r, ent, atol, gate=no
         seq.append(nxt)
         nxt = int(logits.argmax())
     ref = model.forward_full(seq)[P:]
-    diff = float((torch.stack(outs) - ref).abs().max())
-    close = bool(torch.allclose(torch.stack(outs), ref, atol=atol, rtol=0))
+    diff = float(abs(T.stack(outs) - ref).max())
+    close = T.allclose(T.stack(outs), ref, atol)
     nbytes = len(keys) * want
     row = {
         "round": r + 1,
@@ -388,7 +377,7 @@ def write_json(path, doc):
 
 def worker_a(args, res):
     cfg, dev = PRESETS[args.size], args.device
-    model = Model(cfg, dev, dtype_for(dev))
+    model = Model(T, cfg, dev, T.float_dtype(dev))
     extra = (args.decode_tokens + cfg.block_size - 1) // cfg.block_size
     num_slots, table = layout(cfg, extra, seed=11)
     cache = make_cache(args, cfg, num_slots)
@@ -396,7 +385,7 @@ def worker_a(args, res):
     register(store, cache)
     maps = Mappings(store, args.protocol)
     res["mappings_at_start"] = maps.settle(args.expect_segments)
-    manifest = {"size": args.size, "device": dev, "dtype": str(dtype_for(dev)), "rounds": []}
+    manifest = {"size": args.size, "device": dev, "dtype": str(T.float_dtype(dev)), "rounds": []}
     ok = True
     for r in range(args.rounds):
         row, ent, rok = put_round(args, cfg, model, cache, table, store, maps, r)
@@ -415,7 +404,7 @@ def worker_b(args, res):
     cfg, dev = PRESETS[args.size], args.device
     with open(args.manifest) as f:
         manifest = json.load(f)
-    model = Model(cfg, dev, dtype_for(dev))
+    model = Model(T, cfg, dev, T.float_dtype(dev))
     atol = default_atol(args)
     extra = (args.decode_tokens + cfg.block_size - 1) // cfg.block_size
     num_slots, table = layout(cfg, extra, seed=22)  # other slots than A's
@@ -479,7 +468,7 @@ def worker_ring(args, res):
     src = (i - 1) % n
     gate = Barrier(args.work, i, n, args.barrier_timeout)
     res.update(index=i, nworkers=n, stores_pair=i, fetches_pair=src, put_rounds=[], get_rounds=[])
-    model = Model(cfg, dev, dtype_for(dev))
+    model = Model(T, cfg, dev, T.float_dtype(dev))
     atol = res["atol"] = default_atol(args)
     extra = (args.decode_tokens + cfg.block_size - 1) // cfg.block_size
     num_a, table_a = layout(cfg, extra, seed=11)
@@ -493,7 +482,7 @@ def worker_ring(args, res):
     register(store, cache_b)
     maps = Mappings(store, args.protocol)
     res["mappings_at_start"] = maps.settle(args.expect_segments)
-    manifest = {"size": args.size, "device": dev, "dtype": str(dtype_for(dev)), "pair": i, "rounds": []}
+    manifest = {"size": args.size, "device": dev, "dtype": str(T.float_dtype(dev)), "pair": i, "rounds": []}
     ok_put = ok_get = True
     for r in range(args.rounds):
         tag = lambda what, r=r: gate(f"r{r + 1}-{what}")
@@ -523,8 +512,9 @@ def ceiling(args, res):
     -> device (get's); on the CPU, memcpy between two tensors."""
     n, dev = args.bytes, args.device
     dev_b = args.device_b or dev
-    res["torch"] = torch.__version__
+    res["tensors"] = f"{T.name} {T.version}"
     if dev != "cpu":
+        torch = T.torch  # CUDA devices: torch only (tensors.Numpy refuses them)
         res["gpu_count"] = torch.cuda.device_count()
         for d in {dev, dev_b}:
             if torch.device(d).index >= torch.cuda.device_count():
@@ -535,18 +525,18 @@ def ceiling(args, res):
         fn()
         times = []
         for _ in range(5):
-            sync(d)
+            T.sync(d)
             t0 = time.perf_counter()
             fn()
-            sync(d)
+            T.sync(d)
             times.append(time.perf_counter() - t0)
         return n / min(times) / 1e9, n / statistics.median(times) / 1e9
 
     if dev == "cpu":
-        a, b = torch.ones(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8)
-        res["d2h_GBps"], res["d2h_median_GBps"] = best(lambda: b.copy_(a), dev)
-        res["h2d_GBps"], res["h2d_median_GBps"] = best(lambda: a.copy_(b), dev)
-        res["what"] = "memcpy between two CPU tensors"
+        a, b = T.host_buffer(n, 1), T.host_buffer(n, 0)
+        res["d2h_GBps"], res["d2h_median_GBps"] = best(lambda: T.copy_(b, a), dev)
+        res["h2d_GBps"], res["h2d_median_GBps"] = best(lambda: T.copy_(a, b), dev)
+        res["what"] = f"memcpy between two CPU arrays ({T.name})"
     else:
         src = torch.ones(n, dtype=torch.uint8, device=dev)
         dst = torch.empty(n, dtype=torch.uint8, device=dev_b)
@@ -564,12 +554,16 @@ def ceiling(args, res):
 
 
 def main():
+    global T
     args = parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    if args.device != "cpu":
-        torch.cuda.set_device(args.device)
+    T = tensors.load(args.tensors)
+    if T.name == "torch":
+        torch = T.torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        if args.device != "cpu":
+            torch.cuda.set_device(args.device)
     name = f"ring{args.index}" if args.role == "ring" else args.role
     res = {
         "role": args.role,
