@@ -2,9 +2,11 @@
 # Installs every Debian 12 package that egmstore's build, tests and demo need.
 # Skips what is already installed; needs root (or sudo) only when something is missing.
 # Then makes the Python virtual environment .venv (from Debian's /usr/bin/python3, with its
-# system site packages) with python/requirements-test.txt, and tries
-# python/requirements-mooncake.txt (only a warning if that fails: the differential test skips)
-# and python/requirements-bench.txt (matplotlib for bench/report.py's plots; only a warning too).
+# system site packages) with python/requirements-test.txt (pytest, numpy: an error if it fails),
+# and tries python/requirements-mooncake.txt (Mooncake's wheel: without it the differential test
+# in tests/python FAILS, saying so) and python/requirements-bench.txt (matplotlib for
+# bench/report.py's plots). Those two only warn here, so that the build and the demo go on, and
+# a failed one is tried again on the next run (only a file that installed gets its stamp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,31 +52,46 @@ install_debian() {
     echo "install-deps: Debian packages done"
 }
 
-# .venv: pip installs run again only when a requirements file changed (a stamp holds their hash).
+# .venv: a requirements file is installed again only when it changed, or when its last install
+# failed: .venv/.egm-stamp-<name> holds the hash of the file that installed.
+venv=.venv
+
+pip_install() { # FILE: 0 when it is installed (now or before)
+    local req=$1 stamp want
+    stamp=$venv/.egm-stamp-$(basename "$req" .txt)
+    want=$(sha256sum "$req" | cut -d' ' -f1)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    rm -f "$stamp"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" || return 1
+    echo "$want" >"$stamp"
+    echo "install-deps: $req installed into $venv"
+}
+
 install_venv() {
-    local venv=.venv req=python/requirements-test.txt mc=python/requirements-mooncake.txt
+    local test=python/requirements-test.txt mc=python/requirements-mooncake.txt
     local bench=python/requirements-bench.txt
-    local stamp=$venv/.egm-requirements
-    local want
-    want=$(cat "$req" "$mc" "$bench" | sha256sum | cut -d' ' -f1)
     if [ ! -x "$venv/bin/python" ]; then
         echo "install-deps: creating $venv from /usr/bin/python3"
         /usr/bin/python3 -m venv --system-site-packages "$venv"
     fi
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-        echo "install-deps: $venv up to date"
-        return
+    rm -f "$venv/.egm-requirements" # the one stamp of earlier versions, written even on failure
+    if ! pip_install "$test"; then
+        echo "install-deps: error: $test did not install into $venv (see pip's message above);" \
+            "the tests need it" >&2
+        exit 1
     fi
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$mc"; then
-        echo "install-deps: warning: $(grep -v '^#' "$mc" | head -1) did not install;" \
-            "the differential test against Mooncake will be skipped" >&2
+    if ! pip_install "$mc"; then
+        echo "install-deps: warning: $(grep -v '^#' "$mc" | head -1) (Mooncake's wheel) did not" \
+            "install into $venv: the differential test against Mooncake (python/pytest) will FAIL" \
+            "until it does; the next run of this script tries again" >&2
     fi
-    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$bench"; then
-        echo "install-deps: warning: $(grep -v '^#' "$bench" | head -1) did not install;" \
-            "bench/report.py will write its markdown without plots" >&2
+    if ! pip_install "$bench"; then
+        echo "install-deps: warning: $(grep -v '^#' "$bench" | head -1) did not install into $venv:" \
+            "bench/report.py writes its markdown without plots; the next run of this script tries" \
+            "again" >&2
     fi
-    echo "$want" >"$stamp"
     echo "install-deps: $venv ready ($("$venv/bin/python" -m pytest --version 2>&1))"
 }
 

@@ -208,3 +208,13 @@ def pattern(size, seed=0):
     block = bytes((i * 131 + seed * 7 + (i >> 8)) & 0xFF for i in range(min(size, 65536)))
     reps, rest = divmod(size, len(block)) if block else (0, 0)
     return block * reps + block[:rest]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line "EGM-SKIP: <test>: <reason>" per skipped test: a skip leaves pytest's exit status
+    0, so scripts/test-skips.py lists these at the end of `make test` instead."""
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if reason.startswith("Skipped: "):
+            reason = reason[len("Skipped: "):]
+        terminalreporter.write_line(f"EGM-SKIP: {rep.nodeid}: {reason}")

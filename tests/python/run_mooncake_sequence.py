@@ -29,6 +29,11 @@ import mooncake_sequence  # noqa: E402
 LEASE_TTL_MS = 600000
 START_TIMEOUT_S = 30.0
 
+MOONCAKE_PACKAGE = "mooncake-transfer-engine-non-cuda"
+MOONCAKE_INSTALL = ("install Mooncake's wheel (pip package %s, pinned in python/requirements-mooncake.txt; "
+                    "it needs the Debian package libibverbs1): run scripts/install-deps.sh, which puts it "
+                    "into .venv, or pip install -r python/requirements-mooncake.txt" % MOONCAKE_PACKAGE)
+
 
 def free_port():
     s = socket.socket()
@@ -186,7 +191,7 @@ def main():
         if addr is None and args.side == "mooncake":
             binary = find_mooncake_master()
             if binary is None:
-                sys.exit("mooncake_master not found")
+                sys.exit("mooncake_master not found: " + MOONCAKE_INSTALL)
             proc, addr = start_mooncake_master(binary, os.path.join(log_dir, "mooncake-master.log"))
             procs.append(proc)
         elif addr is None:

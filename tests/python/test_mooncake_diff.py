@@ -7,9 +7,10 @@ test unless ALLOWED_DIFFERENCES names the call with the reason (docs/mooncake-co
 lists the same ones). Each side runs in a child process (run_mooncake_sequence.py) so a
 crash in either implementation is reported with the call it happened in.
 
-Skipped, saying why, when the `mooncake` module (PyPI: mooncake-transfer-engine-non-cuda)
-is not importable, when its mooncake_master cannot be found or started, or when the
-egmstore Python package or CLI is missing.
+Mooncake is a dependency of the suite (python/requirements-mooncake.txt, installed into .venv
+by scripts/install-deps.sh): the test FAILS, saying what to install, when the `mooncake` module
+is not importable or its mooncake_master cannot be found or started, and when the egmstore
+Python package or CLI is missing. It never skips: a skip would read as a pass in `make test`.
 """
 
 import ast
@@ -25,7 +26,7 @@ sys.path.insert(0, HERE)
 import mooncake_sequence  # noqa: E402
 import run_mooncake_sequence as runner  # noqa: E402
 
-MOONCAKE_PACKAGE = "mooncake-transfer-engine-non-cuda"
+MOONCAKE_PACKAGE = runner.MOONCAKE_PACKAGE
 COMPARED_VERSION = "0.3.13.post1"
 SEQUENCE_TIMEOUT_S = 300
 
@@ -96,20 +97,23 @@ def mooncake_version():
 @pytest.fixture
 def mooncake_master(tmp_path):
     """A fresh mooncake_master per test (the sequence's counts assume an empty store)."""
+    why = None
     try:
         import mooncake.store  # noqa: F401
     except Exception as exc:  # ImportError, or a missing system library (libibverbs)
-        pytest.skip("Mooncake not importable: pip package %s (module 'mooncake.store'): %s: %s"
-                    % (MOONCAKE_PACKAGE, type(exc).__name__, exc))
+        why = "%s: %s" % (type(exc).__name__, exc)
+    if why is not None:
+        pytest.fail("Mooncake not importable by %s (module 'mooncake.store'): %s; %s"
+                    % (sys.executable, why, runner.MOONCAKE_INSTALL), pytrace=False)
     binary = runner.find_mooncake_master()
     if binary is None:
-        pytest.skip("mooncake_master (from pip package %s) not found next to %s, on PATH or in the "
-                    "mooncake package" % (MOONCAKE_PACKAGE, sys.executable))
+        pytest.fail("mooncake_master not found next to %s, on PATH or in the mooncake package; %s"
+                    % (sys.executable, runner.MOONCAKE_INSTALL), pytrace=False)
     log = str(tmp_path / "mooncake-master.log")
     try:
         proc, addr = runner.start_mooncake_master(binary, log)
     except RuntimeError as exc:
-        pytest.skip("Mooncake master could not start: %s" % exc)
+        pytest.fail("Mooncake master could not start: %s" % exc, pytrace=False)
     yield addr
     runner.stop(proc)
 
@@ -118,14 +122,17 @@ def mooncake_master(tmp_path):
 def egmstore_cluster(make_cluster):
     """An egmstore master (same read lease as the Mooncake master) and one provider, from
     conftest.py's Cluster (the binary is ${EGM_BUILD:-build}/bin/egmstore)."""
+    why = None
     try:
         import egmstore.mooncake  # noqa: F401
     except Exception as exc:
-        pytest.skip("egmstore Python package not importable (module 'egmstore.mooncake'; build it and "
-                    "put <build>/python on PYTHONPATH): %s: %s" % (type(exc).__name__, exc))
+        why = "%s: %s" % (type(exc).__name__, exc)
+    if why is not None:
+        pytest.fail("egmstore Python package not importable (module 'egmstore.mooncake'; build it and "
+                    "put <build>/python on PYTHONPATH): %s" % why, pytrace=False)
     binary = os.path.join(os.environ.get("EGM_BUILD", "build"), "bin", "egmstore")
     if not os.access(binary, os.X_OK):
-        pytest.skip("no egmstore binary at %s (set EGM_BUILD to the build folder)" % binary)
+        pytest.fail("no egmstore binary at %s (set EGM_BUILD to the build folder)" % binary, pytrace=False)
     cluster = make_cluster(lease_ttl_ms=runner.LEASE_TTL_MS)
     return cluster.master_addr
 
