@@ -9,6 +9,12 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 # The Python package is built and tested with the venv scripts/install-deps.sh makes.
 PYTHON_ARGS = -DPython3_EXECUTABLE=$(abspath .venv)/bin/python
+# Every ctest run of `make test` writes a JUnit file (whole output of passed tests too) that
+# scripts/test-skips.py reads for the skipped tests and cases: junit RUN writes
+# <dir>/Testing/junit-RUN.xml (a stale one removed first).
+junit = --test-output-size-passed 8388608 --output-junit $(abspath $(1))/Testing/junit-$(2).xml
+SKIP_RUNS = release=$(BUILD)/Testing/junit-release.xml gpu-fake=$(BUILD)/Testing/junit-gpu-fake.xml \
+	asan=$(ASAN_BUILD)/Testing/junit-asan.xml tsan=$(TSAN_BUILD)/Testing/junit-tsan.xml
 
 .PHONY: all deps build demo test test-release test-asan test-tsan fuzz format clean
 
@@ -25,16 +31,21 @@ demo: build
 	./$(BUILD)/bin/egmstore demo
 
 test-release: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600
-	@echo "== the GPU suite again, on the fake CUDA driver (tests/fake_libcuda): logic only, no GPU"
-	LD_LIBRARY_PATH=$(abspath $(BUILD))/fake-cuda EGM_FAKE_CUDA_FABRIC=0 \
-		ctest --test-dir $(BUILD) --output-on-failure --timeout 600 -L gpu
+	rm -f $(BUILD)/Testing/junit-release.xml $(BUILD)/Testing/junit-gpu-fake.xml
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600 $(call junit,$(BUILD),release)
+	@echo "== the GPU suite again, on the fake CUDA driver (tests/fake_libcuda): logic only, no GPU;"
+	@echo "== every GPU test must run here: EGM_REQUIRE_GPU_RUN=1 makes a skip (exit 77) a failure"
+	LD_LIBRARY_PATH=$(abspath $(BUILD))/fake-cuda EGM_FAKE_CUDA_FABRIC=0 EGM_REQUIRE_GPU_RUN=1 \
+		ctest --test-dir $(BUILD) --output-on-failure --timeout 600 -L gpu $(call junit,$(BUILD),gpu-fake)
+	python3 scripts/test-skips.py --forbid-skips gpu-fake=$(BUILD)/Testing/junit-gpu-fake.xml
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DEGM_WERROR=ON -DEGM_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(PYTHON_ARGS) $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	rm -f $(ASAN_BUILD)/Testing/junit-asan.xml
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L 'unit|integration|fuzz'
+		ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L 'unit|integration|fuzz' \
+		$(call junit,$(ASAN_BUILD),asan)
 
 # ThreadSanitizer over the concurrent modules only (ctest label `tsan`: the master's RPC threads,
 # index shards and locks, the RPC server, the reactor, the master's integration tests): a few
@@ -42,8 +53,10 @@ test-asan: deps
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DEGM_WERROR=ON -DEGM_TSAN=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target egm_tsan_tests
+	rm -f $(TSAN_BUILD)/Testing/junit-tsan.xml
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(abspath scripts/tsan.supp)" \
-		ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L tsan
+		ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) --timeout 900 -L tsan \
+		$(call junit,$(TSAN_BUILD),tsan)
 
 # libFuzzer over every fuzz/ target for FUZZ_SECONDS each, from fuzz/corpus and fuzz/regressions
 # (clang build in FUZZ_BUILD); fails on any crash. Prints the executions per target.
@@ -53,7 +66,9 @@ fuzz: deps
 format:
 	./scripts/check-format.sh
 
+# Ends with the table of what was skipped, by run, test, case and reason (scripts/test-skips.py).
 test: deps format test-release test-asan test-tsan fuzz
+	@python3 scripts/test-skips.py $(SKIP_RUNS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
