@@ -17,6 +17,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/sock.h"
 
 struct egm_http_server {
     struct MHD_Daemon *daemon;
@@ -227,14 +228,6 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     return ret;
 }
 
-static void format_endpoint(const char *host, uint16_t port, char *buf, size_t len)
-{
-    if (strchr(host, ':') != NULL)
-        snprintf(buf, len, "[%s]:%u", host, (unsigned)port);
-    else
-        snprintf(buf, len, "%s:%u", host, (unsigned)port);
-}
-
 /* Non-blocking listening socket bound to exactly host:port (IPv6 "::" also
  * takes IPv4). */
 static egm_status_t listen_on(const char *host, uint16_t port, int *fd_p, uint16_t *port_p)
@@ -246,7 +239,7 @@ static egm_status_t listen_on(const char *host, uint16_t port, int *fd_p, uint16
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     snprintf(service, sizeof(service), "%u", (unsigned)port);
-    format_endpoint(host, port, where, sizeof(where));
+    egm__sock_format_hostport(host, port, where, sizeof(where));
     int rc = getaddrinfo(host, service, &hints, &ai);
     if (rc != 0)
         return egm__set_error(EGM_ERR_CONFIG, "http address \"%s\": %s", host,
@@ -362,7 +355,7 @@ egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_serv
         goto err_free;
     }
     char where[300];
-    format_endpoint(host, srv->port, where, sizeof(where));
+    egm__sock_format_hostport(host, srv->port, where, sizeof(where));
     egm_info("admin http listening on %s", where);
     *srv_p = srv;
     return EGM_OK;

@@ -16,6 +16,7 @@
 #include "common/config_int.h"
 #include "common/log.h"
 #include "common/reactor.h"
+#include "common/sock.h"
 #include "master/admin.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
@@ -277,10 +278,12 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     status = start_admin_http(master, config, host);
     if (status != EGM_OK)
         goto err;
-    egm_info("master listening on %s:%u%s%s (id %s, lease %lld ms, client ttl %lld s, %zu rpc "
+    char where[300];
+    egm__sock_format_hostport(host != NULL && host[0] != '\0' ? host : "0.0.0.0", master->port,
+                              where, sizeof(where));
+    egm_info("master listening on %s%s%s (id %s, lease %lld ms, client ttl %lld s, %zu rpc "
              "threads)",
-             host != NULL && host[0] != '\0' ? host : "0.0.0.0", (unsigned)master->port,
-             local_name[0] ? " and unix:" : "", local_name,
+             where, local_name[0] ? " and unix:" : "", local_name,
              egm__id_format(master->state.master_id, id_text), (long long)lease_ttl_ms,
              (long long)client_ttl_s, n);
     egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time; soft pin "

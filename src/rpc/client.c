@@ -79,6 +79,7 @@ typedef struct {
 struct egm_rpc_client {
     char host[256];
     uint16_t port;
+    char where[264]; /* host:port for messages, [IPv6]:port (egm__sock_format_hostport) */
     int connect_timeout_ms;
     int spin_us; /* polls without sleeping before waiting for a reply */
     size_t max_frame_size;
@@ -159,7 +160,7 @@ static void release_role_locked(egm_rpc_client_t *cl)
 static void break_connection_locked(egm_rpc_client_t *cl)
 {
     if (!cl->closed)
-        egm_debug("rpc client %s:%u: connection lost", cl->host, (unsigned)cl->port);
+        egm_debug("rpc client %s: connection lost", cl->where);
     cl->broken = 1;
     input_reset(&cl->in);
     fail_all_locked(cl, EGM_ERR_UNREACHABLE);
@@ -200,15 +201,15 @@ static egm_status_t on_header(egm_rpc_client_t *cl)
         status = egm__set_error(EGM_ERR_PROTOCOL, "frame %llu from the server is not a reply",
                                 (unsigned long long)in->hdr.request_id);
     if (status != EGM_OK) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s:%u: dropping the connection: %s",
-                            cl->host, (unsigned)cl->port, egm_last_error());
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s: dropping the connection: %s",
+                            cl->where, egm_last_error());
         return status;
     }
     in->payload = egm_malloc(in->hdr.length ? in->hdr.length : 1, "rpc_reply");
     if (in->payload == NULL) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: cannot allocate %u bytes",
                                 (unsigned)in->hdr.length);
-        egm_warn("rpc client %s:%u: %s", cl->host, (unsigned)cl->port, egm_last_error());
+        egm_warn("rpc client %s: %s", cl->where, egm_last_error());
         return status;
     }
     in->payload_got = 0;
@@ -603,9 +604,9 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
             close(fd);
             return status;
         }
-        egm_debug("rpc client connected to %s:%u over tcp", cl->host, (unsigned)cl->port);
+        egm_debug("rpc client connected to %s over tcp", cl->where);
     } else {
-        egm_debug("rpc client connected to %s:%u over unix:%s", cl->host, (unsigned)cl->port, via);
+        egm_debug("rpc client connected to %s over unix:%s", cl->where, via);
     }
     if (cl->auth_token[0] != '\0') {
         uint64_t auth_deadline = deadline_ms;
@@ -616,8 +617,8 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
             char detail[256];
             snprintf(detail, sizeof(detail), "%s", egm_last_error());
             close(fd);
-            return egm__set_error(status, "master %s:%u refused the connection: %s", cl->host,
-                                  (unsigned)cl->port, detail);
+            return egm__set_error(status, "master %s refused the connection: %s", cl->where,
+                                  detail);
         }
     }
     pthread_mutex_lock(&cl->wlock);
@@ -810,17 +811,16 @@ egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_
              * meant to hand us the reader role goes on to another waiter */
             egm__hashmap_remove(cl->pending, &id, sizeof(id));
             wake_successor_locked(cl);
-            status =
-                egm__set_error(EGM_ERR_TIMEOUT, "%s to %s:%u timed out after %d ms",
-                               egm__rpc_type_name(type), cl->host, (unsigned)cl->port, timeout_ms);
+            status = egm__set_error(EGM_ERR_TIMEOUT, "%s to %s timed out after %d ms",
+                                    egm__rpc_type_name(type), cl->where, timeout_ms);
             goto out_unlock;
         }
     }
     pthread_mutex_unlock(&cl->lock);
 
     if (p.status != EGM_OK) {
-        status = egm__set_error(p.status, "%s to %s:%u: connection lost", egm__rpc_type_name(type),
-                                cl->host, (unsigned)cl->port);
+        status = egm__set_error(p.status, "%s to %s: connection lost", egm__rpc_type_name(type),
+                                cl->where);
         goto out;
     }
     if (p.flags & EGM_FRAME_ERROR) {
@@ -888,6 +888,7 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     status = egm__sock_split_hostport(params->addr, cl->host, sizeof(cl->host), &cl->port);
     if (status != EGM_OK)
         goto err_free;
+    egm__sock_format_hostport(cl->host, cl->port, cl->where, sizeof(cl->where));
     status = egm__hashmap_create(&cl->pending);
     if (status != EGM_OK)
         goto err_free;
