@@ -380,7 +380,10 @@ static void test_master_help(void **state)
     assert_non_null(out);
     const char *args[] = {"master", "--help", NULL};
     assert_int_equal(egm_test_cli(&fx.cluster, args, NULL, 0, out, CLI_OUT_MAX), 0);
-    assert_non_null(strstr(out, "Configuration keys of the master"));
+    assert_non_null(strstr(out, "Configuration keys (as --key-with-dashes VALUE"));
+    assert_non_null(strstr(out, "--auth-token "));
+    assert_non_null(strstr(out, "--auth-token-file"));
+    assert_non_null(strstr(out, "--eviction-high-watermark-ratio"));
     assert_non_null(strstr(out, "--http-port"));
     assert_non_null(strstr(out, "(default: 9003)"));
     assert_non_null(strstr(out, "--port "));
