@@ -2,10 +2,11 @@
  * master (and provider): one-shot commands contribute no memory whatever the
  * config says (and say so once), keys from outside are escaped in every line
  * they appear in, unknown flags and bad master addresses are usage errors,
- * --help lists what affects each command and explains its own flags, and the
- * demo leaves the default admin port alone. */
+ * IPv6 addresses print in brackets, --help lists what affects each command and
+ * explains its own flags, and the demo leaves the default admin port alone. */
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,11 +18,13 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <cmocka.h>
+#include "common/process.h"
 #include "support/cluster.h"
 
 #define OUT_MAX 65536
 
 static egm_test_cluster_t cluster;
+static egm_process_t v6_master = {.pid = 0, .out_fd = -1}; /* test_ipv6_bracketed's */
 static char out[OUT_MAX];
 
 static int start_master(void **state)
@@ -56,6 +59,12 @@ static int stop_cluster(void **state)
     (void)state;
     unsetenv("EGMSTORE_GLOBAL_SEGMENT_SIZE"); /* when a test failed before it did */
     unsetenv("EGMSTORE_MASTER_SERVER_ADDR");
+    if (v6_master.pid > 0) { /* killed and reaped whether the test got to it or not */
+        egm__process_signal(&v6_master, SIGTERM);
+        egm__process_wait(&v6_master, 15000, NULL);
+    }
+    egm__process_cleanup(&v6_master);
+    v6_master = (egm_process_t){.pid = 0, .out_fd = -1};
     egm_test_cluster_stop(&cluster);
     return 0;
 }
@@ -316,6 +325,47 @@ static void test_bad_master_addr(void **state)
     assert_has("the port must be 1..65535");
 }
 
+/* IPv6 addresses print in brackets: the master's ready lines, and errors
+ * naming the master (they printed ::1:50051). */
+static void test_ipv6_bracketed(void **state)
+{
+    (void)state;
+    char line[512];
+    const char *argv[] = {egm_test_bin(), "master", "--listen-address",
+                          "::1",          "--port", "0",
+                          "--http-port",  "0",      NULL};
+    egm_process_t *master = &v6_master;
+    assert_int_equal(egm__process_spawn((char *const *)argv, 1, master), EGM_OK);
+    if (egm__process_wait_line(master, "egmstore master listening on ", line, sizeof(line),
+                               30000) != EGM_OK)
+        fail_msg("a master on ::1 did not start (no IPv6 loopback?)");
+    unsigned port = 0;
+    char rest[8] = "";
+    if (sscanf(line, "egmstore master listening on [::1]:%u%7s", &port, rest) != 1 || port == 0)
+        fail_msg("ready line: \"%s\"", line);
+    assert_int_equal(egm__process_read_line(master, line, sizeof(line), 30000), EGM_OK);
+    if (strncmp(line, "egmstore master admin http on [::1]:", 36) != 0)
+        fail_msg("admin line: \"%s\"", line);
+
+    /* A client reaches it by [::1]:PORT. */
+    snprintf(cluster.master_addr, sizeof(cluster.master_addr), "[::1]:%u", port);
+    const char *ls[] = {"ls", NULL};
+    int rc = run(ls, NULL, 0);
+    egm__process_signal(master, SIGTERM);
+    assert_int_equal(egm__process_wait(master, 15000, NULL), EGM_OK);
+    if (rc != 0)
+        fail_msg("ls --master [::1]:%u: exit %d:\n%s", port, rc, out);
+    assert_has("0 segments");
+
+    /* And names it so when nothing answers there. */
+    snprintf(cluster.master_addr, sizeof(cluster.master_addr), "[::1]:%u", port);
+    assert_int_equal(run(ls, NULL, 0), 1);
+    snprintf(line, sizeof(line), "connect [::1]:%u: ", port);
+    assert_has(line);
+    snprintf(line, sizeof(line), " ::1:%u", port);
+    assert_lacks(line);
+}
+
 /* `egmstore CMD --help` into out (exit 0). */
 static void help(const char *cmd, const char *sub)
 {
@@ -430,6 +480,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_keys_escaped, start_master_and_provider, stop_cluster),
         cmocka_unit_test_setup_teardown(test_unknown_flag, no_cluster, stop_cluster),
         cmocka_unit_test_setup_teardown(test_bad_master_addr, no_cluster, stop_cluster),
+        cmocka_unit_test_setup_teardown(test_ipv6_bracketed, no_cluster, stop_cluster),
         cmocka_unit_test_setup_teardown(test_help, no_cluster, stop_cluster),
         cmocka_unit_test_setup_teardown(test_demo_leaves_admin_port, no_cluster, stop_cluster),
     };
