@@ -152,6 +152,10 @@ static egm_status_t start_master(egm_bdata_run_t *r)
         status = egm_config_set(mconfig, "listen_address", "127.0.0.1");
     if (status == EGM_OK)
         status = egm_config_set(mconfig, "http_port", "0");
+    /* The full workload puts into a pool it has just filled, faster than any
+     * residency would allow: it measures eviction as Mooncake does it (none). */
+    if (status == EGM_OK && !egm__config_is_set(mconfig, "eviction_min_residency_ms"))
+        status = egm_config_set(mconfig, "eviction_min_residency_ms", "0");
     if (status == EGM_OK)
         status = egm__master_create(mconfig, &master);
     egm_config_destroy(mconfig);
