@@ -395,7 +395,8 @@ static int setup(void **state)
     egm__log_set_level(EGM_LOG_ERROR);
     egm_objects_params_t p;
     egm__objects_params_default(&p);
-    p.lease_ttl_ms = 300; /* fake ms: a few churn rounds */
+    p.lease_ttl_ms = 300;     /* fake ms: a few churn rounds */
+    p.min_residency_ms = 300; /* so that objects become evictable while the threads run */
     p.pending_timeout_ms = 2000;
     p.eviction_high_watermark = 0.7;
     p.eviction_ratio = 0.1;
