@@ -3,9 +3,12 @@
  * batch put / batch get against real master and provider processes for a
  * bounded time, every answer checked against the reference model (each thread
  * owns its keys, so the model knows every key's committed version exactly).
- * 0 wrong objects are required, then the master's accounting must match what
- * is stored. EGM_STRESS_SECONDS sets the length (default 10 s); the test
- * counts operations and asserts no speed. */
+ * There is no fault here: 0 wrong objects, 0 committed keys lost, 0 failed
+ * gets, puts, exists and removes are required; exist is checked both ways
+ * (committed keys exist, removed ones do not) and both ways must have been
+ * seen; then the master's accounting must match what is stored.
+ * EGM_STRESS_SECONDS sets the length (default 10 s); the test counts
+ * operations and asserts no speed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,14 +33,15 @@
 #define MAX_OPS 5000000u /* a bound besides the time */
 
 typedef struct {
-    uint64_t ops, verified, wrong, lost, found, bytes, failed;
+    uint64_t ops, verified, wrong, lost, found, bytes;
+    uint64_t failed;        /* puts that failed otherwise than EXISTS */
+    uint64_t get_errors;    /* gets that failed otherwise than NOT_FOUND */
+    uint64_t exist_errors;  /* exists that answered neither OK nor NOT_FOUND */
+    uint64_t remove_errors; /* removes that failed otherwise than NOT_FOUND or HAS_LEASE */
+    uint64_t exist_present; /* exist answered OK for a key the model knows committed */
+    uint64_t exist_absent;  /* exist answered NOT_FOUND for a key the model knows absent */
+    uint64_t removed;       /* removes that took an object away */
 } stress_result_t;
-
-/* Without faults, a key the model knows committed must be found. */
-static uint64_t lost(egm_model_t *model, const char *key, egm_status_t status)
-{
-    return status == EGM_ERR_NOT_FOUND && egm_model_committed(model, key) >= 0;
-}
 
 typedef struct {
     egm_client_t *client;
@@ -47,6 +51,15 @@ typedef struct {
     unsigned char *buf; /* registered: BATCH * MAX_LEN for sources, as much for reads */
     stress_result_t result;
 } worker_t;
+
+/* One Get's answer: the model judges found bytes and not-found (a committed
+ * key must be found); any other failure is an error here, with no fault. */
+static void check_get(worker_t *w, const char *key, egm_status_t status, const void *data,
+                      size_t len)
+{
+    w->result.wrong += egm_model_check(w->model, key, status, data, len) != 0;
+    w->result.get_errors += status != EGM_OK && status != EGM_ERR_NOT_FOUND;
+}
 
 static unsigned next_rand(unsigned *state)
 {
@@ -88,23 +101,26 @@ static void *worker_main(void *arg)
             void *data = NULL;
             size_t len = 0;
             s = egm_get(w->client, names[0], &data, &len);
-            w->result.lost += lost(w->model, names[0], s);
-            w->result.wrong += egm_model_check(w->model, names[0], s, data, len) != 0;
+            check_get(w, names[0], s, data, len);
             egm_buffer_free(data);
         } else if (op == 3) { /* get_into registered memory */
             size_t len = 0;
             s = egm_get_into(w->client, names[0], dst, MAX_LEN, &len);
-            w->result.lost += lost(w->model, names[0], s);
-            w->result.wrong += egm_model_check(w->model, names[0], s, dst, len) != 0;
-        } else if (op == 4) { /* exist agrees with the model when it is certain */
-            s = egm_exist(w->client, names[0]);
+            check_get(w, names[0], s, dst, len);
+        } else if (op == 4) { /* exist agrees with the model both ways */
             long committed = egm_model_committed(w->model, names[0]);
-            if (committed >= 0 && s != EGM_OK)
-                w->result.wrong++;
-        } else if (op == 5) { /* remove, forced or not */
+            s = egm_exist(w->client, names[0]);
+            w->result.wrong += egm_model_check_exist(w->model, names[0], s) != 0;
+            w->result.exist_errors += s != EGM_OK && s != EGM_ERR_NOT_FOUND;
+            w->result.exist_present += committed >= 0 && s == EGM_OK;
+            w->result.exist_absent += committed < 0 && s == EGM_ERR_NOT_FOUND;
+        } else if (op == 5) { /* remove, forced or not: HAS_LEASE only without force */
             int force = (int)(next_rand(&rnd) & 1);
             s = egm_remove(w->client, names[0], force);
-            egm_model_remove(w->model, names[0], s);
+            w->result.wrong += egm_model_remove(w->model, names[0], s) != 0;
+            w->result.remove_errors +=
+                s != EGM_OK && s != EGM_ERR_NOT_FOUND && (force || s != EGM_ERR_HAS_LEASE);
+            w->result.removed += s == EGM_OK;
         } else if (op <= 7) { /* batch put of BATCH consecutive keys */
             unsigned v[BATCH];
             for (unsigned i = 0; i < BATCH; i++) {
@@ -130,15 +146,29 @@ static void *worker_main(void *arg)
                 caps[i] = MAX_LEN;
             }
             egm_batch_get_into(w->client, BATCH, keys, dsts, caps, sizes, results);
-            for (unsigned i = 0; i < BATCH; i++) {
-                w->result.lost += lost(w->model, keys[i], results[i]);
-                w->result.wrong += egm_model_check(w->model, keys[i], results[i], dsts[i],
-                                                   results[i] == EGM_OK ? sizes[i] : 0) != 0;
-            }
+            for (unsigned i = 0; i < BATCH; i++)
+                check_get(w, keys[i], results[i], dsts[i], results[i] == EGM_OK ? sizes[i] : 0);
         }
         w->result.ops++;
     }
     return NULL;
+}
+
+static void add_result(stress_result_t *sum, const stress_result_t *r)
+{
+    sum->ops += r->ops;
+    sum->verified += r->verified;
+    sum->wrong += r->wrong;
+    sum->lost += r->lost;
+    sum->found += r->found;
+    sum->bytes += r->bytes;
+    sum->failed += r->failed;
+    sum->get_errors += r->get_errors;
+    sum->exist_errors += r->exist_errors;
+    sum->remove_errors += r->remove_errors;
+    sum->exist_present += r->exist_present;
+    sum->exist_absent += r->exist_absent;
+    sum->removed += r->removed;
 }
 
 /* One client process: THREADS workers on one client. Reports a stress_result_t. */
@@ -168,16 +198,15 @@ static int stress_process(egm_test_cluster_t *cl, unsigned proc, uint64_t second
     stress_result_t total = {0};
     for (unsigned t = 0; t < THREADS; t++) {
         pthread_join(tids[t], NULL);
-        total.ops += workers[t].result.ops;
-        total.wrong += workers[t].result.wrong;
-        total.lost += workers[t].result.lost;
-        total.failed += workers[t].result.failed;
+        add_result(&total, &workers[t].result);
         egm_unregister_buffer(client, workers[t].buf);
         free(workers[t].buf);
     }
     /* Every key once more, and what is stored for the accounting check. */
     total.wrong += egm_model_verify_all(model, client, 1, &total.found, &total.bytes);
-    total.verified = egm_model_stats(model).gets_verified;
+    egm_model_stats_t stats = egm_model_stats(model);
+    total.verified = stats.gets_verified;
+    total.lost = stats.lost + stats.lost_by_fault; /* no fault here excuses one */
     egm_client_destroy(client);
     egm_model_destroy(model);
     return write(out_fd, &total, sizeof(total)) == (ssize_t)sizeof(total) ? 0 : 12;
@@ -225,25 +254,33 @@ static void test_stress_mixed_operations(void **state)
             failed_children++;
             continue;
         }
-        sum.ops += r.ops;
-        sum.verified += r.verified;
-        sum.wrong += r.wrong;
-        sum.lost += r.lost;
-        sum.found += r.found;
-        sum.bytes += r.bytes;
-        sum.failed += r.failed;
+        add_result(&sum, &r);
     }
     print_message("stress: %u processes x %u threads, %llu s: %llu operations, %llu gets verified, "
-                  "%llu wrong, %llu lost, %llu puts failed, %llu objects stored at the end\n",
+                  "%llu wrong, %llu lost, %llu puts / %llu gets / %llu exists / %llu removes "
+                  "failed, exist seen both ways %llu + %llu times, %llu removed, %llu objects "
+                  "stored at the end\n",
                   PROCS, THREADS, (unsigned long long)seconds, (unsigned long long)sum.ops,
                   (unsigned long long)sum.verified, (unsigned long long)sum.wrong,
                   (unsigned long long)sum.lost, (unsigned long long)sum.failed,
+                  (unsigned long long)sum.get_errors, (unsigned long long)sum.exist_errors,
+                  (unsigned long long)sum.remove_errors, (unsigned long long)sum.exist_present,
+                  (unsigned long long)sum.exist_absent, (unsigned long long)sum.removed,
                   (unsigned long long)sum.found);
     assert_int_equal(failed_children, 0);
     assert_int_equal(sum.wrong, 0);
     assert_int_equal(sum.lost, 0);
-    assert_int_equal(sum.failed, 0); /* no fault here: every put succeeds or finds its key */
+    /* No fault here: every put succeeds or finds its key; every get, exist and
+     * remove answers (found / not-found, a lease refusing an unforced remove). */
+    assert_int_equal(sum.failed, 0);
+    assert_int_equal(sum.get_errors, 0);
+    assert_int_equal(sum.exist_errors, 0);
+    assert_int_equal(sum.remove_errors, 0);
     assert_true(sum.verified > 0);
+    /* Both directions of exist, and removes that took something, were exercised. */
+    assert_true(sum.exist_present > 0);
+    assert_true(sum.exist_absent > 0);
+    assert_true(sum.removed > 0);
     assert_int_equal(egm_model_check_master(http_port, sum.found, sum.bytes), 0);
     egm_test_cluster_stop(&cluster);
 }
