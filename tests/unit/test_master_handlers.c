@@ -527,6 +527,64 @@ static void test_mount_list_all_or_none(void **state)
     assert_int_equal(mount_list(me, 1, ids, NULL, 0), EGM_ERR_SEGMENT_EXISTS);
 }
 
+/* A ping from `who`; leaving: its last one (egm_client_destroy). */
+static Egm__PingReply *ping_as(egm_id_t who, int leaving)
+{
+    Egm__PingRequest req = EGM__PING_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    Egm__PingReply *reply;
+
+    egm__id_to_pb(who, &client);
+    req.client = &client;
+    req.leaving = leaving != 0;
+    assert_int_equal(
+        call(EGM_RPC_PING, &req.base, &egm__ping_reply__descriptor, (ProtobufCMessage **)&reply),
+        EGM_OK);
+    assert_int_equal(reply->status, EGM_OK);
+    return reply;
+}
+
+/* A leaving ping unregisters the client at once, the clock standing still
+ * (no client_ttl): one without segments under the shared lock, one that still
+ * has a segment and objects (unmounted, its objects dropped, as expiry does)
+ * by trading the shared lock for an exclusive one and back. */
+static void test_leaving_ping_unregisters(void **state)
+{
+    (void)state;
+    egm_id_t you = egm__id_random();
+    pthread_rwlock_t lock;
+
+    egm__pb_free(&ping_as(me, 0)->base);
+    egm__pb_free(&ping_as(you, 0)->base);
+    assert_int_equal(egm__liveness_client_count(st.liveness), 2);
+    egm__pb_free(&ping_as(you, 1)->base);
+    assert_int_equal(egm__liveness_client_count(st.liveness), 1);
+    assert_false(egm__liveness_is_known(st.liveness, you));
+    egm__pb_free(&ping_as(you, 1)->base); /* again, or never registered: nothing to do */
+    assert_int_equal(egm__liveness_client_count(st.liveness), 1);
+
+    mount(1 << 20, "mine");
+    const char *keys[] = {"done", "pending"};
+    const uint64_t sizes[] = {1000, 64};
+    egm__pb_free(&put_start(2, keys, sizes, 1)->base);
+    egm__pb_free(&keys_call(EGM_RPC_PUT_END, 1, keys, 0)->base);
+    assert_int_equal(egm__master_lock_init(&lock), 0);
+    st.lock = &lock; /* as the master process holds it: Ping shared */
+    Egm__PingReply *p = ping_as(me, 1);
+    st.lock = NULL;
+    assert_int_equal(p->view, 1); /* its segment retired */
+    egm__pb_free(&p->base);
+    assert_int_equal(pthread_rwlock_trywrlock(&lock), 0); /* released as it was taken */
+    pthread_rwlock_unlock(&lock);
+    pthread_rwlock_destroy(&lock);
+    assert_int_equal(egm__liveness_client_count(st.liveness), 0);
+    assert_int_equal(egm__segment_table_count(st.segments), 0);
+    Egm__KeysReply *r = keys_call(EGM_RPC_EXIST_KEY, 2, keys, 0);
+    assert_int_equal(r->results[0]->status, EGM_ERR_NOT_FOUND);
+    assert_int_equal(r->results[1]->status, EGM_ERR_NOT_FOUND);
+    egm__pb_free(&r->base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +593,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ping_and_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mount_list_all_or_none, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leaving_ping_unregisters, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
