@@ -233,7 +233,9 @@ int egm__cmd_put(egm_cli_t *cli)
     close_input(&in);
     if (status != EGM_OK)
         return EGM_EXIT_FAIL;
-    printf("stored %s (%llu bytes)\n", cli->argv[0], (unsigned long long)in.size);
+    char key_text[EGM_CLI_QUOTE_MAX];
+    printf("stored %s (%llu bytes)\n", egm__cli_quote(cli->argv[0], key_text, sizeof(key_text)),
+           (unsigned long long)in.size);
     return EGM_EXIT_OK;
 }
 

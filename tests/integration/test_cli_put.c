@@ -2,7 +2,8 @@
  * the real binary). A 96 MiB file and the same bytes on stdin are stored byte
  * for byte while the put process's peak RSS stays a small fraction of them
  * (shm and tcp); a file or stream larger than the pool fails at once with both
- * numbers, leaving no key; bad paths are named with their reason. A streaming
+ * numbers, leaving no key; bad paths are named with their reason, and a key
+ * with control characters is escaped in the "stored" line. A streaming
  * put whose reader or copy fails part way (the provider killed) leaves no key,
  * pending or not, and no space used. Clients unregister on exit: after
  * egm_client_destroy, or a one-shot `put`, the master's client count is back
@@ -388,6 +389,13 @@ static void test_put_bad_paths(void **state)
     assert_int_equal(r.code, 1);
     snprintf(want, sizeof(want), "%s: No such file or directory", path);
     assert_non_null(strstr(r.out, want));
+
+    /* The key in the "stored" line is escaped, never echoed raw. */
+    const char *ctl_args[] = {"put", "ctl\x1b[2Jkey", "-", NULL};
+    run_cli(ctl_args, 5, 0, &r);
+    assert_int_equal(r.code, 0);
+    assert_non_null(strstr(r.out, "stored \"ctl\\x1b[2Jkey\" (5 bytes)"));
+    assert_null(strchr(r.out, 0x1b));
 }
 
 /* A reader that hands out chunks of object `seed`, and at part `fail_at`
