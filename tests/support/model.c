@@ -143,10 +143,11 @@ static int missing(egm_model_t *m, const model_key_t *k, const char *what)
         return 0;
     }
     m->stats.lost++;
-    fprintf(
-        stderr, "model: LOST object \"%s\": version %u was committed, %s answered not-found (%s)\n",
-        k->key, k->now.versions[0], what,
-        k->n_places ? "some replica lay on a segment no fault destroyed" : "no placement recorded");
+    fprintf(stderr,
+            "model: LOST object \"%s\": version %u was committed, %s answered not-found (%s)\n",
+            k->key, k->now.versions[0], what,
+            k->n_places ? "a replica lay on a segment no fault of the test's destroyed"
+                        : "no placement recorded");
     return -1;
 }
 
@@ -235,6 +236,17 @@ void egm_model_placed(egm_model_t *model, const char *key, const egm_id_t *segme
     for (size_t i = 0; i < n && i < EGM_MODEL_MAX_REPLICAS; i++)
         k->places[k->n_places++] = segments[i];
     pthread_mutex_unlock(&model->lock);
+}
+
+size_t egm_model_placement(egm_model_t *model, const char *key, egm_id_t *ids, size_t max)
+{
+    pthread_mutex_lock(&model->lock);
+    model_key_t *k = find(model, key, 0);
+    size_t n = k != NULL && k->now.state == KEY_COMMITTED ? k->n_places : 0;
+    for (size_t i = 0; i < n && i < max; i++)
+        ids[i] = k->places[i];
+    pthread_mutex_unlock(&model->lock);
+    return n;
 }
 
 void egm_model_segment_destroyed(egm_model_t *model, egm_id_t segment)

@@ -78,6 +78,9 @@ void egm_model_uncertain(egm_model_t *model, const char *key);
  * EGM_MODEL_MAX_REPLICAS; more are ignored). Replaces what was recorded; a
  * later put or remove forgets it. */
 void egm_model_placed(egm_model_t *model, const char *key, const egm_id_t *segments, size_t n);
+/* The placement recorded for key's committed version: up to max segment ids
+ * into ids; returns how many there are (0: none recorded, or not committed). */
+size_t egm_model_placement(egm_model_t *model, const char *key, egm_id_t *ids, size_t max);
 /* The test's own fault destroyed `segment` (e.g. killed its provider): a
  * committed key whose every replica lay on destroyed segments may read back
  * not-found from now on. */

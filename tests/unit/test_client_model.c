@@ -80,6 +80,10 @@ static void test_lost_by_fault_needs_every_replica(void **state)
     put(m, "on-c", 0, EGM_OK);
     egm_model_placed(m, "on-c", &c, 1);
     put(m, "unplaced", 0, EGM_OK);
+    egm_id_t got[2];
+    assert_int_equal(egm_model_placement(m, "on-a-and-b", got, 2), 2);
+    assert_true(egm__id_equal(got[0], a) && egm__id_equal(got[1], b));
+    assert_int_equal(egm_model_placement(m, "unplaced", got, 2), 0);
 
     /* Before the fault nothing is excused. */
     assert_int_equal(get_missing(m, "on-a"), -1);
