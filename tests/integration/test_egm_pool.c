@@ -8,7 +8,14 @@
  *   teardown, failed in turn (each occurrence). Setup failures reach the
  *   caller with the CUDA error's name and leave nothing published nor
  *   allocated; teardown failures report cleanup_pending until a retry
- *   succeeds, then nothing is left. */
+ *   succeeds, then nothing is left;
+ * - two faults in one run: a setup call fails, and so does a call of the
+ *   rollback that it sets off (the first and the last occurrence of every
+ *   function the rollback calls). The caller still gets the first error; the
+ *   failed cleanup step is kept and retried (exactly once more) before
+ *   create returns, and nothing is left;
+ * - every run of the sweeps leaves as many open file descriptors as it found
+ *   (memfds, exported handles, sockets to the master). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +30,7 @@
 #include "cuda/driver.h"
 #include "support/cluster.h"
 #include "support/fake_cuda.h"
+#include "support/testutil.h"
 
 #define MIB (1ull << 20)
 #define N_GPUS 4
@@ -296,6 +304,76 @@ static int diagnostic(const char *name)
     return strcmp(name, "cuGetErrorName") == 0 || strcmp(name, "cuGetErrorString") == 0;
 }
 
+/* The run left as many open descriptors as it found. */
+static void assert_fds(int before, const char *function, size_t nth)
+{
+    int now = egm_test_count_fds();
+    if (now != before)
+        fprintf(stderr, "%s call %zu: %d descriptors open before, %d after\n", function, nth,
+                before, now);
+    assert_int_equal(now, before);
+}
+
+/* Index of name among the cleanup functions, or -1. */
+static int cleanup_index(const char *name, const site_t *cleanup, size_t n_cleanup)
+{
+    for (size_t i = 0; i < n_cleanup; i++)
+        if (strcmp(name, cleanup[i].name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* After setup call `nth` of `first` failed (a run that made the calls `made`,
+ * at_fault[i] of them before the failure): runs it again with a second fault
+ * on each call after the failure of each cleanup function (one that teardown
+ * calls: `cleanup`), i.e. in the rollback the first failure set off. Each run
+ * must answer the first error, have retried the failed cleanup step once
+ * (every function called exactly as often as without the second fault, the
+ * failed one once more) and leave nothing. Counts the runs per cleanup
+ * function in hits[]. */
+static void rollback_faults(egm_config_t *c, int fabric_permitted, const char *first, size_t nth,
+                            const site_t *made, const size_t *at_fault, size_t n_made,
+                            const site_t *cleanup, size_t n_cleanup, size_t *hits)
+{
+    for (size_t g = 0; g < n_made; g++) {
+        int ci = cleanup_index(made[g].name, cleanup, n_cleanup);
+        if (ci < 0 || diagnostic(made[g].name))
+            continue;
+        for (size_t m = at_fault[g] + 1; m <= made[g].calls; m++) {
+            int fds = egm_test_count_fds();
+            egm_fake_cuda_reset(N_GPUS, N_NODES);
+            egm_fake_cuda_set_fabric(1, fabric_permitted);
+            egm_fake_cuda_fail(first, (unsigned)nth, EGM_CU_ERROR_OUT_OF_MEMORY);
+            egm_fake_cuda_fail(made[g].name, (unsigned)m, EGM_CU_ERROR_UNKNOWN);
+            egm_client_t *client = NULL;
+            egm_status_t st = egm_client_create(c, &client);
+            if (st != EGM_ERR_NO_MEMORY || egm_fake_cuda_failures_fired() != 2)
+                fprintf(stderr, "%s call %zu, then %s call %zu: %s (%zu faults fired): %s\n", first,
+                        nth, made[g].name, m, egm_status_string(st), egm_fake_cuda_failures_fired(),
+                        egm_last_error());
+            assert_int_equal(egm_fake_cuda_failures_fired(), 2); /* the cleanup call did fail */
+            assert_int_equal(st, EGM_ERR_NO_MEMORY);             /* the first error is the answer */
+            assert_null(client);
+            assert_true(contains(egm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+            assert_true(contains(egm_last_error(), first));
+            for (size_t h = 0; h < n_made; h++) {
+                if (diagnostic(made[h].name))
+                    continue;
+                size_t want = made[h].calls + (h == g);
+                if (egm_fake_cuda_calls(made[h].name) != want)
+                    fprintf(stderr, "%s call %zu, then %s call %zu: %s called %zu times, not %zu\n",
+                            first, nth, made[g].name, m, made[h].name,
+                            egm_fake_cuda_calls(made[h].name), want);
+                assert_int_equal(egm_fake_cuda_calls(made[h].name), want);
+            }
+            egm_fake_cuda_clear_failures();
+            assert_nothing_left();
+            assert_fds(fds, made[g].name, m);
+            hits[ci]++;
+        }
+    }
+}
+
 /* fabric_permitted 0: the H200's case, where the first cuMemCreate (fabric)
  * is refused and setup falls back to posix_fd; 1: fabric granted. */
 static void fault_sweep(int fabric_permitted)
@@ -317,9 +395,11 @@ static void fault_sweep(int fabric_permitted)
     assert_true(n_setup >= 6);    /* granularity, create, reserve, map, access, attributes */
     assert_true(n_teardown >= 3); /* unmap, address free, release */
 
-    size_t setup_runs = 0, teardown_runs = 0;
+    size_t setup_runs = 0, teardown_runs = 0, double_runs = 0;
+    size_t hits[EGM_FAKE_CUDA_N_FUNCTIONS] = {0}; /* second faults per teardown function */
     for (size_t s = 0; s < n_setup; s++) {
         for (size_t k = 1; k <= setup_sites[s].calls && !diagnostic(setup_sites[s].name); k++) {
+            int fds = egm_test_count_fds();
             egm_fake_cuda_reset(N_GPUS, N_NODES);
             egm_fake_cuda_set_fabric(1, fabric_permitted);
             egm_fake_cuda_fail(setup_sites[s].name, (unsigned)k, EGM_CU_ERROR_OUT_OF_MEMORY);
@@ -337,14 +417,23 @@ static void fault_sweep(int fabric_permitted)
                         setup_sites[s].name, k, egm_last_error());
             assert_true(contains(egm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
             assert_true(contains(egm_last_error(), setup_sites[s].name));
+            site_t made[EGM_FAKE_CUDA_N_FUNCTIONS];
+            size_t n_made = record_calls(made);
+            size_t at_fault[EGM_FAKE_CUDA_N_FUNCTIONS];
+            for (size_t i = 0; i < n_made; i++)
+                at_fault[i] = egm_fake_cuda_calls_at_first_failure(made[i].name);
             egm_fake_cuda_clear_failures();
             assert_nothing_left();
+            assert_fds(fds, setup_sites[s].name, k);
             setup_runs++;
+            rollback_faults(c, fabric_permitted, setup_sites[s].name, k, made, at_fault, n_made,
+                            teardown_sites, n_teardown, hits);
         }
     }
     for (size_t s = 0; s < n_teardown; s++) {
         for (size_t k = 1; k <= teardown_sites[s].calls && !diagnostic(teardown_sites[s].name);
              k++) {
+            int fds = egm_test_count_fds();
             egm_fake_cuda_reset(N_GPUS, N_NODES);
             egm_fake_cuda_set_fabric(1, fabric_permitted);
             client = NULL;
@@ -366,16 +455,28 @@ static void fault_sweep(int fabric_permitted)
             assert_int_equal(egm_client_health(client), EGM_HEALTH_NOT_INITIALIZED);
             egm_client_destroy(client);
             assert_nothing_left();
+            assert_fds(fds, teardown_sites[s].name, k);
             teardown_runs++;
         }
     }
     egm_config_destroy(c);
+    for (size_t i = 0; i < n_teardown; i++)
+        double_runs += hits[i];
     printf("fault sweep (fabric %s): %zu setup call sites over %zu functions, %zu teardown "
-           "call sites over %zu functions, each failed once\n",
-           fabric_permitted ? "granted" : "refused", setup_runs, n_setup, teardown_runs,
-           n_teardown);
+           "call sites over %zu functions, each failed once; %zu runs with a second fault on "
+           "the rollback path\n",
+           fabric_permitted ? "granted" : "refused", setup_runs, n_setup, teardown_runs, n_teardown,
+           double_runs);
     assert_true(setup_runs >= POOL_CHUNKS * 4);
     assert_int_equal(teardown_runs, POOL_CHUNKS * 3);
+    /* Every cleanup function was failed on the rollback path. */
+    for (size_t i = 0; i < n_teardown; i++) {
+        if (diagnostic(teardown_sites[i].name))
+            continue;
+        if (hits[i] == 0)
+            fprintf(stderr, "no second fault on %s\n", teardown_sites[i].name);
+        assert_true(hits[i] > 0);
+    }
 }
 
 static void test_fault_sweep_fabric_refused(void **state)

@@ -165,6 +165,8 @@ static struct {
     rule_t rules[MAX_RULES];
     size_t n_rules;
     uint64_t calls[FN_COUNT];
+    uint64_t fired;                    /* injected failures answered since the rules were cleared */
+    uint64_t calls_at_fault[FN_COUNT]; /* calls when the first of them was answered */
     uint64_t kernel_launches;
     uint64_t bytes_copied;
 } g = {
@@ -239,8 +241,11 @@ static egm_cu_result_t begin(int fn)
             g.rules[i] = g.rules[--g.n_rules]; /* that slot was visited already */
         }
     }
-    if (rc != EGM_CU_SUCCESS)
+    if (rc != EGM_CU_SUCCESS) {
+        if (g.fired++ == 0)
+            memcpy(g.calls_at_fault, g.calls, sizeof(g.calls));
         return rc;
+    }
     if (!g.initialized && fn != FN_cuInit && fn != FN_cuDriverGetVersion &&
         fn != FN_cuGetErrorName && fn != FN_cuGetErrorString)
         return EGM_CU_ERROR_NOT_INITIALIZED;
@@ -1930,6 +1935,7 @@ void egm_fake_cuda_reset(int n_devices, int n_numa_nodes)
     g.strict_device = 0;
     g.n_overrides = 0;
     g.n_rules = 0;
+    g.fired = 0;
     memset(g.calls, 0, sizeof(g.calls));
     g.kernel_launches = 0;
     g.bytes_copied = 0;
@@ -2039,7 +2045,25 @@ void egm_fake_cuda_clear_failures(void)
 {
     lock();
     g.n_rules = 0;
+    g.fired = 0;
     unlock();
+}
+
+size_t egm_fake_cuda_failures_fired(void)
+{
+    lock();
+    size_t n = (size_t)g.fired;
+    unlock();
+    return n;
+}
+
+size_t egm_fake_cuda_calls_at_first_failure(const char *function)
+{
+    int fn = fn_index(function);
+    lock();
+    size_t n = g.fired ? (size_t)g.calls_at_fault[fn] : 0;
+    unlock();
+    return n;
 }
 
 size_t egm_fake_cuda_calls(const char *function)

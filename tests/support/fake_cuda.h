@@ -153,6 +153,15 @@ uint64_t egm_fake_cuda_live_objects(void);
  * name or error 0 aborts (a typo must not make a test pass). */
 void egm_fake_cuda_fail(const char *function, unsigned nth, egm_cu_result_t error);
 void egm_fake_cuda_clear_failures(void);
+/* Injected failures answered since the last reset or clear_failures. */
+size_t egm_fake_cuda_failures_fired(void);
+/* Calls of `function` (as egm_fake_cuda_calls counts them, the failed call
+ * included) at the moment the first of those failures was answered; 0 when
+ * none was. For faults on the rollback path: the calls of f after the first
+ * failure are (calls_at_first_failure(f), calls(f)], so failing call n of f
+ * in that range (rules set right after a reset count from 1) hits the
+ * cleanup that the first failure set off. */
+size_t egm_fake_cuda_calls_at_first_failure(const char *function);
 
 /* Calls of `function` since the last reset/clear (failed ones included);
  * unknown names abort. */
