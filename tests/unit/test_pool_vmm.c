@@ -1,8 +1,10 @@
 /* VMM pool against the fake CUDA driver: planning (granularity, chunk sizes),
  * locations and handle types, the auto fallback from fabric to posix_fd, a
  * fault sweep over every driver call of a creation (each failure unwinds to
- * nothing), and the pool's chunks served to a consumer engine over nvlink, as
- * a provider client does it. */
+ * nothing, descriptors included), the same with a second fault on the
+ * rollback it sets off (what could not be released is kept, reported and
+ * released by a retry), and the pool's chunks served to a consumer engine over
+ * nvlink, as a provider client does it. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -255,6 +257,7 @@ static void test_fault_sweep_unwinds(void **state)
     size_t failures = 0;
     for (size_t i = 0; i < n_names; i++) {
         for (size_t n = 1; n <= calls[i]; n++) {
+            int fds = egm_test_count_fds();
             egm_fake_cuda_reset(2, 2);
             egm_fake_cuda_fail(names[i], (unsigned)n, EGM_CU_ERROR_OUT_OF_MEMORY);
             pool = NULL;
@@ -273,10 +276,100 @@ static void test_fault_sweep_unwinds(void **state)
             if (egm_fake_cuda_live_objects() != 0)
                 fprintf(stderr, "%s call %zu left objects behind\n", names[i], n);
             assert_int_equal(egm_fake_cuda_live_objects(), 0);
+            assert_int_equal(egm_test_count_fds(), fds);
         }
     }
     /* Every chunk step of every chunk was hit. */
     assert_true(failures >= 3 * 5);
+}
+
+/* Two faults in one creation: a driver call fails, and so does a release step
+ * of the rollback it sets off, once (each such call in turn) or for good.
+ * The creation answers the first error. What the rollback could not release
+ * stays with a pool handed back (*pool_p, held chunks, cleanup failures
+ * counted) rather than being forgotten, and a later release frees it; nothing
+ * is left in the end, descriptors included. */
+static void test_rollback_faults_keep_and_retry(void **state)
+{
+    (void)state;
+    static const char *const cleanup[] = {"cuMemUnmap", "cuMemAddressFree", "cuMemRelease"};
+    egm_vmm_pool_params_t p = params(EGM_VMM_HOST_NUMA, 0, EGM_VMM_HANDLES_BOTH, 6 * MIB, 2 * MIB);
+    egm_vmm_pool_t *pool = NULL;
+    egm_fake_cuda_clear_calls();
+    assert_int_equal(egm__vmm_pool_create(&p, &pool), EGM_OK);
+    const char *names[EGM_FAKE_CUDA_N_FUNCTIONS];
+    size_t n_names = egm_fake_cuda_called(names, EGM_FAKE_CUDA_N_FUNCTIONS);
+    size_t calls[EGM_FAKE_CUDA_N_FUNCTIONS];
+    for (size_t i = 0; i < n_names; i++)
+        calls[i] = egm_fake_cuda_calls(names[i]);
+    egm__vmm_pool_destroy(pool);
+
+    size_t kept = 0, retried_inside = 0;
+    for (size_t i = 0; i < n_names; i++) {
+        if (strncmp(names[i], "cuMem", 5) != 0)
+            continue; /* device queries fail before anything is allocated */
+        for (size_t n = 1; n <= calls[i]; n++) {
+            /* Which cleanup calls the rollback of this failure makes. */
+            egm_fake_cuda_reset(2, 2);
+            egm_fake_cuda_fail(names[i], (unsigned)n, EGM_CU_ERROR_OUT_OF_MEMORY);
+            pool = NULL;
+            egm_status_t st = egm__vmm_pool_create(&p, &pool);
+            if (st == EGM_OK) { /* a call that did not matter */
+                egm__vmm_pool_destroy(pool);
+                continue;
+            }
+            size_t before[3], total[3];
+            for (size_t g = 0; g < 3; g++) {
+                before[g] = egm_fake_cuda_calls_at_first_failure(cleanup[g]);
+                total[g] = egm_fake_cuda_calls(cleanup[g]);
+            }
+            for (size_t g = 0; g < 3; g++) {
+                /* nth 0: that step fails for good; then each call of it in the rollback once. */
+                for (size_t m = before[g]; m <= total[g]; m++) {
+                    if (m == before[g] && total[g] == before[g])
+                        break; /* the rollback makes no such call */
+                    int fds = egm_test_count_fds();
+                    egm_fake_cuda_reset(2, 2);
+                    egm_fake_cuda_fail(names[i], (unsigned)n, EGM_CU_ERROR_OUT_OF_MEMORY);
+                    egm_fake_cuda_fail(cleanup[g], m == before[g] ? 0 : (unsigned)m,
+                                       EGM_CU_ERROR_UNKNOWN);
+                    pool = NULL;
+                    st = egm__vmm_pool_create(&p, &pool);
+                    assert_int_equal(st, EGM_ERR_NO_MEMORY);
+                    assert_non_null(strstr(egm_last_error(), names[i]));
+                    assert_non_null(strstr(egm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
+                    assert_true(egm_fake_cuda_failures_fired() >= 2);
+                    if (pool == NULL) {
+                        /* The failed step was retried by the rollback itself. */
+                        assert_true(m != before[g]);
+                        retried_inside++;
+                    } else {
+                        /* Kept, counted, and nothing servable. */
+                        assert_true(egm__vmm_pool_held(pool) > 0);
+                        assert_true(egm__vmm_pool_cleanup_failures(pool) > 0);
+                        assert_int_equal(egm__vmm_pool_chunk_count(pool), 0);
+                        assert_true(egm_fake_cuda_live_objects() > 0);
+                        egm_fake_cuda_clear_failures();
+                        assert_int_equal(egm__vmm_pool_release(pool), EGM_OK);
+                        assert_int_equal(egm__vmm_pool_held(pool), 0);
+                        egm__vmm_pool_destroy(pool);
+                        kept++;
+                    }
+                    egm_fake_cuda_clear_failures();
+                    if (egm_fake_cuda_live_objects() != 0)
+                        fprintf(stderr, "%s call %zu, then %s call %zu left objects behind\n",
+                                names[i], n, cleanup[g], m);
+                    assert_int_equal(egm_fake_cuda_live_objects(), 0);
+                    assert_int_equal(egm_test_count_fds(), fds);
+                }
+            }
+        }
+    }
+    print_message("rollback faults: %zu creations handed back what they kept, %zu retried the "
+                  "failed step themselves\n",
+                  kept, retried_inside);
+    assert_true(kept > 0);
+    assert_true(retried_inside > 0);
 }
 
 typedef struct {
@@ -482,6 +575,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_parameters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_numa_above_available_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_sweep_unwinds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rollback_faults_keep_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nodes_in_parallel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_serve_host_numa_posix_fd, setup, teardown),
