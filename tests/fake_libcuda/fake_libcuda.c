@@ -14,10 +14,13 @@
  *                              every call) of func answers error (a number or a
  *                              CUDA_ERROR_* name)
  *   EGM_FAKE_CUDA_REPORT       path ("%p" = pid) written at exit with the live-object
- *                              counters as "name value" lines
+ *                              counters as "name value" lines, and
+ *                              fds_opened_since_load: descriptors opened after the
+ *                              library was loaded and still open at exit
  * A malformed value aborts the process with a message on stderr: a typo must
  * not make a test pass. Only cuGetProcAddress(_v2) are exported (version script). */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -159,6 +162,55 @@ static int report_path(char *path, size_t len)
     return 0;
 }
 
+/* Descriptors open when the library was loaded (inherited ones, the
+ * process's own early ones): not counted at exit. */
+#define FD_SNAPSHOT_MAX 4096
+static unsigned char fds_at_load[FD_SNAPSHOT_MAX / 8];
+
+/* Calls fn(fd, arg) for every open descriptor but the directory's own. */
+static void each_fd(void (*fn)(long fd, void *arg), void *arg)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(e->d_name, &end, 10);
+        if (e->d_name[0] != '.' && *end == '\0' && fd != dirfd(d))
+            fn(fd, arg);
+    }
+    closedir(d);
+}
+
+static void remember_fd(long fd, void *arg)
+{
+    (void)arg;
+    if (fd >= 0 && fd < FD_SNAPSHOT_MAX)
+        fds_at_load[fd / 8] |= (unsigned char)(1u << (fd % 8));
+}
+
+typedef struct {
+    long skip; /* the report being written */
+    unsigned long count;
+} new_fds_t;
+
+static void count_new_fd(long fd, void *arg)
+{
+    new_fds_t *n = arg;
+    if (fd != n->skip && (fd >= FD_SNAPSHOT_MAX || !(fds_at_load[fd / 8] & (1u << (fd % 8)))))
+        n->count++;
+}
+
+/* Descriptors opened since the library was loaded and still open: what a
+ * process that shut down cleanly should not hold any more. */
+static unsigned long fds_opened_since_load(int skip)
+{
+    new_fds_t n = {.skip = skip};
+    each_fd(count_new_fd, &n);
+    return n.count;
+}
+
 /* Written to a temporary name and renamed, so a reader never sees half a report. */
 static void write_report(void)
 {
@@ -183,6 +235,7 @@ static void write_report(void)
             c.device_allocations, c.pinned_host, c.host_registrations, c.streams, c.events,
             c.modules, egm_fake_cuda_live_objects(), c.primary_ctx_refs, c.kernel_launches,
             c.bytes_copied, c.calls_total);
+    fprintf(f, "fds_opened_since_load %lu\n", fds_opened_since_load(fileno(f)));
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "fake libcuda.so.1: EGM_FAKE_CUDA_REPORT %s: %s\n", path, strerror(errno));
         unlink(tmp);
@@ -217,6 +270,7 @@ __attribute__((constructor)) static void configure(void)
     if (fail != NULL)
         apply_failures(fail, 1);
     load_pid = getpid();
+    each_fd(remember_fd, NULL);
 }
 
 /* At exit (destructors run after the atexit handlers of the program). */

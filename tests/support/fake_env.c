@@ -2,6 +2,7 @@
 #include "support/fake_env.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,52 @@ static const char *const live_counters[] = {
     "events",
     "modules",
     "live_objects",
+    "fds_opened_since_load",
 };
+
+/* Report folders this process made, removed when it exits (by the process
+ * that made them, not by a forked child that exits). */
+#define MAX_REPORT_DIRS 4
+static char report_dirs[MAX_REPORT_DIRS][64];
+static pid_t report_dirs_owner;
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) != 0 && errno != ENOENT)
+        fprintf(stderr, "fake env: could not remove %s: %s\n", path, strerror(errno));
+    return 0;
+}
+
+static void remove_report_dirs(void)
+{
+    if (getpid() != report_dirs_owner)
+        return;
+    for (int i = 0; i < MAX_REPORT_DIRS; i++)
+        if (report_dirs[i][0] != '\0') {
+            nftw(report_dirs[i], remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+            report_dirs[i][0] = '\0';
+        }
+}
+
+/* Removes `dir` (and what is in it) when this process exits. */
+static int remove_at_exit(const char *dir)
+{
+    if (report_dirs_owner != getpid()) {
+        memset(report_dirs, 0, sizeof(report_dirs)); /* a forked child's copy is not its own */
+        if (report_dirs_owner == 0 && atexit(remove_report_dirs) != 0)
+            return -1;
+        report_dirs_owner = getpid();
+    }
+    for (int i = 0; i < MAX_REPORT_DIRS; i++)
+        if (report_dirs[i][0] == '\0') {
+            snprintf(report_dirs[i], sizeof(report_dirs[i]), "%s", dir);
+            return 0;
+        }
+    return -1;
+}
 
 int egm_test_fake_env(const char *test, char *report_dir, size_t len)
 {
@@ -48,6 +94,11 @@ int egm_test_fake_env(const char *test, char *report_dir, size_t len)
     snprintf(report_dir, len, "/tmp/egm-fake-XXXXXX");
     if (mkdtemp(report_dir) == NULL) {
         perror("mkdtemp");
+        return 1;
+    }
+    if (remove_at_exit(report_dir) != 0) {
+        fprintf(stderr, "%s: cannot arrange removal of %s at exit\n", test, report_dir);
+        rmdir(report_dir);
         return 1;
     }
     snprintf(path, sizeof(path), "%s/report-%%p", report_dir);
