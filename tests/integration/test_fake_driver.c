@@ -279,36 +279,64 @@ static void test_gpu_clients_over_nvlink(void **state)
  * fails (the first is the refused fabric attempt) exits with the CUDA error name
  * and rolls every allocation back. cuMemCreate because only pool setup calls it:
  * the nth call of a function the prewarm threads also call (cuMemMap, importing
- * the other provider's segments) would depend on thread timing. */
+ * the other provider's segments) would depend on thread timing (prewarm is off
+ * here besides, so that the cleanup calls below are the rollback's only).
+ * With a second fault on the rollback: a release that fails once is kept and
+ * retried before the process exits, leaving nothing; one that fails for good
+ * leaves the memory to the process's exit, said so, and never frees what it
+ * could not release. */
 static void test_injected_failure_rolls_back(void **state)
 {
     (void)state;
-    char report[256], out[8192];
-    snprintf(report, sizeof(report), "%s/failed-provider", report_dir);
-    const char *saved = getenv("EGM_FAKE_CUDA_REPORT");
-    char *keep = saved ? strdup(saved) : NULL;
-    setenv("EGM_FAKE_CUDA_REPORT", report, 1);
-    setenv("EGM_FAKE_CUDA_FAIL", "cuMemCreate:3:CUDA_ERROR_OUT_OF_MEMORY", 1);
-    const char *args[] = {"provider",  "--pool-memory",
-                          "host_numa", "--max-mr-size",
-                          "16MiB",     "--global-segment-size",
-                          "64MiB",     "--local-hostname",
-                          "127.0.0.1", NULL};
-    int code = egm_test_cli(&cluster, args, NULL, 0, out, sizeof(out));
-    unsetenv("EGM_FAKE_CUDA_FAIL");
-    if (keep != NULL)
-        setenv("EGM_FAKE_CUDA_REPORT", keep, 1);
-    else
-        unsetenv("EGM_FAKE_CUDA_REPORT");
-    free(keep);
-    if (code == 0 || code >= 128)
-        fail_msg("provider with a failing cuMemCreate: exit %d (expected a clean failure): %s",
-                 code, out);
-    if (strstr(out, "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY") == NULL)
-        fail_msg("provider with a failing cuMemCreate: the error does not name the call and the "
-                 "CUDA error: %s",
-                 out);
-    assert_nothing_live(report);
+    static const struct {
+        const char *fail;
+        const char *says; /* besides the first error */
+        int leaves;       /* the memory is abandoned to the exit */
+    } runs[] = {
+        {"cuMemCreate:3:CUDA_ERROR_OUT_OF_MEMORY", NULL, 0},
+        {"cuMemCreate:3:CUDA_ERROR_OUT_OF_MEMORY,cuMemRelease:1:CUDA_ERROR_UNKNOWN",
+         "kept for a retry", 0},
+        {"cuMemCreate:3:CUDA_ERROR_OUT_OF_MEMORY,cuMemUnmap:1:CUDA_ERROR_UNKNOWN",
+         "kept for a retry", 0},
+        {"cuMemCreate:3:CUDA_ERROR_OUT_OF_MEMORY,cuMemAddressFree:0:CUDA_ERROR_UNKNOWN",
+         "process's exit", 1},
+    };
+    size_t segments = egm_test_cluster_segments(&cluster);
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        char report[256], out[8192];
+        snprintf(report, sizeof(report), "%s/failed-provider-%zu", report_dir, i);
+        const char *saved = getenv("EGM_FAKE_CUDA_REPORT");
+        char *keep = saved ? strdup(saved) : NULL;
+        setenv("EGM_FAKE_CUDA_REPORT", report, 1);
+        setenv("EGM_FAKE_CUDA_FAIL", runs[i].fail, 1);
+        const char *args[] = {"provider",  "--pool-memory",
+                              "host_numa", "--max-mr-size",
+                              "16MiB",     "--global-segment-size",
+                              "64MiB",     "--local-hostname",
+                              "127.0.0.1", "--prewarm",
+                              "false",     NULL};
+        int code = egm_test_cli(&cluster, args, NULL, 0, out, sizeof(out));
+        unsetenv("EGM_FAKE_CUDA_FAIL");
+        if (keep != NULL)
+            setenv("EGM_FAKE_CUDA_REPORT", keep, 1);
+        else
+            unsetenv("EGM_FAKE_CUDA_REPORT");
+        free(keep);
+        if (code == 0 || code >= 128)
+            fail_msg("%s: exit %d (expected a clean failure): %s", runs[i].fail, code, out);
+        if (strstr(out, "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY") == NULL)
+            fail_msg("%s: the error does not name the first failed call and its CUDA error: %s",
+                     runs[i].fail, out);
+        if (runs[i].says != NULL && strstr(out, runs[i].says) == NULL)
+            fail_msg("%s: the output does not say \"%s\": %s", runs[i].fail, runs[i].says, out);
+        if (!runs[i].leaves) {
+            assert_nothing_live(report);
+        } else if (egm_test_fake_report_value(report, "allocations") <= 0) {
+            fail_msg("%s: the memory whose release failed for good was not kept: %s", runs[i].fail,
+                     out);
+        }
+        assert_int_equal(egm_test_cluster_segments(&cluster), segments); /* nothing published */
+    }
 }
 
 /* A typo in a fake setting must abort, not run with defaults. */
