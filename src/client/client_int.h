@@ -157,12 +157,12 @@ typedef egm_status_t (*egm_put_read_fn)(void *ctx, void *buf, size_t len);
 typedef struct {
     size_t part_size;                 /* bytes read and written at a time; 0: EGM_PUT_STREAM_PART */
     const egm_replicate_config_t *rc; /* NULL: the client's replica_num, no pins */
-    /* After each part, drop this process's mappings of the replicas' segments
-     * (egm__te_forget_segment; the next part maps them again): the pool pages
-     * written then leave its resident set, which would otherwise grow by the
-     * whole object over shm (pool memory shared with the provider, but counted
-     * as the process's). For one-shot tools; a long-lived client keeps them. */
-    int release_mappings;
+    /* After each part, drop this process's pages of the range just written
+     * (egm__te_release_pages; the mapping stays): the pool pages written then
+     * leave its resident set, which would otherwise grow by the whole object
+     * over shm (pool memory shared with the provider, but counted as the
+     * process's). For one-shot tools; a long-lived client keeps them. */
+    int release_pages;
 } egm_put_stream_params_t;
 
 /* Stores `size` bytes under `key` without holding them whole: checks the size

@@ -96,10 +96,10 @@ static egm_status_t plan_writes(const egm_keys_reply_t *reply, const egm_segment
 }
 
 /* Reads the object part by part into buf and writes each part to every
- * replica; release_mappings: see egm_put_stream_params_t. */
+ * replica; release_pages: see egm_put_stream_params_t. */
 static egm_status_t copy_parts(egm_client_t *client, uint64_t size, egm_put_read_fn read_part,
                                void *ctx, void *buf, size_t part, egm_te_op_t *ops, size_t n_ops,
-                               int release_mappings)
+                               int release_pages)
 {
     uint64_t *base = egm_calloc(n_ops, sizeof(*base), "client.put_stream");
     egm_status_t status = EGM_OK;
@@ -120,8 +120,8 @@ static egm_status_t copy_parts(egm_client_t *client, uint64_t size, egm_put_read
             ops[r].status = EGM_OK;
         }
         status = egm__te_transfer(client->te, ops, n_ops);
-        for (size_t r = 0; release_mappings && r < n_ops; r++)
-            egm__te_forget_segment(client->te, ops[r].segment->id);
+        for (size_t r = 0; release_pages && r < n_ops; r++)
+            egm__te_release_pages(client->te, ops[r].segment->id, ops[r].offset, len);
     }
     egm_free(base);
     return status;
@@ -178,7 +178,7 @@ egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t siz
         status = plan_writes(start, descs, size, &ops, &n_ops);
     if (status == EGM_OK)
         status = copy_parts(client, size, read_part, ctx, buf, part, ops, n_ops,
-                            params != NULL && params->release_mappings);
+                            params != NULL && params->release_pages);
     if (status == EGM_OK) {
         status = egm__client_keys_call(client, EGM_RPC_PUT_END, 1, &key, 0, &end);
         if (status == EGM_OK && end->results[0].status != EGM_OK)

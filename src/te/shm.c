@@ -251,6 +251,26 @@ void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id)
         mapping_free(m);
 }
 
+void egm__shm_release_pages(egm_shm_cache_t *cache, egm_id_t segment_id, uint64_t offset,
+                            uint64_t length)
+{
+    pthread_mutex_lock(&cache->lock);
+    mapping_t *m = egm__hashmap_get(cache->by_id, &segment_id, sizeof(segment_id));
+    if (m != NULL && offset < m->size && length > 0) {
+        /* Whole pages around the range: on a shared mapping MADV_DONTNEED only
+         * drops this process's entries, the bytes stay in the memfd. The
+         * prefault marks may then be stale: a hint, the next write faults. */
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t end = length > m->size - offset ? m->size : offset + length;
+        uint64_t start = offset / page * page;
+        end = (end + page - 1) / page * page;
+        if (end > m->size)
+            end = m->size;
+        (void)madvise((char *)m->base + start, (size_t)(end - start), MADV_DONTNEED);
+    }
+    pthread_mutex_unlock(&cache->lock);
+}
+
 egm_status_t egm__shm_cached_ids(egm_shm_cache_t *cache, egm_id_t **ids_p, size_t *n_p)
 {
     void *ids = NULL;

@@ -743,6 +743,13 @@ void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id)
         egm__mapping_forget(egm__nvlink_cache(te->nvlink), segment_id);
 }
 
+void egm__te_release_pages(egm_te_t *te, egm_id_t segment_id, uint64_t offset, uint64_t length)
+{
+    /* nvlink copies and tcp requests map nothing of the segment here. */
+    if (te != NULL)
+        egm__shm_release_pages(te->shm, segment_id, offset, length);
+}
+
 egm_status_t egm__te_cached_segments(egm_te_t *te, egm_id_t **ids_p, size_t *n_p)
 {
     egm_id_t *shm = NULL, *nv = NULL;

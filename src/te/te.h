@@ -145,6 +145,12 @@ egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport
  * The id is never served again; an nvlink mapping is unmapped when the last
  * copy in flight on it ends. */
 void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id);
+/* After writing [offset, offset + length) of a segment: drops this process's
+ * page-table entries of that range where the transport mapped it into this
+ * process (shm), so that the written bytes, which stay in the segment, no
+ * longer count in its resident memory (a streamed put of a file larger than
+ * RAM would otherwise). The mapping stays cached and usable. */
+void egm__te_release_pages(egm_te_t *te, egm_id_t segment_id, uint64_t offset, uint64_t length);
 /* Ids of the segments with a cached mapping (shm or nvlink, imports in
  * progress included), egm_malloc'ed, NULL when none; an id may appear twice.
  * After a master restart a client forgets those the new master does not list

@@ -158,6 +158,10 @@ egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t 
                                uint64_t offset, void *local, size_t length, egm_te_dir_t dir);
 /* Drops the mapping; the unmap waits for the last transfer using it. */
 void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id);
+/* Unmaps this process's pages of [offset, offset + length) of a cached
+ * mapping (the segment keeps the bytes); nothing when it is not mapped. */
+void egm__shm_release_pages(egm_shm_cache_t *cache, egm_id_t segment_id, uint64_t offset,
+                            uint64_t length);
 /* Ids of the segments mapped now (egm_malloc'ed; NULL when none). */
 egm_status_t egm__shm_cached_ids(egm_shm_cache_t *cache, egm_id_t **ids_p, size_t *n_p);
 uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache);

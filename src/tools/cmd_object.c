@@ -219,7 +219,7 @@ int egm__cmd_put(egm_cli_t *cli)
             status = spool_input(&in, largest, pool, segments);
     }
     if (status == EGM_OK) {
-        egm_put_stream_params_t params = {.release_mappings = 1}; /* a one-shot process */
+        egm_put_stream_params_t params = {.release_pages = 1}; /* a one-shot process */
         status = egm__put_stream(client, cli->argv[0], in.size, read_input, &in, &params);
         if (status == EGM_ERR_NO_SPACE) { /* name the input the size is of */
             char why[512];
