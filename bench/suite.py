@@ -131,6 +131,8 @@ class Suite:
                 entry["message"] += "; %s: not JSON: %s" % (out_json, exc) if status == "failed" else \
                     "%s: not JSON: %s" % (out_json, exc)
         self.steps.append(entry)
+        if entry["status"] == "skipped":  # make test lists it (scripts/test-skips.py)
+            print("EGM-SKIP: bench suite step %s: %s" % (entry["step"], entry["message"]), flush=True)
         word = {"ok": "done", "skipped": "SKIPPED", "failed": "FAILED"}[entry["status"]]
         self.say("[suite %5.0fs] %s %s: %s%s" % (time.monotonic() - self.t0, entry["step"], word, entry["message"],
                                                  (", %d records" % entry["records"]) if entry["records"] else ""),
