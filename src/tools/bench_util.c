@@ -271,7 +271,7 @@ int egm__bench_cli(int argc, char **argv, const char *what, const char *usage,
     }
     char command[32];
     snprintf(command, sizeof(command), "bench %s", what);
-    *rc_p = egm__cli_parse(n_rest, rest, command, EGM_ROLE_ALL, 0, cli);
+    *rc_p = egm__cli_parse(n_rest, rest, command, EGM_ROLE_ALL, 0, 0, cli);
     egm_free(rest);
     if (*rc_p != EGM_EXIT_OK)
         return 0;

@@ -335,7 +335,7 @@ static int drop_excluded(egm_cli_t *cli, const char *command, unsigned exclude,
 }
 
 int egm__cli_parse(int argc, char **argv, const char *command, unsigned roles, unsigned exclude,
-                   egm_cli_t *cli)
+                   unsigned own, egm_cli_t *cli)
 {
     const char *config_file = NULL;
     const char **flags = NULL, **values = NULL;
@@ -367,11 +367,12 @@ int egm__cli_parse(int argc, char **argv, const char *command, unsigned roles, u
             cli->help = 1;
             continue;
         }
-        if (strcmp(arg, "--force") == 0) {
+        /* A command's own flags; any other command finds no key by their name below. */
+        if ((own & EGM_CLI_FORCE) != 0 && strcmp(arg, "--force") == 0) {
             cli->force = 1;
             continue;
         }
-        if (strcmp(arg, "--plan-only") == 0) {
+        if ((own & EGM_CLI_PLAN_ONLY) != 0 && strcmp(arg, "--plan-only") == 0) {
             cli->plan_only = 1;
             continue;
         }

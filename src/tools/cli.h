@@ -10,6 +10,11 @@
 #define EGM_EXIT_FAIL 1
 #define EGM_EXIT_USAGE 2
 
+/* A command's own flags, besides the configuration keys (command_t in
+ * main.c): any other command refuses them as unknown flags. */
+#define EGM_CLI_FORCE (1u << 0)     /* --force (rm) */
+#define EGM_CLI_PLAN_ONLY (1u << 1) /* --plan-only (provider) */
+
 typedef struct {
     egm_config_t *config;
     int argc; /* positional arguments after the subcommand */
@@ -22,15 +27,16 @@ typedef struct {
 
 /* Builds the config: defaults < --config FILE (its sections of `roles`,
  * EGM_ROLE_*) < EGMSTORE_* env < flags. Flags:
- * --config FILE, --master HOST:PORT, --help, and --<key-with-dashes> VALUE (or
- * --key=VALUE) for every configuration key; any other --flag is an error naming
- * `command` ("put", "bench data") for its --help. Keys flagged `exclude`
+ * --config FILE, --master HOST:PORT, --help, the command's `own` flags
+ * (EGM_CLI_*), and --<key-with-dashes> VALUE (or --key=VALUE) for every
+ * configuration key; any other --flag is an error naming `command` ("put",
+ * "bench data") for its --help. Keys flagged `exclude`
  * (EGM_KEY_*) do not affect the command: they are reset to their defaults (for
  * EGM_KEY_CAPACITY: no contribution), with one note on stderr naming those that
  * were given and where. Positional arguments are kept in order. Prints a
  * one-line error and returns non-zero on bad input. */
 int egm__cli_parse(int argc, char **argv, const char *command, unsigned roles, unsigned exclude,
-                   egm_cli_t *cli);
+                   unsigned own, egm_cli_t *cli);
 void egm__cli_cleanup(egm_cli_t *cli);
 /* "egmstore: error: <what>: <detail>" on stderr, control characters and
  * invalid UTF-8 escaped (details name keys and paths from outside). */

@@ -73,7 +73,9 @@ static int plan_only(egm_cli_t *cli)
     egm_egm_plan_t *plan = NULL;
     egm_status_t status = egm__capacity_plan(cli->config, &plan);
     if (status != EGM_OK) {
-        egm__cli_error("provider --plan-only", status);
+        /* The refusal of a memfd plan names --plan-only itself; the other errors
+         * are those of a provider run without it. */
+        egm__cli_error("provider", status);
         return status == EGM_ERR_CONFIG ? EGM_EXIT_USAGE : EGM_EXIT_FAIL;
     }
     size_t need = egm__egm_plan_format(plan, NULL, 0) + 1;

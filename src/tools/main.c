@@ -12,6 +12,7 @@ typedef struct {
     const char *usage;
     unsigned roles;    /* EGM_ROLE_*: the config sections it reads, the keys its --help lists */
     unsigned exclude;  /* EGM_KEY_* flags of keys that do not affect it */
+    unsigned own;      /* EGM_CLI_*: its own flags; the other commands refuse them */
     const char *flags; /* its own flags, explained in its --help (NULL: none) */
 } command_t;
 
@@ -29,12 +30,12 @@ static const command_t commands[] = {
     {"master", egm__cmd_master,
      "master [--port N] [--http-port N] [--listen-address ADDR]\n"
      "                                             run the master (admin HTTP on 9003)",
-     EGM_ROLE_MASTER, 0, NULL},
+     EGM_ROLE_MASTER, 0, 0, NULL},
     {"provider", egm__cmd_provider,
      "provider [--global-segment-size SIZE] [--plan-only]\n"
      "                                             contribute capacity (host memory, or the EGM\n"
      "                                             pool with --enable-egm-store-pool true)",
-     EGM_ROLE_PROVIDER, 0,
+     EGM_ROLE_PROVIDER, 0, EGM_CLI_PLAN_ONLY,
      "  --plan-only                print the pool the configuration asks for (NUMA nodes, "
      "granularity,\n"
      "                             each node's share, chunks) and exit 0 without allocating "
@@ -42,13 +43,14 @@ static const command_t commands[] = {
      "                             or contacting the master; for CUDA pools (--pool-memory\n"
      "                             host_numa|device, or --enable-egm-store-pool true)\n"},
     {"put", egm__cmd_put, "put KEY FILE|-                             store a file (- = stdin)",
-     ONE_SHOT, ONE_SHOT_NOTE},
+     ONE_SHOT, 0, ONE_SHOT_NOTE},
     {"get", egm__cmd_get,
-     "get KEY FILE|-                             fetch into a file (- = stdout)", ONE_SHOT,
+     "get KEY FILE|-                             fetch into a file (- = stdout)", ONE_SHOT, 0,
      ONE_SHOT_NOTE},
     {"exist", egm__cmd_exist, "exist KEY                                  exit 0 if the key exists",
-     ONE_SHOT, ONE_SHOT_NOTE},
+     ONE_SHOT, 0, ONE_SHOT_NOTE},
     {"rm", egm__cmd_rm, "rm KEY [--force]                           remove an object", ONE_SHOT,
+     EGM_CLI_FORCE,
      "  --force                    remove it even while a reader holds a read lease on it or its\n"
      "                             put is unfinished (without it: exit 1, \"object is under a "
      "read\n"
@@ -56,20 +58,20 @@ static const command_t commands[] = {
      "it\n"
      "                             may then fail\n\n" ONE_SHOT_NOTE},
     {"ls", egm__cmd_ls, "ls                                         segments and usage", ONE_SHOT,
-     ONE_SHOT_NOTE},
+     0, ONE_SHOT_NOTE},
     {"stat", egm__cmd_stat,
      "stat KEY                                   an object's size, state, replicas, lease (read "
      "only)",
-     ONE_SHOT, ONE_SHOT_NOTE},
+     ONE_SHOT, 0, ONE_SHOT_NOTE},
     {"demo", egm__cmd_demo,
      "demo                                       embedded master + provider, put/get over shm "
      "and tcp",
-     EGM_ROLE_ALL, 0, NULL},
+     EGM_ROLE_ALL, 0, 0, NULL},
     {"bench", NULL,
      "bench meta [--clients 1,8,64] [--seconds 1] [--out FILE]  master metadata round trips\n"
      "  bench data [--workload single,batch,mixed,full] [--protocol shm,tcp] [--out FILE]\n"
      "                                             put/get workloads with their copy ceiling",
-     EGM_ROLE_ALL, 0, NULL},
+     EGM_ROLE_ALL, 0, 0, NULL},
 };
 
 static void usage(FILE *out)
@@ -104,7 +106,7 @@ int main(int argc, char **argv)
             continue;
         egm_cli_t cli;
         int rc = egm__cli_parse(argc - 2, argv + 2, commands[i].name, commands[i].roles,
-                                commands[i].exclude, &cli);
+                                commands[i].exclude, commands[i].own, &cli);
         if (rc != EGM_EXIT_OK)
             return rc;
         if (cli.help) {

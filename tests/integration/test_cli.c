@@ -1,9 +1,11 @@
 /* Integration: the `egmstore` command as a user runs it, against a real
  * master (and provider): one-shot commands contribute no memory whatever the
  * config says (and say so once), keys from outside are escaped in every line
- * they appear in, unknown flags and bad master addresses are usage errors,
- * IPv6 addresses print in brackets, --help lists what affects each command and
- * explains its own flags, and the demo leaves the default admin port alone. */
+ * they appear in, unknown flags (another command's --force or --plan-only
+ * included) and bad master addresses are usage errors, a refusal of
+ * --plan-only names it once, IPv6 addresses print in brackets, --help lists
+ * what affects each command and explains its own flags, the demo leaves the
+ * default admin port alone, and nothing is left in /tmp, pass or fail. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -26,6 +28,22 @@
 static egm_test_cluster_t cluster;
 static egm_process_t v6_master = {.pid = 0, .out_fd = -1}; /* test_ipv6_bracketed's */
 static char out[OUT_MAX];
+/* A test's temporary file: removed by the teardown, whether the test got to
+ * its end or not. */
+static char tmp_file[64];
+
+/* Creates tmp_file (empty) and answers its path. */
+static const char *temp_file(void)
+{
+    snprintf(tmp_file, sizeof(tmp_file), "/tmp/egmstore-test-cli-XXXXXX");
+    int fd = mkstemp(tmp_file);
+    if (fd < 0) {
+        tmp_file[0] = '\0';
+        fail_msg("mkstemp: %s", strerror(errno));
+    }
+    close(fd);
+    return tmp_file;
+}
 
 static int start_master(void **state)
 {
@@ -66,6 +84,9 @@ static int stop_cluster(void **state)
     egm__process_cleanup(&v6_master);
     v6_master = (egm_process_t){.pid = 0, .out_fd = -1};
     egm_test_cluster_stop(&cluster);
+    if (tmp_file[0] != '\0' && unlink(tmp_file) != 0 && errno != ENOENT)
+        return -1;
+    tmp_file[0] = '\0';
     return 0;
 }
 
@@ -130,15 +151,13 @@ static void test_one_shot_without_provider(void **state)
     assert_lacks("stored");
     assert_one_note("EGMSTORE_GLOBAL_SEGMENT_SIZE");
 
-    char path[] = "/tmp/egmstore-test-cli-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    static const char ini[] = "global_segment_size = 64MiB\n[client]\nmax_mr_size = 32MiB\n";
-    assert_int_equal(write(fd, ini, sizeof(ini) - 1), (ssize_t)(sizeof(ini) - 1));
-    close(fd);
+    const char *path = temp_file();
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("global_segment_size = 64MiB\n[client]\nmax_mr_size = 32MiB\n", f);
+    assert_int_equal(fclose(f), 0);
     const char *put_file[] = {"put", "noprov/file", "-", "--config", path, NULL};
     rc = run(put_file, "some bytes", 10);
-    unlink(path);
     assert_int_not_equal(rc, 0);
     assert_lacks("stored");
     assert_has("max_mr_size (from the config file /tmp/egmstore-test-cli-");
@@ -228,10 +247,8 @@ static void test_keys_escaped(void **state)
         {"esc/caf\xc3\xa9", "esc/caf\xc3\xa9"},
         {"esc/plain", "esc/plain"},
     };
-    char line[512], path[] = "/tmp/egmstore-test-cli-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    char line[512];
+    const char *path = temp_file();
 
     egm_client_t *client = egm_test_client(&cluster, "tcp", NULL);
     assert_non_null(client);
@@ -274,7 +291,6 @@ static void test_keys_escaped(void **state)
     const char *missing[] = {"stat", "esc/gone\x1b]0;title\a", NULL};
     assert_int_equal(run(missing, NULL, 0), 1);
     assert_has("\"esc/gone\\x1b]0;title\\x07\": ");
-    unlink(path);
 }
 
 /* A flag that names no key is "unknown" (exit 2), pointing at the command's
@@ -295,6 +311,33 @@ static void test_unknown_flag(void **state)
     const char *bench[] = {"bench", "data", "--bogus", NULL};
     assert_int_equal(run(bench, NULL, 0), 2);
     assert_has("unknown flag --bogus (egmstore bench data --help lists the flags)");
+    /* --force is rm's own flag and --plan-only the provider's: the other
+     * commands refuse them as they refuse any flag that names no key. */
+    const char *ls_force[] = {"ls", "--force", NULL};
+    assert_int_equal(run(ls_force, NULL, 0), 2);
+    assert_has("egmstore: error: unknown flag --force (egmstore ls --help lists the flags)\n");
+    const char *put_plan[] = {"put", "k", "-", "--plan-only", NULL};
+    assert_int_equal(run(put_plan, NULL, 0), 2);
+    assert_has("egmstore: error: unknown flag --plan-only (egmstore put --help lists the flags)\n");
+    const char *rm_plan[] = {"rm", "k", "--plan-only", NULL};
+    assert_int_equal(run(rm_plan, NULL, 0), 2);
+    assert_has("unknown flag --plan-only (egmstore rm --help lists the flags)");
+    const char *provider_force[] = {"provider", "--force", "--plan-only", NULL};
+    assert_int_equal(run(provider_force, NULL, 0), 2);
+    assert_has("unknown flag --force (egmstore provider --help lists the flags)");
+    /* ... and their own commands take them: rm gets as far as the master
+     * (nothing serves this address), the provider prints its refusal of a
+     * memfd plan, naming --plan-only once. */
+    const char *rm_force[] = {"rm", "k", "--force", NULL};
+    assert_int_equal(run(rm_force, NULL, 0), 1);
+    assert_lacks("unknown flag");
+    assert_has("127.0.0.1:1");
+    const char *plan[] = {"provider", "--plan-only", "--global-segment-size", "16MiB", NULL};
+    assert_int_equal(run(plan, NULL, 0), 2);
+    assert_has("egmstore: error: provider: --plan-only: plans a CUDA pool; set "
+               "enable_egm_store_pool=true");
+    if (count(out, "--plan-only") != 1)
+        fail_msg("--plan-only named more than once:\n%s", out);
     /* Known flags still take their value. */
     const char *known[] = {"ls", "--protocol=rdma", NULL};
     assert_int_equal(run(known, NULL, 0), 2);
