@@ -11,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/sock.h"
 
 #define CONFIG_FILE_MAX (1 << 20)
 
@@ -270,46 +271,14 @@ static int enum_has(const char *choices, const char *text)
 }
 
 /* An address to connect to: HOST:PORT or [IPv6]:PORT, a host and a port
- * 1..65535, so that a typo is an error where it is given rather than at
- * connect time. */
+ * 1..65535, read by the parser the client connects with, so that a typo is
+ * an error where it is given rather than at connect time, in its words. */
 static egm_status_t check_hostport(const char *name, const char *text)
 {
-    static const char form[] = "HOST:PORT or [IPv6]:PORT, e.g. 127.0.0.1:50051 or [::1]:50051";
-    const char *host = text, *colon;
-    size_t hlen;
-
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (close == NULL || close[1] != ':')
-            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not %s", name, text, form);
-        host = text + 1;
-        hlen = (size_t)(close - host);
-        colon = close + 1;
-    } else {
-        colon = strrchr(text, ':');
-        if (colon == NULL)
-            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" has no port (expected %s)", name,
-                                  text, form);
-        hlen = (size_t)(colon - text);
-        if (memchr(text, ':', hlen) != NULL)
-            return egm__set_error(EGM_ERR_CONFIG,
-                                  "%s: \"%s\": an IPv6 address goes in brackets: [%.*s]:%s", name,
-                                  text, (int)hlen, text, colon + 1);
-    }
-    if (hlen == 0)
-        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" has no host (expected %s)", name, text,
-                              form);
-    for (size_t i = 0; i < hlen; i++)
-        if (isspace((unsigned char)host[i]) || iscntrl((unsigned char)host[i]))
-            return egm__set_error(EGM_ERR_CONFIG,
-                                  "%s: the host of \"%s\" contains a space or a "
-                                  "control character",
-                                  name, text);
-    const char *digits = colon + 1;
-    size_t n = strspn(digits, "0123456789");
-    long port = n > 0 && n <= 5 && digits[n] == '\0' ? strtol(digits, NULL, 10) : -1;
-    if (port < 1 || port > 65535)
-        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\": the port must be 1..65535", name, text);
+    char host[EGM_SOCK_HOST_MAX];
+    uint16_t port;
+    if (egm__sock_split_peer_hostport(text, host, sizeof(host), &port) != EGM_OK)
+        return egm__set_error(EGM_ERR_CONFIG, "%s: %s", name, egm_last_error());
     return EGM_OK;
 }
 

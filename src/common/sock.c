@@ -23,40 +23,68 @@ static egm_status_t sys_error(const char *what)
     return egm__set_error(egm__status_from_errno(err), "%s: %s", what, strerror(err));
 }
 
-egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_len,
-                                      uint16_t *port_p)
+#define HOSTPORT_FORM "HOST:PORT or [IPv6]:PORT, e.g. 127.0.0.1:50051 or [::1]:50051"
+
+static egm_status_t split_hostport(const char *addr, long min_port, char *host, size_t host_len,
+                                   uint16_t *port_p)
 {
     const char *colon, *h = addr;
     size_t hlen;
 
-    if (addr == NULL || addr[0] == '\0')
-        return egm__set_error(EGM_ERR_INVALID_ARG, "address is empty (expected HOST:PORT)");
+    if (addr == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "no address (expected " HOSTPORT_FORM ")");
     if (addr[0] == '[') {
         const char *close = strchr(addr, ']');
         if (close == NULL || close[1] != ':')
-            return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\" is not [IPv6]:PORT", addr);
+            return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\" is not " HOSTPORT_FORM, addr);
         h = addr + 1;
         hlen = (size_t)(close - h);
         colon = close + 1;
     } else {
         colon = strrchr(addr, ':');
         if (colon == NULL)
-            return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\" has no port (expected HOST:PORT)",
-                                  addr);
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "\"%s\" has no port (expected " HOSTPORT_FORM ")", addr);
         hlen = (size_t)(colon - addr);
+        /* "::1:80" is an address and a port only by guessing where one ends. */
+        if (memchr(addr, ':', hlen) != NULL)
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "\"%s\": an IPv6 address goes in brackets: [%.*s]:%s", addr,
+                                  (int)hlen, addr, colon + 1);
     }
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    /* Digits only: strtol alone would take " 80", "+80" and "-0". */
-    if (!isdigit((unsigned char)colon[1]) || *end != '\0' || errno != 0 || port > 65535)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\": port must be 0..65535", addr);
+    if (hlen == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "\"%s\" has no host (expected " HOSTPORT_FORM ")", addr);
+    for (size_t i = 0; i < hlen; i++)
+        if (isspace((unsigned char)h[i]) || iscntrl((unsigned char)h[i]))
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "the host of \"%s\" contains a space or a control character",
+                                  addr);
+    /* 1 to 5 digits only: strtol alone would take " 80", "+80" and "-0". */
+    const char *digits = colon + 1;
+    size_t n = strspn(digits, "0123456789");
+    long port = n > 0 && n <= 5 && digits[n] == '\0' ? strtol(digits, NULL, 10) : -1;
+    if (port < min_port || port > 65535)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\": the port must be %ld..65535", addr,
+                              min_port);
     if (hlen + 1 > host_len)
         return egm__set_error(EGM_ERR_INVALID_ARG, "\"%s\": host name too long", addr);
     memcpy(host, h, hlen);
     host[hlen] = '\0';
     *port_p = (uint16_t)port;
     return EGM_OK;
+}
+
+egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_len,
+                                      uint16_t *port_p)
+{
+    return split_hostport(addr, 0, host, host_len, port_p);
+}
+
+egm_status_t egm__sock_split_peer_hostport(const char *addr, char *host, size_t host_len,
+                                           uint16_t *port_p)
+{
+    return split_hostport(addr, 1, host, host_len, port_p);
 }
 
 char *egm__sock_format_hostport(const char *host, unsigned port, char *buf, size_t len)

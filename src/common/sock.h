@@ -7,9 +7,22 @@
 #include <sys/types.h>
 #include <egmstore/status.h>
 
-/* "host:port" -> parts; host may be a name, an IPv4 address or [IPv6]. */
+/* "host:port" -> parts: the one parser of host:port text (configuration
+ * values, endpoints from peers). The host is a name, an IPv4 address or an
+ * IPv6 address in brackets ("::1:80" is refused: [::1]:80), not empty, without
+ * spaces or control characters; the port 1 to 5 digits, 0..65535 (0: any, as
+ * in a listen address). host gets the host without brackets. Errors:
+ * EGM_ERR_INVALID_ARG, with a message for people that quotes addr and says
+ * what is wrong (a host longer than host_len - 1 included). */
 egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_len,
                                       uint16_t *port_p);
+/* The same for the address of a peer to connect to (a master's): the port
+ * is 1..65535. */
+egm_status_t egm__sock_split_peer_hostport(const char *addr, char *host, size_t host_len,
+                                           uint16_t *port_p);
+/* Room for any host egm__sock_split_hostport's callers keep: a DNS name (253
+ * characters) or an IPv6 literal with its zone, and the NUL. */
+#define EGM_SOCK_HOST_MAX 256
 /* The one way host:port is written for people and for endpoints on the wire:
  * an IPv6 literal in brackets ("[::1]:50051"), anything else as it is
  * ("127.0.0.1:50051", "node-1:50051"); a host already in brackets is kept.

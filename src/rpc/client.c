@@ -77,7 +77,7 @@ typedef struct {
 } input_t;
 
 struct egm_rpc_client {
-    char host[256];
+    char host[EGM_SOCK_HOST_MAX];
     uint16_t port;
     char where[264]; /* host:port for messages, [IPv6]:port (egm__sock_format_hostport) */
     int connect_timeout_ms;
@@ -885,7 +885,7 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl = egm_calloc(1, sizeof(*cl), "rpc_client");
     if (cl == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: out of memory");
-    status = egm__sock_split_hostport(params->addr, cl->host, sizeof(cl->host), &cl->port);
+    status = egm__sock_split_peer_hostport(params->addr, cl->host, sizeof(cl->host), &cl->port);
     if (status != EGM_OK)
         goto err_free;
     egm__sock_format_hostport(cl->host, cl->port, cl->where, sizeof(cl->where));

@@ -94,9 +94,9 @@ static egm_status_t endpoint_get(egm_tcp_client_t *client, const char *name, end
     if (ep == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "tcp client: out of memory");
     memcpy(ep->name, name, len + 1);
-    st = egm__sock_split_hostport(name, ep->host, sizeof(ep->host), &ep->port);
-    if (st != EGM_OK || ep->port == 0) {
-        st = egm__set_error(EGM_ERR_INVALID_ARG, "tcp_endpoint: \"%s\" is not host:port", name);
+    st = egm__sock_split_peer_hostport(name, ep->host, sizeof(ep->host), &ep->port);
+    if (st != EGM_OK) {
+        st = egm__set_error(EGM_ERR_INVALID_ARG, "tcp_endpoint: %s", egm_last_error());
         goto err_free;
     }
     if ((st = egm__hashmap_put(client->endpoints, ep->name, len, ep, NULL)) != EGM_OK)

@@ -17,6 +17,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/sock.h"
 
 static void assert_error_contains(const char *needle)
 {
@@ -474,6 +475,23 @@ static void test_flags(void **state)
     egm_config_destroy(c);
 }
 
+/* The config takes addr as master_server_addr when the client's parser
+ * does, and refuses it with the parser's words. */
+static void assert_same_verdict(egm_config_t *c, const char *addr)
+{
+    char host[EGM_SOCK_HOST_MAX], sock_error[512], want[600];
+    uint16_t port;
+    egm_status_t sock = egm__sock_split_peer_hostport(addr, host, sizeof(host), &port);
+    snprintf(sock_error, sizeof(sock_error), "%s", egm_last_error());
+    egm_status_t config = egm_config_set(c, "master_server_addr", addr);
+    if ((sock == EGM_OK) != (config == EGM_OK))
+        fail_msg("\"%s\": the client's parser says %d, the config %d", addr, sock, config);
+    if (sock != EGM_OK) {
+        snprintf(want, sizeof(want), "master_server_addr: %s", sock_error);
+        assert_string_equal(egm_last_error(), want);
+    }
+}
+
 /* master_server_addr is checked where it is given (file, environment, flag,
  * API), not at connect time: a host and a port 1..65535, IPv6 in brackets. */
 static void test_master_addr_validated(void **state)
@@ -516,6 +534,18 @@ static void test_master_addr_validated(void **state)
     }
     /* The last good value stays. */
     assert_string_equal(egm_config_get(c, "master_server_addr"), "[fe80::1%eth0]:7000");
+    /* One parser: the config refuses what egm__sock_split_peer_hostport (the
+     * client's) refuses, in its words, and takes what it takes. They used to
+     * disagree (a 7-digit port, a host longer than the client holds). */
+    static const char *const both[] = {"host:0",  "::1:50051", "[::1]:0",    "host:0000080",
+                                       ":1",      "a b:1",     "[::1]50051", "10.0.0.1",
+                                       "x:65535", "[::1]:1"};
+    for (size_t i = 0; i < sizeof(both) / sizeof(both[0]); i++)
+        assert_same_verdict(c, both[i]);
+    char long_host[EGM_SOCK_HOST_MAX + 8];
+    memset(long_host, 'h', sizeof(long_host) - 3);
+    memcpy(long_host + sizeof(long_host) - 3, ":1", 3);
+    assert_same_verdict(c, long_host);
     /* The --master alias and the environment go through the same check. */
     assert_int_equal(egm__config_set_flag(c, "--master", "10.0.0.1:70000"), EGM_ERR_CONFIG);
     assert_error_contains("port must be 1..65535");

@@ -52,6 +52,53 @@ static void test_split_hostport(void **state)
                      EGM_ERR_INVALID_ARG);
 }
 
+/* The one parser of host:port (config's master_server_addr goes through it
+ * too): what it refuses, and why. It used to read "::1:50051" as host ::1 port
+ * 50051 and take a port of 7 digits, an empty host and a host with spaces,
+ * which the config refused. */
+static void test_split_hostport_refusals(void **state)
+{
+    (void)state;
+    char host[64];
+    uint16_t port;
+    static const struct {
+        const char *addr, *says;
+    } bad[] = {
+        {"::1:50051", "\"::1:50051\": an IPv6 address goes in brackets: [::1]:50051"},
+        {"fe80::1%eth0:7000", "an IPv6 address goes in brackets: [fe80::1%eth0]:7000"},
+        {"host:0000080", "\"host:0000080\": the port must be 0..65535"},
+        {"host:70000", "\"host:70000\": the port must be 0..65535"},
+        {":50051", "\":50051\" has no host (expected HOST:PORT or [IPv6]:PORT"},
+        {"[]:50051", "\"[]:50051\" has no host"},
+        {"my host:80", "the host of \"my host:80\" contains a space or a control character"},
+        {"ho\nst:80", "contains a space or a control character"},
+        {"[::1 ]:80", "contains a space or a control character"},
+        {"host", "\"host\" has no port (expected HOST:PORT or [IPv6]:PORT"},
+        {"", "\"\" has no port"},
+        {"[::1]50051", "\"[::1]50051\" is not HOST:PORT or [IPv6]:PORT"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (egm__sock_split_hostport(bad[i].addr, host, sizeof(host), &port) != EGM_ERR_INVALID_ARG)
+            fail_msg("\"%s\" accepted", bad[i].addr);
+        if (strstr(egm_last_error(), bad[i].says) == NULL)
+            fail_msg("\"%s\": \"%s\" lacks \"%s\"", bad[i].addr, egm_last_error(), bad[i].says);
+    }
+
+    /* An address to connect to needs a port: 0 is a listen address's "any". */
+    assert_int_equal(egm__sock_split_peer_hostport("host:0", host, sizeof(host), &port),
+                     EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "\"host:0\": the port must be 1..65535"));
+    assert_int_equal(egm__sock_split_peer_hostport("host:70000", host, sizeof(host), &port),
+                     EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "the port must be 1..65535"));
+    assert_int_equal(egm__sock_split_peer_hostport("[fe80::1%eth0]:1", host, sizeof(host), &port),
+                     EGM_OK);
+    assert_string_equal(host, "fe80::1%eth0");
+    assert_int_equal(port, 1);
+    assert_int_equal(egm__sock_split_peer_hostport("::1:50051", host, sizeof(host), &port),
+                     EGM_ERR_INVALID_ARG);
+}
+
 /* host:port for people: IPv6 literals in brackets, everything else as it is. */
 static void test_format_hostport(void **state)
 {
@@ -247,6 +294,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_split_hostport, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_split_hostport_refusals, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_format_hostport, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
