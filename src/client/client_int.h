@@ -146,6 +146,16 @@ egm_status_t egm__client_put_start(egm_client_t *client, size_t n, const char *c
                                    const uint64_t *sizes, const egm_replicate_config_t *rc,
                                    egm_keys_reply_t **reply_p);
 
+/* The replicas the master placed for one key of a PutStart reply (res, an
+ * object of `size` bytes), checked (put.c): at least one, each in a segment
+ * the reply describes (descs, from egm__client_reply_segments) and `size`
+ * bytes long. segs[r] (room for res->n_replicas, at most
+ * EGM_KEYS_REPLY_MAX_REPLICAS) gets replica r's segment. EGM_OK, or
+ * EGM_ERR_PROTOCOL naming what is wrong. */
+egm_status_t egm__client_placed_segments(const egm_keys_reply_t *reply, const egm_key_result_t *res,
+                                         const egm_segment_desc_t *descs, uint64_t size,
+                                         const egm_segment_desc_t **segs);
+
 /* Streaming put (put_stream.c), for objects not held in memory whole (the
  * `egmstore put` of a large file or of stdin). `read` fills exactly `len`
  * bytes of buf with the object's next bytes, or answers an error it has set
@@ -182,7 +192,10 @@ egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t siz
 egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p, uint64_t *largest_p,
                                        size_t *segments_p);
 
-/* For `egmstore ls`: every segment with usage; free with egm__rpc_msg_free. */
+/* Every segment the master lists, with its usage (`egmstore ls`, the pool's
+ * capacity, liveness); free with egm__rpc_msg_free. A reply whose status is
+ * an error is freed and that error answered ("listing segments: ..."):
+ * *reply_p is set only with EGM_OK. */
 egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsReply **reply_p);
 
 #endif

@@ -102,11 +102,6 @@ static egm_status_t listed_segments(egm_client_t *client, egm_id_t **ids_p, size
     egm_status_t status = egm__client_list_segments(client, &reply);
     if (status != EGM_OK)
         return status;
-    if (reply->status != EGM_OK) {
-        status =
-            egm__set_error(reply->status, "listing segments: %s", egm_status_string(reply->status));
-        goto out;
-    }
     if (reply->n_segments > 0 &&
         (ids = egm_calloc(reply->n_segments, sizeof(*ids), "client.listed")) == NULL) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory listing segments");
@@ -218,7 +213,7 @@ static void prewarm_segments(egm_client_t *client)
         return;
     if (egm__client_list_segments(client, &reply) != EGM_OK)
         return;
-    if (reply->status == EGM_OK && reply->n_segments > 0)
+    if (reply->n_segments > 0)
         descs = egm_calloc(reply->n_segments, sizeof(*descs), "client.prewarm");
     for (size_t i = 0; descs != NULL && i < reply->n_segments; i++)
         if (reply->segments[i]->desc != NULL &&

@@ -121,7 +121,14 @@ egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsRe
 
     egm__id_to_pb(client->id, &client_pb);
     req.client = &client_pb;
-    return egm__rpc_call_msg(client->master, EGM_RPC_LIST_SEGMENTS, &req.base,
-                             &egm__list_segments_reply__descriptor, (ProtobufCMessage **)reply_p,
-                             client->rpc_timeout_ms);
+    egm_status_t status = egm__rpc_call_msg(client->master, EGM_RPC_LIST_SEGMENTS, &req.base,
+                                            &egm__list_segments_reply__descriptor,
+                                            (ProtobufCMessage **)reply_p, client->rpc_timeout_ms);
+    if (status == EGM_OK && (*reply_p)->status != EGM_OK) {
+        status = egm__set_error((*reply_p)->status, "listing segments: %s",
+                                egm_status_string((*reply_p)->status));
+        egm__rpc_msg_free(&(*reply_p)->base);
+        *reply_p = NULL;
+    }
+    return status;
 }

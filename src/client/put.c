@@ -48,6 +48,22 @@ static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,
     return egm__client_put_start(client, plan->n, plan->keys, plan->sizes, rc, reply_p);
 }
 
+egm_status_t egm__client_placed_segments(const egm_keys_reply_t *reply, const egm_key_result_t *res,
+                                         const egm_segment_desc_t *descs, uint64_t size,
+                                         const egm_segment_desc_t **segs)
+{
+    const egm_replica_t *reps = egm__keys_reply_replicas(reply, res);
+
+    if (res->n_replicas == 0)
+        return egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");
+    for (uint32_t r = 0; r < res->n_replicas; r++) {
+        segs[r] = egm__client_find_segment(descs, reply->n_segments, reps[r].segment);
+        if (segs[r] == NULL || reps[r].length != size)
+            return egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
+    }
+    return EGM_OK;
+}
+
 /* Copies every placed key into its replicas, each part of a key at its offset
  * in the object; key_status[j] gets each key's result. */
 static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
@@ -77,29 +93,21 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
     }
     for (size_t j = 0; j < plan->n; j++) {
         const egm_key_result_t *res = &reply->results[j];
+        const egm_segment_desc_t *segs[EGM_KEYS_REPLY_MAX_REPLICAS];
         key_status[j] = res->status;
         if (res->status != EGM_OK) {
             egm__set_error(res->status, "\"%s\": %s", plan->keys[j],
                            egm_status_string(res->status));
             continue;
         }
-        if (res->n_replicas == 0)
-            key_status[j] = egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");
+        key_status[j] = egm__client_placed_segments(reply, res, descs, plan->sizes[j], segs);
         for (size_t r = 0; r < res->n_replicas && key_status[j] == EGM_OK; r++) {
-            const egm_replica_t *rep = &egm__keys_reply_replicas(reply, res)[r];
-            const egm_segment_desc_t *seg =
-                egm__client_find_segment(descs, reply->n_segments, rep->segment);
-            if (seg == NULL || rep->length != plan->sizes[j]) {
-                key_status[j] =
-                    egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
-                break;
-            }
-            uint64_t at = rep->offset;
+            uint64_t at = egm__keys_reply_replicas(reply, res)[r].offset;
             for (size_t p = egm__parts_first(parts, plan->index[j]);
                  p < egm__parts_end(parts, plan->index[j]); p++) {
                 if (parts->len[p] == 0)
                     continue;
-                ops[n_ops] = (egm_te_op_t){.segment = seg,
+                ops[n_ops] = (egm_te_op_t){.segment = segs[r],
                                            .offset = at,
                                            .local = parts->addr[p],
                                            .length = parts->len[p],

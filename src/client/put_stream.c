@@ -21,11 +21,6 @@ egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p, 
     egm_status_t status = egm__client_list_segments(client, &reply);
     if (status != EGM_OK)
         return status;
-    if (reply->status != EGM_OK) {
-        status =
-            egm__set_error(reply->status, "listing segments: %s", egm_status_string(reply->status));
-        goto out;
-    }
     for (size_t i = 0; i < reply->n_segments; i++) {
         const Egm__SegmentDesc *d = reply->segments[i]->desc;
         if (d == NULL)
@@ -37,9 +32,8 @@ egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p, 
     *total_p = total;
     *largest_p = largest;
     *segments_p = n;
-out:
     egm__rpc_msg_free(&reply->base);
-    return status;
+    return EGM_OK;
 }
 
 /* NO_SPACE at once for a size no segment of the pool could ever hold. */
@@ -74,22 +68,18 @@ static egm_status_t plan_writes(const egm_keys_reply_t *reply, const egm_segment
                                 uint64_t size, egm_te_op_t **ops_p, size_t *n_p)
 {
     const egm_key_result_t *res = &reply->results[0];
+    const egm_segment_desc_t *segs[EGM_KEYS_REPLY_MAX_REPLICAS];
 
-    if (res->n_replicas == 0)
-        return egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");
+    egm_status_t status = egm__client_placed_segments(reply, res, descs, size, segs);
+    if (status != EGM_OK)
+        return status;
     egm_te_op_t *ops = egm_calloc(res->n_replicas, sizeof(*ops), "client.put_stream");
     if (ops == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning copies");
-    for (size_t r = 0; r < res->n_replicas; r++) {
-        const egm_replica_t *rep = &egm__keys_reply_replicas(reply, res)[r];
-        const egm_segment_desc_t *seg =
-            egm__client_find_segment(descs, reply->n_segments, rep->segment);
-        if (seg == NULL || rep->length != size) {
-            egm_free(ops);
-            return egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
-        }
-        ops[r] = (egm_te_op_t){.segment = seg, .offset = rep->offset, .dir = EGM_TE_WRITE};
-    }
+    for (size_t r = 0; r < res->n_replicas; r++)
+        ops[r] = (egm_te_op_t){.segment = segs[r],
+                               .offset = egm__keys_reply_replicas(reply, res)[r].offset,
+                               .dir = EGM_TE_WRITE};
     *ops_p = ops;
     *n_p = res->n_replicas;
     return EGM_OK;
