@@ -5,9 +5,6 @@
  * address, library or CLI, lands on that master and not on the other. (The local socket name
  * used to carry the port only: the second master could not take it, and the
  * clients and the provider of 127.0.0.2:P all reached 127.0.0.1:P.) */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,11 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "common/process.h"
 #include "support/cluster.h"
+#include "support/http_get.h"
 
 #define IO_MS 10000
 #define BODY_MAX (64 * 1024)
@@ -36,47 +33,14 @@ static master_t masters[2] = {
     {.host = "127.0.0.1", .size = "32MiB", .capacity = 32ull << 20},
     {.host = "127.0.0.2", .size = "16MiB", .capacity = 16ull << 20},
 };
-static char body[BODY_MAX];
+static char answer[BODY_MAX + 4096];
+static const char *body = ""; /* in answer */
 
-/* GET http://host:port/path (HTTP/1.0): the status (-1: no answer in IO_MS),
- * the body into body[]. */
+/* GET http://host:port/path: the status (-1: no answer in 10 s), the body
+ * at body. */
 static int http_get(const char *host, unsigned port, const char *path)
 {
-    static char buf[BODY_MAX + 4096];
-    size_t n = 0;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    body[0] = '\0';
-    if (fd < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1 ||
-        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    char req[256];
-    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
-    if (write(fd, req, (size_t)rl) != rl) {
-        close(fd);
-        return -1;
-    }
-    while (n < sizeof(buf) - 1) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, IO_MS) <= 0)
-            break;
-        ssize_t got = read(fd, buf + n, sizeof(buf) - 1 - n);
-        if (got <= 0)
-            break;
-        n += (size_t)got;
-    }
-    close(fd);
-    buf[n] = '\0';
-    int status = -1;
-    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
-        return -1;
-    const char *start = strstr(buf, "\r\n\r\n");
-    snprintf(body, sizeof(body), "%s", start != NULL ? start + 4 : "");
-    return status;
+    return egm_test_http_request(host, port, path, NULL, answer, sizeof(answer), &body);
 }
 
 /* A number field of /health's JSON. */

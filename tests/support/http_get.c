@@ -12,43 +12,56 @@
 
 #define TIMEOUT_MS 10000
 
-int egm_test_http_get(unsigned port, const char *path, char *body, size_t len)
+int egm_test_http_request(const char *host, unsigned port, const char *path, const char *header,
+                          char *answer, size_t len, const char **body_p)
 {
-    char buf[256 * 1024];
+    char req[8192];
     size_t n = 0;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+
+    if (len == 0)
+        return -1;
+    answer[0] = '\0';
+    if (body_p != NULL)
+        *body_p = answer;
+    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s\r\n", path, host,
+                      header != NULL ? header : "", header != NULL ? "\r\n" : "");
+    if (rl < 0 || (size_t)rl >= sizeof(req) || inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        write(fd, req, (size_t)rl) != rl) {
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    char req[512];
-    int rl = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-    if (write(fd, req, (size_t)rl) != rl) {
-        close(fd);
-        return -1;
-    }
-    for (;;) {
+    while (n + 1 < len) { /* HTTP/1.0: the server closes after the answer */
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (poll(&pfd, 1, TIMEOUT_MS) <= 0)
             break;
-        ssize_t got = read(fd, buf + n, sizeof(buf) - 1 - n);
+        ssize_t got = read(fd, answer + n, len - 1 - n);
         if (got <= 0)
             break;
         n += (size_t)got;
-        if (n == sizeof(buf) - 1)
-            break;
     }
     close(fd);
-    buf[n] = '\0';
+    answer[n] = '\0';
+    const char *start = strstr(answer, "\r\n\r\n");
+    if (body_p != NULL)
+        *body_p = start != NULL ? start + 4 : answer + n;
     int status = -1;
-    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+    if (sscanf(answer, "HTTP/1.%*d %d", &status) != 1)
         return -1;
-    const char *start = strstr(buf, "\r\n\r\n");
-    start = start ? start + 4 : buf + n;
-    if (len > 0)
+    return status;
+}
+
+int egm_test_http_get(unsigned port, const char *path, char *body, size_t len)
+{
+    char answer[256 * 1024];
+    const char *start;
+    int status =
+        egm_test_http_request("127.0.0.1", port, path, NULL, answer, sizeof(answer), &start);
+    if (status >= 0 && len > 0)
         snprintf(body, len, "%s", start);
     return status;
 }

@@ -4,8 +4,18 @@
 
 #include <stddef.h>
 
+/* GET http://host:port/path (host: an IPv4 literal, also sent as Host:),
+ * with one more header line `header` ("Name: value", without CRLF; NULL =
+ * none). Returns the HTTP status, or -1 when the request could not be sent
+ * or no answer came within 10 s. The whole answer (status line, headers,
+ * blank line, body) goes into answer, NUL-terminated and cut at len - 1
+ * bytes; *body_p (optional) points at its body there ("" when there is
+ * none). */
+int egm_test_http_request(const char *host, unsigned port, const char *path, const char *header,
+                          char *answer, size_t len, const char **body_p);
 /* GET http://127.0.0.1:port/path. Returns the HTTP status (or -1 when no
- * answer came within 10 s) and copies the body, NUL-terminated, into body. */
+ * answer came within 10 s) and copies the body, NUL-terminated, into body
+ * (up to 256 KiB of answer are read). */
 int egm_test_http_get(unsigned port, const char *path, char *body, size_t len);
 /* The number after "http " in a provider's ready line, or 0. */
 unsigned egm_test_ready_http_port(const char *ready_line);
