@@ -304,6 +304,7 @@ egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_serv
 {
     if (params == NULL || params->fn == NULL || srv_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "http start: handler and srv_p are required");
+    *srv_p = NULL;
     const char *address = params->address;
     uint16_t port = params->port;
     const char *host = address != NULL && address[0] != '\0' ? address : "0.0.0.0";
@@ -338,6 +339,9 @@ egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_serv
     if (fstat(fd, &st) != 0)
         memset(&st, 0, sizeof(st));
 
+    /* Before the thread starts (its creation orders the store before the
+     * handler's reads): a handler may read the server through *srv_p. */
+    *srv_p = srv;
     srv->daemon = MHD_start_daemon(
         daemon_flags(), 0, NULL, NULL, answer, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
         MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
@@ -352,12 +356,12 @@ egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_serv
             egm__set_error(EGM_ERR_IO, "http server on %s port %u: libmicrohttpd did not start",
                            host, (unsigned)srv->port);
         egm_error("%s", egm_last_error());
+        *srv_p = NULL;
         goto err_free;
     }
     char where[300];
     egm__sock_format_hostport(host, srv->port, where, sizeof(where));
     egm_info("admin http listening on %s", where);
-    *srv_p = srv;
     return EGM_OK;
 err_free:
     egm__secure_zero(srv->auth_token, sizeof(srv->auth_token));

@@ -56,7 +56,9 @@ typedef struct {
     const char *const *open_paths;
 } egm_http_params_t;
 /* egm__http_start with a token. Also EGM_ERR_INVALID_ARG for a token longer
- * than EGM_AUTH_TOKEN_MAX or too many / too long open paths. */
+ * than EGM_AUTH_TOKEN_MAX or too many / too long open paths. *srv_p is set
+ * before the server's thread starts, so that its handler may read it (e.g.
+ * for egm__http_auth_failures); NULL when the start fails. */
 egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_server_t **srv_p);
 /* Requests refused for a missing or wrong token since the start. Thread-safe. */
 uint64_t egm__http_auth_failures(const egm_http_server_t *srv);

@@ -163,6 +163,8 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
     egm__objects_stats(st->objects, &s->objects);
     if (a->server != NULL)
         egm__rpc_server_group_stats(a->server, &s->server); /* every RPC thread */
+    if (a->http != NULL)
+        s->http_auth_failures = egm__http_auth_failures(*a->http);
 }
 
 static void serve_metrics(const egm_master_admin_t *a, egm_http_response_t *resp)

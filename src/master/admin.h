@@ -24,7 +24,10 @@ typedef struct {
     pthread_rwlock_t *lock; /* the state lock, held around every read; NULL = none (tests) */
     const egm_master_metrics_t *metrics;
     const egm_rpc_server_t *server; /* any of the group; NULL = no connection metrics */
-    uint64_t start_ms;              /* egm__now_ms() when the master started */
+    /* Where the master keeps the admin HTTP server serving this, for its
+     * refusals (set before its thread starts); NULL = none (tests). */
+    egm_http_server_t *const *http;
+    uint64_t start_ms; /* egm__now_ms() when the master started */
 } egm_master_admin_t;
 
 /* egm_http_handler_fn; arg is an egm_master_admin_t. Unknown paths answer 404,

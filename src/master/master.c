@@ -76,6 +76,7 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
         .lock = &master->lock,
         .metrics = &master->metrics,
         .server = master->servers[0],
+        .http = &master->http,
         .start_ms = egm__now_ms(),
     };
     /* With a cluster token, everything but the probes' and scrapers' paths

@@ -171,6 +171,10 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "RPC requests refused for a missing or wrong cluster token (auth_token; every RPC "
          "thread)",
          s->server.auth_failures},
+        {"egm_master_http_auth_failures_total", "counter",
+         "admin HTTP requests refused for a missing or wrong bearer token (auth_token; every "
+         "path but /health and /metrics needs it)",
+         s->http_auth_failures},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && status == EGM_OK; i++)
         status = sample(out, rows[i].name, rows[i].type, rows[i].help, rows[i].value);

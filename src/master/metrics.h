@@ -44,6 +44,7 @@ typedef struct {
     uint64_t segment_replicas; /* replicas placed in mounted segments */
     egm_object_index_stats_t objects;
     egm_rpc_server_stats_t server; /* summed over the RPC threads' servers */
+    uint64_t http_auth_failures;   /* admin HTTP requests refused for the token */
 } egm_master_snapshot_t;
 
 void egm__master_metrics_init(egm_master_metrics_t *metrics);

@@ -306,35 +306,16 @@ static void test_master_large_frame_before_auth(void **state)
 
 /* GET path from 127.0.0.1:port, with `authorization` (NULL = none) as the
  * Authorization header's value. Returns the HTTP status (-1: no answer in
- * IO_MS) and the whole answer, headers and body, in out. */
+ * 10 s) and the whole answer, headers and body, in out. */
 static int http_get_auth(unsigned port, const char *path, const char *authorization, char *out,
                          size_t out_len)
 {
-    char request[1024];
-    int fd = -1;
-    size_t n = 0;
-
-    int rl = snprintf(request, sizeof(request), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%s\r\n",
-                      path, authorization ? "Authorization: " : "",
-                      authorization ? authorization : "", authorization ? "\r\n" : "");
-    assert_true(rl > 0 && (size_t)rl < sizeof(request));
-    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", (uint16_t)port, 3000, &fd), EGM_OK);
-    assert_int_equal(egm__sock_write_full(fd, request, (size_t)rl), EGM_OK);
-    while (n + 1 < out_len) { /* HTTP/1.0: the server closes after the answer */
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, IO_MS) <= 0)
-            break;
-        ssize_t got = read(fd, out + n, out_len - 1 - n);
-        if (got <= 0)
-            break;
-        n += (size_t)got;
-    }
-    close(fd);
-    out[n] = '\0';
-    int status = -1;
-    if (sscanf(out, "HTTP/1.%*d %d", &status) != 1)
-        return -1;
-    return status;
+    char header[256];
+    if (authorization != NULL)
+        assert_true((size_t)snprintf(header, sizeof(header), "Authorization: %s", authorization) <
+                    sizeof(header));
+    return egm_test_http_request("127.0.0.1", port, path, authorization != NULL ? header : NULL,
+                                 out, out_len, NULL);
 }
 
 /* With a token, every admin path but /health and /metrics needs it as a
@@ -348,10 +329,14 @@ static void test_admin_http_requires_token(void **state)
     const char *refused[] = {NULL,           "Bearer " WRONG, "Bearer", "Bearer " TOKEN "x",
                              "Basic " TOKEN, "Token " TOKEN};
     const char *accepted[] = {"Bearer " TOKEN, "bearer   " TOKEN " "};
+    unsigned long long refusals = 0;
+    unsigned long long before = metric_value(master_http, "egm_master_http_auth_failures_total");
+    unsigned long long rpc_before = metric_value(master_http, "egm_master_auth_failures_total");
 
     for (size_t p = 0; p < sizeof(guarded) / sizeof(guarded[0]); p++) {
         for (size_t r = 0; r < sizeof(refused) / sizeof(refused[0]); r++) {
             int st = http_get_auth(master_http, guarded[p], refused[r], body, sizeof(body));
+            refusals++;
             if (st != 401)
                 fail_msg("GET %s with Authorization \"%s\": %d, not 401", guarded[p],
                          refused[r] != NULL ? refused[r] : "(none)", st);
@@ -369,6 +354,7 @@ static void test_admin_http_requires_token(void **state)
     }
     /* a wrong token says so in its challenge */
     assert_int_equal(http_get_auth(master_http, "/keys", "Bearer " WRONG, body, sizeof(body)), 401);
+    refusals++;
     assert_non_null(strstr(body, "error=\"invalid_token\""));
     /* the answers with the token are the endpoints' own */
     assert_int_equal(http_get_auth(master_http, "/segments", "Bearer " TOKEN, body, sizeof(body)),
@@ -384,6 +370,12 @@ static void test_admin_http_requires_token(void **state)
     assert_non_null(strstr(body, "egm_master_auth_failures_total"));
     assert_int_equal(http_get_auth(master_http, "/health", "Bearer " WRONG, body, sizeof(body)),
                      200);
+    /* /metrics counts every refusal above (and nothing else: the open paths,
+     * the accepted requests and the scrapes are not refusals), apart from
+     * the RPC's */
+    assert_int_equal(metric_value(master_http, "egm_master_http_auth_failures_total"),
+                     before + refusals);
+    assert_int_equal(metric_value(master_http, "egm_master_auth_failures_total"), rpc_before);
     /* the provider's admin HTTP serves only those two */
     assert_int_equal(http_get_auth(provider_http, "/keys", NULL, body, sizeof(body)), 404);
 }
