@@ -75,6 +75,8 @@ static int no_cluster(void **state)
 static int stop_cluster(void **state)
 {
     (void)state;
+    int removed = tmp_file[0] == '\0' || unlink(tmp_file) == 0 || errno == ENOENT;
+    tmp_file[0] = '\0';
     unsetenv("EGMSTORE_GLOBAL_SEGMENT_SIZE"); /* when a test failed before it did */
     unsetenv("EGMSTORE_MASTER_SERVER_ADDR");
     if (v6_master.pid > 0) { /* killed and reaped whether the test got to it or not */
@@ -84,10 +86,7 @@ static int stop_cluster(void **state)
     egm__process_cleanup(&v6_master);
     v6_master = (egm_process_t){.pid = 0, .out_fd = -1};
     egm_test_cluster_stop(&cluster);
-    if (tmp_file[0] != '\0' && unlink(tmp_file) != 0 && errno != ENOENT)
-        return -1;
-    tmp_file[0] = '\0';
-    return 0;
+    return removed ? 0 : -1;
 }
 
 static int run(const char *const *args, const void *input, size_t len)

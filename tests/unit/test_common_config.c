@@ -1,7 +1,8 @@
 /* Configuration: the key table, sizes in every unit (and what is refused), int,
  * enum and bool validation with messages that name the key, unknown keys, INI
  * files (comments, sections, quoting, a bad line reported with its number), the
- * EGMSTORE_* environment and --flags. */
+ * EGMSTORE_* environment and --flags. Files go in a directory of the test's
+ * own that its teardown removes, pass or fail. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -272,9 +275,42 @@ static void write_file(const char *path, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
+/* The running test's temporary directory: made by setup_tmp_dir, removed
+ * with everything in it by teardown_tmp_dir, whether the test got to its end
+ * or not. */
+static char tmp_dir[64];
+
+static int setup_tmp_dir(void **state)
+{
+    snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/egm-test-config-XXXXXX");
+    if (mkdtemp(tmp_dir) == NULL) {
+        tmp_dir[0] = '\0';
+        return -1;
+    }
+    return egm_test_setup_alloc(state);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* The directory goes first: the allocation check fails by a cmocka assert,
+ * which does not come back. */
+static int teardown_tmp_dir(void **state)
+{
+    int removed = tmp_dir[0] == '\0' || nftw(tmp_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) == 0;
+    tmp_dir[0] = '\0';
+    int rc = egm_test_teardown_alloc(state);
+    return removed ? rc : -1;
+}
+
 static void temp_path(char *path, size_t len)
 {
-    snprintf(path, len, "/tmp/egm_test_config_%d.ini", (int)getpid());
+    snprintf(path, len, "%s/config.ini", tmp_dir);
 }
 
 static void test_file(void **state)
@@ -401,7 +437,6 @@ static void test_file_sections(void **state)
     write_file(path, "[client\nport = 6002\n");
     assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
     assert_error_contains(":1: a section header is [master], [provider] or [client]");
-    unlink(path);
     egm_config_destroy(c);
 }
 
@@ -607,8 +642,9 @@ static void test_file_refuses_devices_and_nul_bytes(void **state)
     assert_int_equal(egm_config_create(&c), EGM_OK);
     assert_int_equal(egm_config_load_file(c, "/dev/zero"), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "not a regular file"));
-    char path[] = "/tmp/egm-config-nul-XXXXXX";
-    int fd = mkstemp(path);
+    char path[128];
+    temp_path(path, sizeof(path));
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     assert_true(fd >= 0);
     static const char text[] = "port = 1\0junk\n";
     assert_int_equal(write(fd, text, sizeof(text) - 1), (ssize_t)(sizeof(text) - 1));
@@ -616,7 +652,6 @@ static void test_file_refuses_devices_and_nul_bytes(void **state)
     assert_int_equal(egm_config_load_file(c, path), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), ":1: NUL byte"));
     assert_string_equal(egm_config_get(c, "port"), "50051"); /* nothing half-applied */
-    unlink(path);
     egm_config_destroy(c);
 }
 
@@ -635,10 +670,8 @@ static void write_token_file(const char *path, const char *text, mode_t mode)
 static void test_auth_token_keys(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/egm-token-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char path[64];
-    snprintf(path, sizeof(path), "%s/t", dir);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/t", tmp_dir);
     char token[EGM_AUTH_TOKEN_MAX + 1];
     egm_config_t *c;
     assert_int_equal(egm_config_create(&c), EGM_OK);
@@ -673,7 +706,6 @@ static void test_auth_token_keys(void **state)
     unlink(path);
     assert_int_equal(egm__config_auth_token(c, token, sizeof(token)), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "auth_token_file"));
-    rmdir(dir);
     egm_config_destroy(c);
 
     assert_true(egm__token_equal("abc", "abc", 3));
@@ -686,7 +718,8 @@ static void test_auth_token_keys(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_file_refuses_devices_and_nul_bytes),
+        cmocka_unit_test_setup_teardown(test_file_refuses_devices_and_nul_bytes, setup_tmp_dir,
+                                        teardown_tmp_dir),
         cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_sizes_every_unit, egm_test_setup_alloc,
@@ -697,9 +730,8 @@ int main(void)
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_set_validates_each_type, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
-        cmocka_unit_test_setup_teardown(test_file, egm_test_setup_alloc, egm_test_teardown_alloc),
-        cmocka_unit_test_setup_teardown(test_file_sections, egm_test_setup_alloc,
-                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_file, setup_tmp_dir, teardown_tmp_dir),
+        cmocka_unit_test_setup_teardown(test_file_sections, setup_tmp_dir, teardown_tmp_dir),
         cmocka_unit_test(test_key_roles),
         cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
@@ -707,8 +739,7 @@ int main(void)
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_get_bool_and_unknown_getters, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
-        cmocka_unit_test_setup_teardown(test_auth_token_keys, egm_test_setup_alloc,
-                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_auth_token_keys, setup_tmp_dir, teardown_tmp_dir),
         cmocka_unit_test_setup_teardown(test_nvlink_pressure_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
     };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -110,7 +111,9 @@ static void test_fds_above_limit_are_refused(void **state)
     assert_int_equal(egm__pool_limits_check_fds(&c), EGM_ERR_CONFIG);
 }
 
-/* A temporary directory; cleaned by the test. */
+/* The running test's temporary directory (make_tmpdir): removed by
+ * teardown_tmpdir with everything in it, whether the test got to its end or
+ * not. */
 static char tmpdir[64];
 
 static void write_file(const char *path, const char *text)
@@ -127,11 +130,32 @@ static void make_tmpdir(void)
     assert_non_null(mkdtemp(tmpdir));
 }
 
-static void remove_tree(void)
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    assert_int_equal(system(cmd), 0);
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* 0 when tmpdir is gone (or was never made). */
+static int remove_tree(void)
+{
+    if (tmpdir[0] == '\0')
+        return 0;
+    if (nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
+        return -1;
+    tmpdir[0] = '\0';
+    return 0;
+}
+
+/* The directory goes first: the allocation check fails by a cmocka assert,
+ * which does not come back. */
+static int teardown_tmpdir(void **state)
+{
+    int removed = remove_tree() == 0;
+    int rc = egm_test_teardown_alloc(state);
+    return removed ? rc : -1;
 }
 
 static void test_read_meminfo_forms(void **state)
@@ -170,7 +194,7 @@ static void test_read_meminfo_forms(void **state)
     assert_non_null(strstr(egm_last_error(), "malformed"));
     write_file(path, "MemAvailable: 99999999999999999999 kB\n");
     assert_int_equal(egm__pool_limits_read_meminfo(path, "MemAvailable", &v), EGM_ERR_IO);
-    remove_tree();
+    assert_int_equal(remove_tree(), 0);
     assert_int_equal(egm__pool_limits_read_meminfo(path, "MemAvailable", &v), EGM_ERR_IO);
 }
 
@@ -208,7 +232,6 @@ static void test_node_available(void **state)
      * the node as it is used): its figures are not a limit. */
     write_file(host, "MemTotal: 131961788 kB\n");
     assert_int_equal(egm__pool_limits_node_available_in(root, host, 0), EGM_POOL_LIMITS_UNKNOWN);
-    remove_tree();
 }
 
 static void test_fds_open_counts_this_process(void **state)
@@ -300,9 +323,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fds_above_limit_are_refused, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_read_meminfo_forms, egm_test_setup_alloc,
-                                        egm_test_teardown_alloc),
-        cmocka_unit_test_setup_teardown(test_node_available, egm_test_setup_alloc,
-                                        egm_test_teardown_alloc),
+                                        teardown_tmpdir),
+        cmocka_unit_test_setup_teardown(test_node_available, egm_test_setup_alloc, teardown_tmpdir),
         cmocka_unit_test_setup_teardown(test_fds_open_counts_this_process, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_fd_limit_raises_soft_to_hard, egm_test_setup_alloc,
