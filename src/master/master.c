@@ -287,10 +287,11 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
              where, local_name[0] ? " and unix:" : "", local_name,
              egm__id_format(master->state.master_id, id_text), (long long)lease_ttl_ms,
              (long long)client_ttl_s, n);
-    egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time; soft pin "
-             "%llu ms; unfinished puts discarded after %llu s",
+    egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time, none "
+             "within %llu ms of a PutEnd; soft pin %llu ms; unfinished puts discarded after %llu s",
              egm_config_get(config, "placement_strategy"), objects.eviction_high_watermark,
-             objects.eviction_ratio, (unsigned long long)objects.soft_pin_ttl_ms,
+             objects.eviction_ratio, (unsigned long long)objects.min_residency_ms,
+             (unsigned long long)objects.soft_pin_ttl_ms,
              (unsigned long long)(objects.pending_timeout_ms / 1000u));
     *master_p = master;
     return EGM_OK;

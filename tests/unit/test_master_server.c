@@ -1,6 +1,7 @@
 /* The master process object over loopback: created from config on a free port,
  * it answers RPCs from a real client while running on its own thread, stops on
- * request, and leaves no allocation behind. */
+ * request, and leaves no allocation behind; its startup lines say how it was
+ * configured. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "common/alloc.h"
@@ -111,11 +114,59 @@ static void test_bad_config_refused(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+/* The startup line with the placement and eviction settings names each of
+ * them, the minimum residency included. */
+static void test_startup_line_names_eviction(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    egm_config_t *config;
+    egm_master_t *master = NULL;
+    static char log[64 * 1024];
+
+    assert_int_equal(egm_config_create(&config), EGM_OK);
+    assert_int_equal(egm_config_set(config, "listen_address", "127.0.0.1"), EGM_OK);
+    assert_int_equal(egm_config_set(config, "port", "0"), EGM_OK);
+    assert_int_equal(egm_config_set(config, "http_port", "-1"), EGM_OK);
+    assert_int_equal(egm_config_set(config, "eviction_min_residency_ms", "4321"), EGM_OK);
+    assert_int_equal(egm_config_set(config, "eviction_ratio", "0.25"), EGM_OK);
+    /* The log goes to stderr: to a memfd while the master starts. */
+    int fd = memfd_create("master-log", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    egm__log_set_level(EGM_LOG_INFO);
+    egm_status_t status = egm__master_create(config, &master);
+    egm__log_set_level(EGM_LOG_ERROR);
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    assert_int_equal(status, EGM_OK);
+    ssize_t n = pread(fd, log, sizeof(log) - 1, 0);
+    close(fd);
+    assert_true(n > 0);
+    log[n] = '\0';
+    const char *line = strstr(log, "master placement ");
+    assert_non_null(line);
+    const char *end = strchr(line, '\n');
+    assert_non_null(end);
+    char text[512];
+    snprintf(text, sizeof(text), "%.*s", (int)(end - line), line);
+    if (strstr(text, "0.25 at a time") == NULL || strstr(text, "4321 ms") == NULL)
+        fail_msg("the startup line does not name eviction_ratio 0.25 and the residency of "
+                 "4321 ms: %s",
+                 text);
+    egm__master_destroy(master);
+    egm_config_destroy(config);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_serves_and_stops),
         cmocka_unit_test(test_bad_config_refused),
+        cmocka_unit_test(test_startup_line_names_eviction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
