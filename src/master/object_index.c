@@ -770,6 +770,41 @@ static egm_status_t only_protected(const egm_object_index_t *index, uint64_t siz
                           (unsigned long long)index->params.min_residency_ms);
 }
 
+/* The free space would hold one replica, but no segment has a free range
+ * long enough (the free space is spread over segments, or cut up within
+ * them), and eviction could not free any: saying that protected objects hold
+ * the space would be wrong. */
+static egm_status_t no_single_segment(const egm_object_index_t *index, uint64_t size,
+                                      uint64_t free_bytes)
+{
+    uint64_t longest = 0;
+    size_t n = egm__segment_table_count(index->segments);
+    for (size_t i = 0; i < n; i++) {
+        egm_allocator_stats_t s;
+        egm__allocator_stats(egm__segment_table_at(index->segments, i)->allocator, &s);
+        if (s.largest_free > longest)
+            longest = s.largest_free;
+    }
+    return egm__set_error(EGM_ERR_NO_SPACE,
+                          "no single segment has room for %llu bytes: %llu bytes are free in %zu "
+                          "segments, at most %llu of them in one range, and nothing could be "
+                          "evicted to make a longer one (the objects are under a read lease, "
+                          "within eviction_min_residency_ms (%llu ms) of their PutEnd, "
+                          "hard-pinned or still being written)",
+                          (unsigned long long)size, (unsigned long long)free_bytes, n,
+                          (unsigned long long)longest,
+                          (unsigned long long)index->params.min_residency_ms);
+}
+
+/* Why a PutStart eviction cannot help: fragmentation when the free space
+ * would hold one replica (`rounded` bytes), protected objects otherwise. */
+static egm_status_t cannot_evict(const egm_object_index_t *index, uint64_t size, uint64_t rounded,
+                                 uint64_t free_bytes)
+{
+    return rounded <= free_bytes ? no_single_segment(index, size, free_bytes)
+                                 : only_protected(index, size);
+}
+
 /* A PutStart found no room: evict about eviction_ratio of capacity (at least
  * the object's replicas). Nothing is evicted, and the answer is NO_SPACE,
  * when the object is above the high watermark of the capacity, or when the
@@ -794,9 +829,9 @@ static egm_status_t evict_for(egm_object_index_t *index, uint64_t size, uint32_t
         return EGM_OK;
     if (watermark_limits(index, &hw) && (double)rounded > hw * (double)capacity)
         return above_watermark(index, rounded, capacity);
-    if (index->futile_valid && now_ms < index->futile_until_ms && index->futile_gen == gen)
-        return only_protected(index, size);
     uint64_t free_bytes = capacity - used;
+    if (index->futile_valid && now_ms < index->futile_until_ms && index->futile_gen == gen)
+        return cannot_evict(index, size, rounded, free_bytes);
     if (rounded > free_bytes &&
         !evictable_at_least(index, rounded - free_bytes, now_ms, &evictable, &until)) {
         if (evictable == 0)
@@ -812,10 +847,15 @@ static egm_status_t evict_for(egm_object_index_t *index, uint64_t size, uint32_t
     if (evict_locked(index, target, now_ms, &until) > 0)
         return EGM_OK;
 futile:
+    /* Nothing in the LRU lists was evictable, and nothing there becomes so
+     * before `until` (the first protection stepped over ends; UINT64_MAX: the
+     * lists hold nothing protected, so only a PutEnd can add to them): until
+     * then, or an object is committed (evictable_gen), an eviction frees
+     * nothing whatever the size or the free space. */
     index->futile_valid = 1;
     index->futile_until_ms = until;
     index->futile_gen = gen;
-    return only_protected(index, size);
+    return cannot_evict(index, size, rounded, free_bytes);
 }
 
 /* Returned by put_locked when the object fits nowhere and an eviction could

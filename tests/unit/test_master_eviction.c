@@ -492,6 +492,57 @@ static void test_no_eviction_for_a_refused_put(void **state)
     assert_true(present("read3"));
 }
 
+/* The free space would hold the object, but no segment has that much in one
+ * range and nothing is evictable: the refusal says so (not that protected
+ * objects hold the space), and the marker that spares later PutStarts the
+ * walk lasts no longer than nothing is evictable: it ends when an object is
+ * committed, and at the instant the first protected object's residency ends. */
+static void test_fragmented_pool_refusal(void **state)
+{
+    (void)state;
+    egm_objects_params_t p = residency_params();
+    reinit(&p);
+    mount(SEG);
+    mount(SEG);
+    char why[512];
+
+    /* Two unfinished puts of 10 objects, one per segment: 6 + 6 free. */
+    assert_int_equal(egm__objects_put_start(st.objects, writer, "pa", 2, 10 * OBJ, 1, 0, NULL),
+                     EGM_OK);
+    assert_int_equal(egm__objects_put_start(st.objects, writer, "pb", 2, 10 * OBJ, 1, 0, NULL),
+                     EGM_OK);
+    uint64_t runs = stats().eviction_runs_total;
+    assert_int_equal(put_sized("x", 8 * OBJ, 10), EGM_ERR_NO_SPACE);
+    snprintf(why, sizeof(why), "%s", egm_last_error());
+    if (strstr(why, "no single segment has room for 32768 bytes") == NULL ||
+        strstr(why, "49152 bytes are free in 2 segments, at most 24576 of them in one range") ==
+            NULL)
+        fail_msg("fragmented pool: %s", why);
+    assert_null(strstr(why, "what eviction could free"));
+    assert_int_equal(stats().eviction_runs_total, runs + 1);
+    /* Nothing evictable, nothing protected: the next PutStarts do not walk
+     * again (the same answer), whatever their size... */
+    assert_int_equal(put_sized("x", 8 * OBJ, 11), EGM_ERR_NO_SPACE);
+    assert_non_null(strstr(egm_last_error(), "no single segment has room for 32768 bytes"));
+    assert_int_equal(put_sized("y", 14 * OBJ, 11), EGM_ERR_NO_SPACE); /* more than is free */
+    assert_non_null(strstr(egm_last_error(), "what eviction could free"));
+    assert_int_equal(stats().eviction_runs_total, runs + 1);
+
+    /* ...until an object is committed: then they walk again, and the marker
+     * lasts until its residency ends, not longer. */
+    assert_int_equal(egm__objects_put_end(st.objects, writer, "pa", 2, 20), EGM_OK);
+    assert_int_equal(put_sized("x", 8 * OBJ, 21), EGM_ERR_NO_SPACE);
+    assert_non_null(strstr(egm_last_error(), "no single segment has room for 32768 bytes"));
+    assert_int_equal(stats().eviction_runs_total, runs + 2);
+    assert_int_equal(put_sized("x", 8 * OBJ, 20 + RES - 1), EGM_ERR_NO_SPACE);
+    assert_int_equal(stats().eviction_runs_total, runs + 2);
+    assert_int_equal(put_sized("x", 8 * OBJ, 20 + RES), EGM_OK);
+    assert_false(present("pa"));
+    assert_true(present("pb"));
+    assert_int_equal(stats().evictions_total, 1);
+    assert_int_equal(stats().no_space_total, 5);
+}
+
 /* A put's replicas stop at the watermark: what would go over it is not placed. */
 static void test_replicas_under_watermark(void **state)
 {
@@ -932,6 +983,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_put_evicts_ratio, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_as_big_as_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_eviction_for_a_refused_put, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fragmented_pool_refusal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replicas_under_watermark, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pending_cannot_push_out_committed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn_evicts_old_accepts_new, setup, teardown),
