@@ -27,11 +27,15 @@ if [ ! -f "$build/build.ninja" ] || ! grep -q '^EGM_FUZZ:BOOL=ON' "$build/CMakeC
 fi
 cmake --build "$build" -j "$jobs" --target egm_fuzz_targets
 
-# The targets: fuzz/CMakeLists.txt's list, or those named.
+# The targets: fuzz/CMakeLists.txt's list (written at configure time), or those named.
 if [ $# -gt 0 ]; then
     targets=("$@")
 else
-    read -r -a targets <<<"$(sed -n 's/^set(EGM_FUZZ_TARGETS \(.*\))$/\1/p' fuzz/CMakeLists.txt)"
+    read -r -a targets <"$build/fuzz/targets.txt"
+fi
+if [ ${#targets[@]} -eq 0 ]; then
+    echo "fuzz: no targets found in $build/fuzz/targets.txt: nothing would be fuzzed" >&2
+    exit 1
 fi
 
 work=$build/fuzz-work
