@@ -337,7 +337,10 @@ static void test_put_file(void **state)
     assert_non_null(fake);
     const char *old_path = getenv("LD_LIBRARY_PATH");
     char *saved = old_path != NULL ? strdup(old_path) : NULL;
-    assert_int_equal(setenv("LD_LIBRARY_PATH", fake, 1), 0);
+    char lib_path[1024]; /* the fake driver first, the libraries found before after it */
+    snprintf(lib_path, sizeof(lib_path), "%s%s%s", fake, saved != NULL ? ":" : "",
+             saved != NULL ? saved : "");
+    assert_int_equal(setenv("LD_LIBRARY_PATH", lib_path, 1), 0);
     const char *gpu_host_args[] = {"put", "file/gpu-host", path, "--log-level", "debug", NULL};
     run_cli(gpu_host_args, 0, 0, &r);
     if (saved != NULL)
