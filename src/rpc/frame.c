@@ -43,42 +43,6 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-const char *egm__rpc_type_name(uint16_t type)
-{
-    switch (type) {
-    case EGM_RPC_MOUNT_SEGMENT:
-        return "MountSegment";
-    case EGM_RPC_UNMOUNT_SEGMENT:
-        return "UnmountSegment";
-    case EGM_RPC_PUT_START:
-        return "PutStart";
-    case EGM_RPC_PUT_END:
-        return "PutEnd";
-    case EGM_RPC_PUT_REVOKE:
-        return "PutRevoke";
-    case EGM_RPC_GET_REPLICA_LIST:
-        return "GetReplicaList";
-    case EGM_RPC_EXIST_KEY:
-        return "ExistKey";
-    case EGM_RPC_REMOVE:
-        return "Remove";
-    case EGM_RPC_REMOVE_ALL:
-        return "RemoveAll";
-    case EGM_RPC_PING:
-        return "Ping";
-    case EGM_RPC_LIST_SEGMENTS:
-        return "ListSegments";
-    case EGM_RPC_AUTH:
-        return "Auth";
-    case EGM_RPC_HELLO:
-        return "Hello";
-    case EGM_RPC_STAT_KEY:
-        return "StatKey";
-    default:
-        return "unknown";
-    }
-}
-
 void egm__frame_encode_header(const egm_frame_header_t *h, uint8_t out[EGM_FRAME_HEADER_SIZE])
 {
     put_u32(out + 0, EGM_RPC_MAGIC);
