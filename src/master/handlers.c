@@ -1,8 +1,10 @@
-/* RPC handlers: decode a request, validate every field from the wire, call the
- * modules, encode the reply. A payload that does not decode, or a request that
- * is malformed as a whole (too many keys, sizes not matching keys, a bad
- * replica_num), is answered with an error status (the server sends an
- * ErrorReply naming the field); per-key problems go in per-key results. */
+/* RPC handlers and the master's command table (at the end). The table's
+ * dispatch decodes a request as its type's message; a handler validates every
+ * field from the wire, calls the modules and encodes the reply. A payload that
+ * does not decode, or a request that is malformed as a whole (too many keys,
+ * sizes not matching keys, a bad replica_num), is answered with an error
+ * status (the server sends an ErrorReply naming the field); per-key problems
+ * go in per-key results. */
 #include <stdio.h>
 #include <string.h>
 #include "common/alloc.h"
@@ -13,9 +15,9 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
-static egm_status_t pack_reply(const ProtobufCMessage *msg, egm_rpc_reply_t *reply)
+static egm_status_t pack_reply(const ProtobufCMessage *msg, egm_master_call_t *call)
 {
-    return egm__pb_pack(msg, &reply->buf, &reply->len);
+    return egm__pb_pack(msg, &call->reply->buf, &call->reply->len);
 }
 
 static size_t key_length(const char *key)
@@ -339,18 +341,13 @@ static egm_status_t check_key_count(size_t n)
     return EGM_OK;
 }
 
-static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                     egm_rpc_reply_t *reply)
+static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__PutStartRequest *req = NULL;
+    const Egm__PutStartRequest *req = (const Egm__PutStartRequest *)call->request;
     outcomes_t oc = {0};
     egm_object_view_t view;
-    egm_status_t status;
+    egm_status_t status = EGM_OK;
 
-    status = egm__pb_unpack(&egm__put_start_request__descriptor, payload, len,
-                            (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
     egm_id_t client = egm__id_from_pb(req->client);
     uint32_t replica_num = req->config != NULL ? req->config->replica_num : 0;
     if (replica_num == 0)
@@ -397,27 +394,23 @@ static egm_status_t handle_put_start(egm_master_state_t *st, const uint8_t *payl
             status = outcomes_record(&oc, i, &view, 1);
     }
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, 0, reply);
+        status = send_keys_reply(st, &oc, req->n_keys, 0, call->reply);
 out:
     outcomes_cleanup(&oc);
-    egm__pb_free(&req->base);
     return status;
 }
 
-static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
-                                size_t len, egm_rpc_reply_t *reply)
+/* PutEnd, PutRevoke, GetReplicaList, ExistKey, Remove: one KeysRequest. */
+static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__KeysRequest *req = NULL;
+    const Egm__KeysRequest *req = (const Egm__KeysRequest *)call->request;
     outcomes_t oc = {0};
     egm_object_view_t view;
     egm_status_t status;
+    uint16_t type = call->type;
     int with_replicas = type == EGM_RPC_GET_REPLICA_LIST;
     uint64_t lease_ttl_ms = 0;
 
-    status =
-        egm__pb_unpack(&egm__keys_request__descriptor, payload, len, (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
     egm_id_t client = egm__id_from_pb(req->client);
     if ((status = check_key_count(req->n_keys)) != EGM_OK)
         goto out;
@@ -456,41 +449,35 @@ static egm_status_t handle_keys(egm_master_state_t *st, uint16_t type, const uin
             status = outcomes_record(&oc, i, &view, with_replicas);
     }
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, lease_ttl_ms, reply);
+        status = send_keys_reply(st, &oc, req->n_keys, lease_ttl_ms, call->reply);
 out:
     outcomes_cleanup(&oc);
-    egm__pb_free(&req->base);
     return status;
 }
 
-static egm_status_t handle_remove_all(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                      egm_rpc_reply_t *reply)
+static egm_status_t handle_remove_all(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__RemoveAllRequest *req = NULL;
+    const Egm__RemoveAllRequest *req = (const Egm__RemoveAllRequest *)call->request;
     Egm__RemoveAllReply msg = EGM__REMOVE_ALL_REPLY__INIT;
-    egm_status_t status;
 
-    status = egm__pb_unpack(&egm__remove_all_request__descriptor, payload, len,
-                            (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
     msg.status = EGM_OK;
     msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms());
     if (msg.removed > 0)
         egm_info("RemoveAll%s removed %llu objects", req->force ? " (force)" : "",
                  (unsigned long long)msg.removed);
-    egm__pb_free(&req->base);
-    return pack_reply(&msg.base, reply);
+    return pack_reply(&msg.base, call);
 }
 
 /* ---- segments, liveness, listing ----------------------------------------- */
 
-static egm_status_t status_reply(egm_status_t result, egm_rpc_reply_t *reply)
+/* A StatusReply with result; a refusal counts as a failure. */
+static egm_status_t status_reply(egm_status_t result, egm_master_call_t *call)
 {
     Egm__StatusReply msg = EGM__STATUS_REPLY__INIT;
     msg.status = result;
     msg.error = result != EGM_OK ? (char *)egm_last_error() : (char *)"";
-    return pack_reply(&msg.base, reply);
+    call->failed = result != EGM_OK;
+    return pack_reply(&msg.base, call);
 }
 
 static egm_segment_params_t segment_params(const Egm__SegmentDesc *d)
@@ -544,23 +531,12 @@ static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentReq
     return result;
 }
 
-static egm_status_t handle_mount(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                 egm_rpc_reply_t *reply, int *failed_p)
+static egm_status_t handle_mount(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__MountSegmentRequest *req = NULL;
-    egm_status_t status, result;
-
-    status = egm__pb_unpack(&egm__mount_segment_request__descriptor, payload, len,
-                            (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
-    result = mount_all(st, req);
+    egm_status_t result = mount_all(st, (const Egm__MountSegmentRequest *)call->request);
     if (result != EGM_OK)
         egm_warn("MountSegment refused: %s", egm_last_error());
-    *failed_p = result != EGM_OK;
-    status = status_reply(result, reply);
-    egm__pb_free(&req->base);
-    return status;
+    return status_reply(result, call);
 }
 
 /* Every named segment must be the caller's before any is unmounted; ones the
@@ -603,29 +579,17 @@ static egm_status_t unmount_all(egm_master_state_t *st, const Egm__UnmountSegmen
     return EGM_OK;
 }
 
-static egm_status_t handle_unmount(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                   egm_rpc_reply_t *reply, int *failed_p)
+static egm_status_t handle_unmount(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__UnmountSegmentRequest *req = NULL;
-    egm_status_t status, result;
-
-    status = egm__pb_unpack(&egm__unmount_segment_request__descriptor, payload, len,
-                            (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
-    result = unmount_all(st, req);
+    egm_status_t result = unmount_all(st, (const Egm__UnmountSegmentRequest *)call->request);
     if (result != EGM_OK)
         egm_debug("UnmountSegment refused: %s", egm_last_error());
-    *failed_p = result != EGM_OK;
-    status = status_reply(result, reply);
-    egm__pb_free(&req->base);
-    return status;
+    return status_reply(result, call);
 }
 
-static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                egm_rpc_reply_t *reply)
+static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__PingRequest *req = NULL;
+    const Egm__PingRequest *req = (const Egm__PingRequest *)call->request;
     Egm__PingReply msg = EGM__PING_REPLY__INIT;
     Egm__Id master_id = EGM__ID__INIT;
     Egm__Id *id_pbs = NULL, **id_ptrs = NULL;
@@ -634,16 +598,12 @@ static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, 
     int reset = 0;
     egm_status_t status;
 
-    status =
-        egm__pb_unpack(&egm__ping_request__descriptor, payload, len, (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
     egm__id_to_pb(st->master_id, &master_id);
     msg.master_id = &master_id;
     if (req->leaving) {
         /* Its last ping (egm_client_destroy): unregister it now rather than
          * expire it after client_ttl. Unmounting what it may still have
-         * changes the segment set: the lock held shared (runs_shared) is then
+         * changes the segment set: the lock held shared (its table row) is then
          * traded for an exclusive one, and back. */
         egm_id_t client = egm__id_from_pb(req->client);
         msg.status = egm__liveness_leave(st->liveness, client, st->lock == NULL);
@@ -655,7 +615,7 @@ static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, 
             pthread_rwlock_rdlock(st->lock);
         }
         msg.view = egm__segment_table_view(st->segments);
-        status = pack_reply(&msg.base, reply);
+        status = pack_reply(&msg.base, call);
         goto out;
     }
     msg.view = egm__segment_table_view(st->segments);
@@ -683,30 +643,23 @@ static egm_status_t handle_ping(egm_master_state_t *st, const uint8_t *payload, 
         msg.retired = id_ptrs;
         msg.view_reset = reset != 0;
     }
-    status = pack_reply(&msg.base, reply);
+    status = pack_reply(&msg.base, call);
 out:
     egm_free(ids);
     egm_free(id_pbs);
     egm_free(id_ptrs);
-    egm__pb_free(&req->base);
     return status;
 }
 
-static egm_status_t handle_list_segments(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                         egm_rpc_reply_t *reply)
+static egm_status_t handle_list_segments(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__ListSegmentsRequest *req = NULL;
     Egm__ListSegmentsReply msg = EGM__LIST_SEGMENTS_REPLY__INIT;
     Egm__SegmentInfo *infos = NULL, **info_ptrs = NULL;
     Egm__SegmentDesc *descs = NULL;
     Egm__Id *ids = NULL;
     egm_object_index_stats_t ostats;
-    egm_status_t status;
+    egm_status_t status = EGM_OK;
 
-    status = egm__pb_unpack(&egm__list_segments_request__descriptor, payload, len,
-                            (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
     size_t n = egm__segment_table_count(st->segments);
     if (n > 0) {
         infos = egm_calloc(n, sizeof(*infos), "master.reply");
@@ -735,69 +688,73 @@ static egm_status_t handle_list_segments(egm_master_state_t *st, const uint8_t *
     msg.segments = info_ptrs;
     msg.keys = ostats.objects;
     msg.clients = egm__liveness_client_count(st->liveness);
-    status = pack_reply(&msg.base, reply);
+    status = pack_reply(&msg.base, call);
 out:
     egm_free(infos);
     egm_free(info_ptrs);
     egm_free(descs);
     egm_free(ids);
-    egm__pb_free(&req->base);
     return status;
 }
 
-/* *failed_p: answered with an error status inside a normal reply. */
+/* ---- the command table ------------------------------------------------- */
+
+/* One row per request type of rpc/command.h's EGM_RPC_COMMANDS, named
+ * MASTER_<Name>: its handler and how it holds the state lock. The table below
+ * is built from the rpc list, so a type without its row does not compile and
+ * a second row for it is a macro redefinition. */
+#define MASTER_MountSegment handle_mount, EGM_MASTER_LOCK_EXCLUSIVE
+#define MASTER_UnmountSegment handle_unmount, EGM_MASTER_LOCK_EXCLUSIVE
+#define MASTER_PutStart handle_put_start, EGM_MASTER_LOCK_SHARED
+#define MASTER_PutEnd handle_keys, EGM_MASTER_LOCK_SHARED
+#define MASTER_PutRevoke handle_keys, EGM_MASTER_LOCK_SHARED
+#define MASTER_GetReplicaList handle_keys, EGM_MASTER_LOCK_SHARED
+#define MASTER_ExistKey handle_keys, EGM_MASTER_LOCK_SHARED
+#define MASTER_Remove handle_keys, EGM_MASTER_LOCK_SHARED
+#define MASTER_RemoveAll handle_remove_all, EGM_MASTER_LOCK_EXCLUSIVE
+/* A leaving Ping of a client that still has segments trades it for exclusive. */
+#define MASTER_Ping handle_ping, EGM_MASTER_LOCK_SHARED
+#define MASTER_ListSegments handle_list_segments, EGM_MASTER_LOCK_EXCLUSIVE
+#define MASTER_StatKey egm__master_handle_stat_key, EGM_MASTER_LOCK_SHARED
+
+static const egm_master_command_t commands[EGM_RPC_TYPE_MAX + 1] = {
+#define ROW(e, n, name, req, rep) [n] = {n, MASTER_##name},
+    EGM_RPC_COMMANDS(ROW)
+#undef ROW
+};
+
+const egm_master_command_t *egm__master_command(uint16_t type)
+{
+    return type >= 1 && type <= EGM_RPC_TYPE_MAX ? &commands[type] : NULL;
+}
+
+/* Decodes the request, holds the lock as the command's row says, runs its
+ * handler. *failed_p: answered with an error status inside a normal reply. */
 static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
                              size_t len, egm_rpc_reply_t *reply, int *failed_p)
 {
-    switch (type) {
-    case EGM_RPC_MOUNT_SEGMENT:
-        return handle_mount(st, payload, len, reply, failed_p);
-    case EGM_RPC_UNMOUNT_SEGMENT:
-        return handle_unmount(st, payload, len, reply, failed_p);
-    case EGM_RPC_PUT_START:
-        return handle_put_start(st, payload, len, reply);
-    case EGM_RPC_PUT_END:
-    case EGM_RPC_PUT_REVOKE:
-    case EGM_RPC_GET_REPLICA_LIST:
-    case EGM_RPC_EXIST_KEY:
-    case EGM_RPC_REMOVE:
-        return handle_keys(st, type, payload, len, reply);
-    case EGM_RPC_REMOVE_ALL:
-        return handle_remove_all(st, payload, len, reply);
-    case EGM_RPC_PING:
-        return handle_ping(st, payload, len, reply);
-    case EGM_RPC_LIST_SEGMENTS:
-        return handle_list_segments(st, payload, len, reply);
-    case EGM_RPC_STAT_KEY:
-        return egm__master_handle_stat_key(st, payload, len, reply);
-    default:
-        return egm__set_error(EGM_ERR_NOT_SUPPORTED, "unknown request type %u", (unsigned)type);
-    }
-}
+    const egm_master_command_t *cmd = egm__master_command(type);
+    ProtobufCMessage *req = NULL;
+    egm_status_t status;
 
-/* Whether a request only reads or changes objects and clients one key or one
- * client at a time (the state lock held shared), or changes the set of
- * segments or walks every object (held exclusive). */
-static int runs_shared(uint16_t type)
-{
-    switch (type) {
-    case EGM_RPC_PUT_START:
-    case EGM_RPC_PUT_END:
-    case EGM_RPC_PUT_REVOKE:
-    case EGM_RPC_GET_REPLICA_LIST:
-    case EGM_RPC_EXIST_KEY:
-    case EGM_RPC_REMOVE:
-    case EGM_RPC_STAT_KEY:
-    case EGM_RPC_PING:
-        return 1;
-    case EGM_RPC_MOUNT_SEGMENT:
-    case EGM_RPC_UNMOUNT_SEGMENT:
-    case EGM_RPC_REMOVE_ALL:
-    case EGM_RPC_LIST_SEGMENTS:
-        return 0;
-    default:
-        return 1; /* refused without touching the state */
+    if (cmd == NULL)
+        return egm__set_error(EGM_ERR_NOT_SUPPORTED, "unknown request type %u", (unsigned)type);
+    status = egm__pb_unpack(egm__rpc_command_find(type)->request, payload, len, &req);
+    if (status != EGM_OK)
+        return status;
+    egm_master_call_t call = {.type = type, .request = req, .reply = reply};
+    if (st->lock != NULL) {
+        if (cmd->lock == EGM_MASTER_LOCK_SHARED)
+            pthread_rwlock_rdlock(st->lock);
+        else
+            pthread_rwlock_wrlock(st->lock);
     }
+    status = cmd->handler(st, &call);
+    if (st->lock != NULL)
+        pthread_rwlock_unlock(st->lock);
+    egm__pb_free(req);
+    *failed_p = call.failed;
+    return status;
 }
 
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
@@ -810,15 +767,7 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
 
     reply->buf = NULL;
     reply->len = 0;
-    if (st->lock != NULL) {
-        if (runs_shared(type))
-            pthread_rwlock_rdlock(st->lock);
-        else
-            pthread_rwlock_wrlock(st->lock);
-    }
     egm_status_t status = dispatch(st, type, payload, len, reply, &failed);
-    if (st->lock != NULL)
-        pthread_rwlock_unlock(st->lock);
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,
                                    egm__now_ns() - start_ns);

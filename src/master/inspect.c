@@ -7,19 +7,14 @@
 #include "master/master_int.h"
 #include "rpc/proto_util.h"
 
-egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                         egm_rpc_reply_t *reply)
+egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, egm_master_call_t *call)
 {
-    Egm__StatKeyRequest *req = NULL;
+    const Egm__StatKeyRequest *req = (const Egm__StatKeyRequest *)call->request;
     Egm__StatKeyReply msg = EGM__STAT_KEY_REPLY__INIT;
     Egm__ReplicaInfo *infos = NULL, **info_ptrs = NULL;
     Egm__Id *ids = NULL, writer = EGM__ID__INIT;
     egm_status_t status;
 
-    status =
-        egm__pb_unpack(&egm__stat_key_request__descriptor, payload, len, (ProtobufCMessage **)&req);
-    if (status != EGM_OK)
-        return status;
     size_t klen = req->key != NULL ? strnlen(req->key, EGM_MASTER_KEY_MAX + 1) : 0;
     egm_object_view_t obj;
     msg.status = egm__objects_stat(st->objects, req->key, klen, &obj);
@@ -65,11 +60,10 @@ egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *
     msg.idle_ms =
         obj.state == EGM_OBJECT_COMPLETE && now > obj.last_access_ms ? now - obj.last_access_ms : 0;
 pack:
-    status = egm__pb_pack(&msg.base, &reply->buf, &reply->len);
+    status = egm__pb_pack(&msg.base, &call->reply->buf, &call->reply->len);
 out:
     egm_free(infos);
     egm_free(info_ptrs);
     egm_free(ids);
-    egm__pb_free(&req->base);
     return status;
 }

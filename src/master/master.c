@@ -268,8 +268,11 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
         if (status != EGM_OK)
             goto err;
     }
+    /* Every type of the command table, on every thread's server. */
     for (size_t i = 0; i < n; i++) {
         for (uint16_t type = 1; type <= EGM_RPC_TYPE_MAX; type++) {
+            if (egm__master_command(type) == NULL)
+                continue;
             status = egm__rpc_server_register(master->servers[i], type, egm__master_handle,
                                               &master->state);
             if (status != EGM_OK)

@@ -24,12 +24,11 @@ typedef struct {
     egm_id_t master_id;       /* random per start: clients see a restart */
     uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
     /* Set by the master process (and the concurrency test); NULL where tests
-     * drive the handlers on one thread. Per-key RPCs (PutStart, PutEnd,
-     * PutRevoke, GetReplicaList, ExistKey, Remove, StatKey, Ping) hold it
-     * shared: the object index and liveness lock what they change. Changes of
-     * the segment set and walks over everything (Mount/UnmountSegment,
-     * RemoveAll, ListSegments, the tick, the admin HTTP reads) hold it
-     * exclusive, so segments named by a shared holder stay mounted. Lock
+     * drive the handlers on one thread. Per-key RPCs hold it shared: the
+     * object index and liveness lock what they change. Changes of the segment
+     * set and walks over everything (those RPCs, the tick, the admin HTTP
+     * reads) hold it exclusive, so segments named by a shared holder stay
+     * mounted. Each RPC's mode is in the command table (egm_master_lock_t). Lock
      * order: this -> liveness -> one object shard (every shard only in
      * index order) -> the index's space lock (docs/master.md "Concurrency").
      * `metrics` counts and times every request. */
@@ -53,14 +52,51 @@ void egm__master_state_cleanup(egm_master_state_t *state);
  * exclusive (when set). */
 void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms);
 
+struct ProtobufCMessage;
+
+/* One request being handled: what a handler of the command table reads and
+ * fills. */
+typedef struct {
+    uint16_t type;
+    /* The request, decoded as its type's request message (rpc/command.h)
+     * before the handler runs; freed after it. */
+    const struct ProtobufCMessage *request;
+    egm_rpc_reply_t *reply; /* the reply payload the handler packs */
+    /* Set by the handler: answered with an error status inside a normal
+     * reply (counted as a failure by the metrics). */
+    int failed;
+} egm_master_call_t;
+
+typedef egm_status_t (*egm_master_handler_t)(egm_master_state_t *st, egm_master_call_t *call);
+
+/* How a command holds st->lock: shared when it reads or changes objects and
+ * clients one key or one client at a time, exclusive when it changes the set
+ * of segments or walks every object. */
+typedef enum {
+    EGM_MASTER_LOCK_SHARED,
+    EGM_MASTER_LOCK_EXCLUSIVE,
+} egm_master_lock_t;
+
+/* A row of the master's command table (handlers.c): for each request type of
+ * rpc/command.h's EGM_RPC_COMMANDS, its handler and lock mode. */
+typedef struct {
+    uint16_t type;
+    egm_master_handler_t handler;
+    egm_master_lock_t lock;
+} egm_master_command_t;
+
+/* The master's row for `type`, NULL for a type it does not serve (unknown,
+ * or a session frame the RPC server answers). Thread-safe (constant data). */
+const egm_master_command_t *egm__master_command(uint16_t type);
+
 /* StatKey (inspect.c): an object's size, state, replicas, lease and pins,
  * read-only (no lease granted). */
-egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, const uint8_t *payload, size_t len,
-                                         egm_rpc_reply_t *reply);
+egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, egm_master_call_t *call);
 
 /* The RPC handler for every type (arg: egm_master_state_t *); see server.h.
- * Takes st->lock (when set; shared or exclusive by type, see above) and
- * records st->metrics around the handler. Thread-safe. */
+ * Decodes the request as its type's message, takes st->lock (when set; shared
+ * or exclusive by the command table) and records st->metrics around the
+ * handler. Thread-safe. */
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply);
 

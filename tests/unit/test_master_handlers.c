@@ -585,6 +585,41 @@ static void test_leaving_ping_unregisters(void **state)
     egm__pb_free(&r->base);
 }
 
+/* The command table: a row for every request type of the rpc command list,
+ * none for session frames or unknown types; the lock modes docs/master.md
+ * ("Concurrency") lists. */
+static void test_command_table(void **state)
+{
+    (void)state;
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++) {
+        const egm_master_command_t *cmd = egm__master_command(t);
+        assert_non_null(cmd);
+        assert_int_equal(cmd->type, t);
+        assert_non_null(cmd->handler);
+    }
+    const uint16_t exclusive[] = {EGM_RPC_MOUNT_SEGMENT, EGM_RPC_UNMOUNT_SEGMENT,
+                                  EGM_RPC_REMOVE_ALL, EGM_RPC_LIST_SEGMENTS};
+    size_t n_exclusive = 0;
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++) {
+        int is_exclusive = 0;
+        for (size_t i = 0; i < sizeof(exclusive) / sizeof(exclusive[0]); i++)
+            is_exclusive |= exclusive[i] == t;
+        assert_int_equal(egm__master_command(t)->lock,
+                         is_exclusive ? EGM_MASTER_LOCK_EXCLUSIVE : EGM_MASTER_LOCK_SHARED);
+        n_exclusive += is_exclusive;
+    }
+    assert_int_equal(n_exclusive, 4);
+    assert_int_equal(egm__master_command(EGM_RPC_PING)->lock, EGM_MASTER_LOCK_SHARED);
+    const uint16_t none[] = {0, EGM_RPC_TYPE_MAX + 1, EGM_RPC_AUTH, EGM_RPC_HELLO, 999};
+    for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+        egm_rpc_reply_t reply = {(uint8_t *)1, 1};
+        assert_null(egm__master_command(none[i]));
+        assert_int_equal(egm__master_handle(&st, none[i], NULL, 0, &reply), EGM_ERR_NOT_SUPPORTED);
+        assert_null(reply.buf);
+        assert_non_null(strstr(egm_last_error(), "unknown request type"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +629,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ping_and_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mount_list_all_or_none, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leaving_ping_unregisters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
