@@ -13,8 +13,9 @@
  * EGM_ERR_CONFIG (or INVALID_ARG for what cannot be a pair) with a message;
  * afterwards every key's value, changed or not, is one that egm_config_set
  * accepts again (nothing invalid is ever stored, a refused line stores
- * nothing past it), and the typed getters agree with the text; nothing
- * leaks. */
+ * nothing past it), and the typed getters and the settings fields
+ * (egm__config_settings) agree with the text, key by key of the table;
+ * nothing leaks. */
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,30 +67,73 @@ static egm_status_t token_file(egm_config_t *config, const uint8_t *data, size_t
     return st;
 }
 
-/* Every stored value passes validation again; the getters read it. */
+/* Key k's settings field, as the key's type. */
+static int64_t field_of(const egm_settings_t *s, const egm_config_key_t *k)
+{
+    const char *f = (const char *)s + k->offset;
+    int64_t i;
+    uint64_t u;
+    int b;
+    if (k->type == EGM_CFG_INT) {
+        memcpy(&i, f, sizeof(i));
+        return i;
+    }
+    if (k->type == EGM_CFG_SIZE) {
+        memcpy(&u, f, sizeof(u));
+        return (int64_t)u;
+    }
+    memcpy(&b, f, sizeof(b));
+    return b;
+}
+
+/* Walks the key table: every stored value passes validation again, the
+ * getters read it, and its settings field holds it (within the key's range,
+ * one of its words). */
 static void check_values(const egm_config_t *config)
 {
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
+    const egm_settings_t *settings = egm__config_settings(config);
     egm_config_t *probe;
     FUZZ_CHECK(egm_config_create(&probe) == EGM_OK);
     for (size_t i = 0; i < n; i++) {
-        const char *v = egm_config_get(config, keys[i].name);
+        const egm_config_key_t *k = &keys[i];
+        const char *v = egm_config_get(config, k->name);
         FUZZ_CHECK(v != NULL);
-        FUZZ_CHECK(egm_config_set(probe, keys[i].name, v) == EGM_OK);
-        switch (keys[i].type) {
+        FUZZ_CHECK(egm_config_set(probe, k->name, v) == EGM_OK);
+        FUZZ_CHECK(egm__config_field_text(config, k->offset) == v);
+        FUZZ_CHECK(egm__config_field_is_set(config, k->offset) ==
+                   egm__config_is_set(config, k->name));
+        switch (k->type) {
+        case EGM_CFG_STRING: {
+            const char *field;
+            memcpy(&field, (const char *)settings + k->offset, sizeof(field));
+            FUZZ_CHECK(field == v);
+            break;
+        }
         case EGM_CFG_INT: {
-            int64_t x = egm_config_get_int(config, keys[i].name);
-            FUZZ_CHECK(x >= keys[i].min && x <= keys[i].max);
+            int64_t x = egm_config_get_int(config, k->name);
+            FUZZ_CHECK(x >= k->min && x <= k->max);
+            FUZZ_CHECK(field_of(settings, k) == x);
             break;
         }
         case EGM_CFG_SIZE: {
-            uint64_t x = egm_config_get_size(config, keys[i].name);
-            FUZZ_CHECK(x >= (uint64_t)keys[i].min && x <= (uint64_t)keys[i].max);
+            uint64_t x = egm_config_get_size(config, k->name);
+            FUZZ_CHECK(x >= (uint64_t)k->min && x <= (uint64_t)k->max);
+            FUZZ_CHECK((uint64_t)field_of(settings, k) == x);
             break;
         }
-        default:
+        case EGM_CFG_BOOL:
+            FUZZ_CHECK(field_of(settings, k) == egm_config_get_bool(config, k->name));
             break;
+        case EGM_CFG_ENUM: {
+            int found = 0;
+            for (const egm_config_choice_t *c = k->choices; c->name != NULL; c++)
+                if (strcmp(c->name, v) == 0)
+                    found = field_of(settings, k) == c->value;
+            FUZZ_CHECK(found);
+            break;
+        }
         }
     }
     egm_config_destroy(probe);

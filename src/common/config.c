@@ -16,6 +16,68 @@
 #define CONFIG_FILE_MAX (1 << 20)
 
 #define I64MAX INT64_MAX
+
+/* The words of the enum keys and their values, in the order documented. */
+static const egm_config_choice_t log_levels[] = {{"error", EGM_LOG_ERROR}, {"warn", EGM_LOG_WARN},
+                                                 {"info", EGM_LOG_INFO},   {"debug", EGM_LOG_DEBUG},
+                                                 {"trace", EGM_LOG_TRACE}, {NULL, 0}};
+static const egm_config_choice_t protocols[] = {{"auto", EGM_PROTOCOL_AUTO},
+                                                {"nvlink", EGM_PROTOCOL_NVLINK},
+                                                {"shm", EGM_PROTOCOL_SHM},
+                                                {"tcp", EGM_PROTOCOL_TCP},
+                                                {NULL, 0}};
+static const egm_config_choice_t placements[] = {
+    {"random", EGM_PLACEMENT_RANDOM},
+    {"free_ratio_first", EGM_PLACEMENT_FREE_RATIO_FIRST},
+    {"local_first", EGM_PLACEMENT_LOCAL_FIRST},
+    {NULL, 0}};
+static const egm_config_choice_t pool_memories[] = {{"host", EGM_POOL_MEMORY_HOST},
+                                                    {"host_numa", EGM_POOL_MEMORY_HOST_NUMA},
+                                                    {"device", EGM_POOL_MEMORY_DEVICE},
+                                                    {NULL, 0}};
+static const egm_config_choice_t handle_types[] = {{"auto", EGM_HANDLE_TYPE_AUTO},
+                                                   {"fabric", EGM_HANDLE_TYPE_FABRIC},
+                                                   {"posix_fd", EGM_HANDLE_TYPE_POSIX_FD},
+                                                   {NULL, 0}};
+
+/* The offset of settings field f, which must have the C type t: a key bound
+ * to a field of another type does not compile. */
+#define FIELD(f, t)                                                                                \
+    (offsetof(egm_settings_t, f) +                                                                 \
+     0 * sizeof(char[_Generic(((egm_settings_t *)0)->f, t : 1, default                             \
+                              : -1)]))
+/* An enum field is stored as an int. */
+#define ENUM_FIELD(f, t) (FIELD(f, t) + 0 * sizeof(char[sizeof(t) == sizeof(int) ? 1 : -1]))
+
+/* One key each, named as its settings field: STRING(name, default, accepted
+ * values in words, roles, help), INT(name, default, min, max, roles, help),
+ * SIZE(name, default, min, max, accepted values in words or NULL for the
+ * range, roles, help), BOOL(name, default, roles, help), ENUM(name, C type,
+ * choices, default, roles, help). */
+#define STRING(n, d, acc, r, h)                                                                    \
+    {                                                                                              \
+        .name = #n, .type = EGM_CFG_STRING, .def = d, .accepted = acc, .roles = r, .help = h,      \
+        .offset = FIELD(n, const char *)                                                           \
+    }
+#define INT(n, d, lo, hi, r, h)                                                                    \
+    {                                                                                              \
+        .name = #n, .type = EGM_CFG_INT, .def = d, .min = lo, .max = hi, .roles = r, .help = h,    \
+        .offset = FIELD(n, int64_t)                                                                \
+    }
+#define SIZE(n, d, lo, hi, acc, r, h)                                                              \
+    {                                                                                              \
+        .name = #n, .type = EGM_CFG_SIZE, .def = d, .min = lo, .max = hi, .accepted = acc,         \
+        .roles = r, .help = h, .offset = FIELD(n, uint64_t)                                        \
+    }
+#define BOOL(n, d, r, h)                                                                           \
+    {                                                                                              \
+        .name = #n, .type = EGM_CFG_BOOL, .def = d, .roles = r, .help = h, .offset = FIELD(n, int) \
+    }
+#define ENUM(n, t, ch, d, r, h)                                                                    \
+    {                                                                                              \
+        .name = #n, .type = EGM_CFG_ENUM, .def = d, .choices = ch, .roles = r, .help = h,          \
+        .offset = ENUM_FIELD(n, t)                                                                 \
+    }
 /* Who reads a key (the roles of egm_config_key_t). */
 #define M EGM_ROLE_MASTER
 #define P EGM_ROLE_PROVIDER
@@ -24,122 +86,102 @@
 #define CAP EGM_KEY_CAPACITY
 
 static const egm_config_key_t keys[] = {
-    {"log_level", EGM_CFG_ENUM, "info", 0, 0, "error|warn|info|debug|trace", "log verbosity", ALL},
-    {"master_server_addr", EGM_CFG_STRING, "127.0.0.1:50051", 0, 0, NULL,
-     "master RPC address HOST:PORT (flag alias --master)", P | C},
-    {"listen_address", EGM_CFG_STRING, "0.0.0.0", 0, 0, NULL, "master: bind address", M | P},
-    {"port", EGM_CFG_INT, "50051", 0, 65535, NULL, "master: RPC port (0 = any free port)", M},
-    {"http_port", EGM_CFG_INT, "9003", -1, 65535, NULL,
-     "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
-     "/get_all_segments, /keys (-1 = off, 0 = any free port)",
-     M},
-    {"rpc_threads", EGM_CFG_INT, "4", 1, 64, NULL,
-     "master: RPC threads, each with its own event loop; connections are spread over them", M},
-    {"local_hostname", EGM_CFG_STRING, "", 0, 0, NULL,
-     "address others use to reach this process's data server (\"\" = host name)", P | C | CAP},
-    {"protocol", EGM_CFG_ENUM, "auto", 0, 0, "auto|nvlink|shm|tcp",
-     "data transport: auto picks nvlink (GPU buffer, VMM segment) > shm (same host) > tcp; "
-     "the others force one",
-     P | C},
-    {"global_segment_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
-     "capacity this process contributes (provider: > 0; default 256MiB for egmstore provider)",
-     P | C | CAP},
-    {"max_mr_size", EGM_CFG_SIZE, "1GiB", 4096, I64MAX, NULL,
-     "largest segment (chunk) the pool is cut into", P | C | CAP},
-    {"allow_overcommit", EGM_CFG_BOOL, "false", 0, 0, NULL,
-     "accept a global_segment_size above the memory this host (NUMA node) has available; the "
-     "file descriptor limit is checked regardless",
-     P | C | CAP},
-    {"data_port", EGM_CFG_INT, "0", 0, 65535, NULL, "tcp data server port (0 = any free port)",
-     P | C | CAP},
-    {"replica_num", EGM_CFG_INT, "1", 1, 16, NULL, "default replicas per object", C},
-    {"rpc_timeout_ms", EGM_CFG_INT, "5000", 1, 3600000, NULL, "deadline of one master RPC", P | C},
-    {"rpc_spin_us", EGM_CFG_INT, "0", 0, 1000, NULL,
-     "client: microseconds a master RPC polls for its reply before sleeping (0 = sleep at once)",
-     C},
-    {"connect_timeout_ms", EGM_CFG_INT, "3000", 1, 600000, NULL,
-     "deadline of the TCP connect to the master", P | C},
-    {"io_timeout_ms", EGM_CFG_INT, "10000", 1, 3600000, NULL,
-     "deadline of one tcp data transfer request", P | C},
-    {"ping_interval_ms", EGM_CFG_INT, "1000", 10, 60000, NULL, "client -> master ping period",
-     P | C},
-    {"default_kv_lease_ttl", EGM_CFG_INT, "10000", 1, 86400000, NULL,
-     "master: read lease granted by Get/Exist, in ms", M},
-    {"client_ttl", EGM_CFG_INT, "10", 1, 3600, NULL,
-     "master: a client silent this many seconds is expired and its segments unmounted", M},
-    {"default_kv_soft_pin_ttl", EGM_CFG_INT, "1800000", 1, 86400000, NULL,
-     "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
-     "lease granted; at most 24 h",
-     M},
-    {"put_start_discard_timeout_sec", EGM_CFG_INT, "30", 1, 86400, NULL,
-     "master: a put not finished this many seconds after its PutStart is discarded (space and "
-     "key return)",
-     M},
-    {"eviction_high_watermark_ratio", EGM_CFG_STRING, "0.90", 0, 0, NULL,
-     "master: evict in the background when used / capacity is above this (a number in 0..1)", M},
-    {"eviction_ratio", EGM_CFG_STRING, "0.05", 0, 0, NULL,
-     "master: share of capacity one eviction frees (a number in 0..1)", M},
-    {"eviction_min_residency_ms", EGM_CFG_INT, "10000", 0, 86400000, NULL,
-     "master: ms after its PutEnd during which an object is not evicted; a put that only "
-     "evicting such objects could make room for answers NO_SPACE (0 = evictable at once)",
-     M},
-    {"placement_strategy", EGM_CFG_ENUM, "random", 0, 0, "random|free_ratio_first|local_first",
-     "master: order of segments tried for replicas (after the put's preferred segments)", M},
-    {"max_frame_size", EGM_CFG_SIZE, "64MiB", 1024, 1073741824, NULL,
-     "largest RPC payload accepted", ALL},
-    {"pool_memory", EGM_CFG_ENUM, "host", 0, 0, "host|host_numa|device",
-     "contributed capacity: memfd host memory (shm/tcp), HOST_NUMA VMM or GPU VMM (nvlink)",
-     P | C | CAP},
-    {"pool_location", EGM_CFG_INT, "0", 0, 1023, NULL,
-     "NUMA node (pool_memory=host_numa) or GPU ordinal (pool_memory=device) of the pool",
-     P | C | CAP},
-    {"egm_handle_type", EGM_CFG_ENUM, "auto", 0, 0, "auto|fabric|posix_fd",
-     "how VMM segments are shared: fabric (NVLink domain, needs IMEX), posix_fd (this host); "
-     "auto tries fabric and falls back to posix_fd with a warning",
-     P | C | CAP},
-    {"enable_egm_store_pool", EGM_CFG_BOOL, "false", 0, 0, NULL,
-     "contribute capacity as an EGM Store pool: HOST_NUMA memory split over egm_numa_nodes, "
-     "served over nvlink (docs/egm-pool.md); false keeps pool_memory",
-     P | C | CAP},
-    {"egm_numa_nodes", EGM_CFG_STRING, "auto", 0, 0, NULL,
-     "EGM pool NUMA nodes: auto (the host NUMA node of every visible GPU) or ids, e.g. 0,1",
-     P | C | CAP},
-    {"egm_setup_threads", EGM_CFG_INT, "4", 1, 64, NULL,
-     "threads allocating the EGM pool's chunks at setup", P | C | CAP},
-    {"provider_http_port", EGM_CFG_INT, "-1", -1, 65535, NULL,
-     "provider: admin HTTP port serving /health and /metrics on listen_address (-1 = off, "
-     "0 = any free port)",
-     P},
-    {"prewarm", EGM_CFG_BOOL, "true", 0, 0, NULL,
-     "import and map VMM segments in the background as soon as they are known", C},
-    {"prewarm_concurrency", EGM_CFG_INT, "2", 1, 64, NULL,
-     "segments imported and mapped at once by the prewarm threads", C},
-    {"nvlink_max_inflight_bytes", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
-     "client: bound on the bytes of GPU copies one transfer has in flight per device: a batch "
-     "goes in groups of at most this many bytes, each waited for before the next (longer "
-     "copies are cut); 0 = unbounded, else at least 4KiB",
-     C},
-    {"nvlink_chunk_size", EGM_CFG_SIZE, "0", 0, I64MAX, NULL,
-     "client: GPU copies longer than this are cut into pieces of at most this size (one "
-     "copy-engine call each); 0 = copies whole, else at least 4KiB",
-     C},
-    {"nvlink_low_priority_stream", EGM_CFG_BOOL, "false", 0, 0, NULL,
-     "client: GPU copies on a stream of the device's least priority (CUDA's least is its "
-     "default, 0: this ranks them below streams made with a greater priority only)",
-     C},
-    {"auth_token", EGM_CFG_STRING, "", 0, 0, NULL,
-     "cluster token: when set, the master's RPC, a provider's tcp data server and its fd "
-     "socket answer only peers that present it, and clients and providers send it "
-     "(docs/security.md); \"\" = off. Never logged",
-     ALL},
-    {"auth_token_file", EGM_CFG_STRING, "", 0, 0, NULL,
-     "file holding auth_token (one line; the trailing newline is dropped); it must not be "
-     "readable by group or others. Not together with auth_token",
-     ALL},
-    {"fd_allowed_gid", EGM_CFG_INT, "-1", -1, 2147483647, NULL,
-     "provider: besides its own uid and root, peers whose primary group is this gid may fetch "
-     "segment descriptors from its fd socket (-1 = none)",
-     P | C | CAP},
+    ENUM(log_level, egm_log_level_t, log_levels, "info", ALL, "log verbosity"),
+    STRING(master_server_addr, "127.0.0.1:50051", "`HOST:PORT`, `[IPv6]:PORT`", P | C,
+           "master RPC address HOST:PORT (flag alias --master)"),
+    STRING(listen_address, "0.0.0.0", "an address or host name", M | P, "master: bind address"),
+    INT(port, "50051", 0, 65535, M, "master: RPC port (0 = any free port)"),
+    INT(http_port, "9003", -1, 65535, M,
+        "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
+        "/get_all_segments, /keys (-1 = off, 0 = any free port)"),
+    INT(rpc_threads, "4", 1, 64, M,
+        "master: RPC threads, each with its own event loop; connections are spread over them"),
+    STRING(local_hostname, "", "a host name or address", P | C | CAP,
+           "address others use to reach this process's data server (\"\" = host name)"),
+    ENUM(protocol, egm_protocol_t, protocols, "auto", P | C,
+         "data transport: auto picks nvlink (GPU buffer, VMM segment) > shm (same host) > tcp; the "
+         "others force one"),
+    SIZE(global_segment_size, "0", 0, I64MAX, NULL, P | C | CAP,
+         "capacity this process contributes (provider: > 0; default 256MiB for egmstore provider)"),
+    SIZE(max_mr_size, "1GiB", 4096, I64MAX, NULL, P | C | CAP,
+         "largest segment (chunk) the pool is cut into"),
+    BOOL(allow_overcommit, "false", P | C | CAP,
+         "accept a global_segment_size above the memory this host (NUMA node) has available; the "
+         "file descriptor limit is checked regardless"),
+    INT(data_port, "0", 0, 65535, P | C | CAP, "tcp data server port (0 = any free port)"),
+    INT(replica_num, "1", 1, 16, C, "default replicas per object"),
+    INT(rpc_timeout_ms, "5000", 1, 3600000, P | C, "deadline of one master RPC"),
+    INT(rpc_spin_us, "0", 0, 1000, C,
+        "client: microseconds a master RPC polls for its reply before sleeping (0 = sleep at "
+        "once)"),
+    INT(connect_timeout_ms, "3000", 1, 600000, P | C, "deadline of the TCP connect to the master"),
+    INT(io_timeout_ms, "10000", 1, 3600000, P | C, "deadline of one tcp data transfer request"),
+    INT(ping_interval_ms, "1000", 10, 60000, P | C, "client -> master ping period"),
+    INT(default_kv_lease_ttl, "10000", 1, 86400000, M,
+        "master: read lease granted by Get/Exist, in ms"),
+    INT(client_ttl, "10", 1, 3600, M,
+        "master: a client silent this many seconds is expired and its segments unmounted"),
+    INT(default_kv_soft_pin_ttl, "1800000", 1, 86400000, M,
+        "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
+        "lease granted; at most 24 h"),
+    INT(put_start_discard_timeout_sec, "30", 1, 86400, M,
+        "master: a put not finished this many seconds after its PutStart is discarded (space and "
+        "key return)"),
+    STRING(eviction_high_watermark_ratio, "0.90", "a number in 0..1", M,
+           "master: evict in the background when used / capacity is above this (a number in 0..1)"),
+    STRING(eviction_ratio, "0.05", "a number in 0..1", M,
+           "master: share of capacity one eviction frees (a number in 0..1)"),
+    INT(eviction_min_residency_ms, "10000", 0, 86400000, M,
+        "master: ms after its PutEnd during which an object is not evicted; a put that only "
+        "evicting such objects could make room for answers NO_SPACE (0 = evictable at once)"),
+    ENUM(placement_strategy, egm_placement_t, placements, "random", M,
+         "master: order of segments tried for replicas (after the put's preferred segments)"),
+    SIZE(max_frame_size, "64MiB", 1024, 1073741824, NULL, ALL, "largest RPC payload accepted"),
+    ENUM(pool_memory, egm_pool_memory_t, pool_memories, "host", P | C | CAP,
+         "contributed capacity: memfd host memory (shm/tcp), HOST_NUMA VMM or GPU VMM (nvlink)"),
+    INT(pool_location, "0", 0, 1023, P | C | CAP,
+        "NUMA node (pool_memory=host_numa) or GPU ordinal (pool_memory=device) of the pool"),
+    ENUM(egm_handle_type, egm_handle_type_t, handle_types, "auto", P | C | CAP,
+         "how VMM segments are shared: fabric (NVLink domain, needs IMEX), posix_fd (this host); "
+         "auto tries fabric and falls back to posix_fd with a warning"),
+    BOOL(enable_egm_store_pool, "false", P | C | CAP,
+         "contribute capacity as an EGM Store pool: HOST_NUMA memory split over egm_numa_nodes, "
+         "served over nvlink (docs/egm-pool.md); false keeps pool_memory"),
+    STRING(
+        egm_numa_nodes, "auto",
+        "`auto`, or NUMA node ids 0..1023 separated by commas (`0,1`; blanks around ids allowed)",
+        P | C | CAP,
+        "EGM pool NUMA nodes: auto (the host NUMA node of every visible GPU) or ids, e.g. 0,1"),
+    INT(egm_setup_threads, "4", 1, 64, P | C | CAP,
+        "threads allocating the EGM pool's chunks at setup"),
+    INT(provider_http_port, "-1", -1, 65535, P,
+        "provider: admin HTTP port serving /health and /metrics on listen_address (-1 = off, 0 = "
+        "any free port)"),
+    BOOL(prewarm, "true", C,
+         "import and map VMM segments in the background as soon as they are known"),
+    INT(prewarm_concurrency, "2", 1, 64, C,
+        "segments imported and mapped at once by the prewarm threads"),
+    SIZE(nvlink_max_inflight_bytes, "0", 0, I64MAX, "0, or 4 KiB and up", C,
+         "client: bound on the bytes of GPU copies one transfer has in flight per device: a batch "
+         "goes in groups of at most this many bytes, each waited for before the next (longer "
+         "copies are cut); 0 = unbounded, else at least 4KiB"),
+    SIZE(nvlink_chunk_size, "0", 0, I64MAX, "0, or 4 KiB and up", C,
+         "client: GPU copies longer than this are cut into pieces of at most this size (one "
+         "copy-engine call each); 0 = copies whole, else at least 4KiB"),
+    BOOL(nvlink_low_priority_stream, "false", C,
+         "client: GPU copies on a stream of the device's least priority (CUDA's least is its "
+         "default, 0: this ranks them below streams made with a greater priority only)"),
+    STRING(auth_token, "", "any text up to 1024 bytes; `\"\"` = off", ALL,
+           "cluster token: when set, the master's RPC, a provider's tcp data server and its fd "
+           "socket answer only peers that present it, and clients and providers send it "
+           "(docs/security.md); \"\" = off. Never logged"),
+    STRING(auth_token_file, "", "path of a regular file, mode without group/other bits (e.g. 600)",
+           ALL,
+           "file holding auth_token (one line; the trailing newline is dropped); it must not be "
+           "readable by group or others. Not together with auth_token"),
+    INT(fd_allowed_gid, "-1", -1, 2147483647, P | C | CAP,
+        "provider: besides its own uid and root, peers whose primary group is this gid may fetch "
+        "segment descriptors from its fd socket (-1 = none)"),
 };
 
 #undef M
@@ -147,12 +189,18 @@ static const egm_config_key_t keys[] = {
 #undef C
 #undef ALL
 #undef CAP
+#undef STRING
+#undef INT
+#undef SIZE
+#undef BOOL
+#undef ENUM
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 struct egm_config {
     char *values[N_KEYS];
     unsigned char set[N_KEYS];
+    egm_settings_t settings; /* the values, typed: set with them by store() */
 };
 
 const egm_config_key_t *egm__config_keys(size_t *count_p)
@@ -257,18 +305,34 @@ static int parse_bool(const char *text, int *value_p)
     return -1;
 }
 
-static int enum_has(const char *choices, const char *text)
+/* The word `text` of an enum key -> its value; -1 when it is none of them. */
+static int choice_value(const egm_config_key_t *k, const char *text)
 {
-    size_t len = strlen(text);
-    for (const char *p = choices; *p != '\0';) {
-        const char *bar = strchr(p, '|');
-        size_t n = bar ? (size_t)(bar - p) : strlen(p);
-        if (n == len && strncmp(p, text, n) == 0)
-            return 1;
-        p += n + (bar ? 1 : 0);
-    }
-    return 0;
+    for (const egm_config_choice_t *c = k->choices; c->name != NULL; c++)
+        if (strcmp(c->name, text) == 0)
+            return c->value;
+    return -1;
 }
+
+const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const egm_config_choice_t *c = key->choices; c != NULL && c->name != NULL; c++) {
+        int n = snprintf(buf + used, len - used, "%s%s", c == key->choices ? "" : "|", c->name);
+        if (n < 0 || (size_t)n >= len - used)
+            break;
+        used += (size_t)n;
+    }
+    return buf;
+}
+
+/* A value of a key's type, as its settings field holds it. */
+typedef union {
+    int64_t i;  /* INT */
+    uint64_t u; /* SIZE */
+    int b;      /* BOOL, and an ENUM's value */
+} value_t;
 
 /* An address to connect to: HOST:PORT or [IPv6]:PORT, a host and a port
  * 1..65535, read by the parser the client connects with, so that a typo is
@@ -282,7 +346,9 @@ static egm_status_t check_hostport(const char *name, const char *text)
     return EGM_OK;
 }
 
-static egm_status_t validate(const egm_config_key_t *k, const char *text)
+/* Checks `text` as a value of key k and reads it into *v (nothing for a
+ * string). The one parser of values: set, files and the settings use it. */
+static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *v)
 {
     switch (k->type) {
     case EGM_CFG_STRING:
@@ -291,14 +357,15 @@ static egm_status_t validate(const egm_config_key_t *k, const char *text)
         if (strcmp(k->name, "master_server_addr") == 0)
             return check_hostport(k->name, text);
         return EGM_OK;
-    case EGM_CFG_ENUM:
-        if (!enum_has(k->choices, text))
+    case EGM_CFG_ENUM: {
+        char words[256];
+        if ((v->b = choice_value(k, text)) < 0)
             return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not one of %s", k->name, text,
-                                  k->choices);
+                                  egm__config_choices_text(k, words, sizeof(words)));
         return EGM_OK;
+    }
     case EGM_CFG_BOOL: {
-        int v;
-        if (parse_bool(text, &v) != 0)
+        if (parse_bool(text, &v->b) != 0)
             return egm__set_error(EGM_ERR_CONFIG,
                                   "%s: \"%s\" is not a boolean (true|false|1|0|yes|no|on|off)",
                                   k->name, text);
@@ -307,20 +374,20 @@ static egm_status_t validate(const egm_config_key_t *k, const char *text)
     case EGM_CFG_INT: {
         char *end;
         errno = 0;
-        long long v = strtoll(text, &end, 10);
+        long long n = strtoll(text, &end, 10);
         if (text[0] == '\0' || *end != '\0' || errno != 0 || isspace((unsigned char)text[0]))
             return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not an integer", k->name, text);
-        if (v < k->min || v > k->max)
+        if (n < k->min || n > k->max)
             return egm__set_error(EGM_ERR_CONFIG, "%s: %lld is out of range %" PRId64 "..%" PRId64,
-                                  k->name, v, k->min, k->max);
+                                  k->name, n, k->min, k->max);
+        v->i = n;
         return EGM_OK;
     }
     case EGM_CFG_SIZE: {
-        uint64_t v;
-        egm_status_t status = egm__parse_size(k->name, text, &v);
+        egm_status_t status = egm__parse_size(k->name, text, &v->u);
         if (status != EGM_OK)
             return status;
-        if (v < (uint64_t)k->min || v > (uint64_t)k->max)
+        if (v->u < (uint64_t)k->min || v->u > (uint64_t)k->max)
             return egm__set_error(EGM_ERR_CONFIG,
                                   "%s: %s is out of range %" PRId64 "..%" PRId64 " bytes", k->name,
                                   text, k->min, k->max);
@@ -330,15 +397,61 @@ static egm_status_t validate(const egm_config_key_t *k, const char *text)
     return egm__set_error(EGM_ERR_INTERNAL, "%s: unknown key type", k->name);
 }
 
+/* Sets key i to `text`, already checked, and its settings field to the value. */
 static egm_status_t store(egm_config_t *config, int i, const char *text, int explicit_set)
 {
+    const egm_config_key_t *k = &keys[i];
+    value_t v = {0};
+    if (parse(k, text, &v) != EGM_OK) /* the table's default or a checked value: never */
+        return egm__set_error(EGM_ERR_INTERNAL, "%s: \"%s\" stored unchecked", k->name, text);
     char *copy = egm_strdup(text, "config.value");
     if (copy == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory setting %s", keys[i].name);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory setting %s", k->name);
     egm_free(config->values[i]);
     config->values[i] = copy;
     config->set[i] = (unsigned char)explicit_set;
+    char *field = (char *)&config->settings + k->offset;
+    switch (k->type) {
+    case EGM_CFG_STRING:
+        memcpy(field, &copy, sizeof(copy));
+        break;
+    case EGM_CFG_INT:
+        memcpy(field, &v.i, sizeof(v.i));
+        break;
+    case EGM_CFG_SIZE:
+        memcpy(field, &v.u, sizeof(v.u));
+        break;
+    case EGM_CFG_BOOL:
+    case EGM_CFG_ENUM:
+        memcpy(field, &v.b, sizeof(v.b));
+        break;
+    }
     return EGM_OK;
+}
+
+const egm_settings_t *egm__config_settings(const egm_config_t *config)
+{
+    return &config->settings;
+}
+
+static int field_index(size_t offset)
+{
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (keys[i].offset == offset)
+            return (int)i;
+    return -1; /* not reached: offsetof names a field, and every field has a key */
+}
+
+int egm__config_field_is_set(const egm_config_t *config, size_t offset)
+{
+    int i = field_index(offset);
+    return i >= 0 && config->set[i];
+}
+
+const char *egm__config_field_text(const egm_config_t *config, size_t offset)
+{
+    int i = field_index(offset);
+    return i >= 0 ? config->values[i] : "";
 }
 
 egm_status_t egm_config_create(egm_config_t **config_p)
@@ -389,7 +502,8 @@ egm_status_t egm_config_set(egm_config_t *config, const char *key, const char *v
     int i = key_index(key);
     if (i < 0)
         return egm__set_error(EGM_ERR_CONFIG, "unknown configuration key \"%s\"", key);
-    egm_status_t status = validate(&keys[i], value);
+    value_t v;
+    egm_status_t status = parse(&keys[i], value, &v);
     if (status != EGM_OK)
         return status;
     return store(config, i, value, 1);
@@ -475,7 +589,8 @@ static egm_status_t file_set(egm_config_t *config, const char *key, const char *
     int i = key_index(key);
     if (i < 0)
         return egm__set_error(EGM_ERR_CONFIG, "unknown configuration key \"%s\"", key);
-    return validate(&keys[i], value);
+    value_t v;
+    return parse(&keys[i], value, &v);
 }
 
 egm_status_t egm_config_load_file(egm_config_t *config, const char *path)
@@ -636,8 +751,8 @@ uint64_t egm_config_get_size(const egm_config_t *config, const char *key)
 
 egm_status_t egm__config_auth_token(const egm_config_t *config, char *token, size_t len)
 {
-    const char *inline_token = egm_config_get(config, "auth_token");
-    const char *path = egm_config_get(config, "auth_token_file");
+    const char *inline_token = config != NULL ? config->settings.auth_token : NULL;
+    const char *path = config != NULL ? config->settings.auth_token_file : NULL;
     int has_inline = inline_token != NULL && inline_token[0] != '\0';
     int has_file = path != NULL && path[0] != '\0';
 
@@ -712,4 +827,99 @@ int egm_config_get_bool(const egm_config_t *config, const char *key)
     if (v == NULL || parse_bool(v, &b) != 0)
         return 0;
     return b;
+}
+
+/* A size in the docs' words: "0", "4 KiB", "1 GiB" (exact binary units only). */
+static void doc_size(int64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    int u = -1;
+    while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+        bytes /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, len, "%" PRId64, bytes);
+    else
+        snprintf(buf, len, "%" PRId64 " %s", bytes, units[u]);
+}
+
+static const char *const type_names[] = {[EGM_CFG_STRING] = "string",
+                                         [EGM_CFG_INT] = "int",
+                                         [EGM_CFG_SIZE] = "size",
+                                         [EGM_CFG_BOOL] = "bool",
+                                         [EGM_CFG_ENUM] = "enum"};
+
+/* The accepted values in the docs' words: a range, the words, or the key's own text. */
+static void doc_accepted(const egm_config_key_t *k, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    if (k->accepted != NULL) {
+        snprintf(buf, len, "%s", k->accepted);
+        return;
+    }
+    switch (k->type) {
+    case EGM_CFG_INT:
+        snprintf(buf, len, "%" PRId64 "..%" PRId64, k->min, k->max);
+        return;
+    case EGM_CFG_SIZE:
+        doc_size(k->min, lo, sizeof(lo));
+        doc_size(k->max, hi, sizeof(hi));
+        if (k->max != INT64_MAX)
+            snprintf(buf, len, "%s..%s", lo, hi);
+        else if (k->min == 0)
+            snprintf(buf, len, "0..2^63-1 bytes");
+        else
+            snprintf(buf, len, "%s and up", lo);
+        return;
+    case EGM_CFG_BOOL:
+        snprintf(buf, len, "`true`, `false` (also 1/0, yes/no, on/off)");
+        return;
+    case EGM_CFG_ENUM: {
+        size_t used = 0;
+        buf[0] = '\0';
+        for (const egm_config_choice_t *c = k->choices; c->name != NULL && used < len; c++) {
+            int n =
+                snprintf(buf + used, len - used, "%s`%s`", c == k->choices ? "" : ", ", c->name);
+            if (n < 0)
+                break;
+            used += (size_t)n;
+        }
+        return;
+    }
+    case EGM_CFG_STRING:
+        break;
+    }
+    snprintf(buf, len, "any text up to 4096 characters");
+}
+
+/* "master, provider, client", and which of them only when contributing capacity. */
+static void doc_roles(unsigned roles, char *buf, size_t len)
+{
+    static const struct {
+        unsigned role;
+        const char *name;
+    } names[] = {
+        {EGM_ROLE_MASTER, "master"}, {EGM_ROLE_PROVIDER, "provider"}, {EGM_ROLE_CLIENT, "client"}};
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && used < len; i++) {
+        if ((roles & names[i].role) == 0)
+            continue;
+        int n = snprintf(buf + used, len - used, "%s%s", used > 0 ? ", " : "", names[i].name);
+        if (n < 0)
+            return;
+        used += (size_t)n;
+    }
+    if ((roles & EGM_KEY_CAPACITY) != 0 && used < len)
+        snprintf(buf + used, len - used, " (contributing capacity)");
+}
+
+void egm__config_doc_row(const egm_config_key_t *key, char *buf, size_t len)
+{
+    char accepted[512], roles[128];
+    doc_accepted(key, accepted, sizeof(accepted));
+    doc_roles(key->roles, roles, sizeof(roles));
+    snprintf(buf, len, "| `%s` | %s | `%s` | %s | %s |", key->name, type_names[key->type],
+             key->def[0] != '\0' ? key->def : "\"\"", accepted, roles);
 }

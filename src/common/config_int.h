@@ -5,13 +5,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/config.h>
+#include "common/settings.h"
 
 typedef enum {
     EGM_CFG_STRING,
     EGM_CFG_INT,  /* decimal integer within [min, max] */
     EGM_CFG_SIZE, /* bytes: plain or with B/KiB/MiB/GiB/TiB/KB/MB/GB/TB/K/M/G/T */
     EGM_CFG_BOOL, /* true|false|1|0|yes|no|on|off */
-    EGM_CFG_ENUM, /* one of `choices`, "a|b|c" */
+    EGM_CFG_ENUM, /* one of the words of `choices` */
 } egm_config_type_t;
 
 /* The processes a key affects, and the config file sections a process reads
@@ -26,22 +27,39 @@ typedef enum {
  * one-shot commands contribute nothing, so these keys do not affect them. */
 #define EGM_KEY_CAPACITY 0x100u
 
+/* One word of an enum key and the value its settings field takes. */
+typedef struct {
+    const char *name; /* NULL ends a list */
+    int value;
+} egm_config_choice_t;
+
+/* A key: its name (that of its egm_settings_t field), type, default, range,
+ * the processes that read it and its help line (printed by --help). */
 typedef struct {
     const char *name;
     egm_config_type_t type;
     const char *def;
     int64_t min; /* INT and SIZE */
     int64_t max;
-    const char *choices; /* ENUM */
+    const egm_config_choice_t *choices; /* ENUM, in documented order */
     const char *help;
-    unsigned roles; /* EGM_ROLE_* of the processes that read it, and EGM_KEY_* flags */
+    unsigned roles;       /* EGM_ROLE_* of the processes that read it, and EGM_KEY_* flags */
+    size_t offset;        /* of its field in egm_settings_t */
+    const char *accepted; /* the accepted values in words, where the type and range do not
+                             say it (strings; sizes with a rule of their own); else NULL */
 } egm_config_key_t;
 
 /* The table of every key, in documentation order. */
 const egm_config_key_t *egm__config_keys(size_t *count_p);
 const egm_config_key_t *egm__config_find_key(const char *name);
-/* True if the key was set explicitly (file, env, flag or egm_config_set). */
+/* True if the key was set explicitly (file, env, flag or egm_config_set); for
+ * code that walks the table (code reading one key uses EGM_CONFIG_IS_SET). */
 int egm__config_is_set(const egm_config_t *config, const char *key);
+/* "a|b|c": the words of an enum key, into buf. */
+const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len);
+/* docs/configuration.md's row of a key up to its meaning column:
+ * "| `name` | type | `default` | accepted values | read by |". Truncated to len. */
+void egm__config_doc_row(const egm_config_key_t *key, char *buf, size_t len);
 
 /* "256MiB" -> bytes. Error text names `what` (the key). Overflow is an error. */
 egm_status_t egm__parse_size(const char *what, const char *text, uint64_t *bytes_p);

@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "common/settings.h" /* egm_placement_t: the placement_strategy key's words */
 #include "master/segment_table.h"
 
 #define EGM_MASTER_KEY_MAX 4096
@@ -55,12 +56,6 @@ typedef enum {
     EGM_OBJECT_PENDING = 0,
     EGM_OBJECT_COMPLETE = 1,
 } egm_object_state_t;
-
-typedef enum {
-    EGM_PLACEMENT_RANDOM = 0,
-    EGM_PLACEMENT_FREE_RATIO_FIRST = 1,
-    EGM_PLACEMENT_LOCAL_FIRST = 2,
-} egm_placement_t;
 
 typedef struct egm_replica {
     egm_segment_t *segment; /* NULL once dropped (its segment was unmounted) */

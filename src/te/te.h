@@ -18,18 +18,12 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "common/settings.h" /* egm_protocol_t: the protocol key's words */
 #include "cuda/cuda_api.h"
 #include "te/registry.h"
 #include "te/segment.h"
 
 typedef struct egm_te egm_te_t;
-
-typedef enum {
-    EGM_PROTOCOL_AUTO = 0, /* nvlink > shm > tcp, whichever reaches the segment */
-    EGM_PROTOCOL_SHM = 1,
-    EGM_PROTOCOL_TCP = 2,
-    EGM_PROTOCOL_NVLINK = 3, /* only nvlink: anything else fails with NOT_SUPPORTED */
-} egm_protocol_t;
 
 /* Values are in order of preference (callers rank replicas by them). */
 typedef enum {

@@ -715,6 +715,234 @@ static void test_auth_token_keys(void **state)
     assert_false(egm__token_equal("", "", 0)); /* an empty token never matches */
 }
 
+/* A key's settings field read as the key's type. */
+static int64_t field_int(const egm_settings_t *s, const egm_config_key_t *k)
+{
+    const char *f = (const char *)s + k->offset;
+    int64_t i;
+    uint64_t u;
+    int b;
+    switch (k->type) {
+    case EGM_CFG_INT:
+        memcpy(&i, f, sizeof(i));
+        return i;
+    case EGM_CFG_SIZE:
+        memcpy(&u, f, sizeof(u));
+        return (int64_t)u;
+    default:
+        memcpy(&b, f, sizeof(b));
+        return b;
+    }
+}
+
+/* Every field equals what the public getters read from the key's text. */
+static void assert_settings_match_text(const egm_config_t *c)
+{
+    size_t n;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    const egm_settings_t *s = egm__config_settings(c);
+    for (size_t i = 0; i < n; i++) {
+        const egm_config_key_t *k = &keys[i];
+        const char *text = egm_config_get(c, k->name);
+        switch (k->type) {
+        case EGM_CFG_STRING: {
+            const char *field;
+            memcpy(&field, (const char *)s + k->offset, sizeof(field));
+            assert_ptr_equal(field, text); /* the stored text itself */
+            break;
+        }
+        case EGM_CFG_INT:
+            assert_int_equal(field_int(s, k), egm_config_get_int(c, k->name));
+            break;
+        case EGM_CFG_SIZE:
+            assert_int_equal(field_int(s, k), egm_config_get_size(c, k->name));
+            break;
+        case EGM_CFG_BOOL:
+            assert_int_equal(field_int(s, k), egm_config_get_bool(c, k->name));
+            break;
+        case EGM_CFG_ENUM: {
+            int found = 0;
+            for (const egm_config_choice_t *ch = k->choices; ch->name != NULL; ch++)
+                if (strcmp(ch->name, text) == 0) {
+                    assert_int_equal(field_int(s, k), ch->value);
+                    found = 1;
+                }
+            assert_true(found);
+            break;
+        }
+        }
+        assert_int_equal(egm__config_field_is_set(c, k->offset), egm__config_is_set(c, k->name));
+        assert_ptr_equal(egm__config_field_text(c, k->offset), text);
+    }
+}
+
+/* The table binds each key to its own settings field, in the struct's order,
+ * and each enum word to its value. */
+static void test_settings_table_binds_fields(void **state)
+{
+    (void)state;
+    size_t n;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    for (size_t i = 1; i < n; i++)
+        assert_true(keys[i].offset > keys[i - 1].offset);
+    assert_int_equal(egm__config_find_key("log_level")->offset,
+                     offsetof(egm_settings_t, log_level));
+    assert_int_equal(egm__config_find_key("fd_allowed_gid")->offset,
+                     offsetof(egm_settings_t, fd_allowed_gid));
+    assert_true(keys[n - 1].offset + sizeof(int64_t) <= sizeof(egm_settings_t));
+    for (size_t i = 0; i < n; i++)
+        assert_true((keys[i].type == EGM_CFG_ENUM) == (keys[i].choices != NULL));
+
+    static const struct {
+        const char *key, *word;
+        int value;
+    } words[] = {
+        {"log_level", "error", EGM_LOG_ERROR},
+        {"log_level", "trace", EGM_LOG_TRACE},
+        {"protocol", "auto", EGM_PROTOCOL_AUTO},
+        {"protocol", "nvlink", EGM_PROTOCOL_NVLINK},
+        {"protocol", "shm", EGM_PROTOCOL_SHM},
+        {"protocol", "tcp", EGM_PROTOCOL_TCP},
+        {"placement_strategy", "random", EGM_PLACEMENT_RANDOM},
+        {"placement_strategy", "free_ratio_first", EGM_PLACEMENT_FREE_RATIO_FIRST},
+        {"placement_strategy", "local_first", EGM_PLACEMENT_LOCAL_FIRST},
+        {"pool_memory", "host", EGM_POOL_MEMORY_HOST},
+        {"pool_memory", "host_numa", EGM_POOL_MEMORY_HOST_NUMA},
+        {"pool_memory", "device", EGM_POOL_MEMORY_DEVICE},
+        {"egm_handle_type", "auto", EGM_HANDLE_TYPE_AUTO},
+        {"egm_handle_type", "fabric", EGM_HANDLE_TYPE_FABRIC},
+        {"egm_handle_type", "posix_fd", EGM_HANDLE_TYPE_POSIX_FD},
+    };
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    const egm_settings_t *s = egm__config_settings(c);
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        assert_int_equal(egm_config_set(c, words[i].key, words[i].word), EGM_OK);
+        assert_int_equal(field_int(s, egm__config_find_key(words[i].key)), words[i].value);
+    }
+    assert_int_equal(s->protocol, EGM_PROTOCOL_TCP);
+    assert_int_equal(s->pool_memory, EGM_POOL_MEMORY_DEVICE);
+    char buf[128];
+    assert_string_equal(
+        egm__config_choices_text(egm__config_find_key("protocol"), buf, sizeof(buf)),
+        "auto|nvlink|shm|tcp");
+    egm_config_destroy(c);
+}
+
+/* The settings follow every way of setting a key (defaults, set, pair, file,
+ * env, flag, copy), and a refused value changes neither text nor field. */
+static void test_settings_follow_every_set(void **state)
+{
+    (void)state;
+    egm_config_t *c, *copy;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    const egm_settings_t *s = egm__config_settings(c);
+    assert_settings_match_text(c);
+    assert_int_equal(s->port, 50051);
+    assert_int_equal(s->http_port, 9003);
+    assert_int_equal(s->max_mr_size, 1ull << 30);
+    assert_int_equal(s->prewarm, 1);
+    assert_int_equal(s->log_level, EGM_LOG_INFO);
+    assert_int_equal(s->protocol, EGM_PROTOCOL_AUTO);
+    assert_string_equal(s->master_server_addr, "127.0.0.1:50051");
+    assert_string_equal(s->local_hostname, "");
+    assert_int_equal(s->fd_allowed_gid, -1);
+    assert_false(EGM_CONFIG_IS_SET(c, port));
+    assert_string_equal(EGM_CONFIG_TEXT(c, max_mr_size), "1GiB");
+
+    assert_int_equal(egm_config_set(c, "port", "6000"), EGM_OK);
+    assert_int_equal(egm_config_set_pair(c, "global_segment_size = 4 GB"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "prewarm", "off"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "log_level", "debug"), EGM_OK);
+    assert_int_equal(egm__config_set_flag(c, "--local-hostname", "node-7"), EGM_OK);
+    assert_int_equal(egm__config_set_flag(c, "--master", "10.0.0.1:7000"), EGM_OK);
+    assert_int_equal(setenv("EGMSTORE_PLACEMENT_STRATEGY", "local_first", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_OK);
+    assert_int_equal(unsetenv("EGMSTORE_PLACEMENT_STRATEGY"), 0);
+    assert_int_equal(s->port, 6000);
+    assert_int_equal(s->global_segment_size, 4ull << 30);
+    assert_int_equal(s->prewarm, 0);
+    assert_int_equal(s->log_level, EGM_LOG_DEBUG);
+    assert_string_equal(s->local_hostname, "node-7");
+    assert_string_equal(s->master_server_addr, "10.0.0.1:7000");
+    assert_int_equal(s->placement_strategy, EGM_PLACEMENT_LOCAL_FIRST);
+    assert_true(EGM_CONFIG_IS_SET(c, port));
+    assert_false(EGM_CONFIG_IS_SET(c, data_port));
+    assert_string_equal(EGM_CONFIG_TEXT(c, global_segment_size), "4 GB");
+    assert_settings_match_text(c);
+
+    /* refused: nothing changes */
+    assert_int_equal(egm_config_set(c, "port", "70000"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "protocol", "rdma"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "max_mr_size", "1XB"), EGM_ERR_CONFIG);
+    assert_int_equal(s->port, 6000);
+    assert_int_equal(s->protocol, EGM_PROTOCOL_AUTO);
+    assert_int_equal(s->max_mr_size, 1ull << 30);
+    assert_settings_match_text(c);
+
+    /* a file, its own section and another role's */
+    char path[128];
+    temp_path(path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("data_port = 1234\n[master]\nport = 7\n[client]\nnvlink_chunk_size = 2MiB\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(egm_config_load_file(c, path), EGM_OK);
+    assert_int_equal(s->data_port, 1234);
+    assert_int_equal(s->port, 6000); /* [master]: checked, not set */
+    assert_int_equal(s->nvlink_chunk_size, 2ull << 20);
+    assert_settings_match_text(c);
+
+    assert_int_equal(egm_config_copy(c, &copy), EGM_OK);
+    egm_config_destroy(c);
+    const egm_settings_t *cs = egm__config_settings(copy);
+    assert_int_equal(cs->port, 6000);
+    assert_string_equal(cs->local_hostname, "node-7");
+    assert_true(EGM_CONFIG_IS_SET(copy, local_hostname));
+    assert_settings_match_text(copy);
+    egm_config_destroy(copy);
+}
+
+/* docs/configuration.md's key table: one row per key in the table's order,
+ * whose key, type, default, accepted values and readers are what the table
+ * says (egm__config_doc_row); only the meaning column is the doc's own. */
+static void test_docs_key_table(void **state)
+{
+    (void)state;
+    const char *root = getenv("EGM_SOURCE_DIR");
+    if (root == NULL)
+        fail_msg("EGM_SOURCE_DIR is not set (ctest sets it)");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/docs/configuration.md", root);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        fail_msg("%s: cannot open", path);
+    size_t n, row = 0;
+    const egm_config_key_t *keys = egm__config_keys(&n);
+    char line[8192], want[1024];
+    int in_keys = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "## ", 3) == 0) {
+            in_keys = strcmp(line, "## Keys\n") == 0;
+            continue;
+        }
+        if (!in_keys || strncmp(line, "| `", 3) != 0)
+            continue;
+        if (row >= n)
+            fail_msg("docs/configuration.md lists more keys than src/common/config.c: %s", line);
+        egm__config_doc_row(&keys[row], want, sizeof(want));
+        if (strncmp(line, want, strlen(want)) != 0 || line[strlen(want)] != ' ')
+            fail_msg("docs/configuration.md's row %zu does not match src/common/config.c's "
+                     "key table.\n  doc:  %.*s\n  want: %s <meaning>",
+                     row + 1, (int)strcspn(line, "\n"), line, want);
+        row++;
+    }
+    fclose(f);
+    if (row != n)
+        fail_msg("docs/configuration.md lists %zu keys, src/common/config.c %zu (next: %s)", row, n,
+                 keys[row].name);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -742,6 +970,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth_token_keys, setup_tmp_dir, teardown_tmp_dir),
         cmocka_unit_test_setup_teardown(test_nvlink_pressure_keys, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_settings_table_binds_fields, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_settings_follow_every_set, setup_tmp_dir,
+                                        teardown_tmp_dir),
+        cmocka_unit_test(test_docs_key_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
