@@ -327,6 +327,18 @@ const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, siz
     return buf;
 }
 
+egm_status_t egm__config_parse_choice(const egm_config_key_t *key, const char *word, int *value_p)
+{
+    char words[256];
+    int value = word != NULL ? choice_value(key, word) : -1;
+    if (value < 0)
+        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not one of %s", key->name,
+                              word != NULL ? word : "(null)",
+                              egm__config_choices_text(key, words, sizeof(words)));
+    *value_p = value;
+    return EGM_OK;
+}
+
 /* A value of a key's type, as its settings field holds it. */
 typedef union {
     int64_t i;  /* INT */
@@ -357,13 +369,8 @@ static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *
         if (strcmp(k->name, "master_server_addr") == 0)
             return check_hostport(k->name, text);
         return EGM_OK;
-    case EGM_CFG_ENUM: {
-        char words[256];
-        if ((v->b = choice_value(k, text)) < 0)
-            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not one of %s", k->name, text,
-                                  egm__config_choices_text(k, words, sizeof(words)));
-        return EGM_OK;
-    }
+    case EGM_CFG_ENUM:
+        return egm__config_parse_choice(k, text, &v->b);
     case EGM_CFG_BOOL: {
         if (parse_bool(text, &v->b) != 0)
             return egm__set_error(EGM_ERR_CONFIG,

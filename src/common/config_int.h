@@ -55,6 +55,9 @@ const egm_config_key_t *egm__config_find_key(const char *name);
 /* True if the key was set explicitly (file, env, flag or egm_config_set); for
  * code that walks the table (code reading one key uses EGM_CONFIG_IS_SET). */
 int egm__config_is_set(const egm_config_t *config, const char *key);
+/* A word of enum key `key` -> its value in *value_p; another word (or NULL)
+ * -> EGM_ERR_CONFIG naming the key and its words. */
+egm_status_t egm__config_parse_choice(const egm_config_key_t *key, const char *word, int *value_p);
 /* "a|b|c": the words of an enum key, into buf. */
 const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len);
 /* docs/configuration.md's row of a key up to its meaning column:
