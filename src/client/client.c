@@ -40,29 +40,28 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     status = egm__capacity_check_config(config);
     if (status != EGM_OK)
         goto err_free;
-    client->rpc_timeout_ms = (int)egm_config_get_int(config, "rpc_timeout_ms");
-    client->replica_num = (uint32_t)egm_config_get_int(config, "replica_num");
+    const egm_settings_t *settings = egm__config_settings(config);
+    client->rpc_timeout_ms = (int)settings->rpc_timeout_ms;
+    client->replica_num = (uint32_t)settings->replica_num;
 
     status = egm__registry_create(&client->registry);
     if (status != EGM_OK)
         goto err_free;
     egm_te_params_t te_params = {
         .client_id = client->id,
-        .local_hostname = egm_config_get(config, "local_hostname"),
-        .data_port = (uint16_t)egm_config_get_int(config, "data_port"),
-        .io_timeout_ms = (int)egm_config_get_int(config, "io_timeout_ms"),
+        .protocol = settings->protocol,
+        .local_hostname = settings->local_hostname,
+        .data_port = (uint16_t)settings->data_port,
+        .io_timeout_ms = (int)settings->io_timeout_ms,
         .registry = client->registry,
-        .prewarm_off = !egm_config_get_bool(config, "prewarm"),
-        .prewarm_concurrency = (int)egm_config_get_int(config, "prewarm_concurrency"),
-        .copy_low_priority = egm_config_get_bool(config, "nvlink_low_priority_stream"),
-        .copy_max_inflight_bytes = egm_config_get_size(config, "nvlink_max_inflight_bytes"),
-        .copy_chunk_bytes = egm_config_get_size(config, "nvlink_chunk_size"),
-        .fd_gid_allowed = egm_config_get_int(config, "fd_allowed_gid") >= 0,
-        .fd_allowed_gid = egm_config_get_int(config, "fd_allowed_gid"),
+        .prewarm_off = !settings->prewarm,
+        .prewarm_concurrency = (int)settings->prewarm_concurrency,
+        .copy_low_priority = settings->nvlink_low_priority_stream,
+        .copy_max_inflight_bytes = settings->nvlink_max_inflight_bytes,
+        .copy_chunk_bytes = settings->nvlink_chunk_size,
+        .fd_gid_allowed = settings->fd_allowed_gid >= 0,
+        .fd_allowed_gid = settings->fd_allowed_gid,
     };
-    status = egm__protocol_parse(egm_config_get(config, "protocol"), &te_params.protocol);
-    if (status != EGM_OK)
-        goto err_free;
 
     char token[EGM_AUTH_TOKEN_MAX + 1];
     status = egm__config_auth_token(config, token, sizeof(token));
@@ -70,12 +69,12 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         goto err_free;
     te_params.auth_token = token;
     egm_rpc_client_params_t rpc_params = {
-        .addr = egm_config_get(config, "master_server_addr"),
-        .connect_timeout_ms = (int)egm_config_get_int(config, "connect_timeout_ms"),
-        .max_frame_size = egm_config_get_size(config, "max_frame_size"),
+        .addr = settings->master_server_addr,
+        .connect_timeout_ms = (int)settings->connect_timeout_ms,
+        .max_frame_size = settings->max_frame_size,
         .prefer_local_socket = 1,
         .auth_token = token,
-        .spin_us = (int)egm_config_get_int(config, "rpc_spin_us"),
+        .spin_us = (int)settings->rpc_spin_us,
     };
     status = egm__rpc_client_create(&rpc_params, &client->master);
     if (status == EGM_OK)
@@ -89,9 +88,9 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     if (status != EGM_OK)
         goto err_free;
 
-    uint64_t total = egm_config_get_size(config, "global_segment_size");
+    uint64_t total = settings->global_segment_size;
     if (total > 0) {
-        status = egm__capacity_mount(client, total, egm_config_get_size(config, "max_mr_size"));
+        status = egm__capacity_mount(client, total, settings->max_mr_size);
         if (status != EGM_OK)
             goto err_capacity;
     }

@@ -126,39 +126,43 @@ out:
     return status;
 }
 
-static egm_vmm_handles_t parse_handles(const char *text)
+/* egm_handle_type -> the pool's handle kinds. */
+static egm_vmm_handles_t vmm_handles(egm_handle_type_t type)
 {
-    if (strcmp(text, "fabric") == 0)
+    switch (type) {
+    case EGM_HANDLE_TYPE_FABRIC:
         return EGM_VMM_HANDLES_FABRIC;
-    if (strcmp(text, "posix_fd") == 0)
+    case EGM_HANDLE_TYPE_POSIX_FD:
         return EGM_VMM_HANDLES_POSIX_FD;
+    case EGM_HANDLE_TYPE_AUTO:
+        break;
+    }
     return EGM_VMM_HANDLES_AUTO;
 }
 
 egm_status_t egm__capacity_check_config(const egm_config_t *config)
 {
-    if (!egm_config_get_bool(config, "enable_egm_store_pool"))
+    const egm_settings_t *settings = egm__config_settings(config);
+    if (!settings->enable_egm_store_pool)
         return EGM_OK;
-    const char *protocol = egm_config_get(config, "protocol");
-    if (strcmp(protocol, "auto") != 0 && strcmp(protocol, "nvlink") != 0)
+    if (settings->protocol != EGM_PROTOCOL_AUTO && settings->protocol != EGM_PROTOCOL_NVLINK)
         return egm__set_error(EGM_ERR_CONFIG,
                               "enable_egm_store_pool: protocol=%s excludes nvlink, the EGM pool's "
                               "transport; use protocol=auto or protocol=nvlink",
-                              protocol);
-    if (egm_config_get_size(config, "global_segment_size") == 0)
+                              EGM_CONFIG_TEXT(config, protocol));
+    if (settings->global_segment_size == 0)
         return egm__set_error(EGM_ERR_CONFIG,
                               "enable_egm_store_pool: global_segment_size is 0; give the pool's "
                               "capacity (e.g. global_segment_size=64GiB)");
-    const char *memory = egm_config_get(config, "pool_memory");
-    if (egm__config_is_set(config, "pool_memory") && strcmp(memory, "host_numa") != 0)
+    if (EGM_CONFIG_IS_SET(config, pool_memory) &&
+        settings->pool_memory != EGM_POOL_MEMORY_HOST_NUMA)
         return egm__set_error(EGM_ERR_CONFIG,
                               "enable_egm_store_pool: pool_memory=%s conflicts with the EGM pool "
                               "(HOST_NUMA memory on egm_numa_nodes); drop pool_memory",
-                              memory);
+                              EGM_CONFIG_TEXT(config, pool_memory));
     int is_auto = 0, *nodes = NULL;
     size_t n = 0;
-    egm_status_t status =
-        egm__egm_plan_parse_nodes(egm_config_get(config, "egm_numa_nodes"), &is_auto, &nodes, &n);
+    egm_status_t status = egm__egm_plan_parse_nodes(settings->egm_numa_nodes, &is_auto, &nodes, &n);
     egm_free(nodes);
     return status;
 }
@@ -177,32 +181,33 @@ static void on_progress(void *arg, uint64_t done, uint64_t total, size_t done_ch
  * host_numa|device). *nodes_p (egm_malloc'ed) backs p->locations. */
 static egm_status_t vmm_params(const egm_config_t *config, egm_vmm_pool_params_t *p, int **nodes_p)
 {
-    int egm = egm_config_get_bool(config, "enable_egm_store_pool");
-    const char *memory = egm_config_get(config, "pool_memory");
+    const egm_settings_t *settings = egm__config_settings(config);
+    int egm = settings->enable_egm_store_pool;
     int *nodes = NULL;
     size_t n_nodes = 1;
     egm_status_t status;
 
     if (egm) {
-        status = egm__egm_nodes_resolve(egm_config_get(config, "egm_numa_nodes"), &nodes, &n_nodes);
+        status = egm__egm_nodes_resolve(settings->egm_numa_nodes, &nodes, &n_nodes);
         if (status != EGM_OK)
             return status;
     } else {
         if ((nodes = egm_malloc(sizeof(*nodes), "client.pool_location")) == NULL)
             return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory");
-        nodes[0] = (int)egm_config_get_int(config, "pool_location");
+        nodes[0] = (int)settings->pool_location;
     }
     *p = (egm_vmm_pool_params_t){
-        .location = !egm && strcmp(memory, "device") == 0 ? EGM_VMM_DEVICE : EGM_VMM_HOST_NUMA,
+        .location = !egm && settings->pool_memory == EGM_POOL_MEMORY_DEVICE ? EGM_VMM_DEVICE
+                                                                            : EGM_VMM_HOST_NUMA,
         .locations = nodes,
         .location_count = n_nodes,
-        .handles = parse_handles(egm_config_get(config, "egm_handle_type")),
-        .total = egm_config_get_size(config, "global_segment_size"),
-        .max_chunk = egm_config_get_size(config, "max_mr_size"),
+        .handles = vmm_handles(settings->egm_handle_type),
+        .total = settings->global_segment_size,
+        .max_chunk = settings->max_mr_size,
         .allocator_alignment = EGM_OBJECT_ALIGN,
-        .threads = (unsigned)egm_config_get_int(config, "egm_setup_threads"),
+        .threads = (unsigned)settings->egm_setup_threads,
         .locations_key = egm ? "egm_numa_nodes" : "pool_location",
-        .allow_overcommit = egm_config_get_bool(config, "allow_overcommit"),
+        .allow_overcommit = settings->allow_overcommit,
     };
     *nodes_p = nodes;
     return EGM_OK;
@@ -216,13 +221,12 @@ egm_status_t egm__capacity_plan(const egm_config_t *config, egm_egm_plan_t **pla
     egm_status_t status = egm__capacity_check_config(config);
     if (status != EGM_OK)
         return status;
-    if (!egm_config_get_bool(config, "enable_egm_store_pool") &&
-        strcmp(egm_config_get(config, "pool_memory"), "host") == 0) {
+    const egm_settings_t *settings = egm__config_settings(config);
+    if (!settings->enable_egm_store_pool && settings->pool_memory == EGM_POOL_MEMORY_HOST) {
         /* No CUDA plan to print, but the same check as at setup. */
         uint64_t chunks = 0;
-        status = egm__host_pool_check(egm_config_get_size(config, "global_segment_size"),
-                                      egm_config_get_size(config, "max_mr_size"),
-                                      egm_config_get_bool(config, "allow_overcommit"), &chunks);
+        status = egm__host_pool_check(settings->global_segment_size, settings->max_mr_size,
+                                      settings->allow_overcommit, &chunks);
         if (status != EGM_OK)
             return status;
         return egm__set_error(EGM_ERR_CONFIG,
@@ -245,10 +249,10 @@ static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t m
     const egm_config_t *config = client->config;
     egm_status_t status;
 
-    cap->egm = egm_config_get_bool(config, "enable_egm_store_pool");
-    if (!cap->egm && strcmp(egm_config_get(config, "pool_memory"), "host") == 0) {
-        status = egm__host_pool_create(total, max_chunk,
-                                       egm_config_get_bool(config, "allow_overcommit"), &cap->pool);
+    const egm_settings_t *settings = egm__config_settings(config);
+    cap->egm = settings->enable_egm_store_pool;
+    if (!cap->egm && settings->pool_memory == EGM_POOL_MEMORY_HOST) {
+        status = egm__host_pool_create(total, max_chunk, settings->allow_overcommit, &cap->pool);
         if (status == EGM_OK) {
             cap->count = egm__host_pool_chunk_count(cap->pool);
             cap->numa_nodes = 1;
@@ -353,11 +357,11 @@ egm_status_t egm__capacity_mount(egm_client_t *client, uint64_t total, uint64_t 
     egm_info("%s ready: %zu segment(s), %s on %zu %s, memory %s, first %s tcp %s shm %s",
              cap->egm ? "EGM pool" : "pool", cap->count,
              egm__format_size(cap->capacity, size_text, sizeof(size_text)), cap->numa_nodes,
-             strcmp(egm_config_get(client->config, "pool_memory"), "device") == 0 && !cap->egm
+             egm__config_settings(client->config)->pool_memory == EGM_POOL_MEMORY_DEVICE &&
+                     !cap->egm
                  ? "GPU"
                  : "NUMA node(s)",
-             cap->egm ? "egm" : egm_config_get(client->config, "pool_memory"),
-             cap->segments[0].name,
+             cap->egm ? "egm" : EGM_CONFIG_TEXT(client->config, pool_memory), cap->segments[0].name,
              cap->segments[0].tcp_endpoint[0] ? cap->segments[0].tcp_endpoint : "-",
              cap->segments[0].shm_socket[0] ? cap->segments[0].shm_socket : "-");
     return EGM_OK;

@@ -7,6 +7,7 @@
 #include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
@@ -180,9 +181,9 @@ static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *cons
         if (f->n_order == 0) {
             char reason[256];
             snprintf(reason, sizeof(reason), "%s", egm_last_error());
-            results[i] = egm__set_error(
-                EGM_ERR_UNREACHABLE, "no replica of \"%s\" is reachable with protocol %s: %s",
-                keys[i], egm_config_get(client->config, "protocol"), reason);
+            results[i] = egm__set_error(EGM_ERR_UNREACHABLE,
+                                        "no replica of \"%s\" is reachable with protocol %s: %s",
+                                        keys[i], EGM_CONFIG_TEXT(client->config, protocol), reason);
         } else {
             results[i] = EGM_ERR_TRANSFER;
             f->active = 1;

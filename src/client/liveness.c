@@ -12,6 +12,7 @@
 #include <time.h>
 #include "client/client_int.h"
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "cuda/driver.h"
@@ -209,7 +210,7 @@ static void prewarm_segments(egm_client_t *client)
     egm_segment_desc_t *descs = NULL;
     size_t n = 0;
 
-    if (!egm_config_get_bool(client->config, "prewarm") || egm__cuda_device_count() == 0)
+    if (!egm__config_settings(client->config)->prewarm || egm__cuda_device_count() == 0)
         return;
     if (egm__client_list_segments(client, &reply) != EGM_OK)
         return;
@@ -228,7 +229,7 @@ static void prewarm_segments(egm_client_t *client)
 static void *ping_main(void *arg)
 {
     egm_client_t *client = arg;
-    uint64_t interval_ms = (uint64_t)egm_config_get_int(client->config, "ping_interval_ms");
+    uint64_t interval_ms = (uint64_t)egm__config_settings(client->config)->ping_interval_ms;
 
     pthread_mutex_lock(&client->lock);
     while (!client->stopping) {
@@ -275,7 +276,7 @@ egm_status_t egm__liveness_start(egm_client_t *client)
     egm_status_t status = ping_once(client);
     if (status != EGM_OK)
         return egm__set_error(status, "master %s: %s (%s)",
-                              egm_config_get(client->config, "master_server_addr"),
+                              egm__config_settings(client->config)->master_server_addr,
                               egm_status_string(status), egm_last_error());
     client->master_reachable = 1;
     /* The first answer names the master; nothing to resynchronise yet. */

@@ -65,7 +65,7 @@ static void on_tick(egm_reactor_t *reactor, void *arg)
 static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *config,
                                      const char *host)
 {
-    int64_t port = egm_config_get_int(config, "http_port");
+    int64_t port = egm__config_settings(config)->http_port;
     if (port < 0)
         return EGM_OK;
     if (port > 65535)
@@ -98,17 +98,17 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
     if (status == EGM_OK && has_token)
         egm_info("master: admin HTTP requires the cluster token (Authorization: Bearer) except "
                  "on /health and /metrics");
-    if (status == EGM_OK || egm__config_is_set(config, "http_port"))
+    if (status == EGM_OK || EGM_CONFIG_IS_SET(config, http_port))
         return status; /* the error names http_port and the address */
     egm_warn("master: admin HTTP off: %s (set --http-port N, 0 for any free port, -1 for none)",
              egm_last_error());
     return EGM_OK;
 }
 
-/* A ratio key (kept as text by the config table): a decimal number in 0..1. */
-static egm_status_t config_ratio(const egm_config_t *config, const char *key, double *value_p)
+/* A ratio key (kept as text by the config table): a decimal number in 0..1.
+ * `key` names it in the error. */
+static egm_status_t config_ratio(const char *key, const char *text, double *value_p)
 {
-    const char *text = egm_config_get(config, key);
     char *end = NULL;
     double v;
 
@@ -127,10 +127,10 @@ static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl
                                   egm_objects_params_t *params)
 {
     egm_status_t status;
-    int64_t soft_pin_ms = egm_config_get_int(config, "default_kv_soft_pin_ttl");
-    int64_t discard_s = egm_config_get_int(config, "put_start_discard_timeout_sec");
-    int64_t residency_ms = egm_config_get_int(config, "eviction_min_residency_ms");
-    const char *placement = egm_config_get(config, "placement_strategy");
+    const egm_settings_t *settings = egm__config_settings(config);
+    int64_t soft_pin_ms = settings->default_kv_soft_pin_ttl;
+    int64_t discard_s = settings->put_start_discard_timeout_sec;
+    int64_t residency_ms = settings->eviction_min_residency_ms;
 
     egm__objects_params_default(params);
     params->lease_ttl_ms = lease_ttl_ms;
@@ -147,16 +147,13 @@ static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl
                               "eviction_min_residency_ms: %lld is out of range 0..%u ms (24 h)",
                               (long long)residency_ms, EGM_MASTER_MIN_RESIDENCY_MAX_MS);
     params->min_residency_ms = (uint64_t)residency_ms;
-    if ((status = config_ratio(config, "eviction_high_watermark_ratio",
-                               &params->eviction_high_watermark)) != EGM_OK ||
-        (status = config_ratio(config, "eviction_ratio", &params->eviction_ratio)) != EGM_OK)
+    if ((status =
+             config_ratio("eviction_high_watermark_ratio", settings->eviction_high_watermark_ratio,
+                          &params->eviction_high_watermark)) != EGM_OK ||
+        (status = config_ratio("eviction_ratio", settings->eviction_ratio,
+                               &params->eviction_ratio)) != EGM_OK)
         return status;
-    if (placement != NULL && strcmp(placement, "free_ratio_first") == 0)
-        params->placement = EGM_PLACEMENT_FREE_RATIO_FIRST;
-    else if (placement != NULL && strcmp(placement, "local_first") == 0)
-        params->placement = EGM_PLACEMENT_LOCAL_FIRST;
-    else
-        params->placement = EGM_PLACEMENT_RANDOM;
+    params->placement = settings->placement_strategy;
     return egm__objects_params_check(params);
 }
 
@@ -170,12 +167,13 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
         *master_p = NULL;
     if (config == NULL || master_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "master: config and master_p must not be NULL");
-    const char *host = egm_config_get(config, "listen_address");
-    int64_t port = egm_config_get_int(config, "port");
-    int64_t lease_ttl_ms = egm_config_get_int(config, "default_kv_lease_ttl");
-    int64_t client_ttl_s = egm_config_get_int(config, "client_ttl");
-    int64_t rpc_threads = egm_config_get_int(config, "rpc_threads");
-    uint64_t max_frame = egm_config_get_size(config, "max_frame_size");
+    const egm_settings_t *settings = egm__config_settings(config);
+    const char *host = settings->listen_address;
+    int64_t port = settings->port;
+    int64_t lease_ttl_ms = settings->default_kv_lease_ttl;
+    int64_t client_ttl_s = settings->client_ttl;
+    int64_t rpc_threads = settings->rpc_threads;
+    uint64_t max_frame = settings->max_frame_size;
     /* The config table checks ranges; these guard against a table that changed. */
     if (port < 0 || port > 65535)
         return egm__set_error(EGM_ERR_CONFIG, "port: %lld, must be 0..65535", (long long)port);
@@ -292,7 +290,7 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
              (long long)client_ttl_s, n);
     egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time, none "
              "within %llu ms of a PutEnd; soft pin %llu ms; unfinished puts discarded after %llu s",
-             egm_config_get(config, "placement_strategy"), objects.eviction_high_watermark,
+             EGM_CONFIG_TEXT(config, placement_strategy), objects.eviction_high_watermark,
              objects.eviction_ratio, (unsigned long long)objects.min_residency_ms,
              (unsigned long long)objects.soft_pin_ttl_ms,
              (unsigned long long)(objects.pending_timeout_ms / 1000u));

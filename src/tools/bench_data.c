@@ -155,7 +155,7 @@ static int run_command(egm_cli_t *cli, const egm_bdata_opts_t *o)
              (unsigned long long)(egm__id_random().lo & 0xffffffffu));
     egm__bench_machine(&r->machine);
     signal(SIGPIPE, SIG_IGN);
-    if (!egm__config_is_set(cli->config, "log_level"))
+    if (!EGM_CONFIG_IS_SET(cli->config, log_level))
         egm__log_set_level(EGM_LOG_WARN);
     egm_status_t status = egm__bdata_mem_open(&r->mem, o->gpu, o->device);
     if (status != EGM_OK)
@@ -189,7 +189,7 @@ int egm__cmd_bench_data(int argc, char **argv)
     o.argv = argv;
     if (!egm__bench_cli(argc, argv, "data", egm__bdata_usage, take_flags, &o, &cli, &rc))
         return rc;
-    if (egm__bdata_defaults(&o, !egm__config_is_set(cli.config, "master_server_addr")) != 0)
+    if (egm__bdata_defaults(&o, !EGM_CONFIG_IS_SET(cli.config, master_server_addr)) != 0)
         rc = EGM_EXIT_USAGE;
     else
         rc = run_command(&cli, &o);

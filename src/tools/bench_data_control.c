@@ -154,7 +154,7 @@ static egm_status_t start_master(egm_bdata_run_t *r)
         status = egm_config_set(mconfig, "http_port", "0");
     /* The full workload puts into a pool it has just filled, faster than any
      * residency would allow: it measures eviction as Mooncake does it (none). */
-    if (status == EGM_OK && !egm__config_is_set(mconfig, "eviction_min_residency_ms"))
+    if (status == EGM_OK && !EGM_CONFIG_IS_SET(mconfig, eviction_min_residency_ms))
         status = egm_config_set(mconfig, "eviction_min_residency_ms", "0");
     if (status == EGM_OK)
         status = egm__master_create(mconfig, &master);
@@ -206,9 +206,9 @@ static egm_status_t start_provider(egm_bdata_run_t *r)
 static egm_status_t external_master(egm_bdata_run_t *r)
 {
     uint16_t port = 0;
-    int64_t http = egm_config_get_int(r->config, "http_port");
+    int64_t http = egm__config_settings(r->config)->http_port;
     snprintf(r->master_addr, sizeof(r->master_addr), "%s",
-             egm_config_get(r->config, "master_server_addr"));
+             egm__config_settings(r->config)->master_server_addr);
     egm_status_t status =
         egm__sock_split_hostport(r->master_addr, r->http_host, sizeof(r->http_host), &port);
     r->http_port = http > 0 ? (unsigned)http : 0;
@@ -241,7 +241,7 @@ egm_status_t egm__bdata_cluster_start(egm_bdata_run_t *r)
 {
     egm_status_t status;
     r->provider.out_fd = -1;
-    r->embedded = !egm__config_is_set(r->config, "master_server_addr");
+    r->embedded = !EGM_CONFIG_IS_SET(r->config, master_server_addr);
     if (r->embedded) {
         status = start_master(r);
         if (status == EGM_OK)

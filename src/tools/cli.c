@@ -425,9 +425,7 @@ int egm__cli_parse(int argc, char **argv, const char *command, unsigned roles, u
         rc = EGM_EXIT_FAIL;
         goto out;
     }
-    egm_log_level_t level;
-    if (egm__log_parse_level(egm_config_get(cli->config, "log_level"), &level) == EGM_OK)
-        egm__log_set_level(level);
+    egm__log_set_level(egm__config_settings(cli->config)->log_level);
     rc = EGM_EXIT_OK;
 out:
     egm_free(flags);

@@ -983,11 +983,11 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
     pthread_cond_init(&b->go, NULL);
     pthread_cond_init(&b->done, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (!egm__config_is_set(cli->config, "log_level"))
+    if (!EGM_CONFIG_IS_SET(cli->config, log_level))
         egm__log_set_level(EGM_LOG_WARN);
 
-    if (egm__config_is_set(cli->config, "master_server_addr")) {
-        snprintf(addr, sizeof(addr), "%s", egm_config_get(cli->config, "master_server_addr"));
+    if (EGM_CONFIG_IS_SET(cli->config, master_server_addr)) {
+        snprintf(addr, sizeof(addr), "%s", egm__config_settings(cli->config)->master_server_addr);
         master_label = addr;
     } else {
         status = egm_config_copy(cli->config, &mconfig);
@@ -1016,13 +1016,13 @@ static int bench_meta(egm_cli_t *cli, bench_opts_t *o)
     }
     b->rpc_params = (egm_rpc_client_params_t){
         .addr = addr,
-        .connect_timeout_ms = (int)egm_config_get_int(cli->config, "connect_timeout_ms"),
-        .max_frame_size = egm_config_get_size(cli->config, "max_frame_size"),
+        .connect_timeout_ms = (int)egm__config_settings(cli->config)->connect_timeout_ms,
+        .max_frame_size = egm__config_settings(cli->config)->max_frame_size,
         .prefer_local_socket = !o->tcp,
         .auth_token = b->auth_token,
     };
-    b->timeout_ms = (int)egm_config_get_int(cli->config, "rpc_timeout_ms");
-    b->ping_interval_ms = (int)egm_config_get_int(cli->config, "ping_interval_ms");
+    b->timeout_ms = (int)egm__config_settings(cli->config)->rpc_timeout_ms;
+    b->ping_interval_ms = (int)egm__config_settings(cli->config)->ping_interval_ms;
     b->owner = egm__id_random();
     snprintf(b->prefix, sizeof(b->prefix), "bench-%08llx",
              (unsigned long long)(egm__id_random().lo & 0xffffffffu));

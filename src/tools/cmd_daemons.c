@@ -45,11 +45,11 @@ int egm__cmd_master(egm_cli_t *cli)
      * admin HTTP line follows it. */
     char where[300];
     printf("egmstore master listening on %s\n",
-           egm__sock_format_hostport(egm_config_get(cli->config, "listen_address"),
+           egm__sock_format_hostport(egm__config_settings(cli->config)->listen_address,
                                      egm__master_port(master), where, sizeof(where)));
     if (egm__master_http_port(master) != 0)
         printf("egmstore master admin http on %s\n",
-               egm__sock_format_hostport(egm_config_get(cli->config, "listen_address"),
+               egm__sock_format_hostport(egm__config_settings(cli->config)->listen_address,
                                          egm__master_http_port(master), where, sizeof(where)));
     else
         printf("egmstore master admin http off\n");

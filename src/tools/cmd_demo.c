@@ -229,9 +229,9 @@ int egm__cmd_demo(egm_cli_t *cli)
     egm_config_set(cli->config, "listen_address", "127.0.0.1");
     /* The demo needs no admin HTTP: the default port (9003) belongs to a real
      * master on this host. --http-port N (0 = a free one) still asks for it. */
-    if (!egm__config_is_set(cli->config, "http_port"))
+    if (!EGM_CONFIG_IS_SET(cli->config, http_port))
         egm_config_set(cli->config, "http_port", "-1");
-    if (!egm__config_is_set(cli->config, "log_level"))
+    if (!EGM_CONFIG_IS_SET(cli->config, log_level))
         egm__log_set_level(EGM_LOG_WARN);
     status = egm__master_create(cli->config, &master);
     if (status != EGM_OK) {

@@ -118,11 +118,11 @@ static int close_client(egm_client_t *client, const sigset_t *set)
 
 static egm_status_t start_http(egm_cli_t *cli, provider_state_t *ps, egm_http_server_t **srv_p)
 {
-    int64_t port = egm_config_get_int(cli->config, "provider_http_port");
+    int64_t port = egm__config_settings(cli->config)->provider_http_port;
     *srv_p = NULL;
     if (port < 0)
         return EGM_OK;
-    egm_status_t status = egm__http_start(egm_config_get(cli->config, "listen_address"),
+    egm_status_t status = egm__http_start(egm__config_settings(cli->config)->listen_address,
                                           (uint16_t)port, on_http, ps, srv_p);
     if (status != EGM_OK)
         return egm__set_error(status, "provider_http_port: %s", egm_last_error());
@@ -143,9 +143,9 @@ int egm__cmd_provider(egm_cli_t *cli)
                 cli->argv[0]);
         return EGM_EXIT_USAGE;
     }
-    if (!egm__config_is_set(cli->config, "global_segment_size"))
+    if (!EGM_CONFIG_IS_SET(cli->config, global_segment_size))
         egm_config_set(cli->config, "global_segment_size", PROVIDER_DEFAULT_CAPACITY);
-    if (egm_config_get_size(cli->config, "global_segment_size") == 0) {
+    if (egm__config_settings(cli->config)->global_segment_size == 0) {
         fprintf(stderr, "egmstore: error: global_segment_size: a provider needs a capacity > 0 "
                         "(e.g. --global-segment-size 1GiB)\n");
         return EGM_EXIT_USAGE;
@@ -186,7 +186,7 @@ int egm__cmd_provider(egm_cli_t *cli)
            client->capacity.count,
            egm__format_size(client->capacity.capacity, size_text, sizeof(size_text)),
            client->capacity.egm ? " EGM pool" : "",
-           egm_config_get(cli->config, "master_server_addr"), http_text);
+           egm__config_settings(cli->config)->master_server_addr, http_text);
     fflush(stdout);
     sigwait(&set, &sig);
     egm_info("signal %d: unmounting and stopping", sig);
