@@ -857,12 +857,12 @@ static const char *const type_names[] = {[EGM_CFG_STRING] = "string",
                                          [EGM_CFG_BOOL] = "bool",
                                          [EGM_CFG_ENUM] = "enum"};
 
-/* The accepted values in the docs' words: a range, the words, or the key's own text. */
-static void doc_accepted(const egm_config_key_t *k, char *buf, size_t len)
+void egm__config_range_text(const egm_config_key_t *k, char *buf, size_t len)
 {
     char lo[32], hi[32];
-    if (k->accepted != NULL) {
-        snprintf(buf, len, "%s", k->accepted);
+    buf[0] = '\0';
+    if (k->accepted != NULL && k->type == EGM_CFG_SIZE) {
+        snprintf(buf, len, "%s", k->accepted); /* a rule of its own besides the range */
         return;
     }
     switch (k->type) {
@@ -878,6 +878,27 @@ static void doc_accepted(const egm_config_key_t *k, char *buf, size_t len)
             snprintf(buf, len, "0..2^63-1 bytes");
         else
             snprintf(buf, len, "%s and up", lo);
+        return;
+    case EGM_CFG_ENUM:
+        egm__config_choices_text(k, buf, len);
+        return;
+    case EGM_CFG_BOOL:
+    case EGM_CFG_STRING:
+        return;
+    }
+}
+
+/* The accepted values in the docs' words: the range, the words, or the key's own text. */
+static void doc_accepted(const egm_config_key_t *k, char *buf, size_t len)
+{
+    if (k->accepted != NULL) {
+        snprintf(buf, len, "%s", k->accepted);
+        return;
+    }
+    switch (k->type) {
+    case EGM_CFG_INT:
+    case EGM_CFG_SIZE:
+        egm__config_range_text(k, buf, len);
         return;
     case EGM_CFG_BOOL:
         snprintf(buf, len, "`true`, `false` (also 1/0, yes/no, on/off)");

@@ -60,6 +60,10 @@ int egm__config_is_set(const egm_config_t *config, const char *key);
 egm_status_t egm__config_parse_choice(const egm_config_key_t *key, const char *word, int *value_p);
 /* "a|b|c": the words of an enum key, into buf. */
 const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len);
+/* The accepted values of an int, size or enum key in words, as --help and the
+ * docs show them ("0..65535", "4 KiB and up", "auto|nvlink|shm|tcp"); "" for
+ * strings and bools. */
+void egm__config_range_text(const egm_config_key_t *key, char *buf, size_t len);
 /* docs/configuration.md's row of a key up to its meaning column:
  * "| `name` | type | `default` | accepted values | read by |". Truncated to len. */
 void egm__config_doc_row(const egm_config_key_t *key, char *buf, size_t len);

@@ -176,7 +176,10 @@ static void print_key(FILE *out, const egm_config_key_t *key)
     for (const char *p = key->name; *p && j + 1 < sizeof(flag); p++)
         flag[j++] = *p == '_' ? '-' : *p;
     flag[j] = '\0';
-    fprintf(out, "  --%-24s %s (default: %s)\n", flag, key->help, key->def[0] ? key->def : "\"\"");
+    char range[256];
+    egm__config_range_text(key, range, sizeof(range));
+    fprintf(out, "  --%-24s %s (default: %s)%s%s%s\n", flag, key->help,
+            key->def[0] ? key->def : "\"\"", range[0] ? " [" : "", range, range[0] ? "]" : "");
 }
 
 void egm__cli_print_keys(FILE *out, unsigned roles, unsigned exclude)

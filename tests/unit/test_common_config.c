@@ -826,6 +826,22 @@ static void test_settings_table_binds_fields(void **state)
     assert_string_equal(
         egm__config_choices_text(egm__config_find_key("protocol"), buf, sizeof(buf)),
         "auto|nvlink|shm|tcp");
+    /* --help's accepted values, from the same table */
+    static const struct {
+        const char *key, *range;
+    } ranges[] = {{"port", "0..65535"},
+                  {"http_port", "-1..65535"},
+                  {"max_mr_size", "4 KiB and up"},
+                  {"max_frame_size", "1 KiB..1 GiB"},
+                  {"global_segment_size", "0..2^63-1 bytes"},
+                  {"nvlink_chunk_size", "0, or 4 KiB and up"},
+                  {"protocol", "auto|nvlink|shm|tcp"},
+                  {"prewarm", ""},
+                  {"local_hostname", ""}};
+    for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+        egm__config_range_text(egm__config_find_key(ranges[i].key), buf, sizeof(buf));
+        assert_string_equal(buf, ranges[i].range);
+    }
     egm_config_destroy(c);
 }
 
