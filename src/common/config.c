@@ -455,6 +455,31 @@ int egm__config_field_is_set(const egm_config_t *config, size_t offset)
     return i >= 0 && config->set[i];
 }
 
+int64_t egm__config_field_int(const egm_config_t *config, const egm_config_key_t *key)
+{
+    const char *field = (const char *)&config->settings + key->offset;
+    int64_t i = 0;
+    uint64_t u;
+    int b;
+    switch (key->type) {
+    case EGM_CFG_INT:
+        memcpy(&i, field, sizeof(i));
+        break;
+    case EGM_CFG_SIZE:
+        memcpy(&u, field, sizeof(u));
+        i = (int64_t)u;
+        break;
+    case EGM_CFG_BOOL:
+    case EGM_CFG_ENUM:
+        memcpy(&b, field, sizeof(b));
+        i = b;
+        break;
+    case EGM_CFG_STRING:
+        break;
+    }
+    return i;
+}
+
 const char *egm__config_field_text(const egm_config_t *config, size_t offset)
 {
     int i = field_index(offset);

@@ -58,6 +58,10 @@ int egm__config_is_set(const egm_config_t *config, const char *key);
 /* A word of enum key `key` -> its value in *value_p; another word (or NULL)
  * -> EGM_ERR_CONFIG naming the key and its words. */
 egm_status_t egm__config_parse_choice(const egm_config_key_t *key, const char *word, int *value_p);
+/* The settings field of a key that is not a string, as an integer (a size's
+ * bytes, a bool's 0 or 1, an enum's value); 0 for a string. For code that walks
+ * the table (tests, the fuzzer); other code reads the field itself. */
+int64_t egm__config_field_int(const egm_config_t *config, const egm_config_key_t *key);
 /* "a|b|c": the words of an enum key, into buf. */
 const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len);
 /* The accepted values of an int, size or enum key in words, as --help and the

@@ -715,26 +715,6 @@ static void test_auth_token_keys(void **state)
     assert_false(egm__token_equal("", "", 0)); /* an empty token never matches */
 }
 
-/* A key's settings field read as the key's type. */
-static int64_t field_int(const egm_settings_t *s, const egm_config_key_t *k)
-{
-    const char *f = (const char *)s + k->offset;
-    int64_t i;
-    uint64_t u;
-    int b;
-    switch (k->type) {
-    case EGM_CFG_INT:
-        memcpy(&i, f, sizeof(i));
-        return i;
-    case EGM_CFG_SIZE:
-        memcpy(&u, f, sizeof(u));
-        return (int64_t)u;
-    default:
-        memcpy(&b, f, sizeof(b));
-        return b;
-    }
-}
-
 /* Every field equals what the public getters read from the key's text. */
 static void assert_settings_match_text(const egm_config_t *c)
 {
@@ -752,19 +732,19 @@ static void assert_settings_match_text(const egm_config_t *c)
             break;
         }
         case EGM_CFG_INT:
-            assert_int_equal(field_int(s, k), egm_config_get_int(c, k->name));
+            assert_int_equal(egm__config_field_int(c, k), egm_config_get_int(c, k->name));
             break;
         case EGM_CFG_SIZE:
-            assert_int_equal(field_int(s, k), egm_config_get_size(c, k->name));
+            assert_int_equal(egm__config_field_int(c, k), egm_config_get_size(c, k->name));
             break;
         case EGM_CFG_BOOL:
-            assert_int_equal(field_int(s, k), egm_config_get_bool(c, k->name));
+            assert_int_equal(egm__config_field_int(c, k), egm_config_get_bool(c, k->name));
             break;
         case EGM_CFG_ENUM: {
             int found = 0;
             for (const egm_config_choice_t *ch = k->choices; ch->name != NULL; ch++)
                 if (strcmp(ch->name, text) == 0) {
-                    assert_int_equal(field_int(s, k), ch->value);
+                    assert_int_equal(egm__config_field_int(c, k), ch->value);
                     found = 1;
                 }
             assert_true(found);
@@ -818,7 +798,8 @@ static void test_settings_table_binds_fields(void **state)
     const egm_settings_t *s = egm__config_settings(c);
     for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
         assert_int_equal(egm_config_set(c, words[i].key, words[i].word), EGM_OK);
-        assert_int_equal(field_int(s, egm__config_find_key(words[i].key)), words[i].value);
+        assert_int_equal(egm__config_field_int(c, egm__config_find_key(words[i].key)),
+                         words[i].value);
     }
     assert_int_equal(s->protocol, EGM_PROTOCOL_TCP);
     assert_int_equal(s->pool_memory, EGM_POOL_MEMORY_DEVICE);
