@@ -10,6 +10,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/wire.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
 #include "rpc/frame.h"
@@ -154,9 +155,8 @@ static uint8_t *put_fixed64(uint8_t *p, uint8_t tag, uint64_t v)
     if (v == 0)
         return p;
     *p++ = tag;
-    for (int i = 0; i < 8; i++)
-        *p++ = (uint8_t)(v >> (8 * i));
-    return p;
+    egm__wire_put_u64(p, v);
+    return p + 8;
 }
 
 static size_t id_len(egm_id_t id)

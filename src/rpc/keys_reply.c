@@ -6,6 +6,7 @@
 #include <string.h>
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/wire.h"
 
 enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
 
@@ -84,11 +85,8 @@ static int rd_fixed64(rd_t *r, uint64_t *v)
 {
     if (r->end - r->p < 8)
         return -1;
-    uint64_t x = 0;
-    for (int i = 7; i >= 0; i--)
-        x = (x << 8) | r->p[i];
+    *v = egm__wire_get_u64(r->p);
     r->p += 8;
-    *v = x;
     return 0;
 }
 

@@ -25,6 +25,7 @@
 #include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "common/wire.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
@@ -383,9 +384,7 @@ static int on_header(rpc_conn_t *c)
     stat_add(&s->stats.frames_rejected, 1);
     egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: rejected frame: %s", c->fd,
                         egm_last_error());
-    uint32_t magic = (uint32_t)c->hdr_buf[0] | (uint32_t)c->hdr_buf[1] << 8 |
-                     (uint32_t)c->hdr_buf[2] << 16 | (uint32_t)c->hdr_buf[3] << 24;
-    if (magic != EGM_RPC_MAGIC) {
+    if (egm__wire_get_u32(c->hdr_buf) != EGM_RPC_MAGIC) {
         /* Nothing in this stream can be trusted, not even the request id: no
          * error reply. Replies to the frames before it, queued in this read,
          * still go out: the connection closes like after an error reply

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "common/wire.h"
 #include "cuda/cuda_api.h"
 #include "te/segment.h"
 #include "te/te.h"
@@ -69,7 +70,7 @@ egm_exposed_t *egm__exposed_acquire(egm_exposed_table_t *table, egm_id_t id);
 void egm__exposed_release(egm_exposed_table_t *table, egm_exposed_t *segment);
 size_t egm__exposed_count(egm_exposed_table_t *table);
 
-/* ---- wire formats (fixed little-endian) ----------------------------------- */
+/* ---- wire formats (fixed little-endian, common/wire.h) -------------------- */
 #define EGM_TCP_MAGIC 0x54474d45u       /* "EMGT" as LE bytes 'E','M','G','T' */
 #define EGM_TCP_REPLY_MAGIC 0x52474d45u /* "EMGR" */
 #define EGM_TCP_VERSION 1u
@@ -113,16 +114,6 @@ void egm__tcp_reply_decode(const uint8_t in[EGM_TCP_REPLY_SIZE], egm_tcp_reply_t
 /* Sent before the request when the consumer has a cluster token: magic u32,
  * token length u32, then the token's bytes. */
 #define EGM_BROKER_AUTH_MAGIC 0x41474d45u /* "EMGA" */
-
-void egm__wire_put_u16(uint8_t *p, uint16_t v);
-void egm__wire_put_u32(uint8_t *p, uint32_t v);
-void egm__wire_put_u64(uint8_t *p, uint64_t v);
-uint16_t egm__wire_get_u16(const uint8_t *p);
-uint32_t egm__wire_get_u32(const uint8_t *p);
-uint64_t egm__wire_get_u64(const uint8_t *p);
-/* Segment id as 16 bytes: hi then lo, each little-endian. */
-void egm__wire_put_id(uint8_t *p, egm_id_t id);
-egm_id_t egm__wire_get_id(const uint8_t *p);
 
 /* ---- fd broker (provider side of shm and of posix_fd VMM handles) ---------- */
 typedef struct egm_fd_broker egm_fd_broker_t;
