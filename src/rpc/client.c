@@ -14,7 +14,8 @@
  * while nobody holds the reader role, so a writer holding only wlock and a
  * reader holding the role see a stable fd, and a frame is never written to a
  * newer connection than the one its pending entry belongs to. The input state
- * (`in`) belongs to the role holder and is read without the lock. */
+ * (`in`, a frame reader: rpc/frame_reader.h) belongs to the role holder and is
+ * read without the lock. */
 #include "rpc/client.h"
 
 #include <arpa/inet.h>
@@ -39,6 +40,7 @@
 #include "common/sock.h"
 #include "rpc/endpoint.h"
 #include "rpc/frame.h"
+#include "rpc/frame_reader.h"
 #include "rpc/proto_util.h"
 
 /* Socket reads go through this scratch; payloads at least this large are
@@ -47,6 +49,8 @@
 /* Local socket names a client tries: per address of its host ("localhost"
  * may have two), the exact one and the two wildcard ones. */
 #define LOCAL_CANDIDATES_MAX 6
+/* Largest answer to a fresh connection's Auth or Hello. */
+#define FRESH_ANSWER_MAX 4096
 
 /* A local socket name to try, and the TCP endpoint the master behind it
  * must own to be the one we were given. */
@@ -67,12 +71,7 @@ typedef struct {
 
 /* Partial input of the current connection, kept across role holders. */
 typedef struct {
-    uint8_t hdr_buf[EGM_FRAME_HEADER_SIZE];
-    size_t hdr_got;
-    int in_payload;
-    egm_frame_header_t hdr;
-    uint8_t *payload; /* egm_malloc'ed reply buffer being filled */
-    size_t payload_got;
+    egm_frame_reader_t reader;
     uint8_t *scratch; /* IN_CHUNK */
 } input_t;
 
@@ -121,11 +120,7 @@ static void fail_all_locked(egm_rpc_client_t *cl, egm_status_t status)
 /* Drops the partial input of a connection that is gone. Role holder only. */
 static void input_reset(input_t *in)
 {
-    egm_free(in->payload);
-    in->payload = NULL;
-    in->payload_got = 0;
-    in->in_payload = 0;
-    in->hdr_got = 0;
+    egm__frame_reader_reset(&in->reader);
 }
 
 /* Nobody reads: wakes one sleeping waiter to take the reader role. Caller
@@ -190,73 +185,59 @@ static void deliver(egm_rpc_client_t *cl, const egm_frame_header_t *h, uint8_t *
     }
 }
 
-/* A frame header is complete: validate it and allocate its reply buffer. */
-static egm_status_t on_header(egm_rpc_client_t *cl)
+/* A frame from the server must be a reply. */
+static egm_status_t check_reply(void *arg, const egm_frame_header_t *h)
 {
-    input_t *in = &cl->in;
-    egm_status_t status = egm__frame_decode_header(in->hdr_buf, cl->max_frame_size, &in->hdr);
-
-    in->hdr_got = 0;
-    if (status == EGM_OK && !(in->hdr.flags & EGM_FRAME_REPLY))
-        status = egm__set_error(EGM_ERR_PROTOCOL, "frame %llu from the server is not a reply",
-                                (unsigned long long)in->hdr.request_id);
-    if (status != EGM_OK) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s: dropping the connection: %s",
-                            cl->where, egm_last_error());
-        return status;
-    }
-    in->payload = egm_malloc(in->hdr.length ? in->hdr.length : 1, "rpc_reply");
-    if (in->payload == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: cannot allocate %u bytes",
-                                (unsigned)in->hdr.length);
-        egm_warn("rpc client %s: %s", cl->where, egm_last_error());
-        return status;
-    }
-    in->payload_got = 0;
-    in->in_payload = 1;
+    (void)arg;
+    if (!(h->flags & EGM_FRAME_REPLY))
+        return egm__set_error(EGM_ERR_PROTOCOL, "frame %llu from the server is not a reply",
+                              (unsigned long long)h->request_id);
     return EGM_OK;
 }
 
-static void complete_payload(egm_rpc_client_t *cl)
+/* A complete frame from the reader: its payload into a buffer of its own
+ * (never NULL, even when empty), handed to its caller. */
+static egm_status_t deliver_frame(egm_rpc_client_t *cl, const egm_frame_t *frame)
 {
-    input_t *in = &cl->in;
-    uint8_t *buf = in->payload;
+    uint8_t *buf = frame->buf;
 
-    in->payload = NULL;
-    in->in_payload = 0;
-    deliver(cl, &in->hdr, buf);
+    if (buf == NULL) {
+        size_t len = frame->hdr.length;
+        buf = egm_malloc(len ? len : 1, "rpc_reply");
+        if (buf == NULL) {
+            egm_status_t status =
+                egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: cannot allocate %zu bytes", len);
+            egm_warn("rpc client %s: %s", cl->where, egm_last_error());
+            return status;
+        }
+        if (len)
+            memcpy(buf, frame->payload, len);
+    }
+    deliver(cl, &frame->hdr, buf);
+    return EGM_OK;
 }
 
-/* Feeds received bytes through the frame state machine. */
+/* Feeds received bytes through the frame reader, delivering each reply. */
 static egm_status_t consume(egm_rpc_client_t *cl, const uint8_t *data, size_t n)
 {
-    input_t *in = &cl->in;
-    egm_status_t status;
-
     while (n > 0) {
-        if (!in->in_payload) {
-            size_t take = EGM_FRAME_HEADER_SIZE - in->hdr_got;
-            if (take > n)
-                take = n;
-            memcpy(in->hdr_buf + in->hdr_got, data, take);
-            in->hdr_got += take;
-            data += take;
-            n -= take;
-            if (in->hdr_got < EGM_FRAME_HEADER_SIZE)
-                break;
-            if ((status = on_header(cl)) != EGM_OK)
-                return status;
-        } else {
-            size_t take = in->hdr.length - in->payload_got;
-            if (take > n)
-                take = n;
-            memcpy(in->payload + in->payload_got, data, take);
-            in->payload_got += take;
-            data += take;
-            n -= take;
-        }
-        if (in->in_payload && in->payload_got == in->hdr.length)
-            complete_payload(cl);
+        egm_frame_t frame;
+        size_t used = 0;
+        egm_status_t status = egm__frame_reader_feed(&cl->in.reader, data, n, &used, &frame);
+
+        data += used;
+        n -= used;
+        if (status == EGM_INPROGRESS)
+            break;
+        if (status == EGM_OK)
+            status = deliver_frame(cl, &frame);
+        else if (status == EGM_ERR_NO_MEMORY)
+            egm_warn("rpc client %s: %s", cl->where, egm_last_error());
+        else
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc client %s: dropping the connection: %s",
+                                cl->where, egm_last_error());
+        if (status != EGM_OK)
+            return status;
     }
     return EGM_OK;
 }
@@ -267,16 +248,22 @@ static egm_status_t consume(egm_rpc_client_t *cl, const uint8_t *data, size_t n)
 static egm_status_t pump(egm_rpc_client_t *cl, int fd)
 {
     input_t *in = &cl->in;
-    size_t want = in->in_payload ? in->hdr.length - in->payload_got : 0;
+    uint8_t *room = NULL;
+    size_t want = 0;
     ssize_t n;
+    egm_status_t status = egm__frame_reader_space(&in->reader, &room, &want);
 
+    if (status != EGM_OK) {
+        egm_warn("rpc client %s: %s", cl->where, egm_last_error());
+        return status;
+    }
     if (want >= IN_CHUNK) {
         /* a large payload goes straight into its reply buffer */
-        n = recv(fd, in->payload + in->payload_got, want, MSG_DONTWAIT);
+        n = recv(fd, room, want, MSG_DONTWAIT);
         if (n > 0) {
-            in->payload_got += (size_t)n;
-            if (in->payload_got == in->hdr.length)
-                complete_payload(cl);
+            egm_frame_t frame;
+            if (egm__frame_reader_commit(&in->reader, (size_t)n, &frame) == EGM_OK)
+                return deliver_frame(cl, &frame);
             return EGM_OK;
         }
     } else {
@@ -385,32 +372,57 @@ static egm_status_t write_frame(int fd, const uint8_t *hdr, const uint8_t *paylo
                                 uint64_t deadline_ms, size_t *sent_p);
 static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t len);
 
-/* Reads exactly len bytes of a fresh (not yet shared) connection, the answer
- * to a `type` request. */
-static egm_status_t read_exact(int fd, uint16_t type, uint8_t *buf, size_t len,
-                               uint64_t deadline_ms)
+/* The answer to a fresh exchange: a reply to its request (request id 0). */
+static egm_status_t check_fresh_answer(void *arg, const egm_frame_header_t *h)
 {
-    size_t got = 0;
-    while (got < len) {
-        egm_status_t status = wait_readable(fd, deadline_ms, 0);
-        if (status != EGM_OK)
-            return status == EGM_ERR_TIMEOUT
-                       ? egm__set_error(EGM_ERR_TIMEOUT, "rpc client: no answer to %s",
-                                        egm__rpc_type_name(type))
-                       : status;
-        ssize_t n = recv(fd, buf + got, len - got, MSG_DONTWAIT);
-        if (n == 0)
-            return egm__set_error(EGM_ERR_UNREACHABLE, "rpc client: connection closed during %s",
-                                  egm__rpc_type_name(type));
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-                continue;
-            return egm__set_error(egm__status_from_errno(errno), "rpc client: recv: %s",
-                                  strerror(errno));
-        }
-        got += (size_t)n;
-    }
+    uint16_t type = *(const uint16_t *)arg;
+    if (h->type != type || h->request_id != 0 || !(h->flags & EGM_FRAME_REPLY))
+        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: unexpected answer to %s",
+                              egm__rpc_type_name(type));
     return EGM_OK;
+}
+
+/* Reads one frame of a fresh (not yet shared) connection, the answer to a
+ * `type` request, reading no byte past it. *frame_p's buf is the caller's. */
+static egm_status_t read_answer(int fd, uint16_t type, uint64_t deadline_ms, egm_frame_t *frame_p)
+{
+    egm_frame_reader_t reader;
+    egm_status_t status;
+
+    egm__frame_reader_init(&reader, FRESH_ANSWER_MAX, "rpc_fresh_answer");
+    reader.check = check_fresh_answer;
+    reader.check_arg = &type;
+    do {
+        uint8_t *room = NULL;
+        size_t want = 0;
+        if ((status = egm__frame_reader_space(&reader, &room, &want)) != EGM_OK)
+            break;
+        status = wait_readable(fd, deadline_ms, 0);
+        if (status != EGM_OK) {
+            if (status == EGM_ERR_TIMEOUT)
+                status = egm__set_error(EGM_ERR_TIMEOUT, "rpc client: no answer to %s",
+                                        egm__rpc_type_name(type));
+            break;
+        }
+        ssize_t n = recv(fd, room, want, MSG_DONTWAIT);
+        if (n == 0) {
+            status = egm__set_error(EGM_ERR_UNREACHABLE, "rpc client: connection closed during %s",
+                                    egm__rpc_type_name(type));
+            break;
+        }
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
+                status = EGM_INPROGRESS;
+                continue;
+            }
+            status = egm__set_error(egm__status_from_errno(errno), "rpc client: recv: %s",
+                                    strerror(errno));
+            break;
+        }
+        status = egm__frame_reader_commit(&reader, (size_t)n, frame_p);
+    } while (status == EGM_INPROGRESS);
+    egm__frame_reader_cleanup(&reader);
+    return status;
 }
 
 /* One request on a fresh connection and its answer (request id 0, which no
@@ -421,39 +433,33 @@ static egm_status_t fresh_exchange(int fd, uint16_t type, const uint8_t *req, si
 {
     size_t sent = 0;
     uint8_t hdr[EGM_FRAME_HEADER_SIZE];
-    uint8_t payload[4096];
     egm_frame_header_t h = {
         .version = EGM_RPC_VERSION, .type = type, .request_id = 0, .length = (uint32_t)req_len};
+    egm_frame_t answer;
     egm_status_t status;
 
     egm__frame_encode_header(&h, hdr);
     status = write_frame(fd, hdr, req, req_len, deadline_ms, &sent);
     if (status != EGM_OK)
         return status;
-    status = read_exact(fd, type, hdr, sizeof(hdr), deadline_ms);
+    status = read_answer(fd, type, deadline_ms, &answer);
     if (status != EGM_OK)
         return status;
-    status = egm__frame_decode_header(hdr, sizeof(payload), &h);
-    if (status != EGM_OK)
-        return status;
-    if (h.type != type || h.request_id != 0 || !(h.flags & EGM_FRAME_REPLY))
-        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: unexpected answer to %s",
-                              egm__rpc_type_name(type));
-    status = read_exact(fd, type, payload, h.length, deadline_ms);
-    if (status != EGM_OK)
-        return status;
-    if (h.flags & EGM_FRAME_ERROR)
-        return decode_error_reply(type, payload, h.length);
-    if (reply == NULL) { /* the answer's payload is not wanted */
-        *len_p = h.length;
-        return EGM_OK;
+    uint32_t len = answer.hdr.length;
+    if (answer.hdr.flags & EGM_FRAME_ERROR)
+        status = decode_error_reply(type, len ? answer.payload : (const uint8_t *)"", len);
+    else if (reply == NULL) /* the answer's payload is not wanted */
+        *len_p = len;
+    else if (len > *len_p)
+        status = egm__set_error(EGM_ERR_PROTOCOL, "rpc client: %s answer of %u bytes, at most %zu",
+                                egm__rpc_type_name(type), (unsigned)len, *len_p);
+    else {
+        if (len)
+            memcpy(reply, answer.payload, len);
+        *len_p = len;
     }
-    if (h.length > *len_p)
-        return egm__set_error(EGM_ERR_PROTOCOL, "rpc client: %s answer of %u bytes, at most %zu",
-                              egm__rpc_type_name(type), (unsigned)h.length, *len_p);
-    memcpy(reply, payload, h.length);
-    *len_p = h.length;
-    return EGM_OK;
+    egm_free(answer.buf);
+    return status;
 }
 
 /* Presents the cluster token on a fresh connection and waits for the answer. */
@@ -892,6 +898,8 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     status = egm__hashmap_create(&cl->pending);
     if (status != EGM_OK)
         goto err_free;
+    egm__frame_reader_init(&cl->in.reader, params->max_frame_size, "rpc_reply");
+    cl->in.reader.check = check_reply;
     cl->in.scratch = egm_malloc(IN_CHUNK, "rpc_client_in");
     if (cl->in.scratch == NULL) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: out of memory");
@@ -961,6 +969,7 @@ void egm__rpc_client_destroy(egm_rpc_client_t *client)
     pthread_cond_destroy(&cl->idle);
     pthread_mutex_destroy(&cl->wlock);
     pthread_mutex_destroy(&cl->lock);
+    egm__frame_reader_cleanup(&cl->in.reader);
     egm_free(cl->in.scratch);
     egm__secure_zero(cl->auth_token, sizeof(cl->auth_token));
     egm_free(cl);

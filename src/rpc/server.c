@@ -1,5 +1,6 @@
-/* RPC server on the reactor: accepts connections, reads frames incrementally
- * (partial frames across reads, several frames per read), dispatches each to
+/* RPC server on the reactor: accepts connections, reads frames through a
+ * frame reader per connection (rpc/frame_reader.h: partial frames across
+ * reads, several frames per read), dispatches each to
  * its handler and queues the reply, flushing with EPOLLOUT when the socket
  * would block. Everything of a server runs on its reactor's thread; only the
  * stats (atomics) and the inbox (its mutex) are touched from elsewhere.
@@ -27,6 +28,7 @@
 #include "common/sock.h"
 #include "common/wire.h"
 #include "rpc/frame.h"
+#include "rpc/frame_reader.h"
 #include "rpc/proto_util.h"
 
 #define HANDLER_SLOTS 256
@@ -50,13 +52,7 @@ struct rpc_conn {
     int fd;
     uint32_t events; /* currently registered */
 
-    /* input state machine */
-    uint8_t hdr_buf[EGM_FRAME_HEADER_SIZE];
-    size_t hdr_got;
-    int in_payload; /* header decoded, reading its payload */
-    egm_frame_header_t hdr;
-    uint8_t *payload; /* egm_malloc'ed when the payload spans reads */
-    size_t payload_got;
+    egm_frame_reader_t in;
 
     /* output */
     uint8_t *out;
@@ -125,7 +121,7 @@ static void conn_close(rpc_conn_t *c)
         c->next->prev = c->prev;
     s->nconns--;
     stat_add(&s->stats.connections_open, -1);
-    egm_free(c->payload);
+    egm__frame_reader_cleanup(&c->in);
     egm_free(c->out);
     egm_free(c);
 }
@@ -264,10 +260,7 @@ static void begin_closing(rpc_conn_t *c)
 {
     c->closing = 1;
     c->linger_deadline_ms = egm__now_ms() + LINGER_MS;
-    egm_free(c->payload);
-    c->payload = NULL;
-    c->in_payload = 0;
-    c->hdr_got = 0;
+    egm__frame_reader_reset(&c->in);
 }
 
 static void begin_closing(rpc_conn_t *c);
@@ -275,11 +268,11 @@ static void begin_closing(rpc_conn_t *c);
 /* The cluster token gate, and Hello. Returns 1 when the frame was an Auth or
  * Hello frame or was refused (answered here), 0 when it goes on to its
  * handler. */
-static int auth_gate(rpc_conn_t *c, const uint8_t *payload, size_t len)
+static int auth_gate(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *payload, size_t len)
 {
     egm_rpc_server_t *s = c->server;
-    uint16_t type = c->hdr.type;
-    uint64_t id = c->hdr.request_id;
+    uint16_t type = h->type;
+    uint64_t id = h->request_id;
     const char *problem;
 
     if (type == EGM_RPC_HELLO) {
@@ -308,17 +301,18 @@ static int auth_gate(rpc_conn_t *c, const uint8_t *payload, size_t len)
     return 1;
 }
 
-static void dispatch(rpc_conn_t *c, const uint8_t *payload, size_t len)
+static void dispatch(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *payload)
 {
     egm_rpc_server_t *s = c->server;
-    uint16_t type = c->hdr.type;
-    uint64_t id = c->hdr.request_id;
+    uint16_t type = h->type;
+    uint64_t id = h->request_id;
+    size_t len = h->length;
     egm_rpc_handler_t fn = type < HANDLER_SLOTS ? s->handlers[type].fn : NULL;
     egm_rpc_reply_t reply = {NULL, 0};
     egm_status_t status;
 
     stat_add(&s->stats.requests, 1);
-    if (auth_gate(c, payload, len))
+    if (auth_gate(c, h, payload, len))
         return;
     if (fn == NULL) {
         stat_add(&s->stats.frames_rejected, 1);
@@ -355,36 +349,33 @@ static void dispatch(rpc_conn_t *c, const uint8_t *payload, size_t len)
     egm_free(reply.buf);
 }
 
-/* A header is complete: validate it. Returns 0 to go on, -1 if the connection
- * was closed. */
-static int on_header(rpc_conn_t *c)
+/* The limit of the next frame's payload: before the cluster token, no frame
+ * larger than a token is read, so that a peer without it cannot make the
+ * master buffer max_frame_size bytes. */
+static int gated(const rpc_conn_t *c)
+{
+    return c->server->auth_token[0] != '\0' && !c->authenticated;
+}
+
+/* The reader refused a header (status; h holds the fields it could read).
+ * Returns 0 to go on (closing), -1 if the connection was closed. */
+static int on_bad_header(rpc_conn_t *c, egm_status_t status, const egm_frame_header_t *h)
 {
     egm_rpc_server_t *s = c->server;
-    /* Before the cluster token, no frame larger than a token is read: a peer
-     * without it cannot make the master buffer max_frame_size bytes. */
-    int gated = s->auth_token[0] != '\0' && !c->authenticated;
-    egm_status_t status = egm__frame_decode_header(
-        c->hdr_buf, gated ? EGM_AUTH_TOKEN_MAX : s->max_frame_size, &c->hdr);
+    egm_frame_header_t whole;
 
-    c->hdr_got = 0;
     /* Refused for its length alone: answer as the token gate does. */
-    if (status != EGM_OK && gated &&
-        egm__frame_decode_header(c->hdr_buf, SIZE_MAX, &c->hdr) == EGM_OK) {
+    if (gated(c) && egm__frame_decode_header(c->in.hdr_buf, SIZE_MAX, &whole) == EGM_OK) {
         stat_add(&s->stats.auth_failures, 1);
         status = egm__set_error(EGM_ERR_PERMISSION,
                                 "auth required: this master requires the cluster token "
                                 "(auth_token) before a frame of %u bytes",
-                                (unsigned)c->hdr.length);
-    }
-    if (status == EGM_OK) {
-        c->in_payload = 1;
-        c->payload_got = 0;
-        return 0;
+                                (unsigned)whole.length);
     }
     stat_add(&s->stats.frames_rejected, 1);
     egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: rejected frame: %s", c->fd,
                         egm_last_error());
-    if (egm__wire_get_u32(c->hdr_buf) != EGM_RPC_MAGIC) {
+    if (egm__wire_get_u32(c->in.hdr_buf) != EGM_RPC_MAGIC) {
         /* Nothing in this stream can be trusted, not even the request id: no
          * error reply. Replies to the frames before it, queued in this read,
          * still go out: the connection closes like after an error reply
@@ -397,62 +388,36 @@ static int on_header(rpc_conn_t *c)
         begin_closing(c);
         return 0;
     }
-    queue_error(c, c->hdr.type, c->hdr.request_id, status, egm_last_error());
+    queue_error(c, h->type, h->request_id, status, egm_last_error());
     begin_closing(c);
     return 0;
 }
 
-/* Feeds bytes read from the socket into the state machine. Returns 0 to go
- * on, -1 if the connection was closed. */
+/* Feeds bytes read from the socket through the connection's frame reader,
+ * dispatching each frame they complete. Returns 0 to go on, -1 if the
+ * connection was closed. */
 static int consume(rpc_conn_t *c, const uint8_t *data, size_t n)
 {
     while (n > 0 && !c->closing) {
-        if (!c->in_payload) {
-            size_t take = EGM_FRAME_HEADER_SIZE - c->hdr_got;
-            if (take > n)
-                take = n;
-            memcpy(c->hdr_buf + c->hdr_got, data, take);
-            c->hdr_got += take;
-            data += take;
-            n -= take;
-            if (c->hdr_got < EGM_FRAME_HEADER_SIZE)
-                break;
-            if (on_header(c) != 0)
-                return -1;
-            if (c->closing || c->hdr.length > 0)
-                continue;
-            /* empty payload: dispatch right away */
-        } else {
-            size_t want = c->hdr.length - c->payload_got;
-            if (c->payload == NULL && n >= want) {
-                /* the whole payload is in this read: no copy */
-                c->in_payload = 0;
-                dispatch(c, data, want);
-                data += want;
-                n -= want;
-                continue;
-            }
-            if (c->payload == NULL) {
-                c->payload = egm_malloc(c->hdr.length, "rpc_server_payload");
-                if (c->payload == NULL) {
-                    egm_warn("rpc server: fd %d: cannot allocate a %u-byte payload", c->fd,
-                             (unsigned)c->hdr.length);
-                    conn_close(c);
-                    return -1;
-                }
-            }
-            size_t take = want < n ? want : n;
-            memcpy(c->payload + c->payload_got, data, take);
-            c->payload_got += take;
-            data += take;
-            n -= take;
-            if (c->payload_got < c->hdr.length)
-                break;
+        egm_frame_t frame;
+        size_t used = 0;
+
+        c->in.max_payload = gated(c) ? EGM_AUTH_TOKEN_MAX : c->server->max_frame_size;
+        egm_status_t status = egm__frame_reader_feed(&c->in, data, n, &used, &frame);
+        data += used;
+        n -= used;
+        if (status == EGM_INPROGRESS)
+            break;
+        if (status == EGM_OK) {
+            dispatch(c, &frame.hdr, frame.payload);
+            egm_free(frame.buf);
+        } else if (status == EGM_ERR_NO_MEMORY) {
+            egm_warn("rpc server: fd %d: %s", c->fd, egm_last_error());
+            conn_close(c);
+            return -1;
+        } else if (on_bad_header(c, status, &frame.hdr) != 0) {
+            return -1;
         }
-        c->in_payload = 0;
-        dispatch(c, c->payload, c->hdr.length);
-        egm_free(c->payload);
-        c->payload = NULL;
     }
     if (c->closing) {
         c->discarded += n;
@@ -481,7 +446,7 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
             if (n == 0) {
                 /* EOF: a partial frame, a linger that completed, or a peer
                  * that half-closed after its last request */
-                if (c->hdr_got || c->in_payload)
+                if (egm__frame_reader_mid_frame(&c->in))
                     egm_debug("rpc server: fd %d closed mid-frame", c->fd);
                 if (c->out_off < c->out_len)
                     (void)send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
@@ -576,6 +541,7 @@ static void adopt(egm_rpc_server_t *s, int cfd, int is_unix)
     c->server = s;
     c->fd = cfd;
     c->events = EGM_EV_READ;
+    egm__frame_reader_init(&c->in, s->max_frame_size, "rpc_server_payload");
     if (egm__reactor_add(s->reactor, cfd, EGM_EV_READ, conn_on_event, c) != EGM_OK) {
         egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: cannot watch a connection: %s",
                             egm_last_error());
