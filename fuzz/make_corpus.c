@@ -104,6 +104,49 @@ static void make_rpc_frame(void)
     put_file("rpc_frame", "http_get", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
 }
 
+/* ---- frame_reader: streams of frames, cut in reads ----------------------------- */
+static size_t add_frame(uint8_t *out, uint8_t flags, uint16_t type, uint32_t length)
+{
+    egm_frame_header_t h = {EGM_RPC_VERSION, flags, type, 0x1000u + type, length};
+    egm__frame_encode_header(&h, out);
+    for (uint32_t k = 0; k < length; k++)
+        out[EGM_FRAME_HEADER_SIZE + k] = (uint8_t)(type + k);
+    return EGM_FRAME_HEADER_SIZE + length;
+}
+
+static void reader_seed(const char *name, uint8_t seed, uint8_t mode, uint16_t max, uint8_t refused,
+                        const uint8_t *stream, size_t len)
+{
+    uint8_t out[1024];
+    out[0] = seed;
+    out[1] = mode;
+    egm__wire_put_u16(out + 2, max);
+    out[4] = refused;
+    memcpy(out + 5, stream, len);
+    put_file("frame_reader", name, out, 5 + len);
+}
+
+static void make_frame_reader(void)
+{
+    uint8_t stream[900];
+    size_t len = 0;
+    len += add_frame(stream + len, 0, EGM_RPC_PING, 0);
+    len += add_frame(stream + len, 0, EGM_RPC_PUT_START, 40);
+    len += add_frame(stream + len, EGM_FRAME_REPLY, EGM_RPC_GET_REPLICA_LIST, 300);
+    len += add_frame(stream + len, EGM_FRAME_REPLY | EGM_FRAME_ERROR, EGM_RPC_AUTH, 17);
+    reader_seed("whole", 1, 0, 4096, 0, stream, len);
+    reader_seed("byte_by_byte", 2, 1, 4096, 0, stream, len);
+    reader_seed("small_cuts", 3, 2, 4096, 0, stream, len);
+    reader_seed("space_commit", 4, 2 | 4, 4096, 0, stream, len);
+    reader_seed("check_refuses", 5, 2 | 8, 4096, EGM_RPC_GET_REPLICA_LIST, stream, len);
+    reader_seed("over_limit", 6, 2, 100, 0, stream, len);
+    reader_seed("partial_end", 7, 2, 4096, 0, stream, len - 5);
+    uint8_t bad[sizeof(stream)];
+    memcpy(bad, stream, len);
+    bad[EGM_FRAME_HEADER_SIZE] ^= 0xff; /* the second frame's magic */
+    reader_seed("bad_magic_second", 8, 2, 4096, 0, bad, len);
+}
+
 /* ---- master_rpc: sequences of calls ------------------------------------------ */
 static const egm_id_t client_a = {0xaaaa, 1}, client_b = {0xbbbb, 2};
 
@@ -618,6 +661,7 @@ int main(int argc, char **argv)
         return 1;
     }
     make_rpc_frame();
+    make_frame_reader();
     make_master_rpc();
     make_descriptors();
     make_tcp_request();
