@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/config_int.h"
 #include "common/log.h"
@@ -273,7 +274,8 @@ static int auth_gate(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
     egm_rpc_server_t *s = c->server;
     uint16_t type = h->type;
     uint64_t id = h->request_id;
-    const char *problem;
+    egm_auth_verdict_t verdict;
+    char problem[EGM_AUTH_PROBLEM_MAX];
 
     if (type == EGM_RPC_HELLO) {
         /* who we are, to anyone: the endpoints are what the peer dialled */
@@ -282,17 +284,14 @@ static int auth_gate(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
         return 1;
     }
     if (type != EGM_RPC_AUTH) {
-        if (c->authenticated || s->auth_token[0] == '\0')
+        if (c->authenticated || (verdict = egm__auth_check_absent(s->auth_token)) == EGM_AUTH_OK)
             return 0;
-        problem = "auth required: this master requires the cluster token (auth_token)";
-    } else if (s->auth_token[0] == '\0' ||
-               egm__token_equal(s->auth_token, (const char *)payload, len)) {
+    } else if ((verdict = egm__auth_check(s->auth_token, payload, len)) == EGM_AUTH_OK) {
         c->authenticated = 1;
         queue_frame(c, EGM_FRAME_REPLY, type, id, NULL, 0);
         return 1;
-    } else {
-        problem = "auth token mismatch: the token presented is not this master's auth_token";
     }
+    egm__auth_problem(verdict, "this master", problem, sizeof(problem));
     stat_add(&s->stats.auth_failures, 1);
     egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: fd %d: %s request %llu refused: %s", c->fd,
                         egm__rpc_type_name(type), (unsigned long long)id, problem);
@@ -366,11 +365,12 @@ static int on_bad_header(rpc_conn_t *c, egm_status_t status, const egm_frame_hea
 
     /* Refused for its length alone: answer as the token gate does. */
     if (gated(c) && egm__frame_decode_header(c->in.hdr_buf, SIZE_MAX, &whole) == EGM_OK) {
+        char problem[EGM_AUTH_PROBLEM_MAX];
         stat_add(&s->stats.auth_failures, 1);
-        status = egm__set_error(EGM_ERR_PERMISSION,
-                                "auth required: this master requires the cluster token "
-                                "(auth_token) before a frame of %u bytes",
-                                (unsigned)whole.length);
+        status = egm__set_error(
+            EGM_ERR_PERMISSION, "%s before a frame of %u bytes",
+            egm__auth_problem(EGM_AUTH_MISSING, "this master", problem, sizeof(problem)),
+            (unsigned)whole.length);
     }
     stat_add(&s->stats.frames_rejected, 1);
     egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: rejected frame: %s", c->fd,

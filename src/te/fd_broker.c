@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/config_int.h"
 #include "common/log.h"
@@ -90,32 +91,25 @@ static int read_request(egm_fd_broker_t *broker, int fd, pid_t pid,
                         uint8_t req[EGM_BROKER_REQ_SIZE])
 {
     const char *token = broker->auth != NULL ? broker->auth->token : NULL;
-    int required = token != NULL && token[0] != '\0';
-    const char *problem = NULL;
+    egm_auth_verdict_t verdict;
+    char problem[EGM_AUTH_PROBLEM_MAX];
 
     if (egm__sock_read_full_timeout(fd, req, 8, BROKER_IO_TIMEOUT_MS) != EGM_OK)
         return -1;
     if (egm__wire_get_u32(req) == EGM_BROKER_AUTH_MAGIC) {
         uint32_t len = egm__wire_get_u32(req + 4);
-        char presented[EGM_AUTH_TOKEN_MAX + 1];
-        if (len > EGM_AUTH_TOKEN_MAX) {
-            problem = "auth token longer than the longest accepted";
-        } else {
-            if (egm__sock_read_full_timeout(fd, presented, len, BROKER_IO_TIMEOUT_MS) != EGM_OK)
-                return -1;
-            if (required && !egm__token_equal(token, presented, len))
-                problem = "auth token mismatch";
-            egm__secure_zero(presented, sizeof(presented));
-        }
-        if (problem == NULL &&
+        if (egm__auth_recv_check(fd, token, len, BROKER_IO_TIMEOUT_MS, &verdict) != EGM_OK)
+            return -1;
+        if (verdict == EGM_AUTH_OK &&
             egm__sock_read_full_timeout(fd, req, 8, BROKER_IO_TIMEOUT_MS) != EGM_OK)
             return -1;
-    } else if (required) {
-        problem = "auth required (no cluster token presented)";
+    } else {
+        verdict = egm__auth_check_absent(token);
     }
-    if (problem != NULL) {
+    if (verdict != EGM_AUTH_OK) {
         atomic_fetch_add(&broker->counters->auth_failures, 1);
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: pid %d refused: %s", (int)pid, problem);
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: pid %d refused: %s", (int)pid,
+                            egm__auth_problem(verdict, "this provider", problem, sizeof(problem)));
         refuse(fd, EGM_ERR_PERMISSION);
         return -1;
     }
@@ -341,14 +335,12 @@ egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_hand
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 
     if (token != NULL && token[0] != '\0') {
-        size_t len = strlen(token);
         uint8_t auth[8];
         egm__wire_put_u32(auth, EGM_BROKER_AUTH_MAGIC);
-        egm__wire_put_u32(auth + 4, (uint32_t)len);
+        egm__wire_put_u32(auth + 4, (uint32_t)strlen(token));
         /* A write that fails (the broker refused our uid and closed) is
          * explained by its answer, read below. */
-        if (egm__sock_write_full(sock, auth, sizeof(auth)) == EGM_OK)
-            (void)egm__sock_write_full(sock, token, len);
+        (void)egm__auth_hello(sock, auth, sizeof(auth), token);
     }
     egm__wire_put_u32(req, EGM_BROKER_MAGIC);
     egm__wire_put_u16(req + 4, EGM_BROKER_VERSION);
@@ -366,12 +358,12 @@ egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_hand
     }
     int32_t status = (int32_t)egm__wire_get_u32(reply + 4);
     if (status != EGM_OK) {
-        const char *why = egm_status_name(status);
+        char why[EGM_AUTH_PROBLEM_MAX + 64], refusal[EGM_AUTH_PROBLEM_MAX];
         if (status == EGM_ERR_PERMISSION)
-            why = token == NULL || token[0] == '\0'
-                      ? "PERMISSION (auth required: the provider requires the cluster token "
-                        "(auth_token), or our uid is not allowed)"
-                      : "PERMISSION (auth token mismatch, or our uid is not allowed)";
+            snprintf(why, sizeof(why), "PERMISSION (%s, or our uid is not allowed)",
+                     egm__auth_refusal(token, "the provider", refusal, sizeof(refusal)));
+        else
+            snprintf(why, sizeof(why), "%s", egm_status_name(status));
         st = egm__set_error(status < 0 && status >= EGM_STATUS_MIN ? (egm_status_t)status
                                                                    : EGM_ERR_PROTOCOL,
                             "segment %s: fd broker %s refused: %s", text, socket, why);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/auth.h"
 #include "common/config_int.h"
 #include "common/hashmap.h"
 #include "common/log.h"
@@ -125,9 +126,7 @@ static egm_status_t authenticate(egm_tcp_client_t *client, int fd, const char *n
     egm_tcp_reply_t reply;
 
     egm__tcp_req_encode(&req, buf);
-    egm_status_t st = egm__sock_write_full(fd, buf, sizeof(buf));
-    if (st == EGM_OK)
-        st = egm__sock_write_full(fd, client->auth_token, len);
+    egm_status_t st = egm__auth_hello(fd, buf, sizeof(buf), client->auth_token);
     if (st == EGM_OK)
         st = read_reply(client, fd, req.request_id, &reply);
     if (st != EGM_OK) {
@@ -135,10 +134,12 @@ static egm_status_t authenticate(egm_tcp_client_t *client, int fd, const char *n
         snprintf(detail, sizeof(detail), "%s", egm_last_error());
         return egm__set_error(st, "tcp: data server %s: authentication failed: %s", name, detail);
     }
-    if (reply.status != EGM_OK)
-        return egm__set_error(EGM_ERR_PERMISSION,
-                              "tcp: data server %s refused our cluster token: auth token mismatch",
-                              name);
+    if (reply.status != EGM_OK) {
+        char refusal[EGM_AUTH_PROBLEM_MAX];
+        return egm__set_error(
+            EGM_ERR_PERMISSION, "tcp: data server %s refused our cluster token: %s", name,
+            egm__auth_refusal(client->auth_token, "the data server", refusal, sizeof(refusal)));
+    }
     return EGM_OK;
 }
 
@@ -294,13 +295,13 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
                 break;
         }
         if (st != EGM_OK) {
-            char detail[256];
+            char detail[256], refusal[EGM_AUTH_PROBLEM_MAX];
             snprintf(detail, sizeof(detail), "%s",
-                     !answered                       ? egm_last_error()
-                     : st != EGM_ERR_PERMISSION      ? "refused by the server"
-                     : client->auth_token[0] == '\0' ? "auth required: the data server requires "
-                                                       "the cluster token (auth_token)"
-                                                     : "auth token mismatch");
+                     !answered ? egm_last_error()
+                     : st != EGM_ERR_PERMISSION
+                         ? "refused by the server"
+                         : egm__auth_refusal(client->auth_token, "the data server", refusal,
+                                             sizeof(refusal)));
             return egm__set_error(st, "tcp: %s of segment %s [%" PRIu64 ", +%zu) at %s: %s: %s",
                                   dir == EGM_TE_READ ? "READ" : "WRITE",
                                   egm__id_format(segment, text), offset, n, endpoint,

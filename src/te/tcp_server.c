@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/config_int.h"
 #include "common/log.h"
@@ -143,38 +144,30 @@ static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req,
                      int *close_p)
 {
     const char *token = server->auth != NULL ? server->auth->token : NULL;
-    int required = token != NULL && token[0] != '\0';
-    const char *problem;
+    egm_auth_verdict_t verdict;
+    char problem[EGM_AUTH_PROBLEM_MAX];
 
     *close_p = 0;
     if (req->op != EGM_TCP_OP_AUTH) {
-        if (*authed_p || !required)
+        if (*authed_p || (verdict = egm__auth_check_absent(token)) == EGM_AUTH_OK)
             return 0;
-        problem = "auth required (no cluster token presented)";
-    } else if (req->length > EGM_AUTH_TOKEN_MAX) {
-        problem = "auth token longer than the longest accepted";
     } else {
-        char presented[EGM_AUTH_TOKEN_MAX + 1];
-        egm_status_t st =
-            egm__sock_read_full_timeout(fd, presented, (size_t)req->length, server->io_timeout_ms);
-        int ok =
-            st == EGM_OK && (!required || egm__token_equal(token, presented, (size_t)req->length));
-        egm__secure_zero(presented, sizeof(presented));
-        if (st != EGM_OK) {
+        size_t len = req->length > SIZE_MAX ? SIZE_MAX : (size_t)req->length;
+        if (egm__auth_recv_check(fd, token, len, server->io_timeout_ms, &verdict) != EGM_OK) {
             *close_p = 1;
             return 1;
         }
-        if (ok) {
+        if (verdict == EGM_AUTH_OK) {
             *authed_p = 1;
             if (send_reply(fd, req->request_id, EGM_OK, 0) != EGM_OK)
                 *close_p = 1;
             return 1;
         }
-        problem = "auth token mismatch";
     }
     atomic_fetch_add(&server->counters->auth_failures, 1);
     egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: request %" PRIu64 " refused: %s",
-                        req->request_id, problem);
+                        req->request_id,
+                        egm__auth_problem(verdict, "this data server", problem, sizeof(problem)));
     (void)send_reply(fd, req->request_id, EGM_ERR_PERMISSION, 0);
     *close_p = 1;
     return 1;
