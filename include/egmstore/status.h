@@ -47,13 +47,23 @@ typedef enum {
 
 #define EGM_STATUS_MIN (-27)
 
-/* Short stable name, e.g. "NOT_FOUND". Unknown values give "UNKNOWN". */
+/* The functions below cannot fail, take no lock and may be called from any
+ * thread at any time (before any client exists, too). */
+
+/* Short stable name, e.g. "NOT_FOUND". Unknown values give "UNKNOWN". A
+ * static string: never freed, valid for the life of the process. */
 EGM_API const char *egm_status_name(int status);
-/* Human-readable one-line description, e.g. "not found". */
+/* Human-readable one-line description, e.g. "not found" ("unknown status" for
+ * unknown values). A static string. */
 EGM_API const char *egm_status_string(int status);
-/* Mooncake ErrorCode equivalent (0, -704, ...). */
+/* Mooncake ErrorCode equivalent (0, -704, ...; -1 for unknown values). The
+ * mapping is many-to-one (docs/errors.md). */
 EGM_API int egm_status_to_mooncake(int status);
-/* Detail of the last error on this thread (may be ""). */
+/* Detail of the last error on the calling thread (may be ""): each thread has
+ * its own, so read it on the thread whose call failed. Meaningful right after
+ * a call that returned an error; a call that succeeds does not clear it (and
+ * may change it). The string belongs to the library; its text holds until
+ * this thread's next egmstore call (copy it to keep it). */
 EGM_API const char *egm_last_error(void);
 
 #ifdef __cplusplus
