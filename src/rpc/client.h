@@ -1,8 +1,15 @@
 /* RPC client connection to one server. Thread-safe: many threads may call at
  * once; requests are pipelined on one connection (TCP with TCP_NODELAY, or the
- * master's local Unix socket, see prefer_local_socket) and replies
- * are matched by request id by a reader thread. A broken connection fails every
- * pending call with EGM_ERR_UNREACHABLE and is re-established by the next call. */
+ * master's local Unix socket, see prefer_local_socket) and replies are matched
+ * to their callers by request id. There is no reader thread: a waiting caller
+ * reads the socket itself while no other does, hands the replies of other ids
+ * to their waiters, and passes the reading on when its own reply arrives or its
+ * deadline passes (leader/follower, rpc/client.c). A call that times out
+ * waiting for its reply leaves the connection up (the late reply is dropped).
+ * A broken connection (end of stream, a read error, a malformed frame, a failed
+ * write but for a timeout before its first byte) fails every pending call with
+ * EGM_ERR_UNREACHABLE and is re-established, token presented again, by the
+ * next call. Destroy only with no call in flight. */
 #ifndef EGM_RPC_CLIENT_H
 #define EGM_RPC_CLIENT_H
 
@@ -34,9 +41,13 @@ typedef struct {
     int spin_us;
 } egm_rpc_client_params_t;
 
-/* Does not connect yet: the first call does. */
+/* Does not connect yet: the first call does. params and its strings are
+ * copied. EGM_ERR_INVALID_ARG (no addr, a bad host:port, max_frame_size
+ * outside 1..UINT32_MAX), EGM_ERR_NO_MEMORY. */
 egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
                                     egm_rpc_client_t **client_p);
+/* Closes the connection and frees the client. NULL is a no-op. No call may be
+ * in flight or start, from any thread: a waiter would wake on freed memory. */
 void egm__rpc_client_destroy(egm_rpc_client_t *client);
 /* Whether a client of addr preferring the local socket would be served over
  * it now (a local name answers Hello as the master of addr). Connects and
@@ -46,7 +57,13 @@ int egm__rpc_client_local_probe(const char *addr, int timeout_ms);
 /* Raw call: *reply_p (egm_malloc'ed, free with egm_free) receives the reply
  * payload. An error reply from the server returns its status, with its text in
  * egm_last_error(). EGM_ERR_TIMEOUT after timeout_ms (the late reply is dropped);
- * timeout_ms <= 0 waits until the reply or the loss of the connection. */
+ * timeout_ms <= 0 waits until the reply or the loss of the connection (a
+ * connect is still bounded by connect_timeout_ms). Any thread. Other errors:
+ * EGM_ERR_CLOSED (client NULL), EGM_ERR_INVALID_ARG (req_len above
+ * max_frame_size), those of connecting (EGM_ERR_UNREACHABLE, EGM_ERR_TIMEOUT,
+ * EGM_ERR_PERMISSION when the token is refused, ...), of writing
+ * (EGM_ERR_IO, ...), EGM_ERR_UNREACHABLE when the connection broke,
+ * EGM_ERR_NO_MEMORY. */
 egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
                            size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
 
