@@ -488,6 +488,8 @@ const char *egm__config_field_text(const egm_config_t *config, size_t offset)
 
 egm_status_t egm_config_create(egm_config_t **config_p)
 {
+    if (config_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config_p must not be NULL");
     egm_config_t *config = egm_calloc(1, sizeof(*config), "config");
     if (config == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating a config");
@@ -512,6 +514,8 @@ void egm_config_destroy(egm_config_t *config)
 
 egm_status_t egm_config_copy(const egm_config_t *config, egm_config_t **copy_p)
 {
+    if (config == NULL || copy_p == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config and copy_p must not be NULL");
     egm_config_t *copy;
     egm_status_t status = egm_config_create(&copy);
     if (status != EGM_OK)

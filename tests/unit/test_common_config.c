@@ -457,6 +457,19 @@ static void test_key_roles(void **state)
     assert_true((egm__config_find_key("auth_token")->roles & EGM_ROLE_ALL) == EGM_ROLE_ALL);
 }
 
+/* NULL arguments answer INVALID_ARG as every other config call does, never crash. */
+static void test_create_copy_null(void **state)
+{
+    (void)state;
+    egm_config_t *c = NULL, *copy = NULL;
+    assert_int_equal(egm_config_create(NULL), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm_config_copy(NULL, &copy), EGM_ERR_INVALID_ARG);
+    assert_null(copy);
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    assert_int_equal(egm_config_copy(c, NULL), EGM_ERR_INVALID_ARG);
+    egm_config_destroy(c);
+}
+
 static void test_env(void **state)
 {
     (void)state;
@@ -958,6 +971,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file, setup_tmp_dir, teardown_tmp_dir),
         cmocka_unit_test_setup_teardown(test_file_sections, setup_tmp_dir, teardown_tmp_dir),
         cmocka_unit_test(test_key_roles),
+        cmocka_unit_test_setup_teardown(test_create_copy_null, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_env, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_flags, egm_test_setup_alloc, egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_master_addr_validated, egm_test_setup_alloc,
