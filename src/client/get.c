@@ -292,8 +292,12 @@ static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *co
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
 
-    if (status != EGM_OK)
+    if (status != EGM_OK) { /* nothing fetched: no key may read as OK */
+        for (size_t i = 0; i < n; i++)
+            if (results[i] == EGM_OK)
+                results[i] = status;
         return status;
+    }
     get_copy_t c = {.client = client,
                     .p = p,
                     .n = n,
@@ -393,8 +397,12 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
 {
     size_t n_valid = 0;
 
-    if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
+    if (client == NULL || (n > 0 && (keys == NULL || results == NULL))) {
+        /* A whole-batch refusal fills every result, as the other batch calls do. */
+        for (size_t i = 0; results != NULL && i < n; i++)
+            results[i] = EGM_ERR_INVALID_ARG;
         return egm__set_error(EGM_ERR_INVALID_ARG, "client, keys and results must not be NULL");
+    }
     for (size_t i = 0; i < n; i++) {
         results[i] = egm__client_validate_key(keys[i]);
         n_valid += results[i] == EGM_OK;

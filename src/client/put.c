@@ -314,6 +314,8 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
     acquired = egm_calloc(n_parts, sizeof(*acquired), "client.put_plan");
     if (!plan.index || !plan.keys || !plan.sizes || !key_status || !acquired) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning a put");
+        for (size_t i = 0; i < n; i++) /* nothing stored: no key may read as OK */
+            results[i] = status;
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -328,9 +330,15 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
     if (plan.n == 0)
         goto out;
     if (plan.n >= EGM_PIPELINE_MIN_KEYS) {
+        /* A key the pipeline never reached (it failed to start, or stopped
+         * before that chunk) keeps EGM_INPROGRESS: it takes the call's error. */
+        for (size_t j = 0; j < plan.n; j++)
+            key_status[j] = EGM_INPROGRESS;
         status = put_pipelined(client, &plan, rc, parts, key_status);
         for (size_t j = 0; j < plan.n; j++)
-            results[plan.index[j]] = key_status[j];
+            results[plan.index[j]] = key_status[j] != EGM_INPROGRESS ? key_status[j]
+                                     : status != EGM_OK              ? status
+                                                                     : EGM_ERR_INTERNAL;
         goto out;
     }
     status = put_start(client, &plan, rc, &reply);

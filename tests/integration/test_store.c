@@ -169,6 +169,13 @@ static void test_batches_mixed_keys(void **state)
     assert_int_equal(results[0], EGM_ERR_BUFFER_TOO_SMALL);
     assert_int_equal(results[1], EGM_OK);
 
+    /* No client: a whole-batch refusal, and every result says so (none reads as OK). */
+    results[0] = results[1] = EGM_OK;
+    assert_int_equal(egm_batch_get_into(NULL, 2, keys, dsts, lens, sizes, results),
+                     EGM_ERR_INVALID_ARG);
+    assert_int_equal(results[0], EGM_ERR_INVALID_ARG);
+    assert_int_equal(results[1], EGM_ERR_INVALID_ARG);
+
     /* Zero-copy from unregistered memory is refused. */
     unsigned char loose[64];
     assert_int_equal(egm_put_from(client, "batch/loose", loose, sizeof(loose), NULL),
