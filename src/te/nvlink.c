@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "cuda/driver.h"
 #include "te/te_int.h"
+#include "te/transport.h"
 
 /* Ops per copier run kept on the stack; larger batches allocate. */
 #define STACK_COPIES 32
@@ -299,6 +300,34 @@ void egm__staging_put(egm_nvlink_t *nv, void *slot, uint64_t bytes_used)
     pthread_mutex_unlock(&nv->staging_lock);
 }
 
+egm_status_t egm__staging_copy(egm_nvlink_t *nv, int device, uint64_t gpu, size_t len, int to_gpu,
+                               egm_staging_hop_fn hop, void *ctx)
+{
+    void *slot;
+    size_t cap;
+    egm_status_t st = egm__staging_get(nv, device, &slot, &cap);
+    if (st != EGM_OK)
+        return st;
+    uint64_t pinned = (uint64_t)(uintptr_t)slot;
+    size_t done = 0;
+    while (done < len && st == EGM_OK) {
+        size_t n = len - done < cap ? len - done : cap;
+        if (to_gpu) {
+            st = hop(ctx, done, slot, n, 1);
+            if (st == EGM_OK)
+                st = egm__nvlink_copy(nv, device, gpu + done, pinned, n);
+        } else {
+            st = egm__nvlink_copy(nv, device, pinned, gpu + done, n);
+            if (st == EGM_OK)
+                st = hop(ctx, done, slot, n, 0);
+        }
+        if (st == EGM_OK)
+            done += n;
+    }
+    egm__staging_put(nv, slot, done);
+    return st;
+}
+
 /* ---- prewarm --------------------------------------------------------------- */
 
 void egm__nvlink_prewarm(egm_nvlink_t *nv, const egm_segment_desc_t *descs, size_t n)
@@ -355,3 +384,107 @@ void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
     }
     pthread_mutex_unlock(&nv->copiers_lock);
 }
+
+/* ---- the nvlink transport (transport.h) --------------------------------------
+ * Its state is the engine's nvlink object (NULL without a driver or a GPU),
+ * which the engine creates and destroys: the staging ring and the GPU copies
+ * serve the other transports too. */
+
+static egm_status_t nvlink_open(const egm_te_env_t *env, void **state_p)
+{
+    *state_p = env->nvlink;
+    return EGM_OK;
+}
+
+static const char *nvlink_obstacle(const egm_te_env_t *env, void *state,
+                                   const egm_segment_desc_t *segment, int device, char *why,
+                                   size_t why_cap)
+{
+    (void)why, (void)why_cap;
+    if (state == NULL)
+        return "no CUDA driver or GPU in this process";
+    if (device < 0)
+        return "the local buffer is host memory, not GPU memory";
+    if (segment->handle_kind != EGM_HANDLE_POSIX_FD && segment->handle_kind != EGM_HANDLE_FABRIC)
+        return "the segment is not CUDA VMM memory";
+    if (segment->handle_kind == EGM_HANDLE_POSIX_FD &&
+        (strcmp(segment->host_id, env->host_id) != 0 || segment->shm_socket[0] == '\0'))
+        return "its posix_fd handle can only be imported on its own host";
+    return NULL;
+}
+
+static int nvlink_retired(void *state, egm_id_t segment_id)
+{
+    egm_nvlink_t *nv = state;
+    return nv != NULL && egm__mapping_retired(nv->cache, segment_id);
+}
+
+static egm_status_t nvlink_transfer_batch(const egm_te_env_t *env, void *state, int device,
+                                          egm_te_op_t *const *ops, size_t n)
+{
+    (void)env;
+    return egm__nvlink_run(state, device, ops, n);
+}
+
+static void nvlink_prepare(const egm_te_env_t *env, void *state, const egm_segment_desc_t *segment)
+{
+    /* Any GPU will do for the check: the mapping serves them all. */
+    if (state != NULL && nvlink_obstacle(env, state, segment, 0, NULL, 0) == NULL)
+        egm__nvlink_prewarm(state, segment, 1);
+}
+
+static void nvlink_prepare_wait(void *state)
+{
+    if (state != NULL)
+        egm__nvlink_prewarm_drain(state);
+}
+
+static void nvlink_forget(void *state, egm_id_t segment_id)
+{
+    egm_nvlink_t *nv = state;
+    if (nv != NULL)
+        egm__mapping_forget(nv->cache, segment_id);
+}
+
+static egm_status_t nvlink_cached_ids(void *state, egm_id_t **ids_p, size_t *n_p)
+{
+    egm_nvlink_t *nv = state;
+    *ids_p = NULL;
+    *n_p = 0;
+    return nv != NULL ? egm__mapping_cached_ids(nv->cache, ids_p, n_p) : EGM_OK;
+}
+
+static void nvlink_stats(void *state, egm_te_stats_t *stats_p)
+{
+    if (state == NULL)
+        return;
+    egm_nvlink_stats_t ns;
+    egm__nvlink_stats(state, &ns);
+    stats_p->nvlink_imports_total = ns.mappings.imports_total;
+    stats_p->nvlink_mappings_live = ns.mappings.mappings_live;
+    stats_p->nvlink_import_failures = ns.mappings.import_failures;
+    stats_p->prewarmed = ns.prewarmed;
+    stats_p->nvlink_copies = ns.nvlink_copies;
+    stats_p->copy_kernel_launches = ns.copier.kernel_launches;
+    stats_p->copy_engine_copies = ns.copier.engine_copies;
+    stats_p->copy_batch_calls = ns.copier.batch_api_calls;
+    stats_p->copy_groups = ns.copier.groups;
+    stats_p->copy_chunks = ns.copier.chunks;
+    stats_p->copy_max_group_bytes = ns.copier.max_group_bytes;
+    stats_p->staged_bytes = ns.staged_bytes;
+    stats_p->mappings_live += ns.mappings.mappings_live;
+}
+
+const egm_transport_ops_t egm__transport_nvlink = {
+    .name = "nvlink",
+    .protocol = EGM_PROTOCOL_NVLINK,
+    .open = nvlink_open,
+    .obstacle = nvlink_obstacle,
+    .retired = nvlink_retired,
+    .transfer_batch = nvlink_transfer_batch,
+    .prepare = nvlink_prepare,
+    .prepare_wait = nvlink_prepare_wait,
+    .forget = nvlink_forget,
+    .cached_ids = nvlink_cached_ids,
+    .stats = nvlink_stats,
+};

@@ -23,6 +23,7 @@
 #include "common/sock.h"
 #include "te/prefault.h"
 #include "te/stream_copy.h"
+#include "te/transport.h"
 
 #define BROKER_CLIENT_TIMEOUT_MS 5000
 
@@ -289,3 +290,82 @@ uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache)
     pthread_mutex_unlock(&cache->lock);
     return n;
 }
+
+/* ---- the shm transport (transport.h) ----------------------------------------- */
+
+static egm_status_t shm_transport_open(const egm_te_env_t *env, void **state_p)
+{
+    egm_shm_cache_t *cache = NULL;
+    egm_status_t st = egm__shm_cache_create(env->auth_token, &cache);
+    *state_p = cache;
+    return st;
+}
+
+static void shm_transport_close(void *state)
+{
+    egm__shm_cache_destroy(state);
+}
+
+static const char *shm_transport_obstacle(const egm_te_env_t *env, void *state,
+                                          const egm_segment_desc_t *segment, int device, char *why,
+                                          size_t why_cap)
+{
+    (void)state, (void)device;
+    if (strcmp(segment->host_id, env->host_id) != 0) {
+        if (why == NULL)
+            return "another host";
+        snprintf(why, why_cap, "the segment is on host \"%s\", not this host (\"%s\")",
+                 segment->host_id, env->host_id);
+        return why;
+    }
+    if (segment->shm_socket[0] == '\0' || segment->handle_kind != EGM_HANDLE_MEMFD) {
+        if (why == NULL)
+            return "no shm socket";
+        snprintf(why, why_cap, "the segment has no shm socket (handle kind %d)",
+                 (int)segment->handle_kind);
+        return why;
+    }
+    return NULL;
+}
+
+static egm_status_t shm_transport_transfer(const egm_te_env_t *env, void *state,
+                                           const egm_te_op_t *op, int device)
+{
+    (void)env, (void)device;
+    return egm__shm_transfer(state, op->segment, op->offset, op->local, op->length, op->dir);
+}
+
+static void shm_transport_forget(void *state, egm_id_t segment_id)
+{
+    egm__shm_forget(state, segment_id);
+}
+
+static void shm_transport_release_pages(void *state, egm_id_t segment_id, uint64_t offset,
+                                        uint64_t length)
+{
+    egm__shm_release_pages(state, segment_id, offset, length);
+}
+
+static egm_status_t shm_transport_cached_ids(void *state, egm_id_t **ids_p, size_t *n_p)
+{
+    return egm__shm_cached_ids(state, ids_p, n_p);
+}
+
+static void shm_transport_stats(void *state, egm_te_stats_t *stats_p)
+{
+    stats_p->mappings_live += egm__shm_mappings_live(state);
+}
+
+const egm_transport_ops_t egm__transport_shm = {
+    .name = "shm",
+    .protocol = EGM_PROTOCOL_SHM,
+    .host_memory_only = 1,
+    .open = shm_transport_open,
+    .close = shm_transport_close,
+    .obstacle = shm_transport_obstacle,
+    .transfer = shm_transport_transfer,
+    .forget = shm_transport_forget,
+    .release_pages = shm_transport_release_pages,
+    .cached_ids = shm_transport_cached_ids,
+    .stats = shm_transport_stats,
+};

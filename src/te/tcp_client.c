@@ -17,6 +17,7 @@
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "te/transport.h"
 
 #define IDLE_PER_ENDPOINT 4
 
@@ -313,3 +314,45 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
     }
     return EGM_OK;
 }
+
+/* ---- the tcp transport (transport.h) ------------------------------------------
+ * Connections belong to endpoints, not segments: nothing to forget. */
+
+static egm_status_t tcp_open(const egm_te_env_t *env, void **state_p)
+{
+    egm_tcp_client_t *client = NULL;
+    egm_status_t st = egm__tcp_client_create(env->io_timeout_ms, env->auth_token, &client);
+    *state_p = client;
+    return st;
+}
+
+static void tcp_close(void *state)
+{
+    egm__tcp_client_destroy(state);
+}
+
+static const char *tcp_obstacle(const egm_te_env_t *env, void *state,
+                                const egm_segment_desc_t *segment, int device, char *why,
+                                size_t why_cap)
+{
+    (void)env, (void)state, (void)device, (void)why, (void)why_cap;
+    return segment->tcp_endpoint[0] == '\0' ? "the segment has no tcp endpoint" : NULL;
+}
+
+static egm_status_t tcp_transfer(const egm_te_env_t *env, void *state, const egm_te_op_t *op,
+                                 int device)
+{
+    (void)env, (void)device;
+    return egm__tcp_client_transfer(state, op->segment->tcp_endpoint, op->segment->id, op->offset,
+                                    op->local, op->length, op->dir);
+}
+
+const egm_transport_ops_t egm__transport_tcp = {
+    .name = "tcp",
+    .protocol = EGM_PROTOCOL_TCP,
+    .host_memory_only = 1,
+    .open = tcp_open,
+    .close = tcp_close,
+    .obstacle = tcp_obstacle,
+    .transfer = tcp_transfer,
+};

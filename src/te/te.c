@@ -1,8 +1,9 @@
 /* Transfer engine: exposes local segments (provider side) and moves bytes to
  * and from segments through the best transport `protocol` allows (consumer
- * side): own memory -> memcpy or a GPU copy, GPU buffer and VMM segment ->
- * nvlink, same host -> shm, else tcp (GPU buffers staged through pinned host
- * memory for the last two). */
+ * side). The transports are ops tables registered in transport.c, in order
+ * of preference (local, nvlink, shm, tcp): routing walks that list, and GPU
+ * buffers bound for a host-memory-only transport go through the pinned
+ * staging ring. */
 #include "te/te.h"
 
 #include <inttypes.h>
@@ -18,6 +19,7 @@
 #include "cuda/driver.h"
 #include "te/nvlink.h"
 #include "te/te_int.h"
+#include "te/transport.h"
 
 /* Ops per transfer whose bookkeeping lives on the stack. */
 #define STACK_OPS 64
@@ -34,13 +36,14 @@ struct egm_te {
 
     egm_te_counters_t counters;
     egm_exposed_table_t *exposed;
-    egm_shm_cache_t *shm;
-    egm_tcp_client_t *tcp;
     egm_registry_t *registry;   /* the client's; may be NULL */
     const egm_cuda_api_t *cuda; /* NULL without a driver (or a GPU) */
     egm_status_t cuda_status;   /* why cuda is NULL: status and text */
     char cuda_missing[256];
-    egm_nvlink_t *nvlink; /* non-NULL exactly when cuda is */
+    egm_nvlink_t *nvlink;                      /* non-NULL exactly when cuda is */
+    egm_te_env_t env;                          /* lent to the transports */
+    void *transport_state[EGM_TRANSPORTS_MAX]; /* by egm__transports index */
+    size_t n_open;                             /* transports opened so far */
 
     char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none */
     egm_te_auth_t auth;                      /* points at auth_token */
@@ -91,6 +94,18 @@ static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
         return st;
     te->cuda = api;
     return EGM_OK;
+}
+
+/* In reverse order of opening. */
+static void close_transports(egm_te_t *te)
+{
+    while (te->n_open > 0) {
+        te->n_open--;
+        const egm_transport_ops_t *ops = egm__transports[te->n_open];
+        if (ops->close != NULL)
+            ops->close(te->transport_state[te->n_open]);
+        te->transport_state[te->n_open] = NULL;
+    }
 }
 
 egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
@@ -150,19 +165,26 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
 
     if ((st = egm__exposed_create(&te->exposed)) != EGM_OK)
         goto err_lock;
-    if ((st = egm__shm_cache_create(te->auth_token, &te->shm)) != EGM_OK)
-        goto err_exposed;
-    if ((st = egm__tcp_client_create(te->io_timeout_ms, te->auth_token, &te->tcp)) != EGM_OK)
-        goto err_shm;
     if ((st = cuda_open(te, params)) != EGM_OK)
-        goto err_tcp;
+        goto err_exposed;
+    te->env = (egm_te_env_t){.client_id = te->client_id,
+                             .host_id = te->host_id,
+                             .auth_token = te->auth_token,
+                             .io_timeout_ms = te->io_timeout_ms,
+                             .exposed = te->exposed,
+                             .nvlink = te->nvlink};
+    for (; te->n_open < egm__n_transports; te->n_open++) {
+        const egm_transport_ops_t *ops = egm__transports[te->n_open];
+        if (ops->open != NULL &&
+            (st = ops->open(&te->env, &te->transport_state[te->n_open])) != EGM_OK)
+            goto err_transports;
+    }
     *te_p = te;
     return EGM_OK;
 
-err_tcp:
-    egm__tcp_client_destroy(te->tcp);
-err_shm:
-    egm__shm_cache_destroy(te->shm);
+err_transports:
+    close_transports(te);
+    egm__nvlink_destroy(te->nvlink);
 err_exposed:
     egm__exposed_destroy(te->exposed);
 err_lock:
@@ -179,9 +201,8 @@ void egm__te_destroy(egm_te_t *te)
     /* Servers first: they are the only users of the exposed table. */
     egm__tcp_server_stop(te->server);
     egm__fd_broker_stop(te->broker);
+    close_transports(te);
     egm__nvlink_destroy(te->nvlink);
-    egm__tcp_client_destroy(te->tcp);
-    egm__shm_cache_destroy(te->shm);
     egm__exposed_destroy(te->exposed);
     pthread_mutex_destroy(&te->servers_lock);
     egm__secure_zero(te->auth_token, sizeof(te->auth_token));
@@ -341,15 +362,32 @@ egm_status_t egm__te_withdraw_segment(egm_te_t *te, egm_id_t segment_id)
     return egm__exposed_withdraw(te->exposed, segment_id);
 }
 
+static int allowed(const egm_te_t *te, const egm_transport_ops_t *ops)
+{
+    return ops->own_memory || te->protocol == EGM_PROTOCOL_AUTO || ops->protocol == te->protocol;
+}
+
+/* 1 when one of the own-memory transports serves the segment. */
 static int is_own(egm_te_t *te, const egm_segment_desc_t *segment)
 {
-    if (!egm__id_equal(segment->owner, te->client_id))
-        return 0;
-    egm_exposed_t *seg = egm__exposed_acquire(te->exposed, segment->id);
-    if (seg == NULL)
-        return 0;
-    egm__exposed_release(te->exposed, seg);
-    return 1;
+    for (size_t t = 0; t < egm__n_transports; t++) {
+        const egm_transport_ops_t *ops = egm__transports[t];
+        if (ops->own_memory &&
+            ops->obstacle(&te->env, te->transport_state[t], segment, -1, NULL, 0) == NULL)
+            return 1;
+    }
+    return 0;
+}
+
+/* A retired id is gone for every transport (its provider may be too). */
+static int is_retired(egm_te_t *te, egm_id_t segment_id)
+{
+    for (size_t t = 0; t < egm__n_transports; t++) {
+        const egm_transport_ops_t *ops = egm__transports[t];
+        if (ops->retired != NULL && ops->retired(te->transport_state[t], segment_id))
+            return 1;
+    }
+    return 0;
 }
 
 /* Where a local buffer lives: GPU ordinal or -1 (host). The registry knows
@@ -366,106 +404,82 @@ static int local_device(egm_te_t *te, const void *ptr, size_t len)
     return device;
 }
 
-static int is_vmm(const egm_segment_desc_t *segment)
+/* No allowed transport reaches the segment: each one's reason (error path). */
+static egm_status_t unreachable(egm_te_t *te, const egm_segment_desc_t *segment, int device)
 {
-    return segment->handle_kind == EGM_HANDLE_POSIX_FD || segment->handle_kind == EGM_HANDLE_FABRIC;
+    char text[EGM_ID_STRLEN], detail[768] = "", why[256];
+    const char *alone = NULL;
+    size_t len = 0;
+
+    for (size_t t = 0; t < egm__n_transports; t++) {
+        const egm_transport_ops_t *ops = egm__transports[t];
+        if (ops->own_memory || !allowed(te, ops))
+            continue;
+        const char *reason =
+            ops->obstacle(&te->env, te->transport_state[t], segment, device, why, sizeof(why));
+        if (te->protocol != EGM_PROTOCOL_AUTO)
+            alone = ops->name;
+        if (len < sizeof(detail))
+            len += (size_t)snprintf(detail + len, sizeof(detail) - len, "%s%s: %s",
+                                    len > 0 ? "; " : "", ops->name,
+                                    reason != NULL ? reason : "reachable now");
+    }
+    egm__id_format(segment->id, text);
+    if (alone != NULL)
+        return egm__set_error(EGM_ERR_NOT_SUPPORTED,
+                              "protocol=%s: segment %s is not reachable over %s", alone, text,
+                              detail);
+    return egm__set_error(EGM_ERR_NOT_SUPPORTED, "segment %s is not reachable by any transport: %s",
+                          text, detail);
 }
 
-/* Why nvlink cannot reach this segment from a buffer on `device` (NULL: it can). */
-static const char *nvlink_obstacle(egm_te_t *te, const egm_segment_desc_t *segment, int device)
-{
-    if (te->nvlink == NULL)
-        return "no CUDA driver or GPU in this process";
-    if (device < 0)
-        return "the local buffer is host memory, not GPU memory";
-    if (!is_vmm(segment))
-        return "the segment is not CUDA VMM memory";
-    if (segment->handle_kind == EGM_HANDLE_POSIX_FD &&
-        (strcmp(segment->host_id, te->host_id) != 0 || segment->shm_socket[0] == '\0'))
-        return "its posix_fd handle can only be imported on its own host";
-    if (egm__mapping_retired(egm__nvlink_cache(te->nvlink), segment->id))
-        return "the segment was retired";
-    return NULL;
-}
-
-/* Route for a local buffer on `device` (-1: host memory). */
+/* Route for a local buffer on `device` (-1: host memory): the first allowed
+ * transport in the list that reaches the segment. */
 static egm_status_t route(egm_te_t *te, const egm_segment_desc_t *segment, int device,
-                          egm_transport_t *transport_p)
+                          size_t *transport_p)
 {
-    char text[EGM_ID_STRLEN];
-
-    if (is_own(te, segment)) {
-        *transport_p = EGM_TRANSPORT_LOCAL;
-        return EGM_OK;
+    int retired_checked = 0;
+    for (size_t t = 0; t < egm__n_transports; t++) {
+        const egm_transport_ops_t *ops = egm__transports[t];
+        if (!allowed(te, ops))
+            continue;
+        if (!ops->own_memory && !retired_checked) {
+            if (is_retired(te, segment->id)) {
+                char text[EGM_ID_STRLEN];
+                return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s was retired",
+                                      egm__id_format(segment->id, text));
+            }
+            retired_checked = 1;
+        }
+        if (ops->obstacle(&te->env, te->transport_state[t], segment, device, NULL, 0) == NULL) {
+            *transport_p = t;
+            return EGM_OK;
+        }
     }
-    /* A retired id is gone for every transport (its provider may be too). */
-    if (te->nvlink != NULL && egm__mapping_retired(egm__nvlink_cache(te->nvlink), segment->id))
-        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s was retired",
-                              egm__id_format(segment->id, text));
-    const char *no_nvlink = nvlink_obstacle(te, segment, device);
-    int shm_ok = strcmp(segment->host_id, te->host_id) == 0 && segment->shm_socket[0] != '\0' &&
-                 segment->handle_kind == EGM_HANDLE_MEMFD;
-    int tcp_ok = segment->tcp_endpoint[0] != '\0';
-
-    switch (te->protocol) {
-    case EGM_PROTOCOL_AUTO:
-        if (no_nvlink == NULL) {
-            *transport_p = EGM_TRANSPORT_NVLINK;
-            return EGM_OK;
-        }
-        if (shm_ok) {
-            *transport_p = EGM_TRANSPORT_SHM;
-            return EGM_OK;
-        }
-        break;
-    case EGM_PROTOCOL_NVLINK:
-        if (no_nvlink == NULL) {
-            *transport_p = EGM_TRANSPORT_NVLINK;
-            return EGM_OK;
-        }
-        return egm__set_error(EGM_ERR_NOT_SUPPORTED,
-                              "protocol=nvlink: segment %s is not reachable over nvlink: %s",
-                              egm__id_format(segment->id, text), no_nvlink);
-    case EGM_PROTOCOL_SHM:
-        if (shm_ok) {
-            *transport_p = EGM_TRANSPORT_SHM;
-            return EGM_OK;
-        }
-        if (strcmp(segment->host_id, te->host_id) != 0)
-            return egm__set_error(EGM_ERR_NOT_SUPPORTED,
-                                  "protocol=shm: segment %s is on host \"%s\", not this host "
-                                  "(\"%s\"); use protocol auto or tcp",
-                                  egm__id_format(segment->id, text), segment->host_id, te->host_id);
-        return egm__set_error(EGM_ERR_NOT_SUPPORTED,
-                              "protocol=shm: segment %s has no shm socket (handle kind %d)",
-                              egm__id_format(segment->id, text), (int)segment->handle_kind);
-    case EGM_PROTOCOL_TCP:
-        break;
-    }
-    if (tcp_ok) {
-        *transport_p = EGM_TRANSPORT_TCP;
-        return EGM_OK;
-    }
-    return egm__set_error(EGM_ERR_NOT_SUPPORTED, "segment %s: no tcp endpoint%s%s%s",
-                          egm__id_format(segment->id, text),
-                          te->protocol == EGM_PROTOCOL_AUTO ? " and not reachable over shm" : "",
-                          te->protocol == EGM_PROTOCOL_AUTO ? " or nvlink: " : "",
-                          te->protocol == EGM_PROTOCOL_AUTO ? no_nvlink : "");
+    return unreachable(te, segment, device);
 }
 
 egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
                            egm_transport_t *transport_p)
 {
+    size_t t;
     if (te == NULL || segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing segment");
-    return route(te, segment, -1, transport_p);
+    egm_status_t st = route(te, segment, -1, &t);
+    if (st == EGM_OK)
+        *transport_p = (egm_transport_t)t;
+    return st;
 }
 
 egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport_t *transport_p)
 {
+    size_t t;
     if (te == NULL || op == NULL || op->segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing op or segment");
-    return route(te, op->segment, local_device(te, op->local, op->length), transport_p);
+    egm_status_t st = route(te, op->segment, local_device(te, op->local, op->length), &t);
+    if (st == EGM_OK)
+        *transport_p = (egm_transport_t)t;
+    return st;
 }
 
 /* Bounds and arguments of one op, before any transport sees it. */
@@ -491,144 +505,39 @@ static egm_status_t check_op(const egm_te_op_t *op)
     return EGM_OK;
 }
 
-/* ---- staging: GPU memory over host-only paths ------------------------------ */
+/* ---- one op ------------------------------------------------------------------ */
 
-/* Moves a piece between a staging slot and the host side of a staged copy:
- * into_slot 1 fills the slot from there, 0 drains the slot into it. */
-typedef egm_status_t (*hop_fn)(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
-                               int into_slot);
+/* A piece of a staged op, moved by its host-memory-only transport. */
+typedef struct {
+    const egm_te_env_t *env;
+    const egm_transport_ops_t *ops;
+    void *state;
+    const egm_te_op_t *op;
+} hop_t;
 
-/* `len` bytes between GPU memory at `gpu` (on `device`) and a host-only side,
- * one staging slot at a time: the conventional path (device <-> pinned
- * host <-> wire/memory), kept as the baseline nvlink is measured against. */
-static egm_status_t staged(egm_te_t *te, int device, uint64_t gpu, size_t len, int to_gpu,
-                           hop_fn hop, void *ctx)
+static egm_status_t hop_transport(void *ctx, uint64_t off, void *slot, size_t n, int into_slot)
 {
-    void *slot;
-    size_t cap;
-    egm_status_t st = egm__staging_get(te->nvlink, device, &slot, &cap);
-    if (st != EGM_OK)
-        return st;
-    uint64_t pinned = (uint64_t)(uintptr_t)slot;
-    size_t done = 0;
-    while (done < len && st == EGM_OK) {
-        size_t n = len - done < cap ? len - done : cap;
-        if (to_gpu) {
-            st = hop(te, ctx, done, slot, n, 1);
-            if (st == EGM_OK)
-                st = egm__nvlink_copy(te->nvlink, device, gpu + done, pinned, n);
-        } else {
-            st = egm__nvlink_copy(te->nvlink, device, pinned, gpu + done, n);
-            if (st == EGM_OK)
-                st = hop(te, ctx, done, slot, n, 0);
-        }
-        if (st == EGM_OK)
-            done += n;
+    const hop_t *hop = ctx;
+    egm_te_op_t piece = *hop->op;
+    piece.offset += off;
+    piece.local = slot;
+    piece.length = n;
+    piece.dir = into_slot ? EGM_TE_READ : EGM_TE_WRITE;
+    return hop->ops->transfer(hop->env, hop->state, &piece, -1);
+}
+
+/* One op by a transport without a batch op; a GPU buffer bound for a
+ * host-memory-only transport goes through the staging ring (the conventional
+ * path nvlink is measured against). */
+static egm_status_t transfer_one(egm_te_t *te, size_t t, const egm_te_op_t *op, int device)
+{
+    const egm_transport_ops_t *ops = egm__transports[t];
+    if (device >= 0 && ops->host_memory_only) {
+        hop_t hop = {.env = &te->env, .ops = ops, .state = te->transport_state[t], .op = op};
+        return egm__staging_copy(te->nvlink, device, (uint64_t)(uintptr_t)op->local, op->length,
+                                 op->dir == EGM_TE_READ, hop_transport, &hop);
     }
-    egm__staging_put(te->nvlink, slot, done);
-    return st;
-}
-
-static egm_status_t hop_tcp(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
-                            int into_slot)
-{
-    const egm_te_op_t *op = ctx;
-    return egm__tcp_client_transfer(te->tcp, op->segment->tcp_endpoint, op->segment->id,
-                                    op->offset + off, slot, n,
-                                    into_slot ? EGM_TE_READ : EGM_TE_WRITE);
-}
-
-static egm_status_t hop_shm(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
-                            int into_slot)
-{
-    const egm_te_op_t *op = ctx;
-    return egm__shm_transfer(te->shm, op->segment, op->offset + off, slot, n,
-                             into_slot ? EGM_TE_READ : EGM_TE_WRITE);
-}
-
-/* Host memory the CPU copies: ctx is its first byte. */
-static egm_status_t hop_memory(egm_te_t *te, void *ctx, uint64_t off, void *slot, size_t n,
-                               int into_slot)
-{
-    (void)te;
-    uint8_t *mem = (uint8_t *)ctx + off;
-    if (into_slot)
-        memcpy(slot, mem, n);
-    else
-        memcpy(mem, slot, n);
-    return EGM_OK;
-}
-
-/* ---- one op, by transport ---------------------------------------------------- */
-
-static egm_status_t transfer_local(egm_te_t *te, const egm_te_op_t *op, int device)
-{
-    char text[EGM_ID_STRLEN];
-    egm_exposed_t *seg = egm__exposed_acquire(te->exposed, op->segment->id);
-    if (seg == NULL)
-        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "transfer: segment %s was withdrawn",
-                              egm__id_format(op->segment->id, text));
-    egm_status_t st = EGM_OK;
-    if (op->offset > seg->size || op->length > seg->size - op->offset) {
-        st = egm__set_error(
-            EGM_ERR_INVALID_ARG,
-            "transfer: [%" PRIu64 ", +%zu) beyond own segment %s of %" PRIu64 " bytes", op->offset,
-            op->length, egm__id_format(op->segment->id, text), seg->size);
-        goto out;
-    }
-    uint8_t *mem = (uint8_t *)seg->base + op->offset;
-    int vmm = seg->kind == EGM_HANDLE_POSIX_FD || seg->kind == EGM_HANDLE_FABRIC;
-    if (device < 0 && seg->host_accessible) {
-        if (op->dir == EGM_TE_READ)
-            memcpy(op->local, mem, op->length);
-        else
-            memcpy(mem, op->local, op->length);
-    } else if (device >= 0 && vmm) {
-        /* Our own VMM mapping is open to every local GPU: one GPU copy. */
-        uint64_t local = (uint64_t)(uintptr_t)op->local, remote = (uint64_t)(uintptr_t)mem;
-        st = op->dir == EGM_TE_READ
-                 ? egm__nvlink_copy(te->nvlink, device, local, remote, op->length)
-                 : egm__nvlink_copy(te->nvlink, device, remote, local, op->length);
-    } else if (device >= 0) {
-        /* GPU buffer, memfd pool: pageable memory, staged. */
-        st = staged(te, device, (uint64_t)(uintptr_t)op->local, op->length, op->dir == EGM_TE_READ,
-                    hop_memory, mem);
-    } else if (te->nvlink != NULL && seg->device >= 0) {
-        /* Host buffer, own GPU memory: staged on the segment's GPU. */
-        st = staged(te, seg->device, (uint64_t)(uintptr_t)mem, op->length, op->dir == EGM_TE_WRITE,
-                    hop_memory, op->local);
-    } else {
-        st = egm__set_error(EGM_ERR_NOT_SUPPORTED,
-                            "transfer: own segment %s is not host-accessible and there is no GPU",
-                            egm__id_format(op->segment->id, text));
-    }
-out:
-    egm__exposed_release(te->exposed, seg);
-    return st;
-}
-
-/* Every transport but nvlink (batched separately). */
-static egm_status_t transfer_routed(egm_te_t *te, const egm_te_op_t *op, egm_transport_t transport,
-                                    int device)
-{
-    switch (transport) {
-    case EGM_TRANSPORT_LOCAL:
-        return transfer_local(te, op, device);
-    case EGM_TRANSPORT_SHM:
-        if (device >= 0)
-            return staged(te, device, (uint64_t)(uintptr_t)op->local, op->length,
-                          op->dir == EGM_TE_READ, hop_shm, (void *)op);
-        return egm__shm_transfer(te->shm, op->segment, op->offset, op->local, op->length, op->dir);
-    case EGM_TRANSPORT_TCP:
-        if (device >= 0)
-            return staged(te, device, (uint64_t)(uintptr_t)op->local, op->length,
-                          op->dir == EGM_TE_READ, hop_tcp, (void *)op);
-        return egm__tcp_client_transfer(te->tcp, op->segment->tcp_endpoint, op->segment->id,
-                                        op->offset, op->local, op->length, op->dir);
-    case EGM_TRANSPORT_NVLINK:
-        break;
-    }
-    return egm__set_error(EGM_ERR_INTERNAL, "transfer: transport %d here", (int)transport);
+    return ops->transfer(&te->env, te->transport_state[t], op, device);
 }
 
 /* Keeps the detail of the failure of the lowest-numbered op. */
@@ -647,24 +556,31 @@ static void note_failure(first_failure_t *f, size_t index, egm_status_t st)
     snprintf(f->detail, sizeof(f->detail), "%s", egm_last_error());
 }
 
+/* Where an op goes: its transport (egm__transports index) and the GPU of its
+ * local buffer (-1: host). */
+typedef struct {
+    int device;
+    uint32_t transport;
+} routed_t;
+
 egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
 {
-    int stack_devices[STACK_OPS];
+    routed_t stack_routed[STACK_OPS];
     size_t stack_pending[STACK_OPS];
     egm_te_op_t *stack_group[STACK_OPS];
-    int *devices = stack_devices;
-    size_t *pending = stack_pending; /* nvlink ops, by index */
+    routed_t *routed = stack_routed;
+    size_t *pending = stack_pending; /* ops of batching transports, by index */
     egm_te_op_t **group = stack_group;
     first_failure_t first = {.status = EGM_OK};
 
     if (te == NULL || (ops == NULL && n > 0))
         return egm__set_error(EGM_ERR_INVALID_ARG, "transfer: missing engine or ops");
     if (n > STACK_OPS) {
-        devices = egm_malloc(n * sizeof(*devices), "te.transfer.devices");
+        routed = egm_malloc(n * sizeof(*routed), "te.transfer.routed");
         pending = egm_malloc(n * sizeof(*pending), "te.transfer.pending");
         group = egm_malloc(n * sizeof(*group), "te.transfer.group");
-        if (devices == NULL || pending == NULL || group == NULL) {
-            egm_free(devices);
+        if (routed == NULL || pending == NULL || group == NULL) {
+            egm_free(routed);
             egm_free(pending);
             egm_free(group);
             egm_status_t st =
@@ -675,41 +591,44 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
         }
     }
 
-    /* Route every op; run the others now and keep the nvlink ones, which go
-     * to the GPUs as one batch per device. */
+    /* Route every op; run those of per-op transports now and keep the others
+     * (nvlink: one batch per device). */
     size_t n_pending = 0;
     for (size_t i = 0; i < n; i++) {
         egm_te_op_t *op = &ops[i];
-        egm_transport_t transport;
+        size_t t = 0;
         egm_status_t st = check_op(op);
-        devices[i] = -1;
+        routed[i].device = -1;
         if (st == EGM_OK) {
-            devices[i] = local_device(te, op->local, op->length);
-            st = route(te, op->segment, devices[i], &transport);
+            routed[i].device = local_device(te, op->local, op->length);
+            st = route(te, op->segment, routed[i].device, &t);
         }
-        if (st == EGM_OK && transport == EGM_TRANSPORT_NVLINK) {
+        routed[i].transport = (uint32_t)t;
+        if (st == EGM_OK && egm__transports[t]->transfer_batch != NULL) {
             pending[n_pending++] = i;
             continue;
         }
         if (st == EGM_OK)
-            st = transfer_routed(te, op, transport, devices[i]);
+            st = transfer_one(te, t, op, routed[i].device);
         op->status = st;
         if (st != EGM_OK)
             note_failure(&first, i, st);
     }
 
-    /* nvlink: one copier run per device. Each pass takes the ops of the
-     * device of the first op left and compacts the rest. */
+    /* One batch per transport and device. Each pass takes the ops of the
+     * first op left's pair and compacts the rest. */
     while (n_pending > 0) {
-        int device = devices[pending[0]];
+        routed_t key = routed[pending[0]];
         size_t k = 0, left = 0;
         for (size_t j = 0; j < n_pending; j++) {
-            if (devices[pending[j]] == device)
+            const routed_t *r = &routed[pending[j]];
+            if (r->device == key.device && r->transport == key.transport)
                 group[k++] = &ops[pending[j]];
             else
                 pending[left++] = pending[j];
         }
-        if (egm__nvlink_run(te->nvlink, device, group, k) != EGM_OK) {
+        if (egm__transports[key.transport]->transfer_batch(
+                &te->env, te->transport_state[key.transport], key.device, group, k) != EGM_OK) {
             for (size_t j = 0; j < k; j++)
                 if (group[j]->status != EGM_OK)
                     note_failure(&first, (size_t)(group[j] - ops), group[j]->status);
@@ -722,8 +641,8 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
             atomic_fetch_add(ops[i].dir == EGM_TE_READ ? &te->counters.bytes_read
                                                        : &te->counters.bytes_written,
                              ops[i].length);
-    if (devices != stack_devices) {
-        egm_free(devices);
+    if (routed != stack_routed) {
+        egm_free(routed);
         egm_free(pending);
         egm_free(group);
     }
@@ -737,72 +656,87 @@ void egm__te_forget_segment(egm_te_t *te, egm_id_t segment_id)
 {
     if (te == NULL)
         return;
-    /* tcp connections belong to endpoints, not segments: nothing to drop there. */
-    egm__shm_forget(te->shm, segment_id);
-    if (te->nvlink != NULL)
-        egm__mapping_forget(egm__nvlink_cache(te->nvlink), segment_id);
+    for (size_t t = 0; t < te->n_open; t++)
+        if (egm__transports[t]->forget != NULL)
+            egm__transports[t]->forget(te->transport_state[t], segment_id);
 }
 
 void egm__te_release_pages(egm_te_t *te, egm_id_t segment_id, uint64_t offset, uint64_t length)
 {
-    /* nvlink copies and tcp requests map nothing of the segment here. */
-    if (te != NULL)
-        egm__shm_release_pages(te->shm, segment_id, offset, length);
+    if (te == NULL)
+        return;
+    for (size_t t = 0; t < te->n_open; t++)
+        if (egm__transports[t]->release_pages != NULL)
+            egm__transports[t]->release_pages(te->transport_state[t], segment_id, offset, length);
 }
 
 egm_status_t egm__te_cached_segments(egm_te_t *te, egm_id_t **ids_p, size_t *n_p)
 {
-    egm_id_t *shm = NULL, *nv = NULL;
-    size_t n_shm = 0, n_nv = 0;
-    egm_status_t st;
+    egm_id_t *all = NULL;
+    size_t n_all = 0;
 
     *ids_p = NULL;
     *n_p = 0;
     if (te == NULL)
         return EGM_OK;
-    if ((st = egm__shm_cached_ids(te->shm, &shm, &n_shm)) != EGM_OK)
-        return st;
-    if (te->nvlink != NULL &&
-        (st = egm__mapping_cached_ids(egm__nvlink_cache(te->nvlink), &nv, &n_nv)) != EGM_OK) {
-        egm_free(shm);
-        return st;
+    for (size_t t = 0; t < te->n_open; t++) {
+        const egm_transport_ops_t *ops = egm__transports[t];
+        egm_id_t *ids = NULL;
+        size_t n = 0;
+        egm_status_t st;
+        if (ops->cached_ids == NULL)
+            continue;
+        if ((st = ops->cached_ids(te->transport_state[t], &ids, &n)) != EGM_OK) {
+            egm_free(all);
+            return st;
+        }
+        if (n == 0) {
+            egm_free(ids);
+            continue;
+        }
+        if (all == NULL) {
+            all = ids;
+            n_all = n;
+            continue;
+        }
+        egm_id_t *more = egm_realloc(all, (n_all + n) * sizeof(*all), "te.cached_ids");
+        if (more == NULL) {
+            egm_free(all);
+            egm_free(ids);
+            return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory listing mappings");
+        }
+        memcpy(more + n_all, ids, n * sizeof(*more));
+        egm_free(ids);
+        all = more;
+        n_all += n;
     }
-    if (n_nv == 0) {
-        *ids_p = shm;
-        *n_p = n_shm;
-        return EGM_OK;
-    }
-    egm_id_t *all = egm_realloc(shm, (n_shm + n_nv) * sizeof(*all), "te.cached_ids");
-    if (all == NULL) {
-        egm_free(shm);
-        egm_free(nv);
-        return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory listing mappings");
-    }
-    memcpy(all + n_shm, nv, n_nv * sizeof(*all));
-    egm_free(nv);
     *ids_p = all;
-    *n_p = n_shm + n_nv;
+    *n_p = n_all;
     return EGM_OK;
 }
 
 void egm__te_prewarm(egm_te_t *te, const egm_segment_desc_t *descs, size_t n)
 {
-    if (te == NULL || te->nvlink == NULL || descs == NULL)
-        return;
-    if (te->protocol != EGM_PROTOCOL_AUTO && te->protocol != EGM_PROTOCOL_NVLINK)
+    if (te == NULL || descs == NULL)
         return;
     for (size_t i = 0; i < n; i++) {
-        /* Any GPU will do for the check: the mapping serves them all. */
-        if (is_own(te, &descs[i]) || nvlink_obstacle(te, &descs[i], 0) != NULL)
+        if (is_own(te, &descs[i]) || is_retired(te, descs[i].id))
             continue;
-        egm__nvlink_prewarm(te->nvlink, &descs[i], 1);
+        for (size_t t = 0; t < te->n_open; t++) {
+            const egm_transport_ops_t *ops = egm__transports[t];
+            if (ops->prepare != NULL && allowed(te, ops))
+                ops->prepare(&te->env, te->transport_state[t], &descs[i]);
+        }
     }
 }
 
 void egm__te_prewarm_drain(egm_te_t *te)
 {
-    if (te != NULL && te->nvlink != NULL)
-        egm__nvlink_prewarm_drain(te->nvlink);
+    if (te == NULL)
+        return;
+    for (size_t t = 0; t < te->n_open; t++)
+        if (egm__transports[t]->prepare_wait != NULL)
+            egm__transports[t]->prepare_wait(te->transport_state[t]);
 }
 
 void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
@@ -818,38 +752,9 @@ void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
     stats_p->shm_peers_refused = atomic_load(&te->counters.shm_peers_refused);
     stats_p->vmm_fds_sent = atomic_load(&te->counters.vmm_fds_sent);
     stats_p->auth_failures = atomic_load(&te->counters.auth_failures);
-    if (te->nvlink != NULL) {
-        egm_nvlink_stats_t ns;
-        egm__nvlink_stats(te->nvlink, &ns);
-        stats_p->nvlink_imports_total = ns.mappings.imports_total;
-        stats_p->nvlink_mappings_live = ns.mappings.mappings_live;
-        stats_p->nvlink_import_failures = ns.mappings.import_failures;
-        stats_p->prewarmed = ns.prewarmed;
-        stats_p->nvlink_copies = ns.nvlink_copies;
-        stats_p->copy_kernel_launches = ns.copier.kernel_launches;
-        stats_p->copy_engine_copies = ns.copier.engine_copies;
-        stats_p->copy_batch_calls = ns.copier.batch_api_calls;
-        stats_p->copy_groups = ns.copier.groups;
-        stats_p->copy_chunks = ns.copier.chunks;
-        stats_p->copy_max_group_bytes = ns.copier.max_group_bytes;
-        stats_p->staged_bytes = ns.staged_bytes;
-    }
-    stats_p->mappings_live = egm__shm_mappings_live(te->shm) + stats_p->nvlink_mappings_live;
-}
-
-const char *egm__transport_name(egm_transport_t transport)
-{
-    switch (transport) {
-    case EGM_TRANSPORT_LOCAL:
-        return "local";
-    case EGM_TRANSPORT_NVLINK:
-        return "nvlink";
-    case EGM_TRANSPORT_SHM:
-        return "shm";
-    case EGM_TRANSPORT_TCP:
-        return "tcp";
-    }
-    return "unknown";
+    for (size_t t = 0; t < te->n_open; t++)
+        if (egm__transports[t]->stats != NULL)
+            egm__transports[t]->stats(te->transport_state[t], stats_p);
 }
 
 egm_status_t egm__protocol_parse(const char *text, egm_protocol_t *protocol_p)
