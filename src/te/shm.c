@@ -2,8 +2,9 @@
  * the memfd their provider's fd broker hands out, and cached by segment id.
  * Reads are plain memcpy. A write first populates the pages it covers where
  * this process has not mapped them yet (prefault.h), so that the copy does not
- * take a fault per page, and copies with streaming stores (stream_copy.h). A forgotten mapping is
- * unmapped by its last user. */
+ * take a fault per page, and copies with streaming stores (stream_copy.h). A
+ * forgotten mapping is unmapped by its last user. Its only interface is its
+ * ops table, egm__transport_shm (transport.h). */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -36,14 +37,14 @@ typedef struct {
     int forgotten;            /* out of the cache; the last user unmaps */
 } mapping_t;
 
-struct egm_shm_cache {
+typedef struct egm_shm_cache {
     pthread_mutex_t lock;
     egm_hashmap_t *by_id; /* id bytes -> mapping_t* */
     uint64_t live;        /* mapped, including forgotten ones still in use */
     const char *token;    /* cluster token for fd brokers (the te's) */
-};
+} egm_shm_cache_t;
 
-egm_status_t egm__shm_cache_create(const char *token, egm_shm_cache_t **cache_p)
+static egm_status_t shm_cache_open(const egm_te_env_t *env, void **state_p)
 {
     egm_status_t st;
     egm_shm_cache_t *cache = egm_calloc(1, sizeof(*cache), "te.shm");
@@ -54,8 +55,8 @@ egm_status_t egm__shm_cache_create(const char *token, egm_shm_cache_t **cache_p)
         return st;
     }
     pthread_mutex_init(&cache->lock, NULL);
-    cache->token = token;
-    *cache_p = cache;
+    cache->token = env->auth_token;
+    *state_p = cache;
     return EGM_OK;
 }
 
@@ -66,8 +67,10 @@ static void mapping_free(mapping_t *m)
     egm_free(m);
 }
 
-void egm__shm_cache_destroy(egm_shm_cache_t *cache)
+/* No transfer may be running. Unmaps everything. */
+static void shm_cache_close(void *state)
 {
+    egm_shm_cache_t *cache = state;
     if (cache == NULL)
         return;
     size_t iter = 0;
@@ -208,107 +211,10 @@ static void mapping_put(egm_shm_cache_t *cache, mapping_t *m)
         mapping_free(m);
 }
 
-egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
-                               uint64_t offset, void *local, size_t length, egm_te_dir_t dir)
-{
-    mapping_t *m = NULL;
-    egm_status_t st = mapping_get(cache, segment, &m);
-    if (st != EGM_OK)
-        return st;
-    if (offset > m->size || length > m->size - offset) {
-        mapping_put(cache, m);
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "shm: [%" PRIu64 ", +%zu) outside the segment's %" PRIu64 " bytes",
-                              offset, length, m->size);
-    }
-    uint8_t *remote = (uint8_t *)m->base + offset;
-    if (dir == EGM_TE_READ) {
-        memcpy(local, remote, length);
-        egm__prefault_mark(m->prefault, offset, length);
-    } else {
-        /* Only large writes: a small one faults its few pages once, while its
-         * partly covered 64 KiB blocks never get marked and would cost an
-         * madvise on every write (review: 4 KiB puts 5-7x slower). */
-        if (length >= EGM_PREFAULT_MIN_WRITE)
-            egm__prefault_write(m->prefault, m->base, offset, length);
-        egm__stream_copy(remote, local, length);
-    }
-    mapping_put(cache, m);
-    return EGM_OK;
-}
-
-void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id)
-{
-    pthread_mutex_lock(&cache->lock);
-    mapping_t *m = egm__hashmap_remove(cache->by_id, &segment_id, sizeof(segment_id));
-    int now = m != NULL && m->uses == 0;
-    if (m != NULL) {
-        m->forgotten = 1;
-        if (now)
-            cache->live--;
-    }
-    pthread_mutex_unlock(&cache->lock);
-    if (now)
-        mapping_free(m);
-}
-
-void egm__shm_release_pages(egm_shm_cache_t *cache, egm_id_t segment_id, uint64_t offset,
-                            uint64_t length)
-{
-    pthread_mutex_lock(&cache->lock);
-    mapping_t *m = egm__hashmap_get(cache->by_id, &segment_id, sizeof(segment_id));
-    if (m != NULL && offset < m->size && length > 0) {
-        /* Whole pages around the range: on a shared mapping MADV_DONTNEED only
-         * drops this process's entries, the bytes stay in the memfd. The
-         * prefault marks may then be stale: a hint, the next write faults. */
-        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-        uint64_t end = length > m->size - offset ? m->size : offset + length;
-        uint64_t start = offset / page * page;
-        end = (end + page - 1) / page * page;
-        if (end > m->size)
-            end = m->size;
-        (void)madvise((char *)m->base + start, (size_t)(end - start), MADV_DONTNEED);
-    }
-    pthread_mutex_unlock(&cache->lock);
-}
-
-egm_status_t egm__shm_cached_ids(egm_shm_cache_t *cache, egm_id_t **ids_p, size_t *n_p)
-{
-    void *ids = NULL;
-    pthread_mutex_lock(&cache->lock);
-    egm_status_t st =
-        egm__hashmap_copy_keys(cache->by_id, sizeof(egm_id_t), "shm mappings", &ids, n_p);
-    pthread_mutex_unlock(&cache->lock);
-    *ids_p = ids;
-    return st;
-}
-
-uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache)
-{
-    pthread_mutex_lock(&cache->lock);
-    uint64_t n = cache->live;
-    pthread_mutex_unlock(&cache->lock);
-    return n;
-}
-
-/* ---- the shm transport (transport.h) ----------------------------------------- */
-
-static egm_status_t shm_transport_open(const egm_te_env_t *env, void **state_p)
-{
-    egm_shm_cache_t *cache = NULL;
-    egm_status_t st = egm__shm_cache_create(env->auth_token, &cache);
-    *state_p = cache;
-    return st;
-}
-
-static void shm_transport_close(void *state)
-{
-    egm__shm_cache_destroy(state);
-}
-
-static const char *shm_transport_obstacle(const egm_te_env_t *env, void *state,
-                                          const egm_segment_desc_t *segment, int device, char *why,
-                                          size_t why_cap)
+/* Same host, a memfd and its broker's socket: mapped here on first use. */
+static const char *shm_obstacle(const egm_te_env_t *env, void *state,
+                                const egm_segment_desc_t *segment, int device, char *why,
+                                size_t why_cap)
 {
     (void)state, (void)device;
     if (strcmp(segment->host_id, env->host_id) != 0) {
@@ -328,44 +234,111 @@ static const char *shm_transport_obstacle(const egm_te_env_t *env, void *state,
     return NULL;
 }
 
-static egm_status_t shm_transport_transfer(const egm_te_env_t *env, void *state,
-                                           const egm_te_op_t *op, int device)
+/* Copy between host memory and the segment, mapping it first if needed.
+ * Bounds were checked by the engine and are checked again here. */
+static egm_status_t shm_transfer(const egm_te_env_t *env, void *state, const egm_te_op_t *op,
+                                 int device)
 {
     (void)env, (void)device;
-    return egm__shm_transfer(state, op->segment, op->offset, op->local, op->length, op->dir);
+    egm_shm_cache_t *cache = state;
+    uint64_t offset = op->offset;
+    size_t length = op->length;
+    void *local = op->local;
+    mapping_t *m = NULL;
+    egm_status_t st = mapping_get(cache, op->segment, &m);
+    if (st != EGM_OK)
+        return st;
+    if (offset > m->size || length > m->size - offset) {
+        mapping_put(cache, m);
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "shm: [%" PRIu64 ", +%zu) outside the segment's %" PRIu64 " bytes",
+                              offset, length, m->size);
+    }
+    uint8_t *remote = (uint8_t *)m->base + offset;
+    if (op->dir == EGM_TE_READ) {
+        memcpy(local, remote, length);
+        egm__prefault_mark(m->prefault, offset, length);
+    } else {
+        /* Only large writes: a small one faults its few pages once, while its
+         * partly covered 64 KiB blocks never get marked and would cost an
+         * madvise on every write (review: 4 KiB puts 5-7x slower). */
+        if (length >= EGM_PREFAULT_MIN_WRITE)
+            egm__prefault_write(m->prefault, m->base, offset, length);
+        egm__stream_copy(remote, local, length);
+    }
+    mapping_put(cache, m);
+    return EGM_OK;
 }
 
-static void shm_transport_forget(void *state, egm_id_t segment_id)
+/* Drops the mapping; the unmap waits for the last transfer using it. */
+static void shm_forget(void *state, egm_id_t segment_id)
 {
-    egm__shm_forget(state, segment_id);
+    egm_shm_cache_t *cache = state;
+    pthread_mutex_lock(&cache->lock);
+    mapping_t *m = egm__hashmap_remove(cache->by_id, &segment_id, sizeof(segment_id));
+    int now = m != NULL && m->uses == 0;
+    if (m != NULL) {
+        m->forgotten = 1;
+        if (now)
+            cache->live--;
+    }
+    pthread_mutex_unlock(&cache->lock);
+    if (now)
+        mapping_free(m);
 }
 
-static void shm_transport_release_pages(void *state, egm_id_t segment_id, uint64_t offset,
-                                        uint64_t length)
+/* Unmaps this process's pages of [offset, offset + length) of a cached
+ * mapping (the segment keeps the bytes); nothing when it is not mapped. */
+static void shm_release_pages(void *state, egm_id_t segment_id, uint64_t offset, uint64_t length)
 {
-    egm__shm_release_pages(state, segment_id, offset, length);
+    egm_shm_cache_t *cache = state;
+    pthread_mutex_lock(&cache->lock);
+    mapping_t *m = egm__hashmap_get(cache->by_id, &segment_id, sizeof(segment_id));
+    if (m != NULL && offset < m->size && length > 0) {
+        /* Whole pages around the range: on a shared mapping MADV_DONTNEED only
+         * drops this process's entries, the bytes stay in the memfd. The
+         * prefault marks may then be stale: a hint, the next write faults. */
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        uint64_t end = length > m->size - offset ? m->size : offset + length;
+        uint64_t start = offset / page * page;
+        end = (end + page - 1) / page * page;
+        if (end > m->size)
+            end = m->size;
+        (void)madvise((char *)m->base + start, (size_t)(end - start), MADV_DONTNEED);
+    }
+    pthread_mutex_unlock(&cache->lock);
 }
 
-static egm_status_t shm_transport_cached_ids(void *state, egm_id_t **ids_p, size_t *n_p)
+static egm_status_t shm_cached_ids(void *state, egm_id_t **ids_p, size_t *n_p)
 {
-    return egm__shm_cached_ids(state, ids_p, n_p);
+    egm_shm_cache_t *cache = state;
+    void *ids = NULL;
+    pthread_mutex_lock(&cache->lock);
+    egm_status_t st =
+        egm__hashmap_copy_keys(cache->by_id, sizeof(egm_id_t), "shm mappings", &ids, n_p);
+    pthread_mutex_unlock(&cache->lock);
+    *ids_p = ids;
+    return st;
 }
 
-static void shm_transport_stats(void *state, egm_te_stats_t *stats_p)
+static void shm_stats(void *state, egm_te_stats_t *stats_p)
 {
-    stats_p->mappings_live += egm__shm_mappings_live(state);
+    egm_shm_cache_t *cache = state;
+    pthread_mutex_lock(&cache->lock);
+    stats_p->mappings_live += cache->live;
+    pthread_mutex_unlock(&cache->lock);
 }
 
 const egm_transport_ops_t egm__transport_shm = {
     .name = "shm",
     .protocol = EGM_PROTOCOL_SHM,
     .host_memory_only = 1,
-    .open = shm_transport_open,
-    .close = shm_transport_close,
-    .obstacle = shm_transport_obstacle,
-    .transfer = shm_transport_transfer,
-    .forget = shm_transport_forget,
-    .release_pages = shm_transport_release_pages,
-    .cached_ids = shm_transport_cached_ids,
-    .stats = shm_transport_stats,
+    .open = shm_cache_open,
+    .close = shm_cache_close,
+    .obstacle = shm_obstacle,
+    .transfer = shm_transfer,
+    .forget = shm_forget,
+    .release_pages = shm_release_pages,
+    .cached_ids = shm_cached_ids,
+    .stats = shm_stats,
 };

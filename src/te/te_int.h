@@ -1,6 +1,7 @@
 /* Transfer-engine internals shared between its files: the table of exposed
  * segments, the counters, the wire formats, and the provider servers and
- * consumer transports behind egm__te_*. */
+ * the tcp client behind egm__te_* (the consumer transports themselves are ops
+ * tables: transport.h). */
 #ifndef EGM_TE_TE_INT_H
 #define EGM_TE_TE_INT_H
 
@@ -135,27 +136,6 @@ const char *egm__fd_broker_name(const egm_fd_broker_t *broker);
  * reports. Broker gone -> UNREACHABLE; refused -> the provider's status. */
 egm_status_t egm__fd_broker_fetch(const char *socket, egm_id_t segment, egm_handle_kind_t kind,
                                   const char *token, int timeout_ms, int *fd_p, uint64_t *size_p);
-
-/* ---- shm mapping cache (consumer side) ------------------------------------ */
-typedef struct egm_shm_cache egm_shm_cache_t;
-
-/* token: the cluster token presented to fd brokers (borrowed; outlives the cache). */
-egm_status_t egm__shm_cache_create(const char *token, egm_shm_cache_t **cache_p);
-/* No transfer may be running. Unmaps everything. */
-void egm__shm_cache_destroy(egm_shm_cache_t *cache);
-/* Copy between local memory and the segment, mapping it first if needed.
- * Bounds were checked by the caller and are checked again here. */
-egm_status_t egm__shm_transfer(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
-                               uint64_t offset, void *local, size_t length, egm_te_dir_t dir);
-/* Drops the mapping; the unmap waits for the last transfer using it. */
-void egm__shm_forget(egm_shm_cache_t *cache, egm_id_t segment_id);
-/* Unmaps this process's pages of [offset, offset + length) of a cached
- * mapping (the segment keeps the bytes); nothing when it is not mapped. */
-void egm__shm_release_pages(egm_shm_cache_t *cache, egm_id_t segment_id, uint64_t offset,
-                            uint64_t length);
-/* Ids of the segments mapped now (egm_malloc'ed; NULL when none). */
-egm_status_t egm__shm_cached_ids(egm_shm_cache_t *cache, egm_id_t **ids_p, size_t *n_p);
-uint64_t egm__shm_mappings_live(egm_shm_cache_t *cache);
 
 /* ---- tcp data server (provider side) -------------------------------------- */
 typedef struct egm_tcp_server egm_tcp_server_t;
