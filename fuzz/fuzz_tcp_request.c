@@ -110,7 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             continue;
         }
-        FUZZ_CHECK(seg != NULL && seg->host_accessible && egm__id_equal(seg->id, req.segment));
+        FUZZ_CHECK(seg != NULL && seg->host_accessible && egm__id_equal(seg->ref.id, req.segment));
         /* what serve_request copies, to or from the socket */
         uint8_t *mem = (uint8_t *)seg->base + req.offset;
         if (req.op == EGM_TCP_OP_READ)
@@ -124,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const egm_id_t ids[] = {id_a, id_b, id_gpu};
     for (size_t i = 0; i < 3; i++) {
         egm_exposed_t *seg = egm__exposed_acquire(table, ids[i]);
-        FUZZ_CHECK(seg != NULL && seg->uses == 1);
+        FUZZ_CHECK(seg != NULL && seg->ref.refs == 1);
         egm__exposed_release(table, seg);
     }
     FUZZ_CHECK(egm__alloc_live_count() == live);

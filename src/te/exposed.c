@@ -1,52 +1,26 @@
 /* Exposed segments (provider side): what the fd broker and the tcp server may
- * serve. Each use takes a reference so that withdraw can wait for the requests
- * in flight before the pool frees the memory. */
+ * serve, in a segment reference table (segref.h). Each use holds a reference,
+ * so that withdraw (an unlink that waits) returns only once the requests in
+ * flight are done and the pool may free the memory. */
 #include "te/te_int.h"
 
-#include <pthread.h>
-
 #include "common/alloc.h"
-#include "common/hashmap.h"
 #include "common/log.h"
 
-struct egm_exposed_table {
-    pthread_mutex_t lock;
-    pthread_cond_t drained; /* signalled when a withdrawn segment's last use ends */
-    egm_hashmap_t *by_id;   /* id bytes -> egm_exposed_t* */
-};
+static void exposed_free(void *ctx, egm_segref_t *ref)
+{
+    (void)ctx;
+    egm_free(ref);
+}
 
 egm_status_t egm__exposed_create(egm_exposed_table_t **table_p)
 {
-    egm_status_t st;
-    egm_exposed_table_t *table = egm_calloc(1, sizeof(*table), "te.exposed");
-    if (table == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory");
-    if ((st = egm__hashmap_create(&table->by_id)) != EGM_OK)
-        goto err_table;
-    pthread_mutex_init(&table->lock, NULL);
-    pthread_cond_init(&table->drained, NULL);
-    *table_p = table;
-    return EGM_OK;
-
-err_table:
-    egm_free(table);
-    return st;
+    return egm__segref_create("exposed segment", exposed_free, NULL, table_p);
 }
 
 void egm__exposed_destroy(egm_exposed_table_t *table)
 {
-    if (table == NULL)
-        return;
-    size_t iter = 0;
-    const void *key;
-    size_t key_len;
-    void *value;
-    while (egm__hashmap_next(table->by_id, &iter, &key, &key_len, &value))
-        egm_free(value);
-    egm__hashmap_destroy(table->by_id);
-    pthread_cond_destroy(&table->drained);
-    pthread_mutex_destroy(&table->lock);
-    egm_free(table);
+    egm__segref_destroy(table);
 }
 
 static egm_status_t insert(egm_exposed_table_t *table, const egm_exposed_t *init)
@@ -56,29 +30,21 @@ static egm_status_t insert(egm_exposed_table_t *table, const egm_exposed_t *init
     if (seg == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory");
     *seg = *init;
-
-    pthread_mutex_lock(&table->lock);
-    if (egm__hashmap_get(table->by_id, &seg->id, sizeof(seg->id)) != NULL) {
-        char text[EGM_ID_STRLEN];
-        st = egm__set_error(EGM_ERR_SEGMENT_EXISTS, "segment %s is already exposed",
-                            egm__id_format(seg->id, text));
-        goto err_unlock;
+    if ((st = egm__segref_link(table, &seg->ref, 0)) != EGM_OK) {
+        if (st == EGM_ERR_SEGMENT_EXISTS) {
+            char text[EGM_ID_STRLEN];
+            st = egm__set_error(EGM_ERR_SEGMENT_EXISTS, "segment %s is already exposed",
+                                egm__id_format(seg->ref.id, text));
+        }
+        egm_free(seg);
     }
-    if ((st = egm__hashmap_put(table->by_id, &seg->id, sizeof(seg->id), seg, NULL)) != EGM_OK)
-        goto err_unlock;
-    pthread_mutex_unlock(&table->lock);
-    return EGM_OK;
-
-err_unlock:
-    pthread_mutex_unlock(&table->lock);
-    egm_free(seg);
     return st;
 }
 
 egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *base, uint64_t size,
                               int memfd)
 {
-    egm_exposed_t init = {.id = id,
+    egm_exposed_t init = {.ref.id = id,
                           .base = base,
                           .size = size,
                           .memfd = memfd,
@@ -92,7 +58,7 @@ egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void 
                                   uint64_t size, egm_cu_mem_handle_t handle, egm_handle_kind_t kind,
                                   int host_accessible, int device)
 {
-    egm_exposed_t init = {.id = id,
+    egm_exposed_t init = {.ref.id = id,
                           .base = base,
                           .size = size,
                           .memfd = -1,
@@ -105,44 +71,24 @@ egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void 
 
 egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id)
 {
-    pthread_mutex_lock(&table->lock);
-    egm_exposed_t *seg = egm__hashmap_remove(table->by_id, &id, sizeof(id));
-    if (seg == NULL) {
-        pthread_mutex_unlock(&table->lock);
-        char text[EGM_ID_STRLEN];
-        return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s is not exposed",
-                              egm__id_format(id, text));
-    }
-    seg->withdrawn = 1;
-    while (seg->uses > 0)
-        pthread_cond_wait(&table->drained, &table->lock);
-    pthread_mutex_unlock(&table->lock);
-    egm_free(seg);
-    return EGM_OK;
+    if (egm__segref_unlink(table, id, EGM_SEGREF_WAIT))
+        return EGM_OK;
+    char text[EGM_ID_STRLEN];
+    return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s is not exposed",
+                          egm__id_format(id, text));
 }
 
 egm_exposed_t *egm__exposed_acquire(egm_exposed_table_t *table, egm_id_t id)
 {
-    pthread_mutex_lock(&table->lock);
-    egm_exposed_t *seg = egm__hashmap_get(table->by_id, &id, sizeof(id));
-    if (seg != NULL)
-        seg->uses++;
-    pthread_mutex_unlock(&table->lock);
-    return seg;
+    return (egm_exposed_t *)egm__segref_get(table, id);
 }
 
 void egm__exposed_release(egm_exposed_table_t *table, egm_exposed_t *segment)
 {
-    pthread_mutex_lock(&table->lock);
-    if (--segment->uses == 0 && segment->withdrawn)
-        pthread_cond_broadcast(&table->drained);
-    pthread_mutex_unlock(&table->lock);
+    egm__segref_put(table, &segment->ref);
 }
 
 size_t egm__exposed_count(egm_exposed_table_t *table)
 {
-    pthread_mutex_lock(&table->lock);
-    size_t n = egm__hashmap_size(table->by_id);
-    pthread_mutex_unlock(&table->lock);
-    return n;
+    return egm__segref_count(table);
 }

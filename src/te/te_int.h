@@ -13,6 +13,7 @@
 #include "common/wire.h"
 #include "cuda/cuda_api.h"
 #include "te/segment.h"
+#include "te/segref.h"
 #include "te/te.h"
 
 /* ---- counters (shared by the servers and the engine) ---------------------- */
@@ -34,12 +35,13 @@ typedef struct {
 } egm_te_auth_t;
 
 /* ---- exposed segments (provider side) ------------------------------------- */
-typedef struct egm_exposed_table egm_exposed_table_t;
+/* A segment reference table (segref.h) of egm_exposed_t. */
+typedef egm_segref_table_t egm_exposed_table_t;
 
 /* A use reference on an exposed segment: base/size/memfd/handle stay valid
  * until egm__exposed_release. */
 typedef struct {
-    egm_id_t id;
+    egm_segref_t ref; /* ref.id: the segment's id */
     void *base;
     uint64_t size;
     int memfd;                  /* -1 when the segment has no memfd (tcp only, or VMM) */
@@ -47,8 +49,6 @@ typedef struct {
     egm_cu_mem_handle_t handle; /* VMM allocation (the pool's); 0 for host memory */
     int host_accessible;        /* the CPU may read/write base (tcp server, local memcpy) */
     int device;                 /* VMM on a GPU: its ordinal; else -1 */
-    uint64_t uses;              /* under the table lock */
-    int withdrawn;              /* out of the table; withdraw waits for uses == 0 */
 } egm_exposed_t;
 
 egm_status_t egm__exposed_create(egm_exposed_table_t **table_p);
@@ -63,8 +63,9 @@ egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *bas
 egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void *base,
                                   uint64_t size, egm_cu_mem_handle_t handle, egm_handle_kind_t kind,
                                   int host_accessible, int device);
-/* Removes the segment so that new lookups fail, then waits for the uses in
- * flight to end. Unknown -> EGM_ERR_SEGMENT_NOT_FOUND. */
+/* Unlinks the segment so that new lookups fail, then waits for the uses in
+ * flight to end (egm__segref_unlink with EGM_SEGREF_WAIT). Unknown ->
+ * EGM_ERR_SEGMENT_NOT_FOUND. */
 egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id);
 /* NULL if the segment is not exposed (now). */
 egm_exposed_t *egm__exposed_acquire(egm_exposed_table_t *table, egm_id_t id);
