@@ -2,15 +2,15 @@
  * the memfd their provider's fd broker hands out, and cached by segment id.
  * Reads are plain memcpy. A write first populates the pages it covers where
  * this process has not mapped them yet (prefault.h), so that the copy does not
- * take a fault per page, and copies with streaming stores (stream_copy.h). A
- * forgotten mapping is unmapped by its last user. Its only interface is its
- * ops table, egm__transport_shm (transport.h). */
+ * take a fault per page, and copies with streaming stores (stream_copy.h). The
+ * mappings are a segment reference table (segref.h): forget unlinks one, and
+ * its last reference unmaps it. Its only interface is its ops table,
+ * egm__transport_shm (transport.h). */
 #include "te/te_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "te/prefault.h"
@@ -28,21 +27,28 @@
 
 #define BROKER_CLIENT_TIMEOUT_MS 5000
 
+/* A segment mapped here: an object of the cache's segment reference table. */
 typedef struct {
-    egm_id_t id;
+    egm_segref_t ref; /* ref.id: the segment's */
     void *base;
     uint64_t size;
     egm_prefault_t *prefault; /* blocks mapped in this process; NULL: none tracked */
-    uint64_t uses;            /* transfers using the mapping now */
-    int forgotten;            /* out of the cache; the last user unmaps */
 } mapping_t;
 
 typedef struct egm_shm_cache {
-    pthread_mutex_t lock;
-    egm_hashmap_t *by_id; /* id bytes -> mapping_t* */
-    uint64_t live;        /* mapped, including forgotten ones still in use */
-    const char *token;    /* cluster token for fd brokers (the te's) */
+    egm_segref_table_t *mappings; /* of mapping_t; live: mapped, unlinked ones in use included */
+    const char *token;            /* cluster token for fd brokers (the te's) */
 } egm_shm_cache_t;
+
+/* The segref table's free function: the last reference unmaps. */
+static void mapping_free(void *ctx, egm_segref_t *ref)
+{
+    (void)ctx;
+    mapping_t *m = (mapping_t *)ref;
+    munmap(m->base, m->size);
+    egm__prefault_destroy(m->prefault);
+    egm_free(m);
+}
 
 static egm_status_t shm_cache_open(const egm_te_env_t *env, void **state_p)
 {
@@ -50,21 +56,13 @@ static egm_status_t shm_cache_open(const egm_te_env_t *env, void **state_p)
     egm_shm_cache_t *cache = egm_calloc(1, sizeof(*cache), "te.shm");
     if (cache == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "shm: out of memory");
-    if ((st = egm__hashmap_create(&cache->by_id)) != EGM_OK) {
+    if ((st = egm__segref_create("shm mapping", mapping_free, NULL, &cache->mappings)) != EGM_OK) {
         egm_free(cache);
         return st;
     }
-    pthread_mutex_init(&cache->lock, NULL);
     cache->token = env->auth_token;
     *state_p = cache;
     return EGM_OK;
-}
-
-static void mapping_free(mapping_t *m)
-{
-    munmap(m->base, m->size);
-    egm__prefault_destroy(m->prefault);
-    egm_free(m);
 }
 
 /* No transfer may be running. Unmaps everything. */
@@ -73,14 +71,7 @@ static void shm_cache_close(void *state)
     egm_shm_cache_t *cache = state;
     if (cache == NULL)
         return;
-    size_t iter = 0;
-    const void *key;
-    size_t key_len;
-    void *value;
-    while (egm__hashmap_next(cache->by_id, &iter, &key, &key_len, &value))
-        mapping_free(value);
-    egm__hashmap_destroy(cache->by_id);
-    pthread_mutex_destroy(&cache->lock);
+    egm__segref_destroy(cache->mappings);
     egm_free(cache);
 }
 
@@ -140,75 +131,50 @@ err_fd:
     return st;
 }
 
-/* A use reference on the segment's mapping, mapping it on first use. */
+/* A reference on the segment's mapping, mapping it on first use. */
 static egm_status_t mapping_get(egm_shm_cache_t *cache, const egm_segment_desc_t *segment,
                                 mapping_t **mapping_p)
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
+    mapping_t *m;
 
-    pthread_mutex_lock(&cache->lock);
-    mapping_t *m = egm__hashmap_get(cache->by_id, &segment->id, sizeof(segment->id));
-    if (m != NULL)
-        goto found;
-    pthread_mutex_unlock(&cache->lock);
-
-    void *base = NULL;
-    if ((st = map_segment(cache, segment, &base)) != EGM_OK) {
-        egm_warn("%s", egm_last_error());
-        return st;
+    while ((m = (mapping_t *)egm__segref_get(cache->mappings, segment->id)) == NULL) {
+        void *base = NULL;
+        if ((st = map_segment(cache, segment, &base)) != EGM_OK) {
+            egm_warn("%s", egm_last_error());
+            return st;
+        }
+        mapping_t *fresh = egm_calloc(1, sizeof(*fresh), "te.shm.mapping");
+        if (fresh == NULL) {
+            munmap(base, segment->size);
+            return egm__set_error(EGM_ERR_NO_MEMORY, "shm: out of memory");
+        }
+        *fresh = (mapping_t){.ref.id = segment->id, .base = base, .size = segment->size};
+        /* Without the bitmap (out of memory) writes just fault page by page. */
+        if (egm__prefault_create(segment->size, &fresh->prefault) != EGM_OK)
+            fresh->prefault = NULL;
+        st = egm__segref_link(cache->mappings, &fresh->ref, 1);
+        if (st == EGM_OK) {
+            egm_debug("shm: mapped segment %s (%" PRIu64 " bytes) from %s",
+                      egm__id_format(segment->id, text), segment->size, segment->shm_socket);
+            m = fresh;
+            break;
+        }
+        mapping_free(NULL, &fresh->ref);
+        /* Another thread mapped it meanwhile: use that one. */
+        if (st != EGM_ERR_SEGMENT_EXISTS)
+            return st;
     }
-    mapping_t *fresh = egm_calloc(1, sizeof(*fresh), "te.shm.mapping");
-    if (fresh == NULL) {
-        munmap(base, segment->size);
-        return egm__set_error(EGM_ERR_NO_MEMORY, "shm: out of memory");
-    }
-    *fresh = (mapping_t){.id = segment->id, .base = base, .size = segment->size};
-    /* Without the bitmap (out of memory) writes just fault page by page. */
-    if (egm__prefault_create(segment->size, &fresh->prefault) != EGM_OK)
-        fresh->prefault = NULL;
-
-    pthread_mutex_lock(&cache->lock);
-    /* Another thread may have mapped it meanwhile: keep one mapping. */
-    m = egm__hashmap_get(cache->by_id, &segment->id, sizeof(segment->id));
-    if (m != NULL) {
-        mapping_free(fresh);
-        goto found;
-    }
-    st = egm__hashmap_put(cache->by_id, &fresh->id, sizeof(fresh->id), fresh, NULL);
-    if (st != EGM_OK) {
-        pthread_mutex_unlock(&cache->lock);
-        mapping_free(fresh);
-        return st;
-    }
-    cache->live++;
-    m = fresh;
-    egm_debug("shm: mapped segment %s (%" PRIu64 " bytes) from %s",
-              egm__id_format(segment->id, text), segment->size, segment->shm_socket);
-
-found:
     if (m->size != segment->size) {
-        pthread_mutex_unlock(&cache->lock);
+        egm__segref_put(cache->mappings, &m->ref);
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "shm: segment %s: descriptor size %" PRIu64
                               " differs from the mapped %" PRIu64,
                               egm__id_format(segment->id, text), segment->size, m->size);
     }
-    m->uses++;
-    pthread_mutex_unlock(&cache->lock);
     *mapping_p = m;
     return EGM_OK;
-}
-
-static void mapping_put(egm_shm_cache_t *cache, mapping_t *m)
-{
-    pthread_mutex_lock(&cache->lock);
-    int last = --m->uses == 0 && m->forgotten;
-    if (last)
-        cache->live--;
-    pthread_mutex_unlock(&cache->lock);
-    if (last)
-        mapping_free(m);
 }
 
 /* Same host, a memfd and its broker's socket: mapped here on first use. */
@@ -249,7 +215,7 @@ static egm_status_t shm_transfer(const egm_te_env_t *env, void *state, const egm
     if (st != EGM_OK)
         return st;
     if (offset > m->size || length > m->size - offset) {
-        mapping_put(cache, m);
+        egm__segref_put(cache->mappings, &m->ref);
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "shm: [%" PRIu64 ", +%zu) outside the segment's %" PRIu64 " bytes",
                               offset, length, m->size);
@@ -266,25 +232,15 @@ static egm_status_t shm_transfer(const egm_te_env_t *env, void *state, const egm
             egm__prefault_write(m->prefault, m->base, offset, length);
         egm__stream_copy(remote, local, length);
     }
-    mapping_put(cache, m);
+    egm__segref_put(cache->mappings, &m->ref);
     return EGM_OK;
 }
 
-/* Drops the mapping; the unmap waits for the last transfer using it. */
+/* Unlinks the mapping; the last transfer using it unmaps. */
 static void shm_forget(void *state, egm_id_t segment_id)
 {
     egm_shm_cache_t *cache = state;
-    pthread_mutex_lock(&cache->lock);
-    mapping_t *m = egm__hashmap_remove(cache->by_id, &segment_id, sizeof(segment_id));
-    int now = m != NULL && m->uses == 0;
-    if (m != NULL) {
-        m->forgotten = 1;
-        if (now)
-            cache->live--;
-    }
-    pthread_mutex_unlock(&cache->lock);
-    if (now)
-        mapping_free(m);
+    egm__segref_unlink(cache->mappings, segment_id, 0);
 }
 
 /* Unmaps this process's pages of [offset, offset + length) of a cached
@@ -292,9 +248,10 @@ static void shm_forget(void *state, egm_id_t segment_id)
 static void shm_release_pages(void *state, egm_id_t segment_id, uint64_t offset, uint64_t length)
 {
     egm_shm_cache_t *cache = state;
-    pthread_mutex_lock(&cache->lock);
-    mapping_t *m = egm__hashmap_get(cache->by_id, &segment_id, sizeof(segment_id));
-    if (m != NULL && offset < m->size && length > 0) {
+    mapping_t *m = (mapping_t *)egm__segref_get(cache->mappings, segment_id);
+    if (m == NULL)
+        return;
+    if (offset < m->size && length > 0) {
         /* Whole pages around the range: on a shared mapping MADV_DONTNEED only
          * drops this process's entries, the bytes stay in the memfd. The
          * prefault marks may then be stale: a hint, the next write faults. */
@@ -306,27 +263,19 @@ static void shm_release_pages(void *state, egm_id_t segment_id, uint64_t offset,
             end = m->size;
         (void)madvise((char *)m->base + start, (size_t)(end - start), MADV_DONTNEED);
     }
-    pthread_mutex_unlock(&cache->lock);
+    egm__segref_put(cache->mappings, &m->ref);
 }
 
 static egm_status_t shm_cached_ids(void *state, egm_id_t **ids_p, size_t *n_p)
 {
     egm_shm_cache_t *cache = state;
-    void *ids = NULL;
-    pthread_mutex_lock(&cache->lock);
-    egm_status_t st =
-        egm__hashmap_copy_keys(cache->by_id, sizeof(egm_id_t), "shm mappings", &ids, n_p);
-    pthread_mutex_unlock(&cache->lock);
-    *ids_p = ids;
-    return st;
+    return egm__segref_ids(cache->mappings, ids_p, n_p);
 }
 
 static void shm_stats(void *state, egm_te_stats_t *stats_p)
 {
     egm_shm_cache_t *cache = state;
-    pthread_mutex_lock(&cache->lock);
-    stats_p->mappings_live += cache->live;
-    pthread_mutex_unlock(&cache->lock);
+    stats_p->mappings_live += egm__segref_live(cache->mappings);
 }
 
 const egm_transport_ops_t egm__transport_shm = {
