@@ -1,18 +1,20 @@
 /* nvlink mapping cache: import -> reserve -> map -> grant access, once per
- * segment id; reference counts keep a retired mapping alive until the copies
- * in flight on it finish. See mapping_cache.h for the contract. */
+ * segment id. The mappings are a segment reference table (segref.h): forget
+ * unlinks and retires the id, and the last reference (a copy in flight)
+ * unmaps. See mapping_cache.h for the contract. */
 #include "te/mapping_cache.h"
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
-#include "common/hashmap.h"
 #include "common/log.h"
 #include "cuda/driver.h"
+#include "te/segref.h"
 #include "te/te_int.h"
 
 #define MAX_GRANT_DEVICES 64
@@ -20,30 +22,29 @@
 typedef enum { MAPPING_IMPORTING, MAPPING_READY, MAPPING_FAILED } mapping_state_t;
 
 struct egm_mapping {
-    egm_id_t id;
+    egm_segref_t ref;      /* ref.id: the segment's */
     uint64_t size;         /* the descriptor's */
     uint64_t map_size;     /* size rounded up to the granularity */
     egm_cu_deviceptr_t va; /* 0 until mapped */
     egm_cu_mem_handle_t handle;
-    mapping_state_t state;
+    atomic_int state;   /* mapping_state_t; set under the cache lock */
     egm_status_t error; /* MAPPING_FAILED: why, for the waiters */
     char detail[256];
-    uint64_t refs; /* the importer and the copies using it */
-    int retired;   /* out of the table; the last reference unmaps */
 };
 
 struct egm_mapping_cache {
     const egm_cuda_api_t *api;
     int timeout_ms;
-    pthread_mutex_t lock;
-    pthread_cond_t changed; /* an import finished */
-    egm_hashmap_t *by_id;   /* id -> egm_mapping_t*: importing or ready */
-    egm_hashmap_t *retired; /* id -> marker: forgotten ids, never served again */
+    pthread_mutex_t lock;         /* import states and the counters */
+    pthread_cond_t changed;       /* an import finished */
+    egm_segref_table_t *mappings; /* of egm_mapping_t: importing or ready; retired ids */
     uint64_t imports_total;
     uint64_t import_failures;
-    uint64_t live;     /* mapped, including retired ones still referenced */
-    const char *token; /* cluster token for fd brokers (the te's); NULL = none */
+    atomic_uint_fast64_t live; /* mapped, including retired ones still referenced */
+    const char *token;         /* cluster token for fd brokers (the te's); NULL = none */
 };
+
+static void mapping_free(void *ctx, egm_segref_t *ref);
 
 egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms, const char *token,
                                        egm_mapping_cache_t **cache_p)
@@ -55,17 +56,14 @@ egm_status_t egm__mapping_cache_create(const egm_cuda_api_t *api, int timeout_ms
     cache->api = api;
     cache->token = token;
     cache->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
-    if ((st = egm__hashmap_create(&cache->by_id)) != EGM_OK)
+    if ((st = egm__segref_create("nvlink mapping", mapping_free, cache, &cache->mappings)) !=
+        EGM_OK)
         goto err_cache;
-    if ((st = egm__hashmap_create(&cache->retired)) != EGM_OK)
-        goto err_map;
     pthread_mutex_init(&cache->lock, NULL);
     pthread_cond_init(&cache->changed, NULL);
     *cache_p = cache;
     return EGM_OK;
 
-err_map:
-    egm__hashmap_destroy(cache->by_id);
 err_cache:
     egm_free(cache);
     return st;
@@ -87,10 +85,15 @@ static void unmap(egm_mapping_cache_t *cache, egm_cu_deviceptr_t va, uint64_t ma
         egm_warn("nvlink: cuMemRelease: %s", egm__cuda_error_name(rc));
 }
 
-static void mapping_free(egm_mapping_cache_t *cache, egm_mapping_t *m)
+/* The segref table's free function: the last reference unmaps. */
+static void mapping_free(void *ctx, egm_segref_t *ref)
 {
-    if (m->state == MAPPING_READY)
+    egm_mapping_cache_t *cache = ctx;
+    egm_mapping_t *m = (egm_mapping_t *)ref;
+    if (atomic_load(&m->state) == MAPPING_READY) {
+        atomic_fetch_sub(&cache->live, 1);
         unmap(cache, m->va, m->map_size, 1, m->handle, 1);
+    }
     egm_free(m);
 }
 
@@ -98,18 +101,7 @@ void egm__mapping_cache_destroy(egm_mapping_cache_t *cache)
 {
     if (cache == NULL)
         return;
-    size_t iter = 0;
-    const void *key;
-    size_t key_len;
-    void *value;
-    while (egm__hashmap_next(cache->by_id, &iter, &key, &key_len, &value)) {
-        egm_mapping_t *m = value;
-        if (m->refs > 0)
-            egm_warn("nvlink: mapping destroyed with %" PRIu64 " copies in flight", m->refs);
-        mapping_free(cache, m);
-    }
-    egm__hashmap_destroy(cache->by_id);
-    egm__hashmap_destroy(cache->retired);
+    egm__segref_destroy(cache->mappings);
     pthread_cond_destroy(&cache->changed);
     pthread_mutex_destroy(&cache->lock);
     egm_free(cache);
@@ -251,15 +243,52 @@ static egm_status_t retired_error(egm_id_t id)
                           egm__id_format(id, text));
 }
 
-/* Drop one reference (cache lock held); returns the mapping when the caller
- * must free it (outside the lock). */
-static egm_mapping_t *unref_locked(egm_mapping_cache_t *cache, egm_mapping_t *m)
+/* First use: link an IMPORTING mapping so that concurrent users (a prewarm
+ * thread and a Get) wait for this import instead of repeating it, then import
+ * outside every lock. A failed import is unlinked, so that the next acquire
+ * tries again. EGM_ERR_SEGMENT_EXISTS: another thread linked one first. */
+static egm_status_t import_first(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
+                                 egm_mapping_t **mapping_p, int *imported_p)
 {
-    if (--m->refs > 0 || !m->retired)
-        return NULL;
-    if (m->state == MAPPING_READY)
-        cache->live--;
-    return m;
+    char text[EGM_ID_STRLEN];
+    egm_mapping_t *m = egm_calloc(1, sizeof(*m), "te.mapping");
+    if (m == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "nvlink: out of memory");
+    m->ref.id = segment->id;
+    m->size = segment->size;
+    atomic_init(&m->state, MAPPING_IMPORTING);
+    egm_status_t st = egm__segref_link(cache->mappings, &m->ref, 1);
+    if (st != EGM_OK) {
+        egm_free(m);
+        return st == EGM_ERR_SEGMENT_NOT_FOUND ? retired_error(segment->id) : st;
+    }
+
+    st = import_and_map(cache, segment, m);
+    /* Failed: out of the table before anyone sees it fail, so that a later
+     * acquire imports afresh; the waiters hold their references. */
+    if (st != EGM_OK)
+        egm__segref_unlink(cache->mappings, segment->id, 0);
+
+    pthread_mutex_lock(&cache->lock);
+    if (st == EGM_OK) {
+        cache->imports_total++;
+        atomic_fetch_add(&cache->live, 1);
+        atomic_store(&m->state, MAPPING_READY);
+        if (imported_p != NULL)
+            *imported_p = 1;
+        egm_debug("nvlink: mapped segment %s (%" PRIu64 " bytes, %s) at 0x%" PRIx64,
+                  egm__id_format(segment->id, text), segment->size,
+                  segment->handle_kind == EGM_HANDLE_FABRIC ? "fabric" : "posix_fd", m->va);
+    } else {
+        m->error = st;
+        snprintf(m->detail, sizeof(m->detail), "%s", egm_last_error());
+        cache->import_failures++;
+        atomic_store(&m->state, MAPPING_FAILED);
+    }
+    pthread_cond_broadcast(&cache->changed);
+    pthread_mutex_unlock(&cache->lock);
+    *mapping_p = m;
+    return EGM_OK;
 }
 
 egm_status_t egm__mapping_acquire(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
@@ -267,7 +296,7 @@ egm_status_t egm__mapping_acquire(egm_mapping_cache_t *cache, const egm_segment_
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
-    egm_mapping_t *m, *dead = NULL;
+    egm_mapping_t *m;
 
     if (imported_p != NULL)
         *imported_p = 0;
@@ -276,103 +305,48 @@ egm_status_t egm__mapping_acquire(egm_mapping_cache_t *cache, const egm_segment_
                               "nvlink: segment %s is not CUDA VMM memory (handle kind %d)",
                               egm__id_format(segment->id, text), (int)segment->handle_kind);
 
-    pthread_mutex_lock(&cache->lock);
-    if (egm__hashmap_get(cache->retired, &segment->id, sizeof(segment->id)) != NULL) {
-        pthread_mutex_unlock(&cache->lock);
-        return retired_error(segment->id);
+    while ((m = (egm_mapping_t *)egm__segref_get(cache->mappings, segment->id)) == NULL) {
+        st = import_first(cache, segment, &m, imported_p);
+        if (st == EGM_OK)
+            break;
+        if (st != EGM_ERR_SEGMENT_EXISTS)
+            return st;
     }
-    m = egm__hashmap_get(cache->by_id, &segment->id, sizeof(segment->id));
-    if (m != NULL) {
-        m->refs++;
-        while (m->state == MAPPING_IMPORTING)
+    /* Ready is the common case: no lock. Else wait for the importer. */
+    if (atomic_load(&m->state) == MAPPING_IMPORTING) {
+        pthread_mutex_lock(&cache->lock);
+        while (atomic_load(&m->state) == MAPPING_IMPORTING)
             pthread_cond_wait(&cache->changed, &cache->lock);
-        goto check;
-    }
-
-    /* First use: publish an IMPORTING entry so that concurrent users (a
-     * prewarm thread and a Get) wait for this import instead of repeating it. */
-    m = egm_calloc(1, sizeof(*m), "te.mapping");
-    if (m == NULL) {
         pthread_mutex_unlock(&cache->lock);
-        return egm__set_error(EGM_ERR_NO_MEMORY, "nvlink: out of memory");
     }
-    *m = (egm_mapping_t){
-        .id = segment->id, .size = segment->size, .state = MAPPING_IMPORTING, .refs = 1};
-    if ((st = egm__hashmap_put(cache->by_id, &m->id, sizeof(m->id), m, NULL)) != EGM_OK) {
-        pthread_mutex_unlock(&cache->lock);
-        egm_free(m);
-        return st;
-    }
-    pthread_mutex_unlock(&cache->lock);
 
-    st = import_and_map(cache, segment, m);
-
-    pthread_mutex_lock(&cache->lock);
-    if (st == EGM_OK) {
-        m->state = MAPPING_READY;
-        cache->imports_total++;
-        cache->live++;
-        if (imported_p != NULL)
-            *imported_p = 1;
-        egm_debug("nvlink: mapped segment %s (%" PRIu64 " bytes, %s) at 0x%" PRIx64,
-                  egm__id_format(segment->id, text), segment->size,
-                  segment->handle_kind == EGM_HANDLE_FABRIC ? "fabric" : "posix_fd", m->va);
-    } else {
-        m->state = MAPPING_FAILED;
-        m->error = st;
-        snprintf(m->detail, sizeof(m->detail), "%s", egm_last_error());
-        cache->import_failures++;
-        /* Out of the table so that the next acquire tries again. */
-        if (!m->retired) {
-            egm__hashmap_remove(cache->by_id, &m->id, sizeof(m->id));
-            m->retired = 1;
-        }
-    }
-    pthread_cond_broadcast(&cache->changed);
-
-check:
-    if (m->state == MAPPING_FAILED) {
+    if (atomic_load(&m->state) == MAPPING_FAILED) {
         st = m->error;
         char detail[256];
         snprintf(detail, sizeof(detail), "%s", m->detail);
-        dead = unref_locked(cache, m);
-        pthread_mutex_unlock(&cache->lock);
-        if (dead != NULL)
-            mapping_free(cache, dead);
+        egm__segref_put(cache->mappings, &m->ref);
         return egm__set_error(st, "%s", detail);
     }
-    if (m->retired) {
+    if (!egm__segref_linked(&m->ref)) {
         /* Forgotten while we waited: this segment must not be used any more. */
-        dead = unref_locked(cache, m);
-        pthread_mutex_unlock(&cache->lock);
-        if (dead != NULL)
-            mapping_free(cache, dead);
+        egm__segref_put(cache->mappings, &m->ref);
         return retired_error(segment->id);
     }
     if (m->size != segment->size) {
-        dead = unref_locked(cache, m);
-        pthread_mutex_unlock(&cache->lock);
-        if (dead != NULL)
-            mapping_free(cache, dead);
+        egm__segref_put(cache->mappings, &m->ref);
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "nvlink: segment %s: descriptor size %" PRIu64
                               " differs from the mapped %" PRIu64,
                               egm__id_format(segment->id, text), segment->size, m->size);
     }
-    pthread_mutex_unlock(&cache->lock);
     *mapping_p = m;
     return EGM_OK;
 }
 
 void egm__mapping_release(egm_mapping_cache_t *cache, egm_mapping_t *mapping)
 {
-    if (mapping == NULL)
-        return;
-    pthread_mutex_lock(&cache->lock);
-    egm_mapping_t *dead = unref_locked(cache, mapping);
-    pthread_mutex_unlock(&cache->lock);
-    if (dead != NULL)
-        mapping_free(cache, dead);
+    if (mapping != NULL)
+        egm__segref_put(cache->mappings, &mapping->ref);
 }
 
 uint64_t egm__mapping_va(const egm_mapping_t *mapping)
@@ -387,56 +361,22 @@ uint64_t egm__mapping_size(const egm_mapping_t *mapping)
 
 void egm__mapping_forget(egm_mapping_cache_t *cache, egm_id_t segment_id)
 {
-    egm_mapping_t *dead = NULL;
-
-    pthread_mutex_lock(&cache->lock);
-    /* The marker value only has to be non-NULL. A failed put (no memory)
-     * still removes the mapping below; only re-import stays possible. */
-    if (egm__hashmap_get(cache->retired, &segment_id, sizeof(segment_id)) == NULL &&
-        egm__hashmap_put(cache->retired, &segment_id, sizeof(segment_id), cache, NULL) != EGM_OK)
-        egm_warn("nvlink: cannot remember a retired segment: %s", egm_last_error());
-    egm_mapping_t *m = egm__hashmap_remove(cache->by_id, &segment_id, sizeof(segment_id));
-    if (m != NULL) {
-        m->retired = 1;
-        if (m->refs == 0) {
-            if (m->state == MAPPING_READY)
-                cache->live--;
-            dead = m;
-        }
-    }
-    pthread_mutex_unlock(&cache->lock);
-    if (dead != NULL) {
-        char text[EGM_ID_STRLEN];
-        egm_debug("nvlink: unmapped retired segment %s", egm__id_format(segment_id, text));
-        mapping_free(cache, dead);
-    }
+    egm__segref_unlink(cache->mappings, segment_id, EGM_SEGREF_RETIRE);
 }
 
 egm_status_t egm__mapping_cached_ids(egm_mapping_cache_t *cache, egm_id_t **ids_p, size_t *n_p)
 {
-    void *ids = NULL;
-    pthread_mutex_lock(&cache->lock);
-    egm_status_t st =
-        egm__hashmap_copy_keys(cache->by_id, sizeof(egm_id_t), "nvlink mappings", &ids, n_p);
-    pthread_mutex_unlock(&cache->lock);
-    *ids_p = ids;
-    return st;
+    return egm__segref_ids(cache->mappings, ids_p, n_p);
 }
 
 int egm__mapping_known(egm_mapping_cache_t *cache, egm_id_t segment_id)
 {
-    pthread_mutex_lock(&cache->lock);
-    int known = egm__hashmap_get(cache->by_id, &segment_id, sizeof(segment_id)) != NULL;
-    pthread_mutex_unlock(&cache->lock);
-    return known;
+    return egm__segref_has(cache->mappings, segment_id);
 }
 
 int egm__mapping_retired(egm_mapping_cache_t *cache, egm_id_t segment_id)
 {
-    pthread_mutex_lock(&cache->lock);
-    int retired = egm__hashmap_get(cache->retired, &segment_id, sizeof(segment_id)) != NULL;
-    pthread_mutex_unlock(&cache->lock);
-    return retired;
+    return egm__segref_retired(cache->mappings, segment_id);
 }
 
 void egm__mapping_cache_stats(egm_mapping_cache_t *cache, egm_mapping_stats_t *stats_p)
@@ -446,7 +386,7 @@ void egm__mapping_cache_stats(egm_mapping_cache_t *cache, egm_mapping_stats_t *s
         return;
     pthread_mutex_lock(&cache->lock);
     stats_p->imports_total = cache->imports_total;
-    stats_p->mappings_live = cache->live;
     stats_p->import_failures = cache->import_failures;
     pthread_mutex_unlock(&cache->lock);
+    stats_p->mappings_live = atomic_load(&cache->live);
 }

@@ -4,9 +4,10 @@
  * First use of a segment imports its handle (posix_fd: fetched from the
  * provider's fd broker, same host only; fabric: the descriptor's 64 bytes),
  * reserves granularity-aligned VA, maps it and grants read/write access to
- * every local GPU. Later uses take a reference on the cached mapping. Forget
- * retires the id for good: it leaves the table at once, no later acquire can
- * reach it (nor import it again), and the last reference held by a copy in
+ * every local GPU. Later uses take a reference on the cached mapping. The
+ * mappings are a segment reference table (segref.h): forget unlinks the
+ * mapping and retires the id for good (EGM_SEGREF_RETIRE): no later acquire
+ * can reach it (nor import it again), and the last reference held by a copy in
  * flight unmaps and releases it. Ids are never reused, so a provider that comes
  * back with a new pool at the same addresses can never be served from an old
  * mapping. Thread-safe; concurrent first uses of one segment import it once. */
