@@ -37,7 +37,7 @@ static void setup(void)
     FUZZ_CHECK(egm__exposed_add_vmm(table, id_gpu, NULL, 1ull << 30, 0, EGM_HANDLE_POSIX_FD, 0,
                                     0) == EGM_OK);
     FUZZ_CHECK(egm__exposed_add(table, id_gone, seg_a, SEG_A_SIZE, -1) == EGM_OK);
-    FUZZ_CHECK(egm__exposed_withdraw(table, id_gone) == EGM_OK);
+    FUZZ_CHECK(egm__exposed_unlink(table, id_gone) == EGM_OK);
 }
 
 static uint64_t le(const uint8_t *p, int n)
@@ -117,15 +117,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memcpy(sink, mem, (size_t)req.length);
         else
             memset(mem, (int)(req.request_id & 0xff), (size_t)req.length);
-        egm__exposed_release(table, seg);
+        egm__exposed_put(table, seg);
     }
     /* every use returned (withdraw would wait forever otherwise) */
     FUZZ_CHECK(egm__exposed_count(table) == 3);
     const egm_id_t ids[] = {id_a, id_b, id_gpu};
     for (size_t i = 0; i < 3; i++) {
-        egm_exposed_t *seg = egm__exposed_acquire(table, ids[i]);
+        egm_exposed_t *seg = egm__exposed_get(table, ids[i]);
         FUZZ_CHECK(seg != NULL && seg->ref.refs == 1);
-        egm__exposed_release(table, seg);
+        egm__exposed_put(table, seg);
     }
     FUZZ_CHECK(egm__alloc_live_count() == live);
     return 0;

@@ -69,7 +69,7 @@ egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void 
     return insert(table, &init);
 }
 
-egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id)
+egm_status_t egm__exposed_unlink(egm_exposed_table_t *table, egm_id_t id)
 {
     if (egm__segref_unlink(table, id, EGM_SEGREF_WAIT))
         return EGM_OK;
@@ -78,12 +78,12 @@ egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id)
                           egm__id_format(id, text));
 }
 
-egm_exposed_t *egm__exposed_acquire(egm_exposed_table_t *table, egm_id_t id)
+egm_exposed_t *egm__exposed_get(egm_exposed_table_t *table, egm_id_t id)
 {
     return (egm_exposed_t *)egm__segref_get(table, id);
 }
 
-void egm__exposed_release(egm_exposed_table_t *table, egm_exposed_t *segment)
+void egm__exposed_put(egm_exposed_table_t *table, egm_exposed_t *segment)
 {
     egm__segref_put(table, &segment->ref);
 }

@@ -150,7 +150,7 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
 
     egm__wire_put_u32(reply, EGM_BROKER_REPLY_MAGIC);
     egm__wire_put_u64(reply + 8, 0);
-    egm_exposed_t *seg = egm__exposed_acquire(broker->table, id);
+    egm_exposed_t *seg = egm__exposed_get(broker->table, id);
     int send_fd = -1, exported = 0;
     egm_status_t st = EGM_ERR_SEGMENT_NOT_FOUND;
     char text[EGM_ID_STRLEN];
@@ -193,7 +193,7 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
     if (st != EGM_OK) {
         egm__wire_put_u32(reply + 4, (uint32_t)st);
         if (seg != NULL)
-            egm__exposed_release(broker->table, seg);
+            egm__exposed_put(broker->table, seg);
         (void)egm__sock_write_full(fd, reply, sizeof(reply));
         return;
     }
@@ -208,7 +208,7 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
         atomic_fetch_sub(sent, 1);
     if (exported)
         close(send_fd);
-    egm__exposed_release(broker->table, seg);
+    egm__exposed_put(broker->table, seg);
 }
 
 static void *broker_main(void *arg)

@@ -15,10 +15,10 @@ static const char *local_obstacle(const egm_te_env_t *env, void *state,
     (void)state, (void)device, (void)why, (void)why_cap;
     if (!egm__id_equal(segment->owner, env->client_id))
         return "not this process's segment";
-    egm_exposed_t *seg = egm__exposed_acquire(env->exposed, segment->id);
+    egm_exposed_t *seg = egm__exposed_get(env->exposed, segment->id);
     if (seg == NULL)
         return "not exposed by this process";
-    egm__exposed_release(env->exposed, seg);
+    egm__exposed_put(env->exposed, seg);
     return NULL;
 }
 
@@ -38,7 +38,7 @@ static egm_status_t local_transfer(const egm_te_env_t *env, void *state, const e
 {
     (void)state;
     char text[EGM_ID_STRLEN];
-    egm_exposed_t *seg = egm__exposed_acquire(env->exposed, op->segment->id);
+    egm_exposed_t *seg = egm__exposed_get(env->exposed, op->segment->id);
     if (seg == NULL)
         return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "transfer: segment %s was withdrawn",
                               egm__id_format(op->segment->id, text));
@@ -77,7 +77,7 @@ static egm_status_t local_transfer(const egm_te_env_t *env, void *state, const e
                             egm__id_format(op->segment->id, text));
     }
 out:
-    egm__exposed_release(env->exposed, seg);
+    egm__exposed_put(env->exposed, seg);
     return st;
 }
 

@@ -291,8 +291,8 @@ static egm_status_t import_first(egm_mapping_cache_t *cache, const egm_segment_d
     return EGM_OK;
 }
 
-egm_status_t egm__mapping_acquire(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
-                                  egm_mapping_t **mapping_p, int *imported_p)
+egm_status_t egm__mapping_get(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
+                              egm_mapping_t **mapping_p, int *imported_p)
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
@@ -343,7 +343,7 @@ egm_status_t egm__mapping_acquire(egm_mapping_cache_t *cache, const egm_segment_
     return EGM_OK;
 }
 
-void egm__mapping_release(egm_mapping_cache_t *cache, egm_mapping_t *mapping)
+void egm__mapping_put(egm_mapping_cache_t *cache, egm_mapping_t *mapping)
 {
     if (mapping != NULL)
         egm__segref_put(cache->mappings, &mapping->ref);
@@ -359,7 +359,7 @@ uint64_t egm__mapping_size(const egm_mapping_t *mapping)
     return mapping->size;
 }
 
-void egm__mapping_forget(egm_mapping_cache_t *cache, egm_id_t segment_id)
+void egm__mapping_unlink(egm_mapping_cache_t *cache, egm_id_t segment_id)
 {
     egm__segref_unlink(cache->mappings, segment_id, EGM_SEGREF_RETIRE);
 }

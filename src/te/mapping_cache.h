@@ -40,21 +40,22 @@ void egm__mapping_cache_destroy(egm_mapping_cache_t *cache);
  * (*imported_p, may be NULL, says whether this call did). Retired id ->
  * SEGMENT_NOT_FOUND; not a VMM segment -> NOT_SUPPORTED; driver failures keep
  * the CUDA error name in egm_last_error(). A failed import leaves nothing
- * behind and is tried again by the next acquire. */
-egm_status_t egm__mapping_acquire(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
-                                  egm_mapping_t **mapping_p, int *imported_p);
-void egm__mapping_release(egm_mapping_cache_t *cache, egm_mapping_t *mapping);
+ * behind and is tried again by the next get. */
+egm_status_t egm__mapping_get(egm_mapping_cache_t *cache, const egm_segment_desc_t *segment,
+                              egm_mapping_t **mapping_p, int *imported_p);
+void egm__mapping_put(egm_mapping_cache_t *cache, egm_mapping_t *mapping);
 /* Device address of the segment's first byte, and its size (the descriptor's). */
 uint64_t egm__mapping_va(const egm_mapping_t *mapping);
 uint64_t egm__mapping_size(const egm_mapping_t *mapping);
 
-/* Retires the id (see above). Unknown ids are retired too. */
-void egm__mapping_forget(egm_mapping_cache_t *cache, egm_id_t segment_id);
+/* Unlinks the mapping and retires the id (see above). Unknown ids are retired
+ * too. */
+void egm__mapping_unlink(egm_mapping_cache_t *cache, egm_id_t segment_id);
 /* Ids mapped or being imported now (egm_malloc'ed; NULL when none). */
 egm_status_t egm__mapping_cached_ids(egm_mapping_cache_t *cache, egm_id_t **ids_p, size_t *n_p);
 /* 1 when the segment is mapped and ready, or being imported now. */
 int egm__mapping_known(egm_mapping_cache_t *cache, egm_id_t segment_id);
-/* 1 when the id was forgotten. */
+/* 1 when the id was retired. */
 int egm__mapping_retired(egm_mapping_cache_t *cache, egm_id_t segment_id);
 void egm__mapping_cache_stats(egm_mapping_cache_t *cache, egm_mapping_stats_t *stats_p);
 

@@ -187,7 +187,7 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
     for (size_t i = 0; i < n; i++) {
         egm_te_op_t *op = ops[i];
         maps[i] = NULL;
-        st = egm__mapping_acquire(nv->cache, op->segment, &maps[i], NULL);
+        st = egm__mapping_get(nv->cache, op->segment, &maps[i], NULL);
         if (st == EGM_OK && (op->offset > egm__mapping_size(maps[i]) ||
                              op->length > egm__mapping_size(maps[i]) - op->offset))
             st = egm__set_error(EGM_ERR_INVALID_ARG,
@@ -224,7 +224,7 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
         }
     }
     for (size_t i = 0; i < n; i++)
-        egm__mapping_release(nv->cache, maps[i]);
+        egm__mapping_put(nv->cache, maps[i]);
     if (copies != stack_copies) {
         egm_free(copies);
         egm_free(maps);
@@ -443,7 +443,7 @@ static void nvlink_forget(void *state, egm_id_t segment_id)
 {
     egm_nvlink_t *nv = state;
     if (nv != NULL)
-        egm__mapping_forget(nv->cache, segment_id);
+        egm__mapping_unlink(nv->cache, segment_id);
 }
 
 static egm_status_t nvlink_cached_ids(void *state, egm_id_t **ids_p, size_t *n_p)

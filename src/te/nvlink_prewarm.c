@@ -50,9 +50,9 @@ static void *prewarm_main(void *arg)
 
         egm_mapping_t *m = NULL;
         int imported = 0;
-        egm_status_t st = egm__mapping_acquire(pw->cache, &job->desc, &m, &imported);
+        egm_status_t st = egm__mapping_get(pw->cache, &job->desc, &m, &imported);
         if (st == EGM_OK)
-            egm__mapping_release(pw->cache, m);
+            egm__mapping_put(pw->cache, m);
         else
             egm_debug("prewarm: segment %s: %s", egm__id_format(job->desc.id, text),
                       egm_last_error());

@@ -79,20 +79,20 @@ egm_status_t egm__tcp_req_check(egm_exposed_table_t *table, const egm_tcp_req_t 
     if (req->length == 0 || req->length > EGM_TCP_MAX_REQUEST)
         return egm__set_error(EGM_ERR_INVALID_ARG, "length: %" PRIu64 " not in 1..%llu",
                               req->length, (unsigned long long)EGM_TCP_MAX_REQUEST);
-    egm_exposed_t *seg = egm__exposed_acquire(table, req->segment);
+    egm_exposed_t *seg = egm__exposed_get(table, req->segment);
     if (seg == NULL)
         return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment: %s is not served here",
                               egm__id_format(req->segment, text));
     /* GPU memory (DEVICE VMM) is reachable over nvlink only: the CPU cannot
      * touch the provider's mapping of it. */
     if (!seg->host_accessible) {
-        egm__exposed_release(table, seg);
+        egm__exposed_put(table, seg);
         return egm__set_error(EGM_ERR_NOT_SUPPORTED,
                               "segment: %s is GPU memory, reachable over nvlink only",
                               egm__id_format(req->segment, text));
     }
     if (req->offset > seg->size || req->length > seg->size - req->offset) {
-        egm__exposed_release(table, seg);
+        egm__exposed_put(table, seg);
         return egm__set_error(
             EGM_ERR_INVALID_ARG,
             "offset/length: [%" PRIu64 ", +%" PRIu64 ") outside segment %s of %" PRIu64 " bytes",
@@ -123,10 +123,10 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
         st = send_reply(fd, req->request_id, EGM_OK, req->length);
         if (st == EGM_OK)
             st = egm__sock_write_full(fd, mem, (size_t)req->length);
-        egm__exposed_release(server->table, seg);
+        egm__exposed_put(server->table, seg);
     } else {
         st = egm__sock_read_full_timeout(fd, mem, (size_t)req->length, server->io_timeout_ms);
-        egm__exposed_release(server->table, seg);
+        egm__exposed_put(server->table, seg);
         if (st == EGM_OK)
             st = send_reply(fd, req->request_id, EGM_OK, 0);
     }

@@ -359,7 +359,7 @@ egm_status_t egm__te_withdraw_segment(egm_te_t *te, egm_id_t segment_id)
 {
     if (te == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "withdraw: no engine");
-    return egm__exposed_withdraw(te->exposed, segment_id);
+    return egm__exposed_unlink(te->exposed, segment_id);
 }
 
 static int allowed(const egm_te_t *te, const egm_transport_ops_t *ops)

@@ -39,7 +39,7 @@ typedef struct {
 typedef egm_segref_table_t egm_exposed_table_t;
 
 /* A use reference on an exposed segment: base/size/memfd/handle stay valid
- * until egm__exposed_release. */
+ * until egm__exposed_put. */
 typedef struct {
     egm_segref_t ref; /* ref.id: the segment's id */
     void *base;
@@ -52,7 +52,7 @@ typedef struct {
 } egm_exposed_t;
 
 egm_status_t egm__exposed_create(egm_exposed_table_t **table_p);
-/* Every segment must have been withdrawn (or no server may still run). */
+/* Every segment must have been unlinked (or no server may still run). */
 void egm__exposed_destroy(egm_exposed_table_t *table);
 /* Same id twice -> EGM_ERR_SEGMENT_EXISTS. */
 egm_status_t egm__exposed_add(egm_exposed_table_t *table, egm_id_t id, void *base, uint64_t size,
@@ -66,10 +66,10 @@ egm_status_t egm__exposed_add_vmm(egm_exposed_table_t *table, egm_id_t id, void 
 /* Unlinks the segment so that new lookups fail, then waits for the uses in
  * flight to end (egm__segref_unlink with EGM_SEGREF_WAIT). Unknown ->
  * EGM_ERR_SEGMENT_NOT_FOUND. */
-egm_status_t egm__exposed_withdraw(egm_exposed_table_t *table, egm_id_t id);
+egm_status_t egm__exposed_unlink(egm_exposed_table_t *table, egm_id_t id);
 /* NULL if the segment is not exposed (now). */
-egm_exposed_t *egm__exposed_acquire(egm_exposed_table_t *table, egm_id_t id);
-void egm__exposed_release(egm_exposed_table_t *table, egm_exposed_t *segment);
+egm_exposed_t *egm__exposed_get(egm_exposed_table_t *table, egm_id_t id);
+void egm__exposed_put(egm_exposed_table_t *table, egm_exposed_t *segment);
 size_t egm__exposed_count(egm_exposed_table_t *table);
 
 /* ---- wire formats (fixed little-endian, common/wire.h) -------------------- */

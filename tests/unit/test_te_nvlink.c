@@ -586,12 +586,12 @@ static void test_forget_in_flight(void **state)
     assert_int_equal(egm__mapping_cache_create(cu, 2000, NULL, &cache), EGM_OK);
 
     /* A copy holds the mapping ... */
-    assert_int_equal(egm__mapping_acquire(cache, d, &m, &imported), EGM_OK);
+    assert_int_equal(egm__mapping_get(cache, d, &m, &imported), EGM_OK);
     assert_int_equal(imported, 1);
     /* ... when the segment is retired: no new copy may start on it ... */
-    egm__mapping_forget(cache, d->id);
+    egm__mapping_unlink(cache, d->id);
     egm_mapping_t *again = NULL;
-    assert_int_equal(egm__mapping_acquire(cache, d, &again, NULL), EGM_ERR_SEGMENT_NOT_FOUND);
+    assert_int_equal(egm__mapping_get(cache, d, &again, NULL), EGM_ERR_SEGMENT_NOT_FOUND);
     assert_null(again);
     egm__mapping_cache_stats(cache, &ms);
     assert_int_equal(ms.mappings_live, 1);
@@ -607,7 +607,7 @@ static void test_forget_in_flight(void **state)
     assert_memory_equal(view(fx->chunks[c].va + 100, sizeof(bytes)), bytes, sizeof(bytes));
 
     /* Its end unmaps and releases everything. */
-    egm__mapping_release(cache, m);
+    egm__mapping_put(cache, m);
     egm__mapping_cache_stats(cache, &ms);
     assert_int_equal(ms.mappings_live, 0);
     assert_int_equal(ms.imports_total, 1);
