@@ -396,13 +396,18 @@ static egm_status_t nvlink_open(const egm_te_env_t *env, void **state_p)
     return EGM_OK;
 }
 
+static const char *nvlink_unavailable(void *state)
+{
+    return state == NULL ? "no CUDA driver or GPU in this process" : NULL;
+}
+
 static const char *nvlink_obstacle(const egm_te_env_t *env, void *state,
                                    const egm_segment_desc_t *segment, int device, char *why,
                                    size_t why_cap)
 {
     (void)why, (void)why_cap;
     if (state == NULL)
-        return "no CUDA driver or GPU in this process";
+        return nvlink_unavailable(state);
     if (device < 0)
         return "the local buffer is host memory, not GPU memory";
     if (segment->handle_kind != EGM_HANDLE_POSIX_FD && segment->handle_kind != EGM_HANDLE_FABRIC)
@@ -479,6 +484,7 @@ const egm_transport_ops_t egm__transport_nvlink = {
     .name = "nvlink",
     .protocol = EGM_PROTOCOL_NVLINK,
     .open = nvlink_open,
+    .unavailable = nvlink_unavailable,
     .obstacle = nvlink_obstacle,
     .retired = nvlink_retired,
     .transfer_batch = nvlink_transfer_batch,

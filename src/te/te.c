@@ -24,6 +24,12 @@
 /* Ops per transfer whose bookkeeping lives on the stack. */
 #define STACK_OPS 64
 
+typedef struct {
+    const egm_transport_ops_t *ops;
+    void *state;
+    size_t index; /* in egm__transports: the egm_transport_t */
+} route_entry_t;
+
 struct egm_te {
     egm_id_t client_id;
     egm_protocol_t protocol;
@@ -44,6 +50,13 @@ struct egm_te {
     egm_te_env_t env;                          /* lent to the transports */
     void *transport_state[EGM_TRANSPORTS_MAX]; /* by egm__transports index */
     size_t n_open;                             /* transports opened so far */
+    /* Routing's walk, fixed at creation (no per-op filtering): the transports
+     * the protocol allows and that can reach something here, in order of
+     * preference; the retired check runs before route[retired_at]. */
+    route_entry_t route[EGM_TRANSPORTS_MAX];
+    size_t n_route, retired_at;
+    route_entry_t retirers[EGM_TRANSPORTS_MAX]; /* those with a retired op */
+    size_t n_retirers;
 
     char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none */
     egm_te_auth_t auth;                      /* points at auth_token */
@@ -94,6 +107,31 @@ static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
         return st;
     te->cuda = api;
     return EGM_OK;
+}
+
+static int allowed(const egm_te_t *te, const egm_transport_ops_t *ops)
+{
+    return ops->own_memory || te->protocol == EGM_PROTOCOL_AUTO || ops->protocol == te->protocol;
+}
+
+/* The walks routing takes on every op, once the transports are open. */
+static void plan_routes(egm_te_t *te)
+{
+    te->n_route = te->n_retirers = 0;
+    te->retired_at = SIZE_MAX;
+    for (size_t t = 0; t < te->n_open; t++) {
+        const egm_transport_ops_t *ops = egm__transports[t];
+        route_entry_t entry = {.ops = ops, .state = te->transport_state[t], .index = t};
+        if (ops->unavailable != NULL && ops->unavailable(entry.state) != NULL)
+            continue;
+        if (ops->retired != NULL)
+            te->retirers[te->n_retirers++] = entry;
+        if (!allowed(te, ops))
+            continue;
+        if (!ops->own_memory && te->retired_at == SIZE_MAX)
+            te->retired_at = te->n_route;
+        te->route[te->n_route++] = entry;
+    }
 }
 
 /* In reverse order of opening. */
@@ -179,6 +217,7 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
             (st = ops->open(&te->env, &te->transport_state[te->n_open])) != EGM_OK)
             goto err_transports;
     }
+    plan_routes(te);
     *te_p = te;
     return EGM_OK;
 
@@ -362,31 +401,23 @@ egm_status_t egm__te_withdraw_segment(egm_te_t *te, egm_id_t segment_id)
     return egm__exposed_unlink(te->exposed, segment_id);
 }
 
-static int allowed(const egm_te_t *te, const egm_transport_ops_t *ops)
-{
-    return ops->own_memory || te->protocol == EGM_PROTOCOL_AUTO || ops->protocol == te->protocol;
-}
-
 /* 1 when one of the own-memory transports serves the segment. */
 static int is_own(egm_te_t *te, const egm_segment_desc_t *segment)
 {
-    for (size_t t = 0; t < egm__n_transports; t++) {
-        const egm_transport_ops_t *ops = egm__transports[t];
-        if (ops->own_memory &&
-            ops->obstacle(&te->env, te->transport_state[t], segment, -1, NULL, 0) == NULL)
+    if (!egm__id_equal(segment->owner, te->client_id))
+        return 0;
+    for (size_t i = 0; i < te->n_route && te->route[i].ops->own_memory; i++)
+        if (te->route[i].ops->obstacle(&te->env, te->route[i].state, segment, -1, NULL, 0) == NULL)
             return 1;
-    }
     return 0;
 }
 
 /* A retired id is gone for every transport (its provider may be too). */
 static int is_retired(egm_te_t *te, egm_id_t segment_id)
 {
-    for (size_t t = 0; t < egm__n_transports; t++) {
-        const egm_transport_ops_t *ops = egm__transports[t];
-        if (ops->retired != NULL && ops->retired(te->transport_state[t], segment_id))
+    for (size_t i = 0; i < te->n_retirers; i++)
+        if (te->retirers[i].ops->retired(te->retirers[i].state, segment_id))
             return 1;
-    }
     return 0;
 }
 
@@ -438,21 +469,17 @@ static egm_status_t unreachable(egm_te_t *te, const egm_segment_desc_t *segment,
 static egm_status_t route(egm_te_t *te, const egm_segment_desc_t *segment, int device,
                           size_t *transport_p)
 {
-    int retired_checked = 0;
-    for (size_t t = 0; t < egm__n_transports; t++) {
-        const egm_transport_ops_t *ops = egm__transports[t];
-        if (!allowed(te, ops))
-            continue;
-        if (!ops->own_memory && !retired_checked) {
-            if (is_retired(te, segment->id)) {
-                char text[EGM_ID_STRLEN];
-                return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s was retired",
-                                      egm__id_format(segment->id, text));
-            }
-            retired_checked = 1;
+    for (size_t i = 0; i < te->n_route; i++) {
+        const route_entry_t *r = &te->route[i];
+        if (i == te->retired_at && is_retired(te, segment->id)) {
+            char text[EGM_ID_STRLEN];
+            return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s was retired",
+                                  egm__id_format(segment->id, text));
         }
-        if (ops->obstacle(&te->env, te->transport_state[t], segment, device, NULL, 0) == NULL) {
-            *transport_p = t;
+        if (r->ops->own_memory && !egm__id_equal(segment->owner, te->client_id))
+            continue;
+        if (r->ops->obstacle(&te->env, r->state, segment, device, NULL, 0) == NULL) {
+            *transport_p = r->index;
             return EGM_OK;
         }
     }

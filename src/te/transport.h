@@ -9,8 +9,10 @@
  * transport.c's list, and its names in te.h's egm_transport_t and
  * egm_protocol_t (the values callers rank and configure by).
  *
- * Hot path: routing calls `obstacle` with why == NULL (no formatting) and
- * each op's transfer directly; nothing here allocates or locks per op. */
+ * Hot path: the engine fixes its walk when it is created (the transports its
+ * protocol allows and that are available, and those with a retired op);
+ * routing then calls `obstacle` with why == NULL (no formatting) along it and
+ * the chosen transport's transfer; nothing here allocates or locks per op. */
 #ifndef EGM_TE_TRANSPORT_H
 #define EGM_TE_TRANSPORT_H
 
@@ -41,8 +43,9 @@ typedef struct {
     /* The protocol value that allows this transport alone; every transport
      * is allowed under EGM_PROTOCOL_AUTO. */
     egm_protocol_t protocol;
-    /* Moves this process's own segments: allowed under every protocol and
-     * asked before the retired check (an own segment is served while exposed). */
+    /* Moves this process's own segments: allowed under every protocol, asked
+     * only for a segment whose owner is this engine's client, and before the
+     * retired check (an own segment is served while exposed). */
     int own_memory;
     /* Carries only host memory: the engine stages a GPU buffer through the
      * pinned ring and gives `transfer` the host slot, piece by piece. */
@@ -53,6 +56,10 @@ typedef struct {
     egm_status_t (*open)(const egm_te_env_t *env, void **state_p);
     void (*close)(void *state);
 
+    /* Why this transport can reach nothing in this engine (no driver, say),
+     * asked once after open: routing then skips it (its obstacle still
+     * explains a failed route). NULL op or answer: it may reach segments. */
+    const char *(*unavailable)(void *state);
     /* The reachability check: NULL when this transport can move bytes between
      * a buffer on `device` (-1: host memory) and the segment; else why not.
      * With why == NULL (routing) it must not format: any non-NULL answer will
