@@ -467,7 +467,7 @@ static egm_status_t unreachable(egm_te_t *te, const egm_segment_desc_t *segment,
 /* Route for a local buffer on `device` (-1: host memory): the first allowed
  * transport in the list that reaches the segment. */
 static egm_status_t route(egm_te_t *te, const egm_segment_desc_t *segment, int device,
-                          size_t *transport_p)
+                          const route_entry_t **route_p)
 {
     for (size_t i = 0; i < te->n_route; i++) {
         const route_entry_t *r = &te->route[i];
@@ -479,7 +479,7 @@ static egm_status_t route(egm_te_t *te, const egm_segment_desc_t *segment, int d
         if (r->ops->own_memory && !egm__id_equal(segment->owner, te->client_id))
             continue;
         if (r->ops->obstacle(&te->env, r->state, segment, device, NULL, 0) == NULL) {
-            *transport_p = r->index;
+            *route_p = r;
             return EGM_OK;
         }
     }
@@ -489,23 +489,23 @@ static egm_status_t route(egm_te_t *te, const egm_segment_desc_t *segment, int d
 egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
                            egm_transport_t *transport_p)
 {
-    size_t t;
+    const route_entry_t *r;
     if (te == NULL || segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing segment");
-    egm_status_t st = route(te, segment, -1, &t);
+    egm_status_t st = route(te, segment, -1, &r);
     if (st == EGM_OK)
-        *transport_p = (egm_transport_t)t;
+        *transport_p = (egm_transport_t)r->index;
     return st;
 }
 
 egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport_t *transport_p)
 {
-    size_t t;
+    const route_entry_t *r;
     if (te == NULL || op == NULL || op->segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing op or segment");
-    egm_status_t st = route(te, op->segment, local_device(te, op->local, op->length), &t);
+    egm_status_t st = route(te, op->segment, local_device(te, op->local, op->length), &r);
     if (st == EGM_OK)
-        *transport_p = (egm_transport_t)t;
+        *transport_p = (egm_transport_t)r->index;
     return st;
 }
 
@@ -556,15 +556,15 @@ static egm_status_t hop_transport(void *ctx, uint64_t off, void *slot, size_t n,
 /* One op by a transport without a batch op; a GPU buffer bound for a
  * host-memory-only transport goes through the staging ring (the conventional
  * path nvlink is measured against). */
-static egm_status_t transfer_one(egm_te_t *te, size_t t, const egm_te_op_t *op, int device)
+static egm_status_t transfer_one(egm_te_t *te, const route_entry_t *r, const egm_te_op_t *op,
+                                 int device)
 {
-    const egm_transport_ops_t *ops = egm__transports[t];
-    if (device >= 0 && ops->host_memory_only) {
-        hop_t hop = {.env = &te->env, .ops = ops, .state = te->transport_state[t], .op = op};
+    if (device >= 0 && r->ops->host_memory_only) {
+        hop_t hop = {.env = &te->env, .ops = r->ops, .state = r->state, .op = op};
         return egm__staging_copy(te->nvlink, device, (uint64_t)(uintptr_t)op->local, op->length,
                                  op->dir == EGM_TE_READ, hop_transport, &hop);
     }
-    return ops->transfer(&te->env, te->transport_state[t], op, device);
+    return r->ops->transfer(&te->env, r->state, op, device);
 }
 
 /* Keeps the detail of the failure of the lowest-numbered op. */
@@ -583,11 +583,10 @@ static void note_failure(first_failure_t *f, size_t index, egm_status_t st)
     snprintf(f->detail, sizeof(f->detail), "%s", egm_last_error());
 }
 
-/* Where an op goes: its transport (egm__transports index) and the GPU of its
- * local buffer (-1: host). */
+/* Where an op goes: its transport and the GPU of its local buffer (-1: host). */
 typedef struct {
+    const route_entry_t *route;
     int device;
-    uint32_t transport;
 } routed_t;
 
 egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
@@ -623,20 +622,19 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
     size_t n_pending = 0;
     for (size_t i = 0; i < n; i++) {
         egm_te_op_t *op = &ops[i];
-        size_t t = 0;
         egm_status_t st = check_op(op);
         routed[i].device = -1;
+        routed[i].route = NULL;
         if (st == EGM_OK) {
             routed[i].device = local_device(te, op->local, op->length);
-            st = route(te, op->segment, routed[i].device, &t);
+            st = route(te, op->segment, routed[i].device, &routed[i].route);
         }
-        routed[i].transport = (uint32_t)t;
-        if (st == EGM_OK && egm__transports[t]->transfer_batch != NULL) {
+        if (st == EGM_OK && routed[i].route->ops->transfer_batch != NULL) {
             pending[n_pending++] = i;
             continue;
         }
         if (st == EGM_OK)
-            st = transfer_one(te, t, op, routed[i].device);
+            st = transfer_one(te, routed[i].route, op, routed[i].device);
         op->status = st;
         if (st != EGM_OK)
             note_failure(&first, i, st);
@@ -649,13 +647,13 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
         size_t k = 0, left = 0;
         for (size_t j = 0; j < n_pending; j++) {
             const routed_t *r = &routed[pending[j]];
-            if (r->device == key.device && r->transport == key.transport)
+            if (r->device == key.device && r->route == key.route)
                 group[k++] = &ops[pending[j]];
             else
                 pending[left++] = pending[j];
         }
-        if (egm__transports[key.transport]->transfer_batch(
-                &te->env, te->transport_state[key.transport], key.device, group, k) != EGM_OK) {
+        if (key.route->ops->transfer_batch(&te->env, key.route->state, key.device, group, k) !=
+            EGM_OK) {
             for (size_t j = 0; j < k; j++)
                 if (group[j]->status != EGM_OK)
                     note_failure(&first, (size_t)(group[j] - ops), group[j]->status);
