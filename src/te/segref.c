@@ -2,22 +2,9 @@
 #include "te/segref.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 
 #include "common/alloc.h"
-#include "common/hashmap.h"
 #include "common/log.h"
-
-struct egm_segref_table {
-    pthread_mutex_t lock;
-    pthread_cond_t freed_ok; /* an awaited object lost its last reference */
-    egm_hashmap_t *linked;   /* id bytes -> egm_segref_t* */
-    egm_hashmap_t *retired;  /* id bytes -> marker: never linked again */
-    uint64_t live;           /* not freed yet */
-    egm_segref_free_fn free_fn;
-    void *ctx;
-    const char *what;
-};
 
 egm_status_t egm__segref_create(const char *what, egm_segref_free_fn free_fn, void *ctx,
                                 egm_segref_table_t **table_p)
@@ -91,33 +78,6 @@ egm_status_t egm__segref_link(egm_segref_table_t *table, egm_segref_t *ref, uint
 out:
     pthread_mutex_unlock(&table->lock);
     return st;
-}
-
-egm_segref_t *egm__segref_get(egm_segref_table_t *table, egm_id_t id)
-{
-    pthread_mutex_lock(&table->lock);
-    egm_segref_t *ref = egm__hashmap_get(table->linked, &id, sizeof(id));
-    if (ref != NULL)
-        ref->refs++;
-    pthread_mutex_unlock(&table->lock);
-    return ref;
-}
-
-void egm__segref_put(egm_segref_table_t *table, egm_segref_t *ref)
-{
-    int last = 0;
-    pthread_mutex_lock(&table->lock);
-    if (--ref->refs == 0 && !atomic_load(&ref->linked)) {
-        if (ref->awaited) {
-            pthread_cond_broadcast(&table->freed_ok);
-        } else {
-            table->live--;
-            last = 1;
-        }
-    }
-    pthread_mutex_unlock(&table->lock);
-    if (last)
-        table->free_fn(table->ctx, ref);
 }
 
 int egm__segref_unlink(egm_segref_table_t *table, egm_id_t id, unsigned flags)

@@ -20,10 +20,12 @@
 #ifndef EGM_TE_SEGREF_H
 #define EGM_TE_SEGREF_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
+#include "common/hashmap.h"
 #include "common/id.h"
 
 typedef struct egm_segref_table egm_segref_table_t;
@@ -54,8 +56,8 @@ void egm__segref_destroy(egm_segref_table_t *table);
  * linked under the id -> EGM_ERR_SEGMENT_EXISTS; a retired id ->
  * EGM_ERR_SEGMENT_NOT_FOUND; either way `ref` stays the caller's. */
 egm_status_t egm__segref_link(egm_segref_table_t *table, egm_segref_t *ref, uint64_t refs);
-egm_segref_t *egm__segref_get(egm_segref_table_t *table, egm_id_t id);
-void egm__segref_put(egm_segref_table_t *table, egm_segref_t *ref);
+static inline egm_segref_t *egm__segref_get(egm_segref_table_t *table, egm_id_t id);
+static inline void egm__segref_put(egm_segref_table_t *table, egm_segref_t *ref);
 /* 1 when an object was linked under the id (0: none; with RETIRE the id is
  * retired all the same). `flags`: EGM_SEGREF_RETIRE | EGM_SEGREF_WAIT. */
 int egm__segref_unlink(egm_segref_table_t *table, egm_id_t id, unsigned flags);
@@ -72,5 +74,45 @@ size_t egm__segref_count(egm_segref_table_t *table);
 uint64_t egm__segref_live(egm_segref_table_t *table);
 /* Ids linked now (egm_malloc'ed; NULL when none). */
 egm_status_t egm__segref_ids(egm_segref_table_t *table, egm_id_t **ids_p, size_t *n_p);
+
+/* ---- inline: get and put run once per transfer -------------------------------
+ * The table's fields are segref.c's and these two functions' alone. */
+struct egm_segref_table {
+    pthread_mutex_t lock;
+    pthread_cond_t freed_ok; /* an awaited object lost its last reference */
+    egm_hashmap_t *linked;   /* id bytes -> egm_segref_t* */
+    egm_hashmap_t *retired;  /* id bytes -> marker: never linked again */
+    uint64_t live;           /* not freed yet */
+    egm_segref_free_fn free_fn;
+    void *ctx;
+    const char *what;
+};
+
+static inline egm_segref_t *egm__segref_get(egm_segref_table_t *table, egm_id_t id)
+{
+    pthread_mutex_lock(&table->lock);
+    egm_segref_t *ref = egm__hashmap_get(table->linked, &id, sizeof(id));
+    if (ref != NULL)
+        ref->refs++;
+    pthread_mutex_unlock(&table->lock);
+    return ref;
+}
+
+static inline void egm__segref_put(egm_segref_table_t *table, egm_segref_t *ref)
+{
+    int last = 0;
+    pthread_mutex_lock(&table->lock);
+    if (--ref->refs == 0 && !atomic_load_explicit(&ref->linked, memory_order_relaxed)) {
+        if (ref->awaited) {
+            pthread_cond_broadcast(&table->freed_ok);
+        } else {
+            table->live--;
+            last = 1;
+        }
+    }
+    pthread_mutex_unlock(&table->lock);
+    if (last)
+        table->free_fn(table->ctx, ref);
+}
 
 #endif
