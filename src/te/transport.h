@@ -6,8 +6,9 @@
  * ids, prepare and stats go to every transport that has the op.
  *
  * Adding a transport (RDMA, say): one file with its ops and state, one line in
- * transport.c's list, and its names in te.h's egm_transport_t and
- * egm_protocol_t (the values callers rank and configure by).
+ * transport.c's list, and its names in te.h's egm_transport_t (the value
+ * callers rank by) and, to be selectable alone, in the protocol key's words
+ * (egm_protocol_t and its choices, common/settings.h and config.c).
  *
  * Hot path: the engine fixes its walk when it is created (the transports its
  * protocol allows and that are available, and those with a retired op);
