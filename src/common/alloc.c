@@ -1,11 +1,26 @@
-/* Tracked allocation: a 16-byte header before each block names its site record,
- * whose live counters tests read. Sites are matched by text, so a site string
- * need not outlive the call. */
-#include <pthread.h>
+/* Allocation through named sites. Built twice (CMakeLists.txt, docs/design.md
+ * "Allocation tracking"):
+ * - EGM_ALLOC_TRACKING=1 (egm_alloc_tracking: every test, debug and sanitizer
+ *   builds): a 16-byte header before each block names its site record, whose
+ *   live counters tests read. Sites are matched by text, so a site string need
+ *   not outlive the call.
+ * - EGM_ALLOC_TRACKING=0 (egm_alloc: the release build's products): plain
+ *   malloc and free. Nothing is hashed or counted on the hot paths, and the
+ *   egm__alloc_* queries are left undefined so that no product code can come to
+ *   depend on them. */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
+
+#ifndef EGM_ALLOC_TRACKING
+#error "EGM_ALLOC_TRACKING must be 0 or 1 (CMakeLists.txt builds this file once for each)"
+#endif
+
+#if EGM_ALLOC_TRACKING
+#include <pthread.h>
 
 #define MAX_SITES 1024 /* power of two; the table holds at most MAX_SITES - 1 */
 
@@ -126,22 +141,6 @@ void *egm_realloc(void *ptr, size_t size, const char *site)
     return h + 1;
 }
 
-char *egm_strdup(const char *s, const char *site)
-{
-    return egm_strndup(s, strlen(s), site);
-}
-
-char *egm_strndup(const char *s, size_t n, const char *site)
-{
-    size_t len = strnlen(s, n);
-    char *copy = egm_malloc(len + 1, site);
-    if (copy != NULL) {
-        memcpy(copy, s, len);
-        copy[len] = '\0';
-    }
-    return copy;
-}
-
 void egm_free(void *ptr)
 {
     if (ptr == NULL)
@@ -191,4 +190,58 @@ int egm__alloc_report(void)
         reported++;
     }
     return reported;
+}
+
+#else /* !EGM_ALLOC_TRACKING */
+
+/* Sizes no allocator can give are refused here, as the tracking build does,
+ * rather than left to the allocator (a sanitizer's aborts instead of answering
+ * NULL). */
+#define SIZE_REFUSED(size) ((size) > (size_t)PTRDIFF_MAX)
+
+void *egm_malloc(size_t size, const char *site)
+{
+    (void)site;
+    return SIZE_REFUSED(size) ? NULL : malloc(size);
+}
+
+void *egm_calloc(size_t n, size_t size, const char *site)
+{
+    (void)site;
+    if (size != 0 && (n > SIZE_MAX / size || SIZE_REFUSED(n * size)))
+        return NULL;
+    return calloc(n, size);
+}
+
+void *egm_realloc(void *ptr, size_t size, const char *site)
+{
+    (void)site;
+    if (SIZE_REFUSED(size))
+        return NULL;
+    /* glibc's realloc(p, 0) frees p and answers NULL, which a caller reads as a
+     * failure with p still valid; the tracking build answers a live 0-byte block. */
+    return realloc(ptr, size > 0 ? size : 1);
+}
+
+void egm_free(void *ptr)
+{
+    free(ptr);
+}
+
+#endif /* EGM_ALLOC_TRACKING */
+
+char *egm_strdup(const char *s, const char *site)
+{
+    return egm_strndup(s, strlen(s), site);
+}
+
+char *egm_strndup(const char *s, size_t n, const char *site)
+{
+    size_t len = strnlen(s, n);
+    char *copy = egm_malloc(len + 1, site);
+    if (copy != NULL) {
+        memcpy(copy, s, len);
+        copy[len] = '\0';
+    }
+    return copy;
 }

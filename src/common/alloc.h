@@ -1,5 +1,8 @@
-/* Tracked allocation: every allocation names its site; live counts per site let
- * tests check that everything returns to zero. */
+/* Allocation through named sites: every allocation names its site. In a
+ * tracking build (every test executable; the products of debug and sanitizer
+ * builds, or with -DEGM_ALLOC_TRACKING=ON) live counts per site let tests check
+ * that everything returns to zero; in the release products these are plain
+ * malloc/free (docs/design.md "Allocation tracking"). Thread-safe. */
 #ifndef EGM_COMMON_ALLOC_H
 #define EGM_COMMON_ALLOC_H
 
@@ -14,6 +17,8 @@ char *egm_strdup(const char *s, const char *site);
 char *egm_strndup(const char *s, size_t n, const char *site);
 void egm_free(void *ptr);
 
+/* Tracking builds only (egm_alloc_tracking): the release products do not
+ * define these, so code that calls them fails to link there. */
 /* Live allocations and bytes over all sites. */
 uint64_t egm__alloc_live_count(void);
 uint64_t egm__alloc_live_bytes(void);
