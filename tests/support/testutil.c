@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/random.h>
 #include <cmocka.h>
 #include "common/alloc.h"
@@ -59,4 +60,50 @@ void egm_test_skip_note(const char *test, const char *fmt, ...)
     printf("\n");
     fflush(stdout);
     va_end(ap);
+}
+
+/* A unit word inside name that is neither last nor followed only by _total. */
+static int unit_misplaced(const char *name, size_t len, const char *unit)
+{
+    size_t ulen = strlen(unit);
+    for (const char *p = name; (p = strstr(p, unit)) != NULL && p < name + len; p += ulen) {
+        const char *rest = p + ulen;
+        size_t rlen = len - (size_t)(rest - name);
+        if (!(rlen == 0 || (rlen == 6 && strncmp(rest, "_total", 6) == 0)))
+            return 1;
+    }
+    return 0;
+}
+
+const char *egm_test_prom_scheme_problem(const char *text, const char *component, char *why,
+                                         size_t len)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "egm_%s_", component);
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        size_t llen = end != NULL ? (size_t)(end - line) : strlen(line);
+        if (llen > 7 && strncmp(line, "# TYPE ", 7) == 0) {
+            const char *name = line + 7;
+            size_t nlen = strcspn(name, " \n");
+            const char *type = name + nlen + 1;
+            int counter = strncmp(type, "counter", 7) == 0;
+            int total = nlen > 6 && strncmp(name + nlen - 6, "_total", 6) == 0;
+            const char *problem = NULL;
+            if (strncmp(name, prefix, strlen(prefix)) != 0)
+                problem = "does not start with the component's prefix";
+            else if (strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") < nlen)
+                problem = "has a character outside [a-z0-9_]";
+            else if (counter != total)
+                problem = counter ? "is a counter without _total" : "ends in _total, not a counter";
+            else if (unit_misplaced(name, nlen, "_bytes") || unit_misplaced(name, nlen, "_seconds"))
+                problem = "has its unit word elsewhere than last";
+            if (problem != NULL) {
+                snprintf(why, len, "%.*s %s (%s)", (int)nlen, name, problem, prefix);
+                return why;
+            }
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    return NULL;
 }

@@ -14,6 +14,14 @@ void egm_test_fill_random(void *buf, size_t len);
 int egm_test_setup_alloc(void **state);
 int egm_test_teardown_alloc(void **state);
 
+/* The first metric family of Prometheus text (its "# TYPE" lines) whose name
+ * breaks docs/metrics.md's scheme for `component` ("master" or "client"):
+ * egm_<component>_ then [a-z0-9_]; _total on counters only; a unit word
+ * (_bytes, _seconds) only last, before _total. NULL when every name follows
+ * it; else a description in why. */
+const char *egm_test_prom_scheme_problem(const char *text, const char *component, char *why,
+                                         size_t len);
+
 /* Skips the running cmocka test, saying why (printf format): prints the line
  * "EGM-SKIP: <test>: <reason>" that scripts/test-skips.py lists at the end of
  * `make test` (a skipped case otherwise reads as a pass: the executable exits
