@@ -393,33 +393,31 @@ void egm__http_stop(egm_http_server_t *srv)
     egm_free(srv);
 }
 
+egm_textbuf_t egm__http_body_begin(const egm_http_response_t *resp)
+{
+    egm_textbuf_t t = egm__textbuf_growing("http_body");
+    t.buf = resp->body;
+    t.len = resp->cap;
+    t.need = resp->len;
+    return t;
+}
+
+egm_status_t egm__http_body_end(egm_http_response_t *resp, const egm_textbuf_t *t)
+{
+    resp->body = t->buf;
+    resp->cap = t->len;
+    resp->len = t->need < t->len ? t->need : t->len > 0 ? t->len - 1 : 0;
+    if (t->status != EGM_OK)
+        return egm__set_error(t->status, "http body: out of memory (%zu bytes)", t->need);
+    return EGM_OK;
+}
+
 egm_status_t egm__http_printf(egm_http_response_t *resp, const char *fmt, ...)
 {
-    va_list ap, ap2;
-    size_t room = resp->cap > resp->len ? resp->cap - resp->len : 0;
+    egm_textbuf_t t = egm__http_body_begin(resp);
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(room > 0 ? resp->body + resp->len : NULL, room, fmt, ap);
+    egm__textbuf_vprintf(&t, fmt, ap);
     va_end(ap);
-    if (n < 0) {
-        va_end(ap2);
-        return egm__set_error(EGM_ERR_INVALID_ARG, "http body: bad format \"%s\"", fmt);
-    }
-    if ((size_t)n >= room) {
-        size_t need = resp->len + (size_t)n + 1;
-        size_t cap = resp->cap > 256 ? resp->cap : 256;
-        while (cap < need)
-            cap *= 2;
-        char *body = egm_realloc(resp->body, cap, "http_body");
-        if (body == NULL) {
-            va_end(ap2);
-            return egm__set_error(EGM_ERR_NO_MEMORY, "http body: out of memory (%zu bytes)", cap);
-        }
-        resp->body = body;
-        resp->cap = cap;
-        vsnprintf(resp->body + resp->len, cap - resp->len, fmt, ap2);
-    }
-    va_end(ap2);
-    resp->len += (size_t)n;
-    return EGM_OK;
+    return egm__http_body_end(resp, &t);
 }

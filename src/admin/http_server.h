@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
+#include "common/textbuf.h"
 
 /* At most this many connections at once; more wait in the listen backlog. */
 #define EGM_HTTP_MAX_CONNECTIONS 64
@@ -69,5 +70,10 @@ void egm__http_stop(egm_http_server_t *srv);
  * Returns EGM_OK or NO_MEMORY. */
 egm_status_t egm__http_printf(egm_http_response_t *resp, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* resp->body as a growing text (common/textbuf.h) that the common writers (egm__json_string,
+ * egm__prom_*) append to; egm__http_body_end hands it back to resp: EGM_OK, or NO_MEMORY
+ * (resp then holds the text up to where memory ran out). */
+egm_textbuf_t egm__http_body_begin(const egm_http_response_t *resp);
+egm_status_t egm__http_body_end(egm_http_response_t *resp, const egm_textbuf_t *t);
 
 #endif

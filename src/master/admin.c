@@ -12,10 +12,11 @@
 #include <egmstore/egmstore.h>
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/json.h"
 #include "common/log.h"
+#include "common/prom.h"
 
 #define JSON_TYPE "application/json"
-#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 #define ENDPOINTS "/metrics, /health, /segments, /get_all_segments, /keys?prefix=&limit="
 #define LIMIT_ACCEPTED "an integer 1..100000 (default 1000)"
 #define PREFIX_ACCEPTED "percent-encoded text of at most 4096 bytes, without %00"
@@ -40,63 +41,13 @@ static void unlock(const egm_master_admin_t *a)
         pthread_rwlock_unlock(a->lock);
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned char c = p[0];
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xbf; /* range of the second byte */
-
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        lo = c == 0xe0 ? 0xa0 : 0x80;
-        hi = c == 0xed ? 0x9f : 0xbf;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        lo = c == 0xf0 ? 0x90 : 0x80;
-        hi = c == 0xf4 ? 0x8f : 0xbf;
-    } else
-        return 0;
-    if (len > n || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return len;
-}
-
-/* A JSON string of len bytes. Keys are arbitrary bytes: a byte that is not
- * part of valid UTF-8 is written as \u00XX (documented in docs/master.md). */
+/* A JSON string of len bytes (common/json.h: keys are arbitrary bytes; a byte
+ * that is not part of valid UTF-8 is written as \u00XX, docs/master.md). */
 static egm_status_t json_string(egm_http_response_t *out, const char *text, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)text;
-    egm_status_t status = egm__http_printf(out, "\"");
-    size_t i = 0;
-
-    while (i < len && status == EGM_OK) {
-        size_t run = i; /* bytes written verbatim */
-        while (run < len && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
-            run++;
-        if (run > i) {
-            status = egm__http_printf(out, "%.*s", (int)(run - i), text + i);
-            i = run;
-            continue;
-        }
-        size_t u = p[i] >= 0x80 ? utf8_len(p + i, len - i) : 0;
-        if (u > 0) {
-            status = egm__http_printf(out, "%.*s", (int)u, text + i);
-            i += u;
-        } else if (p[i] == '"' || p[i] == '\\') {
-            status = egm__http_printf(out, "\\%c", p[i++]);
-        } else {
-            status = egm__http_printf(out, "\\u%04x", (unsigned)p[i++]);
-        }
-    }
-    if (status == EGM_OK)
-        status = egm__http_printf(out, "\"");
-    return status;
+    egm_textbuf_t t = egm__http_body_begin(out);
+    egm__json_string(&t, text, len);
+    return egm__http_body_end(out, &t);
 }
 
 static egm_status_t json_cstring(egm_http_response_t *out, const char *text)
@@ -174,8 +125,10 @@ static void serve_metrics(const egm_master_admin_t *a, egm_http_response_t *resp
     take_snapshot(a, &snap);
     unlock(a);
     resp->status = 200;
-    resp->content_type = METRICS_TYPE;
-    if (egm__master_metrics_format(a->metrics, &snap, resp) != EGM_OK)
+    resp->content_type = EGM_PROM_CONTENT_TYPE;
+    egm_textbuf_t text = egm__http_body_begin(resp);
+    egm__master_metrics_format(a->metrics, &snap, &text);
+    if (egm__http_body_end(resp, &text) != EGM_OK)
         out_of_memory(resp);
 }
 

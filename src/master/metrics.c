@@ -3,6 +3,7 @@
 
 #include <string.h>
 #include <egmstore/egmstore.h>
+#include "common/prom.h"
 
 /* Bucket bounds in ns and as the `le` label Prometheus reads back exactly. */
 static const uint64_t bound_ns[EGM_METRICS_BUCKETS] = {
@@ -48,137 +49,108 @@ static uint64_t load(const atomic_uint_fast64_t *v)
     return atomic_load_explicit((atomic_uint_fast64_t *)v, memory_order_relaxed);
 }
 
-/* HELP and TYPE lines, then (for an unlabelled metric) its one sample. */
-static egm_status_t header(egm_http_response_t *out, const char *name, const char *type,
-                           const char *help)
+static void format_rpc(const egm_master_metrics_t *m, egm_textbuf_t *out)
 {
-    return egm__http_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static egm_status_t sample(egm_http_response_t *out, const char *name, const char *type,
-                           const char *help, uint64_t value)
-{
-    egm_status_t status = header(out, name, type, help);
-    if (status == EGM_OK)
-        status = egm__http_printf(out, "%s %llu\n", name, (unsigned long long)value);
-    return status;
-}
-
-static egm_status_t format_rpc(const egm_master_metrics_t *m, egm_http_response_t *out)
-{
-    egm_status_t status =
-        header(out, "egm_master_rpc_requests_total", "counter", "RPC requests handled, by type");
-    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX && status == EGM_OK; t++)
-        status =
-            egm__http_printf(out, "egm_master_rpc_requests_total{type=\"%s\"} %llu\n",
-                             egm__rpc_type_name(t), (unsigned long long)load(&m->rpc[t].requests));
-    if (status == EGM_OK)
-        status = header(out, "egm_master_rpc_failures_total", "counter",
-                        "RPC requests answered with an error status, by type (per-key results "
-                        "of a batch are not counted)");
-    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX && status == EGM_OK; t++)
-        status =
-            egm__http_printf(out, "egm_master_rpc_failures_total{type=\"%s\"} %llu\n",
-                             egm__rpc_type_name(t), (unsigned long long)load(&m->rpc[t].failures));
-    if (status == EGM_OK)
-        status = header(out, "egm_master_rpc_duration_seconds", "histogram",
-                        "time the master spent handling one RPC request (decode, work, encode), "
-                        "by type");
-    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX && status == EGM_OK; t++) {
+    egm__prom_family(out, "egm_master_rpc_requests_total", EGM_PROM_COUNTER,
+                     "RPC requests handled, by type");
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++)
+        egm__prom_sample_u64(out, "egm_master_rpc_requests_total",
+                             (const char *const[]){"type", egm__rpc_type_name(t), NULL},
+                             load(&m->rpc[t].requests));
+    egm__prom_family(out, "egm_master_rpc_failures_total", EGM_PROM_COUNTER,
+                     "RPC requests answered with an error status, by type (per-key results "
+                     "of a batch are not counted)");
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++)
+        egm__prom_sample_u64(out, "egm_master_rpc_failures_total",
+                             (const char *const[]){"type", egm__rpc_type_name(t), NULL},
+                             load(&m->rpc[t].failures));
+    egm__prom_family(out, "egm_master_rpc_duration_seconds", EGM_PROM_HISTOGRAM,
+                     "time the master spent handling one RPC request (decode, work, encode), "
+                     "by type");
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++) {
         const egm_rpc_metrics_t *r = &m->rpc[t];
-        const char *name = egm__rpc_type_name(t);
-        uint64_t cumulative = 0;
-        for (size_t b = 0; b < EGM_METRICS_BUCKETS && status == EGM_OK; b++) {
-            cumulative += load(&r->buckets[b]);
-            status = egm__http_printf(
-                out, "egm_master_rpc_duration_seconds_bucket{type=\"%s\",le=\"%s\"} %llu\n", name,
-                bound_text[b], (unsigned long long)cumulative);
-        }
-        /* _count is the +Inf bucket so that the two always agree within a scrape. */
-        cumulative += load(&r->buckets[EGM_METRICS_BUCKETS]);
-        if (status == EGM_OK)
-            status = egm__http_printf(
-                out,
-                "egm_master_rpc_duration_seconds_bucket{type=\"%s\",le=\"+Inf\"} %llu\n"
-                "egm_master_rpc_duration_seconds_sum{type=\"%s\"} %.9f\n"
-                "egm_master_rpc_duration_seconds_count{type=\"%s\"} %llu\n",
-                name, (unsigned long long)cumulative, name, (double)load(&r->duration_ns) / 1e9,
-                name, (unsigned long long)cumulative);
+        uint64_t counts[EGM_METRICS_BUCKETS + 1];
+        for (size_t b = 0; b <= EGM_METRICS_BUCKETS; b++)
+            counts[b] = load(&r->buckets[b]);
+        egm__prom_histogram(out, "egm_master_rpc_duration_seconds",
+                            (const char *const[]){"type", egm__rpc_type_name(t), NULL}, bound_text,
+                            counts, EGM_METRICS_BUCKETS, (double)load(&r->duration_ns) / 1e9);
     }
-    return status;
 }
 
 egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
-                                        const egm_master_snapshot_t *s, egm_http_response_t *out)
+                                        const egm_master_snapshot_t *s, egm_textbuf_t *out)
 {
     const egm_object_index_stats_t *o = &s->objects;
     char id_text[EGM_ID_STRLEN];
-    egm_status_t status;
 
-    status = header(out, "egm_master_info", "gauge", "always 1; labels: this master's identity");
-    if (status == EGM_OK)
-        status = egm__http_printf(out, "egm_master_info{version=\"%s\",master_id=\"%s\"} 1\n",
-                                  EGMSTORE_VERSION, egm__id_format(s->master_id, id_text));
-    if (status == EGM_OK)
-        status =
-            header(out, "egm_master_uptime_seconds", "gauge", "seconds since the master started");
-    if (status == EGM_OK)
-        status = egm__http_printf(out, "egm_master_uptime_seconds %.3f\n",
-                                  (double)s->uptime_ms / 1000.0);
+    egm__prom_family(out, "egm_master_info", EGM_PROM_GAUGE,
+                     "always 1; labels: this master's identity");
+    egm__prom_sample_u64(out, "egm_master_info",
+                         (const char *const[]){"version", EGMSTORE_VERSION, "master_id",
+                                               egm__id_format(s->master_id, id_text), NULL},
+                         1);
+    egm__prom_metric_double(out, "egm_master_uptime_seconds", EGM_PROM_GAUGE,
+                            "seconds since the master started", (double)s->uptime_ms / 1000.0);
     struct {
-        const char *name, *type, *help;
+        const char *name;
+        egm_prom_type_t type;
+        const char *help;
         uint64_t value;
     } rows[] = {
-        {"egm_master_keys", "gauge", "objects in the index (pending ones included)", o->objects},
-        {"egm_master_keys_pending", "gauge", "objects started by PutStart and not yet ended",
+        {"egm_master_keys", EGM_PROM_GAUGE, "objects in the index (pending ones included)",
+         o->objects},
+        {"egm_master_keys_pending", EGM_PROM_GAUGE, "objects started by PutStart and not yet ended",
          o->pending},
-        {"egm_master_keys_leased", "gauge",
+        {"egm_master_keys_leased", EGM_PROM_GAUGE,
          "objects under a live read lease (as of the latest lease granted or tick)", o->leased},
-        {"egm_master_keys_soft_pinned", "gauge", "objects put with a soft pin", o->soft_pinned},
-        {"egm_master_keys_hard_pinned", "gauge", "objects put with a hard pin", o->hard_pinned},
-        {"egm_master_allocated_bytes", "gauge",
+        {"egm_master_keys_soft_pinned", EGM_PROM_GAUGE, "objects put with a soft pin",
+         o->soft_pinned},
+        {"egm_master_keys_hard_pinned", EGM_PROM_GAUGE, "objects put with a hard pin",
+         o->hard_pinned},
+        {"egm_master_allocated_bytes", EGM_PROM_GAUGE,
          "bytes allocated in all mounted segments (allocator rounding included)",
          s->allocated_bytes},
-        {"egm_master_capacity_bytes", "gauge", "bytes of all mounted segments", s->capacity_bytes},
-        {"egm_master_segments", "gauge", "mounted segments", s->segments},
-        {"egm_master_replicas", "gauge", "replicas placed in mounted segments",
+        {"egm_master_capacity_bytes", EGM_PROM_GAUGE, "bytes of all mounted segments",
+         s->capacity_bytes},
+        {"egm_master_segments", EGM_PROM_GAUGE, "mounted segments", s->segments},
+        {"egm_master_replicas", EGM_PROM_GAUGE, "replicas placed in mounted segments",
          s->segment_replicas},
-        {"egm_master_clients", "gauge", "registered clients (pinging or owning segments)",
+        {"egm_master_clients", EGM_PROM_GAUGE, "registered clients (pinging or owning segments)",
          s->clients},
-        {"egm_master_segments_retired_total", "counter",
+        {"egm_master_segments_retired_total", EGM_PROM_COUNTER,
          "segment ids retired (unmounted or expired); the segment view number", s->view},
-        {"egm_master_evictions_total", "counter", "objects evicted", o->evictions_total},
-        {"egm_master_evicted_bytes_total", "counter",
+        {"egm_master_evictions_total", EGM_PROM_COUNTER, "objects evicted", o->evictions_total},
+        {"egm_master_evicted_bytes_total", EGM_PROM_COUNTER,
          "segment bytes freed by evictions (every replica)", o->evicted_bytes_total},
-        {"egm_master_eviction_runs_total", "counter",
+        {"egm_master_eviction_runs_total", EGM_PROM_COUNTER,
          "evictions started (high watermark or a PutStart without room)", o->eviction_runs_total},
-        {"egm_master_puts_no_space_total", "counter",
+        {"egm_master_puts_no_space_total", EGM_PROM_COUNTER,
          "PutStarts answered NO_SPACE: no room even after eviction, only protected objects "
          "(leased, within eviction_min_residency_ms) could have made room, or the object is "
          "above the high watermark of the capacity",
          o->no_space_total},
-        {"egm_master_discarded_puts_total", "counter",
+        {"egm_master_discarded_puts_total", EGM_PROM_COUNTER,
          "pending objects discarded after put_start_discard_timeout_sec", o->discarded_puts_total},
-        {"egm_master_rpc_connections", "gauge", "open RPC connections (every RPC thread)",
+        {"egm_master_rpc_connections", EGM_PROM_GAUGE, "open RPC connections (every RPC thread)",
          s->server.connections_open},
-        {"egm_master_rpc_connections_accepted_total", "counter",
+        {"egm_master_rpc_connections_accepted_total", EGM_PROM_COUNTER,
          "RPC connections accepted (every RPC thread)", s->server.connections_accepted},
-        {"egm_master_rpc_frames_rejected_total", "counter",
+        {"egm_master_rpc_frames_rejected_total", EGM_PROM_COUNTER,
          "RPC frames refused before a handler: bad magic, version, size, type or payload (every "
          "RPC thread)",
          s->server.frames_rejected},
-        {"egm_master_auth_failures_total", "counter",
+        {"egm_master_auth_failures_total", EGM_PROM_COUNTER,
          "RPC requests refused for a missing or wrong cluster token (auth_token; every RPC "
          "thread)",
          s->server.auth_failures},
-        {"egm_master_http_auth_failures_total", "counter",
+        {"egm_master_http_auth_failures_total", EGM_PROM_COUNTER,
          "admin HTTP requests refused for a missing or wrong bearer token (auth_token; every "
          "path but /health and /metrics needs it)",
          s->http_auth_failures},
     };
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && status == EGM_OK; i++)
-        status = sample(out, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
-    if (status == EGM_OK)
-        status = format_rpc(metrics, out);
-    return status;
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        egm__prom_metric_u64(out, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
+    format_rpc(metrics, out);
+    return out->status;
 }

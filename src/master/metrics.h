@@ -11,8 +11,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <egmstore/status.h>
-#include "admin/http_server.h"
 #include "common/id.h"
+#include "common/textbuf.h"
 #include "master/object_index.h"
 #include "rpc/frame.h"
 #include "rpc/server.h"
@@ -52,10 +52,9 @@ void egm__master_metrics_init(egm_master_metrics_t *metrics);
  * answered with an error status. */
 void egm__master_metrics_record(egm_master_metrics_t *metrics, uint16_t type, int failed,
                                 uint64_t duration_ns);
-/* Appends the Prometheus text exposition (format 0.0.4) of every metric to
- * out->body. EGM_OK or NO_MEMORY. */
+/* Appends the Prometheus text exposition (common/prom.h) of every metric to
+ * out. Answers out->status: EGM_OK, or NO_MEMORY for a growing text. */
 egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
-                                        const egm_master_snapshot_t *snapshot,
-                                        egm_http_response_t *out);
+                                        const egm_master_snapshot_t *snapshot, egm_textbuf_t *out);
 
 #endif

@@ -7,6 +7,7 @@
 #include <sys/utsname.h>
 #include "common/alloc.h"
 #include "common/config_int.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "tools/bench_util.h"
 #include "egm_build_info.h" /* generated: cmake/build_info.cmake */
@@ -95,17 +96,17 @@ void egm__bench_json_str(FILE *f, const char *s)
         fputs("null", f);
         return;
     }
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+    char text[256];
+    egm_textbuf_t t = egm__textbuf(text, sizeof(text));
+    egm__json_cstring(&t, s);
+    if (t.need < sizeof(text)) {
+        fwrite(text, 1, t.need, f);
+        return;
     }
-    fputc('"', f);
+    t = egm__textbuf_growing("bench.json");
+    egm__json_cstring(&t, s);
+    fwrite(t.buf != NULL ? t.buf : "\"\"", 1, t.status == EGM_OK ? t.need : 2, f);
+    egm_free(t.buf);
 }
 
 void egm__bench_json_num(FILE *f, double v)

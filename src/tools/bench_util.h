@@ -40,7 +40,7 @@ void egm__bench_latency(egm_bench_samples_t *s, egm_bench_latency_t *lat);
  * egm__bench_latency, in us: a latency CDF. Zeros when empty. */
 void egm__bench_quantiles(const egm_bench_samples_t *sorted, double *q_us, int n);
 
-/* A JSON string literal of s (NULL writes null). */
+/* A JSON string literal of s, escaped by egm__json_string (NULL writes null). */
 void egm__bench_json_str(FILE *f, const char *s);
 /* A JSON number, or null when v < 0 (the schema's "not applicable"). */
 void egm__bench_json_num(FILE *f, double v);

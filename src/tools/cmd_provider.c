@@ -15,6 +15,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/prom.h"
 #include "pool/egm_plan.h"
 #include "tools/cli.h"
 
@@ -49,7 +50,7 @@ static void serve_metrics(provider_state_t *ps, egm_http_response_t *resp)
     size_t n = egm_client_metrics(ps->client, text, METRICS_MAX);
     pthread_mutex_unlock(&ps->lock);
     resp->status = 200;
-    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp->content_type = EGM_PROM_CONTENT_TYPE;
     resp->body = text;
     resp->len = n < METRICS_MAX ? n : METRICS_MAX - 1;
     resp->cap = METRICS_MAX;
