@@ -115,15 +115,15 @@ def client_metrics(store):
     return prom(store.metrics())
 
 
-COPY_METRICS = ("egmstore_te_copy_groups_total", "egmstore_te_copy_chunks_total",
-                "egmstore_te_copy_kernel_launches_total", "egmstore_te_copy_engine_copies_total",
-                "egmstore_te_copy_batch_calls_total")
+COPY_METRICS = ("egm_client_te_copy_groups_total", "egm_client_te_copy_chunks_total",
+                "egm_client_te_copy_kernel_launches_total", "egm_client_te_copy_engine_copies_total",
+                "egm_client_te_copy_batch_calls_total")
 
 
 def copy_counters(store):
     m = client_metrics(store)
-    out = {k[len("egmstore_te_"):]: int(m.get(k, 0)) for k in COPY_METRICS}
-    out["copy_group_bytes_max"] = int(m.get("egmstore_te_copy_group_bytes_max", 0))
+    out = {k[len("egm_client_te_"):]: int(m.get(k, 0)) for k in COPY_METRICS}
+    out["copy_group_bytes_max"] = int(m.get("egm_client_te_copy_group_max_bytes", 0))
     return out
 
 

@@ -257,7 +257,7 @@ def main(argv=None):
         checks("pool filled: every block put", ferr == 0, "%d failed puts" % ferr)
         pm = cluster.provider_metrics()
         extra["provider_metrics_after_fill"] = {k: v for k, v in pm.items()
-                                                if k.startswith("egmstore_pool")}
+                                                if k.startswith("egm_client_pool")}
 
         r = run_steps(a, be, store, names, say, checks)
         st = benchlib.latency_stats(r["samples"])

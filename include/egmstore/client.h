@@ -133,7 +133,7 @@ EGM_API const char *egm_health_string(egm_health_t health);
  * whole text needs, writes at most len bytes, NUL-terminates when len > 0
  * (buf may be NULL when len is 0). NULL client: the text with every value 0
  * and health not_initialized. No request to the master. Thread-safe as
- * egm_client_health. */
+ * egm_client_health. Names: egm_client_* (docs/metrics.md, docs/egm-pool.md). */
 EGM_API size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len);
 
 /* Zero-copy calls (put_from, get_into and their batch forms) need their buffers

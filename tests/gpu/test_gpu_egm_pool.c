@@ -53,15 +53,15 @@ static int check_endpoints(unsigned port)
     if (code != 200 || strstr(body, "\"status\":\"healthy\"") == NULL)
         return fail("/health is not 200 healthy");
     code = egm_test_http_get(port, "/metrics", body, sizeof(body));
-    const char *want[] = {"\negmstore_pool_egm 1\n", "\negmstore_pool_chunks 4\n",
-                          "\negmstore_pool_capacity_bytes 8589934592\n", NULL};
+    const char *want[] = {"\negm_client_pool_egm 1\n", "\negm_client_pool_chunks 4\n",
+                          "\negm_client_pool_capacity_bytes 8589934592\n", NULL};
     for (const char **w = want; *w; w++)
         if (code != 200 || strstr(body, *w) == NULL) {
             fprintf(stderr, "/metrics lacks %s", *w);
             return fail("/metrics");
         }
-    const char *nodes = strstr(body, "\negmstore_pool_numa_nodes ");
-    const char *secs = strstr(body, "\negmstore_pool_setup_seconds ");
+    const char *nodes = strstr(body, "\negm_client_pool_numa_nodes ");
+    const char *secs = strstr(body, "\negm_client_pool_setup_seconds ");
     printf("metrics: numa nodes %ld, setup %.3f s\n", nodes ? strtol(nodes + 26, NULL, 10) : -1,
            secs ? strtod(secs + 29, NULL) : -1.0);
     return 0;

@@ -423,7 +423,7 @@ static void assert_closed(int fd)
 static void test_data_server_requires_token(void **state)
 {
     (void)state;
-    unsigned long long before = metric_value(provider_http, "egmstore_te_auth_failures_total");
+    unsigned long long before = metric_value(provider_http, "egm_client_te_auth_failures_total");
 
     /* a READ of a real range, without Auth */
     int fd = data_connect();
@@ -451,7 +451,7 @@ static void test_data_server_requires_token(void **state)
     assert_int_equal(egm__sock_read_full_timeout(fd, data, sizeof(data), IO_MS), EGM_OK);
     close(fd);
 
-    assert_int_equal(metric_value(provider_http, "egmstore_te_auth_failures_total"), before + 2);
+    assert_int_equal(metric_value(provider_http, "egm_client_te_auth_failures_total"), before + 2);
 
     /* the consumer side names the problem */
     egm_tcp_client_t *tcp = NULL;
@@ -555,9 +555,10 @@ static void test_fd_socket_refuses_other_uid(void **state)
     (void)state;
     if (geteuid() != 0)
         EGM_SKIP("needs root to become another user");
-    unsigned long long before = metric_value(provider_http, "egmstore_te_fd_peers_refused_total");
+    unsigned long long before = metric_value(provider_http, "egm_client_te_fd_peers_refused_total");
     assert_int_equal(fetch_as_nobody(seg.shm_socket), 0);
-    assert_int_equal(metric_value(provider_http, "egmstore_te_fd_peers_refused_total"), before + 1);
+    assert_int_equal(metric_value(provider_http, "egm_client_te_fd_peers_refused_total"),
+                     before + 1);
 }
 
 /* fd_allowed_gid lets the group in (a second provider with it set). */

@@ -142,12 +142,16 @@ static void test_setup_publishes_whole_pool(void **state)
     char metrics[8192];
     size_t need = egm_client_metrics(provider, metrics, sizeof(metrics));
     assert_true(need < sizeof(metrics));
-    assert_true(contains(metrics, "\negmstore_health 0\n"));
-    assert_true(contains(metrics, "\negmstore_pool_egm 1\n"));
-    assert_true(contains(metrics, "\negmstore_pool_capacity_bytes 25165824\n"));
-    assert_true(contains(metrics, "\negmstore_pool_chunks 6\n"));
-    assert_true(contains(metrics, "\negmstore_pool_numa_nodes 2\n"));
-    assert_true(contains(metrics, "# TYPE egmstore_pool_setup_seconds gauge"));
+    assert_true(contains(metrics, "\negm_client_health 0\n"));
+    assert_true(contains(metrics, "\negm_client_pool_egm 1\n"));
+    assert_true(contains(metrics, "\negm_client_pool_capacity_bytes 25165824\n"));
+    assert_true(contains(metrics, "\negm_client_pool_chunks 6\n"));
+    assert_true(contains(metrics, "\negm_client_pool_numa_nodes 2\n"));
+    assert_true(contains(metrics, "# TYPE egm_client_pool_setup_seconds gauge"));
+    char why[256];
+    const char *problem = egm_test_prom_scheme_problem(metrics, "client", why, sizeof(why));
+    if (problem != NULL)
+        fail_msg("docs/metrics.md's naming scheme: %s", problem);
     /* A truncated buffer still gets a terminated prefix and the full length. */
     char small[16];
     assert_int_equal(egm_client_metrics(provider, small, sizeof(small)), need);
@@ -277,7 +281,7 @@ static void test_disabled_is_previous_behaviour(void **state)
     assert_int_equal(egm_test_cluster_segments(&cluster), POOL_CHUNKS);
     char metrics[4096];
     egm_client_metrics(client, metrics, sizeof(metrics));
-    assert_true(contains(metrics, "\negmstore_pool_egm 0\n"));
+    assert_true(contains(metrics, "\negm_client_pool_egm 0\n"));
     egm_client_destroy(client);
     assert_nothing_left();
 }
@@ -445,8 +449,8 @@ static void fault_sweep(int fabric_permitted)
             assert_int_equal(egm_client_health(client), EGM_HEALTH_CLEANUP_PENDING);
             char metrics[8192];
             egm_client_metrics(client, metrics, sizeof(metrics));
-            assert_true(contains(metrics, "\negmstore_pool_cleanup_pending 1\n"));
-            assert_true(contains(metrics, "\negmstore_pool_cleanup_failures_total 1\n"));
+            assert_true(contains(metrics, "\negm_client_pool_cleanup_pending 1\n"));
+            assert_true(contains(metrics, "\negm_client_pool_cleanup_failures_total 1\n"));
             /* Unpublished already; the memory it could not release is still held. */
             assert_int_equal(egm_test_cluster_segments(&cluster), 0);
             assert_true(egm_fake_cuda_live_objects() > 0);

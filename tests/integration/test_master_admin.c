@@ -20,6 +20,7 @@
 #include "rpc/frame.h"
 #include "support/cluster.h"
 #include "support/http_get.h"
+#include "support/testutil.h"
 
 #define BODY_MAX (256 * 1024)
 #define CLI_OUT_MAX (16 * 1024)
@@ -175,6 +176,11 @@ static void test_metrics_after_traffic(void **state)
     assert_true(metric(m, "egm_master_keys_leased") >= 1);
     assert_non_null(strstr(fx.body, "# TYPE egm_master_rpc_duration_seconds histogram\n"));
     assert_non_null(strstr(fx.body, "egm_master_evictions_total "));
+
+    char why[256];
+    const char *problem = egm_test_prom_scheme_problem(fx.body, "master", why, sizeof(why));
+    if (problem != NULL)
+        fail_msg("docs/metrics.md's naming scheme: %s", problem);
 
     if (!have_promtool())
         fail_msg("promtool not found: the /metrics check needs it (Debian package prometheus; "

@@ -94,12 +94,12 @@ static void test_health_metrics_and_teardown(void **state)
     assert_int_equal(egm_test_http_get(port, "/health", body, sizeof(body)), 200);
     assert_non_null(strstr(body, "{\"status\":\"healthy\",\"code\":0}"));
     assert_int_equal(egm_test_http_get(port, "/metrics", body, sizeof(body)), 200);
-    static const char *const want[] = {"\negmstore_health 0\n",
-                                       "\negmstore_pool_egm 1\n",
-                                       "\negmstore_pool_chunks 6\n",
-                                       "\negmstore_pool_numa_nodes 2\n",
-                                       "\negmstore_pool_capacity_bytes 25165824\n",
-                                       "\negmstore_pool_cleanup_pending 0\n",
+    static const char *const want[] = {"\negm_client_health 0\n",
+                                       "\negm_client_pool_egm 1\n",
+                                       "\negm_client_pool_chunks 6\n",
+                                       "\negm_client_pool_numa_nodes 2\n",
+                                       "\negm_client_pool_capacity_bytes 25165824\n",
+                                       "\negm_client_pool_cleanup_pending 0\n",
                                        NULL};
     for (const char *const *w = want; *w; w++) {
         if (strstr(body, *w) == NULL)
@@ -150,8 +150,8 @@ static void test_host_pool_health(void **state)
     unsigned port = egm_test_ready_http_port(cluster.provider_ready[p]);
     assert_int_equal(egm_test_http_get(port, "/health", body, sizeof(body)), 200);
     assert_int_equal(egm_test_http_get(port, "/metrics", body, sizeof(body)), 200);
-    assert_non_null(strstr(body, "\negmstore_pool_egm 0\n"));
-    assert_non_null(strstr(body, "\negmstore_pool_capacity_bytes 8388608\n"));
+    assert_non_null(strstr(body, "\negm_client_pool_egm 0\n"));
+    assert_non_null(strstr(body, "\negm_client_pool_capacity_bytes 8388608\n"));
     assert_int_equal(stop_provider(p), 0);
     /* A provider whose HTTP port is taken fails to start, naming the key. */
     static char out[4096];

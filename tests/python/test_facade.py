@@ -140,7 +140,7 @@ def test_setup_dict_form_with_mooncake_defaults(make_cluster):
                     "master_server_addr": c.master_addr, "rdma_devices": "",
                     "enable_ssd_offload": False, "replica_num": 1}) == 0
     assert s.health_check() == 0
-    assert "egmstore_pool_capacity_bytes 16777216" in s._client.metrics()
+    assert "egm_client_pool_capacity_bytes 16777216" in s._client.metrics()
     assert s.put("d", b"dict") == 0
     assert s.get("d") == b"dict"
     assert s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
@@ -221,7 +221,7 @@ def test_setup_dict_form_takes_sizes_as_text(make_cluster, text, size):
                     "master_server_addr": c.master_addr, "global_segment_size": text,
                     "local_buffer_size": "16MB", "rpc_timeout_ms": "5000",
                     "enable_ssd_offload": False}) == 0
-    assert f"egmstore_pool_capacity_bytes {size}" in s._client.metrics()
+    assert f"egm_client_pool_capacity_bytes {size}" in s._client.metrics()
     host, port = s.get_hostname().rsplit(":", 1)
     assert (int(port) > 0) == (size > 0)  # a data server only when it contributes
     assert s.close() == 0

@@ -338,7 +338,7 @@ def test_replicate_config(store, key, buffer):
 def test_context_manager_closes(cluster, key):
     with egmstore.Store(master_server_addr=cluster.master_addr) as s:
         assert s.health() == egmstore.Health.HEALTHY
-        assert "egmstore_health 0" in s.metrics()
+        assert "egm_client_health 0" in s.metrics()
         s.put(key(), b"v")
         assert not s.closed
     assert s.closed
@@ -396,7 +396,7 @@ def test_store_closed_from_another_thread_races_every_call(cluster, key, buffer)
                     text = s.metrics()
                     if text == "":
                         return "closed"
-                    assert "egmstore_health" in text
+                    assert "egm_client_health" in text
                 return "ok"
             except egmstore.Closed:
                 return "closed"

@@ -412,10 +412,10 @@ def main():
         res["provider_metrics_ready"] = pm
         r.check(
             "provider pool published",
-            pm.get("egmstore_pool_capacity_bytes", 0) > 0
-            and pm.get("egmstore_pool_egm") == (1.0 if a.pool == "egm" else 0.0),
-            f"capacity {int(pm.get('egmstore_pool_capacity_bytes', 0))} B in "
-            f"{int(pm.get('egmstore_pool_chunks', 0))} chunks, egm {int(pm.get('egmstore_pool_egm', -1))}",
+            pm.get("egm_client_pool_capacity_bytes", 0) > 0
+            and pm.get("egm_client_pool_egm") == (1.0 if a.pool == "egm" else 0.0),
+            f"capacity {int(pm.get('egm_client_pool_capacity_bytes', 0))} B in "
+            f"{int(pm.get('egm_client_pool_chunks', 0))} chunks, egm {int(pm.get('egm_client_pool_egm', -1))}",
         )
         nseg, total, _ = r.ls()
         r.check("master lists the pool", nseg == segments, total)

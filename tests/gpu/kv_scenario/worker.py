@@ -108,9 +108,9 @@ class Mappings:
     def __init__(self, store, protocol):
         self.store = store
         self.name = (
-            "egmstore_te_nvlink_imports_total"
+            "egm_client_te_nvlink_imports_total"
             if protocol in ("nvlink", "auto")
-            else "egmstore_te_mappings" if protocol == "shm" else None
+            else "egm_client_te_mappings" if protocol == "shm" else None
         )
         self.history = []
 
@@ -118,10 +118,10 @@ class Mappings:
         m = metrics(self.store)
         if m is None or self.name is None:
             return None
-        if self.name == "egmstore_te_nvlink_imports_total" and m.get(self.name, 0) == 0:
+        if self.name == "egm_client_te_nvlink_imports_total" and m.get(self.name, 0) == 0:
             # auto that ended up on shm (a host pool): no imports, the shm mappings show reuse
-            if m.get("egmstore_te_mappings", 0) > 0:
-                self.name = "egmstore_te_mappings"
+            if m.get("egm_client_te_mappings", 0) > 0:
+                self.name = "egm_client_te_mappings"
         v = m.get(self.name)
         return int(v) if v is not None else None
 
@@ -131,7 +131,7 @@ class Mappings:
         last, since, end = None, time.time(), time.time() + timeout
         while time.time() < end:
             v = self.read()
-            if v is None or (expect and self.name.startswith("egmstore_te_nvlink") and v >= expect):
+            if v is None or (expect and self.name.startswith("egm_client_te_nvlink") and v >= expect):
                 return v
             if v != last:
                 last, since = v, time.time()
