@@ -52,75 +52,72 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
         pthread_mutex_unlock(&client->lock);
         egm__te_stats(client->te, &te);
     }
-    egm__prom_metric_u64(&o, "egm_client_health", EGM_PROM_GAUGE,
-                         "0 healthy, 1 not_initialized, 2 master_unreachable, 3 cleanup_pending",
-                         health);
-    egm__prom_metric_u64(&o, "egm_client_pool_egm", EGM_PROM_GAUGE,
-                         "1 when the contributed capacity is an EGM Store pool", v.egm);
-    egm__prom_metric_u64(&o, "egm_client_pool_capacity_bytes", EGM_PROM_GAUGE,
-                         "contributed capacity published", v.capacity);
-    egm__prom_metric_u64(&o, "egm_client_pool_chunks", EGM_PROM_GAUGE,
-                         "chunks (segments) of the contributed pool", v.chunks);
-    egm__prom_metric_u64(&o, "egm_client_pool_numa_nodes", EGM_PROM_GAUGE,
-                         "NUMA nodes (or GPUs) the pool spans", v.numa_nodes);
+    /* The one double, the setup time, is written between the two tables. */
+    const egm_prom_row_t first[] = {
+        {"egm_client_health", EGM_PROM_GAUGE,
+         "0 healthy, 1 not_initialized, 2 master_unreachable, 3 cleanup_pending", health},
+        {"egm_client_pool_egm", EGM_PROM_GAUGE,
+         "1 when the contributed capacity is an EGM Store pool", v.egm},
+        {"egm_client_pool_capacity_bytes", EGM_PROM_GAUGE, "contributed capacity published",
+         v.capacity},
+        {"egm_client_pool_chunks", EGM_PROM_GAUGE, "chunks (segments) of the contributed pool",
+         v.chunks},
+        {"egm_client_pool_numa_nodes", EGM_PROM_GAUGE, "NUMA nodes (or GPUs) the pool spans",
+         v.numa_nodes},
+    };
+    const egm_prom_row_t after_setup[] = {
+        {"egm_client_pool_cleanup_failures_total", EGM_PROM_COUNTER,
+         "teardown steps that failed (each kept its resources for a retry)", v.cleanup_failures},
+        {"egm_client_pool_cleanup_pending", EGM_PROM_GAUGE,
+         "1 while a failed teardown step waits for the next close", v.cleanup_pending},
+        {"egm_client_master_restarts_total", EGM_PROM_COUNTER,
+         "new master ids seen by the pings (master restarts)", restarts},
+        {"egm_client_remounted_segments_total", EGM_PROM_COUNTER,
+         "contributed segments mounted again under new ids (master restart or expiry)", remounts},
+        {"egm_client_remount_failures_total", EGM_PROM_COUNTER,
+         "resynchronisations with a restarted master that failed (retried each ping)",
+         remount_failures},
+        {"egm_client_remount_pending", EGM_PROM_GAUGE,
+         "1 while a resynchronisation with the master waits for a retry", resync_pending},
+        {"egm_client_te_mappings", EGM_PROM_GAUGE, "segment mappings held now (shm and nvlink)",
+         te.mappings_live},
+        {"egm_client_te_nvlink_mappings", EGM_PROM_GAUGE, "VMM segment imports mapped now",
+         te.nvlink_mappings_live},
+        {"egm_client_te_nvlink_imports_total", EGM_PROM_COUNTER, "VMM segment handles imported",
+         te.nvlink_imports_total},
+        {"egm_client_te_nvlink_import_failures_total", EGM_PROM_COUNTER,
+         "VMM segment imports that failed", te.nvlink_import_failures},
+        {"egm_client_te_read_bytes_total", EGM_PROM_COUNTER,
+         "bytes this process read from segments", te.bytes_read},
+        {"egm_client_te_written_bytes_total", EGM_PROM_COUNTER,
+         "bytes this process wrote into segments", te.bytes_written},
+        {"egm_client_te_auth_failures_total", EGM_PROM_COUNTER,
+         "requests to this process's tcp data server and fd socket refused for a missing or "
+         "wrong cluster token (auth_token)",
+         te.auth_failures},
+        {"egm_client_te_fd_peers_refused_total", EGM_PROM_COUNTER,
+         "fd socket peers refused by their uid/gid (SO_PEERCRED)", te.shm_peers_refused},
+        {"egm_client_te_vmm_fds_sent_total", EGM_PROM_COUNTER,
+         "posix_fd VMM handles exported to consumers", te.vmm_fds_sent},
+        {"egm_client_te_copy_kernel_launches_total", EGM_PROM_COUNTER,
+         "launches of the GPU gather/scatter kernel", te.copy_kernel_launches},
+        {"egm_client_te_copy_engine_copies_total", EGM_PROM_COUNTER,
+         "cuMemcpyAsync calls (copy engines)", te.copy_engine_copies},
+        {"egm_client_te_copy_batch_calls_total", EGM_PROM_COUNTER, "cuMemcpyBatchAsync calls",
+         te.copy_batch_calls},
+        {"egm_client_te_copy_groups_total", EGM_PROM_COUNTER,
+         "groups of GPU copies issued and waited for (one per batch and device, more under "
+         "nvlink_max_inflight_bytes)",
+         te.copy_groups},
+        {"egm_client_te_copy_chunks_total", EGM_PROM_COUNTER,
+         "pieces of GPU copies cut at nvlink_chunk_size or nvlink_max_inflight_bytes",
+         te.copy_chunks},
+        {"egm_client_te_copy_group_max_bytes", EGM_PROM_GAUGE, "largest group of GPU copies issued",
+         te.copy_max_group_bytes},
+    };
+    egm__prom_rows(&o, first, sizeof(first) / sizeof(first[0]));
     egm__prom_metric_double(&o, "egm_client_pool_setup_seconds", EGM_PROM_GAUGE,
                             "wall time of the pool's planning and allocation", v.setup_seconds);
-    egm__prom_metric_u64(&o, "egm_client_pool_cleanup_failures_total", EGM_PROM_COUNTER,
-                         "teardown steps that failed (each kept its resources for a retry)",
-                         v.cleanup_failures);
-    egm__prom_metric_u64(&o, "egm_client_pool_cleanup_pending", EGM_PROM_GAUGE,
-                         "1 while a failed teardown step waits for the next close",
-                         v.cleanup_pending);
-    egm__prom_metric_u64(&o, "egm_client_master_restarts_total", EGM_PROM_COUNTER,
-                         "new master ids seen by the pings (master restarts)", restarts);
-    egm__prom_metric_u64(
-        &o, "egm_client_remounted_segments_total", EGM_PROM_COUNTER,
-        "contributed segments mounted again under new ids (master restart or expiry)", remounts);
-    egm__prom_metric_u64(
-        &o, "egm_client_remount_failures_total", EGM_PROM_COUNTER,
-        "resynchronisations with a restarted master that failed (retried each ping)",
-        remount_failures);
-    egm__prom_metric_u64(&o, "egm_client_remount_pending", EGM_PROM_GAUGE,
-                         "1 while a resynchronisation with the master waits for a retry",
-                         resync_pending);
-    egm__prom_metric_u64(&o, "egm_client_te_mappings", EGM_PROM_GAUGE,
-                         "segment mappings held now (shm and nvlink)", te.mappings_live);
-    egm__prom_metric_u64(&o, "egm_client_te_nvlink_mappings", EGM_PROM_GAUGE,
-                         "VMM segment imports mapped now", te.nvlink_mappings_live);
-    egm__prom_metric_u64(&o, "egm_client_te_nvlink_imports_total", EGM_PROM_COUNTER,
-                         "VMM segment handles imported", te.nvlink_imports_total);
-    egm__prom_metric_u64(&o, "egm_client_te_nvlink_import_failures_total", EGM_PROM_COUNTER,
-                         "VMM segment imports that failed", te.nvlink_import_failures);
-    egm__prom_metric_u64(&o, "egm_client_te_read_bytes_total", EGM_PROM_COUNTER,
-                         "bytes this process read from segments", te.bytes_read);
-    egm__prom_metric_u64(&o, "egm_client_te_written_bytes_total", EGM_PROM_COUNTER,
-                         "bytes this process wrote into segments", te.bytes_written);
-    egm__prom_metric_u64(
-        &o, "egm_client_te_auth_failures_total", EGM_PROM_COUNTER,
-        "requests to this process's tcp data server and fd socket refused for a missing or "
-        "wrong cluster token (auth_token)",
-        te.auth_failures);
-    egm__prom_metric_u64(&o, "egm_client_te_fd_peers_refused_total", EGM_PROM_COUNTER,
-                         "fd socket peers refused by their uid/gid (SO_PEERCRED)",
-                         te.shm_peers_refused);
-    egm__prom_metric_u64(&o, "egm_client_te_vmm_fds_sent_total", EGM_PROM_COUNTER,
-                         "posix_fd VMM handles exported to consumers", te.vmm_fds_sent);
-    egm__prom_metric_u64(&o, "egm_client_te_copy_kernel_launches_total", EGM_PROM_COUNTER,
-                         "launches of the GPU gather/scatter kernel", te.copy_kernel_launches);
-    egm__prom_metric_u64(&o, "egm_client_te_copy_engine_copies_total", EGM_PROM_COUNTER,
-                         "cuMemcpyAsync calls (copy engines)", te.copy_engine_copies);
-    egm__prom_metric_u64(&o, "egm_client_te_copy_batch_calls_total", EGM_PROM_COUNTER,
-                         "cuMemcpyBatchAsync calls", te.copy_batch_calls);
-    egm__prom_metric_u64(
-        &o, "egm_client_te_copy_groups_total", EGM_PROM_COUNTER,
-        "groups of GPU copies issued and waited for (one per batch and device, more under "
-        "nvlink_max_inflight_bytes)",
-        te.copy_groups);
-    egm__prom_metric_u64(
-        &o, "egm_client_te_copy_chunks_total", EGM_PROM_COUNTER,
-        "pieces of GPU copies cut at nvlink_chunk_size or nvlink_max_inflight_bytes",
-        te.copy_chunks);
-    egm__prom_metric_u64(&o, "egm_client_te_copy_group_max_bytes", EGM_PROM_GAUGE,
-                         "largest group of GPU copies issued", te.copy_max_group_bytes);
+    egm__prom_rows(&o, after_setup, sizeof(after_setup) / sizeof(after_setup[0]));
     return o.need;
 }

@@ -102,6 +102,12 @@ void egm__prom_metric_double(egm_textbuf_t *t, const char *name, egm_prom_type_t
     egm__prom_sample_double(t, name, NULL, value);
 }
 
+void egm__prom_rows(egm_textbuf_t *t, const egm_prom_row_t *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        egm__prom_metric_u64(t, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
+}
+
 void egm__prom_histogram(egm_textbuf_t *t, const char *name, const char *const *labels,
                          const char *const *bound_text, const uint64_t *counts, size_t n,
                          double sum)

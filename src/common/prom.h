@@ -35,6 +35,16 @@ void egm__prom_metric_u64(egm_textbuf_t *t, const char *name, egm_prom_type_t ty
                           const char *help, uint64_t value);
 void egm__prom_metric_double(egm_textbuf_t *t, const char *name, egm_prom_type_t type,
                              const char *help, double value);
+/* A table of unlabelled integer metrics, written in order by egm__prom_rows
+ * (the master's and the client's lists of gauges and counters). */
+typedef struct {
+    const char *name;
+    egm_prom_type_t type;
+    const char *help;
+    uint64_t value;
+} egm_prom_row_t;
+
+void egm__prom_rows(egm_textbuf_t *t, const egm_prom_row_t *rows, size_t n);
 /* The samples of one histogram with `labels` (as above): name_bucket for each
  * of the n bounds (`le` as given in bound_text, ascending) and +Inf, counted
  * cumulatively from counts[0..n] (per bucket, counts[n] above every bound),

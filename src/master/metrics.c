@@ -92,12 +92,7 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
                          1);
     egm__prom_metric_double(out, "egm_master_uptime_seconds", EGM_PROM_GAUGE,
                             "seconds since the master started", (double)s->uptime_ms / 1000.0);
-    struct {
-        const char *name;
-        egm_prom_type_t type;
-        const char *help;
-        uint64_t value;
-    } rows[] = {
+    const egm_prom_row_t rows[] = {
         {"egm_master_keys", EGM_PROM_GAUGE, "objects in the index (pending ones included)",
          o->objects},
         {"egm_master_keys_pending", EGM_PROM_GAUGE, "objects started by PutStart and not yet ended",
@@ -149,8 +144,7 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "path but /health and /metrics needs it)",
          s->http_auth_failures},
     };
-    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-        egm__prom_metric_u64(out, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
+    egm__prom_rows(out, rows, sizeof(rows) / sizeof(rows[0]));
     format_rpc(metrics, out);
     return out->status;
 }

@@ -1,8 +1,8 @@
 /* Prometheus text: HELP/TYPE lines with help escaped; samples with and without
  * labels, label values escaped; integers exact beyond 2^53; doubles in their
- * shortest round-trip text and NaN/+Inf; a histogram's cumulative buckets,
- * +Inf, _sum and a _count equal to +Inf; the text needed measured the same
- * into any buffer. */
+ * shortest round-trip text and NaN/+Inf; a table of rows in order; a histogram's cumulative
+ * buckets, +Inf, _sum and a _count equal to +Inf; the text needed measured the same into any
+ * buffer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,6 +57,22 @@ static void test_family_and_samples(void **state)
     egm_free(t.buf);
 }
 
+static void test_rows(void **state)
+{
+    (void)state;
+    const egm_prom_row_t rows[] = {
+        {"egm_client_a_total", EGM_PROM_COUNTER, "a", 1},
+        {"egm_client_b_bytes", EGM_PROM_GAUGE, "b", 2},
+    };
+    char buf[256];
+    egm_textbuf_t t = egm__textbuf(buf, sizeof(buf));
+    egm__prom_rows(&t, rows, 2);
+    assert_string_equal(buf, "# HELP egm_client_a_total a\n# TYPE egm_client_a_total counter\n"
+                             "egm_client_a_total 1\n"
+                             "# HELP egm_client_b_bytes b\n# TYPE egm_client_b_bytes gauge\n"
+                             "egm_client_b_bytes 2\n");
+}
+
 static void test_histogram(void **state)
 {
     (void)state;
@@ -105,6 +121,7 @@ int main(void)
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_histogram, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
+        cmocka_unit_test(test_rows),
         cmocka_unit_test(test_scheme_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
