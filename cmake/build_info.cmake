@@ -22,7 +22,8 @@ if(GIT_EXECUTABLE)
       # --no-optional-locks: never take .git/index.lock (a build must not make a concurrent
       # `git commit` in the same checkout fail). Paths are relative to SRC, the top level.
       execute_process(COMMAND ${GIT_EXECUTABLE} --no-optional-locks -C ${SRC} status --porcelain
-                              --untracked-files=no -- src include proto cmake CMakeLists.txt
+                              --untracked-files=no -- src include proto cmake CMakeLists.txt bench/c
+                              bench/CMakeLists.txt
                       OUTPUT_VARIABLE changes RESULT_VARIABLE rc ERROR_QUIET)
       if(NOT rc EQUAL 0 OR NOT changes STREQUAL "")
         set(dirty 1)

@@ -171,3 +171,14 @@ const char *egm__process_self_exe(void)
     path[n > 0 ? n : 0] = '\0';
     return path;
 }
+
+egm_status_t egm__process_sibling_exe(const char *name, char *buf, size_t len)
+{
+    const char *self = egm__process_self_exe();
+    const char *slash = strrchr(self, '/');
+    int dir = slash != NULL ? (int)(slash - self) : 1;
+    int n = snprintf(buf, len, "%.*s/%s", dir, slash != NULL ? self : ".", name);
+    if (n < 0 || (size_t)n >= len)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "path of %s next to %s is too long", name, self);
+    return EGM_OK;
+}

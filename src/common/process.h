@@ -30,5 +30,9 @@ egm_status_t egm__process_wait(egm_process_t *proc, int timeout_ms, int *exit_co
 void egm__process_cleanup(egm_process_t *proc);
 /* Path of the running executable (/proc/self/exe resolved). Static string. */
 const char *egm__process_self_exe(void);
+/* Path of the executable `name` in the running executable's folder, into
+ * buf (len bytes): how egmstore finds egm-bench and egm-bench its provider.
+ * EGM_ERR_INVALID_ARG when it does not fit. */
+egm_status_t egm__process_sibling_exe(const char *name, char *buf, size_t len);
 
 #endif

@@ -67,9 +67,5 @@ int egm__cmd_rm(egm_cli_t *cli);
 int egm__cmd_ls(egm_cli_t *cli);
 int egm__cmd_stat(egm_cli_t *cli);
 int egm__cmd_demo(egm_cli_t *cli);
-/* `egmstore bench ...`: parses its own flags, then the common ones. */
-int egm__cmd_bench(int argc, char **argv);
-/* `egmstore bench data ...` (argv after "data"; bench_data.c). */
-int egm__cmd_bench_data(int argc, char **argv);
 
 #endif

@@ -1,9 +1,14 @@
-/* The `egmstore` command: daemons, object commands and the demo. */
+/* The `egmstore` command: daemons, object commands and the demo; `egmstore bench` runs the
+ * egm-bench executable beside it (bench/c/). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <egmstore/egmstore.h>
+#include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "tools/cli.h"
 
 typedef struct {
@@ -87,6 +92,35 @@ static void usage(FILE *out)
     egm__cli_print_keys(out, EGM_ROLE_ALL, 0);
 }
 
+/* `egmstore bench ARGS`: the benchmarks are the egm-bench executable in this one's folder
+ * (bench/c/), run with ARGS; returns only when it cannot be started. */
+static int run_bench(char **args)
+{
+    char exe[4096];
+    egm_status_t status = egm__process_sibling_exe("egm-bench", exe, sizeof(exe));
+    if (status != EGM_OK) {
+        egm__cli_error("bench", status);
+        return EGM_EXIT_FAIL;
+    }
+    size_t n = 0;
+    while (args[n] != NULL)
+        n++;
+    char **argv = egm_calloc(n + 2, sizeof(*argv), "bench.argv");
+    if (argv == NULL) {
+        egm__cli_error("bench", EGM_ERR_NO_MEMORY);
+        return EGM_EXIT_FAIL;
+    }
+    argv[0] = exe;
+    memcpy(argv + 1, args, n * sizeof(*argv));
+    execv(exe, argv);
+    fprintf(stderr,
+            "egmstore: error: bench: cannot run %s: %s (the benchmarks are built as "
+            "egm-bench next to egmstore)\n",
+            exe, strerror(errno));
+    egm_free(argv);
+    return EGM_EXIT_FAIL;
+}
+
 int main(int argc, char **argv)
 {
     egm__log_set_component("egmstore");
@@ -96,7 +130,7 @@ int main(int argc, char **argv)
         return argc < 2 ? EGM_EXIT_USAGE : EGM_EXIT_OK;
     }
     if (strcmp(argv[1], "bench") == 0)
-        return egm__cmd_bench(argc - 2, argv + 2);
+        return run_bench(argv + 2);
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("egmstore %s\n", EGMSTORE_VERSION);
         return EGM_EXIT_OK;

@@ -7,7 +7,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 egm_status_t egm__bdata_worker_init(egm_bdata_run_t *r, egm_bdata_worker_t *w, int index,
                                     egm_client_t *shared)

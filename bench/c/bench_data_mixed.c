@@ -15,7 +15,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 #define FULL_CHECKED EGM_BDATA_RING /* newest keys each client reads back after a full phase */
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/config_int.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 const char egm__bdata_usage[] =
     "Usage: egmstore bench data [--workload single,batch,mixed,full] [--sizes 4KiB,...,256MiB]\n"

@@ -14,8 +14,8 @@
  *   bench_data_procs.c    --procs: child processes of this command, phase by phase
  *   bench_data_report.c   records, progress lines, the table, the JSON document
  */
-#ifndef EGM_TOOLS_BENCH_DATA_H
-#define EGM_TOOLS_BENCH_DATA_H
+#ifndef EGM_BENCH_DATA_H
+#define EGM_BENCH_DATA_H
 
 #include <pthread.h>
 #include <stddef.h>
@@ -24,7 +24,7 @@
 #include <egmstore/egmstore.h>
 #include "common/process.h"
 #include "cuda/cuda_api.h"
-#include "tools/bench_util.h"
+#include "bench_util.h"
 #include "tools/cli.h"
 
 #define EGM_BDATA_MAX_LIST 16

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include "common/alloc.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 #define READY_TIMEOUT_MS 300000 /* preparing: buffers of hundreds of MiB to fill */
 #define EXIT_TIMEOUT_MS 60000
@@ -134,8 +134,7 @@ static egm_status_t spawn(egm_bdata_procs_t *p, int i, int go_read)
 
     if (argv == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "child arguments");
-    argv[k++] = (char *)egm__process_self_exe();
-    argv[k++] = "bench";
+    argv[k++] = (char *)egm__process_self_exe(); /* egm-bench */
     argv[k++] = "data";
     for (int a = 0; a < r->o.argc; a++)
         argv[k++] = r->o.argv[a];

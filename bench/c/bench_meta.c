@@ -38,7 +38,7 @@
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
 #include "rpc/server.h"
-#include "tools/bench_util.h"
+#include "bench_util.h"
 #include "tools/cli.h"
 
 #define MAX_LEVELS 16
@@ -806,7 +806,7 @@ static egm_status_t write_json(const bench_t *b, const char *path, const char *m
 
 /* ---- options -------------------------------------------------------------- */
 
-static const char bench_usage[] =
+const char egm__bench_meta_usage[] =
     "Usage: egmstore bench meta [--master HOST:PORT] [--clients 1,8,64]\n"
     "                           [--seconds 1 | --ops N [--batch-ops N]] [--keys K] [--batch 128]\n"
     "                           [--object-size 4KiB] [--segments 64] [--segment-size 1GiB]\n"
@@ -1109,7 +1109,7 @@ out:
     return rc;
 }
 
-int egm__cmd_bench(int argc, char **argv)
+int egm__bench_meta(int argc, char **argv)
 {
     bench_opts_t o = {
         .levels = {1, 8, 64},
@@ -1125,18 +1125,7 @@ int egm__cmd_bench(int argc, char **argv)
     egm_cli_t cli;
     int rc;
 
-    egm__log_set_component("bench");
-    if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
-        printf("%s\nData workloads: egmstore bench data --help\n", bench_usage);
-        return EGM_EXIT_OK;
-    }
-    if (argc >= 1 && strcmp(argv[0], "data") == 0)
-        return egm__cmd_bench_data(argc - 1, argv + 1);
-    if (argc < 1 || strcmp(argv[0], "meta") != 0) {
-        fprintf(stderr, "egmstore: error: bench: which benchmark? (egmstore bench meta|data)\n");
-        return EGM_EXIT_USAGE;
-    }
-    if (!egm__bench_cli(argc - 1, argv + 1, "meta", bench_usage, parse_opts, &o, &cli, &rc))
+    if (!egm__bench_cli(argc, argv, "meta", egm__bench_meta_usage, parse_opts, &o, &cli, &rc))
         return rc;
     rc = bench_meta(&cli, &o);
     egm__cli_cleanup(&cli);

@@ -7,7 +7,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 static const char *const workload_names[] = {"single", "batch", "mixed", "full"};
 static const char *const op_names[] = {"put", "get", "mixed"};

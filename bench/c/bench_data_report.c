@@ -7,7 +7,7 @@
 #include <string.h>
 #include "common/alloc.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 static void size_label(uint64_t bytes, char *buf, size_t len)
 {

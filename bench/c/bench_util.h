@@ -1,9 +1,9 @@
-/* Helpers the `egmstore bench` drivers share: latency samples and their
+/* Helpers the benchmarks of egm-bench (`egmstore bench`) share: latency samples and their
  * percentiles, JSON text, the machine and commit a run is recorded with, and
  * their command lines: the flags, the comma-separated lists they take, and
  * what is left for the common parser. */
-#ifndef EGM_TOOLS_BENCH_UTIL_H
-#define EGM_TOOLS_BENCH_UTIL_H
+#ifndef EGM_BENCH_UTIL_H
+#define EGM_BENCH_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -63,7 +63,7 @@ void egm__bench_json_machine(FILE *f, const egm_bench_machine_t *m);
 uint64_t egm__bench_mem_available(void);
 /* The commit this executable was built from (the checkout's HEAD when it was
  * built, not when it runs), "unknown" when built outside a git checkout;
- * *dirty_p when src, include, proto or the CMake files had uncommitted
+ * *dirty_p when src, include, proto, bench/c or the CMake files had uncommitted
  * changes then (cmake/build_info.cmake). */
 const char *egm__bench_build_commit(int *dirty_p);
 
@@ -111,5 +111,12 @@ typedef int (*egm_bench_take_fn)(int argc, char **argv, void *opts, char **rest,
  * keys for --help, or why the line is refused. */
 int egm__bench_cli(int argc, char **argv, const char *what, const char *usage,
                    egm_bench_take_fn take, void *opts, egm_cli_t *cli, int *rc_p);
+
+/* The benchmarks of egm-bench (main.c), each given argv after its name:
+ * `meta` (bench_meta.c) and `data` (bench_data.c). Exit codes EGM_EXIT_*. */
+int egm__bench_meta(int argc, char **argv);
+int egm__bench_data(int argc, char **argv);
+/* `egm-bench meta --help`'s text. */
+extern const char egm__bench_meta_usage[];
 
 #endif

@@ -9,7 +9,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "cuda/driver.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 typedef struct {
     egm_bench_samples_t lat;

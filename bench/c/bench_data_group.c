@@ -7,7 +7,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 struct egm_bdata_group {
     egm_bdata_run_t *r;

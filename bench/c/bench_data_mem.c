@@ -6,7 +6,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "cuda/driver.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 #define PATTERN_K 0x9E3779B97F4A7C15ull
 #define POISON 0xA5

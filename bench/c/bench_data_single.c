@@ -10,7 +10,7 @@
 #include <string.h>
 #include "common/clock.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 /* ---- single: one object per call ----------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/sock.h"
 #include "master/master.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 #define CONTROL_CHUNK_BYTES (64u << 20) /* one preload/fill call */
 #define CONTROL_CHUNK_KEYS 256
@@ -174,27 +174,22 @@ static egm_status_t start_master(egm_bdata_run_t *r)
 
 static egm_status_t start_provider(egm_bdata_run_t *r)
 {
-    char pool[32], chunk[32], line[512];
+    char pool[32], chunk[32], line[512], exe[4096];
+    egm_status_t status = egm__process_sibling_exe("egmstore", exe, sizeof(exe));
+    if (status != EGM_OK)
+        return status;
     uint64_t max_chunk = r->o.pool_size < (1ull << 30) ? r->o.pool_size : (1ull << 30);
     snprintf(pool, sizeof(pool), "%llu", (unsigned long long)r->o.pool_size);
     snprintf(chunk, sizeof(chunk), "%llu", (unsigned long long)max_chunk);
-    char *argv[16] = {(char *)egm__process_self_exe(),
-                      "provider",
-                      "--master",
-                      r->master_addr,
-                      "--global-segment-size",
-                      pool,
-                      "--max-mr-size",
-                      chunk,
-                      "--local-hostname",
-                      "127.0.0.1",
-                      "--log-level",
-                      "warn"};
+    char *argv[16] = {exe, /* the egmstore next to egm-bench */
+                      "provider",  "--master",      r->master_addr, "--global-segment-size",
+                      pool,        "--max-mr-size", chunk,          "--local-hostname",
+                      "127.0.0.1", "--log-level",   "warn"};
     if (r->o.pool_egm) { /* the EGM Store pool: HOST_NUMA memory served over nvlink */
         argv[12] = "--enable-egm-store-pool";
         argv[13] = "true";
     }
-    egm_status_t status = egm__process_spawn(argv, 1, &r->provider);
+    status = egm__process_spawn(argv, 1, &r->provider);
     if (status == EGM_OK)
         status = egm__process_wait_line(&r->provider, "egmstore provider ready", line, sizeof(line),
                                         PROVIDER_READY_MS);

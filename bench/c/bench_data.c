@@ -13,7 +13,7 @@
 #include "common/config_int.h"
 #include "common/id.h"
 #include "common/log.h"
-#include "tools/bench_data.h"
+#include "bench_data.h"
 
 static egm_status_t run_phase(egm_bdata_run_t *r, egm_bdata_group_t *g, egm_bdata_procs_t *p,
                               const egm_bdata_phase_t *ph)
@@ -174,7 +174,7 @@ static int take_flags(int argc, char **argv, void *o, char **rest, int *n_rest)
     return egm__bdata_parse(argc, argv, o, rest, n_rest);
 }
 
-int egm__cmd_bench_data(int argc, char **argv)
+int egm__bench_data(int argc, char **argv)
 {
     egm_bdata_opts_t o;
     egm_cli_t cli;

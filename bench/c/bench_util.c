@@ -9,7 +9,7 @@
 #include "common/config_int.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "tools/bench_util.h"
+#include "bench_util.h"
 #include "egm_build_info.h" /* generated: cmake/build_info.cmake */
 
 #define MAX_ITEM 64
