@@ -284,8 +284,9 @@ static int apply_child(egm_bdata_opts_t *o, const char *name, const char *v)
 }
 
 /* One flag with its value; 0 or -1 after printing why. */
-static int apply(egm_bdata_opts_t *o, const char *name, const char *v)
+static int apply(void *opts, const char *name, const char *v)
 {
+    egm_bdata_opts_t *o = opts;
     int rc = apply_shape(o, name, v);
     if (rc == 1)
         rc = apply_run(o, name, v);
@@ -294,18 +295,8 @@ static int apply(egm_bdata_opts_t *o, const char *name, const char *v)
 
 int egm__bdata_parse(int argc, char **argv, egm_bdata_opts_t *o, char **rest, int *n_rest)
 {
-    *n_rest = 0;
-    for (int i = 0; i < argc; i++) {
-        char name[64];
-        const char *value = NULL;
-        int rc = egm__bench_take_flag(argc, argv, &i, flags, sizeof(flags) / sizeof(flags[0]), name,
-                                      sizeof(name), &value);
-        if (rc == 0)
-            rest[(*n_rest)++] = argv[i];
-        else if (rc < 0 || apply(o, name, value) != 0)
-            return -1;
-    }
-    return 0;
+    return egm__bench_take_flags(argc, argv, flags, sizeof(flags) / sizeof(flags[0]), apply, o,
+                                 rest, n_rest);
 }
 
 /* ---- defaults ---------------------------------------------------------------- */

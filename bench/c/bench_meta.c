@@ -860,81 +860,83 @@ static int parse_levels(const char *text, bench_opts_t *o)
     return 0;
 }
 
-/* Takes this command's own flags out of argv; the rest (config keys,
- * --master, --config, --help) is left for egm__cli_parse in *rest. */
+/* This command's own flags; the rest (config keys, --master, --config, --help)
+ * is left for egm__cli_parse. */
+static const egm_bench_flag_t own[] = {
+    {"--clients", 1},      {"--ops", 1},       {"--batch-ops", 1},   {"--seconds", 1},
+    {"--keys", 1},         {"--batch", 1},     {"--object-size", 1}, {"--segments", 1},
+    {"--segment-size", 1}, {"--transport", 1}, {"--out", 1},
+};
+
+/* Which of --ops/--batch-ops and --seconds were given (parse_opts). */
+typedef struct {
+    bench_opts_t *o;
+    int have_ops, have_seconds;
+} meta_flags_t;
+
+/* One of own[] with its value; 0, or -1 after printing why. */
+static int apply_flag(void *arg, const char *name, const char *value)
+{
+    meta_flags_t *m = arg;
+    bench_opts_t *o = m->o;
+    uint64_t v;
+    int rc = 0;
+    if (strcmp(name, "--clients") == 0) {
+        rc = parse_levels(value, o);
+    } else if (strcmp(name, "--ops") == 0) {
+        rc = egm__bench_parse_u64(name, value, 1, 1000000000ull, &o->ops);
+        m->have_ops = 1;
+    } else if (strcmp(name, "--batch-ops") == 0) {
+        rc = egm__bench_parse_u64(name, value, 1, 1000000000ull, &o->batch_ops);
+        m->have_ops = 1;
+    } else if (strcmp(name, "--seconds") == 0) {
+        char *end = NULL;
+        m->have_seconds = 1;
+        o->seconds = strtod(value, &end);
+        if (value[0] == '\0' || *end != '\0' || !(o->seconds > 0 && o->seconds <= 3600)) {
+            fprintf(stderr, "egmstore: error: --seconds: \"%s\", must be in (0, 3600]\n", value);
+            rc = -1;
+        }
+    } else if (strcmp(name, "--keys") == 0) {
+        rc = egm__bench_parse_u64(name, value, 1, 100000000ull, &o->keys);
+    } else if (strcmp(name, "--batch") == 0) {
+        rc = egm__bench_parse_u64(name, value, 1, MAX_BATCH, &v);
+        o->batch = (int)v;
+    } else if (strcmp(name, "--object-size") == 0) {
+        rc = egm__bench_parse_size(name, value, 1, &o->object_size);
+    } else if (strcmp(name, "--segments") == 0) {
+        rc = egm__bench_parse_u64(name, value, 1, EGM_MOUNT_MAX_SEGMENTS, &v);
+        o->segments = (int)v;
+    } else if (strcmp(name, "--segment-size") == 0) {
+        rc = egm__bench_parse_size(name, value, 4096, &o->segment_size);
+    } else if (strcmp(name, "--transport") == 0) {
+        if (strcmp(value, "auto") != 0 && strcmp(value, "tcp") != 0) {
+            fprintf(stderr, "egmstore: error: --transport: \"%s\", must be auto or tcp\n", value);
+            rc = -1;
+        }
+        o->tcp = strcmp(value, "tcp") == 0;
+    } else {
+        o->out = value;
+    }
+    return rc != 0 ? -1 : 0;
+}
+
+/* Takes this command's own flags out of argv; the rest goes to *rest for egm__cli_parse. */
 static int parse_opts(int argc, char **argv, void *opts, char **rest, int *n_rest)
 {
+    meta_flags_t m = {.o = opts};
     bench_opts_t *o = opts;
-    static const egm_bench_flag_t own[] = {
-        {"--clients", 1},      {"--ops", 1},       {"--batch-ops", 1},   {"--seconds", 1},
-        {"--keys", 1},         {"--batch", 1},     {"--object-size", 1}, {"--segments", 1},
-        {"--segment-size", 1}, {"--transport", 1}, {"--out", 1},
-    };
-    int have_ops = 0, have_seconds = 0;
-    *n_rest = 0;
-    for (int i = 0; i < argc; i++) {
-        char name[64];
-        const char *value = NULL;
-        int taken = egm__bench_take_flag(argc, argv, &i, own, sizeof(own) / sizeof(own[0]), name,
-                                         sizeof(name), &value);
-        if (taken < 0)
-            return -1;
-        if (taken == 0) {
-            rest[(*n_rest)++] = argv[i];
-            continue;
-        }
-        uint64_t v;
-        int rc = 0;
-        if (strcmp(name, "--clients") == 0) {
-            rc = parse_levels(value, o);
-        } else if (strcmp(name, "--ops") == 0) {
-            rc = egm__bench_parse_u64(name, value, 1, 1000000000ull, &o->ops);
-            have_ops = 1;
-        } else if (strcmp(name, "--batch-ops") == 0) {
-            rc = egm__bench_parse_u64(name, value, 1, 1000000000ull, &o->batch_ops);
-            have_ops = 1;
-        } else if (strcmp(name, "--seconds") == 0) {
-            char *end = NULL;
-            have_seconds = 1;
-            o->seconds = strtod(value, &end);
-            if (value[0] == '\0' || *end != '\0' || !(o->seconds > 0 && o->seconds <= 3600)) {
-                fprintf(stderr, "egmstore: error: --seconds: \"%s\", must be in (0, 3600]\n",
-                        value);
-                rc = -1;
-            }
-        } else if (strcmp(name, "--keys") == 0) {
-            rc = egm__bench_parse_u64(name, value, 1, 100000000ull, &o->keys);
-        } else if (strcmp(name, "--batch") == 0) {
-            rc = egm__bench_parse_u64(name, value, 1, MAX_BATCH, &v);
-            o->batch = (int)v;
-        } else if (strcmp(name, "--object-size") == 0) {
-            rc = egm__bench_parse_size(name, value, 1, &o->object_size);
-        } else if (strcmp(name, "--segments") == 0) {
-            rc = egm__bench_parse_u64(name, value, 1, EGM_MOUNT_MAX_SEGMENTS, &v);
-            o->segments = (int)v;
-        } else if (strcmp(name, "--segment-size") == 0) {
-            rc = egm__bench_parse_size(name, value, 4096, &o->segment_size);
-        } else if (strcmp(name, "--transport") == 0) {
-            if (strcmp(value, "auto") != 0 && strcmp(value, "tcp") != 0) {
-                fprintf(stderr, "egmstore: error: --transport: \"%s\", must be auto or tcp\n",
-                        value);
-                rc = -1;
-            }
-            o->tcp = strcmp(value, "tcp") == 0;
-        } else {
-            o->out = value;
-        }
-        if (rc != 0)
-            return -1;
-    }
-    if (have_ops && have_seconds) {
+    if (egm__bench_take_flags(argc, argv, own, sizeof(own) / sizeof(own[0]), apply_flag, &m, rest,
+                              n_rest) != 0)
+        return -1;
+    if (m.have_ops && m.have_seconds) {
         fprintf(stderr,
                 "egmstore: error: --ops/--batch-ops and --seconds: give one or the other\n");
         return -1;
     }
     /* A number of calls only when asked: 20000 single-key calls last 0.1-1 s
      * and 1250 batch calls even less, too short for a steady figure. */
-    if (have_ops)
+    if (m.have_ops)
         o->seconds = 0;
     if (o->batch_ops == 0)
         o->batch_ops = o->ops / 16 ? o->ops / 16 : 1;

@@ -1,5 +1,6 @@
 /* Helpers shared by the `egmstore bench` drivers (see bench_util.h). */
 #include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,31 +230,74 @@ int egm__bench_parse_u64(const char *flag, const char *text, uint64_t min, uint6
     return 0;
 }
 
-int egm__bench_take_flag(int argc, char **argv, int *i_p, const egm_bench_flag_t *flags,
-                         size_t n_flags, char *name, size_t name_len, const char **value_p)
+/* flags' entry named exactly by arg ("--name" or "--name=VALUE"); NULL when none. */
+static const egm_bench_flag_t *own_flag(const egm_bench_flag_t *flags, size_t n_flags,
+                                        const char *arg)
 {
-    const char *arg = argv[*i_p], *eq = strchr(arg, '=');
-    size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-    const egm_bench_flag_t *flag = NULL;
-
+    size_t nlen = strcspn(arg, "=");
     for (size_t k = 0; k < n_flags; k++)
         if (nlen == strlen(flags[k].name) && strncmp(arg, flags[k].name, nlen) == 0)
-            flag = &flags[k];
-    if (flag == NULL)
-        return 0;
-    snprintf(name, name_len, "%.*s", (int)nlen, arg);
-    *value_p = eq != NULL ? eq + 1 : NULL;
-    if (flag->has_value && *value_p == NULL) {
-        if (*i_p + 1 == argc) {
-            fprintf(stderr, "egmstore: error: %s needs a value\n", name);
-            return -1;
-        }
-        *value_p = argv[++*i_p];
-    } else if (!flag->has_value && *value_p != NULL) {
-        fprintf(stderr, "egmstore: error: %s takes no value\n", name);
-        return -1;
+            return &flags[k];
+    return NULL;
+}
+
+/* getopt_long reads the command's own flags. Only items that start with "--" reach it (a
+ * positional, a value of a key flag, "-1", "-h" and "--" go to rest as they are, so getopt
+ * neither reorders nor reads them as short options), and a flag counts as ours only under its
+ * whole name: getopt's abbreviations (--clie for --clients) stay unknown flags, for
+ * egm__cli_parse to refuse as before. */
+int egm__bench_take_flags(int argc, char **argv, const egm_bench_flag_t *flags, size_t n_flags,
+                          egm_bench_apply_fn apply, void *opts, char **rest, int *n_rest_p)
+{
+    struct option *longopts = egm_calloc(n_flags + 1, sizeof(*longopts), "bench.getopt");
+    char **args = egm_calloc((size_t)argc + 2, sizeof(*args), "bench.getopt");
+    int n = argc + 1, rc = -1;
+
+    *n_rest_p = 0;
+    if (longopts == NULL || args == NULL) {
+        fprintf(stderr, "egmstore: error: out of memory reading the flags\n");
+        goto out;
     }
-    return 1;
+    for (size_t k = 0; k < n_flags; k++) {
+        longopts[k].name = flags[k].name + 2; /* without "--" */
+        longopts[k].has_arg = flags[k].has_value ? required_argument : no_argument;
+    }
+    args[0] = "egm-bench"; /* getopt's argv[0] */
+    memcpy(args + 1, argv, (size_t)argc * sizeof(*args));
+    opterr = 0; /* the errors below name the flag as the other parsers do */
+    for (int i = 1; i < n;) {
+        const char *arg = args[i];
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+            rest[(*n_rest_p)++] = args[i++];
+            continue;
+        }
+        /* "+": getopt stops at, never reorders, anything that is not a flag; ":": a
+         * missing value answers ':'. optind is set at every call, so no earlier scan's
+         * state is read. */
+        optind = i;
+        int c = getopt_long(n, args, "+:", longopts, NULL);
+        const egm_bench_flag_t *flag = own_flag(flags, n_flags, arg);
+        if (flag == NULL) { /* a key flag, or an abbreviation getopt took for one of ours */
+            rest[(*n_rest_p)++] = args[i++];
+            continue;
+        }
+        if (c == ':') {
+            fprintf(stderr, "egmstore: error: %s needs a value\n", flag->name);
+            goto out;
+        }
+        if (c == '?') { /* our flag under its whole name: "--smoke=1" */
+            fprintf(stderr, "egmstore: error: %s takes no value\n", flag->name);
+            goto out;
+        }
+        if (apply(opts, flag->name, flag->has_value ? optarg : NULL) != 0)
+            goto out;
+        i = optind;
+    }
+    rc = 0;
+out:
+    egm_free(args);
+    egm_free(longopts);
+    return rc;
 }
 
 int egm__bench_cli(int argc, char **argv, const char *what, const char *usage,

@@ -92,13 +92,18 @@ typedef struct {
     int has_value;
 } egm_bench_flag_t;
 
-/* Whether argv[*i_p] is one of flags: 1 with its name in name[name_len] and
- * *value_p its value (NULL for a flag without one), *i_p moved past a value
- * given as the next item; 0 when it is none of them (left for the common
- * parser); -1 after printing why (a missing value, or one given to a flag
- * without). */
-int egm__bench_take_flag(int argc, char **argv, int *i_p, const egm_bench_flag_t *flags,
-                         size_t n_flags, char *name, size_t name_len, const char **value_p);
+/* Applies one of a command's own flags to opts: name as in its egm_bench_flag_t,
+ * value NULL for a flag without one; 0, or -1 after printing why. */
+typedef int (*egm_bench_apply_fn)(void *opts, const char *name, const char *value);
+
+/* Reads a command's own flags (flags[n_flags], each only under its whole name,
+ * "--name V" or "--name=V") from argv with getopt_long, in order, and hands
+ * each to apply(opts, ...); every other item goes, in order, to
+ * rest[*n_rest_p] (room for argc) for egm__cli_parse. 0, or -1 after printing
+ * why (a missing value, a value given to a flag without one, or apply's
+ * refusal). */
+int egm__bench_take_flags(int argc, char **argv, const egm_bench_flag_t *flags, size_t n_flags,
+                          egm_bench_apply_fn apply, void *opts, char **rest, int *n_rest_p);
 
 /* Takes a command's own flags out of argv into opts, the rest into rest[*n_rest_p]; 0, or -1
  * after printing why. */
