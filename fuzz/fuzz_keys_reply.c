@@ -14,7 +14,7 @@
 #include "fuzz.h"
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 static int same_id(const Egm__Id *pb, egm_id_t id)
 {

@@ -31,7 +31,7 @@
 #include "master/master_int.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 #define MAX_CALLS 64
 #define SETTINGS_TYPE 15

@@ -1,5 +1,5 @@
 /* Fuzz target: segment descriptors (SegmentDesc) as a client receives them
- * (protobuf-c, then src/te/segment.c's validation) and as the master takes
+ * (protobuf-c, then src/rpc/segment_desc.c's validation) and as the master takes
  * them in a MountSegment.
  *
  * Input: a SegmentDesc's wire bytes. Checks:
@@ -17,7 +17,7 @@
 #include "fuzz.h"
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 static int clean_string(const char *s, size_t cap)
 {

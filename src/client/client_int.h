@@ -11,7 +11,7 @@
 #include "rpc/client.h"
 #include "rpc/keys_reply.h"
 #include "te/registry.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 #include "te/te.h"
 #include "egmstore.pb-c.h"
 

@@ -106,7 +106,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         egm_allocator_stats_t astats;
         egm__allocator_stats(seg->allocator, &astats);
         s->allocated_bytes += astats.used;
-        s->capacity_bytes += seg->size;
+        s->capacity_bytes += seg->desc.size;
         s->segment_replicas += seg->replica_count;
     }
     s->clients = egm__liveness_client_count(st->liveness);
@@ -162,26 +162,26 @@ static egm_status_t segment_json(egm_http_response_t *out, const egm_segment_t *
     egm_allocator_stats_t astats;
     egm__allocator_stats(seg->allocator, &astats);
     egm_status_t s =
-        egm__http_printf(out, "{\"id\":\"%s\",\"name\":", egm__id_format(seg->id, id_text));
+        egm__http_printf(out, "{\"id\":\"%s\",\"name\":", egm__id_format(seg->desc.id, id_text));
     if (s == EGM_OK)
-        s = json_cstring(out, seg->name);
+        s = json_cstring(out, seg->desc.name);
     if (s == EGM_OK)
         s = egm__http_printf(out,
                              ",\"owner\":\"%s\",\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
                              "\"host\":",
-                             egm__id_format(seg->owner, owner_text), (unsigned long long)seg->size,
-                             (unsigned long long)astats.used,
+                             egm__id_format(seg->desc.owner, owner_text),
+                             (unsigned long long)seg->desc.size, (unsigned long long)astats.used,
                              (unsigned long long)seg->replica_count);
     if (s == EGM_OK)
-        s = json_cstring(out, seg->host_id);
+        s = json_cstring(out, seg->desc.host_id);
     if (s == EGM_OK)
         s = egm__http_printf(out, ",\"tcp_endpoint\":");
     if (s == EGM_OK)
-        s = json_cstring(out, seg->tcp_endpoint);
+        s = json_cstring(out, seg->desc.tcp_endpoint);
     if (s == EGM_OK)
         s = egm__http_printf(out, ",\"shm_socket\":");
     if (s == EGM_OK)
-        s = json_cstring(out, seg->shm_socket);
+        s = json_cstring(out, seg->desc.shm_socket);
     if (s == EGM_OK)
         s = egm__http_printf(out, "}");
     return s;
@@ -214,7 +214,7 @@ static void serve_all_segment_names(const egm_master_admin_t *a, egm_http_respon
     lock_shared(a);
     size_t n = egm__segment_table_count(a->state->segments);
     for (size_t i = 0; i < n && s == EGM_OK; i++)
-        s = egm__http_printf(resp, "%s\n", egm__segment_table_at(a->state->segments, i)->name);
+        s = egm__http_printf(resp, "%s\n", egm__segment_table_at(a->state->segments, i)->desc.name);
     unlock(a);
     resp->status = 200;
     resp->content_type = "text/plain; charset=utf-8";

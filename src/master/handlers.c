@@ -166,7 +166,7 @@ static size_t id_len(egm_id_t id)
 
 static size_t replica_len(const egm_replica_view_t *rep)
 {
-    size_t idl = id_len(rep->segment->id);
+    size_t idl = id_len(rep->segment->desc.id);
     return 1 + varint_len(idl) + idl + scalar_len(rep->offset) + scalar_len(rep->length);
 }
 
@@ -199,7 +199,7 @@ static uint8_t *put_key_result(uint8_t *p, const outcomes_t *oc, const key_outco
     p = put_scalar(p, TAG_RESULT_SIZE, o->size);
     for (uint32_t k = 0; k < o->n; k++) {
         const egm_replica_view_t *rep = &oc->reps[o->first + k];
-        egm_id_t id = rep->segment->id;
+        egm_id_t id = rep->segment->desc.id;
         size_t idl = id_len(id);
         *p++ = TAG_RESULT_REPLICA;
         p = put_varint(p, replica_len(rep));
@@ -218,18 +218,18 @@ static uint8_t *put_key_result(uint8_t *p, const outcomes_t *oc, const key_outco
 static void segment_to_pb(const egm_segment_t *seg, Egm__SegmentDesc *pb, Egm__Id *ids)
 {
     egm__segment_desc__init(pb);
-    egm__id_to_pb(seg->id, &ids[0]);
-    egm__id_to_pb(seg->owner, &ids[1]);
+    egm__id_to_pb(seg->desc.id, &ids[0]);
+    egm__id_to_pb(seg->desc.owner, &ids[1]);
     pb->id = &ids[0];
     pb->owner = &ids[1];
-    pb->name = (char *)seg->name;
-    pb->size = seg->size;
-    pb->host_id = (char *)seg->host_id;
-    pb->tcp_endpoint = (char *)seg->tcp_endpoint;
-    pb->shm_socket = (char *)seg->shm_socket;
-    pb->handle_kind = (Egm__HandleKind)seg->handle_kind;
-    pb->fabric_handle.len = seg->fabric_handle_len;
-    pb->fabric_handle.data = (uint8_t *)seg->fabric_handle;
+    pb->name = (char *)seg->desc.name;
+    pb->size = seg->desc.size;
+    pb->host_id = (char *)seg->desc.host_id;
+    pb->tcp_endpoint = (char *)seg->desc.tcp_endpoint;
+    pb->shm_socket = (char *)seg->desc.shm_socket;
+    pb->handle_kind = (Egm__HandleKind)seg->desc.handle_kind;
+    pb->fabric_handle.len = seg->desc.fabric_handle_len;
+    pb->fabric_handle.data = (uint8_t *)seg->desc.fabric_handle;
 }
 
 /* The segments one reply names, each once: an open-addressing set local to
@@ -383,7 +383,7 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
                            config.n_preferred, EGM_MASTER_PREFERRED_MAX);
         goto out;
     }
-    char host_id[EGM_MASTER_HOST_ID_MAX];
+    char host_id[EGM_HOST_ID_MAX];
     config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
     uint64_t now = st->now_ms();
     for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
@@ -563,7 +563,7 @@ static egm_status_t unmount_all(egm_master_state_t *st, const Egm__UnmountSegmen
     for (size_t i = 0; i < req->n_segments; i++) {
         egm_id_t id = egm__id_from_pb(req->segments[i]);
         const egm_segment_t *seg = egm__segment_table_find(st->segments, id);
-        if (seg != NULL && !egm__id_equal(seg->owner, client))
+        if (seg != NULL && !egm__id_equal(seg->desc.owner, client))
             return egm__set_error(EGM_ERR_PERMISSION,
                                   "segments[%zu] %s belongs to another client (none unmounted)", i,
                                   egm__id_format(id, id_text));

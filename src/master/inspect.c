@@ -39,10 +39,10 @@ egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, egm_master_call
         const egm_replica_view_t *rep = &obj.replicas[k];
         Egm__ReplicaInfo *info = &infos[msg.n_replicas];
         egm__replica_info__init(info);
-        egm__id_to_pb(rep->segment->id, &ids[msg.n_replicas]);
+        egm__id_to_pb(rep->segment->desc.id, &ids[msg.n_replicas]);
         info->segment = &ids[msg.n_replicas];
-        info->segment_name = (char *)rep->segment->name;
-        info->host_id = (char *)rep->segment->host_id;
+        info->segment_name = (char *)rep->segment->desc.name;
+        info->host_id = (char *)rep->segment->desc.host_id;
         info->offset = rep->offset;
         info->length = rep->length;
         info_ptrs[msg.n_replicas++] = info;

@@ -13,7 +13,7 @@
 typedef struct {
     egm_id_t id;
     uint64_t last_seen_ms;
-    char host_id[EGM_MASTER_HOST_ID_MAX]; /* from its pings, for local_first placement */
+    char host_id[EGM_HOST_ID_MAX]; /* from its pings, for local_first placement */
 } client_t;
 
 struct egm_liveness {
@@ -131,12 +131,12 @@ egm_status_t egm__liveness_ping(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
 
 egm_status_t egm__liveness_set_host_id(egm_liveness_t *l, egm_id_t client, const char *host_id)
 {
-    size_t len = host_id != NULL ? strnlen(host_id, EGM_MASTER_HOST_ID_MAX) : 0;
+    size_t len = host_id != NULL ? strnlen(host_id, EGM_HOST_ID_MAX) : 0;
     egm_status_t status = EGM_OK;
 
-    if (len >= EGM_MASTER_HOST_ID_MAX)
+    if (len >= EGM_HOST_ID_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG, "host_id: longer than %d bytes",
-                              EGM_MASTER_HOST_ID_MAX - 1);
+                              EGM_HOST_ID_MAX - 1);
     pthread_mutex_lock(&l->lock);
     client_t *c = find_client(l, client);
     if (c == NULL) {
@@ -149,8 +149,7 @@ egm_status_t egm__liveness_set_host_id(egm_liveness_t *l, egm_id_t client, const
     return status;
 }
 
-const char *egm__liveness_host_id(egm_liveness_t *l, egm_id_t client,
-                                  char buf[EGM_MASTER_HOST_ID_MAX])
+const char *egm__liveness_host_id(egm_liveness_t *l, egm_id_t client, char buf[EGM_HOST_ID_MAX])
 {
     pthread_mutex_lock(&l->lock);
     const client_t *c = find_client(l, client);
@@ -180,10 +179,10 @@ egm_status_t egm__liveness_mount(egm_liveness_t *l, egm_id_t client,
     status = egm__segment_table_mount(l->segments, &p, &seg);
     if (status != EGM_OK)
         return status;
-    egm_info("mounted segment %s (%s, %llu bytes, tcp %s, shm %s)", seg->name,
-             egm__id_format(seg->id, id_text), (unsigned long long)seg->size,
-             seg->tcp_endpoint[0] ? seg->tcp_endpoint : "-",
-             seg->shm_socket[0] ? seg->shm_socket : "-");
+    egm_info("mounted segment %s (%s, %llu bytes, tcp %s, shm %s)", seg->desc.name,
+             egm__id_format(seg->desc.id, id_text), (unsigned long long)seg->desc.size,
+             seg->desc.tcp_endpoint[0] ? seg->desc.tcp_endpoint : "-",
+             seg->desc.shm_socket[0] ? seg->desc.shm_socket : "-");
     return EGM_OK;
 }
 
@@ -250,8 +249,8 @@ egm_status_t egm__liveness_mount_all(egm_liveness_t *l, egm_id_t client,
                                              egm__segment_table_find(l->segments, params[k].id));
             return status;
         }
-        bytes += seg->size;
-        egm_debug("mounted segment %s", seg->name);
+        bytes += seg->desc.size;
+        egm_debug("mounted segment %s", seg->desc.name);
     }
     char id_text[EGM_ID_STRLEN];
     egm_info("mounted %zu segments of client %s at once (%llu bytes; first %s, tcp %s, shm %s)", n,
@@ -273,7 +272,7 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t 
                                    uint64_t now_ms)
 {
     char id_text[EGM_ID_STRLEN];
-    char name[EGM_MASTER_NAME_MAX];
+    char name[EGM_SEGMENT_NAME_MAX];
 
     if (egm__id_is_nil(client))
         return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
@@ -281,7 +280,7 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t 
     if (seg == NULL)
         return egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "segment %s is not mounted",
                               egm__id_format(segment, id_text));
-    if (!egm__id_equal(seg->owner, client))
+    if (!egm__id_equal(seg->desc.owner, client))
         return egm__set_error(EGM_ERR_PERMISSION, "segment %s belongs to another client",
                               egm__id_format(segment, id_text));
     pthread_mutex_lock(&l->lock);
@@ -289,7 +288,7 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t 
     if (c != NULL)
         c->last_seen_ms = now_ms;
     pthread_mutex_unlock(&l->lock);
-    memcpy(name, seg->name, sizeof(name));
+    memcpy(name, seg->desc.name, sizeof(name));
     uint64_t replicas = seg->replica_count;
     size_t deleted = unmount(l, seg);
     egm_info("unmounted segment %s (%s): %llu replicas dropped, %zu objects deleted", name,
@@ -306,7 +305,7 @@ static void drop_client(egm_liveness_t *l, client_t *c, size_t *segments_p, size
     /* Backwards: a swap-remove only moves an entry already visited. */
     for (size_t i = egm__segment_table_count(l->segments); i-- > 0;) {
         egm_segment_t *seg = egm__segment_table_at(l->segments, i);
-        if (!egm__id_equal(seg->owner, c->id))
+        if (!egm__id_equal(seg->desc.owner, c->id))
             continue;
         deleted += unmount(l, seg);
         segments++;
@@ -323,7 +322,7 @@ static void drop_client(egm_liveness_t *l, client_t *c, size_t *segments_p, size
 static int owns_segments(const egm_liveness_t *l, egm_id_t client)
 {
     for (size_t i = egm__segment_table_count(l->segments); i-- > 0;)
-        if (egm__id_equal(egm__segment_table_at(l->segments, i)->owner, client))
+        if (egm__id_equal(egm__segment_table_at(l->segments, i)->desc.owner, client))
             return 1;
     return 0;
 }

@@ -31,7 +31,7 @@ egm_status_t egm__liveness_set_host_id(egm_liveness_t *liveness, egm_id_t client
                                        const char *host_id);
 /* Copies the client's host id into buf ("" when unknown); returns buf. */
 const char *egm__liveness_host_id(egm_liveness_t *liveness, egm_id_t client,
-                                  char buf[EGM_MASTER_HOST_ID_MAX]);
+                                  char buf[EGM_HOST_ID_MAX]);
 /* Mounts a segment of `client` (registering the client). A nil params->owner
  * means the caller; another owner is INVALID_ARG. SEGMENT_EXISTS, or
  * INVALID_ARG naming the descriptor field (egm__segment_validate). */

@@ -391,7 +391,7 @@ static uint64_t release_replica(egm_replica_t *r)
     uint64_t freed = 0;
     replica_unlink(r);
     if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
-        egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->name,
+        egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
                   (unsigned long long)r->offset, (unsigned long long)r->length, egm_last_error());
     else
         freed = egm__allocator_round(r->length);
@@ -602,7 +602,7 @@ static egm_status_t place_replicas(egm_object_index_t *index, egm_object_t *obj,
         const char *wanted = config->preferred_segments[p];
         for (size_t i = 0; wanted != NULL && i < n && obj->n_replicas < want; i++) {
             egm_segment_t *seg = egm__segment_table_at(table, i);
-            if (name_matches(seg->name, wanted))
+            if (name_matches(seg->desc.name, wanted))
                 try_segment(obj, seg);
         }
     }
@@ -626,7 +626,7 @@ static egm_status_t place_replicas(egm_object_index_t *index, egm_object_t *obj,
         for (int local = 1; local >= 0; local--) {
             for (size_t i = 0; i < n && obj->n_replicas < want; i++) {
                 egm_segment_t *seg = egm__segment_table_at(table, index->order[i]);
-                if ((strcmp(seg->host_id, host) == 0) == local)
+                if ((strcmp(seg->desc.host_id, host) == 0) == local)
                     try_segment(obj, seg);
             }
         }
@@ -708,7 +708,7 @@ static egm_status_t fit_watermark(egm_object_index_t *index, egm_object_t *obj)
     if (!watermark_limits(index, &hw) || obj->n_replicas == 0)
         return EGM_OK;
     for (uint32_t i = 0; i < obj->n_replicas; i++)
-        held += obj->replicas[i].segment->size;
+        held += obj->replicas[i].segment->desc.size;
     if ((double)rounded * (double)obj->n_replicas <= hw * (double)held)
         return EGM_OK;
     usage(index, &used, &capacity, NULL);
@@ -1165,7 +1165,7 @@ static void release_sorted(egm_object_t **objs, size_t n)
         egm_replica_t *r = reps[i];
         replica_unlink(r);
         if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
-            egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->name,
+            egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
                       (unsigned long long)r->offset, (unsigned long long)r->length,
                       egm_last_error());
         r->segment = NULL;
@@ -1492,9 +1492,9 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
             if (r->segment == NULL)
                 continue;
             live++;
-            CHECK(egm__segment_table_find(index->segments, r->segment->id) == r->segment,
+            CHECK(egm__segment_table_find(index->segments, r->segment->desc.id) == r->segment,
                   "object %s: replica %u is on a segment that is not mounted", o->key, i);
-            CHECK(r->offset + r->length <= r->segment->size,
+            CHECK(r->offset + r->length <= r->segment->desc.size,
                   "object %s: replica %u beyond its segment", o->key, i);
             CHECK(r->length == o->size, "object %s: replica %u of %llu bytes, object %llu", o->key,
                   i, (unsigned long long)r->length, (unsigned long long)o->size);
@@ -1542,23 +1542,23 @@ static egm_status_t check_segment(const egm_segment_t *seg, uint64_t *replicas_p
 
     for (const egm_replica_t *r = seg->replicas; r != NULL; r = r->seg_next) {
         const egm_object_t *o = r->object;
-        CHECK(r->seg_prev == prev, "segment %s: broken back link", seg->name);
-        CHECK(r->segment == seg, "segment %s: lists a replica of another segment", seg->name);
+        CHECK(r->seg_prev == prev, "segment %s: broken back link", seg->desc.name);
+        CHECK(r->segment == seg, "segment %s: lists a replica of another segment", seg->desc.name);
         CHECK(r >= o->replicas && r < o->replicas + o->n_replicas,
-              "segment %s: a replica outside its object", seg->name);
+              "segment %s: a replica outside its object", seg->desc.name);
         bytes += egm__allocator_round(r->length);
         prev = r;
         n++;
     }
     CHECK(n == seg->replica_count, "segment %s: %llu replicas listed, replica_count %llu",
-          seg->name, (unsigned long long)n, (unsigned long long)seg->replica_count);
+          seg->desc.name, (unsigned long long)n, (unsigned long long)seg->replica_count);
     egm_status_t status = egm__allocator_check(seg->allocator);
     if (status != EGM_OK)
         return status;
     egm__allocator_stats(seg->allocator, &a);
     CHECK(a.used == bytes && a.allocations == n,
           "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu",
-          seg->name, (unsigned long long)a.used, a.allocations, (unsigned long long)bytes,
+          seg->desc.name, (unsigned long long)a.used, a.allocations, (unsigned long long)bytes,
           (unsigned long long)n);
     *replicas_p += n;
     return EGM_OK;

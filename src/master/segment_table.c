@@ -73,24 +73,6 @@ void egm__segment_table_destroy(egm_segment_table_t *t)
     egm_free(t);
 }
 
-/* The clients' rules for descriptor strings (te/segment.c): a segment the
- * master mounted but clients refuse would fail every reply that names it. */
-static egm_status_t check_string(const char *field, const char *s, size_t max)
-{
-    if (s == NULL)
-        return EGM_OK;
-    size_t len = strnlen(s, max);
-    if (len >= max)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "%s: at most %zu bytes", field, max - 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f)
-            return egm__set_error(EGM_ERR_INVALID_ARG, "%s: control character at byte %zu", field,
-                                  i);
-    }
-    return EGM_OK;
-}
-
 egm_status_t egm__segment_validate(const egm_segment_params_t *p)
 {
     egm_status_t status;
@@ -104,37 +86,13 @@ egm_status_t egm__segment_validate(const egm_segment_params_t *p)
                               (unsigned long long)p->size, EGM_ALLOCATOR_ALIGN);
     if (p->name == NULL || p->name[0] == '\0')
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment.name: must not be empty");
-    if ((status = check_string("segment.name", p->name, EGM_MASTER_NAME_MAX)) != EGM_OK ||
-        (status = check_string("segment.host_id", p->host_id, EGM_MASTER_HOST_ID_MAX)) != EGM_OK ||
-        (status = check_string("segment.tcp_endpoint", p->tcp_endpoint, EGM_MASTER_ENDPOINT_MAX)) !=
+    if ((status = egm__segment_check_string("name", p->name, EGM_SEGMENT_NAME_MAX)) != EGM_OK ||
+        (status = egm__segment_check_string("host_id", p->host_id, EGM_HOST_ID_MAX)) != EGM_OK ||
+        (status = egm__segment_check_string("tcp_endpoint", p->tcp_endpoint, EGM_ENDPOINT_MAX)) !=
             EGM_OK ||
-        (status = check_string("segment.shm_socket", p->shm_socket, EGM_MASTER_SHM_SOCKET_MAX)) !=
-            EGM_OK)
+        (status = egm__segment_check_shm_socket(p->shm_socket)) != EGM_OK)
         return status;
-    /* The fd broker listens in the abstract namespace ("@name") or at a path. */
-    const char *sock = p->shm_socket != NULL ? p->shm_socket : "";
-    if (sock[0] != '\0' && sock[0] != '@' && sock[0] != '/')
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "segment.shm_socket: must start with '@' (abstract) or '/'");
-    if (sock[0] == '@' && sock[1] == '\0')
-        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.shm_socket: empty abstract name");
-    if (p->handle_kind < 0 || p->handle_kind > EGM_MASTER_HANDLE_KIND_MAX)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.handle_kind: %d, must be 0..%d",
-                              p->handle_kind, EGM_MASTER_HANDLE_KIND_MAX);
-    /* A whole fabric handle for HANDLE_FABRIC (consumers pass it to the driver), none else. */
-    if (p->handle_kind == EGM_MASTER_HANDLE_FABRIC) {
-        if (p->fabric_handle_len != EGM_MASTER_FABRIC_HANDLE_MAX || p->fabric_handle == NULL)
-            return egm__set_error(EGM_ERR_INVALID_ARG,
-                                  "segment.fabric_handle: %zu bytes, expected %d for "
-                                  "HANDLE_FABRIC",
-                                  p->fabric_handle_len, EGM_MASTER_FABRIC_HANDLE_MAX);
-    } else if (p->fabric_handle_len != 0) {
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "segment.fabric_handle: %zu bytes given for handle kind %d (only "
-                              "HANDLE_FABRIC carries one)",
-                              p->fabric_handle_len, p->handle_kind);
-    }
-    return EGM_OK;
+    return egm__segment_check_handle(p->handle_kind, p->fabric_handle, p->fabric_handle_len);
 }
 
 static int recently_retired(const egm_segment_table_t *t, egm_id_t id)
@@ -193,18 +151,19 @@ egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_
     status = egm__allocator_create(p->size, &seg->allocator);
     if (status != EGM_OK)
         goto err_free;
-    seg->id = p->id;
-    seg->owner = p->owner;
-    seg->size = p->size;
-    copy_string(seg->name, p->name, sizeof(seg->name));
-    copy_string(seg->host_id, p->host_id, sizeof(seg->host_id));
-    copy_string(seg->tcp_endpoint, p->tcp_endpoint, sizeof(seg->tcp_endpoint));
-    copy_string(seg->shm_socket, p->shm_socket, sizeof(seg->shm_socket));
-    seg->handle_kind = p->handle_kind;
+    egm_segment_desc_t *d = &seg->desc;
+    d->id = p->id;
+    d->owner = p->owner;
+    d->size = p->size;
+    copy_string(d->name, p->name, sizeof(d->name));
+    copy_string(d->host_id, p->host_id, sizeof(d->host_id));
+    copy_string(d->tcp_endpoint, p->tcp_endpoint, sizeof(d->tcp_endpoint));
+    copy_string(d->shm_socket, p->shm_socket, sizeof(d->shm_socket));
+    d->handle_kind = (egm_handle_kind_t)p->handle_kind;
     if (p->fabric_handle_len > 0)
-        memcpy(seg->fabric_handle, p->fabric_handle, p->fabric_handle_len);
-    seg->fabric_handle_len = p->fabric_handle_len;
-    id_key(seg->id, key);
+        memcpy(d->fabric_handle, p->fabric_handle, p->fabric_handle_len);
+    d->fabric_handle_len = (uint8_t)p->fabric_handle_len;
+    id_key(d->id, key);
     status = egm__hashmap_put(t->by_id, key, sizeof(key), seg, NULL);
     if (status != EGM_OK)
         goto err_free;
@@ -240,7 +199,7 @@ static void detach(egm_segment_table_t *t, egm_segment_t *seg)
 {
     uint8_t key[16];
 
-    id_key(seg->id, key);
+    id_key(seg->desc.id, key);
     egm__hashmap_remove(t->by_id, key, sizeof(key));
     /* Swap-remove keeps the array dense. */
     t->list[seg->index] = t->list[t->n - 1];
@@ -258,7 +217,7 @@ void egm__segment_table_remove(egm_segment_table_t *t, egm_segment_t *seg)
 {
     detach(t, seg);
     t->view++;
-    t->retired[(t->view - 1) % t->history] = seg->id;
+    t->retired[(t->view - 1) % t->history] = seg->desc.id;
     if (t->retired_count < t->history)
         t->retired_count++;
     segment_free(seg);

@@ -9,16 +9,7 @@
 #include <egmstore/status.h>
 #include "common/id.h"
 #include "master/allocator.h"
-
-/* Limits of descriptor strings, with their NUL; the same as te/segment.h so
- * that every descriptor the master hands out decodes at the clients. */
-#define EGM_MASTER_NAME_MAX 128
-#define EGM_MASTER_HOST_ID_MAX 160
-#define EGM_MASTER_ENDPOINT_MAX 128
-#define EGM_MASTER_SHM_SOCKET_MAX 100
-#define EGM_MASTER_FABRIC_HANDLE_MAX 64
-#define EGM_MASTER_HANDLE_FABRIC 3 /* HANDLE_FABRIC: the one kind with a fabric handle */
-#define EGM_MASTER_HANDLE_KIND_MAX EGM_MASTER_HANDLE_FABRIC
+#include "rpc/segment_desc.h"
 
 #define EGM_MASTER_RETIRED_HISTORY 4096
 
@@ -38,19 +29,11 @@ typedef struct {
 } egm_segment_params_t;
 
 typedef struct egm_segment {
-    egm_id_t id;
-    egm_id_t owner;
-    uint64_t size;
-    char name[EGM_MASTER_NAME_MAX];
-    char host_id[EGM_MASTER_HOST_ID_MAX];
-    char tcp_endpoint[EGM_MASTER_ENDPOINT_MAX];
-    char shm_socket[EGM_MASTER_SHM_SOCKET_MAX];
-    int handle_kind;
-    uint8_t fabric_handle[EGM_MASTER_FABRIC_HANDLE_MAX];
-    size_t fabric_handle_len;
+    /* What clients receive in replies (rpc/segment_desc.h); never changes
+     * while the segment is mounted. */
+    egm_segment_desc_t desc;
 
-    /* Guarded by the object index's `space` lock (object_index.h). The
-     * fields above never change while the segment is mounted. */
+    /* Guarded by the object index's `space` lock (object_index.h). */
     egm_allocator_t *allocator;
     uint64_t replica_count;       /* replicas (= objects) placed here */
     struct egm_replica *replicas; /* their list, maintained by object_index.c */
@@ -65,12 +48,10 @@ egm_status_t egm__segment_table_create(size_t history, egm_segment_table_t **tab
 void egm__segment_table_destroy(egm_segment_table_t *table);
 
 /* EGM_ERR_INVALID_ARG naming the field ("segment.id", "segment.size", ...):
- * nil id or owner, size < EGM_ALLOCATOR_ALIGN, empty name, strings too long
- * or holding control characters, a shm_socket that is neither "@name" nor a
- * path, unknown handle kind, a fabric handle that is not 64 bytes for
- * HANDLE_FABRIC or present for another kind. At least as strict as the
- * clients' egm__segment_desc_from_pb (fuzz/fuzz_segment_desc.c checks it), so
- * every descriptor the master hands out decodes at the clients. */
+ * nil id or owner, size < EGM_ALLOCATOR_ALIGN, empty name, then the rules of
+ * every descriptor (rpc/segment_desc.h: strings, shm_socket, handle), which
+ * the clients' egm__segment_desc_from_pb applies too (fuzz/fuzz_segment_desc.c
+ * checks it), so every descriptor the master hands out decodes at the clients. */
 egm_status_t egm__segment_validate(const egm_segment_params_t *params);
 /* Validates and checks the id is free: EGM_ERR_SEGMENT_EXISTS for an id
  * mounted now or remembered as retired (ids are never reused). */

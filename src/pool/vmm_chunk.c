@@ -6,7 +6,7 @@
 
 #include "common/log.h"
 #include "cuda/driver.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 egm_status_t egm__vmm_chunk_create(const egm_vmm_chunk_ctx_t *ctx, uint64_t size,
                                    egm_vmm_chunk_t *c)

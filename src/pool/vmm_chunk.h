@@ -53,7 +53,7 @@ egm_status_t egm__vmm_chunk_create(const egm_vmm_chunk_ctx_t *ctx, uint64_t size
 egm_status_t egm__vmm_chunk_release(const egm_cuda_api_t *api, egm_vmm_chunk_t *chunk);
 /* The handle kind a segment of this chunk should be exposed as:
  * EGM_HANDLE_FABRIC when the chunk has one, else EGM_HANDLE_POSIX_FD (as an
- * int: te/segment.h's egm_handle_kind_t). */
+ * int: rpc/segment_desc.h's egm_handle_kind_t). */
 int egm__vmm_chunk_handle_kind(const egm_vmm_chunk_t *chunk);
 
 #endif

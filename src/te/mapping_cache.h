@@ -18,7 +18,7 @@
 #include <egmstore/status.h>
 #include "common/id.h"
 #include "cuda/cuda_api.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 typedef struct egm_mapping_cache egm_mapping_cache_t;
 typedef struct egm_mapping egm_mapping_t;

@@ -21,7 +21,7 @@
 #include "common/settings.h" /* egm_protocol_t: the protocol key's words */
 #include "cuda/cuda_api.h"
 #include "te/registry.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 typedef struct egm_te egm_te_t;
 

@@ -12,7 +12,7 @@
 #include "common/id.h"
 #include "common/wire.h"
 #include "cuda/cuda_api.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 #include "te/segref.h"
 #include "te/te.h"
 

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 #include "te/te.h"
 #include "te/te_int.h"
 

@@ -898,7 +898,7 @@ static void test_rpc_plumbing(void **state)
     egm_segment_t *near = mount_named("near", "here", SEG);
     egm_segment_t *pref = mount_named("pref", "there", SEG);
     Egm__Id client = EGM__ID__INIT;
-    char host_buf[EGM_MASTER_HOST_ID_MAX];
+    char host_buf[EGM_HOST_ID_MAX];
     egm__id_to_pb(writer, &client);
 
     /* The ping's host id is kept for local_first. */
@@ -911,7 +911,7 @@ static void test_rpc_plumbing(void **state)
     egm__pb_free(&pong->base);
     assert_string_equal(egm__liveness_host_id(st.liveness, writer, host_buf), "here");
     /* Too long a host id is refused, naming the field. */
-    char long_host[EGM_MASTER_HOST_ID_MAX + 8];
+    char long_host[EGM_HOST_ID_MAX + 8];
     memset(long_host, 'h', sizeof(long_host) - 1);
     long_host[sizeof(long_host) - 1] = '\0';
     ping.host_id = long_host;

@@ -317,7 +317,7 @@ static void test_client_expiry_drops_replicas(void **state)
 
     assert_int_equal(egm__liveness_ping(fx.st.liveness, a, 0), EGM_OK);
     egm_segment_t *sa = mount_as(a, 1 << 20, 0);
-    egm_id_t sa_id = sa->id;
+    egm_id_t sa_id = sa->desc.id;
     /* Placed while a's segment is the only one: */
     assert_int_equal(put("only_a", 100, 1, 0), EGM_OK);
     assert_int_equal(put_start("pend_a", 100, 1, 0, NULL), EGM_OK);
@@ -363,7 +363,7 @@ static void test_unmount(void **state)
 {
     (void)state;
     egm_segment_t *seg = mount(1 << 20);
-    egm_id_t id = seg->id;
+    egm_id_t id = seg->desc.id;
 
     assert_int_equal(put("u", 10, 1, 0), EGM_OK);
     assert_int_equal(egm__liveness_unmount(fx.st.liveness, fx.provider, egm__id_random(), 0),
@@ -451,11 +451,11 @@ static void test_mount_validation(void **state)
     expect_mount_error(&good, EGM_ERR_SEGMENT_EXISTS, NULL);
     egm_segment_t *seg = egm__segment_table_find(fx.st.segments, good.id);
     assert_non_null(seg);
-    assert_true(egm__id_equal(seg->owner, fx.provider));
-    assert_int_equal(seg->fabric_handle_len, 64);
-    assert_string_equal(seg->name, "n");
-    assert_string_equal(seg->tcp_endpoint, "host:7000");
-    assert_string_equal(seg->shm_socket, "@egmstore-1-2");
+    assert_true(egm__id_equal(seg->desc.owner, fx.provider));
+    assert_int_equal(seg->desc.fabric_handle_len, 64);
+    assert_string_equal(seg->desc.name, "n");
+    assert_string_equal(seg->desc.tcp_endpoint, "host:7000");
+    assert_string_equal(seg->desc.shm_socket, "@egmstore-1-2");
 }
 
 static void test_view_and_retired_history(void **state)

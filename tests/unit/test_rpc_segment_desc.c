@@ -10,7 +10,7 @@
 
 #include "common/alloc.h"
 #include "rpc/proto_util.h"
-#include "te/segment.h"
+#include "rpc/segment_desc.h"
 
 static egm_segment_desc_t sample(void)
 {

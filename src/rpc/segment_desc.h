@@ -1,7 +1,10 @@
-/* Segment descriptors: what a consumer needs to reach a segment. */
-#ifndef EGM_TE_SEGMENT_H
-#define EGM_TE_SEGMENT_H
+/* Segment descriptors: what a consumer needs to reach a segment. The one
+ * definition the master (which hands them out) and the transfer engine (which
+ * reaches segments through them) share, with the rules a descriptor obeys. */
+#ifndef EGM_RPC_SEGMENT_DESC_H
+#define EGM_RPC_SEGMENT_DESC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
@@ -33,6 +36,20 @@ typedef struct {
     unsigned char fabric_handle[EGM_FABRIC_HANDLE_MAX];
     uint8_t fabric_handle_len;
 } egm_segment_desc_t;
+
+/* The rules every descriptor field obeys, shared by the clients' decoding
+ * (egm__segment_desc_from_pb) and the master's check of a MountSegment, so
+ * that every descriptor the master hands out decodes at the clients. Each is
+ * EGM_ERR_INVALID_ARG naming "segment.<field>" when broken. */
+/* A string: NULL counts as ""; fits cap bytes with its NUL; no control bytes
+ * (these strings end up in logs, socket names and host names). */
+egm_status_t egm__segment_check_string(const char *field, const char *s, size_t cap);
+/* shm_socket (NULL = ""): empty, "@name" (abstract namespace) or a path. */
+egm_status_t egm__segment_check_shm_socket(const char *s);
+/* handle_kind is one of egm_handle_kind_t; a whole fabric handle (data non-NULL,
+ * EGM_FABRIC_HANDLE_MAX bytes) for EGM_HANDLE_FABRIC, none for another kind. */
+egm_status_t egm__segment_check_handle(int handle_kind, const void *fabric_handle,
+                                       size_t fabric_handle_len);
 
 /* Validating conversion from the wire: nil id, zero size, over-long strings,
  * unknown handle kinds and a fabric handle that is not exactly 64 bytes for
