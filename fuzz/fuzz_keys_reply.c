@@ -35,7 +35,7 @@ static void check_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got, c
         FUZZ_CHECK(r->lease_ttl_ms == q->lease_ttl_ms);
         FUZZ_CHECK(r->n_replicas == q->n_replicas);
         FUZZ_CHECK(q->replica_first == total);
-        const egm_replica_t *reps = egm__keys_reply_replicas(got, q);
+        const egm_replica_desc_t *reps = egm__keys_reply_replicas(got, q);
         for (size_t k = 0; k < r->n_replicas; k++) {
             FUZZ_CHECK(same_id(r->replicas[k]->segment, reps[k].segment));
             FUZZ_CHECK(r->replicas[k]->offset == reps[k].offset);
@@ -79,7 +79,7 @@ static void client_side(const egm_keys_reply_t *reply, size_t n)
     }
     for (size_t i = 0; i < reply->n_results; i++) {
         const egm_key_result_t *res = &reply->results[i];
-        const egm_replica_t *reps = egm__keys_reply_replicas(reply, res);
+        const egm_replica_desc_t *reps = egm__keys_reply_replicas(reply, res);
         for (uint32_t k = 0; k < res->n_replicas; k++) {
             const egm_segment_desc_t *seg =
                 egm__client_find_segment(descs, reply->n_segments, reps[k].segment);

@@ -14,9 +14,9 @@
 
 typedef struct {
     const egm_key_result_t *res;
-    const egm_replica_t *replicas; /* res's */
-    size_t caller;                 /* index in the caller's arrays */
-    size_t order[16];              /* replicas by preference (local, shm, tcp) */
+    const egm_replica_desc_t *replicas; /* res's */
+    size_t caller;                      /* index in the caller's arrays */
+    size_t order[16];                   /* replicas by preference (local, shm, tcp) */
     size_t n_order;
     size_t next; /* next replica to try */
     int active;  /* still needs its data */
@@ -70,7 +70,7 @@ static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *d
         fetch_t *f = &fetches[j];
         if (!f->active || f->next >= f->n_order)
             continue;
-        const egm_replica_t *rep = &f->replicas[f->order[f->next++]];
+        const egm_replica_desc_t *rep = &f->replicas[f->order[f->next++]];
         const egm_segment_desc_t *seg = egm__client_find_segment(descs, n_descs, rep->segment);
         uint64_t at = 0;
         for (size_t p = 0; p < f->n_local && at < f->res->size; p++) {

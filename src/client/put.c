@@ -52,7 +52,7 @@ egm_status_t egm__client_placed_segments(const egm_keys_reply_t *reply, const eg
                                          const egm_segment_desc_t *descs, uint64_t size,
                                          const egm_segment_desc_t **segs)
 {
-    const egm_replica_t *reps = egm__keys_reply_replicas(reply, res);
+    const egm_replica_desc_t *reps = egm__keys_reply_replicas(reply, res);
 
     if (res->n_replicas == 0)
         return egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");

@@ -10,10 +10,10 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/wire.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
 #include "rpc/frame.h"
+#include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
 
 static egm_status_t pack_reply(const ProtobufCMessage *msg, egm_master_call_t *call)
@@ -29,22 +29,16 @@ static size_t key_length(const char *key)
 
 /* ---- KeysReply building ------------------------------------------------ */
 
-/* Per-key outcome, copied from the index under the key's shard lock: the
+/* Per-key results, copied from the index under the key's shard lock: the
  * reply never reads an object, which another thread may change or delete once
- * that lock is released. Replicas sit in the call's replica array; their
- * segments stay mounted while the handler runs (unmounting takes the state
- * lock exclusive). */
+ * that lock is released. They are the encoder's input (rpc/keys_reply.h):
+ * replicas sit in the call's replica array, each with the segment it names
+ * (segs[]); segments stay mounted while the handler runs (unmounting takes
+ * the state lock exclusive). */
 typedef struct {
-    egm_status_t status;
-    int has_body; /* OK with an object: size (and replicas) go in the reply */
-    uint64_t size;
-    size_t first; /* its replicas: reps[first, first + n) */
-    uint32_t n;
-} key_outcome_t;
-
-typedef struct {
-    key_outcome_t *out; /* one per key */
-    egm_replica_view_t *reps;
+    egm_key_result_t *out; /* one per key */
+    egm_replica_desc_t *reps;
+    const egm_segment_t **segs; /* segs[i]: the segment reps[i] names */
     size_t n_reps, cap_reps;
 } outcomes_t;
 
@@ -61,175 +55,52 @@ static void outcomes_cleanup(outcomes_t *o)
 {
     egm_free(o->out);
     egm_free(o->reps);
+    egm_free(o->segs);
 }
 
-/* Key i answered with the object in view (replicas kept when with_replicas). */
-static egm_status_t outcomes_record(outcomes_t *o, size_t i, const egm_object_view_t *view,
-                                    int with_replicas)
+static egm_status_t outcomes_reserve(outcomes_t *o, size_t n)
 {
-    key_outcome_t *k = &o->out[i];
-    k->has_body = 1;
-    k->size = view->size;
-    k->first = o->n_reps;
-    k->n = 0;
-    if (!with_replicas || view->n_replicas == 0)
+    if (o->n_reps + n <= o->cap_reps)
         return EGM_OK;
-    if (o->n_reps + view->n_replicas > o->cap_reps) {
-        size_t cap = o->cap_reps ? o->cap_reps * 2 : 64;
-        while (cap < o->n_reps + view->n_replicas)
-            cap *= 2;
-        egm_replica_view_t *reps = egm_realloc(o->reps, cap * sizeof(*reps), "master.outcomes");
-        if (reps == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for the replicas of a reply");
+    size_t cap = o->cap_reps ? o->cap_reps * 2 : 64;
+    while (cap < o->n_reps + n)
+        cap *= 2;
+    egm_replica_desc_t *reps = egm_realloc(o->reps, cap * sizeof(*reps), "master.outcomes");
+    if (reps != NULL)
         o->reps = reps;
-        o->cap_reps = cap;
-    }
-    memcpy(&o->reps[o->n_reps], view->replicas, view->n_replicas * sizeof(*view->replicas));
-    o->n_reps += view->n_replicas;
-    k->n = view->n_replicas;
+    const egm_segment_t **segs = egm_realloc(o->segs, cap * sizeof(*segs), "master.outcomes");
+    if (segs != NULL)
+        o->segs = segs;
+    if (reps == NULL || segs == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for the replicas of a reply");
+    o->cap_reps = cap;
     return EGM_OK;
 }
 
-/* KeysReply is the one reply whose size grows with the keys (8192 keys: one
- * KeyResult and a Replica per key), so it is written straight to the wire from
- * the outcomes instead of building protobuf-c structs and packing them. Fields
- * go in number order and proto3 zero scalars are left out, as protobuf-c
- * does; the few SegmentDescs still go through protobuf-c. Field numbers are
- * those of proto/egmstore.proto. */
-enum {
-    TAG_KEYS_STATUS = 0x08,    /* KeysReply.status = 1, varint (sint32) */
-    TAG_KEYS_RESULTS = 0x12,   /* KeysReply.results = 2, bytes */
-    TAG_KEYS_SEGMENTS = 0x1a,  /* KeysReply.segments = 3, bytes */
-    TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
-    TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
-    TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
-    TAG_RESULT_LEASE = 0x20,   /* KeyResult.lease_ttl_ms = 4 */
-    TAG_REPLICA_SEGMENT = 0x0a,
-    TAG_REPLICA_OFFSET = 0x10,
-    TAG_REPLICA_LENGTH = 0x18,
-    TAG_ID_HI = 0x09, /* fixed64 */
-    TAG_ID_LO = 0x11,
-};
-
-static size_t varint_len(uint64_t v)
+/* Key i answered OK with the object in view: its size, the lease granted
+ * (0 = none) and, when with_replicas, its replicas go in the reply. */
+static egm_status_t outcomes_record(outcomes_t *o, size_t i, const egm_object_view_t *view,
+                                    int with_replicas, uint64_t lease_ttl_ms)
 {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
+    egm_key_result_t *k = &o->out[i];
+    k->size = view->size;
+    k->lease_ttl_ms = lease_ttl_ms;
+    k->replica_first = (uint32_t)o->n_reps;
+    k->n_replicas = 0;
+    if (!with_replicas || view->n_replicas == 0)
+        return EGM_OK;
+    egm_status_t status = outcomes_reserve(o, view->n_replicas);
+    if (status != EGM_OK)
+        return status;
+    for (uint32_t r = 0; r < view->n_replicas; r++) {
+        const egm_replica_view_t *rep = &view->replicas[r];
+        o->reps[o->n_reps + r] = (egm_replica_desc_t){
+            .segment = rep->segment->desc.id, .offset = rep->offset, .length = rep->length};
+        o->segs[o->n_reps + r] = rep->segment;
     }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static uint64_t zigzag32(int32_t v)
-{
-    return (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
-}
-
-/* Optional scalar: proto3 leaves out zeros. */
-static size_t scalar_len(uint64_t v)
-{
-    return v != 0 ? 1 + varint_len(v) : 0;
-}
-
-static uint8_t *put_scalar(uint8_t *p, uint8_t tag, uint64_t v)
-{
-    if (v == 0)
-        return p;
-    *p++ = tag;
-    return put_varint(p, v);
-}
-
-static uint8_t *put_fixed64(uint8_t *p, uint8_t tag, uint64_t v)
-{
-    if (v == 0)
-        return p;
-    *p++ = tag;
-    egm__wire_put_u64(p, v);
-    return p + 8;
-}
-
-static size_t id_len(egm_id_t id)
-{
-    return (id.hi != 0 ? 9 : 0) + (id.lo != 0 ? 9 : 0);
-}
-
-static size_t replica_len(const egm_replica_view_t *rep)
-{
-    size_t idl = id_len(rep->segment->desc.id);
-    return 1 + varint_len(idl) + idl + scalar_len(rep->offset) + scalar_len(rep->length);
-}
-
-static int has_body(const key_outcome_t *o)
-{
-    return o->status == EGM_OK && o->has_body;
-}
-
-static size_t key_result_len(const outcomes_t *oc, const key_outcome_t *o, uint64_t lease_ttl_ms)
-{
-    size_t len = scalar_len(zigzag32(o->status));
-    if (!has_body(o))
-        return len;
-    len += scalar_len(o->size) + scalar_len(lease_ttl_ms);
-    for (uint32_t k = 0; k < o->n; k++) {
-        size_t rl = replica_len(&oc->reps[o->first + k]);
-        len += 1 + varint_len(rl) + rl;
-    }
-    return len;
-}
-
-static uint8_t *put_key_result(uint8_t *p, const outcomes_t *oc, const key_outcome_t *o,
-                               uint64_t lease_ttl_ms, size_t len)
-{
-    *p++ = TAG_KEYS_RESULTS;
-    p = put_varint(p, len);
-    p = put_scalar(p, TAG_RESULT_STATUS, zigzag32(o->status));
-    if (!has_body(o))
-        return p;
-    p = put_scalar(p, TAG_RESULT_SIZE, o->size);
-    for (uint32_t k = 0; k < o->n; k++) {
-        const egm_replica_view_t *rep = &oc->reps[o->first + k];
-        egm_id_t id = rep->segment->desc.id;
-        size_t idl = id_len(id);
-        *p++ = TAG_RESULT_REPLICA;
-        p = put_varint(p, replica_len(rep));
-        *p++ = TAG_REPLICA_SEGMENT;
-        p = put_varint(p, idl);
-        p = put_fixed64(p, TAG_ID_HI, id.hi);
-        p = put_fixed64(p, TAG_ID_LO, id.lo);
-        p = put_scalar(p, TAG_REPLICA_OFFSET, rep->offset);
-        p = put_scalar(p, TAG_REPLICA_LENGTH, rep->length);
-    }
-    /* protobuf-c writes fields in number order: lease_ttl_ms (4) after replicas (3). */
-    return put_scalar(p, TAG_RESULT_LEASE, lease_ttl_ms);
-}
-
-/* Fills pb from seg; strings point into seg. */
-static void segment_to_pb(const egm_segment_t *seg, Egm__SegmentDesc *pb, Egm__Id *ids)
-{
-    egm__segment_desc__init(pb);
-    egm__id_to_pb(seg->desc.id, &ids[0]);
-    egm__id_to_pb(seg->desc.owner, &ids[1]);
-    pb->id = &ids[0];
-    pb->owner = &ids[1];
-    pb->name = (char *)seg->desc.name;
-    pb->size = seg->desc.size;
-    pb->host_id = (char *)seg->desc.host_id;
-    pb->tcp_endpoint = (char *)seg->desc.tcp_endpoint;
-    pb->shm_socket = (char *)seg->desc.shm_socket;
-    pb->handle_kind = (Egm__HandleKind)seg->desc.handle_kind;
-    pb->fabric_handle.len = seg->desc.fabric_handle_len;
-    pb->fabric_handle.data = (uint8_t *)seg->desc.fabric_handle;
+    o->n_reps += view->n_replicas;
+    k->n_replicas = view->n_replicas;
+    return EGM_OK;
 }
 
 /* The segments one reply names, each once: an open-addressing set local to
@@ -264,69 +135,39 @@ static int segment_set_add(segment_set_t *set, const egm_segment_t *seg)
 }
 
 /* One KeyResult per key; the replicas recorded in the outcomes (GetReplicaList,
- * PutStart) name segments, whose descriptors follow, once each. */
+ * PutStart) name segments, whose descriptors follow, once each, in the order
+ * the replicas first name them. */
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
-                                    uint64_t lease_ttl_ms, egm_rpc_reply_t *reply)
+                                    egm_rpc_reply_t *reply)
 {
     size_t max_segs = egm__segment_table_count(st->segments);
-    Egm__SegmentDesc *descs = NULL;
-    Egm__Id *ids = NULL;
+    const egm_segment_desc_t **descs = NULL;
     segment_set_t seen = {NULL, 0};
-    size_t n_segs = 0, total = scalar_len(zigzag32(EGM_OK));
-    egm_status_t status = EGM_OK;
-    const key_outcome_t *out = oc->out;
+    size_t n_segs = 0;
+    egm_status_t status;
 
     if (max_segs > oc->n_reps)
         max_segs = oc->n_reps; /* no more distinct segments than replicas */
     if (max_segs > 0) {
         descs = egm_calloc(max_segs, sizeof(*descs), "master.reply");
-        ids = egm_calloc(2 * max_segs, sizeof(*ids), "master.reply");
-        if (descs == NULL || ids == NULL || segment_set_init(&seen, max_segs) != EGM_OK)
-            goto err_nomem;
-    }
-    for (size_t i = 0; i < n; i++) {
-        size_t len = key_result_len(oc, &out[i], lease_ttl_ms);
-        total += 1 + varint_len(len) + len;
-        if (!has_body(&out[i]))
-            continue;
-        for (uint32_t k = 0; k < out[i].n; k++) {
-            const egm_segment_t *seg = oc->reps[out[i].first + k].segment;
-            if (n_segs < max_segs && segment_set_add(&seen, seg)) {
-                segment_to_pb(seg, &descs[n_segs], &ids[2 * n_segs]);
-                n_segs++;
-            }
+        if (descs == NULL || segment_set_init(&seen, max_segs) != EGM_OK) {
+            status =
+                egm__set_error(EGM_ERR_NO_MEMORY, "out of memory building a reply for %zu keys", n);
+            goto out;
         }
     }
-    for (size_t s = 0; s < n_segs; s++) {
-        size_t len = egm__segment_desc__get_packed_size(&descs[s]);
-        total += 1 + varint_len(len) + len;
-    }
-    uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
-    if (buf == NULL)
-        goto err_nomem;
-    p = put_scalar(p, TAG_KEYS_STATUS, zigzag32(EGM_OK));
-    for (size_t i = 0; i < n; i++)
-        p = put_key_result(p, oc, &out[i], lease_ttl_ms, key_result_len(oc, &out[i], lease_ttl_ms));
-    for (size_t s = 0; s < n_segs; s++) {
-        *p++ = TAG_KEYS_SEGMENTS;
-        p = put_varint(p, egm__segment_desc__get_packed_size(&descs[s]));
-        p += egm__segment_desc__pack(&descs[s], p);
-    }
-    if ((size_t)(p - buf) != total) {
-        egm_free(buf);
-        status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
-                                (size_t)(p - buf), total);
-        goto out;
-    }
-    reply->buf = buf;
-    reply->len = total;
-    goto out;
-
-err_nomem:
-    status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory building a reply for %zu keys", n);
+    for (size_t r = 0; r < oc->n_reps; r++)
+        if (n_segs < max_segs && segment_set_add(&seen, oc->segs[r]))
+            descs[n_segs++] = &oc->segs[r]->desc;
+    egm_keys_reply_msg_t msg = {.status = EGM_OK,
+                                .n_results = n,
+                                .results = oc->out,
+                                .replicas = oc->reps,
+                                .n_segments = n_segs,
+                                .segments = descs};
+    status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
-    egm_free(ids);
     egm_free(seen.slots);
     return status;
 }
@@ -391,10 +232,10 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
             egm__objects_put_start_with(st->objects, client, req->keys[i], key_length(req->keys[i]),
                                         req->sizes[i], &config, now, &view);
         if (oc.out[i].status == EGM_OK)
-            status = outcomes_record(&oc, i, &view, 1);
+            status = outcomes_record(&oc, i, &view, 1, 0);
     }
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, 0, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, call->reply);
 out:
     outcomes_cleanup(&oc);
     return status;
@@ -446,10 +287,10 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
         }
         oc.out[i].status = s;
         if (s == EGM_OK && (type == EGM_RPC_GET_REPLICA_LIST || type == EGM_RPC_EXIST_KEY))
-            status = outcomes_record(&oc, i, &view, with_replicas);
+            status = outcomes_record(&oc, i, &view, with_replicas, lease_ttl_ms);
     }
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, lease_ttl_ms, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, call->reply);
 out:
     outcomes_cleanup(&oc);
     return status;
@@ -676,7 +517,7 @@ static egm_status_t handle_list_segments(egm_master_state_t *st, egm_master_call
         egm_allocator_stats_t astats;
         egm__allocator_stats(seg->allocator, &astats);
         egm__segment_info__init(&infos[i]);
-        segment_to_pb(seg, &descs[i], &ids[2 * i]);
+        egm__segment_desc_to_pb(&seg->desc, &descs[i], &ids[2 * i], &ids[2 * i + 1]);
         infos[i].desc = &descs[i];
         infos[i].used = astats.used;
         infos[i].objects = seg->replica_count;

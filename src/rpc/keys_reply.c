@@ -1,12 +1,180 @@
-/* KeysReply decoder: see keys_reply.h. Two passes over the bytes: the first
- * validates and counts, the second fills one exactly sized block. The wire
- * rules mirror protobuf-c 1.4's unpacker so both accept the same messages. */
+/* KeysReply codec: see keys_reply.h. The encoder sizes the message, then
+ * writes it into one exactly sized buffer. The decoder makes two passes over
+ * the bytes: the first validates and counts, the second fills one exactly
+ * sized block. The wire rules mirror protobuf-c 1.4's unpacker so both accept
+ * the same messages. */
 #include "rpc/keys_reply.h"
 
 #include <string.h>
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/wire.h"
+
+/* ---- encoding ------------------------------------------------------------ */
+
+/* Field keys (field number << 3 | wire type) of proto/egmstore.proto. */
+enum {
+    TAG_KEYS_STATUS = 0x08,    /* KeysReply.status = 1, varint (sint32) */
+    TAG_KEYS_RESULTS = 0x12,   /* KeysReply.results = 2, bytes */
+    TAG_KEYS_SEGMENTS = 0x1a,  /* KeysReply.segments = 3, bytes */
+    TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
+    TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
+    TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
+    TAG_RESULT_LEASE = 0x20,   /* KeyResult.lease_ttl_ms = 4 */
+    TAG_REPLICA_SEGMENT = 0x0a,
+    TAG_REPLICA_OFFSET = 0x10,
+    TAG_REPLICA_LENGTH = 0x18,
+    TAG_ID_HI = 0x09, /* fixed64 */
+    TAG_ID_LO = 0x11,
+};
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static uint64_t zigzag32(int32_t v)
+{
+    return (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
+}
+
+/* Optional scalar: proto3 leaves out zeros. */
+static size_t scalar_len(uint64_t v)
+{
+    return v != 0 ? 1 + varint_len(v) : 0;
+}
+
+static uint8_t *put_scalar(uint8_t *p, uint8_t tag, uint64_t v)
+{
+    if (v == 0)
+        return p;
+    *p++ = tag;
+    return put_varint(p, v);
+}
+
+static uint8_t *put_fixed64(uint8_t *p, uint8_t tag, uint64_t v)
+{
+    if (v == 0)
+        return p;
+    *p++ = tag;
+    egm__wire_put_u64(p, v);
+    return p + 8;
+}
+
+static size_t id_len(egm_id_t id)
+{
+    return (id.hi != 0 ? 9 : 0) + (id.lo != 0 ? 9 : 0);
+}
+
+static size_t replica_len(const egm_replica_desc_t *rep)
+{
+    size_t idl = id_len(rep->segment);
+    return 1 + varint_len(idl) + idl + scalar_len(rep->offset) + scalar_len(rep->length);
+}
+
+static size_t key_result_len(const egm_keys_reply_msg_t *msg, const egm_key_result_t *res)
+{
+    size_t len =
+        scalar_len(zigzag32(res->status)) + scalar_len(res->size) + scalar_len(res->lease_ttl_ms);
+    for (uint32_t k = 0; k < res->n_replicas; k++) {
+        size_t rl = replica_len(&msg->replicas[res->replica_first + k]);
+        len += 1 + varint_len(rl) + rl;
+    }
+    return len;
+}
+
+static uint8_t *put_key_result(uint8_t *p, const egm_keys_reply_msg_t *msg,
+                               const egm_key_result_t *res, size_t len)
+{
+    *p++ = TAG_KEYS_RESULTS;
+    p = put_varint(p, len);
+    p = put_scalar(p, TAG_RESULT_STATUS, zigzag32(res->status));
+    p = put_scalar(p, TAG_RESULT_SIZE, res->size);
+    for (uint32_t k = 0; k < res->n_replicas; k++) {
+        const egm_replica_desc_t *rep = &msg->replicas[res->replica_first + k];
+        *p++ = TAG_RESULT_REPLICA;
+        p = put_varint(p, replica_len(rep));
+        *p++ = TAG_REPLICA_SEGMENT;
+        p = put_varint(p, id_len(rep->segment));
+        p = put_fixed64(p, TAG_ID_HI, rep->segment.hi);
+        p = put_fixed64(p, TAG_ID_LO, rep->segment.lo);
+        p = put_scalar(p, TAG_REPLICA_OFFSET, rep->offset);
+        p = put_scalar(p, TAG_REPLICA_LENGTH, rep->length);
+    }
+    /* protobuf-c writes fields in number order: lease_ttl_ms (4) after replicas (3). */
+    return put_scalar(p, TAG_RESULT_LEASE, res->lease_ttl_ms);
+}
+
+egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **buf_p, size_t *len_p)
+{
+    Egm__SegmentDesc *descs = NULL;
+    Egm__Id *ids = NULL;
+    size_t total = scalar_len(zigzag32(msg->status));
+    egm_status_t status = EGM_OK;
+
+    *buf_p = NULL;
+    *len_p = 0;
+    if (msg->n_segments > 0) {
+        descs = egm_calloc(msg->n_segments, sizeof(*descs), "rpc.keys_reply_encode");
+        ids = egm_calloc(2 * msg->n_segments, sizeof(*ids), "rpc.keys_reply_encode");
+        if (descs == NULL || ids == NULL)
+            goto err_nomem;
+    }
+    for (size_t i = 0; i < msg->n_results; i++) {
+        size_t len = key_result_len(msg, &msg->results[i]);
+        total += 1 + varint_len(len) + len;
+    }
+    for (size_t s = 0; s < msg->n_segments; s++) {
+        egm__segment_desc_to_pb(msg->segments[s], &descs[s], &ids[2 * s], &ids[2 * s + 1]);
+        size_t len = egm__segment_desc__get_packed_size(&descs[s]);
+        total += 1 + varint_len(len) + len;
+    }
+    uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
+    if (buf == NULL)
+        goto err_nomem;
+    p = put_scalar(p, TAG_KEYS_STATUS, zigzag32(msg->status));
+    for (size_t i = 0; i < msg->n_results; i++)
+        p = put_key_result(p, msg, &msg->results[i], key_result_len(msg, &msg->results[i]));
+    for (size_t s = 0; s < msg->n_segments; s++) {
+        *p++ = TAG_KEYS_SEGMENTS;
+        p = put_varint(p, egm__segment_desc__get_packed_size(&descs[s]));
+        p += egm__segment_desc__pack(&descs[s], p);
+    }
+    if ((size_t)(p - buf) != total) {
+        egm_free(buf);
+        status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
+                                (size_t)(p - buf), total);
+        goto out;
+    }
+    *buf_p = buf;
+    *len_p = total;
+    goto out;
+
+err_nomem:
+    status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory building a reply for %zu keys",
+                            msg->n_results);
+out:
+    egm_free(descs);
+    egm_free(ids);
+    return status;
+}
+
+/* ---- decoding ------------------------------------------------------------ */
 
 enum { WT_VARINT = 0, WT_64BIT = 1, WT_LEN = 2, WT_32BIT = 5 };
 
@@ -193,9 +361,9 @@ static egm_status_t check_segment(rd_t r)
 }
 
 /* Replica {Id segment = 1; uint64 offset = 2; uint64 length = 3;} */
-static egm_status_t parse_replica(rd_t r, egm_replica_t *rep)
+static egm_status_t parse_replica(rd_t r, egm_replica_desc_t *rep)
 {
-    *rep = (egm_replica_t){{0, 0}, 0, 0};
+    *rep = (egm_replica_desc_t){{0, 0}, 0, 0};
     while (r.p < r.end) {
         uint32_t field;
         unsigned wt;
@@ -217,7 +385,7 @@ static egm_status_t parse_replica(rd_t r, egm_replica_t *rep)
 
 /* KeyResult {sint32 status = 1; uint64 size = 2; repeated Replica replicas = 3;
  * uint64 lease_ttl_ms = 4;}. replicas NULL: count only. */
-static egm_status_t parse_result(rd_t r, egm_key_result_t *res, egm_replica_t *replicas)
+static egm_status_t parse_result(rd_t r, egm_key_result_t *res, egm_replica_desc_t *replicas)
 {
     uint64_t v;
     res->status = 0;
@@ -241,7 +409,7 @@ static egm_status_t parse_result(rd_t r, egm_key_result_t *res, egm_replica_t *r
                 return bad("KeyResult.size");
             break;
         case 3: {
-            egm_replica_t rep;
+            egm_replica_desc_t rep;
             if (wt != WT_LEN || rd_len(&r, &sub) != 0)
                 return bad("KeyResult.replicas");
             egm_status_t status = parse_replica(sub, &rep);
@@ -347,7 +515,7 @@ egm_status_t egm__keys_reply_view(const uint8_t *buf, size_t len, size_t max_res
         return status;
     /* One block: header, results, replicas, segments (each count bounded by len). */
     size_t size = sizeof(egm_keys_reply_t) + count.n_results * sizeof(egm_key_result_t) +
-                  count.n_replicas * sizeof(egm_replica_t) +
+                  count.n_replicas * sizeof(egm_replica_desc_t) +
                   count.n_segments * sizeof(egm_pb_slice_t);
     egm_keys_reply_t *reply = egm_malloc(size, "rpc.keys_reply");
     if (reply == NULL)
@@ -357,8 +525,8 @@ egm_status_t egm__keys_reply_view(const uint8_t *buf, size_t len, size_t max_res
     unsigned char *p = (unsigned char *)(reply + 1);
     reply->results = (egm_key_result_t *)p;
     p += count.n_results * sizeof(egm_key_result_t);
-    reply->replicas = (egm_replica_t *)p;
-    p += count.n_replicas * sizeof(egm_replica_t);
+    reply->replicas = (egm_replica_desc_t *)p;
+    p += count.n_replicas * sizeof(egm_replica_desc_t);
     reply->segments = (egm_pb_slice_t *)p;
     status = parse_reply(buf, len, max_results, reply);
     if (status != EGM_OK) { /* cannot happen: same bytes as the first pass */

@@ -1,4 +1,10 @@
-/* Fast decoder of KeysReply (proto/egmstore.proto) into a compact view.
+/* The KeysReply codec (proto/egmstore.proto): the master's encoder and the
+ * clients' fast decoder, one place for the reply whose size grows with the
+ * keys (8192 keys: one KeyResult and a Replica per key).
+ *
+ * Encoding writes the wire bytes straight from flat arrays, in field-number
+ * order with proto3 zero scalars left out, as protobuf-c does; only the few
+ * SegmentDescs go through protobuf-c.
  *
  * protobuf-c allocates one block per KeyResult, Replica, Id and repeated array
  * (five or more per key); decoding a 1024-key reply that way was a third of a
@@ -15,6 +21,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "rpc/segment_desc.h"
 
 /* Limits on what one reply may hold (beyond what its size allows). */
 #define EGM_KEYS_REPLY_MAX_REPLICAS 256 /* per key; the master places <= 16 */
@@ -28,11 +35,14 @@ typedef struct {
     uint64_t lease_ttl_ms;
 } egm_key_result_t;
 
+/* A replica descriptor (DESIGN.md section 1): where one copy of an object lies.
+ * (The master's record of a placed replica is egm_replica_t in
+ * master/object_index.h.) */
 typedef struct {
     egm_id_t segment; /* nil when absent */
     uint64_t offset;
     uint64_t length;
-} egm_replica_t;
+} egm_replica_desc_t;
 
 typedef struct {
     const uint8_t *data; /* a SegmentDesc's wire bytes, inside the reply buffer */
@@ -44,12 +54,31 @@ typedef struct {
     size_t n_results;
     egm_key_result_t *results;
     size_t n_replicas;
-    egm_replica_t *replicas;
+    egm_replica_desc_t *replicas;
     size_t n_segments;
     egm_pb_slice_t *segments;
     uint8_t *buf; /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
+
+/* A KeysReply to encode: results[i]'s replicas are
+ * replicas[results[i].replica_first, + n_replicas); each segment they name is
+ * described once in segments. Zero fields are left out (a result with only a
+ * status carries size, replicas and lease_ttl_ms of 0). */
+typedef struct {
+    int32_t status;
+    size_t n_results;
+    const egm_key_result_t *results;
+    const egm_replica_desc_t *replicas;
+    size_t n_segments;
+    const egm_segment_desc_t *const *segments;
+} egm_keys_reply_msg_t;
+
+/* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:
+ * the bytes protobuf-c packs for the same message. EGM_ERR_NO_MEMORY;
+ * EGM_ERR_INTERNAL should the sizes computed and written disagree. */
+egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **buf_p,
+                                    size_t *len_p);
 
 /* Decodes buf[0..len) (egm_malloc'ed; ownership passes to the call, freed on
  * error) into *reply_p, freed with egm__keys_reply_free. More than max_results
@@ -63,8 +92,8 @@ egm_status_t egm__keys_reply_view(const uint8_t *buf, size_t len, size_t max_res
 void egm__keys_reply_free(egm_keys_reply_t *reply);
 
 /* The replicas of result i. */
-static inline const egm_replica_t *egm__keys_reply_replicas(const egm_keys_reply_t *reply,
-                                                            const egm_key_result_t *res)
+static inline const egm_replica_desc_t *egm__keys_reply_replicas(const egm_keys_reply_t *reply,
+                                                                 const egm_key_result_t *res)
 {
     return reply->replicas + res->replica_first;
 }

@@ -2,7 +2,7 @@
  * omitted, unknown fields at every level) decode field for field the same;
  * every prefix and random byte corruptions are accepted or refused exactly
  * as protobuf-c does (and decode the same when accepted); limits are enforced;
- * nothing leaks. */
+ * the encoder writes protobuf-c's bytes; nothing leaks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -209,7 +209,7 @@ static void assert_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got)
         assert_true(r->lease_ttl_ms == q->lease_ttl_ms);
         assert_int_equal(r->n_replicas, q->n_replicas);
         assert_int_equal(q->replica_first, total);
-        const egm_replica_t *reps = egm__keys_reply_replicas(got, q);
+        const egm_replica_desc_t *reps = egm__keys_reply_replicas(got, q);
         for (size_t k = 0; k < r->n_replicas; k++) {
             egm_id_t id = id_of(r->replicas[k]->segment);
             assert_true(id.hi == reps[k].segment.hi && id.lo == reps[k].segment.lo);
@@ -382,6 +382,105 @@ static void test_replica_limit(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+static void assert_same_desc(const egm_segment_desc_t *a, const egm_segment_desc_t *b)
+{
+    assert_true(egm__id_equal(a->id, b->id) && egm__id_equal(a->owner, b->owner));
+    assert_true(a->size == b->size);
+    assert_string_equal(a->name, b->name);
+    assert_string_equal(a->host_id, b->host_id);
+    assert_string_equal(a->tcp_endpoint, b->tcp_endpoint);
+    assert_string_equal(a->shm_socket, b->shm_socket);
+    assert_int_equal(a->handle_kind, b->handle_kind);
+    assert_int_equal(a->fabric_handle_len, b->fabric_handle_len);
+    assert_memory_equal(a->fabric_handle, b->fabric_handle, a->fabric_handle_len);
+}
+
+/* The encoder writes what protobuf-c writes for the same message (its
+ * re-pack of what it decoded is byte for byte the same), with the values
+ * given, and the decoder reads them back. */
+static void test_encoder_matches_protobuf_c(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    egm_key_result_t results[MAX_RESULTS];
+    egm_replica_desc_t reps[MAX_RESULTS * MAX_REPS];
+    egm_segment_desc_t segs[MAX_SEGS];
+    const egm_segment_desc_t *seg_ptrs[MAX_SEGS];
+    for (int it = 0; it < ITERATIONS; it++) {
+        size_t n_reps = 0;
+        egm_keys_reply_msg_t msg = {.status = rnd() % 3 == 0 ? (int32_t)(rnd() % 40) - 20 : 0,
+                                    .n_results = rnd() % (MAX_RESULTS + 1),
+                                    .results = results,
+                                    .replicas = reps,
+                                    .n_segments = rnd() % (MAX_SEGS + 1),
+                                    .segments = seg_ptrs};
+        for (size_t i = 0; i < msg.n_results; i++) {
+            results[i] = (egm_key_result_t){.status = rnd() % 2 ? 0 : (int32_t)rnd(),
+                                            .n_replicas = (uint32_t)(rnd() % (MAX_REPS + 1)),
+                                            .replica_first = (uint32_t)n_reps,
+                                            .size = rnd_u64(),
+                                            .lease_ttl_ms = rnd_u64()};
+            for (uint32_t k = 0; k < results[i].n_replicas; k++)
+                reps[n_reps++] = (egm_replica_desc_t){
+                    .segment = {rnd_u64(), rnd_u64()}, .offset = rnd_u64(), .length = rnd_u64()};
+        }
+        for (size_t s = 0; s < msg.n_segments; s++) {
+            egm_segment_desc_t *d = &segs[s];
+            memset(d, 0, sizeof(*d));
+            d->id = (egm_id_t){rnd() | 1, rnd()};
+            d->owner = (egm_id_t){rnd_u64(), rnd_u64()};
+            d->size = rnd_u64() | 1;
+            snprintf(d->name, sizeof(d->name), "seg%u", (unsigned)(rnd() % 1000));
+            snprintf(d->host_id, sizeof(d->host_id), "%s", rnd() % 2 ? "host-a" : "");
+            snprintf(d->tcp_endpoint, sizeof(d->tcp_endpoint), "%s", rnd() % 2 ? "h:7000" : "");
+            snprintf(d->shm_socket, sizeof(d->shm_socket), "%s", rnd() % 2 ? "@egm-1" : "");
+            d->handle_kind = (egm_handle_kind_t)(rnd() % 4);
+            if (d->handle_kind == EGM_HANDLE_FABRIC) {
+                memset(d->fabric_handle, (int)(rnd() & 0xff), EGM_FABRIC_HANDLE_MAX);
+                d->fabric_handle_len = EGM_FABRIC_HANDLE_MAX;
+            }
+            seg_ptrs[s] = d;
+        }
+        uint8_t *buf, *again;
+        size_t len, again_len;
+        assert_int_equal(egm__keys_reply_encode(&msg, &buf, &len), EGM_OK);
+        Egm__KeysReply *ref = NULL;
+        assert_int_equal(
+            egm__pb_unpack(&egm__keys_reply__descriptor, buf, len, (ProtobufCMessage **)&ref),
+            EGM_OK);
+        assert_int_equal(egm__pb_pack(&ref->base, &again, &again_len), EGM_OK);
+        assert_int_equal(again_len, len);
+        assert_memory_equal(again, buf, len);
+        assert_int_equal(ref->status, msg.status);
+        assert_int_equal(ref->n_results, msg.n_results);
+        for (size_t i = 0; i < msg.n_results; i++) {
+            const Egm__KeyResult *r = ref->results[i];
+            assert_int_equal(r->status, results[i].status);
+            assert_true(r->size == results[i].size);
+            assert_true(r->lease_ttl_ms == results[i].lease_ttl_ms);
+            assert_int_equal(r->n_replicas, results[i].n_replicas);
+            for (size_t k = 0; k < r->n_replicas; k++) {
+                const egm_replica_desc_t *want = &reps[results[i].replica_first + k];
+                egm_id_t id = id_of(r->replicas[k]->segment);
+                assert_true(id.hi == want->segment.hi && id.lo == want->segment.lo);
+                assert_true(r->replicas[k]->offset == want->offset);
+                assert_true(r->replicas[k]->length == want->length);
+            }
+        }
+        assert_int_equal(ref->n_segments, msg.n_segments);
+        for (size_t s = 0; s < msg.n_segments; s++) {
+            egm_segment_desc_t back;
+            assert_int_equal(egm__segment_desc_from_pb(ref->segments[s], &back), EGM_OK);
+            assert_same_desc(&back, &segs[s]);
+        }
+        assert_true(check_copy(buf, len)); /* the decoder agrees with protobuf-c */
+        egm__pb_free(&ref->base);
+        egm_free(again);
+        egm_free(buf);
+    }
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -389,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_prefixes_and_corruptions_match),
         cmocka_unit_test(test_hand_made_edge_cases),
         cmocka_unit_test(test_replica_limit),
+        cmocka_unit_test(test_encoder_matches_protobuf_c),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
