@@ -44,10 +44,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
-/* fuzz_master_mount.c: 1 when a fresh master mounts the SegmentDesc whose
- * wire bytes are buf[0..len) (protobuf-c must accept them). */
-int fuzz_master_mounts(const uint8_t *buf, size_t len);
-
 /* Logs off (a fuzzer runs millions of refused inputs), unless EGM_FUZZ_LOG
  * names a level (error|warn|info|debug|trace) to see what one input does. */
 static inline void fuzz_init_logs(void)
