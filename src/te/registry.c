@@ -139,21 +139,33 @@ out:
     return st;
 }
 
-egm_status_t egm__registry_acquire(egm_registry_t *registry, const void *addr, size_t len)
+/* The registered range that holds all of [addr, +len), with the registry
+ * locked on EGM_OK (the caller unlocks); on an error nothing is locked. */
+static egm_status_t lock_containing(egm_registry_t *registry, const void *addr, size_t len,
+                                    range_t **range_p)
 {
-    egm_status_t st = EGM_OK;
-
     if (registry == NULL || addr == NULL)
         return egm__set_error(EGM_ERR_NOT_REGISTERED, "buffer %p: not registered", addr);
     pthread_mutex_lock(&registry->lock);
-    range_t *r = find_containing(registry, (uintptr_t)addr, len);
-    if (r == NULL)
-        st = egm__set_error(EGM_ERR_NOT_REGISTERED,
-                            "buffer [%p, +%zu): not inside one registered range", addr, len);
-    else
-        r->uses++;
+    *range_p = find_containing(registry, (uintptr_t)addr, len);
+    if (*range_p == NULL) {
+        pthread_mutex_unlock(&registry->lock);
+        return egm__set_error(EGM_ERR_NOT_REGISTERED,
+                              "buffer [%p, +%zu): not inside one registered range", addr, len);
+    }
+    return EGM_OK;
+}
+
+egm_status_t egm__registry_acquire(egm_registry_t *registry, const void *addr, size_t len)
+{
+    range_t *r;
+    egm_status_t st = lock_containing(registry, addr, len, &r);
+
+    if (st != EGM_OK)
+        return st;
+    r->uses++;
     pthread_mutex_unlock(&registry->lock);
-    return st;
+    return EGM_OK;
 }
 
 void egm__registry_release(egm_registry_t *registry, const void *addr)
@@ -172,17 +184,12 @@ void egm__registry_release(egm_registry_t *registry, const void *addr)
 egm_status_t egm__registry_device(egm_registry_t *registry, const void *addr, size_t len,
                                   int *device_p)
 {
-    egm_status_t st = EGM_OK;
+    range_t *r;
+    egm_status_t st = lock_containing(registry, addr, len, &r);
 
-    if (registry == NULL || addr == NULL)
-        return egm__set_error(EGM_ERR_NOT_REGISTERED, "buffer %p: not registered", addr);
-    pthread_mutex_lock(&registry->lock);
-    range_t *r = find_containing(registry, (uintptr_t)addr, len);
-    if (r == NULL)
-        st = egm__set_error(EGM_ERR_NOT_REGISTERED,
-                            "buffer [%p, +%zu): not inside one registered range", addr, len);
-    else
-        *device_p = r->device;
+    if (st != EGM_OK)
+        return st;
+    *device_p = r->device;
     pthread_mutex_unlock(&registry->lock);
-    return st;
+    return EGM_OK;
 }
