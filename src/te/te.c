@@ -284,17 +284,26 @@ static egm_status_t fill_endpoints(egm_te_t *te, egm_segment_desc_t *desc)
     return EGM_OK;
 }
 
+/* What every exposed segment needs, whatever its memory. */
+static egm_status_t expose_check(const egm_te_t *te, const egm_segment_desc_t *desc,
+                                 const void *base, uint64_t size)
+{
+    if (te == NULL || desc == NULL || base == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: missing segment or memory");
+    if (egm__id_is_nil(desc->id))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment id is nil");
+    if (size == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment size is 0");
+    return EGM_OK;
+}
+
 egm_status_t egm__te_expose_segment(egm_te_t *te, egm_segment_desc_t *desc, void *base, int memfd)
 {
     egm_status_t st;
     char text[EGM_ID_STRLEN];
 
-    if (te == NULL || desc == NULL || base == NULL)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: missing segment or memory");
-    if (egm__id_is_nil(desc->id))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment id is nil");
-    if (desc->size == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment size is 0");
+    if ((st = expose_check(te, desc, base, desc->size)) != EGM_OK)
+        return st;
     if ((st = start_servers(te)) != EGM_OK)
         return st;
 
@@ -351,12 +360,8 @@ egm_status_t egm__te_expose_vmm_segment(egm_te_t *te, egm_segment_desc_t *desc, 
     egm_status_t st;
     char text[EGM_ID_STRLEN];
 
-    if (te == NULL || desc == NULL || base == NULL)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: missing segment or memory");
-    if (egm__id_is_nil(desc->id))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment id is nil");
-    if (size == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "expose: segment size is 0");
+    if ((st = expose_check(te, desc, base, size)) != EGM_OK)
+        return st;
     if (handle_kind != EGM_HANDLE_POSIX_FD && handle_kind != EGM_HANDLE_FABRIC)
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "expose: handle kind %d is neither posix_fd nor fabric",
