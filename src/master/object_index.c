@@ -358,6 +358,22 @@ static egm_object_t *find(const shard_t *sh, const char *key, size_t key_len, ui
     return egm__hashmap_get_hashed(sh->by_key, key, key_len, hash);
 }
 
+/* The shard of a checked key, locked, and the object under the key (NULL if
+ * none). On EGM_OK the caller unlocks *sh_p; on an error nothing is locked. */
+static egm_status_t lock_key(egm_object_index_t *index, const char *key, size_t key_len,
+                             shard_t **sh_p, egm_object_t **obj_p)
+{
+    egm_status_t status = egm__objects_check_key(key, key_len);
+
+    if (status != EGM_OK)
+        return status;
+    uint64_t hash;
+    *sh_p = shard_of_key(index, key, key_len, &hash);
+    pthread_mutex_lock(&(*sh_p)->lock);
+    *obj_p = find(*sh_p, key, key_len, hash);
+    return EGM_OK;
+}
+
 /* With `space` locked. */
 static void replica_link(egm_replica_t *r)
 {
@@ -977,31 +993,27 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
     return egm__objects_put_start_with(index, client, key, key_len, size, &config, now_ms, view_p);
 }
 
-/* The object `client` is writing under key (PutEnd, PutRevoke). With sh locked. */
-static egm_status_t find_written(shard_t *sh, egm_id_t client, const char *key, size_t key_len,
-                                 uint64_t hash, egm_object_t **obj_p)
+/* Whether obj (the object under a key, or NULL) is being written by `client`
+ * (PutEnd, PutRevoke). With its shard locked. */
+static egm_status_t check_writer(const egm_object_t *obj, egm_id_t client)
 {
-    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NOT_FOUND, "no put in progress for this key");
     if (!egm__id_equal(obj->writer, client))
         return egm__set_error(EGM_ERR_INVALID_ARG, "another client is writing this key");
-    *obj_p = obj;
     return EGM_OK;
 }
 
 egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
                                   size_t key_len, uint64_t now_ms)
 {
-    egm_object_t *obj = NULL;
-    egm_status_t status = egm__objects_check_key(key, key_len);
+    shard_t *sh;
+    egm_object_t *obj;
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
 
     if (status != EGM_OK)
         return status;
-    uint64_t hash;
-    shard_t *sh = shard_of_key(index, key, key_len, &hash);
-    pthread_mutex_lock(&sh->lock);
-    status = find_written(sh, client, key, key_len, hash, &obj);
+    status = check_writer(obj, client);
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
         obj->state = EGM_OBJECT_COMPLETE;
         obj->last_access_ms = now_ms;
@@ -1016,15 +1028,13 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
 egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client, const char *key,
                                      size_t key_len)
 {
-    egm_object_t *obj = NULL;
-    egm_status_t status = egm__objects_check_key(key, key_len);
+    shard_t *sh;
+    egm_object_t *obj;
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
 
     if (status != EGM_OK)
         return status;
-    uint64_t hash;
-    shard_t *sh = shard_of_key(index, key, key_len, &hash);
-    pthread_mutex_lock(&sh->lock);
-    status = find_written(sh, client, key, key_len, hash, &obj);
+    status = check_writer(obj, client);
     if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
         status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
     if (status == EGM_OK)
@@ -1058,15 +1068,13 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
 static egm_status_t read_leased(egm_object_index_t *index, const char *key, size_t key_len,
                                 uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
 {
-    egm_status_t status = egm__objects_check_key(key, key_len);
+    shard_t *sh;
+    egm_object_t *obj;
 
     clear_view(view_p);
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
     if (status != EGM_OK)
         return status;
-    uint64_t hash;
-    shard_t *sh = shard_of_key(index, key, key_len, &hash);
-    pthread_mutex_lock(&sh->lock);
-    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (obj->state != EGM_OBJECT_COMPLETE)
@@ -1095,15 +1103,13 @@ egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size
 egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_t key_len,
                                egm_object_view_t *view_p)
 {
-    egm_status_t status = egm__objects_check_key(key, key_len);
+    shard_t *sh;
+    egm_object_t *obj;
 
     clear_view(view_p);
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
     if (status != EGM_OK)
         return status;
-    uint64_t hash;
-    shard_t *sh = shard_of_key(index, key, key_len, &hash);
-    pthread_mutex_lock(&sh->lock);
-    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "no object with this key");
     else
@@ -1115,14 +1121,12 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms)
 {
-    egm_status_t status = egm__objects_check_key(key, key_len);
+    shard_t *sh;
+    egm_object_t *obj;
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
 
     if (status != EGM_OK)
         return status;
-    uint64_t hash;
-    shard_t *sh = shard_of_key(index, key, key_len, &hash);
-    pthread_mutex_lock(&sh->lock);
-    egm_object_t *obj = find(sh, key, key_len, hash);
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (!force && obj->state == EGM_OBJECT_PENDING)
