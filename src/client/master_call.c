@@ -21,17 +21,12 @@ egm_status_t egm__client_validate_key(const char *key)
 egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const ProtobufCMessage *req,
                                   size_t n, egm_keys_reply_t **reply_p)
 {
-    uint8_t *buf = NULL, *bytes = NULL;
-    size_t len = 0, bytes_len = 0;
-    egm_status_t status;
+    uint8_t *bytes = NULL;
+    size_t bytes_len = 0;
 
     *reply_p = NULL;
-    status = egm__pb_pack(req, &buf, &len);
-    if (status != EGM_OK)
-        return status;
-    status =
-        egm__rpc_call(client->master, type, buf, len, &bytes, &bytes_len, client->rpc_timeout_ms);
-    egm_free(buf);
+    egm_status_t status =
+        egm__rpc_call_pb(client->master, type, req, &bytes, &bytes_len, client->rpc_timeout_ms);
     if (status != EGM_OK)
         return status;
     /* More results than keys is refused while decoding, before any allocation. */

@@ -846,20 +846,29 @@ out:
     return status;
 }
 
+egm_status_t egm__rpc_call_pb(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                              uint8_t **reply_p, size_t *reply_len_p, int timeout_ms)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    egm_status_t status = egm__pb_pack(req, &buf, &len);
+
+    if (status != EGM_OK)
+        return status;
+    status = egm__rpc_call(client, type, buf, len, reply_p, reply_len_p, timeout_ms);
+    egm_free(buf);
+    return status;
+}
+
 egm_status_t egm__rpc_call_msg(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
                                const ProtobufCMessageDescriptor *reply_desc,
                                ProtobufCMessage **reply_p, int timeout_ms)
 {
-    uint8_t *buf = NULL, *reply = NULL;
-    size_t len = 0, reply_len = 0;
-    egm_status_t status;
+    uint8_t *reply = NULL;
+    size_t reply_len = 0;
 
     *reply_p = NULL;
-    status = egm__pb_pack(req, &buf, &len);
-    if (status != EGM_OK)
-        return status;
-    status = egm__rpc_call(client, type, buf, len, &reply, &reply_len, timeout_ms);
-    egm_free(buf);
+    egm_status_t status = egm__rpc_call_pb(client, type, req, &reply, &reply_len, timeout_ms);
     if (status != EGM_OK)
         return status;
     status = egm__pb_unpack(reply_desc, reply, reply_len, reply_p);

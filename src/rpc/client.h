@@ -67,6 +67,12 @@ int egm__rpc_client_local_probe(const char *addr, int timeout_ms);
 egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
                            size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
 
+/* Protobuf request, raw reply: packs req and makes the raw call above, whose
+ * reply ownership and errors it shares; packing adds EGM_ERR_NO_MEMORY and
+ * EGM_ERR_INTERNAL. Any thread. */
+egm_status_t egm__rpc_call_pb(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
+                              uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
+
 /* Protobuf call: packs req, unpacks the reply as reply_desc into *reply_p, freed
  * with egm__rpc_msg_free. A reply that does not decode is EGM_ERR_PROTOCOL. */
 egm_status_t egm__rpc_call_msg(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
