@@ -269,10 +269,16 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
     return status;
 }
 
-/* Validates key i of a batch and its parts (acquiring them when zero_copy);
+/* How a put reads its buffers. */
+typedef enum {
+    PUT_COPY,      /* any memory: copied (egm_put) */
+    PUT_ZERO_COPY, /* registered memory, read in place: acquired for the put's time */
+} put_mode_t;
+
+/* Validates key i of a batch and its parts (acquiring them for PUT_ZERO_COPY);
  * its object size out. */
 static egm_status_t check_key(egm_client_t *client, const char *key, const egm_parts_t *parts,
-                              size_t i, int zero_copy, int *acquired, uint64_t *size_p)
+                              size_t i, put_mode_t mode, int *acquired, uint64_t *size_p)
 {
     egm_status_t status = egm__client_validate_key(key);
     size_t first = egm__parts_first(parts, i), end = egm__parts_end(parts, i);
@@ -285,7 +291,7 @@ static egm_status_t check_key(egm_client_t *client, const char *key, const egm_p
     if (status == EGM_OK && (*size_p == 0 || *size_p == UINT64_MAX))
         status = egm__set_error(EGM_ERR_INVALID_ARG, "value of \"%s\" is %s", key,
                                 *size_p == 0 ? "empty" : "more than 2^64 bytes");
-    for (size_t p = first; p < end && status == EGM_OK && zero_copy; p++) {
+    for (size_t p = first; p < end && status == EGM_OK && mode == PUT_ZERO_COPY; p++) {
         if (parts->len[p] == 0)
             continue; /* an empty part adds nothing */
         status = egm__registry_acquire(client->registry, parts->addr[p], parts->len[p]);
@@ -296,7 +302,7 @@ static egm_status_t check_key(egm_client_t *client, const char *key, const egm_p
 
 static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const *keys,
                               const egm_parts_t *parts, const egm_replicate_config_t *rc,
-                              int zero_copy, egm_status_t *results)
+                              put_mode_t mode, egm_status_t *results)
 {
     put_plan_t plan = {0};
     egm_status_t *key_status = NULL;
@@ -320,7 +326,7 @@ static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const 
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t size;
-        results[i] = check_key(client, keys[i], parts, i, zero_copy, acquired, &size);
+        results[i] = check_key(client, keys[i], parts, i, mode, acquired, &size);
         if (results[i] != EGM_OK)
             continue;
         plan.index[plan.n] = i;
@@ -368,7 +374,7 @@ out:
 /* One buffer per key. */
 static egm_status_t put_buffers(egm_client_t *client, size_t n, const char *const *keys,
                                 const void *const *srcs, const size_t *lens,
-                                const egm_replicate_config_t *rc, int zero_copy,
+                                const egm_replicate_config_t *rc, put_mode_t mode,
                                 egm_status_t *results)
 {
     egm_parts_t parts;
@@ -380,14 +386,14 @@ static egm_status_t put_buffers(egm_client_t *client, size_t n, const char *cons
                                                   "client, keys, buffers, sizes and results "
                                                   "must not be NULL"));
     egm__parts_init(&parts, n, NULL, (void *const *)srcs, lens);
-    return put_batch(client, n, keys, &parts, rc, zero_copy, results);
+    return put_batch(client, n, keys, &parts, rc, mode, results);
 }
 
 egm_status_t egm_put(egm_client_t *client, const char *key, const void *data, size_t len,
                      const egm_replicate_config_t *rc)
 {
     egm_status_t result;
-    egm_status_t status = put_buffers(client, 1, &key, &data, &len, rc, 0, &result);
+    egm_status_t status = put_buffers(client, 1, &key, &data, &len, rc, PUT_COPY, &result);
     return status != EGM_OK ? status : result;
 }
 
@@ -395,7 +401,7 @@ egm_status_t egm_put_from(egm_client_t *client, const char *key, const void *src
                           const egm_replicate_config_t *rc)
 {
     egm_status_t result;
-    egm_status_t status = put_buffers(client, 1, &key, &src, &len, rc, 1, &result);
+    egm_status_t status = put_buffers(client, 1, &key, &src, &len, rc, PUT_ZERO_COPY, &result);
     return status != EGM_OK ? status : result;
 }
 
@@ -403,7 +409,7 @@ egm_status_t egm_batch_put_from(egm_client_t *client, size_t n, const char *cons
                                 const void *const *srcs, const size_t *lens,
                                 const egm_replicate_config_t *rc, egm_status_t *results)
 {
-    return put_buffers(client, n, keys, srcs, lens, rc, 1, results);
+    return put_buffers(client, n, keys, srcs, lens, rc, PUT_ZERO_COPY, results);
 }
 
 egm_status_t egm_batch_put_from_parts(egm_client_t *client, size_t n, const char *const *keys,
@@ -423,7 +429,7 @@ egm_status_t egm_batch_put_from_parts(egm_client_t *client, size_t n, const char
     status = egm__parts_init(&parts, n, part_counts, (void *const *)part_addrs, part_lens);
     if (status != EGM_OK)
         return egm__parts_fail_all(results, n, status);
-    status = put_batch(client, n, keys, &parts, rc, 1, results);
+    status = put_batch(client, n, keys, &parts, rc, PUT_ZERO_COPY, results);
     egm__parts_free(&parts);
     return status;
 }

@@ -404,8 +404,14 @@ static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *
     return egm__set_error(EGM_ERR_INTERNAL, "%s: unknown key type", k->name);
 }
 
+/* Where a key's value came from, as config->set[] keeps it. */
+typedef enum {
+    FROM_DEFAULT = 0,
+    FROM_SET = 1 /* a file, EGMSTORE_*, a flag, egm_config_set */
+} origin_t;
+
 /* Sets key i to `text`, already checked, and its settings field to the value. */
-static egm_status_t store(egm_config_t *config, int i, const char *text, int explicit_set)
+static egm_status_t store(egm_config_t *config, int i, const char *text, origin_t origin)
 {
     const egm_config_key_t *k = &keys[i];
     value_t v = {0};
@@ -416,7 +422,7 @@ static egm_status_t store(egm_config_t *config, int i, const char *text, int exp
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory setting %s", k->name);
     egm_free(config->values[i]);
     config->values[i] = copy;
-    config->set[i] = (unsigned char)explicit_set;
+    config->set[i] = (unsigned char)(origin == FROM_SET);
     char *field = (char *)&config->settings + k->offset;
     switch (k->type) {
     case EGM_CFG_STRING:
@@ -494,7 +500,7 @@ egm_status_t egm_config_create(egm_config_t **config_p)
     if (config == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating a config");
     for (size_t i = 0; i < N_KEYS; i++) {
-        if (store(config, (int)i, keys[i].def, 0) != EGM_OK) {
+        if (store(config, (int)i, keys[i].def, FROM_DEFAULT) != EGM_OK) {
             egm_config_destroy(config);
             return EGM_ERR_NO_MEMORY;
         }
@@ -521,7 +527,7 @@ egm_status_t egm_config_copy(const egm_config_t *config, egm_config_t **copy_p)
     if (status != EGM_OK)
         return status;
     for (size_t i = 0; i < N_KEYS; i++) {
-        status = store(copy, (int)i, config->values[i], config->set[i]);
+        status = store(copy, (int)i, config->values[i], config->set[i] ? FROM_SET : FROM_DEFAULT);
         if (status != EGM_OK) {
             egm_config_destroy(copy);
             return status;
@@ -542,7 +548,7 @@ egm_status_t egm_config_set(egm_config_t *config, const char *key, const char *v
     egm_status_t status = parse(&keys[i], value, &v);
     if (status != EGM_OK)
         return status;
-    return store(config, i, value, 1);
+    return store(config, i, value, FROM_SET);
 }
 
 static char *trim(char *s)

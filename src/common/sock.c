@@ -97,7 +97,11 @@ char *egm__sock_format_hostport(const char *host, unsigned port, char *buf, size
     return buf;
 }
 
-static egm_status_t resolve(const char *host, uint16_t port, int passive, struct addrinfo **ai_p)
+/* What an address is resolved for: a listener's empty host means every address. */
+typedef enum { RESOLVE_TO_CONNECT, RESOLVE_TO_LISTEN } resolve_use_t;
+
+static egm_status_t resolve(const char *host, uint16_t port, resolve_use_t use,
+                            struct addrinfo **ai_p)
 {
     struct addrinfo hints;
     char service[8];
@@ -105,8 +109,8 @@ static egm_status_t resolve(const char *host, uint16_t port, int passive, struct
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    if (passive && (host == NULL || host[0] == '\0'))
+    hints.ai_flags = use == RESOLVE_TO_LISTEN ? AI_PASSIVE : 0;
+    if (use == RESOLVE_TO_LISTEN && (host == NULL || host[0] == '\0'))
         host = "0.0.0.0";
     snprintf(service, sizeof(service), "%u", (unsigned)port);
     int rc = getaddrinfo(host, service, &hints, ai_p);
@@ -119,7 +123,7 @@ static egm_status_t resolve(const char *host, uint16_t port, int passive, struct
 egm_status_t egm__sock_tcp_listen(const char *host, uint16_t port, int *fd_p, uint16_t *port_p)
 {
     struct addrinfo *ai;
-    egm_status_t status = resolve(host, port, 1, &ai);
+    egm_status_t status = resolve(host, port, RESOLVE_TO_LISTEN, &ai);
     if (status != EGM_OK)
         return status;
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -159,7 +163,7 @@ err:
 egm_status_t egm__sock_tcp_connect(const char *host, uint16_t port, int timeout_ms, int *fd_p)
 {
     struct addrinfo *ai, *p;
-    egm_status_t status = resolve(host, port, 0, &ai);
+    egm_status_t status = resolve(host, port, RESOLVE_TO_CONNECT, &ai);
     if (status != EGM_OK)
         return status;
     char where[300];

@@ -23,10 +23,10 @@ static const char *local_obstacle(const egm_te_env_t *env, void *state,
 }
 
 /* Host memory the CPU copies: ctx is its first byte. */
-static egm_status_t hop_memory(void *ctx, uint64_t off, void *slot, size_t n, int into_slot)
+static egm_status_t hop_memory(void *ctx, uint64_t off, void *slot, size_t n, egm_staging_dir_t dir)
 {
     uint8_t *mem = (uint8_t *)ctx + off;
-    if (into_slot)
+    if (dir == EGM_STAGING_TO_GPU)
         memcpy(slot, mem, n);
     else
         memcpy(mem, slot, n);
@@ -66,11 +66,13 @@ static egm_status_t local_transfer(const egm_te_env_t *env, void *state, const e
     } else if (device >= 0) {
         /* GPU buffer, memfd pool: pageable memory, staged. */
         st = egm__staging_copy(env->nvlink, device, (uint64_t)(uintptr_t)op->local, op->length,
-                               op->dir == EGM_TE_READ, hop_memory, mem);
+                               op->dir == EGM_TE_READ ? EGM_STAGING_TO_GPU : EGM_STAGING_FROM_GPU,
+                               hop_memory, mem);
     } else if (env->nvlink != NULL && seg->device >= 0) {
         /* Host buffer, own GPU memory: staged on the segment's GPU. */
         st = egm__staging_copy(env->nvlink, seg->device, (uint64_t)(uintptr_t)mem, op->length,
-                               op->dir == EGM_TE_WRITE, hop_memory, op->local);
+                               op->dir == EGM_TE_WRITE ? EGM_STAGING_TO_GPU : EGM_STAGING_FROM_GPU,
+                               hop_memory, op->local);
     } else {
         st = egm__set_error(EGM_ERR_NOT_SUPPORTED,
                             "transfer: own segment %s is not host-accessible and there is no GPU",

@@ -72,16 +72,20 @@ err_cache:
 /* Undo a mapping in reverse order of import -> reserve -> map -> access.
  * Cleanup failures are logged and the rest still runs: nothing else could
  * release these later. */
-static void unmap(egm_mapping_cache_t *cache, egm_cu_deviceptr_t va, uint64_t map_size, int mapped,
-                  egm_cu_mem_handle_t handle, int imported)
+/* What an import holds so far, for unmap(): the VA reservation is held when va != 0. */
+#define HELD_HANDLE 1u /* the imported handle */
+#define HELD_MAP 2u    /* the handle mapped at va */
+
+static void unmap(egm_mapping_cache_t *cache, egm_cu_deviceptr_t va, uint64_t map_size,
+                  egm_cu_mem_handle_t handle, unsigned held)
 {
     const egm_cuda_api_t *api = cache->api;
     egm_cu_result_t rc;
-    if (mapped && (rc = api->cuMemUnmap(va, map_size)) != EGM_CU_SUCCESS)
+    if ((held & HELD_MAP) && (rc = api->cuMemUnmap(va, map_size)) != EGM_CU_SUCCESS)
         egm_warn("nvlink: cuMemUnmap: %s", egm__cuda_error_name(rc));
     if (va != 0 && (rc = api->cuMemAddressFree(va, map_size)) != EGM_CU_SUCCESS)
         egm_warn("nvlink: cuMemAddressFree: %s", egm__cuda_error_name(rc));
-    if (imported && (rc = api->cuMemRelease(handle)) != EGM_CU_SUCCESS)
+    if ((held & HELD_HANDLE) && (rc = api->cuMemRelease(handle)) != EGM_CU_SUCCESS)
         egm_warn("nvlink: cuMemRelease: %s", egm__cuda_error_name(rc));
 }
 
@@ -92,7 +96,7 @@ static void mapping_free(void *ctx, egm_segref_t *ref)
     egm_mapping_t *m = (egm_mapping_t *)ref;
     if (atomic_load(&m->state) == MAPPING_READY) {
         atomic_fetch_sub(&cache->live, 1);
-        unmap(cache, m->va, m->map_size, 1, m->handle, 1);
+        unmap(cache, m->va, m->map_size, m->handle, HELD_HANDLE | HELD_MAP);
     }
     egm_free(m);
 }
@@ -167,7 +171,7 @@ static egm_status_t import_and_map_devices(egm_mapping_cache_t *cache,
     egm_status_t st;
     egm_cu_result_t rc;
     egm_cu_deviceptr_t va = 0;
-    int mapped = 0;
+    unsigned held = HELD_HANDLE; /* err: is reached only once the handle is imported */
 
     egm_cu_mem_allocation_prop_t prop;
     memset(&prop, 0, sizeof(prop));
@@ -197,7 +201,7 @@ static egm_status_t import_and_map_devices(egm_mapping_cache_t *cache,
     rc = api->cuMemMap(va, map_size, 0, handle, 0);
     if ((st = egm__cuda_check(rc, "cuMemMap")) != EGM_OK)
         goto err;
-    mapped = 1;
+    held |= HELD_MAP;
     egm_cu_mem_access_desc_t access[MAX_GRANT_DEVICES];
     for (int d = 0; d < ndev; d++)
         access[d] = (egm_cu_mem_access_desc_t){
@@ -215,7 +219,7 @@ static egm_status_t import_and_map_devices(egm_mapping_cache_t *cache,
 err:;
     char detail[256];
     snprintf(detail, sizeof(detail), "%s", egm_last_error());
-    unmap(cache, va, map_size, mapped, handle, 1);
+    unmap(cache, va, map_size, handle, held);
     return egm__set_error(st, "nvlink: segment %s: %s", text, detail);
 }
 

@@ -300,8 +300,8 @@ void egm__staging_put(egm_nvlink_t *nv, void *slot, uint64_t bytes_used)
     pthread_mutex_unlock(&nv->staging_lock);
 }
 
-egm_status_t egm__staging_copy(egm_nvlink_t *nv, int device, uint64_t gpu, size_t len, int to_gpu,
-                               egm_staging_hop_fn hop, void *ctx)
+egm_status_t egm__staging_copy(egm_nvlink_t *nv, int device, uint64_t gpu, size_t len,
+                               egm_staging_dir_t dir, egm_staging_hop_fn hop, void *ctx)
 {
     void *slot;
     size_t cap;
@@ -312,14 +312,14 @@ egm_status_t egm__staging_copy(egm_nvlink_t *nv, int device, uint64_t gpu, size_
     size_t done = 0;
     while (done < len && st == EGM_OK) {
         size_t n = len - done < cap ? len - done : cap;
-        if (to_gpu) {
-            st = hop(ctx, done, slot, n, 1);
+        if (dir == EGM_STAGING_TO_GPU) {
+            st = hop(ctx, done, slot, n, dir);
             if (st == EGM_OK)
                 st = egm__nvlink_copy(nv, device, gpu + done, pinned, n);
         } else {
             st = egm__nvlink_copy(nv, device, pinned, gpu + done, n);
             if (st == EGM_OK)
-                st = hop(ctx, done, slot, n, 0);
+                st = hop(ctx, done, slot, n, dir);
         }
         if (st == EGM_OK)
             done += n;

@@ -60,16 +60,21 @@ egm_status_t egm__nvlink_copy(egm_nvlink_t *nvlink, int device, uint64_t dst, ui
  * first use, in `device`'s context); waits while all are taken. */
 egm_status_t egm__staging_get(egm_nvlink_t *nvlink, int device, void **slot_p, size_t *len_p);
 void egm__staging_put(egm_nvlink_t *nvlink, void *slot, uint64_t bytes_used);
-/* Moves a piece between a staging slot and the host side of a staged copy:
- * into_slot 1 fills the slot from there, 0 drains the slot into it. */
+/* Which way a staged copy moves its bytes. */
+typedef enum {
+    EGM_STAGING_FROM_GPU, /* GPU -> slot -> host side: a hop drains the slot */
+    EGM_STAGING_TO_GPU,   /* host side -> slot -> GPU: a hop fills the slot */
+} egm_staging_dir_t;
+/* Moves a piece between a staging slot and the host side of a staged copy, in
+ * the direction `dir` names. */
 typedef egm_status_t (*egm_staging_hop_fn)(void *ctx, uint64_t off, void *slot, size_t n,
-                                           int into_slot);
+                                           egm_staging_dir_t dir);
 /* `len` bytes between GPU memory at `gpu` (on `device`) and a host-only side
  * reached by `hop`, one staging slot at a time: the conventional path
  * (device <-> pinned host <-> wire/memory), kept as the baseline nvlink is
- * measured against. to_gpu 1: host side -> GPU. */
+ * measured against. */
 egm_status_t egm__staging_copy(egm_nvlink_t *nvlink, int device, uint64_t gpu, size_t len,
-                               int to_gpu, egm_staging_hop_fn hop, void *ctx);
+                               egm_staging_dir_t dir, egm_staging_hop_fn hop, void *ctx);
 
 /* Queues segments for background import (copies the descriptors). Already
  * mapped, queued or retired ones are skipped; the caller filters out what is

@@ -547,14 +547,15 @@ typedef struct {
     const egm_te_op_t *op;
 } hop_t;
 
-static egm_status_t hop_transport(void *ctx, uint64_t off, void *slot, size_t n, int into_slot)
+static egm_status_t hop_transport(void *ctx, uint64_t off, void *slot, size_t n,
+                                  egm_staging_dir_t dir)
 {
     const hop_t *hop = ctx;
     egm_te_op_t piece = *hop->op;
     piece.offset += off;
     piece.local = slot;
     piece.length = n;
-    piece.dir = into_slot ? EGM_TE_READ : EGM_TE_WRITE;
+    piece.dir = dir == EGM_STAGING_TO_GPU ? EGM_TE_READ : EGM_TE_WRITE;
     return hop->ops->transfer(hop->env, hop->state, &piece, -1);
 }
 
@@ -567,7 +568,8 @@ static egm_status_t transfer_one(egm_te_t *te, const route_entry_t *r, const egm
     if (device >= 0 && r->ops->host_memory_only) {
         hop_t hop = {.env = &te->env, .ops = r->ops, .state = r->state, .op = op};
         return egm__staging_copy(te->nvlink, device, (uint64_t)(uintptr_t)op->local, op->length,
-                                 op->dir == EGM_TE_READ, hop_transport, &hop);
+                                 op->dir == EGM_TE_READ ? EGM_STAGING_TO_GPU : EGM_STAGING_FROM_GPU,
+                                 hop_transport, &hop);
     }
     return r->ops->transfer(&te->env, r->state, op, device);
 }
