@@ -12,6 +12,16 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
+/* One get batch: its keys, and where their answers go (the caller's arrays). */
+typedef struct {
+    size_t n;
+    const char *const *keys;
+    const egm_parts_t *parts; /* key i's buffers; NULL: one key, allocated here (egm_get) */
+    void **allocated;         /* parts NULL: key i's object, egm_malloc'ed here */
+    size_t *sizes_p;          /* key i's object size; NULL: not wanted */
+    egm_status_t *results;    /* key i's status */
+} get_batch_t;
+
 typedef struct {
     const egm_key_result_t *res;
     const egm_replica_desc_t *replicas; /* res's */
@@ -133,13 +143,18 @@ static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *k
     return EGM_OK;
 }
 
-/* Copies the keys of one GetReplicaList reply (owned, freed here); started_ms
- * is when the lease was asked for. parts NULL: allocate each object (egm_get);
- * else copy into key i's parts. */
-static egm_status_t fetch_reply(egm_client_t *client, size_t n, const char *const *keys,
-                                const egm_parts_t *parts, void **allocated, size_t *sizes_p,
-                                egm_status_t *results, egm_keys_reply_t *reply, uint64_t started_ms)
+/* Copies the keys of one GetReplicaList reply (owned, freed here) into the
+ * batch's parts, or into buffers allocated here; started_ms is when the lease
+ * was asked for. */
+static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_keys_reply_t *reply,
+                                uint64_t started_ms)
 {
+    size_t n = b->n;
+    const char *const *keys = b->keys;
+    const egm_parts_t *parts = b->parts;
+    void **allocated = b->allocated;
+    size_t *sizes_p = b->sizes_p;
+    egm_status_t *results = b->results;
     egm_segment_desc_t *descs = NULL;
     fetch_t *fetches = NULL;
     egm_te_op_t *ops = NULL;
@@ -257,85 +272,80 @@ static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
 typedef struct {
     egm_client_t *client;
     egm_pipeline_t *p;
-    size_t n;
-    const char *const *keys;
-    const egm_parts_t *parts;
-    size_t *sizes_p;
-    egm_status_t *results;
+    const get_batch_t *batch;
 } get_copy_t;
 
 static egm_status_t get_copy_chunk(void *arg, size_t k)
 {
     get_copy_t *c = arg;
-    size_t first = egm__pipeline_chunk_first(k), len = egm__pipeline_chunk_len(c->n, k);
+    const get_batch_t *b = c->batch;
+    size_t first = egm__pipeline_chunk_first(k), len = egm__pipeline_chunk_len(b->n, k);
     void *reply;
     uint64_t started_ms;
     egm_status_t st = egm__pipeline_wait(c->p, k, &reply, &started_ms);
     if (st == EGM_OK) {
-        egm_parts_t view = egm__parts_from(c->parts, first);
-        st = fetch_reply(c->client, len, c->keys + first, &view, NULL,
-                         c->sizes_p ? c->sizes_p + first : NULL, c->results + first, reply,
-                         started_ms);
+        egm_parts_t view = egm__parts_from(b->parts, first);
+        get_batch_t chunk = {.n = len,
+                             .keys = b->keys + first,
+                             .parts = &view,
+                             .sizes_p = b->sizes_p ? b->sizes_p + first : NULL,
+                             .results = b->results + first};
+        st = fetch_reply(c->client, &chunk, reply, started_ms);
     } else {
         for (size_t i = 0; i < len; i++)
-            c->results[first + i] = st;
+            b->results[first + i] = st;
     }
     egm__pipeline_release(c->p, k, NULL, 0);
     return st;
 }
 
-static egm_status_t get_pipelined(egm_client_t *client, size_t n, const char *const *keys,
-                                  const egm_parts_t *parts, size_t *sizes_p, egm_status_t *results)
+/* A batch into parts: chunks, each copied while the next ones' leases are asked for. */
+static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b)
 {
-    get_pipeline_t g = {.client = client, .keys = keys, .n = n};
-    size_t n_chunks = egm__pipeline_n_chunks(n);
+    get_pipeline_t g = {.client = client, .keys = b->keys, .n = b->n};
+    size_t n_chunks = egm__pipeline_n_chunks(b->n);
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
 
     if (status != EGM_OK) { /* nothing fetched: no key may read as OK */
-        for (size_t i = 0; i < n; i++)
-            if (results[i] == EGM_OK)
-                results[i] = status;
+        for (size_t i = 0; i < b->n; i++)
+            if (b->results[i] == EGM_OK)
+                b->results[i] = status;
         return status;
     }
-    get_copy_t c = {.client = client,
-                    .p = p,
-                    .n = n,
-                    .keys = keys,
-                    .parts = parts,
-                    .sizes_p = sizes_p,
-                    .results = results};
+    get_copy_t c = {.client = client, .p = p, .batch = b};
     status = egm__pipeline_copy(n_chunks, get_copy_chunk, &c);
     egm__pipeline_finish(p);
     return status;
 }
 
 /* Keys already checked. */
-static egm_status_t get_checked(egm_client_t *client, size_t n, const char *const *keys,
-                                const egm_parts_t *parts, void **allocated, size_t *sizes_p,
-                                egm_status_t *results)
+static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
 {
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
-    if (n >= EGM_PIPELINE_MIN_KEYS && parts != NULL)
-        return get_pipelined(client, n, keys, parts, sizes_p, results);
+    if (b->n >= EGM_PIPELINE_MIN_KEYS && b->parts != NULL)
+        return get_pipelined(client, b);
     uint64_t started_ms = egm__now_ms();
-    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, n, keys, 0, &reply);
+    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys, 0, &reply);
     if (status != EGM_OK) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = status;
+        for (size_t i = 0; i < b->n; i++)
+            b->results[i] = status;
         return status;
     }
-    return fetch_reply(client, n, keys, parts, allocated, sizes_p, results, reply, started_ms);
+    return fetch_reply(client, b, reply, started_ms);
 }
 
 /* The keys whose results[i] is EGM_OK (the valid ones) of a batch into parts:
  * their keys and parts copied into a batch of their own, answers copied back. */
-static egm_status_t get_valid_subset(egm_client_t *client, size_t n, const char *const *keys,
-                                     const egm_parts_t *parts, size_t n_valid, size_t *sizes_p,
-                                     egm_status_t *results)
+static egm_status_t get_valid_subset(egm_client_t *client, const get_batch_t *b, size_t n_valid)
 {
+    size_t n = b->n;
+    const char *const *keys = b->keys;
+    const egm_parts_t *parts = b->parts;
+    size_t *sizes_p = b->sizes_p;
+    egm_status_t *results = b->results;
     size_t n_parts = 0;
     for (size_t i = 0; i < n; i++)
         if (results[i] == EGM_OK)
@@ -366,7 +376,11 @@ static egm_status_t get_valid_subset(egm_client_t *client, size_t n, const char 
     }
     status = egm__parts_init(&sub, n_valid, counts, addr, len);
     if (status == EGM_OK)
-        status = get_checked(client, n_valid, sub_keys, &sub, NULL, sizes, sub_results);
+        status = get_checked(client, &(get_batch_t){.n = n_valid,
+                                                    .keys = sub_keys,
+                                                    .parts = &sub,
+                                                    .sizes_p = sizes,
+                                                    .results = sub_results});
     for (size_t i = 0, k = 0; i < n; i++) {
         if (results[i] != EGM_OK)
             continue;
@@ -391,10 +405,13 @@ out:
 }
 
 /* An invalid key fails in its own slot (INVALID_KEY); the others are fetched. */
-static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const *keys,
-                              const egm_parts_t *parts, void **allocated, size_t *sizes_p,
-                              egm_status_t *results)
+static egm_status_t get_batch(egm_client_t *client, const get_batch_t *b)
 {
+    size_t n = b->n;
+    const char *const *keys = b->keys;
+    void **allocated = b->allocated;
+    size_t *sizes_p = b->sizes_p;
+    egm_status_t *results = b->results;
     size_t n_valid = 0;
 
     if (client == NULL || (n > 0 && (keys == NULL || results == NULL))) {
@@ -412,10 +429,10 @@ static egm_status_t get_batch(egm_client_t *client, size_t n, const char *const 
             allocated[i] = NULL;
     }
     if (n_valid == n)
-        return n == 0 ? EGM_OK : get_checked(client, n, keys, parts, allocated, sizes_p, results);
-    if (n_valid == 0 || parts == NULL) /* egm_get: one key */
+        return n == 0 ? EGM_OK : get_checked(client, b);
+    if (n_valid == 0 || b->parts == NULL) /* egm_get: one key */
         return EGM_OK;
-    return get_valid_subset(client, n, keys, parts, n_valid, sizes_p, results);
+    return get_valid_subset(client, b, n_valid);
 }
 
 egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_t *len_p)
@@ -426,7 +443,10 @@ egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_
 
     if (data_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "data_p must not be NULL");
-    egm_status_t status = get_batch(client, 1, &key, NULL, &data, &size, &result);
+    egm_status_t status = get_batch(
+        client,
+        &(get_batch_t){
+            .n = 1, .keys = &key, .allocated = &data, .sizes_p = &size, .results = &result});
     if (status == EGM_OK)
         status = result;
     *data_p = status == EGM_OK ? data : NULL;
@@ -447,7 +467,9 @@ egm_status_t egm_get_into(egm_client_t *client, const char *key, void *dst, size
     size_t size = 0;
     egm_parts_t parts;
     egm__parts_init(&parts, 1, NULL, &dst, &cap);
-    egm_status_t status = get_batch(client, 1, &key, &parts, NULL, &size, &result);
+    egm_status_t status = get_batch(
+        client, &(get_batch_t){
+                    .n = 1, .keys = &key, .parts = &parts, .sizes_p = &size, .results = &result});
     if (len_p != NULL)
         *len_p = size;
     return status != EGM_OK ? status : result;
@@ -463,7 +485,9 @@ egm_status_t egm_batch_get_into(egm_client_t *client, size_t n, const char *cons
         return egm__parts_fail_all(
             results, n, egm__set_error(EGM_ERR_INVALID_ARG, "dsts and caps must not be NULL"));
     egm__parts_init(&parts, n, NULL, dsts, caps);
-    return get_batch(client, n, keys, &parts, NULL, sizes_p, results);
+    return get_batch(
+        client, &(get_batch_t){
+                    .n = n, .keys = keys, .parts = &parts, .sizes_p = sizes_p, .results = results});
 }
 
 egm_status_t egm_batch_get_into_parts(egm_client_t *client, size_t n, const char *const *keys,
@@ -482,7 +506,9 @@ egm_status_t egm_batch_get_into_parts(egm_client_t *client, size_t n, const char
     status = egm__parts_init(&parts, n, part_counts, part_addrs, part_lens);
     if (status != EGM_OK)
         return egm__parts_fail_all(results, n, status);
-    status = get_batch(client, n, keys, &parts, NULL, sizes_p, results);
+    status = get_batch(
+        client, &(get_batch_t){
+                    .n = n, .keys = keys, .parts = &parts, .sizes_p = sizes_p, .results = results});
     egm__parts_free(&parts);
     return status;
 }
