@@ -293,14 +293,7 @@ static unsigned daemon_flags(void)
     return flags;
 }
 
-egm_status_t egm__http_start(const char *address, uint16_t port, egm_http_handler_fn fn, void *arg,
-                             egm_http_server_t **srv_p)
-{
-    egm_http_params_t params = {.address = address, .port = port, .fn = fn, .arg = arg};
-    return egm__http_start_with(&params, srv_p);
-}
-
-egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_server_t **srv_p)
+egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t **srv_p)
 {
     if (params == NULL || params->fn == NULL || srv_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "http start: handler and srv_p are required");

@@ -34,15 +34,10 @@ typedef struct {
 typedef void (*egm_http_handler_fn)(void *arg, const char *path, const char *query,
                                     egm_http_response_t *resp);
 typedef struct egm_http_server egm_http_server_t;
-/* Listens on address:port (port 0 = a free port; address "0.0.0.0", "127.0.0.1", "::" etc.; NULL
- * or "" = "0.0.0.0"; "::" also takes IPv4). Logs the address:port at info.
- * Errors: EGM_ERR_CONFIG naming http_port/the address and the reason (e.g. port in use),
- * EGM_ERR_NO_MEMORY; EGM_ERR_IO if libmicrohttpd does not start. */
-egm_status_t egm__http_start(const char *address, uint16_t port, egm_http_handler_fn fn, void *arg,
-                             egm_http_server_t **srv_p);
 typedef struct {
-    const char *address; /* as for egm__http_start */
-    uint16_t port;
+    /* "0.0.0.0", "127.0.0.1", "::" etc.; NULL or "" = "0.0.0.0"; "::" also takes IPv4 */
+    const char *address;
+    uint16_t port; /* 0 = a free port */
     egm_http_handler_fn fn;
     void *arg;
     /* Bearer token (copied; NULL or "" = none). With one, a request for any
@@ -56,11 +51,14 @@ typedef struct {
      * NULL-terminated, at most EGM_HTTP_OPEN_PATHS_MAX; NULL = none. */
     const char *const *open_paths;
 } egm_http_params_t;
-/* egm__http_start with a token. Also EGM_ERR_INVALID_ARG for a token longer
- * than EGM_AUTH_TOKEN_MAX or too many / too long open paths. *srv_p is set
- * before the server's thread starts, so that its handler may read it (e.g.
- * for egm__http_auth_failures); NULL when the start fails. */
-egm_status_t egm__http_start_with(const egm_http_params_t *params, egm_http_server_t **srv_p);
+/* Listens on params' address:port, answering with params->fn (required). Logs
+ * the address:port at info. *srv_p is set before the server's thread starts, so
+ * that its handler may read it (e.g. for egm__http_auth_failures); NULL when
+ * the start fails. Errors: EGM_ERR_CONFIG naming http_port/the address and the
+ * reason (e.g. port in use), EGM_ERR_NO_MEMORY; EGM_ERR_IO if libmicrohttpd
+ * does not start; EGM_ERR_INVALID_ARG for no handler, a token longer than
+ * EGM_AUTH_TOKEN_MAX or too many / too long open paths. */
+egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t **srv_p);
 /* Requests refused for a missing or wrong token since the start. Thread-safe. */
 uint64_t egm__http_auth_failures(const egm_http_server_t *srv);
 uint16_t egm__http_port(const egm_http_server_t *srv);

@@ -93,7 +93,7 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
                                 .auth_token = token,
                                 .open_paths = open_paths};
     int has_token = token[0] != '\0';
-    status = egm__http_start_with(&params, &master->http);
+    status = egm__http_start(&params, &master->http);
     egm__secure_zero(token, sizeof(token));
     if (status == EGM_OK && has_token)
         egm_info("master: admin HTTP requires the cluster token (Authorization: Bearer) except "

@@ -123,8 +123,11 @@ static egm_status_t start_http(egm_cli_t *cli, provider_state_t *ps, egm_http_se
     *srv_p = NULL;
     if (port < 0)
         return EGM_OK;
-    egm_status_t status = egm__http_start(egm__config_settings(cli->config)->listen_address,
-                                          (uint16_t)port, on_http, ps, srv_p);
+    egm_http_params_t params = {.address = egm__config_settings(cli->config)->listen_address,
+                                .port = (uint16_t)port,
+                                .fn = on_http,
+                                .arg = ps};
+    egm_status_t status = egm__http_start(&params, srv_p);
     if (status != EGM_OK)
         return egm__set_error(status, "provider_http_port: %s", egm_last_error());
     return EGM_OK;

@@ -120,10 +120,17 @@ static int has_header(const char *answer, const char *name, const char *value)
     return 0;
 }
 
+/* The test handler on address:port. */
+static egm_status_t start_at(const char *address, uint16_t port, egm_http_server_t **srv_p)
+{
+    egm_http_params_t params = {.address = address, .port = port, .fn = handler, .arg = &seen};
+    return egm__http_start(&params, srv_p);
+}
+
 static egm_http_server_t *start_local(void)
 {
     egm_http_server_t *srv = NULL;
-    assert_int_equal(egm__http_start("127.0.0.1", 0, handler, &seen, &srv), EGM_OK);
+    assert_int_equal(start_at("127.0.0.1", 0, &srv), EGM_OK);
     assert_non_null(srv);
     assert_int_not_equal(egm__http_port(srv), 0);
     return srv;
@@ -302,14 +309,14 @@ static void test_busy_port_and_bad_address(void **state)
     char where[64];
     snprintf(where, sizeof(where), "127.0.0.1:%u", (unsigned)port);
 
-    assert_int_equal(egm__http_start("127.0.0.1", port, handler, &seen, &other), EGM_ERR_CONFIG);
+    assert_int_equal(start_at("127.0.0.1", port, &other), EGM_ERR_CONFIG);
     assert_null(other);
     assert_non_null(strstr(egm_last_error(), "http_port"));
     assert_non_null(strstr(egm_last_error(), where));
     assert_non_null(strstr(egm_last_error(), "in use"));
 
     /* An address that is not this host's. */
-    assert_int_equal(egm__http_start("192.0.2.1", 0, handler, &seen, &other), EGM_ERR_CONFIG);
+    assert_int_equal(start_at("192.0.2.1", 0, &other), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "192.0.2.1"));
     assert_null(other);
     egm__http_stop(srv);
@@ -320,7 +327,7 @@ static void test_dual_stack(void **state)
     (void)state;
     static char buf[8192];
     egm_http_server_t *srv = NULL;
-    if (egm__http_start("::", 0, handler, &seen, &srv) != EGM_OK)
+    if (start_at("::", 0, &srv) != EGM_OK)
         EGM_SKIP("no IPv6 on this machine");
     http_exchange(egm__http_port(srv), "GET /x?v6 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
                   buf, sizeof(buf));
@@ -369,7 +376,7 @@ static void test_bearer_token(void **state)
                                 .auth_token = "s3cret-T",
                                 .open_paths = open_paths};
     egm_http_server_t *srv = NULL;
-    assert_int_equal(egm__http_start_with(&params, &srv), EGM_OK);
+    assert_int_equal(egm__http_start(&params, &srv), EGM_OK);
     uint16_t port = egm__http_port(srv);
     int before = calls();
 
@@ -421,11 +428,11 @@ static void test_bearer_token(void **state)
     memset(long_token, 'a', sizeof(long_token) - 1);
     long_token[sizeof(long_token) - 1] = '\0';
     params.auth_token = long_token;
-    assert_int_equal(egm__http_start_with(&params, &srv), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__http_start(&params, &srv), EGM_ERR_INVALID_ARG);
     static const char *const many[] = {"/1", "/2", "/3", "/4", "/5", "/6", "/7", "/8", "/9", NULL};
     params.auth_token = "t";
     params.open_paths = many;
-    assert_int_equal(egm__http_start_with(&params, &srv), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__http_start(&params, &srv), EGM_ERR_INVALID_ARG);
 }
 
 int main(void)
