@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -27,7 +28,7 @@ struct egm_http_server {
     char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = every path is open */
     char open_paths[EGM_HTTP_OPEN_PATHS_MAX][EGM_HTTP_OPEN_PATH_LEN];
     size_t n_open_paths;
-    uint64_t auth_failures; /* atomic */
+    atomic_uint_fast64_t auth_failures;
 };
 
 /* Per request, created when MHD sees the request line: the raw query (MHD
@@ -145,7 +146,7 @@ static enum MHD_Result unauthorized(egm_http_server_t *srv, struct MHD_Connectio
         "auth_token\",\"accepted\":\"Authorization: Bearer <auth_token>\"}\n";
     const char *text = verdict == BEARER_MISSING ? missing : wrong;
 
-    __atomic_fetch_add(&srv->auth_failures, 1, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&srv->auth_failures, 1, memory_order_relaxed);
     egm_log_ratelimited(EGM_LOG_WARN, 1, "http: %s %.100s refused: %s", method, path,
                         verdict == BEARER_MISSING ? "no Authorization: Bearer token"
                                                   : "wrong bearer token");
@@ -364,7 +365,9 @@ err_free:
 
 uint64_t egm__http_auth_failures(const egm_http_server_t *srv)
 {
-    return srv != NULL ? __atomic_load_n(&srv->auth_failures, __ATOMIC_RELAXED) : 0;
+    return srv != NULL ? atomic_load_explicit((atomic_uint_fast64_t *)&srv->auth_failures,
+                                              memory_order_relaxed)
+                       : 0;
 }
 
 uint16_t egm__http_port(const egm_http_server_t *srv)

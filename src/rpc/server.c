@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -68,6 +69,16 @@ struct rpc_conn {
     size_t discarded;
 };
 
+/* egm_rpc_server_stats_t's counters: other threads read them (stat_get). */
+typedef struct {
+    atomic_uint_fast64_t connections_accepted;
+    atomic_uint_fast64_t connections_open;
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t frames_rejected;
+    atomic_uint_fast64_t connections_unix;
+    atomic_uint_fast64_t auth_failures;
+} server_counters_t;
+
 struct egm_rpc_server {
     egm_reactor_t *reactor;
     int listen_fd;
@@ -88,7 +99,7 @@ struct egm_rpc_server {
     rpc_conn_t *conns; /* doubly linked list */
     size_t nconns;
     uint8_t *rbuf; /* READ_CHUNK scratch shared by all connections */
-    egm_rpc_server_stats_t stats;
+    server_counters_t stats;
 
     /* Listeners shared with the servers of a group; `owner` created (and
      * closes) them. Its `group` lists every server, itself first; it is set
@@ -103,9 +114,14 @@ struct egm_rpc_server {
     size_t n_inbox, cap_inbox;
 };
 
-static void stat_add(uint64_t *counter, int64_t delta)
+static void stat_add(atomic_uint_fast64_t *counter, int64_t delta)
 {
-    __atomic_fetch_add(counter, (uint64_t)delta, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(counter, (uint_fast64_t)delta, memory_order_relaxed);
+}
+
+static uint64_t stat_get(const atomic_uint_fast64_t *counter)
+{
+    return atomic_load_explicit((atomic_uint_fast64_t *)counter, memory_order_relaxed);
 }
 
 static void conn_close(rpc_conn_t *c)
@@ -524,7 +540,7 @@ static void pause_accepting(egm_rpc_server_t *s)
 
 static uint64_t open_count(const egm_rpc_server_t *s)
 {
-    return __atomic_load_n(&s->stats.connections_open, __ATOMIC_RELAXED);
+    return stat_get(&s->stats.connections_open);
 }
 
 /* A connection this server serves from now on; connections_open already
@@ -921,13 +937,12 @@ uint16_t egm__rpc_server_port(const egm_rpc_server_t *server)
 
 void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p)
 {
-    stats_p->connections_accepted =
-        __atomic_load_n(&server->stats.connections_accepted, __ATOMIC_RELAXED);
-    stats_p->connections_open = __atomic_load_n(&server->stats.connections_open, __ATOMIC_RELAXED);
-    stats_p->requests = __atomic_load_n(&server->stats.requests, __ATOMIC_RELAXED);
-    stats_p->frames_rejected = __atomic_load_n(&server->stats.frames_rejected, __ATOMIC_RELAXED);
-    stats_p->connections_unix = __atomic_load_n(&server->stats.connections_unix, __ATOMIC_RELAXED);
-    stats_p->auth_failures = __atomic_load_n(&server->stats.auth_failures, __ATOMIC_RELAXED);
+    stats_p->connections_accepted = stat_get(&server->stats.connections_accepted);
+    stats_p->connections_open = stat_get(&server->stats.connections_open);
+    stats_p->requests = stat_get(&server->stats.requests);
+    stats_p->frames_rejected = stat_get(&server->stats.frames_rejected);
+    stats_p->connections_unix = stat_get(&server->stats.connections_unix);
+    stats_p->auth_failures = stat_get(&server->stats.auth_failures);
 }
 
 void egm__rpc_server_group_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p)

@@ -107,7 +107,7 @@ static int read_request(egm_fd_broker_t *broker, int fd, pid_t pid,
         verdict = egm__auth_check_absent(token);
     }
     if (verdict != EGM_AUTH_OK) {
-        atomic_fetch_add(&broker->counters->auth_failures, 1);
+        atomic_fetch_add_explicit(&broker->counters->auth_failures, 1, memory_order_relaxed);
         egm_log_ratelimited(EGM_LOG_WARN, 1, "fd broker: pid %d refused: %s", (int)pid,
                             egm__auth_problem(verdict, "this provider", problem, sizeof(problem)));
         refuse(fd, EGM_ERR_PERMISSION);
@@ -128,7 +128,8 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
     egm_status_t trust = peer_allowed(broker, fd, &pid);
     if (trust != EGM_OK) {
         if (trust == EGM_ERR_PERMISSION) {
-            atomic_fetch_add(&broker->counters->shm_peers_refused, 1);
+            atomic_fetch_add_explicit(&broker->counters->shm_peers_refused, 1,
+                                      memory_order_relaxed);
             refuse(fd, EGM_ERR_PERMISSION);
         }
         egm_log_ratelimited(EGM_LOG_WARN, 1, "%s: refused", egm_last_error());
@@ -203,9 +204,9 @@ static void serve_one(egm_fd_broker_t *broker, int fd)
      * the descriptor; taken back if the send fails. */
     atomic_uint_fast64_t *sent =
         exported ? &broker->counters->vmm_fds_sent : &broker->counters->shm_fds_sent;
-    atomic_fetch_add(sent, 1);
+    atomic_fetch_add_explicit(sent, 1, memory_order_relaxed);
     if (egm__sock_send_fd(fd, send_fd, reply, sizeof(reply)) != EGM_OK)
-        atomic_fetch_sub(sent, 1);
+        atomic_fetch_sub_explicit(sent, 1, memory_order_relaxed);
     if (exported)
         close(send_fd);
     egm__exposed_put(broker->table, seg);

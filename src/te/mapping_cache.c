@@ -95,7 +95,7 @@ static void mapping_free(void *ctx, egm_segref_t *ref)
     egm_mapping_cache_t *cache = ctx;
     egm_mapping_t *m = (egm_mapping_t *)ref;
     if (atomic_load(&m->state) == MAPPING_READY) {
-        atomic_fetch_sub(&cache->live, 1);
+        atomic_fetch_sub_explicit(&cache->live, 1, memory_order_relaxed);
         unmap(cache, m->va, m->map_size, m->handle, HELD_HANDLE | HELD_MAP);
     }
     egm_free(m);
@@ -276,7 +276,7 @@ static egm_status_t import_first(egm_mapping_cache_t *cache, const egm_segment_d
     pthread_mutex_lock(&cache->lock);
     if (st == EGM_OK) {
         cache->imports_total++;
-        atomic_fetch_add(&cache->live, 1);
+        atomic_fetch_add_explicit(&cache->live, 1, memory_order_relaxed);
         atomic_store(&m->state, MAPPING_READY);
         if (imported_p != NULL)
             *imported_p = 1;
@@ -392,5 +392,5 @@ void egm__mapping_cache_stats(egm_mapping_cache_t *cache, egm_mapping_stats_t *s
     stats_p->imports_total = cache->imports_total;
     stats_p->import_failures = cache->import_failures;
     pthread_mutex_unlock(&cache->lock);
-    stats_p->mappings_live = atomic_load(&cache->live);
+    stats_p->mappings_live = atomic_load_explicit(&cache->live, memory_order_relaxed);
 }

@@ -211,7 +211,7 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
     if (m > 0) {
         st = run_copies(nv, device, copies, m);
         if (st == EGM_OK) {
-            atomic_fetch_add(&nv->nvlink_copies, m);
+            atomic_fetch_add_explicit(&nv->nvlink_copies, m, memory_order_relaxed);
         } else {
             /* The copier cannot say which copy failed: all of them did. */
             if (first == EGM_OK) {
@@ -291,7 +291,7 @@ egm_status_t egm__staging_get(egm_nvlink_t *nv, int device, void **slot_p, size_
 
 void egm__staging_put(egm_nvlink_t *nv, void *slot, uint64_t bytes_used)
 {
-    atomic_fetch_add(&nv->staged_bytes, bytes_used);
+    atomic_fetch_add_explicit(&nv->staged_bytes, bytes_used, memory_order_relaxed);
     pthread_mutex_lock(&nv->staging_lock);
     for (int i = 0; i < EGM_STAGING_SLOTS; i++)
         if (nv->slots[i] == slot)
@@ -364,8 +364,8 @@ void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
     pthread_mutex_lock(&nv->prewarm_lock);
     stats_p->prewarmed = nv->prewarm ? egm__prewarm_count(nv->prewarm) : 0;
     pthread_mutex_unlock(&nv->prewarm_lock);
-    stats_p->nvlink_copies = atomic_load(&nv->nvlink_copies);
-    stats_p->staged_bytes = atomic_load(&nv->staged_bytes);
+    stats_p->nvlink_copies = atomic_load_explicit(&nv->nvlink_copies, memory_order_relaxed);
+    stats_p->staged_bytes = atomic_load_explicit(&nv->staged_bytes, memory_order_relaxed);
     pthread_mutex_lock(&nv->copiers_lock);
     for (int d = 0; d < EGM_NVLINK_MAX_DEVICES; d++) {
         if (nv->copiers[d] == NULL)

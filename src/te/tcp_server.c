@@ -108,7 +108,7 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
     egm_exposed_t *seg = NULL;
     egm_status_t st = egm__tcp_req_check(server->table, req, &seg);
     if (st != EGM_OK) {
-        atomic_fetch_add(&server->counters->tcp_requests_refused, 1);
+        atomic_fetch_add_explicit(&server->counters->tcp_requests_refused, 1, memory_order_relaxed);
         egm_log_ratelimited(EGM_LOG_INFO, 5, "tcp server: refused request %" PRIu64 ": %s",
                             req->request_id, egm_last_error());
         (void)send_reply(fd, req->request_id, st, 0);
@@ -117,7 +117,7 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
 
     /* Counted when accepted, before the reply lets the client go on, so that
      * the count is exact as soon as the client sees the answer. */
-    atomic_fetch_add(&server->counters->tcp_requests_served, 1);
+    atomic_fetch_add_explicit(&server->counters->tcp_requests_served, 1, memory_order_relaxed);
     uint8_t *mem = (uint8_t *)seg->base + req->offset;
     if (req->op == EGM_TCP_OP_READ) {
         st = send_reply(fd, req->request_id, EGM_OK, req->length);
@@ -164,7 +164,7 @@ static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req,
             return 1;
         }
     }
-    atomic_fetch_add(&server->counters->auth_failures, 1);
+    atomic_fetch_add_explicit(&server->counters->auth_failures, 1, memory_order_relaxed);
     egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: request %" PRIu64 " refused: %s",
                         req->request_id,
                         egm__auth_problem(verdict, "this data server", problem, sizeof(problem)));
@@ -185,7 +185,8 @@ static void *conn_main(void *arg)
      * them); stop wakes this read with shutdown(). */
     while (egm__sock_read_full(conn->fd, buf, sizeof(buf)) == EGM_OK) {
         if (egm__tcp_req_parse(buf, &req) != EGM_OK) {
-            atomic_fetch_add(&server->counters->tcp_requests_refused, 1);
+            atomic_fetch_add_explicit(&server->counters->tcp_requests_refused, 1,
+                                      memory_order_relaxed);
             egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: request %s: closing",
                                 egm_last_error());
             break;

@@ -670,9 +670,9 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
 
     for (size_t i = 0; i < n; i++)
         if (ops[i].status == EGM_OK)
-            atomic_fetch_add(ops[i].dir == EGM_TE_READ ? &te->counters.bytes_read
-                                                       : &te->counters.bytes_written,
-                             ops[i].length);
+            atomic_fetch_add_explicit(ops[i].dir == EGM_TE_READ ? &te->counters.bytes_read
+                                                                : &te->counters.bytes_written,
+                                      ops[i].length, memory_order_relaxed);
     if (routed != stack_routed) {
         egm_free(routed);
         egm_free(pending);
@@ -776,14 +776,19 @@ void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
     memset(stats_p, 0, sizeof(*stats_p));
     if (te == NULL)
         return;
-    stats_p->bytes_read = atomic_load(&te->counters.bytes_read);
-    stats_p->bytes_written = atomic_load(&te->counters.bytes_written);
-    stats_p->tcp_requests_served = atomic_load(&te->counters.tcp_requests_served);
-    stats_p->tcp_requests_refused = atomic_load(&te->counters.tcp_requests_refused);
-    stats_p->shm_fds_sent = atomic_load(&te->counters.shm_fds_sent);
-    stats_p->shm_peers_refused = atomic_load(&te->counters.shm_peers_refused);
-    stats_p->vmm_fds_sent = atomic_load(&te->counters.vmm_fds_sent);
-    stats_p->auth_failures = atomic_load(&te->counters.auth_failures);
+    stats_p->bytes_read = atomic_load_explicit(&te->counters.bytes_read, memory_order_relaxed);
+    stats_p->bytes_written =
+        atomic_load_explicit(&te->counters.bytes_written, memory_order_relaxed);
+    stats_p->tcp_requests_served =
+        atomic_load_explicit(&te->counters.tcp_requests_served, memory_order_relaxed);
+    stats_p->tcp_requests_refused =
+        atomic_load_explicit(&te->counters.tcp_requests_refused, memory_order_relaxed);
+    stats_p->shm_fds_sent = atomic_load_explicit(&te->counters.shm_fds_sent, memory_order_relaxed);
+    stats_p->shm_peers_refused =
+        atomic_load_explicit(&te->counters.shm_peers_refused, memory_order_relaxed);
+    stats_p->vmm_fds_sent = atomic_load_explicit(&te->counters.vmm_fds_sent, memory_order_relaxed);
+    stats_p->auth_failures =
+        atomic_load_explicit(&te->counters.auth_failures, memory_order_relaxed);
     for (size_t t = 0; t < te->n_open; t++)
         if (egm__transports[t]->stats != NULL)
             egm__transports[t]->stats(te->transport_state[t], stats_p);
