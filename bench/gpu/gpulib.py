@@ -159,7 +159,7 @@ def expected_groups(block, nblocks, bound, chunk):
 
 def run_groups(block, nblocks, bound, chunk):
     """Groups the copier issues for one run of nblocks blocks of `block` bytes under the
-    bounds (src/cuda/copy.c run_bounded, simulated): pieces of at most cut bytes, a group closed
+    bounds (src/cuda/copier.c run_bounded, simulated): pieces of at most cut bytes, a group closed
     before a piece that would overflow the bound. 1 when unbounded."""
     cut = chunk
     if bound and (not cut or cut > bound):

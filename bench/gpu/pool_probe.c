@@ -22,7 +22,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 #include "cuda/driver.h"
 #include "pool/vmm_pool.h"
 

@@ -89,7 +89,7 @@ struct egm_client {
 #define EGM_RESYNC_OWN_RETIRED 4u    /* the master retired our segments (it expired us) */
 #define EGM_RESYNC_UNKNOWN_CLIENT 8u /* the master answered CLIENT_NOT_FOUND */
 
-/* Capacity (contribute.c). The configuration is checked before anything is
+/* Capacity (capacity.c). The configuration is checked before anything is
  * contacted or allocated. Mount: allocate -> register with the transfer
  * engine -> mount at the master (all segments in one request) -> ready; a
  * failure rolls back in reverse. Unmount: unmount -> unregister -> release,

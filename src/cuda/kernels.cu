@@ -1,16 +1,16 @@
 // Copy kernels of egmstore (contract: src/cuda/kernels.h). Compiled by nvcc at
 // build time into a fatbin embedded in egm_cuda (src/cuda/kernels.cmake) and
-// loaded with the driver API (copy.c). Self-contained on purpose: the project's
+// loaded with the driver API (copier.c). Self-contained on purpose: the project's
 // headers are C11 (_Static_assert, ...) and nvcc's C++ front end rejects them.
 #include <stdint.h>
 
-// Same layout as egm_copy_desc_t in src/cuda/copy.h.
+// Same layout as egm_copy_desc_t in src/cuda/copier.h.
 struct egm_copy_desc_t {
     uint64_t dst;
     uint64_t src;
     uint64_t len;
 };
-static_assert(sizeof(egm_copy_desc_t) == 24, "egm_copy_desc_t layout (src/cuda/copy.h)");
+static_assert(sizeof(egm_copy_desc_t) == 24, "egm_copy_desc_t layout (src/cuda/copier.h)");
 
 // Loads in flight per thread before its stores: the source is often pool DRAM
 // across PCIe/NVLink-C2C, where latency, not instruction count, sets the pace.
@@ -74,7 +74,7 @@ __device__ __forceinline__ void copy_one(uint64_t dst, uint64_t src, uint64_t le
 }
 
 // Block b copies descriptors b, b + gridDim.x, ... The host splits large blocks
-// into pieces (copy.c) so that one grid of many small CTAs spreads a batch over
+// into pieces (copier.c) so that one grid of many small CTAs spreads a batch over
 // every SM; any len still works here.
 extern "C" __global__ void __launch_bounds__(1024)
     egm_copy_blocks(const egm_copy_desc_t *descs, uint32_t count)

@@ -1,9 +1,9 @@
 /* Contract between the CUDA C kernels (kernels.cu), their host-side launch
- * (copy.c) and the fake driver's CPU emulation (tests/support/fake_cuda.c). */
+ * (copier.c) and the fake driver's CPU emulation (tests/support/fake_cuda.c). */
 #ifndef EGM_CUDA_KERNELS_H
 #define EGM_CUDA_KERNELS_H
 
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 
 /* extern "C" __global__ void egm_copy_blocks(const egm_copy_desc_t *descs, uint32_t count):
  * every descriptor copies len bytes src -> dst (16-byte accesses where src, dst

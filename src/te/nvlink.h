@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 #include "cuda/cuda_api.h"
 #include "te/mapping_cache.h"
 #include "te/te.h"

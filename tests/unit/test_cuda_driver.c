@@ -14,7 +14,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 #include "cuda/driver.h"
 #include "support/fake_cuda.h"
 

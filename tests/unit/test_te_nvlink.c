@@ -22,7 +22,7 @@
 #include "support/testutil.h"
 
 #include "common/alloc.h"
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 #include "cuda/driver.h"
 #include "support/fake_cuda.h"
 #include "te/mapping_cache.h"

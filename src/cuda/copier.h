@@ -3,8 +3,8 @@
  * launch for batches of many blocks (cuMemcpyBatchAsync when the build had no
  * nvcc). Pointers are device-accessible addresses: HBM, or pool memory mapped
  * into this device (nvlink mapping cache), or pinned host memory. */
-#ifndef EGM_CUDA_COPY_H
-#define EGM_CUDA_COPY_H
+#ifndef EGM_CUDA_COPIER_H
+#define EGM_CUDA_COPIER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "common/alloc.h"
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 #include "cuda/driver.h"
 #include "support/fake_cuda.h"
 #include "support/testutil.h"

@@ -9,7 +9,7 @@
  * Optional pressure bounds cut long copies into chunks and issue a run in
  * groups of bounded bytes, each waited for under the lock
  * (egm__copier_set_pressure). */
-#include "cuda/copy.h"
+#include "cuda/copier.h"
 
 #include <inttypes.h>
 #include <pthread.h>
