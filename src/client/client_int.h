@@ -125,8 +125,11 @@ void egm__liveness_stop(egm_client_t *client);
 
 /* Master calls shared by the object files (master_call.c). Replies are
  * decoded by rpc/keys_reply.h into flat arrays; free with egm__keys_reply_free. */
+#define EGM_KEYS_CALL_PLAIN 0u
+#define EGM_KEYS_CALL_FORCE 1u /* Remove: also leased or pinned objects (the request's force) */
 egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
-                                   const char *const *keys, int force, egm_keys_reply_t **reply_p);
+                                   const char *const *keys, unsigned flags,
+                                   egm_keys_reply_t **reply_p);
 /* Sends req (a request whose answer is a KeysReply for n keys) and decodes the
  * answer; a whole-request refusal or a result count other than n fails. */
 egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const ProtobufCMessage *req,

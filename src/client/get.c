@@ -263,7 +263,7 @@ static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
     egm_keys_reply_t *reply = NULL;
     egm_status_t status =
         egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, egm__pipeline_chunk_len(g->n, k),
-                              g->keys + egm__pipeline_chunk_first(k), 0, &reply);
+                              g->keys + egm__pipeline_chunk_first(k), EGM_KEYS_CALL_PLAIN, &reply);
     *reply_p = reply;
     return status;
 }
@@ -328,7 +328,8 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
     if (b->n >= EGM_PIPELINE_MIN_KEYS && b->parts != NULL)
         return get_pipelined(client, b);
     uint64_t started_ms = egm__now_ms();
-    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys, 0, &reply);
+    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys,
+                                   EGM_KEYS_CALL_PLAIN, &reply);
     if (status != EGM_OK) {
         for (size_t i = 0; i < b->n; i++)
             b->results[i] = status;

@@ -44,7 +44,8 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
 }
 
 egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
-                                   const char *const *keys, int force, egm_keys_reply_t **reply_p)
+                                   const char *const *keys, unsigned flags,
+                                   egm_keys_reply_t **reply_p)
 {
     Egm__KeysRequest req = EGM__KEYS_REQUEST__INIT;
     Egm__Id client_pb = EGM__ID__INIT;
@@ -57,7 +58,7 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     req.client = &client_pb;
     req.n_keys = n;
     req.keys = (char **)keys;
-    req.force = force != 0;
+    req.force = (flags & EGM_KEYS_CALL_FORCE) != 0;
     return egm__client_keys_rpc(client, type, &req.base, n, reply_p);
 }
 

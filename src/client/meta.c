@@ -7,8 +7,8 @@
 #include "rpc/proto_util.h"
 
 /* One key through a keys call; its per-key result (and size) out. */
-static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const char *key, int force,
-                                    uint64_t *size_p)
+static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const char *key,
+                                    unsigned flags, uint64_t *size_p)
 {
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
@@ -18,7 +18,7 @@ static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const c
     status = egm__client_validate_key(key);
     if (status != EGM_OK)
         return status;
-    status = egm__client_keys_call(client, type, 1, &key, force, &reply);
+    status = egm__client_keys_call(client, type, 1, &key, flags, &reply);
     if (status != EGM_OK)
         return status;
     status = reply->results[0].status;
@@ -32,19 +32,20 @@ static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const c
 
 egm_status_t egm_exist(egm_client_t *client, const char *key)
 {
-    return single_key_call(client, EGM_RPC_EXIST_KEY, key, 0, NULL);
+    return single_key_call(client, EGM_RPC_EXIST_KEY, key, EGM_KEYS_CALL_PLAIN, NULL);
 }
 
 egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *size_p)
 {
     if (size_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "size_p must not be NULL");
-    return single_key_call(client, EGM_RPC_GET_REPLICA_LIST, key, 0, size_p);
+    return single_key_call(client, EGM_RPC_GET_REPLICA_LIST, key, EGM_KEYS_CALL_PLAIN, size_p);
 }
 
 egm_status_t egm_remove(egm_client_t *client, const char *key, int force)
 {
-    return single_key_call(client, EGM_RPC_REMOVE, key, force, NULL);
+    return single_key_call(client, EGM_RPC_REMOVE, key,
+                           force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, NULL);
 }
 
 egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p)
@@ -74,7 +75,7 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
 /* A keys call over a whole batch: results[i] is key i's answer; an invalid
  * key fails in its own slot (INVALID_KEY) and the others are sent. */
 static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t n,
-                                    const char *const *keys, int force, egm_status_t *results)
+                                    const char *const *keys, unsigned flags, egm_status_t *results)
 {
     egm_keys_reply_t *reply = NULL;
     const char **valid = NULL;
@@ -101,7 +102,7 @@ static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t 
                 valid[k++] = keys[i];
     }
     status = egm__client_keys_call(client, type, n_valid, valid ? valid : (const char **)keys,
-                                   force, &reply);
+                                   flags, &reply);
     for (size_t i = 0, k = 0; i < n; i++)
         if (results[i] == EGM_OK)
             results[i] = status == EGM_OK ? reply->results[k++].status : status;
@@ -113,11 +114,12 @@ static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t 
 egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
                              egm_status_t *results)
 {
-    return batch_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, 0, results);
+    return batch_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, EGM_KEYS_CALL_PLAIN, results);
 }
 
 egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys, int force,
                               egm_status_t *results)
 {
-    return batch_keys_call(client, EGM_RPC_REMOVE, n, keys, force, results);
+    return batch_keys_call(client, EGM_RPC_REMOVE, n, keys,
+                           force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, results);
 }

@@ -156,8 +156,8 @@ static void finish(egm_client_t *client, const put_plan_t *plan, const egm_keys_
         }
     }
     if (n_bad > 0) {
-        egm_status_t status =
-            egm__client_keys_call(client, EGM_RPC_PUT_REVOKE, n_bad, bad, 0, &reply);
+        egm_status_t status = egm__client_keys_call(client, EGM_RPC_PUT_REVOKE, n_bad, bad,
+                                                    EGM_KEYS_CALL_PLAIN, &reply);
         if (status != EGM_OK)
             egm_warn("PutRevoke of %zu keys failed: %s; the master discards them later", n_bad,
                      egm_last_error());
@@ -165,7 +165,8 @@ static void finish(egm_client_t *client, const put_plan_t *plan, const egm_keys_
         reply = NULL;
     }
     if (n_ok > 0) {
-        egm_status_t status = egm__client_keys_call(client, EGM_RPC_PUT_END, n_ok, ok, 0, &reply);
+        egm_status_t status =
+            egm__client_keys_call(client, EGM_RPC_PUT_END, n_ok, ok, EGM_KEYS_CALL_PLAIN, &reply);
         for (size_t k = 0; k < n_ok; k++)
             key_status[ok_idx[k]] = status == EGM_OK ? reply->results[k].status : status;
         egm__keys_reply_free(reply);

@@ -121,7 +121,8 @@ static egm_status_t copy_parts(egm_client_t *client, uint64_t size, egm_put_read
 static void revoke(egm_client_t *client, const char *key)
 {
     egm_keys_reply_t *reply = NULL;
-    if (egm__client_keys_call(client, EGM_RPC_PUT_REVOKE, 1, &key, 0, &reply) != EGM_OK)
+    if (egm__client_keys_call(client, EGM_RPC_PUT_REVOKE, 1, &key, EGM_KEYS_CALL_PLAIN, &reply) !=
+        EGM_OK)
         egm_warn("PutRevoke of \"%s\" failed: %s; the master discards it later", key,
                  egm_last_error());
     egm__keys_reply_free(reply);
@@ -170,7 +171,7 @@ egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t siz
         status = copy_parts(client, size, read_part, ctx, buf, part, ops, n_ops,
                             params != NULL && params->release_pages);
     if (status == EGM_OK) {
-        status = egm__client_keys_call(client, EGM_RPC_PUT_END, 1, &key, 0, &end);
+        status = egm__client_keys_call(client, EGM_RPC_PUT_END, 1, &key, EGM_KEYS_CALL_PLAIN, &end);
         if (status == EGM_OK && end->results[0].status != EGM_OK)
             status = egm__set_error(end->results[0].status, "PutEnd of \"%s\": %s", key,
                                     egm_status_string(end->results[0].status));
