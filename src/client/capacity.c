@@ -275,9 +275,9 @@ static egm_status_t create_pool(egm_client_t *client, uint64_t total, uint64_t m
         const egm_egm_plan_t *plan = egm__vmm_pool_plan_of(cap->vmm);
         cap->count = egm__vmm_pool_chunk_count(cap->vmm);
         cap->numa_nodes = params.location_count;
-        egm__progress_finish(&progress, plan->capacity, 1);
+        egm__progress_finish(&progress, plan->capacity, EGM_OK);
     } else {
-        egm__progress_finish(&progress, 0, 0);
+        egm__progress_finish(&progress, 0, status);
         if (cap->vmm != NULL) /* a rollback step failed: retried by the next close */
             cap->cleanup_pending = 1;
     }

@@ -51,14 +51,14 @@ void egm__progress_update(egm_progress_t *p, uint64_t done)
     p->drawn = 1;
 }
 
-void egm__progress_finish(egm_progress_t *p, uint64_t done, int ok)
+void egm__progress_finish(egm_progress_t *p, uint64_t done, egm_status_t status)
 {
     if (p->drawn) {
         fputc('\n', stderr);
         fflush(stderr);
     }
     double secs = (double)(egm__now_ns() - p->start_ns) / 1e9;
-    if (ok)
+    if (status == EGM_OK)
         egm_info("%s: %.1f GB in %.2f s (%.2f GB/s)", p->what, gb(done), secs,
                  secs > 0 ? gb(done) / secs : 0.0);
     else

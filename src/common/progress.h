@@ -5,6 +5,7 @@
 #define EGM_COMMON_PROGRESS_H
 
 #include <stdint.h>
+#include <egmstore/status.h>
 
 typedef struct {
     const char *what; /* e.g. "EGM pool setup" */
@@ -17,7 +18,8 @@ typedef struct {
 
 void egm__progress_start(egm_progress_t *p, const char *what, uint64_t total);
 void egm__progress_update(egm_progress_t *p, uint64_t done);
-/* Ends the bar (newline) and logs the outcome with the average rate. */
-void egm__progress_finish(egm_progress_t *p, uint64_t done, int ok);
+/* Ends the bar (newline) and logs the outcome, `status` of the work (EGM_OK:
+ * the average rate; else how far it got). */
+void egm__progress_finish(egm_progress_t *p, uint64_t done, egm_status_t status);
 
 #endif

@@ -447,11 +447,13 @@ static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
          * changes the segment set: the lock held shared (its table row) is then
          * traded for an exclusive one, and back. */
         egm_id_t client = egm__id_from_pb(req->client);
-        msg.status = egm__liveness_leave(st->liveness, client, st->lock == NULL);
+        msg.status = egm__liveness_leave(st->liveness, client,
+                                         st->lock == NULL ? EGM_LEAVE_UNMOUNT_SEGMENTS
+                                                          : EGM_LEAVE_KEEP_SEGMENTS);
         if (msg.status == EGM_ERR_BUSY) {
             pthread_rwlock_unlock(st->lock);
             pthread_rwlock_wrlock(st->lock);
-            msg.status = egm__liveness_leave(st->liveness, client, 1);
+            msg.status = egm__liveness_leave(st->liveness, client, EGM_LEAVE_UNMOUNT_SEGMENTS);
             pthread_rwlock_unlock(st->lock);
             pthread_rwlock_rdlock(st->lock);
         }

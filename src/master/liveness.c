@@ -355,7 +355,7 @@ size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
     return expired;
 }
 
-egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client, int may_unmount)
+egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client, egm_leave_mode_t mode)
 {
     char id_text[EGM_ID_STRLEN];
     egm_status_t status = EGM_OK;
@@ -364,7 +364,7 @@ egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client, int may_unm
         return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
     pthread_mutex_lock(&l->lock);
     client_t *c = find_client(l, client);
-    if (c != NULL && !may_unmount && owns_segments(l, client)) {
+    if (c != NULL && mode == EGM_LEAVE_KEEP_SEGMENTS && owns_segments(l, client)) {
         status = egm__set_error(EGM_ERR_BUSY, "client %s still has segments mounted",
                                 egm__id_format(client, id_text));
     } else if (c != NULL) {
