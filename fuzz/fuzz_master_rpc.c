@@ -182,7 +182,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         }
     }
-    FUZZ_CHECK(egm__master_state_init_with(&st, &params, 3000) == EGM_OK);
+    egm_master_state_params_t state_params = {.objects = params, .client_ttl_ms = 3000};
+    FUZZ_CHECK(egm__master_state_init(&st, &state_params) == EGM_OK);
     st.now_ms = clock_ms;
 
     for (int n = 0; n < MAX_CALLS && in.left > 0; n++) {

@@ -118,7 +118,10 @@ static int master_mounts(const uint8_t *buf, size_t len)
     egm__pb_free(&pb->base);
     uint8_t *req =
         mount_request(egm__id_is_nil(owner) ? (egm_id_t){1, 1} : owner, buf, len, &req_len);
-    FUZZ_CHECK(egm__master_state_init(&st, 5000, 3000) == EGM_OK);
+    egm_master_state_params_t state_params = {.client_ttl_ms = 3000};
+    egm__objects_params_default(&state_params.objects);
+    state_params.objects.lease_ttl_ms = 5000;
+    FUZZ_CHECK(egm__master_state_init(&st, &state_params) == EGM_OK);
     FUZZ_CHECK(egm__master_handle(&st, EGM_RPC_MOUNT_SEGMENT, req, req_len, &reply) == EGM_OK);
     FUZZ_CHECK(egm__pb_unpack(&egm__status_reply__descriptor, reply.buf, reply.len,
                               (ProtobufCMessage **)&status) == EGM_OK);

@@ -186,15 +186,16 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     if (rpc_threads < 1 || rpc_threads > EGM_MASTER_RPC_THREADS_MAX)
         return egm__set_error(EGM_ERR_CONFIG, "rpc_threads: %lld, must be 1..%d",
                               (long long)rpc_threads, EGM_MASTER_RPC_THREADS_MAX);
-    egm_objects_params_t objects;
-    status = object_params(config, (uint64_t)lease_ttl_ms, &objects);
+    egm_master_state_params_t state_params = {.client_ttl_ms = (uint64_t)client_ttl_s * 1000u};
+    const egm_objects_params_t *objects = &state_params.objects;
+    status = object_params(config, (uint64_t)lease_ttl_ms, &state_params.objects);
     if (status != EGM_OK)
         return status;
 
     master = egm_calloc(1, sizeof(*master), "master");
     if (master == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the master");
-    status = egm__master_state_init_with(&master->state, &objects, (uint64_t)client_ttl_s * 1000u);
+    status = egm__master_state_init(&master->state, &state_params);
     if (status != EGM_OK)
         goto err;
     master->state_ready = 1;
@@ -290,10 +291,10 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
              (long long)client_ttl_s, n);
     egm_info("master placement %s; eviction above %.2f of capacity, %.2f at a time, none "
              "within %llu ms of a PutEnd; soft pin %llu ms; unfinished puts discarded after %llu s",
-             EGM_CONFIG_TEXT(config, placement_strategy), objects.eviction_high_watermark,
-             objects.eviction_ratio, (unsigned long long)objects.min_residency_ms,
-             (unsigned long long)objects.soft_pin_ttl_ms,
-             (unsigned long long)(objects.pending_timeout_ms / 1000u));
+             EGM_CONFIG_TEXT(config, placement_strategy), objects->eviction_high_watermark,
+             objects->eviction_ratio, (unsigned long long)objects->min_residency_ms,
+             (unsigned long long)objects->soft_pin_ttl_ms,
+             (unsigned long long)(objects->pending_timeout_ms / 1000u));
     *master_p = master;
     return EGM_OK;
 

@@ -39,13 +39,13 @@ typedef struct {
 /* Initializes a state lock: writers first (a waiting exclusive holder stops
  * new shared ones), never taken shared twice by one thread. */
 egm_status_t egm__master_lock_init(pthread_rwlock_t *lock);
-/* The object index's defaults (egm__objects_params_default) with lease_ttl_ms. */
-egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
-                                    uint64_t client_ttl_ms);
-/* With every object index parameter (leases, pins, eviction, placement). */
-egm_status_t egm__master_state_init_with(egm_master_state_t *state,
-                                         const egm_objects_params_t *objects,
-                                         uint64_t client_ttl_ms);
+typedef struct {
+    egm_objects_params_t objects; /* the object index's: leases, pins, eviction, placement */
+    uint64_t client_ttl_ms;       /* a client silent this long is expired */
+} egm_master_state_params_t;
+/* params->objects: from egm__objects_params_default, then changed as wanted. */
+egm_status_t egm__master_state_init(egm_master_state_t *state,
+                                    const egm_master_state_params_t *params);
 void egm__master_state_cleanup(egm_master_state_t *state);
 /* Periodic work: expires silent clients, discards stale PENDING objects,
  * evicts when usage is above the high watermark. Holds state->lock

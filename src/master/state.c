@@ -5,30 +5,19 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-egm_status_t egm__master_state_init(egm_master_state_t *state, uint64_t lease_ttl_ms,
-                                    uint64_t client_ttl_ms)
-{
-    egm_objects_params_t params;
-
-    egm__objects_params_default(&params);
-    params.lease_ttl_ms = lease_ttl_ms;
-    return egm__master_state_init_with(state, &params, client_ttl_ms);
-}
-
-egm_status_t egm__master_state_init_with(egm_master_state_t *state,
-                                         const egm_objects_params_t *objects,
-                                         uint64_t client_ttl_ms)
+egm_status_t egm__master_state_init(egm_master_state_t *state,
+                                    const egm_master_state_params_t *params)
 {
     egm_status_t status;
 
     memset(state, 0, sizeof(*state));
-    state->client_ttl_ms = client_ttl_ms;
+    state->client_ttl_ms = params->client_ttl_ms;
     state->master_id = egm__id_random();
     state->now_ms = egm__now_ms;
     status = egm__segment_table_create(0, &state->segments);
     if (status != EGM_OK)
         goto err;
-    status = egm__objects_create_with(state->segments, objects, &state->objects);
+    status = egm__objects_create_with(state->segments, &params->objects, &state->objects);
     if (status != EGM_OK)
         goto err;
     status = egm__liveness_create(state->segments, state->objects, &state->liveness);

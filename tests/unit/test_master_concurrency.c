@@ -401,7 +401,8 @@ static int setup(void **state)
     p.eviction_high_watermark = 0.7;
     p.eviction_ratio = 0.1;
     p.placement = EGM_PLACEMENT_LOCAL_FIRST;
-    assert_int_equal(egm__master_state_init_with(&st, &p, UINT64_MAX / 4), EGM_OK);
+    egm_master_state_params_t sp = {.objects = p, .client_ttl_ms = UINT64_MAX / 4};
+    assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
     assert_int_equal(egm__master_lock_init(&state_lock), EGM_OK);
     egm__master_metrics_init(&metrics);
     st.lock = &state_lock;

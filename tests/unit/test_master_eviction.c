@@ -42,7 +42,8 @@ static uint64_t clock_ms(void)
  * within a few fake ms; residency_params() is for the tests of it). */
 static void init_with(const egm_objects_params_t *params)
 {
-    assert_int_equal(egm__master_state_init_with(&st, params, CLIENT_TTL), EGM_OK);
+    egm_master_state_params_t sp = {.objects = *params, .client_ttl_ms = CLIENT_TTL};
+    assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
     st.now_ms = clock_ms;
 }
 

@@ -31,7 +31,10 @@ static int setup(void **state)
     (void)state;
     live_at_start = egm__alloc_live_count();
     egm__log_set_level(EGM_LOG_ERROR);
-    assert_int_equal(egm__master_state_init(&st, 10000, 10), EGM_OK);
+    egm_master_state_params_t sp = {.client_ttl_ms = 10};
+    egm__objects_params_default(&sp.objects);
+    sp.objects.lease_ttl_ms = 10000;
+    assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
     st.now_ms = clock_ms;
     fake_now = 1000;
     me = egm__id_random();

@@ -33,7 +33,10 @@ static int setup(void **state)
     (void)state;
     live_at_start = egm__alloc_live_count();
     egm__log_set_level(EGM_LOG_ERROR);
-    assert_int_equal(egm__master_state_init(&fx.st, TTL, CLIENT_TTL), EGM_OK);
+    egm_master_state_params_t sp = {.client_ttl_ms = CLIENT_TTL};
+    egm__objects_params_default(&sp.objects);
+    sp.objects.lease_ttl_ms = TTL;
+    assert_int_equal(egm__master_state_init(&fx.st, &sp), EGM_OK);
     fx.provider = egm__id_random();
     fx.writer = egm__id_random();
     fx.other = egm__id_random();
