@@ -336,13 +336,9 @@ egm_status_t egm__mapping_get(egm_mapping_cache_t *cache, const egm_segment_desc
         egm__segref_put(cache->mappings, &m->ref);
         return retired_error(segment->id);
     }
-    if (m->size != segment->size) {
-        egm__segref_put(cache->mappings, &m->ref);
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "nvlink: segment %s: descriptor size %" PRIu64
-                              " differs from the mapped %" PRIu64,
-                              egm__id_format(segment->id, text), segment->size, m->size);
-    }
+    st = egm__segref_check_size(cache->mappings, &m->ref, "nvlink", segment->size, m->size);
+    if (st != EGM_OK)
+        return st;
     *mapping_p = m;
     return EGM_OK;
 }

@@ -145,6 +145,20 @@ uint64_t egm__segref_live(egm_segref_table_t *table)
     return n;
 }
 
+egm_status_t egm__segref_check_size(egm_segref_table_t *table, egm_segref_t *ref,
+                                    const char *prefix, uint64_t described, uint64_t held)
+{
+    if (described == held)
+        return EGM_OK;
+    char text[EGM_ID_STRLEN];
+    egm__id_format(ref->id, text);
+    egm__segref_put(table, ref);
+    return egm__set_error(EGM_ERR_INVALID_ARG,
+                          "%s: segment %s: descriptor size %" PRIu64
+                          " differs from the mapped %" PRIu64,
+                          prefix, text, described, held);
+}
+
 egm_status_t egm__segref_ids(egm_segref_table_t *table, egm_id_t **ids_p, size_t *n_p)
 {
     void *ids = NULL;

@@ -72,6 +72,12 @@ int egm__segref_retired(egm_segref_table_t *table, egm_id_t id);
 size_t egm__segref_count(egm_segref_table_t *table);
 /* Objects not freed yet: linked, or unlinked and still referenced. */
 uint64_t egm__segref_live(egm_segref_table_t *table);
+/* A held object whose resource is `held` bytes long, found for a descriptor
+ * saying `described`: a different size means a different allocation behind
+ * the id, so the reference is put back and EGM_ERR_INVALID_ARG names the
+ * segment (`prefix`: the transport, "shm"). EGM_OK keeps the reference. */
+egm_status_t egm__segref_check_size(egm_segref_table_t *table, egm_segref_t *ref,
+                                    const char *prefix, uint64_t described, uint64_t held);
 /* Ids linked now (egm_malloc'ed; NULL when none). */
 egm_status_t egm__segref_ids(egm_segref_table_t *table, egm_id_t **ids_p, size_t *n_p);
 

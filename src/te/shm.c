@@ -166,13 +166,10 @@ static egm_status_t mapping_get(egm_shm_cache_t *cache, const egm_segment_desc_t
         if (st != EGM_ERR_SEGMENT_EXISTS)
             return st;
     }
-    if (m->size != segment->size) {
-        egm__segref_put(cache->mappings, &m->ref);
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "shm: segment %s: descriptor size %" PRIu64
-                              " differs from the mapped %" PRIu64,
-                              egm__id_format(segment->id, text), segment->size, m->size);
-    }
+    egm_status_t size_st =
+        egm__segref_check_size(cache->mappings, &m->ref, "shm", segment->size, m->size);
+    if (size_st != EGM_OK)
+        return size_st;
     *mapping_p = m;
     return EGM_OK;
 }

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
@@ -83,6 +84,32 @@ static void test_last_reference_frees(void **state)
     assert_int_equal(egm__segref_unlink(t, id, 0), 1);
     assert_int_equal(log.freed, 2);
     assert_int_equal(egm__segref_unlink(t, id, 0), 0);
+    egm__segref_destroy(t);
+}
+
+/* A held object whose size disagrees with its descriptor: the reference goes
+ * back (an unlinked one is freed by it) and the error names the segment. */
+static void test_check_size(void **state)
+{
+    (void)state;
+    freelog_t log = {0};
+    egm_segref_table_t *t = NULL;
+    assert_int_equal(egm__segref_create("test object", obj_free, &log, &t), EGM_OK);
+    egm_id_t id = egm__id_random();
+    char text[EGM_ID_STRLEN], want[160];
+    egm__id_format(id, text);
+
+    obj_t *o = obj_new(id, 9);
+    assert_int_equal(egm__segref_link(t, &o->ref, 0), EGM_OK);
+    egm_segref_t *r = egm__segref_get(t, id);
+    assert_int_equal(egm__segref_check_size(t, r, "shm", 4096, 4096), EGM_OK); /* kept */
+    assert_int_equal(egm__segref_unlink(t, id, 0), 1);
+    assert_int_equal(log.freed, 0);
+    assert_int_equal(egm__segref_check_size(t, r, "shm", 8192, 4096), EGM_ERR_INVALID_ARG);
+    assert_int_equal(log.freed, 1); /* the put was the last reference */
+    snprintf(want, sizeof(want),
+             "shm: segment %s: descriptor size 8192 differs from the mapped 4096", text);
+    assert_string_equal(egm_last_error(), want);
     egm__segref_destroy(t);
 }
 
@@ -189,6 +216,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_last_reference_frees, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_check_size, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_one_object_per_id_and_retired_ids,
                                         egm_test_setup_alloc, egm_test_teardown_alloc),
