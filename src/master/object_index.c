@@ -269,9 +269,8 @@ egm_status_t egm__objects_params_check(const egm_objects_params_t *p)
     return EGM_OK;
 }
 
-egm_status_t egm__objects_create_with(egm_segment_table_t *segments,
-                                      const egm_objects_params_t *params,
-                                      egm_object_index_t **index_p)
+egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_objects_params_t *params,
+                                 egm_object_index_t **index_p)
 {
     egm_object_index_t *index;
     egm_status_t status;
@@ -308,23 +307,9 @@ egm_status_t egm__objects_create_with(egm_segment_table_t *segments,
     return EGM_OK;
 }
 
-egm_status_t egm__objects_create(egm_segment_table_t *segments, uint64_t lease_ttl_ms,
-                                 egm_object_index_t **index_p)
-{
-    egm_objects_params_t params;
-    egm__objects_params_default(&params);
-    params.lease_ttl_ms = lease_ttl_ms;
-    return egm__objects_create_with(segments, &params, index_p);
-}
-
 uint64_t egm__objects_lease_ttl_ms(const egm_object_index_t *index)
 {
     return index->params.lease_ttl_ms;
-}
-
-const egm_objects_params_t *egm__objects_params(const egm_object_index_t *index)
-{
-    return &index->params;
 }
 
 /* With `space` locked. */

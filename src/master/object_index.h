@@ -163,16 +163,11 @@ typedef struct {
 void egm__objects_params_default(egm_objects_params_t *params);
 /* INVALID_ARG naming the config key when a value is out of range. */
 egm_status_t egm__objects_params_check(const egm_objects_params_t *params);
-egm_status_t egm__objects_create_with(egm_segment_table_t *segments,
-                                      const egm_objects_params_t *params,
-                                      egm_object_index_t **index_p);
-/* The defaults with lease_ttl_ms: the read lease GetReplicaList and ExistKey grant. */
-egm_status_t egm__objects_create(egm_segment_table_t *segments, uint64_t lease_ttl_ms,
+egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_objects_params_t *params,
                                  egm_object_index_t **index_p);
 /* Frees every object and returns its space to the segments. */
 void egm__objects_destroy(egm_object_index_t *index);
 uint64_t egm__objects_lease_ttl_ms(const egm_object_index_t *index);
-const egm_objects_params_t *egm__objects_params(const egm_object_index_t *index);
 
 /* EGM_ERR_INVALID_KEY unless 1..EGM_MASTER_KEY_MAX bytes. */
 egm_status_t egm__objects_check_key(const char *key, size_t key_len);

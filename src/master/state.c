@@ -17,7 +17,7 @@ egm_status_t egm__master_state_init(egm_master_state_t *state,
     status = egm__segment_table_create(0, &state->segments);
     if (status != EGM_OK)
         goto err;
-    status = egm__objects_create_with(state->segments, &params->objects, &state->objects);
+    status = egm__objects_create(state->segments, &params->objects, &state->objects);
     if (status != EGM_OK)
         goto err;
     status = egm__liveness_create(state->segments, state->objects, &state->liveness);

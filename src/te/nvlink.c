@@ -116,11 +116,6 @@ void egm__nvlink_destroy(egm_nvlink_t *nv)
     egm_free(nv);
 }
 
-egm_mapping_cache_t *egm__nvlink_cache(egm_nvlink_t *nv)
-{
-    return nv->cache;
-}
-
 static egm_status_t get_copier(egm_nvlink_t *nv, int device, egm_copier_t **copier_p)
 {
     egm_status_t st = EGM_OK;

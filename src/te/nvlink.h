@@ -46,7 +46,6 @@ egm_status_t egm__nvlink_create(const egm_cuda_api_t *api, const egm_nvlink_para
                                 egm_nvlink_t **nvlink_p);
 /* Stops the prewarm threads; no transfer may run. Unmaps everything. */
 void egm__nvlink_destroy(egm_nvlink_t *nvlink);
-egm_mapping_cache_t *egm__nvlink_cache(egm_nvlink_t *nvlink);
 
 /* Moves every op (local memory on `device`, segment VMM) as GPU copies, one
  * copier run for all of them. Sets each op's status; returns the first
