@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <egmstore/client.h>
+#include "client/phases.h"
 #include "common/id.h"
 #include "pool/host_pool.h"
 #include "pool/vmm_pool.h"
@@ -81,6 +82,8 @@ struct egm_client {
     uint64_t master_restarts;  /* under lock: new master ids seen */
     uint64_t remounts;         /* under lock: segments mounted again */
     uint64_t remount_failures; /* under lock: resync attempts that failed */
+
+    egm_client_phases_t phases; /* where put and get time goes (phases.h) */
 };
 
 /* Why a resync is pending. */

@@ -210,7 +210,9 @@ static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_
         size_t n_ops = plan_round(fetches, n, descs, reply->n_segments, ops, op_fetch);
         if (n_ops == 0)
             break;
+        uint64_t t0 = egm__now_ns();
         egm__te_transfer(client->te, ops, n_ops);
+        egm__phase_add(&client->phases, EGM_OP_GET, EGM_PHASE_TRANSFER, t0);
         /* a fetch is done when every copy of its round succeeded */
         for (size_t k = 0; k < n_ops; k++)
             results[fetches[op_fetch[k]].caller] = EGM_OK;
@@ -406,7 +408,7 @@ out:
 }
 
 /* An invalid key fails in its own slot (INVALID_KEY); the others are fetched. */
-static egm_status_t get_batch(egm_client_t *client, const get_batch_t *b)
+static egm_status_t get_batch_untimed(egm_client_t *client, const get_batch_t *b)
 {
     size_t n = b->n;
     const char *const *keys = b->keys;
@@ -434,6 +436,15 @@ static egm_status_t get_batch(egm_client_t *client, const get_batch_t *b)
     if (n_valid == 0 || b->parts == NULL) /* egm_get: one key */
         return EGM_OK;
     return get_valid_subset(client, b, n_valid);
+}
+
+static egm_status_t get_batch(egm_client_t *client, const get_batch_t *b)
+{
+    uint64_t t0 = egm__now_ns();
+    egm_status_t status = get_batch_untimed(client, b);
+    if (client != NULL)
+        egm__phase_add(&client->phases, EGM_OP_GET, EGM_PHASE_CALL, t0);
+    return status;
 }
 
 egm_status_t egm_get(egm_client_t *client, const char *key, void **data_p, size_t *len_p)

@@ -1,4 +1,5 @@
 /* Client health and metrics (a provider's /health and /metrics report these). */
+#include <stdio.h>
 #include "client/client_int.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
@@ -29,6 +30,39 @@ const char *egm_health_string(egm_health_t health)
         return "cleanup_pending";
     }
     return "unknown";
+}
+
+/* Where put and get time goes (phases.h): seconds summed over threads. */
+static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_stats_t *te)
+{
+    static const char *const op_names[EGM_OP_KINDS] = {"put", "get"};
+    static const struct {
+        const char *name;
+        const char *help;
+    } phase_names[EGM_PHASES] = {
+        {"call", "calls, entry to return"},
+        {"rpc", "master calls they made"},
+        {"transfer", "transfers (routing, mapping lookups, copies)"},
+    };
+    char name[96], help[160];
+
+    for (int op = 0; op < EGM_OP_KINDS; op++) {
+        snprintf(name, sizeof(name), "egm_client_%s_calls_total", op_names[op]);
+        snprintf(help, sizeof(help), "%s calls (a batch is one)", op_names[op]);
+        egm__prom_metric_u64(o, name, EGM_PROM_COUNTER, help,
+                             atomic_load_explicit(&client->phases.calls[op], memory_order_relaxed));
+        for (int ph = 0; ph < EGM_PHASES; ph++) {
+            snprintf(name, sizeof(name), "egm_client_%s_%s_seconds_total", op_names[op],
+                     phase_names[ph].name);
+            snprintf(help, sizeof(help), "wall time of %s %s, summed over threads", op_names[op],
+                     phase_names[ph].help);
+            egm__prom_metric_double(o, name, EGM_PROM_COUNTER, help,
+                                    egm__phase_seconds(&client->phases, op, ph));
+        }
+    }
+    egm__prom_metric_double(o, "egm_client_te_copy_run_seconds_total", EGM_PROM_COUNTER,
+                            "wall time of GPU copy runs, issue to end, summed over threads",
+                            (double)te->copy_run_ns / 1e9);
 }
 
 /* Every value is a count, bytes or a 0/1 state but the setup time (common/prom.h writes
@@ -119,5 +153,7 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
     egm__prom_metric_double(&o, "egm_client_pool_setup_seconds", EGM_PROM_GAUGE,
                             "wall time of the pool's planning and allocation", v.setup_seconds);
     egm__prom_rows(&o, after_setup, sizeof(after_setup) / sizeof(after_setup[0]));
+    if (client != NULL)
+        phase_metrics(&o, client, &te);
     return o.need;
 }

@@ -25,8 +25,13 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
     size_t bytes_len = 0;
 
     *reply_p = NULL;
+    uint64_t t0 = egm__now_ns();
     egm_status_t status =
         egm__rpc_call_pb(client->master, type, req, &bytes, &bytes_len, client->rpc_timeout_ms);
+    if (type == EGM_RPC_PUT_START || type == EGM_RPC_PUT_END || type == EGM_RPC_PUT_REVOKE)
+        egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
+    else if (type == EGM_RPC_GET_REPLICA_LIST)
+        egm__phase_add(&client->phases, EGM_OP_GET, EGM_PHASE_RPC, t0);
     if (status != EGM_OK)
         return status;
     /* More results than keys is refused while decoding, before any allocation. */

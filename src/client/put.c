@@ -117,8 +117,11 @@ static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
             }
         }
     }
-    if (n_ops > 0)
+    if (n_ops > 0) {
+        uint64_t t0 = egm__now_ns();
         egm__te_transfer(client->te, ops, n_ops);
+        egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_TRANSFER, t0);
+    }
     for (size_t k = 0; k < n_ops; k++)
         if (ops[k].status != EGM_OK && key_status[op_key[k]] == EGM_OK)
             key_status[op_key[k]] = ops[k].status;
@@ -301,9 +304,9 @@ static egm_status_t check_key(egm_client_t *client, const char *key, const egm_p
     return status;
 }
 
-static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const *keys,
-                              const egm_parts_t *parts, const egm_replicate_config_t *rc,
-                              put_mode_t mode, egm_status_t *results)
+static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char *const *keys,
+                                      const egm_parts_t *parts, const egm_replicate_config_t *rc,
+                                      put_mode_t mode, egm_status_t *results)
 {
     put_plan_t plan = {0};
     egm_status_t *key_status = NULL;
@@ -369,6 +372,16 @@ out:
     egm_free(plan.sizes);
     egm_free(key_status);
     egm_free(acquired);
+    return status;
+}
+
+static egm_status_t put_batch(egm_client_t *client, size_t n, const char *const *keys,
+                              const egm_parts_t *parts, const egm_replicate_config_t *rc,
+                              put_mode_t mode, egm_status_t *results)
+{
+    uint64_t t0 = egm__now_ns();
+    egm_status_t status = put_batch_untimed(client, n, keys, parts, rc, mode, results);
+    egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_CALL, t0);
     return status;
 }
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "cuda/driver.h"
 #include "cuda/kernels.h"
@@ -95,6 +96,7 @@ struct egm_copier {
     atomic_uint_fast64_t groups;
     atomic_uint_fast64_t chunks;
     atomic_uint_fast64_t max_group_bytes;
+    atomic_uint_fast64_t run_ns;
 };
 
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "batch sizes share the uint64_t scratch");
@@ -298,6 +300,7 @@ void egm__copier_stats(const egm_copier_t *c, egm_copier_stats_t *stats_p)
     stats_p->groups = atomic_load_explicit(&c->groups, memory_order_relaxed);
     stats_p->chunks = atomic_load_explicit(&c->chunks, memory_order_relaxed);
     stats_p->max_group_bytes = atomic_load_explicit(&c->max_group_bytes, memory_order_relaxed);
+    stats_p->run_ns = atomic_load_explicit(&c->run_ns, memory_order_relaxed);
 }
 
 /* Waits for everything issued on the stream so far. */
@@ -639,7 +642,7 @@ static egm_status_t run_in_slot(egm_copier_t *c, copy_path_t path, const egm_cop
     return st;
 }
 
-egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
+static egm_status_t run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
 {
     if (c == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "copier: copier is NULL");
@@ -720,5 +723,14 @@ done:
 out:
     pthread_mutex_unlock(&c->lock);
 unlocked:
+    return st;
+}
+
+egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
+{
+    uint64_t t0 = egm__now_ns();
+    egm_status_t st = run(c, copies, n);
+    if (c != NULL)
+        atomic_fetch_add_explicit(&c->run_ns, egm__now_ns() - t0, memory_order_relaxed);
     return st;
 }

@@ -31,6 +31,9 @@ typedef struct {
      * copies that needed no cut are not counted. */
     uint64_t chunks;
     uint64_t max_group_bytes; /* largest group issued */
+    /* Wall time of egm__copier_run calls, from entry to the copies' end (summed
+     * over threads: runs of several threads overlap). */
+    uint64_t run_ns;
 } egm_copier_stats_t;
 
 /* Copier on `device` (primary context, a stream of the lowest priority when

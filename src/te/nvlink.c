@@ -374,6 +374,7 @@ void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
         stats_p->copier.batch_api_calls += cs.batch_api_calls;
         stats_p->copier.groups += cs.groups;
         stats_p->copier.chunks += cs.chunks;
+        stats_p->copier.run_ns += cs.run_ns;
         if (cs.max_group_bytes > stats_p->copier.max_group_bytes)
             stats_p->copier.max_group_bytes = cs.max_group_bytes;
     }
@@ -471,6 +472,7 @@ static void nvlink_stats(void *state, egm_te_stats_t *stats_p)
     stats_p->copy_groups = ns.copier.groups;
     stats_p->copy_chunks = ns.copier.chunks;
     stats_p->copy_max_group_bytes = ns.copier.max_group_bytes;
+    stats_p->copy_run_ns = ns.copier.run_ns;
     stats_p->staged_bytes = ns.staged_bytes;
     stats_p->mappings_live += ns.mappings.mappings_live;
 }

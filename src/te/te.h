@@ -95,6 +95,7 @@ typedef struct {
     uint64_t copy_groups;      /* groups issued and waited for (docs/configuration.md) */
     uint64_t copy_chunks;      /* pieces of copies cut at the chunk size or bound */
     uint64_t copy_max_group_bytes;
+    uint64_t copy_run_ns;  /* wall time of GPU copy runs, issue to end, summed over threads */
     uint64_t staged_bytes; /* GPU bytes that went over shm/tcp through the staging ring */
     /* provider side */
     uint64_t vmm_fds_sent; /* posix_fd VMM handles exported to consumers */
