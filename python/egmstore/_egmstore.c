@@ -203,6 +203,35 @@ static void *alloc_array(size_t n, size_t elem)
     return p;
 }
 
+/* The conversions of a batch's items without their error texts (a batch of
+ * 256 keys x 64 parts has 16k items: formatting their names costs more than the
+ * copy of a piece). NULL / -1 with no exception set: the caller reconverts the
+ * item with key_arg / addr_arg / size_arg, which raise the error naming it. */
+static const char *fast_key(PyObject *obj)
+{
+    Py_ssize_t len = 0;
+    if (!PyUnicode_Check(obj))
+        return NULL;
+    const char *text = PyUnicode_AsUTF8AndSize(obj, &len);
+    if (text == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return strlen(text) == (size_t)len ? text : NULL;
+}
+
+static int fast_u64(PyObject *obj, unsigned long long *v)
+{
+    if (!PyLong_Check(obj))
+        return -1;
+    *v = PyLong_AsUnsignedLongLong(obj);
+    if (*v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
 static int batch_keys(batch_args *b, PyObject *keys)
 {
     memset(b, 0, sizeof(*b));
@@ -219,7 +248,10 @@ static int batch_keys(batch_args *b, PyObject *keys)
         PyObject *item = PyTuple_GetItem(b->keys_tuple, (Py_ssize_t)i);
         if (item == NULL)
             return -1;
-        char what[48];
+        b->keys[i] = fast_key(item);
+        if (b->keys[i] != NULL)
+            continue;
+        char what[48]; /* the error names the key: formatted only then */
         snprintf(what, sizeof(what), "keys[%zu]", i);
         b->keys[i] = key_arg(item, what);
         if (b->keys[i] == NULL)
@@ -308,7 +340,15 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
     size_t f = 0;
     for (size_t i = 0; i < b->n; i++) {
         for (size_t j = 0; j < b->counts[i]; j++, f++) {
-            char pname[48], sname[48];
+            unsigned long long a, l;
+            if (fast_u64(PyTuple_GetItem(inner_p[i], (Py_ssize_t)j), &a) == 0 &&
+                a <= UINTPTR_MAX && fast_u64(PyTuple_GetItem(inner_s[i], (Py_ssize_t)j), &l) == 0 &&
+                l <= SIZE_MAX) {
+                b->addrs[f] = (void *)(uintptr_t)a;
+                b->lens[f] = (size_t)l;
+                continue;
+            }
+            char pname[48], sname[48]; /* the error names the item: formatted only then */
             snprintf(pname, sizeof(pname), "ptrs[%zu]", i);
             snprintf(sname, sizeof(sname), "sizes[%zu]", i);
             if (addr_arg(PyTuple_GetItem(inner_p[i], (Py_ssize_t)j), pname, (Py_ssize_t)j,

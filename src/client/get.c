@@ -130,15 +130,21 @@ static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *k
     f->addr = parts->addr + first;
     f->len = parts->len + first;
     f->n_local = end - first;
-    for (size_t p = first; p < end && at < size; p++) {
-        uint64_t len = size - at < parts->len[p] ? size - at : parts->len[p];
-        if (len == 0)
-            continue; /* an empty part receives nothing */
-        egm_status_t status = egm__registry_acquire(client->registry, parts->addr[p], len);
+    /* The bytes each part receives (an empty part, or one past the object's
+     * end, none), acquired a group of parts at a time under one lock. */
+    size_t lens[64];
+    for (size_t p = first; p < end && at < size;) {
+        size_t k = 0;
+        for (; k < 64 && p + k < end; k++) {
+            uint64_t len = size - at < parts->len[p + k] ? size - at : parts->len[p + k];
+            lens[k] = (size_t)len;
+            at += len;
+        }
+        egm_status_t status = egm__registry_acquire_n(
+            client->registry, parts->addr + p, lens, k, acquired + (p - egm__parts_first(parts, 0)));
         if (status != EGM_OK)
             return status;
-        acquired[p - egm__parts_first(parts, 0)] = 1;
-        at += len;
+        p += k;
     }
     return EGM_OK;
 }
@@ -231,9 +237,8 @@ static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_
             results[i] = egm__set_error(EGM_ERR_LEASE_EXPIRED,
                                         "\"%s\": the read lease ran out during the copy", keys[i]);
 out:
-    for (size_t p = 0; acquired != NULL && p < n_parts; p++)
-        if (acquired[p])
-            egm__registry_release(client->registry, parts->addr[part0 + p]);
+    if (acquired != NULL && parts != NULL) /* egm_get's own buffers are not registered */
+        egm__registry_release_n(client->registry, parts->addr + part0, acquired, n_parts);
     for (size_t i = 0; i < n; i++) {
         if (status != EGM_OK)
             results[i] = status;

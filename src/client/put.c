@@ -295,12 +295,9 @@ static egm_status_t check_key(egm_client_t *client, const char *key, const egm_p
     if (status == EGM_OK && (*size_p == 0 || *size_p == UINT64_MAX))
         status = egm__set_error(EGM_ERR_INVALID_ARG, "value of \"%s\" is %s", key,
                                 *size_p == 0 ? "empty" : "more than 2^64 bytes");
-    for (size_t p = first; p < end && status == EGM_OK && mode == PUT_ZERO_COPY; p++) {
-        if (parts->len[p] == 0)
-            continue; /* an empty part adds nothing */
-        status = egm__registry_acquire(client->registry, parts->addr[p], parts->len[p]);
-        acquired[p] = status == EGM_OK;
-    }
+    if (status == EGM_OK && mode == PUT_ZERO_COPY) /* an empty part adds nothing */
+        status = egm__registry_acquire_n(client->registry, parts->addr + first, parts->len + first,
+                                         end - first, acquired + first);
     return status;
 }
 
@@ -364,9 +361,8 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     }
     egm__keys_reply_free(reply);
 out:
-    for (size_t p = 0; acquired != NULL && p < n_parts; p++)
-        if (acquired[p])
-            egm__registry_release(client->registry, parts->addr[p]);
+    if (acquired != NULL)
+        egm__registry_release_n(client->registry, parts->addr, acquired, n_parts);
     egm_free(plan.index);
     egm_free(plan.keys);
     egm_free(plan.sizes);

@@ -179,15 +179,25 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
     /* A reference on every op's mapping keeps it mapped until its copy is
      * done, even if the segment is retired meanwhile. */
     size_t m = 0;
+    /* Consecutive ops of one segment (the parts of an object) share the
+     * reference the first of them took: maps[i] NULL for the others. */
+    const egm_segment_desc_t *held_segment = NULL;
+    egm_mapping_t *held = NULL;
     for (size_t i = 0; i < n; i++) {
         egm_te_op_t *op = ops[i];
         maps[i] = NULL;
-        st = egm__mapping_get(nv->cache, op->segment, &maps[i], NULL);
-        if (st == EGM_OK && (op->offset > egm__mapping_size(maps[i]) ||
-                             op->length > egm__mapping_size(maps[i]) - op->offset))
+        if (op->segment == held_segment) {
+            st = EGM_OK;
+        } else {
+            st = egm__mapping_get(nv->cache, op->segment, &maps[i], NULL);
+            held_segment = st == EGM_OK ? op->segment : NULL;
+            held = maps[i];
+        }
+        if (st == EGM_OK && (op->offset > egm__mapping_size(held) ||
+                             op->length > egm__mapping_size(held) - op->offset))
             st = egm__set_error(EGM_ERR_INVALID_ARG,
                                 "nvlink: [%" PRIu64 ", +%zu) outside the mapped %" PRIu64 " bytes",
-                                op->offset, op->length, egm__mapping_size(maps[i]));
+                                op->offset, op->length, egm__mapping_size(held));
         op->status = st;
         if (st != EGM_OK) {
             if (first == EGM_OK) {
@@ -196,7 +206,7 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
             }
             continue;
         }
-        uint64_t remote = egm__mapping_va(maps[i]) + op->offset;
+        uint64_t remote = egm__mapping_va(held) + op->offset;
         uint64_t local = (uint64_t)(uintptr_t)op->local;
         copies[m++] = op->dir == EGM_TE_READ
                           ? (egm_copy_desc_t){.dst = local, .src = remote, .len = op->length}

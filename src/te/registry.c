@@ -168,6 +168,79 @@ egm_status_t egm__registry_acquire(egm_registry_t *registry, const void *addr, s
     return EGM_OK;
 }
 
+/* Consecutive parts of a batch mostly lie in the same registered range (a KV
+ * cache region): `last` is tried before the binary search. Caller holds the lock. */
+static range_t *find_near(egm_registry_t *reg, range_t *last, uintptr_t addr, size_t len)
+{
+    if (last != NULL && addr >= last->base && addr < last->end && len <= last->end - addr)
+        return last;
+    return find_containing(reg, addr, len);
+}
+
+egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr,
+                                     const size_t *len, size_t n, int *acquired)
+{
+    range_t *r = NULL;
+    egm_status_t st = EGM_OK;
+
+    for (size_t i = 0; i < n; i++)
+        acquired[i] = 0;
+    if (registry == NULL)
+        return egm__set_error(EGM_ERR_NOT_REGISTERED, "buffer %p: not registered",
+                              n > 0 ? addr[0] : NULL);
+    pthread_mutex_lock(&registry->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (len[i] == 0)
+            continue;
+        r = addr[i] != NULL ? find_near(registry, r, (uintptr_t)addr[i], len[i]) : NULL;
+        if (r == NULL) {
+            st = egm__set_error(EGM_ERR_NOT_REGISTERED,
+                                "buffer [%p, +%zu): not inside one registered range", addr[i],
+                                len[i]);
+            break;
+        }
+        r->uses++;
+        acquired[i] = 1;
+    }
+    pthread_mutex_unlock(&registry->lock);
+    return st;
+}
+
+void egm__registry_release_n(egm_registry_t *registry, void *const *addr, const int *acquired,
+                             size_t n)
+{
+    range_t *r = NULL;
+
+    if (registry == NULL)
+        return;
+    pthread_mutex_lock(&registry->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!acquired[i])
+            continue;
+        r = find_near(registry, r, (uintptr_t)addr[i], 0);
+        if (r != NULL && r->uses > 0)
+            r->uses--;
+        else
+            egm_warn("registry: release of %p without a matching acquire", addr[i]);
+    }
+    pthread_mutex_unlock(&registry->lock);
+}
+
+egm_status_t egm__registry_device_range(egm_registry_t *registry, const void *addr, size_t len,
+                                        int *device_p, uintptr_t *base_p, uintptr_t *end_p)
+{
+    range_t *r;
+    egm_status_t st = lock_containing(registry, addr, len, &r);
+
+    if (st != EGM_OK)
+        return st;
+    *device_p = r->device;
+    *base_p = r->base;
+    *end_p = r->end;
+    pthread_mutex_unlock(&registry->lock);
+    return EGM_OK;
+}
+
 void egm__registry_release(egm_registry_t *registry, const void *addr)
 {
     if (registry == NULL || addr == NULL)

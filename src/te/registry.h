@@ -6,6 +6,7 @@
 #define EGM_TE_REGISTRY_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <egmstore/status.h>
 
 typedef struct egm_registry egm_registry_t;
@@ -21,9 +22,23 @@ egm_status_t egm__registry_remove(egm_registry_t *registry, void *addr);
  * on it (EGM_ERR_NOT_REGISTERED otherwise). */
 egm_status_t egm__registry_acquire(egm_registry_t *registry, const void *addr, size_t len);
 void egm__registry_release(egm_registry_t *registry, const void *addr);
+/* egm__registry_acquire of n buffers under one lock; a buffer of len 0 is
+ * skipped. acquired[i] says which were taken; at the first that is not inside
+ * one registered range it stops and answers EGM_ERR_NOT_REGISTERED (those
+ * before it stay acquired). */
+egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr,
+                                     const size_t *len, size_t n, int *acquired);
+/* Releases the buffers with acquired[i] set, under one lock. */
+void egm__registry_release_n(egm_registry_t *registry, void *const *addr, const int *acquired,
+                             size_t n);
 /* Device of the registered range holding [addr, addr+len): GPU ordinal, or -1
  * for host memory. Not inside one range -> EGM_ERR_NOT_REGISTERED. */
 egm_status_t egm__registry_device(egm_registry_t *registry, const void *addr, size_t len,
                                   int *device_p);
+/* The same, with the range's bounds [*base_p, *end_p): a batch's later buffers
+ * inside them have the same device without another lookup (the range cannot be
+ * unregistered while the batch holds its buffers acquired). */
+egm_status_t egm__registry_device_range(egm_registry_t *registry, const void *addr, size_t len,
+                                        int *device_p, uintptr_t *base_p, uintptr_t *end_p);
 
 #endif

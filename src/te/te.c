@@ -426,15 +426,30 @@ static int is_retired(egm_te_t *te, egm_id_t segment_id)
     return 0;
 }
 
+/* The registered range the last op's buffer was found in, and its device: a
+ * batch's buffers mostly lie in a few ranges (a KV cache's regions). */
+typedef struct {
+    uintptr_t base, end; /* end == 0: none yet */
+    int device;
+} device_memo_t;
+
 /* Where a local buffer lives: GPU ordinal or -1 (host). The registry knows
- * registered buffers without a driver call. */
-static int local_device(egm_te_t *te, const void *ptr, size_t len)
+ * registered buffers without a driver call; memo (or NULL) remembers the range. */
+static int local_device(egm_te_t *te, const void *ptr, size_t len, device_memo_t *memo)
 {
     int device = -1;
+    uintptr_t at = (uintptr_t)ptr;
     if (te->cuda == NULL || ptr == NULL)
         return -1;
-    if (te->registry != NULL && egm__registry_device(te->registry, ptr, len, &device) == EGM_OK)
+    if (memo != NULL && at >= memo->base && at < memo->end && len <= memo->end - at)
+        return memo->device;
+    uintptr_t base, end;
+    if (te->registry != NULL &&
+        egm__registry_device_range(te->registry, ptr, len, &device, &base, &end) == EGM_OK) {
+        if (memo != NULL)
+            *memo = (device_memo_t){.base = base, .end = end, .device = device};
         return device;
+    }
     if (egm__cuda_pointer_device(ptr, &device) != EGM_OK)
         return -1;
     return device;
@@ -508,7 +523,7 @@ egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport
     const route_entry_t *r;
     if (te == NULL || op == NULL || op->segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing op or segment");
-    egm_status_t st = route(te, op->segment, local_device(te, op->local, op->length), &r);
+    egm_status_t st = route(te, op->segment, local_device(te, op->local, op->length, NULL), &r);
     if (st == EGM_OK)
         *transport_p = (egm_transport_t)r->index;
     return st;
@@ -627,14 +642,23 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
     /* Route every op; run those of per-op transports now and keep the others
      * (nvlink: one batch per device). */
     size_t n_pending = 0;
+    device_memo_t memo = {0};
+    const egm_segment_desc_t *last_segment = NULL; /* ops of one object share its segment */
+    routed_t last = {.device = -1, .route = NULL};
     for (size_t i = 0; i < n; i++) {
         egm_te_op_t *op = &ops[i];
         egm_status_t st = check_op(op);
         routed[i].device = -1;
         routed[i].route = NULL;
         if (st == EGM_OK) {
-            routed[i].device = local_device(te, op->local, op->length);
-            st = route(te, op->segment, routed[i].device, &routed[i].route);
+            routed[i].device = local_device(te, op->local, op->length, &memo);
+            if (op->segment == last_segment && routed[i].device == last.device) {
+                routed[i].route = last.route;
+            } else {
+                st = route(te, op->segment, routed[i].device, &routed[i].route);
+                last_segment = st == EGM_OK ? op->segment : NULL;
+                last = routed[i];
+            }
         }
         if (st == EGM_OK && routed[i].route->ops->transfer_batch != NULL) {
             pending[n_pending++] = i;

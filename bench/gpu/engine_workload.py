@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""The engine workload against the link's ceiling (issue 17): the calls vLLM, SGLang and LMCache
+make through Mooncake's API (../shared/reference/engines.md), from a writer process and a reader
+process, each figure next to the HBM <-> pinned-host ceiling measured in the same run, every byte
+checked, and the client's phase breakdown (egm_client_{put,get}_*_seconds_total) per case.
+
+    python3 bench/gpu/engine_workload.py --egmstore build/bin/egmstore --out OUT [--quick]
+
+Cases (both processes are warm unless named "first"):
+  vllm-N      vLLM 0.33's pattern: one key per block, 64 pieces of 32 KiB each (32 layers x K,V
+              regions), batch_put_from_multi_buffers / batch_get_into_multi_buffers, N keys a call
+  kv-medium   tests/gpu/kv_scenario medium's shape: 1024 keys x 2 pieces x 32 KiB in one call
+  batch-64k   8192 x 64 KiB, one batch_put_from / batch_get_into
+  single-16m  put_from / get_into of 16 MiB
+  lat-4k      4 KiB get_into latency: a hot key (the same key again) and cold keys (each once)
+  first       the writer's and reader's very first calls (16 keys x 2 MiB multi-buffer, then
+              single 2 MiB puts/gets) against the same calls warm
+  host-64k    256 x 64 KiB batches from / into a registered pinned host buffer (SGLang, LMCache)
+The master and an EGM-pool provider are started here (gpulib.Cluster). Needs torch and a GPU.
+Writes OUT/engine_workload.json and prints a table.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+PIECE = 32 * KiB  # one layer's K (or V) of one 16-token block: 8 heads x 128 x 16 x bf16
+REGIONS = 64  # 32 layers x K, V
+SLOTS = 512  # blocks per region in each process (16 MiB a region, 1 GiB in all)
+FLAT = 640 * MiB  # the flat buffer: 8192 x 64 KiB, 16 MiB singles, 4 KiB objects
+PHASES = ("call", "rpc", "transfer")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--egmstore", required=True, help="BUILD/bin/egmstore")
+    p.add_argument("--pythonpath", help="egmstore package folder (default BUILD/python)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--pool", default="16GiB", help="EGM pool size (default 16GiB)")
+    p.add_argument("--chunk", default="1GiB", help="pool chunk (max_mr_size)")
+    p.add_argument("--reps", type=int, default=5, help="timed calls per case and size")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    p.add_argument("--device", default="cuda:0", help="the writer's GPU")
+    p.add_argument("--reader-device", default=None, help="the reader's GPU (default: the writer's)")
+    p.add_argument("--cases", default="first,vllm,kv-medium,batch-64k,single-16m,lat-4k,host-64k")
+    p.add_argument("--role", choices=("writer", "reader"), help=argparse.SUPPRESS)
+    p.add_argument("--master", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# ---- the two worker processes ---------------------------------------------------------------
+
+
+class Worker:
+    """One process's store and buffers: REGIONS regions of SLOTS blocks of PIECE bytes (the KV
+    cache), a flat buffer, a pinned host buffer; every block filled with, or checked against, the
+    pattern of an id (word i of block `id` is (id << 32) + i)."""
+
+    def __init__(self, a):
+        import torch
+
+        self.t = torch
+        self.dev = torch.device(a.device)
+        torch.cuda.set_device(self.dev)
+        sys.path.insert(0, a.pythonpath)
+        from egmstore.mooncake import MooncakeDistributedStore, ReplicateConfig
+
+        self.rc = ReplicateConfig()
+        self.store = MooncakeDistributedStore()
+        self.setup_args = ("127.0.0.1", "P2PHANDSHAKE", 0, 0, "nvlink", "", a.master)
+        self.regions = [torch.zeros(SLOTS * PIECE // 8, dtype=torch.int64, device=self.dev)
+                        for _ in range(REGIONS)]
+        self.flat = torch.zeros(FLAT // 8, dtype=torch.int64, device=self.dev)
+        self.host = torch.zeros(256 * 64 * KiB // 8, dtype=torch.int64).pin_memory()
+        self.base = {}
+        torch.cuda.synchronize()
+        self.started = False
+
+    def start(self):
+        """setup() and register_buffer() of every buffer: their wall time."""
+        t0 = time.perf_counter()
+        rc = self.store.setup(*self.setup_args)
+        t1 = time.perf_counter()
+        if rc != 0:
+            raise RuntimeError(f"setup returned {rc}")
+        for b in self.regions + [self.flat, self.host]:
+            rc = self.store.register_buffer(b.data_ptr(), b.numel() * 8)
+            if rc != 0:
+                raise RuntimeError(f"register_buffer returned {rc}")
+        self.started = True
+        return {"setup_s": t1 - t0, "register_s": time.perf_counter() - t1}
+
+    def _arange(self, words, device):
+        k = (words, str(device))
+        if k not in self.base:
+            self.base[k] = self.t.arange(words, dtype=self.t.int64, device=device)
+        return self.base[k]
+
+    def _expected(self, ids, words, device):
+        ids_t = self.t.tensor(ids, dtype=self.t.int64, device=device)
+        return self._arange(words, device).unsqueeze(0) + (ids_t << 32).unsqueeze(1)
+
+    def _rows(self, tensor, block):
+        return tensor.view(-1, block // 8)
+
+    def fill(self, blocks):
+        """blocks: [(tensor, block bytes, row, id)] grouped by (tensor, block): pattern in."""
+        for (tensor, block), rows in self._group(blocks).items():
+            pos = self.t.tensor([r for r, _ in rows], dtype=self.t.int64, device=tensor.device)
+            self._rows(tensor, block).index_copy_(0, pos, self._expected([i for _, i in rows], block // 8, tensor.device))
+        self.t.cuda.synchronize()
+
+    def zero(self, blocks):
+        for (tensor, block), rows in self._group(blocks).items():
+            pos = self.t.tensor([r for r, _ in rows], dtype=self.t.int64, device=tensor.device)
+            self._rows(tensor, block).index_fill_(0, pos, 0)
+        self.t.cuda.synchronize()
+
+    def bad(self, blocks):
+        """How many blocks differ from their pattern."""
+        n = 0
+        for (tensor, block), rows in self._group(blocks).items():
+            pos = self.t.tensor([r for r, _ in rows], dtype=self.t.int64, device=tensor.device)
+            got = self._rows(tensor, block).index_select(0, pos)
+            exp = self._expected([i for _, i in rows], block // 8, tensor.device)
+            n += int((got != exp).any(dim=1).sum().item())
+        return n
+
+    @staticmethod
+    def _group(blocks):
+        out = {}
+        for tensor, block, row, ident in blocks:
+            out.setdefault((id(tensor), block), (tensor, block, []))[2].append((row, ident))
+        return {(v[0], v[1]): v[2] for v in out.values()}
+
+    def metrics(self):
+        text = self.store._c.metrics()
+        vals = {}
+        for line in text.splitlines():
+            if line.startswith("egm_client_") and " " in line:
+                name, _, value = line.rpartition(" ")
+                vals[name] = float(value)
+        return vals
+
+    def ptr(self, tensor, block, row):
+        return tensor.data_ptr() + row * block
+
+
+def ident_of(case, rep, k):
+    """The same number in writer and reader (Python's hash() of a str differs per process)."""
+    return zlib.crc32(f"{case}/{rep}/{k}".encode())
+
+
+def layout(w, case, n, rep, reader):
+    """Keys of one call and their blocks: (keys, ptrs per key, sizes per key, blocks to fill or
+    check). The reader uses other slots than the writer (a copy that reads its own buffer fails
+    the check)."""
+    def slot(i, span):
+        return (span - 1 - i) if reader else i
+
+    keys, ptrs, sizes, blocks = [], [], [], []
+    if case.startswith("vllm") or case == "first":
+        for k in range(n):
+            key = f"{case}/r{rep}/blk{k}"
+            s = slot(k, SLOTS)
+            ident = (ident_of(case, rep, k) & 0xFFFFFF) << 6
+            keys.append(key)
+            ptrs.append([w.ptr(w.regions[r], PIECE, s) for r in range(REGIONS)])
+            sizes.append([PIECE] * REGIONS)
+            blocks += [(w.regions[r], PIECE, s, ident + r) for r in range(REGIONS)]
+    elif case == "kv-medium":
+        for k in range(n):
+            layer, s = k % 32, slot(k // 32, SLOTS)
+            ident = (ident_of(case, rep, k) & 0xFFFFFF) << 6
+            keys.append(f"{case}/r{rep}/L{layer}/B{k // 32}")
+            ptrs.append([w.ptr(w.regions[2 * layer + h], PIECE, s) for h in (0, 1)])
+            sizes.append([PIECE, PIECE])
+            blocks += [(w.regions[2 * layer + h], PIECE, s, ident + h) for h in (0, 1)]
+    else:
+        block = {"batch-64k": 64 * KiB, "single-16m": 16 * MiB, "lat-4k": 4 * KiB,
+                 "host-64k": 64 * KiB, "first-single": 2 * MiB}[case]
+        tensor = w.host if case == "host-64k" else w.flat
+        span = tensor.numel() * 8 // block
+        for k in range(n):
+            s = slot(k, span)
+            keys.append(f"{case}/r{rep}/{k}")
+            ptrs.append(w.ptr(tensor, block, s))
+            sizes.append(block)
+            blocks.append((tensor, block, s, ident_of(case, rep, k) & 0x7FFFFFFF))
+    return keys, ptrs, sizes, blocks
+
+
+def call(w, op, case, keys, ptrs, sizes):
+    """One timed store call: (seconds, ok keys, codes that were not ok)."""
+    s = w.store
+    multi = isinstance(ptrs[0], list)
+    t0 = time.perf_counter()
+    if op == "put":
+        if multi:
+            codes = s.batch_put_from_multi_buffers(keys, ptrs, sizes, w.rc)
+        elif len(keys) == 1 and case != "host-64k":
+            codes = [s.put_from(keys[0], ptrs[0], sizes[0], w.rc)]
+        else:
+            codes = s.batch_put_from(keys, ptrs, sizes, w.rc)
+        dt = time.perf_counter() - t0
+        ok = sum(1 for c in codes if c == 0)
+    else:
+        if multi:
+            codes = s.batch_get_into_multi_buffers(keys, ptrs, sizes)
+        elif len(keys) == 1 and case != "host-64k":
+            codes = [s.get_into(keys[0], ptrs[0], sizes[0])]
+        else:
+            codes = s.batch_get_into(keys, ptrs, sizes)
+        dt = time.perf_counter() - t0
+        ok = sum(1 for c in codes if c > 0)
+    return dt, ok, sorted({c for c in codes if (c != 0 if op == "put" else c <= 0)})
+
+
+def phases_delta(before, after, op):
+    d = {p: after.get(f"egm_client_{op}_{p}_seconds_total", 0) - before.get(f"egm_client_{op}_{p}_seconds_total", 0)
+         for p in PHASES}
+    d["copy_run"] = after.get("egm_client_te_copy_run_seconds_total", 0) - before.get(
+        "egm_client_te_copy_run_seconds_total", 0)
+    d["calls"] = after.get(f"egm_client_{op}_calls_total", 0) - before.get(f"egm_client_{op}_calls_total", 0)
+    return d
+
+
+def run_case(w, op, case, n, reps, first_rep=0):
+    """reps calls of n keys (rep numbers first_rep..): per-call seconds, checks, phases."""
+    times, bad, ok, codes = [], 0, 0, set()
+    before = w.metrics()
+    for rep in range(first_rep, first_rep + reps):
+        keys, ptrs, sizes, blocks = layout(w, case, n, rep, reader=(op == "get"))
+        if op == "put":
+            w.fill(blocks)
+        else:
+            w.zero(blocks)
+        dt, k_ok, k_codes = call(w, op, case, keys, ptrs, sizes)
+        times.append(dt)
+        ok += k_ok
+        codes |= set(k_codes)
+        if op == "get":
+            bad += w.bad(blocks)
+    nbytes = sum(sum(s) if isinstance(s, list) else s for s in layout(w, case, n, 0, False)[2])
+    return {"case": case, "op": op, "keys": n, "bytes_per_call": nbytes, "calls": reps,
+            "seconds": times, "ok_keys": ok, "expected_keys": n * reps, "bad_blocks": bad,
+            "codes": sorted(codes), "phases": phases_delta(before, w.metrics(), op)}
+
+
+def latency(w, op, case, hot):
+    """4 KiB: the writer puts 1000 objects; the reader gets one key 2000 times (hot) or each of
+    the 1000 once (cold)."""
+    if op == "put":
+        return run_case(w, "put", "lat-4k", 1000, 1)
+    keys, ptrs, sizes, blocks = layout(w, "lat-4k", 1000, 0, reader=True)
+    samples, bad = [], 0
+    s = w.store
+    order = [0] * 2001 if hot else list(range(1000))
+    for j, k in enumerate(order):
+        t0 = time.perf_counter_ns()
+        rc = s.get_into(keys[k], ptrs[k], sizes[k])
+        dt = time.perf_counter_ns() - t0
+        if rc != 4 * KiB:
+            bad += 1
+        if not (hot and j == 0):
+            samples.append(dt / 1e3)
+    bad += w.bad(blocks if not hot else blocks[:1])
+    samples.sort()
+    return {"case": case, "op": "get", "samples": len(samples), "bad": bad,
+            "p50_us": samples[len(samples) // 2], "p99_us": samples[int(len(samples) * 0.99)]}
+
+
+def worker_main(a):
+    w = Worker(a)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # library prints never mix into the protocol
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            res = serve(w, a.role, req)
+        except Exception as e:  # reported, the run goes on
+            res = {"error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(res) + "\n")
+        out.flush()
+        if req["what"] == "exit":
+            break
+    if w.started:
+        w.store.close()
+
+
+def serve(w, role, req):
+    what, op = req["what"], ("put" if role == "writer" else "get")
+    if what == "exit":
+        return {}
+    if what == "first":
+        # The process's very first calls, before anything was mapped: start, then 16 x 2 MiB
+        # multi-buffer, then 4 single 2 MiB calls; the same again warm.
+        t = w.start()
+        res = {"start": t}
+        res["first_multi"] = run_case(w, op, "first", 16, 1, 0)
+        res["first_single"] = run_case(w, op, "first-single", 1, 4, 0)
+        res["warm_multi"] = run_case(w, op, "first", 16, 1, 1)
+        res["warm_single"] = run_case(w, op, "first-single", 1, 4, 4)
+        return res
+    if not w.started:
+        w.start()
+    if what == "lat-4k":
+        if op == "put":
+            return {"put": latency(w, "put", "lat-4k", False)}
+        return {"hot": latency(w, "get", "lat-4k hot", True), "cold": latency(w, "get", "lat-4k cold", False)}
+    return run_case(w, op, what, req["keys"], req["reps"])
+
+
+# ---- the driver -----------------------------------------------------------------------------
+
+
+class Proc:
+    def __init__(self, a, role, device):
+        argv = [sys.executable, os.path.abspath(__file__), "--role", role, "--master", a.master_addr,
+                "--egmstore", a.egmstore, "--out", a.out, "--pythonpath", a.pythonpath,
+                "--device", device]
+        self.log = open(os.path.join(a.out, f"{role}.log"), "w")
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.log, text=True)
+
+    def ask(self, req):
+        self.p.stdin.write(json.dumps(req) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker exited ({self.log.name})")
+        return json.loads(line)
+
+    def close(self):
+        try:
+            self.ask({"what": "exit"})
+        except Exception:
+            pass
+        self.p.wait(60)
+
+
+def ceiling(device, nbytes=256 * MiB):
+    import torch
+
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def best(fn):
+        fn()
+        torch.cuda.synchronize(device)
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize(device)
+            ts.append(time.perf_counter() - t0)
+        return nbytes / min(ts) / 1e9
+
+    d2h = best(lambda: host.copy_(src, non_blocking=True))
+    h2d = best(lambda: src.copy_(host, non_blocking=True))
+    del src, host
+    torch.cuda.empty_cache()
+    return {"bytes": nbytes, "put_GBps": d2h, "get_GBps": h2d,
+            "what": "torch copy HBM -> pinned host (put's direction), pinned host -> HBM (get's)"}
+
+
+def host_memcpy_ceiling(nbytes=256 * MiB):
+    import torch
+
+    a = torch.ones(nbytes, dtype=torch.uint8).pin_memory()
+    b = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    b.copy_(a)
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        ts.append(time.perf_counter() - t0)
+    return nbytes / min(ts) / 1e9
+
+
+def summarize(r, ceil_GBps):
+    if "seconds" not in r:
+        return r
+    ts = r["seconds"]
+    r["GBps_median"] = r["bytes_per_call"] / statistics.median(ts) / 1e9
+    r["GBps_best"] = r["bytes_per_call"] / min(ts) / 1e9
+    r["ceiling_share"] = r["GBps_median"] / ceil_GBps if ceil_GBps else None
+    r["correct"] = r["ok_keys"] == r["expected_keys"] and r["bad_blocks"] == 0
+    ph, calls = r["phases"], max(1, r["phases"]["calls"])
+    r["per_call_ms"] = {p: ph[p] / calls * 1e3 for p in PHASES + ("copy_run",)}
+    r["per_call_ms"]["client_and_gaps"] = (ph["call"] - ph["rpc"] - ph["transfer"]) / calls * 1e3
+    r["per_call_ms"]["routing_in_transfer"] = (ph["transfer"] - ph["copy_run"]) / calls * 1e3
+    return r
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.role:
+        return worker_main(a)
+    import gpulib
+
+    os.makedirs(a.out, exist_ok=True)
+    a.pythonpath = a.pythonpath or gpulib.default_pythonpath(a.egmstore)
+    reps = 2 if a.quick else a.reps
+    cluster = gpulib.Cluster(a, gpulib.parse_size(a.pool), gpulib.parse_size(a.chunk)).start()
+    a.master_addr = cluster.addr
+    doc = {"tool": "bench/gpu/engine_workload.py", "argv": sys.argv[1:], "results": []}
+    ceil = ceiling(a.device)
+    ceil["host_memcpy_GBps"] = host_memcpy_ceiling()
+    doc["ceiling"] = ceil
+    print(f"ceiling: put {ceil['put_GBps']:.1f} GB/s, get {ceil['get_GBps']:.1f} GB/s, pinned "
+          f"host memcpy {ceil['host_memcpy_GBps']:.1f} GB/s", flush=True)
+    writer = Proc(a, "writer", a.device)
+    reader = Proc(a, "reader", a.reader_device or a.device)
+    cases = a.cases.split(",")
+    try:
+        for case in cases:
+            if case == "first":
+                wres, rres = writer.ask({"what": "first"}), reader.ask({"what": "first"})
+                doc["first"] = {"writer": wres, "reader": rres}
+                for side in (wres, rres):
+                    for k in ("first_multi", "first_single", "warm_multi", "warm_single"):
+                        if k in side:
+                            summarize(side[k], None)
+                continue
+            if case == "lat-4k":
+                wres, rres = writer.ask({"what": case}), reader.ask({"what": case})
+                doc["results"] += [wres.get("put", wres), rres.get("hot", rres), rres.get("cold", rres)]
+                continue
+            sizes = {"vllm": [16, 64, 256], "kv-medium": [1024], "batch-64k": [8192],
+                     "single-16m": [1], "host-64k": [256]}[case]
+            for n in sizes:
+                name = f"vllm-{n}" if case == "vllm" else case
+                r = 10 if case == "single-16m" else reps
+                wres = writer.ask({"what": "vllm" if case == "vllm" else case, "keys": n, "reps": r})
+                rres = reader.ask({"what": "vllm" if case == "vllm" else case, "keys": n, "reps": r})
+                for res, ceil_key in ((wres, "put_GBps"), (rres, "get_GBps")):
+                    res["name"] = name
+                    host = case == "host-64k"
+                    summarize(res, ceil["host_memcpy_GBps"] if host else ceil[ceil_key])
+                    doc["results"].append(res)
+    finally:
+        writer.close()
+        reader.close()
+        doc["daemons_exit"] = cluster.stop()
+    with open(os.path.join(a.out, "engine_workload.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    print(render(doc))
+    bad = [r for r in doc["results"] if r.get("correct") is False or r.get("bad") or "error" in r]
+    return 1 if bad else 0
+
+
+def render(doc):
+    lines = ["| case | op | keys | GB/s (median) | share of ceiling | ok | per call ms: call / rpc / transfer / copy run / client+gaps |",
+             "|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        if "error" in r:
+            lines.append(f"| {r.get('name', '?')} | | | error: {r['error']} | | | |")
+        elif "p50_us" in r:
+            lines.append(f"| {r['case']} | get | 1 | p50 {r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us | | {'yes' if not r['bad'] else 'NO'} | |")
+        elif "GBps_median" in r:
+            pc = r["per_call_ms"]
+            share = f"{100 * r['ceiling_share']:.0f}%" if r.get("ceiling_share") else ""
+            codes = "" if not r["codes"] else f" codes {r['codes']}"
+            lines.append(f"| {r.get('name', r['case'])} | {r['op']} | {r['keys']} | {r['GBps_median']:.2f} | {share} | "
+                         f"{'yes' if r['correct'] else 'NO'}{codes} | {pc['call']:.3f} / {pc['rpc']:.3f} / {pc['transfer']:.3f} / "
+                         f"{pc['copy_run']:.3f} / {pc['client_and_gaps']:.3f} |")
+    first = doc.get("first")
+    if first:
+        for side, res in first.items():
+            if "error" in res:
+                lines.append(f"first calls, {side}: error {res['error']}")
+                continue
+            st = res["start"]
+            fm, wm = res["first_multi"], res["warm_multi"]
+            fs, ws = res["first_single"], res["warm_single"]
+            lines.append(f"first calls, {side}: setup {st['setup_s'] * 1e3:.0f} ms, register {st['register_s'] * 1e3:.0f} ms; "
+                         f"16 x 2 MiB multi-buffer first {fm['seconds'][0] * 1e3:.1f} ms vs warm {wm['seconds'][0] * 1e3:.1f} ms; "
+                         f"single 2 MiB first {fs['seconds'][0] * 1e3:.2f} ms (max {max(fs['seconds']) * 1e3:.2f}) vs warm "
+                         f"{statistics.median(ws['seconds']) * 1e3:.2f} ms; correct {fm['correct'] and fs['correct']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
