@@ -506,3 +506,19 @@ egm_status_t egm__cuda_pointer_device(const void *ptr, int *device_p)
     *device_p = ordinal;
     return EGM_OK;
 }
+
+int egm__cuda_pointer_gpu_mapped_host(const void *ptr)
+{
+    const egm_cuda_api_t *api;
+    if (ptr == NULL || egm__cuda_load(&api) != EGM_OK)
+        return 0;
+    egm_cu_deviceptr_t p = (egm_cu_deviceptr_t)(uintptr_t)ptr, dev = 0;
+    unsigned int type = 0;
+    if (api->cuPointerGetAttribute(&type, EGM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) !=
+            EGM_CU_SUCCESS ||
+        type != EGM_CU_MEMORYTYPE_HOST)
+        return 0;
+    return api->cuPointerGetAttribute(&dev, EGM_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, p) ==
+               EGM_CU_SUCCESS &&
+           dev == p;
+}

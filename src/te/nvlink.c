@@ -414,8 +414,9 @@ static const char *nvlink_obstacle(const egm_te_env_t *env, void *state,
     (void)why, (void)why_cap;
     if (state == NULL)
         return nvlink_unavailable(state);
-    if (device < 0)
-        return "the local buffer is host memory, not GPU memory";
+    if (device < 0 && device != EGM_DEVICE_MAPPED_HOST)
+        return "the local buffer is host memory that is neither GPU memory nor registered pinned "
+               "memory";
     if (segment->handle_kind != EGM_HANDLE_POSIX_FD && segment->handle_kind != EGM_HANDLE_FABRIC)
         return "the segment is not CUDA VMM memory";
     if (segment->handle_kind == EGM_HANDLE_POSIX_FD &&
@@ -434,7 +435,9 @@ static egm_status_t nvlink_transfer_batch(const egm_te_env_t *env, void *state, 
                                           egm_te_op_t *const *ops, size_t n)
 {
     (void)env;
-    return egm__nvlink_run(state, device, ops, n);
+    /* Pinned host memory is copied by GPU 0's copier (every GPU of the
+     * process reaches it and the mapping). */
+    return egm__nvlink_run(state, device == EGM_DEVICE_MAPPED_HOST ? 0 : device, ops, n);
 }
 
 static void nvlink_prepare(const egm_te_env_t *env, void *state, const egm_segment_desc_t *segment)

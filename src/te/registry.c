@@ -14,7 +14,7 @@ typedef struct {
     uintptr_t base;
     uintptr_t end; /* exclusive; base < end */
     uint64_t uses; /* transfers currently using the range */
-    int device;    /* GPU ordinal, or -1 for host memory */
+    int device;    /* GPU ordinal, EGM_DEVICE_MAPPED_HOST, or -1 for other host memory */
 } range_t;
 
 struct egm_registry {
@@ -84,6 +84,8 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
     int device = -1;
     if (egm__cuda_pointer_device(addr, &device) != EGM_OK)
         device = -1;
+    if (device < 0 && egm__cuda_pointer_gpu_mapped_host(addr))
+        device = EGM_DEVICE_MAPPED_HOST;
 
     pthread_mutex_lock(&registry->lock);
     size_t i = upper_bound(registry, base);

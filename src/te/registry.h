@@ -11,10 +11,16 @@
 
 typedef struct egm_registry egm_registry_t;
 
+/* The device of a registered range of pinned host memory that the GPUs reach
+ * at the same address (egm__cuda_pointer_gpu_mapped_host): host memory to
+ * every transport (it is < 0), and a GPU copy's end to nvlink. */
+#define EGM_DEVICE_MAPPED_HOST (-2)
+
 egm_status_t egm__registry_create(egm_registry_t **registry_p);
 void egm__registry_destroy(egm_registry_t *registry);
 /* Overlapping an existing range -> EGM_ERR_EXISTS; len 0 or NULL -> INVALID_ARG.
- * The device comes from egm__cuda_pointer_device (host without a driver). */
+ * The device comes from egm__cuda_pointer_device (host without a driver), or
+ * is EGM_DEVICE_MAPPED_HOST. */
 egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len);
 /* Not registered -> NOT_FOUND; in use -> BUSY. */
 egm_status_t egm__registry_remove(egm_registry_t *registry, void *addr);
@@ -31,8 +37,8 @@ egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr
 /* Releases the buffers with acquired[i] set, under one lock. */
 void egm__registry_release_n(egm_registry_t *registry, void *const *addr, const int *acquired,
                              size_t n);
-/* Device of the registered range holding [addr, addr+len): GPU ordinal, or -1
- * for host memory. Not inside one range -> EGM_ERR_NOT_REGISTERED. */
+/* Device of the registered range holding [addr, addr+len): GPU ordinal,
+ * EGM_DEVICE_MAPPED_HOST, or -1 for other host memory. Not inside one range -> EGM_ERR_NOT_REGISTERED. */
 egm_status_t egm__registry_device(egm_registry_t *registry, const void *addr, size_t len,
                                   int *device_p);
 /* The same, with the range's bounds [*base_p, *end_p): a batch's later buffers

@@ -1308,6 +1308,9 @@ static egm_cu_result_t fake_cuPointerGetAttribute(void *data, int attribute, egm
     case EGM_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
         *(int *)data = ordinal;
         break;
+    case EGM_CU_POINTER_ATTRIBUTE_DEVICE_POINTER: /* unified addressing: the same address */
+        *(egm_cu_deviceptr_t *)data = ptr;
+        break;
     case EGM_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(egm_cu_deviceptr_t *)data = start;
         break;

@@ -930,6 +930,61 @@ static void test_protocol_nvlink_refuses_clearly(void **state)
     assert_true(EGM_TRANSPORT_SHM < EGM_TRANSPORT_TCP);
 }
 
+/* Registered pinned host memory (SGLang's and LMCache's host KV pools) reaches
+ * a VMM pool over nvlink: GPU 0's copier moves it, with protocol nvlink and
+ * auto; registered pageable memory does not (protocol nvlink refuses it). */
+static void test_pinned_host_over_nvlink(void **state)
+{
+    fx_t *fx = *state;
+    size_t c = expose(fx, 2 * MIB, HOST_NUMA, EGM_HANDLE_POSIX_FD);
+    void *pinned = NULL, *back = NULL;
+    assert_int_equal(egm__cuda_use_device(1), EGM_OK); /* any context: the memory is portable */
+    assert_int_equal(cu->cuMemAllocHost(&pinned, 65536), EGM_CU_SUCCESS);
+    assert_int_equal(cu->cuMemAllocHost(&back, 65536), EGM_CU_SUCCESS);
+    assert_int_equal(egm__registry_add(fx->registry, pinned, 65536), EGM_OK);
+    assert_int_equal(egm__registry_add(fx->registry, back, 65536), EGM_OK);
+    int dev = 0;
+    assert_int_equal(egm__registry_device(fx->registry, pinned, 65536, &dev), EGM_OK);
+    assert_int_equal(dev, EGM_DEVICE_MAPPED_HOST);
+
+    egm_protocol_t protocols[] = {EGM_PROTOCOL_NVLINK, EGM_PROTOCOL_AUTO};
+    for (size_t k = 0; k < 2; k++) {
+        set_consumer(fx, protocols[k], 1);
+        assert_int_equal(route_op(fx->consumer, &fx->descs[c], (uint64_t)(uintptr_t)pinned, 65536),
+                         EGM_TRANSPORT_NVLINK);
+        egm_test_fill_random(pinned, 65536);
+        memset(back, 0, 65536);
+        egm_te_stats_t before, after;
+        egm__te_stats(fx->consumer, &before);
+        assert_int_equal(xfer(fx->consumer, &fx->descs[c], 4096 + k, (uint64_t)(uintptr_t)pinned,
+                              65536, EGM_TE_WRITE),
+                         EGM_OK);
+        assert_memory_equal(view(fx->chunks[c].va + 4096 + k, 65536), pinned, 65536);
+        assert_int_equal(xfer(fx->consumer, &fx->descs[c], 4096 + k, (uint64_t)(uintptr_t)back,
+                              65536, EGM_TE_READ),
+                         EGM_OK);
+        assert_memory_equal(back, pinned, 65536);
+        egm__te_stats(fx->consumer, &after);
+        assert_int_equal(after.nvlink_copies - before.nvlink_copies, 2); /* GPU copies, not tcp */
+    }
+
+    /* Registered pageable memory stays host memory: protocol nvlink refuses it. */
+    uint8_t *heap = malloc(4096);
+    assert_non_null(heap);
+    assert_int_equal(egm__registry_add(fx->registry, heap, 4096), EGM_OK);
+    set_consumer(fx, EGM_PROTOCOL_NVLINK, 1);
+    assert_int_equal(
+        xfer(fx->consumer, &fx->descs[c], 0, (uint64_t)(uintptr_t)heap, 4096, EGM_TE_WRITE),
+        EGM_ERR_NOT_SUPPORTED);
+    assert_non_null(strstr(egm_last_error(), "registered pinned memory"));
+    assert_int_equal(egm__registry_remove(fx->registry, heap), EGM_OK);
+    free(heap);
+    assert_int_equal(egm__registry_remove(fx->registry, pinned), EGM_OK);
+    assert_int_equal(egm__registry_remove(fx->registry, back), EGM_OK);
+    assert_int_equal(cu->cuMemFreeHost(pinned), EGM_CU_SUCCESS);
+    assert_int_equal(cu->cuMemFreeHost(back), EGM_CU_SUCCESS);
+}
+
 static void test_no_gpu(void **state)
 {
     fx_t *fx = *state;
@@ -1089,6 +1144,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_expose_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_staging_over_tcp_and_shm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protocol_nvlink_refuses_clearly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pinned_host_over_nvlink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_gpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pressure_params, setup, teardown),
