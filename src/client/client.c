@@ -143,7 +143,16 @@ egm_status_t egm_register_buffer(egm_client_t *client, void *addr, size_t len)
 {
     if (client == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
-    return egm__registry_add(client->registry, addr, len);
+    egm_status_t status = egm__registry_add(client->registry, addr, len);
+    int device = -1;
+    if (status != EGM_OK || egm__registry_device(client->registry, addr, len, &device) != EGM_OK)
+        return status;
+    /* The first transfer from this buffer finds its GPU's copies ready. A
+     * failure here is the transfer's to report. */
+    if (egm__te_prepare_device(client->te, device) != EGM_OK)
+        egm_debug("register_buffer: preparing GPU copies for device %d: %s", device,
+                  egm_last_error());
+    return EGM_OK;
 }
 
 egm_status_t egm_unregister_buffer(egm_client_t *client, void *addr)

@@ -148,6 +148,10 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
          te.copy_chunks},
         {"egm_client_te_copy_group_max_bytes", EGM_PROM_GAUGE, "largest group of GPU copies issued",
          te.copy_max_group_bytes},
+        {"egm_client_te_copy_devices", EGM_PROM_GAUGE,
+         "GPUs whose copies are ready (stream, kernel, descriptors): one registered buffer or "
+         "transfer on it made them",
+         te.copy_devices},
     };
     egm__prom_rows(&o, first, sizeof(first) / sizeof(first[0]));
     egm__prom_metric_double(&o, "egm_client_pool_setup_seconds", EGM_PROM_GAUGE,

@@ -281,7 +281,9 @@ egm_status_t egm__liveness_start(egm_client_t *client)
     client->master_reachable = 1;
     /* The first answer names the master; nothing to resynchronise yet. */
     client->resync_reasons = 0;
+    /* Setup returns with the pool mapped: its first calls must not map it. */
     prewarm_segments(client);
+    egm__te_prewarm_drain(client->te);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);

@@ -726,6 +726,38 @@ unlocked:
     return st;
 }
 
+egm_status_t egm__copier_warm(egm_copier_t *c, size_t descs)
+{
+    egm_cu_context_t saved;
+    egm_status_t st;
+
+    if (c == NULL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "copier: copier is NULL");
+    if (descs > KERNEL_MAX_DESCS)
+        descs = KERNEL_MAX_DESCS;
+    pthread_mutex_lock(&c->lock);
+    if ((st = enter(c, &saved)) != EGM_OK) {
+        pthread_mutex_unlock(&c->lock);
+        return st;
+    }
+    for (int i = 0; i < COPIER_SLOTS && st == EGM_OK; i++) {
+        copier_slot_t *slot = &c->slots[i];
+        if (slot->busy)
+            continue; /* in use: it has what it needs */
+        if (slot->event == NULL) {
+            st = egm__cuda_check(c->api->cuEventCreate(&slot->event, EGM_CU_EVENT_DISABLE_TIMING),
+                                 "cuEventCreate");
+            if (st != EGM_OK)
+                slot->event = NULL;
+        }
+        if (st == EGM_OK && c->kernel != NULL)
+            st = ensure_descs(c, &slot->descs, &slot->descs_cap, descs);
+    }
+    leave(c, saved);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
 egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
 {
     uint64_t t0 = egm__now_ns();

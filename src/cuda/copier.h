@@ -47,6 +47,10 @@ void egm__copier_destroy(egm_copier_t *copier);
  * copier's lock, so that runs of several threads follow each other on the GPU
  * without a gap; with bounds, a run is waited for before the next is issued. */
 egm_status_t egm__copier_run(egm_copier_t *copier, const egm_copy_desc_t *copies, size_t n);
+/* Does now what a first run would otherwise do: every slot's completion event
+ * and, when the kernel is built in, a pinned descriptor buffer of `descs`
+ * entries (at most the per-launch bound). Thread-safe. */
+egm_status_t egm__copier_warm(egm_copier_t *copier, size_t descs);
 /* Switch-over point between per-copy engines and the kernel (measured on H200;
  * tunable for benchmarks). */
 void egm__copier_set_kernel_threshold(egm_copier_t *copier, size_t min_blocks,

@@ -146,6 +146,13 @@ static egm_status_t run_copies(egm_nvlink_t *nv, int device, const egm_copy_desc
     return egm__copier_run(copier, copies, n);
 }
 
+egm_status_t egm__nvlink_prepare_device(egm_nvlink_t *nv, int device)
+{
+    egm_copier_t *copier = NULL;
+    egm_status_t st = get_copier(nv, device, &copier);
+    return st == EGM_OK ? egm__copier_warm(copier, EGM_NVLINK_WARM_DESCS) : st;
+}
+
 egm_status_t egm__nvlink_copy(egm_nvlink_t *nv, int device, uint64_t dst, uint64_t src, size_t len)
 {
     egm_copy_desc_t copy = {.dst = dst, .src = src, .len = len};
@@ -377,6 +384,7 @@ void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
             continue;
         egm_copier_stats_t cs;
         egm__copier_stats(nv->copiers[d], &cs);
+        stats_p->copiers++;
         stats_p->copier.copies += cs.copies;
         stats_p->copier.bytes += cs.bytes;
         stats_p->copier.kernel_launches += cs.kernel_launches;
@@ -486,6 +494,7 @@ static void nvlink_stats(void *state, egm_te_stats_t *stats_p)
     stats_p->copy_chunks = ns.copier.chunks;
     stats_p->copy_max_group_bytes = ns.copier.max_group_bytes;
     stats_p->copy_run_ns = ns.copier.run_ns;
+    stats_p->copy_devices = ns.copiers;
     stats_p->staged_bytes = ns.staged_bytes;
     stats_p->mappings_live += ns.mappings.mappings_live;
 }

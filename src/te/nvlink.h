@@ -40,6 +40,7 @@ typedef struct {
     uint64_t nvlink_copies;    /* ops moved by GPU copies */
     uint64_t staged_bytes;     /* bytes that went through the staging ring */
     egm_copier_stats_t copier; /* summed over devices */
+    uint64_t copiers;          /* devices whose copier exists (used or prepared) */
 } egm_nvlink_stats_t;
 
 egm_status_t egm__nvlink_create(const egm_cuda_api_t *api, const egm_nvlink_params_t *params,
@@ -51,6 +52,11 @@ void egm__nvlink_destroy(egm_nvlink_t *nvlink);
  * copier run for all of them. Sets each op's status; returns the first
  * failure. Offsets were checked against the descriptors by the caller. */
 egm_status_t egm__nvlink_run(egm_nvlink_t *nvlink, int device, egm_te_op_t *const *ops, size_t n);
+/* Copy descriptors each run slot holds ready (a 256-key batch of 64 parts). */
+#define EGM_NVLINK_WARM_DESCS 16384
+/* Creates and warms `device`'s copier (stream, events, kernel module,
+ * descriptor buffers) so that the first transfer does not pay for it. */
+egm_status_t egm__nvlink_prepare_device(egm_nvlink_t *nvlink, int device);
 /* One device-accessible copy on `device` (own VMM segments, staging hops). */
 egm_status_t egm__nvlink_copy(egm_nvlink_t *nvlink, int device, uint64_t dst, uint64_t src,
                               size_t len);

@@ -2,14 +2,19 @@
  * learns of them, so that a later Get finds its mapping ready (mapping cost
  * grows with the chunk: DESIGN.md 8). Bounded concurrency; errors are only
  * logged, a transfer will meet (and report) them again. */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/alloc.h"
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "te/nvlink.h"
+
+/* A long drain (a big pool) says how far it is this often. */
+#define EGM_PREWARM_PROGRESS_SEC 2
 
 typedef struct job {
     struct job *next;
@@ -163,9 +168,22 @@ void egm__prewarm_queue(egm_prewarm_t *pw, const egm_segment_desc_t *descs, size
 
 void egm__prewarm_drain(egm_prewarm_t *pw)
 {
+    struct timespec next;
     pthread_mutex_lock(&pw->lock);
-    while (!pw->stop && (pw->head != NULL || pw->running > 0))
-        pthread_cond_wait(&pw->idle, &pw->lock);
+    clock_gettime(CLOCK_REALTIME, &next); /* the condition variable's clock */
+    while (!pw->stop && (pw->head != NULL || pw->running > 0)) {
+        next.tv_sec += EGM_PREWARM_PROGRESS_SEC;
+        while (!pw->stop && (pw->head != NULL || pw->running > 0) &&
+               pthread_cond_timedwait(&pw->idle, &pw->lock, &next) != ETIMEDOUT)
+            ;
+        if (pw->stop || (pw->head == NULL && pw->running == 0))
+            break;
+        size_t queued = 0;
+        for (const job_t *j = pw->head; j != NULL; j = j->next)
+            queued++;
+        egm_info("mapping segments: %zu queued, %d being mapped, %" PRIu64 " mapped so far",
+                 queued, pw->running, pw->prewarmed);
+    }
     pthread_mutex_unlock(&pw->lock);
 }
 

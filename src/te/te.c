@@ -786,6 +786,13 @@ void egm__te_prewarm(egm_te_t *te, const egm_segment_desc_t *descs, size_t n)
     }
 }
 
+egm_status_t egm__te_prepare_device(egm_te_t *te, int device)
+{
+    if (te == NULL || te->nvlink == NULL || (device < 0 && device != EGM_DEVICE_MAPPED_HOST))
+        return EGM_OK; /* no GPU copies here, or none for host memory */
+    return egm__nvlink_prepare_device(te->nvlink, device == EGM_DEVICE_MAPPED_HOST ? 0 : device);
+}
+
 void egm__te_prewarm_drain(egm_te_t *te)
 {
     if (te == NULL)

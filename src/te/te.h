@@ -96,6 +96,7 @@ typedef struct {
     uint64_t copy_chunks;      /* pieces of copies cut at the chunk size or bound */
     uint64_t copy_max_group_bytes;
     uint64_t copy_run_ns;  /* wall time of GPU copy runs, issue to end, summed over threads */
+    uint64_t copy_devices; /* GPUs whose copies are ready (a buffer registered or used) */
     uint64_t staged_bytes; /* GPU bytes that went over shm/tcp through the staging ring */
     /* provider side */
     uint64_t vmm_fds_sent; /* posix_fd VMM handles exported to consumers */
@@ -158,6 +159,11 @@ egm_status_t egm__te_cached_segments(egm_te_t *te, egm_id_t **ids_p, size_t *n_p
 void egm__te_prewarm(egm_te_t *te, const egm_segment_desc_t *descs, size_t n);
 /* Waits until every queued prewarm has finished (tests, benchmarks). */
 void egm__te_prewarm_drain(egm_te_t *te);
+/* Readies the GPU copies for local buffers on `device` (a GPU ordinal, or
+ * EGM_DEVICE_MAPPED_HOST: GPU 0 copies pinned host memory): its copier's
+ * stream, events, kernel and descriptor buffers. Nothing for other host memory
+ * or without a GPU. */
+egm_status_t egm__te_prepare_device(egm_te_t *te, int device);
 
 void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p);
 const char *egm__transport_name(egm_transport_t transport);

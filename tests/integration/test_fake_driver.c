@@ -80,11 +80,19 @@ static int client_main(int argc, char **argv)
         client_fail("client", st);
         goto out;
     }
+    /* Setup returned with the pool mapped; registering the buffer readied its
+     * GPU's copies: the first transfer does neither. */
+    egm_te_stats_t stats;
+    egm__te_stats(client->te, &stats);
+    printf("mapped_at_setup %" PRIu64 "\n", stats.nvlink_mappings_live);
     if ((st = egm__cuda_check(cu->cuMemAlloc(&gpu, len), "cuMemAlloc")) != EGM_OK ||
         (st = egm_register_buffer(client, (void *)(uintptr_t)gpu, len)) != EGM_OK) {
         client_fail("gpu buffer", st);
         goto out;
     }
+    egm__te_stats(client->te, &stats);
+    printf("copy_devices %" PRIu64 " mapped %" PRIu64 "\n", stats.copy_devices,
+           stats.nvlink_mappings_live);
     if (strcmp(op, "put") == 0) {
         st = egm__cuda_check(cu->cuMemcpy(gpu, (egm_cu_deviceptr_t)(uintptr_t)want, len), "H2D");
         if (st == EGM_OK)
@@ -107,7 +115,6 @@ static int client_main(int argc, char **argv)
         else
             rc = 0;
     }
-    egm_te_stats_t stats;
     egm__te_stats(client->te, &stats);
     printf("nvlink_copies %" PRIu64 "\n", stats.nvlink_copies);
     egm_unregister_buffer(client, (void *)(uintptr_t)gpu);
@@ -136,6 +143,9 @@ static void pid_report(char *path, size_t len, pid_t pid)
     snprintf(path, len, "%s/report-%d", report_dir, (int)pid);
 }
 
+/* What the last client process printed before its first transfer. */
+static unsigned long long last_mapped_at_setup, last_copy_devices;
+
 /* Runs this executable as a client process; its nvlink copy count goes to
  * *copies_p and its report path to report. Returns the exit code. */
 static int run_client(const char *protocol, const char *op, const char *key, unsigned seed,
@@ -157,13 +167,17 @@ static int run_client(const char *protocol, const char *op, const char *key, uns
     int code = -1;
 
     *copies_p = 0;
+    last_mapped_at_setup = last_copy_devices = 0;
     if (egm__process_spawn((char *const *)argv, 1, &child) != EGM_OK)
         return -1;
     pid_report(report, report_len, child.pid);
     uint64_t deadline = egm__now_ms() + CHILD_TIMEOUT_MS;
     while (egm__now_ms() < deadline &&
-           egm__process_read_line(&child, line, sizeof(line), CHILD_TIMEOUT_MS) == EGM_OK)
+           egm__process_read_line(&child, line, sizeof(line), CHILD_TIMEOUT_MS) == EGM_OK) {
         sscanf(line, "nvlink_copies %llu", copies_p);
+        sscanf(line, "mapped_at_setup %llu", &last_mapped_at_setup);
+        sscanf(line, "copy_devices %llu", &last_copy_devices);
+    }
     if (egm__process_wait(&child, 10000, &code) != EGM_OK)
         code = -1;
     egm__process_cleanup(&child);
@@ -243,6 +257,10 @@ static void test_gpu_clients_over_nvlink(void **state)
     assert_int_equal(
         run_client("nvlink", "put", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
     assert_true(copies >= 1);
+    /* Cold start: setup mapped the provider's 4 segments (64 MiB in 16 MiB
+     * chunks) and register_buffer readied GPU 0's copies. */
+    assert_int_equal(last_mapped_at_setup, 4);
+    assert_int_equal(last_copy_devices, 1);
     assert_nothing_live(report);
     assert_true(egm_test_fake_report_value(report, "bytes_copied") >= (long long)GPU_LEN);
 
