@@ -179,8 +179,8 @@ static range_t *find_near(egm_registry_t *reg, range_t *last, uintptr_t addr, si
     return find_containing(reg, addr, len);
 }
 
-egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr,
-                                     const size_t *len, size_t n, int *acquired)
+egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr, const size_t *len,
+                                     size_t n, int *acquired)
 {
     range_t *r = NULL;
     egm_status_t st = EGM_OK;

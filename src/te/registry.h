@@ -32,13 +32,14 @@ void egm__registry_release(egm_registry_t *registry, const void *addr);
  * skipped. acquired[i] says which were taken; at the first that is not inside
  * one registered range it stops and answers EGM_ERR_NOT_REGISTERED (those
  * before it stay acquired). */
-egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr,
-                                     const size_t *len, size_t n, int *acquired);
+egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr, const size_t *len,
+                                     size_t n, int *acquired);
 /* Releases the buffers with acquired[i] set, under one lock. */
 void egm__registry_release_n(egm_registry_t *registry, void *const *addr, const int *acquired,
                              size_t n);
 /* Device of the registered range holding [addr, addr+len): GPU ordinal,
- * EGM_DEVICE_MAPPED_HOST, or -1 for other host memory. Not inside one range -> EGM_ERR_NOT_REGISTERED. */
+ * EGM_DEVICE_MAPPED_HOST, or -1 for other host memory. Not inside one range ->
+ * EGM_ERR_NOT_REGISTERED. */
 egm_status_t egm__registry_device(egm_registry_t *registry, const void *addr, size_t len,
                                   int *device_p);
 /* The same, with the range's bounds [*base_p, *end_p): a batch's later buffers
