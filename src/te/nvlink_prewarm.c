@@ -181,8 +181,8 @@ void egm__prewarm_drain(egm_prewarm_t *pw)
         size_t queued = 0;
         for (const job_t *j = pw->head; j != NULL; j = j->next)
             queued++;
-        egm_info("mapping segments: %zu queued, %d being mapped, %" PRIu64 " mapped so far",
-                 queued, pw->running, pw->prewarmed);
+        egm_info("mapping segments: %zu queued, %d being mapped, %" PRIu64 " mapped so far", queued,
+                 pw->running, pw->prewarmed);
     }
     pthread_mutex_unlock(&pw->lock);
 }
