@@ -341,9 +341,8 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
     for (size_t i = 0; i < b->n; i++) {
         for (size_t j = 0; j < b->counts[i]; j++, f++) {
             unsigned long long a, l;
-            if (fast_u64(PyTuple_GetItem(inner_p[i], (Py_ssize_t)j), &a) == 0 &&
-                a <= UINTPTR_MAX && fast_u64(PyTuple_GetItem(inner_s[i], (Py_ssize_t)j), &l) == 0 &&
-                l <= SIZE_MAX) {
+            if (fast_u64(PyTuple_GetItem(inner_p[i], (Py_ssize_t)j), &a) == 0 && a <= UINTPTR_MAX &&
+                fast_u64(PyTuple_GetItem(inner_s[i], (Py_ssize_t)j), &l) == 0 && l <= SIZE_MAX) {
                 b->addrs[f] = (void *)(uintptr_t)a;
                 b->lens[f] = (size_t)l;
                 continue;
