@@ -131,8 +131,9 @@ def counters_delta(after, before):
     return {k: after[k] - before.get(k, 0) for k in after if k.endswith("_total")}
 
 
-# The client's chunk pipeline (src/client/pipeline.h): a batch of at least PIPELINE_MIN_KEYS
-# keys is cut into chunks of PIPELINE_FIRST_CHUNK_KEYS keys doubling up to PIPELINE_CHUNK_KEYS
+# The client's chunk pipeline (src/client/pipeline.h) for batches of one buffer a key (a key then
+# weighs one part): a batch of at least PIPELINE_MIN_KEYS (EGM_PIPELINE_MIN_PARTS) keys is cut into
+# chunks of PIPELINE_FIRST_CHUNK_KEYS keys doubling up to PIPELINE_CHUNK_KEYS
 # (128, 256, 512, 1024, 1024, ...), each copied by its own copier run.
 PIPELINE_MIN_KEYS = 2048
 PIPELINE_FIRST_CHUNK_KEYS = 128

@@ -261,16 +261,16 @@ out:
 typedef struct {
     egm_client_t *client;
     const char *const *keys;
-    size_t n;
+    const egm_chunk_plan_t *chunks;
 } get_pipeline_t;
 
 static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
 {
     get_pipeline_t *g = arg;
     egm_keys_reply_t *reply = NULL;
-    egm_status_t status =
-        egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, egm__pipeline_chunk_len(g->n, k),
-                              g->keys + egm__pipeline_chunk_first(k), EGM_KEYS_CALL_PLAIN, &reply);
+    egm_status_t status = egm__client_keys_call(
+        g->client, EGM_RPC_GET_REPLICA_LIST, egm__chunk_len(g->chunks, k),
+        g->keys + egm__chunk_first(g->chunks, k), EGM_KEYS_CALL_PLAIN, &reply);
     *reply_p = reply;
     return status;
 }
@@ -280,13 +280,14 @@ typedef struct {
     egm_client_t *client;
     egm_pipeline_t *p;
     const get_batch_t *batch;
+    const egm_chunk_plan_t *chunks;
 } get_copy_t;
 
 static egm_status_t get_copy_chunk(void *arg, size_t k)
 {
     get_copy_t *c = arg;
     const get_batch_t *b = c->batch;
-    size_t first = egm__pipeline_chunk_first(k), len = egm__pipeline_chunk_len(b->n, k);
+    size_t first = egm__chunk_first(c->chunks, k), len = egm__chunk_len(c->chunks, k);
     void *reply;
     uint64_t started_ms;
     egm_status_t st = egm__pipeline_wait(c->p, k, &reply, &started_ms);
@@ -307,10 +308,11 @@ static egm_status_t get_copy_chunk(void *arg, size_t k)
 }
 
 /* A batch into parts: chunks, each copied while the next ones' leases are asked for. */
-static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b)
+static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
+                                  const egm_chunk_plan_t *chunks)
 {
-    get_pipeline_t g = {.client = client, .keys = b->keys, .n = b->n};
-    size_t n_chunks = egm__pipeline_n_chunks(b->n);
+    get_pipeline_t g = {.client = client, .keys = b->keys, .chunks = chunks};
+    size_t n_chunks = chunks->n_chunks;
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
 
@@ -320,7 +322,7 @@ static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b)
                 b->results[i] = status;
         return status;
     }
-    get_copy_t c = {.client = client, .p = p, .batch = b};
+    get_copy_t c = {.client = client, .p = p, .batch = b, .chunks = chunks};
     status = egm__pipeline_copy(n_chunks, get_copy_chunk, &c);
     egm__pipeline_finish(p);
     return status;
@@ -332,8 +334,26 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
-    if (b->n >= EGM_PIPELINE_MIN_KEYS && b->parts != NULL)
-        return get_pipelined(client, b);
+    if (b->parts != NULL && egm__parts_end(b->parts, b->n - 1) - egm__parts_first(b->parts, 0) >=
+                                EGM_PIPELINE_MIN_PARTS) {
+        /* Worth pipelining: chunks weighed by parts (a failure to plan runs
+         * the batch whole). */
+        egm_chunk_plan_t chunks;
+        size_t *weights = egm_calloc(b->n, sizeof(*weights), "client.get_plan");
+        for (size_t i = 0; weights != NULL && i < b->n; i++)
+            weights[i] = egm__parts_end(b->parts, i) - egm__parts_first(b->parts, i);
+        if (weights != NULL && egm__chunk_plan(b->n, weights, &chunks) == EGM_OK) {
+            egm_free(weights);
+            if (egm__chunk_plan_pipelined(&chunks)) {
+                status = get_pipelined(client, b, &chunks);
+                egm__chunk_plan_free(&chunks);
+                return status;
+            }
+            egm__chunk_plan_free(&chunks);
+        } else {
+            egm_free(weights);
+        }
+    }
     uint64_t started_ms = egm__now_ms();
     status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys,
                                    EGM_KEYS_CALL_PLAIN, &reply);

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -218,4 +219,33 @@ egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void
     if (failed == NULL)
         return EGM_OK;
     return egm__set_error(failed->status, "%s", failed->error);
+}
+
+egm_status_t egm__chunk_plan(size_t n, const size_t *parts_of, egm_chunk_plan_t *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    /* At most one chunk per key, plus the end. */
+    plan->first = egm_malloc((n + 1) * sizeof(*plan->first), "client.chunk_plan");
+    if (plan->first == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory cutting a %zu-key batch", n);
+    size_t k = 0, in_chunk = 0;
+    plan->first[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t w = parts_of != NULL ? parts_of[i] : 1;
+        if (in_chunk > 0 && in_chunk + w > egm__pipeline_chunk_cap(k)) {
+            plan->first[++k] = i;
+            in_chunk = 0;
+        }
+        in_chunk += w;
+        plan->parts += w;
+    }
+    plan->n_chunks = n > 0 ? k + 1 : 0;
+    plan->first[plan->n_chunks] = n;
+    return EGM_OK;
+}
+
+void egm__chunk_plan_free(egm_chunk_plan_t *plan)
+{
+    egm_free(plan->first);
+    memset(plan, 0, sizeof(*plan));
 }

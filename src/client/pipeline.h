@@ -18,15 +18,16 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 
-/* Large batches are cut into chunks of EGM_PIPELINE_CHUNK_KEYS; smaller ones
- * gain nothing from threads. */
-#define EGM_PIPELINE_MIN_KEYS 2048
-#define EGM_PIPELINE_CHUNK_KEYS 1024
-/* The first chunks are smaller, doubling up to EGM_PIPELINE_CHUNK_KEYS: nothing
+/* Large batches are cut into chunks of about EGM_PIPELINE_CHUNK_PARTS buffers
+ * (a key of one buffer counts one, a multi-buffer key its parts: a vLLM key of
+ * 64 pieces weighs 64); batches of fewer parts gain nothing from threads. */
+#define EGM_PIPELINE_MIN_PARTS 2048
+#define EGM_PIPELINE_CHUNK_PARTS 1024
+/* The first chunks are smaller, doubling up to EGM_PIPELINE_CHUNK_PARTS: nothing
  * can be copied until the first RPC answers (a 1024-key GetReplicaList costs
  * ~0.4-1 ms, a 128-key one an eighth of that), and each chunk's RPC should be
  * back before the copy of the chunk before it ends. */
-#define EGM_PIPELINE_FIRST_CHUNK_KEYS 128
+#define EGM_PIPELINE_FIRST_CHUNK_PARTS 128
 /* First RPCs in flight at once (one helper thread each; the RPC client takes
  * concurrent calls on one connection). One 1024-key round trip (client encode,
  * master decode + lookups + encode, client decode) is ~0.4-1 ms against ~1.3 ms
@@ -70,40 +71,44 @@ typedef egm_status_t (*egm_pipeline_copy_fn)(void *arg, size_t k);
  * status and error text of the lowest chunk whose copy failed. */
 egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void *arg);
 
-/* Keys of chunk k when the batch has more: EGM_PIPELINE_FIRST_CHUNK_KEYS << k,
- * at most EGM_PIPELINE_CHUNK_KEYS. */
+/* Parts chunk k may hold: EGM_PIPELINE_FIRST_CHUNK_PARTS << k, at most
+ * EGM_PIPELINE_CHUNK_PARTS. */
 static inline size_t egm__pipeline_chunk_cap(size_t k)
 {
-    size_t cap = EGM_PIPELINE_FIRST_CHUNK_KEYS;
-    while (k-- > 0 && cap < EGM_PIPELINE_CHUNK_KEYS)
+    size_t cap = EGM_PIPELINE_FIRST_CHUNK_PARTS;
+    while (k-- > 0 && cap < EGM_PIPELINE_CHUNK_PARTS)
         cap *= 2;
-    return cap < EGM_PIPELINE_CHUNK_KEYS ? cap : EGM_PIPELINE_CHUNK_KEYS;
+    return cap < EGM_PIPELINE_CHUNK_PARTS ? cap : EGM_PIPELINE_CHUNK_PARTS;
 }
 
-/* Chunk k's key range of an n-key batch: chunk k holds egm__pipeline_chunk_cap(k)
- * keys, the last one what is left. */
-static inline size_t egm__pipeline_chunk_first(size_t k)
+/* How a batch is cut: chunk k is keys [first[k], first[k + 1]). */
+typedef struct {
+    size_t n_chunks;
+    size_t *first; /* n_chunks + 1 entries */
+    size_t parts;  /* of the whole batch */
+} egm_chunk_plan_t;
+
+/* Cuts n keys, key i of parts_of[i] parts (NULL: one each), into chunks that
+ * fill egm__pipeline_chunk_cap(k) parts, in order; a key never spans chunks
+ * and a chunk holds at least one key (a key of more parts than the cap is a
+ * chunk of its own). Free with egm__chunk_plan_free. */
+egm_status_t egm__chunk_plan(size_t n, const size_t *parts_of, egm_chunk_plan_t *plan);
+void egm__chunk_plan_free(egm_chunk_plan_t *plan);
+
+/* 1 when a batch of this plan is worth pipelining. */
+static inline int egm__chunk_plan_pipelined(const egm_chunk_plan_t *plan)
 {
-    size_t first = 0;
-    for (size_t j = 0; j < k; j++)
-        first += egm__pipeline_chunk_cap(j);
-    return first;
+    return plan->parts >= EGM_PIPELINE_MIN_PARTS && plan->n_chunks > 1;
 }
 
-static inline size_t egm__pipeline_chunk_len(size_t n, size_t k)
+static inline size_t egm__chunk_first(const egm_chunk_plan_t *plan, size_t k)
 {
-    size_t first = egm__pipeline_chunk_first(k);
-    size_t cap = egm__pipeline_chunk_cap(k);
-    return n - first < cap ? n - first : cap;
+    return plan->first[k];
 }
 
-static inline size_t egm__pipeline_n_chunks(size_t n)
+static inline size_t egm__chunk_len(const egm_chunk_plan_t *plan, size_t k)
 {
-    size_t k = 0, covered = 0;
-    do
-        covered += egm__pipeline_chunk_cap(k++);
-    while (covered < n);
-    return k;
+    return plan->first[k + 1] - plan->first[k];
 }
 
 #endif

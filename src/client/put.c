@@ -186,23 +186,24 @@ out:
 typedef struct {
     egm_client_t *client;
     const put_plan_t *plan;
+    const egm_chunk_plan_t *chunks;
     const egm_replicate_config_t *rc;
     egm_status_t *key_status;
 } put_pipeline_t;
 
-static put_plan_t chunk_plan(const put_plan_t *plan, size_t k)
+static put_plan_t chunk_plan(const put_pipeline_t *pp, size_t k)
 {
-    size_t first = egm__pipeline_chunk_first(k);
-    return (put_plan_t){.n = egm__pipeline_chunk_len(plan->n, k),
-                        .index = plan->index + first,
-                        .keys = plan->keys + first,
-                        .sizes = plan->sizes + first};
+    size_t first = egm__chunk_first(pp->chunks, k);
+    return (put_plan_t){.n = egm__chunk_len(pp->chunks, k),
+                        .index = pp->plan->index + first,
+                        .keys = pp->plan->keys + first,
+                        .sizes = pp->plan->sizes + first};
 }
 
 static egm_status_t put_ahead(void *arg, size_t k, void **reply_p)
 {
     put_pipeline_t *pp = arg;
-    put_plan_t sub = chunk_plan(pp->plan, k);
+    put_plan_t sub = chunk_plan(pp, k);
     egm_keys_reply_t *reply = NULL;
     egm_status_t status = put_start(pp->client, &sub, pp->rc, &reply);
     *reply_p = reply;
@@ -212,9 +213,9 @@ static egm_status_t put_ahead(void *arg, size_t k, void **reply_p)
 static void put_behind(void *arg, size_t k, void *reply)
 {
     put_pipeline_t *pp = arg;
-    put_plan_t sub = chunk_plan(pp->plan, k);
+    put_plan_t sub = chunk_plan(pp, k);
     egm_keys_reply_t *start = reply;
-    finish(pp->client, &sub, start, pp->key_status + egm__pipeline_chunk_first(k));
+    finish(pp->client, &sub, start, pp->key_status + egm__chunk_first(pp->chunks, k));
     egm__keys_reply_free(start);
 }
 
@@ -229,8 +230,8 @@ static egm_status_t put_copy_chunk(void *arg, size_t k)
 {
     put_copy_t *c = arg;
     egm_client_t *client = c->pp->client;
-    put_plan_t sub = chunk_plan(c->pp->plan, k);
-    egm_status_t *chunk_status = c->pp->key_status + egm__pipeline_chunk_first(k);
+    put_plan_t sub = chunk_plan(c->pp, k);
+    egm_status_t *chunk_status = c->pp->key_status + egm__chunk_first(c->pp->chunks, k);
     void *reply;
     egm_status_t st = egm__pipeline_wait(c->p, k, &reply, NULL);
     if (st == EGM_OK)
@@ -257,11 +258,12 @@ static egm_status_t put_copy_chunk(void *arg, size_t k)
 /* Fills key_status for every key of plan; returns the failure of the lowest
  * chunk that failed as a whole. */
 static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
-                                  const egm_replicate_config_t *rc, const egm_parts_t *parts,
-                                  egm_status_t *key_status)
+                                  const egm_chunk_plan_t *chunks, const egm_replicate_config_t *rc,
+                                  const egm_parts_t *parts, egm_status_t *key_status)
 {
-    put_pipeline_t pp = {.client = client, .plan = plan, .rc = rc, .key_status = key_status};
-    size_t n_chunks = egm__pipeline_n_chunks(plan->n);
+    put_pipeline_t pp = {
+        .client = client, .plan = plan, .chunks = chunks, .rc = rc, .key_status = key_status};
+    size_t n_chunks = chunks->n_chunks;
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
 
@@ -306,6 +308,7 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
                                       put_mode_t mode, egm_status_t *results)
 {
     put_plan_t plan = {0};
+    egm_chunk_plan_t chunks = {0};
     egm_status_t *key_status = NULL;
     egm_keys_reply_t *reply = NULL;
     int *acquired = NULL;
@@ -336,12 +339,22 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     }
     if (plan.n == 0)
         goto out;
-    if (plan.n >= EGM_PIPELINE_MIN_KEYS) {
+    /* The chunks of a pipelined batch, each key weighed by its parts. */
+    size_t *weights = egm_calloc(plan.n, sizeof(*weights), "client.put_plan");
+    if (weights != NULL) {
+        for (size_t j = 0; j < plan.n; j++)
+            weights[j] =
+                egm__parts_end(parts, plan.index[j]) - egm__parts_first(parts, plan.index[j]);
+        if (egm__chunk_plan(plan.n, weights, &chunks) != EGM_OK)
+            memset(&chunks, 0, sizeof(chunks)); /* not pipelined: one chunk is always right */
+        egm_free(weights);
+    }
+    if (chunks.first != NULL && egm__chunk_plan_pipelined(&chunks)) {
         /* A key the pipeline never reached (it failed to start, or stopped
          * before that chunk) keeps EGM_INPROGRESS: it takes the call's error. */
         for (size_t j = 0; j < plan.n; j++)
             key_status[j] = EGM_INPROGRESS;
-        status = put_pipelined(client, &plan, rc, parts, key_status);
+        status = put_pipelined(client, &plan, &chunks, rc, parts, key_status);
         for (size_t j = 0; j < plan.n; j++)
             results[plan.index[j]] = key_status[j] != EGM_INPROGRESS ? key_status[j]
                                      : status != EGM_OK              ? status
@@ -363,6 +376,7 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
 out:
     if (acquired != NULL)
         egm__registry_release_n(client->registry, parts->addr, acquired, n_parts);
+    egm__chunk_plan_free(&chunks);
     egm_free(plan.index);
     egm_free(plan.keys);
     egm_free(plan.sizes);

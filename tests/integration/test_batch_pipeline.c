@@ -1,8 +1,11 @@
-/* Integration: batches large enough to run pipelined (>= EGM_PIPELINE_MIN_KEYS,
- * in chunks of EGM_PIPELINE_CHUNK_KEYS, the last one partial) put and get over
- * shm; every key's status and bytes are checked, including keys that fail
- * (empty value: refused by the client; key already stored: refused by the
- * master) in the middle of later chunks; the scatter-gather forms likewise. */
+/* Integration: batches large enough to run pipelined (>= EGM_PIPELINE_MIN_PARTS
+ * buffers, in chunks of EGM_PIPELINE_CHUNK_PARTS, the last one partial) put and
+ * get over shm; every key's status and bytes are checked, including keys that
+ * fail (empty value: refused by the client; key already stored: refused by the
+ * master) in the middle of later chunks; the scatter-gather forms likewise, and
+ * a batch of few keys with many parts each (vLLM's shape), which the pipeline
+ * cuts by parts: the master sees one PutStart, PutEnd and GetReplicaList per
+ * chunk. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,23 +16,32 @@
 #include <cmocka.h>
 #include "client/pipeline.h"
 #include "common/alloc.h"
+#include "common/process.h"
 #include "support/cluster.h"
+#include "support/model.h"
 
 #define N_KEYS                                                                                     \
-    (2 * EGM_PIPELINE_CHUNK_KEYS + 977) /* six chunks (128, 256, 512, 1024, 1024, 81)              \
-                                         */
+    (2 * EGM_PIPELINE_CHUNK_PARTS + 977) /* six chunks (128, 256, 512, 1024, 1024, 81)             \
+                                          */
 #define BLOCK 192
-#define EMPTY_KEY 1500                            /* chunk 1: zero length */
-#define DUP_KEY (2 * EGM_PIPELINE_CHUNK_KEYS + 5) /* chunk 2: stored before the batch */
+#define EMPTY_KEY 1500                             /* chunk 1: zero length */
+#define DUP_KEY (2 * EGM_PIPELINE_CHUNK_PARTS + 5) /* chunk 2: stored before the batch */
 
 static egm_test_cluster_t cluster;
+static unsigned master_http;
 
 static int setup(void **state)
 {
     (void)state;
-    if (egm_test_start_master(&cluster, NULL) != 0)
+    const char *flags[] = {"--http-port", "0", NULL};
+    char line[512];
+    if (egm_test_start_master(&cluster, flags) != 0 ||
+        egm__process_wait_line(&cluster.master, "egmstore master admin http ", line, sizeof(line),
+                               30000) != EGM_OK)
         return -1;
-    if (egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
+    const char *colon = strrchr(line, ':');
+    master_http = colon != NULL ? (unsigned)atoi(colon + 1) : 0;
+    if (master_http == 0 || egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
         return -1;
     return 0;
 }
@@ -186,11 +198,88 @@ static void test_pipelined_parts(void **state)
     free(dst);
 }
 
+static long long rpc_count(const char *type)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "egm_master_rpc_requests_total{type=\"%s\"}", type);
+    long long n = egm_model_master_metric(master_http, name);
+    assert_true(n >= 0);
+    return n;
+}
+
+/* vLLM's shape: 40 keys of 64 parts (2560 buffers, too few keys to pipeline by
+ * keys). Cut by parts into chunks of 2, 4, 8, 16 and 10 keys: five PutStart,
+ * five PutEnd and five GetReplicaList; every part's bytes come back. */
+static void test_pipelined_by_parts(void **state)
+{
+    (void)state;
+    enum { KEYS = 40, PARTS = 64, PIECE = 96, CHUNKS = 5 };
+    size_t live = egm__alloc_live_count();
+    static char names[KEYS][32];
+    const char *keys[KEYS];
+    size_t counts[KEYS], sizes[KEYS], lens[KEYS * PARTS];
+    static void *addrs[KEYS * PARTS], *get_addrs[KEYS * PARTS];
+    egm_status_t results[KEYS];
+    const size_t region = (size_t)KEYS * PIECE; /* a layer's K or V region */
+    unsigned char *src = malloc(PARTS * region), *dst = malloc(PARTS * region);
+    assert_true(src && dst);
+
+    egm_client_t *client = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(client);
+    assert_int_equal(egm_register_buffer(client, src, PARTS * region), EGM_OK);
+    assert_int_equal(egm_register_buffer(client, dst, PARTS * region), EGM_OK);
+    egm_test_fill(src, PARTS * region, 29);
+    for (size_t i = 0; i < KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "vllm/%zu", i);
+        keys[i] = names[i];
+        counts[i] = PARTS;
+        for (size_t r = 0; r < PARTS; r++) { /* block i of region r; read back reversed */
+            addrs[i * PARTS + r] = src + r * region + i * PIECE;
+            get_addrs[i * PARTS + r] = dst + r * region + (KEYS - 1 - i) * PIECE;
+            lens[i * PARTS + r] = PIECE;
+        }
+    }
+    long long starts = rpc_count("PutStart"), ends = rpc_count("PutEnd");
+    assert_int_equal(egm_batch_put_from_parts(client, KEYS, keys, counts,
+                                              (const void *const *)addrs, lens, NULL, results),
+                     EGM_OK);
+    for (size_t i = 0; i < KEYS; i++)
+        if (results[i] != EGM_OK)
+            fail_msg("put key %zu: %d", i, results[i]);
+    assert_int_equal(rpc_count("PutStart") - starts, CHUNKS);
+    assert_int_equal(rpc_count("PutEnd") - ends, CHUNKS);
+
+    memset(dst, 0, PARTS * region);
+    long long lists = rpc_count("GetReplicaList");
+    assert_int_equal(
+        egm_batch_get_into_parts(client, KEYS, keys, counts, get_addrs, lens, sizes, results),
+        EGM_OK);
+    assert_int_equal(rpc_count("GetReplicaList") - lists, CHUNKS);
+    for (size_t i = 0; i < KEYS; i++) {
+        if (results[i] != EGM_OK || sizes[i] != (size_t)PARTS * PIECE)
+            fail_msg("get key %zu: %d, %zu bytes", i, results[i], sizes[i]);
+        for (size_t r = 0; r < PARTS; r++)
+            if (memcmp(get_addrs[i * PARTS + r], addrs[i * PARTS + r], PIECE) != 0)
+                fail_msg("get key %zu part %zu: wrong bytes", i, r);
+    }
+
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(client, 1, &removed), EGM_OK);
+    assert_int_equal(removed, KEYS);
+    assert_int_equal(egm_unregister_buffer(client, src), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(client, dst), EGM_OK);
+    egm_client_destroy(client);
+    assert_int_equal(egm__alloc_live_count(), live);
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipelined_put_get),
         cmocka_unit_test(test_pipelined_parts),
+        cmocka_unit_test(test_pipelined_by_parts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

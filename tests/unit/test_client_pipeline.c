@@ -1,5 +1,6 @@
 /* Unit: the chunk pipeline (src/client/pipeline.[ch]): the chunk layout covers
- * every key of a batch exactly once, in order, with the smaller first chunk;
+ * every key of a batch exactly once, in order, with the smaller first chunks,
+ * keys weighed by their parts;
  * with EGM_PIPELINE_DEPTH ahead threads every chunk's ahead call runs once,
  * the caller gets each chunk's own reply and error detail, and the behind
  * step sees the chunks in order. */
@@ -16,48 +17,92 @@
 #include "common/alloc.h"
 #include "common/log.h"
 
-static void check_layout(size_t n)
+/* The plan of n keys of `parts` parts each (0: one part, no weights given)
+ * covers every key once, in order; every chunk holds what fits its cap and only
+ * the last falls short of it (or a lone key heavier than the cap). */
+static void check_layout(size_t n, size_t parts)
 {
-    size_t n_chunks = egm__pipeline_n_chunks(n), next = 0;
-
-    assert_true(n_chunks >= 1);
-    for (size_t k = 0; k < n_chunks; k++) {
-        size_t len = egm__pipeline_chunk_len(n, k);
-        assert_int_equal(egm__pipeline_chunk_first(k), next);
+    size_t *weights = NULL;
+    if (parts > 0) {
+        weights = calloc(n ? n : 1, sizeof(*weights));
+        assert_non_null(weights);
+        for (size_t i = 0; i < n; i++)
+            weights[i] = parts;
+    }
+    size_t w = parts > 0 ? parts : 1;
+    egm_chunk_plan_t plan;
+    assert_int_equal(egm__chunk_plan(n, weights, &plan), EGM_OK);
+    assert_int_equal(plan.parts, n * w);
+    size_t next = 0;
+    for (size_t k = 0; k < plan.n_chunks; k++) {
+        size_t len = egm__chunk_len(&plan, k);
+        assert_int_equal(egm__chunk_first(&plan, k), next);
         assert_true(len >= 1);
-        /* 128, 256, 512, then 1024 keys; only the last chunk may be partial. */
-        size_t cap = k >= 3 ? EGM_PIPELINE_CHUNK_KEYS : (size_t)EGM_PIPELINE_FIRST_CHUNK_KEYS << k;
+        /* 128, 256, 512, then 1024 parts; only the last chunk may be short. */
+        size_t cap =
+            k >= 3 ? EGM_PIPELINE_CHUNK_PARTS : (size_t)EGM_PIPELINE_FIRST_CHUNK_PARTS << k;
         assert_int_equal(egm__pipeline_chunk_cap(k), cap);
-        assert_true(len <= cap);
-        if (k + 1 < n_chunks)
-            assert_int_equal(len, cap);
+        size_t fit = cap / w > 0 ? cap / w : 1;
+        assert_true(len <= fit);
+        if (k + 1 < plan.n_chunks)
+            assert_int_equal(len, fit);
         next += len;
     }
     assert_int_equal(next, n);
+    egm__chunk_plan_free(&plan);
+    free(weights);
+}
+
+static size_t n_chunks(size_t n, size_t parts)
+{
+    size_t *weights = calloc(n ? n : 1, sizeof(*weights));
+    assert_non_null(weights);
+    for (size_t i = 0; i < n; i++)
+        weights[i] = parts;
+    egm_chunk_plan_t plan;
+    assert_int_equal(egm__chunk_plan(n, weights, &plan), EGM_OK);
+    size_t c = plan.n_chunks;
+    assert_int_equal(egm__chunk_plan_pipelined(&plan),
+                     n * parts >= EGM_PIPELINE_MIN_PARTS && plan.n_chunks > 1);
+    egm__chunk_plan_free(&plan);
+    free(weights);
+    return c;
 }
 
 static void test_layout_covers_every_key_once(void **state)
 {
     (void)state;
-    static const size_t sizes[] = {1,
-                                   EGM_PIPELINE_FIRST_CHUNK_KEYS - 1,
-                                   EGM_PIPELINE_FIRST_CHUNK_KEYS,
-                                   EGM_PIPELINE_FIRST_CHUNK_KEYS + 1,
-                                   EGM_PIPELINE_MIN_KEYS,
-                                   EGM_PIPELINE_FIRST_CHUNK_KEYS + 3 * EGM_PIPELINE_CHUNK_KEYS,
-                                   EGM_PIPELINE_FIRST_CHUNK_KEYS + 3 * EGM_PIPELINE_CHUNK_KEYS + 1,
+    static const size_t sizes[] = {0,
+                                   1,
+                                   EGM_PIPELINE_FIRST_CHUNK_PARTS - 1,
+                                   EGM_PIPELINE_FIRST_CHUNK_PARTS,
+                                   EGM_PIPELINE_FIRST_CHUNK_PARTS + 1,
+                                   EGM_PIPELINE_MIN_PARTS,
+                                   EGM_PIPELINE_FIRST_CHUNK_PARTS + 3 * EGM_PIPELINE_CHUNK_PARTS,
+                                   EGM_PIPELINE_FIRST_CHUNK_PARTS + 3 * EGM_PIPELINE_CHUNK_PARTS +
+                                       1,
                                    8192,
                                    100000};
+    static const size_t parts[] = {0, 1, 2, 64, 100, 2000};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-        check_layout(sizes[i]);
-    assert_int_equal(egm__pipeline_chunk_len(8192, 0), EGM_PIPELINE_FIRST_CHUNK_KEYS);
-    /* 8192 = 128 + 256 + 512 + 7 x 1024 + 128: 11 chunks; 2048: 128 + 256 + 512 + 1024 + 128. */
-    assert_int_equal(egm__pipeline_n_chunks(8192), 11);
-    assert_int_equal(egm__pipeline_n_chunks(2048), 5);
-    assert_int_equal(egm__pipeline_n_chunks(1), 1);
-    assert_int_equal(egm__pipeline_n_chunks(128), 1);
-    assert_int_equal(egm__pipeline_n_chunks(129), 2);
-    assert_true(EGM_PIPELINE_FIRST_CHUNK_KEYS <= EGM_PIPELINE_CHUNK_KEYS);
+        for (size_t j = 0; j < sizeof(parts) / sizeof(parts[0]); j++)
+            if (sizes[i] * (parts[j] ? parts[j] : 1) <= 1000000)
+                check_layout(sizes[i], parts[j]);
+    /* One part a key, as before parts weighed: 8192 = 128 + 256 + 512 + 7 x 1024
+     * + 128: 11 chunks; 2048: 128 + 256 + 512 + 1024 + 128. */
+    assert_int_equal(n_chunks(8192, 1), 11);
+    assert_int_equal(n_chunks(2048, 1), 5);
+    assert_int_equal(n_chunks(1, 1), 1);
+    assert_int_equal(n_chunks(128, 1), 1);
+    assert_int_equal(n_chunks(129, 1), 2);
+    /* vLLM's keys of 64 pieces: 2, 4, 8, then 16 keys a chunk; 256 keys: 2 + 4
+     * + 8 + 15 x 16 + 2; 16 keys (1024 parts) are not worth pipelining. */
+    assert_int_equal(n_chunks(256, 64), 19);
+    assert_int_equal(n_chunks(64, 64), 7);
+    assert_int_equal(n_chunks(16, 64), 4);
+    /* A key heavier than the cap is a chunk of its own. */
+    assert_int_equal(n_chunks(3, 5000), 3);
+    assert_true(EGM_PIPELINE_FIRST_CHUNK_PARTS <= EGM_PIPELINE_CHUNK_PARTS);
     assert_true(EGM_PIPELINE_DEPTH >= 1);
 }
 
