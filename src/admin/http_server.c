@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 #include "admin/http_server.h"
 #include "common/alloc.h"
+#include "common/auth.h"
 #include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -105,24 +106,24 @@ static int has_body(struct MHD_Connection *conn)
            NULL;
 }
 
-/* What a request's Authorization header is worth. */
-enum bearer { BEARER_OK, BEARER_MISSING, BEARER_WRONG };
-
-static enum bearer check_bearer(const egm_http_server_t *srv, struct MHD_Connection *conn)
+/* What a request's Authorization header is worth, as common/auth judges a
+ * token: OK, MISSING (no header) or MISMATCH (another token, or another
+ * scheme). */
+static egm_auth_verdict_t check_bearer(const egm_http_server_t *srv, struct MHD_Connection *conn)
 {
     const char *value =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (value == NULL)
-        return BEARER_MISSING;
+        return egm__auth_check_absent(srv->auth_token);
     if (strncasecmp(value, "Bearer", 6) != 0 || (value[6] != ' ' && value[6] != '\t'))
-        return BEARER_WRONG; /* another scheme (Basic ...) is not the token */
+        return EGM_AUTH_MISMATCH; /* another scheme (Basic ...) is not the token */
     const char *token = value + 6;
     while (*token == ' ' || *token == '\t')
         token++;
     size_t len = strlen(token);
     while (len > 0 && (token[len - 1] == ' ' || token[len - 1] == '\t'))
         len--;
-    return egm__token_equal(srv->auth_token, token, len) ? BEARER_OK : BEARER_WRONG;
+    return egm__auth_check(srv->auth_token, token, len);
 }
 
 static int path_is_open(const egm_http_server_t *srv, const char *path)
@@ -136,7 +137,8 @@ static int path_is_open(const egm_http_server_t *srv, const char *path)
 /* 401 with the Bearer challenge (RFC 6750) and a JSON error; the connection
  * stays open (the request was read whole). Never names the token. */
 static enum MHD_Result unauthorized(egm_http_server_t *srv, struct MHD_Connection *conn,
-                                    const char *method, const char *path, enum bearer verdict)
+                                    const char *method, const char *path,
+                                    egm_auth_verdict_t verdict)
 {
     static const char missing[] =
         "{\"error\":\"authorization required: this server requires the cluster token "
@@ -144,12 +146,12 @@ static enum MHD_Result unauthorized(egm_http_server_t *srv, struct MHD_Connectio
     static const char wrong[] =
         "{\"error\":\"authorization refused: the bearer token is not this server's "
         "auth_token\",\"accepted\":\"Authorization: Bearer <auth_token>\"}\n";
-    const char *text = verdict == BEARER_MISSING ? missing : wrong;
+    const char *text = verdict == EGM_AUTH_MISSING ? missing : wrong;
 
     atomic_fetch_add_explicit(&srv->auth_failures, 1, memory_order_relaxed);
     egm_log_ratelimited(EGM_LOG_WARN, 1, "http: %s %.100s refused: %s", method, path,
-                        verdict == BEARER_MISSING ? "no Authorization: Bearer token"
-                                                  : "wrong bearer token");
+                        verdict == EGM_AUTH_MISSING ? "no Authorization: Bearer token"
+                                                    : "wrong bearer token");
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
     if (r == NULL)
@@ -157,7 +159,7 @@ static enum MHD_Result unauthorized(egm_http_server_t *srv, struct MHD_Connectio
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                            verdict == BEARER_MISSING
+                            verdict == EGM_AUTH_MISSING
                                 ? "Bearer realm=\"egmstore\""
                                 : "Bearer realm=\"egmstore\", error=\"invalid_token\"");
     enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_UNAUTHORIZED, r);
@@ -197,8 +199,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     egm_http_response_t resp = {.status = MHD_HTTP_NOT_FOUND};
     const char *path = url != NULL && url[0] != '\0' ? url : "/";
     if (srv->auth_token[0] != '\0' && !path_is_open(srv, path)) {
-        enum bearer verdict = check_bearer(srv, conn);
-        if (verdict != BEARER_OK)
+        egm_auth_verdict_t verdict = check_bearer(srv, conn);
+        if (verdict != EGM_AUTH_OK)
             return unauthorized(srv, conn, method, path, verdict);
     }
     srv->fn(srv->arg, path, req->query, &resp);

@@ -181,10 +181,10 @@ typedef struct {
     int release_pages;
 } egm_put_stream_params_t;
 
-/* Stores `size` bytes under `key` without holding them whole: checks the size
- * against the pool first (NO_SPACE naming both numbers: more than the whole
- * pool, or than its largest segment, since a replica lies in one segment),
- * before anything is read; then PutStart(size) -> for each part: read it into
+/* Stores `size` bytes under `key` without holding them whole: PutStart(size),
+ * before anything is read (a refusal for want of space is NO_SPACE naming both
+ * numbers when the size is more than the whole pool, or than its largest
+ * segment, since a replica lies in one segment) -> for each part: read it into
  * one bounce buffer and write it to every replica at (replica offset + part
  * offset) through the transfer engine -> PutEnd. A failed read, copy or PutEnd
  * revokes the put (PutRevoke): the key never becomes visible half-written.

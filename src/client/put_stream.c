@@ -36,16 +36,21 @@ egm_status_t egm__client_pool_capacity(egm_client_t *client, uint64_t *total_p, 
     return EGM_OK;
 }
 
-/* NO_SPACE at once for a size no segment of the pool could ever hold. */
-static egm_status_t check_fits(egm_client_t *client, uint64_t size)
+/* Why PutStart answered NO_SPACE for `size`, when the cause is the pool's
+ * shape: more than the whole pool or than its largest segment (a replica lies
+ * in one segment). Asked only after a refusal, so that a put that fits costs
+ * the master no ListSegments (which holds its state lock exclusive). Sets the
+ * error and answers NO_SPACE when it names the cause; EGM_OK when the size
+ * would fit an empty pool (the space is taken) or the pool could not be
+ * listed: the caller then says NO_SPACE plainly. */
+static egm_status_t explain_no_space(egm_client_t *client, uint64_t size)
 {
     uint64_t total = 0, largest = 0;
     size_t n = 0;
     char size_text[32], pool_text[32];
 
-    egm_status_t status = egm__client_pool_capacity(client, &total, &largest, &n);
-    if (status != EGM_OK)
-        return status;
+    if (egm__client_pool_capacity(client, &total, &largest, &n) != EGM_OK)
+        return EGM_OK;
     egm__format_size(size, size_text, sizeof(size_text));
     if (size > total)
         return egm__set_error(EGM_ERR_NO_SPACE,
@@ -147,8 +152,6 @@ egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t siz
         return status;
     if (size == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "value of \"%s\" is empty", key);
-    if ((status = check_fits(client, size)) != EGM_OK)
-        return status;
     if (part > size)
         part = (size_t)size;
     if ((buf = egm_malloc(part, "client.put_stream_buffer")) == NULL)
@@ -159,8 +162,9 @@ egm_status_t egm__put_stream(egm_client_t *client, const char *key, uint64_t siz
     if (status != EGM_OK)
         goto out;
     if (start->results[0].status != EGM_OK) {
-        status = egm__set_error(start->results[0].status, "\"%s\": %s", key,
-                                egm_status_string(start->results[0].status));
+        status = start->results[0].status;
+        if (status != EGM_ERR_NO_SPACE || explain_no_space(client, size) == EGM_OK)
+            egm__set_error(status, "\"%s\": %s", key, egm_status_string(status));
         goto out; /* not placed: nothing to revoke */
     }
     /* Placed: from here every failure revokes it. */

@@ -6,7 +6,8 @@
  * of its non-blocking connection, rpc/client.c, and reports the master's own
  * text). Each carries the token in its own framing, unchanged on the wire
  * (docs/protocol.md: an Auth frame, an AUTH request, an "EMGA" prefix); what
- * the two ends do with it is here. */
+ * the two ends do with it is here. The admin HTTP server (admin/http_server.c)
+ * judges an `Authorization: Bearer` header's token with the same check. */
 #ifndef EGM_COMMON_AUTH_H
 #define EGM_COMMON_AUTH_H
 

@@ -443,20 +443,9 @@ static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
     msg.master_id = &master_id;
     if (req->leaving) {
         /* Its last ping (egm_client_destroy): unregister it now rather than
-         * expire it after client_ttl. Unmounting what it may still have
-         * changes the segment set: the lock held shared (its table row) is then
-         * traded for an exclusive one, and back. */
-        egm_id_t client = egm__id_from_pb(req->client);
-        msg.status = egm__liveness_leave(st->liveness, client,
-                                         st->lock == NULL ? EGM_LEAVE_UNMOUNT_SEGMENTS
-                                                          : EGM_LEAVE_KEEP_SEGMENTS);
-        if (msg.status == EGM_ERR_BUSY) {
-            pthread_rwlock_unlock(st->lock);
-            pthread_rwlock_wrlock(st->lock);
-            msg.status = egm__liveness_leave(st->liveness, client, EGM_LEAVE_UNMOUNT_SEGMENTS);
-            pthread_rwlock_unlock(st->lock);
-            pthread_rwlock_rdlock(st->lock);
-        }
+         * expire it after client_ttl, unmounting what it may still have
+         * (the lock is held exclusive for it: ping_lock). */
+        msg.status = egm__liveness_leave(st->liveness, egm__id_from_pb(req->client));
         msg.view = egm__segment_table_view(st->segments);
         status = pack_reply(&msg.base, call);
         goto out;
@@ -542,8 +531,18 @@ out:
 
 /* ---- the command table ------------------------------------------------- */
 
+/* Ping: a leaving client's may unmount the segments it still has, which
+ * changes the segment set; any other only touches its client. */
+static egm_master_lock_t ping_lock(const ProtobufCMessage *request)
+{
+    return ((const Egm__PingRequest *)request)->leaving ? EGM_MASTER_LOCK_EXCLUSIVE
+                                                        : EGM_MASTER_LOCK_SHARED;
+}
+
 /* One row per request type of rpc/command.h's EGM_RPC_COMMANDS, named
- * MASTER_<Name>: its handler and how it holds the state lock. The table below
+ * MASTER_<Name>: its handler and how it holds the state lock (a mode, and for
+ * a mode that depends on the request, the function that reads it from the
+ * request: egm_master_command_t.lock_for). The table below
  * is built from the rpc list, so a type without its row does not compile and
  * a second row for it is a macro redefinition. */
 #define MASTER_MountSegment handle_mount, EGM_MASTER_LOCK_EXCLUSIVE
@@ -555,8 +554,8 @@ out:
 #define MASTER_ExistKey handle_keys, EGM_MASTER_LOCK_SHARED
 #define MASTER_Remove handle_keys, EGM_MASTER_LOCK_SHARED
 #define MASTER_RemoveAll handle_remove_all, EGM_MASTER_LOCK_EXCLUSIVE
-/* A leaving Ping of a client that still has segments trades it for exclusive. */
-#define MASTER_Ping handle_ping, EGM_MASTER_LOCK_SHARED
+/* Exclusive when leaving (ping_lock). */
+#define MASTER_Ping handle_ping, EGM_MASTER_LOCK_SHARED, ping_lock
 #define MASTER_ListSegments handle_list_segments, EGM_MASTER_LOCK_EXCLUSIVE
 #define MASTER_StatKey egm__master_handle_stat_key, EGM_MASTER_LOCK_SHARED
 
@@ -569,6 +568,12 @@ static const egm_master_command_t commands[EGM_RPC_TYPE_MAX + 1] = {
 const egm_master_command_t *egm__master_command(uint16_t type)
 {
     return type >= 1 && type <= EGM_RPC_TYPE_MAX ? &commands[type] : NULL;
+}
+
+egm_master_lock_t egm__master_command_lock(const egm_master_command_t *cmd,
+                                           const ProtobufCMessage *request)
+{
+    return cmd->lock_for != NULL ? cmd->lock_for(request) : cmd->lock;
 }
 
 /* Decodes the request, holds the lock as the command's row says, runs its
@@ -587,7 +592,7 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
         return status;
     egm_master_call_t call = {.type = type, .request = req, .reply = reply};
     if (st->lock != NULL) {
-        if (cmd->lock == EGM_MASTER_LOCK_SHARED)
+        if (egm__master_command_lock(cmd, req) == EGM_MASTER_LOCK_SHARED)
             pthread_rwlock_rdlock(st->lock);
         else
             pthread_rwlock_wrlock(st->lock);

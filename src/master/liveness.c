@@ -318,15 +318,6 @@ static void drop_client(egm_liveness_t *l, client_t *c, size_t *segments_p, size
     *deleted_p = deleted;
 }
 
-/* Whether a segment of `client` is mounted. */
-static int owns_segments(const egm_liveness_t *l, egm_id_t client)
-{
-    for (size_t i = egm__segment_table_count(l->segments); i-- > 0;)
-        if (egm__id_equal(egm__segment_table_at(l->segments, i)->desc.owner, client))
-            return 1;
-    return 0;
-}
-
 size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
 {
     size_t iter = 0, expired = 0;
@@ -355,24 +346,20 @@ size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
     return expired;
 }
 
-egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client, egm_leave_mode_t mode)
+egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client)
 {
     char id_text[EGM_ID_STRLEN];
-    egm_status_t status = EGM_OK;
 
     if (egm__id_is_nil(client))
         return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
     pthread_mutex_lock(&l->lock);
     client_t *c = find_client(l, client);
-    if (c != NULL && mode == EGM_LEAVE_KEEP_SEGMENTS && owns_segments(l, client)) {
-        status = egm__set_error(EGM_ERR_BUSY, "client %s still has segments mounted",
-                                egm__id_format(client, id_text));
-    } else if (c != NULL) {
+    if (c != NULL) {
         size_t segments, deleted;
         drop_client(l, c, &segments, &deleted);
         egm_debug("client %s left: unregistered, %zu segments unmounted, %zu objects deleted",
                   egm__id_format(client, id_text), segments, deleted);
     }
     pthread_mutex_unlock(&l->lock);
-    return status;
+    return EGM_OK;
 }

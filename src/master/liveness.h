@@ -49,19 +49,12 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *liveness, egm_id_t client, eg
                                    uint64_t now_ms);
 /* Expires clients silent for ttl_ms or more; returns how many. */
 size_t egm__liveness_expire(egm_liveness_t *liveness, uint64_t now_ms, uint64_t ttl_ms);
-/* What egm__liveness_leave may do with a leaving client's segments. */
-typedef enum {
-    EGM_LEAVE_KEEP_SEGMENTS,    /* the caller holds the master's lock shared */
-    EGM_LEAVE_UNMOUNT_SEGMENTS, /* the caller holds it exclusive (or there is none) */
-} egm_leave_mode_t;
 /* Unregisters a client that says it is leaving (its last ping), at once,
  * unmounting whatever segments it still has exactly as expiry does (a debug
- * line, not expiry's info line). Unmounting changes the segment table: with
- * EGM_LEAVE_KEEP_SEGMENTS a client that still owns a segment is left as it is
- * and BUSY answered, for the caller to call again holding the lock exclusive.
- * EGM_OK for an unknown client too (nothing to drop); INVALID_ARG for the nil
- * id. */
-egm_status_t egm__liveness_leave(egm_liveness_t *liveness, egm_id_t client, egm_leave_mode_t mode);
+ * line, not expiry's info line): it changes the segment table, so the caller
+ * holds the master's lock exclusive. EGM_OK for an unknown client too
+ * (nothing to drop); INVALID_ARG for the nil id. */
+egm_status_t egm__liveness_leave(egm_liveness_t *liveness, egm_id_t client);
 size_t egm__liveness_client_count(egm_liveness_t *liveness);
 int egm__liveness_is_known(egm_liveness_t *liveness, egm_id_t client);
 

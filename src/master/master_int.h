@@ -77,17 +77,27 @@ typedef enum {
     EGM_MASTER_LOCK_EXCLUSIVE,
 } egm_master_lock_t;
 
+/* The lock mode of a command whose mode depends on what it asks: read from
+ * the request, decoded as the command's message, before any lock is taken. */
+typedef egm_master_lock_t (*egm_master_lock_fn)(const struct ProtobufCMessage *request);
+
 /* A row of the master's command table (handlers.c): for each request type of
- * rpc/command.h's EGM_RPC_COMMANDS, its handler and lock mode. */
+ * rpc/command.h's EGM_RPC_COMMANDS, its handler and lock mode. A handler runs
+ * under the lock its row names and never trades it for another. */
 typedef struct {
     uint16_t type;
     egm_master_handler_t handler;
-    egm_master_lock_t lock;
+    egm_master_lock_t lock;      /* the mode, unless lock_for is set */
+    egm_master_lock_fn lock_for; /* NULL: `lock` for every request */
 } egm_master_command_t;
 
 /* The master's row for `type`, NULL for a type it does not serve (unknown,
  * or a session frame the RPC server answers). Thread-safe (constant data). */
 const egm_master_command_t *egm__master_command(uint16_t type);
+/* How `cmd` holds st->lock for `request` (decoded as its message): its
+ * lock_for's answer, else its lock. Thread-safe. */
+egm_master_lock_t egm__master_command_lock(const egm_master_command_t *cmd,
+                                           const struct ProtobufCMessage *request);
 
 /* StatKey (inspect.c): an object's size, state, replicas, lease and pins,
  * read-only (no lease granted). */

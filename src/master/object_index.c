@@ -13,6 +13,7 @@
 #include "master/object_index.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ struct egm_object_index {
     uint64_t evicted_bytes;
     uint64_t eviction_runs;
     uint64_t discarded;
-    uint64_t no_space; /* PutStarts answered NO_SPACE (atomic: counted after the locks) */
+    atomic_uint_fast64_t no_space; /* PutStarts answered NO_SPACE (counted after the locks) */
     /* A PutStart-triggered eviction that could free nothing, and until when
      * nothing it stepped over stops being protected. */
     uint64_t futile_gen;
@@ -924,7 +925,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     if (status != EGM_OK) {
         egm_free(obj);
         if (status == EGM_ERR_NO_SPACE)
-            __atomic_fetch_add(&index->no_space, 1, __ATOMIC_RELAXED);
+            atomic_fetch_add_explicit(&index->no_space, 1, memory_order_relaxed);
         return status;
     }
     move_to(index, obj, LIST_PENDING);
@@ -1418,7 +1419,7 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     stats_p->evicted_bytes_total = ix->evicted_bytes;
     stats_p->eviction_runs_total = ix->eviction_runs;
     stats_p->discarded_puts_total = ix->discarded;
-    stats_p->no_space_total = __atomic_load_n(&ix->no_space, __ATOMIC_RELAXED);
+    stats_p->no_space_total = atomic_load_explicit(&ix->no_space, memory_order_relaxed);
     usage(ix, &stats_p->used_bytes, &stats_p->capacity_bytes, NULL);
     space_unlock(ix);
     unlock_all(ix);

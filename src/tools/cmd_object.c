@@ -212,6 +212,8 @@ int egm__cmd_put(egm_cli_t *cli)
         return EGM_EXIT_FAIL;
     }
     if (status == EGM_OK && in.spool) {
+        /* The one ListSegments of a put: a stream is spooled to learn its
+         * size, and must stop once past what one segment can hold. */
         uint64_t pool = 0, largest = 0;
         size_t segments = 0;
         status = egm__client_pool_capacity(client, &pool, &largest, &segments);

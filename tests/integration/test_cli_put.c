@@ -1,7 +1,8 @@
 /* Integration: `egmstore put` streams its input (a real master and provider,
  * the real binary). A 96 MiB file and the same bytes on stdin are stored byte
  * for byte while the put process's peak RSS stays a small fraction of them
- * (shm and tcp); a file or stream larger than the pool fails at once with both
+ * (shm and tcp), a file's put asking the master no ListSegments (its state lock
+ * exclusive) and stdin's one; a file or stream larger than the pool fails at once with both
  * numbers, leaving no key; bad paths are named with their reason, and a key
  * with control characters is escaped in the "stored" line. A streaming
  * put whose reader or copy fails part way (the provider killed) leaves no key,
@@ -31,6 +32,7 @@
 #include "common/log.h"
 #include "rpc/proto_util.h"
 #include "support/cluster.h"
+#include "support/model.h"
 #include "support/testutil.h"
 
 extern char **environ;
@@ -229,11 +231,26 @@ static void run_cli(const char *const *args, uint64_t stdin_size, unsigned stdin
            r->code, r->maxrss_kb, (unsigned long long)r->fed, r->out);
 }
 
+/* The master's admin http port (start). */
+static unsigned admin_port;
+
 static void start(const char *pool)
 {
     const char *master_flags[] = {"--client-ttl", "600", "--http-port", "0", NULL};
     assert_int_equal(egm_test_start_master(&cluster, master_flags), 0);
+    admin_port = egm_model_admin_port(&cluster);
+    assert_true(admin_port > 0);
     assert_true(egm_test_start_provider(&cluster, pool, NULL) >= 0);
+}
+
+/* How many RPCs of `type` the master has handled (its /metrics). */
+static long long rpc_count(const char *type)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "egm_master_rpc_requests_total{type=\"%s\"}", type);
+    long long n = egm_model_master_metric(admin_port, name);
+    assert_true(n >= 0);
+    return n;
 }
 
 static void get_and_check(const char *key, uint64_t size, unsigned seed)
@@ -317,8 +334,13 @@ static void test_put_file(void **state)
     path_in_dir(path, sizeof(path), "object");
     write_object(path, FILE_SIZE, 1);
     const char *shm_args[] = {"put", "file/shm", path, NULL};
+    /* A put that fits asks the master nothing but PutStart and PutEnd: no
+     * ListSegments, which holds the master's state lock exclusive. */
+    long long lists = rpc_count("ListSegments"), starts = rpc_count("PutStart");
     run_cli(shm_args, 0, 0, &r);
     assert_int_equal(r.code, 0);
+    assert_int_equal(rpc_count("ListSegments"), lists);
+    assert_int_equal(rpc_count("PutStart"), starts + 1);
     snprintf(want, sizeof(want), "stored file/shm (%llu bytes)", (unsigned long long)FILE_SIZE);
     assert_non_null(strstr(r.out, want));
     assert_small_rss(&r, FILE_SIZE, baseline);
@@ -364,9 +386,13 @@ static void test_put_stdin(void **state)
     start("256MiB");
     long baseline = baseline_rss_kb();
     const char *shm_args[] = {"put", "stdin/shm", "-", NULL};
+    /* One ListSegments: the most a stream may be before it is spooled. */
+    long long lists = rpc_count("ListSegments"), starts = rpc_count("PutStart");
     run_cli(shm_args, FILE_SIZE, 2, &r);
     assert_int_equal(r.fed, FILE_SIZE);
     assert_int_equal(r.code, 0);
+    assert_int_equal(rpc_count("ListSegments"), lists + 1);
+    assert_int_equal(rpc_count("PutStart"), starts + 1);
     snprintf(want, sizeof(want), "stored stdin/shm (%llu bytes)", (unsigned long long)FILE_SIZE);
     assert_non_null(strstr(r.out, want));
     assert_small_rss(&r, FILE_SIZE, baseline);

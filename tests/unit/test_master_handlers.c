@@ -548,9 +548,9 @@ static Egm__PingReply *ping_as(egm_id_t who, int leaving)
 }
 
 /* A leaving ping unregisters the client at once, the clock standing still
- * (no client_ttl): one without segments under the shared lock, one that still
- * has a segment and objects (unmounted, its objects dropped, as expiry does)
- * by trading the shared lock for an exclusive one and back. */
+ * (no client_ttl): one without segments, and one that still has a segment and
+ * objects (unmounted, its objects dropped, as expiry does) under the state
+ * lock, which it releases as it took it. */
 static void test_leaving_ping_unregisters(void **state)
 {
     (void)state;
@@ -572,7 +572,7 @@ static void test_leaving_ping_unregisters(void **state)
     egm__pb_free(&put_start(2, keys, sizes, 1)->base);
     egm__pb_free(&keys_call(EGM_RPC_PUT_END, 1, keys, 0)->base);
     assert_int_equal(egm__master_lock_init(&lock), 0);
-    st.lock = &lock; /* as the master process holds it: Ping shared */
+    st.lock = &lock; /* as the master process holds it: a leaving Ping exclusive */
     Egm__PingReply *p = ping_as(me, 1);
     st.lock = NULL;
     assert_int_equal(p->view, 1); /* its segment retired */
@@ -612,7 +612,20 @@ static void test_command_table(void **state)
         n_exclusive += is_exclusive;
     }
     assert_int_equal(n_exclusive, 4);
-    assert_int_equal(egm__master_command(EGM_RPC_PING)->lock, EGM_MASTER_LOCK_SHARED);
+    /* Only Ping's mode depends on its request: exclusive when the client is
+     * leaving (unregistering it may unmount its segments), else shared. */
+    for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++)
+        if (t != EGM_RPC_PING)
+            assert_null(egm__master_command(t)->lock_for);
+    const egm_master_command_t *ping = egm__master_command(EGM_RPC_PING);
+    Egm__PingRequest ping_req = EGM__PING_REQUEST__INIT;
+    assert_int_equal(egm__master_command_lock(ping, &ping_req.base), EGM_MASTER_LOCK_SHARED);
+    ping_req.leaving = 1;
+    assert_int_equal(egm__master_command_lock(ping, &ping_req.base), EGM_MASTER_LOCK_EXCLUSIVE);
+    Egm__ListSegmentsRequest list_req = EGM__LIST_SEGMENTS_REQUEST__INIT;
+    assert_int_equal(
+        egm__master_command_lock(egm__master_command(EGM_RPC_LIST_SEGMENTS), &list_req.base),
+        EGM_MASTER_LOCK_EXCLUSIVE);
     const uint16_t none[] = {0, EGM_RPC_TYPE_MAX + 1, EGM_RPC_AUTH, EGM_RPC_HELLO, 999};
     for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
         egm_rpc_reply_t reply = {(uint8_t *)1, 1};
