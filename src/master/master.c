@@ -3,8 +3,6 @@
  * peers), the periodic timer on the first reactor, the admin HTTP. */
 #include "master/master.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,28 +103,10 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
     return EGM_OK;
 }
 
-/* A ratio key (kept as text by the config table): a decimal number in 0..1.
- * `key` names it in the error. */
-static egm_status_t config_ratio(const char *key, const char *text, double *value_p)
-{
-    char *end = NULL;
-    double v;
-
-    errno = 0;
-    v = text != NULL ? strtod(text, &end) : 0.0;
-    if (text == NULL || text[0] == '\0' || end == NULL || *end != '\0' || errno != 0 ||
-        isspace((unsigned char)text[0]) || !(v >= 0.0 && v <= 1.0))
-        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not a number in 0..1 (e.g. 0.9)", key,
-                              text != NULL ? text : "");
-    *value_p = v;
-    return EGM_OK;
-}
-
 /* The object index's keys: leases, pins, unfinished puts, eviction, placement. */
 static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl_ms,
                                   egm_objects_params_t *params)
 {
-    egm_status_t status;
     const egm_settings_t *settings = egm__config_settings(config);
     int64_t soft_pin_ms = settings->default_kv_soft_pin_ttl;
     int64_t discard_s = settings->put_start_discard_timeout_sec;
@@ -147,12 +127,8 @@ static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl
                               "eviction_min_residency_ms: %lld is out of range 0..%u ms (24 h)",
                               (long long)residency_ms, EGM_MASTER_MIN_RESIDENCY_MAX_MS);
     params->min_residency_ms = (uint64_t)residency_ms;
-    if ((status =
-             config_ratio("eviction_high_watermark_ratio", settings->eviction_high_watermark_ratio,
-                          &params->eviction_high_watermark)) != EGM_OK ||
-        (status = config_ratio("eviction_ratio", settings->eviction_ratio,
-                               &params->eviction_ratio)) != EGM_OK)
-        return status;
+    params->eviction_high_watermark = settings->eviction_high_watermark_ratio;
+    params->eviction_ratio = settings->eviction_ratio;
     params->placement = settings->placement_strategy;
     return egm__objects_params_check(params);
 }
