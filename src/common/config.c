@@ -126,7 +126,7 @@ static const egm_config_key_t keys[] = {
         "master: read lease granted by Get/Exist, in ms"),
     INT(client_ttl, "10", 1, 3600, M,
         "master: a client silent this many seconds is expired and its segments unmounted"),
-    INT(default_kv_soft_pin_ttl, "1800000", 1, 86400000, M,
+    INT(default_kv_soft_pin_ttl, "1800000", 1, EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS, M,
         "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
         "lease granted; at most 24 h"),
     INT(put_start_discard_timeout_sec, "30", 1, 86400, M,
@@ -135,7 +135,7 @@ static const egm_config_key_t keys[] = {
     RATIO(eviction_high_watermark_ratio, "0.90", M,
           "master: evict in the background when used / capacity is above this"),
     RATIO(eviction_ratio, "0.05", M, "master: share of capacity one eviction frees"),
-    INT(eviction_min_residency_ms, "10000", 0, 86400000, M,
+    INT(eviction_min_residency_ms, "10000", 0, EGM_SETTINGS_MIN_RESIDENCY_MAX_MS, M,
         "master: ms after its PutEnd during which an object is not evicted; a put that only "
         "evicting such objects could make room for answers NO_SPACE (0 = evictable at once)"),
     ENUM(placement_strategy, egm_placement_t, placements, "random", M,
@@ -319,6 +319,14 @@ static int choice_value(const egm_config_key_t *k, const char *text)
     return -1;
 }
 
+const char *egm__config_choice_word(const egm_config_key_t *key, int value)
+{
+    for (const egm_config_choice_t *c = key->choices; c != NULL && c->name != NULL; c++)
+        if (c->value == value)
+            return c->name;
+    return NULL;
+}
+
 const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len)
 {
     size_t used = 0;
@@ -473,6 +481,12 @@ static int field_index(size_t offset)
         if (keys[i].offset == offset)
             return (int)i;
     return -1; /* not reached: offsetof names a field, and every field has a key */
+}
+
+const egm_config_key_t *egm__config_field_key(size_t offset)
+{
+    int i = field_index(offset);
+    return i >= 0 ? &keys[i] : NULL;
 }
 
 int egm__config_field_is_set(const egm_config_t *config, size_t offset)

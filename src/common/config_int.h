@@ -56,9 +56,16 @@ const egm_config_key_t *egm__config_find_key(const char *name);
 /* True if the key was set explicitly (file, env, flag or egm_config_set); for
  * code that walks the table (code reading one key uses EGM_CONFIG_IS_SET). */
 int egm__config_is_set(const egm_config_t *config, const char *key);
+/* The key of settings field `field`, e.g. EGM_CONFIG_KEY(placement_strategy):
+ * for code that checks a value it was given without a config in the table's
+ * words (a misspelt field does not compile). */
+#define EGM_CONFIG_KEY(field) egm__config_field_key(offsetof(egm_settings_t, field))
+const egm_config_key_t *egm__config_field_key(size_t offset);
 /* A word of enum key `key` -> its value in *value_p; another word (or NULL)
  * -> EGM_ERR_CONFIG naming the key and its words. */
 egm_status_t egm__config_parse_choice(const egm_config_key_t *key, const char *word, int *value_p);
+/* The word of enum key `key` whose value is `value`; NULL when none has it. */
+const char *egm__config_choice_word(const egm_config_key_t *key, int value);
 /* The settings field of a key that is not a string or a ratio, as an integer
  * (a size's bytes, a bool's 0 or 1, an enum's value); 0 for a string or a
  * ratio. For code that walks the table (tests, the fuzzer); other code reads

@@ -39,6 +39,10 @@ typedef enum {
 /* The range of every ratio key (a share of something). */
 #define EGM_SETTINGS_RATIO_MIN 0.0
 #define EGM_SETTINGS_RATIO_MAX 1.0
+/* Bounds of the table's keys that code given its values another way (the
+ * master's object index, egm__objects_params_check) checks as well. */
+#define EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS 86400000  /* default_kv_soft_pin_ttl: 24 h */
+#define EGM_SETTINGS_MIN_RESIDENCY_MAX_MS 86400000 /* eviction_min_residency_ms: 24 h */
 
 /* Field types by key type: string const char * (owned by the config, valid
  * until the key is set again), int int64_t, size uint64_t (bytes), bool int
