@@ -813,6 +813,9 @@ static void test_settings_table_binds_fields(void **state)
         int value;
     } words[] = {
         {"log_level", "error", EGM_LOG_ERROR},
+        {"log_level", "warn", EGM_LOG_WARN},
+        {"log_level", "info", EGM_LOG_INFO},
+        {"log_level", "debug", EGM_LOG_DEBUG},
         {"log_level", "trace", EGM_LOG_TRACE},
         {"protocol", "auto", EGM_PROTOCOL_AUTO},
         {"protocol", "nvlink", EGM_PROTOCOL_NVLINK},
