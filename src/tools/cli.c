@@ -242,26 +242,6 @@ static const char *key_source(const char *key, const char *const *flags, int n_f
     return buf;
 }
 
-/* Whether the config's value of k is its default, however written (a size,
- * integer or boolean may be written more than one way). */
-static int is_default(const egm_config_t *config, const egm_config_key_t *k)
-{
-    const char *text = egm_config_get(config, k->name);
-    uint64_t a, b;
-
-    switch (k->type) {
-    case EGM_CFG_SIZE:
-        return egm__parse_size(k->name, text, &a) == EGM_OK &&
-               egm__parse_size(k->name, k->def, &b) == EGM_OK && a == b;
-    case EGM_CFG_INT:
-        return strtoll(text, NULL, 10) == strtoll(k->def, NULL, 10);
-    case EGM_CFG_BOOL:
-        return egm_config_get_bool(config, k->name) == (strcmp(k->def, "true") == 0);
-    default:
-        return strcmp(text, k->def) == 0;
-    }
-}
-
 /* Resets the keys flagged `exclude` to their defaults: the command's config is
  * rebuilt from the keys that affect it (set ones stay set, the others are
  * untouched defaults). Those given a value other than the default are named
@@ -287,7 +267,9 @@ static int drop_excluded(egm_cli_t *cli, const char *command, unsigned exclude,
             }
             continue;
         }
-        if (cli->help || is_default(cli->config, &keys[i]))
+        /* Given its default, however written (1GiB, 1024MiB): not worth a note.
+         * `kept` never gets an excluded key, so it holds the default. */
+        if (cli->help || egm__config_field_equal(cli->config, kept, &keys[i]))
             continue;
         char source[600];
         fprintf(stderr, "%s%s (from %s)", noted++ ? ", " : "egmstore: note: ", name,
