@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config_int.h"
 #include "common/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -52,10 +53,10 @@ static inline void fuzz_init_logs(void)
     if (done)
         return;
     done = 1;
-    egm_log_level_t level;
+    int level; /* in the words of the log_level key */
     const char *text = getenv("EGM_FUZZ_LOG");
-    if (text != NULL && egm__log_parse_level(text, &level) == EGM_OK)
-        egm__log_set_level(level);
+    if (text != NULL && egm__config_parse_choice(EGM_CONFIG_KEY(log_level), text, &level) == EGM_OK)
+        egm__log_set_level((egm_log_level_t)level);
     else
         egm__log_level = -1;
 }

@@ -115,6 +115,12 @@ static void check_values(const egm_config_t *config)
             FUZZ_CHECK(found);
             break;
         }
+        case EGM_CFG_RATIO: {
+            double x = egm__config_field_ratio(config, k);
+            FUZZ_CHECK(x >= EGM_SETTINGS_RATIO_MIN && x <= EGM_SETTINGS_RATIO_MAX);
+            FUZZ_CHECK(x == strtod(v, NULL));
+            break;
+        }
         }
     }
     egm_config_destroy(probe);

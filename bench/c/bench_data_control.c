@@ -189,7 +189,7 @@ static egm_status_t start_provider(egm_bdata_run_t *r)
         argv[12] = "--enable-egm-store-pool";
         argv[13] = "true";
     }
-    status = egm__process_spawn(argv, 1, &r->provider);
+    status = egm__process_spawn(argv, EGM_PROCESS_STDOUT_CAPTURE, &r->provider);
     if (status == EGM_OK)
         status = egm__process_wait_line(&r->provider, "egmstore provider ready", line, sizeof(line),
                                         PROVIDER_READY_MS);

@@ -159,7 +159,7 @@ static egm_status_t spawn(egm_bdata_procs_t *p, int i, int go_read)
     for (size_t a = 0; a < sizeof(level) / sizeof(level[0]); a++)
         argv[k++] = level[a];
     argv[k] = NULL;
-    egm_status_t status = egm__process_spawn(argv, 1, &p->child[i]);
+    egm_status_t status = egm__process_spawn(argv, EGM_PROCESS_STDOUT_CAPTURE, &p->child[i]);
     egm_free(argv);
     return status;
 }

@@ -204,7 +204,8 @@ int main(int argc, char **argv)
                      "--log-level",
                      "warn",
                      NULL};
-    if (check(egm__process_spawn(pargv, 1, &provider), "spawn provider") != 0 ||
+    if (check(egm__process_spawn(pargv, EGM_PROCESS_STDOUT_CAPTURE, &provider), "spawn provider") !=
+            0 ||
         check(
             egm__process_wait_line(&provider, "egmstore provider ready", line, sizeof(line), 60000),
             "provider ready") != 0)

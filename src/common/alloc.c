@@ -92,11 +92,19 @@ static site_t *site_for(const char *name)
     return site != NULL ? site : &overflow_site;
 }
 
-static void account(site_t *site, int64_t count, int64_t bytes)
+/* What a call does to a site's count of live blocks. */
+typedef enum {
+    BLOCK_FREED = -1,
+    BLOCK_RESIZED = 0, /* realloc: the same block, another size */
+    BLOCK_ALLOCATED = 1,
+} block_change_t;
+
+static void account(site_t *site, block_change_t change, int64_t bytes)
 {
-    __atomic_add_fetch(&site->live, (uint64_t)count, __ATOMIC_RELAXED);
+    uint64_t count = (uint64_t)(int64_t)change; /* -1 wraps: the sums stay exact */
+    __atomic_add_fetch(&site->live, count, __ATOMIC_RELAXED);
     __atomic_add_fetch(&site->bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&live_count, (uint64_t)count, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&live_count, count, __ATOMIC_RELAXED);
     __atomic_add_fetch(&live_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
 }
 
@@ -106,7 +114,7 @@ static void *finish(header_t *h, size_t size, site_t *site)
         return NULL;
     h->size = size;
     h->site = site;
-    account(site, 1, (int64_t)size);
+    account(site, BLOCK_ALLOCATED, (int64_t)size);
     return h + 1;
 }
 
@@ -137,7 +145,7 @@ void *egm_realloc(void *ptr, size_t size, const char *site)
     if (h == NULL)
         return NULL;
     h->size = size;
-    account(s, 0, (int64_t)size - (int64_t)old_size);
+    account(s, BLOCK_RESIZED, (int64_t)size - (int64_t)old_size);
     return h + 1;
 }
 
@@ -146,7 +154,7 @@ void egm_free(void *ptr)
     if (ptr == NULL)
         return;
     header_t *h = (header_t *)ptr - 1;
-    account(h->site, -1, -(int64_t)h->size);
+    account(h->site, BLOCK_FREED, -(int64_t)h->size);
     free(h);
 }
 

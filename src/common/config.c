@@ -53,7 +53,7 @@ static const egm_config_choice_t handle_types[] = {{"auto", EGM_HANDLE_TYPE_AUTO
  * values in words, roles, help), INT(name, default, min, max, roles, help),
  * SIZE(name, default, min, max, accepted values in words or NULL for the
  * range, roles, help), BOOL(name, default, roles, help), ENUM(name, C type,
- * choices, default, roles, help). */
+ * choices, default, roles, help), RATIO(name, default, roles, help). */
 #define STRING(n, d, acc, r, h)                                                                    \
     {                                                                                              \
         .name = #n, .type = EGM_CFG_STRING, .def = d, .accepted = acc, .roles = r, .help = h,      \
@@ -77,6 +77,11 @@ static const egm_config_choice_t handle_types[] = {{"auto", EGM_HANDLE_TYPE_AUTO
     {                                                                                              \
         .name = #n, .type = EGM_CFG_ENUM, .def = d, .choices = ch, .roles = r, .help = h,          \
         .offset = ENUM_FIELD(n, t)                                                                 \
+    }
+#define RATIO(n, d, r, h)                                                                          \
+    {                                                                                              \
+        .name = #n, .type = EGM_CFG_RATIO, .def = d, .roles = r, .help = h,                        \
+        .offset = FIELD(n, double)                                                                 \
     }
 /* Who reads a key (the roles of egm_config_key_t). */
 #define M EGM_ROLE_MASTER
@@ -121,17 +126,16 @@ static const egm_config_key_t keys[] = {
         "master: read lease granted by Get/Exist, in ms"),
     INT(client_ttl, "10", 1, 3600, M,
         "master: a client silent this many seconds is expired and its segments unmounted"),
-    INT(default_kv_soft_pin_ttl, "1800000", 1, 86400000, M,
+    INT(default_kv_soft_pin_ttl, "1800000", 1, EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS, M,
         "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
         "lease granted; at most 24 h"),
     INT(put_start_discard_timeout_sec, "30", 1, 86400, M,
         "master: a put not finished this many seconds after its PutStart is discarded (space and "
         "key return)"),
-    STRING(eviction_high_watermark_ratio, "0.90", "a number in 0..1", M,
-           "master: evict in the background when used / capacity is above this (a number in 0..1)"),
-    STRING(eviction_ratio, "0.05", "a number in 0..1", M,
-           "master: share of capacity one eviction frees (a number in 0..1)"),
-    INT(eviction_min_residency_ms, "10000", 0, 86400000, M,
+    RATIO(eviction_high_watermark_ratio, "0.90", M,
+          "master: evict in the background when used / capacity is above this"),
+    RATIO(eviction_ratio, "0.05", M, "master: share of capacity one eviction frees"),
+    INT(eviction_min_residency_ms, "10000", 0, EGM_SETTINGS_MIN_RESIDENCY_MAX_MS, M,
         "master: ms after its PutEnd during which an object is not evicted; a put that only "
         "evicting such objects could make room for answers NO_SPACE (0 = evictable at once)"),
     ENUM(placement_strategy, egm_placement_t, placements, "random", M,
@@ -194,6 +198,7 @@ static const egm_config_key_t keys[] = {
 #undef SIZE
 #undef BOOL
 #undef ENUM
+#undef RATIO
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -314,6 +319,14 @@ static int choice_value(const egm_config_key_t *k, const char *text)
     return -1;
 }
 
+const char *egm__config_choice_word(const egm_config_key_t *key, int value)
+{
+    for (const egm_config_choice_t *c = key->choices; c != NULL && c->name != NULL; c++)
+        if (c->value == value)
+            return c->name;
+    return NULL;
+}
+
 const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len)
 {
     size_t used = 0;
@@ -344,6 +357,7 @@ typedef union {
     int64_t i;  /* INT */
     uint64_t u; /* SIZE */
     int b;      /* BOOL, and an ENUM's value */
+    double d;   /* RATIO */
 } value_t;
 
 /* An address to connect to: HOST:PORT or [IPv6]:PORT, a host and a port
@@ -388,6 +402,17 @@ static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *
             return egm__set_error(EGM_ERR_CONFIG, "%s: %lld is out of range %" PRId64 "..%" PRId64,
                                   k->name, n, k->min, k->max);
         v->i = n;
+        return EGM_OK;
+    }
+    case EGM_CFG_RATIO: {
+        char *end;
+        errno = 0;
+        double d = strtod(text, &end);
+        if (text[0] == '\0' || *end != '\0' || errno != 0 || isspace((unsigned char)text[0]) ||
+            !(d >= EGM_SETTINGS_RATIO_MIN && d <= EGM_SETTINGS_RATIO_MAX))
+            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not a number in %g..%g (e.g. 0.9)",
+                                  k->name, text, EGM_SETTINGS_RATIO_MIN, EGM_SETTINGS_RATIO_MAX);
+        v->d = d;
         return EGM_OK;
     }
     case EGM_CFG_SIZE: {
@@ -438,6 +463,9 @@ static egm_status_t store(egm_config_t *config, int i, const char *text, origin_
     case EGM_CFG_ENUM:
         memcpy(field, &v.b, sizeof(v.b));
         break;
+    case EGM_CFG_RATIO:
+        memcpy(field, &v.d, sizeof(v.d));
+        break;
     }
     return EGM_OK;
 }
@@ -453,6 +481,12 @@ static int field_index(size_t offset)
         if (keys[i].offset == offset)
             return (int)i;
     return -1; /* not reached: offsetof names a field, and every field has a key */
+}
+
+const egm_config_key_t *egm__config_field_key(size_t offset)
+{
+    int i = field_index(offset);
+    return i >= 0 ? &keys[i] : NULL;
 }
 
 int egm__config_field_is_set(const egm_config_t *config, size_t offset)
@@ -481,9 +515,41 @@ int64_t egm__config_field_int(const egm_config_t *config, const egm_config_key_t
         i = b;
         break;
     case EGM_CFG_STRING:
+    case EGM_CFG_RATIO:
         break;
     }
     return i;
+}
+
+double egm__config_field_ratio(const egm_config_t *config, const egm_config_key_t *key)
+{
+    double d = 0.0;
+    if (key->type == EGM_CFG_RATIO)
+        memcpy(&d, (const char *)&config->settings + key->offset, sizeof(d));
+    return d;
+}
+
+int egm__config_field_equal(const egm_config_t *a, const egm_config_t *b,
+                            const egm_config_key_t *key)
+{
+    const char *fa = (const char *)&a->settings + key->offset;
+    const char *fb = (const char *)&b->settings + key->offset;
+    switch (key->type) {
+    case EGM_CFG_STRING: {
+        const char *sa, *sb;
+        memcpy(&sa, fa, sizeof(sa));
+        memcpy(&sb, fb, sizeof(sb));
+        return strcmp(sa, sb) == 0;
+    }
+    case EGM_CFG_RATIO:
+        return egm__config_field_ratio(a, key) == egm__config_field_ratio(b, key);
+    case EGM_CFG_INT:
+    case EGM_CFG_SIZE:
+    case EGM_CFG_BOOL:
+    case EGM_CFG_ENUM:
+        break;
+    }
+    return egm__config_field_int(a, key) == egm__config_field_int(b, key);
 }
 
 const char *egm__config_field_text(const egm_config_t *config, size_t offset)
@@ -886,11 +952,9 @@ static void doc_size(int64_t bytes, char *buf, size_t len)
         snprintf(buf, len, "%" PRId64 " %s", bytes, units[u]);
 }
 
-static const char *const type_names[] = {[EGM_CFG_STRING] = "string",
-                                         [EGM_CFG_INT] = "int",
-                                         [EGM_CFG_SIZE] = "size",
-                                         [EGM_CFG_BOOL] = "bool",
-                                         [EGM_CFG_ENUM] = "enum"};
+static const char *const type_names[] = {
+    [EGM_CFG_STRING] = "string", [EGM_CFG_INT] = "int",   [EGM_CFG_SIZE] = "size",
+    [EGM_CFG_BOOL] = "bool",     [EGM_CFG_ENUM] = "enum", [EGM_CFG_RATIO] = "ratio"};
 
 void egm__config_range_text(const egm_config_key_t *k, char *buf, size_t len)
 {
@@ -917,6 +981,9 @@ void egm__config_range_text(const egm_config_key_t *k, char *buf, size_t len)
     case EGM_CFG_ENUM:
         egm__config_choices_text(k, buf, len);
         return;
+    case EGM_CFG_RATIO:
+        snprintf(buf, len, "%g..%g", EGM_SETTINGS_RATIO_MIN, EGM_SETTINGS_RATIO_MAX);
+        return;
     case EGM_CFG_BOOL:
     case EGM_CFG_STRING:
         return;
@@ -937,6 +1004,9 @@ static void doc_accepted(const egm_config_key_t *k, char *buf, size_t len)
         return;
     case EGM_CFG_BOOL:
         snprintf(buf, len, "`true`, `false` (also 1/0, yes/no, on/off)");
+        return;
+    case EGM_CFG_RATIO:
+        snprintf(buf, len, "a number in %g..%g", EGM_SETTINGS_RATIO_MIN, EGM_SETTINGS_RATIO_MAX);
         return;
     case EGM_CFG_ENUM: {
         size_t used = 0;

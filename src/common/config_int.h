@@ -9,10 +9,11 @@
 
 typedef enum {
     EGM_CFG_STRING,
-    EGM_CFG_INT,  /* decimal integer within [min, max] */
-    EGM_CFG_SIZE, /* bytes: plain or with B/KiB/MiB/GiB/TiB/KB/MB/GB/TB/K/M/G/T */
-    EGM_CFG_BOOL, /* true|false|1|0|yes|no|on|off */
-    EGM_CFG_ENUM, /* one of the words of `choices` */
+    EGM_CFG_INT,   /* decimal integer within [min, max] */
+    EGM_CFG_SIZE,  /* bytes: plain or with B/KiB/MiB/GiB/TiB/KB/MB/GB/TB/K/M/G/T */
+    EGM_CFG_BOOL,  /* true|false|1|0|yes|no|on|off */
+    EGM_CFG_ENUM,  /* one of the words of `choices` */
+    EGM_CFG_RATIO, /* a number in EGM_SETTINGS_RATIO_MIN..EGM_SETTINGS_RATIO_MAX (0..1) */
 } egm_config_type_t;
 
 /* The processes a key affects, and the config file sections a process reads
@@ -39,7 +40,7 @@ typedef struct {
     const char *name;
     egm_config_type_t type;
     const char *def;
-    int64_t min; /* INT and SIZE */
+    int64_t min; /* INT and SIZE (a ratio's range is the type's) */
     int64_t max;
     const egm_config_choice_t *choices; /* ENUM, in documented order */
     const char *help;
@@ -55,18 +56,33 @@ const egm_config_key_t *egm__config_find_key(const char *name);
 /* True if the key was set explicitly (file, env, flag or egm_config_set); for
  * code that walks the table (code reading one key uses EGM_CONFIG_IS_SET). */
 int egm__config_is_set(const egm_config_t *config, const char *key);
+/* The key of settings field `field`, e.g. EGM_CONFIG_KEY(placement_strategy):
+ * for code that checks a value it was given without a config in the table's
+ * words (a misspelt field does not compile). */
+#define EGM_CONFIG_KEY(field) egm__config_field_key(offsetof(egm_settings_t, field))
+const egm_config_key_t *egm__config_field_key(size_t offset);
 /* A word of enum key `key` -> its value in *value_p; another word (or NULL)
  * -> EGM_ERR_CONFIG naming the key and its words. */
 egm_status_t egm__config_parse_choice(const egm_config_key_t *key, const char *word, int *value_p);
-/* The settings field of a key that is not a string, as an integer (a size's
- * bytes, a bool's 0 or 1, an enum's value); 0 for a string. For code that walks
- * the table (tests, the fuzzer); other code reads the field itself. */
+/* The word of enum key `key` whose value is `value`; NULL when none has it. */
+const char *egm__config_choice_word(const egm_config_key_t *key, int value);
+/* The settings field of a key that is not a string or a ratio, as an integer
+ * (a size's bytes, a bool's 0 or 1, an enum's value); 0 for a string or a
+ * ratio. For code that walks the table (tests, the fuzzer); other code reads
+ * the field itself. */
 int64_t egm__config_field_int(const egm_config_t *config, const egm_config_key_t *key);
+/* The settings field of a ratio key; 0 for a key of another type. For code
+ * that walks the table, as egm__config_field_int. */
+double egm__config_field_ratio(const egm_config_t *config, const egm_config_key_t *key);
+/* Whether configs a and b hold the same value of key, compared as its type
+ * reads it (a size of 1GiB equals one of 1024MiB, a ratio of 0.9 one of 0.90). */
+int egm__config_field_equal(const egm_config_t *a, const egm_config_t *b,
+                            const egm_config_key_t *key);
 /* "a|b|c": the words of an enum key, into buf. */
 const char *egm__config_choices_text(const egm_config_key_t *key, char *buf, size_t len);
-/* The accepted values of an int, size or enum key in words, as --help and the
- * docs show them ("0..65535", "4 KiB and up", "auto|nvlink|shm|tcp"); "" for
- * strings and bools. */
+/* The accepted values of an int, size, ratio or enum key in words, as --help
+ * and the docs show them ("0..65535", "4 KiB and up", "0..1",
+ * "auto|nvlink|shm|tcp"); "" for strings and bools. */
 void egm__config_range_text(const egm_config_key_t *key, char *buf, size_t len);
 /* docs/configuration.md's row of a key up to its meaning column:
  * "| `name` | type | `default` | accepted values | read by |". Truncated to len. */

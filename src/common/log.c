@@ -4,7 +4,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,22 +14,7 @@ int egm__log_level = EGM_LOG_INFO;
 static char component[32] = "egmstore";
 static _Thread_local char last_error[1024];
 
-static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 static const char level_letters[] = "EWIDT";
-
-egm_status_t egm__log_parse_level(const char *text, egm_log_level_t *level_p)
-{
-    for (int i = 0; i <= EGM_LOG_TRACE; i++) {
-        if (text != NULL && strcasecmp(text, level_names[i]) == 0) {
-            *level_p = (egm_log_level_t)i;
-            return EGM_OK;
-        }
-    }
-    return egm__set_error(EGM_ERR_CONFIG,
-                          "log_level: \"%s\" is not one of "
-                          "error|warn|info|debug|trace",
-                          text ? text : "");
-}
 
 void egm__log_set_level(egm_log_level_t level)
 {

@@ -16,8 +16,6 @@ typedef enum {
 
 extern int egm__log_level; /* current level; read without locking */
 
-/* "error|warn|info|debug|trace" -> level; EGM_ERR_CONFIG if unknown. */
-egm_status_t egm__log_parse_level(const char *text, egm_log_level_t *level_p);
 void egm__log_set_level(egm_log_level_t level);
 /* Component name printed on every line (e.g. "master"); copied. */
 void egm__log_set_component(const char *component);

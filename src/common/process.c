@@ -11,9 +11,10 @@
 #include "common/log.h"
 #include "common/process.h"
 
-egm_status_t egm__process_spawn(char *const argv[], int capture_stdout, egm_process_t *proc)
+egm_status_t egm__process_spawn(char *const argv[], egm_process_stdout_t out, egm_process_t *proc)
 {
     int pipe_fds[2] = {-1, -1};
+    int capture_stdout = out == EGM_PROCESS_STDOUT_CAPTURE;
 
     memset(proc, 0, sizeof(*proc));
     proc->out_fd = -1;

@@ -14,8 +14,14 @@ typedef struct {
     size_t buffered;
 } egm_process_t;
 
-/* argv[0] is the program path. With capture_stdout the child's stdout is a pipe. */
-egm_status_t egm__process_spawn(char *const argv[], int capture_stdout, egm_process_t *proc);
+/* What a spawned child's stdout is. */
+typedef enum {
+    EGM_PROCESS_STDOUT_INHERIT, /* the parent's */
+    EGM_PROCESS_STDOUT_CAPTURE, /* a pipe, read with egm__process_read_line */
+} egm_process_stdout_t;
+
+/* argv[0] is the program path; `out` says where the child's stdout goes. */
+egm_status_t egm__process_spawn(char *const argv[], egm_process_stdout_t out, egm_process_t *proc);
 /* Next line of the child's stdout, without the newline. EGM_ERR_TIMEOUT after
  * timeout_ms, EGM_ERR_UNREACHABLE at end of file. */
 egm_status_t egm__process_read_line(egm_process_t *proc, char *line, size_t len, int timeout_ms);

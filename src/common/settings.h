@@ -36,9 +36,17 @@ typedef enum {
     EGM_HANDLE_TYPE_POSIX_FD = 2,
 } egm_handle_type_t; /* egm_handle_type */
 
+/* The range of every ratio key (a share of something). */
+#define EGM_SETTINGS_RATIO_MIN 0.0
+#define EGM_SETTINGS_RATIO_MAX 1.0
+/* Bounds of the table's keys that code given its values another way (the
+ * master's object index, egm__objects_params_check) checks as well. */
+#define EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS 86400000  /* default_kv_soft_pin_ttl: 24 h */
+#define EGM_SETTINGS_MIN_RESIDENCY_MAX_MS 86400000 /* eviction_min_residency_ms: 24 h */
+
 /* Field types by key type: string const char * (owned by the config, valid
  * until the key is set again), int int64_t, size uint64_t (bytes), bool int
- * (0 or 1), enum the key's enum type. Ranges are the table's. */
+ * (0 or 1), enum the key's enum type, ratio double. Ranges are the table's. */
 typedef struct egm_settings {
     egm_log_level_t log_level;
     const char *master_server_addr;
@@ -62,8 +70,8 @@ typedef struct egm_settings {
     int64_t client_ttl;
     int64_t default_kv_soft_pin_ttl;
     int64_t put_start_discard_timeout_sec;
-    const char *eviction_high_watermark_ratio; /* text: the master checks it is in 0..1 */
-    const char *eviction_ratio;
+    double eviction_high_watermark_ratio;
+    double eviction_ratio;
     int64_t eviction_min_residency_ms;
     egm_placement_t placement_strategy;
     uint64_t max_frame_size;

@@ -3,8 +3,6 @@
  * peers), the periodic timer on the first reactor, the admin HTTP. */
 #include "master/master.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,9 +66,6 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
     int64_t port = egm__config_settings(config)->http_port;
     if (port < 0)
         return EGM_OK;
-    if (port > 65535)
-        return egm__set_error(EGM_ERR_CONFIG, "http_port: %lld, must be -1..65535",
-                              (long long)port);
     master->admin = (egm_master_admin_t){
         .state = &master->state,
         .lock = &master->lock,
@@ -105,56 +100,21 @@ static egm_status_t start_admin_http(egm_master_t *master, const egm_config_t *c
     return EGM_OK;
 }
 
-/* A ratio key (kept as text by the config table): a decimal number in 0..1.
- * `key` names it in the error. */
-static egm_status_t config_ratio(const char *key, const char *text, double *value_p)
+/* The object index's keys: leases, pins, unfinished puts, eviction, placement.
+ * The config table has checked their ranges. */
+static void object_params(const egm_config_t *config, uint64_t lease_ttl_ms,
+                          egm_objects_params_t *params)
 {
-    char *end = NULL;
-    double v;
-
-    errno = 0;
-    v = text != NULL ? strtod(text, &end) : 0.0;
-    if (text == NULL || text[0] == '\0' || end == NULL || *end != '\0' || errno != 0 ||
-        isspace((unsigned char)text[0]) || !(v >= 0.0 && v <= 1.0))
-        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" is not a number in 0..1 (e.g. 0.9)", key,
-                              text != NULL ? text : "");
-    *value_p = v;
-    return EGM_OK;
-}
-
-/* The object index's keys: leases, pins, unfinished puts, eviction, placement. */
-static egm_status_t object_params(const egm_config_t *config, uint64_t lease_ttl_ms,
-                                  egm_objects_params_t *params)
-{
-    egm_status_t status;
     const egm_settings_t *settings = egm__config_settings(config);
-    int64_t soft_pin_ms = settings->default_kv_soft_pin_ttl;
-    int64_t discard_s = settings->put_start_discard_timeout_sec;
-    int64_t residency_ms = settings->eviction_min_residency_ms;
 
     egm__objects_params_default(params);
     params->lease_ttl_ms = lease_ttl_ms;
-    if (soft_pin_ms <= 0 || (uint64_t)soft_pin_ms > EGM_MASTER_SOFT_PIN_TTL_MAX_MS)
-        return egm__set_error(EGM_ERR_CONFIG,
-                              "default_kv_soft_pin_ttl: %lld is out of range 1..%u ms (24 h)",
-                              (long long)soft_pin_ms, EGM_MASTER_SOFT_PIN_TTL_MAX_MS);
-    params->soft_pin_ttl_ms = (uint64_t)soft_pin_ms;
-    if (discard_s <= 0)
-        return egm__set_error(EGM_ERR_CONFIG, "put_start_discard_timeout_sec: must be > 0 s");
-    params->pending_timeout_ms = (uint64_t)discard_s * 1000u;
-    if (residency_ms < 0 || (uint64_t)residency_ms > EGM_MASTER_MIN_RESIDENCY_MAX_MS)
-        return egm__set_error(EGM_ERR_CONFIG,
-                              "eviction_min_residency_ms: %lld is out of range 0..%u ms (24 h)",
-                              (long long)residency_ms, EGM_MASTER_MIN_RESIDENCY_MAX_MS);
-    params->min_residency_ms = (uint64_t)residency_ms;
-    if ((status =
-             config_ratio("eviction_high_watermark_ratio", settings->eviction_high_watermark_ratio,
-                          &params->eviction_high_watermark)) != EGM_OK ||
-        (status = config_ratio("eviction_ratio", settings->eviction_ratio,
-                               &params->eviction_ratio)) != EGM_OK)
-        return status;
+    params->soft_pin_ttl_ms = (uint64_t)settings->default_kv_soft_pin_ttl;
+    params->pending_timeout_ms = (uint64_t)settings->put_start_discard_timeout_sec * 1000u;
+    params->min_residency_ms = (uint64_t)settings->eviction_min_residency_ms;
+    params->eviction_high_watermark = settings->eviction_high_watermark_ratio;
+    params->eviction_ratio = settings->eviction_ratio;
     params->placement = settings->placement_strategy;
-    return egm__objects_params_check(params);
 }
 
 egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p)
@@ -174,23 +134,10 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     int64_t client_ttl_s = settings->client_ttl;
     int64_t rpc_threads = settings->rpc_threads;
     uint64_t max_frame = settings->max_frame_size;
-    /* The config table checks ranges; these guard against a table that changed. */
-    if (port < 0 || port > 65535)
-        return egm__set_error(EGM_ERR_CONFIG, "port: %lld, must be 0..65535", (long long)port);
-    if (lease_ttl_ms <= 0)
-        return egm__set_error(EGM_ERR_CONFIG, "default_kv_lease_ttl: must be > 0 ms");
-    if (client_ttl_s <= 0)
-        return egm__set_error(EGM_ERR_CONFIG, "client_ttl: must be > 0 s");
-    if (max_frame == 0)
-        return egm__set_error(EGM_ERR_CONFIG, "max_frame_size: must be > 0");
-    if (rpc_threads < 1 || rpc_threads > EGM_MASTER_RPC_THREADS_MAX)
-        return egm__set_error(EGM_ERR_CONFIG, "rpc_threads: %lld, must be 1..%d",
-                              (long long)rpc_threads, EGM_MASTER_RPC_THREADS_MAX);
+    /* The config table has checked the ranges of these keys. */
     egm_master_state_params_t state_params = {.client_ttl_ms = (uint64_t)client_ttl_s * 1000u};
     const egm_objects_params_t *objects = &state_params.objects;
-    status = object_params(config, (uint64_t)lease_ttl_ms, &state_params.objects);
-    if (status != EGM_OK)
-        return status;
+    object_params(config, (uint64_t)lease_ttl_ms, &state_params.objects);
 
     master = egm_calloc(1, sizeof(*master), "master");
     if (master == NULL)

@@ -10,8 +10,6 @@
 
 typedef struct egm_master egm_master_t;
 
-#define EGM_MASTER_RPC_THREADS_MAX 64
-
 /* Reads the master's keys from config (`listen_address`, `port`,
  * `rpc_threads`, `default_kv_lease_ttl`, `client_ttl`, `max_frame_size`, the
  * object index's keys), binds the RPC port (port 0 = any free), and starts

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
+#include "common/config_int.h"
 #include "common/hashmap.h"
 #include "common/log.h"
 
@@ -240,33 +241,39 @@ void egm__objects_params_default(egm_objects_params_t *params)
         .placement = EGM_PLACEMENT_RANDOM,
     };
 }
+/* The master's params come from its config, whose table has checked every
+ * value already; this guard is for the callers that fill them by hand (tests,
+ * the fuzzer, tools), with the table's bounds and words. */
 egm_status_t egm__objects_params_check(const egm_objects_params_t *p)
 {
     if (p->lease_ttl_ms == 0)
         return egm__set_error(EGM_ERR_CONFIG, "default_kv_lease_ttl: must be > 0 ms");
-    if (p->soft_pin_ttl_ms == 0 || p->soft_pin_ttl_ms > EGM_MASTER_SOFT_PIN_TTL_MAX_MS)
+    if (p->soft_pin_ttl_ms == 0 || p->soft_pin_ttl_ms > EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS)
         return egm__set_error(
-            EGM_ERR_CONFIG, "default_kv_soft_pin_ttl: %llu ms is out of range 1..%u (24 h)",
-            (unsigned long long)p->soft_pin_ttl_ms, EGM_MASTER_SOFT_PIN_TTL_MAX_MS);
+            EGM_ERR_CONFIG, "default_kv_soft_pin_ttl: %llu ms is out of range 1..%d (24 h)",
+            (unsigned long long)p->soft_pin_ttl_ms, EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS);
     if (p->pending_timeout_ms == 0)
         return egm__set_error(EGM_ERR_CONFIG, "put_start_discard_timeout_sec: must be > 0");
-    if (!(p->eviction_high_watermark >= 0.0 && p->eviction_high_watermark <= 1.0))
-        return egm__set_error(EGM_ERR_CONFIG,
-                              "eviction_high_watermark_ratio: %g is out of range 0..1",
-                              p->eviction_high_watermark);
-    if (!(p->eviction_ratio >= 0.0 && p->eviction_ratio <= 1.0))
-        return egm__set_error(EGM_ERR_CONFIG, "eviction_ratio: %g is out of range 0..1",
-                              p->eviction_ratio);
-    if (p->min_residency_ms > EGM_MASTER_MIN_RESIDENCY_MAX_MS)
+    if (!(p->eviction_high_watermark >= EGM_SETTINGS_RATIO_MIN &&
+          p->eviction_high_watermark <= EGM_SETTINGS_RATIO_MAX))
         return egm__set_error(
-            EGM_ERR_CONFIG, "eviction_min_residency_ms: %llu ms is out of range 0..%u (24 h)",
-            (unsigned long long)p->min_residency_ms, EGM_MASTER_MIN_RESIDENCY_MAX_MS);
-    if (p->placement != EGM_PLACEMENT_RANDOM && p->placement != EGM_PLACEMENT_FREE_RATIO_FIRST &&
-        p->placement != EGM_PLACEMENT_LOCAL_FIRST)
-        return egm__set_error(EGM_ERR_CONFIG,
-                              "placement_strategy: %d is not one of "
-                              "random|free_ratio_first|local_first",
-                              (int)p->placement);
+            EGM_ERR_CONFIG, "eviction_high_watermark_ratio: %g is out of range %g..%g",
+            p->eviction_high_watermark, EGM_SETTINGS_RATIO_MIN, EGM_SETTINGS_RATIO_MAX);
+    if (!(p->eviction_ratio >= EGM_SETTINGS_RATIO_MIN &&
+          p->eviction_ratio <= EGM_SETTINGS_RATIO_MAX))
+        return egm__set_error(EGM_ERR_CONFIG, "eviction_ratio: %g is out of range %g..%g",
+                              p->eviction_ratio, EGM_SETTINGS_RATIO_MIN, EGM_SETTINGS_RATIO_MAX);
+    if (p->min_residency_ms > EGM_SETTINGS_MIN_RESIDENCY_MAX_MS)
+        return egm__set_error(
+            EGM_ERR_CONFIG, "eviction_min_residency_ms: %llu ms is out of range 0..%d (24 h)",
+            (unsigned long long)p->min_residency_ms, EGM_SETTINGS_MIN_RESIDENCY_MAX_MS);
+    const egm_config_key_t *placement = EGM_CONFIG_KEY(placement_strategy);
+    if (egm__config_choice_word(placement, (int)p->placement) == NULL) {
+        char words[128];
+        return egm__set_error(EGM_ERR_CONFIG, "placement_strategy: %d is not one of %s",
+                              (int)p->placement,
+                              egm__config_choices_text(placement, words, sizeof(words)));
+    }
     return EGM_OK;
 }
 

@@ -44,13 +44,11 @@
 #define EGM_MASTER_REPLICA_MAX 16
 #define EGM_MASTER_PREFERRED_MAX 256 /* preferred segment names in one request */
 /* Defaults of the master's keys (src/common/config.c holds the same values). */
-#define EGM_MASTER_PENDING_TIMEOUT_MS 30000u     /* put_start_discard_timeout_sec */
-#define EGM_MASTER_SOFT_PIN_TTL_MS 1800000u      /* default_kv_soft_pin_ttl: 30 min */
-#define EGM_MASTER_SOFT_PIN_TTL_MAX_MS 86400000u /* its maximum: 24 h */
+#define EGM_MASTER_PENDING_TIMEOUT_MS 30000u /* put_start_discard_timeout_sec */
+#define EGM_MASTER_SOFT_PIN_TTL_MS 1800000u  /* default_kv_soft_pin_ttl: 30 min */
 #define EGM_MASTER_EVICTION_HIGH_WATERMARK 0.90
 #define EGM_MASTER_EVICTION_RATIO 0.05
-#define EGM_MASTER_MIN_RESIDENCY_MS 10000u        /* eviction_min_residency_ms */
-#define EGM_MASTER_MIN_RESIDENCY_MAX_MS 86400000u /* its maximum: 24 h */
+#define EGM_MASTER_MIN_RESIDENCY_MS 10000u /* eviction_min_residency_ms */
 
 typedef enum {
     EGM_OBJECT_PENDING = 0,
@@ -161,7 +159,10 @@ typedef struct {
 
 /* Defaults of every parameter (the config keys' defaults). */
 void egm__objects_params_default(egm_objects_params_t *params);
-/* INVALID_ARG naming the config key when a value is out of range. */
+/* EGM_ERR_CONFIG naming the config key when a value is out of the range the
+ * config table gives it (common/settings.h's bounds). egm__objects_create
+ * calls it: its params come from the master's config, already in range, but
+ * also from tests, the fuzzer and other callers that fill them by hand. */
 egm_status_t egm__objects_params_check(const egm_objects_params_t *params);
 egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_objects_params_t *params,
                                  egm_object_index_t **index_p);

@@ -824,19 +824,3 @@ void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p)
         if (egm__transports[t]->stats != NULL)
             egm__transports[t]->stats(te->transport_state[t], stats_p);
 }
-
-egm_status_t egm__protocol_parse(const char *text, egm_protocol_t *protocol_p)
-{
-    if (text != NULL && strcmp(text, "auto") == 0)
-        *protocol_p = EGM_PROTOCOL_AUTO;
-    else if (text != NULL && strcmp(text, "nvlink") == 0)
-        *protocol_p = EGM_PROTOCOL_NVLINK;
-    else if (text != NULL && strcmp(text, "shm") == 0)
-        *protocol_p = EGM_PROTOCOL_SHM;
-    else if (text != NULL && strcmp(text, "tcp") == 0)
-        *protocol_p = EGM_PROTOCOL_TCP;
-    else
-        return egm__set_error(EGM_ERR_CONFIG, "protocol: \"%s\" is not one of auto|shm|tcp|nvlink",
-                              text ? text : "(null)");
-    return EGM_OK;
-}

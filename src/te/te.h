@@ -167,7 +167,5 @@ egm_status_t egm__te_prepare_device(egm_te_t *te, int device);
 
 void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p);
 const char *egm__transport_name(egm_transport_t transport);
-/* "auto|shm|tcp|nvlink" */
-egm_status_t egm__protocol_parse(const char *text, egm_protocol_t *protocol_p);
 
 #endif

@@ -7,6 +7,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "tools/cli.h"
 
 /* ---- escaping of keys and names in human output ---------------------------- */
@@ -19,40 +20,6 @@ static int invisible(uint32_t cp)
     return cp <= 0x9f || cp == 0xad || (cp >= 0x200b && cp <= 0x200f) ||
            (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x206f) || cp == 0xfeff ||
            (cp >= 0xfff9 && cp <= 0xfffb);
-}
-
-/* Length (2..4) of the well-formed UTF-8 sequence at s, with its code point;
- * 0 when it is not one (s is NUL-terminated: a NUL ends any sequence). */
-static size_t utf8_seq(const unsigned char *s, uint32_t *cp_p)
-{
-    unsigned c = s[0], lo = 0x80, hi = 0xbf;
-    size_t n;
-    uint32_t cp;
-
-    if (c >= 0xc2 && c <= 0xdf) {
-        n = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        n = 3;
-        cp = c & 0x0f;
-        lo = c == 0xe0 ? 0xa0 : lo; /* overlong */
-        hi = c == 0xed ? 0x9f : hi; /* surrogates */
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        n = 4;
-        cp = c & 0x07;
-        lo = c == 0xf0 ? 0x90 : lo; /* overlong */
-        hi = c == 0xf4 ? 0x8f : hi; /* above U+10FFFF */
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < n; i++) {
-        unsigned b = s[i];
-        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xbf))
-            return 0;
-        cp = (cp << 6) | (b & 0x3f);
-    }
-    *cp_p = cp;
-    return n;
 }
 
 typedef struct {
@@ -77,6 +44,7 @@ static const char *escape_text(const char *s, int quote, char *buf, size_t len)
     static const char hex[] = "0123456789abcdef";
     text_out_t o = {.buf = buf, .len = len};
     const unsigned char *p = (const unsigned char *)(s != NULL ? s : "");
+    const unsigned char *end = p + strlen((const char *)p);
 
     if (len < 8) { /* too small to say anything useful */
         if (len > 0)
@@ -87,7 +55,7 @@ static const char *escape_text(const char *s, int quote, char *buf, size_t len)
         emit(&o, "\"", 1);
     while (*p != '\0') {
         uint32_t cp;
-        size_t n = *p >= 0x80 ? utf8_seq(p, &cp) : 0;
+        size_t n = *p >= 0x80 ? egm__utf8_seq(p, (size_t)(end - p), &cp) : 0;
         if (n > 0 && !invisible(cp)) {
             emit(&o, (const char *)p, n);
             p += n;
@@ -130,9 +98,10 @@ static int plain(const char *s)
     const unsigned char *p = (const unsigned char *)s;
     if (s == NULL || *p == '\0')
         return 0;
+    const unsigned char *end = p + strlen(s);
     while (*p != '\0') {
         uint32_t cp;
-        size_t n = *p >= 0x80 ? utf8_seq(p, &cp) : 0;
+        size_t n = *p >= 0x80 ? egm__utf8_seq(p, (size_t)(end - p), &cp) : 0;
         if (n > 0 && !invisible(cp)) {
             p += n;
             continue;
@@ -273,26 +242,6 @@ static const char *key_source(const char *key, const char *const *flags, int n_f
     return buf;
 }
 
-/* Whether the config's value of k is its default, however written (a size,
- * integer or boolean may be written more than one way). */
-static int is_default(const egm_config_t *config, const egm_config_key_t *k)
-{
-    const char *text = egm_config_get(config, k->name);
-    uint64_t a, b;
-
-    switch (k->type) {
-    case EGM_CFG_SIZE:
-        return egm__parse_size(k->name, text, &a) == EGM_OK &&
-               egm__parse_size(k->name, k->def, &b) == EGM_OK && a == b;
-    case EGM_CFG_INT:
-        return strtoll(text, NULL, 10) == strtoll(k->def, NULL, 10);
-    case EGM_CFG_BOOL:
-        return egm_config_get_bool(config, k->name) == (strcmp(k->def, "true") == 0);
-    default:
-        return strcmp(text, k->def) == 0;
-    }
-}
-
 /* Resets the keys flagged `exclude` to their defaults: the command's config is
  * rebuilt from the keys that affect it (set ones stay set, the others are
  * untouched defaults). Those given a value other than the default are named
@@ -318,7 +267,9 @@ static int drop_excluded(egm_cli_t *cli, const char *command, unsigned exclude,
             }
             continue;
         }
-        if (cli->help || is_default(cli->config, &keys[i]))
+        /* Given its default, however written (1GiB, 1024MiB): not worth a note.
+         * `kept` never gets an excluded key, so it holds the default. */
+        if (cli->help || egm__config_field_equal(cli->config, kept, &keys[i]))
             continue;
         char source[600];
         fprintf(stderr, "%s%s (from %s)", noted++ ? ", " : "egmstore: note: ", name,

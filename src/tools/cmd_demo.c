@@ -261,7 +261,7 @@ int egm__cmd_demo(egm_cli_t *cli)
                     "--log-level",
                     "warn",
                     NULL};
-    status = egm__process_spawn(argv, 1, &provider);
+    status = egm__process_spawn(argv, EGM_PROCESS_STDOUT_CAPTURE, &provider);
     if (status == EGM_OK)
         status =
             egm__process_wait_line(&provider, "egmstore provider ready", line, sizeof(line), 60000);

@@ -124,7 +124,7 @@ static int run_getter(const char *master, int device)
     char *argv[] = {(char *)egm__process_self_exe(), "--getter", (char *)master, device_text, NULL};
     egm_process_t proc;
     int code = -1;
-    if (egm__process_spawn(argv, 0, &proc) != EGM_OK)
+    if (egm__process_spawn(argv, EGM_PROCESS_STDOUT_INHERIT, &proc) != EGM_OK)
         return fail("spawn getter");
     if (egm__process_wait(&proc, 300000, &code) != EGM_OK)
         code = -1;

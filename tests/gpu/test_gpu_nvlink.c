@@ -199,7 +199,7 @@ int main(int argc, char **argv)
                      NULL};
     egm_process_t proc;
     int code = -1;
-    if (egm__process_spawn(gargv, 0, &proc) == EGM_OK &&
+    if (egm__process_spawn(gargv, EGM_PROCESS_STDOUT_INHERIT, &proc) == EGM_OK &&
         egm__process_wait(&proc, 300000, &code) == EGM_OK && code == 0)
         rc = 0;
     else

@@ -377,7 +377,8 @@ static void test_ipv6_bracketed(void **state)
                           "::1",          "--port", "0",
                           "--http-port",  "0",      NULL};
     egm_process_t *master = &v6_master;
-    assert_int_equal(egm__process_spawn((char *const *)argv, 1, master), EGM_OK);
+    assert_int_equal(egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_CAPTURE, master),
+                     EGM_OK);
     if (egm__process_wait_line(master, "egmstore master listening on ", line, sizeof(line),
                                30000) != EGM_OK)
         fail_msg("a master on ::1 did not start (no IPv6 loopback?)");

@@ -168,7 +168,7 @@ static int run_client(const char *protocol, const char *op, const char *key, uns
 
     *copies_p = 0;
     last_mapped_at_setup = last_copy_devices = 0;
-    if (egm__process_spawn((char *const *)argv, 1, &child) != EGM_OK)
+    if (egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_CAPTURE, &child) != EGM_OK)
         return -1;
     pid_report(report, report_len, child.pid);
     uint64_t deadline = egm__now_ms() + CHILD_TIMEOUT_MS;

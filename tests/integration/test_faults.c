@@ -913,7 +913,8 @@ static void test_netns_cut_tcp_provider(void **state)
                           "200",
                           NULL};
     egm_process_t *cut = &cluster.providers[1];
-    assert_int_equal(egm__process_spawn((char *const *)argv, 1, cut), EGM_OK);
+    assert_int_equal(egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_CAPTURE, cut),
+                     EGM_OK);
     cluster.n_providers = 2;
     assert_int_equal(
         egm__process_wait_line(cut, "egmstore provider ready", line, sizeof(line), DEADLINE_MS),

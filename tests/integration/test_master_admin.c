@@ -422,7 +422,8 @@ static void test_http_port_taken(void **state)
                           "127.0.0.1",    "--http-port", port_text, NULL};
     egm_process_t proc;
     int code = -1;
-    assert_int_equal(egm__process_spawn((char *const *)argv, 1, &proc), EGM_OK);
+    assert_int_equal(egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_CAPTURE, &proc),
+                     EGM_OK);
     assert_int_equal(egm__process_wait(&proc, 30000, &code), EGM_OK);
     assert_int_equal(code, 1);
     egm__process_cleanup(&proc);

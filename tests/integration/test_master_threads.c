@@ -193,7 +193,8 @@ static void test_clients_on_four_rpc_threads(void **state)
                           "--segment-size",
                           "256MiB",
                           NULL};
-    assert_int_equal(egm__process_spawn((char *const *)argv, 0, &bench), EGM_OK);
+    assert_int_equal(egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_INHERIT, &bench),
+                     EGM_OK);
 
     assert_int_equal(pthread_barrier_init(&phase, NULL, WORKERS), 0);
     memset(workers, 0, sizeof(workers));

@@ -46,7 +46,8 @@ static int spawn_master(egm_test_cluster_t *cluster, unsigned port, const char *
     char line[512];
 
     build_argv(argv, 64, base, extra);
-    if (egm__process_spawn((char *const *)argv, 1, &cluster->master) != EGM_OK)
+    if (egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_CAPTURE, &cluster->master) !=
+        EGM_OK)
         return -1;
     if (egm__process_wait_line(&cluster->master, "egmstore master listening on ", line,
                                sizeof(line), START_TIMEOUT_MS) != EGM_OK)
@@ -95,7 +96,8 @@ int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size, const
         return -1;
     int index = cluster->n_providers;
     build_argv(argv, 64, base, extra);
-    if (egm__process_spawn((char *const *)argv, 1, &cluster->providers[index]) != EGM_OK)
+    if (egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_CAPTURE,
+                           &cluster->providers[index]) != EGM_OK)
         return -1;
     cluster->n_providers++;
     if (egm__process_wait_line(&cluster->providers[index], "egmstore provider ready", line,

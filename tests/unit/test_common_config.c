@@ -226,6 +226,25 @@ static void test_set_validates_each_type(void **state)
     assert_int_equal(egm_config_set(c, "default_kv_lease_ttl", "86400000"), EGM_OK);
     assert_int_equal(egm_config_set(c, "default_kv_lease_ttl", "86400001"), EGM_ERR_CONFIG);
 
+    /* ratio: a number in 0..1, both ends included */
+    assert_int_equal(egm_config_set(c, "eviction_ratio", "0"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "eviction_ratio", "1"), EGM_OK);
+    assert_int_equal(egm_config_set(c, "eviction_ratio", "0.25"), EGM_OK);
+    assert_true(egm__config_settings(c)->eviction_ratio == 0.25);
+    assert_string_equal(egm_config_get(c, "eviction_ratio"), "0.25");
+    assert_int_equal(egm_config_set(c, "eviction_ratio", "1.5"), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(),
+                        "eviction_ratio: \"1.5\" is not a number in 0..1 (e.g. 0.9)");
+    assert_int_equal(egm_config_set(c, "eviction_high_watermark_ratio", "-0.1"), EGM_ERR_CONFIG);
+    assert_error_contains("eviction_high_watermark_ratio: \"-0.1\" is not a number in 0..1");
+    assert_int_equal(egm_config_set(c, "eviction_high_watermark_ratio", "0.9x"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "eviction_high_watermark_ratio", ""), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "eviction_high_watermark_ratio", " 0.9"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "eviction_high_watermark_ratio", "nan"), EGM_ERR_CONFIG);
+    assert_int_equal(egm_config_set(c, "eviction_high_watermark_ratio", "inf"), EGM_ERR_CONFIG);
+    assert_true(egm__config_settings(c)->eviction_ratio == 0.25); /* unchanged */
+    assert_true(egm__config_settings(c)->eviction_high_watermark_ratio == 0.90);
+
     /* size, with ranges */
     assert_int_equal(egm_config_set(c, "global_segment_size", "12XB"), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_set(c, "global_segment_size", "4 GB"), EGM_OK);
@@ -763,6 +782,9 @@ static void assert_settings_match_text(const egm_config_t *c)
             assert_true(found);
             break;
         }
+        case EGM_CFG_RATIO:
+            assert_true(egm__config_field_ratio(c, k) == strtod(text, NULL));
+            break;
         }
         assert_int_equal(egm__config_field_is_set(c, k->offset), egm__config_is_set(c, k->name));
         assert_ptr_equal(egm__config_field_text(c, k->offset), text);
@@ -791,6 +813,9 @@ static void test_settings_table_binds_fields(void **state)
         int value;
     } words[] = {
         {"log_level", "error", EGM_LOG_ERROR},
+        {"log_level", "warn", EGM_LOG_WARN},
+        {"log_level", "info", EGM_LOG_INFO},
+        {"log_level", "debug", EGM_LOG_DEBUG},
         {"log_level", "trace", EGM_LOG_TRACE},
         {"protocol", "auto", EGM_PROTOCOL_AUTO},
         {"protocol", "nvlink", EGM_PROTOCOL_NVLINK},
@@ -830,6 +855,7 @@ static void test_settings_table_binds_fields(void **state)
                   {"global_segment_size", "0..2^63-1 bytes"},
                   {"nvlink_chunk_size", "0, or 4 KiB and up"},
                   {"protocol", "auto|nvlink|shm|tcp"},
+                  {"eviction_ratio", "0..1"},
                   {"prewarm", ""},
                   {"local_hostname", ""}};
     for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
@@ -857,6 +883,7 @@ static void test_settings_follow_every_set(void **state)
     assert_string_equal(s->master_server_addr, "127.0.0.1:50051");
     assert_string_equal(s->local_hostname, "");
     assert_int_equal(s->fd_allowed_gid, -1);
+    assert_true(s->eviction_high_watermark_ratio == 0.90 && s->eviction_ratio == 0.05);
     assert_false(EGM_CONFIG_IS_SET(c, port));
     assert_string_equal(EGM_CONFIG_TEXT(c, max_mr_size), "1GiB");
 
@@ -866,9 +893,12 @@ static void test_settings_follow_every_set(void **state)
     assert_int_equal(egm_config_set(c, "log_level", "debug"), EGM_OK);
     assert_int_equal(egm__config_set_flag(c, "--local-hostname", "node-7"), EGM_OK);
     assert_int_equal(egm__config_set_flag(c, "--master", "10.0.0.1:7000"), EGM_OK);
+    assert_int_equal(egm__config_set_flag(c, "--eviction-ratio", "0.125"), EGM_OK);
     assert_int_equal(setenv("EGMSTORE_PLACEMENT_STRATEGY", "local_first", 1), 0);
+    assert_int_equal(setenv("EGMSTORE_EVICTION_HIGH_WATERMARK_RATIO", "0.75", 1), 0);
     assert_int_equal(egm_config_load_env(c), EGM_OK);
     assert_int_equal(unsetenv("EGMSTORE_PLACEMENT_STRATEGY"), 0);
+    assert_int_equal(unsetenv("EGMSTORE_EVICTION_HIGH_WATERMARK_RATIO"), 0);
     assert_int_equal(s->port, 6000);
     assert_int_equal(s->global_segment_size, 4ull << 30);
     assert_int_equal(s->prewarm, 0);
@@ -876,6 +906,7 @@ static void test_settings_follow_every_set(void **state)
     assert_string_equal(s->local_hostname, "node-7");
     assert_string_equal(s->master_server_addr, "10.0.0.1:7000");
     assert_int_equal(s->placement_strategy, EGM_PLACEMENT_LOCAL_FIRST);
+    assert_true(s->eviction_ratio == 0.125 && s->eviction_high_watermark_ratio == 0.75);
     assert_true(EGM_CONFIG_IS_SET(c, port));
     assert_false(EGM_CONFIG_IS_SET(c, data_port));
     assert_string_equal(EGM_CONFIG_TEXT(c, global_segment_size), "4 GB");
@@ -885,6 +916,10 @@ static void test_settings_follow_every_set(void **state)
     assert_int_equal(egm_config_set(c, "port", "70000"), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_set(c, "protocol", "rdma"), EGM_ERR_CONFIG);
     assert_int_equal(egm_config_set(c, "max_mr_size", "1XB"), EGM_ERR_CONFIG);
+    assert_int_equal(setenv("EGMSTORE_EVICTION_RATIO", "2", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_ERR_CONFIG);
+    assert_int_equal(unsetenv("EGMSTORE_EVICTION_RATIO"), 0);
+    assert_error_contains("EGMSTORE_EVICTION_RATIO: eviction_ratio: \"2\" is not a number in 0..1");
     assert_int_equal(s->port, 6000);
     assert_int_equal(s->protocol, EGM_PROTOCOL_AUTO);
     assert_int_equal(s->max_mr_size, 1ull << 30);
@@ -895,12 +930,15 @@ static void test_settings_follow_every_set(void **state)
     temp_path(path, sizeof(path));
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fputs("data_port = 1234\n[master]\nport = 7\n[client]\nnvlink_chunk_size = 2MiB\n", f);
+    fputs("data_port = 1234\n[master]\nport = 7\n[client]\nnvlink_chunk_size = 2MiB\n"
+          "eviction_ratio = 0.5\n",
+          f);
     assert_int_equal(fclose(f), 0);
     assert_int_equal(egm_config_load_file(c, path), EGM_OK);
     assert_int_equal(s->data_port, 1234);
     assert_int_equal(s->port, 6000); /* [master]: checked, not set */
     assert_int_equal(s->nvlink_chunk_size, 2ull << 20);
+    assert_true(s->eviction_ratio == 0.5);
     assert_settings_match_text(c);
 
     assert_int_equal(egm_config_copy(c, &copy), EGM_OK);

@@ -22,12 +22,12 @@
 /* Generous: the machine is shared and noisy; no test depends on how fast. */
 #define WAIT_MS 20000
 
-static void spawn_sh(egm_process_t *proc, const char *script, int capture)
+static void spawn_sh(egm_process_t *proc, const char *script, egm_process_stdout_t out)
 {
     char *argv[] = {"/bin/sh", "-c", (char *)script, NULL};
-    assert_int_equal(egm__process_spawn(argv, capture, proc), EGM_OK);
+    assert_int_equal(egm__process_spawn(argv, out, proc), EGM_OK);
     assert_true(proc->pid > 0);
-    if (capture)
+    if (out == EGM_PROCESS_STDOUT_CAPTURE)
         assert_true(proc->out_fd >= 0);
     else
         assert_int_equal(proc->out_fd, -1);
@@ -46,7 +46,7 @@ static void test_lines_and_exit_code(void **state)
     char line[64];
     int code = -1;
 
-    spawn_sh(&proc, "echo a; echo b; exit 3", 1);
+    spawn_sh(&proc, "echo a; echo b; exit 3", EGM_PROCESS_STDOUT_CAPTURE);
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), WAIT_MS), EGM_OK);
     assert_string_equal(line, "a");
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), WAIT_MS), EGM_OK);
@@ -72,7 +72,8 @@ static void test_wait_line_skips_to_prefix(void **state)
     egm_process_t proc;
     char line[64];
 
-    spawn_sh(&proc, "echo starting; echo 'port 4711'; echo 'ready port=4711'; echo after", 1);
+    spawn_sh(&proc, "echo starting; echo 'port 4711'; echo 'ready port=4711'; echo after",
+             EGM_PROCESS_STDOUT_CAPTURE);
     assert_int_equal(egm__process_wait_line(&proc, "ready", line, sizeof(line), WAIT_MS), EGM_OK);
     assert_string_equal(line, "ready port=4711");
     /* Lines after the match are still there. */
@@ -100,7 +101,7 @@ static void test_long_and_unterminated_lines(void **state)
     spawn_sh(&proc,
              "i=0; while [ $i -lt 500 ]; do printf xxxxxxxxxx; i=$((i+1)); done; echo; "
              "echo truncated; printf 'no newline'",
-             1);
+             EGM_PROCESS_STDOUT_CAPTURE);
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), WAIT_MS), EGM_OK);
     assert_int_equal(strlen(line), sizeof(proc.buf));
     assert_int_equal(strspn(line, "x"), sizeof(proc.buf));
@@ -124,7 +125,7 @@ static void test_read_line_deadline(void **state)
     char line[64];
 
     /* The child prints nothing for far longer than the read waits. */
-    spawn_sh(&proc, "exec sleep 600", 1);
+    spawn_sh(&proc, "exec sleep 600", EGM_PROCESS_STDOUT_CAPTURE);
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), 20), EGM_ERR_TIMEOUT);
     assert_int_equal(egm__process_wait(&proc, 0, NULL), EGM_ERR_TIMEOUT);
     assert_true(proc.pid > 0);
@@ -136,7 +137,7 @@ static void test_cleanup_kills_sleeping_child(void **state)
     (void)state;
     egm_process_t proc;
 
-    spawn_sh(&proc, "exec sleep 600", 0);
+    spawn_sh(&proc, "exec sleep 600", EGM_PROCESS_STDOUT_INHERIT);
     pid_t pid = proc.pid;
     assert_false(gone(pid));
     egm__process_cleanup(&proc);
@@ -157,7 +158,7 @@ static void test_signal_reports_128_plus_signal(void **state)
 
     /* exec: the signal goes to sleep itself, not to a shell waiting for it. The
      * line is printed first so that the signal is sent only once the child runs. */
-    spawn_sh(&proc, "echo up; exec sleep 600", 1);
+    spawn_sh(&proc, "echo up; exec sleep 600", EGM_PROCESS_STDOUT_CAPTURE);
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), WAIT_MS), EGM_OK);
     assert_string_equal(line, "up");
     assert_int_equal(egm__process_signal(&proc, SIGTERM), EGM_OK);
@@ -173,7 +174,7 @@ static void test_exec_failure_exits_127(void **state)
     char *argv[] = {"/nonexistent/egm-no-such-program", NULL};
     int code = -1;
 
-    assert_int_equal(egm__process_spawn(argv, 1, &proc), EGM_OK);
+    assert_int_equal(egm__process_spawn(argv, EGM_PROCESS_STDOUT_CAPTURE, &proc), EGM_OK);
     char line[64];
     /* stderr is not captured: nothing arrives on stdout. */
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), WAIT_MS),
@@ -190,7 +191,7 @@ static void test_uncaptured_output(void **state)
     char line[64];
     int code = -1;
 
-    spawn_sh(&proc, "exit 0", 0);
+    spawn_sh(&proc, "exit 0", EGM_PROCESS_STDOUT_INHERIT);
     assert_int_equal(egm__process_read_line(&proc, line, sizeof(line), WAIT_MS),
                      EGM_ERR_INVALID_ARG);
     assert_int_equal(egm__process_wait(&proc, WAIT_MS, &code), EGM_OK);

@@ -130,22 +130,6 @@ static void test_last_error_is_thread_local(void **state)
     assert_string_equal(egm_last_error(), "");
 }
 
-static void test_log_level_parse(void **state)
-{
-    (void)state;
-    static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
-    egm_log_level_t level;
-    for (int i = 0; i < 5; i++) {
-        assert_int_equal(egm__log_parse_level(names[i], &level), EGM_OK);
-        assert_int_equal(level, i);
-    }
-    assert_int_equal(egm__log_parse_level("DEBUG", &level), EGM_OK);
-    assert_int_equal(level, EGM_LOG_DEBUG);
-    assert_int_equal(egm__log_parse_level("verbose", &level), EGM_ERR_CONFIG);
-    assert_non_null(strstr(egm_last_error(), "error|warn|info|debug|trace"));
-    assert_int_equal(egm__log_parse_level(NULL, &level), EGM_ERR_CONFIG);
-}
-
 static void test_ratelimit(void **state)
 {
     (void)state;
@@ -212,8 +196,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_status_from_errno, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_last_error_is_thread_local, egm_test_setup_alloc,
-                                        egm_test_teardown_alloc),
-        cmocka_unit_test_setup_teardown(test_log_level_parse, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_ratelimit, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),

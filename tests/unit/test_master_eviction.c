@@ -706,7 +706,7 @@ static void test_params_checked(void **state)
 {
     (void)state;
     egm_objects_params_t p = quiet_params();
-    p.soft_pin_ttl_ms = EGM_MASTER_SOFT_PIN_TTL_MAX_MS + 1;
+    p.soft_pin_ttl_ms = EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS + 1;
     assert_int_equal(egm__objects_params_check(&p), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "default_kv_soft_pin_ttl"));
     p = quiet_params();
@@ -720,9 +720,14 @@ static void test_params_checked(void **state)
     p.pending_timeout_ms = 0;
     assert_int_equal(egm__objects_params_check(&p), EGM_ERR_CONFIG);
     p = quiet_params();
-    p.min_residency_ms = EGM_MASTER_MIN_RESIDENCY_MAX_MS + 1;
+    p.min_residency_ms = EGM_SETTINGS_MIN_RESIDENCY_MAX_MS + 1;
     assert_int_equal(egm__objects_params_check(&p), EGM_ERR_CONFIG);
     assert_non_null(strstr(egm_last_error(), "eviction_min_residency_ms"));
+    p = quiet_params();
+    p.placement = (egm_placement_t)3;
+    assert_int_equal(egm__objects_params_check(&p), EGM_ERR_CONFIG);
+    assert_string_equal(egm_last_error(),
+                        "placement_strategy: 3 is not one of random|free_ratio_first|local_first");
     egm__objects_params_default(&p);
     assert_int_equal(egm__objects_params_check(&p), EGM_OK);
     assert_int_equal(p.min_residency_ms, 10000);

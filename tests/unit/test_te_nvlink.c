@@ -920,9 +920,6 @@ static void test_protocol_nvlink_refuses_clearly(void **state)
     assert_int_equal(xfer(fx->consumer, &fx->descs[c], 0, g, 4096, EGM_TE_READ), EGM_OK);
     gpu_free(g);
 
-    egm_protocol_t p;
-    assert_int_equal(egm__protocol_parse("nvlink", &p), EGM_OK);
-    assert_int_equal(p, EGM_PROTOCOL_NVLINK);
     assert_string_equal(egm__transport_name(EGM_TRANSPORT_NVLINK), "nvlink");
     /* Preference order, which callers rank replicas by. */
     assert_true(EGM_TRANSPORT_LOCAL < EGM_TRANSPORT_NVLINK);

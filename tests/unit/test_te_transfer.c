@@ -777,18 +777,9 @@ static void test_withdraw_waits_for_requests_in_flight(void **state)
                      EGM_ERR_SEGMENT_NOT_FOUND);
 }
 
-static void test_protocol_names(void **state)
+static void test_transport_names(void **state)
 {
     (void)state;
-    egm_protocol_t p;
-    assert_int_equal(egm__protocol_parse("auto", &p), EGM_OK);
-    assert_int_equal(p, EGM_PROTOCOL_AUTO);
-    assert_int_equal(egm__protocol_parse("shm", &p), EGM_OK);
-    assert_int_equal(p, EGM_PROTOCOL_SHM);
-    assert_int_equal(egm__protocol_parse("tcp", &p), EGM_OK);
-    assert_int_equal(p, EGM_PROTOCOL_TCP);
-    assert_int_equal(egm__protocol_parse("rdma", &p), EGM_ERR_CONFIG);
-    assert_non_null(strstr(egm_last_error(), "auto|shm|tcp"));
     assert_string_equal(egm__transport_name(EGM_TRANSPORT_LOCAL), "local");
     assert_string_equal(egm__transport_name(EGM_TRANSPORT_SHM), "shm");
     assert_string_equal(egm__transport_name(EGM_TRANSPORT_TCP), "tcp");
@@ -815,7 +806,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_withdraw_then_transfer_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdraw_waits_for_requests_in_flight, setup,
                                         teardown),
-        cmocka_unit_test(test_protocol_names),
+        cmocka_unit_test(test_transport_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
