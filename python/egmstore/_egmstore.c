@@ -162,6 +162,17 @@ static PyObject *seq_arg(PyObject *obj, const char *what)
     return PySequence_Tuple(obj);
 }
 
+/* Size and items of a list or a tuple (borrowed references). */
+static Py_ssize_t seq_size(PyObject *seq)
+{
+    return PyList_Check(seq) ? PyList_Size(seq) : PyTuple_Size(seq);
+}
+
+static PyObject *seq_item(PyObject *seq, Py_ssize_t i)
+{
+    return PyList_Check(seq) ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i);
+}
+
 static int same_len(Py_ssize_t n, Py_ssize_t m, const char *what)
 {
     if (n == m)
@@ -320,11 +331,14 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
             type_error(is, "sizes[%zu] must be a list of int", i);
             goto out;
         }
-        inner_p[i] = PySequence_Tuple(ip);
-        inner_s[i] = inner_p[i] != NULL ? PySequence_Tuple(is) : NULL;
-        if (inner_s[i] == NULL)
-            goto out;
-        Py_ssize_t np = PyTuple_Size(inner_p[i]), ns = PyTuple_Size(inner_s[i]);
+        /* Held as they are (no copy): nothing below runs Python code, so a list
+         * cannot change while its items are read; the C arrays are what the
+         * call uses once the GIL is released. */
+        Py_INCREF(ip);
+        inner_p[i] = ip;
+        Py_INCREF(is);
+        inner_s[i] = is;
+        Py_ssize_t np = seq_size(ip), ns = seq_size(is);
         if (np != ns) {
             PyErr_Format(PyExc_ValueError, "ptrs[%zu] has %zd items but sizes[%zu] has %zd", i, np,
                          i, ns);
@@ -341,8 +355,8 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
     for (size_t i = 0; i < b->n; i++) {
         for (size_t j = 0; j < b->counts[i]; j++, f++) {
             unsigned long long a, l;
-            if (fast_u64(PyTuple_GetItem(inner_p[i], (Py_ssize_t)j), &a) == 0 && a <= UINTPTR_MAX &&
-                fast_u64(PyTuple_GetItem(inner_s[i], (Py_ssize_t)j), &l) == 0 && l <= SIZE_MAX) {
+            if (fast_u64(seq_item(inner_p[i], (Py_ssize_t)j), &a) == 0 && a <= UINTPTR_MAX &&
+                fast_u64(seq_item(inner_s[i], (Py_ssize_t)j), &l) == 0 && l <= SIZE_MAX) {
                 b->addrs[f] = (void *)(uintptr_t)a;
                 b->lens[f] = (size_t)l;
                 continue;
@@ -350,9 +364,9 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
             char pname[48], sname[48]; /* the error names the item: formatted only then */
             snprintf(pname, sizeof(pname), "ptrs[%zu]", i);
             snprintf(sname, sizeof(sname), "sizes[%zu]", i);
-            if (addr_arg(PyTuple_GetItem(inner_p[i], (Py_ssize_t)j), pname, (Py_ssize_t)j,
+            if (addr_arg(seq_item(inner_p[i], (Py_ssize_t)j), pname, (Py_ssize_t)j,
                          &b->addrs[f]) != 0 ||
-                size_arg(PyTuple_GetItem(inner_s[i], (Py_ssize_t)j), sname, (Py_ssize_t)j,
+                size_arg(seq_item(inner_s[i], (Py_ssize_t)j), sname, (Py_ssize_t)j,
                          &b->lens[f]) != 0)
                 goto out;
         }
