@@ -364,10 +364,10 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
             char pname[48], sname[48]; /* the error names the item: formatted only then */
             snprintf(pname, sizeof(pname), "ptrs[%zu]", i);
             snprintf(sname, sizeof(sname), "sizes[%zu]", i);
-            if (addr_arg(seq_item(inner_p[i], (Py_ssize_t)j), pname, (Py_ssize_t)j,
-                         &b->addrs[f]) != 0 ||
-                size_arg(seq_item(inner_s[i], (Py_ssize_t)j), sname, (Py_ssize_t)j,
-                         &b->lens[f]) != 0)
+            if (addr_arg(seq_item(inner_p[i], (Py_ssize_t)j), pname, (Py_ssize_t)j, &b->addrs[f]) !=
+                    0 ||
+                size_arg(seq_item(inner_s[i], (Py_ssize_t)j), sname, (Py_ssize_t)j, &b->lens[f]) !=
+                    0)
                 goto out;
         }
     }
