@@ -245,26 +245,14 @@ egm_status_t egm__registry_device_range(egm_registry_t *registry, const void *ad
 
 void egm__registry_release(egm_registry_t *registry, const void *addr)
 {
-    if (registry == NULL || addr == NULL)
-        return;
-    pthread_mutex_lock(&registry->lock);
-    range_t *r = find_containing(registry, (uintptr_t)addr, 0);
-    if (r != NULL && r->uses > 0)
-        r->uses--;
-    else
-        egm_warn("registry: release of %p without a matching acquire", addr);
-    pthread_mutex_unlock(&registry->lock);
+    const int acquired = 1;
+    if (addr != NULL)
+        egm__registry_release_n(registry, (void *const *)&addr, &acquired, 1);
 }
 
 egm_status_t egm__registry_device(egm_registry_t *registry, const void *addr, size_t len,
                                   int *device_p)
 {
-    range_t *r;
-    egm_status_t st = lock_containing(registry, addr, len, &r);
-
-    if (st != EGM_OK)
-        return st;
-    *device_p = r->device;
-    pthread_mutex_unlock(&registry->lock);
-    return EGM_OK;
+    uintptr_t base, end;
+    return egm__registry_device_range(registry, addr, len, device_p, &base, &end);
 }

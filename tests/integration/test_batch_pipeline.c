@@ -200,9 +200,7 @@ static void test_pipelined_parts(void **state)
 
 static long long rpc_count(const char *type)
 {
-    char name[128];
-    snprintf(name, sizeof(name), "egm_master_rpc_requests_total{type=\"%s\"}", type);
-    long long n = egm_model_master_metric(master_http, name);
+    long long n = egm_model_master_rpc_count(master_http, type);
     assert_true(n >= 0);
     return n;
 }

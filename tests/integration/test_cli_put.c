@@ -246,9 +246,7 @@ static void start(const char *pool)
 /* How many RPCs of `type` the master has handled (its /metrics). */
 static long long rpc_count(const char *type)
 {
-    char name[128];
-    snprintf(name, sizeof(name), "egm_master_rpc_requests_total{type=\"%s\"}", type);
-    long long n = egm_model_master_metric(admin_port, name);
+    long long n = egm_model_master_rpc_count(admin_port, type);
     assert_true(n >= 0);
     return n;
 }

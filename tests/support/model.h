@@ -125,6 +125,8 @@ size_t egm_model_segments_matching(egm_client_t *client, const char *needle, egm
 
 /* A gauge from a master's /metrics on 127.0.0.1:http_port; -1 when missing. */
 long long egm_model_master_metric(unsigned http_port, const char *name);
+/* egm_master_rpc_requests_total{type="TYPE"}: requests of one RPC type so far, or -1. */
+long long egm_model_master_rpc_count(unsigned http_port, const char *type);
 /* The accounting check: the master's egm_master_keys and
  * egm_master_allocated_bytes equal keys and bytes, and nothing is pending.
  * Returns 0 when they match; otherwise prints both sides to stderr, -1. */

@@ -97,6 +97,13 @@ long long egm_model_master_metric(unsigned http_port, const char *name)
     return value;
 }
 
+long long egm_model_master_rpc_count(unsigned http_port, const char *type)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "egm_master_rpc_requests_total{type=\"%s\"}", type);
+    return egm_model_master_metric(http_port, name);
+}
+
 int egm_model_check_master(unsigned http_port, uint64_t keys, uint64_t bytes)
 {
     long long m_keys = egm_model_master_metric(http_port, "egm_master_keys");
