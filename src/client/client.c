@@ -10,6 +10,7 @@ static void client_free(egm_client_t *client)
     egm__te_destroy(client->te);
     egm__rpc_client_destroy(client->master);
     egm__registry_destroy(client->registry);
+    egm__location_cache_destroy(client->locations);
     egm_config_destroy(client->config);
     pthread_cond_destroy(&client->cond);
     pthread_mutex_destroy(&client->cap_lock);
@@ -45,6 +46,10 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     client->replica_num = (uint32_t)settings->replica_num;
 
     status = egm__registry_create(&client->registry);
+    /* Off (bound 0) until the master's first Ping answer tells the bound. */
+    if (status == EGM_OK && settings->location_cache_entries > 0)
+        status = egm__location_cache_create(0, (size_t)settings->location_cache_entries,
+                                            &client->locations);
     if (status != EGM_OK)
         goto err_free;
     egm_te_params_t te_params = {

@@ -3,8 +3,10 @@
 #define EGM_CLIENT_CLIENT_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <egmstore/client.h>
+#include "client/location_cache.h"
 #include "client/phases.h"
 #include "common/id.h"
 #include "pool/host_pool.h"
@@ -82,8 +84,12 @@ struct egm_client {
     uint64_t master_restarts;  /* under lock: new master ids seen */
     uint64_t remounts;         /* under lock: segments mounted again */
     uint64_t remount_failures; /* under lock: resync attempts that failed */
+    /* The longest location_cache_ms a master told (ping thread): a remount
+     * waits it out (liveness.c remount_fence). */
+    atomic_uint_fast64_t cache_bound_max_ms;
 
-    egm_client_phases_t phases; /* where put and get time goes (phases.h) */
+    egm_client_phases_t phases;      /* where put and get time goes (phases.h) */
+    egm_location_cache_t *locations; /* lease-cached locations; NULL when off */
 };
 
 /* Why a resync is pending. */

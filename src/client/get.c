@@ -151,8 +151,10 @@ static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *k
 
 /* Copies the keys of one GetReplicaList reply (owned, freed here) into the
  * batch's parts, or into buffers allocated here; started_ms is when the lease
- * was asked for. */
+ * was asked for. known: the reply's segments already decoded (n_known of
+ * them, the caller's), or NULL to decode them here. */
 static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_keys_reply_t *reply,
+                                const egm_segment_desc_t *known, size_t n_known,
                                 uint64_t started_ms)
 {
     size_t n = b->n;
@@ -169,11 +171,12 @@ static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_
     /* the view's parts, numbered from its first key's first part */
     size_t part0 = parts ? egm__parts_first(parts, 0) : 0;
     size_t n_parts = parts ? egm__parts_end(parts, n - 1) - part0 : n;
-    egm_status_t status;
+    size_t n_descs = known != NULL ? n_known : reply->n_segments;
+    egm_status_t status = EGM_OK;
 
-    status = egm__client_reply_segments(reply, &descs);
-    if (status != EGM_OK)
+    if (known == NULL && (status = egm__client_reply_segments(reply, &descs)) != EGM_OK)
         goto out;
+    const egm_segment_desc_t *segs = known != NULL ? known : descs;
     fetches = egm_calloc(n, sizeof(*fetches), "client.get");
     ops = egm_calloc(n_parts, sizeof(*ops), "client.get");
     op_fetch = egm_calloc(n_parts, sizeof(*op_fetch), "client.get");
@@ -198,7 +201,7 @@ static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_
         results[i] = fetch_target(client, f, keys[i], parts, i, allocated, acquired);
         if (results[i] != EGM_OK || f->res->size == 0) /* an empty object needs no copy */
             continue;
-        order_replicas(client, f, descs, reply->n_segments);
+        order_replicas(client, f, segs, n_descs);
         if (f->n_order == 0) {
             char reason[256];
             snprintf(reason, sizeof(reason), "%s", egm_last_error());
@@ -213,7 +216,7 @@ static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_
 
     /* Each round tries the next replica of every key whose last try failed. */
     for (;;) {
-        size_t n_ops = plan_round(fetches, n, descs, reply->n_segments, ops, op_fetch);
+        size_t n_ops = plan_round(fetches, n, segs, n_descs, ops, op_fetch);
         if (n_ops == 0)
             break;
         uint64_t t0 = egm__now_ns();
@@ -298,7 +301,7 @@ static egm_status_t get_copy_chunk(void *arg, size_t k)
                              .parts = &view,
                              .sizes_p = b->sizes_p ? b->sizes_p + first : NULL,
                              .results = b->results + first};
-        st = fetch_reply(c->client, &chunk, reply, started_ms);
+        st = fetch_reply(c->client, &chunk, reply, NULL, 0, started_ms);
     } else {
         for (size_t i = 0; i < len; i++)
             b->results[first + i] = st;
@@ -328,6 +331,116 @@ static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
     return status;
 }
 
+/* ---- lease-cached locations (location_cache.h, docs/consistency.md) ---- */
+
+/* Batches of more keys are not cached (engines read such batches once). */
+#define CACHED_BATCH_MAX 256
+
+/* Records the locations a GetReplicaList answered (asked at started_ms). */
+static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_reply_t *reply,
+                     const egm_segment_desc_t *descs, uint64_t started_ms)
+{
+    if (client->locations == NULL || b->n > CACHED_BATCH_MAX)
+        return;
+    for (size_t i = 0; i < b->n; i++) {
+        const egm_key_result_t *res = &reply->results[i];
+        if (res->status != EGM_OK || res->n_replicas == 0 ||
+            res->n_replicas > EGM_LOCATION_MAX_REPLICAS)
+            continue;
+        egm_location_t loc = {.size = res->size,
+                              .lease_ttl_ms = res->lease_ttl_ms,
+                              .asked_ms = started_ms,
+                              .n_replicas = res->n_replicas};
+        const egm_segment_desc_t *segs[EGM_LOCATION_MAX_REPLICAS];
+        const egm_replica_desc_t *reps = egm__keys_reply_replicas(reply, res);
+        uint32_t r = 0;
+        for (; r < res->n_replicas; r++) {
+            loc.replicas[r] = reps[r];
+            segs[r] = egm__client_find_segment(descs, reply->n_segments, reps[r].segment);
+            if (segs[r] == NULL)
+                break;
+        }
+        if (r == res->n_replicas)
+            egm__location_cache_put(client->locations, b->keys[i], &loc, segs);
+    }
+}
+
+/* Serves the batch from cached locations when every key has one: a reply
+ * made here (one block, as egm__keys_reply_free frees it) and the segments'
+ * descriptors. 1 when it answered every key OK; 0 when a key had none, or a
+ * key failed on its cached location (those entries are dropped, and the
+ * caller asks the master for the whole batch again). */
+static int get_cached(egm_client_t *client, const get_batch_t *b)
+{
+    if (client->locations == NULL || b->n > CACHED_BATCH_MAX)
+        return 0;
+    egm_location_t *locs = egm_calloc(b->n, sizeof(*locs), "client.get_cached");
+    egm_segment_desc_t *descs = NULL;
+    egm_keys_reply_t *reply = NULL;
+    size_t n_reps = 0, n_descs = 0;
+    int served = 0;
+    uint64_t now_ms = egm__now_ms(), started_ms = UINT64_MAX;
+
+    if (locs == NULL)
+        return 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (!egm__location_cache_get(client->locations, b->keys[i], now_ms, &locs[i]))
+            goto out;
+        n_reps += locs[i].n_replicas;
+        if (locs[i].asked_ms < started_ms)
+            started_ms = locs[i].asked_ms;
+    }
+    reply = egm_calloc(
+        1, sizeof(*reply) + b->n * sizeof(egm_key_result_t) + n_reps * sizeof(egm_replica_desc_t),
+        "client.get_cached");
+    descs = egm_calloc(n_reps, sizeof(*descs), "client.get_cached");
+    if (reply == NULL || descs == NULL)
+        goto out;
+    reply->status = EGM_OK;
+    reply->n_results = b->n;
+    reply->results = (egm_key_result_t *)(reply + 1);
+    reply->n_replicas = n_reps;
+    reply->replicas = (egm_replica_desc_t *)(reply->results + b->n);
+    for (size_t i = 0, at = 0; i < b->n; i++) {
+        /* The lease as seen from the oldest ask of the batch. */
+        reply->results[i] = (egm_key_result_t){.status = EGM_OK,
+                                               .n_replicas = locs[i].n_replicas,
+                                               .replica_first = (uint32_t)at,
+                                               .size = locs[i].size,
+                                               .lease_ttl_ms = locs[i].asked_ms +
+                                                               locs[i].lease_ttl_ms - started_ms};
+        for (uint32_t r = 0; r < locs[i].n_replicas; r++, at++) {
+            reply->replicas[at] = locs[i].replicas[r];
+            if (egm__client_find_segment(descs, n_descs, locs[i].replicas[r].segment) != NULL)
+                continue;
+            if (!egm__location_cache_segment(client->locations, locs[i].replicas[r].segment,
+                                             &descs[n_descs]))
+                goto out;
+            n_descs++;
+        }
+    }
+    egm_status_t status = fetch_reply(client, b, reply, descs, n_descs, started_ms);
+    reply = NULL; /* freed there */
+    served = status == EGM_OK;
+    for (size_t i = 0; i < b->n; i++)
+        served &= b->results[i] == EGM_OK;
+    if (!served) {
+        /* Asked again, whole: what this try answered goes. */
+        for (size_t i = 0; i < b->n; i++) {
+            egm__location_cache_drop(client->locations, b->keys[i]);
+            if (b->allocated != NULL) {
+                egm_free(b->allocated[i]);
+                b->allocated[i] = NULL;
+            }
+        }
+    }
+out:
+    egm__keys_reply_free(reply);
+    egm_free(descs);
+    egm_free(locs);
+    return served;
+}
+
 /* Keys already checked. */
 static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
 {
@@ -354,6 +467,8 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
             egm_free(weights);
         }
     }
+    if (get_cached(client, b))
+        return EGM_OK;
     uint64_t started_ms = egm__now_ms();
     status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys,
                                    EGM_KEYS_CALL_PLAIN, &reply);
@@ -362,7 +477,14 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
             b->results[i] = status;
         return status;
     }
-    return fetch_reply(client, b, reply, started_ms);
+    egm_segment_desc_t *descs = NULL;
+    if (egm__client_reply_segments(reply, &descs) == EGM_OK) {
+        remember(client, b, reply, descs, started_ms);
+        status = fetch_reply(client, b, reply, descs, reply->n_segments, started_ms);
+        egm_free(descs);
+        return status;
+    }
+    return fetch_reply(client, b, reply, NULL, 0, started_ms); /* answers the decoding error */
 }
 
 /* The keys whose results[i] is EGM_OK (the valid ones) of a batch into parts:

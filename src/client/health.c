@@ -60,6 +60,23 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
                                     egm__phase_seconds(&client->phases, op, ph));
         }
     }
+    egm_location_cache_stats_t lc;
+    egm__location_cache_stats(client->locations, &lc);
+    const egm_prom_row_t cache[] = {
+        {"egm_client_location_cache_hits_total", EGM_PROM_COUNTER,
+         "gets served from cached locations, without a master round trip", lc.hits},
+        {"egm_client_location_cache_misses_total", EGM_PROM_COUNTER,
+         "lookups that found no usable cached location", lc.misses},
+        {"egm_client_location_cache_invalidations_total", EGM_PROM_COUNTER,
+         "cached locations dropped by removes, master restarts and failed gets", lc.invalidations},
+        {"egm_client_location_cache_entries", EGM_PROM_GAUGE, "cached locations held now",
+         lc.entries},
+    };
+    egm__prom_rows(o, cache, sizeof(cache) / sizeof(cache[0]));
+    egm__prom_metric_double(
+        o, "egm_client_location_cache_bound_seconds", EGM_PROM_GAUGE,
+        "how long a cached location may be used (the master's location_cache_ms; 0 = off)",
+        (double)egm__location_cache_bound(client->locations) / 1e3);
     egm__prom_metric_double(o, "egm_client_te_copy_run_seconds_total", EGM_PROM_COUNTER,
                             "wall time of GPU copy runs, issue to end, summed over threads",
                             (double)te->copy_run_ns / 1e9);

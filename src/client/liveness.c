@@ -56,17 +56,29 @@ static egm_status_t ping_once(egm_client_t *client)
     status =
         egm__rpc_call_msg(client->master, EGM_RPC_PING, &req.base, &egm__ping_reply__descriptor,
                           (ProtobufCMessage **)&reply, client->rpc_timeout_ms);
-    if (status != EGM_OK)
+    if (status != EGM_OK) {
+        /* Cut off: the cached locations are not used past their bound anyway
+         * (docs/consistency.md); dropping them now costs only round trips. */
+        egm__location_cache_clear(client->locations);
         return status;
+    }
     status = reply->status;
     if (status == EGM_ERR_CLIENT_NOT_FOUND) {
         client->resync_reasons |= EGM_RESYNC_UNKNOWN_CLIENT;
+        egm__location_cache_clear(client->locations);
         status = EGM_OK;
     } else if (status == EGM_OK) {
         egm_id_t master_id = egm__id_from_pb(reply->master_id);
         /* A nil id (a master that does not send one) never counts as a change. */
         int changed = !egm__id_is_nil(master_id) && !egm__id_is_nil(client->master_id) &&
                       !egm__id_equal(master_id, client->master_id);
+        /* A new master knows nothing of the leases the old one granted: no
+         * location it gave may be used again. */
+        if (changed || reply->view_reset)
+            egm__location_cache_clear(client->locations);
+        egm__location_cache_set_bound(client->locations, reply->location_cache_ms);
+        if (reply->location_cache_ms > atomic_load(&client->cache_bound_max_ms))
+            atomic_store(&client->cache_bound_max_ms, reply->location_cache_ms);
         if (changed) {
             /* The retired list speaks of the new master's view: meaningless
              * for ids the old one issued. The resync forgets those. */
@@ -124,6 +136,36 @@ out:
  * remounts our own that it does not list. The mappings are taken before the
  * list: a segment mounted at the master after the list cannot have been
  * mapped before it, so only ids the master no longer has are dropped. */
+/* Before this client's capacity is mounted again (a master restarted or lost
+ * it), the locations other clients cached of the objects it held must have run
+ * out: they name the same memory, which the master may hand to new objects
+ * once it is mounted (docs/consistency.md). Every such location was asked for
+ * before the master lost the segment, so waiting the longest cache bound a
+ * master told, counted from now, is enough. Returns -1 when the client is
+ * closing meanwhile. */
+static int remount_fence(egm_client_t *client)
+{
+    uint64_t wait_ms = atomic_load(&client->cache_bound_max_ms);
+    if (wait_ms == 0 || client->capacity.count == 0)
+        return 0;
+    egm_debug("waiting %llu ms (location_cache_ms) before remounting", (unsigned long long)wait_ms);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(wait_ms / 1000);
+    deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&client->lock);
+    while (!client->stopping &&
+           pthread_cond_timedwait(&client->cond, &client->lock, &deadline) != ETIMEDOUT)
+        ;
+    int stopping = client->stopping;
+    pthread_mutex_unlock(&client->lock);
+    return stopping ? -1 : 0;
+}
+
 static egm_status_t resync(egm_client_t *client, size_t *dropped_p, size_t *remounted_p)
 {
     egm_id_t *cached = NULL, *listed = NULL;
@@ -142,7 +184,10 @@ static egm_status_t resync(egm_client_t *client, size_t *dropped_p, size_t *remo
             egm__te_forget_segment(client->te, cached[i]);
             (*dropped_p)++;
         }
-    status = egm__capacity_remount(client, listed, n_listed, remounted_p);
+    if (remount_fence(client) != 0)
+        status = egm__set_error(EGM_ERR_CLOSED, "the client is closing");
+    else
+        status = egm__capacity_remount(client, listed, n_listed, remounted_p);
 out:
     egm_free(cached);
     egm_free(listed);

@@ -2,6 +2,7 @@
 #include "client/client_int.h"
 #include "client/parts.h"
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
@@ -42,10 +43,31 @@ egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *size_p)
     return single_key_call(client, EGM_RPC_GET_REPLICA_LIST, key, EGM_KEYS_CALL_PLAIN, size_p);
 }
 
+/* After a remove: this client's cached locations of the keys go; a FORCE
+ * remove that took something returns only once every location another client
+ * may have cached of it has run out (docs/consistency.md): it may have been
+ * read under a lease a moment ago. A plain remove takes only objects without a
+ * live lease, whose cached locations have run out already. */
+static void after_remove(egm_client_t *client, size_t n, const char *const *keys,
+                         const egm_status_t *results, int force)
+{
+    int removed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i] != NULL)
+            egm__location_cache_drop(client->locations, keys[i]);
+        removed |= results[i] == EGM_OK;
+    }
+    if (force && removed)
+        egm__sleep_ms(atomic_load(&client->cache_bound_max_ms));
+}
+
 egm_status_t egm_remove(egm_client_t *client, const char *key, int force)
 {
-    return single_key_call(client, EGM_RPC_REMOVE, key,
-                           force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, NULL);
+    egm_status_t status = single_key_call(client, EGM_RPC_REMOVE, key,
+                                          force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, NULL);
+    if (client != NULL && key != NULL)
+        after_remove(client, 1, &key, &status, force);
+    return status;
 }
 
 egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p)
@@ -68,7 +90,11 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
     status = reply->status;
     if (removed_p != NULL)
         *removed_p = reply->removed;
+    uint64_t removed = reply->removed;
     egm__rpc_msg_free(&reply->base);
+    egm__location_cache_clear(client->locations);
+    if (force && removed > 0) /* as after_remove */
+        egm__sleep_ms(atomic_load(&client->cache_bound_max_ms));
     return status;
 }
 
@@ -120,6 +146,10 @@ egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *
 egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys, int force,
                               egm_status_t *results)
 {
-    return batch_keys_call(client, EGM_RPC_REMOVE, n, keys,
-                           force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, results);
+    egm_status_t status =
+        batch_keys_call(client, EGM_RPC_REMOVE, n, keys,
+                        force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, results);
+    if (client != NULL && keys != NULL && results != NULL)
+        after_remove(client, n, keys, results, force);
+    return status;
 }

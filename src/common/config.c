@@ -124,6 +124,11 @@ static const egm_config_key_t keys[] = {
     INT(ping_interval_ms, "1000", 10, 60000, P | C, "client -> master ping period"),
     INT(default_kv_lease_ttl, "10000", 1, 86400000, M,
         "master: read lease granted by Get/Exist, in ms"),
+    INT(location_cache_ms, "1000", 0, 2000, M,
+        "master: clients may serve a Get from a location they cached this long after asking the "
+        "master (0 = no caching); a force remove waits it out (docs/consistency.md)"),
+    INT(location_cache_entries, "65536", 0, 16777216, C,
+        "client: object locations kept to serve Gets without a master round trip (0 = none)"),
     INT(client_ttl, "10", 1, 3600, M,
         "master: a client silent this many seconds is expired and its segments unmounted"),
     INT(default_kv_soft_pin_ttl, "1800000", 1, EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS, M,

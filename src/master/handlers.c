@@ -441,6 +441,7 @@ static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
 
     egm__id_to_pb(st->master_id, &master_id);
     msg.master_id = &master_id;
+    msg.location_cache_ms = st->location_cache_ms;
     if (req->leaving) {
         /* Its last ping (egm_client_destroy): unregister it now rather than
          * expire it after client_ttl, unmounting what it may still have

@@ -135,7 +135,9 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     int64_t rpc_threads = settings->rpc_threads;
     uint64_t max_frame = settings->max_frame_size;
     /* The config table has checked the ranges of these keys. */
-    egm_master_state_params_t state_params = {.client_ttl_ms = (uint64_t)client_ttl_s * 1000u};
+    egm_master_state_params_t state_params = {.client_ttl_ms = (uint64_t)client_ttl_s * 1000u,
+                                              .location_cache_ms =
+                                                  (uint64_t)settings->location_cache_ms};
     const egm_objects_params_t *objects = &state_params.objects;
     object_params(config, (uint64_t)lease_ttl_ms, &state_params.objects);
 

@@ -21,8 +21,9 @@ typedef struct {
     egm_object_index_t *objects;
     egm_liveness_t *liveness;
     uint64_t client_ttl_ms;
-    egm_id_t master_id;       /* random per start: clients see a restart */
-    uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
+    uint64_t location_cache_ms; /* told to clients by Ping (docs/consistency.md) */
+    egm_id_t master_id;         /* random per start: clients see a restart */
+    uint64_t (*now_ms)(void);   /* monotonic clock; tests replace it */
     /* Set by the master process (and the concurrency test); NULL where tests
      * drive the handlers on one thread. Per-key RPCs hold it shared: the
      * object index and liveness lock what they change. Changes of the segment
@@ -42,6 +43,7 @@ egm_status_t egm__master_lock_init(pthread_rwlock_t *lock);
 typedef struct {
     egm_objects_params_t objects; /* the object index's: leases, pins, eviction, placement */
     uint64_t client_ttl_ms;       /* a client silent this long is expired */
+    uint64_t location_cache_ms;   /* how long clients may use a cached location */
 } egm_master_state_params_t;
 /* params->objects: from egm__objects_params_default, then changed as wanted. */
 egm_status_t egm__master_state_init(egm_master_state_t *state,

@@ -12,6 +12,7 @@ egm_status_t egm__master_state_init(egm_master_state_t *state,
 
     memset(state, 0, sizeof(*state));
     state->client_ttl_ms = params->client_ttl_ms;
+    state->location_cache_ms = params->location_cache_ms;
     state->master_id = egm__id_random();
     state->now_ms = egm__now_ms;
     status = egm__segment_table_create(0, &state->segments);

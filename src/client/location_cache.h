@@ -1,0 +1,74 @@
+/* Lease-cached locations (docs/consistency.md): where an object lies, as a
+ * GetReplicaList answered it, kept by the client so that a Get of the same key
+ * soon after makes no round trip to the master.
+ *
+ * An entry is used only while both of these hold on this client's monotonic
+ * clock, counted from when the GetReplicaList was SENT (so never later than the
+ * master's own count from when it granted the lease):
+ *   - the read lease it came with is live (the master neither evicts the
+ *     object nor reuses its space meanwhile, and a non-force Remove refuses it);
+ *   - the cache bound has not passed (location_cache_ms; a force Remove waits
+ *     that long before it returns, so no Get that starts after it reads the old
+ *     value).
+ * A Get that fails on a cached location drops it and asks the master. Entries
+ * are dropped by this client's own removes, and all of them when the master
+ * restarts or cannot be reached. Thread-safe. */
+#ifndef EGM_CLIENT_LOCATION_CACHE_H
+#define EGM_CLIENT_LOCATION_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "rpc/keys_reply.h"
+#include "rpc/segment_desc.h"
+
+/* Replicas an entry keeps (the master places at most 16; more are not cached). */
+#define EGM_LOCATION_MAX_REPLICAS 16
+/* A cached location is used only up to this long before its lease or bound
+ * ends: the copy that follows must finish inside the lease. */
+#define EGM_LOCATION_MARGIN_MS 100
+
+typedef struct {
+    uint64_t size;
+    uint64_t lease_ttl_ms; /* as granted */
+    uint64_t asked_ms;     /* when the GetReplicaList was sent (egm__now_ms) */
+    uint32_t n_replicas;
+    egm_replica_desc_t replicas[EGM_LOCATION_MAX_REPLICAS];
+} egm_location_t;
+
+typedef struct {
+    uint64_t hits;
+    uint64_t misses;        /* absent, or past its lease or bound */
+    uint64_t invalidations; /* entries dropped by removes, restarts and failed gets */
+    uint64_t entries;       /* now */
+} egm_location_cache_stats_t;
+
+typedef struct egm_location_cache egm_location_cache_t;
+
+/* bound_ms 0: a cache that keeps nothing. capacity: entries at most (an insert
+ * into a full cache first drops expired entries, then is skipped). */
+egm_status_t egm__location_cache_create(uint64_t bound_ms, size_t capacity,
+                                        egm_location_cache_t **cache_p);
+void egm__location_cache_destroy(egm_location_cache_t *cache);
+/* 1 and *loc_p when key has an entry usable at now_ms; 0 otherwise (an expired
+ * entry is dropped). */
+int egm__location_cache_get(egm_location_cache_t *cache, const char *key, uint64_t now_ms,
+                            egm_location_t *loc_p);
+/* The descriptor of a segment some cached location names; 0 when unknown. */
+int egm__location_cache_segment(egm_location_cache_t *cache, egm_id_t id,
+                                egm_segment_desc_t *desc_p);
+/* Records key's location (a COMPLETE object's GetReplicaList result) and the
+ * descriptors of its replicas' segments (descs[i] for replicas[i]). */
+void egm__location_cache_put(egm_location_cache_t *cache, const char *key,
+                             const egm_location_t *loc, const egm_segment_desc_t *const *descs);
+/* The bound the master tells (Ping): a change drops every entry. */
+void egm__location_cache_set_bound(egm_location_cache_t *cache, uint64_t bound_ms);
+uint64_t egm__location_cache_bound(egm_location_cache_t *cache);
+void egm__location_cache_drop(egm_location_cache_t *cache, const char *key);
+void egm__location_cache_clear(egm_location_cache_t *cache);
+void egm__location_cache_stats(egm_location_cache_t *cache, egm_location_cache_stats_t *stats_p);
+
+/* Until when (egm__now_ms) loc may be used under the cache's bound. */
+uint64_t egm__location_usable_until(const egm_location_cache_t *cache, const egm_location_t *loc);
+
+#endif
