@@ -52,6 +52,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda:0", help="the writer's GPU")
     p.add_argument("--reader-device", default=None, help="the reader's GPU (default: the writer's)")
     p.add_argument("--cases", default="first,vllm,kv-medium,batch-64k,single-16m,lat-4k,host-64k")
+    p.add_argument("--client-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="an egmstore configuration key for the writer and reader (setup's dict "
+                        "form; docs/configuration.md), e.g. rpc_spin_us=50; repeatable")
     p.add_argument("--role", choices=("writer", "reader"), help=argparse.SUPPRESS)
     p.add_argument("--master", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -76,7 +79,13 @@ class Worker:
 
         self.rc = ReplicateConfig()
         self.store = MooncakeDistributedStore()
-        self.setup_args = ("127.0.0.1", "P2PHANDSHAKE", 0, 0, "nvlink", "", a.master)
+        # setup's dict form: the engines' seven keys plus egmstore's own (--client-config).
+        self.setup_config = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                             "global_segment_size": "0", "local_buffer_size": "0",
+                             "protocol": "nvlink", "master_server_addr": a.master}
+        for kv in a.client_config:
+            key, _, value = kv.partition("=")
+            self.setup_config[key] = value
         self.regions = [torch.zeros(SLOTS * PIECE // 8, dtype=torch.int64, device=self.dev)
                         for _ in range(REGIONS)]
         self.flat = torch.zeros(FLAT // 8, dtype=torch.int64, device=self.dev)
@@ -88,7 +97,7 @@ class Worker:
     def start(self):
         """setup() and register_buffer() of every buffer: their wall time."""
         t0 = time.perf_counter()
-        rc = self.store.setup(*self.setup_args)
+        rc = self.store.setup(self.setup_config)
         t1 = time.perf_counter()
         if rc != 0:
             raise RuntimeError(f"setup returned {rc}")
@@ -328,6 +337,8 @@ class Proc:
         argv = [sys.executable, os.path.abspath(__file__), "--role", role, "--master", a.master_addr,
                 "--egmstore", a.egmstore, "--out", a.out, "--pythonpath", a.pythonpath,
                 "--device", device]
+        for kv in a.client_config:
+            argv += ["--client-config", kv]
         self.log = open(os.path.join(a.out, f"{role}.log"), "w")
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=self.log, text=True)

@@ -141,8 +141,7 @@ void egm__location_cache_put(egm_location_cache_t *c, const char *key, const egm
         if (egm__hashmap_get(c->segments, &id, sizeof(id)) != NULL)
             continue;
         egm_segment_desc_t *d = egm_malloc(sizeof(*d), "client.location_cache.segment");
-        if (d == NULL ||
-            egm__hashmap_put(c->segments, &id, sizeof(id), d, NULL) != EGM_OK) {
+        if (d == NULL || egm__hashmap_put(c->segments, &id, sizeof(id), d, NULL) != EGM_OK) {
             egm_free(d);
             egm_free(copy);
             copy = NULL;

@@ -13,8 +13,8 @@
 
 static egm_location_t loc_at(uint64_t asked_ms, uint64_t ttl_ms, egm_segment_desc_t *seg)
 {
-    egm_location_t loc = {.size = 100, .lease_ttl_ms = ttl_ms, .asked_ms = asked_ms,
-                          .n_replicas = 1};
+    egm_location_t loc = {
+        .size = 100, .lease_ttl_ms = ttl_ms, .asked_ms = asked_ms, .n_replicas = 1};
     loc.replicas[0] = (egm_replica_desc_t){.segment = seg->id, .offset = 64, .length = 100};
     return loc;
 }
