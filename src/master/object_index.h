@@ -70,27 +70,34 @@ typedef struct egm_object_link {
 } egm_object_link_t;
 
 typedef struct egm_object {
-    egm_object_state_t state;
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms; /* 0 = never leased */
     uint64_t put_start_ms;
-    uint64_t last_access_ms; /* PutEnd, then every lease granted: the LRU recency */
-    uint64_t commit_ms;      /* PutEnd: not evicted before commit_ms + min_residency_ms */
-    uint8_t soft_pin;        /* put with_soft_pin: kept until last access + soft pin TTL */
-    uint8_t hard_pin;        /* put with_hard_pin: never evicted */
-    uint8_t list;            /* which list `link` is in (object_index.c) */
-    uint8_t in_lease_list;
-    uint8_t shard;                /* index of the shard holding it */
+    uint64_t last_access_ms;      /* PutEnd, then every lease granted: the LRU recency */
+    uint64_t commit_ms;           /* PutEnd: not evicted before commit_ms + min_residency_ms */
     uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
     egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
     egm_object_link_t lease_link; /* objects by lease grant, oldest first */
-    uint32_t n_replicas;          /* slots in replicas[] */
-    uint32_t n_live;              /* replicas whose segment is still mounted */
-    char *key;                    /* NUL-terminated, inside this allocation */
-    size_t key_len;
+    uint64_t hash;                /* of the key: its shard and its slot in the shard's table */
+    uint32_t key_len;             /* of the key (egm__object_key), NUL-terminated */
+    uint8_t state;                /* egm_object_state_t */
+    uint8_t soft_pin;             /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin;             /* put with_hard_pin: never evicted */
+    uint8_t list;                 /* which list `link` is in (object_index.c) */
+    uint8_t in_lease_list;
+    uint8_t shard;      /* index of the shard holding it */
+    uint8_t n_replicas; /* replicas placed, in replicas[0..n) */
+    uint8_t n_live;     /* replicas whose segment is still mounted */
+    uint8_t n_slots;    /* replicas[] allocated; the key follows them */
     egm_replica_t replicas[];
 } egm_object_t;
+
+/* The key of obj: key_len bytes and a NUL inside its allocation, after the replicas. */
+static inline const char *egm__object_key(const egm_object_t *obj)
+{
+    return (const char *)&obj->replicas[obj->n_slots];
+}
 
 typedef struct egm_object_index egm_object_index_t;
 
