@@ -465,6 +465,11 @@ static uint64_t next_random(egm_object_index_t *index)
     return x;
 }
 
+static int key_ok(const char *key, size_t key_len)
+{
+    return key != NULL && key_len > 0 && key_len <= EGM_MASTER_KEY_MAX;
+}
+
 egm_status_t egm__objects_check_key(const char *key, size_t key_len)
 {
     if (key == NULL || key_len == 0 || key_len > EGM_MASTER_KEY_MAX)
@@ -1128,6 +1133,34 @@ static egm_status_t check_writer(const egm_object_t *obj, egm_id_t client)
     return EGM_OK;
 }
 
+/* The per-key calls below, each with the key's shard locked and obj the
+ * object under the key (NULL: none): shared by the one-key functions and
+ * egm__objects_batch. */
+
+static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj, egm_id_t client,
+                                   uint64_t now_ms)
+{
+    egm_status_t status = check_writer(obj, client);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
+        obj->state = EGM_OBJECT_COMPLETE;
+        obj->last_access_ms = now_ms;
+        obj->commit_ms = now_ms;
+        move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
+        bump(&index->evictable_gen);
+    }
+    return status;
+}
+
+static egm_status_t put_revoke_locked(egm_object_index_t *index, egm_object_t *obj, egm_id_t client)
+{
+    egm_status_t status = check_writer(obj, client);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
+    if (status == EGM_OK)
+        object_delete(index, obj);
+    return status;
+}
+
 egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
                                   size_t key_len, uint64_t now_ms)
 {
@@ -1137,14 +1170,7 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
 
     if (status != EGM_OK)
         return status;
-    status = check_writer(obj, client);
-    if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
-        obj->state = EGM_OBJECT_COMPLETE;
-        obj->last_access_ms = now_ms;
-        obj->commit_ms = now_ms;
-        move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
-        bump(&index->evictable_gen);
-    }
+    status = put_end_locked(index, obj, client, now_ms);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -1158,11 +1184,7 @@ egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client,
 
     if (status != EGM_OK)
         return status;
-    status = check_writer(obj, client);
-    if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
-        status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
-    if (status == EGM_OK)
-        object_delete(index, obj);
+    status = put_revoke_locked(index, obj, client);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -1189,6 +1211,22 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
 
 /* GetReplicaList (not_ready: a PENDING object answers NOT_READY) and
  * ExistKey (it answers NOT_FOUND). */
+static egm_status_t read_leased_locked(egm_object_index_t *index, egm_object_t *obj,
+                                       uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
+{
+    egm_status_t status = EGM_OK;
+    if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
+    else if (obj->state != EGM_OBJECT_COMPLETE)
+        status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
+    if (status == EGM_OK) {
+        grant_lease(index, obj, now_ms);
+        if (view_p != NULL)
+            fill_view(obj, view_p, not_ready);
+    }
+    return status;
+}
+
 static egm_status_t read_leased(egm_object_index_t *index, const char *key, size_t key_len,
                                 uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
 {
@@ -1199,15 +1237,7 @@ static egm_status_t read_leased(egm_object_index_t *index, const char *key, size
     egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
     if (status != EGM_OK)
         return status;
-    if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
-        status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
-    else if (obj->state != EGM_OBJECT_COMPLETE)
-        status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
-    if (status == EGM_OK) {
-        grant_lease(index, obj, now_ms);
-        if (view_p != NULL)
-            fill_view(obj, view_p, not_ready);
-    }
+    status = read_leased_locked(index, obj, now_ms, not_ready, view_p);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -1242,15 +1272,10 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
     return status;
 }
 
-egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
-                                 int force, uint64_t now_ms)
+static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, int force,
+                                  uint64_t now_ms)
 {
-    shard_t *sh;
-    egm_object_t *obj;
-    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
-
-    if (status != EGM_OK)
-        return status;
+    egm_status_t status = EGM_OK;
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (!force && obj->state == EGM_OBJECT_PENDING)
@@ -1260,7 +1285,149 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
                                 (unsigned long long)(obj->lease_expiry_ms - now_ms));
     else
         object_delete(index, obj);
+    return status;
+}
+
+egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
+                                 int force, uint64_t now_ms)
+{
+    shard_t *sh;
+    egm_object_t *obj;
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
+
+    if (status != EGM_OK)
+        return status;
+    status = remove_locked(index, obj, force, now_ms);
     pthread_mutex_unlock(&sh->lock);
+    return status;
+}
+
+/* ---- batches ---------------------------------------------------------------- */
+
+/* Keys of one shard taken under one hold of its lock: their cache misses
+ * overlap, and another thread waits at most this many keys for the lock. */
+#define BATCH_RUN 32
+
+static void prefetch_lines(const void *p, size_t bytes)
+{
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch((const char *)p + off, 1);
+}
+
+/* What a list unlink of obj will write: its neighbours' links (each object's
+ * links sit together after its timestamps). */
+static void prefetch_neighbours(const egm_object_t *obj)
+{
+    const egm_object_t *nb[4] = {obj->link.prev, obj->link.next, obj->lease_link.prev,
+                                 obj->lease_link.next};
+    for (int k = 0; k < 4; k++)
+        if (nb[k] != NULL)
+            prefetch_lines(&nb[k]->link, sizeof(nb[k]->link) + sizeof(nb[k]->lease_link));
+}
+
+/* One run of a shard's keys, with its lock held: the slots of every key are
+ * fetched, then the objects they name, then the neighbours a lease or an LRU
+ * move writes, and only then is each key's call made, in request order. */
+static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_objects_batch_t *b,
+                              const uint32_t *idx, const uint64_t *hash, size_t n)
+{
+    const object_table_t *t = &sh->by_key;
+    egm_object_t *cand[BATCH_RUN];
+    egm_object_view_t view;
+    egm_status_t status = EGM_OK;
+
+    for (size_t j = 0; j < n; j++)
+        __builtin_prefetch(&t->slots[hash[j] & t->mask]);
+    for (size_t j = 0; j < n; j++) {
+        cand[j] = NULL;
+        for (size_t i = hash[j] & t->mask; t->slots[i].obj != NULL; i = (i + 1) & t->mask)
+            if (t->slots[i].hash == hash[j]) {
+                cand[j] = t->slots[i].obj;
+                prefetch_lines(cand[j], sizeof(*cand[j]) + sizeof(egm_replica_t) + 64);
+                break;
+            }
+    }
+    for (size_t j = 0; j < n; j++) {
+        size_t i = idx[j];
+        egm_object_t *obj = cand[j];
+        if (obj == NULL || obj->key_len != b->key_lens[i] ||
+            memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0)
+            obj = cand[j] = find(sh, b->keys[i], b->key_lens[i], hash[j]);
+        if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE)
+            prefetch_neighbours(obj);
+    }
+    for (size_t j = 0; j < n && status == EGM_OK; j++) {
+        size_t i = idx[j];
+        /* An earlier key of this run may have removed the object (a key given twice). */
+        egm_object_t *obj =
+            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE)
+                ? find(sh, b->keys[i], b->key_lens[i], hash[j])
+                : cand[j];
+        egm_status_t s;
+        const egm_object_view_t *v = NULL;
+        switch (b->op) {
+        case EGM_OBJECTS_GET_REPLICAS:
+        case EGM_OBJECTS_EXIST:
+            clear_view(&view);
+            s = read_leased_locked(index, obj, b->now_ms, b->op == EGM_OBJECTS_GET_REPLICAS, &view);
+            v = s == EGM_OK ? &view : NULL;
+            break;
+        case EGM_OBJECTS_PUT_END:
+            s = put_end_locked(index, obj, b->client, b->now_ms);
+            break;
+        case EGM_OBJECTS_PUT_REVOKE:
+            s = put_revoke_locked(index, obj, b->client);
+            break;
+        default:
+            s = remove_locked(index, obj, b->force, b->now_ms);
+            break;
+        }
+        status = b->done(b->arg, i, s, v);
+    }
+    return status;
+}
+
+egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b)
+{
+    size_t start[EGM_OBJECTS_SHARDS + 1] = {0}, n = b->n;
+    egm_status_t status = EGM_OK;
+
+    if (n == 0)
+        return EGM_OK;
+    /* Scratch: each key's hash, then the keys' indexes grouped by shard. */
+    uint64_t *hash = egm_malloc(n * (2 * sizeof(uint64_t) + sizeof(uint32_t)), "master.batch");
+    if (hash == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a batch of %zu keys", n);
+    uint64_t *run_hash = hash + n;
+    uint32_t *order = (uint32_t *)(run_hash + n);
+    for (size_t i = 0; i < n && status == EGM_OK; i++) {
+        if (!key_ok(b->keys[i], b->key_lens[i])) {
+            status = b->done(b->arg, i, egm__objects_check_key(b->keys[i], b->key_lens[i]), NULL);
+            continue;
+        }
+        hash[i] = key_hash(b->keys[i], b->key_lens[i]);
+        start[shard_index(hash[i]) + 1]++;
+    }
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        start[s + 1] += start[s];
+    size_t fill[EGM_OBJECTS_SHARDS];
+    memcpy(fill, start, sizeof(fill));
+    for (size_t i = 0; i < n && status == EGM_OK; i++)
+        if (key_ok(b->keys[i], b->key_lens[i])) {
+            size_t k = fill[shard_index(hash[i])]++;
+            order[k] = (uint32_t)i;
+            run_hash[k] = hash[i];
+        }
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS && status == EGM_OK; s++) {
+        shard_t *sh = &index->shards[s];
+        for (size_t k = start[s]; k < start[s + 1] && status == EGM_OK; k += BATCH_RUN) {
+            size_t m = start[s + 1] - k < BATCH_RUN ? start[s + 1] - k : BATCH_RUN;
+            pthread_mutex_lock(&sh->lock);
+            status = batch_run(index, sh, b, order + k, run_hash + k, m);
+            pthread_mutex_unlock(&sh->lock);
+        }
+    }
+    egm_free(hash);
     return status;
 }
 

@@ -229,6 +229,40 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
  * force. Pins do not protect against Remove. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms);
+/* A batch of one per-key call (the five above but PutStart and StatKey) over
+ * n keys: each key answered through done(arg, i, status, view), view being
+ * what egm__objects_get_replicas or _exist return on OK (NULL otherwise).
+ * done runs under the key's shard lock: it copies what it keeps and calls
+ * nothing here; a status other than OK from it stops the batch (keys not
+ * yet taken are not answered) and is returned. Keys are taken shard by
+ * shard, in request order within a shard, up to 32 per hold of its lock,
+ * their slots, objects and list neighbours fetched ahead so that the cache
+ * misses of the keys overlap; each key's call is that of the one-key
+ * function (the same leases, pins and answers). Objects of one batch
+ * therefore take their LRU places in that order, not in request order (they
+ * are used at one instant). EGM_ERR_NO_MEMORY for the scratch. */
+typedef enum {
+    EGM_OBJECTS_GET_REPLICAS,
+    EGM_OBJECTS_EXIST,
+    EGM_OBJECTS_PUT_END,
+    EGM_OBJECTS_PUT_REVOKE,
+    EGM_OBJECTS_REMOVE,
+} egm_objects_op_t;
+
+typedef struct {
+    egm_objects_op_t op;
+    egm_id_t client; /* PutEnd, PutRevoke: the writer */
+    int force;       /* Remove */
+    uint64_t now_ms;
+    size_t n;
+    const char *const *keys;
+    const size_t *key_lens;
+    egm_status_t (*done)(void *arg, size_t i, egm_status_t status, const egm_object_view_t *view);
+    void *arg;
+} egm_objects_batch_t;
+
+egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b);
+
 /* Every COMPLETE object without a live lease; with force every object
  * (PENDING ones too). Returns the number removed. */
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms);
