@@ -141,7 +141,7 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                     egm_rpc_reply_t *reply)
 {
     size_t max_segs = egm__segment_table_count(st->segments);
-    const egm_segment_desc_t **descs = NULL;
+    const egm_pb_slice_t **descs = NULL;
     segment_set_t seen = {NULL, 0};
     size_t n_segs = 0;
     egm_status_t status;
@@ -158,13 +158,13 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
     }
     for (size_t r = 0; r < oc->n_reps; r++)
         if (n_segs < max_segs && segment_set_add(&seen, oc->segs[r]))
-            descs[n_segs++] = &oc->segs[r]->desc;
+            descs[n_segs++] = &oc->segs[r]->desc_pb;
     egm_keys_reply_msg_t msg = {.status = EGM_OK,
                                 .n_results = n,
                                 .results = oc->out,
                                 .replicas = oc->reps,
                                 .n_segments = n_segs,
-                                .segments = descs};
+                                .packed_segments = descs};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
