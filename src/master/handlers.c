@@ -182,11 +182,36 @@ static egm_status_t check_key_count(size_t n)
     return EGM_OK;
 }
 
+/* egm__objects_batch's answer for key i, under its shard lock. */
+typedef struct {
+    outcomes_t *oc;
+    int with_replicas;
+    uint64_t lease_ttl_ms;
+} keys_batch_t;
+
+static egm_status_t keys_done(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
+{
+    keys_batch_t *kb = arg;
+    kb->oc->out[i].status = s;
+    if (s == EGM_OK && view != NULL) /* GetReplicaList, ExistKey */
+        return outcomes_record(kb->oc, i, view, kb->with_replicas, kb->lease_ttl_ms);
+    return EGM_OK;
+}
+
+/* Each key's length, egm_malloc'ed (NULL: out of memory). */
+static size_t *key_lengths(char *const *keys, size_t n)
+{
+    size_t *lens = egm_malloc((n ? n : 1) * sizeof(*lens), "master.keys");
+    for (size_t i = 0; lens != NULL && i < n; i++)
+        lens[i] = key_length(keys[i]);
+    return lens;
+}
+
 static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__PutStartRequest *req = (const Egm__PutStartRequest *)call->request;
     outcomes_t oc = {0};
-    egm_object_view_t view;
+    size_t *lens = NULL;
     egm_status_t status = EGM_OK;
 
     egm_id_t client = egm__id_from_pb(req->client);
@@ -226,35 +251,32 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
     }
     char host_id[EGM_HOST_ID_MAX];
     config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
-    uint64_t now = st->now_ms();
-    for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
-        oc.out[i].status =
-            egm__objects_put_start_with(st->objects, client, req->keys[i], key_length(req->keys[i]),
-                                        req->sizes[i], &config, now, &view);
-        if (oc.out[i].status == EGM_OK)
-            status = outcomes_record(&oc, i, &view, 1, 0);
+    /* One replica per key is reserved ahead (see handle_keys). */
+    if ((status = outcomes_reserve(&oc, req->n_keys)) != EGM_OK)
+        goto out;
+    lens = key_lengths(req->keys, req->n_keys);
+    if (lens == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+        goto out;
     }
+    keys_batch_t kb = {.oc = &oc, .with_replicas = 1};
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_PUT_START,
+                             .client = client,
+                             .sizes = req->sizes,
+                             .config = &config,
+                             .now_ms = st->now_ms(),
+                             .n = req->n_keys,
+                             .keys = (const char *const *)req->keys,
+                             .key_lens = lens,
+                             .done = keys_done,
+                             .arg = &kb};
+    status = egm__objects_batch(st->objects, &b);
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, call->reply);
 out:
+    egm_free(lens);
     outcomes_cleanup(&oc);
     return status;
-}
-
-/* egm__objects_batch's answer for key i, under its shard lock. */
-typedef struct {
-    outcomes_t *oc;
-    int with_replicas;
-    uint64_t lease_ttl_ms;
-} keys_batch_t;
-
-static egm_status_t keys_done(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
-{
-    keys_batch_t *kb = arg;
-    kb->oc->out[i].status = s;
-    if (s == EGM_OK && view != NULL) /* GetReplicaList, ExistKey */
-        return outcomes_record(kb->oc, i, view, kb->with_replicas, kb->lease_ttl_ms);
-    return EGM_OK;
 }
 
 /* PutEnd, PutRevoke, GetReplicaList, ExistKey, Remove: one KeysRequest, one
@@ -283,13 +305,11 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
      * under a shard lock seldom allocate. */
     if (kb.with_replicas && (status = outcomes_reserve(&oc, req->n_keys)) != EGM_OK)
         goto out;
-    lens = egm_malloc((req->n_keys ? req->n_keys : 1) * sizeof(*lens), "master.keys");
+    lens = key_lengths(req->keys, req->n_keys);
     if (lens == NULL) {
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
         goto out;
     }
-    for (size_t i = 0; i < req->n_keys; i++)
-        lens[i] = key_length(req->keys[i]);
     b.key_lens = lens;
     b.now_ms = st->now_ms();
     b.force = req->force;

@@ -1079,18 +1079,10 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     return EGM_OK;
 }
 
-egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
-                                         const char *key, size_t key_len, uint64_t size,
-                                         const egm_put_config_t *config, uint64_t now_ms,
-                                         egm_object_view_t *view_p)
+/* What a PutStart asks for, beyond its key. */
+static egm_status_t put_check(uint64_t size, const egm_put_config_t *config)
 {
-    egm_status_t status;
     uint32_t replica_num = config->replica_num;
-
-    clear_view(view_p);
-    status = egm__objects_check_key(key, key_len);
-    if (status != EGM_OK)
-        return status;
     if (size == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "size: must be > 0");
     if (replica_num == 0 || replica_num > EGM_MASTER_REPLICA_MAX)
@@ -1099,6 +1091,22 @@ egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t cli
     if (config->n_preferred > EGM_MASTER_PREFERRED_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG, "preferred_segments: %zu names, at most %d",
                               config->n_preferred, EGM_MASTER_PREFERRED_MAX);
+    return EGM_OK;
+}
+
+egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
+                                         const char *key, size_t key_len, uint64_t size,
+                                         const egm_put_config_t *config, uint64_t now_ms,
+                                         egm_object_view_t *view_p)
+{
+    egm_status_t status;
+
+    clear_view(view_p);
+    status = egm__objects_check_key(key, key_len);
+    if (status != EGM_OK)
+        return status;
+    if ((status = put_check(size, config)) != EGM_OK)
+        return status;
     uint64_t hash;
     shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
@@ -1335,6 +1343,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
     egm_object_t *cand[BATCH_RUN];
     egm_object_view_t view;
     egm_status_t status = EGM_OK;
+    int evicted = 0;
 
     for (size_t j = 0; j < n; j++)
         __builtin_prefetch(&t->slots[hash[j] & t->mask]);
@@ -1353,14 +1362,16 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
         if (obj == NULL || obj->key_len != b->key_lens[i] ||
             memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0)
             obj = cand[j] = find(sh, b->keys[i], b->key_lens[i], hash[j]);
-        if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE)
+        if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE &&
+            b->op != EGM_OBJECTS_PUT_START)
             prefetch_neighbours(obj);
     }
     for (size_t j = 0; j < n && status == EGM_OK; j++) {
         size_t i = idx[j];
-        /* An earlier key of this run may have removed the object (a key given twice). */
+        /* An earlier key of this run may have removed the object (a key
+         * given twice), or an eviction any object. */
         egm_object_t *obj =
-            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE)
+            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE || evicted)
                 ? find(sh, b->keys[i], b->key_lens[i], hash[j])
                 : cand[j];
         egm_status_t s;
@@ -1370,6 +1381,25 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
         case EGM_OBJECTS_EXIST:
             clear_view(&view);
             s = read_leased_locked(index, obj, b->now_ms, b->op == EGM_OBJECTS_GET_REPLICAS, &view);
+            v = s == EGM_OK ? &view : NULL;
+            break;
+        case EGM_OBJECTS_PUT_START:
+            clear_view(&view);
+            s = put_check(b->sizes[i], b->config);
+            if (s == EGM_OK)
+                s = put_locked(index, sh, b->client, b->keys[i], b->key_lens[i], hash[j],
+                               b->sizes[i], b->config, b->now_ms, 0, &view);
+            if (s == NEEDS_EVICTION) {
+                /* Eviction locks every shard, in order: this one is let go
+                 * meanwhile, and what the run found may have gone. */
+                pthread_mutex_unlock(&sh->lock);
+                lock_all(index);
+                s = put_locked(index, sh, b->client, b->keys[i], b->key_lens[i], hash[j],
+                               b->sizes[i], b->config, b->now_ms, 1, &view);
+                unlock_all(index);
+                pthread_mutex_lock(&sh->lock);
+                evicted = 1;
+            }
             v = s == EGM_OK ? &view : NULL;
             break;
         case EGM_OBJECTS_PUT_END:

@@ -229,9 +229,10 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
  * force. Pins do not protect against Remove. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms);
-/* A batch of one per-key call (the five above but PutStart and StatKey) over
- * n keys: each key answered through done(arg, i, status, view), view being
- * what egm__objects_get_replicas or _exist return on OK (NULL otherwise).
+/* A batch of one per-key call (the ones above but StatKey) over n keys: each
+ * key answered through done(arg, i, status, view), view being what
+ * egm__objects_put_start_with, _get_replicas or _exist return on OK (NULL
+ * otherwise).
  * done runs under the key's shard lock: it copies what it keeps and calls
  * nothing here; a status other than OK from it stops the batch (keys not
  * yet taken are not answered) and is returned. Keys are taken shard by
@@ -240,8 +241,11 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
  * misses of the keys overlap; each key's call is that of the one-key
  * function (the same leases, pins and answers). Objects of one batch
  * therefore take their LRU places in that order, not in request order (they
- * are used at one instant). EGM_ERR_NO_MEMORY for the scratch. */
+ * are used at one instant). A PutStart that must evict lets its shard go
+ * while it locks every shard, as the one-key call does. EGM_ERR_NO_MEMORY for
+ * the scratch. */
 typedef enum {
+    EGM_OBJECTS_PUT_START,
     EGM_OBJECTS_GET_REPLICAS,
     EGM_OBJECTS_EXIST,
     EGM_OBJECTS_PUT_END,
@@ -251,8 +255,10 @@ typedef enum {
 
 typedef struct {
     egm_objects_op_t op;
-    egm_id_t client; /* PutEnd, PutRevoke: the writer */
-    int force;       /* Remove */
+    egm_id_t client;                /* PutStart, PutEnd, PutRevoke: the writer */
+    const uint64_t *sizes;          /* PutStart: per key */
+    const egm_put_config_t *config; /* PutStart */
+    int force;                      /* Remove */
     uint64_t now_ms;
     size_t n;
     const char *const *keys;
