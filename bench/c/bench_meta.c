@@ -4,8 +4,8 @@
  * egm_client_t has), time ExistKey, GetReplicaList and PutStart+PutEnd with one
  * key and with batches of keys, at each client count asked for. Each call
  * packs its request and decodes its reply as the client library does
- * (egm__pb_pack, egm__keys_reply_decode, protobuf-c for the segment
- * descriptors a reply names).
+ * (egm__pb_pack, egm__keys_reply_decode, egm__client_reply_segments for the
+ * segment descriptors a reply names).
  *
  * Capacity: the bench mounts fake segments, descriptors of memory that does
  * not exist (no handle, no endpoint), under a client id of its own that a
@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <egmstore/egmstore.h>
+#include "client/client_int.h"
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/config_int.h"
@@ -205,11 +206,10 @@ static egm_status_t call_keys(worker_t *w, uint16_t type, const ProtobufCMessage
             status = egm__set_error(s, "%s %s: %s", egm__rpc_type_name(type), w->keys_v[i],
                                     egm_status_string(s));
     }
-    for (size_t i = 0; status == EGM_OK && decode_segments && i < reply->n_segments; i++) {
-        Egm__SegmentDesc *pb = NULL;
-        status = egm__pb_unpack(&egm__segment_desc__descriptor, reply->segments[i].data,
-                                reply->segments[i].len, (ProtobufCMessage **)&pb);
-        egm__pb_free(pb != NULL ? &pb->base : NULL);
+    if (status == EGM_OK && decode_segments) {
+        egm_segment_desc_t *descs = NULL;
+        status = egm__client_reply_segments(reply, &descs);
+        egm_free(descs);
     }
     egm__keys_reply_free(reply);
     return status;

@@ -86,18 +86,14 @@ egm_status_t egm__client_reply_segments(const egm_keys_reply_t *reply, egm_segme
     *descs_p = NULL;
     if (reply->n_segments == 0)
         return EGM_OK;
-    descs = egm_calloc(reply->n_segments, sizeof(*descs), "client.reply_segments");
+    descs = egm_malloc(reply->n_segments * sizeof(*descs), "client.reply_segments");
     if (descs == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory decoding segments");
-    /* A reply names a few segments: protobuf-c decodes them from their bytes. */
-    for (size_t i = 0; i < reply->n_segments && status == EGM_OK; i++) {
-        Egm__SegmentDesc *pb = NULL;
-        status = egm__pb_unpack(&egm__segment_desc__descriptor, reply->segments[i].data,
-                                reply->segments[i].len, (ProtobufCMessage **)&pb);
-        if (status == EGM_OK)
-            status = egm__segment_desc_from_pb(pb, &descs[i]);
-        egm__pb_free(pb ? &pb->base : NULL);
-    }
+    /* A reply names a few segments, mostly the same ones as the last replies:
+     * decoded once, then taken from the cache of decoded descriptors. */
+    for (size_t i = 0; i < reply->n_segments && status == EGM_OK; i++)
+        status =
+            egm__segment_desc_decode(reply->segments[i].data, reply->segments[i].len, &descs[i]);
     if (status != EGM_OK) {
         egm_free(descs);
         return status;

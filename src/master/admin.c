@@ -398,7 +398,7 @@ static void serve_keys(const egm_master_admin_t *a, const char *query, egm_http_
              rep = rep->seg_next) {
             const egm_object_t *obj = rep->object;
             if (obj->key_len < q.prefix_len ||
-                (q.prefix_len > 0 && memcmp(obj->key, q.prefix, q.prefix_len) != 0) ||
+                (q.prefix_len > 0 && memcmp(egm__object_key(obj), q.prefix, q.prefix_len) != 0) ||
                 !first_live_replica(rep))
                 continue;
             if (count == q.limit || resp->len >= EGM_ADMIN_KEYS_BODY_MAX) {
@@ -407,7 +407,7 @@ static void serve_keys(const egm_master_admin_t *a, const char *query, egm_http_
             }
             s = egm__http_printf(resp, "%s{\"key\":", count > 0 ? "," : "");
             if (s == EGM_OK)
-                s = json_string(resp, obj->key, obj->key_len);
+                s = json_string(resp, egm__object_key(obj), obj->key_len);
             if (s == EGM_OK)
                 s = egm__http_printf(resp, ",\"size\":%llu,\"state\":\"%s\",\"replicas\":%u}",
                                      (unsigned long long)obj->size,

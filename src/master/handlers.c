@@ -141,7 +141,7 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                     egm_rpc_reply_t *reply)
 {
     size_t max_segs = egm__segment_table_count(st->segments);
-    const egm_segment_desc_t **descs = NULL;
+    const egm_pb_slice_t **descs = NULL;
     segment_set_t seen = {NULL, 0};
     size_t n_segs = 0;
     egm_status_t status;
@@ -158,13 +158,13 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
     }
     for (size_t r = 0; r < oc->n_reps; r++)
         if (n_segs < max_segs && segment_set_add(&seen, oc->segs[r]))
-            descs[n_segs++] = &oc->segs[r]->desc;
+            descs[n_segs++] = &oc->segs[r]->desc_pb;
     egm_keys_reply_msg_t msg = {.status = EGM_OK,
                                 .n_results = n,
                                 .results = oc->out,
                                 .replicas = oc->reps,
                                 .n_segments = n_segs,
-                                .segments = descs};
+                                .packed_segments = descs};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -182,11 +182,36 @@ static egm_status_t check_key_count(size_t n)
     return EGM_OK;
 }
 
+/* egm__objects_batch's answer for key i, under its shard lock. */
+typedef struct {
+    outcomes_t *oc;
+    int with_replicas;
+    uint64_t lease_ttl_ms;
+} keys_batch_t;
+
+static egm_status_t keys_done(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
+{
+    keys_batch_t *kb = arg;
+    kb->oc->out[i].status = s;
+    if (s == EGM_OK && view != NULL) /* GetReplicaList, ExistKey */
+        return outcomes_record(kb->oc, i, view, kb->with_replicas, kb->lease_ttl_ms);
+    return EGM_OK;
+}
+
+/* Each key's length, egm_malloc'ed (NULL: out of memory). */
+static size_t *key_lengths(char *const *keys, size_t n)
+{
+    size_t *lens = egm_malloc((n ? n : 1) * sizeof(*lens), "master.keys");
+    for (size_t i = 0; lens != NULL && i < n; i++)
+        lens[i] = key_length(keys[i]);
+    return lens;
+}
+
 static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__PutStartRequest *req = (const Egm__PutStartRequest *)call->request;
     outcomes_t oc = {0};
-    egm_object_view_t view;
+    size_t *lens = NULL;
     egm_status_t status = EGM_OK;
 
     egm_id_t client = egm__id_from_pb(req->client);
@@ -226,72 +251,92 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
     }
     char host_id[EGM_HOST_ID_MAX];
     config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
-    uint64_t now = st->now_ms();
-    for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
-        oc.out[i].status =
-            egm__objects_put_start_with(st->objects, client, req->keys[i], key_length(req->keys[i]),
-                                        req->sizes[i], &config, now, &view);
-        if (oc.out[i].status == EGM_OK)
-            status = outcomes_record(&oc, i, &view, 1, 0);
+    /* One replica per key is reserved ahead (see handle_keys). */
+    if ((status = outcomes_reserve(&oc, req->n_keys)) != EGM_OK)
+        goto out;
+    lens = key_lengths(req->keys, req->n_keys);
+    if (lens == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+        goto out;
     }
+    keys_batch_t kb = {.oc = &oc, .with_replicas = 1};
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_PUT_START,
+                             .client = client,
+                             .sizes = req->sizes,
+                             .config = &config,
+                             .now_ms = st->now_ms(),
+                             .n = req->n_keys,
+                             .keys = (const char *const *)req->keys,
+                             .key_lens = lens,
+                             .done = keys_done,
+                             .arg = &kb};
+    status = egm__objects_batch(st->objects, &b);
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, call->reply);
 out:
+    egm_free(lens);
     outcomes_cleanup(&oc);
     return status;
 }
 
-/* PutEnd, PutRevoke, GetReplicaList, ExistKey, Remove: one KeysRequest. */
+/* PutEnd, PutRevoke, GetReplicaList, ExistKey, Remove: one KeysRequest, one
+ * batch call of the index. */
 static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__KeysRequest *req = (const Egm__KeysRequest *)call->request;
     outcomes_t oc = {0};
-    egm_object_view_t view;
+    size_t *lens = NULL;
     egm_status_t status;
     uint16_t type = call->type;
-    int with_replicas = type == EGM_RPC_GET_REPLICA_LIST;
-    uint64_t lease_ttl_ms = 0;
+    keys_batch_t kb = {.oc = &oc, .with_replicas = type == EGM_RPC_GET_REPLICA_LIST};
+    egm_objects_batch_t b = {
+        .keys = (const char *const *)req->keys, .n = req->n_keys, .done = keys_done, .arg = &kb};
 
-    egm_id_t client = egm__id_from_pb(req->client);
+    b.client = egm__id_from_pb(req->client);
     if ((status = check_key_count(req->n_keys)) != EGM_OK)
         goto out;
-    if ((type == EGM_RPC_PUT_END || type == EGM_RPC_PUT_REVOKE) && egm__id_is_nil(client)) {
+    if ((type == EGM_RPC_PUT_END || type == EGM_RPC_PUT_REVOKE) && egm__id_is_nil(b.client)) {
         status = egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
         goto out;
     }
     if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
         goto out;
-    uint64_t now = st->now_ms();
-    for (size_t i = 0; i < req->n_keys && status == EGM_OK; i++) {
-        const char *key = req->keys[i];
-        size_t klen = key_length(key);
-        egm_status_t s;
-        switch (type) {
-        case EGM_RPC_PUT_END:
-            s = egm__objects_put_end(st->objects, client, key, klen, now);
-            break;
-        case EGM_RPC_PUT_REVOKE:
-            s = egm__objects_put_revoke(st->objects, client, key, klen);
-            break;
-        case EGM_RPC_GET_REPLICA_LIST:
-            s = egm__objects_get_replicas(st->objects, key, klen, now, &view);
-            lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
-            break;
-        case EGM_RPC_EXIST_KEY:
-            s = egm__objects_exist(st->objects, key, klen, now, &view);
-            lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
-            break;
-        default: /* EGM_RPC_REMOVE */
-            s = egm__objects_remove(st->objects, key, klen, req->force, now);
-            break;
-        }
-        oc.out[i].status = s;
-        if (s == EGM_OK && (type == EGM_RPC_GET_REPLICA_LIST || type == EGM_RPC_EXIST_KEY))
-            status = outcomes_record(&oc, i, &view, with_replicas, lease_ttl_ms);
+    /* One replica per key is reserved ahead, so that the answers recorded
+     * under a shard lock seldom allocate. */
+    if (kb.with_replicas && (status = outcomes_reserve(&oc, req->n_keys)) != EGM_OK)
+        goto out;
+    lens = key_lengths(req->keys, req->n_keys);
+    if (lens == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+        goto out;
     }
+    b.key_lens = lens;
+    b.now_ms = st->now_ms();
+    b.force = req->force;
+    switch (type) {
+    case EGM_RPC_PUT_END:
+        b.op = EGM_OBJECTS_PUT_END;
+        break;
+    case EGM_RPC_PUT_REVOKE:
+        b.op = EGM_OBJECTS_PUT_REVOKE;
+        break;
+    case EGM_RPC_GET_REPLICA_LIST:
+        b.op = EGM_OBJECTS_GET_REPLICAS;
+        kb.lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
+        break;
+    case EGM_RPC_EXIST_KEY:
+        b.op = EGM_OBJECTS_EXIST;
+        kb.lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
+        break;
+    default:
+        b.op = EGM_OBJECTS_REMOVE;
+        break;
+    }
+    status = egm__objects_batch(st->objects, &b);
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, call->reply);
 out:
+    egm_free(lens);
     outcomes_cleanup(&oc);
     return status;
 }

@@ -19,7 +19,6 @@
 #include <string.h>
 #include "common/alloc.h"
 #include "common/config_int.h"
-#include "common/hashmap.h"
 #include "common/log.h"
 
 _Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJECTS_SHARDS <= 256,
@@ -40,9 +39,28 @@ typedef struct {
     size_t index;
 } ranked_segment_t;
 
+/* A shard's objects by key: open addressing with linear probing, a slot being
+ * the key's hash and the object, which holds the key. Removal shifts the
+ * following slots back (no tombstones, so a table that sees puts and removes
+ * all day keeps short probes). A lookup reads one slot line and the object it
+ * answers, which it reads anyway; a slot of another key with the same low
+ * hash bits is passed over on its hash alone. Grows at 3/4 full. */
+typedef struct {
+    uint64_t hash;
+    egm_object_t *obj; /* NULL: empty */
+} slot_t;
+
+typedef struct {
+    slot_t *slots;
+    size_t mask; /* capacity - 1, a power of two */
+    size_t count;
+} object_table_t;
+
+#define TABLE_MIN_CAP 64
+
 typedef struct {
     pthread_mutex_t lock;
-    egm_hashmap_t *by_key;
+    object_table_t by_key;
     object_list_t pending; /* by PutStart time */
     object_list_t lru;     /* COMPLETE, no pin, least recently used first */
     object_list_t soft;    /* COMPLETE, soft-pinned, least recently used first */
@@ -97,11 +115,127 @@ static unsigned shard_index(uint64_t hash)
 
 _Static_assert(EGM_OBJECTS_SHARDS <= 16, "shard_index takes 4 bits of the hash");
 
+/* The hash of a key: 8 bytes at a time, multiply-mixed (the key is read once,
+ * and a 60-byte key costs about 8 multiplies, not 60 dependent ones). */
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v;
+    h *= 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+static uint64_t key_hash(const char *key, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)key;
+    uint64_t h = 0x243f6a8885a308d3ull ^ (len * 0xff51afd7ed558ccdull), v;
+    for (; len >= 8; p += 8, len -= 8) {
+        memcpy(&v, p, 8);
+        h = mix(h, v);
+    }
+    v = 0;
+    memcpy(&v, p, len);
+    h = mix(h, v ^ ((uint64_t)len << 56));
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
 static shard_t *shard_of_key(egm_object_index_t *index, const char *key, size_t len,
                              uint64_t *hash_p)
 {
-    *hash_p = egm__hashmap_hash(key, len);
+    *hash_p = key_hash(key, len);
     return &index->shards[shard_index(*hash_p)];
+}
+
+/* ---- a shard's table (with the shard locked) --------------------------------- */
+
+static egm_status_t table_init(object_table_t *t)
+{
+    t->slots = egm_calloc(TABLE_MIN_CAP, sizeof(*t->slots), "master.object_table");
+    if (t->slots == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the object index");
+    t->mask = TABLE_MIN_CAP - 1;
+    t->count = 0;
+    return EGM_OK;
+}
+
+static void table_cleanup(object_table_t *t)
+{
+    egm_free(t->slots);
+    t->slots = NULL;
+}
+
+static egm_object_t *table_find(const object_table_t *t, const char *key, size_t len, uint64_t hash)
+{
+    for (size_t i = hash & t->mask;; i = (i + 1) & t->mask) {
+        const slot_t *s = &t->slots[i];
+        if (s->obj == NULL)
+            return NULL;
+        if (s->hash == hash && s->obj->key_len == len &&
+            memcmp(egm__object_key(s->obj), key, len) == 0)
+            return s->obj;
+    }
+}
+
+/* Room for one more object. */
+static egm_status_t table_reserve(object_table_t *t)
+{
+    size_t cap = t->mask + 1;
+    if ((t->count + 1) * 4 <= cap * 3)
+        return EGM_OK;
+    size_t ncap = cap * 2, nmask = ncap - 1;
+    slot_t *slots = egm_calloc(ncap, sizeof(*slots), "master.object_table");
+    if (slots == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing the object index to %zu",
+                              ncap);
+    for (size_t i = 0; i < cap; i++) {
+        if (t->slots[i].obj == NULL)
+            continue;
+        size_t j = t->slots[i].hash & nmask;
+        while (slots[j].obj != NULL)
+            j = (j + 1) & nmask;
+        slots[j] = t->slots[i];
+    }
+    egm_free(t->slots);
+    t->slots = slots;
+    t->mask = nmask;
+    return EGM_OK;
+}
+
+/* obj's key must not be in the table; table_reserve was called. */
+static void table_insert(object_table_t *t, egm_object_t *obj)
+{
+    size_t i = obj->hash & t->mask;
+    while (t->slots[i].obj != NULL)
+        i = (i + 1) & t->mask;
+    t->slots[i] = (slot_t){.hash = obj->hash, .obj = obj};
+    t->count++;
+}
+
+/* Takes obj out; the slots after it that probed past its slot move back, so
+ * none of them ever lands before where a scan over the table stands (see
+ * egm__objects_remove_all). */
+static void table_remove(object_table_t *t, const egm_object_t *obj)
+{
+    size_t i = obj->hash & t->mask;
+    while (t->slots[i].obj != obj) {
+        if (t->slots[i].obj == NULL)
+            return; /* not indexed (a failed put) */
+        i = (i + 1) & t->mask;
+    }
+    for (size_t j = i;;) {
+        j = (j + 1) & t->mask;
+        if (t->slots[j].obj == NULL)
+            break;
+        size_t home = t->slots[j].hash & t->mask;
+        /* The entry at j stays when its home lies cyclically in (i, j]. */
+        if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+            continue;
+        t->slots[i] = t->slots[j];
+        i = j;
+    }
+    t->slots[i] = (slot_t){0, NULL};
+    t->count--;
 }
 
 static shard_t *shard_of(egm_object_index_t *index, const egm_object_t *obj)
@@ -298,7 +432,7 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&index->space, &attr);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        status = egm__hashmap_create(&index->shards[s].by_key);
+        status = table_init(&index->shards[s].by_key);
         if (status != EGM_OK) {
             pthread_mutexattr_destroy(&attr);
             egm__objects_destroy(index);
@@ -331,6 +465,11 @@ static uint64_t next_random(egm_object_index_t *index)
     return x;
 }
 
+static int key_ok(const char *key, size_t key_len)
+{
+    return key != NULL && key_len > 0 && key_len <= EGM_MASTER_KEY_MAX;
+}
+
 egm_status_t egm__objects_check_key(const char *key, size_t key_len)
 {
     if (key == NULL || key_len == 0 || key_len > EGM_MASTER_KEY_MAX)
@@ -342,13 +481,13 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len)
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,
                                       size_t key_len)
 {
-    uint64_t hash = egm__hashmap_hash(key, key_len);
-    return egm__hashmap_get_hashed(index->shards[shard_index(hash)].by_key, key, key_len, hash);
+    uint64_t hash = key_hash(key, key_len);
+    return table_find(&index->shards[shard_index(hash)].by_key, key, key_len, hash);
 }
 
 static egm_object_t *find(const shard_t *sh, const char *key, size_t key_len, uint64_t hash)
 {
-    return egm__hashmap_get_hashed(sh->by_key, key, key_len, hash);
+    return table_find(&sh->by_key, key, key_len, hash);
 }
 
 /* The shard of a checked key, locked, and the object under the key (NULL if
@@ -441,7 +580,7 @@ static void object_forget(egm_object_index_t *index, egm_object_t *obj)
         list_unlink(&sh->leases, obj, 1);
     sh->n_soft_pinned -= obj->soft_pin;
     sh->n_hard_pinned -= obj->hard_pin;
-    egm__hashmap_remove(sh->by_key, obj->key, obj->key_len);
+    table_remove(&sh->by_key, obj);
     egm_free(obj);
 }
 
@@ -465,21 +604,17 @@ static uint64_t object_delete(egm_object_index_t *index, egm_object_t *obj)
 
 void egm__objects_destroy(egm_object_index_t *index)
 {
-    size_t iter;
-    const void *key;
-    size_t key_len;
-    void *value;
-
     if (index == NULL)
         return;
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        shard_t *sh = &index->shards[s];
-        if (sh->by_key == NULL)
+        object_table_t *t = &index->shards[s].by_key;
+        if (t->slots == NULL)
             continue;
-        iter = 0;
-        while (egm__hashmap_next(sh->by_key, &iter, &key, &key_len, &value))
-            object_delete(index, value);
-        egm__hashmap_destroy(sh->by_key);
+        /* A removal may move a later object into slot i: look again. */
+        for (size_t i = 0; i <= t->mask; i++)
+            while (t->slots[i].obj != NULL)
+                object_delete(index, t->slots[i].obj);
+        table_cleanup(t);
     }
     for (size_t s = 0; s < index->n_shards_ready; s++)
         pthread_mutex_destroy(&index->shards[s].lock);
@@ -893,11 +1028,14 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
         space_unlock(index);
     }
 
+    if ((status = table_reserve(&sh->by_key)) != EGM_OK)
+        return status;
     obj = egm_malloc(sizeof(*obj) + replica_num * sizeof(egm_replica_t) + key_len + 1,
                      "master.object");
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     memset(obj, 0, sizeof(*obj));
+    obj->n_slots = (uint8_t)replica_num;
     obj->state = EGM_OBJECT_PENDING;
     obj->size = size;
     obj->writer = client;
@@ -905,10 +1043,11 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     obj->hard_pin = config->hard_pin != 0;
     obj->soft_pin = config->soft_pin != 0 && !obj->hard_pin; /* a hard pin says more */
     obj->shard = (uint8_t)(sh - index->shards);
-    obj->key = (char *)&obj->replicas[replica_num];
-    memcpy(obj->key, key, key_len);
-    obj->key[key_len] = '\0';
-    obj->key_len = key_len;
+    char *obj_key = (char *)egm__object_key(obj);
+    memcpy(obj_key, key, key_len);
+    obj_key[key_len] = '\0';
+    obj->key_len = (uint32_t)key_len;
+    obj->hash = hash;
     space_lock(index);
     status = place_replicas(index, obj, replica_num, config);
     if (status == EGM_ERR_NO_SPACE && egm__segment_table_count(index->segments) > 0) {
@@ -923,11 +1062,8 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     }
     if (status == EGM_OK)
         status = fit_watermark(index, obj);
-    if (status == EGM_OK) {
-        status = egm__hashmap_put(sh->by_key, obj->key, obj->key_len, obj, NULL);
-        if (status != EGM_OK)
-            release_replicas(obj);
-    }
+    if (status == EGM_OK)
+        table_insert(&sh->by_key, obj);
     space_unlock(index);
     if (status != EGM_OK) {
         egm_free(obj);
@@ -943,18 +1079,10 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     return EGM_OK;
 }
 
-egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
-                                         const char *key, size_t key_len, uint64_t size,
-                                         const egm_put_config_t *config, uint64_t now_ms,
-                                         egm_object_view_t *view_p)
+/* What a PutStart asks for, beyond its key. */
+static egm_status_t put_check(uint64_t size, const egm_put_config_t *config)
 {
-    egm_status_t status;
     uint32_t replica_num = config->replica_num;
-
-    clear_view(view_p);
-    status = egm__objects_check_key(key, key_len);
-    if (status != EGM_OK)
-        return status;
     if (size == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "size: must be > 0");
     if (replica_num == 0 || replica_num > EGM_MASTER_REPLICA_MAX)
@@ -963,6 +1091,22 @@ egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t cli
     if (config->n_preferred > EGM_MASTER_PREFERRED_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG, "preferred_segments: %zu names, at most %d",
                               config->n_preferred, EGM_MASTER_PREFERRED_MAX);
+    return EGM_OK;
+}
+
+egm_status_t egm__objects_put_start_with(egm_object_index_t *index, egm_id_t client,
+                                         const char *key, size_t key_len, uint64_t size,
+                                         const egm_put_config_t *config, uint64_t now_ms,
+                                         egm_object_view_t *view_p)
+{
+    egm_status_t status;
+
+    clear_view(view_p);
+    status = egm__objects_check_key(key, key_len);
+    if (status != EGM_OK)
+        return status;
+    if ((status = put_check(size, config)) != EGM_OK)
+        return status;
     uint64_t hash;
     shard_t *sh = shard_of_key(index, key, key_len, &hash);
     pthread_mutex_lock(&sh->lock);
@@ -997,6 +1141,34 @@ static egm_status_t check_writer(const egm_object_t *obj, egm_id_t client)
     return EGM_OK;
 }
 
+/* The per-key calls below, each with the key's shard locked and obj the
+ * object under the key (NULL: none): shared by the one-key functions and
+ * egm__objects_batch. */
+
+static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj, egm_id_t client,
+                                   uint64_t now_ms)
+{
+    egm_status_t status = check_writer(obj, client);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
+        obj->state = EGM_OBJECT_COMPLETE;
+        obj->last_access_ms = now_ms;
+        obj->commit_ms = now_ms;
+        move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
+        bump(&index->evictable_gen);
+    }
+    return status;
+}
+
+static egm_status_t put_revoke_locked(egm_object_index_t *index, egm_object_t *obj, egm_id_t client)
+{
+    egm_status_t status = check_writer(obj, client);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
+    if (status == EGM_OK)
+        object_delete(index, obj);
+    return status;
+}
+
 egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
                                   size_t key_len, uint64_t now_ms)
 {
@@ -1006,14 +1178,7 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
 
     if (status != EGM_OK)
         return status;
-    status = check_writer(obj, client);
-    if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
-        obj->state = EGM_OBJECT_COMPLETE;
-        obj->last_access_ms = now_ms;
-        obj->commit_ms = now_ms;
-        move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
-        bump(&index->evictable_gen);
-    }
+    status = put_end_locked(index, obj, client, now_ms);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -1027,11 +1192,7 @@ egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client,
 
     if (status != EGM_OK)
         return status;
-    status = check_writer(obj, client);
-    if (status == EGM_OK && obj->state != EGM_OBJECT_PENDING)
-        status = egm__set_error(EGM_ERR_INVALID_ARG, "object is committed; use Remove");
-    if (status == EGM_OK)
-        object_delete(index, obj);
+    status = put_revoke_locked(index, obj, client);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -1058,6 +1219,22 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
 
 /* GetReplicaList (not_ready: a PENDING object answers NOT_READY) and
  * ExistKey (it answers NOT_FOUND). */
+static egm_status_t read_leased_locked(egm_object_index_t *index, egm_object_t *obj,
+                                       uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
+{
+    egm_status_t status = EGM_OK;
+    if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
+    else if (obj->state != EGM_OBJECT_COMPLETE)
+        status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
+    if (status == EGM_OK) {
+        grant_lease(index, obj, now_ms);
+        if (view_p != NULL)
+            fill_view(obj, view_p, not_ready);
+    }
+    return status;
+}
+
 static egm_status_t read_leased(egm_object_index_t *index, const char *key, size_t key_len,
                                 uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
 {
@@ -1068,15 +1245,7 @@ static egm_status_t read_leased(egm_object_index_t *index, const char *key, size
     egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
     if (status != EGM_OK)
         return status;
-    if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
-        status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
-    else if (obj->state != EGM_OBJECT_COMPLETE)
-        status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
-    if (status == EGM_OK) {
-        grant_lease(index, obj, now_ms);
-        if (view_p != NULL)
-            fill_view(obj, view_p, not_ready);
-    }
+    status = read_leased_locked(index, obj, now_ms, not_ready, view_p);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -1111,15 +1280,10 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
     return status;
 }
 
-egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
-                                 int force, uint64_t now_ms)
+static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, int force,
+                                  uint64_t now_ms)
 {
-    shard_t *sh;
-    egm_object_t *obj;
-    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
-
-    if (status != EGM_OK)
-        return status;
+    egm_status_t status = EGM_OK;
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (!force && obj->state == EGM_OBJECT_PENDING)
@@ -1129,7 +1293,171 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
                                 (unsigned long long)(obj->lease_expiry_ms - now_ms));
     else
         object_delete(index, obj);
+    return status;
+}
+
+egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
+                                 int force, uint64_t now_ms)
+{
+    shard_t *sh;
+    egm_object_t *obj;
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
+
+    if (status != EGM_OK)
+        return status;
+    status = remove_locked(index, obj, force, now_ms);
     pthread_mutex_unlock(&sh->lock);
+    return status;
+}
+
+/* ---- batches ---------------------------------------------------------------- */
+
+/* Keys of one shard taken under one hold of its lock: their cache misses
+ * overlap, and another thread waits at most this many keys for the lock. */
+#define BATCH_RUN 32
+
+static void prefetch_lines(const void *p, size_t bytes)
+{
+    for (size_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch((const char *)p + off, 1);
+}
+
+/* What a list unlink of obj will write: its neighbours' links (each object's
+ * links sit together after its timestamps). */
+static void prefetch_neighbours(const egm_object_t *obj)
+{
+    const egm_object_t *nb[4] = {obj->link.prev, obj->link.next, obj->lease_link.prev,
+                                 obj->lease_link.next};
+    for (int k = 0; k < 4; k++)
+        if (nb[k] != NULL)
+            prefetch_lines(&nb[k]->link, sizeof(nb[k]->link) + sizeof(nb[k]->lease_link));
+}
+
+/* One run of a shard's keys, with its lock held: the slots of every key are
+ * fetched, then the objects they name, then the neighbours a lease or an LRU
+ * move writes, and only then is each key's call made, in request order. */
+static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_objects_batch_t *b,
+                              const uint32_t *idx, const uint64_t *hash, size_t n)
+{
+    const object_table_t *t = &sh->by_key;
+    egm_object_t *cand[BATCH_RUN];
+    egm_object_view_t view;
+    egm_status_t status = EGM_OK;
+    int evicted = 0;
+
+    for (size_t j = 0; j < n; j++)
+        __builtin_prefetch(&t->slots[hash[j] & t->mask]);
+    for (size_t j = 0; j < n; j++) {
+        cand[j] = NULL;
+        for (size_t i = hash[j] & t->mask; t->slots[i].obj != NULL; i = (i + 1) & t->mask)
+            if (t->slots[i].hash == hash[j]) {
+                cand[j] = t->slots[i].obj;
+                prefetch_lines(cand[j], sizeof(*cand[j]) + sizeof(egm_replica_t) + 64);
+                break;
+            }
+    }
+    for (size_t j = 0; j < n; j++) {
+        size_t i = idx[j];
+        egm_object_t *obj = cand[j];
+        if (obj == NULL || obj->key_len != b->key_lens[i] ||
+            memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0)
+            obj = cand[j] = find(sh, b->keys[i], b->key_lens[i], hash[j]);
+        if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE &&
+            b->op != EGM_OBJECTS_PUT_START)
+            prefetch_neighbours(obj);
+    }
+    for (size_t j = 0; j < n && status == EGM_OK; j++) {
+        size_t i = idx[j];
+        /* An earlier key of this run may have removed the object (a key
+         * given twice), or an eviction any object. */
+        egm_object_t *obj =
+            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE || evicted)
+                ? find(sh, b->keys[i], b->key_lens[i], hash[j])
+                : cand[j];
+        egm_status_t s;
+        const egm_object_view_t *v = NULL;
+        switch (b->op) {
+        case EGM_OBJECTS_GET_REPLICAS:
+        case EGM_OBJECTS_EXIST:
+            clear_view(&view);
+            s = read_leased_locked(index, obj, b->now_ms, b->op == EGM_OBJECTS_GET_REPLICAS, &view);
+            v = s == EGM_OK ? &view : NULL;
+            break;
+        case EGM_OBJECTS_PUT_START:
+            clear_view(&view);
+            s = put_check(b->sizes[i], b->config);
+            if (s == EGM_OK)
+                s = put_locked(index, sh, b->client, b->keys[i], b->key_lens[i], hash[j],
+                               b->sizes[i], b->config, b->now_ms, 0, &view);
+            if (s == NEEDS_EVICTION) {
+                /* Eviction locks every shard, in order: this one is let go
+                 * meanwhile, and what the run found may have gone. */
+                pthread_mutex_unlock(&sh->lock);
+                lock_all(index);
+                s = put_locked(index, sh, b->client, b->keys[i], b->key_lens[i], hash[j],
+                               b->sizes[i], b->config, b->now_ms, 1, &view);
+                unlock_all(index);
+                pthread_mutex_lock(&sh->lock);
+                evicted = 1;
+            }
+            v = s == EGM_OK ? &view : NULL;
+            break;
+        case EGM_OBJECTS_PUT_END:
+            s = put_end_locked(index, obj, b->client, b->now_ms);
+            break;
+        case EGM_OBJECTS_PUT_REVOKE:
+            s = put_revoke_locked(index, obj, b->client);
+            break;
+        default:
+            s = remove_locked(index, obj, b->force, b->now_ms);
+            break;
+        }
+        status = b->done(b->arg, i, s, v);
+    }
+    return status;
+}
+
+egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b)
+{
+    size_t start[EGM_OBJECTS_SHARDS + 1] = {0}, n = b->n;
+    egm_status_t status = EGM_OK;
+
+    if (n == 0)
+        return EGM_OK;
+    /* Scratch: each key's hash, then the keys' indexes grouped by shard. */
+    uint64_t *hash = egm_malloc(n * (2 * sizeof(uint64_t) + sizeof(uint32_t)), "master.batch");
+    if (hash == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a batch of %zu keys", n);
+    uint64_t *run_hash = hash + n;
+    uint32_t *order = (uint32_t *)(run_hash + n);
+    for (size_t i = 0; i < n && status == EGM_OK; i++) {
+        if (!key_ok(b->keys[i], b->key_lens[i])) {
+            status = b->done(b->arg, i, egm__objects_check_key(b->keys[i], b->key_lens[i]), NULL);
+            continue;
+        }
+        hash[i] = key_hash(b->keys[i], b->key_lens[i]);
+        start[shard_index(hash[i]) + 1]++;
+    }
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
+        start[s + 1] += start[s];
+    size_t fill[EGM_OBJECTS_SHARDS];
+    memcpy(fill, start, sizeof(fill));
+    for (size_t i = 0; i < n && status == EGM_OK; i++)
+        if (key_ok(b->keys[i], b->key_lens[i])) {
+            size_t k = fill[shard_index(hash[i])]++;
+            order[k] = (uint32_t)i;
+            run_hash[k] = hash[i];
+        }
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS && status == EGM_OK; s++) {
+        shard_t *sh = &index->shards[s];
+        for (size_t k = start[s]; k < start[s + 1] && status == EGM_OK; k += BATCH_RUN) {
+            size_t m = start[s + 1] - k < BATCH_RUN ? start[s + 1] - k : BATCH_RUN;
+            pthread_mutex_lock(&sh->lock);
+            status = batch_run(index, sh, b, order + k, run_hash + k, m);
+            pthread_mutex_unlock(&sh->lock);
+        }
+    }
+    egm_free(hash);
     return status;
 }
 
@@ -1174,28 +1502,30 @@ static void release_sorted(egm_object_t **objs, size_t n)
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms)
 {
     size_t cap = 0, n = 0;
-    const void *key;
-    size_t key_len;
-    void *value;
     uint64_t removed = 0;
 
     lock_all(index);
     space_lock(index);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
-        cap += egm__hashmap_size(index->shards[s].by_key);
+        cap += index->shards[s].by_key.count;
     egm_object_t **objs = egm_malloc((cap ? cap : 1) * sizeof(*objs), "master.remove_all");
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        size_t iter = 0;
-        while (egm__hashmap_next(index->shards[s].by_key, &iter, &key, &key_len, &value)) {
-            egm_object_t *obj = value;
-            if (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms)))
+        object_table_t *t = &index->shards[s].by_key;
+        for (size_t i = 0; i <= t->mask; i++) {
+            egm_object_t *obj = t->slots[i].obj;
+            if (obj == NULL ||
+                (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms))))
                 continue;
-            if (objs != NULL && n < cap) {
+            if (objs != NULL) {
                 objs[n++] = obj; /* deleted below, after the sorted frees */
                 continue;
             }
+            /* Out of memory for the list: deleted now. The removal moves later
+             * slots back, so slot i is looked at again (an object kept and moved
+             * from the table's start to its end is looked at twice: kept twice). */
             object_delete_locked(index, obj);
             removed++;
+            i--;
         }
     }
     if (n > 0)
@@ -1415,7 +1745,7 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     lock_all(ix);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
         const shard_t *sh = &ix->shards[s];
-        stats_p->objects += egm__hashmap_size(sh->by_key);
+        stats_p->objects += sh->by_key.count;
         stats_p->pending += sh->pending.count;
         stats_p->soft_pinned += sh->n_soft_pinned;
         stats_p->hard_pinned += sh->n_hard_pinned;
@@ -1452,9 +1782,9 @@ static egm_status_t check_list(size_t s, const object_list_t *l, int list, const
         CHECK(link_of(o, lease)->prev == prev, "shard %zu %s: broken back link", s, name);
         CHECK(o->shard == s, "shard %zu %s: an object of shard %u", s, name, o->shard);
         CHECK(lease ? o->in_lease_list == 1 : o->list == list,
-              "shard %zu %s: object %s is marked for another list", s, name, o->key);
+              "shard %zu %s: object %s is marked for another list", s, name, egm__object_key(o));
         CHECK((list != LIST_LRU && list != LIST_SOFT) || prev == NULL || prev->lru_seq < o->lru_seq,
-              "shard %zu %s: not in append order at %s", s, name, o->key);
+              "shard %zu %s: not in append order at %s", s, name, egm__object_key(o));
         prev = o;
         n++;
     }
@@ -1469,49 +1799,61 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
 {
     const shard_t *sh = &index->shards[s];
     uint64_t in_list[4] = {0, 0, 0, 0}, leased = 0, soft = 0, hard = 0, walked;
-    size_t iter = 0;
-    const void *key;
-    size_t key_len;
-    void *value;
+    const object_table_t *t = &sh->by_key;
+    size_t n_slots = 0;
     egm_status_t status;
 
-    while (egm__hashmap_next(sh->by_key, &iter, &key, &key_len, &value)) {
-        const egm_object_t *o = value;
+    for (size_t slot = 0; slot <= t->mask; slot++) {
+        const egm_object_t *o = t->slots[slot].obj;
+        if (o == NULL)
+            continue;
+        n_slots++;
         uint32_t live = 0;
-        unsigned want_shard = shard_index(egm__hashmap_hash(o->key, o->key_len));
-        CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u", o->key, s,
-              want_shard);
-        CHECK(key_len == o->key_len && memcmp(key, o->key, key_len) == 0,
-              "shard %zu: an object under another key", s);
+        uint64_t hash = key_hash(egm__object_key(o), o->key_len);
+        unsigned want_shard = shard_index(hash);
+        CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u",
+              egm__object_key(o), s, want_shard);
+        CHECK(o->hash == hash && t->slots[slot].hash == hash, "object %s: hash not its key's",
+              egm__object_key(o));
+        CHECK(table_find(t, egm__object_key(o), o->key_len, hash) == o,
+              "shard %zu: object %s not found under its key", s, egm__object_key(o));
         for (uint32_t i = 0; i < o->n_replicas; i++) {
             const egm_replica_t *r = &o->replicas[i];
-            CHECK(r->object == o, "object %s: replica %u points to another object", o->key, i);
+            CHECK(r->object == o, "object %s: replica %u points to another object",
+                  egm__object_key(o), i);
             if (r->segment == NULL)
                 continue;
             live++;
             CHECK(egm__segment_table_find(index->segments, r->segment->desc.id) == r->segment,
-                  "object %s: replica %u is on a segment that is not mounted", o->key, i);
+                  "object %s: replica %u is on a segment that is not mounted", egm__object_key(o),
+                  i);
             CHECK(r->offset + r->length <= r->segment->desc.size,
-                  "object %s: replica %u beyond its segment", o->key, i);
-            CHECK(r->length == o->size, "object %s: replica %u of %llu bytes, object %llu", o->key,
-                  i, (unsigned long long)r->length, (unsigned long long)o->size);
+                  "object %s: replica %u beyond its segment", egm__object_key(o), i);
+            CHECK(r->length == o->size, "object %s: replica %u of %llu bytes, object %llu",
+                  egm__object_key(o), i, (unsigned long long)r->length,
+                  (unsigned long long)o->size);
             for (uint32_t j = 0; j < i; j++)
                 CHECK(o->replicas[j].segment != r->segment,
-                      "object %s: two replicas on one segment", o->key);
+                      "object %s: two replicas on one segment", egm__object_key(o));
         }
-        CHECK(live == o->n_live, "object %s: %u live replicas, n_live %u", o->key, live, o->n_live);
-        CHECK(live > 0, "object %s: no replica left, yet indexed", o->key);
+        CHECK(live == o->n_live, "object %s: %u live replicas, n_live %u", egm__object_key(o), live,
+              o->n_live);
+        CHECK(live > 0, "object %s: no replica left, yet indexed", egm__object_key(o));
         int want = o->state == EGM_OBJECT_PENDING ? LIST_PENDING
                    : o->hard_pin                  ? LIST_NONE
                    : o->soft_pin                  ? LIST_SOFT
                                                   : LIST_LRU;
-        CHECK(o->list == want, "object %s: in list %d, its state says %d", o->key, o->list, want);
+        CHECK(o->list == want, "object %s: in list %d, its state says %d", egm__object_key(o),
+              o->list, want);
         in_list[o->list]++;
         leased += o->in_lease_list;
         soft += o->soft_pin;
         hard += o->hard_pin;
         *replicas_p += live;
     }
+    CHECK(n_slots == t->count && t->count * 4 <= (t->mask + 1) * 3,
+          "shard %zu: %zu objects in the table, count %zu, capacity %zu", s, n_slots, t->count,
+          t->mask + 1);
     if ((status = check_list(s, &sh->pending, LIST_PENDING, "pending", &walked)) != EGM_OK)
         return status;
     CHECK(walked == in_list[LIST_PENDING], "shard %zu: pending list and map disagree", s);

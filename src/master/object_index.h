@@ -70,27 +70,34 @@ typedef struct egm_object_link {
 } egm_object_link_t;
 
 typedef struct egm_object {
-    egm_object_state_t state;
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms; /* 0 = never leased */
     uint64_t put_start_ms;
-    uint64_t last_access_ms; /* PutEnd, then every lease granted: the LRU recency */
-    uint64_t commit_ms;      /* PutEnd: not evicted before commit_ms + min_residency_ms */
-    uint8_t soft_pin;        /* put with_soft_pin: kept until last access + soft pin TTL */
-    uint8_t hard_pin;        /* put with_hard_pin: never evicted */
-    uint8_t list;            /* which list `link` is in (object_index.c) */
-    uint8_t in_lease_list;
-    uint8_t shard;                /* index of the shard holding it */
+    uint64_t last_access_ms;      /* PutEnd, then every lease granted: the LRU recency */
+    uint64_t commit_ms;           /* PutEnd: not evicted before commit_ms + min_residency_ms */
     uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
     egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
     egm_object_link_t lease_link; /* objects by lease grant, oldest first */
-    uint32_t n_replicas;          /* slots in replicas[] */
-    uint32_t n_live;              /* replicas whose segment is still mounted */
-    char *key;                    /* NUL-terminated, inside this allocation */
-    size_t key_len;
+    uint64_t hash;                /* of the key: its shard and its slot in the shard's table */
+    uint32_t key_len;             /* of the key (egm__object_key), NUL-terminated */
+    uint8_t state;                /* egm_object_state_t */
+    uint8_t soft_pin;             /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin;             /* put with_hard_pin: never evicted */
+    uint8_t list;                 /* which list `link` is in (object_index.c) */
+    uint8_t in_lease_list;
+    uint8_t shard;      /* index of the shard holding it */
+    uint8_t n_replicas; /* replicas placed, in replicas[0..n) */
+    uint8_t n_live;     /* replicas whose segment is still mounted */
+    uint8_t n_slots;    /* replicas[] allocated; the key follows them */
     egm_replica_t replicas[];
 } egm_object_t;
+
+/* The key of obj: key_len bytes and a NUL inside its allocation, after the replicas. */
+static inline const char *egm__object_key(const egm_object_t *obj)
+{
+    return (const char *)&obj->replicas[obj->n_slots];
+}
 
 typedef struct egm_object_index egm_object_index_t;
 
@@ -222,6 +229,46 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
  * force. Pins do not protect against Remove. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms);
+/* A batch of one per-key call (the ones above but StatKey) over n keys: each
+ * key answered through done(arg, i, status, view), view being what
+ * egm__objects_put_start_with, _get_replicas or _exist return on OK (NULL
+ * otherwise).
+ * done runs under the key's shard lock: it copies what it keeps and calls
+ * nothing here; a status other than OK from it stops the batch (keys not
+ * yet taken are not answered) and is returned. Keys are taken shard by
+ * shard, in request order within a shard, up to 32 per hold of its lock,
+ * their slots, objects and list neighbours fetched ahead so that the cache
+ * misses of the keys overlap; each key's call is that of the one-key
+ * function (the same leases, pins and answers). Objects of one batch
+ * therefore take their LRU places in that order, not in request order (they
+ * are used at one instant). A PutStart that must evict lets its shard go
+ * while it locks every shard, as the one-key call does. EGM_ERR_NO_MEMORY for
+ * the scratch. */
+typedef enum {
+    EGM_OBJECTS_PUT_START,
+    EGM_OBJECTS_GET_REPLICAS,
+    EGM_OBJECTS_EXIST,
+    EGM_OBJECTS_PUT_END,
+    EGM_OBJECTS_PUT_REVOKE,
+    EGM_OBJECTS_REMOVE,
+} egm_objects_op_t;
+
+typedef struct {
+    egm_objects_op_t op;
+    egm_id_t client;                /* PutStart, PutEnd, PutRevoke: the writer */
+    const uint64_t *sizes;          /* PutStart: per key */
+    const egm_put_config_t *config; /* PutStart */
+    int force;                      /* Remove */
+    uint64_t now_ms;
+    size_t n;
+    const char *const *keys;
+    const size_t *key_lens;
+    egm_status_t (*done)(void *arg, size_t i, egm_status_t status, const egm_object_view_t *view);
+    void *arg;
+} egm_objects_batch_t;
+
+egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b);
+
 /* Every COMPLETE object without a live lease; with force every object
  * (PENDING ones too). Returns the number removed. */
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms);

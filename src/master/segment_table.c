@@ -55,8 +55,23 @@ err_free:
     return status;
 }
 
+static egm_status_t pack_desc(egm_segment_t *seg)
+{
+    Egm__SegmentDesc pb;
+    Egm__Id id, owner;
+    egm__segment_desc_to_pb(&seg->desc, &pb, &id, &owner);
+    size_t len = egm__segment_desc__get_packed_size(&pb);
+    uint8_t *buf = egm_malloc(len ? len : 1, "master.segment_desc_pb");
+    if (buf == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory mounting a segment");
+    egm__segment_desc__pack(&pb, buf);
+    seg->desc_pb = (egm_pb_slice_t){.data = buf, .len = len};
+    return EGM_OK;
+}
+
 static void segment_free(egm_segment_t *seg)
 {
+    egm_free((void *)seg->desc_pb.data);
     egm__allocator_destroy(seg->allocator);
     egm_free(seg);
 }
@@ -163,6 +178,8 @@ egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_
     if (p->fabric_handle_len > 0)
         memcpy(d->fabric_handle, p->fabric_handle, p->fabric_handle_len);
     d->fabric_handle_len = (uint8_t)p->fabric_handle_len;
+    if ((status = pack_desc(seg)) != EGM_OK)
+        goto err_free;
     id_key(d->id, key);
     status = egm__hashmap_put(t->by_id, key, sizeof(key), seg, NULL);
     if (status != EGM_OK)

@@ -9,6 +9,7 @@
 #include <egmstore/status.h>
 #include "common/id.h"
 #include "master/allocator.h"
+#include "rpc/keys_reply.h"
 #include "rpc/segment_desc.h"
 
 #define EGM_MASTER_RETIRED_HISTORY 4096
@@ -32,6 +33,9 @@ typedef struct egm_segment {
     /* What clients receive in replies (rpc/segment_desc.h); never changes
      * while the segment is mounted. */
     egm_segment_desc_t desc;
+    /* desc as a SegmentDesc's wire bytes, packed once at mount: every reply
+     * naming the segment copies them (egm_keys_reply_msg_t.packed_segments). */
+    egm_pb_slice_t desc_pb;
 
     /* Guarded by the object index's `space` lock (object_index.h). */
     egm_allocator_t *allocator;

@@ -129,7 +129,7 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
 
     *buf_p = NULL;
     *len_p = 0;
-    if (msg->n_segments > 0) {
+    if (msg->n_segments > 0 && msg->packed_segments == NULL) {
         descs = egm_calloc(msg->n_segments, sizeof(*descs), "rpc.keys_reply_encode");
         ids = egm_calloc(2 * msg->n_segments, sizeof(*ids), "rpc.keys_reply_encode");
         if (descs == NULL || ids == NULL)
@@ -140,8 +140,13 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         total += 1 + varint_len(len) + len;
     }
     for (size_t s = 0; s < msg->n_segments; s++) {
-        egm__segment_desc_to_pb(msg->segments[s], &descs[s], &ids[2 * s], &ids[2 * s + 1]);
-        size_t len = egm__segment_desc__get_packed_size(&descs[s]);
+        size_t len;
+        if (msg->packed_segments != NULL) {
+            len = msg->packed_segments[s]->len;
+        } else {
+            egm__segment_desc_to_pb(msg->segments[s], &descs[s], &ids[2 * s], &ids[2 * s + 1]);
+            len = egm__segment_desc__get_packed_size(&descs[s]);
+        }
         total += 1 + varint_len(len) + len;
     }
     uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
@@ -152,8 +157,15 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         p = put_key_result(p, msg, &msg->results[i], key_result_len(msg, &msg->results[i]));
     for (size_t s = 0; s < msg->n_segments; s++) {
         *p++ = TAG_KEYS_SEGMENTS;
-        p = put_varint(p, egm__segment_desc__get_packed_size(&descs[s]));
-        p += egm__segment_desc__pack(&descs[s], p);
+        if (msg->packed_segments != NULL) {
+            const egm_pb_slice_t *b = msg->packed_segments[s];
+            p = put_varint(p, b->len);
+            memcpy(p, b->data, b->len);
+            p += b->len;
+        } else {
+            p = put_varint(p, egm__segment_desc__get_packed_size(&descs[s]));
+            p += egm__segment_desc__pack(&descs[s], p);
+        }
     }
     if ((size_t)(p - buf) != total) {
         egm_free(buf);

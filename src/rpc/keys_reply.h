@@ -72,6 +72,9 @@ typedef struct {
     const egm_replica_desc_t *replicas;
     size_t n_segments;
     const egm_segment_desc_t *const *segments;
+    /* Instead of segments (NULL: use segments): each segment's SegmentDesc
+     * already packed (egm__segment_desc__pack of it), copied as they are. */
+    const egm_pb_slice_t *const *packed_segments;
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

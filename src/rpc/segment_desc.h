@@ -56,6 +56,15 @@ egm_status_t egm__segment_check_handle(int handle_kind, const void *fabric_handl
  * HANDLE_FABRIC (or present for another kind) are EGM_ERR_INVALID_ARG naming
  * the field. */
 egm_status_t egm__segment_desc_from_pb(const Egm__SegmentDesc *pb, egm_segment_desc_t *desc_p);
+/* A SegmentDesc's wire bytes (one of a KeysReply's segments) decoded and
+ * validated into *desc_p: egm__pb_unpack, then egm__segment_desc_from_pb, with
+ * its errors. Replies repeat the same few descriptors call after call, so the
+ * descriptors decoded are remembered in a process-wide cache of fixed size
+ * (no allocation), keyed by the bytes themselves: the same bytes always
+ * decode to the same descriptor, and a segment mounted again under a new id,
+ * or whose descriptor changed, has other bytes and is decoded afresh. Any
+ * thread. */
+egm_status_t egm__segment_desc_decode(const uint8_t *data, size_t len, egm_segment_desc_t *desc_p);
 /* Fills pb and id storage from desc; strings and the fabric handle point into
  * desc (no allocation). */
 void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *pb,

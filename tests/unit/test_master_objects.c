@@ -546,6 +546,120 @@ static void test_stale_pending_discarded(void **state)
     assert_int_equal(used(seg), 128 + 256);
 }
 
+/* What egm__objects_batch answered, per key. */
+#define BATCH_KEYS 200
+typedef struct {
+    egm_status_t status[BATCH_KEYS];
+    uint32_t n_replicas[BATCH_KEYS];
+    uint64_t size[BATCH_KEYS];
+    int answered[BATCH_KEYS];
+} batch_answers_t;
+
+static egm_status_t record_answer(void *arg, size_t i, egm_status_t status,
+                                  const egm_object_view_t *view)
+{
+    batch_answers_t *a = arg;
+    assert_true(i < BATCH_KEYS);
+    assert_false(a->answered[i]); /* each key once */
+    a->answered[i] = 1;
+    a->status[i] = status;
+    a->n_replicas[i] = view != NULL ? view->n_replicas : 0;
+    a->size[i] = view != NULL ? view->size : 0;
+    return EGM_OK;
+}
+
+static void run_batch(egm_objects_op_t op, const char *const *keys, size_t n, uint64_t now,
+                      batch_answers_t *a)
+{
+    size_t lens[BATCH_KEYS];
+    uint64_t sizes[BATCH_KEYS];
+    egm_put_config_t config = {.replica_num = 2};
+    for (size_t i = 0; i < n; i++) {
+        lens[i] = keys[i] != NULL ? strlen(keys[i]) : 0;
+        sizes[i] = 4096 * (1 + i % 3);
+    }
+    memset(a, 0, sizeof(*a));
+    egm_objects_batch_t b = {.op = op,
+                             .client = fx.writer,
+                             .sizes = sizes,
+                             .config = &config,
+                             .now_ms = now,
+                             .n = n,
+                             .keys = keys,
+                             .key_lens = lens,
+                             .done = record_answer,
+                             .arg = a};
+    assert_int_equal(egm__objects_batch(fx.st.objects, &b), EGM_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_true(a->answered[i]);
+}
+
+/* A batch answers each key as the one-key call would, in any shard order:
+ * keys given twice, an empty key, absent keys, and a Remove that finds the
+ * key it removed a moment ago gone. */
+static void test_batch_answers_per_key(void **state)
+{
+    (void)state;
+    mount(64 << 20);
+    mount(64 << 20);
+    static char names[BATCH_KEYS][32];
+    const char *keys[BATCH_KEYS];
+    batch_answers_t a;
+    size_t n = 150;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], sizeof(names[i]), "batch/%zu", i);
+        keys[i] = names[i];
+    }
+    keys[7] = keys[3]; /* twice */
+    keys[11] = "";     /* invalid */
+    run_batch(EGM_OBJECTS_PUT_START, keys, n, 1, &a);
+    for (size_t i = 0; i < n; i++) {
+        egm_status_t want = i == 11 ? EGM_ERR_INVALID_KEY : i == 7 ? EGM_ERR_EXISTS : EGM_OK;
+        assert_int_equal(a.status[i], want);
+        if (want == EGM_OK) {
+            assert_int_equal(a.n_replicas[i], 2);
+            assert_int_equal(a.size[i], 4096 * (1 + i % 3));
+        }
+    }
+    /* Not yet committed: GetReplicaList answers NOT_READY, ExistKey NOT_FOUND. */
+    run_batch(EGM_OBJECTS_GET_REPLICAS, keys, 20, 2, &a);
+    assert_int_equal(a.status[0], EGM_ERR_NOT_READY);
+    run_batch(EGM_OBJECTS_EXIST, keys, 20, 2, &a);
+    assert_int_equal(a.status[0], EGM_ERR_NOT_FOUND);
+
+    run_batch(EGM_OBJECTS_PUT_END, keys, n, 3, &a);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(a.status[i], i == 11 ? EGM_ERR_INVALID_KEY : EGM_OK);
+    keys[12] = "batch/absent";
+    run_batch(EGM_OBJECTS_GET_REPLICAS, keys, n, 4, &a);
+    for (size_t i = 0; i < n; i++) {
+        egm_status_t want = i == 11 ? EGM_ERR_INVALID_KEY : i == 12 ? EGM_ERR_NOT_FOUND : EGM_OK;
+        assert_int_equal(a.status[i], want);
+        if (want == EGM_OK) {
+            assert_int_equal(a.n_replicas[i], 2);
+            size_t j = i == 7 ? 3 : i;
+            assert_int_equal(a.size[i], 4096 * (1 + j % 3));
+        }
+    }
+    /* The leases granted hold off Remove, as one key at a time. */
+    run_batch(EGM_OBJECTS_REMOVE, keys, 20, 5, &a);
+    assert_int_equal(a.status[0], EGM_ERR_HAS_LEASE);
+    assert_int_equal(egm__objects_check(fx.st.objects), EGM_OK);
+
+    /* After the lease: removed once; the second time the key is gone. */
+    run_batch(EGM_OBJECTS_REMOVE, keys, n, 5 + TTL, &a);
+    for (size_t i = 0; i < n; i++) {
+        egm_status_t want = i == 11   ? EGM_ERR_INVALID_KEY
+                            : i == 12 ? EGM_ERR_NOT_FOUND
+                            : i == 7  ? EGM_ERR_NOT_FOUND /* key 3, removed just before */
+                                      : EGM_OK;
+        assert_int_equal(a.status[i], want);
+    }
+    egm_object_index_stats_t st;
+    egm__objects_stats(fx.st.objects, &st);
+    assert_int_equal(st.objects, 1); /* batch/12, whose place "batch/absent" took */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -561,6 +675,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mount_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_and_retired_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_pending_discarded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_answers_per_key, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

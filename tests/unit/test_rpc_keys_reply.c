@@ -474,6 +474,30 @@ static void test_encoder_matches_protobuf_c(void **state)
             assert_same_desc(&back, &segs[s]);
         }
         assert_true(check_copy(buf, len)); /* the decoder agrees with protobuf-c */
+
+        /* The same message from segments packed beforehand (the master's
+         * egm_segment_t.desc_pb) is the same bytes. */
+        egm_pb_slice_t packed[MAX_SEGS];
+        const egm_pb_slice_t *packed_ptrs[MAX_SEGS];
+        for (size_t s = 0; s < msg.n_segments; s++) {
+            size_t plen;
+            uint8_t *pbuf;
+            assert_int_equal(egm__pb_pack(&ref->segments[s]->base, &pbuf, &plen), EGM_OK);
+            packed[s] = (egm_pb_slice_t){.data = pbuf, .len = plen};
+            packed_ptrs[s] = &packed[s];
+        }
+        egm_keys_reply_msg_t pmsg = msg;
+        pmsg.segments = NULL;
+        pmsg.packed_segments = packed_ptrs;
+        uint8_t *pbytes;
+        size_t plen;
+        assert_int_equal(egm__keys_reply_encode(&pmsg, &pbytes, &plen), EGM_OK);
+        assert_int_equal(plen, len);
+        assert_memory_equal(pbytes, buf, len);
+        egm_free(pbytes);
+        for (size_t s = 0; s < msg.n_segments; s++)
+            egm_free((void *)packed[s].data);
+
         egm__pb_free(&ref->base);
         egm_free(again);
         egm_free(buf);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 #include "support/testutil.h"
@@ -52,6 +53,88 @@ static void test_round_trip_through_packed_bytes(void **state)
     assert_string_equal(out.tcp_endpoint, in.tcp_endpoint);
     assert_string_equal(out.shm_socket, in.shm_socket);
     assert_int_equal(out.handle_kind, EGM_HANDLE_MEMFD);
+}
+
+/* desc's wire bytes (egm_malloc'ed). */
+static uint8_t *pack_desc(const egm_segment_desc_t *desc, size_t *len_p)
+{
+    Egm__SegmentDesc pb;
+    Egm__Id id, owner;
+    uint8_t *buf;
+    egm__segment_desc_to_pb(desc, &pb, &id, &owner);
+    assert_int_equal(egm__pb_pack(&pb.base, &buf, len_p), EGM_OK);
+    return buf;
+}
+
+static void assert_same_desc(const egm_segment_desc_t *a, const egm_segment_desc_t *b)
+{
+    assert_true(egm__id_equal(a->id, b->id));
+    assert_true(egm__id_equal(a->owner, b->owner));
+    assert_int_equal(a->size, b->size);
+    assert_string_equal(a->name, b->name);
+    assert_string_equal(a->host_id, b->host_id);
+    assert_string_equal(a->tcp_endpoint, b->tcp_endpoint);
+    assert_string_equal(a->shm_socket, b->shm_socket);
+    assert_int_equal(a->handle_kind, b->handle_kind);
+    assert_int_equal(a->fabric_handle_len, b->fabric_handle_len);
+    assert_memory_equal(a->fabric_handle, b->fabric_handle, a->fabric_handle_len);
+}
+
+/* egm__segment_desc_decode answers from its cache what the bytes say, never
+ * what other bytes said: the same segment mounted again under a new id, the
+ * same id with a changed descriptor (the master never does that, but the
+ * cache must not rely on it), and more descriptors than the cache has slots. */
+static void test_decode_cache_follows_the_bytes(void **state)
+{
+    (void)state;
+    egm_segment_desc_t in = sample(), out;
+    size_t len;
+    uint8_t *buf = pack_desc(&in, &len);
+    for (int round = 0; round < 3; round++) { /* a miss, then hits */
+        memset(&out, 0x5a, sizeof(out));
+        assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
+        assert_same_desc(&out, &in);
+    }
+    egm_free(buf);
+
+    egm_segment_desc_t remounted = in;
+    remounted.id.lo++;
+    buf = pack_desc(&remounted, &len);
+    assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
+    assert_same_desc(&out, &remounted);
+    egm_free(buf);
+
+    egm_segment_desc_t changed = in;
+    strcpy(changed.tcp_endpoint, "127.0.0.1:4001");
+    changed.handle_kind = EGM_HANDLE_FABRIC;
+    memset(changed.fabric_handle, 0xab, EGM_FABRIC_HANDLE_MAX);
+    changed.fabric_handle_len = EGM_FABRIC_HANDLE_MAX;
+    buf = pack_desc(&changed, &len);
+    assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
+    assert_same_desc(&out, &changed);
+    egm_free(buf);
+
+    /* Four times the slots, twice over: evictions and collisions. */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint64_t i = 0; i < 2048; i++) {
+            egm_segment_desc_t d = sample();
+            d.id.hi = i + 1;
+            snprintf(d.name, sizeof(d.name), "pool/%llu", (unsigned long long)i);
+            buf = pack_desc(&d, &len);
+            assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
+            assert_same_desc(&out, &d);
+            egm_free(buf);
+        }
+
+    /* Bytes that do not decode are refused every time (nothing cached). */
+    egm_segment_desc_t bad = in;
+    bad.size = 0;
+    buf = pack_desc(&bad, &len);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_ERR_INVALID_ARG);
+        assert_non_null(strstr(egm_last_error(), "size"));
+    }
+    egm_free(buf);
 }
 
 /* A valid wire descriptor the tests then damage one field at a time. */
@@ -220,6 +303,8 @@ static void test_hostile_bytes_do_not_crash(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_decode_cache_follows_the_bytes, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_round_trip_through_packed_bytes, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_nil_or_missing_id, egm_test_setup_alloc,

@@ -1,0 +1,159 @@
+/* egm-master-mem: the master's memory per object (issue 17 item 3).
+ *
+ * Builds the master's segment table and object index in this process (no
+ * RPC), mounts S segments, then puts N objects (PutStart + PutEnd, one
+ * replica each) with keys of K bytes, and reports what the index grew by per
+ * object, two ways: the heap bytes malloc counts in use (mallinfo2: exact,
+ * malloc's chunk headers and rounding included) and the resident set growth
+ * after malloc_trim (what the process costs the machine; the hash tables'
+ * doubling shows here in steps). Then times GetReplicaList of random keys
+ * in the index (the snprintf of each key included). Prints one JSON line.
+ *
+ * usage: egm-master-mem [--objects 500000] [--key-len 60] [--segments 64]
+ *                       [--object-size 4096] [--replicas 1] */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "master/object_index.h"
+#include "master/segment_table.h"
+
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static size_t rss_bytes(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL)
+        return 0;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static int fail(const char *what, egm_status_t st)
+{
+    fprintf(stderr, "egm-master-mem: %s: %s (%s)\n", what, egm_status_string(st), egm_last_error());
+    return 1;
+}
+
+static int arg_u64(int argc, char **argv, int *i, const char *name, unsigned long long *v)
+{
+    if (strcmp(argv[*i], name) != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "egm-master-mem: %s needs a value\n", name);
+        exit(2);
+    }
+    char *end;
+    *v = strtoull(argv[++*i], &end, 10);
+    if (*end != '\0' || *v == 0) {
+        fprintf(stderr, "egm-master-mem: %s: \"%s\" is not a positive integer\n", name, argv[*i]);
+        exit(2);
+    }
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long objects = 500000, key_len = 60, segments = 64, object_size = 4096,
+                       replicas = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!arg_u64(argc, argv, &i, "--objects", &objects) &&
+            !arg_u64(argc, argv, &i, "--key-len", &key_len) &&
+            !arg_u64(argc, argv, &i, "--segments", &segments) &&
+            !arg_u64(argc, argv, &i, "--object-size", &object_size) &&
+            !arg_u64(argc, argv, &i, "--replicas", &replicas)) {
+            fprintf(stderr, "usage: egm-master-mem [--objects N] [--key-len K] [--segments S] "
+                            "[--object-size B] [--replicas R]\n");
+            return 2;
+        }
+    }
+    if (key_len < 16 || key_len > EGM_MASTER_KEY_MAX || replicas > EGM_MASTER_REPLICA_MAX ||
+        replicas > segments) {
+        fprintf(stderr, "egm-master-mem: --key-len 16..%d, --replicas 1..min(16, segments)\n",
+                EGM_MASTER_KEY_MAX);
+        return 2;
+    }
+    egm__log_set_level(EGM_LOG_WARN);
+
+    egm_segment_table_t *table = NULL;
+    egm_object_index_t *index = NULL;
+    egm_status_t st = egm__segment_table_create(0, &table);
+    if (st != EGM_OK)
+        return fail("segment table", st);
+    /* Room for every object with a quarter to spare, so nothing is evicted. */
+    uint64_t seg_size = (objects * replicas * object_size / segments) * 5 / 4 + (64u << 20);
+    egm_id_t owner = egm__id_random();
+    for (unsigned long long s = 0; s < segments; s++) {
+        char name[64];
+        snprintf(name, sizeof(name), "mem-bench/segment-%llu", s);
+        egm_segment_params_t p = {
+            .id = egm__id_random(), .owner = owner, .size = seg_size, .name = name};
+        egm_segment_t *seg;
+        if ((st = egm__segment_table_mount(table, &p, &seg)) != EGM_OK)
+            return fail("mount", st);
+    }
+    egm_objects_params_t params;
+    egm__objects_params_default(&params);
+    params.eviction_high_watermark = 1.0;
+    if ((st = egm__objects_create(table, &params, &index)) != EGM_OK)
+        return fail("object index", st);
+
+    malloc_trim(0);
+    size_t heap0 = heap_in_use(), rss0 = rss_bytes();
+    egm_id_t client = egm__id_random();
+    char *key = malloc(key_len + 1);
+    if (key == NULL)
+        return 1;
+    for (unsigned long long i = 0; i < objects; i++) {
+        /* Keys as an engine's: a fixed prefix and a block hash. */
+        int n = snprintf(key, key_len + 1, "model-layer-block/%016llx",
+                         (unsigned long long)(i * 0x9e3779b97f4a7c15ull));
+        memset(key + n, 'k', key_len - (size_t)n);
+        key[key_len] = '\0';
+        st = egm__objects_put_start(index, client, key, key_len, object_size, (uint32_t)replicas, 1,
+                                    NULL);
+        if (st == EGM_OK)
+            st = egm__objects_put_end(index, client, key, key_len, 2);
+        if (st != EGM_OK)
+            return fail("put", st);
+    }
+    malloc_trim(0);
+    size_t heap1 = heap_in_use(), rss1 = rss_bytes();
+    /* Then the index's own time per GetReplicaList of a random key (no RPC). */
+    uint64_t rng = 0x2545f4914f6cdd1dull, t0 = egm__now_ns();
+    unsigned long long lookups = objects < 1000000 ? 1000000 : objects;
+    egm_object_view_t view;
+    for (unsigned long long i = 0; i < lookups; i++) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        unsigned long long k = rng % objects;
+        int n = snprintf(key, key_len + 1, "model-layer-block/%016llx",
+                         (unsigned long long)(k * 0x9e3779b97f4a7c15ull));
+        memset(key + n, 'k', key_len - (size_t)n);
+        key[key_len] = '\0';
+        if ((st = egm__objects_get_replicas(index, key, key_len, 3, &view)) != EGM_OK)
+            return fail("get", st);
+    }
+    double lookup_ns = (double)(egm__now_ns() - t0) / (double)lookups;
+    printf("{\"objects\": %llu, \"key_len\": %llu, \"replicas\": %llu, \"segments\": %llu, "
+           "\"heap_bytes_per_object\": %.1f, \"rss_bytes_per_object\": %.1f, "
+           "\"get_replicas_ns\": %.1f}\n",
+           objects, key_len, replicas, segments, (double)(heap1 - heap0) / (double)objects,
+           (double)(rss1 - rss0) / (double)objects, lookup_ns);
+    free(key);
+    egm__objects_destroy(index);
+    egm__segment_table_destroy(table);
+    return 0;
+}
