@@ -173,8 +173,9 @@ EGM_API egm_status_t egm_put_from(egm_client_t *client, const char *key, const v
  * memory). GetReplicaList grants a read lease; the copy tries the replicas
  * best transport first and falls back to the others. A key whose location
  * this client asked for less than location_cache_ms ago is served from that
- * location without asking the master (every get form; batches of up to 256
- * keys when every key has one; docs/consistency.md). *data_p (required) and
+ * location without asking the master (single gets, and batches of up to 256
+ * keys when every key has one and the batch is not pipelined;
+ * docs/consistency.md). *data_p (required) and
  * *len_p (may be NULL) are set on EGM_OK, else NULL and 0. Any thread.
  * Errors: EGM_ERR_INVALID_ARG (client or data_p NULL), EGM_ERR_INVALID_KEY,
  * EGM_ERR_NOT_FOUND, EGM_ERR_NOT_READY (still being written),
@@ -206,16 +207,15 @@ EGM_API egm_status_t egm_exist(egm_client_t *client, const char *key);
 EGM_API egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *size_p);
 /* Removes an object. Refused with EGM_ERR_HAS_LEASE while a read lease is
  * live, and with EGM_ERR_NOT_READY while it is still being written, unless
- * force. A force remove that removed the object returns only once no client
- * can serve it from a cached location any more: it waits the master's
- * location_cache_ms (docs/consistency.md). Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
+ * force. A force remove returns only once no client can serve the key from a
+ * cached location any more: it waits the master's location_cache_ms, whatever
+ * the answer (docs/consistency.md). Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
  * EGM_ERR_INVALID_KEY, EGM_ERR_NOT_FOUND, EGM_ERR_HAS_LEASE,
  * EGM_ERR_NOT_READY, the master call errors. */
 EGM_API egm_status_t egm_remove(egm_client_t *client, const char *key, int force);
 /* Removes every object of the store (every client's), skipping those under a
  * read lease or still being written unless force; *removed_p (may be NULL)
- * gets how many went. With force, returns as egm_remove does once it removed
- * something. Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
+ * gets how many went. With force, waits as egm_remove does. Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
  * the master call errors. */
 EGM_API egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p);
 

@@ -46,9 +46,8 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     client->replica_num = (uint32_t)settings->replica_num;
 
     status = egm__registry_create(&client->registry);
-    /* Off (bound 0) until the master's first Ping answer tells the bound. */
     if (status == EGM_OK && settings->location_cache_entries > 0)
-        status = egm__location_cache_create(0, (size_t)settings->location_cache_entries,
+        status = egm__location_cache_create((size_t)settings->location_cache_entries,
                                             &client->locations);
     if (status != EGM_OK)
         goto err_free;

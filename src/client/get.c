@@ -338,9 +338,9 @@ static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
 
 /* Records the locations a GetReplicaList answered (asked at started_ms). */
 static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_reply_t *reply,
-                     const egm_segment_desc_t *descs, uint64_t started_ms)
+                     const egm_segment_desc_t *descs, uint64_t started_ms, uint64_t generation)
 {
-    if (client->locations == NULL || b->n > CACHED_BATCH_MAX)
+    if (client->locations == NULL || b->n > CACHED_BATCH_MAX || reply->location_cache_ms == 0)
         return;
     for (size_t i = 0; i < b->n; i++) {
         const egm_key_result_t *res = &reply->results[i];
@@ -349,6 +349,7 @@ static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_
             continue;
         egm_location_t loc = {.size = res->size,
                               .lease_ttl_ms = res->lease_ttl_ms,
+                              .bound_ms = reply->location_cache_ms,
                               .asked_ms = started_ms,
                               .n_replicas = res->n_replicas};
         const egm_segment_desc_t *segs[EGM_LOCATION_MAX_REPLICAS];
@@ -361,7 +362,7 @@ static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_
                 break;
         }
         if (r == res->n_replicas)
-            egm__location_cache_put(client->locations, b->keys[i], &loc, segs);
+            egm__location_cache_put(client->locations, b->keys[i], &loc, segs, generation);
     }
 }
 
@@ -432,6 +433,8 @@ static int get_cached(egm_client_t *client, const get_batch_t *b)
                 egm_free(b->allocated[i]);
                 b->allocated[i] = NULL;
             }
+            if (b->sizes_p != NULL)
+                b->sizes_p[i] = 0;
         }
     }
 out:
@@ -469,6 +472,7 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
     }
     if (get_cached(client, b))
         return EGM_OK;
+    uint64_t generation = egm__location_cache_generation(client->locations);
     uint64_t started_ms = egm__now_ms();
     status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys,
                                    EGM_KEYS_CALL_PLAIN, &reply);
@@ -479,7 +483,7 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
     }
     egm_segment_desc_t *descs = NULL;
     if (egm__client_reply_segments(reply, &descs) == EGM_OK) {
-        remember(client, b, reply, descs, started_ms);
+        remember(client, b, reply, descs, started_ms, generation);
         status = fetch_reply(client, b, reply, descs, reply->n_segments, started_ms);
         egm_free(descs);
         return status;

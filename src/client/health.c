@@ -75,8 +75,8 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
     egm__prom_rows(o, cache, sizeof(cache) / sizeof(cache[0]));
     egm__prom_metric_double(
         o, "egm_client_location_cache_bound_seconds", EGM_PROM_GAUGE,
-        "how long a cached location may be used (the master's location_cache_ms; 0 = off)",
-        (double)egm__location_cache_bound(client->locations) / 1e3);
+        "the longest location_cache_ms a master told: how long a force remove waits",
+        (double)atomic_load(&client->cache_bound_max_ms) / 1e3);
     egm__prom_metric_double(o, "egm_client_te_copy_run_seconds_total", EGM_PROM_COUNTER,
                             "wall time of GPU copy runs, issue to end, summed over threads",
                             (double)te->copy_run_ns / 1e9);

@@ -76,7 +76,6 @@ static egm_status_t ping_once(egm_client_t *client)
          * location it gave may be used again. */
         if (changed || reply->view_reset)
             egm__location_cache_clear(client->locations);
-        egm__location_cache_set_bound(client->locations, reply->location_cache_ms);
         if (reply->location_cache_ms > atomic_load(&client->cache_bound_max_ms))
             atomic_store(&client->cache_bound_max_ms, reply->location_cache_ms);
         if (changed) {
@@ -184,10 +183,13 @@ static egm_status_t resync(egm_client_t *client, size_t *dropped_p, size_t *remo
             egm__te_forget_segment(client->te, cached[i]);
             (*dropped_p)++;
         }
-    if (remount_fence(client) != 0)
+    /* Once per loss: a failed remount retried at the next ping waits no more. */
+    if (!client->remount_fenced && remount_fence(client) != 0) {
         status = egm__set_error(EGM_ERR_CLOSED, "the client is closing");
-    else
-        status = egm__capacity_remount(client, listed, n_listed, remounted_p);
+        goto out;
+    }
+    client->remount_fenced = 1;
+    status = egm__capacity_remount(client, listed, n_listed, remounted_p);
 out:
     egm_free(cached);
     egm_free(listed);
@@ -229,6 +231,7 @@ static int try_resync(egm_client_t *client)
         return 1;
     }
     client->resync_reasons = 0;
+    client->remount_fenced = 0;
     if (reasons & EGM_RESYNC_RESTART)
         egm_info("master restarted (id %s -> %s): remounted %zu segments; dropped %zu mappings of "
                  "the old master's segments",

@@ -11,20 +11,19 @@
 
 struct egm_location_cache {
     pthread_mutex_t lock;
-    uint64_t bound_ms;
     size_t capacity;
+    uint64_t generation;      /* moved on by every clear */
+    uint64_t swept_ms;        /* last search for expired entries of a full cache */
     egm_hashmap_t *locations; /* key -> egm_location_t* */
     egm_hashmap_t *segments;  /* egm_id_t -> egm_segment_desc_t* */
     egm_location_cache_stats_t stats;
 };
 
-egm_status_t egm__location_cache_create(uint64_t bound_ms, size_t capacity,
-                                        egm_location_cache_t **cache_p)
+egm_status_t egm__location_cache_create(size_t capacity, egm_location_cache_t **cache_p)
 {
     egm_location_cache_t *c = egm_calloc(1, sizeof(*c), "client.location_cache");
     if (c == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "location cache: out of memory");
-    c->bound_ms = bound_ms;
     c->capacity = capacity;
     egm_status_t st = egm__hashmap_create(&c->locations);
     if (st == EGM_OK)
@@ -63,9 +62,9 @@ void egm__location_cache_destroy(egm_location_cache_t *c)
     egm_free(c);
 }
 
-uint64_t egm__location_usable_until(const egm_location_cache_t *c, const egm_location_t *loc)
+uint64_t egm__location_usable_until(const egm_location_t *loc)
 {
-    uint64_t span = loc->lease_ttl_ms < c->bound_ms ? loc->lease_ttl_ms : c->bound_ms;
+    uint64_t span = loc->lease_ttl_ms < loc->bound_ms ? loc->lease_ttl_ms : loc->bound_ms;
     if (span <= EGM_LOCATION_MARGIN_MS)
         return 0;
     return loc->asked_ms + span - EGM_LOCATION_MARGIN_MS;
@@ -74,13 +73,13 @@ uint64_t egm__location_usable_until(const egm_location_cache_t *c, const egm_loc
 int egm__location_cache_get(egm_location_cache_t *c, const char *key, uint64_t now_ms,
                             egm_location_t *loc_p)
 {
-    if (c == NULL || c->bound_ms == 0)
+    if (c == NULL)
         return 0;
     size_t len = strlen(key);
     int hit = 0;
     pthread_mutex_lock(&c->lock);
     egm_location_t *loc = egm__hashmap_get(c->locations, key, len);
-    if (loc != NULL && now_ms < egm__location_usable_until(c, loc)) {
+    if (loc != NULL && now_ms < egm__location_usable_until(loc)) {
         *loc_p = *loc;
         hit = 1;
     } else if (loc != NULL) {
@@ -115,23 +114,40 @@ static void drop_expired(egm_location_cache_t *c, uint64_t now_ms)
     size_t key_len;
     void *value;
     while (egm__hashmap_next(c->locations, &iter, &key, &key_len, &value)) {
-        if (now_ms >= egm__location_usable_until(c, value)) {
+        if (now_ms >= egm__location_usable_until(value)) {
             egm__hashmap_remove(c->locations, key, key_len);
             egm_free(value);
         }
     }
 }
 
-void egm__location_cache_put(egm_location_cache_t *c, const char *key, const egm_location_t *loc,
-                             const egm_segment_desc_t *const *descs)
+uint64_t egm__location_cache_generation(egm_location_cache_t *c)
 {
-    if (c == NULL || c->bound_ms == 0 || loc->n_replicas == 0 ||
+    if (c == NULL)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    uint64_t g = c->generation;
+    pthread_mutex_unlock(&c->lock);
+    return g;
+}
+
+void egm__location_cache_put(egm_location_cache_t *c, const char *key, const egm_location_t *loc,
+                             const egm_segment_desc_t *const *descs, uint64_t generation)
+{
+    if (c == NULL || loc->bound_ms == 0 || loc->n_replicas == 0 ||
         loc->n_replicas > EGM_LOCATION_MAX_REPLICAS)
         return;
     size_t len = strlen(key);
     pthread_mutex_lock(&c->lock);
-    if (egm__hashmap_size(c->locations) >= c->capacity)
+    if (c->generation != generation) { /* cleared since it was asked */
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    if (egm__hashmap_size(c->locations) >= c->capacity &&
+        loc->asked_ms >= c->swept_ms + EGM_LOCATION_SWEEP_MS) {
         drop_expired(c, loc->asked_ms);
+        c->swept_ms = loc->asked_ms;
+    }
     egm_location_t *copy = NULL;
     if (egm__hashmap_size(c->locations) < c->capacity)
         copy = egm_malloc(sizeof(*copy), "client.location_cache.entry");
@@ -160,30 +176,6 @@ void egm__location_cache_put(egm_location_cache_t *c, const char *key, const egm
     pthread_mutex_unlock(&c->lock);
 }
 
-void egm__location_cache_set_bound(egm_location_cache_t *c, uint64_t bound_ms)
-{
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&c->lock);
-    if (c->bound_ms != bound_ms) {
-        c->stats.invalidations += egm__hashmap_size(c->locations);
-        free_values(c->locations);
-        free_values(c->segments);
-        c->bound_ms = bound_ms;
-    }
-    pthread_mutex_unlock(&c->lock);
-}
-
-uint64_t egm__location_cache_bound(egm_location_cache_t *c)
-{
-    if (c == NULL)
-        return 0;
-    pthread_mutex_lock(&c->lock);
-    uint64_t b = c->bound_ms;
-    pthread_mutex_unlock(&c->lock);
-    return b;
-}
-
 void egm__location_cache_drop(egm_location_cache_t *c, const char *key)
 {
     if (c == NULL)
@@ -207,6 +199,7 @@ void egm__location_cache_clear(egm_location_cache_t *c)
     free_values(c->locations);
     free_values(c->segments);
     c->stats.entries = 0;
+    c->generation++;
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -7,7 +7,8 @@
  * master's own count from when it granted the lease):
  *   - the read lease it came with is live (the master neither evicts the
  *     object nor reuses its space meanwhile, and a non-force Remove refuses it);
- *   - the cache bound has not passed (location_cache_ms; a force Remove waits
+ *   - the cache bound has not passed (location_cache_ms, which the master
+ *     sends with every GetReplicaList and Remove answer; a force Remove waits
  *     that long before it returns, so no Get that starts after it reads the old
  *     value).
  * A Get that fails on a cached location drops it and asks the master. Entries
@@ -27,10 +28,13 @@
 /* A cached location is used only up to this long before its lease or bound
  * ends: the copy that follows must finish inside the lease. */
 #define EGM_LOCATION_MARGIN_MS 100
+/* A full cache looks for expired entries at most this often. */
+#define EGM_LOCATION_SWEEP_MS 100
 
 typedef struct {
     uint64_t size;
     uint64_t lease_ttl_ms; /* as granted */
+    uint64_t bound_ms;     /* the master's location_cache_ms, from the same reply */
     uint64_t asked_ms;     /* when the GetReplicaList was sent (egm__now_ms) */
     uint32_t n_replicas;
     egm_replica_desc_t replicas[EGM_LOCATION_MAX_REPLICAS];
@@ -45,10 +49,9 @@ typedef struct {
 
 typedef struct egm_location_cache egm_location_cache_t;
 
-/* bound_ms 0: a cache that keeps nothing. capacity: entries at most (an insert
- * into a full cache first drops expired entries, then is skipped). */
-egm_status_t egm__location_cache_create(uint64_t bound_ms, size_t capacity,
-                                        egm_location_cache_t **cache_p);
+/* capacity: entries at most (an insert into a full cache first drops expired
+ * entries, at most every EGM_LOCATION_SWEEP_MS, then is skipped). */
+egm_status_t egm__location_cache_create(size_t capacity, egm_location_cache_t **cache_p);
 void egm__location_cache_destroy(egm_location_cache_t *cache);
 /* 1 and *loc_p when key has an entry usable at now_ms; 0 otherwise (an expired
  * entry is dropped). */
@@ -57,18 +60,22 @@ int egm__location_cache_get(egm_location_cache_t *cache, const char *key, uint64
 /* The descriptor of a segment some cached location names; 0 when unknown. */
 int egm__location_cache_segment(egm_location_cache_t *cache, egm_id_t id,
                                 egm_segment_desc_t *desc_p);
+/* The cache's generation: a clear moves it on. Taken before a GetReplicaList
+ * is sent and handed to egm__location_cache_put, it keeps a location asked
+ * before a clear (a master restart seen meanwhile) out of the cache. */
+uint64_t egm__location_cache_generation(egm_location_cache_t *cache);
 /* Records key's location (a COMPLETE object's GetReplicaList result) and the
- * descriptors of its replicas' segments (descs[i] for replicas[i]). */
+ * descriptors of its replicas' segments (descs[i] for replicas[i]), unless the
+ * cache was cleared since `generation` or the bound is 0. */
 void egm__location_cache_put(egm_location_cache_t *cache, const char *key,
-                             const egm_location_t *loc, const egm_segment_desc_t *const *descs);
-/* The bound the master tells (Ping): a change drops every entry. */
-void egm__location_cache_set_bound(egm_location_cache_t *cache, uint64_t bound_ms);
-uint64_t egm__location_cache_bound(egm_location_cache_t *cache);
+                             const egm_location_t *loc, const egm_segment_desc_t *const *descs,
+                             uint64_t generation);
 void egm__location_cache_drop(egm_location_cache_t *cache, const char *key);
 void egm__location_cache_clear(egm_location_cache_t *cache);
 void egm__location_cache_stats(egm_location_cache_t *cache, egm_location_cache_stats_t *stats_p);
 
-/* Until when (egm__now_ms) loc may be used under the cache's bound. */
-uint64_t egm__location_usable_until(const egm_location_cache_t *cache, const egm_location_t *loc);
+/* Until when (egm__now_ms) loc may be used: its ask time plus the shorter of
+ * its lease and its bound, less the margin. */
+uint64_t egm__location_usable_until(const egm_location_t *loc);
 
 #endif

@@ -164,7 +164,8 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                 .results = oc->out,
                                 .replicas = oc->reps,
                                 .n_segments = n_segs,
-                                .packed_segments = descs};
+                                .packed_segments = descs,
+                                .location_cache_ms = st->location_cache_ms};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -347,6 +348,7 @@ static egm_status_t handle_remove_all(egm_master_state_t *st, egm_master_call_t 
     Egm__RemoveAllReply msg = EGM__REMOVE_ALL_REPLY__INIT;
 
     msg.status = EGM_OK;
+    msg.location_cache_ms = st->location_cache_ms;
     msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms());
     if (msg.removed > 0)
         egm_info("RemoveAll%s removed %llu objects", req->force ? " (force)" : "",

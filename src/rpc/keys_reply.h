@@ -57,7 +57,8 @@ typedef struct {
     egm_replica_desc_t *replicas;
     size_t n_segments;
     egm_pb_slice_t *segments;
-    uint8_t *buf; /* the wire bytes (owned) */
+    uint64_t location_cache_ms; /* GetReplicaList, Remove: the master's cache bound */
+    uint8_t *buf;               /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
 
@@ -75,6 +76,7 @@ typedef struct {
     /* Instead of segments (NULL: use segments): each segment's SegmentDesc
      * already packed (egm__segment_desc__pack of it), copied as they are. */
     const egm_pb_slice_t *const *packed_segments;
+    uint64_t location_cache_ms; /* 0: left out */
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <pthread.h>
+#include "client/client_int.h"
 #include "common/clock.h"
 #include "common/process.h"
 #include "support/cluster.h"
@@ -159,6 +161,50 @@ static void test_force_remove_outlasts_other_caches(void **state)
     egm_client_destroy(a);
 }
 
+/* A second force remover (or a retried call) finds the key gone: it must wait
+ * all the same, or a reader's cached location outlives its return. b caches
+ * the key; a force-removes it from another thread (it waits the bound); c
+ * force-removes it too, answered NOT_FOUND. A get b starts after c returned
+ * answers NOT_FOUND. */
+typedef struct {
+    egm_client_t *client;
+    const char *key;
+    egm_status_t status;
+} remover_t;
+
+static void *remove_main(void *arg)
+{
+    remover_t *r = arg;
+    r->status = egm_remove(r->client, r->key, 1);
+    return NULL;
+}
+
+static void test_second_force_remover_waits_too(void **state)
+{
+    (void)state;
+    egm_client_t *a = egm_test_client(&cluster, "shm", NULL);
+    egm_client_t *b = egm_test_client(&cluster, "shm", NULL);
+    egm_client_t *c = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(c);
+    put_key(a, "twice", 40);
+    assert_int_equal(get_key(b, "twice", 40), EGM_OK); /* cached now */
+    remover_t first = {.client = a, .key = "twice"};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, remove_main, &first), 0);
+    /* Wait until the key is gone at the master (a's remove is then sleeping). */
+    for (int i = 0; i < 2000 && egm_exist(c, "twice") == EGM_OK; i++)
+        egm__sleep_ms(1);
+    assert_int_equal(egm_remove(c, "twice", 1), EGM_ERR_NOT_FOUND);
+    assert_int_equal(get_key(b, "twice", 40), EGM_ERR_NOT_FOUND);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(first.status, EGM_OK);
+    egm_client_destroy(c);
+    egm_client_destroy(b);
+    egm_client_destroy(a);
+}
+
 /* A plain remove refuses a key under a lease (as before caching); the reader's
  * cached location keeps serving the unchanged object. The remover's own cached
  * location goes with its remove. */
@@ -175,8 +221,13 @@ static void test_plain_remove_and_own_cache(void **state)
     long long before = lists();
     assert_int_equal(get_key(b, "leased", 30), EGM_OK);
     assert_int_equal(lists(), before);
-    /* b removes it (force) itself: its own cache forgets at once. */
+    /* b removes it (force) itself: its own cache forgets the key at once (its
+     * entry is gone, not left to run out during the wait). */
+    egm_location_cache_stats_t st0, st1;
+    egm__location_cache_stats(b->locations, &st0);
     assert_int_equal(egm_remove(b, "leased", 1), EGM_OK);
+    egm__location_cache_stats(b->locations, &st1);
+    assert_int_equal(st1.invalidations - st0.invalidations, 1);
     assert_int_equal(get_key(b, "leased", 30), EGM_ERR_NOT_FOUND);
     egm_client_destroy(b);
     egm_client_destroy(a);
@@ -187,6 +238,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_second_get_skips_the_master),
         cmocka_unit_test(test_force_remove_outlasts_other_caches),
+        cmocka_unit_test(test_second_force_remover_waits_too),
         cmocka_unit_test(test_plain_remove_and_own_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
