@@ -215,8 +215,8 @@ EGM_API egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *s
 EGM_API egm_status_t egm_remove(egm_client_t *client, const char *key, int force);
 /* Removes every object of the store (every client's), skipping those under a
  * read lease or still being written unless force; *removed_p (may be NULL)
- * gets how many went. With force, waits as egm_remove does. Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
- * the master call errors. */
+ * gets how many went. With force, waits as egm_remove does. Any thread. Errors: EGM_ERR_INVALID_ARG
+ * (client NULL), the master call errors. */
 EGM_API egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p);
 
 /* Batch forms: one RPC per phase for all keys (from 2048 valid keys on, put
