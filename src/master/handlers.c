@@ -349,7 +349,7 @@ static egm_status_t handle_remove_all(egm_master_state_t *st, egm_master_call_t 
 
     msg.status = EGM_OK;
     msg.location_cache_ms = st->location_cache_ms;
-    msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms());
+    msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms(), NULL);
     if (msg.removed > 0)
         egm_info("RemoveAll%s removed %llu objects", req->force ? " (force)" : "",
                  (unsigned long long)msg.removed);

@@ -1280,8 +1280,19 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
     return status;
 }
 
+/* When obj's latest lease was granted; 0 when it never was. With its shard
+ * locked. */
+static uint64_t last_grant_ms(const egm_object_index_t *index, const egm_object_t *obj)
+{
+    uint64_t ttl = index->params.lease_ttl_ms;
+    if (obj->lease_expiry_ms == 0)
+        return 0;
+    return obj->lease_expiry_ms > ttl ? obj->lease_expiry_ms - ttl : 0;
+}
+
+/* *grant_p is raised to the removed object's latest lease grant. */
 static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, int force,
-                                  uint64_t now_ms)
+                                  uint64_t now_ms, uint64_t *grant_p)
 {
     egm_status_t status = EGM_OK;
     if (obj == NULL)
@@ -1291,22 +1302,31 @@ static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, 
     else if (!force && lease_live(obj, now_ms))
         status = egm__set_error(EGM_ERR_HAS_LEASE, "object is under a read lease for %llu ms",
                                 (unsigned long long)(obj->lease_expiry_ms - now_ms));
-    else
-        object_delete(index, obj);
-    return status;
+    if (status != EGM_OK)
+        return status;
+    uint64_t grant = last_grant_ms(index, obj);
+    object_delete(index, obj);
+    if (grant > *grant_p)
+        *grant_p = grant;
+    return EGM_OK;
 }
 
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
-                                 int force, uint64_t now_ms)
+                                 int force, uint64_t now_ms, uint64_t *last_grant_ms_p)
 {
     shard_t *sh;
     egm_object_t *obj;
+    uint64_t grant = 0;
     egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
 
+    if (last_grant_ms_p != NULL)
+        *last_grant_ms_p = 0;
     if (status != EGM_OK)
         return status;
-    status = remove_locked(index, obj, force, now_ms);
+    status = remove_locked(index, obj, force, now_ms, &grant);
     pthread_mutex_unlock(&sh->lock);
+    if (status == EGM_OK && last_grant_ms_p != NULL)
+        *last_grant_ms_p = grant;
     return status;
 }
 
@@ -1337,7 +1357,8 @@ static void prefetch_neighbours(const egm_object_t *obj)
  * fetched, then the objects they name, then the neighbours a lease or an LRU
  * move writes, and only then is each key's call made, in request order. */
 static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_objects_batch_t *b,
-                              const uint32_t *idx, const uint64_t *hash, size_t n)
+                              const uint32_t *idx, const uint64_t *hash, size_t n,
+                              uint64_t *grant_p)
 {
     const object_table_t *t = &sh->by_key;
     egm_object_t *cand[BATCH_RUN];
@@ -1409,7 +1430,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             s = put_revoke_locked(index, obj, b->client);
             break;
         default:
-            s = remove_locked(index, obj, b->force, b->now_ms);
+            s = remove_locked(index, obj, b->force, b->now_ms, grant_p);
             break;
         }
         status = b->done(b->arg, i, s, v);
@@ -1421,7 +1442,10 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
 {
     size_t start[EGM_OBJECTS_SHARDS + 1] = {0}, n = b->n;
     egm_status_t status = EGM_OK;
+    uint64_t grant = 0;
 
+    if (b->last_grant_ms_p != NULL)
+        *b->last_grant_ms_p = 0;
     if (n == 0)
         return EGM_OK;
     /* Scratch: each key's hash, then the keys' indexes grouped by shard. */
@@ -1453,11 +1477,13 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
         for (size_t k = start[s]; k < start[s + 1] && status == EGM_OK; k += BATCH_RUN) {
             size_t m = start[s + 1] - k < BATCH_RUN ? start[s + 1] - k : BATCH_RUN;
             pthread_mutex_lock(&sh->lock);
-            status = batch_run(index, sh, b, order + k, run_hash + k, m);
+            status = batch_run(index, sh, b, order + k, run_hash + k, m, &grant);
             pthread_mutex_unlock(&sh->lock);
         }
     }
     egm_free(hash);
+    if (b->last_grant_ms_p != NULL)
+        *b->last_grant_ms_p = grant;
     return status;
 }
 
@@ -1499,10 +1525,11 @@ static void release_sorted(egm_object_t **objs, size_t n)
     egm_free(reps);
 }
 
-uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms)
+uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms,
+                                 uint64_t *last_grant_ms_p)
 {
     size_t cap = 0, n = 0;
-    uint64_t removed = 0;
+    uint64_t removed = 0, grant = 0;
 
     lock_all(index);
     space_lock(index);
@@ -1516,6 +1543,9 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
             if (obj == NULL ||
                 (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms))))
                 continue;
+            uint64_t g = last_grant_ms(index, obj);
+            if (g > grant)
+                grant = g;
             if (objs != NULL) {
                 objs[n++] = obj; /* deleted below, after the sorted frees */
                 continue;
@@ -1535,6 +1565,8 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
     space_unlock(index);
     unlock_all(index);
     egm_free(objs);
+    if (last_grant_ms_p != NULL)
+        *last_grant_ms_p = grant;
     return removed + n;
 }
 

@@ -226,9 +226,12 @@ egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size
 egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_t key_len,
                                egm_object_view_t *view_p);
 /* NOT_FOUND; NOT_READY for PENDING and HAS_LEASE under a live lease, unless
- * force. Pins do not protect against Remove. */
+ * force. Pins do not protect against Remove. *last_grant_ms_p (optional):
+ * when the removed object's latest lease was granted (its lease expiry minus
+ * lease_ttl_ms, whether or not the lease is still live), 0 when it was never
+ * leased (or leased at time 0); 0 on any error. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
-                                 int force, uint64_t now_ms);
+                                 int force, uint64_t now_ms, uint64_t *last_grant_ms_p);
 /* A batch of one per-key call (the ones above but StatKey) over n keys: each
  * key answered through done(arg, i, status, view), view being what
  * egm__objects_put_start_with, _get_replicas or _exist return on OK (NULL
@@ -265,13 +268,19 @@ typedef struct {
     const size_t *key_lens;
     egm_status_t (*done)(void *arg, size_t i, egm_status_t status, const egm_object_view_t *view);
     void *arg;
+    /* Remove (optional): set to the latest lease grant over the keys the
+     * batch removed, as egm__objects_remove reports it (0: none ever leased). */
+    uint64_t *last_grant_ms_p;
 } egm_objects_batch_t;
 
 egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b);
 
 /* Every COMPLETE object without a live lease; with force every object
- * (PENDING ones too). Returns the number removed. */
-uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms);
+ * (PENDING ones too). Returns the number removed. *last_grant_ms_p
+ * (optional): the latest lease grant over the removed objects, as
+ * egm__objects_remove reports it (0 when none was ever leased). */
+uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms,
+                                 uint64_t *last_grant_ms_p);
 /* Discards PENDING objects started pending_timeout_ms or more ago. */
 size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms);
 /* Evicts COMPLETE objects, least recently used first, until `bytes` of

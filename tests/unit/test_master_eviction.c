@@ -348,7 +348,7 @@ static void test_hard_pins_never(void **state)
     assert_int_equal(egm__objects_evict_if_needed(st.objects, 1000000), 0);
     assert_int_equal(stats().objects, 16);
     /* Remove still removes a hard-pinned object. */
-    assert_int_equal(egm__objects_remove(st.objects, "h3", 2, 0, 1000000), EGM_OK);
+    assert_int_equal(egm__objects_remove(st.objects, "h3", 2, 0, 1000000, NULL), EGM_OK);
     assert_int_equal(stats().hard_pinned, 15);
     assert_int_equal(put("x", 1000000), EGM_OK);
     assert_int_equal(seg->replica_count, 16);
@@ -556,7 +556,7 @@ static void test_replicas_under_watermark(void **state)
     egm_object_view_t view;
     assert_int_equal(put_cfg("a", 10 * OBJ, &two, 1, &view), EGM_OK);
     assert_int_equal(view.n_replicas, 2);
-    assert_int_equal(egm__objects_remove(st.objects, "a", 1, 0, 2), EGM_OK);
+    assert_int_equal(egm__objects_remove(st.objects, "a", 1, 0, 2, NULL), EGM_OK);
     assert_int_equal(put_cfg("b", 15 * OBJ, &two, 3, &view), EGM_OK);
     assert_int_equal(view.n_replicas, 1);
     assert_int_equal(stats().used_bytes, 15 * OBJ);

@@ -104,7 +104,14 @@ static egm_status_t exist(const char *key, uint64_t now)
 
 static egm_status_t rm(const char *key, int force, uint64_t now)
 {
-    return egm__objects_remove(fx.st.objects, key, strlen(key), force, now);
+    return egm__objects_remove(fx.st.objects, key, strlen(key), force, now, NULL);
+}
+
+/* Remove, answering when the object's latest lease was granted. */
+static egm_status_t rm_grant(const char *key, int force, uint64_t now, uint64_t *grant_p)
+{
+    *grant_p = 12345; /* overwritten on every path */
+    return egm__objects_remove(fx.st.objects, key, strlen(key), force, now, grant_p);
 }
 
 static void test_put_lifecycle(void **state)
@@ -228,17 +235,64 @@ static void test_remove_all(void **state)
     assert_int_equal(get("leased", t, NULL), EGM_OK);
     assert_int_equal(put_start("pending", 10, 1, t, NULL), EGM_OK);
 
-    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t), 2);
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t, NULL), 2);
     assert_int_equal(exist("c1", t), EGM_ERR_NOT_FOUND);
     assert_int_equal(exist("leased", t), EGM_OK);
     assert_non_null(egm__objects_find(fx.st.objects, "pending", 7));
-    assert_int_equal(egm__objects_remove_all(fx.st.objects, 1, t), 2);
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 1, t, NULL), 2);
     egm_object_index_stats_t s;
     egm__objects_stats(fx.st.objects, &s);
     assert_int_equal(s.objects, 0);
     assert_int_equal(s.pending, 0);
     assert_int_equal(used(seg), 0);
     assert_int_equal(seg->replica_count, 0);
+}
+
+/* Remove and RemoveAll report when the removed object's latest lease was
+ * granted: 0 when never leased, also when the lease has expired, never on
+ * an error. */
+static void test_remove_reports_last_grant(void **state)
+{
+    (void)state;
+    mount(1 << 20);
+    uint64_t grant;
+
+    assert_int_equal(put("never", 10, 1, 0), EGM_OK);
+    assert_int_equal(rm_grant("never", 1, 1, &grant), EGM_OK);
+    assert_int_equal(grant, 0);
+
+    assert_int_equal(put("k", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("k", 5000, NULL), EGM_OK);
+    assert_int_equal(get("k", 6000, NULL), EGM_OK); /* the latest grant */
+    assert_int_equal(rm_grant("k", 0, 6000, &grant), EGM_ERR_HAS_LEASE);
+    assert_int_equal(grant, 0);
+    assert_int_equal(rm_grant("k", 0, 6000 + TTL, &grant), EGM_OK); /* expired: still told */
+    assert_int_equal(grant, 6000);
+    assert_int_equal(rm_grant("k", 1, 6000 + TTL, &grant), EGM_ERR_NOT_FOUND);
+    assert_int_equal(grant, 0);
+    assert_int_equal(rm_grant("", 1, 0, &grant), EGM_ERR_INVALID_KEY);
+    assert_int_equal(grant, 0);
+
+    assert_int_equal(put("f", 10, 1, 0), EGM_OK);
+    assert_int_equal(exist("f", 7000), EGM_OK); /* ExistKey grants too */
+    assert_int_equal(rm_grant("f", 1, 7000, &grant), EGM_OK);
+    assert_int_equal(grant, 7000);
+
+    /* RemoveAll: the latest over what it removed, not over what it kept. */
+    const uint64_t t = 8000 + TTL;
+    assert_int_equal(put("a", 10, 1, 0), EGM_OK);
+    assert_int_equal(put("b", 10, 1, 0), EGM_OK);
+    assert_int_equal(put("c", 10, 1, 0), EGM_OK);
+    assert_int_equal(put("kept", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("a", 100, NULL), EGM_OK);
+    assert_int_equal(get("b", 8000, NULL), EGM_OK);
+    assert_int_equal(get("kept", t, NULL), EGM_OK); /* live: kept without force */
+    grant = 12345;
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t, &grant), 3);
+    assert_int_equal(grant, 8000);
+    assert_int_equal(exist("kept", t), EGM_OK);
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t, &grant), 0);
+    assert_int_equal(grant, 0);
 }
 
 static int distinct_segments(const egm_object_view_t *obj)
@@ -660,6 +714,49 @@ static void test_batch_answers_per_key(void **state)
     assert_int_equal(st.objects, 1); /* batch/12, whose place "batch/absent" took */
 }
 
+/* A batch Remove reports the latest lease grant over the keys it removed:
+ * not a key it refused (under a lease, without force), not an absent one. */
+static void test_batch_remove_reports_last_grant(void **state)
+{
+    (void)state;
+    mount(1 << 20);
+    const char *keys[4] = {"g/a", "g/b", "g/kept", "g/absent"};
+    size_t lens[4];
+    batch_answers_t a;
+    uint64_t grant = 12345;
+    const uint64_t t = 1000 + TTL;
+
+    for (size_t i = 0; i < 4; i++)
+        lens[i] = strlen(keys[i]);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(put(keys[i], 10, 1, 0), EGM_OK);
+    assert_int_equal(get("g/a", 500, NULL), EGM_OK);
+    assert_int_equal(get("g/b", 1000, NULL), EGM_OK);
+    assert_int_equal(get("g/kept", t, NULL), EGM_OK); /* later, and live: refused */
+    memset(&a, 0, sizeof(a));
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_REMOVE,
+                             .now_ms = t,
+                             .n = 4,
+                             .keys = keys,
+                             .key_lens = lens,
+                             .done = record_answer,
+                             .arg = &a,
+                             .last_grant_ms_p = &grant};
+    assert_int_equal(egm__objects_batch(fx.st.objects, &b), EGM_OK);
+    assert_int_equal(a.status[0], EGM_OK);
+    assert_int_equal(a.status[1], EGM_OK);
+    assert_int_equal(a.status[2], EGM_ERR_HAS_LEASE);
+    assert_int_equal(a.status[3], EGM_ERR_NOT_FOUND);
+    assert_int_equal(grant, 1000);
+    /* Nothing removed: 0. */
+    memset(&a, 0, sizeof(a));
+    b.n = 1;
+    b.keys = keys + 3;
+    b.key_lens = lens + 3;
+    assert_int_equal(egm__objects_batch(fx.st.objects, &b), EGM_OK);
+    assert_int_equal(grant, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -668,6 +765,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_revoke, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lease_blocks_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_all, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_reports_last_grant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replicas_on_distinct_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_best_effort_and_no_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_expiry_drops_replicas, setup, teardown),
@@ -676,6 +774,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_view_and_retired_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_pending_discarded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_answers_per_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_remove_reports_last_grant, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
