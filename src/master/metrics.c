@@ -125,6 +125,13 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "(leased, within eviction_min_residency_ms) could have made room, or the object is "
          "above the high watermark of the capacity",
          o->no_space_total},
+        {"egm_master_held_bytes", EGM_PROM_GAUGE,
+         "segment bytes of objects force-removed under a read lease, kept allocated until the "
+         "lease ends (counted in egm_master_allocated_bytes)",
+         o->held_bytes},
+        {"egm_master_held_extents", EGM_PROM_GAUGE,
+         "replicas whose space is held until the read lease of their removed object ends",
+         o->held_extents},
         {"egm_master_discarded_puts_total", EGM_PROM_COUNTER,
          "pending objects discarded after put_start_discard_timeout_sec", o->discarded_puts_total},
         {"egm_master_rpc_connections", EGM_PROM_GAUGE, "open RPC connections (every RPC thread)",

@@ -58,6 +58,16 @@ typedef struct {
 
 #define TABLE_MIN_CAP 64
 
+/* Segment space of an object force-removed under a live read lease: a reader
+ * holding the lease (or a location cached under it) may still copy from it,
+ * so it must not hold another object's bytes before the lease ends. */
+typedef struct {
+    egm_segment_t *segment;
+    uint64_t offset;
+    uint64_t length;
+    uint64_t release_ms; /* the lease's expiry: freed by the first release at or after it */
+} held_extent_t;
+
 typedef struct {
     pthread_mutex_t lock;
     object_table_t by_key;
@@ -96,6 +106,13 @@ struct egm_object_index {
     uint64_t futile_gen;
     uint64_t futile_until_ms;
     int futile_valid;
+    /* Space of objects force-removed under a live read lease, still
+     * allocated until the lease ends (egm__objects_release_held). */
+    held_extent_t *held; /* in no order */
+    size_t n_held;
+    size_t held_cap;
+    uint64_t held_bytes;      /* their segment space, allocator rounding included */
+    uint64_t held_release_ms; /* the earliest release_ms (UINT64_MAX: none held) */
     uint64_t rng;
     size_t *order; /* scratch: segment indexes for a placement */
     size_t order_cap;
@@ -445,6 +462,7 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     index->segments = segments;
     index->params = *params;
     index->rng = egm__id_random().lo | 1;
+    index->held_release_ms = UINT64_MAX;
     *index_p = index;
     return EGM_OK;
 }
@@ -559,6 +577,110 @@ static uint64_t release_replicas(egm_object_t *obj)
     return freed;
 }
 
+/* ---- held space ----------------------------------------------------------- */
+
+/* Room for `more` held extents, so that holding them cannot fail halfway.
+ * With `space` locked. */
+static egm_status_t held_reserve(egm_object_index_t *index, size_t more)
+{
+    if (index->n_held + more <= index->held_cap)
+        return EGM_OK;
+    size_t cap = index->held_cap < 16 ? 16 : index->held_cap * 2;
+    if (cap < index->n_held + more)
+        cap = index->n_held + more;
+    held_extent_t *held = egm_realloc(index->held, cap * sizeof(*held), "master.held_space");
+    if (held == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY,
+                              "out of memory keeping a leased object's space until its lease ends");
+    index->held = held;
+    index->held_cap = cap;
+    return EGM_OK;
+}
+
+/* Moves obj's live replicas out of their segments' replica lists onto the
+ * held list, still allocated, until release_ms (room reserved by
+ * held_reserve). With the object's shard and `space` locked. */
+static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t release_ms)
+{
+    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+        egm_replica_t *r = &obj->replicas[i];
+        if (r->segment == NULL)
+            continue;
+        replica_unlink(r);
+        index->held[index->n_held++] = (held_extent_t){.segment = r->segment,
+                                                       .offset = r->offset,
+                                                       .length = r->length,
+                                                       .release_ms = release_ms};
+        index->held_bytes += egm__allocator_round(r->length);
+        r->segment = NULL;
+        if (release_ms < index->held_release_ms)
+            index->held_release_ms = release_ms;
+    }
+    obj->n_live = 0;
+}
+
+/* Takes the held extents that `drop` picks off the list, freeing them first
+ * when `free_them`; the bytes taken. With `space` locked. */
+static uint64_t held_take(egm_object_index_t *index,
+                          int (*drop)(const held_extent_t *, const void *), const void *arg,
+                          int free_them)
+{
+    uint64_t taken = 0, next = UINT64_MAX;
+    size_t k = 0;
+    for (size_t i = 0; i < index->n_held; i++) {
+        held_extent_t *h = &index->held[i];
+        if (!drop(h, arg)) {
+            if (h->release_ms < next)
+                next = h->release_ms;
+            index->held[k++] = *h;
+            continue;
+        }
+        if (free_them && egm__allocator_free(h->segment->allocator, h->offset, h->length) != EGM_OK)
+            egm_error("segment %s: freeing held [%llu, +%llu) failed: %s", h->segment->desc.name,
+                      (unsigned long long)h->offset, (unsigned long long)h->length,
+                      egm_last_error());
+        taken += egm__allocator_round(h->length);
+    }
+    index->n_held = k;
+    index->held_bytes -= taken;
+    index->held_release_ms = next;
+    return taken;
+}
+
+static int held_expired(const held_extent_t *h, const void *now_ms)
+{
+    return h->release_ms <= *(const uint64_t *)now_ms;
+}
+
+static int held_in_segment(const held_extent_t *h, const void *segment)
+{
+    return h->segment == segment;
+}
+
+static int held_any(const held_extent_t *h, const void *arg)
+{
+    (void)h;
+    (void)arg;
+    return 1;
+}
+
+/* Frees the held extents whose lease has ended by now_ms; the bytes freed.
+ * With `space` locked. */
+static uint64_t release_held_locked(egm_object_index_t *index, uint64_t now_ms)
+{
+    if (now_ms < index->held_release_ms)
+        return 0;
+    return held_take(index, held_expired, &now_ms, 1);
+}
+
+uint64_t egm__objects_release_held(egm_object_index_t *index, uint64_t now_ms)
+{
+    space_lock(index);
+    uint64_t freed = release_held_locked(index, now_ms);
+    space_unlock(index);
+    return freed;
+}
+
 /* The segment space obj's live replicas hold (allocator rounding included).
  * With its shard locked. */
 static uint64_t object_bytes(const egm_object_t *obj)
@@ -616,6 +738,8 @@ void egm__objects_destroy(egm_object_index_t *index)
                 object_delete(index, t->slots[i].obj);
         table_cleanup(t);
     }
+    held_take(index, held_any, NULL, 1); /* the segments outlive the index */
+    egm_free(index->held);
     for (size_t s = 0; s < index->n_shards_ready; s++)
         pthread_mutex_destroy(&index->shards[s].lock);
     pthread_mutex_destroy(&index->space);
@@ -1050,6 +1174,10 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     obj->hash = hash;
     space_lock(index);
     status = place_replicas(index, obj, replica_num, config);
+    /* Space held for a lease that has ended since the last tick: freed now
+     * rather than evicting for it or answering NO_SPACE. */
+    if (status == EGM_ERR_NO_SPACE && release_held_locked(index, now_ms) > 0)
+        status = place_replicas(index, obj, replica_num, config);
     if (status == EGM_ERR_NO_SPACE && egm__segment_table_count(index->segments) > 0) {
         if (!evict_ok) {
             space_unlock(index);
@@ -1290,6 +1418,23 @@ static uint64_t last_grant_ms(const egm_object_index_t *index, const egm_object_
     return obj->lease_expiry_ms > ttl ? obj->lease_expiry_ms - ttl : 0;
 }
 
+/* Deletes obj for a Remove: under a live lease (a forced one) its space is
+ * held until the lease ends, otherwise freed at once. NO_MEMORY, and obj is
+ * left as it was, when the held list cannot grow. With its shard and `space`
+ * locked. */
+static egm_status_t object_remove_locked(egm_object_index_t *index, egm_object_t *obj,
+                                         uint64_t now_ms)
+{
+    if (lease_live(obj, now_ms)) {
+        egm_status_t status = held_reserve(index, obj->n_live);
+        if (status != EGM_OK)
+            return status;
+        hold_replicas(index, obj, obj->lease_expiry_ms);
+    }
+    object_delete_locked(index, obj);
+    return EGM_OK;
+}
+
 /* *grant_p is raised to the removed object's latest lease grant. */
 static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, int force,
                                   uint64_t now_ms, uint64_t *grant_p)
@@ -1305,7 +1450,11 @@ static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, 
     if (status != EGM_OK)
         return status;
     uint64_t grant = last_grant_ms(index, obj);
-    object_delete(index, obj);
+    space_lock(index);
+    status = object_remove_locked(index, obj, now_ms);
+    space_unlock(index);
+    if (status != EGM_OK)
+        return status;
     if (grant > *grant_p)
         *grant_p = grant;
     return EGM_OK;
@@ -1528,7 +1677,7 @@ static void release_sorted(egm_object_t **objs, size_t n)
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms,
                                  uint64_t *last_grant_ms_p)
 {
-    size_t cap = 0, n = 0;
+    size_t cap = 0, n = 0, leased = 0;
     uint64_t removed = 0, grant = 0;
 
     lock_all(index);
@@ -1543,21 +1692,43 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
             if (obj == NULL ||
                 (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms))))
                 continue;
-            uint64_t g = last_grant_ms(index, obj);
-            if (g > grant)
-                grant = g;
             if (objs != NULL) {
                 objs[n++] = obj; /* deleted below, after the sorted frees */
+                leased += lease_live(obj, now_ms) ? obj->n_live : 0;
                 continue;
             }
             /* Out of memory for the list: deleted now. The removal moves later
              * slots back, so slot i is looked at again (an object kept and moved
              * from the table's start to its end is looked at twice: kept twice). */
-            object_delete_locked(index, obj);
+            uint64_t g = last_grant_ms(index, obj);
+            if (object_remove_locked(index, obj, now_ms) != EGM_OK)
+                continue; /* kept: no room to hold its space */
+            if (g > grant)
+                grant = g;
             removed++;
             i--;
         }
     }
+    /* Objects under a live lease (force) keep their space until it ends;
+     * without room to hold it (out of memory) they are not removed. */
+    int can_hold = leased == 0 || held_reserve(index, leased) == EGM_OK;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        egm_object_t *obj = objs[i];
+        if (lease_live(obj, now_ms)) {
+            if (!can_hold)
+                continue;
+            hold_replicas(index, obj, obj->lease_expiry_ms);
+        }
+        uint64_t g = last_grant_ms(index, obj);
+        if (g > grant)
+            grant = g;
+        objs[k++] = obj;
+    }
+    if (!can_hold)
+        egm_error("RemoveAll kept %zu replicas of objects under a read lease: %s", leased,
+                  egm_last_error());
+    n = k;
     if (n > 0)
         release_sorted(objs, n);
     for (size_t i = 0; i < n; i++)
@@ -1764,6 +1935,7 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
         }
         r = next;
     }
+    held_take(index, held_in_segment, segment, 0); /* its memory goes: no reader to protect */
     space_unlock(index);
     unlock_all(index);
     return deleted;
@@ -1790,6 +1962,8 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     stats_p->discarded_puts_total = ix->discarded;
     stats_p->no_space_total = atomic_load_explicit(&ix->no_space, memory_order_relaxed);
     usage(ix, &stats_p->used_bytes, &stats_p->capacity_bytes, NULL);
+    stats_p->held_bytes = ix->held_bytes;
+    stats_p->held_extents = ix->n_held;
     space_unlock(ix);
     unlock_all(ix);
 }
@@ -1905,10 +2079,11 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
     return EGM_OK;
 }
 
-static egm_status_t check_segment(const egm_segment_t *seg, uint64_t *replicas_p)
+static egm_status_t check_segment(const egm_object_index_t *index, const egm_segment_t *seg,
+                                  uint64_t *replicas_p, size_t *held_p)
 {
     egm_allocator_stats_t a;
-    uint64_t n = 0, bytes = 0;
+    uint64_t n = 0, bytes = 0, held = 0, held_bytes = 0;
     const egm_replica_t *prev = NULL;
 
     for (const egm_replica_t *r = seg->replicas; r != NULL; r = r->seg_next) {
@@ -1923,21 +2098,58 @@ static egm_status_t check_segment(const egm_segment_t *seg, uint64_t *replicas_p
     }
     CHECK(n == seg->replica_count, "segment %s: %llu replicas listed, replica_count %llu",
           seg->desc.name, (unsigned long long)n, (unsigned long long)seg->replica_count);
+    for (size_t i = 0; i < index->n_held; i++) {
+        const held_extent_t *h = &index->held[i];
+        if (h->segment != seg)
+            continue;
+        CHECK(h->offset + h->length <= seg->desc.size, "segment %s: held space beyond its end",
+              seg->desc.name);
+        held_bytes += egm__allocator_round(h->length);
+        held++;
+    }
     egm_status_t status = egm__allocator_check(seg->allocator);
     if (status != EGM_OK)
         return status;
     egm__allocator_stats(seg->allocator, &a);
-    CHECK(a.used == bytes && a.allocations == n,
-          "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu",
+    /* Overlapping ranges would be fewer allocations than replicas plus held. */
+    CHECK(a.used == bytes + held_bytes && a.allocations == n + held,
+          "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu, held "
+          "%llu in %llu",
           seg->desc.name, (unsigned long long)a.used, a.allocations, (unsigned long long)bytes,
-          (unsigned long long)n);
+          (unsigned long long)n, (unsigned long long)held_bytes, (unsigned long long)held);
     *replicas_p += n;
+    *held_p += held;
+    return EGM_OK;
+}
+
+/* The held list against its totals. Every held extent is on a mounted
+ * segment: check_segment found them all (one on a segment that is gone is
+ * never dereferenced). */
+static egm_status_t check_held(const egm_object_index_t *index, size_t on_segments)
+{
+    uint64_t bytes = 0, earliest = UINT64_MAX;
+    CHECK(index->n_held <= index->held_cap, "held list: %zu extents, room for %zu", index->n_held,
+          index->held_cap);
+    CHECK(on_segments == index->n_held, "held list: %zu extents, %zu of them on mounted segments",
+          index->n_held, on_segments);
+    for (size_t i = 0; i < index->n_held; i++) {
+        const held_extent_t *h = &index->held[i];
+        bytes += egm__allocator_round(h->length);
+        if (h->release_ms < earliest)
+            earliest = h->release_ms;
+    }
+    CHECK(bytes == index->held_bytes, "held list: %llu bytes, held_bytes says %llu",
+          (unsigned long long)bytes, (unsigned long long)index->held_bytes);
+    CHECK(index->held_release_ms == earliest,
+          "held list: earliest release at %llu ms, held_release_ms says %llu",
+          (unsigned long long)earliest, (unsigned long long)index->held_release_ms);
     return EGM_OK;
 }
 
 egm_status_t egm__objects_check(egm_object_index_t *index)
 {
     uint64_t by_objects = 0, by_segments = 0;
+    size_t held_on_segments = 0;
     egm_status_t status = EGM_OK;
 
     lock_all(index);
@@ -1946,11 +2158,14 @@ egm_status_t egm__objects_check(egm_object_index_t *index)
         status = check_shard(index, s, &by_objects);
     size_t n = egm__segment_table_count(index->segments);
     for (size_t i = 0; i < n && status == EGM_OK; i++)
-        status = check_segment(egm__segment_table_at(index->segments, i), &by_segments);
+        status = check_segment(index, egm__segment_table_at(index->segments, i), &by_segments,
+                               &held_on_segments);
     if (status == EGM_OK && by_objects != by_segments)
         status =
             egm__set_error(EGM_ERR_INTERNAL, "%llu live replicas in objects, %llu in segment lists",
                            (unsigned long long)by_objects, (unsigned long long)by_segments);
+    if (status == EGM_OK)
+        status = check_held(index, held_on_segments);
     space_unlock(index);
     unlock_all(index);
     return status;

@@ -162,6 +162,8 @@ typedef struct {
     uint64_t eviction_runs_total;  /* evictions started (watermark or a PutStart without room) */
     uint64_t discarded_puts_total; /* PENDING objects discarded after the timeout */
     uint64_t no_space_total;       /* PutStarts answered NO_SPACE */
+    uint64_t held_bytes;           /* of used_bytes: removed under a lease, freed when it ends */
+    uint64_t held_extents;         /* the replicas whose space that is */
 } egm_object_index_stats_t;
 
 /* Defaults of every parameter (the config keys' defaults). */
@@ -184,9 +186,11 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len);
  * bytes on distinct segments: the preferred ones first (in order), then in the
  * placement strategy's order; fewer when fewer segments have room, but at
  * least one, and no more than keep their total under the high watermark of
- * the capacity. When none has room, evicts (egm__objects_evict) and tries once
- * more, unless the unprotected objects plus the free space are too few to
- * make room (then nothing is evicted). EXISTS if the key is present (a PENDING
+ * the capacity. When none has room, frees the held space whose lease has
+ * ended (egm__objects_release_held) and tries again, then evicts
+ * (egm__objects_evict) and tries once more, unless the unprotected objects
+ * plus the free space are too few to make room (then nothing is evicted).
+ * EXISTS if the key is present (a PENDING
  * one older than the timeout is discarded first), INVALID_ARG for size 0 or a
  * bad replica_num, INVALID_KEY, NO_SPACE when no segment can hold it, when
  * only protected objects could make room, or when one replica is above
@@ -226,8 +230,14 @@ egm_status_t egm__objects_exist(egm_object_index_t *index, const char *key, size
 egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_t key_len,
                                egm_object_view_t *view_p);
 /* NOT_FOUND; NOT_READY for PENDING and HAS_LEASE under a live lease, unless
- * force. Pins do not protect against Remove. *last_grant_ms_p (optional):
- * when the removed object's latest lease was granted (its lease expiry minus
+ * force. Pins do not protect against Remove. The key is gone at once; the
+ * space of an object removed (forced) under a live lease is *held*: it stays
+ * allocated, counted as used, until the lease ends (egm__objects_release_held
+ * frees it then), so that a reader holding the lease, or a location cached
+ * under it, never reads another object's bytes from it. Otherwise the space
+ * is freed at once. NO_MEMORY (nothing removed) when the held list cannot
+ * grow. *last_grant_ms_p (optional): when the removed object's latest lease
+ * was granted (its lease expiry minus
  * lease_ttl_ms, whether or not the lease is still live), 0 when it was never
  * leased (or leased at time 0); 0 on any error. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
@@ -276,11 +286,18 @@ typedef struct {
 egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b);
 
 /* Every COMPLETE object without a live lease; with force every object
- * (PENDING ones too). Returns the number removed. *last_grant_ms_p
+ * (PENDING ones too; the space of leased ones held as by
+ * egm__objects_remove, and one whose space cannot be held for lack of memory
+ * is kept). Returns the number removed. *last_grant_ms_p
  * (optional): the latest lease grant over the removed objects, as
  * egm__objects_remove reports it (0 when none was ever leased). */
 uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t now_ms,
                                  uint64_t *last_grant_ms_p);
+/* Frees the held space (egm__objects_remove) whose lease ended at or before
+ * now_ms; the master's tick calls it, and a PutStart that finds no room
+ * (before it evicts). Returns the bytes freed (allocator rounding
+ * included). Locks only `space`. */
+uint64_t egm__objects_release_held(egm_object_index_t *index, uint64_t now_ms);
 /* Discards PENDING objects started pending_timeout_ms or more ago. */
 size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms);
 /* Evicts COMPLETE objects, least recently used first, until `bytes` of
@@ -296,8 +313,10 @@ uint64_t egm__objects_evict(egm_object_index_t *index, uint64_t bytes, uint64_t 
  * capacity; space held by unfinished puts, which eviction cannot free, does
  * not make it take every finished object. Returns the bytes freed. */
 uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms);
-/* Drops every replica placed in `segment` (about to be unmounted); objects left
- * without replicas are deleted. Returns the number of objects deleted. */
+/* Drops every replica placed in `segment` (about to be unmounted), and its
+ * held space (the memory goes with the segment: no reader left to protect);
+ * objects left without replicas are deleted. Returns the number of objects
+ * deleted. */
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment);
 
 /* The object itself, without any lock: only for a caller that no other
@@ -309,8 +328,10 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
 /* Walks every object, list and mounted segment and checks them against each
  * other: shards, lists and counters agree; every live replica is on a mounted
  * segment, in its replica list, within its bounds, one per segment; each
- * segment's allocator holds exactly its replicas' bytes. EGM_ERR_INTERNAL
- * naming the first broken invariant. O(objects + segments): for tests. */
+ * segment's allocator holds exactly its replicas' bytes plus its held
+ * space; every held extent is on a mounted segment and the held totals
+ * agree. EGM_ERR_INTERNAL naming the first broken invariant.
+ * O(objects + segments x held extents): for tests. */
 egm_status_t egm__objects_check(egm_object_index_t *index);
 
 #endif

@@ -127,8 +127,9 @@ size_t egm_model_segments_matching(egm_client_t *client, const char *needle, egm
 long long egm_model_master_metric(unsigned http_port, const char *name);
 /* egm_master_rpc_requests_total{type="TYPE"}: requests of one RPC type so far, or -1. */
 long long egm_model_master_rpc_count(unsigned http_port, const char *type);
-/* The accounting check: the master's egm_master_keys and
- * egm_master_allocated_bytes equal keys and bytes, and nothing is pending.
+/* The accounting check: the master's egm_master_keys equals keys,
+ * egm_master_allocated_bytes less egm_master_held_bytes (space of objects
+ * force-removed under a lease) equals bytes, and nothing is pending.
  * Returns 0 when they match; otherwise prints both sides to stderr, -1. */
 int egm_model_check_master(unsigned http_port, uint64_t keys, uint64_t bytes);
 

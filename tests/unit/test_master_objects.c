@@ -114,6 +114,27 @@ static egm_status_t rm_grant(const char *key, int force, uint64_t now, uint64_t 
     return egm__objects_remove(fx.st.objects, key, strlen(key), force, now, grant_p);
 }
 
+/* The master's tick at `now`, the provider having pinged just before (so
+ * that its segments stay mounted). */
+static void tick(uint64_t now)
+{
+    assert_int_equal(egm__liveness_ping(fx.st.liveness, fx.provider, now), EGM_OK);
+    egm__master_state_tick(&fx.st, now);
+}
+
+static void check_index(void)
+{
+    if (egm__objects_check(fx.st.objects) != EGM_OK)
+        fail_msg("index: %s", egm_last_error());
+}
+
+static egm_object_index_stats_t stats(void)
+{
+    egm_object_index_stats_t s;
+    egm__objects_stats(fx.st.objects, &s);
+    return s;
+}
+
 static void test_put_lifecycle(void **state)
 {
     (void)state;
@@ -227,25 +248,197 @@ static void test_remove_all(void **state)
 {
     (void)state;
     egm_segment_t *seg = mount(1 << 20);
-    const uint64_t t = 1000;
+    const uint64_t t = 20000;
+    uint64_t grant = 12345;
 
     assert_int_equal(put("c1", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("c1", 100, NULL), EGM_OK); /* lease over at 100 + TTL < t */
     assert_int_equal(put("c2", 10, 1, 0), EGM_OK);
     assert_int_equal(put("leased", 10, 1, 0), EGM_OK);
     assert_int_equal(get("leased", t, NULL), EGM_OK);
+    assert_int_equal(put("leased2", 10, 1, 0), EGM_OK);
+    assert_int_equal(get("leased2", t - 3, NULL), EGM_OK);
     assert_int_equal(put_start("pending", 10, 1, t, NULL), EGM_OK);
 
-    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t, NULL), 2);
+    /* Without force: the expired lease's object goes, its grant reported. */
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 0, t, &grant), 2);
+    assert_int_equal(grant, 100);
     assert_int_equal(exist("c1", t), EGM_ERR_NOT_FOUND);
     assert_int_equal(exist("leased", t), EGM_OK);
     assert_non_null(egm__objects_find(fx.st.objects, "pending", 7));
-    assert_int_equal(egm__objects_remove_all(fx.st.objects, 1, t, NULL), 2);
-    egm_object_index_stats_t s;
-    egm__objects_stats(fx.st.objects, &s);
+    assert_int_equal(used(seg), 3 * 64);
+    check_index();
+
+    /* Forced: everything goes; the two leased objects' space is held, each
+     * until its own lease ends; the others' is freed at once. The grant is
+     * the latest over all of them, whatever order they are visited in. */
+    char key[16];
+    for (int i = 0; i < 16; i++) {
+        snprintf(key, sizeof(key), "old%d", i);
+        assert_int_equal(put(key, 10, 1, 0), EGM_OK);
+        assert_int_equal(get(key, i < 8 ? 1000 + (uint64_t)i : 0, NULL), EGM_OK); /* expired */
+    }
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 1, t, &grant), 3 + 16);
+    assert_int_equal(grant, t); /* the latest grant of them all */
+    egm_object_index_stats_t s = stats();
     assert_int_equal(s.objects, 0);
     assert_int_equal(s.pending, 0);
-    assert_int_equal(used(seg), 0);
+    assert_int_equal(s.held_extents, 2);
+    assert_int_equal(s.held_bytes, 2 * 64);
+    assert_int_equal(s.used_bytes, 2 * 64);
+    assert_int_equal(used(seg), 2 * 64);
     assert_int_equal(seg->replica_count, 0);
+    check_index();
+    assert_int_equal(egm__objects_release_held(fx.st.objects, t - 3 + TTL - 1), 0);
+    assert_int_equal(egm__objects_release_held(fx.st.objects, t - 3 + TTL), 64); /* leased2 */
+    assert_int_equal(stats().held_extents, 1);
+    assert_int_equal(used(seg), 64);
+    check_index();
+    assert_int_equal(egm__objects_release_held(fx.st.objects, t + TTL - 1), 0);
+    assert_int_equal(egm__objects_release_held(fx.st.objects, t + TTL), 64);
+    s = stats();
+    assert_int_equal(s.held_extents, 0);
+    assert_int_equal(s.held_bytes, 0);
+    assert_int_equal(used(seg), 0);
+
+    /* Nothing ever leased: grant 0. */
+    assert_int_equal(put("n", 10, 1, t), EGM_OK);
+    assert_int_equal(egm__objects_remove_all(fx.st.objects, 1, t, &grant), 1);
+    assert_int_equal(grant, 0);
+    assert_int_equal(used(seg), 0);
+}
+
+/* A forced Remove of an object under a live read lease keeps its space
+ * allocated (a reader holding the lease may still copy from it) until the
+ * lease ends; a PutStart that needs that space gets NO_SPACE until then. */
+static void test_force_remove_holds_leased_space(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    const uint64_t t = 50000, big = 600 * 1024; /* two do not fit in the segment */
+    uint64_t grant;
+    egm_object_view_t v;
+
+    assert_int_equal(put("a", big, 1, 0), EGM_OK);
+    assert_int_equal(get("a", t - 10, NULL), EGM_OK);
+    assert_int_equal(get("a", t, &v), EGM_OK); /* the latest grant: lease until t + TTL */
+    uint64_t a_offset = v.replicas[0].offset;
+    /* Without force the lease refuses, and nothing is reported. */
+    assert_int_equal(rm_grant("a", 0, t, &grant), EGM_ERR_HAS_LEASE);
+    assert_int_equal(grant, 0);
+    assert_int_equal(rm_grant("a", 1, t + 1, &grant), EGM_OK);
+    assert_int_equal(grant, t);
+    /* The key is gone at once; the space is not. */
+    assert_int_equal(get("a", t + 1, NULL), EGM_ERR_NOT_FOUND);
+    assert_int_equal(rm_grant("a", 1, t + 1, &grant), EGM_ERR_NOT_FOUND);
+    assert_int_equal(grant, 0);
+    assert_int_equal(used(seg), big);
+    egm_object_index_stats_t s = stats();
+    assert_int_equal(s.held_bytes, big);
+    assert_int_equal(s.held_extents, 1);
+    assert_int_equal(s.used_bytes, big);
+    assert_int_equal(seg->replica_count, 0);
+    check_index();
+
+    /* Neither a PutStart (nothing to evict) nor the tick frees it early. */
+    assert_int_equal(put_start("b", big, 1, t + 1, NULL), EGM_ERR_NO_SPACE);
+    tick(t + TTL - 1);
+    assert_int_equal(put_start("b", big, 1, t + TTL - 1, NULL), EGM_ERR_NO_SPACE);
+    assert_int_equal(stats().held_bytes, big);
+    /* The key itself is free: a small object goes elsewhere in the segment. */
+    assert_int_equal(put_start("a", 100, 1, t + 1, &v), EGM_OK);
+    assert_true(v.replicas[0].offset >= a_offset + big || v.replicas[0].offset + 128 <= a_offset);
+    assert_int_equal(egm__objects_put_revoke(fx.st.objects, fx.writer, "a", 1), EGM_OK);
+    check_index();
+
+    /* At the lease's end a PutStart frees it itself, before any tick. */
+    assert_int_equal(put_start("b", big, 1, t + TTL, &v), EGM_OK);
+    assert_int_equal(v.replicas[0].offset, a_offset); /* the only range long enough */
+    s = stats();
+    assert_int_equal(s.held_bytes, 0);
+    assert_int_equal(s.held_extents, 0);
+    assert_int_equal(used(seg), big);
+    check_index();
+}
+
+/* The master's tick frees held space once the lease ends. */
+static void test_tick_releases_held_space(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    const uint64_t t = 7000;
+
+    assert_int_equal(put("a", 1000, 1, 0), EGM_OK);
+    assert_int_equal(exist("a", t), EGM_OK); /* ExistKey leases too */
+    assert_int_equal(rm("a", 1, t), EGM_OK);
+    tick(t + TTL - 1);
+    assert_int_equal(used(seg), 1024);
+    assert_int_equal(stats().held_extents, 1);
+    check_index();
+    tick(t + TTL);
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(stats().held_extents, 0);
+    assert_int_equal(stats().held_bytes, 0);
+}
+
+/* Without a live lease a forced Remove frees the space at once: never leased,
+ * leased long ago, or still being written. */
+static void test_unleased_force_remove_frees_at_once(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    const uint64_t big = 600 * 1024, t = 5000;
+    uint64_t grant;
+
+    assert_int_equal(put("never", big, 1, 0), EGM_OK);
+    assert_int_equal(rm_grant("never", 1, 1, &grant), EGM_OK);
+    assert_int_equal(grant, 0);
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(stats().held_extents, 0);
+    assert_int_equal(put("b", big, 1, 1), EGM_OK); /* the same space, at once */
+
+    assert_int_equal(get("b", t, NULL), EGM_OK);
+    assert_int_equal(rm_grant("b", 1, t + TTL, &grant), EGM_OK); /* lease just over */
+    assert_int_equal(grant, t);                                  /* still reported */
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(stats().held_extents, 0);
+
+    assert_int_equal(put_start("p", big, 1, t + TTL, NULL), EGM_OK);
+    assert_int_equal(rm_grant("p", 1, t + TTL, &grant), EGM_OK);
+    assert_int_equal(grant, 0);
+    assert_int_equal(used(seg), 0);
+    assert_int_equal(put("c", big, 1, t + TTL), EGM_OK);
+    check_index();
+}
+
+/* An unmounted segment takes its held space with it: the memory is gone, and
+ * no reader is left to protect. The other replica's stays held. */
+static void test_unmount_drops_held_space(void **state)
+{
+    (void)state;
+    egm_id_t a = egm__id_random();
+    egm_segment_t *sa = mount_as(a, 1 << 20, 0);
+    egm_id_t sa_id = sa->desc.id;
+    egm_segment_t *sb = mount(1 << 20);
+    const uint64_t t = 3000;
+
+    assert_int_equal(put("x", 1000, 2, 0), EGM_OK);
+    assert_int_equal(put("y", 1000, 1, 0), EGM_OK);
+    assert_int_equal(get("x", t, NULL), EGM_OK);
+    assert_int_equal(rm("x", 1, t), EGM_OK);
+    assert_int_equal(stats().held_extents, 2);
+    assert_int_equal(stats().held_bytes, 2048);
+    check_index();
+
+    assert_int_equal(egm__liveness_unmount(fx.st.liveness, a, sa_id, t), EGM_OK);
+    egm_object_index_stats_t s = stats();
+    assert_int_equal(s.held_extents, 1);
+    assert_int_equal(s.held_bytes, 1024);
+    check_index(); /* no held extent left on the unmounted segment */
+    assert_int_equal(used(sb), 1024 + (exist("y", t) == EGM_OK ? 1024 : 0));
+    tick(t + TTL);
+    assert_int_equal(stats().held_extents, 0);
+    assert_int_equal(used(sb), exist("y", t + TTL) == EGM_OK ? 1024 : 0);
 }
 
 /* Remove and RemoveAll report when the removed object's latest lease was
@@ -411,8 +604,13 @@ static void test_client_expiry_drops_replicas(void **state)
     assert_true(egm__id_equal(ids[0], sa_id));
     egm_free(ids);
 
-    /* Removing the survivor frees its space on b. */
+    /* Removing the survivor frees its space on b, once the lease the Get
+     * above granted ends. */
     assert_int_equal(rm("both", 1, CLIENT_TTL), EGM_OK);
+    assert_int_equal(used(sb), 128);
+    assert_int_equal(egm__liveness_ping(fx.st.liveness, b, CLIENT_TTL + TTL), EGM_OK);
+    egm__master_state_tick(&fx.st, CLIENT_TTL + TTL);
+    assert_non_null(egm__segment_table_find(fx.st.segments, sb->desc.id));
     assert_int_equal(used(sb), 0);
 }
 
@@ -755,6 +953,21 @@ static void test_batch_remove_reports_last_grant(void **state)
     b.key_lens = lens + 3;
     assert_int_equal(egm__objects_batch(fx.st.objects, &b), EGM_OK);
     assert_int_equal(grant, 0);
+
+    /* Forced (the Remove RPC's path), the leased one goes too, its space
+     * held until its lease ends. */
+    memset(&a, 0, sizeof(a));
+    b.force = 1;
+    b.keys = keys + 2;
+    b.key_lens = lens + 2;
+    assert_int_equal(egm__objects_batch(fx.st.objects, &b), EGM_OK);
+    assert_int_equal(a.status[0], EGM_OK);
+    assert_int_equal(grant, t);
+    assert_int_equal(stats().held_extents, 1);
+    assert_int_equal(stats().held_bytes, 64);
+    check_index();
+    assert_int_equal(egm__objects_release_held(fx.st.objects, t + TTL - 1), 0);
+    assert_int_equal(egm__objects_release_held(fx.st.objects, t + TTL), 64);
 }
 
 int main(void)
@@ -766,6 +979,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lease_blocks_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_all, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_reports_last_grant, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_force_remove_holds_leased_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tick_releases_held_space, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unleased_force_remove_frees_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unmount_drops_held_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replicas_on_distinct_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_best_effort_and_no_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_expiry_drops_replicas, setup, teardown),
