@@ -176,6 +176,19 @@ static void test_metrics_after_traffic(void **state)
     assert_true(metric(m, "egm_master_keys_leased") >= 1);
     assert_non_null(strstr(fx.body, "# TYPE egm_master_rpc_duration_seconds histogram\n"));
     assert_non_null(strstr(fx.body, "egm_master_evictions_total "));
+    assert_true(metric(m, "egm_master_held_bytes") == 0);
+
+    /* A forced remove under the read lease the Get granted: the space stays
+     * allocated, shown as held, until the lease ends (10 s). */
+    put_object("metrics/held", 100000);
+    assert_int_equal(egm_get(fx.client, "metrics/held", &data, &len), EGM_OK);
+    egm_buffer_free(data);
+    assert_int_equal(egm_remove(fx.client, "metrics/held", 1), EGM_OK);
+    assert_int_equal(egm_exist(fx.client, "metrics/held"), EGM_ERR_NOT_FOUND);
+    assert_int_equal(get("/metrics"), 200);
+    assert_true(metric(m, "egm_master_held_bytes") >= 100000);
+    assert_true(metric(m, "egm_master_held_extents") == 1);
+    assert_true(metric(m, "egm_master_allocated_bytes") >= 100000 + 104096);
 
     char why[256];
     const char *problem = egm_test_prom_scheme_problem(fx.body, "master", why, sizeof(why));
