@@ -9,7 +9,7 @@
 
 /* One key through a keys call; its per-key result (and size) out. */
 static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const char *key,
-                                    unsigned flags, uint64_t *size_p, uint64_t *cache_ms_p)
+                                    unsigned flags, uint64_t *size_p, uint64_t *wait_ms_p)
 {
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
@@ -25,8 +25,8 @@ static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const c
     status = reply->results[0].status;
     if (size_p != NULL)
         *size_p = reply->results[0].size;
-    if (cache_ms_p != NULL)
-        *cache_ms_p = reply->location_cache_ms;
+    if (wait_ms_p != NULL)
+        *wait_ms_p = reply->wait_ms;
     if (status != EGM_OK)
         egm__set_error(status, "\"%s\": %s", key, egm_status_string(status));
     egm__keys_reply_free(reply);
@@ -46,31 +46,33 @@ egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *size_p)
                            NULL);
 }
 
+/* The master did not answer: how long a force remove waits is unknown. */
+#define WAIT_UNKNOWN UINT64_MAX
+
 /* A FORCE remove returns only once every location another client may have
- * cached of its keys has run out (docs/consistency.md): they may have been read
- * under a lease a moment ago. It waits whatever the master answered, even
- * NOT_FOUND (a remover that got there first may have returned, or a retried
- * call's first try removed it) or no answer at all (the master may have
- * removed them): the bound it told (cache_ms, 0 when it did not answer) or
- * the longest any master told, whichever is longer. A plain remove takes only
- * objects without a live lease, whose cached locations have run out already. */
-static void force_wait(egm_client_t *client, uint64_t cache_ms)
+ * cached of the objects it removed, or of any object force-removed before,
+ * has run out (docs/consistency.md): the master says how long that is
+ * (wait_ms), NOT_FOUND answers included (a remover that got there first may
+ * have returned already, or a retried call's first try removed the key).
+ * Without an answer the master may still have removed them: the longest bound
+ * any master told. A plain remove takes only objects without a live lease,
+ * whose cached locations have run out already. */
+static void force_wait(egm_client_t *client, uint64_t wait_ms)
 {
-    uint64_t known = atomic_load(&client->cache_bound_max_ms);
-    egm__sleep_ms(cache_ms > known ? cache_ms : known);
+    egm__sleep_ms(wait_ms != WAIT_UNKNOWN ? wait_ms : atomic_load(&client->cache_bound_max_ms));
 }
 
 egm_status_t egm_remove(egm_client_t *client, const char *key, int force)
 {
-    uint64_t cache_ms = 0;
+    uint64_t wait_ms = WAIT_UNKNOWN;
     egm_status_t status =
         single_key_call(client, EGM_RPC_REMOVE, key,
-                        force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, NULL, &cache_ms);
+                        force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, NULL, &wait_ms);
     if (client == NULL || egm__client_validate_key(key) != EGM_OK)
         return status; /* refused before asking the master */
     egm__location_cache_drop(client->locations, key);
     if (force)
-        force_wait(client, cache_ms);
+        force_wait(client, wait_ms);
     return status;
 }
 
@@ -89,17 +91,17 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
     status = egm__rpc_call_msg(client->master, EGM_RPC_REMOVE_ALL, &req.base,
                                &egm__remove_all_reply__descriptor, (ProtobufCMessage **)&reply,
                                client->rpc_timeout_ms);
-    uint64_t cache_ms = 0;
+    uint64_t wait_ms = WAIT_UNKNOWN;
     if (status == EGM_OK) {
         status = reply->status;
         if (removed_p != NULL)
             *removed_p = reply->removed;
-        cache_ms = reply->location_cache_ms;
+        wait_ms = reply->wait_ms;
         egm__rpc_msg_free(&reply->base);
     }
     egm__location_cache_clear(client->locations);
-    if (force) /* as egm_remove: whatever the answer */
-        force_wait(client, cache_ms);
+    if (force) /* as egm_remove */
+        force_wait(client, wait_ms);
     return status;
 }
 
@@ -107,7 +109,7 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
  * key fails in its own slot (INVALID_KEY) and the others are sent. */
 static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t n,
                                     const char *const *keys, unsigned flags, egm_status_t *results,
-                                    uint64_t *cache_ms_p)
+                                    uint64_t *wait_ms_p)
 {
     egm_keys_reply_t *reply = NULL;
     const char **valid = NULL;
@@ -138,8 +140,8 @@ static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t 
     for (size_t i = 0, k = 0; i < n; i++)
         if (results[i] == EGM_OK)
             results[i] = status == EGM_OK ? reply->results[k++].status : status;
-    if (cache_ms_p != NULL)
-        *cache_ms_p = status == EGM_OK ? reply->location_cache_ms : 0;
+    if (wait_ms_p != NULL && status == EGM_OK)
+        *wait_ms_p = reply->wait_ms;
     egm__keys_reply_free(reply);
     egm_free(valid);
     return status;
@@ -154,10 +156,10 @@ egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *
 egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys, int force,
                               egm_status_t *results)
 {
-    uint64_t cache_ms = 0;
+    uint64_t wait_ms = WAIT_UNKNOWN;
     egm_status_t status =
         batch_keys_call(client, EGM_RPC_REMOVE, n, keys,
-                        force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, results, &cache_ms);
+                        force ? EGM_KEYS_CALL_FORCE : EGM_KEYS_CALL_PLAIN, results, &wait_ms);
     if (client == NULL || keys == NULL || results == NULL)
         return status;
     int sent = 0; /* a key that reached the master (an invalid one did not) */
@@ -168,6 +170,6 @@ egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const 
         sent = 1;
     }
     if (force && sent)
-        force_wait(client, cache_ms);
+        force_wait(client, wait_ms);
     return status;
 }

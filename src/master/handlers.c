@@ -6,6 +6,7 @@
  * status (the server sends an ErrorReply naming the field); per-key problems
  * go in per-key results. */
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/clock.h"
@@ -137,8 +138,26 @@ static int segment_set_add(segment_set_t *set, const egm_segment_t *seg)
 /* One KeyResult per key; the replicas recorded in the outcomes (GetReplicaList,
  * PutStart) name segments, whose descriptors follow, once each, in the order
  * the replicas first name them. */
+/* After a force remove of objects whose latest lease was granted at
+ * last_grant_ms (0: none): how long its caller waits before it returns, so
+ * that every location a client cached of them has run out
+ * (docs/consistency.md). The watermark covers every force remove so far: a
+ * second remover answered NOT_FOUND waits for the first one's objects too. */
+static uint64_t force_wait_ms(egm_master_state_t *st, uint64_t last_grant_ms, uint64_t now_ms)
+{
+    if (last_grant_ms != 0) {
+        uint64_t until = last_grant_ms + st->location_cache_ms;
+        uint64_t seen = atomic_load(&st->force_wait_until_ms);
+        while (until > seen &&
+               !atomic_compare_exchange_weak(&st->force_wait_until_ms, &seen, until))
+            ;
+    }
+    uint64_t until = atomic_load(&st->force_wait_until_ms);
+    return until > now_ms ? until - now_ms : 0;
+}
+
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
-                                    egm_rpc_reply_t *reply)
+                                    uint64_t wait_ms, egm_rpc_reply_t *reply)
 {
     size_t max_segs = egm__segment_table_count(st->segments);
     const egm_pb_slice_t **descs = NULL;
@@ -165,7 +184,8 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                 .replicas = oc->reps,
                                 .n_segments = n_segs,
                                 .packed_segments = descs,
-                                .location_cache_ms = st->location_cache_ms};
+                                .location_cache_ms = st->location_cache_ms,
+                                .wait_ms = wait_ms};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -273,7 +293,7 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
                              .arg = &kb};
     status = egm__objects_batch(st->objects, &b);
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, 0, call->reply);
 out:
     egm_free(lens);
     outcomes_cleanup(&oc);
@@ -287,6 +307,7 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
     const Egm__KeysRequest *req = (const Egm__KeysRequest *)call->request;
     outcomes_t oc = {0};
     size_t *lens = NULL;
+    uint64_t last_grant_ms = 0;
     egm_status_t status;
     uint16_t type = call->type;
     keys_batch_t kb = {.oc = &oc, .with_replicas = type == EGM_RPC_GET_REPLICA_LIST};
@@ -331,11 +352,14 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
         break;
     default:
         b.op = EGM_OBJECTS_REMOVE;
+        b.last_grant_ms_p = &last_grant_ms;
         break;
     }
     status = egm__objects_batch(st->objects, &b);
+    uint64_t wait_ms =
+        b.op == EGM_OBJECTS_REMOVE && b.force ? force_wait_ms(st, last_grant_ms, st->now_ms()) : 0;
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, wait_ms, call->reply);
 out:
     egm_free(lens);
     outcomes_cleanup(&oc);
@@ -349,7 +373,10 @@ static egm_status_t handle_remove_all(egm_master_state_t *st, egm_master_call_t 
 
     msg.status = EGM_OK;
     msg.location_cache_ms = st->location_cache_ms;
-    msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms(), NULL);
+    uint64_t last_grant_ms = 0;
+    msg.removed = egm__objects_remove_all(st->objects, req->force, st->now_ms(), &last_grant_ms);
+    if (req->force)
+        msg.wait_ms = force_wait_ms(st, last_grant_ms, st->now_ms());
     if (msg.removed > 0)
         egm_info("RemoveAll%s removed %llu objects", req->force ? " (force)" : "",
                  (unsigned long long)msg.removed);

@@ -4,6 +4,7 @@
 #define EGM_MASTER_MASTER_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
@@ -22,8 +23,11 @@ typedef struct {
     egm_liveness_t *liveness;
     uint64_t client_ttl_ms;
     uint64_t location_cache_ms; /* told to clients by Ping (docs/consistency.md) */
-    egm_id_t master_id;         /* random per start: clients see a restart */
-    uint64_t (*now_ms)(void);   /* monotonic clock; tests replace it */
+    /* Until when (now_ms's clock) a location cached of some force-removed
+     * object may still be used: a force remove's caller waits until then. */
+    _Atomic uint64_t force_wait_until_ms;
+    egm_id_t master_id;       /* random per start: clients see a restart */
+    uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
     /* Set by the master process (and the concurrency test); NULL where tests
      * drive the handlers on one thread. Per-key RPCs hold it shared: the
      * object index and liveness lock what they change. Changes of the segment

@@ -18,6 +18,7 @@ enum {
     TAG_KEYS_RESULTS = 0x12,   /* KeysReply.results = 2, bytes */
     TAG_KEYS_SEGMENTS = 0x1a,  /* KeysReply.segments = 3, bytes */
     TAG_KEYS_CACHE = 0x20,     /* KeysReply.location_cache_ms = 4, varint */
+    TAG_KEYS_WAIT = 0x28,      /* KeysReply.wait_ms = 5, varint */
     TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
     TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
     TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
@@ -150,7 +151,7 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         }
         total += 1 + varint_len(len) + len;
     }
-    total += scalar_len(msg->location_cache_ms);
+    total += scalar_len(msg->location_cache_ms) + scalar_len(msg->wait_ms);
     uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
     if (buf == NULL)
         goto err_nomem;
@@ -170,6 +171,7 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         }
     }
     p = put_scalar(p, TAG_KEYS_CACHE, msg->location_cache_ms);
+    p = put_scalar(p, TAG_KEYS_WAIT, msg->wait_ms);
     if ((size_t)(p - buf) != total) {
         egm_free(buf);
         status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
@@ -461,6 +463,7 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
 
     out->status = 0;
     out->location_cache_ms = 0;
+    out->wait_ms = 0;
     while (r.p < r.end) {
         uint32_t field;
         unsigned wt;
@@ -477,6 +480,11 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
             if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
                 return bad("KeysReply.location_cache_ms");
             out->location_cache_ms = v;
+            break;
+        case 5:
+            if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
+                return bad("KeysReply.wait_ms");
+            out->wait_ms = v;
             break;
         case 2: {
             egm_key_result_t tmp, *res = fill ? &out->results[n_results] : &tmp;

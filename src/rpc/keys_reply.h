@@ -58,6 +58,7 @@ typedef struct {
     size_t n_segments;
     egm_pb_slice_t *segments;
     uint64_t location_cache_ms; /* GetReplicaList, Remove: the master's cache bound */
+    uint64_t wait_ms;           /* force Remove: how long the caller waits */
     uint8_t *buf;               /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
@@ -77,6 +78,7 @@ typedef struct {
      * already packed (egm__segment_desc__pack of it), copied as they are. */
     const egm_pb_slice_t *const *packed_segments;
     uint64_t location_cache_ms; /* 0: left out */
+    uint64_t wait_ms;           /* 0: left out */
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

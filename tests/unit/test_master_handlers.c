@@ -591,6 +591,51 @@ static void test_leaving_ping_unregisters(void **state)
 /* The command table: a row for every request type of the rpc command list,
  * none for session frames or unknown types; the lock modes docs/master.md
  * ("Concurrency") lists. */
+/* A force remove's answer says how long its caller waits (docs/consistency.md):
+ * until every location cached of a force-removed object has run out (its
+ * latest lease grant + location_cache_ms), for this object or any force-removed
+ * earlier; 0 for objects never read; a plain remove and a get never wait. */
+static void test_force_remove_wait(void **state)
+{
+    (void)state;
+    st.location_cache_ms = 500;
+    mount(1 << 20, "seg");
+    const char *keys[] = {"read", "unread"};
+    uint64_t sizes[] = {100, 100};
+    Egm__KeysReply *r = put_start(2, keys, sizes, 1);
+    egm__pb_free(&r->base);
+    r = keys_call(EGM_RPC_PUT_END, 2, keys, 0);
+    egm__pb_free(&r->base);
+
+    r = keys_call(EGM_RPC_GET_REPLICA_LIST, 1, keys, 0); /* grants at 1000 */
+    assert_int_equal(r->location_cache_ms, 500);
+    assert_int_equal(r->wait_ms, 0);
+    egm__pb_free(&r->base);
+    fake_now = 1100;
+    r = keys_call(EGM_RPC_REMOVE, 1, &keys[1], 1); /* never read: nothing to wait for */
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->wait_ms, 0);
+    egm__pb_free(&r->base);
+    r = keys_call(EGM_RPC_REMOVE, 1, keys, 0); /* plain: refused under the lease, no wait */
+    assert_int_equal(r->results[0]->status, EGM_ERR_HAS_LEASE);
+    assert_int_equal(r->wait_ms, 0);
+    egm__pb_free(&r->base);
+    r = keys_call(EGM_RPC_REMOVE, 1, keys, 1); /* read at 1000: until 1500 */
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->wait_ms, 400);
+    egm__pb_free(&r->base);
+    fake_now = 1300;
+    r = keys_call(EGM_RPC_REMOVE, 1, keys, 1); /* gone, yet the first remover's wait holds */
+    assert_int_equal(r->results[0]->status, EGM_ERR_NOT_FOUND);
+    assert_int_equal(r->wait_ms, 200);
+    egm__pb_free(&r->base);
+    fake_now = 1500;
+    r = keys_call(EGM_RPC_REMOVE, 1, keys, 1);
+    assert_int_equal(r->wait_ms, 0);
+    egm__pb_free(&r->base);
+    st.location_cache_ms = 0;
+}
+
 static void test_command_table(void **state)
 {
     (void)state;
@@ -645,6 +690,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ping_and_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mount_list_all_or_none, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leaving_ping_unregisters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_force_remove_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_command_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
