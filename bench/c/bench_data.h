@@ -295,8 +295,12 @@ int egm__bdata_get_at(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const c
                       uint64_t bytes);
 void egm__bdata_get_one(egm_bdata_worker_t *w, egm_bench_samples_t *extra, const char *key,
                         uint64_t bytes, uint64_t seed);
-/* Removes keys[0..n) (force; NOT_FOUND is fine), untimed. */
-void egm__bdata_remove(egm_bdata_worker_t *w, size_t n);
+/* Removes keys[0..n) (NOT_FOUND is fine), untimed. force only for keys a get
+ * read: their space is held until the lease ends, and the call waits for the
+ * master's force watermark (location_cache_ms past the last read of any key
+ * force-removed so far); keys only put are removed plain, which never waits
+ * (HAS_LEASE is then an error: something read them). */
+void egm__bdata_remove(egm_bdata_worker_t *w, size_t n, int force);
 uint64_t egm__bdata_rand(egm_bdata_worker_t *w);
 /* Puts and gets one small object: the first transfer's mapping is not timed. */
 void egm__bdata_warm(egm_bdata_worker_t *w);

@@ -341,7 +341,8 @@ static egm_status_t put_keys(egm_bdata_run_t *r, control_args_t *a, name_fn name
     return status;
 }
 
-static egm_status_t remove_keys(egm_bdata_run_t *r, name_fn name, uint64_t count)
+/* force only where gets read the keys (a lease holds them); see egm__bdata_remove. */
+static egm_status_t remove_keys(egm_bdata_run_t *r, name_fn name, uint64_t count, int force)
 {
     size_t chunk = 1024;
     control_args_t a = {0};
@@ -350,7 +351,7 @@ static egm_status_t remove_keys(egm_bdata_run_t *r, name_fn name, uint64_t count
         size_t n = 0;
         while (n < chunk && k < count)
             name(r, a.names[n++], k++);
-        status = egm_batch_remove(r->control, n, a.keys, 1, a.results);
+        status = egm_batch_remove(r->control, n, a.keys, force, a.results);
         for (size_t j = 0; status == EGM_OK && j < n; j++)
             if (a.results[j] != EGM_OK && a.results[j] != EGM_ERR_NOT_FOUND)
                 status = egm__set_error(a.results[j], "remove %s: %s", a.keys[j],
@@ -428,7 +429,7 @@ egm_status_t egm__bdata_control_after(egm_bdata_run_t *r, const egm_bdata_phase_
 {
     egm_bdata_metrics_t m;
     if (ph->workload == EGM_BDATA_MIXED)
-        return remove_keys(r, egm__bdata_keyspace_key, r->o.keys);
+        return remove_keys(r, egm__bdata_keyspace_key, r->o.keys, 1); /* read */
     if (ph->workload != EGM_BDATA_FULL)
         return EGM_OK;
     egm_status_t status = egm__bdata_metrics(r, &m);
@@ -440,6 +441,6 @@ egm_status_t egm__bdata_control_after(egm_bdata_run_t *r, const egm_bdata_phase_
         rec->eviction_runs = (uint64_t)(m.eviction_runs - r->before.eviction_runs);
         rec->used_before = r->before.allocated / r->before.capacity;
     }
-    egm_status_t removed = remove_keys(r, fill_key, r->fill_keys);
+    egm_status_t removed = remove_keys(r, fill_key, r->fill_keys, 0); /* only put */
     return status != EGM_OK ? status : removed;
 }

@@ -114,7 +114,7 @@ static void mixed_put(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
     int ok = 0;
     if (w->ring_n == EGM_BDATA_RING) { /* untimed: room for the next one */
         new_key(w, w->names[0], "mp", w->ring[0]);
-        egm__bdata_remove(w, 1);
+        egm__bdata_remove(w, 1, 0); /* only put: no lease */
         memmove(w->ring, w->ring + 1, (EGM_BDATA_RING - 1) * sizeof(w->ring[0]));
         w->ring_n--;
     }
@@ -136,7 +136,7 @@ static void mixed_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
     (void)ph;
     for (size_t i = 0; i < w->ring_n; i++)
         new_key(w, w->names[i], "mp", w->ring[i]);
-    egm__bdata_remove(w, w->ring_n);
+    egm__bdata_remove(w, w->ring_n, 0);
     w->ring_n = 0;
 }
 
@@ -183,12 +183,16 @@ static void full_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
         else
             egm__bdata_verify(w, 0, ph->bytes, new_key_seed(w, w->ring[i]), key);
     }
+    /* The keys just read are leased (force); the others were only put (plain). */
+    for (size_t i = 0; i < w->ring_n; i++)
+        new_key(w, w->names[i], "f", w->ring[i]);
+    egm__bdata_remove(w, w->ring_n, 1);
     w->ring_n = 0;
     for (uint64_t seq = 1; seq <= w->seq;) {
         size_t n = 0;
         while (n < 1024 && seq <= w->seq)
             new_key(w, w->names[n++], "f", seq++);
-        egm__bdata_remove(w, n);
+        egm__bdata_remove(w, n, 0);
     }
 }
 

@@ -71,7 +71,11 @@ static void single_put_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
     size_t k = w->run_key[r];
     single_key(w, ph, key, k);
     if (w->versions[k] != 0) { /* every slot written: make room for the new version */
-        egm_status_t status = egm_remove(w->client, key, 1);
+        /* plain: the put phase reads nothing, so no lease holds it; a force remove
+         * would wait, between the run's calls, for the master's force watermark
+         * (location_cache_ms past the last read of any key force-removed: the
+         * warm-up's, another client's) */
+        egm_status_t status = egm_remove(w->client, key, 0);
         if (status != EGM_OK && status != EGM_ERR_NOT_FOUND)
             egm__bdata_error(w, 1, "remove %s: %s", key, egm_status_string(status));
         w->versions[k] = 0;
@@ -146,7 +150,7 @@ static void single_get_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph
     for (size_t k = 0; k < w->stored; k++)
         if (w->versions[k] != 0)
             single_key(w, ph, w->names[n++], k);
-    egm__bdata_remove(w, n);
+    egm__bdata_remove(w, n, 1); /* read: leased */
     memset(w->versions, 0, w->slots * sizeof(*w->versions));
     w->stored = 0;
 }
@@ -210,8 +214,8 @@ static size_t batch_failures(egm_bdata_worker_t *w, size_t n, egm_status_t statu
 static void batch_put_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     size_t n = ph->batch;
-    if (w->stored) /* the keys of the previous call */
-        egm__bdata_remove(w, n);
+    if (w->stored) /* the keys of the previous call, only put: no lease */
+        egm__bdata_remove(w, n, 0);
     uint64_t t0 = egm__now_ns();
     egm_status_t status = egm_batch_put_from(w->client, n, w->keys, (const void *const *)w->srcs,
                                              w->lens, NULL, w->results);
@@ -257,7 +261,7 @@ static void batch_get_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 static void batch_get_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     if (w->stored)
-        egm__bdata_remove(w, ph->batch);
+        egm__bdata_remove(w, ph->batch, 1); /* read: leased */
     w->stored = 0;
 }
 

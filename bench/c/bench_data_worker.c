@@ -215,11 +215,11 @@ void egm__bdata_verify(egm_bdata_worker_t *w, size_t at, size_t len, uint64_t se
         egm__bdata_error(w, 1, "get %s: %s", key, egm_last_error());
 }
 
-void egm__bdata_remove(egm_bdata_worker_t *w, size_t n)
+void egm__bdata_remove(egm_bdata_worker_t *w, size_t n, int force)
 {
     for (size_t i = 0; i < n; i += 1024) {
         size_t k = n - i < 1024 ? n - i : 1024;
-        egm_status_t status = egm_batch_remove(w->client, k, w->keys + i, 1, w->results + i);
+        egm_status_t status = egm_batch_remove(w->client, k, w->keys + i, force, w->results + i);
         for (size_t j = 0; j < k; j++) {
             egm_status_t s = status != EGM_OK ? status : w->results[i + j];
             if (s != EGM_OK && s != EGM_ERR_NOT_FOUND) {
@@ -269,7 +269,8 @@ static egm_status_t warm_remove(egm_client_t *client, char (*names)[EGM_BDATA_KE
         size_t k = n - i < 1024 ? (size_t)(n - i) : 1024;
         for (size_t j = 0; j < k; j++)
             keys[j] = names[i + j];
-        status = egm_batch_remove(client, k, keys, 1, results);
+        /* plain: nothing read these, so no lease holds them (and nothing waits) */
+        status = egm_batch_remove(client, k, keys, 0, results);
         for (size_t j = 0; status == EGM_OK && j < k; j++)
             if (results[j] != EGM_OK && results[j] != EGM_ERR_NOT_FOUND)
                 status = egm__set_error(results[j], "remove %s: %s", keys[j],
