@@ -185,7 +185,12 @@ typedef struct {
 typedef struct {
     int ok;
     double capacity, allocated, evictions, evicted_bytes, eviction_runs;
+    double held; /* egm_master_held_bytes; < 0: not reported */
 } egm_bdata_metrics_t;
+
+/* The embedded master's read lease (default_kv_lease_ttl, ms) unless the
+ * command sets one: see egm__bdata_wait_held. */
+#define EGM_BDATA_LEASE_MS "2000"
 
 typedef struct egm_bdata_run {
     egm_bdata_opts_t o;
@@ -201,6 +206,8 @@ typedef struct egm_bdata_run {
     pthread_t master_thread;
     int master_started;
     egm_process_t provider;
+    uint64_t lease_ms;  /* the master's default_kv_lease_ttl (as told, when external) */
+    int held_unwatched; /* an external master's metrics were not there: no held waits */
     char master_addr[300];
     char http_host[256];
     unsigned http_port;
@@ -365,6 +372,10 @@ int egm__bdata_child_main(egm_bdata_run_t *r);
 egm_status_t egm__bdata_cluster_start(egm_bdata_run_t *r);
 egm_status_t egm__bdata_cluster_stop(egm_bdata_run_t *r);
 egm_status_t egm__bdata_metrics(egm_bdata_run_t *r, egm_bdata_metrics_t *m);
+/* Waits (bounded) until the master holds no space of force-removed objects:
+ * before each phase that puts and each level's pool warm-up, so that their
+ * puts find the whole pool. */
+egm_status_t egm__bdata_wait_held(egm_bdata_run_t *r);
 /* Before and after a phase: the mixed keyspace, the full pool's fill. */
 egm_status_t egm__bdata_control_before(egm_bdata_run_t *r, const egm_bdata_phase_t *ph);
 egm_status_t egm__bdata_control_after(egm_bdata_run_t *r, const egm_bdata_phase_t *ph,
