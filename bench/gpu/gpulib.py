@@ -55,13 +55,16 @@ def default_pythonpath(egmstore_bin):
 
 class Cluster:
     """`egmstore master` and one `egmstore provider` with an EGM pool (HOST_NUMA VMM, posix_fd,
-    nvlink) of `pool` bytes in chunks of `chunk`, on free loopback ports; logs in args.out."""
+    nvlink) of `pool` bytes in chunks of `chunk`, on free loopback ports; logs in args.out.
+    master_http: the master's admin HTTP on a free port (wait_held)."""
 
-    def __init__(self, args, pool, chunk, provider_args=()):
+    def __init__(self, args, pool, chunk, provider_args=(), master_args=(), master_http=False):
         self.run = Run(args)  # makes args.out, run.log; daemon() / stop() / http()
         self.args = args
         self.pool, self.chunk = pool, chunk
         self.provider_args = list(provider_args)  # appended: a later flag overrides
+        self.master_args = list(master_args)  # appended too
+        self.master_http_port = benchlib.free_port() if master_http else None
         self.master = self.provider = None
 
     def say(self, text):
@@ -71,8 +74,8 @@ class Cluster:
         bin_ = self.args.egmstore
         self.master, m, line = self.run.daemon(
             "master",
-            [bin_, "master", "--port", "0", "--listen-address", "127.0.0.1", "--http-port", "-1",
-             "--log-level", "warn"],
+            [bin_, "master", "--port", "0", "--listen-address", "127.0.0.1", "--http-port",
+             str(self.master_http_port or -1), "--log-level", "warn"] + self.master_args,
             r"listening on (\S+):(\d+)",
             30,
         )
@@ -92,6 +95,10 @@ class Cluster:
     def provider_metrics(self):
         code, body = self.run.http(self.http_port, "/metrics")
         return prom(body) if code == 200 else {}
+
+    def wait_held(self):
+        """benchlib.wait_master_held on this master (needs master_http)."""
+        return benchlib.wait_master_held(self.master_http_port)
 
     def stop(self):
         """SIGTERM to the provider, then the master; their exit codes."""

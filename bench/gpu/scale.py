@@ -648,6 +648,9 @@ def run_workers(a, cluster, gpus, nodes_of, phases, say, checks, label):
             say("  worker %d on GPU %d%s: %s" % (wk.w, wk.gpu, " (numactl node %d)" % wk.bound
                                                   if wk.bound is not None else "", info["device"]))
         for phase, meta in phases:
+            # untimed: the space of the keys the last get phase read and force-removed is held
+            # until their lease ends; the pool is sized for the put phases' two rounds only
+            cluster.wait_held()
             for wk in workers:
                 wk.proc.stdin.write("phase %s\n" % phase)
                 wk.proc.stdin.flush()
@@ -746,16 +749,22 @@ def _worker(spec, send):
                                  list(range(len(part))), part)
         return bad
 
-    def remove(keys):
+    def remove(keys, force):
+        """force only for keys a get read (leased; the call waits up to location_cache_ms past
+        the last read of any key force-removed so far); keys only put go plain, which never
+        waits, and a key that answers HasLease then is a bug."""
         for s in range(0, len(keys), 1024):
-            store.batch_remove(keys[s:s + 1024], force=True)
+            part = keys[s:s + 1024]
+            for k, r in zip(part, store.batch_remove(part, force=force)):
+                if r is not None and not isinstance(r, egmstore.NotFound):
+                    raise RuntimeError("remove %s (force %s): %r" % (k, force, r))
 
     # An untimed warm-up: the pool's mappings imported before the first barrier.
     unit, batch = kinds["blocks"]
     wk = ["scale/%s/warm/w%d/%d" % (spec["tag"], w, j) for j in range(batch)]
     store.batch_put_from(wk, [src.ptr + j * unit for j in range(batch)], [unit] * batch)
     store.batch_get_into(wk, [dst.ptr + j * unit for j in range(batch)], [unit] * batch)
-    remove(wk)
+    remove(wk, True)  # read
     filled = None
 
     while True:
@@ -822,7 +831,7 @@ def _worker(spec, send):
                 out["busy_s"] += p1 - p0
                 out["bytes"] += n * unit
                 if prev is not None:
-                    remove(prev)  # untimed: only two rounds in the pool at once
+                    remove(prev, False)  # untimed: only two rounds in the pool at once
                 prev = keys
                 rnd += 1
             current[kind] = prev
@@ -850,11 +859,12 @@ def _worker(spec, send):
                 out["bytes"] += n * unit
                 out["mismatches"] += check(kind, n)  # untimed: every block of every pass
                 out["verified"] += n
-            remove(keys)
+            out["t_end"] = time.monotonic()  # the removal (a force wait) is not the phase's
+            remove(keys, True)
             del current[kind]
         else:
             raise RuntimeError("unknown phase %r" % phase)
-        out["t_end"] = time.monotonic()
+        out.setdefault("t_end", time.monotonic())
         send("done", out)
     store.unregister_buffer(src.ptr)
     store.unregister_buffer(dst.ptr)
@@ -969,8 +979,11 @@ def main(argv=None):
                 len(gpus), gpus, label, gpulib.fmt_size(pool), gpulib.fmt_size(a.max_mr_size)))
             sub = copy.copy(a)
             sub.out = a.cur_out = os.path.join(a.out, label)
+            # the workers force-remove what they read: a short lease, and a wait for its held
+            # space before each phase (run_workers)
             cluster = gpulib.Cluster(sub, pool, a.max_mr_size, provider_args=[
-                "--egm-numa-nodes", nodes, "--log-level", "debug"])
+                "--egm-numa-nodes", nodes, "--log-level", "debug"], master_args=[
+                "--default-kv-lease-ttl", str(benchlib.BENCH_LEASE_MS)], master_http=True)
             used0 = nodes_used()
             try:
                 cluster.start()

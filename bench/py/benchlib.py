@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 SCHEMA = 1
 KiB = 1024
@@ -182,6 +184,45 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+# The read lease (ms) of an egmstore master a benchmark starts. The benchmarks force-remove what
+# their gets read between phases; the space of an object force-removed under a read lease stays
+# held until the lease ends (egm_master_held_bytes, docs/master.md), and the next phase waits for
+# it (wait_master_held), so a short lease keeps that wait short. It is no shorter than the longest
+# location_cache_ms (2 s): gets are served from cached locations exactly as under the default
+# lease (10 s), and a call has 2 s before its lease runs out (LEASE_EXPIRED).
+BENCH_LEASE_MS = 2000
+
+
+def master_held_bytes(port):
+    """egm_master_held_bytes from the master's admin HTTP /metrics on 127.0.0.1:port (0 when the
+    master does not report it)."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+            body = r.read().decode()
+    except (OSError, urllib.error.URLError) as exc:
+        raise RuntimeError("the master's /metrics on port %d: %s" % (port, exc))
+    for line in body.splitlines():
+        if line.startswith("egm_master_held_bytes "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def wait_master_held(port, timeout=BENCH_LEASE_MS / 1000 + 5):
+    """Untimed, between phases: waits until the master holds no space of force-removed objects
+    (their read leases ended; its tick frees them once a second), so that the next phase's puts
+    find the whole pool. Returns the seconds waited; raises RuntimeError after timeout."""
+    t0 = time.monotonic()
+    while True:
+        held = master_held_bytes(port)
+        if held == 0:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(
+                "the master still holds %d bytes of force-removed objects after %.1f s: their "
+                "read leases (default_kv_lease_ttl) should have ended" % (held, time.monotonic() - t0))
+        time.sleep(0.05)
 
 
 def wait_port(port, proc, timeout=30.0):
