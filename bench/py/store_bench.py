@@ -761,6 +761,7 @@ class ProcessClients:
 class Cluster:
     def __init__(self):
         self.procs, self.master = [], None
+        self.http_port = None  # the egmstore master's admin HTTP
 
     def stop(self):
         for p in reversed(self.procs):
@@ -775,7 +776,9 @@ def start_egmstore(binary, log_dir, pool, egm=False):
     mlog = os.path.join(log_dir, "egm-master.log")
     with open(mlog, "wb") as log:
         c.procs.append(subprocess.Popen(
-            [binary, "master", "--port", "0", "--listen-address", "127.0.0.1", "--http-port", "-1"],
+            # a short read lease: see bl.BENCH_LEASE_MS and Bench.wait_held
+            [binary, "master", "--port", "0", "--listen-address", "127.0.0.1", "--http-port", "0",
+             "--default-kv-lease-ttl", str(bl.BENCH_LEASE_MS)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=bl.die_with_parent))
     line = bl.wait_line(mlog, "egmstore master listening on ", c.procs[0])
@@ -783,6 +786,11 @@ def start_egmstore(binary, log_dir, pool, egm=False):
         c.stop()
         raise RuntimeError("egmstore master did not start; log: " + mlog)
     c.master = line.rsplit(" ", 1)[1]
+    line = bl.wait_line(mlog, "egmstore master admin http on ", c.procs[0])
+    if line is None:
+        c.stop()
+        raise RuntimeError("egmstore master has no admin http; log: " + mlog)
+    c.http_port = int(line.rsplit(":", 1)[1])
     plog = os.path.join(log_dir, "egm-provider.log")
     with open(plog, "wb") as log:
         c.procs.append(subprocess.Popen(
@@ -912,6 +920,14 @@ class Bench:
         self.phase_no = 0
         self.show = bl.progress_enabled(args.progress)
         self.warmed = False
+        self.master_http = None  # the egmstore master's admin HTTP port, when this run started it
+
+    def wait_held(self):
+        """Untimed, before a phase: each phase ends with remove_all(True) of what it stored, and
+        the space of what its gets read stays held until their read leases end
+        (bl.wait_master_held). Mooncake frees at once; an external master is not watched."""
+        if self.master_http is not None:
+            bl.wait_master_held(self.master_http)
 
     def say(self, text):
         if self.show:
@@ -957,6 +973,7 @@ class Bench:
 
     def run_on(self, runner, spec, transport, clients, procs, names):
         try:
+            self.wait_held()
             per_client = runner.run(spec)
         except Exception as exc:
             self.say("  %s %s failed: %s" % (spec["workload"], transport, exc))
@@ -1053,6 +1070,7 @@ class Bench:
                         continue
                     try:
                         if a.warmup and protocol == "shm":
+                            self.wait_held()
                             t = time.monotonic()
                             bad = pool.warm(a.pool_size, a.fill, self.tag)
                             self.say("  warm-up of %d client processes (each maps the shm pool): "
@@ -1306,6 +1324,7 @@ def main(argv=None):
                 return EXIT_SKIP
             cluster = start_egmstore(binary, log_dir, a.pool_size, egm=a.memory == "gpu")
             master = cluster.master
+            bench.master_http = cluster.http_port
         else:
             try:
                 cluster = start_mooncake(log_dir, a.pool_size)
