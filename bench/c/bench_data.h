@@ -189,8 +189,10 @@ typedef struct {
 } egm_bdata_metrics_t;
 
 /* The embedded master's read lease (default_kv_lease_ttl, ms) unless the
- * command sets one: see egm__bdata_wait_held. */
+ * command sets one: see egm__bdata_wait_held. --smoke's calls take
+ * milliseconds: 1 s (the default location_cache_ms) shortens its waits. */
 #define EGM_BDATA_LEASE_MS "2000"
+#define EGM_BDATA_SMOKE_LEASE_MS "1000"
 
 typedef struct egm_bdata_run {
     egm_bdata_opts_t o;

@@ -200,7 +200,8 @@ static egm_status_t start_master(egm_bdata_run_t *r)
      * the longest location_cache_ms, so cached gets are served exactly as under
      * the default lease. */
     if (status == EGM_OK && !EGM_CONFIG_IS_SET(mconfig, default_kv_lease_ttl))
-        status = egm_config_set(mconfig, "default_kv_lease_ttl", EGM_BDATA_LEASE_MS);
+        status = egm_config_set(mconfig, "default_kv_lease_ttl",
+                                r->o.smoke ? EGM_BDATA_SMOKE_LEASE_MS : EGM_BDATA_LEASE_MS);
     if (status == EGM_OK)
         status = egm__master_create(mconfig, &master);
     r->lease_ms = (uint64_t)egm__config_settings(mconfig)->default_kv_lease_ttl;

@@ -769,7 +769,7 @@ class Cluster:
         self.procs = []
 
 
-def start_egmstore(binary, log_dir, pool, egm=False):
+def start_egmstore(binary, log_dir, pool, egm=False, lease_ms=bl.BENCH_LEASE_MS):
     """egm: the provider contributes an EGM pool (HOST_NUMA VMM memory, posix_fd handles,
     served over nvlink), as bench/gpu/gpulib.py's Cluster starts it for the GPU workloads."""
     c = Cluster()
@@ -778,7 +778,7 @@ def start_egmstore(binary, log_dir, pool, egm=False):
         c.procs.append(subprocess.Popen(
             # a short read lease: see bl.BENCH_LEASE_MS and Bench.wait_held
             [binary, "master", "--port", "0", "--listen-address", "127.0.0.1", "--http-port", "0",
-             "--default-kv-lease-ttl", str(bl.BENCH_LEASE_MS)],
+             "--default-kv-lease-ttl", str(lease_ms)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=bl.die_with_parent))
     line = bl.wait_line(mlog, "egmstore master listening on ", c.procs[0])
@@ -921,13 +921,14 @@ class Bench:
         self.show = bl.progress_enabled(args.progress)
         self.warmed = False
         self.master_http = None  # the egmstore master's admin HTTP port, when this run started it
+        self.lease_ms = bl.BENCH_SMOKE_LEASE_MS if args.smoke else bl.BENCH_LEASE_MS
 
     def wait_held(self):
         """Untimed, before a phase: each phase ends with remove_all(True) of what it stored, and
         the space of what its gets read stays held until their read leases end
         (bl.wait_master_held). Mooncake frees at once; an external master is not watched."""
         if self.master_http is not None:
-            bl.wait_master_held(self.master_http)
+            bl.wait_master_held(self.master_http, self.lease_ms)
 
     def say(self, text):
         if self.show:
@@ -1322,7 +1323,8 @@ def main(argv=None):
             if not os.access(binary, os.X_OK):
                 print("store_bench: SKIPPED egmstore: no CLI at %s" % binary, flush=True)
                 return EXIT_SKIP
-            cluster = start_egmstore(binary, log_dir, a.pool_size, egm=a.memory == "gpu")
+            cluster = start_egmstore(binary, log_dir, a.pool_size, egm=a.memory == "gpu",
+                                     lease_ms=bench.lease_ms)
             master = cluster.master
             bench.master_http = cluster.http_port
         else:
