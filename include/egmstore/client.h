@@ -209,8 +209,8 @@ EGM_API egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *s
  * live, and with EGM_ERR_NOT_READY while it is still being written, unless
  * force. A force remove returns only once no client can serve the key from a
  * cached location any more: it waits as long as the master says (up to its
- * location_cache_ms; nothing for a key not read lately), whatever the answer
- * (docs/consistency.md). Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
+ * location_cache_ms; nothing when no force-removed key was read lately),
+ * whatever the answer (docs/consistency.md). Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
  * EGM_ERR_INVALID_KEY, EGM_ERR_NOT_FOUND, EGM_ERR_HAS_LEASE,
  * EGM_ERR_NOT_READY, the master call errors. */
 EGM_API egm_status_t egm_remove(egm_client_t *client, const char *key, int force);
