@@ -135,6 +135,24 @@ out:
  * remounts our own that it does not list. The mappings are taken before the
  * list: a segment mounted at the master after the list cannot have been
  * mapped before it, so only ids the master no longer has are dropped. */
+/* Waits ms on the client's condition (its clock is CLOCK_MONOTONIC), lock
+ * held, unless the client starts closing; returns whether it is closing. */
+static int wait_unless_stopping(egm_client_t *client, uint64_t ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(ms / 1000);
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (!client->stopping &&
+           pthread_cond_timedwait(&client->cond, &client->lock, &deadline) != ETIMEDOUT)
+        ;
+    return client->stopping;
+}
+
 /* Before this client's capacity is mounted again (a master restarted or lost
  * it), the locations other clients cached of the objects it held must have run
  * out: they name the same memory, which the master may hand to new objects
@@ -148,19 +166,8 @@ static int remount_fence(egm_client_t *client)
     if (wait_ms == 0 || client->capacity.count == 0)
         return 0;
     egm_debug("waiting %llu ms (location_cache_ms) before remounting", (unsigned long long)wait_ms);
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(wait_ms / 1000);
-    deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&client->lock);
-    while (!client->stopping &&
-           pthread_cond_timedwait(&client->cond, &client->lock, &deadline) != ETIMEDOUT)
-        ;
-    int stopping = client->stopping;
+    int stopping = wait_unless_stopping(client, wait_ms);
     pthread_mutex_unlock(&client->lock);
     return stopping ? -1 : 0;
 }
@@ -281,18 +288,7 @@ static void *ping_main(void *arg)
 
     pthread_mutex_lock(&client->lock);
     while (!client->stopping) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += (time_t)(interval_ms / 1000);
-        deadline.tv_nsec += (long)(interval_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
-        while (!client->stopping &&
-               pthread_cond_timedwait(&client->cond, &client->lock, &deadline) != ETIMEDOUT)
-            ;
-        if (client->stopping)
+        if (wait_unless_stopping(client, interval_ms))
             break;
         pthread_mutex_unlock(&client->lock);
         egm_status_t status = ping_once(client);

@@ -31,15 +31,9 @@ static unsigned master_http;
 static int setup(void **state)
 {
     (void)state;
-    const char *flags[] = {"--http-port", "0", "--location-cache-ms", "300", NULL};
-    char line[512];
-    if (egm_test_start_master(&cluster, flags) != 0 ||
-        egm__process_wait_line(&cluster.master, "egmstore master admin http ", line, sizeof(line),
-                               30000) != EGM_OK)
-        return -1;
-    const char *colon = strrchr(line, ':');
-    master_http = colon != NULL ? (unsigned)atoi(colon + 1) : 0;
-    if (master_http == 0 || egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
+    const char *flags[] = {"--location-cache-ms", "300", NULL};
+    if (egm_test_start_master_http(&cluster, flags, &master_http) != 0 ||
+        egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
         return -1;
     return 0;
 }

@@ -270,3 +270,22 @@ int egm_test_only_segment(egm_client_t *client, egm_test_segment_t *seg)
     egm__rpc_msg_free(&reply->base);
     return rc;
 }
+
+int egm_test_start_master_http(egm_test_cluster_t *cluster, const char *const *extra,
+                               unsigned *http_port_p)
+{
+    const char *flags[32] = {"--http-port", "0"};
+    size_t n = 2;
+    for (; extra != NULL && extra[n - 2] != NULL && n + 1 < sizeof(flags) / sizeof(flags[0]); n++)
+        flags[n] = extra[n - 2];
+    flags[n] = NULL;
+    char line[512];
+    *http_port_p = 0;
+    if (egm_test_start_master(cluster, flags) != 0 ||
+        egm__process_wait_line(&cluster->master, "egmstore master admin http ", line, sizeof(line),
+                               30000) != EGM_OK)
+        return -1;
+    const char *colon = strrchr(line, ':');
+    *http_port_p = colon != NULL ? (unsigned)atoi(colon + 1) : 0;
+    return *http_port_p > 0 ? 0 : -1;
+}

@@ -27,6 +27,10 @@ int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
 /* Start a new master on `port` in a running cluster (the providers and
  * master_addr stay): after the previous master was stopped and reaped, e.g.
  * to restart it on the same address. 0 on success. */
+/* egm_test_start_master with its admin HTTP on a free port (--http-port 0,
+ * then extra), whose port goes to *http_port_p. 0, or -1. */
+int egm_test_start_master_http(egm_test_cluster_t *cluster, const char *const *extra,
+                               unsigned *http_port_p);
 int egm_test_start_master_on(egm_test_cluster_t *cluster, unsigned port, const char *const *extra);
 /* Start a provider with `size` capacity; returns its index or -1. Waits for "ready". */
 int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size,
