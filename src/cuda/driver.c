@@ -518,7 +518,18 @@ int egm__cuda_pointer_gpu_mapped_host(const void *ptr)
             EGM_CU_SUCCESS ||
         type != EGM_CU_MEMORYTYPE_HOST)
         return 0;
-    return api->cuPointerGetAttribute(&dev, EGM_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, p) ==
-               EGM_CU_SUCCESS &&
-           dev == p;
+    /* The device pointer is a question about the current context: asked in GPU
+     * 0's primary context (the one that copies it), whatever this thread had
+     * current, which is given back. */
+    egm_cu_context_t saved = NULL;
+    if (api->cuCtxGetCurrent(&saved) != EGM_CU_SUCCESS)
+        saved = NULL;
+    if (egm__cuda_use_device(0) != EGM_OK)
+        return 0;
+    int mapped = api->cuPointerGetAttribute(&dev, EGM_CU_POINTER_ATTRIBUTE_DEVICE_POINTER, p) ==
+                     EGM_CU_SUCCESS &&
+                 dev == p;
+    if (api->cuCtxSetCurrent(saved) != EGM_CU_SUCCESS)
+        egm_warn("restoring the caller's CUDA context failed");
+    return mapped;
 }

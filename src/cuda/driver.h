@@ -32,11 +32,12 @@ egm_status_t egm__cuda_use_device(int device);
 /* Device of a pointer from cuMemAlloc/cudaMalloc/VMM, or -1 for host memory
  * the driver does not know (EGM_OK either way). */
 egm_status_t egm__cuda_pointer_device(const void *ptr, int *device_p);
-/* 1 when ptr is pinned (page-locked) host memory that kernels of the current
- * context reach at the same address (the driver's device pointer for it is
- * ptr: cuMemHostAlloc / cudaHostAlloc under unified addressing, or a mapped
- * registration); 0 for anything else, and without a driver or a current
- * context. Never an error: 0 means "copy it the host's way". */
+/* 1 when ptr is pinned (page-locked) host memory that kernels of GPU 0's
+ * primary context reach at the same address (the driver's device pointer for
+ * it there is ptr: cuMemHostAlloc / cudaHostAlloc under unified addressing, or
+ * a portable mapped registration); 0 for anything else, and without a driver.
+ * Asked in that context whatever the calling thread has current (restored
+ * after). Never an error: 0 means "copy it the host's way". */
 int egm__cuda_pointer_gpu_mapped_host(const void *ptr);
 
 #endif
