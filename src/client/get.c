@@ -170,7 +170,7 @@ static egm_status_t fetch_reply(egm_client_t *client, const get_batch_t *b, egm_
     int *acquired = NULL;
     /* the view's parts, numbered from its first key's first part */
     size_t part0 = parts ? egm__parts_first(parts, 0) : 0;
-    size_t n_parts = parts ? egm__parts_end(parts, n - 1) - part0 : n;
+    size_t n_parts = parts ? egm__parts_in(parts, n) : n;
     size_t n_descs = known != NULL ? n_known : reply->n_segments;
     egm_status_t status = EGM_OK;
 
@@ -450,25 +450,17 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
     egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
-    if (b->parts != NULL && egm__parts_end(b->parts, b->n - 1) - egm__parts_first(b->parts, 0) >=
-                                EGM_PIPELINE_MIN_PARTS) {
-        /* Worth pipelining: chunks weighed by parts (a failure to plan runs
-         * the batch whole). */
-        egm_chunk_plan_t chunks;
-        size_t *weights = egm_calloc(b->n, sizeof(*weights), "client.get_plan");
-        for (size_t i = 0; weights != NULL && i < b->n; i++)
-            weights[i] = egm__parts_end(b->parts, i) - egm__parts_first(b->parts, i);
-        if (weights != NULL && egm__chunk_plan(b->n, weights, &chunks) == EGM_OK) {
-            egm_free(weights);
-            if (egm__chunk_plan_pipelined(&chunks)) {
-                status = get_pipelined(client, b, &chunks);
-                egm__chunk_plan_free(&chunks);
-                return status;
-            }
-            egm__chunk_plan_free(&chunks);
-        } else {
-            egm_free(weights);
-        }
+    /* Worth pipelining: chunks weighed by parts (a plan that cannot be made
+     * runs the batch whole). */
+    egm_chunk_plan_t chunks;
+    if (b->parts != NULL && egm__parts_in(b->parts, b->n) >= EGM_PIPELINE_MIN_PARTS &&
+        egm__chunk_plan(b->n, b->parts, NULL, &chunks) == EGM_OK) {
+        int pipelined = egm__chunk_plan_pipelined(&chunks);
+        if (pipelined)
+            status = get_pipelined(client, b, &chunks);
+        egm__chunk_plan_free(&chunks);
+        if (pipelined)
+            return status;
     }
     if (get_cached(client, b))
         return EGM_OK;

@@ -42,6 +42,12 @@ static inline size_t egm__parts_end(const egm_parts_t *parts, size_t i)
     return parts->first ? parts->first[parts->key0 + i + 1] : parts->key0 + i + 1;
 }
 
+/* Parts of the view's first n keys. */
+static inline size_t egm__parts_in(const egm_parts_t *parts, size_t n)
+{
+    return n > 0 ? egm__parts_end(parts, n - 1) - egm__parts_first(parts, 0) : 0;
+}
+
 /* A batch refused as a whole: every results[i] (if results) is status; returns status. */
 egm_status_t egm__parts_fail_all(egm_status_t *results, size_t n, egm_status_t status);
 

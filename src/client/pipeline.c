@@ -221,7 +221,8 @@ egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void
     return egm__set_error(failed->status, "%s", failed->error);
 }
 
-egm_status_t egm__chunk_plan(size_t n, const size_t *parts_of, egm_chunk_plan_t *plan)
+egm_status_t egm__chunk_plan(size_t n, const egm_parts_t *parts, const size_t *index,
+                             egm_chunk_plan_t *plan)
 {
     memset(plan, 0, sizeof(*plan));
     /* At most one chunk per key, plus the end. */
@@ -231,7 +232,8 @@ egm_status_t egm__chunk_plan(size_t n, const size_t *parts_of, egm_chunk_plan_t 
     size_t k = 0, in_chunk = 0;
     plan->first[0] = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t w = parts_of != NULL ? parts_of[i] : 1;
+        size_t key = index != NULL ? index[i] : i;
+        size_t w = parts != NULL ? egm__parts_end(parts, key) - egm__parts_first(parts, key) : 1;
         if (in_chunk > 0 && in_chunk + w > egm__pipeline_chunk_cap(k)) {
             plan->first[++k] = i;
             in_chunk = 0;

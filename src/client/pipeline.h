@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
+#include "client/parts.h"
 
 /* Large batches are cut into chunks of about EGM_PIPELINE_CHUNK_PARTS buffers
  * (a key of one buffer counts one, a multi-buffer key its parts: a vLLM key of
@@ -88,11 +89,13 @@ typedef struct {
     size_t parts;  /* of the whole batch */
 } egm_chunk_plan_t;
 
-/* Cuts n keys, key i of parts_of[i] parts (NULL: one each), into chunks that
- * fill egm__pipeline_chunk_cap(k) parts, in order; a key never spans chunks
- * and a chunk holds at least one key (a key of more parts than the cap is a
- * chunk of its own). Free with egm__chunk_plan_free. */
-egm_status_t egm__chunk_plan(size_t n, const size_t *parts_of, egm_chunk_plan_t *plan);
+/* Cuts n keys into chunks that fill egm__pipeline_chunk_cap(k) parts, in
+ * order; key j is key index[j] of parts (index NULL: key j), weighing its
+ * parts (parts NULL: one each). A key never spans chunks and a chunk holds at
+ * least one key (a key of more parts than the cap is a chunk of its own).
+ * Free with egm__chunk_plan_free. */
+egm_status_t egm__chunk_plan(size_t n, const egm_parts_t *parts, const size_t *index,
+                             egm_chunk_plan_t *plan);
 void egm__chunk_plan_free(egm_chunk_plan_t *plan);
 
 /* 1 when a batch of this plan is worth pipelining. */

@@ -312,7 +312,7 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     egm_status_t *key_status = NULL;
     egm_keys_reply_t *reply = NULL;
     int *acquired = NULL;
-    size_t n_parts = n > 0 ? egm__parts_end(parts, n - 1) : 0;
+    size_t n_parts = egm__parts_in(parts, n);
     egm_status_t status = EGM_OK;
 
     if (n == 0)
@@ -339,16 +339,11 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     }
     if (plan.n == 0)
         goto out;
-    /* The chunks of a pipelined batch, each key weighed by its parts. */
-    size_t *weights = egm_calloc(plan.n, sizeof(*weights), "client.put_plan");
-    if (weights != NULL) {
-        for (size_t j = 0; j < plan.n; j++)
-            weights[j] =
-                egm__parts_end(parts, plan.index[j]) - egm__parts_first(parts, plan.index[j]);
-        if (egm__chunk_plan(plan.n, weights, &chunks) != EGM_OK)
-            memset(&chunks, 0, sizeof(chunks)); /* not pipelined: one chunk is always right */
-        egm_free(weights);
-    }
+    /* The chunks of a pipelined batch, each key weighed by its parts (a plan
+     * that cannot be made runs the batch whole). */
+    if (egm__parts_in(parts, n) >= EGM_PIPELINE_MIN_PARTS &&
+        egm__chunk_plan(plan.n, parts, plan.index, &chunks) != EGM_OK)
+        memset(&chunks, 0, sizeof(chunks));
     if (chunks.first != NULL && egm__chunk_plan_pipelined(&chunks)) {
         /* A key the pipeline never reached (it failed to start, or stopped
          * before that chunk) keeps EGM_INPROGRESS: it takes the call's error. */

@@ -30,8 +30,11 @@ static void check_layout(size_t n, size_t parts)
             weights[i] = parts;
     }
     size_t w = parts > 0 ? parts : 1;
+    egm_parts_t view = {0};
+    if (weights != NULL)
+        assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(n, weights, &plan), EGM_OK);
+    assert_int_equal(egm__chunk_plan(n, weights != NULL ? &view : NULL, NULL, &plan), EGM_OK);
     assert_int_equal(plan.parts, n * w);
     size_t next = 0;
     for (size_t k = 0; k < plan.n_chunks; k++) {
@@ -50,6 +53,7 @@ static void check_layout(size_t n, size_t parts)
     }
     assert_int_equal(next, n);
     egm__chunk_plan_free(&plan);
+    egm__parts_free(&view);
     free(weights);
 }
 
@@ -59,12 +63,15 @@ static size_t n_chunks(size_t n, size_t parts)
     assert_non_null(weights);
     for (size_t i = 0; i < n; i++)
         weights[i] = parts;
+    egm_parts_t view;
+    assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(n, weights, &plan), EGM_OK);
+    assert_int_equal(egm__chunk_plan(n, &view, NULL, &plan), EGM_OK);
     size_t c = plan.n_chunks;
     assert_int_equal(egm__chunk_plan_pipelined(&plan),
                      n * parts >= EGM_PIPELINE_MIN_PARTS && plan.n_chunks > 1);
     egm__chunk_plan_free(&plan);
+    egm__parts_free(&view);
     free(weights);
     return c;
 }

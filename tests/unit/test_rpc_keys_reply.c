@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/desc_assert.h"
 
 #include "common/alloc.h"
 #include "rpc/keys_reply.h"
@@ -382,19 +383,6 @@ static void test_replica_limit(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
-static void assert_same_desc(const egm_segment_desc_t *a, const egm_segment_desc_t *b)
-{
-    assert_true(egm__id_equal(a->id, b->id) && egm__id_equal(a->owner, b->owner));
-    assert_true(a->size == b->size);
-    assert_string_equal(a->name, b->name);
-    assert_string_equal(a->host_id, b->host_id);
-    assert_string_equal(a->tcp_endpoint, b->tcp_endpoint);
-    assert_string_equal(a->shm_socket, b->shm_socket);
-    assert_int_equal(a->handle_kind, b->handle_kind);
-    assert_int_equal(a->fabric_handle_len, b->fabric_handle_len);
-    assert_memory_equal(a->fabric_handle, b->fabric_handle, a->fabric_handle_len);
-}
-
 /* The encoder writes what protobuf-c writes for the same message (its
  * re-pack of what it decoded is byte for byte the same), with the values
  * given, and the decoder reads them back. */
@@ -471,7 +459,7 @@ static void test_encoder_matches_protobuf_c(void **state)
         for (size_t s = 0; s < msg.n_segments; s++) {
             egm_segment_desc_t back;
             assert_int_equal(egm__segment_desc_from_pb(ref->segments[s], &back), EGM_OK);
-            assert_same_desc(&back, &segs[s]);
+            egm_test_assert_same_desc(&back, &segs[s]);
         }
         assert_true(check_copy(buf, len)); /* the decoder agrees with protobuf-c */
 

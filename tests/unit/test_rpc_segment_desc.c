@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/desc_assert.h"
 #include "support/testutil.h"
 
 #include "common/alloc.h"
@@ -66,20 +67,6 @@ static uint8_t *pack_desc(const egm_segment_desc_t *desc, size_t *len_p)
     return buf;
 }
 
-static void assert_same_desc(const egm_segment_desc_t *a, const egm_segment_desc_t *b)
-{
-    assert_true(egm__id_equal(a->id, b->id));
-    assert_true(egm__id_equal(a->owner, b->owner));
-    assert_int_equal(a->size, b->size);
-    assert_string_equal(a->name, b->name);
-    assert_string_equal(a->host_id, b->host_id);
-    assert_string_equal(a->tcp_endpoint, b->tcp_endpoint);
-    assert_string_equal(a->shm_socket, b->shm_socket);
-    assert_int_equal(a->handle_kind, b->handle_kind);
-    assert_int_equal(a->fabric_handle_len, b->fabric_handle_len);
-    assert_memory_equal(a->fabric_handle, b->fabric_handle, a->fabric_handle_len);
-}
-
 /* egm__segment_desc_decode answers from its cache what the bytes say, never
  * what other bytes said: the same segment mounted again under a new id, the
  * same id with a changed descriptor (the master never does that, but the
@@ -93,7 +80,7 @@ static void test_decode_cache_follows_the_bytes(void **state)
     for (int round = 0; round < 3; round++) { /* a miss, then hits */
         memset(&out, 0x5a, sizeof(out));
         assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
-        assert_same_desc(&out, &in);
+        egm_test_assert_same_desc(&out, &in);
     }
     egm_free(buf);
 
@@ -101,7 +88,7 @@ static void test_decode_cache_follows_the_bytes(void **state)
     remounted.id.lo++;
     buf = pack_desc(&remounted, &len);
     assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
-    assert_same_desc(&out, &remounted);
+    egm_test_assert_same_desc(&out, &remounted);
     egm_free(buf);
 
     egm_segment_desc_t changed = in;
@@ -111,7 +98,7 @@ static void test_decode_cache_follows_the_bytes(void **state)
     changed.fabric_handle_len = EGM_FABRIC_HANDLE_MAX;
     buf = pack_desc(&changed, &len);
     assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
-    assert_same_desc(&out, &changed);
+    egm_test_assert_same_desc(&out, &changed);
     egm_free(buf);
 
     /* Four times the slots, twice over: evictions and collisions. */
@@ -122,7 +109,7 @@ static void test_decode_cache_follows_the_bytes(void **state)
             snprintf(d.name, sizeof(d.name), "pool/%llu", (unsigned long long)i);
             buf = pack_desc(&d, &len);
             assert_int_equal(egm__segment_desc_decode(buf, len, &out), EGM_OK);
-            assert_same_desc(&out, &d);
+            egm_test_assert_same_desc(&out, &d);
             egm_free(buf);
         }
 
