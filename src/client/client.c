@@ -1,6 +1,7 @@
 /* Store client: creation, teardown and buffer registration. */
 #include <string.h>
 #include "client/client_int.h"
+#include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
@@ -11,6 +12,7 @@ static void client_free(egm_client_t *client)
     egm__rpc_client_destroy(client->master);
     egm__registry_destroy(client->registry);
     egm__location_cache_destroy(client->locations);
+    egm__wslabs_destroy(client->slabs);
     egm_config_destroy(client->config);
     pthread_cond_destroy(&client->cond);
     pthread_mutex_destroy(&client->cap_lock);
@@ -49,6 +51,8 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     if (status == EGM_OK && settings->location_cache_entries > 0)
         status = egm__location_cache_create((size_t)settings->location_cache_entries,
                                             &client->locations);
+    if (status == EGM_OK)
+        status = egm__wslabs_create(settings->slab_bytes, &client->slabs);
     if (status != EGM_OK)
         goto err_free;
     egm_te_params_t te_params = {
@@ -120,6 +124,7 @@ egm_status_t egm_client_close(egm_client_t *client)
 {
     if (client == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "client must not be NULL");
+    egm__wslabs_close(client); /* before the master forgets this client */
     egm_status_t status = egm__capacity_unmount(client);
     egm__capacity_publish(client);
     if (status != EGM_OK)

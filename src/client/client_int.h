@@ -91,6 +91,7 @@ struct egm_client {
 
     egm_client_phases_t phases;      /* where put and get time goes (phases.h) */
     egm_location_cache_t *locations; /* lease-cached locations; NULL when off */
+    struct egm_wslabs *slabs;        /* client-side allocation (slabs.h) */
 };
 
 /* Why a resync is pending. */
@@ -158,6 +159,9 @@ egm_status_t egm__client_validate_key(const char *key);
 egm_status_t egm__client_put_start(egm_client_t *client, size_t n, const char *const *keys,
                                    const uint64_t *sizes, const egm_replicate_config_t *rc,
                                    egm_keys_reply_t **reply_p);
+
+/* Returns the slabs this client is done with (a Commit without keys; put.c). */
+void egm__client_return_slabs(egm_client_t *client);
 
 /* The replicas the master placed for one key of a PutStart reply (res, an
  * object of `size` bytes), checked (put.c): at least one, each in a segment

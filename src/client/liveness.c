@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include "client/client_int.h"
+#include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
@@ -60,12 +61,14 @@ static egm_status_t ping_once(egm_client_t *client)
         /* Cut off: the cached locations are not used past their bound anyway
          * (docs/consistency.md); dropping them now costs only round trips. */
         egm__location_cache_clear(client->locations);
+        egm__wslabs_clear(client->slabs);
         return status;
     }
     status = reply->status;
     if (status == EGM_ERR_CLIENT_NOT_FOUND) {
         client->resync_reasons |= EGM_RESYNC_UNKNOWN_CLIENT;
         egm__location_cache_clear(client->locations);
+        egm__wslabs_clear(client->slabs);
         status = EGM_OK;
     } else if (status == EGM_OK) {
         egm_id_t master_id = egm__id_from_pb(reply->master_id);
@@ -74,8 +77,10 @@ static egm_status_t ping_once(egm_client_t *client)
                       !egm__id_equal(master_id, client->master_id);
         /* A new master knows nothing of the leases the old one granted: no
          * location it gave may be used again. */
-        if (changed || reply->view_reset)
+        if (changed || reply->view_reset) {
             egm__location_cache_clear(client->locations);
+            egm__wslabs_clear(client->slabs);
+        }
         if (reply->location_cache_ms > atomic_load(&client->cache_bound_max_ms))
             atomic_store(&client->cache_bound_max_ms, reply->location_cache_ms);
         if (changed) {

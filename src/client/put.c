@@ -1,10 +1,14 @@
-/* Put: PutStart (the master places replicas) -> copy into every replica ->
- * PutEnd, or PutRevoke for keys whose copy failed. One RPC per phase per batch. */
+/* Put. With client-side allocation (slab_bytes > 0, slabs.h): the keys are
+ * placed in this client's slabs (a SlabGrant only when they run out) -> copy
+ * into every replica -> one Commit. Otherwise: PutStart (the master places
+ * replicas) -> copy -> PutEnd, or PutRevoke for keys whose copy failed. One
+ * RPC per phase per batch (per chunk of a pipelined one). */
 #include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
 #include "client/parts.h"
 #include "client/pipeline.h"
+#include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "rpc/frame.h"
@@ -64,68 +68,119 @@ egm_status_t egm__client_placed_segments(const egm_keys_reply_t *reply, const eg
     return EGM_OK;
 }
 
-/* Copies every placed key into its replicas, each part of a key at its offset
- * in the object; key_status[j] gets each key's result. */
-static egm_status_t copy_replicas(egm_client_t *client, const put_plan_t *plan,
-                                  const egm_keys_reply_t *reply, const egm_parts_t *parts,
-                                  egm_status_t *key_status)
+/* The copies of one key into each of its n_rep replicas (segs[r], at
+ * at[r]), each part at its offset in the object. */
+static void add_key_ops(egm_te_op_t *ops, size_t *n_ops, size_t *op_key, size_t j,
+                        const egm_segment_desc_t *const *segs, const uint64_t *at, uint32_t n_rep,
+                        const egm_parts_t *parts, size_t index)
 {
-    egm_segment_desc_t *descs = NULL;
-    egm_te_op_t *ops = NULL;
-    size_t *op_key = NULL;
-    size_t n_ops = 0, cap_ops = 0;
-    egm_status_t status;
+    for (uint32_t r = 0; r < n_rep; r++) {
+        uint64_t off = at[r];
+        for (size_t p = egm__parts_first(parts, index); p < egm__parts_end(parts, index); p++) {
+            if (parts->len[p] == 0)
+                continue;
+            ops[*n_ops] = (egm_te_op_t){.segment = segs[r],
+                                        .offset = off,
+                                        .local = parts->addr[p],
+                                        .length = parts->len[p],
+                                        .dir = EGM_TE_WRITE};
+            op_key[(*n_ops)++] = j;
+            off += parts->len[p];
+        }
+    }
+}
 
-    status = egm__client_reply_segments(reply, &descs);
-    if (status != EGM_OK)
-        return status;
+/* Room for the copies of every key still OK in key_status, each to `rep(j)`
+ * replicas (max_rep at most). */
+static egm_status_t alloc_ops(const put_plan_t *plan, const egm_parts_t *parts,
+                              const egm_status_t *key_status, uint32_t max_rep, egm_te_op_t **ops_p,
+                              size_t **op_key_p)
+{
+    size_t cap = 0;
+    *ops_p = NULL;
+    *op_key_p = NULL;
     for (size_t j = 0; j < plan->n; j++)
-        if (reply->results[j].status == EGM_OK)
-            cap_ops += reply->results[j].n_replicas * (egm__parts_end(parts, plan->index[j]) -
-                                                       egm__parts_first(parts, plan->index[j]));
-    if (cap_ops > 0) {
-        ops = egm_calloc(cap_ops, sizeof(*ops), "client.put_ops");
-        op_key = egm_calloc(cap_ops, sizeof(*op_key), "client.put_ops");
-        if (ops == NULL || op_key == NULL) {
-            status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning copies");
-            goto out;
-        }
+        if (key_status[j] == EGM_OK)
+            cap += max_rep * (egm__parts_end(parts, plan->index[j]) -
+                              egm__parts_first(parts, plan->index[j]));
+    if (cap == 0)
+        return EGM_OK;
+    *ops_p = egm_calloc(cap, sizeof(**ops_p), "client.put_ops");
+    *op_key_p = egm_calloc(cap, sizeof(**op_key_p), "client.put_ops");
+    if (*ops_p == NULL || *op_key_p == NULL) {
+        egm_free(*ops_p);
+        egm_free(*op_key_p);
+        *ops_p = NULL;
+        *op_key_p = NULL;
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory planning copies");
     }
-    for (size_t j = 0; j < plan->n; j++) {
-        const egm_key_result_t *res = &reply->results[j];
-        const egm_segment_desc_t *segs[EGM_KEYS_REPLY_MAX_REPLICAS];
-        key_status[j] = res->status;
-        if (res->status != EGM_OK) {
-            egm__set_error(res->status, "\"%s\": %s", plan->keys[j],
-                           egm_status_string(res->status));
-            continue;
-        }
-        key_status[j] = egm__client_placed_segments(reply, res, descs, plan->sizes[j], segs);
-        for (size_t r = 0; r < res->n_replicas && key_status[j] == EGM_OK; r++) {
-            uint64_t at = egm__keys_reply_replicas(reply, res)[r].offset;
-            for (size_t p = egm__parts_first(parts, plan->index[j]);
-                 p < egm__parts_end(parts, plan->index[j]); p++) {
-                if (parts->len[p] == 0)
-                    continue;
-                ops[n_ops] = (egm_te_op_t){.segment = segs[r],
-                                           .offset = at,
-                                           .local = parts->addr[p],
-                                           .length = parts->len[p],
-                                           .dir = EGM_TE_WRITE};
-                op_key[n_ops++] = j;
-                at += parts->len[p];
-            }
-        }
-    }
-    if (n_ops > 0) {
-        uint64_t t0 = egm__now_ns();
-        egm__te_transfer(client->te, ops, n_ops);
-        egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_TRANSFER, t0);
-    }
+    return EGM_OK;
+}
+
+/* Runs the copies; a key whose copy failed takes the copy's status. */
+static void run_ops(egm_client_t *client, egm_te_op_t *ops, size_t n_ops, const size_t *op_key,
+                    egm_status_t *key_status)
+{
+    if (n_ops == 0)
+        return;
+    uint64_t t0 = egm__now_ns();
+    egm__te_transfer(client->te, ops, n_ops);
+    egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_TRANSFER, t0);
     for (size_t k = 0; k < n_ops; k++)
         if (ops[k].status != EGM_OK && key_status[op_key[k]] == EGM_OK)
             key_status[op_key[k]] = ops[k].status;
-    status = EGM_OK;
+}
+
+/* ---- placed by the master: PutStart -> copies -> PutEnd / PutRevoke ------- */
+
+static egm_status_t master_place(egm_client_t *client, const put_plan_t *plan,
+                                 const egm_replicate_config_t *rc, egm_status_t *key_status,
+                                 void **placed_p)
+{
+    egm_keys_reply_t *reply = NULL;
+    egm_status_t status = put_start(client, plan, rc, &reply);
+    *placed_p = reply;
+    for (size_t j = 0; status == EGM_OK && j < plan->n; j++) {
+        key_status[j] = reply->results[j].status;
+        if (key_status[j] != EGM_OK)
+            egm__set_error(key_status[j], "\"%s\": %s", plan->keys[j],
+                           egm_status_string(key_status[j]));
+    }
+    return status;
+}
+
+/* Copies every placed key into its replicas. */
+static egm_status_t master_copy(egm_client_t *client, const put_plan_t *plan, void *placed,
+                                const egm_parts_t *parts, egm_status_t *key_status)
+{
+    const egm_keys_reply_t *reply = placed;
+    egm_segment_desc_t *descs = NULL;
+    egm_te_op_t *ops = NULL;
+    size_t *op_key = NULL, n_ops = 0;
+    uint32_t max_rep = 0;
+    egm_status_t status;
+
+    for (size_t j = 0; j < plan->n; j++)
+        if (key_status[j] == EGM_OK && reply->results[j].n_replicas > max_rep)
+            max_rep = reply->results[j].n_replicas;
+    if ((status = egm__client_reply_segments(reply, &descs)) != EGM_OK)
+        return status;
+    if ((status = alloc_ops(plan, parts, key_status, max_rep, &ops, &op_key)) != EGM_OK)
+        goto out;
+    for (size_t j = 0; j < plan->n; j++) {
+        const egm_key_result_t *res = &reply->results[j];
+        const egm_segment_desc_t *segs[EGM_KEYS_REPLY_MAX_REPLICAS];
+        uint64_t at[EGM_KEYS_REPLY_MAX_REPLICAS];
+        if (key_status[j] != EGM_OK)
+            continue;
+        key_status[j] = egm__client_placed_segments(reply, res, descs, plan->sizes[j], segs);
+        if (key_status[j] != EGM_OK)
+            continue;
+        for (uint32_t r = 0; r < res->n_replicas; r++)
+            at[r] = egm__keys_reply_replicas(reply, res)[r].offset;
+        add_key_ops(ops, &n_ops, op_key, j, segs, at, res->n_replicas, parts, plan->index[j]);
+    }
+    run_ops(client, ops, n_ops, op_key, key_status);
 out:
     egm_free(ops);
     egm_free(op_key);
@@ -134,16 +189,18 @@ out:
 }
 
 /* PutEnd for the keys whose copies all succeeded, PutRevoke for the others that
- * the master had placed. */
-static void finish(egm_client_t *client, const put_plan_t *plan, const egm_keys_reply_t *start,
-                   egm_status_t *key_status)
+ * the master had placed; frees the PutStart reply. */
+static void master_finish(egm_client_t *client, const put_plan_t *plan, void *placed,
+                          const egm_replicate_config_t *rc, egm_status_t *key_status)
 {
+    egm_keys_reply_t *start = placed;
     const char **ok = egm_calloc(plan->n + 1, sizeof(*ok), "client.put_finish");
     const char **bad = egm_calloc(plan->n + 1, sizeof(*bad), "client.put_finish");
     size_t *ok_idx = egm_calloc(plan->n + 1, sizeof(*ok_idx), "client.put_finish");
     size_t n_ok = 0, n_bad = 0;
     egm_keys_reply_t *reply = NULL;
 
+    (void)rc;
     if (ok == NULL || bad == NULL || ok_idx == NULL) {
         for (size_t j = 0; j < plan->n; j++)
             if (key_status[j] == EGM_OK)
@@ -154,7 +211,7 @@ static void finish(egm_client_t *client, const put_plan_t *plan, const egm_keys_
         if (key_status[j] == EGM_OK) {
             ok_idx[n_ok] = j;
             ok[n_ok++] = plan->keys[j];
-        } else if (start->results[j].status == EGM_OK) {
+        } else if (start != NULL && start->results[j].status == EGM_OK) {
             bad[n_bad++] = plan->keys[j];
         }
     }
@@ -178,13 +235,182 @@ out:
     egm_free(ok);
     egm_free(bad);
     egm_free(ok_idx);
+    egm__keys_reply_free(start);
 }
 
-/* Large batches run in chunks: a helper thread sends each chunk's PutStart
- * ahead of the copies, another its PutEnd/PutRevoke behind them (pipeline.h),
- * so the round trips and the master's work overlap the copies. */
+/* ---- placed by the client in its slabs: copies -> Commit (slabs.h) -------- */
+
+static egm_status_t slab_place(egm_client_t *client, const put_plan_t *plan,
+                               const egm_replicate_config_t *rc, egm_status_t *key_status,
+                               void **placed_p)
+{
+    egm_wslab_ref_t *refs = egm_calloc(plan->n, sizeof(*refs), "client.put_refs");
+    *placed_p = refs;
+    if (refs == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing a put");
+    uint64_t t0 = egm__now_ns();
+    egm__wslabs_reserve(client, rc, plan->n, plan->sizes, refs, key_status);
+    egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
+    return EGM_OK;
+}
+
+static egm_status_t slab_copy(egm_client_t *client, const put_plan_t *plan, void *placed,
+                              const egm_parts_t *parts, egm_status_t *key_status)
+{
+    const egm_wslab_ref_t *refs = placed;
+    egm_te_op_t *ops = NULL;
+    size_t *op_key = NULL, n_ops = 0;
+    egm_status_t status = alloc_ops(plan, parts, key_status, EGM_WSLAB_EXTENTS_MAX, &ops, &op_key);
+
+    if (status != EGM_OK)
+        return status;
+    for (size_t j = 0; j < plan->n; j++) {
+        const egm_segment_desc_t *segs[EGM_WSLAB_EXTENTS_MAX];
+        uint64_t at[EGM_WSLAB_EXTENTS_MAX];
+        if (key_status[j] != EGM_OK || refs[j].slab == NULL)
+            continue;
+        uint32_t n_rep = egm__wslab_targets(&refs[j], segs, at);
+        add_key_ops(ops, &n_ops, op_key, j, segs, at, n_rep, parts, plan->index[j]);
+    }
+    run_ops(client, ops, n_ops, op_key, key_status);
+    egm_free(ops);
+    egm_free(op_key);
+    return EGM_OK;
+}
+
+/* One Commit (n keys, maybe none) carrying the slabs to return; its reply. */
+static egm_status_t commit_rpc(egm_client_t *client, size_t n, const char **keys, uint64_t *sizes,
+                               uint64_t *slab_ids, uint64_t *offsets,
+                               const egm_replicate_config_t *rc, egm_keys_reply_t **reply_p)
+{
+    Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    uint64_t *returns = NULL;
+    size_t n_returns = egm__wslabs_take_returns(client->slabs, &returns);
+
+    egm__id_to_pb(client->id, &client_pb);
+    if (rc != NULL) {
+        cfg.with_soft_pin = rc->with_soft_pin != 0;
+        cfg.with_hard_pin = rc->with_hard_pin != 0;
+    }
+    req.client = &client_pb;
+    req.n_keys = req.n_sizes = req.n_slab_ids = req.n_offsets = n;
+    req.keys = (char **)keys;
+    req.sizes = sizes;
+    req.slab_ids = slab_ids;
+    req.offsets = offsets;
+    req.config = &cfg;
+    req.n_returned = n_returns;
+    req.returned = returns;
+    egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_COMMIT, &req.base, n, reply_p);
+    if (status != EGM_OK)
+        egm__wslabs_unreturned(client->slabs, returns, n_returns);
+    else
+        egm_free(returns);
+    return status;
+}
+
+void egm__client_return_slabs(egm_client_t *client)
+{
+    egm_keys_reply_t *reply = NULL;
+    if (commit_rpc(client, 0, NULL, NULL, NULL, NULL, NULL, &reply) != EGM_OK)
+        egm_debug("returning slabs: %s (the master frees them at their lease's end)",
+                  egm_last_error());
+    egm__keys_reply_free(reply);
+}
+
+/* Commits the keys whose copies all succeeded (one RPC); every reservation
+ * ends; frees the refs. A key not committed leaves a hole in its slab that the
+ * master frees with the slab. */
+static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *placed,
+                        const egm_replicate_config_t *rc, egm_status_t *key_status)
+{
+    egm_wslab_ref_t *refs = placed;
+    size_t n = plan->n, n_ok = 0;
+    const char **keys = egm_calloc(n + 1, sizeof(*keys), "client.commit");
+    uint64_t *num = egm_calloc(3 * (n + 1), sizeof(*num), "client.commit");
+    size_t *idx = egm_calloc(n + 1, sizeof(*idx), "client.commit");
+    egm_status_t *commit = egm_calloc(n + 1, sizeof(*commit), "client.commit");
+    egm_keys_reply_t *reply = NULL;
+    uint64_t sent_ms = egm__now_ms();
+
+    if (refs == NULL)
+        goto out;
+    if (keys == NULL || num == NULL || idx == NULL || commit == NULL) {
+        for (size_t j = 0; j < n; j++) {
+            if (key_status[j] == EGM_OK)
+                key_status[j] = EGM_ERR_NO_MEMORY;
+            if (commit != NULL)
+                commit[j] = EGM_INPROGRESS;
+        }
+        goto release;
+    }
+    uint64_t *sizes = num, *slab_ids = num + n + 1, *offsets = num + 2 * (n + 1);
+    for (size_t j = 0; j < n; j++) {
+        commit[j] = EGM_INPROGRESS;
+        if (key_status[j] != EGM_OK || refs[j].slab == NULL)
+            continue;
+        idx[n_ok] = j;
+        keys[n_ok] = plan->keys[j];
+        sizes[n_ok] = plan->sizes[j];
+        slab_ids[n_ok] = egm__wslab_id(refs[j].slab);
+        offsets[n_ok++] = refs[j].offset;
+    }
+    if (n_ok > 0) {
+        uint64_t t0 = egm__now_ns();
+        egm_status_t status = commit_rpc(client, n_ok, keys, sizes, slab_ids, offsets, rc, &reply);
+        egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
+        for (size_t k = 0; k < n_ok; k++) {
+            egm_status_t s = status == EGM_OK ? reply->results[k].status : status;
+            key_status[idx[k]] = s;
+            commit[idx[k]] = status == EGM_OK ? s : EGM_INPROGRESS;
+            if (s != EGM_OK)
+                egm__set_error(s, "\"%s\": %s", keys[k], egm_status_string(s));
+        }
+    }
+release:
+    if (commit != NULL) {
+        egm__wslabs_release(client->slabs, n, refs, commit, sent_ms);
+    } else {
+        for (size_t j = 0; j < n; j++) /* released as not committed, one at a time */
+            egm__wslabs_release(client->slabs, 1, &refs[j], &(egm_status_t){EGM_INPROGRESS},
+                                sent_ms);
+    }
+out:
+    egm__keys_reply_free(reply);
+    egm_free(keys);
+    egm_free(num);
+    egm_free(idx);
+    egm_free(commit);
+    egm_free(refs);
+}
+
+/* ---- one batch, whole or pipelined -------------------------------------- */
+
+/* Who places a put's keys: the master (PutStart) or this client (slabs). */
+typedef struct {
+    /* Places the keys of plan (key_status[j]: each key's refusal); what copy
+     * and finish take. */
+    egm_status_t (*place)(egm_client_t *client, const put_plan_t *plan,
+                          const egm_replicate_config_t *rc, egm_status_t *key_status,
+                          void **placed_p);
+    egm_status_t (*copy)(egm_client_t *client, const put_plan_t *plan, void *placed,
+                         const egm_parts_t *parts, egm_status_t *key_status);
+    /* Publishes the keys still OK, gives back the others; frees placed. */
+    void (*finish)(egm_client_t *client, const put_plan_t *plan, void *placed,
+                   const egm_replicate_config_t *rc, egm_status_t *key_status);
+} put_way_t;
+
+static const put_way_t master_way = {master_place, master_copy, master_finish};
+static const put_way_t slab_way = {slab_place, slab_copy, slab_finish};
+
+/* Large batches run in chunks: a helper thread places each chunk ahead of the
+ * copies, another publishes it behind them (pipeline.h), so the round trips
+ * and the master's work overlap the copies. */
 typedef struct {
     egm_client_t *client;
+    const put_way_t *way;
     const put_plan_t *plan;
     const egm_chunk_plan_t *chunks;
     const egm_replicate_config_t *rc;
@@ -200,23 +426,20 @@ static put_plan_t chunk_plan(const put_pipeline_t *pp, size_t k)
                         .sizes = pp->plan->sizes + first};
 }
 
-static egm_status_t put_ahead(void *arg, size_t k, void **reply_p)
+static egm_status_t put_ahead(void *arg, size_t k, void **placed_p)
 {
     put_pipeline_t *pp = arg;
     put_plan_t sub = chunk_plan(pp, k);
-    egm_keys_reply_t *reply = NULL;
-    egm_status_t status = put_start(pp->client, &sub, pp->rc, &reply);
-    *reply_p = reply;
-    return status;
+    return pp->way->place(pp->client, &sub, pp->rc,
+                          pp->key_status + egm__chunk_first(pp->chunks, k), placed_p);
 }
 
-static void put_behind(void *arg, size_t k, void *reply)
+static void put_behind(void *arg, size_t k, void *placed)
 {
     put_pipeline_t *pp = arg;
     put_plan_t sub = chunk_plan(pp, k);
-    egm_keys_reply_t *start = reply;
-    finish(pp->client, &sub, start, pp->key_status + egm__chunk_first(pp->chunks, k));
-    egm__keys_reply_free(start);
+    pp->way->finish(pp->client, &sub, placed, pp->rc,
+                    pp->key_status + egm__chunk_first(pp->chunks, k));
 }
 
 /* What every copy worker of one pipelined put shares (pipeline.h). */
@@ -229,26 +452,24 @@ typedef struct {
 static egm_status_t put_copy_chunk(void *arg, size_t k)
 {
     put_copy_t *c = arg;
-    egm_client_t *client = c->pp->client;
-    put_plan_t sub = chunk_plan(c->pp, k);
-    egm_status_t *chunk_status = c->pp->key_status + egm__chunk_first(c->pp->chunks, k);
-    void *reply;
-    egm_status_t st = egm__pipeline_wait(c->p, k, &reply, NULL);
+    put_pipeline_t *pp = c->pp;
+    put_plan_t sub = chunk_plan(pp, k);
+    egm_status_t *chunk_status = pp->key_status + egm__chunk_first(pp->chunks, k);
+    void *placed;
+    egm_status_t st = egm__pipeline_wait(c->p, k, &placed, NULL);
     if (st == EGM_OK)
-        st = copy_replicas(client, &sub, reply, c->parts, chunk_status);
+        st = pp->way->copy(pp->client, &sub, placed, c->parts, chunk_status);
     if (st == EGM_OK) {
-        egm__pipeline_release(c->p, k, reply, 1); /* PutEnd/PutRevoke behind */
+        egm__pipeline_release(c->p, k, placed, 1); /* published behind */
         return EGM_OK;
     }
     char why[256];
     snprintf(why, sizeof(why), "%s", egm_last_error());
-    /* The master placed these keys (if PutStart answered): take them back now. */
-    if (reply != NULL) {
-        for (size_t j = 0; j < sub.n; j++)
-            chunk_status[j] = EGM_ERR_TRANSFER;
-        finish(client, &sub, reply, chunk_status);
-        egm__keys_reply_free(reply);
-    }
+    /* What was placed (if the placing answered) is given back now. */
+    for (size_t j = 0; j < sub.n; j++)
+        chunk_status[j] = EGM_ERR_TRANSFER;
+    if (placed != NULL)
+        pp->way->finish(pp->client, &sub, placed, pp->rc, chunk_status);
     for (size_t j = 0; j < sub.n; j++)
         chunk_status[j] = st;
     egm__pipeline_release(c->p, k, NULL, 0);
@@ -257,12 +478,17 @@ static egm_status_t put_copy_chunk(void *arg, size_t k)
 
 /* Fills key_status for every key of plan; returns the failure of the lowest
  * chunk that failed as a whole. */
-static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
-                                  const egm_chunk_plan_t *chunks, const egm_replicate_config_t *rc,
-                                  const egm_parts_t *parts, egm_status_t *key_status)
+static egm_status_t put_pipelined(egm_client_t *client, const put_way_t *way,
+                                  const put_plan_t *plan, const egm_chunk_plan_t *chunks,
+                                  const egm_replicate_config_t *rc, const egm_parts_t *parts,
+                                  egm_status_t *key_status)
 {
-    put_pipeline_t pp = {
-        .client = client, .plan = plan, .chunks = chunks, .rc = rc, .key_status = key_status};
+    put_pipeline_t pp = {.client = client,
+                         .way = way,
+                         .plan = plan,
+                         .chunks = chunks,
+                         .rc = rc,
+                         .key_status = key_status};
     size_t n_chunks = chunks->n_chunks;
     egm_pipeline_t *p;
     egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
@@ -272,6 +498,27 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_plan_t *plan,
     put_copy_t c = {.pp = &pp, .p = p, .parts = parts};
     status = egm__pipeline_copy(n_chunks, put_copy_chunk, &c);
     egm__pipeline_finish(p);
+    return status;
+}
+
+/* One batch in one go: place, copy, publish. */
+static egm_status_t put_whole(egm_client_t *client, const put_way_t *way, const put_plan_t *plan,
+                              const egm_replicate_config_t *rc, const egm_parts_t *parts,
+                              egm_status_t *key_status)
+{
+    void *placed = NULL;
+    egm_status_t status = way->place(client, plan, rc, key_status, &placed);
+    if (status == EGM_OK)
+        status = way->copy(client, plan, placed, parts, key_status);
+    if (status != EGM_OK) {
+        for (size_t j = 0; j < plan->n; j++)
+            key_status[j] = EGM_ERR_TRANSFER;
+    }
+    if (placed != NULL || status == EGM_OK)
+        way->finish(client, plan, placed, rc, key_status);
+    if (status != EGM_OK)
+        for (size_t j = 0; j < plan->n; j++)
+            key_status[j] = status;
     return status;
 }
 
@@ -310,7 +557,6 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     put_plan_t plan = {0};
     egm_chunk_plan_t chunks = {0};
     egm_status_t *key_status = NULL;
-    egm_keys_reply_t *reply = NULL;
     int *acquired = NULL;
     size_t n_parts = egm__parts_in(parts, n);
     egm_status_t status = EGM_OK;
@@ -344,30 +590,22 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     if (egm__parts_in(parts, n) >= EGM_PIPELINE_MIN_PARTS &&
         egm__chunk_plan(plan.n, parts, plan.index, &chunks) != EGM_OK)
         memset(&chunks, 0, sizeof(chunks));
+    const put_way_t *way = egm__wslabs_on(client->slabs) ? &slab_way : &master_way;
     if (chunks.first != NULL && egm__chunk_plan_pipelined(&chunks)) {
         /* A key the pipeline never reached (it failed to start, or stopped
          * before that chunk) keeps EGM_INPROGRESS: it takes the call's error. */
         for (size_t j = 0; j < plan.n; j++)
             key_status[j] = EGM_INPROGRESS;
-        status = put_pipelined(client, &plan, &chunks, rc, parts, key_status);
+        status = put_pipelined(client, way, &plan, &chunks, rc, parts, key_status);
         for (size_t j = 0; j < plan.n; j++)
             results[plan.index[j]] = key_status[j] != EGM_INPROGRESS ? key_status[j]
                                      : status != EGM_OK              ? status
                                                                      : EGM_ERR_INTERNAL;
         goto out;
     }
-    status = put_start(client, &plan, rc, &reply);
-    if (status == EGM_OK)
-        status = copy_replicas(client, &plan, reply, parts, key_status);
-    if (status == EGM_OK) {
-        finish(client, &plan, reply, key_status);
-        for (size_t j = 0; j < plan.n; j++)
-            results[plan.index[j]] = key_status[j];
-    } else {
-        for (size_t j = 0; j < plan.n; j++)
-            results[plan.index[j]] = status;
-    }
-    egm__keys_reply_free(reply);
+    status = put_whole(client, way, &plan, rc, parts, key_status);
+    for (size_t j = 0; j < plan.n; j++)
+        results[plan.index[j]] = key_status[j];
 out:
     if (acquired != NULL)
         egm__registry_release_n(client->registry, parts->addr, acquired, n_parts);

@@ -129,6 +129,10 @@ static const egm_config_key_t keys[] = {
         "master (0 = no caching); a force remove waits it out (docs/consistency.md)"),
     INT(location_cache_entries, "65536", 0, 16777216, C,
         "client: object locations kept to serve Gets without a master round trip (0 = none)"),
+    SIZE(slab_bytes, "256MiB", 0, I64MAX, NULL, C,
+         "client: pool space asked of the master at a time for this client to place its puts in "
+         "itself, each published with one Commit per call (0 = the master places every put: "
+         "PutStart and PutEnd; docs/master.md)"),
     INT(client_ttl, "10", 1, 3600, M,
         "master: a client silent this many seconds is expired and its segments unmounted"),
     INT(default_kv_soft_pin_ttl, "1800000", 1, EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS, M,

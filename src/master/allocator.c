@@ -44,6 +44,7 @@ struct egm_allocator {
     span_t *spans; /* grown only by alloc, so free never needs memory */
     uint32_t n_spans, cap_spans;
     uint32_t spare;    /* SPAN_UNUSED records below n_spans */
+    uint32_t n_spare;  /* how many */
     uint32_t first;    /* the span at offset 0 */
     uint32_t *buckets; /* allocations by offset */
     unsigned bucket_bits;
@@ -166,13 +167,14 @@ static void span_release(egm_allocator_t *a, uint32_t i)
     a->spans[i].state = SPAN_UNUSED;
     a->spans[i].link_next = a->spare;
     a->spare = i;
+    a->n_spare++;
 }
 
-/* Room for one more span and one more allocation in the hash, so the rest of
- * egm__allocator_alloc cannot fail half way. */
-static egm_status_t reserve(egm_allocator_t *a)
+/* Room for n more spans and n more allocations in the hash, so that what
+ * follows cannot fail half way. */
+static egm_status_t reserve_n(egm_allocator_t *a, uint32_t n)
 {
-    if (a->spare == NIL && a->n_spans == a->cap_spans) {
+    while ((uint64_t)a->n_spare + (a->cap_spans - a->n_spans) < n) {
         if (a->cap_spans >= MAX_SPANS)
             return egm__set_error(EGM_ERR_NO_MEMORY, "segment has %u spans, the most it can track",
                                   a->cap_spans);
@@ -185,7 +187,7 @@ static egm_status_t reserve(egm_allocator_t *a)
         a->spans = spans;
         a->cap_spans = cap;
     }
-    if (a->allocations + 1 > (1ull << a->bucket_bits) && a->bucket_bits < 32) {
+    while (a->allocations + n > (1ull << a->bucket_bits) && a->bucket_bits < 32) {
         unsigned bits = a->bucket_bits + 1;
         uint32_t *buckets = egm_malloc(sizeof(*buckets) << bits, "master.allocator_hash");
         if (buckets == NULL)
@@ -201,13 +203,24 @@ static egm_status_t reserve(egm_allocator_t *a)
     return EGM_OK;
 }
 
+static egm_status_t reserve(egm_allocator_t *a)
+{
+    return reserve_n(a, 1);
+}
+
+egm_status_t egm__allocator_reserve(egm_allocator_t *a, uint32_t n)
+{
+    return reserve_n(a, n);
+}
+
 static uint32_t span_take(egm_allocator_t *a)
 {
     uint32_t i = a->spare;
 
-    if (i != NIL)
+    if (i != NIL) {
         a->spare = a->spans[i].link_next;
-    else
+        a->n_spare--;
+    } else
         i = a->n_spans++;
     return i;
 }
@@ -405,6 +418,39 @@ egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t l
     return EGM_OK;
 }
 
+egm_status_t egm__allocator_split(egm_allocator_t *a, uint64_t offset, uint64_t at)
+{
+    uint32_t *link;
+
+    if (offset % EGM_ALLOCATOR_ALIGN != 0 || at % EGM_ALLOCATOR_ALIGN != 0 || at <= offset ||
+        offset >= a->capacity)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "split of [%llu, ...) at %llu: misaligned",
+                              (unsigned long long)offset, (unsigned long long)at);
+    uint32_t i = hash_find(a, offset / EGM_ALLOCATOR_ALIGN, &link);
+    if (i == NIL)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "split at %llu: no allocation at %llu",
+                              (unsigned long long)at, (unsigned long long)offset);
+    uint64_t cut = at / EGM_ALLOCATOR_ALIGN - a->spans[i].off;
+    if (cut >= a->spans[i].len)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "split at %llu: outside the allocation [%llu, +%llu)",
+                              (unsigned long long)at, (unsigned long long)offset,
+                              (unsigned long long)(a->spans[i].len * EGM_ALLOCATOR_ALIGN));
+    egm_status_t status = reserve(a); /* may move spans: index i stays valid */
+    if (status != EGM_OK)
+        return status;
+    uint32_t u = span_take(a);
+    span_t *s = &a->spans[i];
+    a->spans[u] = (span_t){.off = s->off + cut, .len = s->len - cut, .prev = i, .next = s->next};
+    if (s->next != NIL)
+        a->spans[s->next].prev = u;
+    s->next = u;
+    s->len = cut;
+    hash_insert(a, u);
+    a->allocations++;
+    return EGM_OK;
+}
+
 void egm__allocator_stats(const egm_allocator_t *a, egm_allocator_stats_t *stats_p)
 {
     uint64_t largest = 0;
@@ -499,6 +545,7 @@ egm_status_t egm__allocator_check(const egm_allocator_t *a)
         CHECK(i < a->n_spans && a->spans[i].state == SPAN_UNUSED && ++n_unused <= a->n_spans,
               "spare list broken at span %u", i);
     }
+    CHECK(n_unused == a->n_spare, "%zu spare spans listed, %u counted", n_unused, a->n_spare);
     CHECK(n_free + n_used + n_unused == a->n_spans, "%zu spans are neither in use nor spare",
           a->n_spans - n_free - n_used - n_unused);
     return EGM_OK;

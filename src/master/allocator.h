@@ -43,6 +43,16 @@ egm_status_t egm__allocator_alloc(egm_allocator_t *allocator, uint64_t len, uint
  * allocation (misaligned, out of bounds, free space, a part of or more than
  * one allocation, a double free) is EGM_ERR_INVALID_ARG and changes nothing. */
 egm_status_t egm__allocator_free(egm_allocator_t *allocator, uint64_t offset, uint64_t len);
+/* Cuts the allocation at `offset` (exactly one, as for egm__allocator_free)
+ * in two at `at` (aligned, strictly inside it): [offset, at) and [at, end)
+ * become two allocations, each freed on its own. A slab granted whole is cut
+ * this way into the objects its writer commits. EGM_ERR_INVALID_ARG (nothing
+ * changed) when offset is not an allocation or `at` is not inside it,
+ * EGM_ERR_NO_MEMORY when the master cannot grow its metadata. */
+egm_status_t egm__allocator_split(egm_allocator_t *allocator, uint64_t offset, uint64_t at);
+/* Grows the metadata so that the next n splits (or allocations) cannot fail
+ * for lack of memory. EGM_ERR_NO_MEMORY (nothing else changed). */
+egm_status_t egm__allocator_reserve(egm_allocator_t *allocator, uint32_t n);
 /* largest_free costs a walk of the top non-empty size class. */
 void egm__allocator_stats(const egm_allocator_t *allocator, egm_allocator_stats_t *stats_p);
 /* Rounded length an allocation of len occupies (0 on overflow). */

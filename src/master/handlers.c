@@ -157,7 +157,7 @@ static uint64_t force_wait_ms(egm_master_state_t *st, uint64_t last_grant_ms, ui
 }
 
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
-                                    uint64_t wait_ms, egm_rpc_reply_t *reply)
+                                    uint64_t wait_ms, uint64_t slab_id, egm_rpc_reply_t *reply)
 {
     size_t max_segs = egm__segment_table_count(st->segments);
     const egm_pb_slice_t **descs = NULL;
@@ -185,7 +185,8 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                 .n_segments = n_segs,
                                 .packed_segments = descs,
                                 .location_cache_ms = st->location_cache_ms,
-                                .wait_ms = wait_ms};
+                                .wait_ms = wait_ms,
+                                .slab_id = slab_id};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -228,6 +229,28 @@ static size_t *key_lengths(char *const *keys, size_t n)
     return lens;
 }
 
+/* A request's ReplicateConfig (NULL: the defaults) as the index takes it;
+ * replica_num 0 is 1. EGM_ERR_INVALID_ARG naming the field. */
+static egm_status_t put_config(const Egm__ReplicateConfig *pb, egm_put_config_t *config)
+{
+    memset(config, 0, sizeof(*config));
+    config->replica_num = pb != NULL && pb->replica_num > 0 ? pb->replica_num : 1;
+    if (config->replica_num > EGM_MASTER_REPLICA_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "config.replica_num: %u, must be 0..%d",
+                              config->replica_num, EGM_MASTER_REPLICA_MAX);
+    if (pb == NULL)
+        return EGM_OK;
+    config->soft_pin = pb->with_soft_pin;
+    config->hard_pin = pb->with_hard_pin;
+    config->n_preferred = pb->n_preferred_segments;
+    config->preferred_segments = (const char *const *)pb->preferred_segments;
+    if (config->n_preferred > EGM_MASTER_PREFERRED_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "config.preferred_segments: %zu names, at most %d",
+                              config->n_preferred, EGM_MASTER_PREFERRED_MAX);
+    return EGM_OK;
+}
+
 static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__PutStartRequest *req = (const Egm__PutStartRequest *)call->request;
@@ -236,19 +259,11 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
     egm_status_t status = EGM_OK;
 
     egm_id_t client = egm__id_from_pb(req->client);
-    uint32_t replica_num = req->config != NULL ? req->config->replica_num : 0;
-    if (replica_num == 0)
-        replica_num = 1;
     if ((status = check_key_count(req->n_keys)) != EGM_OK)
         goto out;
     if (req->n_sizes != req->n_keys) {
         status = egm__set_error(EGM_ERR_INVALID_ARG, "sizes: %zu values for %zu keys", req->n_sizes,
                                 req->n_keys);
-        goto out;
-    }
-    if (replica_num > EGM_MASTER_REPLICA_MAX) {
-        status = egm__set_error(EGM_ERR_INVALID_ARG, "config.replica_num: %u, must be 0..%d",
-                                replica_num, EGM_MASTER_REPLICA_MAX);
         goto out;
     }
     if (egm__id_is_nil(client)) {
@@ -257,19 +272,9 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
     }
     if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
         goto out;
-    egm_put_config_t config = {.replica_num = replica_num};
-    if (req->config != NULL) {
-        config.soft_pin = req->config->with_soft_pin;
-        config.hard_pin = req->config->with_hard_pin;
-        config.n_preferred = req->config->n_preferred_segments;
-        config.preferred_segments = (const char *const *)req->config->preferred_segments;
-    }
-    if (config.n_preferred > EGM_MASTER_PREFERRED_MAX) {
-        status =
-            egm__set_error(EGM_ERR_INVALID_ARG, "config.preferred_segments: %zu names, at most %d",
-                           config.n_preferred, EGM_MASTER_PREFERRED_MAX);
+    egm_put_config_t config;
+    if ((status = put_config(req->config, &config)) != EGM_OK)
         goto out;
-    }
     char host_id[EGM_HOST_ID_MAX];
     config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
     /* One replica per key is reserved ahead (see handle_keys). */
@@ -293,7 +298,7 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
                              .arg = &kb};
     status = egm__objects_batch(st->objects, &b);
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, 0, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, 0, 0, call->reply);
 out:
     egm_free(lens);
     outcomes_cleanup(&oc);
@@ -359,7 +364,116 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
     uint64_t wait_ms =
         b.op == EGM_OBJECTS_REMOVE && b.force ? force_wait_ms(st, last_grant_ms, st->now_ms()) : 0;
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, wait_ms, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, wait_ms, 0, call->reply);
+out:
+    egm_free(lens);
+    outcomes_cleanup(&oc);
+    return status;
+}
+
+/* ---- client-side allocation ------------------------------------------------ */
+
+/* Slabs a client says it is done with (SlabGrant, Commit): their uncommitted
+ * space goes back. One already gone (its lease ended) is no error. */
+static egm_status_t return_slabs(egm_master_state_t *st, egm_id_t client, const uint64_t *ids,
+                                 size_t n)
+{
+    if (n > EGM_MASTER_MAX_KEYS)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "returned: %zu slabs, at most %d", n,
+                              EGM_MASTER_MAX_KEYS);
+    for (size_t i = 0; i < n; i++)
+        egm__objects_slab_return(st->objects, client, ids[i], st->now_ms());
+    return EGM_OK;
+}
+
+/* Answered with a KeysReply of one result: the slab (size, lease_ttl_ms: how
+ * long the client may write into it, replicas: its extents) and slab_id; or
+ * the refusal as that result's status. */
+static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t *call)
+{
+    const Egm__SlabGrantRequest *req = (const Egm__SlabGrantRequest *)call->request;
+    egm_id_t client = egm__id_from_pb(req->client);
+    outcomes_t oc = {0};
+    egm_slab_view_t slab;
+    egm_put_config_t config;
+    egm_status_t status;
+
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    if ((status = put_config(req->config, &config)) != EGM_OK)
+        return status;
+    if ((status = return_slabs(st, client, req->returned, req->n_returned)) != EGM_OK)
+        return status;
+    char host_id[EGM_HOST_ID_MAX];
+    config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
+    if ((status = outcomes_init(&oc, 1)) != EGM_OK)
+        return status;
+    egm_status_t granted = egm__objects_slab_grant(st->objects, client, req->size, req->min_size,
+                                                   &config, st->now_ms(), &slab);
+    oc.out[0].status = granted;
+    if (granted == EGM_OK) {
+        egm_object_view_t view = {
+            .state = EGM_OBJECT_PENDING, .size = slab.size, .n_replicas = slab.n_extents};
+        memcpy(view.replicas, slab.extents, slab.n_extents * sizeof(view.replicas[0]));
+        status = outcomes_record(&oc, 0, &view, 1, slab.lease_ms);
+        if (status != EGM_OK) /* the reply cannot describe it: give it back */
+            egm__objects_slab_return(st->objects, client, slab.id, st->now_ms());
+    } else {
+        egm_debug("SlabGrant of %llu bytes (at least %llu): %s", (unsigned long long)req->size,
+                  (unsigned long long)req->min_size, egm_last_error());
+    }
+    if (status == EGM_OK)
+        status = send_keys_reply(st, &oc, 1, 0, granted == EGM_OK ? slab.id : 0, call->reply);
+    outcomes_cleanup(&oc);
+    return status;
+}
+
+static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *call)
+{
+    const Egm__CommitRequest *req = (const Egm__CommitRequest *)call->request;
+    egm_id_t client = egm__id_from_pb(req->client);
+    outcomes_t oc = {0};
+    size_t *lens = NULL;
+    egm_put_config_t config;
+    egm_status_t status;
+
+    if ((status = check_key_count(req->n_keys)) != EGM_OK)
+        return status;
+    if (req->n_sizes != req->n_keys || req->n_slab_ids != req->n_keys ||
+        req->n_offsets != req->n_keys)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "sizes, slab_ids, offsets: %zu, %zu and %zu values for %zu keys "
+                              "(one each per key)",
+                              req->n_sizes, req->n_slab_ids, req->n_offsets, req->n_keys);
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    if ((status = put_config(req->config, &config)) != EGM_OK)
+        return status;
+    if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
+        return status;
+    lens = key_lengths(req->keys, req->n_keys);
+    if (lens == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
+        goto out;
+    }
+    keys_batch_t kb = {.oc = &oc};
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
+                             .client = client,
+                             .sizes = req->sizes,
+                             .slab_ids = req->slab_ids,
+                             .offsets = req->offsets,
+                             .config = &config,
+                             .now_ms = st->now_ms(),
+                             .n = req->n_keys,
+                             .keys = (const char *const *)req->keys,
+                             .key_lens = lens,
+                             .done = keys_done,
+                             .arg = &kb};
+    status = egm__objects_batch(st->objects, &b);
+    if (status == EGM_OK)
+        status = return_slabs(st, client, req->returned, req->n_returned);
+    if (status == EGM_OK)
+        status = send_keys_reply(st, &oc, req->n_keys, 0, 0, call->reply);
 out:
     egm_free(lens);
     outcomes_cleanup(&oc);
@@ -633,6 +747,8 @@ static egm_master_lock_t ping_lock(const ProtobufCMessage *request)
 #define MASTER_Ping handle_ping, EGM_MASTER_LOCK_SHARED, ping_lock
 #define MASTER_ListSegments handle_list_segments, EGM_MASTER_LOCK_EXCLUSIVE
 #define MASTER_StatKey egm__master_handle_stat_key, EGM_MASTER_LOCK_SHARED
+#define MASTER_SlabGrant handle_slab_grant, EGM_MASTER_LOCK_SHARED
+#define MASTER_Commit handle_commit, EGM_MASTER_LOCK_SHARED
 
 static const egm_master_command_t commands[EGM_RPC_TYPE_MAX + 1] = {
 #define ROW(e, n, name, req, rep) [n] = {n, MASTER_##name},

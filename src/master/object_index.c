@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "master/slabs.h"
 
 _Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJECTS_SHARDS <= 256,
                "EGM_OBJECTS_SHARDS: a power of two that fits egm_object_t.shard");
@@ -113,6 +114,10 @@ struct egm_object_index {
     size_t held_cap;
     uint64_t held_bytes;      /* their segment space, allocator rounding included */
     uint64_t held_release_ms; /* the earliest release_ms (UINT64_MAX: none held) */
+    egm_slab_table_t *slabs;  /* granted to writers (slabs.h) */
+    uint64_t slab_grants;
+    uint64_t slab_expired;
+    uint64_t commits;
     uint64_t rng;
     size_t *order; /* scratch: segment indexes for a placement */
     size_t order_cap;
@@ -463,6 +468,11 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     index->params = *params;
     index->rng = egm__id_random().lo | 1;
     index->held_release_ms = UINT64_MAX;
+    status = egm__slabs_create(&index->slabs);
+    if (status != EGM_OK) {
+        egm__objects_destroy(index);
+        return status;
+    }
     *index_p = index;
     return EGM_OK;
 }
@@ -673,6 +683,31 @@ static uint64_t release_held_locked(egm_object_index_t *index, uint64_t now_ms)
     return held_take(index, held_expired, &now_ms, 1);
 }
 
+/* Returns the slabs whose lease has ended by now_ms; the bytes freed. With
+ * `space` locked. */
+static uint64_t expire_slabs_locked(egm_object_index_t *index, uint64_t now_ms)
+{
+    if (now_ms < egm__slabs_next_expiry(index->slabs))
+        return 0;
+    egm_slabs_stats_t before, after;
+    egm__slabs_stats(index->slabs, &before);
+    uint64_t freed = egm__slabs_expire(index->slabs, now_ms);
+    egm__slabs_stats(index->slabs, &after);
+    index->slab_expired += before.slabs - after.slabs;
+    return freed;
+}
+
+uint64_t egm__objects_expire_slabs(egm_object_index_t *index, uint64_t now_ms)
+{
+    space_lock(index);
+    uint64_t freed = expire_slabs_locked(index, now_ms);
+    space_unlock(index);
+    if (freed > 0)
+        egm_info("returned %llu bytes of slabs whose writer let their lease end",
+                 (unsigned long long)freed);
+    return freed;
+}
+
 uint64_t egm__objects_release_held(egm_object_index_t *index, uint64_t now_ms)
 {
     space_lock(index);
@@ -739,6 +774,9 @@ void egm__objects_destroy(egm_object_index_t *index)
         table_cleanup(t);
     }
     held_take(index, held_any, NULL, 1); /* the segments outlive the index */
+    if (index->slabs != NULL)
+        egm__slabs_expire(index->slabs, UINT64_MAX);
+    egm__slabs_destroy(index->slabs);
     egm_free(index->held);
     for (size_t s = 0; s < index->n_shards_ready; s++)
         pthread_mutex_destroy(&index->shards[s].lock);
@@ -1130,6 +1168,53 @@ futile:
  * make room: the caller locks every shard and calls again with evict_ok. */
 #define NEEDS_EVICTION 2
 
+/* A new object for key with room for `slots` replicas (zeroed but for its
+ * key and hash), or NULL. */
+static egm_object_t *object_new(const char *key, size_t key_len, uint64_t hash, uint32_t slots)
+{
+    egm_object_t *obj =
+        egm_malloc(sizeof(*obj) + slots * sizeof(egm_replica_t) + key_len + 1, "master.object");
+    if (obj == NULL)
+        return NULL;
+    memset(obj, 0, sizeof(*obj));
+    obj->n_slots = (uint8_t)slots;
+    char *obj_key = (char *)egm__object_key(obj);
+    memcpy(obj_key, key, key_len);
+    obj_key[key_len] = '\0';
+    obj->key_len = (uint32_t)key_len;
+    obj->hash = hash;
+    return obj;
+}
+
+/* Places obj's replicas (obj->size bytes, config->replica_num of them) as a
+ * PutStart does: space held for a lease that has ended, and slabs whose lease
+ * has, are freed rather than evicting for them or answering NO_SPACE; then
+ * eviction when evict_ok (NEEDS_EVICTION otherwise); then the watermark. On
+ * failure nothing stays placed. With `space` locked, and every shard when
+ * evict_ok. */
+static egm_status_t place_locked(egm_object_index_t *index, egm_object_t *obj,
+                                 const egm_put_config_t *config, uint64_t now_ms, int evict_ok)
+{
+    uint32_t replica_num = config->replica_num;
+    egm_status_t status = place_replicas(index, obj, replica_num, config);
+
+    if (status == EGM_ERR_NO_SPACE &&
+        release_held_locked(index, now_ms) + expire_slabs_locked(index, now_ms) > 0)
+        status = place_replicas(index, obj, replica_num, config);
+    if (status == EGM_ERR_NO_SPACE && egm__segment_table_count(index->segments) > 0) {
+        if (!evict_ok)
+            return NEEDS_EVICTION;
+        status = evict_for(index, obj->size, replica_num, now_ms);
+        if (status == EGM_OK)
+            status = place_replicas(index, obj, replica_num, config);
+    }
+    if (status == EGM_OK)
+        status = fit_watermark(index, obj);
+    if (status == EGM_ERR_NO_SPACE)
+        atomic_fetch_add_explicit(&index->no_space, 1, memory_order_relaxed);
+    return status;
+}
+
 /* With sh (the key's shard) locked, and every shard when evict_ok. */
 static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t client,
                                const char *key, size_t key_len, uint64_t hash, uint64_t size,
@@ -1154,12 +1239,9 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
 
     if ((status = table_reserve(&sh->by_key)) != EGM_OK)
         return status;
-    obj = egm_malloc(sizeof(*obj) + replica_num * sizeof(egm_replica_t) + key_len + 1,
-                     "master.object");
+    obj = object_new(key, key_len, hash, replica_num);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
-    memset(obj, 0, sizeof(*obj));
-    obj->n_slots = (uint8_t)replica_num;
     obj->state = EGM_OBJECT_PENDING;
     obj->size = size;
     obj->writer = client;
@@ -1167,36 +1249,13 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     obj->hard_pin = config->hard_pin != 0;
     obj->soft_pin = config->soft_pin != 0 && !obj->hard_pin; /* a hard pin says more */
     obj->shard = (uint8_t)(sh - index->shards);
-    char *obj_key = (char *)egm__object_key(obj);
-    memcpy(obj_key, key, key_len);
-    obj_key[key_len] = '\0';
-    obj->key_len = (uint32_t)key_len;
-    obj->hash = hash;
     space_lock(index);
-    status = place_replicas(index, obj, replica_num, config);
-    /* Space held for a lease that has ended since the last tick: freed now
-     * rather than evicting for it or answering NO_SPACE. */
-    if (status == EGM_ERR_NO_SPACE && release_held_locked(index, now_ms) > 0)
-        status = place_replicas(index, obj, replica_num, config);
-    if (status == EGM_ERR_NO_SPACE && egm__segment_table_count(index->segments) > 0) {
-        if (!evict_ok) {
-            space_unlock(index);
-            egm_free(obj); /* placed nothing */
-            return NEEDS_EVICTION;
-        }
-        status = evict_for(index, size, replica_num, now_ms);
-        if (status == EGM_OK)
-            status = place_replicas(index, obj, replica_num, config);
-    }
-    if (status == EGM_OK)
-        status = fit_watermark(index, obj);
+    status = place_locked(index, obj, config, now_ms, evict_ok);
     if (status == EGM_OK)
         table_insert(&sh->by_key, obj);
     space_unlock(index);
     if (status != EGM_OK) {
-        egm_free(obj);
-        if (status == EGM_ERR_NO_SPACE)
-            atomic_fetch_add_explicit(&index->no_space, 1, memory_order_relaxed);
+        egm_free(obj); /* placed nothing */
         return status;
     }
     move_to(index, obj, LIST_PENDING);
@@ -1256,6 +1315,205 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
 {
     egm_put_config_t config = {.replica_num = replica_num};
     return egm__objects_put_start_with(index, client, key, key_len, size, &config, now_ms, view_p);
+}
+
+/* ---- client-side allocation: slabs and commits ------------------------------ */
+
+/* With `space` locked (and every shard when evict_ok). */
+static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *probe,
+                                      egm_id_t client, const egm_put_config_t *config,
+                                      uint64_t now_ms, int evict_ok, egm_slab_view_t *view_p)
+{
+    egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX];
+    egm_status_t status = place_locked(index, probe, config, now_ms, evict_ok);
+
+    if (status != EGM_OK)
+        return status;
+    /* The placed replicas become the slab's extents: allocated, in no
+     * segment's replica list (no object owns them yet). */
+    for (uint32_t i = 0; i < probe->n_replicas; i++) {
+        replica_unlink(&probe->replicas[i]);
+        extents[i] = (egm_slab_extent_t){.segment = probe->replicas[i].segment,
+                                         .base = probe->replicas[i].offset};
+    }
+    uint64_t lease_ms = index->params.pending_timeout_ms;
+    status = egm__slabs_add(index->slabs, client, probe->size, now_ms + lease_ms, extents,
+                            probe->n_replicas, &view_p->id);
+    if (status != EGM_OK) {
+        for (uint32_t i = 0; i < probe->n_replicas; i++)
+            egm__allocator_free(extents[i].segment->allocator, extents[i].base, probe->size);
+        return status;
+    }
+    index->slab_grants++;
+    view_p->size = probe->size;
+    view_p->lease_ms = lease_ms;
+    view_p->n_extents = probe->n_replicas;
+    for (uint32_t i = 0; i < probe->n_replicas; i++)
+        view_p->extents[i] = (egm_replica_view_t){
+            .segment = extents[i].segment, .offset = extents[i].base, .length = probe->size};
+    return EGM_OK;
+}
+
+/* The most one slab holds: a sixteenth of the capacity (so that a writer
+ * does not make the store evict for space it may never use), at least
+ * min_size. With `space` locked. */
+static uint64_t slab_cap(const egm_object_index_t *index, uint64_t min_size)
+{
+    uint64_t used, capacity;
+    usage(index, &used, &capacity, NULL);
+    uint64_t cap = egm__allocator_round(capacity / 16);
+    return cap > min_size ? cap : min_size;
+}
+
+egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client, uint64_t size,
+                                     uint64_t min_size, const egm_put_config_t *config,
+                                     uint64_t now_ms, egm_slab_view_t *view_p)
+{
+    uint64_t min_rounded = egm__allocator_round(min_size);
+    egm_status_t status;
+
+    memset(view_p, 0, sizeof(*view_p));
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    if (min_size == 0 || min_rounded == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "min_size: %llu, must be 1..2^64-64",
+                              (unsigned long long)min_size);
+    if ((status = put_check(min_size, config)) != EGM_OK)
+        return status;
+    /* Placed as an object of the slab's size would be (no key, never in the
+     * table): the same strategy, eviction and watermark. */
+    egm_object_t *probe = egm_calloc(
+        1, sizeof(*probe) + config->replica_num * sizeof(egm_replica_t), "master.slab_probe");
+    if (probe == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory granting a slab");
+    probe->n_slots = (uint8_t)config->replica_num;
+    space_lock(index);
+    uint64_t want = egm__allocator_round(size);
+    uint64_t cap = slab_cap(index, min_rounded);
+    probe->size = want < min_rounded ? min_rounded : want > cap || want == 0 ? cap : want;
+    status = slab_grant_locked(index, probe, client, config, now_ms, 0, view_p);
+    if (status != EGM_OK && probe->size > min_rounded) {
+        /* No room for all it wanted without evicting: only what it needs now,
+         * as a PutStart of that object would get it. */
+        probe->size = min_rounded;
+        status = slab_grant_locked(index, probe, client, config, now_ms, 0, view_p);
+    }
+    space_unlock(index);
+    if (status == NEEDS_EVICTION) {
+        lock_all(index);
+        space_lock(index);
+        status = slab_grant_locked(index, probe, client, config, now_ms, 1, view_p);
+        space_unlock(index);
+        unlock_all(index);
+    }
+    egm_free(probe);
+    return status;
+}
+
+egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client, uint64_t id,
+                                      uint64_t now_ms)
+{
+    egm_slab_t *slab;
+
+    space_lock(index);
+    egm_status_t status = egm__slabs_find(index->slabs, id, client, now_ms, &slab);
+    if (status == EGM_OK)
+        egm__slabs_release(index->slabs, slab);
+    space_unlock(index);
+    return status;
+}
+
+/* Claims [offset, + rounded size) from the slab and makes the claimed extents
+ * obj's replicas, or gives the range back to the pool when obj is NULL (the
+ * key exists: the writer's bytes are not wanted). With `space` locked. */
+static egm_status_t commit_claim(egm_slab_t *slab, uint64_t offset, uint64_t size,
+                                 egm_object_t *obj)
+{
+    uint64_t rounded = egm__allocator_round(size);
+    egm_status_t status;
+
+    if (rounded == 0 || offset > slab->size || rounded > slab->size - offset)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "offsets: [%llu, +%llu) is past the end of slab %llu (%llu bytes)",
+                              (unsigned long long)offset, (unsigned long long)size,
+                              (unsigned long long)slab->id, (unsigned long long)slab->size);
+    if ((status = egm__slabs_claim(slab, offset, rounded)) != EGM_OK)
+        return status;
+    for (uint32_t e = 0; e < slab->n_extents; e++) {
+        egm_segment_t *seg = slab->extents[e].segment;
+        if (seg == NULL)
+            continue;
+        if (obj == NULL) {
+            egm__allocator_free(seg->allocator, slab->extents[e].base + offset, rounded);
+            continue;
+        }
+        egm_replica_t *r = &obj->replicas[obj->n_replicas++];
+        *r = (egm_replica_t){.segment = seg,
+                             .object = obj,
+                             .offset = slab->extents[e].base + offset,
+                             .length = size};
+        replica_link(r);
+    }
+    if (obj != NULL)
+        obj->n_live = obj->n_replicas;
+    return EGM_OK;
+}
+
+/* With sh (the key's shard) locked; obj the object under the key (NULL:
+ * none). The slab cannot lose an extent meanwhile: dropping a segment locks
+ * every shard. */
+static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const char *key,
+                                  size_t key_len, uint64_t hash, egm_object_t *obj,
+                                  const egm_objects_batch_t *b, size_t i)
+{
+    const egm_put_config_t *config = b->config;
+    uint64_t size = b->sizes[i];
+    egm_slab_t *slab;
+    egm_status_t status;
+
+    if (size == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "sizes: must be > 0");
+    if ((status = table_reserve(&sh->by_key)) != EGM_OK)
+        return status;
+    space_lock(index);
+    status = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab);
+    if (status == EGM_OK && obj != NULL && pending_is_stale(index, obj, b->now_ms)) {
+        object_delete_locked(index, obj); /* its writer gave up long ago */
+        index->discarded++;
+        obj = NULL;
+    } else if (status == EGM_OK && obj != NULL) {
+        status = commit_claim(slab, b->offsets[i], size, NULL);
+        space_unlock(index);
+        return status != EGM_OK ? status : egm__set_error(EGM_ERR_EXISTS, "object already exists");
+    }
+    egm_object_t *created = NULL;
+    if (status == EGM_OK) {
+        created = object_new(key, key_len, hash, slab->n_live);
+        status = created == NULL
+                     ? egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object")
+                     : commit_claim(slab, b->offsets[i], size, created);
+    }
+    if (status == EGM_OK)
+        index->commits++;
+    space_unlock(index);
+    if (status != EGM_OK) {
+        egm_free(created); /* its replicas were never linked */
+        return status;
+    }
+    obj = created;
+    obj->state = EGM_OBJECT_COMPLETE;
+    obj->size = size;
+    obj->writer = b->client;
+    obj->put_start_ms = obj->last_access_ms = obj->commit_ms = b->now_ms;
+    obj->hard_pin = config != NULL && config->hard_pin != 0;
+    obj->soft_pin = config != NULL && config->soft_pin != 0 && !obj->hard_pin;
+    obj->shard = (uint8_t)(sh - index->shards);
+    table_insert(&sh->by_key, obj);
+    move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
+    bump(&index->evictable_gen);
+    sh->n_soft_pinned += obj->soft_pin;
+    sh->n_hard_pinned += obj->hard_pin;
+    return EGM_OK;
 }
 
 /* Whether obj (the object under a key, or NULL) is being written by `client`
@@ -1533,7 +1791,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0)
             obj = cand[j] = find(sh, b->keys[i], b->key_lens[i], hash[j]);
         if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE &&
-            b->op != EGM_OBJECTS_PUT_START)
+            b->op != EGM_OBJECTS_PUT_START && b->op != EGM_OBJECTS_COMMIT)
             prefetch_neighbours(obj);
     }
     for (size_t j = 0; j < n && status == EGM_OK; j++) {
@@ -1541,7 +1799,8 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
         /* An earlier key of this run may have removed the object (a key
          * given twice), or an eviction any object. */
         egm_object_t *obj =
-            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE || evicted)
+            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE ||
+                      b->op == EGM_OBJECTS_COMMIT || evicted)
                 ? find(sh, b->keys[i], b->key_lens[i], hash[j])
                 : cand[j];
         egm_status_t s;
@@ -1577,6 +1836,9 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             break;
         case EGM_OBJECTS_PUT_REVOKE:
             s = put_revoke_locked(index, obj, b->client);
+            break;
+        case EGM_OBJECTS_COMMIT:
+            s = commit_locked(index, sh, b->keys[i], b->key_lens[i], hash[j], obj, b, i);
             break;
         default:
             s = remove_locked(index, obj, b->force, b->now_ms, grant_p);
@@ -1936,6 +2198,7 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
         r = next;
     }
     held_take(index, held_in_segment, segment, 0); /* its memory goes: no reader to protect */
+    egm__slabs_drop_segment(index->slabs, segment);
     space_unlock(index);
     unlock_all(index);
     return deleted;
@@ -1964,6 +2227,13 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     usage(ix, &stats_p->used_bytes, &stats_p->capacity_bytes, NULL);
     stats_p->held_bytes = ix->held_bytes;
     stats_p->held_extents = ix->n_held;
+    egm_slabs_stats_t slabs;
+    egm__slabs_stats(ix->slabs, &slabs);
+    stats_p->slabs = slabs.slabs;
+    stats_p->slab_bytes = slabs.unclaimed_bytes;
+    stats_p->slab_grants_total = ix->slab_grants;
+    stats_p->slab_expired_total = ix->slab_expired;
+    stats_p->commits_total = ix->commits;
     space_unlock(ix);
     unlock_all(ix);
 }
@@ -2110,13 +2380,18 @@ static egm_status_t check_segment(const egm_object_index_t *index, const egm_seg
     egm_status_t status = egm__allocator_check(seg->allocator);
     if (status != EGM_OK)
         return status;
+    uint64_t slab_bytes;
+    size_t slab_pieces;
+    egm__slabs_in(index->slabs, seg, &slab_bytes, &slab_pieces);
     egm__allocator_stats(seg->allocator, &a);
-    /* Overlapping ranges would be fewer allocations than replicas plus held. */
-    CHECK(a.used == bytes + held_bytes && a.allocations == n + held,
+    /* Overlapping ranges would be fewer allocations than replicas, held
+     * extents and slab pieces. */
+    CHECK(a.used == bytes + held_bytes + slab_bytes && a.allocations == n + held + slab_pieces,
           "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu, held "
-          "%llu in %llu",
+          "%llu in %llu, slabs %llu in %zu",
           seg->desc.name, (unsigned long long)a.used, a.allocations, (unsigned long long)bytes,
-          (unsigned long long)n, (unsigned long long)held_bytes, (unsigned long long)held);
+          (unsigned long long)n, (unsigned long long)held_bytes, (unsigned long long)held,
+          (unsigned long long)slab_bytes, slab_pieces);
     *replicas_p += n;
     *held_p += held;
     return EGM_OK;

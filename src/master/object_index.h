@@ -164,6 +164,11 @@ typedef struct {
     uint64_t no_space_total;       /* PutStarts answered NO_SPACE */
     uint64_t held_bytes;           /* of used_bytes: removed under a lease, freed when it ends */
     uint64_t held_extents;         /* the replicas whose space that is */
+    uint64_t slabs;                /* granted to writers, not yet returned (slabs.h) */
+    uint64_t slab_bytes;           /* of used_bytes: their space not yet committed */
+    uint64_t slab_grants_total;    /* slabs granted since start */
+    uint64_t slab_expired_total;   /* slabs whose lease ended before their writer returned them */
+    uint64_t commits_total;        /* objects committed from slabs */
 } egm_object_index_stats_t;
 
 /* Defaults of every parameter (the config keys' defaults). */
@@ -242,6 +247,34 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
  * leased (or leased at time 0); 0 on any error. */
 egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, size_t key_len,
                                  int force, uint64_t now_ms, uint64_t *last_grant_ms_p);
+/* Client-side allocation (slabs.h; docs/master.md "Client-side allocation").
+ * A slab is placed as an object of its size with config's replica_num and
+ * preferred segments would be (placement strategy, held space freed, expired
+ * slabs returned, watermark), and granted to `client` for pending_timeout_ms:
+ * the client may write into it for that long, and what it has not committed
+ * by then returns to the pool. Its size: `size` (rounded up to
+ * EGM_OBJECT_ALIGN; at most a sixteenth of the capacity, at least min_size)
+ * when that fits without evicting, else min_size, evicting for it as a
+ * PutStart of a min_size object would (the same NO_SPACE answers). */
+typedef struct {
+    uint64_t id;
+    uint64_t size;
+    uint64_t lease_ms; /* from now */
+    uint32_t n_extents;
+    egm_replica_view_t extents[EGM_MASTER_REPLICA_MAX]; /* offset: the extent's base */
+} egm_slab_view_t;
+
+egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client, uint64_t size,
+                                     uint64_t min_size, const egm_put_config_t *config,
+                                     uint64_t now_ms, egm_slab_view_t *view_p);
+/* Returns the space `client` did not commit in slab `id` (the slab is
+ * forgotten). EGM_ERR_NOT_FOUND as egm__slabs_find says. */
+egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client, uint64_t id,
+                                      uint64_t now_ms);
+/* Returns every slab whose lease ended at or before now_ms (the master's
+ * tick). Bytes freed. Locks only `space`. */
+uint64_t egm__objects_expire_slabs(egm_object_index_t *index, uint64_t now_ms);
+
 /* A batch of one per-key call (the ones above but StatKey) over n keys: each
  * key answered through done(arg, i, status, view), view being what
  * egm__objects_put_start_with, _get_replicas or _exist return on OK (NULL
@@ -264,13 +297,20 @@ typedef enum {
     EGM_OBJECTS_PUT_END,
     EGM_OBJECTS_PUT_REVOKE,
     EGM_OBJECTS_REMOVE,
+    /* Commit: key i, sizes[i] bytes, already written at offsets[i] of slab
+     * slab_ids[i] (granted to `client`, lease live) is claimed from the slab
+     * and becomes COMPLETE at once, with config's pins. A key that exists
+     * (EXISTS, as PutStart answers) gives its range back to the pool. */
+    EGM_OBJECTS_COMMIT,
 } egm_objects_op_t;
 
 typedef struct {
     egm_objects_op_t op;
     egm_id_t client;                /* PutStart, PutEnd, PutRevoke: the writer */
-    const uint64_t *sizes;          /* PutStart: per key */
-    const egm_put_config_t *config; /* PutStart */
+    const uint64_t *sizes;          /* PutStart, Commit: per key */
+    const egm_put_config_t *config; /* PutStart; Commit (its pins) */
+    const uint64_t *slab_ids;       /* Commit: per key */
+    const uint64_t *offsets;        /* Commit: per key, in its slab */
     int force;                      /* Remove */
     uint64_t now_ms;
     size_t n;

@@ -64,6 +64,7 @@ void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms)
     egm__liveness_expire(state->liveness, now_ms, state->client_ttl_ms);
     egm__objects_sweep_pending(state->objects, now_ms);
     egm__objects_release_held(state->objects, now_ms); /* before eviction counts what is used */
+    egm__objects_expire_slabs(state->objects, now_ms);
     egm__objects_evict_if_needed(state->objects, now_ms);
     if (state->lock != NULL)
         pthread_rwlock_unlock(state->lock);

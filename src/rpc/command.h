@@ -28,7 +28,9 @@
     X(REMOVE_ALL, 9, RemoveAll, remove_all_request, remove_all_reply)                              \
     X(PING, 10, Ping, ping_request, ping_reply)                                                    \
     X(LIST_SEGMENTS, 11, ListSegments, list_segments_request, list_segments_reply)                 \
-    X(STAT_KEY, 12, StatKey, stat_key_request, stat_key_reply)
+    X(STAT_KEY, 12, StatKey, stat_key_request, stat_key_reply)                                     \
+    X(SLAB_GRANT, 13, SlabGrant, slab_grant_request, keys_reply)                                   \
+    X(COMMIT, 14, Commit, commit_request, keys_reply)
 
 /* Session frames, answered by the RPC server itself (rpc/server.c), never by
  * a handler; numbered above EGM_RPC_TYPE_MAX; payloads are raw bytes, not

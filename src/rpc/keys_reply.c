@@ -19,6 +19,7 @@ enum {
     TAG_KEYS_SEGMENTS = 0x1a,  /* KeysReply.segments = 3, bytes */
     TAG_KEYS_CACHE = 0x20,     /* KeysReply.location_cache_ms = 4, varint */
     TAG_KEYS_WAIT = 0x28,      /* KeysReply.wait_ms = 5, varint */
+    TAG_KEYS_SLAB = 0x30,      /* KeysReply.slab_id = 6, varint */
     TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
     TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
     TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
@@ -151,7 +152,8 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         }
         total += 1 + varint_len(len) + len;
     }
-    total += scalar_len(msg->location_cache_ms) + scalar_len(msg->wait_ms);
+    total +=
+        scalar_len(msg->location_cache_ms) + scalar_len(msg->wait_ms) + scalar_len(msg->slab_id);
     uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
     if (buf == NULL)
         goto err_nomem;
@@ -172,6 +174,7 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
     }
     p = put_scalar(p, TAG_KEYS_CACHE, msg->location_cache_ms);
     p = put_scalar(p, TAG_KEYS_WAIT, msg->wait_ms);
+    p = put_scalar(p, TAG_KEYS_SLAB, msg->slab_id);
     if ((size_t)(p - buf) != total) {
         egm_free(buf);
         status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
@@ -464,6 +467,7 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
     out->status = 0;
     out->location_cache_ms = 0;
     out->wait_ms = 0;
+    out->slab_id = 0;
     while (r.p < r.end) {
         uint32_t field;
         unsigned wt;
@@ -485,6 +489,11 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
             if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
                 return bad("KeysReply.wait_ms");
             out->wait_ms = v;
+            break;
+        case 6:
+            if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
+                return bad("KeysReply.slab_id");
+            out->slab_id = v;
             break;
         case 2: {
             egm_key_result_t tmp, *res = fill ? &out->results[n_results] : &tmp;

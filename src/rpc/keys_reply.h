@@ -59,6 +59,7 @@ typedef struct {
     egm_pb_slice_t *segments;
     uint64_t location_cache_ms; /* GetReplicaList, Remove: the master's cache bound */
     uint64_t wait_ms;           /* force Remove: how long the caller waits */
+    uint64_t slab_id;           /* SlabGrant: the slab, described by results[0] */
     uint8_t *buf;               /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
@@ -79,6 +80,7 @@ typedef struct {
     const egm_pb_slice_t *const *packed_segments;
     uint64_t location_cache_ms; /* 0: left out */
     uint64_t wait_ms;           /* 0: left out */
+    uint64_t slab_id;           /* 0: left out */
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

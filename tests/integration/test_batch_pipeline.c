@@ -200,11 +200,13 @@ static long long rpc_count(const char *type)
 }
 
 /* vLLM's shape: 40 keys of 64 parts (2560 buffers, too few keys to pipeline by
- * keys). Cut by parts into chunks of 2, 4, 8, 16 and 10 keys: five PutStart,
- * five PutEnd and five GetReplicaList; every part's bytes come back. */
-static void test_pipelined_by_parts(void **state)
+ * keys). Cut by parts into chunks of 2, 4, 8, 16 and 10 keys: five
+ * GetReplicaList, and five Commits when the client places its puts (a
+ * SlabGrant or two: the two placing threads may both find no slab), five
+ * PutStart and five PutEnd when the master does (slab_bytes=0); every part's
+ * bytes come back. */
+static void pipelined_by_parts(const char *slab_bytes)
 {
-    (void)state;
     enum { KEYS = 40, PARTS = 64, PIECE = 96, CHUNKS = 5 };
     size_t live = egm__alloc_live_count();
     static char names[KEYS][32];
@@ -216,7 +218,9 @@ static void test_pipelined_by_parts(void **state)
     unsigned char *src = malloc(PARTS * region), *dst = malloc(PARTS * region);
     assert_true(src && dst);
 
-    egm_client_t *client = egm_test_client(&cluster, "shm", NULL);
+    const char *pairs[] = {slab_bytes, NULL};
+    int client_placed = strcmp(slab_bytes, "slab_bytes=0") != 0;
+    egm_client_t *client = egm_test_client(&cluster, "shm", pairs);
     assert_non_null(client);
     assert_int_equal(egm_register_buffer(client, src, PARTS * region), EGM_OK);
     assert_int_equal(egm_register_buffer(client, dst, PARTS * region), EGM_OK);
@@ -232,14 +236,19 @@ static void test_pipelined_by_parts(void **state)
         }
     }
     long long starts = rpc_count("PutStart"), ends = rpc_count("PutEnd");
+    long long grants = rpc_count("SlabGrant"), commits = rpc_count("Commit");
     assert_int_equal(egm_batch_put_from_parts(client, KEYS, keys, counts,
                                               (const void *const *)addrs, lens, NULL, results),
                      EGM_OK);
     for (size_t i = 0; i < KEYS; i++)
         if (results[i] != EGM_OK)
             fail_msg("put key %zu: %d", i, results[i]);
-    assert_int_equal(rpc_count("PutStart") - starts, CHUNKS);
-    assert_int_equal(rpc_count("PutEnd") - ends, CHUNKS);
+    assert_int_equal(rpc_count("PutStart") - starts, client_placed ? 0 : CHUNKS);
+    assert_int_equal(rpc_count("PutEnd") - ends, client_placed ? 0 : CHUNKS);
+    assert_int_equal(rpc_count("Commit") - commits, client_placed ? CHUNKS : 0);
+    long long granted = rpc_count("SlabGrant") - grants;
+    if (client_placed ? granted < 1 || granted > 2 : granted != 0)
+        fail_msg("%lld SlabGrants", granted);
 
     memset(dst, 0, PARTS * region);
     long long lists = rpc_count("GetReplicaList");
@@ -266,12 +275,25 @@ static void test_pipelined_by_parts(void **state)
     free(dst);
 }
 
+static void test_pipelined_by_parts_client_placed(void **state)
+{
+    (void)state;
+    pipelined_by_parts("slab_bytes=256MiB");
+}
+
+static void test_pipelined_by_parts_master_placed(void **state)
+{
+    (void)state;
+    pipelined_by_parts("slab_bytes=0");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipelined_put_get),
         cmocka_unit_test(test_pipelined_parts),
-        cmocka_unit_test(test_pipelined_by_parts),
+        cmocka_unit_test(test_pipelined_by_parts_client_placed),
+        cmocka_unit_test(test_pipelined_by_parts_master_placed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

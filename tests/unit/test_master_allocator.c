@@ -197,6 +197,51 @@ static void test_invalid_free_changes_nothing(void **state)
     egm__allocator_destroy(a);
 }
 
+/* A slab granted whole is cut into objects: each piece is then its own
+ * allocation (freed alone, coalescing with its free neighbours), and a split
+ * that is not strictly inside one allocation changes nothing. */
+static void test_split_cuts_one_allocation(void **state)
+{
+    (void)state;
+    egm_allocator_t *a;
+    uint64_t x, y;
+    egm_allocator_stats_t before, after;
+
+    assert_int_equal(egm__allocator_create(16 * A, &a), EGM_OK);
+    assert_int_equal(egm__allocator_alloc(a, 8 * A, &x), EGM_OK);
+    assert_int_equal(egm__allocator_alloc(a, 2 * A, &y), EGM_OK);
+    egm__allocator_stats(a, &before);
+    assert_int_equal(egm__allocator_split(a, x, x), EGM_ERR_INVALID_ARG);         /* empty head */
+    assert_int_equal(egm__allocator_split(a, x, x + 8 * A), EGM_ERR_INVALID_ARG); /* at its end */
+    assert_int_equal(egm__allocator_split(a, x, x + 9 * A), EGM_ERR_INVALID_ARG); /* past it */
+    assert_int_equal(egm__allocator_split(a, x, x + A + 1), EGM_ERR_INVALID_ARG); /* misaligned */
+    assert_int_equal(egm__allocator_split(a, x + A, x + 2 * A), EGM_ERR_INVALID_ARG); /* inside */
+    assert_int_equal(egm__allocator_split(a, 12 * A, 13 * A), EGM_ERR_INVALID_ARG);   /* free */
+    egm__allocator_stats(a, &after);
+    assert_memory_equal(&before, &after, sizeof(before));
+    /* [x, +8) -> [x, +3) [x+3, +1) [x+4, +4) */
+    assert_int_equal(egm__allocator_split(a, x, x + 4 * A), EGM_OK);
+    assert_int_equal(egm__allocator_split(a, x, x + 3 * A), EGM_OK);
+    check(a);
+    egm__allocator_stats(a, &after);
+    assert_int_equal(after.allocations, before.allocations + 2);
+    assert_int_equal(after.used, before.used);
+    assert_int_equal(egm__allocator_free(a, x, 8 * A), EGM_ERR_INVALID_ARG); /* no longer one */
+    assert_int_equal(egm__allocator_free(a, x + 3 * A, A), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, x + 4 * A, 4 * A), EGM_OK);
+    check(a);
+    egm__allocator_stats(a, &after);
+    assert_int_equal(after.used, before.used - 5 * A);
+    assert_int_equal(egm__allocator_free(a, x, 3 * A), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, y, 2 * A), EGM_OK);
+    egm__allocator_stats(a, &after);
+    assert_int_equal(after.used, 0);
+    assert_int_equal(after.free_ranges, 1);
+    assert_int_equal(after.allocations, 0);
+    check(a);
+    egm__allocator_destroy(a);
+}
+
 /* A request whose only fitting range shares its size class, behind more than a
  * few shorter ranges of that class, is still served: NO_SPACE means no range
  * fits. 1000 blocks is in a class 16 blocks wide ([992, 1008)). */
@@ -568,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_alignment_and_rounding),
         cmocka_unit_test(test_no_space_when_full),
         cmocka_unit_test(test_invalid_free_changes_nothing),
+        cmocka_unit_test(test_split_cuts_one_allocation),
         cmocka_unit_test(test_fit_found_inside_own_class),
         cmocka_unit_test(test_random_trace_against_shadow),
         cmocka_unit_test(test_uniform_utilisation),

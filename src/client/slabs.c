@@ -1,0 +1,462 @@
+/* A writer's slabs: reservations, grants, returns (slabs.h). */
+#include "client/slabs.h"
+
+#include <string.h>
+#include "client/client_int.h"
+#include "client/location_cache.h" /* EGM_LOCATION_MARGIN_MS */
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "rpc/frame.h"
+#include "rpc/proto_util.h"
+
+struct egm_wslab {
+    uint64_t id;
+    uint64_t size;
+    uint64_t used;         /* the bump cursor */
+    uint64_t granted_ms;   /* when the SlabGrant was sent */
+    uint64_t confirmed_ms; /* the latest send of a request the master answered knowing it */
+    uint64_t lease_ms;
+    uint64_t bound_ms; /* the master's location_cache_ms */
+    unsigned inflight; /* reservations not yet released */
+    int retired;       /* takes no reservation; returned when inflight is 0 */
+    int dead;          /* the master may not know it: never returned */
+    int cls;           /* its class slot while open, -1 once retired */
+    uint32_t n_extents;
+    const egm_segment_desc_t *segs[EGM_WSLAB_EXTENTS_MAX];
+    uint64_t bases[EGM_WSLAB_EXTENTS_MAX];
+    egm_segment_desc_t *descs; /* decoded from the grant: segs point here */
+    egm_wslab_t *prev, *next;  /* every slab held */
+};
+
+/* What places a slab: replica_num and the preferred segment names. */
+typedef struct {
+    uint32_t replica_num;
+    char *preferred; /* the names, each followed by a NUL; NULL when none */
+    size_t preferred_len;
+    egm_wslab_t *slab; /* open slab of the class, or NULL */
+    uint64_t used_seq; /* for replacing the least recently used class */
+} wclass_t;
+
+struct egm_wslabs {
+    pthread_mutex_t lock;
+    uint64_t slab_bytes;
+    egm_wslab_t *all;
+    wclass_t classes[EGM_WSLAB_CLASSES];
+    uint64_t seq;
+    uint64_t generation; /* moved on by clear: a grant asked before it is not kept */
+    uint64_t *returns;
+    size_t n_returns, cap_returns;
+    uint64_t grants, returned, open;
+};
+
+/* An object's room in a slab: its size rounded up as the master's allocator
+ * rounds it (0 on overflow). */
+static uint64_t round_object(uint64_t len)
+{
+    if (len > UINT64_MAX - (EGM_OBJECT_ALIGN - 1))
+        return 0;
+    return (len + EGM_OBJECT_ALIGN - 1) & ~(uint64_t)(EGM_OBJECT_ALIGN - 1);
+}
+
+egm_status_t egm__wslabs_create(uint64_t slab_bytes, egm_wslabs_t **slabs_p)
+{
+    egm_wslabs_t *w = egm_calloc(1, sizeof(*w), "client.slabs");
+    *slabs_p = NULL;
+    if (w == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the slab list");
+    pthread_mutex_init(&w->lock, NULL);
+    w->slab_bytes = slab_bytes;
+    *slabs_p = w;
+    return EGM_OK;
+}
+
+static void slab_free(egm_wslabs_t *w, egm_wslab_t *s)
+{
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        w->all = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    w->open--;
+    egm_free(s->descs);
+    egm_free(s);
+}
+
+void egm__wslabs_destroy(egm_wslabs_t *w)
+{
+    if (w == NULL)
+        return;
+    while (w->all != NULL)
+        slab_free(w, w->all);
+    for (int c = 0; c < EGM_WSLAB_CLASSES; c++)
+        egm_free(w->classes[c].preferred);
+    egm_free(w->returns);
+    pthread_mutex_destroy(&w->lock);
+    egm_free(w);
+}
+
+int egm__wslabs_on(const egm_wslabs_t *w)
+{
+    return w != NULL && w->slab_bytes > 0;
+}
+
+/* Queues s's id for return (once nothing is reserved in it), or frees it. With the lock. */
+static void finish_if_idle(egm_wslabs_t *w, egm_wslab_t *s)
+{
+    if (!s->retired || s->inflight > 0)
+        return;
+    if (!s->dead) {
+        if (w->n_returns == w->cap_returns) {
+            size_t cap = w->cap_returns ? w->cap_returns * 2 : 8;
+            uint64_t *r = egm_realloc(w->returns, cap * sizeof(*r), "client.slabs");
+            if (r == NULL) { /* the master frees it at its lease's end */
+                slab_free(w, s);
+                return;
+            }
+            w->returns = r;
+            w->cap_returns = cap;
+        }
+        w->returns[w->n_returns++] = s->id;
+    }
+    slab_free(w, s);
+}
+
+/* With the lock. */
+static void retire(egm_wslabs_t *w, egm_wslab_t *s)
+{
+    if (s->cls >= 0)
+        w->classes[s->cls].slab = NULL;
+    s->cls = -1;
+    s->retired = 1;
+    finish_if_idle(w, s);
+}
+
+static int usable(const egm_wslab_t *s, uint64_t now_ms)
+{
+    uint64_t until = s->granted_ms + s->lease_ms / 2;
+    if (s->confirmed_ms + s->bound_ms < until)
+        until = s->confirmed_ms + s->bound_ms;
+    return !s->retired && !s->dead && now_ms + EGM_LOCATION_MARGIN_MS < until;
+}
+
+/* The preferred names of rc, NUL-separated, for comparing classes. */
+static size_t preferred_text(const egm_replicate_config_t *rc, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (size_t i = 0; rc != NULL && i < rc->preferred_segments_count; i++) {
+        size_t n = strlen(rc->preferred_segments[i]) + 1;
+        if (buf != NULL && len + n <= cap)
+            memcpy(buf + len, rc->preferred_segments[i], n);
+        len += n;
+    }
+    return len;
+}
+
+/* The class slot of rc: found, or a free or least recently used one taken
+ * over (its slab retired). -1 when out of memory. With the lock. */
+static int class_of(egm_wslabs_t *w, uint32_t replica_num, const egm_replicate_config_t *rc)
+{
+    size_t len = preferred_text(rc, NULL, 0);
+    int victim = 0;
+    for (int c = 0; c < EGM_WSLAB_CLASSES; c++) {
+        wclass_t *k = &w->classes[c];
+        if (k->replica_num == replica_num && k->preferred_len == len && len == 0) {
+            k->used_seq = ++w->seq;
+            return c;
+        }
+        if (k->replica_num == replica_num && k->preferred_len == len && len > 0) {
+            char stack[512];
+            char *text = len <= sizeof(stack) ? stack : egm_malloc(len, "client.slabs");
+            if (text == NULL)
+                return -1;
+            preferred_text(rc, text, len);
+            int same = memcmp(text, k->preferred, len) == 0;
+            if (text != stack)
+                egm_free(text);
+            if (same) {
+                k->used_seq = ++w->seq;
+                return c;
+            }
+        }
+        if (k->used_seq < w->classes[victim].used_seq)
+            victim = c;
+    }
+    wclass_t *k = &w->classes[victim];
+    char *text = len > 0 ? egm_malloc(len, "client.slabs") : NULL;
+    if (len > 0 && text == NULL)
+        return -1;
+    if (k->slab != NULL)
+        retire(w, k->slab);
+    egm_free(k->preferred);
+    preferred_text(rc, text, len);
+    *k = (wclass_t){
+        .replica_num = replica_num, .preferred = text, .preferred_len = len, .used_seq = ++w->seq};
+    return victim;
+}
+
+size_t egm__wslabs_take_returns(egm_wslabs_t *w, uint64_t **ids_p)
+{
+    pthread_mutex_lock(&w->lock);
+    size_t n = w->n_returns;
+    *ids_p = w->returns;
+    w->returns = NULL;
+    w->n_returns = w->cap_returns = 0;
+    w->returned += n;
+    pthread_mutex_unlock(&w->lock);
+    if (n == 0) {
+        egm_free(*ids_p);
+        *ids_p = NULL;
+    }
+    return n;
+}
+
+void egm__wslabs_unreturned(egm_wslabs_t *w, uint64_t *ids, size_t n)
+{
+    /* Not sent: the master frees them at their lease's end. */
+    pthread_mutex_lock(&w->lock);
+    w->returned -= n;
+    pthread_mutex_unlock(&w->lock);
+    egm_free(ids);
+}
+
+/* One SlabGrant: a slab of at least min_size (size wanted). */
+static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc,
+                          uint32_t replica_num, uint64_t size, uint64_t min_size,
+                          egm_wslab_t **slab_p)
+{
+    Egm__SlabGrantRequest req = EGM__SLAB_GRANT_REQUEST__INIT;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id client_pb = EGM__ID__INIT;
+    egm_keys_reply_t *reply = NULL;
+    egm_wslab_t *s = NULL;
+    uint64_t *returns = NULL;
+    size_t n_returns = egm__wslabs_take_returns(client->slabs, &returns);
+
+    *slab_p = NULL;
+    egm__id_to_pb(client->id, &client_pb);
+    cfg.replica_num = replica_num;
+    if (rc != NULL) {
+        cfg.n_preferred_segments = rc->preferred_segments_count;
+        cfg.preferred_segments = (char **)rc->preferred_segments;
+    }
+    req.client = &client_pb;
+    req.size = size;
+    req.min_size = min_size;
+    req.config = &cfg;
+    req.n_returned = n_returns;
+    req.returned = returns;
+    uint64_t sent_ms = egm__now_ms();
+    egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_SLAB_GRANT, &req.base, 1, &reply);
+    if (status != EGM_OK) {
+        egm__wslabs_unreturned(client->slabs, returns, n_returns);
+        return status;
+    }
+    egm_free(returns);
+    const egm_key_result_t *res = &reply->results[0];
+    if (res->status != EGM_OK) {
+        status = egm__set_error(res->status, "no slab of %llu bytes: %s",
+                                (unsigned long long)min_size, egm_status_string(res->status));
+        goto out;
+    }
+    if (reply->slab_id == 0 || res->size < min_size || res->n_replicas == 0 ||
+        res->n_replicas > EGM_WSLAB_EXTENTS_MAX) {
+        status = egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent slab");
+        goto out;
+    }
+    s = egm_calloc(1, sizeof(*s), "client.slab");
+    if (s == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping a slab");
+        goto out;
+    }
+    status = egm__client_reply_segments(reply, &s->descs);
+    if (status == EGM_OK)
+        status = egm__client_placed_segments(reply, res, s->descs, res->size, s->segs);
+    if (status != EGM_OK)
+        goto out;
+    s->id = reply->slab_id;
+    s->size = res->size;
+    s->granted_ms = s->confirmed_ms = sent_ms;
+    s->lease_ms = res->lease_ttl_ms;
+    s->bound_ms = reply->location_cache_ms;
+    s->n_extents = res->n_replicas;
+    s->cls = -1;
+    for (uint32_t e = 0; e < s->n_extents; e++)
+        s->bases[e] = egm__keys_reply_replicas(reply, res)[e].offset;
+    *slab_p = s;
+    s = NULL;
+out:
+    if (s != NULL) {
+        egm_free(s->descs);
+        egm_free(s);
+    }
+    egm__keys_reply_free(reply);
+    return status;
+}
+
+void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc, size_t n,
+                         const uint64_t *sizes, egm_wslab_ref_t *refs, egm_status_t *status)
+{
+    egm_wslabs_t *w = client->slabs;
+    uint32_t replica_num =
+        rc != NULL && rc->replica_num > 0 ? rc->replica_num : client->replica_num;
+    egm_wslab_t *granted_here = NULL;
+    egm_status_t failed = EGM_OK;
+
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = round_object(sizes[i]);
+        refs[i].slab = NULL;
+        if (failed != EGM_OK || r == 0) {
+            status[i] = failed != EGM_OK
+                            ? failed
+                            : egm__set_error(EGM_ERR_INVALID_ARG, "value too large to place");
+            continue;
+        }
+        int c = class_of(w, replica_num, rc);
+        if (c < 0) {
+            status[i] = failed = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing a put");
+            continue;
+        }
+        egm_wslab_t *s = w->classes[c].slab;
+        uint64_t now = egm__now_ms();
+        if (s == NULL || (s != granted_here && !usable(s, now)) || s->size - s->used < r) {
+            if (s != NULL)
+                retire(w, s);
+            uint64_t need = 0; /* the rest of the call, in one slab if it can be */
+            for (size_t j = i; j < n; j++) {
+                uint64_t rj = round_object(sizes[j]);
+                need = need + rj < need ? UINT64_MAX : need + rj;
+            }
+            uint64_t want = need > w->slab_bytes ? need : w->slab_bytes;
+            uint64_t gen = w->generation;
+            pthread_mutex_unlock(&w->lock);
+            egm_status_t st = grant(client, rc, replica_num, want, r, &s);
+            pthread_mutex_lock(&w->lock);
+            if (st == EGM_OK && gen != w->generation) {
+                /* Cleared meanwhile: the master it came from may be gone. */
+                egm_free(s->descs);
+                egm_free(s);
+                st = egm__set_error(EGM_ERR_UNREACHABLE,
+                                    "the master restarted or was unreachable during a put");
+            }
+            if (st != EGM_OK) {
+                status[i] = failed = st;
+                continue;
+            }
+            s->next = w->all;
+            if (w->all != NULL)
+                w->all->prev = s;
+            w->all = s;
+            w->open++;
+            w->grants++;
+            c = class_of(w, replica_num, rc); /* another thread may have moved classes */
+            if (c < 0) {
+                s->retired = 1;
+                finish_if_idle(w, s);
+                status[i] = failed = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory");
+                continue;
+            }
+            if (w->classes[c].slab != NULL)
+                retire(w, w->classes[c].slab);
+            w->classes[c].slab = s;
+            s->cls = c;
+            granted_here = s;
+        }
+        refs[i] = (egm_wslab_ref_t){.slab = s, .offset = s->used};
+        s->used += r;
+        s->inflight++;
+        status[i] = EGM_OK;
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t **segs,
+                            uint64_t *at)
+{
+    const egm_wslab_t *s = ref->slab;
+    for (uint32_t e = 0; e < s->n_extents; e++) {
+        segs[e] = s->segs[e];
+        at[e] = s->bases[e] + ref->offset;
+    }
+    return s->n_extents;
+}
+
+uint64_t egm__wslab_id(const egm_wslab_t *slab)
+{
+    return slab->id;
+}
+
+void egm__wslabs_release(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
+                         const egm_status_t *commit, uint64_t sent_ms)
+{
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        egm_wslab_t *s = refs[i].slab;
+        if (s == NULL)
+            continue;
+        if (commit[i] == EGM_ERR_NOT_FOUND) {
+            /* The master does not know the slab (its lease ended, or it
+             * restarted): nothing more goes there. */
+            s->dead = 1;
+            if (!s->retired)
+                retire(w, s);
+        } else if (commit[i] == EGM_OK && sent_ms > s->confirmed_ms) {
+            s->confirmed_ms = sent_ms;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        egm_wslab_t *s = refs[i].slab;
+        if (s == NULL)
+            continue;
+        s->inflight--;
+        finish_if_idle(w, s);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+void egm__wslabs_clear(egm_wslabs_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->generation++;
+    egm_wslab_t *s = w->all;
+    while (s != NULL) {
+        egm_wslab_t *next = s->next; /* retire may free s */
+        s->dead = 1;
+        if (!s->retired)
+            retire(w, s);
+        s = next;
+    }
+    w->n_returns = 0; /* a new master knows none of them */
+    pthread_mutex_unlock(&w->lock);
+}
+
+void egm__wslabs_close(egm_client_t *client)
+{
+    egm_wslabs_t *w = client->slabs;
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    for (int c = 0; c < EGM_WSLAB_CLASSES; c++)
+        if (w->classes[c].slab != NULL)
+            retire(w, w->classes[c].slab);
+    int any = w->n_returns > 0;
+    pthread_mutex_unlock(&w->lock);
+    if (any)
+        egm__client_return_slabs(client);
+}
+
+void egm__wslabs_stats(egm_wslabs_t *w, egm_wslabs_stats_t *stats_p)
+{
+    memset(stats_p, 0, sizeof(*stats_p));
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    stats_p->grants = w->grants;
+    stats_p->returns = w->returned;
+    stats_p->open = w->open;
+    pthread_mutex_unlock(&w->lock);
+}

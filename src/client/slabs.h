@@ -1,0 +1,93 @@
+/* A writer's slabs (client-side allocation; docs/master.md "Client-side
+ * allocation", docs/consistency.md): pool space the master granted this
+ * client whole, in which it places its puts itself, each call then published
+ * with one Commit. A put that finds room in an open slab makes no round trip
+ * before its copy.
+ *
+ * Reservations bump a slab's cursor (sizes rounded to EGM_OBJECT_ALIGN), one
+ * slab per placement class (replica_num and preferred segments). A slab takes
+ * new reservations only while this client's own clock says the master still
+ * knows it, counted from when a request that proved so was SENT (the grant,
+ * or a Commit it answered for that slab): no longer than the cache bound the
+ * master sends (location_cache_ms; a master that restarted has its providers
+ * wait that long before their space is placed again), and half the slab's
+ * lease (the master gives its unclaimed space back at the lease's end). The
+ * reservations of the call that got the slab are always served from it (the
+ * master just placed it, as a PutStart would).
+ *
+ * A slab out of room, past those bounds, or pushed out by a fifth class is
+ * retired: once no reservation in it is left uncommitted it is returned (its
+ * id rides on the next SlabGrant or Commit, or the client's close), and the
+ * master frees what was never committed. When the master cannot be trusted
+ * (a failed ping, a restart, a view reset) every slab is dropped at once and
+ * never returned: that master, if it is the same, frees them at their lease.
+ * Thread-safe. */
+#ifndef EGM_CLIENT_SLABS_H
+#define EGM_CLIENT_SLABS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/client.h>
+#include <egmstore/status.h>
+#include "rpc/keys_reply.h"
+#include "rpc/segment_desc.h"
+
+#define EGM_WSLAB_EXTENTS_MAX 16
+#define EGM_WSLAB_CLASSES 4 /* open slabs at once */
+
+typedef struct egm_wslab egm_wslab_t;
+
+/* Where one key of a put goes: its slab (NULL: not placed) and offset. */
+typedef struct {
+    egm_wslab_t *slab;
+    uint64_t offset;
+} egm_wslab_ref_t;
+
+typedef struct egm_wslabs egm_wslabs_t;
+
+struct egm_client;
+
+/* slab_bytes: what a grant asks for at least (0: client-side allocation off,
+ * egm__wslabs_on says 0). */
+egm_status_t egm__wslabs_create(uint64_t slab_bytes, egm_wslabs_t **slabs_p);
+/* Frees everything (no RPC: egm__wslabs_close first). */
+void egm__wslabs_destroy(egm_wslabs_t *slabs);
+int egm__wslabs_on(const egm_wslabs_t *slabs);
+
+/* Places keys sizes[0..n) (each > 0) of a put with rc (NULL: defaults):
+ * refs[i] for each, or status[i] the refusal (a SlabGrant that failed:
+ * NO_SPACE and the like). Grants slabs as needed: at most one SlabGrant per
+ * slab the keys need, asking for the rest of the call at once. */
+void egm__wslabs_reserve(struct egm_client *client, const egm_replicate_config_t *rc, size_t n,
+                         const uint64_t *sizes, egm_wslab_ref_t *refs, egm_status_t *status);
+/* Where the copy of a key placed at ref goes: its extents' segments and
+ * offsets (room for EGM_WSLAB_EXTENTS_MAX); their count. */
+uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t **segs,
+                            uint64_t *at);
+uint64_t egm__wslab_id(const egm_wslab_t *slab);
+/* After the Commit of refs[0..n) sent at sent_ms (commit[i]: key i's answer,
+ * EGM_INPROGRESS for a key not committed): each slab the master showed it
+ * knows is confirmed as of sent_ms, one it does not know is dropped; every
+ * reservation ends. */
+void egm__wslabs_release(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
+                         const egm_status_t *commit, uint64_t sent_ms);
+/* The ids of retired slabs to return to the master (an egm_malloc'ed array,
+ * NULL when none): the caller sends them, or hands them back with
+ * egm__wslabs_unreturned when its request failed. */
+size_t egm__wslabs_take_returns(egm_wslabs_t *slabs, uint64_t **ids_p);
+void egm__wslabs_unreturned(egm_wslabs_t *slabs, uint64_t *ids, size_t n);
+/* The master may not know these slabs: none is used again or returned. */
+void egm__wslabs_clear(egm_wslabs_t *slabs);
+/* Retires every slab and returns what can be (one Commit without keys). */
+void egm__wslabs_close(struct egm_client *client);
+
+typedef struct {
+    uint64_t grants;  /* SlabGrants answered with a slab */
+    uint64_t returns; /* slabs returned */
+    uint64_t open;    /* slabs held now */
+} egm_wslabs_stats_t;
+
+void egm__wslabs_stats(egm_wslabs_t *slabs, egm_wslabs_stats_t *stats_p);
+
+#endif

@@ -1,0 +1,306 @@
+/* Client-side allocation in the master, without sockets: a slab granted
+ * whole, objects committed from it (visible at once, freed alone), refusals
+ * that change nothing (overlap, misaligned, past the end, another client's,
+ * returned or expired slab), a key that exists giving its range back, the
+ * lease's end returning uncommitted space, slabs over two segments, a segment
+ * unmounted under an open slab, and the size a grant gets. Every test ends
+ * with the index's own consistency check (allocators = objects + held +
+ * slab pieces). Time is an argument, so nothing sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/log.h"
+#include "master/master_int.h"
+
+#define LEASE 30000u /* put_start_discard_timeout: the slab lease */
+
+static uint64_t live_at_start;
+static egm_master_state_t st;
+static egm_id_t provider, writer, other;
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    egm__log_set_level(EGM_LOG_ERROR);
+    egm_master_state_params_t sp = {.client_ttl_ms = 1000000000}; /* no expiry */
+    egm__objects_params_default(&sp.objects);
+    sp.objects.pending_timeout_ms = LEASE;
+    sp.objects.eviction_high_watermark = 1.0; /* the tests fill segments to the brim */
+    assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
+    provider = egm__id_random();
+    writer = egm__id_random();
+    other = egm__id_random();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (egm__objects_check(st.objects) != EGM_OK)
+        fail_msg("index: %s", egm_last_error());
+    egm__master_state_cleanup(&st);
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static egm_segment_t *mount(uint64_t size)
+{
+    static int counter;
+    char name[32];
+    snprintf(name, sizeof(name), "slab/%d", counter++);
+    egm_segment_params_t p = {
+        .id = egm__id_random(), .size = size, .name = name, .tcp_endpoint = "127.0.0.1:1"};
+    assert_int_equal(egm__liveness_mount(st.liveness, provider, &p, 0), EGM_OK);
+    return egm__segment_table_find(st.segments, p.id);
+}
+
+static uint64_t used(const egm_segment_t *seg)
+{
+    egm_allocator_stats_t s;
+    egm__allocator_stats(seg->allocator, &s);
+    return s.used;
+}
+
+static egm_object_index_stats_t stats(void)
+{
+    egm_object_index_stats_t s;
+    egm__objects_stats(st.objects, &s);
+    return s;
+}
+
+static void check(void)
+{
+    if (egm__objects_check(st.objects) != EGM_OK)
+        fail_msg("index: %s", egm_last_error());
+}
+
+static egm_status_t grant(egm_id_t client, uint64_t size, uint64_t min_size, uint32_t replicas,
+                          uint64_t now, egm_slab_view_t *slab)
+{
+    egm_put_config_t cfg = {.replica_num = replicas};
+    return egm__objects_slab_grant(st.objects, client, size, min_size, &cfg, now, slab);
+}
+
+static egm_status_t answered;
+
+static egm_status_t record(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
+{
+    (void)arg;
+    (void)i;
+    (void)view;
+    answered = s;
+    return EGM_OK;
+}
+
+static egm_status_t commit_as(egm_id_t client, const char *key, uint64_t size, uint64_t slab,
+                              uint64_t offset, uint64_t now)
+{
+    egm_put_config_t cfg = {.replica_num = 1};
+    size_t len = strlen(key);
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
+                             .client = client,
+                             .sizes = &size,
+                             .slab_ids = &slab,
+                             .offsets = &offset,
+                             .config = &cfg,
+                             .now_ms = now,
+                             .n = 1,
+                             .keys = &key,
+                             .key_lens = &len,
+                             .done = record};
+    answered = EGM_INPROGRESS;
+    assert_int_equal(egm__objects_batch(st.objects, &b), EGM_OK);
+    return answered;
+}
+
+static egm_status_t commit(const char *key, uint64_t size, uint64_t slab, uint64_t offset,
+                           uint64_t now)
+{
+    return commit_as(writer, key, size, slab, offset, now);
+}
+
+static void test_commit_lifecycle(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    egm_slab_view_t slab;
+    egm_object_view_t obj;
+
+    assert_int_equal(grant(writer, 64 << 10, 1024, 1, 0, &slab), EGM_OK);
+    assert_int_not_equal(slab.id, 0);
+    assert_int_equal(slab.size, 64 << 10);
+    assert_int_equal(slab.lease_ms, LEASE);
+    assert_int_equal(slab.n_extents, 1);
+    assert_ptr_equal(slab.extents[0].segment, seg);
+    uint64_t base = slab.extents[0].offset;
+    assert_int_equal(used(seg), 64 << 10); /* the whole slab counts as used */
+    assert_int_equal(stats().slabs, 1);
+    assert_int_equal(stats().slab_bytes, 64 << 10);
+
+    /* Committed objects are COMPLETE at once, where the writer put them. */
+    assert_int_equal(commit("a", 100, slab.id, 0, 0), EGM_OK);
+    assert_int_equal(commit("b", 1000, slab.id, 128, 0), EGM_OK);
+    assert_int_equal(egm__objects_get_replicas(st.objects, "b", 1, 0, &obj), EGM_OK);
+    assert_int_equal(obj.state, EGM_OBJECT_COMPLETE);
+    assert_int_equal(obj.size, 1000);
+    assert_int_equal(obj.n_replicas, 1);
+    assert_int_equal(obj.replicas[0].offset, base + 128);
+    assert_int_equal(stats().slab_bytes, (64 << 10) - 128 - 1024);
+    assert_int_equal(stats().commits_total, 2);
+    check();
+
+    /* Refusals change nothing. */
+    egm_object_index_stats_t before = stats();
+    assert_int_equal(commit("c", 64, slab.id, 0, 0), EGM_ERR_INVALID_ARG);    /* "a" is there */
+    assert_int_equal(commit("c", 64, slab.id, 1024, 0), EGM_ERR_INVALID_ARG); /* inside "b" */
+    assert_int_equal(commit("c", 64, slab.id, 4100, 0), EGM_ERR_INVALID_ARG); /* misaligned */
+    assert_int_equal(commit("c", 128, slab.id, (64 << 10) - 64, 0), EGM_ERR_INVALID_ARG);
+    assert_int_equal(commit("c", 64, slab.id, UINT64_MAX - 63, 0), EGM_ERR_INVALID_ARG);
+    assert_int_equal(commit("c", 0, slab.id, 4096, 0), EGM_ERR_INVALID_ARG);
+    assert_int_equal(commit("c", 64, slab.id + 1, 4096, 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(commit_as(other, "c", 64, slab.id, 4096, 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(stats().slab_bytes, before.slab_bytes);
+    assert_int_equal(stats().objects, 2);
+    assert_int_equal(used(seg), 64 << 10);
+    check();
+
+    /* A key that exists: EXISTS, and the range it was written to is freed. */
+    assert_int_equal(commit("a", 100, slab.id, 8192, 0), EGM_ERR_EXISTS);
+    assert_int_equal(used(seg), (64 << 10) - 128);
+    check();
+
+    /* A committed object is freed alone; the slab keeps the rest. */
+    assert_int_equal(egm__objects_remove(st.objects, "b", 1, 0, 20000, NULL), EGM_OK);
+    assert_int_equal(used(seg), (64 << 10) - 128 - 1024);
+    check();
+
+    /* Returned: its uncommitted space goes, the objects stay; then refused. */
+    assert_int_equal(egm__objects_slab_return(st.objects, other, slab.id, 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
+    assert_int_equal(used(seg), 128);
+    assert_int_equal(stats().slabs, 0);
+    assert_int_equal(commit("d", 64, slab.id, 16384, 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm__objects_get_replicas(st.objects, "a", 1, 0, &obj), EGM_OK);
+    assert_int_equal(egm__objects_remove(st.objects, "a", 1, 0, 20000, NULL), EGM_OK);
+    assert_int_equal(used(seg), 0);
+}
+
+/* Commits in any order cut the slab into pieces; what was never committed
+ * returns whole at the lease's end, and a commit after it is refused. */
+static void test_out_of_order_and_expiry(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    egm_slab_view_t slab;
+
+    assert_int_equal(grant(writer, 16 << 10, 64, 1, 0, &slab), EGM_OK);
+    assert_int_equal(commit("k3", 1000, slab.id, 3072, 0), EGM_OK);
+    assert_int_equal(commit("k1", 1000, slab.id, 1024, 0), EGM_OK);
+    assert_int_equal(commit("k0", 1, slab.id, 0, 0), EGM_OK);
+    assert_int_equal(commit("k9", 64, slab.id, (16 << 10) - 64, 0), EGM_OK); /* the last bytes */
+    check();
+    assert_int_equal(stats().slab_bytes, (16 << 10) - 2 * 1024 - 64 - 64);
+
+    egm__master_state_tick(&st, LEASE - 1); /* the lease has not ended */
+    assert_int_equal(stats().slabs, 1);
+    assert_int_equal(egm__liveness_ping(st.liveness, provider, LEASE), EGM_OK);
+    egm__master_state_tick(&st, LEASE);
+    assert_int_equal(stats().slabs, 0);
+    assert_int_equal(stats().slab_expired_total, 1);
+    assert_int_equal(used(seg), 2 * 1024 + 64 + 64); /* the four objects */
+    assert_int_equal(commit("k5", 64, slab.id, 8192, LEASE), EGM_ERR_NOT_FOUND);
+    check();
+}
+
+/* replica_num 2: one extent on each of two segments, every object at the same
+ * offset in both; a segment unmounted under the slab leaves one. */
+static void test_two_extents_and_unmount(void **state)
+{
+    (void)state;
+    egm_segment_t *s0 = mount(1 << 20);
+    egm_segment_t *s1 = mount(1 << 20);
+    egm_slab_view_t slab;
+    egm_object_view_t obj;
+
+    assert_int_equal(grant(writer, 8192, 64, 2, 0, &slab), EGM_OK);
+    assert_int_equal(slab.n_extents, 2);
+    assert_ptr_not_equal(slab.extents[0].segment, slab.extents[1].segment);
+    assert_int_equal(commit("x", 500, slab.id, 512, 0), EGM_OK);
+    assert_int_equal(egm__objects_get_replicas(st.objects, "x", 1, 0, &obj), EGM_OK);
+    assert_int_equal(obj.n_replicas, 2);
+    for (int r = 0; r < 2; r++) {
+        int e = obj.replicas[r].segment == slab.extents[0].segment ? 0 : 1;
+        assert_int_equal(obj.replicas[r].offset, slab.extents[e].offset + 512);
+    }
+    assert_int_equal(used(s0), 8192);
+    assert_int_equal(used(s1), 8192);
+    check();
+
+    egm_segment_t *gone = slab.extents[0].segment;
+    egm_segment_t *kept = slab.extents[1].segment;
+    assert_int_equal(egm__liveness_unmount(st.liveness, provider, gone->desc.id, 0), EGM_OK);
+    check();
+    assert_int_equal(commit("y", 64, slab.id, 0, 0), EGM_OK);
+    assert_int_equal(egm__objects_get_replicas(st.objects, "y", 1, 0, &obj), EGM_OK);
+    assert_int_equal(obj.n_replicas, 1);
+    assert_ptr_equal(obj.replicas[0].segment, kept);
+    check();
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
+    assert_int_equal(used(kept), 512 + 64); /* "x" and "y" */
+    check();
+}
+
+/* A grant gets what it asks up to a sixteenth of the capacity; only its
+ * minimum when the rest does not fit without evicting; eviction only for the
+ * minimum; NO_SPACE when nothing may go. */
+static void test_grant_sizes(void **state)
+{
+    (void)state;
+    egm_slab_view_t slab, small, big;
+
+    assert_int_equal(grant(writer, 4096, 64, 1, 0, &slab), EGM_ERR_NO_SPACE); /* no segment */
+    assert_int_equal(grant(writer, 4096, 0, 1, 0, &slab), EGM_ERR_INVALID_ARG);
+    egm_segment_t *seg = mount(1 << 20);
+    assert_int_equal(grant(writer, 100 << 20, 1000, 1, 0, &slab), EGM_OK);
+    assert_int_equal(slab.size, (1 << 20) / 16);
+    assert_int_equal(grant(writer, 10, 100, 1, 0, &small), EGM_OK); /* at least the minimum */
+    assert_int_equal(small.size, 128);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, small.id, 0), EGM_OK);
+    /* A committed object leaves 32 KiB free: a grant wanting 64 KiB gets its
+     * minimum, without evicting. */
+    uint64_t rest = (1 << 20) - (1 << 20) / 16 - (32 << 10);
+    assert_int_equal(grant(writer, rest, rest, 1, 0, &big), EGM_OK);
+    assert_int_equal(big.size, rest);
+    assert_int_equal(commit("big", rest, big.id, 0, 0), EGM_OK);
+    assert_int_equal(grant(writer, 1 << 20, 64, 1, 0, &small), EGM_OK);
+    assert_int_equal(small.size, 64);
+    assert_int_equal(egm__objects_exist(st.objects, "big", 3, 0, NULL), EGM_OK);
+    /* 64 KiB more needs eviction: within eviction_min_residency_ms of its
+     * commit nothing may go (NO_SPACE); later "big" is evicted for it. */
+    assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 0, &big), EGM_ERR_NO_SPACE);
+    if (grant(writer, 64 << 10, 64 << 10, 1, 15000, &big) != EGM_OK)
+        fail_msg("grant: %s", egm_last_error());
+    assert_int_equal(big.size, 64 << 10);
+    assert_int_equal(egm__objects_exist(st.objects, "big", 3, 15000, NULL), EGM_ERR_NOT_FOUND);
+    assert_true(used(seg) <= (1 << 20));
+    check();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_commit_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_order_and_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
