@@ -1,8 +1,10 @@
 /* `egmstore bench meta`: round trips of the master's metadata calls.
  *
  * Client threads, each with its own RPC connection (rpc/client.h, as one
- * egm_client_t has), time ExistKey, GetReplicaList and PutStart+PutEnd with one
- * key and with batches of keys, at each client count asked for. Each call
+ * egm_client_t has), time ExistKey, GetReplicaList, PutStart+PutEnd (a put
+ * the master places) and Commit (a put the client placed in its slab: one
+ * SlabGrant whenever the slab is used up, one Commit per call) with one key
+ * and with batches of keys, at each client count asked for. Each call
  * packs its request and decodes its reply as the client library does
  * (egm__pb_pack, egm__keys_reply_decode, egm__client_reply_segments for the
  * segment descriptors a reply names).
@@ -48,7 +50,7 @@
 #define KEY_LEN 64
 #define FAKE_HOST_ID "egmstore-bench-meta-fake"
 
-typedef enum { OP_EXIST, OP_GET_REPLICAS, OP_PUT } op_kind_t;
+typedef enum { OP_EXIST, OP_GET_REPLICAS, OP_PUT, OP_COMMIT } op_kind_t;
 
 typedef struct {
     const char *name;
@@ -57,8 +59,10 @@ typedef struct {
 } phase_t;
 
 static const phase_t phases[] = {
-    {"exist", OP_EXIST, 0}, {"get_replica_list", OP_GET_REPLICAS, 0}, {"put_start_end", OP_PUT, 0},
-    {"exist", OP_EXIST, 1}, {"get_replica_list", OP_GET_REPLICAS, 1}, {"put_start_end", OP_PUT, 1},
+    {"exist", OP_EXIST, 0},       {"get_replica_list", OP_GET_REPLICAS, 0},
+    {"put_start_end", OP_PUT, 0}, {"commit", OP_COMMIT, 0},
+    {"exist", OP_EXIST, 1},       {"get_replica_list", OP_GET_REPLICAS, 1},
+    {"put_start_end", OP_PUT, 1}, {"commit", OP_COMMIT, 1},
 };
 #define N_PHASES (sizeof(phases) / sizeof(phases[0]))
 
@@ -108,6 +112,8 @@ typedef struct {
     char (*names)[KEY_LEN];
     char **keys_v;
     uint64_t *sizes;
+    uint64_t *slab_ids, *offsets; /* Commit: per key */
+    uint64_t slab_id, slab_size, slab_used;
 } worker_t;
 
 struct bench {
@@ -176,8 +182,9 @@ static uint64_t next_rand(uint64_t *s)
 /* Packs msg, calls, decodes the KeysReply; a whole-request error or any
  * per-key status but OK (or `allowed`) fails the call. decode_segments
  * decodes the descriptors as the client does before it moves data. */
-static egm_status_t call_keys(worker_t *w, uint16_t type, const ProtobufCMessage *msg, size_t n,
-                              int decode_segments, egm_status_t allowed)
+static egm_status_t call_keys_slab(worker_t *w, uint16_t type, const ProtobufCMessage *msg,
+                                   size_t n, int decode_segments, egm_status_t allowed,
+                                   uint64_t *slab_id_p)
 {
     uint8_t *buf = NULL, *rbuf = NULL;
     size_t len = 0, rlen = 0;
@@ -211,8 +218,18 @@ static egm_status_t call_keys(worker_t *w, uint16_t type, const ProtobufCMessage
         status = egm__client_reply_segments(reply, &descs);
         egm_free(descs);
     }
+    if (slab_id_p != NULL) { /* SlabGrant: the slab and its size */
+        *slab_id_p = reply->slab_id;
+        w->slab_size = status == EGM_OK ? reply->results[0].size : 0;
+    }
     egm__keys_reply_free(reply);
     return status;
+}
+
+static egm_status_t call_keys(worker_t *w, uint16_t type, const ProtobufCMessage *msg, size_t n,
+                              int decode_segments, egm_status_t allowed)
+{
+    return call_keys_slab(w, type, msg, n, decode_segments, allowed, NULL);
 }
 
 static egm_status_t keys_call(worker_t *w, uint16_t type, size_t n, int force, int decode_segments,
@@ -250,6 +267,59 @@ static egm_status_t put_call(worker_t *w, size_t n)
     return status;
 }
 
+#define SLAB_BYTES ((uint64_t)256 << 20) /* the client's slab_bytes default */
+
+/* A new slab (the old one returned with the request), as the client asks. */
+static egm_status_t slab_grant(worker_t *w, uint64_t need)
+{
+    Egm__SlabGrantRequest req = EGM__SLAB_GRANT_REQUEST__INIT;
+    Egm__ReplicateConfig config = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id id = EGM__ID__INIT;
+    uint64_t returned = w->slab_id;
+
+    egm__id_to_pb(w->id, &id);
+    config.replica_num = 1;
+    req.client = &id;
+    req.size = need > SLAB_BYTES ? need : SLAB_BYTES;
+    req.min_size = need;
+    req.config = &config;
+    req.n_returned = returned != 0;
+    req.returned = &returned;
+    w->slab_id = 0;
+    w->slab_used = 0;
+    return call_keys_slab(w, EGM_RPC_SLAB_GRANT, &req.base, 1, 1, EGM_OK, &w->slab_id);
+}
+
+/* Commit of w->keys_v[0..n), placed at the next offsets of the worker's slab. */
+static egm_status_t commit_call(worker_t *w, size_t n)
+{
+    Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
+    Egm__ReplicateConfig config = EGM__REPLICATE_CONFIG__INIT;
+    Egm__Id id = EGM__ID__INIT;
+    uint64_t room = (w->sizes[0] + EGM_OBJECT_ALIGN - 1) & ~(uint64_t)(EGM_OBJECT_ALIGN - 1);
+
+    if (w->slab_id == 0 || w->slab_used + n * room > w->slab_size) {
+        egm_status_t status = slab_grant(w, n * room);
+        if (status != EGM_OK)
+            return status;
+    }
+    for (size_t j = 0; j < n; j++) {
+        w->slab_ids[j] = w->slab_id;
+        w->offsets[j] = w->slab_used;
+        w->slab_used += room;
+    }
+    egm__id_to_pb(w->id, &id);
+    config.replica_num = 1;
+    req.client = &id;
+    req.n_keys = req.n_sizes = req.n_slab_ids = req.n_offsets = n;
+    req.keys = w->keys_v;
+    req.sizes = w->sizes;
+    req.slab_ids = w->slab_ids;
+    req.offsets = w->offsets;
+    req.config = &config;
+    return call_keys(w, EGM_RPC_COMMIT, &req.base, n, 0, EGM_OK);
+}
+
 static void read_key_name(const bench_t *b, char *name, uint64_t i)
 {
     snprintf(name, KEY_LEN, "%s/%llu", b->prefix, (unsigned long long)i);
@@ -264,10 +334,10 @@ static void put_key_name(const bench_t *b, const worker_t *w, char *name, uint64
 static egm_status_t one_call(worker_t *w, const phase_t *ph, size_t n)
 {
     bench_t *b = w->b;
-    if (ph->kind == OP_PUT) {
+    if (ph->kind == OP_PUT || ph->kind == OP_COMMIT) {
         for (size_t j = 0; j < n; j++)
             put_key_name(b, w, w->names[j], w->put_seq++);
-        return put_call(w, n);
+        return ph->kind == OP_PUT ? put_call(w, n) : commit_call(w, n);
     }
     for (size_t j = 0; j < n; j++)
         read_key_name(b, w->names[j], next_rand(&w->rng) % b->o.keys);
@@ -276,11 +346,30 @@ static egm_status_t one_call(worker_t *w, const phase_t *ph, size_t n)
     return keys_call(w, EGM_RPC_GET_REPLICA_LIST, n, 0, 1, EGM_OK);
 }
 
-/* Untimed: removes the keys this worker put at this level. */
+/* Untimed: returns the worker's slab (a Commit without keys), as a client
+ * does when it closes. */
+static egm_status_t slab_return(worker_t *w)
+{
+    Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
+    Egm__Id id = EGM__ID__INIT;
+    uint64_t returned = w->slab_id;
+
+    if (returned == 0)
+        return EGM_OK;
+    egm__id_to_pb(w->id, &id);
+    req.client = &id;
+    req.n_returned = 1;
+    req.returned = &returned;
+    w->slab_id = 0;
+    return call_keys(w, EGM_RPC_COMMIT, &req.base, 0, 0, EGM_OK);
+}
+
+/* Untimed: removes the keys this worker put at this level (and returns its
+ * slab). */
 static egm_status_t remove_put_keys(worker_t *w)
 {
     bench_t *b = w->b;
-    egm_status_t status = EGM_OK;
+    egm_status_t status = slab_return(w);
     while (w->put_removed < w->put_seq && status == EGM_OK) {
         size_t n = 0;
         while (n < (size_t)b->o.batch && w->put_removed < w->put_seq)
@@ -374,7 +463,10 @@ static egm_status_t worker_init(bench_t *b, worker_t *w, int index)
     w->names = egm_calloc((size_t)b->o.batch, sizeof(*w->names), "bench.keys");
     w->keys_v = egm_calloc((size_t)b->o.batch, sizeof(*w->keys_v), "bench.keys");
     w->sizes = egm_calloc((size_t)b->o.batch, sizeof(*w->sizes), "bench.keys");
-    if (w->names == NULL || w->keys_v == NULL || w->sizes == NULL)
+    w->slab_ids = egm_calloc((size_t)b->o.batch, sizeof(*w->slab_ids), "bench.keys");
+    w->offsets = egm_calloc((size_t)b->o.batch, sizeof(*w->offsets), "bench.keys");
+    if (w->names == NULL || w->keys_v == NULL || w->sizes == NULL || w->slab_ids == NULL ||
+        w->offsets == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "bench client buffers");
     for (int j = 0; j < b->o.batch; j++) {
         w->keys_v[j] = w->names[j];
@@ -389,6 +481,8 @@ static void worker_cleanup(worker_t *w)
     egm_free(w->names);
     egm_free(w->keys_v);
     egm_free(w->sizes);
+    egm_free(w->slab_ids);
+    egm_free(w->offsets);
     egm__bench_samples_free(&w->lat);
     memset(w, 0, sizeof(*w));
 }
@@ -669,7 +763,7 @@ static egm_status_t run_level(bench_t *b, int clients)
         if (status != EGM_OK)
             break;
         b->n_results++;
-        if (ph->kind == OP_PUT) {
+        if (ph->kind == OP_PUT || ph->kind == OP_COMMIT) {
             /* Untimed, and only once every client's timed part is over. */
             run_step(b, ph, 1, clients);
             for (int i = 0; i < clients; i++)
@@ -712,6 +806,8 @@ static const char *op_title(const phase_t *ph)
         return "ExistKey";
     case OP_GET_REPLICAS:
         return "GetReplicaList";
+    case OP_COMMIT:
+        return "Commit";
     default:
         return "PutStart+PutEnd";
     }
@@ -728,7 +824,8 @@ static void print_table(const bench_t *b, const char *where)
                per_s(r->calls, r->seconds), per_s(r->keys, r->seconds), r->p50_us, r->p99_us,
                (unsigned long long)r->errors);
     }
-    printf("\nlatency = one call (PutStart+PutEnd: both round trips); keys/s = calls/s x batch\n"
+    printf("\nlatency = one call (PutStart+PutEnd: both round trips; Commit: with the SlabGrant "
+           "when its slab is used up); keys/s = calls/s x batch\n"
            "%s\n",
            where);
 }
@@ -811,8 +908,9 @@ const char egm__bench_meta_usage[] =
     "                           [--seconds 1 | --ops N [--batch-ops N]] [--keys K] [--batch 128]\n"
     "                           [--object-size 4KiB] [--segments 64] [--segment-size 1GiB]\n"
     "                           [--transport auto|tcp] [--out FILE.json]\n\n"
-    "Round trips of the master's metadata calls: ExistKey, GetReplicaList and\n"
-    "PutStart+PutEnd, with one key and with batches, from 1, 8 and 64 client threads (each\n"
+    "Round trips of the master's metadata calls: ExistKey, GetReplicaList,\n"
+    "PutStart+PutEnd and Commit (into a slab, SlabGrant when it is used up), with one key and\n"
+    "with batches, from 1, 8 and 64 client threads (each\n"
     "with its own connection). Without --master it starts a master in this process on a\n"
     "free loopback port. Capacity comes from fake segments (descriptors only; the master just\n"
     "hands out offsets, no data moves). Configuration keys given here (--rpc-threads 4,\n"
@@ -828,7 +926,7 @@ const char egm__bench_meta_usage[] =
     "                     ops/16, at least one per client)\n"
     "  --keys K           keys preloaded and read at random (default 100000)\n"
     "  --batch B          keys per batch call (default 128)\n"
-    "  --object-size SIZE size each PutStart asks for (default 4KiB)\n"
+    "  --object-size SIZE size of each object put (default 4KiB)\n"
     "  --segments N, --segment-size SIZE  fake capacity (default 64 x 1GiB)\n"
     "  --transport auto|tcp  auto: the master's local socket when it is on this host, as\n"
     "                     the client library does; tcp: always TCP (default auto)\n"

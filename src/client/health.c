@@ -1,6 +1,7 @@
 /* Client health and metrics (a provider's /health and /metrics report these). */
 #include <stdio.h>
 #include "client/client_int.h"
+#include "client/slabs.h"
 #include "common/prom.h"
 #include "common/textbuf.h"
 
@@ -73,6 +74,19 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
          lc.entries},
     };
     egm__prom_rows(o, cache, sizeof(cache) / sizeof(cache[0]));
+    egm_wslabs_stats_t ws;
+    egm__wslabs_stats(client->slabs, &ws);
+    const egm_prom_row_t slabs[] = {
+        {"egm_client_slab_grants_total", EGM_PROM_COUNTER,
+         "slabs of pool space granted to this client to place its puts in (client-side "
+         "allocation)",
+         ws.grants},
+        {"egm_client_slab_returns_total", EGM_PROM_COUNTER,
+         "slabs returned to the master once used up or past their time", ws.returns},
+        {"egm_client_slabs", EGM_PROM_GAUGE, "slabs held now (open, or waiting for a commit)",
+         ws.open},
+    };
+    egm__prom_rows(o, slabs, sizeof(slabs) / sizeof(slabs[0]));
     egm__prom_metric_double(
         o, "egm_client_location_cache_bound_seconds", EGM_PROM_GAUGE,
         "the longest location_cache_ms a master told: how long a force remove waits",

@@ -361,6 +361,10 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
         uint64_t t0 = egm__now_ns();
         egm_status_t status = commit_rpc(client, n_ok, keys, sizes, slab_ids, offsets, rc, &reply);
         egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
+        /* No answer: the master may be gone, or a new one: no slab is used
+         * again (a new master would place other objects in their space). */
+        if (status != EGM_OK)
+            egm__wslabs_clear(client->slabs);
         for (size_t k = 0; k < n_ok; k++) {
             egm_status_t s = status == EGM_OK ? reply->results[k].status : status;
             key_status[idx[k]] = s;

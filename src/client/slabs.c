@@ -224,7 +224,7 @@ void egm__wslabs_unreturned(egm_wslabs_t *w, uint64_t *ids, size_t n)
 /* One SlabGrant: a slab of at least min_size (size wanted). */
 static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc,
                           uint32_t replica_num, uint64_t size, uint64_t min_size,
-                          egm_wslab_t **slab_p)
+                          egm_wslab_t **slab_p, int *answered_p)
 {
     Egm__SlabGrantRequest req = EGM__SLAB_GRANT_REQUEST__INIT;
     Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
@@ -251,6 +251,7 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
     egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_SLAB_GRANT, &req.base, 1, &reply);
     if (status != EGM_OK) {
         egm__wslabs_unreturned(client->slabs, returns, n_returns);
+        *answered_p = 0;
         return status;
     }
     egm_free(returns);
@@ -332,7 +333,10 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
             uint64_t want = need > w->slab_bytes ? need : w->slab_bytes;
             uint64_t gen = w->generation;
             pthread_mutex_unlock(&w->lock);
-            egm_status_t st = grant(client, rc, replica_num, want, r, &s);
+            int answered = 1;
+            egm_status_t st = grant(client, rc, replica_num, want, r, &s, &answered);
+            if (!answered) /* the master may be gone: as for a failed ping */
+                egm__wslabs_clear(w);
             pthread_mutex_lock(&w->lock);
             if (st == EGM_OK && gen != w->generation) {
                 /* Cleared meanwhile: the master it came from may be gone. */

@@ -4,6 +4,7 @@
 #include <string.h>
 #include "common/alloc.h"
 #include "common/hashmap.h"
+#include "common/id.h"
 #include "common/log.h"
 
 struct egm_slab_table {
@@ -23,7 +24,9 @@ egm_status_t egm__slabs_create(egm_slab_table_t **table_p)
         egm_free(t);
         return status;
     }
-    t->next_id = 1;
+    /* Ids start at random: a client that held slabs of a master that
+     * restarted never names one of the new master's by chance. */
+    t->next_id = egm__id_random().lo | 1;
     *table_p = t;
     return EGM_OK;
 }
@@ -68,7 +71,7 @@ egm_status_t egm__slabs_add(egm_slab_table_t *t, egm_id_t owner, uint64_t size, 
     memcpy(slab->extents, extents, n * sizeof(*extents));
     if (egm__hashmap_put(t->by_id, &slab->id, sizeof(slab->id), slab, NULL) != EGM_OK)
         goto nomem;
-    t->next_id++;
+    t->next_id = t->next_id + 1 != 0 ? t->next_id + 1 : 1;
     *id_p = slab->id;
     return EGM_OK;
 nomem:

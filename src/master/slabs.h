@@ -42,7 +42,7 @@ typedef struct {
 } egm_slab_piece_t;
 
 typedef struct {
-    uint64_t id; /* never 0, never reused by this master */
+    uint64_t id; /* never 0, never reused by this master, random from its start */
     egm_id_t owner;
     uint64_t size;      /* of each extent, a multiple of EGM_ALLOCATOR_ALIGN */
     uint64_t expiry_ms; /* the lease: unclaimed space returns at this time */

@@ -263,15 +263,22 @@ static void child_placed(egm_model_t *model, egm_client_t *client, const char *n
  * wrong (bytes, or a committed key lost that was not on the victim). */
 static int batch_put_child(egm_test_cluster_t *cl, int progress_fd, int control_fd)
 {
-    const char *pairs[] = {"ping_interval_ms=200", NULL};
-    egm_client_t *client = egm_test_client(cl, "tcp", pairs);
-    if (client == NULL)
+    /* Even rounds are placed by the master, key by key (spread over both
+     * providers: the kill takes some), odd ones by the client in its slabs
+     * (client-side allocation: a batch in one slab). */
+    const char *pairs[] = {"ping_interval_ms=200", "slab_bytes=0", NULL};
+    egm_client_t *placed_by_master = egm_test_client(cl, "tcp", pairs);
+    pairs[1] = NULL;
+    egm_client_t *placed_by_client = egm_test_client(cl, "tcp", pairs);
+    if (placed_by_master == NULL || placed_by_client == NULL)
         return 10;
     egm_model_t *model = egm_model_create();
     unsigned char *buf = malloc((size_t)BATCH * OBJ_LEN * 2);
     if (model == NULL || buf == NULL ||
-        egm_register_buffer(client, buf, (size_t)BATCH * OBJ_LEN * 2) != EGM_OK)
+        egm_register_buffer(placed_by_master, buf, (size_t)BATCH * OBJ_LEN * 2) != EGM_OK ||
+        egm_register_buffer(placed_by_client, buf, (size_t)BATCH * OBJ_LEN * 2) != EGM_OK)
         return 11;
+    egm_client_t *client = placed_by_master;
     char needle[32];
     victim_needle(cl, needle, sizeof(needle));
     if (doom_victim(model, client, cl) == 0)
@@ -293,6 +300,7 @@ static int batch_put_child(egm_test_cluster_t *cl, int progress_fd, int control_
         after_rounds += after;
         round_report_t r = {.round = round, .after = after};
         round_keys(round, names, keys);
+        client = round % 2 == 0 ? placed_by_master : placed_by_client;
         for (unsigned i = 0; i < BATCH; i++) {
             srcs[i] = buf + (size_t)i * OBJ_LEN;
             dsts[i] = buf + (size_t)(BATCH + i) * OBJ_LEN;
@@ -321,8 +329,10 @@ static int batch_put_child(egm_test_cluster_t *cl, int progress_fd, int control_
         }
         round++;
     }
-    egm_unregister_buffer(client, buf);
-    egm_client_destroy(client);
+    egm_unregister_buffer(placed_by_master, buf);
+    egm_unregister_buffer(placed_by_client, buf);
+    egm_client_destroy(placed_by_master);
+    egm_client_destroy(placed_by_client);
     egm_model_destroy(model);
     free(buf);
     return 0;
@@ -332,7 +342,9 @@ static int batch_put_child(egm_test_cluster_t *cl, int progress_fd, int control_
 #define N_GET_KEYS (4 * BATCH)
 static int batch_get_child(egm_test_cluster_t *cl, int progress_fd, int control_fd)
 {
-    const char *pairs[] = {"ping_interval_ms=200", NULL};
+    /* Placed by the master key by key, so that the keys lie on both
+     * providers (a client placing its puts puts a batch in one slab). */
+    const char *pairs[] = {"ping_interval_ms=200", "slab_bytes=0", NULL};
     egm_client_t *client = egm_test_client(cl, "tcp", pairs);
     if (client == NULL)
         return 10;
@@ -392,6 +404,9 @@ static int batch_get_child(egm_test_cluster_t *cl, int progress_fd, int control_
 
 /* With a client TTL of 2 s, clients ping often enough on a busy machine. */
 static const char *fast_ping[] = {"ping_interval_ms=200", NULL};
+/* The same, with every put placed by the master key by key: keys spread over
+ * both providers (a client placing its own puts puts a batch in one slab). */
+static const char *fast_ping_spread[] = {"ping_interval_ms=200", "slab_bytes=0", NULL};
 
 /* Master with a short client TTL (the dead provider's segments expire soon)
  * and its admin port; two providers, the first the victim. */
@@ -919,7 +934,7 @@ static void test_netns_cut_tcp_provider(void **state)
     assert_int_equal(
         egm__process_wait_line(cut, "egmstore provider ready", line, sizeof(line), DEADLINE_MS),
         EGM_OK);
-    egm_client_t *client = egm_test_client(&cluster, "tcp", fast_ping);
+    egm_client_t *client = egm_test_client(&cluster, "tcp", fast_ping_spread);
     assert_non_null(client);
     assert_int_equal(egm_test_segment_count(client), 2);
 

@@ -167,11 +167,13 @@ static void test_metrics_after_traffic(void **state)
     assert_true(metric(m, "egm_master_capacity_bytes") == 64.0 * 1024 * 1024);
     assert_true(metric(m, "egm_master_allocated_bytes") >= 104096);
     assert_true(metric(m, "egm_master_clients") >= 2);
-    assert_true(metric(m, "egm_master_rpc_requests_total{type=\"PutStart\"}") >= 2);
+    assert_true(metric(m, "egm_master_rpc_requests_total{type=\"Commit\"}") >= 2);
+    assert_true(metric(m, "egm_master_rpc_requests_total{type=\"SlabGrant\"}") >= 1);
+    assert_true(metric(m, "egm_master_rpc_requests_total{type=\"PutStart\"}") >= 1);
     assert_true(metric(m, "egm_master_rpc_requests_total{type=\"ExistKey\"}") >= 2);
     assert_true(metric(m, "egm_master_rpc_failures_total{type=\"PutStart\"}") >= 1);
     assert_true(metric(m, "egm_master_rpc_duration_seconds_count{type=\"GetReplicaList\"}") >= 1);
-    assert_true(metric(m, "egm_master_rpc_duration_seconds_bucket{type=\"PutEnd\",le=\"+Inf\"}") >=
+    assert_true(metric(m, "egm_master_rpc_duration_seconds_bucket{type=\"Commit\",le=\"+Inf\"}") >=
                 2);
     assert_true(metric(m, "egm_master_keys_leased") >= 1);
     assert_non_null(strstr(fx.body, "# TYPE egm_master_rpc_duration_seconds histogram\n"));

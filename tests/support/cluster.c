@@ -271,21 +271,48 @@ int egm_test_only_segment(egm_client_t *client, egm_test_segment_t *seg)
     return rc;
 }
 
-int egm_test_start_master_http(egm_test_cluster_t *cluster, const char *const *extra,
-                               unsigned *http_port_p)
+/* extra after "--http-port 0" (room for 30 flags). */
+static void http_flags(const char **flags, size_t max, const char *const *extra)
 {
-    const char *flags[32] = {"--http-port", "0"};
-    size_t n = 2;
-    for (; extra != NULL && extra[n - 2] != NULL && n + 1 < sizeof(flags) / sizeof(flags[0]); n++)
-        flags[n] = extra[n - 2];
+    size_t n = 0;
+    flags[n++] = "--http-port";
+    flags[n++] = "0";
+    for (; extra != NULL && *extra != NULL && n + 1 < max; extra++)
+        flags[n++] = *extra;
     flags[n] = NULL;
+}
+
+/* The admin HTTP port the master just started says it listens on. */
+static int read_http_port(egm_test_cluster_t *cluster, unsigned *http_port_p)
+{
     char line[512];
     *http_port_p = 0;
-    if (egm_test_start_master(cluster, flags) != 0 ||
-        egm__process_wait_line(&cluster->master, "egmstore master admin http ", line, sizeof(line),
+    if (egm__process_wait_line(&cluster->master, "egmstore master admin http ", line, sizeof(line),
                                30000) != EGM_OK)
         return -1;
     const char *colon = strrchr(line, ':');
     *http_port_p = colon != NULL ? (unsigned)atoi(colon + 1) : 0;
     return *http_port_p > 0 ? 0 : -1;
+}
+
+int egm_test_start_master_http(egm_test_cluster_t *cluster, const char *const *extra,
+                               unsigned *http_port_p)
+{
+    const char *flags[32];
+    http_flags(flags, 32, extra);
+    *http_port_p = 0;
+    if (egm_test_start_master(cluster, flags) != 0)
+        return -1;
+    return read_http_port(cluster, http_port_p);
+}
+
+int egm_test_start_master_http_on(egm_test_cluster_t *cluster, unsigned port,
+                                  const char *const *extra, unsigned *http_port_p)
+{
+    const char *flags[32];
+    http_flags(flags, 32, extra);
+    *http_port_p = 0;
+    if (egm_test_start_master_on(cluster, port, flags) != 0)
+        return -1;
+    return read_http_port(cluster, http_port_p);
 }

@@ -32,6 +32,10 @@ int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
 int egm_test_start_master_http(egm_test_cluster_t *cluster, const char *const *extra,
                                unsigned *http_port_p);
 int egm_test_start_master_on(egm_test_cluster_t *cluster, unsigned port, const char *const *extra);
+/* egm_test_start_master_on with its admin HTTP on a free port, as
+ * egm_test_start_master_http. */
+int egm_test_start_master_http_on(egm_test_cluster_t *cluster, unsigned port,
+                                  const char *const *extra, unsigned *http_port_p);
 /* Start a provider with `size` capacity; returns its index or -1. Waits for "ready". */
 int egm_test_start_provider(egm_test_cluster_t *cluster, const char *size,
                             const char *const *extra);

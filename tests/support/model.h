@@ -129,7 +129,8 @@ long long egm_model_master_metric(unsigned http_port, const char *name);
 long long egm_model_master_rpc_count(unsigned http_port, const char *type);
 /* The accounting check: the master's egm_master_keys equals keys,
  * egm_master_allocated_bytes less egm_master_held_bytes (space of objects
- * force-removed under a lease) equals bytes, and nothing is pending.
+ * force-removed under a lease) and egm_master_slab_bytes (writers' open
+ * slabs, not yet committed) equals bytes, and nothing is pending.
  * Returns 0 when they match; otherwise prints both sides to stderr, -1. */
 int egm_model_check_master(unsigned http_port, uint64_t keys, uint64_t bytes);
 

@@ -56,6 +56,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"default_kv_lease_ttl", "10000"},
         {"location_cache_ms", "1000"},
         {"location_cache_entries", "65536"},
+        {"slab_bytes", "256MiB"},
         {"client_ttl", "10"},
         {"default_kv_soft_pin_ttl", "1800000"},
         {"put_start_discard_timeout_sec", "30"},

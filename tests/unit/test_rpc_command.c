@@ -42,8 +42,19 @@ static void test_handler_commands(void **state)
     c = egm__rpc_command_find(EGM_RPC_UNMOUNT_SEGMENT);
     assert_ptr_equal(c->request, &egm__unmount_segment_request__descriptor);
     assert_ptr_equal(c->reply, &egm__status_reply__descriptor);
-    assert_int_equal(EGM_RPC_STAT_KEY, 12); /* numbers never change: they are on the wire */
-    assert_int_equal(EGM_RPC_TYPE_MAX, EGM_RPC_STAT_KEY);
+    c = egm__rpc_command_find(EGM_RPC_SLAB_GRANT);
+    assert_string_equal(c->name, "SlabGrant");
+    assert_ptr_equal(c->request, &egm__slab_grant_request__descriptor);
+    assert_ptr_equal(c->reply, &egm__keys_reply__descriptor);
+    c = egm__rpc_command_find(EGM_RPC_COMMIT);
+    assert_string_equal(c->name, "Commit");
+    assert_ptr_equal(c->request, &egm__commit_request__descriptor);
+    assert_ptr_equal(c->reply, &egm__keys_reply__descriptor);
+    /* Numbers never change: they are on the wire. */
+    assert_int_equal(EGM_RPC_STAT_KEY, 12);
+    assert_int_equal(EGM_RPC_SLAB_GRANT, 13);
+    assert_int_equal(EGM_RPC_COMMIT, 14);
+    assert_int_equal(EGM_RPC_TYPE_MAX, EGM_RPC_COMMIT);
 }
 
 static void test_session_commands(void **state)

@@ -1,0 +1,243 @@
+/* Integration: client-side allocation (docs/master.md "Client-side
+ * allocation", docs/consistency.md) with a real master
+ * (put_start_discard_timeout_sec 1: the slabs' lease) and provider.
+ *   - Puts go through one SlabGrant and one Commit each, no PutStart or
+ *     PutEnd; another client reads every byte; the master's accounting
+ *     (allocated = objects + open slabs) holds; a client's close returns its
+ *     slab.
+ *   - A writer killed with its slab open: nothing it did not commit shows, its
+ *     committed objects stay, and the slab's space returns at the lease's end.
+ *   - A master restart: the writer drops its slabs (none is used with the new
+ *     master), its next puts get a new slab, and every byte read back is the
+ *     right one. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "common/clock.h"
+#include "common/process.h"
+#include "support/cluster.h"
+#include "support/model.h"
+#include "support/testutil.h"
+
+#define LEN 4096
+
+static egm_test_cluster_t cluster;
+static unsigned master_http;
+static const char *const master_flags[] = {"--put-start-discard-timeout-sec", "1", NULL};
+
+static int setup(void **state)
+{
+    (void)state;
+    if (egm_test_start_master_http(&cluster, master_flags, &master_http) != 0 ||
+        egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm_test_cluster_stop(&cluster);
+    return 0;
+}
+
+static long long metric(const char *name)
+{
+    long long v = egm_model_master_metric(master_http, name);
+    if (v < 0)
+        fail_msg("master metric %s: not read", name);
+    return v;
+}
+
+static long long rpcs(const char *type)
+{
+    long long n = egm_model_master_rpc_count(master_http, type);
+    assert_true(n >= 0);
+    return n;
+}
+
+static void put_key(egm_client_t *c, const char *key, unsigned seed)
+{
+    unsigned char data[LEN];
+    egm_test_fill(data, LEN, seed);
+    assert_int_equal(egm_put(c, key, data, LEN, NULL), EGM_OK);
+}
+
+/* A get of key: its status; the bytes must be seed's when OK. */
+static egm_status_t get_key(egm_client_t *c, const char *key, unsigned seed)
+{
+    void *data = NULL;
+    size_t len = 0;
+    egm_status_t st = egm_get(c, key, &data, &len);
+    if (st == EGM_OK) {
+        unsigned char want[LEN];
+        egm_test_fill(want, LEN, seed);
+        assert_int_equal(len, LEN);
+        if (memcmp(data, want, LEN) != 0)
+            fail_msg("\"%s\": wrong bytes", key);
+        egm_buffer_free(data);
+    }
+    return st;
+}
+
+/* Polls until metric name equals want (at most 20 s: the tick runs every
+ * second or so); fails otherwise. */
+static void wait_metric(const char *name, long long want)
+{
+    uint64_t deadline = egm__now_ms() + 20000;
+    long long v;
+    while ((v = metric(name)) != want && egm__now_ms() < deadline)
+        usleep(50 * 1000);
+    if (v != want)
+        fail_msg("%s: %lld, waited for %lld", name, v, want);
+}
+
+static void test_puts_commit_into_a_slab(void **state)
+{
+    (void)state;
+    enum { KEYS = 20 };
+    char key[32];
+    egm_client_t *writer = egm_test_client(&cluster, "shm", NULL);
+    egm_client_t *reader = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(writer);
+    assert_non_null(reader);
+    long long grants = rpcs("SlabGrant"), commits = rpcs("Commit");
+    long long starts = rpcs("PutStart"), ends = rpcs("PutEnd");
+
+    for (unsigned i = 0; i < KEYS; i++) {
+        snprintf(key, sizeof(key), "slab/%u", i);
+        put_key(writer, key, i);
+    }
+    assert_int_equal(rpcs("SlabGrant") - grants, 1);
+    assert_int_equal(rpcs("Commit") - commits, KEYS);
+    assert_int_equal(rpcs("PutStart") - starts, 0);
+    assert_int_equal(rpcs("PutEnd") - ends, 0);
+    for (unsigned i = 0; i < KEYS; i++) {
+        snprintf(key, sizeof(key), "slab/%u", i);
+        assert_int_equal(get_key(reader, key, i), EGM_OK);
+    }
+    /* A key that exists: refused as PutStart would, the first value stays. */
+    unsigned char data[LEN];
+    egm_test_fill(data, LEN, 99);
+    assert_int_equal(egm_put(writer, "slab/0", data, LEN, NULL), EGM_ERR_EXISTS);
+    assert_int_equal(get_key(reader, "slab/0", 0), EGM_OK);
+
+    /* One slab open (a sixteenth of the 16 MiB pool), partly committed. */
+    assert_int_equal(metric("egm_master_slabs"), 1);
+    long long slab = metric("egm_master_slab_bytes");
+    assert_true(slab > 0 && slab < (1 << 20));
+    assert_int_equal(egm_model_check_master(master_http, KEYS, (uint64_t)KEYS * LEN), 0);
+
+    egm_client_destroy(writer); /* returns the slab */
+    assert_int_equal(metric("egm_master_slabs"), 0);
+    assert_int_equal(metric("egm_master_slab_bytes"), 0);
+    assert_int_equal(metric("egm_master_allocated_bytes"), KEYS * LEN);
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(reader, 1, &removed), EGM_OK);
+    assert_int_equal(removed, KEYS);
+    egm_client_destroy(reader);
+}
+
+static void test_killed_writer_slab_returns(void **state)
+{
+    (void)state;
+    enum { KEYS = 5 };
+    char key[32];
+    long long expired = metric("egm_master_slabs_expired_total");
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* the writer: commits KEYS puts, then dies with its slab open */
+        egm_client_t *c = egm_test_client(&cluster, "shm", NULL);
+        for (unsigned i = 0; c != NULL && i < KEYS; i++) {
+            unsigned char data[LEN];
+            snprintf(key, sizeof(key), "dead/%u", i);
+            egm_test_fill(data, LEN, 100 + i);
+            if (egm_put(c, key, data, LEN, NULL) != EGM_OK)
+                _exit(2);
+        }
+        kill(getpid(), SIGKILL);
+        _exit(3);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    egm_client_t *reader = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(reader);
+    for (unsigned i = 0; i < KEYS; i++) {
+        snprintf(key, sizeof(key), "dead/%u", i);
+        assert_int_equal(get_key(reader, key, 100 + i), EGM_OK);
+    }
+    /* Its slab returns at the lease's end (1 s), the objects stay. */
+    wait_metric("egm_master_slabs", 0);
+    assert_int_equal(metric("egm_master_slab_bytes"), 0);
+    assert_int_equal(metric("egm_master_slabs_expired_total"), expired + 1);
+    assert_int_equal(metric("egm_master_allocated_bytes"), KEYS * LEN);
+    for (unsigned i = 0; i < KEYS; i++) {
+        snprintf(key, sizeof(key), "dead/%u", i);
+        assert_int_equal(get_key(reader, key, 100 + i), EGM_OK);
+    }
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(reader, 1, &removed), EGM_OK);
+    egm_client_destroy(reader);
+}
+
+static void test_master_restart_drops_slabs(void **state)
+{
+    (void)state;
+    int code = 0;
+    const char *pairs[] = {"ping_interval_ms=200", NULL};
+    egm_client_t *writer = egm_test_client(&cluster, "shm", pairs);
+    assert_non_null(writer);
+    put_key(writer, "before", 1);
+    assert_int_equal(metric("egm_master_slabs"), 1);
+
+    unsigned port = cluster.master_port;
+    assert_int_equal(egm__process_signal(&cluster.master, SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_wait(&cluster.master, 10000, &code), EGM_OK);
+    assert_int_equal(egm_test_start_master_http_on(&cluster, port, master_flags, &master_http), 0);
+    /* The provider remounts after its fence; puts then succeed, in a new
+     * slab of the new master (the first may fail: the old connection). */
+    uint64_t deadline = egm__now_ms() + 30000;
+    egm_status_t st = EGM_ERR_INTERNAL;
+    unsigned char data[LEN];
+    egm_test_fill(data, LEN, 2);
+    while (egm__now_ms() < deadline && (st = egm_put(writer, "after", data, LEN, NULL)) != EGM_OK)
+        usleep(100 * 1000);
+    assert_int_equal(st, EGM_OK);
+    /* Until the provider remounted, the new master had no room: every try
+     * asked it for a slab. Every Commit it got was of a slab it granted. */
+    assert_int_equal(rpcs("Commit"), 1);
+    assert_true(rpcs("SlabGrant") >= 1);
+    assert_int_equal(metric("egm_master_rpc_failures_total{type=\"Commit\"}"), 0);
+    egm_client_t *reader = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(reader);
+    assert_int_equal(get_key(reader, "after", 2), EGM_OK);
+    assert_int_equal(get_key(reader, "before", 1), EGM_ERR_NOT_FOUND); /* the index was lost */
+    long long grants = rpcs("SlabGrant");
+    put_key(writer, "after2", 3); /* in the new master's slab */
+    assert_int_equal(rpcs("SlabGrant"), grants);
+    assert_int_equal(rpcs("Commit"), 2);
+    assert_int_equal(get_key(reader, "after2", 3), EGM_OK);
+    egm_client_destroy(writer);
+    egm_client_destroy(reader);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_puts_commit_into_a_slab, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_writer_slab_returns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_master_restart_drops_slabs, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
