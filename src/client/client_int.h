@@ -87,7 +87,8 @@ struct egm_client {
     /* The longest location_cache_ms a master told (ping thread): a remount
      * waits it out (liveness.c remount_fence). */
     atomic_uint_fast64_t cache_bound_max_ms;
-    int remount_fenced; /* ping thread: the fence of the pending resync was waited */
+    int remount_fenced; /* ping thread: the fence of the pending resync was waited;
+                         * cleared by a new loss (liveness.c remount_fence) */
 
     egm_client_phases_t phases;      /* where put and get time goes (phases.h) */
     egm_location_cache_t *locations; /* lease-cached locations; NULL when off */

@@ -36,8 +36,10 @@ static void apply_retired(egm_client_t *client, const Egm__PingReply *reply)
         if (ids != NULL)
             ids[i] = id;
     }
-    if (ids != NULL && egm__capacity_owns_any(client, ids, reply->n_retired))
+    if (ids != NULL && egm__capacity_owns_any(client, ids, reply->n_retired)) {
         client->resync_reasons |= EGM_RESYNC_OWN_RETIRED;
+        client->remount_fenced = 0; /* a new loss (remount_fence) */
+    }
     egm_free(ids);
 }
 
@@ -89,6 +91,7 @@ static egm_status_t ping_once(egm_client_t *client)
             if (!(client->resync_reasons & EGM_RESYNC_RESTART))
                 client->resync_from = client->master_id;
             client->resync_reasons |= EGM_RESYNC_RESTART;
+            client->remount_fenced = 0; /* a new loss (remount_fence) */
             pthread_mutex_lock(&client->lock);
             client->master_restarts++;
             pthread_mutex_unlock(&client->lock);
@@ -163,8 +166,12 @@ static int wait_unless_stopping(egm_client_t *client, uint64_t ms)
  * out: they name the same memory, which the master may hand to new objects
  * once it is mounted (docs/consistency.md). Every such location was asked for
  * before the master lost the segment, so waiting the longest cache bound a
- * master told, counted from now, is enough. Returns -1 when the client is
- * closing meanwhile. */
+ * master told, counted from now, is enough. Once per loss: a retry of a
+ * failed remount does not wait again, but a new loss seen before a retry
+ * succeeds (another master id, our segments retired again) is waited for
+ * anew, since a remount left without an answer may have mounted segments at
+ * the master that is now lost, which handed them to objects whose locations
+ * clients may have cached. Returns -1 when the client is closing meanwhile. */
 static int remount_fence(egm_client_t *client)
 {
     uint64_t wait_ms = atomic_load(&client->cache_bound_max_ms);
