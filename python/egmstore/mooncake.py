@@ -7,6 +7,10 @@ get-into calls; 1/0 for ``is_exist``; ``b""`` from ``get`` of a missing key;
 one entry per key from batch calls). Nothing here raises for a store failure;
 bad Python arguments raise TypeError/ValueError as Mooncake's binding does.
 docs/python.md lists every method and each difference from Mooncake.
+
+An engine that imports ``mooncake.store`` itself gets this module with
+EGMSTORE_AS_MOONCAKE=1 in its environment (the package's .pth file) or after
+``install()``; docs/mooncake-compat.md says how and when that is refused.
 """
 
 import inspect
@@ -14,9 +18,9 @@ import logging
 import re
 import socket
 
-from . import Status, _egmstore
+from . import Status, _egmstore, _standin
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "install"]
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +169,16 @@ def _rc(config):
                   _egmstore.REPLICA_MAX, rc[0])
         return _BAD_RC
     return rc
+
+
+def install(force=False):
+    """Make ``import mooncake.store`` (and ``mooncake.allocator``) load
+    egmstore's modules in this process from now on, as EGMSTORE_AS_MOONCAKE
+    does. Raises RuntimeError, changing nothing, when the real Mooncake is
+    importable too (call install(force=True) to take egmstore's anyway; the
+    real package's other modules stay its own) or when the real
+    mooncake.store is already imported. docs/mooncake-compat.md."""
+    _standin.install(force)
 
 
 def _free_port():
