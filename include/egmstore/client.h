@@ -135,6 +135,15 @@ EGM_API const char *egm_health_string(egm_health_t health);
  * and health not_initialized. No request to the master. Thread-safe as
  * egm_client_health. Names: egm_client_* (docs/metrics.md, docs/egm-pool.md). */
 EGM_API size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len);
+/* The transports this client may take to another process's segment, best
+ * first, as names separated by one space: "nvlink shm tcp" under protocol
+ * auto with a CUDA driver and a GPU, "shm tcp" without them, "tcp" under
+ * protocol tcp. Which one a copy takes still depends on the segment (nvlink:
+ * a CUDA VMM segment and a GPU buffer; shm: a segment on this host).
+ * snprintf's contract, as egm_client_metrics. NULL client: "". Fixed when the
+ * client is created: any thread, also during and after egm_client_close (not
+ * during destroy). No error. */
+EGM_API size_t egm_client_transports(egm_client_t *client, char *buf, size_t len);
 
 /* Zero-copy calls (put_from, get_into and their batch forms) need their buffers
  * inside a registered range. The memory stays the caller's and must outlive the

@@ -735,6 +735,34 @@ static PyObject *client_metrics(PyObject *op, PyObject *unused)
     return NULL;
 }
 
+/* The transports, best first: fixed when the client was created, so a short
+ * text (the longest today is "nvlink shm tcp"). */
+static PyObject *client_transports(PyObject *op, PyObject *unused)
+{
+    client_object *self = (client_object *)op;
+    (void)unused;
+    char buf[256];
+    size_t need = 0;
+    if (is_closing(self))
+        return PyList_New(0);
+    PyThreadState *ts = PyEval_SaveThread();
+    pthread_rwlock_rdlock(&self->lock);
+    if (self->client != NULL && !is_closing(self))
+        need = egm_client_transports(self->client, buf, sizeof(buf));
+    pthread_rwlock_unlock(&self->lock);
+    PyEval_RestoreThread(ts);
+    if (need >= sizeof(buf)) {
+        PyErr_SetString(PyExc_RuntimeError, "transports: the names do not fit 256 bytes");
+        return NULL;
+    }
+    PyObject *text = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)need);
+    if (text == NULL)
+        return NULL;
+    PyObject *names = PyUnicode_Split(text, NULL, -1); /* "" -> [] */
+    Py_DECREF(text);
+    return names;
+}
+
 static PyObject *client_register_buffer(PyObject *op, PyObject *args)
 {
     client_object *self = (client_object *)op;
@@ -1055,6 +1083,8 @@ static PyMethodDef client_methods[] = {
      "close() -> status. Withdraws contributed capacity; retry on error."},
     {"health", client_health, METH_NOARGS, "health() -> egm health code (0 healthy)."},
     {"metrics", client_metrics, METH_NOARGS, "metrics() -> Prometheus text (\"\" once closed)."},
+    {"transports", client_transports, METH_NOARGS,
+     "transports() -> the transport names this client may use, best first ([] once closed)."},
     {"register_buffer", client_register_buffer, METH_VARARGS,
      "register_buffer(ptr, size) -> status"},
     {"unregister_buffer", client_unregister_buffer, METH_VARARGS,

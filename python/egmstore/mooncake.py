@@ -7,6 +7,10 @@ get-into calls; 1/0 for ``is_exist``; ``b""`` from ``get`` of a missing key;
 one entry per key from batch calls). Nothing here raises for a store failure;
 bad Python arguments raise TypeError/ValueError as Mooncake's binding does.
 docs/python.md lists every method and each difference from Mooncake.
+
+An engine that imports ``mooncake.store`` itself gets this module with
+EGMSTORE_AS_MOONCAKE=1 in its environment (the package's .pth file) or after
+``install()``; docs/mooncake-compat.md says how and when that is refused.
 """
 
 import inspect
@@ -14,9 +18,9 @@ import logging
 import re
 import socket
 
-from . import Status, _egmstore
+from . import Status, _egmstore, _standin
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "install"]
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +45,12 @@ class ErrorCode:
 _DEFAULT_SEGMENT = 16 * 1024 * 1024
 _DEFAULT_BUFFER = 16 * 1024 * 1024
 _DEFAULT_MASTER = "127.0.0.1:50051"
+# egmstore's protocols keep their meaning (tcp, shm, nvlink: that transport only).
 _PROTOCOLS = ("tcp", "shm", "nvlink", "auto")
+# Mooncake's transfer-engine protocols that egmstore has no transport for (its
+# "tcp" and "nvlink" are egmstore's too): setup takes them as "auto", the best
+# transport this client has for each replica (nvlink > shm > tcp), and says so once.
+_MOONCAKE_PROTOCOLS = ("rdma", "efa", "nvlink_intra", "nvmeof", "hip", "barex", "cxl", "ascend")
 # Mooncake setup keys that have no egmstore meaning (accepted, ignored).
 _IGNORED_KEYS = {
     "metadata_server", "local_buffer_size", "rdma_devices", "ipc_socket_path",
@@ -162,6 +171,16 @@ def _rc(config):
     return rc
 
 
+def install(force=False):
+    """Make ``import mooncake.store`` (and ``mooncake.allocator``) load
+    egmstore's modules in this process from now on, as EGMSTORE_AS_MOONCAKE
+    does. Raises RuntimeError, changing nothing, when the real Mooncake is
+    importable too (call install(force=True) to take egmstore's anyway; the
+    real package's other modules stay its own) or when the real
+    mooncake.store is already imported. docs/mooncake-compat.md."""
+    _standin.install(force)
+
+
 def _free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
@@ -233,6 +252,7 @@ class MooncakeDistributedStore:
     def __init__(self):
         self._client = None
         self._hostname = ""
+        self._transports = []
 
     # ---- setup / teardown ----
     def setup(self, *args, **kwargs):
@@ -294,12 +314,17 @@ class MooncakeDistributedStore:
                              _dict_str(config, "master_server_addr", _DEFAULT_MASTER), extra)
 
     def _connect(self, local_hostname, global_segment_size, protocol, master_server_addr, extra):
+        config_protocol = protocol
         if self._client is not None and not self._client.closed:
             log.error("setup(): this store is already set up; close() it first")
             return ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS
-        if protocol not in _PROTOCOLS:
-            log.error("setup(): protocol %r is not supported by egmstore (accepted: %s)",
-                      protocol, ", ".join(_PROTOCOLS))
+        mooncake_protocol = protocol in _MOONCAKE_PROTOCOLS
+        if mooncake_protocol:
+            protocol = "auto"
+        elif protocol not in _PROTOCOLS:
+            log.error("setup(): protocol %r is not supported by egmstore (accepted: %s; "
+                      "Mooncake's %s mean auto)", protocol, ", ".join(_PROTOCOLS),
+                      ", ".join(_MOONCAKE_PROTOCOLS))
             return ErrorCode.NOT_SUPPORTED
         if isinstance(global_segment_size, int) and global_segment_size < 0:
             log.error("setup(): global_segment_size must be >= 0, not %d", global_segment_size)
@@ -338,6 +363,12 @@ class MooncakeDistributedStore:
                 return _code(status)
         data_port = config.get("data_port", "0")
         self._client = client
+        self._transports = client.transports()
+        if mooncake_protocol:
+            log.warning("setup(): protocol %r is Mooncake's; egmstore has no such transport and "
+                        "takes the best it has for each replica (nvlink > shm > tcp): %s here, "
+                        "best %s", config_protocol, " > ".join(self._transports) or "none",
+                        self.transport or "none")
         self._hostname = f"[{host}]:{data_port}" if ":" in host else f"{host}:{data_port}"
         return ErrorCode.OK
 
@@ -352,6 +383,15 @@ class MooncakeDistributedStore:
         if self._client is None:
             return 1
         return self._client.health()
+
+    @property
+    def transport(self):
+        """egmstore's own: the best transport this client may take to another
+        process's segment ("nvlink", "shm" or "tcp"; "" before setup): the
+        first that its protocol allows and this process can use. A copy takes
+        it where the segment allows (nvlink: a CUDA VMM segment and a GPU
+        buffer; shm: a segment on this host), else the next."""
+        return self._transports[0] if self._transports else ""
 
     def get_hostname(self):
         """local_hostname:data_port of this client ("" before setup; the port is

@@ -1,4 +1,5 @@
-/* Client health and metrics (a provider's /health and /metrics report these). */
+/* Client health, metrics and transports (a provider's /health and /metrics
+ * report the first two). */
 #include <stdio.h>
 #include "client/client_int.h"
 #include "client/slabs.h"
@@ -190,5 +191,15 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
     egm__prom_rows(&o, after_setup, sizeof(after_setup) / sizeof(after_setup[0]));
     if (client != NULL)
         phase_metrics(&o, client, &te);
+    return o.need;
+}
+
+size_t egm_client_transports(egm_client_t *client, char *buf, size_t len)
+{
+    egm_textbuf_t o = egm__textbuf(buf, len);
+    const char *names[EGM_TRANSPORTS_MAX];
+    size_t n = client != NULL ? egm__te_transports(client->te, names, EGM_TRANSPORTS_MAX) : 0;
+    for (size_t i = 0; i < n && i < EGM_TRANSPORTS_MAX; i++)
+        egm__textbuf_printf(&o, "%s%s", i > 0 ? " " : "", names[i]);
     return o.need;
 }

@@ -233,6 +233,19 @@ err_te:
     return st;
 }
 
+size_t egm__te_transports(const egm_te_t *te, const char **names, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; te != NULL && i < te->n_route; i++) {
+        if (te->route[i].ops->own_memory)
+            continue; /* this process's own segments: not a way to reach others */
+        if (n < cap)
+            names[n] = te->route[i].ops->name;
+        n++;
+    }
+    return n;
+}
+
 void egm__te_destroy(egm_te_t *te)
 {
     if (te == NULL)

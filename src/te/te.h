@@ -166,6 +166,13 @@ void egm__te_prewarm_drain(egm_te_t *te);
 egm_status_t egm__te_prepare_device(egm_te_t *te, int device);
 
 void egm__te_stats(egm_te_t *te, egm_te_stats_t *stats_p);
+/* The most transports a build registers (transport.c's list). */
+#define EGM_TRANSPORTS_MAX 8
+/* The transports routing may take to another process's segment, in order of
+ * preference: those the protocol allows and that can reach something here
+ * (nvlink needs a driver and a GPU). Writes at most cap names (static
+ * strings) and returns how many there are. Fixed at creation: any thread. */
+size_t egm__te_transports(const egm_te_t *te, const char **names, size_t cap);
 const char *egm__transport_name(egm_transport_t transport);
 
 #endif

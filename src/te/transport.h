@@ -99,8 +99,7 @@ typedef struct {
 } egm_transport_ops_t;
 
 /* The registered transports, in order of preference; an egm_transport_t is
- * an index into it. */
-#define EGM_TRANSPORTS_MAX 8
+ * an index into it (at most EGM_TRANSPORTS_MAX, te.h). */
 extern const egm_transport_ops_t *const egm__transports[];
 extern const size_t egm__n_transports;
 

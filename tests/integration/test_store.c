@@ -85,6 +85,38 @@ static void test_cross_process_put_get(void **state)
     free(back);
 }
 
+/* egm_client_transports: what the protocol allows and this process can use,
+ * best first, with snprintf's contract. */
+static void test_transports(void **state)
+{
+    (void)state;
+    const struct {
+        const char *protocol;
+        const char *walk, *walk_gpu; /* without / with a CUDA driver and a GPU */
+    } cases[] = {
+        {"tcp", "tcp", "tcp"}, {"shm", "shm", "shm"}, {"auto", "shm tcp", "nvlink shm tcp"}};
+    char buf[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        egm_client_t *client = egm_test_client(&cluster, cases[i].protocol, NULL);
+        assert_non_null(client);
+        size_t need = egm_client_transports(client, buf, sizeof(buf));
+        assert_int_equal(need, strlen(buf));
+        if (strcmp(buf, cases[i].walk) != 0 && strcmp(buf, cases[i].walk_gpu) != 0)
+            fail_msg("protocol %s: transports \"%s\"", cases[i].protocol, buf);
+        char small[4] = "xyz";
+        assert_int_equal(egm_client_transports(client, small, sizeof(small)), need);
+        assert_int_equal(strlen(small), need < 3 ? need : 3); /* cut, NUL-terminated */
+        assert_int_equal(egm_client_transports(client, NULL, 0), need);
+        assert_int_equal(egm_client_close(client), EGM_OK);
+        char after[64];
+        assert_int_equal(egm_client_transports(client, after, sizeof(after)), need);
+        assert_string_equal(after, buf); /* fixed at creation, also once closed */
+        egm_client_destroy(client);
+    }
+    assert_int_equal(egm_client_transports(NULL, buf, sizeof(buf)), 0);
+    assert_string_equal(buf, "");
+}
+
 static void test_cli_errors(void **state)
 {
     (void)state;
@@ -453,6 +485,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cross_process_put_get),
         cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_transports),
         cmocka_unit_test(test_batches_mixed_keys),
         cmocka_unit_test(test_scatter_gather_batches),
         cmocka_unit_test(test_remove_while_leased),

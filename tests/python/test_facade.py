@@ -247,13 +247,67 @@ def test_setup_argument_errors(cluster):
     assert s.health_check() == 1
 
 
-@pytest.mark.parametrize("protocol", ["rdma", "efa", ""])
-def test_setup_refuses_rdma_and_unknown_protocols(cluster, caplog, protocol):
+MOONCAKE_PROTOCOLS = ["rdma", "efa", "nvlink_intra", "nvmeof", "hip", "barex", "cxl", "ascend"]
+
+
+def said_protocol(caplog):
+    return [r for r in caplog.records
+            if r.name == "egmstore.mooncake" and "is Mooncake's" in r.getMessage()]
+
+
+@pytest.mark.parametrize("protocol", MOONCAKE_PROTOCOLS)
+def test_setup_takes_mooncake_protocols_as_auto(cluster, caplog, protocol):
+    """vLLM's and SGLang's default ("rdma") and Mooncake's other protocol names:
+    the best transport this client has, said once (a warning), and it works."""
+    auto = setup_store(cluster.master_addr, "auto")
+    best = auto._client.transports()
+    assert auto.close() == 0
+    # nvlink only with a CUDA driver and a GPU; shm and tcp always.
+    assert best in (["nvlink", "shm", "tcp"], ["shm", "tcp"])
+    s = MooncakeDistributedStore()
+    with caplog.at_level(logging.INFO, logger="egmstore.mooncake"):
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 * MIB, protocol, "mlx5_0",
+                       cluster.master_addr) == 0
+    assert s._client.transports() == best  # egmstore's auto
+    assert s.transport == best[0]
+    said = said_protocol(caplog)
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+    text = said[0].getMessage()
+    assert repr(protocol) in text and " > ".join(best) in text and f"best {best[0]}" in text
+    key = f"proto-{protocol}"
+    assert s.put(key, b"v" * 100) == 0
+    assert s.get(key) == b"v" * 100
+    assert s.remove(key, True) == 0
+    assert s.close() == 0
+    assert len(said_protocol(caplog)) == 1  # once: nothing more after setup
+
+
+@pytest.mark.parametrize("protocol,walk", [("tcp", ["tcp"]), ("shm", ["shm"])])
+def test_egmstore_protocols_keep_their_meaning(cluster, caplog, protocol, walk):
+    s = MooncakeDistributedStore()
+    with caplog.at_level(logging.INFO, logger="egmstore.mooncake"):
+        assert s.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                        "master_server_addr": cluster.master_addr, "protocol": protocol,
+                        "global_segment_size": 0}) == 0
+    assert s._client.transports() == walk and s.transport == walk[0]
+    assert said_protocol(caplog) == []
+    assert s.put("kept-" + protocol, b"x") == 0 and s.get("kept-" + protocol) == b"x"
+    assert s.close() == 0
+    assert s._client.transports() == []  # closed
+
+
+def test_transport_before_setup():
+    assert MooncakeDistributedStore().transport == ""
+
+
+@pytest.mark.parametrize("protocol", ["", "RDMA", "infiniband"])
+def test_setup_refuses_unknown_protocols(cluster, caplog, protocol):
     s = MooncakeDistributedStore()
     with caplog.at_level(logging.ERROR, logger="egmstore.mooncake"):
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, protocol, "mlx5_0",
                        cluster.master_addr) == -1012
     assert repr(protocol) in caplog.text and "tcp, shm, nvlink, auto" in caplog.text
+    assert "rdma" in caplog.text  # the Mooncake names it takes
     assert s.health_check() == 1
 
 
