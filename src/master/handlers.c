@@ -220,13 +220,37 @@ static egm_status_t keys_done(void *arg, size_t i, egm_status_t s, const egm_obj
     return EGM_OK;
 }
 
-/* Each key's length, egm_malloc'ed (NULL: out of memory). */
-static size_t *key_lengths(char *const *keys, size_t n)
+/* Runs b over its keys, each answered into kb's outcomes (keys_done): the
+ * keys' lengths are measured here. */
+static egm_status_t run_batch(egm_master_state_t *st, egm_objects_batch_t *b, keys_batch_t *kb)
 {
-    size_t *lens = egm_malloc((n ? n : 1) * sizeof(*lens), "master.keys");
-    for (size_t i = 0; lens != NULL && i < n; i++)
-        lens[i] = key_length(keys[i]);
-    return lens;
+    size_t *lens = egm_malloc((b->n ? b->n : 1) * sizeof(*lens), "master.keys");
+    if (lens == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", b->n);
+    for (size_t i = 0; i < b->n; i++)
+        lens[i] = key_length(b->keys[i]);
+    b->key_lens = lens;
+    b->done = keys_done;
+    b->arg = kb;
+    egm_status_t status = egm__objects_batch(st->objects, b);
+    egm_free(lens);
+    b->key_lens = NULL;
+    return status;
+}
+
+/* What PutStart and Commit ask of every request: a key count the master
+ * takes, one size per key, a client. */
+static egm_status_t check_put_request(size_t n_keys, size_t n_sizes, egm_id_t client)
+{
+    egm_status_t status = check_key_count(n_keys);
+    if (status != EGM_OK)
+        return status;
+    if (n_sizes != n_keys)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "sizes: %zu values for %zu keys", n_sizes,
+                              n_keys);
+    if (egm__id_is_nil(client))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
+    return EGM_OK;
 }
 
 /* A request's ReplicateConfig (NULL: the defaults) as the index takes it;
@@ -254,37 +278,20 @@ static egm_status_t put_config(const Egm__ReplicateConfig *pb, egm_put_config_t 
 static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__PutStartRequest *req = (const Egm__PutStartRequest *)call->request;
-    outcomes_t oc = {0};
-    size_t *lens = NULL;
-    egm_status_t status = EGM_OK;
-
     egm_id_t client = egm__id_from_pb(req->client);
-    if ((status = check_key_count(req->n_keys)) != EGM_OK)
-        goto out;
-    if (req->n_sizes != req->n_keys) {
-        status = egm__set_error(EGM_ERR_INVALID_ARG, "sizes: %zu values for %zu keys", req->n_sizes,
-                                req->n_keys);
-        goto out;
-    }
-    if (egm__id_is_nil(client)) {
-        status = egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
-        goto out;
-    }
-    if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
-        goto out;
+    outcomes_t oc = {0};
     egm_put_config_t config;
-    if ((status = put_config(req->config, &config)) != EGM_OK)
-        goto out;
+    egm_status_t status = check_put_request(req->n_keys, req->n_sizes, client);
+
+    if (status == EGM_OK)
+        status = put_config(req->config, &config);
+    if (status != EGM_OK)
+        return status;
     char host_id[EGM_HOST_ID_MAX];
     config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
     /* One replica per key is reserved ahead (see handle_keys). */
-    if ((status = outcomes_reserve(&oc, req->n_keys)) != EGM_OK)
-        goto out;
-    lens = key_lengths(req->keys, req->n_keys);
-    if (lens == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
-        goto out;
-    }
+    if ((status = outcomes_init(&oc, req->n_keys)) == EGM_OK)
+        status = outcomes_reserve(&oc, req->n_keys);
     keys_batch_t kb = {.oc = &oc, .with_replicas = 1};
     egm_objects_batch_t b = {.op = EGM_OBJECTS_PUT_START,
                              .client = client,
@@ -292,15 +299,11 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
                              .config = &config,
                              .now_ms = st->now_ms(),
                              .n = req->n_keys,
-                             .keys = (const char *const *)req->keys,
-                             .key_lens = lens,
-                             .done = keys_done,
-                             .arg = &kb};
-    status = egm__objects_batch(st->objects, &b);
+                             .keys = (const char *const *)req->keys};
+    if (status == EGM_OK)
+        status = run_batch(st, &b, &kb);
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, 0, 0, call->reply);
-out:
-    egm_free(lens);
     outcomes_cleanup(&oc);
     return status;
 }
@@ -311,13 +314,11 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__KeysRequest *req = (const Egm__KeysRequest *)call->request;
     outcomes_t oc = {0};
-    size_t *lens = NULL;
     uint64_t last_grant_ms = 0;
     egm_status_t status;
     uint16_t type = call->type;
     keys_batch_t kb = {.oc = &oc, .with_replicas = type == EGM_RPC_GET_REPLICA_LIST};
-    egm_objects_batch_t b = {
-        .keys = (const char *const *)req->keys, .n = req->n_keys, .done = keys_done, .arg = &kb};
+    egm_objects_batch_t b = {.keys = (const char *const *)req->keys, .n = req->n_keys};
 
     b.client = egm__id_from_pb(req->client);
     if ((status = check_key_count(req->n_keys)) != EGM_OK)
@@ -332,12 +333,6 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
      * under a shard lock seldom allocate. */
     if (kb.with_replicas && (status = outcomes_reserve(&oc, req->n_keys)) != EGM_OK)
         goto out;
-    lens = key_lengths(req->keys, req->n_keys);
-    if (lens == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
-        goto out;
-    }
-    b.key_lens = lens;
     b.now_ms = st->now_ms();
     b.force = req->force;
     switch (type) {
@@ -360,13 +355,12 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
         b.last_grant_ms_p = &last_grant_ms;
         break;
     }
-    status = egm__objects_batch(st->objects, &b);
+    status = run_batch(st, &b, &kb);
     uint64_t wait_ms =
         b.op == EGM_OBJECTS_REMOVE && b.force ? force_wait_ms(st, last_grant_ms, st->now_ms()) : 0;
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, wait_ms, 0, call->reply);
 out:
-    egm_free(lens);
     outcomes_cleanup(&oc);
     return status;
 }
@@ -433,29 +427,20 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
     const Egm__CommitRequest *req = (const Egm__CommitRequest *)call->request;
     egm_id_t client = egm__id_from_pb(req->client);
     outcomes_t oc = {0};
-    size_t *lens = NULL;
     egm_put_config_t config;
-    egm_status_t status;
+    egm_status_t status = check_put_request(req->n_keys, req->n_sizes, client);
 
-    if ((status = check_key_count(req->n_keys)) != EGM_OK)
+    if (status == EGM_OK && (req->n_slab_ids != req->n_keys || req->n_offsets != req->n_keys))
+        status = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "slab_ids, offsets: %zu and %zu values for %zu keys (one each "
+                                "per key)",
+                                req->n_slab_ids, req->n_offsets, req->n_keys);
+    if (status == EGM_OK)
+        status = put_config(req->config, &config);
+    if (status == EGM_OK)
+        status = outcomes_init(&oc, req->n_keys);
+    if (status != EGM_OK)
         return status;
-    if (req->n_sizes != req->n_keys || req->n_slab_ids != req->n_keys ||
-        req->n_offsets != req->n_keys)
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "sizes, slab_ids, offsets: %zu, %zu and %zu values for %zu keys "
-                              "(one each per key)",
-                              req->n_sizes, req->n_slab_ids, req->n_offsets, req->n_keys);
-    if (egm__id_is_nil(client))
-        return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
-    if ((status = put_config(req->config, &config)) != EGM_OK)
-        return status;
-    if ((status = outcomes_init(&oc, req->n_keys)) != EGM_OK)
-        return status;
-    lens = key_lengths(req->keys, req->n_keys);
-    if (lens == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu keys", req->n_keys);
-        goto out;
-    }
     keys_batch_t kb = {.oc = &oc};
     egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
                              .client = client,
@@ -465,17 +450,12 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .config = &config,
                              .now_ms = st->now_ms(),
                              .n = req->n_keys,
-                             .keys = (const char *const *)req->keys,
-                             .key_lens = lens,
-                             .done = keys_done,
-                             .arg = &kb};
-    status = egm__objects_batch(st->objects, &b);
+                             .keys = (const char *const *)req->keys};
+    status = run_batch(st, &b, &kb);
     if (status == EGM_OK)
         status = return_slabs(st, client, req->returned, req->n_returned);
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, 0, 0, call->reply);
-out:
-    egm_free(lens);
     outcomes_cleanup(&oc);
     return status;
 }

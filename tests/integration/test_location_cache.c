@@ -54,25 +54,13 @@ static long long lists(void)
 
 static void put_key(egm_client_t *c, const char *key, unsigned seed)
 {
-    unsigned char data[LEN];
-    egm_test_fill(data, LEN, seed);
-    assert_int_equal(egm_put(c, key, data, LEN, NULL), EGM_OK);
+    assert_int_equal(egm_test_put_seeded(c, key, LEN, seed), EGM_OK);
 }
 
-/* A get of key into a fresh buffer: its status; the bytes must be seed's when OK. */
+/* A get of key: its status; OK only with seed's LEN bytes. */
 static egm_status_t get_key(egm_client_t *c, const char *key, unsigned seed)
 {
-    void *data = NULL;
-    size_t len = 0;
-    egm_status_t st = egm_get(c, key, &data, &len);
-    if (st == EGM_OK) {
-        unsigned char want[LEN];
-        egm_test_fill(want, LEN, seed);
-        assert_int_equal(len, LEN);
-        assert_memory_equal(data, want, LEN);
-        egm_buffer_free(data);
-    }
-    return st;
+    return egm_test_get_seeded(c, key, LEN, seed);
 }
 
 static void test_second_get_skips_the_master(void **state)

@@ -66,26 +66,13 @@ static long long rpcs(const char *type)
 
 static void put_key(egm_client_t *c, const char *key, unsigned seed)
 {
-    unsigned char data[LEN];
-    egm_test_fill(data, LEN, seed);
-    assert_int_equal(egm_put(c, key, data, LEN, NULL), EGM_OK);
+    assert_int_equal(egm_test_put_seeded(c, key, LEN, seed), EGM_OK);
 }
 
-/* A get of key: its status; the bytes must be seed's when OK. */
+/* A get of key: its status; OK only with seed's LEN bytes. */
 static egm_status_t get_key(egm_client_t *c, const char *key, unsigned seed)
 {
-    void *data = NULL;
-    size_t len = 0;
-    egm_status_t st = egm_get(c, key, &data, &len);
-    if (st == EGM_OK) {
-        unsigned char want[LEN];
-        egm_test_fill(want, LEN, seed);
-        assert_int_equal(len, LEN);
-        if (memcmp(data, want, LEN) != 0)
-            fail_msg("\"%s\": wrong bytes", key);
-        egm_buffer_free(data);
-    }
-    return st;
+    return egm_test_get_seeded(c, key, LEN, seed);
 }
 
 /* Polls until metric name equals want (at most 20 s: the tick runs every

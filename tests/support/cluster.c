@@ -251,6 +251,37 @@ void egm_test_fill(void *buf, size_t len, unsigned seed)
     }
 }
 
+egm_status_t egm_test_put_seeded(egm_client_t *client, const char *key, size_t len, unsigned seed)
+{
+    unsigned char *data = malloc(len ? len : 1);
+    if (data == NULL)
+        return EGM_ERR_NO_MEMORY;
+    egm_test_fill(data, len, seed);
+    egm_status_t st = egm_put(client, key, data, len, NULL);
+    free(data);
+    return st;
+}
+
+egm_status_t egm_test_get_seeded(egm_client_t *client, const char *key, size_t len, unsigned seed)
+{
+    void *data = NULL;
+    size_t got = 0;
+    egm_status_t st = egm_get(client, key, &data, &got);
+    if (st != EGM_OK)
+        return st;
+    unsigned char *want = malloc(len ? len : 1);
+    if (want != NULL)
+        egm_test_fill(want, len, seed);
+    if (want == NULL || got != len || memcmp(data, want, len) != 0) {
+        fprintf(stderr, "get \"%s\": %zu bytes answered, not the %zu bytes of seed %u\n", key, got,
+                len, seed);
+        st = EGM_ERR_INTERNAL;
+    }
+    free(want);
+    egm_buffer_free(data);
+    return st;
+}
+
 int egm_test_only_segment(egm_client_t *client, egm_test_segment_t *seg)
 {
     Egm__ListSegmentsReply *reply = NULL;

@@ -66,5 +66,10 @@ int egm_test_only_segment(egm_client_t *client, egm_test_segment_t *seg);
 
 /* Deterministic bytes for object seeds. */
 void egm_test_fill(void *buf, size_t len, unsigned seed);
+/* egm_put of len bytes of egm_test_fill(seed) under key; its status. */
+egm_status_t egm_test_put_seeded(egm_client_t *client, const char *key, size_t len, unsigned seed);
+/* egm_get of key: its status, or EGM_ERR_INTERNAL (said on stderr) when it
+ * answers OK with other than len bytes of egm_test_fill(seed). */
+egm_status_t egm_test_get_seeded(egm_client_t *client, const char *key, size_t len, unsigned seed);
 
 #endif
