@@ -36,6 +36,8 @@ static void apply_retired(egm_client_t *client, const Egm__PingReply *reply)
         if (ids != NULL)
             ids[i] = id;
     }
+    if (ids != NULL) /* a slab there takes no more objects */
+        egm__wslabs_forget_segments(client->slabs, ids, reply->n_retired);
     if (ids != NULL && egm__capacity_owns_any(client, ids, reply->n_retired)) {
         client->resync_reasons |= EGM_RESYNC_OWN_RETIRED;
         client->remount_fenced = 0; /* a new loss (remount_fence) */

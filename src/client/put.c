@@ -273,6 +273,11 @@ static egm_status_t slab_copy(egm_client_t *client, const put_plan_t *plan, void
         add_key_ops(ops, &n_ops, op_key, j, segs, at, n_rep, parts, plan->index[j]);
     }
     run_ops(client, ops, n_ops, op_key, key_status);
+    /* A copy that failed may have met a provider that is gone: its slab
+     * takes no more objects (the next put asks for another). */
+    for (size_t k = 0; k < n_ops; k++)
+        if (ops[k].status != EGM_OK)
+            egm__wslabs_retire_ref(client->slabs, &refs[op_key[k]]);
     egm_free(ops);
     egm_free(op_key);
     return EGM_OK;

@@ -133,6 +133,13 @@ static void retire(egm_wslabs_t *w, egm_wslab_t *s)
     finish_if_idle(w, s);
 }
 
+/* With the lock: retires s unless it is already. */
+static void retire_once(egm_wslabs_t *w, egm_wslab_t *s)
+{
+    if (!s->retired)
+        retire(w, s);
+}
+
 static int usable(const egm_wslab_t *s, uint64_t now_ms)
 {
     uint64_t until = s->granted_ms + s->lease_ms / 2;
@@ -404,8 +411,7 @@ void egm__wslabs_release(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
             /* The master does not know the slab (its lease ended, or it
              * restarted): nothing more goes there. */
             s->dead = 1;
-            if (!s->retired)
-                retire(w, s);
+            retire_once(w, s);
         } else if (commit[i] == EGM_OK && sent_ms > s->confirmed_ms) {
             s->confirmed_ms = sent_ms;
         }
@@ -420,6 +426,34 @@ void egm__wslabs_release(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
     pthread_mutex_unlock(&w->lock);
 }
 
+void egm__wslabs_forget_segments(egm_wslabs_t *w, const egm_id_t *ids, size_t n)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    egm_wslab_t *s = w->all;
+    while (s != NULL) {
+        egm_wslab_t *next = s->next; /* retire may free s */
+        int hit = 0;
+        for (uint32_t e = 0; e < s->n_extents && !hit; e++)
+            for (size_t i = 0; i < n && !hit; i++)
+                hit = egm__id_equal(s->segs[e]->id, ids[i]);
+        if (hit)
+            retire_once(w, s);
+        s = next;
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+void egm__wslabs_retire_ref(egm_wslabs_t *w, const egm_wslab_ref_t *ref)
+{
+    if (ref->slab == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    retire_once(w, ref->slab); /* inflight > 0: the caller's reservation keeps it */
+    pthread_mutex_unlock(&w->lock);
+}
+
 void egm__wslabs_clear(egm_wslabs_t *w)
 {
     if (w == NULL)
@@ -430,8 +464,7 @@ void egm__wslabs_clear(egm_wslabs_t *w)
     while (s != NULL) {
         egm_wslab_t *next = s->next; /* retire may free s */
         s->dead = 1;
-        if (!s->retired)
-            retire(w, s);
+        retire_once(w, s);
         s = next;
     }
     w->n_returns = 0; /* a new master knows none of them */

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <egmstore/client.h>
 #include <egmstore/status.h>
+#include "common/id.h"
 #include "rpc/keys_reply.h"
 #include "rpc/segment_desc.h"
 
@@ -77,6 +78,13 @@ void egm__wslabs_release(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *r
  * egm__wslabs_unreturned when its request failed. */
 size_t egm__wslabs_take_returns(egm_wslabs_t *slabs, uint64_t **ids_p);
 void egm__wslabs_unreturned(egm_wslabs_t *slabs, uint64_t *ids, size_t n);
+/* Segments the master retired (a provider gone): slabs with an extent there
+ * take no more objects and are returned once idle (their other extents'
+ * uncommitted space goes back). */
+void egm__wslabs_forget_segments(egm_wslabs_t *slabs, const egm_id_t *ids, size_t n);
+/* A copy into ref's slab failed (its provider may be gone): the slab takes no
+ * more objects. The reservation stays the caller's to release. */
+void egm__wslabs_retire_ref(egm_wslabs_t *slabs, const egm_wslab_ref_t *ref);
 /* The master may not know these slabs: none is used again or returned. */
 void egm__wslabs_clear(egm_wslabs_t *slabs);
 /* Retires every slab and returns what can be (one Commit without keys). */
