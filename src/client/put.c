@@ -264,6 +264,7 @@ static egm_status_t slab_copy(egm_client_t *client, const put_plan_t *plan, void
 
     if (status != EGM_OK)
         return status;
+    egm__wslabs_check_copy(client->slabs, plan->n, refs, key_status);
     for (size_t j = 0; j < plan->n; j++) {
         const egm_segment_desc_t *segs[EGM_WSLAB_EXTENTS_MAX];
         uint64_t at[EGM_WSLAB_EXTENTS_MAX];
@@ -367,8 +368,9 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
         egm_status_t status = commit_rpc(client, n_ok, keys, sizes, slab_ids, offsets, rc, &reply);
         egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
         /* No answer: the master may be gone, or a new one: no slab is used
-         * again (a new master would place other objects in their space). */
-        if (status != EGM_OK)
+         * again (a new master would place other objects in their space). A
+         * refusal leaves them. */
+        if (egm__wslabs_unanswered(status))
             egm__wslabs_clear(client->slabs);
         for (size_t k = 0; k < n_ok; k++) {
             egm_status_t s = status == EGM_OK ? reply->results[k].status : status;

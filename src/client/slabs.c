@@ -228,6 +228,12 @@ void egm__wslabs_unreturned(egm_wslabs_t *w, uint64_t *ids, size_t n)
     egm_free(ids);
 }
 
+int egm__wslabs_unanswered(egm_status_t status)
+{
+    return status == EGM_ERR_UNREACHABLE || status == EGM_ERR_TIMEOUT || status == EGM_ERR_IO ||
+           status == EGM_ERR_PROTOCOL || status == EGM_ERR_CLOSED;
+}
+
 /* One SlabGrant: a slab of at least min_size (size wanted). */
 static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc,
                           uint32_t replica_num, uint64_t size, uint64_t min_size,
@@ -258,7 +264,7 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
     egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_SLAB_GRANT, &req.base, 1, &reply);
     if (status != EGM_OK) {
         egm__wslabs_unreturned(client->slabs, returns, n_returns);
-        *answered_p = 0;
+        *answered_p = !egm__wslabs_unanswered(status);
         return status;
     }
     egm_free(returns);
@@ -312,6 +318,9 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
     egm_wslab_t *granted_here = NULL;
     egm_status_t failed = EGM_OK;
 
+    if (replica_num > EGM_WSLAB_EXTENTS_MAX)
+        failed = egm__set_error(EGM_ERR_INVALID_ARG, "replica_num: %u, must be 1..%d", replica_num,
+                                EGM_WSLAB_EXTENTS_MAX);
     pthread_mutex_lock(&w->lock);
     for (size_t i = 0; i < n; i++) {
         uint64_t r = round_object(sizes[i]);
@@ -340,8 +349,14 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
             uint64_t want = need > w->slab_bytes ? need : w->slab_bytes;
             uint64_t gen = w->generation;
             pthread_mutex_unlock(&w->lock);
+            /* At least the rest of the call, so that a full pool (where
+             * nothing bigger is free without evicting) does not give one
+             * object's room per SlabGrant; only the next object's when even
+             * that is refused. */
             int answered = 1;
-            egm_status_t st = grant(client, rc, replica_num, want, r, &s, &answered);
+            egm_status_t st = grant(client, rc, replica_num, want, need, &s, &answered);
+            if (st == EGM_ERR_NO_SPACE && need > r)
+                st = grant(client, rc, replica_num, want, r, &s, &answered);
             if (!answered) /* the master may be gone: as for a failed ping */
                 egm__wslabs_clear(w);
             pthread_mutex_lock(&w->lock);
@@ -392,6 +407,32 @@ uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t
         at[e] = s->bases[e] + ref->offset;
     }
     return s->n_extents;
+}
+
+void egm__wslabs_check_copy(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
+                            egm_status_t *status)
+{
+    uint64_t now = egm__now_ms();
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        egm_wslab_t *s = refs[i].slab;
+        if (s == NULL || status[i] != EGM_OK)
+            continue;
+        uint64_t margin = now + EGM_LOCATION_MARGIN_MS;
+        if (s->dead)
+            status[i] = egm__set_error(EGM_ERR_UNREACHABLE,
+                                       "slab %llu: the master that granted it may be gone",
+                                       (unsigned long long)s->id);
+        else if (margin >= s->granted_ms + s->lease_ms ||
+                 (s->bound_ms > 0 && margin >= s->confirmed_ms + s->bound_ms))
+            status[i] = egm__set_error(EGM_ERR_TIMEOUT,
+                                       "slab %llu: its time ran out before the copy started",
+                                       (unsigned long long)s->id);
+        else
+            continue;
+        retire_once(w, s);
+    }
+    pthread_mutex_unlock(&w->lock);
 }
 
 uint64_t egm__wslab_id(const egm_wslab_t *slab)

@@ -67,6 +67,16 @@ void egm__wslabs_reserve(struct egm_client *client, const egm_replicate_config_t
 uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t **segs,
                             uint64_t *at);
 uint64_t egm__wslab_id(const egm_wslab_t *slab);
+/* Before the copy of refs[0..n): a key whose slab the client dropped (the
+ * master may be gone: UNREACHABLE), or whose time ran out since it was
+ * reserved (TIMEOUT: past the slab's lease, or past the cache bound counted
+ * from the last request that showed the master knows it), is not copied;
+ * status[i] says why, and the slab takes no more objects. */
+void egm__wslabs_check_copy(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
+                            egm_status_t *status);
+/* 1 when a master request failed for want of an answer (the master may be
+ * gone), not because the master refused it. */
+int egm__wslabs_unanswered(egm_status_t status);
 /* After the Commit of refs[0..n) sent at sent_ms (commit[i]: key i's answer,
  * EGM_INPROGRESS for a key not committed): each slab the master showed it
  * knows is confirmed as of sent_ms, one it does not know is dropped; every

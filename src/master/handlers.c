@@ -435,6 +435,9 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                                 "slab_ids, offsets: %zu and %zu values for %zu keys (one each "
                                 "per key)",
                                 req->n_slab_ids, req->n_offsets, req->n_keys);
+    if (status == EGM_OK && req->n_returned > EGM_MASTER_MAX_KEYS)
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "returned: %zu slabs, at most %d",
+                                req->n_returned, EGM_MASTER_MAX_KEYS);
     if (status == EGM_OK)
         status = put_config(req->config, &config);
     if (status == EGM_OK)

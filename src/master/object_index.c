@@ -1325,6 +1325,7 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
                                       uint64_t now_ms, int evict_ok, egm_slab_view_t *view_p)
 {
     egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX];
+    probe->n_replicas = probe->n_live = 0; /* a retry places afresh */
     egm_status_t status = place_locked(index, probe, config, now_ms, evict_ok);
 
     if (status != EGM_OK)
@@ -1342,6 +1343,7 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
     if (status != EGM_OK) {
         for (uint32_t i = 0; i < probe->n_replicas; i++)
             egm__allocator_free(extents[i].segment->allocator, extents[i].base, probe->size);
+        probe->n_replicas = probe->n_live = 0;
         return status;
     }
     index->slab_grants++;
@@ -1390,7 +1392,8 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
     space_lock(index);
     uint64_t want = egm__allocator_round(size);
     uint64_t cap = slab_cap(index, min_rounded);
-    probe->size = want < min_rounded ? min_rounded : want > cap || want == 0 ? cap : want;
+    /* want 0: size overflowed when rounded (more than anything can hold). */
+    probe->size = want == 0 || want > cap ? cap : want < min_rounded ? min_rounded : want;
     status = slab_grant_locked(index, probe, client, config, now_ms, 0, view_p);
     if (status != EGM_OK && probe->size > min_rounded) {
         /* No room for all it wanted without evicting: only what it needs now,
@@ -2157,11 +2160,13 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
         double low = index->params.eviction_high_watermark - index->params.eviction_ratio;
         if (low < 0.0)
             low = 0.0;
-        /* Unfinished puts count as used above, but eviction cannot free their
-         * space: the share finished objects may keep is taken of what they
-         * leave, not of the capacity (which, with puts in flight on most of
-         * the pool, would take every finished object). */
-        uint64_t pending = 0;
+        /* Unfinished puts and open slabs count as used above, but eviction
+         * cannot free their space: the share finished objects may keep is
+         * taken of what they leave, not of the capacity (which, with puts in
+         * flight on most of the pool, would take every finished object). */
+        egm_slabs_stats_t slabs;
+        egm__slabs_stats(index->slabs, &slabs);
+        uint64_t pending = slabs.unclaimed_bytes; /* open slabs: about to be written */
         for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
             for (const egm_object_t *o = index->shards[s].pending.head; o != NULL; o = o->link.next)
                 pending += object_bytes(o);

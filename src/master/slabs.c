@@ -63,6 +63,7 @@ egm_status_t egm__slabs_add(egm_slab_table_t *t, egm_id_t owner, uint64_t size, 
     slab->cap_pieces = 4;
     slab->pieces[0] = (egm_slab_piece_t){.off = 0, .len = size};
     slab->n_pieces = 1;
+    slab->unclaimed = size;
     slab->id = t->next_id;
     slab->owner = owner;
     slab->size = size;
@@ -131,6 +132,11 @@ egm_status_t egm__slabs_claim(egm_slab_t *slab, uint64_t off, uint64_t len)
     egm_slab_piece_t p = slab->pieces[k];
     int head = off > p.off, tail = off + len < p.off + p.len;
     size_t grow = (size_t)head + (size_t)tail; /* pieces left: head, tail, both or none */
+    if (slab->n_pieces - 1 + grow > EGM_SLAB_PIECES_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "offsets: slab %llu is cut into %zu pieces already, the most a "
+                              "slab may have (commit in the order of the offsets)",
+                              (unsigned long long)slab->id, slab->n_pieces);
     if (slab->n_pieces - 1 + grow > slab->cap_pieces) {
         size_t cap = slab->cap_pieces * 2;
         egm_slab_piece_t *pieces = egm_realloc(slab->pieces, cap * sizeof(*pieces), "master.slab");
@@ -167,6 +173,7 @@ egm_status_t egm__slabs_claim(egm_slab_t *slab, uint64_t off, uint64_t len)
     if (tail)
         slab->pieces[at] = right;
     slab->n_pieces = slab->n_pieces - 1 + grow;
+    slab->unclaimed -= len;
     return EGM_OK;
 }
 
@@ -235,10 +242,7 @@ void egm__slabs_drop_segment(egm_slab_table_t *t, const egm_segment_t *segment)
 
 static uint64_t unclaimed(const egm_slab_t *slab)
 {
-    uint64_t sum = 0;
-    for (size_t k = 0; k < slab->n_pieces; k++)
-        sum += slab->pieces[k].len;
-    return sum;
+    return slab->unclaimed;
 }
 
 void egm__slabs_stats(const egm_slab_table_t *t, egm_slabs_stats_t *stats_p)

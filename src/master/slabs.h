@@ -30,6 +30,11 @@
 #include "master/segment_table.h"
 
 #define EGM_SLAB_EXTENTS_MAX 16 /* = EGM_MASTER_REPLICA_MAX */
+/* Unclaimed pieces one slab may be cut into: claims in the writer's order
+ * keep one; each copy that failed (never committed) leaves a hole. A claim
+ * that would cut more is refused, so that a claim stays cheap under the
+ * master's `space` lock whatever a client sends. */
+#define EGM_SLAB_PIECES_MAX 4096
 
 typedef struct {
     egm_segment_t *segment; /* NULL once its segment was dropped */
@@ -52,6 +57,7 @@ typedef struct {
     egm_slab_piece_t *pieces; /* unclaimed, sorted by off */
     size_t n_pieces;
     size_t cap_pieces;
+    uint64_t unclaimed; /* their bytes */
 } egm_slab_t;
 
 typedef struct egm_slab_table egm_slab_table_t;
@@ -73,8 +79,9 @@ egm_status_t egm__slabs_find(egm_slab_table_t *table, uint64_t id, egm_id_t owne
 /* Cuts [off, off + len) (len rounded by the caller) out of the slab's
  * unclaimed space: afterwards it is one allocation in each live extent, no
  * longer the slab's. EGM_ERR_INVALID_ARG when the range is not wholly inside
- * one unclaimed piece (misaligned, past the slab, claimed before),
- * EGM_ERR_NO_MEMORY (nothing changed). */
+ * one unclaimed piece (misaligned, past the slab, claimed before) or would
+ * leave more than EGM_SLAB_PIECES_MAX pieces, EGM_ERR_NO_MEMORY (nothing
+ * changed). */
 egm_status_t egm__slabs_claim(egm_slab_t *slab, uint64_t off, uint64_t len);
 /* Frees the slab's unclaimed space and forgets it; the bytes freed (every
  * extent). */

@@ -9,7 +9,9 @@
  *     committed objects stay, and the slab's space returns at the lease's end.
  *   - A master restart: the writer drops its slabs (none is used with the new
  *     master), its next puts get a new slab, and every byte read back is the
- *     right one. */
+ *     right one.
+ *   - A batch into a full pool gets one slab for the whole call, evicting for
+ *     it, not one object's room per SlabGrant. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -31,7 +33,8 @@
 
 static egm_test_cluster_t cluster;
 static unsigned master_http;
-static const char *const master_flags[] = {"--put-start-discard-timeout-sec", "1", NULL};
+static const char *const master_flags[] = {"--put-start-discard-timeout-sec", "1",
+                                           "--eviction-min-residency-ms", "0", NULL};
 
 static int setup(void **state)
 {
@@ -219,12 +222,58 @@ static void test_master_restart_drops_slabs(void **state)
     egm_client_destroy(reader);
 }
 
+/* A batch into a pool with no free range that long: one SlabGrant for the
+ * whole call (the master evicts for it as PutStarts would), not one per key. */
+static void test_full_pool_one_grant_per_call(void **state)
+{
+    (void)state;
+    enum { FILL = 200, KEYS = 64, SIZE = 64 << 10 };
+    char key[32];
+    const char *master_placed[] = {"slab_bytes=0", NULL};
+    egm_client_t *filler = egm_test_client(&cluster, "shm", master_placed);
+    egm_client_t *writer = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(filler);
+    assert_non_null(writer);
+    for (unsigned i = 0; i < FILL; i++) { /* 12.5 of the 16 MiB: below the watermark */
+        snprintf(key, sizeof(key), "fill/%u", i);
+        assert_int_equal(egm_test_put_seeded(filler, key, SIZE, i), EGM_OK);
+    }
+    static char names[KEYS][32];
+    const char *keys[KEYS];
+    const void *srcs[KEYS];
+    size_t lens[KEYS];
+    egm_status_t results[KEYS];
+    static unsigned char data[KEYS][SIZE];
+    for (unsigned i = 0; i < KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "batch/%u", i);
+        keys[i] = names[i];
+        egm_test_fill(data[i], SIZE, 1000 + i);
+        srcs[i] = data[i];
+        lens[i] = SIZE;
+    }
+    assert_int_equal(egm_register_buffer(writer, data, sizeof(data)), EGM_OK);
+    long long grants = rpcs("SlabGrant");
+    assert_int_equal(egm_batch_put_from(writer, KEYS, keys, srcs, lens, NULL, results), EGM_OK);
+    for (unsigned i = 0; i < KEYS; i++)
+        assert_int_equal(results[i], EGM_OK);
+    assert_int_equal(rpcs("SlabGrant") - grants, 1);
+    assert_true(metric("egm_master_evictions_total") > 0); /* 4 MiB did not fit */
+    for (unsigned i = 0; i < KEYS; i++)
+        assert_int_equal(egm_test_get_seeded(filler, keys[i], SIZE, 1000 + i), EGM_OK);
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(filler, 1, &removed), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(writer, data), EGM_OK);
+    egm_client_destroy(writer);
+    egm_client_destroy(filler);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_puts_commit_into_a_slab, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_writer_slab_returns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_restart_drops_slabs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_pool_one_grant_per_call, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
