@@ -3,7 +3,8 @@
  * that change nothing (overlap, misaligned, past the end, another client's,
  * returned or expired slab), a key that exists giving its range back, the
  * lease's end returning uncommitted space, slabs over two segments, a segment
- * unmounted under an open slab, and the size a grant gets. Every test ends
+ * unmounted under an open slab, the size a grant gets, and the cap on the
+ * pieces a slab is cut into. Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "master/master_int.h"
+#include "master/slabs.h"
 
 #define LEASE 30000u /* put_start_discard_timeout: the slab lease */
 
@@ -294,6 +296,30 @@ static void test_grant_sizes(void **state)
     check();
 }
 
+/* Claims that each cut a piece in two stop at EGM_SLAB_PIECES_MAX pieces
+ * (refused, nothing changed); a claim that cuts nothing more still works. */
+static void test_pieces_capped(void **state)
+{
+    (void)state;
+    mount(16 << 20);
+    egm_slab_view_t slab;
+    char key[32];
+
+    assert_int_equal(grant(writer, 1 << 20, 1 << 20, 1, 0, &slab), EGM_OK);
+    for (unsigned k = 0; k + 1 < EGM_SLAB_PIECES_MAX; k++) {
+        snprintf(key, sizeof(key), "p/%u", k);
+        assert_int_equal(commit(key, 64, slab.id, 256 * (uint64_t)k + 128, 0), EGM_OK);
+    }
+    egm_object_index_stats_t before = stats();
+    assert_int_equal(
+        commit("p/over", 64, slab.id, 256 * (uint64_t)(EGM_SLAB_PIECES_MAX - 1) + 128, 0),
+        EGM_ERR_INVALID_ARG);
+    assert_int_equal(stats().slab_bytes, before.slab_bytes);
+    assert_int_equal(stats().objects, before.objects);
+    assert_int_equal(commit("p/edge", 64, slab.id, 0, 0), EGM_OK); /* the first piece's head */
+    check();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +327,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_out_of_order_and_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
