@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from egmstore.mooncake import MooncakeDistributedStore, ReplicateConfig
+from egmstore.mooncake import MooncakeDistributedStore, ReplicateConfig, SoftPinAction
 
 MIB = 1 << 20
 CLOSED = -1010  # UNAVAILABLE_IN_CURRENT_STATUS: egm CLOSED as Mooncake sees it
@@ -352,14 +352,25 @@ def test_hostname_with_port_and_other_protocols(cluster, caplog):
 
 def test_replicate_config(cluster, buffer, caplog):
     rc = ReplicateConfig()
-    assert (rc.replica_num, rc.with_soft_pin, rc.with_hard_pin) == (1, False, False)
+    assert (rc.replica_num, rc.soft_pin_action, rc.with_hard_pin) == \
+        (1, SoftPinAction.PRESERVE, False)
     assert rc.preferred_segments == [] and rc.preferred_segment == ""
     assert rc.prefer_alloc_in_same_node is False
-    assert "replica_num: 1" in repr(rc)
+    assert "replica_num: 1" in str(rc)
+    # Mooncake 0.3.13.post1 removed with_soft_pin: assigning it raises, as there.
+    assert not hasattr(rc, "with_soft_pin")
+    with pytest.raises(AttributeError):
+        rc.with_soft_pin = True
+    with pytest.raises(TypeError, match="with_soft_pin"):
+        ReplicateConfig(with_soft_pin=True)
     s = setup_store(cluster.master_addr)
     rc.replica_num = 1
-    rc.with_soft_pin = True
+    rc.soft_pin_action = SoftPinAction.ENABLE
+    assert rc._as_tuple()[1] is True  # egmstore's soft pin
     assert s.put("rc/soft", b"pinned", rc) == 0
+    for action in (SoftPinAction.PRESERVE, SoftPinAction.DISABLE):
+        rc.soft_pin_action = action
+        assert rc._as_tuple()[1] is False
     assert s.put("rc/kw", b"kw", config=ReplicateConfig(prefer_alloc_in_same_node=True)) == 0
     assert s.put_parts("rc/parts", b"a", b"b", config=ReplicateConfig()) == 0
     assert s.get("rc/parts") == b"ab"
