@@ -377,10 +377,23 @@ def bind_to_numa_node(node):
         log.warning("bind_to_numa_node(%d): no such NUMA node here (%s); not bound", node, e)
 
 
-def _buffer(nbytes):
-    """A zeroed host buffer and its address (put sessions' staging)."""
-    data = bytearray(nbytes)
-    return data, ctypes.addressof((ctypes.c_char * nbytes).from_buffer(data))
+class _PutSession:
+    """A put session's object, assembled in a zeroed host buffer of its size.
+    The buffer is registered with the client (a local record, no RPC), so that
+    batch_put_session_end stores a batch of them with one batch put."""
+
+    __slots__ = ("data", "addr", "size", "rc", "registered")
+
+    def __init__(self, client, size, rc):
+        self.data = bytearray(size)
+        self.addr = ctypes.addressof((ctypes.c_char * size).from_buffer(self.data))
+        self.size = size
+        self.rc = rc
+        self.registered = client.register_buffer(self.addr, size) == Status.OK
+
+    def release(self, client):
+        if self.registered:
+            self.registered = client.unregister_buffer(self.addr) != Status.OK
 
 
 class Descriptor:
@@ -527,7 +540,7 @@ class MooncakeDistributedStore:
         self._transports = []
         self._regions = {}       # registered buffers, address -> size (get_into_ranges)
         self._get_sessions = {}  # key -> None (not read yet), a BufferHandle, or a code
-        self._put_sessions = {}  # key -> (staging bytearray, its address, replicate tuple)
+        self._put_sessions = {}  # key -> _PutSession
 
     # ---- setup / teardown ----
     def setup(self, *args, **kwargs):
@@ -1017,7 +1030,7 @@ class MooncakeDistributedStore:
             elif st != Status.NOT_FOUND:
                 out.append(_code(st))
             else:
-                self._put_sessions[key] = _buffer(size) + (rc,)
+                self._put_sessions[key] = _PutSession(self._c, size, rc)
                 out.append(0)
         return out
 
@@ -1034,31 +1047,50 @@ class MooncakeDistributedStore:
         for key, ptrs, sizes, dsts in zip(keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
             session = self._put_sessions.get(key)
             if session is None or not len(ptrs) == len(sizes) == len(dsts) or \
-                    any(d < 0 or n_ < 0 or d + n_ > len(session[0]) for d, n_ in zip(dsts, sizes)):
+                    any(d < 0 or n_ < 0 or d + n_ > session.size for d, n_ in zip(dsts, sizes)):
                 out.append(ErrorCode.INVALID_PARAMS)
                 continue
             for ptr, size, dst in zip(ptrs, sizes, dsts):
                 if size:
-                    ctypes.memmove(session[1] + dst, ptr, size)
+                    ctypes.memmove(session.addr + dst, ptr, size)
             out.append(sum(sizes))
         return out
 
     def batch_put_session_end(self, keys):
         """Stores each key's assembled object (bytes never written are zero):
-        [0 or negative; -600 no session]."""
-        out = []
-        for key in keys:
+        [0 or negative; -600 no session]. The objects go in one batch put per
+        ReplicateConfig (from their registered staging buffers)."""
+        out = [ErrorCode.INVALID_PARAMS] * len(keys)
+        groups = {}  # the sessions' replicate tuples -> [(index, key, session)]
+        for i, key in enumerate(keys):
             session = self._put_sessions.pop(key, None)
-            if session is None:
-                out.append(ErrorCode.INVALID_PARAMS)
-            else:
-                out.append(_put_code(self._c.put(key, session[0], session[2])))
+            if session is not None:
+                groups.setdefault(repr(session.rc), []).append((i, key, session))
+        for group in groups.values():
+            batch = [(i, key, session) for i, key, session in group if session.registered]
+            if batch:
+                status, results = self._c.batch_put_from(
+                    [key for _, key, _ in batch], [session.addr for _, _, session in batch],
+                    [session.size for _, _, session in batch], batch[0][2].rc)
+                if status < 0:
+                    results = [status] * len(batch)
+                for (i, _, _), st in zip(batch, results):
+                    out[i] = _put_code(st)
+            for i, key, session in group:
+                if not session.registered:  # its buffer could not be registered: put a copy
+                    out[i] = _put_code(self._c.put(key, session.data, session.rc))
+                session.release(self._c)
         return out
 
     def batch_put_session_revoke(self, keys):
         """Drops the keys' put sessions, storing nothing: [0, or -600 no session]."""
-        return [0 if self._put_sessions.pop(key, None) is not None else ErrorCode.INVALID_PARAMS
-                for key in keys]
+        out = []
+        for key in keys:
+            session = self._put_sessions.pop(key, None)
+            if session is not None:
+                session.release(self._c)
+            out.append(ErrorCode.INVALID_PARAMS if session is None else 0)
+        return out
 
     # ---- replicas ------------------------------------------------------------------
     def get_replica_desc(self, key):

@@ -96,6 +96,31 @@ def test_sessions_engine_sized(store, key, buffer):
                                                     offsets[:1]) == [-600]
 
 
+def test_put_session_end_groups_configs(store, key, buffer):
+    """Sessions opened with different ReplicateConfigs and ended in one call are each
+    stored with their own; the staging buffers are released (a user buffer at the same
+    place could be registered again only if they were; here: ending twice is -600)."""
+    src = buffer(64)
+    src.write(0, pattern(64, 5))
+    assert store.register_buffer(src.ptr, src.size) == 0
+    pinned = ReplicateConfig()
+    pinned.soft_pin_action = SoftPinAction.ENABLE
+    keys = [key("a"), key("b"), key("c")]
+    assert store.batch_put_session_start(keys[:1], [64]) == [0]
+    assert store.batch_put_session_start(keys[1:], [64, 32], pinned) == [0, 0]
+    assert store.batch_put_from_multi_buffer_ranges(
+        keys, [[src.ptr]] * 3, [[64], [64], [32]], [[0]] * 3) == [64, 64, 32]
+    assert store.batch_put_session_end(keys + [key("none")]) == [0, 0, 0, -600]
+    assert store.get_batch(keys) == [src.read(0, 64), src.read(0, 64), src.read(0, 32)]
+    assert store.batch_put_session_end(keys) == [-600] * 3
+    # A revoked session stores nothing and can be opened again.
+    assert store.batch_put_session_start([key("r")], [16]) == [0]
+    assert store.batch_put_session_revoke([key("r")]) == [0]
+    assert store.batch_put_session_start([key("r")], [16]) == [0]
+    assert store.batch_put_session_end([key("r")]) == [0]
+    assert store.get(key("r")) == bytes(16)
+
+
 def test_upsert_replaces_under_reads(store, key):
     """Upserts while another thread reads: every read sees a whole value (one of those
     written) or nothing; the last upsert's value stays."""
