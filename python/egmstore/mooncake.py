@@ -732,6 +732,21 @@ class MooncakeDistributedStore:
             return rc
         return _put_code(self._c.put_from(key, buffer_ptr, size, rc))
 
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
+                               config=None):
+        """Stores metadata_size bytes at metadata_buffer_ptr followed by size
+        bytes at buffer_ptr (both registered memory) as one object: as put_from."""
+        rc = _rc(config)
+        if _refused(rc):
+            return rc
+        ptrs, sizes = [], []
+        for ptr, nbytes in ((metadata_buffer_ptr, metadata_size), (buffer_ptr, size)):
+            if nbytes:  # an empty part adds nothing (an empty object is refused below)
+                ptrs.append(ptr)
+                sizes.append(nbytes)
+        status, results = self._c.batch_put_from_parts([key], [ptrs], [sizes], rc)
+        return _put_code(results[0] if status >= 0 else status)
+
     def get(self, key):
         """The object's bytes, or b"" when it is missing or the read fails."""
         status, data = self._c.get(key)

@@ -229,6 +229,30 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
     def dst_bytes(offset, size):
         return read(dst.ptr + offset, size)
 
+    # --- put_from_with_metadata: the object is the metadata, then the data ------------------
+    pf = r.call("put_from_with_metadata", m("put_from_with_metadata"), "wm.1", src.ptr,
+                src.ptr + 5000, 300, 28)
+    r.call("put_from_with_metadata.get", m("get"), "wm.1")
+    if pf == 0:
+        r.note("put_from_with_metadata.matches",
+               m("get")("wm.1") == src_data[5000:5028] + src_data[0:300])
+    r.call("put_from_with_metadata.existing", m("put_from_with_metadata"), "wm.1", src.ptr + 1,
+           src.ptr, 300, 28)
+    r.call("put_from_with_metadata.no_metadata", m("put_from_with_metadata"), "wm.2", src.ptr,
+           src.ptr, 300, 0)
+    r.call("put_from_with_metadata.no_metadata.get", m("get"), "wm.2")
+    r.call("put_from_with_metadata.no_data", m("put_from_with_metadata"), "wm.3", src.ptr,
+           src.ptr, 0, 28)
+    r.call("put_from_with_metadata.no_data.is_exist", m("is_exist"), "wm.3")
+    r.call("put_from_with_metadata.empty_key", m("put_from_with_metadata"), "", src.ptr,
+           src.ptr, 10, 4)
+    r.call("put_from_with_metadata.replica_num_0", m("put_from_with_metadata"), "wm.4", src.ptr,
+           src.ptr, 10, 4, cfg0)
+    write(plain.ptr, b"UNREG")
+    r.call("put_from_with_metadata.unregistered", m("put_from_with_metadata"), "wm.5", src.ptr,
+           plain.ptr, 10, 5)
+    r.call("put_from_with_metadata.unregistered.is_exist", m("is_exist"), "wm.5")
+
     # --- get_into_ranges ---------------------------------------------------------------------
     r.call("get_into_ranges", m("get_into_ranges"), [dst.ptr, dst.ptr + 8192],
            [["r.1", "r.2"], ["r.1"]], [[[0, 10], [20]], [[0]]], [[[0, 100], [7]], [[50]]],
