@@ -344,6 +344,20 @@ def _rc(config):
     return rc
 
 
+def _same_lengths(call, keys, ptrs, sizes, parts=False):
+    """Whether a batch's lists match (and, for parts, each key's two lists):
+    measured, Mooncake answers INVALID_PARAMS for every key when they do not."""
+    try:
+        ok = len(ptrs) == len(sizes) == len(keys)
+        if ok and parts:
+            ok = all(len(p) == len(z) for p, z in zip(ptrs, sizes))
+    except TypeError:
+        return True  # not lists: the binding raises TypeError naming the argument
+    if not ok:
+        log.error("%s(): keys, buffer pointers and sizes must have matching lengths", call)
+    return ok
+
+
 def _refused(rc):
     """Whether _rc answered a code instead of a tuple."""
     return isinstance(rc, int)
@@ -779,6 +793,8 @@ class MooncakeDistributedStore:
         return [_code(status)] * n
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        if not _same_lengths("batch_put_from", keys, buffer_ptrs, sizes):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         rc = _rc(config)
         if _refused(rc):
             return [rc] * len(keys)
@@ -788,12 +804,17 @@ class MooncakeDistributedStore:
         return [_put_code(st) for st in results]
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
+        if not _same_lengths("batch_get_into", keys, buffer_ptrs, sizes):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         status, results, nbytes = self._c.batch_get_into(keys, buffer_ptrs, sizes)
         if status < 0:
             return self._whole(status, len(keys))
         return [_read_code(st, n) for st, n in zip(results, nbytes)]
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        if not _same_lengths("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes,
+                             parts=True):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         rc = _rc(config)
         if _refused(rc):
             return [rc] * len(keys)
@@ -804,6 +825,9 @@ class MooncakeDistributedStore:
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
+        if not _same_lengths("batch_get_into_multi_buffers", keys, all_buffer_ptrs, all_sizes,
+                             parts=True):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         status, results, nbytes = self._c.batch_get_into_parts(keys, all_buffer_ptrs, all_sizes)
         if status < 0:
             return self._whole(status, len(keys))

@@ -229,6 +229,20 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
     def dst_bytes(offset, size):
         return read(dst.ptr + offset, size)
 
+    # --- issue 5's batch calls with lists that do not match: -600 for every key -----------------
+    r.call("batch_put_from.short_ptrs", m("batch_put_from"), ["ml.a", "ml.b"], [src.ptr], [8, 8])
+    r.call("batch_put_from.short_sizes", m("batch_put_from"), ["ml.a", "ml.b"], [src.ptr] * 2, [8])
+    r.call("batch_get_into.short_ptrs", m("batch_get_into"), ["r.1", "r.2"], [dst.ptr], [8, 8])
+    r.call("batch_put_from_multi_buffers.outer", m("batch_put_from_multi_buffers"),
+           ["ml.a", "ml.b"], [[src.ptr]], [[8], [8]])
+    r.call("batch_put_from_multi_buffers.inner", m("batch_put_from_multi_buffers"),
+           ["ml.a", "ml.b"], [[src.ptr], [src.ptr, src.ptr]], [[8], [8]])
+    r.call("batch_put_mismatch.is_exist", m("batch_is_exist"), ["ml.a", "ml.b"])
+    r.call("batch_get_into_multi_buffers.outer", m("batch_get_into_multi_buffers"),
+           ["r.1", "r.2"], [[dst.ptr]], [[8], [8]])
+    r.call("batch_get_into_multi_buffers.inner", m("batch_get_into_multi_buffers"),
+           ["r.1", "r.2"], [[dst.ptr], [dst.ptr, dst.ptr]], [[8], [8]])
+
     # --- put_from_with_metadata: the object is the metadata, then the data ------------------
     pf = r.call("put_from_with_metadata", m("put_from_with_metadata"), "wm.1", src.ptr,
                 src.ptr + 5000, 300, 28)

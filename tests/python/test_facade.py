@@ -415,8 +415,12 @@ def test_argument_errors_raise_like_mooncake(cluster):
         s.put(1, b"x")
     with pytest.raises(TypeError):
         s.put("k", "str is not a buffer")
-    with pytest.raises(ValueError, match="ptrs has 1 items but keys has 2"):
-        s.batch_get_into(["a", "b"], [0], [1, 1])
-    with pytest.raises(ValueError):
-        s.batch_put_from_multi_buffers(["a"], [[1, 2]], [[1]])
+    # Lists of different lengths are no argument error: measured, Mooncake answers -600 for
+    # every key (logged here), as the differential test's surface sequence compares.
+    assert s.batch_get_into(["a", "b"], [0], [1, 1]) == [-600, -600]
+    assert s.batch_put_from(["a", "b"], [0, 0], [1]) == [-600, -600]
+    assert s.batch_put_from_multi_buffers(["a"], [[1, 2]], [[1]]) == [-600]
+    assert s.batch_get_into_multi_buffers(["a", "b"], [[1], [2]], [[1]]) == [-600, -600]
+    with pytest.raises(TypeError):
+        s.batch_get_into(["a"], 0, [1])
     assert s.close() == 0
