@@ -368,12 +368,32 @@ def _registered(regions, ptr, size):
     return any(base <= ptr and ptr + size <= base + length for base, length in regions.items())
 
 
+# set_mempolicy(2)'s number per machine (no libc wrapper; libnuma may be absent).
+_SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+_MPOL_PREFERRED = 1
+
+
+def _prefer_node_memory(node):
+    """set_mempolicy(MPOL_PREFERRED, {node}) for the calling thread; False if
+    this machine's system call number is unknown or the call fails."""
+    number = _SYS_SET_MEMPOLICY.get(os.uname().machine)
+    if number is None or not 0 <= node < 1024:
+        return False
+    mask = (ctypes.c_ulong * (1024 // (8 * ctypes.sizeof(ctypes.c_ulong))))()
+    bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+    mask[node // bits] = 1 << (node % bits)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(ctypes.c_long(number), ctypes.c_int(_MPOL_PREFERRED), mask,
+                        ctypes.c_ulong(1024 + 1)) == 0
+
+
 def bind_to_numa_node(node):
     """Mooncake's bind_to_numa_node(node) -> None: binds the calling thread to
-    the CPUs of NUMA node `node` (as listed in /sys/devices/system/node). A
-    node this machine does not have is logged and ignored, as Mooncake does
-    (its libnuma warns and carries on). egmstore sets no memory policy: its
-    buffers are the caller's registered memory and its segments' own."""
+    the CPUs of NUMA node `node` (as listed in /sys/devices/system/node) and
+    prefers that node for the thread's new memory (set_mempolicy
+    MPOL_PREFERRED, as libnuma's numa_set_preferred). A node this machine does
+    not have is logged and ignored, as Mooncake does (its libnuma warns and
+    carries on)."""
     if not isinstance(node, int) or isinstance(node, bool):
         raise TypeError(f"bind_to_numa_node(): node must be an int, not {type(node).__name__}")
     path = f"/sys/devices/system/node/node{node}/cpulist"
@@ -389,6 +409,10 @@ def bind_to_numa_node(node):
         os.sched_setaffinity(0, cpus)
     except (OSError, ValueError) as e:
         log.warning("bind_to_numa_node(%d): no such NUMA node here (%s); not bound", node, e)
+        return
+    if not _prefer_node_memory(node):
+        log.warning("bind_to_numa_node(%d): CPUs bound, but memory could not be preferred "
+                    "(set_mempolicy: %s)", node, os.strerror(ctypes.get_errno()) or "unsupported")
 
 
 class _PutSession:

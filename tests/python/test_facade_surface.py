@@ -190,17 +190,28 @@ def test_replicate_config_0313(store, key):
     assert store.get(key()) == b"x"
 
 
-def test_bind_to_numa_node():
+def test_bind_to_numa_node(caplog):
     import os
+
+    from egmstore import mooncake
 
     before = os.sched_getaffinity(0)
     try:
-        assert bind_to_numa_node(0) is None
-        assert bind_to_numa_node(4096) is None  # no such node: logged, nothing changes
+        with caplog.at_level(logging.WARNING, logger="egmstore.mooncake"):
+            assert bind_to_numa_node(0) is None
+            assert "could not be preferred" not in caplog.text  # set_mempolicy succeeded
+            node0 = os.sched_getaffinity(0)
+            assert bind_to_numa_node(4096) is None  # no such node: logged, nothing changes
+            assert "no such NUMA node" in caplog.text
+            assert os.sched_getaffinity(0) == node0
         with pytest.raises(TypeError):
             bind_to_numa_node("0")
     finally:
         os.sched_setaffinity(0, before)
+        number = mooncake._SYS_SET_MEMPOLICY.get(os.uname().machine)
+        if number is not None:  # back to MPOL_DEFAULT for the rest of the session
+            ctypes.CDLL(None).syscall(ctypes.c_long(number), ctypes.c_int(0), None,
+                                      ctypes.c_ulong(0))
 
 
 def test_calls_before_setup_and_after_close(cluster, key):
