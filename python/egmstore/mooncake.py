@@ -973,11 +973,14 @@ class MooncakeDistributedStore:
         all_src_offsets[i][j][k] of the object to buffer_ptrs[i] +
         all_dst_offsets[i][j][k]. -> the same nesting of bytes copied (0 for an
         empty range) or a negative code per range: -704 missing key, -600 a
-        range past the object's end or outside registered memory, -600 for
-        every range when the lists do not match."""
+        range past the object's end or outside registered memory; [-600] for
+        a key whose lists do not match (for every key when the outer lists do
+        not)."""
+        bad = [ErrorCode.INVALID_PARAMS]  # measured: one code for a key whose lists do not match
         n = len(buffer_ptrs)
         if not len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes) == n:
-            return [[[ErrorCode.INVALID_PARAMS] * len(r) for r in per_buf] for per_buf in all_sizes]
+            return [[list(bad) for _ in (all_keys[i] if i < len(all_keys) else ())]
+                    for i in range(n)]
         wanted = list(dict.fromkeys(k for per_buf in all_keys for k in per_buf))
         status, _, handles = self._c.batch_get_buffer(wanted)
         if status < 0:
@@ -989,12 +992,12 @@ class MooncakeDistributedStore:
                                                 all_src_offsets, all_sizes):
             per_buf = []
             if not len(keys) == len(dsts) == len(srcs) == len(sizes):
-                out.append([[ErrorCode.INVALID_PARAMS] * len(r) for r in sizes])
+                out.append([list(bad) for _ in keys])
                 continue
             for key, dst, src, size in zip(keys, dsts, srcs, sizes):
                 handle = found.get(key)
                 if not len(dst) == len(src) == len(size):
-                    per_buf.append([ErrorCode.INVALID_PARAMS] * len(size))
+                    per_buf.append(list(bad))
                     continue
                 per_buf.append([self._copy_range(handle, ptr + d, s, n_)
                                 for d, s, n_ in zip(dst, src, size)])

@@ -286,6 +286,10 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
     r.call("get_into_ranges.top_mismatch", m("get_into_ranges"), [dst.ptr], [["r.1"], ["r.2"]],
            [[[0]]], [[[0]]], [[[10]]])
     r.call("get_into_ranges.empty", m("get_into_ranges"), [], [], [], [], [])
+    r.call("get_into_ranges.inner_mismatch", m("get_into_ranges"), [dst.ptr], [["r.1", "r.2"]],
+           [[[0], []]], [[[0, 1], []]], [[[4, 4], []]])
+    r.call("get_into_ranges.keys_mismatch", m("get_into_ranges"), [dst.ptr], [["r.1", "r.2"]],
+           [[[0]]], [[[0]]], [[[4]]])
     r.call("get_into_ranges.unregistered", m("get_into_ranges"), [plain.ptr], [["r.1"]], [[[0]]],
            [[[0]]], [[[10]]])
     r.call("get_into_ranges.past_registered", m("get_into_ranges"), [dst.ptr + BUF - 8],
