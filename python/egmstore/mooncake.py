@@ -710,6 +710,8 @@ class MooncakeDistributedStore:
         """-> 0, or a negative code when a teardown step failed (call again)."""
         self._regions.clear()
         self._get_sessions.clear()
+        for session in self._put_sessions.values():  # unregistered before they are freed
+            session.release(self._c)
         self._put_sessions.clear()
         if self._client is None:
             return ErrorCode.OK
