@@ -1160,6 +1160,15 @@ class MooncakeDistributedStore:
             out.append(ErrorCode.INVALID_PARAMS if session is None else 0)
         return out
 
+    # ---- SSD offload (egmstore has none: answered as Mooncake with it off) ------------
+    def get_offload_rpc_read_count(self):
+        """Reads served from an SSD offload: always 0 (no SSD offload)."""
+        return 0
+
+    def unmount_local_disk_segment(self, grace_period_seconds=0):
+        """No local disk segment to unmount: 0."""
+        return ErrorCode.OK
+
     # ---- replicas ------------------------------------------------------------------
     def get_replica_desc(self, key):
         """[ReplicaDescriptor] of the object ([] when missing)."""

@@ -422,6 +422,11 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
     r.call("get_replica_desc.missing", m("get_replica_desc"), "s.none")
     r.call("batch_get_replica_desc.empty", m("batch_get_replica_desc"), [], shape=replica_shape)
 
+    # --- SSD offload calls, off on both -------------------------------------------------------
+    r.call("get_offload_rpc_read_count", m("get_offload_rpc_read_count"))
+    r.call("unmount_local_disk_segment", m("unmount_local_disk_segment"))
+    r.call("unmount_local_disk_segment.grace", m("unmount_local_disk_segment"), 5)
+
     # --- cleanup -------------------------------------------------------------------------------------
     r.call("unregister.src", m("unregister_buffer"), src.ptr)
     r.call("unregister.dst", m("unregister_buffer"), dst.ptr)
