@@ -488,6 +488,98 @@ static int is_closing(client_object *self)
         PyEval_RestoreThread(ts_);                                                                 \
     } while (0)
 
+/* ---- BufferHandle: an object's bytes as egm_get allocated them ---------- */
+
+/* What get_buffer / batch_get_buffer answer: the library's allocation from
+ * egm_get, handed to Python without a copy and freed with egm_buffer_free when
+ * the last reference (the handle, or a memoryview of it) goes. It has the
+ * buffer protocol (writable bytes, format "b", as Mooncake's BufferHandle),
+ * len(), and Mooncake's ptr() and size(). Not constructible from Python. */
+typedef struct {
+    PyObject_HEAD void *data; /* egm_get's buffer; NULL only for an empty object */
+    Py_ssize_t len;
+} buffer_handle_object;
+
+static PyTypeObject *buffer_handle_type;
+
+/* Takes ownership of data (freed here on failure). */
+static PyObject *buffer_handle_new(void *data, size_t len)
+{
+    allocfunc alloc = (allocfunc)PyType_GetSlot(buffer_handle_type, Py_tp_alloc);
+    buffer_handle_object *h = (buffer_handle_object *)alloc(buffer_handle_type, 0);
+    if (h == NULL) {
+        egm_buffer_free(data);
+        return NULL;
+    }
+    h->data = data;
+    h->len = (Py_ssize_t)len;
+    return (PyObject *)h;
+}
+
+static void buffer_handle_dealloc(PyObject *op)
+{
+    buffer_handle_object *h = (buffer_handle_object *)op;
+    PyTypeObject *type = Py_TYPE(op);
+    egm_buffer_free(h->data);
+    h->data = NULL;
+    freefunc tp_free = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    tp_free(op);
+    Py_DECREF(type);
+}
+
+static int buffer_handle_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+    buffer_handle_object *h = (buffer_handle_object *)op;
+    /* view->obj keeps the handle (so the memory) alive as long as the view. */
+    if (PyBuffer_FillInfo(view, op, h->data, h->len, 0, flags) != 0)
+        return -1;
+    if (flags & PyBUF_FORMAT)
+        view->format = "b";
+    return 0;
+}
+
+static Py_ssize_t buffer_handle_length(PyObject *op)
+{
+    return ((buffer_handle_object *)op)->len;
+}
+
+static PyObject *buffer_handle_ptr(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromVoidPtr(((buffer_handle_object *)op)->data);
+}
+
+static PyObject *buffer_handle_size(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    return PyLong_FromSsize_t(((buffer_handle_object *)op)->len);
+}
+
+static PyMethodDef buffer_handle_methods[] = {
+    {"ptr", buffer_handle_ptr, METH_NOARGS, "ptr() -> address of the bytes"},
+    {"size", buffer_handle_size, METH_NOARGS, "size() -> number of bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot buffer_handle_slots[] = {
+    {Py_tp_dealloc, (void *)buffer_handle_dealloc},
+    {Py_tp_methods, buffer_handle_methods},
+    {Py_bf_getbuffer, (void *)buffer_handle_getbuffer},
+    {Py_mp_length, (void *)buffer_handle_length},
+    {Py_tp_doc, "An object's bytes, held without a copy (get_buffer, batch_get_buffer): "
+                "the buffer protocol (memoryview, bytes(), numpy/torch frombuffer), len(), "
+                "ptr() and size(). The memory lives as long as the handle or a view of it."},
+    {0, NULL},
+};
+
+static PyType_Spec buffer_handle_spec = {
+    .name = "egmstore._egmstore.BufferHandle",
+    .basicsize = sizeof(buffer_handle_object),
+    .itemsize = 0,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = buffer_handle_slots,
+};
+
 /* ---- Client type --------------------------------------------------------- */
 
 static int config_from_dict(PyObject *dict, egm_config_t **config_p, egm_status_t *st_p)
@@ -1078,6 +1170,76 @@ static PyObject *client_remove_all(PyObject *op, PyObject *args)
     return Py_BuildValue("(iK)", (int)st, (unsigned long long)removed);
 }
 
+static PyObject *client_get_buffer(PyObject *op, PyObject *args)
+{
+    client_object *self = (client_object *)op;
+    PyObject *key_obj;
+    void *data = NULL;
+    size_t len = 0;
+    egm_status_t st;
+    if (!PyArg_ParseTuple(args, "O:get_buffer", &key_obj))
+        return NULL;
+    const char *key = key_arg(key_obj, "key");
+    if (key == NULL)
+        return NULL;
+    CALL_UNLOCKED(self, st, egm_get(c, key, &data, &len));
+    if (st != EGM_OK) {
+        egm_buffer_free(data);
+        return Py_BuildValue("(iO)", (int)st, Py_None);
+    }
+    PyObject *handle = buffer_handle_new(data, len);
+    if (handle == NULL)
+        return NULL;
+    return Py_BuildValue("(iN)", (int)st, handle);
+}
+
+/* egm_get for each key in turn, under one release of the GIL. */
+static egm_status_t get_each(egm_client_t *c, size_t n, const char *const *keys, void **datas,
+                             size_t *lens, egm_status_t *results)
+{
+    for (size_t i = 0; i < n; i++)
+        results[i] = egm_get(c, keys[i], &datas[i], &lens[i]);
+    return EGM_OK;
+}
+
+static PyObject *client_batch_get_buffer(PyObject *op, PyObject *args)
+{
+    client_object *self = (client_object *)op;
+    PyObject *keys, *out = NULL, *handles = NULL;
+    void **datas = NULL;
+    batch_args b;
+    egm_status_t st;
+    if (!PyArg_ParseTuple(args, "O:batch_get_buffer", &keys))
+        return NULL;
+    if (batch_keys(&b, keys) != 0 || (datas = alloc_array(b.n, sizeof(*datas))) == NULL)
+        goto out;
+    CALL_UNLOCKED(self, st, get_each(c, b.n, b.keys, datas, b.sizes, b.results));
+    if (st != EGM_OK) {
+        out = Py_BuildValue("(i[]N)", (int)st, PyList_New(0));
+        goto out;
+    }
+    handles = PyList_New((Py_ssize_t)b.n);
+    for (size_t i = 0; handles != NULL && i < b.n; i++) {
+        PyObject *h;
+        if (b.results[i] == EGM_OK) {
+            h = buffer_handle_new(datas[i], b.sizes[i]);
+            datas[i] = NULL; /* the handle owns it, or freed it */
+        } else {
+            h = Py_NewRef(Py_None);
+        }
+        if (h == NULL || PyList_SetItem(handles, (Py_ssize_t)i, h) != 0)
+            Py_CLEAR(handles);
+    }
+    if (handles != NULL)
+        out = Py_BuildValue("(iNN)", (int)st, status_list(b.results, b.n), handles);
+out:
+    for (size_t i = 0; datas != NULL && i < b.n; i++)
+        egm_buffer_free(datas[i]);
+    PyMem_Free(datas);
+    batch_free(&b);
+    return out;
+}
+
 static PyMethodDef client_methods[] = {
     {"close", client_close, METH_NOARGS,
      "close() -> status. Withdraws contributed capacity; retry on error."},
@@ -1094,6 +1256,10 @@ static PyMethodDef client_methods[] = {
     {"get", client_get, METH_VARARGS, "get(key) -> (status, bytes or None)"},
     {"get_into", client_get_into, METH_VARARGS,
      "get_into(key, ptr, size) -> (status, object size)"},
+    {"get_buffer", client_get_buffer, METH_VARARGS,
+     "get_buffer(key) -> (status, BufferHandle or None): the bytes without a copy"},
+    {"batch_get_buffer", client_batch_get_buffer, METH_VARARGS,
+     "batch_get_buffer(keys) -> (status, [status per key], [BufferHandle or None per key])"},
     {"batch_put_from", client_batch_put_from, METH_VARARGS,
      "batch_put_from(keys, ptrs, sizes, rc=None) -> (status, [status per key])"},
     {"batch_get_into", client_batch_get_into, METH_VARARGS,
@@ -1240,6 +1406,10 @@ PyMODINIT_FUNC PyInit__egmstore(void)
     PyObject *type = PyType_FromSpec(&client_spec);
     if (type == NULL || PyModule_AddObjectRef(mod, "Client", type) != 0)
         goto err;
+    buffer_handle_type = (PyTypeObject *)PyType_FromSpec(&buffer_handle_spec);
+    if (buffer_handle_type == NULL ||
+        PyModule_AddObjectRef(mod, "BufferHandle", (PyObject *)buffer_handle_type) != 0)
+        goto err;
     status_error = PyErr_NewException("egmstore._egmstore.StatusError", PyExc_RuntimeError, NULL);
     if (status_error == NULL || PyModule_AddObjectRef(mod, "StatusError", status_error) != 0)
         goto err;
@@ -1252,6 +1422,7 @@ PyMODINIT_FUNC PyInit__egmstore(void)
     return mod;
 err:
     Py_XDECREF(type);
+    Py_CLEAR(buffer_handle_type);
     Py_CLEAR(status_error);
     Py_DECREF(mod);
     return NULL;

@@ -13,14 +13,21 @@ EGMSTORE_AS_MOONCAKE=1 in its environment (the package's .pth file) or after
 ``install()``; docs/mooncake-compat.md says how and when that is refused.
 """
 
+import ctypes
+import enum
 import inspect
 import logging
+import os
 import re
 import socket
 
 from . import Status, _egmstore, _standin
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "install"]
+__all__ = [
+    "MooncakeDistributedStore", "ReplicateConfig", "ErrorCode", "install", "BufferHandle",
+    "SoftPinAction", "ObjectDataType", "ReplicaStatus", "TaskStatus", "TaskType",
+    "ReplicaDescriptor", "MemoryDescriptor", "DiskDescriptor", "Descriptor", "bind_to_numa_node",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +46,77 @@ class ErrorCode:
     RPC_FAIL = -900
     UNAVAILABLE_IN_CURRENT_STATUS = -1010
     NOT_SUPPORTED = -1012
+    DFS_SERVICE_UNAVAILABLE = -1601
+
+
+#: What get_buffer / batch_get_buffer answer: the object's bytes as the library
+#: read them, without a copy (buffer protocol: writable, format "b"; len(),
+#: ptr(), size()), freed when the last reference or view goes.
+BufferHandle = _egmstore.BufferHandle
+
+
+class _PybindEnum(enum.Enum):
+    """Behaves as Mooncake's pybind11 enums: repr <SoftPinAction.ENABLE: 1>,
+    str SoftPinAction.ENABLE, int() and use as an index work, but a member is
+    not an int and never equals one."""
+
+    def __int__(self):
+        return self.value
+
+    def __index__(self):
+        return self.value
+
+
+class SoftPinAction(_PybindEnum):
+    """ReplicateConfig.soft_pin_action: PRESERVE (a new object is not
+    soft-pinned; an existing one keeps its pin), ENABLE (soft-pin), DISABLE."""
+
+    PRESERVE = 0
+    ENABLE = 1
+    DISABLE = 2
+
+
+class ObjectDataType(_PybindEnum):
+    """ReplicateConfig.data_type: a label, accepted and not used by egmstore."""
+
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
+class ReplicaStatus(_PybindEnum):
+    UNDEFINED = 0
+    INITIALIZED = 1
+    PROCESSING = 2
+    COMPLETE = 3
+    REMOVED = 4
+    FAILED = 5
+
+
+class TaskStatus(_PybindEnum):
+    PENDING = 0
+    PROCESSING = 1
+    SUCCESS = 3  # Mooncake's values and order
+    FAILED = 2
+
+
+class TaskType(_PybindEnum):
+    REPLICA_COPY = 0
+    REPLICA_MOVE = 1
+
+
+# Mooncake's module also exports the members by name; as there, TaskStatus's
+# FAILED and PROCESSING win over ReplicaStatus's.
+for _enum in (ObjectDataType, ReplicaStatus, TaskStatus, TaskType):
+    globals().update(_enum.__members__)
+del _enum
 
 
 # Mooncake's own default sizes for the dict form of setup().
@@ -57,6 +135,10 @@ _IGNORED_KEYS = {
     "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
     "client_http_port", "engine",
 }
+# setup(config_dict): the names LMCache sends for two of Mooncake's keys (Mooncake
+# itself reads only its own, so LMCache's master address is lost there); the
+# Mooncake name wins when both are given.
+_DICT_ALIASES = {"master_server_address": "master_server_addr", "device_name": "rdma_devices"}
 
 
 def _code(status):
@@ -109,66 +191,302 @@ def _exist_code(status):
     return _code(status)
 
 
+def _check_count(name, value):
+    # As Mooncake's (pybind11, size_t): a non-int or negative value raises TypeError.
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"{name} must be an int >= 0, not {value!r}")
+    return value
+
+
+def _check_flag(name, value):
+    if not isinstance(value, int):  # bool is an int; pybind11 takes 1 as True too
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
+def _check_names(name, value, optional=False):
+    if value is None and optional:
+        return None
+    if isinstance(value, (str, bytes)) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{name} must be a list of str{' or None' if optional else ''}, "
+                        f"not {value!r}")
+    return list(value)
+
+
+def _check_str(name, value):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _check_enum(cls):
+    def check(name, value):
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, not {value!r}")
+        return value
+
+    return check
+
+
+def _check_ttl(name, value):
+    if value is None:
+        return None
+    return _check_count(name, value)
+
+
+# ReplicateConfig's fields as in Mooncake 0.3.13.post1: name -> (default, check).
+_RC_FIELDS = {
+    "replica_num": (1, _check_count),
+    "nof_replica_num": (0, _check_count),
+    "dfs_replica_num": (0, _check_count),
+    "soft_pin_action": (SoftPinAction.PRESERVE, _check_enum(SoftPinAction)),
+    "soft_pin_ttl_ms": (None, _check_ttl),
+    "with_hard_pin": (False, _check_flag),
+    "preferred_segments": ((), _check_names),
+    "preferred_nof_segments": ((), _check_names),
+    "preferred_segment": ("", _check_str),
+    "prefer_alloc_in_same_node": (False, _check_flag),
+    "data_type": (ObjectDataType.UNKNOWN, _check_enum(ObjectDataType)),
+    "group_ids": (None, lambda name, v: _check_names(name, v, optional=True)),
+}
+
+
+def _rc_field(name, check):
+    attr = "_" + name
+
+    def get(self):
+        return getattr(self, attr)
+
+    def set_(self, value):
+        setattr(self, attr, check(name, value))
+
+    return property(get, set_)
+
+
 class ReplicateConfig:
-    """Mooncake's ReplicateConfig. ``preferred_segment`` is the deprecated
-    single-segment form of ``preferred_segments``; ``prefer_alloc_in_same_node``
-    is accepted and has no effect."""
+    """Mooncake 0.3.13.post1's ReplicateConfig: the same fields, defaults and
+    type checks (a wrong type raises TypeError on assignment; an unknown field,
+    such as the removed ``with_soft_pin``, raises AttributeError). Unlike
+    Mooncake's, the constructor also takes the fields as keyword arguments.
 
-    def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
-                 preferred_segments=None, preferred_segment="", prefer_alloc_in_same_node=False):
-        self.replica_num = replica_num  # the setter checks the type
-        self.with_soft_pin = with_soft_pin
-        self.with_hard_pin = with_hard_pin
-        self.preferred_segments = list(preferred_segments or [])
-        self.preferred_segment = preferred_segment
-        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+    What egmstore does with them: ``replica_num`` (1..16), ``with_hard_pin``,
+    ``preferred_segments`` (``preferred_segment`` when empty) and
+    ``soft_pin_action`` (ENABLE soft-pins the new object; PRESERVE and DISABLE
+    do not) place the object. ``nof_replica_num`` > 0 answers -600 and
+    ``dfs_replica_num`` > 0 answers -1601, as Mooncake does without NVMe-oF
+    segments or a DFS. ``soft_pin_ttl_ms`` (the master's soft-pin TTL applies),
+    ``preferred_nof_segments``, ``prefer_alloc_in_same_node``, ``data_type``
+    and ``group_ids`` are accepted and have no effect."""
 
-    @property
-    def replica_num(self):
-        return self._replica_num
+    __slots__ = tuple("_" + name for name in _RC_FIELDS)
 
-    @replica_num.setter
-    def replica_num(self, value):
-        # As Mooncake's (pybind11, size_t): a non-int or negative value raises
-        # TypeError when assigned; 0 is accepted here and refused by the put.
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise TypeError(f"replica_num must be an int >= 0, not {value!r}")
-        self._replica_num = value
+    def __init__(self, **fields):
+        for name, (default, _) in _RC_FIELDS.items():
+            setattr(self, name, default)
+        for name, value in fields.items():
+            if name not in _RC_FIELDS:
+                raise TypeError(f"ReplicateConfig() got an unexpected keyword argument {name!r}")
+            setattr(self, name, value)
 
     def _as_tuple(self):
         segs = list(self.preferred_segments)
         if not segs and self.preferred_segment:
             segs = [self.preferred_segment]
-        if not all(isinstance(s, str) for s in segs):
-            raise TypeError("preferred_segments must be a list of str")
-        return (self.replica_num, bool(self.with_soft_pin), bool(self.with_hard_pin), segs)
+        soft = self.soft_pin_action is SoftPinAction.ENABLE
+        return (self.replica_num, soft, bool(self.with_hard_pin), segs)
 
-    def __repr__(self):
+    def __str__(self):
+        def names(v):
+            return "[" + ", ".join(v) + "]"
+
+        ttl = "default" if self.soft_pin_ttl_ms is None else str(self.soft_pin_ttl_ms)
+        deprecated = (f"preferred_segment (deprecated): {self.preferred_segment}, "
+                      if self.preferred_segment else "")
         return (f"ReplicateConfig: {{ replica_num: {self.replica_num}, "
-                f"with_soft_pin: {int(bool(self.with_soft_pin))}, "
-                f"with_hard_pin: {int(bool(self.with_hard_pin))}, "
-                f"preferred_segments: {self.preferred_segments}, "
-                f"prefer_alloc_in_same_node: {int(bool(self.prefer_alloc_in_same_node))} }}")
+                f"nof_replica_num: {self.nof_replica_num}, "
+                f"dfs_replica_num: {self.dfs_replica_num}, "
+                f"soft_pin_action: {self.soft_pin_action.name}, soft_pin_ttl_ms: {ttl}, "
+                f"with_hard_pin: {int(self.with_hard_pin)}, "
+                f"preferred_segments: {names(self.preferred_segments)}, {deprecated}"
+                f"preferred_nof_segments: {names(self.preferred_nof_segments)}, "
+                f"prefer_alloc_in_same_node: {int(self.prefer_alloc_in_same_node)}, "
+                f"data_type: {self.data_type.name} }}")
 
 
-_BAD_RC = object()  # _rc's answer for a replica_num no put can honour
+for _name, (_default, _check) in _RC_FIELDS.items():
+    setattr(ReplicateConfig, _name, _rc_field(_name, _check))
+del _name, _default, _check
 
 
 def _rc(config):
-    """The binding's replicate tuple, None, or _BAD_RC (logged) for a replica_num
-    outside 1..REPLICA_MAX, which the put calls answer with INVALID_PARAMS:
-    measured, Mooncake answers replica_num 0 so rather than raising."""
+    """The binding's replicate tuple or None; or, for a config no put can
+    honour, the ErrorCode the put calls answer (logged). Measured on Mooncake:
+    replica_num 0 and nof_replica_num > 0 (no NVMe-oF segments) answer
+    INVALID_PARAMS, dfs_replica_num > 0 (no DFS) DFS_SERVICE_UNAVAILABLE."""
     if config is None:
         return None
     if not isinstance(config, ReplicateConfig):
         raise TypeError("config must be an egmstore.mooncake.ReplicateConfig, "
                         f"not {type(config).__name__}")
     rc = config._as_tuple()
+    if config.dfs_replica_num > 0:
+        log.error("put: ReplicateConfig.dfs_replica_num is %d; egmstore has no DFS replicas",
+                  config.dfs_replica_num)
+        return ErrorCode.DFS_SERVICE_UNAVAILABLE
+    if config.nof_replica_num > 0:
+        log.error("put: ReplicateConfig.nof_replica_num is %d; egmstore has no NVMe-oF "
+                  "segments", config.nof_replica_num)
+        return ErrorCode.INVALID_PARAMS
     if not 1 <= rc[0] <= _egmstore.REPLICA_MAX:
         log.error("put: ReplicateConfig.replica_num must be 1..%d, not %d",
                   _egmstore.REPLICA_MAX, rc[0])
-        return _BAD_RC
+        return ErrorCode.INVALID_PARAMS
     return rc
+
+
+def _same_lengths(call, keys, ptrs, sizes, parts=False):
+    """Whether a batch's lists match (and, for parts, each key's two lists):
+    measured, Mooncake answers INVALID_PARAMS for every key when they do not."""
+    try:
+        ok = len(ptrs) == len(sizes) == len(keys)
+        if ok and parts:
+            ok = all(len(p) == len(z) for p, z in zip(ptrs, sizes))
+    except TypeError:
+        return True  # not lists: the binding raises TypeError naming the argument
+    if not ok:
+        log.error("%s(): keys, buffer pointers and sizes must have matching lengths", call)
+    return ok
+
+
+def _refused(rc):
+    """Whether _rc answered a code instead of a tuple."""
+    return isinstance(rc, int)
+
+
+def _registered(regions, ptr, size):
+    """Whether [ptr, ptr+size) lies inside one registered region {base: size}."""
+    return any(base <= ptr and ptr + size <= base + length for base, length in regions.items())
+
+
+# set_mempolicy(2)'s number per machine (no libc wrapper; libnuma may be absent).
+_SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+_MPOL_PREFERRED = 1
+
+
+def _prefer_node_memory(node):
+    """set_mempolicy(MPOL_PREFERRED, {node}) for the calling thread; False if
+    this machine's system call number is unknown or the call fails."""
+    number = _SYS_SET_MEMPOLICY.get(os.uname().machine)
+    if number is None or not 0 <= node < 1024:
+        return False
+    mask = (ctypes.c_ulong * (1024 // (8 * ctypes.sizeof(ctypes.c_ulong))))()
+    bits = 8 * ctypes.sizeof(ctypes.c_ulong)
+    mask[node // bits] = 1 << (node % bits)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(ctypes.c_long(number), ctypes.c_int(_MPOL_PREFERRED), mask,
+                        ctypes.c_ulong(1024 + 1)) == 0
+
+
+def bind_to_numa_node(node):
+    """Mooncake's bind_to_numa_node(node) -> None: binds the calling thread to
+    the CPUs of NUMA node `node` (as listed in /sys/devices/system/node) and
+    prefers that node for the thread's new memory (set_mempolicy
+    MPOL_PREFERRED, as libnuma's numa_set_preferred). A node this machine does
+    not have is logged and ignored, as Mooncake does (its libnuma warns and
+    carries on)."""
+    if not isinstance(node, int) or isinstance(node, bool):
+        raise TypeError(f"bind_to_numa_node(): node must be an int, not {type(node).__name__}")
+    path = f"/sys/devices/system/node/node{node}/cpulist"
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        cpus = set()
+        for part in filter(None, text.split(",")):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+        if node < 0 or not cpus:
+            raise ValueError("no CPUs")
+        os.sched_setaffinity(0, cpus)
+    except (OSError, ValueError) as e:
+        log.warning("bind_to_numa_node(%d): no such NUMA node here (%s); not bound", node, e)
+        return
+    if not _prefer_node_memory(node):
+        log.warning("bind_to_numa_node(%d): CPUs bound, but memory could not be preferred "
+                    "(set_mempolicy: %s)", node, os.strerror(ctypes.get_errno()) or "unsupported")
+
+
+class _PutSession:
+    """A put session's object, assembled in a zeroed host buffer of its size.
+    The buffer is registered with the client (a local record, no RPC), so that
+    batch_put_session_end stores a batch of them with one batch put."""
+
+    __slots__ = ("data", "addr", "size", "rc", "registered")
+
+    def __init__(self, client, size, rc):
+        self.data = bytearray(size)
+        self.addr = ctypes.addressof((ctypes.c_char * size).from_buffer(self.data))
+        self.size = size
+        self.rc = rc
+        self.registered = client.register_buffer(self.addr, size) == Status.OK
+
+    def release(self, client):
+        if self.registered:
+            self.registered = client.unregister_buffer(self.addr) != Status.OK
+
+
+class Descriptor:
+    """A memory replica's buffer: address, size and the endpoint serving it."""
+
+    def __init__(self, buffer_address=0, size=0, transport_endpoint=""):
+        self.buffer_address = buffer_address
+        self.size = size
+        self.transport_endpoint = transport_endpoint
+
+    def __repr__(self):
+        return (f"<Descriptor size={self.size} buffer_address={self.buffer_address} "
+                f"transport_endpoint={self.transport_endpoint}>")
+
+
+class MemoryDescriptor:
+    def __init__(self, buffer_descriptor):
+        self.buffer_descriptor = buffer_descriptor
+
+
+class DiskDescriptor:
+    """Never answered by egmstore (no SSD replicas); here for isinstance checks."""
+
+    def __init__(self, file_path="", object_size=0):
+        self.file_path = file_path
+        self.object_size = object_size
+
+
+class ReplicaDescriptor:
+    """One replica of an object, as batch_get_replica_desc answers it. egmstore's
+    replicas are all in memory (COMPLETE once readable)."""
+
+    def __init__(self, status, memory=None, disk=None):
+        self.status = status
+        self._memory = memory
+        self._disk = disk
+
+    def is_memory_replica(self):
+        return self._memory is not None
+
+    def is_disk_replica(self):
+        return self._disk is not None
+
+    def is_local_disk_replica(self):
+        return False
+
+    def get_memory_descriptor(self):
+        if self._memory is None:
+            raise RuntimeError("Expected MemoryDescriptor")
+        return self._memory
+
+    def get_disk_descriptor(self):
+        if self._disk is None:
+            raise RuntimeError("Expected DiskDescriptor")
+        return self._disk
 
 
 def install(force=False):
@@ -193,13 +511,18 @@ def _need(value, kind, name):
     return value
 
 
+def _no_ssd_offload():
+    log.warning("setup(): enable_ssd_offload: egmstore has no SSD offload; the store runs as "
+                "Mooncake's does with it off (objects live in memory segments only)")
+
+
 class _BadSetting(Exception):
     """A value of setup()'s config dict with a type setup cannot use."""
 
 
 # setup(config_dict): the type each Mooncake key must have.
 _DICT_STR_KEYS = ("local_hostname", "metadata_server", "protocol", "rdma_devices",
-                  "master_server_addr")
+                  "master_server_addr", "master_server_address", "device_name")
 _DICT_SIZE_KEYS = ("global_segment_size", "local_buffer_size")
 
 
@@ -253,6 +576,9 @@ class MooncakeDistributedStore:
         self._client = None
         self._hostname = ""
         self._transports = []
+        self._regions = {}       # registered buffers, address -> size (get_into_ranges)
+        self._get_sessions = {}  # key -> None (not read yet), a BufferHandle, or a code
+        self._put_sessions = {}  # key -> _PutSession
 
     # ---- setup / teardown ----
     def setup(self, *args, **kwargs):
@@ -280,6 +606,8 @@ class MooncakeDistributedStore:
         _need(protocol, str, "protocol")
         _need(rdma_devices, str, "rdma_devices")
         _need(master_server_addr, str, "master_server_addr")
+        if enable_ssd_offload:
+            _no_ssd_offload()
         return self._connect(local_hostname, global_segment_size, protocol, master_server_addr, {})
 
     def _setup_dict(self, config):
@@ -291,6 +619,12 @@ class MooncakeDistributedStore:
                 log.error("setup(): the config dict needs %r", key)
                 return ErrorCode.INVALID_PARAMS
         extra = {}
+        config = dict(config)
+        for alias, key in _DICT_ALIASES.items():
+            if alias in config and key not in config:
+                config[key] = config[alias]
+        if str(config.get("enable_ssd_offload", "")).lower() in ("1", "true", "yes", "on"):
+            _no_ssd_offload()
         try:
             for key in _DICT_STR_KEYS:
                 if key in config:
@@ -374,6 +708,11 @@ class MooncakeDistributedStore:
 
     def close(self):
         """-> 0, or a negative code when a teardown step failed (call again)."""
+        self._regions.clear()
+        self._get_sessions.clear()
+        for session in self._put_sessions.values():  # unregistered before they are freed
+            session.release(self._c)
+        self._put_sessions.clear()
         if self._client is None:
             return ErrorCode.OK
         return _code(self._client.close())
@@ -405,16 +744,22 @@ class MooncakeDistributedStore:
 
     # ---- registered memory ----
     def register_buffer(self, buffer_ptr, size):
-        return _buffer_code(self._c.register_buffer(buffer_ptr, size))
+        code = _buffer_code(self._c.register_buffer(buffer_ptr, size))
+        if code == 0:
+            self._regions[buffer_ptr] = size
+        return code
 
     def unregister_buffer(self, buffer_ptr):
-        return _buffer_code(self._c.unregister_buffer(buffer_ptr))
+        code = _buffer_code(self._c.unregister_buffer(buffer_ptr))
+        if code == 0:
+            self._regions.pop(buffer_ptr, None)
+        return code
 
     # ---- single keys ----
     def put(self, key, value, config=None):
         rc = _rc(config)
-        if rc is _BAD_RC:
-            return ErrorCode.INVALID_PARAMS
+        if _refused(rc):
+            return rc
         return _put_code(self._c.put(key, value, rc))
 
     def put_parts(self, key, *parts, config=None):
@@ -423,9 +768,24 @@ class MooncakeDistributedStore:
 
     def put_from(self, key, buffer_ptr, size, config=None):
         rc = _rc(config)
-        if rc is _BAD_RC:
-            return ErrorCode.INVALID_PARAMS
+        if _refused(rc):
+            return rc
         return _put_code(self._c.put_from(key, buffer_ptr, size, rc))
+
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
+                               config=None):
+        """Stores metadata_size bytes at metadata_buffer_ptr followed by size
+        bytes at buffer_ptr (both registered memory) as one object: as put_from."""
+        rc = _rc(config)
+        if _refused(rc):
+            return rc
+        ptrs, sizes = [], []
+        for ptr, nbytes in ((metadata_buffer_ptr, metadata_size), (buffer_ptr, size)):
+            if nbytes:  # an empty part adds nothing (an empty object is refused below)
+                ptrs.append(ptr)
+                sizes.append(nbytes)
+        status, results = self._c.batch_put_from_parts([key], [ptrs], [sizes], rc)
+        return _put_code(results[0] if status >= 0 else status)
 
     def get(self, key):
         """The object's bytes, or b"" when it is missing or the read fails."""
@@ -459,24 +819,31 @@ class MooncakeDistributedStore:
         return [_code(status)] * n
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
-        rc = _rc(config)
-        if rc is _BAD_RC:
+        if not _same_lengths("batch_put_from", keys, buffer_ptrs, sizes):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
+        rc = _rc(config)
+        if _refused(rc):
+            return [rc] * len(keys)
         status, results = self._c.batch_put_from(keys, buffer_ptrs, sizes, rc)
         if status < 0:
             return self._whole(status, len(keys))
         return [_put_code(st) for st in results]
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
+        if not _same_lengths("batch_get_into", keys, buffer_ptrs, sizes):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         status, results, nbytes = self._c.batch_get_into(keys, buffer_ptrs, sizes)
         if status < 0:
             return self._whole(status, len(keys))
         return [_read_code(st, n) for st, n in zip(results, nbytes)]
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        rc = _rc(config)
-        if rc is _BAD_RC:
+        if not _same_lengths("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes,
+                             parts=True):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
+        rc = _rc(config)
+        if _refused(rc):
+            return [rc] * len(keys)
         status, results = self._c.batch_put_from_parts(keys, all_buffer_ptrs, all_sizes, rc)
         if status < 0:
             return self._whole(status, len(keys))
@@ -484,6 +851,9 @@ class MooncakeDistributedStore:
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
+        if not _same_lengths("batch_get_into_multi_buffers", keys, all_buffer_ptrs, all_sizes,
+                             parts=True):
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
         status, results, nbytes = self._c.batch_get_into_parts(keys, all_buffer_ptrs, all_sizes)
         if status < 0:
             return self._whole(status, len(keys))
@@ -502,6 +872,322 @@ class MooncakeDistributedStore:
         return [_lookup_code(st) for st in results]
 
 
+    # ---- bytes: whole objects, batches -------------------------------------------
+    def get_buffer(self, key):
+        """The object's bytes as a BufferHandle (no copy), or None when it is
+        missing or the read fails."""
+        status, handle = self._c.get_buffer(key)
+        return handle if status >= 0 else None
+
+    def batch_get_buffer(self, keys):
+        """[BufferHandle or None per key] (each key read in turn)."""
+        status, _, handles = self._c.batch_get_buffer(keys)
+        return handles if status >= 0 else [None] * len(keys)
+
+    def get_batch(self, keys):
+        """[bytes per key], b"" for a missing key."""
+        return [b"" if h is None else bytes(h) for h in self.batch_get_buffer(keys)]
+
+    def put_batch(self, keys, values, config=None):
+        """Puts each (key, value): 0 (existing keys too, first value kept), or
+        the first negative code (the other keys are still put)."""
+        return self._each_put(keys, values, config, self.put)
+
+    # ---- upsert: insert or replace -----------------------------------------------
+    def _upsert(self, key, put):
+        """put() -> egm status; on EXISTS the old object is removed (forced: a
+        read lease does not stop an upsert, as on Mooncake) and put() runs again.
+        Not atomic: between the two, readers find no object. If another writer
+        puts the key in between, its value stays and this answers 0, as if this
+        upsert had come first."""
+        status = put()
+        if status != Status.EXISTS:
+            return _code(status)
+        removed = self._c.remove(key, True)
+        if removed < 0 and removed != Status.NOT_FOUND:
+            return _lookup_code(removed)
+        return _put_code(put())
+
+    def upsert(self, key, value, config=None):
+        """Stores value under key, replacing an existing object. -> 0 or negative."""
+        rc = _rc(config)
+        if _refused(rc):
+            return rc
+        return self._upsert(key, lambda: self._c.put(key, value, rc))
+
+    def upsert_parts(self, key, *parts, config=None):
+        """upsert of the concatenation of the bytes-like parts."""
+        return self.upsert(key, b"".join(parts), config)
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        rc = _rc(config)
+        if _refused(rc):
+            return rc
+        return self._upsert(key, lambda: self._c.put_from(key, buffer_ptr, size, rc))
+
+    def upsert_batch(self, keys, values, config=None):
+        """upsert of each (key, value): 0, or the first negative code."""
+        return self._each_put(keys, values, config, self.upsert)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        """[0 or negative per key]: batch_put_from, then the keys that existed
+        are removed (forced) and put again in a second batch."""
+        rc = _rc(config)
+        if _refused(rc):
+            return [rc] * len(keys)
+        status, results = self._c.batch_put_from(keys, buffer_ptrs, sizes, rc)
+        if status < 0:
+            return self._whole(status, len(keys))
+        out = [_code(st) for st in results]
+        again = [i for i, st in enumerate(results) if st == Status.EXISTS]
+        if again:
+            sub = [keys[i] for i in again]
+            status, removed = self._c.batch_remove(sub, True)
+            if status < 0:
+                removed = [status] * len(sub)
+            status, results = self._c.batch_put_from(
+                sub, [buffer_ptrs[i] for i in again], [sizes[i] for i in again], rc)
+            if status < 0:
+                results = [status] * len(sub)
+            for i, rm, st in zip(again, removed, results):
+                out[i] = _lookup_code(rm) if rm < 0 and rm != Status.NOT_FOUND else _put_code(st)
+        return out
+
+    def _each_put(self, keys, values, config, put):
+        if len(keys) != len(values):
+            log.error("put_batch/upsert_batch: %d keys but %d values", len(keys), len(values))
+            return ErrorCode.INVALID_PARAMS
+        rc = _rc(config)
+        if _refused(rc):
+            return rc
+        first = 0
+        for key, value in zip(keys, values):
+            code = put(key, value, config)
+            if code < 0 and first == 0:
+                first = code
+        return first
+
+    # ---- ranged reads -------------------------------------------------------------
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Copies byte ranges of objects into registered buffers: for buffer i,
+        key j of all_keys[i], range k: all_sizes[i][j][k] bytes from offset
+        all_src_offsets[i][j][k] of the object to buffer_ptrs[i] +
+        all_dst_offsets[i][j][k]. -> the same nesting of bytes copied (0 for an
+        empty range) or a negative code per range: -704 missing key, -600 a
+        range past the object's end or outside registered memory; [-600] for
+        a key whose lists do not match (for every key when the outer lists do
+        not)."""
+        bad = [ErrorCode.INVALID_PARAMS]  # measured: one code for a key whose lists do not match
+        n = len(buffer_ptrs)
+        if not len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes) == n:
+            return [[list(bad) for _ in (all_keys[i] if i < len(all_keys) else ())]
+                    for i in range(n)]
+        wanted = list(dict.fromkeys(k for per_buf in all_keys for k in per_buf))
+        status, _, handles = self._c.batch_get_buffer(wanted)
+        if status < 0:
+            code = _code(status)
+            return [[[code] * len(r) for r in per_buf] for per_buf in all_sizes]
+        found = dict(zip(wanted, handles))
+        out = []
+        for ptr, keys, dsts, srcs, sizes in zip(buffer_ptrs, all_keys, all_dst_offsets,
+                                                all_src_offsets, all_sizes):
+            per_buf = []
+            if not len(keys) == len(dsts) == len(srcs) == len(sizes):
+                out.append([list(bad) for _ in keys])
+                continue
+            for key, dst, src, size in zip(keys, dsts, srcs, sizes):
+                handle = found.get(key)
+                if not len(dst) == len(src) == len(size):
+                    per_buf.append(list(bad))
+                    continue
+                per_buf.append([self._copy_range(handle, ptr + d, s, n_)
+                                for d, s, n_ in zip(dst, src, size)])
+            out.append(per_buf)
+        return out
+
+    def _copy_range(self, handle, dst, src, size):
+        if handle is None:
+            return ErrorCode.OBJECT_NOT_FOUND
+        if size == 0:
+            return 0
+        if src < 0 or size < 0 or src + size > len(handle) or \
+                not _registered(self._regions, dst, size):
+            return ErrorCode.INVALID_PARAMS
+        ctypes.memmove(dst, handle.ptr() + src, size)
+        return size
+
+    # ---- get sessions (SGLang's direct linker) --------------------------------------
+    def batch_get_session_start(self, keys):
+        """Opens a get session per key: [0, or -704 for a missing key]. The
+        object is read once, at its first ranged get, and kept until
+        batch_get_session_end."""
+        status, results = self._c.batch_exist(keys)
+        if status < 0:
+            return self._whole(status, len(keys))
+        out = []
+        for key, st in zip(keys, results):
+            if st == Status.OK:
+                self._get_sessions[key] = None
+                out.append(0)
+            else:
+                out.append(_lookup_code(st))
+        return out
+
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
+                                           all_src_offsets):
+        """For each key with an open get session: copies all_sizes[i][j] bytes
+        from offset all_src_offsets[i][j] of the object to all_buffer_ptrs[i][j].
+        -> [bytes copied per key, or negative: -600 no session, a range past
+        the object's end, or lists that do not match]."""
+        n = len(keys)
+        if not len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == n:
+            return [ErrorCode.INVALID_PARAMS] * n
+        sessions = self._get_sessions
+        unread = list(dict.fromkeys(k for k in keys if k in sessions and sessions[k] is None))
+        if unread:
+            status, results, handles = self._c.batch_get_buffer(unread)
+            if status < 0:
+                return self._whole(status, n)
+            for key, st, handle in zip(unread, results, handles):
+                sessions[key] = handle if st >= 0 else _lookup_code(st)
+        out = []
+        for key, ptrs, sizes, srcs in zip(keys, all_buffer_ptrs, all_sizes, all_src_offsets):
+            handle = sessions.get(key, ErrorCode.INVALID_PARAMS)
+            if isinstance(handle, int):
+                out.append(handle)
+            elif not len(ptrs) == len(sizes) == len(srcs) or \
+                    any(s < 0 or n_ < 0 or s + n_ > len(handle) for s, n_ in zip(srcs, sizes)):
+                out.append(ErrorCode.INVALID_PARAMS)
+            else:
+                base = handle.ptr()
+                for ptr, size, src in zip(ptrs, sizes, srcs):
+                    if size:
+                        ctypes.memmove(ptr, base + src, size)
+                out.append(sum(sizes))
+        return out
+
+    def batch_get_session_end(self, keys):
+        """Closes the keys' get sessions (unknown keys too) -> 0."""
+        for key in keys:
+            self._get_sessions.pop(key, None)
+        return ErrorCode.OK
+
+    # ---- put sessions ----------------------------------------------------------------
+    def batch_put_session_start(self, keys, sizes, config=None):
+        """Opens a put session per key for an object of sizes[i] bytes: [0, or
+        -705 the key exists, -600 an invalid key, a size of 0, a session already
+        open, lists that do not match]. The object is assembled in this
+        process's memory and stored by batch_put_session_end."""
+        n = len(keys)
+        if len(sizes) != n:
+            return [ErrorCode.INVALID_PARAMS] * n
+        rc = _rc(config)
+        if _refused(rc):
+            return [rc] * n
+        status, results = self._c.batch_exist(keys)
+        if status < 0:
+            return self._whole(status, n)
+        out = []
+        for key, size, st in zip(keys, sizes, results):
+            if st == Status.INVALID_KEY or not isinstance(size, int) or size <= 0 or \
+                    key in self._put_sessions:
+                out.append(ErrorCode.INVALID_PARAMS)
+            elif st == Status.OK:
+                out.append(ErrorCode.OBJECT_ALREADY_EXISTS)
+            elif st != Status.NOT_FOUND:
+                out.append(_code(st))
+            else:
+                self._put_sessions[key] = _PutSession(self._c, size, rc)
+                out.append(0)
+        return out
+
+    def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
+                                           all_dst_offsets):
+        """For each key with an open put session: copies all_sizes[i][j] bytes
+        from all_buffer_ptrs[i][j] to offset all_dst_offsets[i][j] of the
+        object. -> [bytes copied per key, or -600: no session, a range past the
+        object's end, lists that do not match]."""
+        n = len(keys)
+        if not len(all_buffer_ptrs) == len(all_sizes) == len(all_dst_offsets) == n:
+            return [ErrorCode.INVALID_PARAMS] * n
+        out = []
+        for key, ptrs, sizes, dsts in zip(keys, all_buffer_ptrs, all_sizes, all_dst_offsets):
+            session = self._put_sessions.get(key)
+            if session is None or not len(ptrs) == len(sizes) == len(dsts) or \
+                    any(d < 0 or n_ < 0 or d + n_ > session.size for d, n_ in zip(dsts, sizes)):
+                out.append(ErrorCode.INVALID_PARAMS)
+                continue
+            for ptr, size, dst in zip(ptrs, sizes, dsts):
+                if size:
+                    ctypes.memmove(session.addr + dst, ptr, size)
+            out.append(sum(sizes))
+        return out
+
+    def batch_put_session_end(self, keys):
+        """Stores each key's assembled object (bytes never written are zero):
+        [0 or negative; -600 no session]. The objects go in one batch put per
+        ReplicateConfig (from their registered staging buffers)."""
+        out = [ErrorCode.INVALID_PARAMS] * len(keys)
+        groups = {}  # the sessions' replicate tuples -> [(index, key, session)]
+        for i, key in enumerate(keys):
+            session = self._put_sessions.pop(key, None)
+            if session is not None:
+                groups.setdefault(repr(session.rc), []).append((i, key, session))
+        for group in groups.values():
+            batch = [(i, key, session) for i, key, session in group if session.registered]
+            if batch:
+                status, results = self._c.batch_put_from(
+                    [key for _, key, _ in batch], [session.addr for _, _, session in batch],
+                    [session.size for _, _, session in batch], batch[0][2].rc)
+                if status < 0:
+                    results = [status] * len(batch)
+                for (i, _, _), st in zip(batch, results):
+                    out[i] = _put_code(st)
+            for i, key, session in group:
+                if not session.registered:  # its buffer could not be registered: put a copy
+                    out[i] = _put_code(self._c.put(key, session.data, session.rc))
+                session.release(self._c)
+        return out
+
+    def batch_put_session_revoke(self, keys):
+        """Drops the keys' put sessions, storing nothing: [0, or -600 no session]."""
+        out = []
+        for key in keys:
+            session = self._put_sessions.pop(key, None)
+            if session is not None:
+                session.release(self._c)
+            out.append(ErrorCode.INVALID_PARAMS if session is None else 0)
+        return out
+
+    # ---- SSD offload (egmstore has none: answered as Mooncake with it off) ------------
+    def get_offload_rpc_read_count(self):
+        """Reads served from an SSD offload: always 0 (no SSD offload)."""
+        return 0
+
+    def unmount_local_disk_segment(self, grace_period_seconds=0):
+        """No local disk segment to unmount: 0."""
+        return ErrorCode.OK
+
+    # ---- replicas ------------------------------------------------------------------
+    def get_replica_desc(self, key):
+        """[ReplicaDescriptor] of the object ([] when missing)."""
+        return self.batch_get_replica_desc([key]).get(key, [])
+
+    def batch_get_replica_desc(self, keys):
+        """{key: [ReplicaDescriptor]} for the keys found (missing keys are left
+        out). egmstore answers one memory replica per object, COMPLETE, whose
+        Descriptor has the object's size (its address is 0 and its endpoint
+        "": the client does not see where the master placed it)."""
+        out = {}
+        for key in dict.fromkeys(keys):
+            status, size = self._c.size(key)
+            if status >= 0:
+                memory = MemoryDescriptor(Descriptor(0, size, ""))
+                out[key] = [ReplicaDescriptor(ReplicaStatus.COMPLETE, memory=memory)]
+        return out
+
+
 class _NotSetUp:
     """Stands in for the client before setup(): validates nothing, answers CLOSED."""
 
@@ -511,9 +1197,9 @@ class _NotSetUp:
         closed = Status.CLOSED
 
         def call(*args, **kwargs):
-            if name in ("get", "get_into", "size", "remove_all"):
-                return closed, (None if name == "get" else 0)
-            if name in ("batch_get_into", "batch_get_into_parts"):
+            if name in ("get", "get_buffer", "get_into", "size", "remove_all"):
+                return closed, (None if name in ("get", "get_buffer") else 0)
+            if name in ("batch_get_into", "batch_get_into_parts", "batch_get_buffer"):
                 return closed, [], []
             if name.startswith("batch_"):
                 return closed, []

@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import mooncake_sequence  # noqa: E402
+import mooncake_surface_sequence  # noqa: E402
 
 # Read lease used on both masters: far longer than the sequence takes, so "remove right
 # after a read" is always refused and nothing depends on timing.
@@ -165,6 +166,14 @@ def find_egmstore_bin():
     return shutil.which("egmstore")
 
 
+def store_module(side):
+    if side == "mooncake":
+        import mooncake.store as module
+    else:
+        import egmstore.mooncake as module
+    return module
+
+
 def store_classes(side):
     if side == "mooncake":
         from mooncake.store import MooncakeDistributedStore, ReplicateConfig
@@ -181,6 +190,9 @@ def main():
     ap.add_argument("--log-dir", default=None)
     ap.add_argument("--out", help="write the results here as Python literals")
     ap.add_argument("--trace", help="append each call and its result here as it happens")
+    ap.add_argument("--sequence", choices=["base", "surface"], default="base",
+                    help="base: mooncake_sequence.py (issue 5's calls); surface: "
+                         "mooncake_surface_sequence.py (the rest of the engines' calls)")
     args = ap.parse_args()
 
     log_dir = args.log_dir or os.path.join("/tmp", "mooncake-seq-%d" % os.getpid())
@@ -202,8 +214,14 @@ def main():
         store_cls, config_cls = store_classes(args.side)
         trace = open(args.trace, "a") if args.trace else None
         skip = mooncake_sequence.MOONCAKE_CRASHES_AFTER_CLOSE if args.side == "mooncake" else None
-        results = mooncake_sequence.run_sequence(store_cls(), mooncake_sequence.ctypes_alloc, addr,
-                                                 config_cls, trace=trace, skip=skip, new_store=store_cls)
+        if args.sequence == "surface":
+            results = mooncake_surface_sequence.run_surface_sequence(
+                store_cls(), store_module(args.side), addr, trace=trace, new_store=store_cls,
+                after_close=args.side == "egmstore")
+        else:
+            results = mooncake_sequence.run_sequence(store_cls(), mooncake_sequence.ctypes_alloc,
+                                                     addr, config_cls, trace=trace, skip=skip,
+                                                     new_store=store_cls)
         # flush our own writes before Mooncake's glog output interleaves
         text = "[\n" + "".join("    %r,\n" % (item,) for item in results) + "]\n"
         if args.out:

@@ -89,12 +89,21 @@ def test_switch_puts_and_gets_through_mooncake_store(venv, cluster):
         cfg.replica_num = 1
         put = s.put("standin-key", b"from mooncake.store", cfg)
         got = s.get("standin-key").decode()
+        # LMCache's default mode and vLLM's embedding cache's names, through the stand-in.
+        from mooncake.store import ObjectDataType, SoftPinAction, bind_to_numa_node
+        cfg.data_type = ObjectDataType.KVCACHE
+        cfg.soft_pin_action = SoftPinAction.DISABLE
+        parts = s.put_parts("standin-parts", b"m" * 28, b"data", config=cfg)
+        bufs = s.batch_get_buffer(["standin-parts", "standin-none"])
+        lm = [None if b is None else memoryview(b)[28:].tobytes().decode() for b in bufs]
+        s.remove("standin-parts", True)
         print(json.dumps({{
             "same": MooncakeDistributedStore is egmstore.mooncake.MooncakeDistributedStore,
             "config_same": ReplicateConfig is egmstore.mooncake.ReplicateConfig,
             "module": MooncakeDistributedStore.__module__,
             "standin": getattr(mooncake, "__egmstore_standin__", None),
             "setup": rc, "put": put, "get": got, "exist": s.is_exist("standin-key"),
+            "parts": parts, "lmcache": lm, "numa": callable(bind_to_numa_node),
             "transport": s.transport, "close": s.close()}}))
     """
     rc, result, err = run_child(venv, code, switch="1")
@@ -102,6 +111,7 @@ def test_switch_puts_and_gets_through_mooncake_store(venv, cluster):
     assert result == {"same": True, "config_same": True, "module": "egmstore.mooncake",
                       "standin": "egmstore", "setup": 0, "put": 0,
                       "get": "from mooncake.store", "exist": 1,
+                      "parts": 0, "lmcache": ["data", None], "numa": True,
                       "transport": result["transport"], "close": 0}
     assert result["transport"] in ("nvlink", "shm")
     # Said once, at setup: Mooncake's protocol, the transport taken.
