@@ -33,12 +33,12 @@ class Daemon:
     """A child process whose stdout is read until its ready line, then drained
     into its log (so a full pipe never blocks it)."""
 
-    def __init__(self, argv, ready, log_path):
+    def __init__(self, argv, ready, log_path, env=None):
         self.argv = argv
         self.log_path = log_path
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, env=env)
         self.ready_line = self._wait_line(ready)
         self._drain = threading.Thread(target=self._drain_stdout, daemon=True)
         self._drain.start()
@@ -112,15 +112,17 @@ def stop_process(pid, timeout_s=10.0):
 
 class Cluster:
     """A master (read lease `lease_ttl_ms`) and `providers` providers of `segment`
-    bytes each."""
+    bytes each, started by `binary` (default: the build's egmstore) in `env` (default:
+    this process's environment)."""
 
     def __init__(self, log_dir, providers=1, segment="256MiB", master_args=(),
-                 lease_ttl_ms=LEASE_TTL_MS):
-        binary = egm_binary()
+                 lease_ttl_ms=LEASE_TTL_MS, binary=None, env=None):
+        binary = binary or egm_binary()
         self.daemons = []
         self.master = Daemon([binary, "master", "--port", "0", "--listen-address", "127.0.0.1",
                               "--default-kv-lease-ttl", str(lease_ttl_ms), *master_args],
-                             "egmstore master listening on ", os.path.join(log_dir, "master.log"))
+                             "egmstore master listening on ", os.path.join(log_dir, "master.log"),
+                             env)
         self.daemons.append(self.master)
         self.port = int(self.master.ready_line.rsplit(":", 1)[1])
         self.master_addr = f"127.0.0.1:{self.port}"
@@ -129,7 +131,7 @@ class Cluster:
                 self.daemons.append(Daemon(
                     [binary, "provider", "--master", self.master_addr, "--global-segment-size",
                      segment, "--local-hostname", "127.0.0.1"],
-                    "egmstore provider ready", os.path.join(log_dir, f"provider{i}.log")))
+                    "egmstore provider ready", os.path.join(log_dir, f"provider{i}.log"), env))
         except Exception:
             self.stop()
             raise
