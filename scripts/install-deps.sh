@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-    build-essential cmake ninja-build pkg-config
+    build-essential cmake ninja-build pkg-config # gcc and g++ (integration/cmake_install builds C++)
     protobuf-c-compiler libprotobuf-c-dev
     libmicrohttpd-dev
     libcmocka-dev
