@@ -98,7 +98,8 @@ static const egm_config_key_t keys[] = {
     INT(port, "50051", 0, 65535, M, "master: RPC port (0 = any free port)"),
     INT(http_port, "9003", -1, 65535, M,
         "master: admin HTTP port on listen_address: /metrics, /health, /segments, "
-        "/get_all_segments, /keys (-1 = off, 0 = any free port)"),
+        "/get_all_segments, /keys, /query_key, /batch_query_keys, /metrics/summary "
+        "(-1 = off, 0 = any free port)"),
     INT(rpc_threads, "4", 1, 64, M,
         "master: RPC threads, each with its own event loop; connections are spread over them"),
     STRING(local_hostname, "", "a host name or address", P | C | CAP,

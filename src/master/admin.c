@@ -15,11 +15,16 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/prom.h"
+#include "rpc/command.h"
 
 #define JSON_TYPE "application/json"
-#define ENDPOINTS "/metrics, /health, /segments, /get_all_segments, /keys?prefix=&limit="
+#define ENDPOINTS                                                                                  \
+    "/metrics, /metrics/summary, /health, /segments, /get_all_segments, /keys?prefix=&limit=, "    \
+    "/query_key?key=, /batch_query_keys?keys="
 #define LIMIT_ACCEPTED "an integer 1..100000 (default 1000)"
 #define PREFIX_ACCEPTED "percent-encoded text of at most 4096 bytes, without %00"
+#define KEY_ACCEPTED "one percent-encoded key: /query_key?key=K"
+#define KEYS_ACCEPTED "percent-encoded keys separated by commas: /batch_query_keys?keys=a,b"
 
 static void lock(const egm_master_admin_t *a)
 {
@@ -55,14 +60,15 @@ static egm_status_t json_cstring(egm_http_response_t *out, const char *text)
     return json_string(out, text != NULL ? text : "", text != NULL ? strlen(text) : 0);
 }
 
-/* Replaces whatever was written with a JSON error. */
-static void json_error(egm_http_response_t *resp, int status, const char *parameter,
-                       const char *message, const char *accepted)
+/* Replaces whatever was written with a JSON error; `lead` (NULL = none) comes
+ * first, e.g. the "success":false of Mooncake's answers. */
+static void json_error_with(egm_http_response_t *resp, int status, const char *lead,
+                            const char *parameter, const char *message, const char *accepted)
 {
     resp->len = 0;
     resp->status = status;
     resp->content_type = JSON_TYPE;
-    egm_status_t s = egm__http_printf(resp, "{\"error\":");
+    egm_status_t s = egm__http_printf(resp, "{%s\"error\":", lead != NULL ? lead : "");
     if (s == EGM_OK)
         s = json_cstring(resp, message);
     if (s == EGM_OK && parameter != NULL) {
@@ -79,6 +85,12 @@ static void json_error(egm_http_response_t *resp, int status, const char *parame
         s = egm__http_printf(resp, "}\n");
     if (s != EGM_OK)
         resp->status = 500;
+}
+
+static void json_error(egm_http_response_t *resp, int status, const char *parameter,
+                       const char *message, const char *accepted)
+{
+    json_error_with(resp, status, NULL, parameter, message, accepted);
 }
 
 static void out_of_memory(egm_http_response_t *resp)
@@ -432,13 +444,369 @@ static void serve_keys(const egm_master_admin_t *a, const char *query, egm_http_
         out_of_memory(resp);
 }
 
+/* ---- Mooncake's /query_key, /batch_query_keys ------------------------------ */
+
+/* Finds parameter `name` (matched as written, not decoded) in query: 1 with
+ * its raw value in *value_p / *len_p, 0 when absent, -1 when given twice. */
+static int query_param(const char *query, const char *name, const char **value_p, size_t *len_p)
+{
+    size_t name_len = strlen(name);
+    int found = 0;
+    for (const char *p = query; *p != '\0';) {
+        size_t plen = strcspn(p, "&");
+        const char *eq = memchr(p, '=', plen);
+        size_t nlen = eq != NULL ? (size_t)(eq - p) : plen;
+        if (nlen == name_len && memcmp(p, name, nlen) == 0) {
+            if (found)
+                return -1;
+            found = 1;
+            *value_p = eq != NULL ? eq + 1 : p + plen;
+            *len_p = (size_t)(p + plen - *value_p);
+        }
+        p += plen;
+        if (*p == '&')
+            p++;
+    }
+    return found;
+}
+
+/* Mooncake's ErrorCode names for the answers a query can have. */
+static const char *mooncake_error_name(egm_status_t status)
+{
+    switch (status) {
+    case EGM_ERR_NOT_FOUND:
+        return "OBJECT_NOT_FOUND";
+    case EGM_ERR_NOT_READY:
+        return "REPLICA_IS_NOT_READY";
+    default:
+        return "INTERNAL_ERROR";
+    }
+}
+
+/* A readable object's copy (OK), NOT_READY while it is being written, or
+ * NOT_FOUND (also for a key no object can have: empty or too long). Grants no
+ * lease, as StatKey. Under the state lock held shared at least: the replicas'
+ * segments stay mounted until it is released. */
+static egm_status_t lookup(const egm_master_admin_t *a, const char *key, size_t len,
+                           egm_object_view_t *obj)
+{
+    if (len == 0 || len > EGM_MASTER_KEY_MAX) {
+        memset(obj, 0, sizeof(*obj));
+        return EGM_ERR_NOT_FOUND;
+    }
+    egm_status_t s = egm__objects_stat(a->state->objects, key, len, obj);
+    if (s != EGM_OK)
+        return s == EGM_ERR_NOT_READY ? s : EGM_ERR_NOT_FOUND;
+    if (obj->state != EGM_OBJECT_COMPLETE)
+        return EGM_ERR_NOT_READY;
+    return obj->n_replicas > 0 ? EGM_OK : EGM_ERR_NOT_FOUND;
+}
+
+/* The transport a reader would use to reach a segment, in Mooncake's words. */
+static const char *segment_protocol(const egm_segment_desc_t *d)
+{
+    if (d->tcp_endpoint[0] != '\0')
+        return "tcp";
+    if (d->shm_socket[0] != '\0')
+        return "shm";
+    return d->handle_kind == EGM_HANDLE_FABRIC ? "nvlink" : "";
+}
+
+/* Mooncake's replica descriptor (its BufferDescriptor's fields) plus the
+ * segment's name; buffer_address_ is the offset in the segment, the only
+ * address egmstore's master knows. */
+static egm_status_t replica_values_json(egm_http_response_t *out, const egm_object_view_t *obj)
+{
+    egm_status_t s = egm__http_printf(out, "[");
+    for (uint32_t k = 0; k < obj->n_replicas && s == EGM_OK; k++) {
+        const egm_segment_desc_t *d = &obj->replicas[k].segment->desc;
+        s = egm__http_printf(out,
+                             "%s{\"size_\":%llu,\"buffer_address_\":%llu,\"protocol_\":\"%s\","
+                             "\"transport_endpoint_\":",
+                             k > 0 ? "," : "", (unsigned long long)obj->size,
+                             (unsigned long long)obj->replicas[k].offset, segment_protocol(d));
+        if (s == EGM_OK)
+            s = json_cstring(out, d->tcp_endpoint);
+        if (s == EGM_OK)
+            s = egm__http_printf(out, ",\"segment_name_\":");
+        if (s == EGM_OK)
+            s = json_cstring(out, d->name);
+        if (s == EGM_OK)
+            s = egm__http_printf(out, "}");
+    }
+    if (s == EGM_OK)
+        s = egm__http_printf(out, "]");
+    return s;
+}
+
+/* Decodes a parameter's value into a new egm_malloc'ed text; on a bad one
+ * answers 400 (or 503) in resp and returns NULL. */
+static char *decode_param(const char *raw, size_t raw_len, const char *parameter,
+                          const char *accepted, size_t *len_p, egm_http_response_t *resp)
+{
+    char *text = egm_malloc(raw_len + 1, "admin.query");
+    if (text == NULL) {
+        out_of_memory(resp);
+        return NULL;
+    }
+    long len = percent_decode(raw, raw_len, text);
+    if (len < 0) {
+        egm_free(text);
+        json_error_with(resp, 400, "\"success\":false,", parameter, "bad percent-encoding",
+                        accepted);
+        return NULL;
+    }
+    text[len] = '\0';
+    *len_p = (size_t)len;
+    return text;
+}
+
+/* Mooncake's answers: 200 {"success":true,"data":[replica, ...]}, or 404
+ * {"success":false,"error_code":-704,"error_message":"OBJECT_NOT_FOUND"}. */
+static void serve_query_key(const egm_master_admin_t *a, const char *query,
+                            egm_http_response_t *resp)
+{
+    const char *raw = "";
+    size_t raw_len = 0, key_len = 0;
+    if (query_param(query, "key", &raw, &raw_len) < 0) {
+        json_error_with(resp, 400, "\"success\":false,", "key", "given more than once",
+                        KEY_ACCEPTED);
+        return;
+    }
+    char *key = decode_param(raw, raw_len, "key", KEY_ACCEPTED, &key_len, resp);
+    if (key == NULL)
+        return;
+    egm_object_view_t obj;
+    egm_status_t s;
+    lock_shared(a);
+    egm_status_t found = lookup(a, key, key_len, &obj);
+    if (found == EGM_OK) {
+        resp->status = 200;
+        s = egm__http_printf(resp, "{\"success\":true,\"data\":");
+        if (s == EGM_OK)
+            s = replica_values_json(resp, &obj);
+        if (s == EGM_OK)
+            s = egm__http_printf(resp, "}\n");
+    } else {
+        resp->status = 404;
+        s = egm__http_printf(resp,
+                             "{\"success\":false,\"error_code\":%d,\"error_message\":\"%s\"}\n",
+                             egm_status_to_mooncake(found), mooncake_error_name(found));
+    }
+    unlock(a);
+    egm_free(key);
+    resp->content_type = JSON_TYPE;
+    if (s != EGM_OK)
+        out_of_memory(resp);
+}
+
+typedef struct {
+    const char *text;
+    size_t len;
+} key_slice_t;
+
+static int key_slice_cmp(const void *pa, const void *pb)
+{
+    const key_slice_t *x = pa, *y = pb;
+    int c = memcmp(x->text, y->text, x->len < y->len ? x->len : y->len);
+    return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Mooncake's shape: {"success":true,"data":{KEY:{"ok":B,"error":null|NAME,
+ * "values":[replica, ...]|null,"disk_values":null,"local_disk_values":null,
+ * "nof_values":null},...}}, one entry per distinct key in byte order (the
+ * value is decoded, then split at every comma, empty keys kept). */
+static void serve_batch_query_keys(const egm_master_admin_t *a, const char *query,
+                                   egm_http_response_t *resp)
+{
+    const char *raw = "";
+    size_t raw_len = 0, text_len = 0;
+    int given = query_param(query, "keys", &raw, &raw_len);
+    if (given < 0) {
+        json_error_with(resp, 400, "\"success\":false,", "keys", "given more than once",
+                        KEYS_ACCEPTED);
+        return;
+    }
+    if (given == 0 || raw_len == 0) { /* Mooncake's answer, word for word */
+        resp->status = 400;
+        resp->content_type = JSON_TYPE;
+        if (egm__http_printf(resp, "{\"success\":false,\"error\":\"No keys provided. Use "
+                                   "?keys=key1,key2,...\"}\n") != EGM_OK)
+            out_of_memory(resp);
+        return;
+    }
+    char *text = decode_param(raw, raw_len, "keys", KEYS_ACCEPTED, &text_len, resp);
+    if (text == NULL)
+        return;
+    size_t n = 1;
+    for (size_t i = 0; i < text_len; i++)
+        n += text[i] == ',';
+    key_slice_t *keys = egm_malloc(n * sizeof(*keys), "admin.query");
+    if (keys == NULL) {
+        egm_free(text);
+        out_of_memory(resp);
+        return;
+    }
+    for (size_t i = 0, start = 0, k = 0; i <= text_len; i++) {
+        if (i == text_len || text[i] == ',') {
+            keys[k++] = (key_slice_t){text + start, i - start};
+            start = i + 1;
+        }
+    }
+    qsort(keys, n, sizeof(*keys), key_slice_cmp);
+
+    egm_status_t s = egm__http_printf(resp, "{\"success\":true,\"data\":{");
+    lock_shared(a);
+    for (size_t i = 0, written = 0; i < n && s == EGM_OK; i++) {
+        if (i > 0 && key_slice_cmp(&keys[i - 1], &keys[i]) == 0)
+            continue; /* one entry per key, as Mooncake's map */
+        egm_object_view_t obj;
+        egm_status_t found = lookup(a, keys[i].text, keys[i].len, &obj);
+        s = egm__http_printf(resp, "%s", written++ > 0 ? "," : "");
+        if (s == EGM_OK)
+            s = json_string(resp, keys[i].text, keys[i].len);
+        if (s == EGM_OK && found == EGM_OK) {
+            s = egm__http_printf(resp, ":{\"ok\":true,\"error\":null,\"values\":");
+            if (s == EGM_OK)
+                s = replica_values_json(resp, &obj);
+        } else if (s == EGM_OK) {
+            s = egm__http_printf(resp, ":{\"ok\":false,\"error\":\"%s\",\"values\":null",
+                                 mooncake_error_name(found));
+        }
+        if (s == EGM_OK)
+            s = egm__http_printf(
+                resp, ",\"disk_values\":null,\"local_disk_values\":null,\"nof_values\":null}");
+    }
+    unlock(a);
+    if (s == EGM_OK)
+        s = egm__http_printf(resp, "}}\n");
+    egm_free(keys);
+    egm_free(text);
+    resp->status = 200;
+    resp->content_type = JSON_TYPE;
+    if (s != EGM_OK)
+        out_of_memory(resp);
+}
+
+/* ---- /metrics/summary ------------------------------------------------------ */
+
+/* Mooncake's request counters' names where it has the RPC, egmstore's
+ * otherwise; Mooncake's order first. Every RPC type once (checked below). */
+static const struct {
+    uint16_t type;
+    const char *name;
+} summary_rpcs[] = {
+    {EGM_RPC_PUT_START, "PutStart"},
+    {EGM_RPC_PUT_END, "PutEnd"},
+    {EGM_RPC_PUT_REVOKE, "PutRevoke"},
+    {EGM_RPC_GET_REPLICA_LIST, "Get"},
+    {EGM_RPC_EXIST_KEY, "Exist"},
+    {EGM_RPC_REMOVE, "Del"},
+    {EGM_RPC_REMOVE_ALL, "DelAll"},
+    {EGM_RPC_PING, "Ping"},
+    {EGM_RPC_MOUNT_SEGMENT, "MountSegment"},
+    {EGM_RPC_UNMOUNT_SEGMENT, "UnmountSegment"},
+    {EGM_RPC_LIST_SEGMENTS, "ListSegments"},
+    {EGM_RPC_STAT_KEY, "StatKey"},
+    {EGM_RPC_SLAB_GRANT, "SlabGrant"},
+    {EGM_RPC_COMMIT, "Commit"},
+};
+_Static_assert(sizeof(summary_rpcs) / sizeof(summary_rpcs[0]) == EGM_RPC_TYPE_MAX,
+               "every RPC type has a name in /metrics/summary");
+
+/* As Mooncake writes sizes: "0 B", "512 B", "97.67 KB", "64.00 MB" (powers of 1024). */
+static const char *format_size(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
+    if (bytes < 1024) {
+        snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+        return buf;
+    }
+    double v = (double)bytes;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+/* One line, as Mooncake's master answers: its sections, with egmstore's
+ * counters under Mooncake's names; rates are per second since the previous
+ * /metrics/summary (since the start for the first). */
+static void serve_summary(egm_master_admin_t *a, egm_http_response_t *resp)
+{
+    egm_master_snapshot_t snap;
+    char used[32], cap[32], evicted[32], held[32], slab[32];
+    lock(a);
+    take_snapshot(a, &snap);
+    unlock(a);
+    uint64_t now = egm__now_ns(); /* not ms: two summaries may come within one */
+    uint64_t since = a->summary_ns != 0 ? a->summary_ns : a->start_ms * 1000000u;
+    double seconds = now > since ? (double)(now - since) / 1e9 : 0.0;
+    const egm_object_index_stats_t *o = &snap.objects;
+
+    egm_textbuf_t t = egm__http_body_begin(resp);
+    egm__textbuf_printf(&t,
+                        "role=leader, state=serving, service_ready=true, master={Mem Storage: "
+                        "%s / %s",
+                        format_size(snap.allocated_bytes, used, sizeof(used)),
+                        format_size(snap.capacity_bytes, cap, sizeof(cap)));
+    if (snap.capacity_bytes > 0)
+        egm__textbuf_printf(&t, " (%.1f%%)",
+                            100.0 * (double)snap.allocated_bytes / (double)snap.capacity_bytes);
+    egm__textbuf_printf(&t,
+                        " | NVMe-oF SSD: 0 B / 0 B | SSD Storage: 0 B / 0 B | Keys: %llu "
+                        "(soft-pinned: %llu) | Clients: %llu | Requests (Success/Total per sec): ",
+                        (unsigned long long)o->objects, (unsigned long long)o->soft_pinned,
+                        (unsigned long long)snap.clients);
+    for (size_t i = 0; i < sizeof(summary_rpcs) / sizeof(summary_rpcs[0]); i++) {
+        const egm_rpc_metrics_t *r = &a->metrics->rpc[summary_rpcs[i].type];
+        uint16_t type = summary_rpcs[i].type;
+        uint64_t req = atomic_load_explicit(&r->requests, memory_order_relaxed);
+        uint64_t fail = atomic_load_explicit(&r->failures, memory_order_relaxed);
+        uint64_t d_req = req - a->summary_requests[type];
+        uint64_t d_fail = fail - a->summary_failures[type];
+        double total = seconds > 0 ? (double)d_req / seconds : 0.0;
+        double ok = seconds > 0 && d_req >= d_fail ? (double)(d_req - d_fail) / seconds : 0.0;
+        egm__textbuf_printf(&t, "%s%s=%.2f/%.2f", i > 0 ? ", " : "", summary_rpcs[i].name, ok,
+                            total);
+        a->summary_requests[type] = req;
+        a->summary_failures[type] = fail;
+    }
+    a->summary_ns = now;
+    egm__textbuf_printf(
+        &t,
+        " | Eviction: Runs=%llu, NoSpace=%llu, keys=%llu, size=%s | Discard: Total=%llu | "
+        "Held: size=%s, replicas=%llu | Slabs: open=%llu, size=%s, granted=%llu, expired=%llu, "
+        "commits=%llu}\n",
+        (unsigned long long)o->eviction_runs_total, (unsigned long long)o->no_space_total,
+        (unsigned long long)o->evictions_total,
+        format_size(o->evicted_bytes_total, evicted, sizeof(evicted)),
+        (unsigned long long)o->discarded_puts_total, format_size(o->held_bytes, held, sizeof(held)),
+        (unsigned long long)o->held_extents, (unsigned long long)o->slabs,
+        format_size(o->slab_bytes, slab, sizeof(slab)), (unsigned long long)o->slab_grants_total,
+        (unsigned long long)o->slab_expired_total, (unsigned long long)o->commits_total);
+    resp->status = 200;
+    resp->content_type = "text/plain; charset=utf-8"; /* not Prometheus text */
+    if (egm__http_body_end(resp, &t) != EGM_OK)
+        out_of_memory(resp);
+}
+
 void egm__master_admin_http(void *arg, const char *path, const char *query,
                             egm_http_response_t *resp)
 {
-    const egm_master_admin_t *a = arg;
+    egm_master_admin_t *a = arg;
 
     if (strcmp(path, "/metrics") == 0)
         serve_metrics(a, resp);
+    else if (strcmp(path, "/metrics/summary") == 0)
+        serve_summary(a, resp);
+    else if (strcmp(path, "/query_key") == 0)
+        serve_query_key(a, query != NULL ? query : "", resp);
+    else if (strcmp(path, "/batch_query_keys") == 0)
+        serve_batch_query_keys(a, query != NULL ? query : "", resp);
     else if (strcmp(path, "/health") == 0)
         serve_health(a, resp);
     else if (strcmp(path, "/segments") == 0)

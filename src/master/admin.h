@@ -1,9 +1,11 @@
 /* The master's admin HTTP endpoints (docs/master.md "Admin HTTP and metrics"):
  * /metrics (Prometheus text), /health (JSON), /segments (JSON),
  * /get_all_segments (segment names, one a line, as Mooncake's master answers
- * SGLang), /keys?prefix=&limit= (JSON). They run on the HTTP server's thread
- * and read the master's state with its lock held (exclusive, except for the
- * segment names). */
+ * SGLang), /keys?prefix=&limit= (JSON), and Mooncake's /query_key?key=,
+ * /batch_query_keys?keys=a,b (JSON in Mooncake's shape; Dynamo's KV router
+ * reads the latter) and /metrics/summary (one line of text). They run on the
+ * HTTP server's one thread and read the master's state with its lock held
+ * (exclusive, except for the segment names and the per-key queries). */
 #ifndef EGM_MASTER_ADMIN_H
 #define EGM_MASTER_ADMIN_H
 
@@ -28,11 +30,18 @@ typedef struct {
      * refusals (set before its thread starts); NULL = none (tests). */
     egm_http_server_t *const *http;
     uint64_t start_ms; /* egm__now_ms() when the master started */
+    /* The counters at the previous /metrics/summary, whose rates are over the
+     * time since (since start_ms for the first). Changed by the handler, on
+     * the HTTP server's one thread only; zero-initialised. */
+    uint64_t summary_ns; /* egm__now_ns() */
+    uint64_t summary_requests[EGM_RPC_TYPE_MAX + 1];
+    uint64_t summary_failures[EGM_RPC_TYPE_MAX + 1];
 } egm_master_admin_t;
 
-/* egm_http_handler_fn; arg is an egm_master_admin_t. Unknown paths answer 404,
- * bad query parameters of /keys 400, both with a JSON error naming what was
- * wrong and what is accepted. */
+/* egm_http_handler_fn; arg is an egm_master_admin_t (its summary fields
+ * change). Unknown paths answer 404, bad query parameters 400, both with a
+ * JSON error naming what was wrong and what is accepted; /query_key of a key
+ * that is not there answers 404 as Mooncake's master does. */
 void egm__master_admin_http(void *arg, const char *path, const char *query,
                             egm_http_response_t *resp);
 

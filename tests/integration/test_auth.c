@@ -324,7 +324,14 @@ static int http_get_auth(unsigned port, const char *path, const char *authorizat
 static void test_admin_http_requires_token(void **state)
 {
     (void)state;
-    const char *guarded[] = {"/keys", "/keys?prefix=a&limit=5", "/segments", "/get_all_segments",
+    /* Mooncake's /query_key of a key that is not there answers 404 (with the token). */
+    const char *guarded[] = {"/keys",
+                             "/keys?prefix=a&limit=5",
+                             "/segments",
+                             "/get_all_segments",
+                             "/query_key?key=auth/none",
+                             "/batch_query_keys?keys=auth/none,auth/tcp",
+                             "/metrics/summary",
                              "/no-such-endpoint"};
     const char *refused[] = {NULL,           "Bearer " WRONG, "Bearer", "Bearer " TOKEN "x",
                              "Basic " TOKEN, "Token " TOKEN};
@@ -347,7 +354,10 @@ static void test_admin_http_requires_token(void **state)
         }
         for (size_t a = 0; a < sizeof(accepted) / sizeof(accepted[0]); a++) {
             int st = http_get_auth(master_http, guarded[p], accepted[a], body, sizeof(body));
-            int want = strcmp(guarded[p], "/no-such-endpoint") == 0 ? 404 : 200;
+            int want = strcmp(guarded[p], "/no-such-endpoint") == 0 ||
+                               strncmp(guarded[p], "/query_key", 10) == 0
+                           ? 404
+                           : 200;
             if (st != want)
                 fail_msg("GET %s with the token: %d, not %d", guarded[p], st, want);
         }

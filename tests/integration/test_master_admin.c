@@ -1,6 +1,7 @@
 /* Integration: the master's admin HTTP on a real master process (/metrics
  * checked by promtool, /health, /segments, /get_all_segments, /keys and
- * malformed queries), `egmstore stat`, `ls` and `master --help`. */
+ * malformed queries, Mooncake's /query_key, /batch_query_keys and
+ * /metrics/summary), `egmstore stat`, `ls` and `master --help`. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -351,6 +352,163 @@ static void test_malformed_queries(void **state)
     free(answer);
 }
 
+/* Mooncake's /query_key and /batch_query_keys: its JSON shape and status
+ * codes (tests/python/test_mooncake_admin.py compares them with a real
+ * mooncake_master), percent-decoding, one entry per distinct key in byte
+ * order, no lease granted, a pending object not ready. */
+static void test_mooncake_key_queries(void **state)
+{
+    (void)state;
+    put_object("mq/a", 100);
+    put_object("mq/b", 200);
+    put_object("mq c", 300);
+    put_object("mq,d", 400);
+
+    assert_int_equal(get("/query_key?key=mq/a"), 200);
+    assert_non_null(strstr(fx.body, "{\"success\":true,\"data\":[{\"size_\":100,"
+                                    "\"buffer_address_\":"));
+    assert_non_null(strstr(fx.body, ",\"protocol_\":\"tcp\",\"transport_endpoint_\":\""));
+    assert_non_null(strstr(fx.body, "\"segment_name_\":\""));
+    assert_int_equal(get("/query_key?key=mq%2Fa"), 200); /* decoded */
+    assert_non_null(strstr(fx.body, "\"size_\":100,"));
+    assert_int_equal(get("/query_key?key=mq+c"), 200);
+    assert_non_null(strstr(fx.body, "\"size_\":300,"));
+    assert_int_equal(get("/query_key?key=mq%2Cd&other=1"), 200); /* others ignored */
+    assert_non_null(strstr(fx.body, "\"size_\":400,"));
+
+    const char *not_found =
+        "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}\n";
+    assert_int_equal(get("/query_key?key=mq/none"), 404);
+    assert_string_equal(fx.body, not_found);
+    assert_int_equal(get("/query_key"), 404); /* the empty key, as Mooncake */
+    assert_string_equal(fx.body, not_found);
+    assert_int_equal(get("/query_key?key="), 404);
+    assert_string_equal(fx.body, not_found);
+
+    /* Looking grants no lease: a plain remove is not refused (HAS_LEASE). */
+    put_object("mq/nolease", 10);
+    assert_int_equal(get("/query_key?key=mq/nolease"), 200);
+    assert_int_equal(get("/batch_query_keys?keys=mq/nolease"), 200);
+    assert_int_equal(egm_remove(fx.client, "mq/nolease", 0), EGM_OK);
+
+    /* Sorted, duplicates once, the empty key kept, '+' and %XX decoded. */
+    assert_int_equal(get("/batch_query_keys?keys=mq/none,mq/b,mq+c,,mq/b,mq/a"), 200);
+    const char *miss = "{\"ok\":false,\"error\":\"OBJECT_NOT_FOUND\",\"values\":null,"
+                       "\"disk_values\":null,\"local_disk_values\":null,\"nof_values\":null}";
+    char want[512];
+    snprintf(want, sizeof(want), "{\"success\":true,\"data\":{\"\":%s,\"mq c\":{\"ok\":true,",
+             miss);
+    assert_true(strncmp(fx.body, want, strlen(want)) == 0);
+    const char *a =
+        strstr(fx.body, "\"mq/a\":{\"ok\":true,\"error\":null,\"values\":[{\"size_\":100,");
+    const char *b =
+        strstr(fx.body, "\"mq/b\":{\"ok\":true,\"error\":null,\"values\":[{\"size_\":200,");
+    snprintf(want, sizeof(want), "\"mq/none\":%s}}\n", miss);
+    const char *none = strstr(fx.body, want);
+    assert_true(a != NULL && b != NULL && none != NULL && a < b && b < none);
+    assert_null(strstr(b + 1, "\"mq/b\"")); /* once */
+    assert_non_null(strstr(fx.body, "}],\"disk_values\":null,\"local_disk_values\":null,"
+                                    "\"nof_values\":null},"));
+    /* A comma inside a key cannot be asked for: %2C splits too, as in Mooncake. */
+    assert_int_equal(get("/batch_query_keys?keys=mq%2Cd"), 200);
+    assert_non_null(strstr(fx.body, "\"d\":{\"ok\":false,"));
+    assert_non_null(strstr(fx.body, "\"mq\":{\"ok\":false,"));
+
+    /* A PutStart without its PutEnd: not ready yet. */
+    const char *pending_key = "mq/pending";
+    uint64_t size = 4096;
+    egm_keys_reply_t *reply = NULL;
+    assert_int_equal(egm__client_put_start(fx.client, 1, &pending_key, &size, NULL, &reply),
+                     EGM_OK);
+    egm__keys_reply_free(reply);
+    assert_int_equal(get("/query_key?key=mq/pending"), 404);
+    assert_string_equal(fx.body, "{\"success\":false,\"error_code\":-703,"
+                                 "\"error_message\":\"REPLICA_IS_NOT_READY\"}\n");
+    assert_int_equal(get("/batch_query_keys?keys=mq/pending"), 200);
+    assert_non_null(strstr(fx.body, "\"mq/pending\":{\"ok\":false,"
+                                    "\"error\":\"REPLICA_IS_NOT_READY\",\"values\":null,"));
+
+    /* Mooncake's refusal without keys, word for word; egmstore's for bad ones. */
+    const char *no_keys = "{\"success\":false,\"error\":\"No keys provided. Use "
+                          "?keys=key1,key2,...\"}\n";
+    assert_int_equal(get("/batch_query_keys"), 400);
+    assert_string_equal(fx.body, no_keys);
+    assert_int_equal(get("/batch_query_keys?keys="), 400);
+    assert_string_equal(fx.body, no_keys);
+    assert_int_equal(get("/batch_query_keys?key=mq/a"), 400);
+    assert_string_equal(fx.body, no_keys);
+    assert_int_equal(get("/batch_query_keys?keys=a&keys=b"), 400);
+    assert_non_null(strstr(fx.body, "\"success\":false,\"error\":\"given more than once\","
+                                    "\"parameter\":\"keys\""));
+    assert_int_equal(get("/batch_query_keys?keys=mq%zz"), 400);
+    assert_non_null(strstr(fx.body, "\"error\":\"bad percent-encoding\",\"parameter\":\"keys\""));
+    assert_int_equal(get("/query_key?key=a&key=b"), 400);
+    assert_non_null(strstr(fx.body, "\"parameter\":\"key\""));
+    assert_int_equal(get("/query_key?key=%4"), 400);
+    assert_non_null(strstr(fx.body, "\"error\":\"bad percent-encoding\",\"parameter\":\"key\""));
+
+    /* A key longer than any key can be (4096 bytes): not found, not an error. */
+    size_t long_len = 5000;
+    char *path = malloc(long_len + 32);
+    assert_non_null(path);
+    strcpy(path, "/batch_query_keys?keys=");
+    memset(path + strlen(path), 'x', long_len);
+    path[23 + long_len] = '\0';
+    assert_int_equal(get(path), 200);
+    assert_non_null(strstr(fx.body, "\"ok\":false,\"error\":\"OBJECT_NOT_FOUND\""));
+    free(path);
+}
+
+/* Mooncake's one-line summary: its sections in its order, sizes as it writes
+ * them, egmstore's request counters as rates since the previous summary. */
+static void test_metrics_summary(void **state)
+{
+    (void)state;
+    put_object("summary/a", 100000);
+    assert_int_equal(get("/metrics/summary"), 200);
+    const char *s = fx.body;
+    assert_true(strncmp(s, "role=leader, state=serving, service_ready=true, master={Mem Storage: ",
+                        69) == 0);
+    assert_non_null(strstr(s, " / 64.00 MB ("));
+    assert_non_null(strstr(s, "%) | NVMe-oF SSD: 0 B / 0 B | SSD Storage: 0 B / 0 B | Keys: "));
+    assert_non_null(strstr(s, " (soft-pinned: 0) | Clients: "));
+    const char *req = strstr(s, " | Requests (Success/Total per sec): PutStart=");
+    assert_non_null(req);
+    const char *order[] = {
+        "PutStart=",     "PutEnd=",  "PutRevoke=", "Get=",          "Exist=",
+        "Del=",          "DelAll=",  "Ping=",      "MountSegment=", "UnmountSegment=",
+        "ListSegments=", "StatKey=", "SlabGrant=", "Commit=",       " | Eviction: "};
+    const char *at = req;
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        at = strstr(at, order[i]);
+        if (at == NULL)
+            fail_msg("no %s in order in %s", order[i], s);
+    }
+    assert_non_null(strstr(s, " | Eviction: Runs=0, NoSpace=0, keys=0, size=0 B | Discard: "
+                              "Total=0 | Held: size="));
+    assert_non_null(strstr(s, " | Slabs: open="));
+    assert_true(strlen(s) > 2 && strcmp(s + strlen(s) - 2, "}\n") == 0);
+    assert_true(strchr(s, '\n') == s + strlen(s) - 1); /* one line */
+
+    /* The keys count is the master's; the rates cover the time since the
+     * previous summary: a second without a put shows Commit at 0. */
+    unsigned long keys = 0;
+    const char *k = strstr(s, "Keys: ");
+    assert_non_null(k);
+    keys = strtoul(k + 6, NULL, 10);
+    assert_true(keys >= 1);
+    assert_int_equal(get("/metrics"), 200);
+    assert_true(metric(fx.body, "egm_master_keys") == (double)keys);
+    usleep(1100 * 1000);
+    assert_int_equal(get("/metrics/summary"), 200);
+    if (strstr(fx.body, "Commit=0.00/0.00 |") == NULL)
+        fail_msg("a second without a put: %s", fx.body);
+    put_object("summary/b", 1000);
+    assert_int_equal(get("/metrics/summary"), 200);
+    if (strstr(fx.body, "Commit=0.00/0.00 |") != NULL)
+        fail_msg("after a put: %s", fx.body);
+}
+
 static void test_stat_and_ls(void **state)
 {
     (void)state;
@@ -474,6 +632,8 @@ int main(void)
         cmocka_unit_test(test_health_and_segments),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_malformed_queries),
+        cmocka_unit_test(test_mooncake_key_queries),
+        cmocka_unit_test(test_metrics_summary),
         cmocka_unit_test(test_stat_and_ls),
         cmocka_unit_test(test_master_help),
         cmocka_unit_test(test_http_port_taken),

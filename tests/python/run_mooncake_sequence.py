@@ -88,14 +88,15 @@ def find_mooncake_master():
     return None
 
 
-def start_mooncake_master(binary, log_path, lease_ttl_ms=LEASE_TTL_MS):
-    """Start mooncake_master on free ports; return (proc, "127.0.0.1:port") or raise RuntimeError."""
+def start_mooncake_master(binary, log_path, lease_ttl_ms=LEASE_TTL_MS, metrics_port=None):
+    """Start mooncake_master on free ports (its admin HTTP on metrics_port when given);
+    return (proc, "127.0.0.1:port") or raise RuntimeError."""
     port = free_port()
     args = [
         binary,
         "--rpc_port", str(port),
         "--port", str(port),
-        "--metrics_port", str(free_port()),
+        "--metrics_port", str(metrics_port or free_port()),
         "--http_metadata_server_port", str(free_port()),
         "--default_kv_lease_ttl", str(lease_ttl_ms),
     ]
