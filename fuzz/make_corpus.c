@@ -649,6 +649,43 @@ static void make_config(void)
     free(b);
 }
 
+/* The admin HTTP: a path byte (fuzz_admin_http.c's order), then the query. */
+static void make_admin_http(void)
+{
+    static const struct {
+        uint8_t path;
+        const char *query;
+    } seeds[] = {
+        {0, "prefix=a&limit=5"},
+        {0, "prefix=%FF%01"},
+        {0, "limit=abc"},
+        {1, "key=a"},
+        {1, "key=k+2"},
+        {1, "key=%E2%82%AC"},
+        {1, "key=pending"},
+        {1, "key=a&key=b"},
+        {1, "key=%4"},
+        {2, "keys=a,a%2Cb,,k+2,q%22%5C,%FF%01,pending,none"},
+        {2, "keys="},
+        {2, "keys=a&keys=b"},
+        {2, "keys=%zz"},
+        {3, ""},
+        {4, ""},
+        {5, ""},
+        {6, ""},
+        {8, "x=1"},
+    };
+    char name[32];
+    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+        char input[128];
+        size_t n = strlen(seeds[i].query);
+        input[0] = (char)seeds[i].path;
+        memcpy(input + 1, seeds[i].query, n);
+        snprintf(name, sizeof(name), "admin%02zu", i);
+        put_file("admin_http", name, input, n + 1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -666,6 +703,7 @@ int main(int argc, char **argv)
     make_descriptors();
     make_tcp_request();
     make_config();
+    make_admin_http();
     printf("make_corpus: %zu files under %s\n", written, root);
     return 0;
 }
