@@ -1,8 +1,11 @@
-/* The master's admin HTTP endpoints. Every read of the master's state holds
- * its lock exclusive (they read segment usage and walk objects, which RPC
- * threads holding it shared change under finer locks), so RPC handling waits
+/* The master's admin HTTP endpoints. A read of the whole state holds its lock
+ * exclusive (it reads segment usage and walks objects, which RPC threads
+ * holding it shared change under finer locks), so RPC handling waits
  * meanwhile: the answers are built straight from the state (no copies) and
- * /keys is bounded in count and bytes. */
+ * /keys is bounded in count and bytes. Mooncake's per-key queries
+ * (/query_key, /batch_query_keys) copy each object under its shard's lock,
+ * as the StatKey RPC does, and hold the state lock shared (their replicas'
+ * segments stay mounted while the answer names them). */
 #include "master/admin.h"
 
 #include <errno.h>
