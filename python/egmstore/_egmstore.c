@@ -934,14 +934,25 @@ static PyObject *client_put_from(PyObject *op, PyObject *args)
     return PyLong_FromLong(st);
 }
 
-static PyObject *client_get(PyObject *op, PyObject *args)
+/* A library buffer as bytes (a copy; the buffer is freed). */
+static PyObject *bytes_of_buffer(void *data, size_t len)
+{
+    PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
+    egm_buffer_free(data);
+    return bytes;
+}
+
+/* get and get_buffer: egm_get of the key argument, its bytes handed to
+ * `wrap` (which owns them), answered as (status, wrapped or None). */
+static PyObject *get_wrapped(PyObject *op, PyObject *args, const char *format,
+                             PyObject *(*wrap)(void *data, size_t len))
 {
     client_object *self = (client_object *)op;
     PyObject *key_obj;
     void *data = NULL;
     size_t len = 0;
     egm_status_t st;
-    if (!PyArg_ParseTuple(args, "O:get", &key_obj))
+    if (!PyArg_ParseTuple(args, format, &key_obj))
         return NULL;
     const char *key = key_arg(key_obj, "key");
     if (key == NULL)
@@ -951,12 +962,15 @@ static PyObject *client_get(PyObject *op, PyObject *args)
         egm_buffer_free(data);
         return Py_BuildValue("(iO)", (int)st, Py_None);
     }
-    PyObject *bytes = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
-    egm_buffer_free(data);
-    if (bytes == NULL)
+    PyObject *out = wrap(data, len);
+    if (out == NULL)
         return NULL;
-    PyObject *out = Py_BuildValue("(iN)", (int)st, bytes);
-    return out;
+    return Py_BuildValue("(iN)", (int)st, out);
+}
+
+static PyObject *client_get(PyObject *op, PyObject *args)
+{
+    return get_wrapped(op, args, "O:get", bytes_of_buffer);
 }
 
 static PyObject *client_get_into(PyObject *op, PyObject *args)
@@ -1172,25 +1186,7 @@ static PyObject *client_remove_all(PyObject *op, PyObject *args)
 
 static PyObject *client_get_buffer(PyObject *op, PyObject *args)
 {
-    client_object *self = (client_object *)op;
-    PyObject *key_obj;
-    void *data = NULL;
-    size_t len = 0;
-    egm_status_t st;
-    if (!PyArg_ParseTuple(args, "O:get_buffer", &key_obj))
-        return NULL;
-    const char *key = key_arg(key_obj, "key");
-    if (key == NULL)
-        return NULL;
-    CALL_UNLOCKED(self, st, egm_get(c, key, &data, &len));
-    if (st != EGM_OK) {
-        egm_buffer_free(data);
-        return Py_BuildValue("(iO)", (int)st, Py_None);
-    }
-    PyObject *handle = buffer_handle_new(data, len);
-    if (handle == NULL)
-        return NULL;
-    return Py_BuildValue("(iN)", (int)st, handle);
+    return get_wrapped(op, args, "O:get_buffer", buffer_handle_new);
 }
 
 /* egm_get for each key in turn, under one release of the GIL. */
