@@ -81,10 +81,21 @@ static int getter(const char *master, int device)
     egm_status_t st = egm_batch_get_into(client, BATCH, keys, dsts, caps, lens, results);
     if (st != EGM_OK)
         return fail("batch get", st);
-    for (int i = 0; i < BATCH; i++)
-        if (results[i] != EGM_OK || !egm_test_hbm_matches((egm_cu_deviceptr_t)(uintptr_t)dsts[i],
-                                                          BATCH_BLOCK, 1000u + (unsigned)i))
-            return fail(keys[i], results[i] != EGM_OK ? results[i] : EGM_ERR_TRANSFER);
+    int wrong = 0;
+    for (int i = 0; i < BATCH; i++) {
+        if (results[i] != EGM_OK)
+            return fail(keys[i], results[i]);
+        if (!egm_test_hbm_matches((egm_cu_deviceptr_t)(uintptr_t)dsts[i], BATCH_BLOCK,
+                                  1000u + (unsigned)i)) {
+            egm_test_hbm_explain(keys[i], (egm_cu_deviceptr_t)(uintptr_t)dsts[i], BATCH_BLOCK,
+                                 1000u + (unsigned)i);
+            wrong++;
+        }
+    }
+    if (wrong > 0) {
+        fprintf(stderr, "test_gpu_nvlink: %d of %d batch objects read back wrong\n", wrong, BATCH);
+        return 1;
+    }
     /* The scatter-gather object into two places of this GPU, second part first. */
     const char *sg_key = "gpu/sg";
     size_t sg_count = 2, sg_size = 0;
@@ -166,6 +177,32 @@ int main(int argc, char **argv)
         }
         egm_unregister_buffer(client, (void *)(uintptr_t)src);
         cu->cuMemFree(src);
+    }
+    { /* the putter reads its own objects back first (same process, same mapping) */
+        egm_cu_deviceptr_t back;
+        int bad = 0;
+        if (hbm_buffer(BATCH_BLOCK, -1, &back) == EGM_OK &&
+            egm_register_buffer(client, (void *)(uintptr_t)back, BATCH_BLOCK) == EGM_OK) {
+            for (int i = 0; i < BATCH; i++) {
+                size_t got = 0;
+                snprintf(key, sizeof(key), "gpu/batch/%d", i);
+                cu->cuMemsetD8(back, 0, BATCH_BLOCK);
+                if (egm_get_into(client, key, (void *)(uintptr_t)back, BATCH_BLOCK, &got) !=
+                        EGM_OK ||
+                    !egm_test_hbm_matches(back, BATCH_BLOCK, 1000u + (unsigned)i)) {
+                    egm_test_hbm_explain(key, back, BATCH_BLOCK, 1000u + (unsigned)i);
+                    bad++;
+                }
+            }
+            egm_unregister_buffer(client, (void *)(uintptr_t)back);
+            cu->cuMemFree(back);
+        } else {
+            bad = BATCH;
+        }
+        if (bad > 0) {
+            fprintf(stderr, "test_gpu_nvlink: putter readback: %d of %d wrong\n", bad, BATCH);
+            goto out;
+        }
     }
     egm_cu_deviceptr_t sg_src[2];
     const void *sg_addrs[2];

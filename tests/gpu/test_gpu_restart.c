@@ -44,6 +44,10 @@ static egm_status_t put_pattern(egm_client_t *client, egm_cu_deviceptr_t hbm, un
     egm_test_fill(host, LEN, seed);
     egm_status_t st = egm__cuda_check(cu->cuMemcpy(hbm, (egm_cu_deviceptr_t)(uintptr_t)host, LEN),
                                       "cuMemcpy H2D");
+    /* A copy from pageable memory may return before its DMA is done: the put
+     * must find the buffer written (docs/gpu.md). */
+    if (st == EGM_OK)
+        st = egm__cuda_check(cu->cuCtxSynchronize(), "cuCtxSynchronize");
     return st != EGM_OK ? st : egm_put_from(client, key, (void *)(uintptr_t)hbm, LEN, NULL);
 }
 

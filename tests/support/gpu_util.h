@@ -18,6 +18,9 @@ int egm_test_gpu_load(const char *test, const egm_cuda_api_t **cu_p);
 egm_status_t egm_test_hbm_fill(egm_cu_deviceptr_t ptr, size_t len, unsigned seed);
 /* 1 when len bytes at ptr hold the pattern of `seed`. */
 int egm_test_hbm_matches(egm_cu_deviceptr_t ptr, size_t len, unsigned seed);
+/* Says on stderr how ptr's len bytes differ from seed's pattern: how many,
+ * where, and whether a neighbouring seed's bytes or zeros are there. */
+void egm_test_hbm_explain(const char *what, egm_cu_deviceptr_t ptr, size_t len, unsigned seed);
 /* A client of `master` with `device` current and protocol nvlink, or NULL. */
 egm_client_t *egm_test_gpu_client(const char *master, int device);
 
