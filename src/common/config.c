@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -788,13 +789,26 @@ egm_status_t egm__config_load_file_as(egm_config_t *config, const char *path, un
 
 extern char **environ;
 
+/* EGMSTORE_* variables that are not configuration keys: the Python package's switch that
+ * stands in for mooncake.store (read by egmstore_mooncake.pth in the engines' processes,
+ * often exported for a whole shell or container) and the binary the Python tests run. */
+static const char *const env_not_keys[] = {"EGMSTORE_AS_MOONCAKE=", "EGMSTORE_BIN="};
+
+static bool env_is_not_key(const char *entry)
+{
+    for (size_t i = 0; i < sizeof(env_not_keys) / sizeof(env_not_keys[0]); i++)
+        if (strncmp(entry, env_not_keys[i], strlen(env_not_keys[i])) == 0)
+            return true;
+    return false;
+}
+
 egm_status_t egm_config_load_env(egm_config_t *config)
 {
     static const char prefix[] = "EGMSTORE_";
     if (config == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "config must not be NULL");
     for (char **e = environ; e != NULL && *e != NULL; e++) {
-        if (strncmp(*e, prefix, sizeof(prefix) - 1) != 0)
+        if (strncmp(*e, prefix, sizeof(prefix) - 1) != 0 || env_is_not_key(*e))
             continue;
         const char *name = *e + sizeof(prefix) - 1;
         const char *eq = strchr(name, '=');

@@ -500,6 +500,9 @@ static void test_env(void **state)
     assert_int_equal(setenv("EGMSTORE_GLOBAL_SEGMENT_SIZE", "1GiB", 1), 0);
     assert_int_equal(setenv("EGMSTORE_PROTOCOL", "tcp", 1), 0);
     assert_int_equal(setenv("EGMSTORE", "not a key: no underscore", 1), 0);
+    /* not configuration keys: the mooncake.store stand-in's switch, the tests' binary */
+    assert_int_equal(setenv("EGMSTORE_AS_MOONCAKE", "1", 1), 0);
+    assert_int_equal(setenv("EGMSTORE_BIN", "/x/egmstore", 1), 0);
     assert_int_equal(egm_config_load_env(c), EGM_OK);
     assert_int_equal(egm_config_get_size(c, "global_segment_size"), 1ull << 30);
     assert_string_equal(egm_config_get(c, "protocol"), "tcp");
@@ -516,6 +519,13 @@ static void test_env(void **state)
     assert_error_contains("EGMSTORE_FOO");
     assert_int_equal(unsetenv("EGMSTORE_FOO"), 0);
     assert_int_equal(unsetenv("EGMSTORE_GLOBAL_SEGMENT_SIZE"), 0);
+    /* only those two names: a key that merely starts like one is still checked */
+    assert_int_equal(setenv("EGMSTORE_AS_MOONCAKEX", "1", 1), 0);
+    assert_int_equal(egm_config_load_env(c), EGM_ERR_CONFIG);
+    assert_error_contains("EGMSTORE_AS_MOONCAKEX");
+    assert_int_equal(unsetenv("EGMSTORE_AS_MOONCAKEX"), 0);
+    assert_int_equal(unsetenv("EGMSTORE_AS_MOONCAKE"), 0);
+    assert_int_equal(unsetenv("EGMSTORE_BIN"), 0);
     assert_int_equal(unsetenv("EGMSTORE"), 0);
     egm_config_destroy(c);
 }
