@@ -16,7 +16,7 @@ junit = --test-output-size-passed 8388608 --output-junit $(abspath $(1))/Testing
 SKIP_RUNS = release=$(BUILD)/Testing/junit-release.xml gpu-fake=$(BUILD)/Testing/junit-gpu-fake.xml \
 	asan=$(ASAN_BUILD)/Testing/junit-asan.xml tsan=$(TSAN_BUILD)/Testing/junit-tsan.xml
 
-.PHONY: all deps build demo test test-release test-asan test-tsan fuzz format clean
+.PHONY: all deps build demo test test-release test-asan test-tsan fuzz format clean test-engines
 
 all: build
 
@@ -69,6 +69,22 @@ format:
 # Ends with the table of what was skipped, by run, test, case and reason (scripts/test-skips.py).
 test: deps format test-release test-asan test-tsan fuzz
 	@python3 scripts/test-skips.py $(SKIP_RUNS)
+
+# Opt-in, not part of `make test`: vLLM, SGLang and LMCache (tests/engines/requirements-*.txt),
+# their Mooncake store code unmodified, against a real master and provider of this build through
+# the mooncake.store stand-in (docs/testing.md). The venv ENGINES_VENV (about 10 GB: torch from
+# PyPI) is made once and reused while the requirement files are unchanged. Needs a configured
+# BUILD (`make build` once); brings its command and Python package up to date.
+ENGINES_VENV ?= .venv-engines
+test-engines:
+	@test -f $(BUILD)/build.ninja || { echo "no build in $(BUILD): run make build first" >&2; exit 2; }
+	cmake --build $(BUILD) -j $(JOBS) --target egmstore_cli egm_python_ext egm_python_sources
+	./scripts/engines-venv.sh $(ENGINES_VENV)
+	cp $(BUILD)/python/egmstore_mooncake.pth \
+		"$$($(ENGINES_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
+	EGM_BUILD=$(abspath $(BUILD)) PYTHONPATH=$(abspath $(BUILD))/python EGMSTORE_AS_MOONCAKE=1 \
+		$(ENGINES_VENV)/bin/python -m pytest -v -p no:cacheprovider -W ignore::DeprecationWarning \
+		tests/engines
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
