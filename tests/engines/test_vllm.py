@@ -8,7 +8,8 @@ threads started), a save through the sending thread (batch_is_exist, then
 batch_put_from_multi_buffers: one key per block, one piece per layer region), lookup
 (batch_is_exist), a load by a second worker through start_load_kv and its receiving threads
 (batch_get_into_multi_buffers) into other blocks of its own KV cache, the bytes compared with
-the producer's, and close().
+the producer's (again with VLLM_MOONCAKE_STORE_TIER_LOG=1: batch_get_replica_desc), and
+close(); and the embedding-cache store client (test_embedding_store_client).
 
 What is replaced, as vLLM's own unit tests of this worker replace it (tests/v1/kv_connector/
 unit/test_mooncake_store_worker.py and test_mooncake_store_hma_e2e.py in its sdist): the
@@ -147,7 +148,23 @@ def test_config_defaults_to_rdma(mooncake_config):
     assert cfg.protocol == "rdma"
 
 
-def test_store_worker_save_lookup_load(mooncake_config):
+@pytest.mark.parametrize("tier_log", [False, True], ids=["plain", "tier-log"])
+def test_store_worker_save_lookup_load(mooncake_config, monkeypatch, tier_log):
+    """With VLLM_MOONCAKE_STORE_TIER_LOG=1 the receiving thread also asks
+    batch_get_replica_desc for each loaded key's tier (is_memory_replica and friends): every
+    key must be found in memory."""
+    tiers = []
+    if tier_log:
+        monkeypatch.setenv("VLLM_MOONCAKE_STORE_TIER_LOG", "1")
+        real = worker._log_mooncake_load_tier_summary
+
+        def record(req_id, batch_keys, load_results, tiers_by_key):
+            tiers.append((list(batch_keys), list(load_results), dict(tiers_by_key)))
+            return real(req_id, batch_keys, load_results, tiers_by_key)
+
+        monkeypatch.setattr(worker, "_log_mooncake_load_tier_summary", record)
+    else:
+        monkeypatch.delenv("VLLM_MOONCAKE_STORE_TIER_LOG", raising=False)
     cfg = kv_cache_config()
     producer = worker.MooncakeStoreWorker(vllm_config("kv_both"), cfg)
     consumer = None
@@ -206,6 +223,13 @@ def test_store_worker_save_lookup_load(mooncake_config):
                 assert got == want, f"{name} block {src} -> {dst}: other bytes"
             # nothing else of the consumer's cache was written
             assert not c[: 5 * page].any() and not c[9 * page:].any()
+        if tier_log:
+            assert tiers, "the tier summary was not logged"
+            keys = [k for batch_keys, _, _ in tiers for k in batch_keys]
+            assert len(keys) == 4
+            for batch_keys, results, by_key in tiers:
+                assert all(r == 2 * page for r in results), results  # both layers' pieces
+                assert all(by_key[k] == "memory" for k in batch_keys), by_key
     finally:
         producer.close()
         if consumer is not None:
@@ -216,3 +240,43 @@ def test_store_worker_save_lookup_load(mooncake_config):
 def worker_store_class():
     import egmstore.mooncake
     return egmstore.mooncake.MooncakeDistributedStore
+
+
+def test_embedding_store_client(mooncake_config, monkeypatch):
+    """vLLM's embedding-cache store client (vllm/distributed/ec_transfer/ec_connector/
+    mooncake_store_embedding/store_client.py): create_mooncake_embedding_store_client (the
+    shared config and setup; ReplicateConfig.data_type = ObjectDataType.TENSOR), put_tensor
+    (a registered header + the tensor through batch_put_from_multi_buffers), batch_exists,
+    load_tensors into CPU tensors (batch_get_into into its registered read buffer), a missing
+    key skipped, close (unregister_buffer of both buffers, close)."""
+    from vllm.distributed.ec_transfer.ec_connector.mooncake_store_embedding import (
+        store_client,
+    )
+    from vllm.distributed.ec_transfer.ec_connector.mooncake_store_embedding.data import (
+        TensorSpec,
+        make_embedding_key,
+    )
+    monkeypatch.setattr(store_client, "get_ip", lambda: "127.0.0.1")
+    client = store_client.create_mooncake_embedding_store_client(read_buffer_bytes=4 << 20)
+    try:
+        ns = f"egm-test@{uuid.uuid4().hex}"
+        tensors = {
+            make_embedding_key(ns, "a"): torch.randn(7, 64, dtype=torch.float32),
+            make_embedding_key(ns, "b"): torch.randn(33, 128, dtype=torch.bfloat16),
+            make_embedding_key(ns, "c"): torch.randn(1, 4096, dtype=torch.float16),
+        }
+        for key, t in tensors.items():
+            client.put_tensor(key, t)
+        missing = make_embedding_key(ns, "missing")
+        assert client.batch_exists(list(tensors) + [missing]) == [True, True, True, False]
+        expected = {key: TensorSpec(tuple(t.shape), str(t.dtype), t.numel() * t.element_size())
+                    for key, t in tensors.items()}
+        expected[missing] = TensorSpec((2, 2), "torch.float32", 16)
+        loaded = client.load_tensors(expected, "cpu")
+        assert set(loaded) == set(tensors)
+        for key, t in tensors.items():
+            assert loaded[key].dtype == t.dtype and loaded[key].shape == t.shape
+            assert bytes(loaded[key].view(torch.uint8).reshape(-1).numpy()) == \
+                bytes(t.view(torch.uint8).reshape(-1).numpy()), key
+    finally:
+        client.close()
