@@ -8,6 +8,7 @@ The master and provider come from tests/python/conftest.py's Cluster (binary
 ${EGM_BUILD}/bin/egmstore). Nothing here mocks egmstore: what is replaced is only what
 needs a GPU, a model or a distributed group (see each test)."""
 
+import gc
 import importlib.util
 import os
 import sys
@@ -49,6 +50,13 @@ def cluster(tmp_path_factory):
     contributes its own segment besides, as it does on Mooncake."""
     c = pyconf.Cluster(str(tmp_path_factory.mktemp("cluster")), segment="512MiB")
     yield c
+    # Stores the engines leave open (SGLang's close() is a no-op, leaving the client to its
+    # destructor) are closed while the master is up, not at exit after it.
+    import egmstore.mooncake
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, egmstore.mooncake.MooncakeDistributedStore):
+            obj.close()
     c.stop()
 
 
