@@ -116,11 +116,14 @@ static void check_keys_reply(const uint8_t *buf, size_t len, size_t n)
     egm__pb_free(&ref->base);
 }
 
-/* Keys in a request that has them (KeysRequest, PutStartRequest): its
- * repeated field `keys`, found by the descriptor so that any such request
- * type is covered. */
+/* Results a KeysReply to req must have: one per key of a request that has
+ * keys (KeysRequest, PutStartRequest, CommitRequest: its repeated field
+ * `keys`, found by the descriptor so that any such request type is covered);
+ * one, the slab, for a SlabGrantRequest. */
 static size_t request_keys(const ProtobufCMessage *req)
 {
+    if (req->descriptor == &egm__slab_grant_request__descriptor)
+        return 1;
     const ProtobufCFieldDescriptor *f =
         protobuf_c_message_descriptor_get_field_by_name(req->descriptor, "keys");
     FUZZ_CHECK(f != NULL && f->label == PROTOBUF_C_LABEL_REPEATED);
