@@ -322,6 +322,10 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         failed = egm__set_error(EGM_ERR_INVALID_ARG, "replica_num: %u, must be 1..%d", replica_num,
                                 EGM_WSLAB_EXTENTS_MAX);
     pthread_mutex_lock(&w->lock);
+    /* The call's class slot: it moves only while the lock is let go (a grant). */
+    int c = failed == EGM_OK ? class_of(w, replica_num, rc) : -1;
+    if (failed == EGM_OK && c < 0)
+        failed = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing a put");
     for (size_t i = 0; i < n; i++) {
         uint64_t r = round_object(sizes[i]);
         refs[i].slab = NULL;
@@ -329,11 +333,6 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
             status[i] = failed != EGM_OK
                             ? failed
                             : egm__set_error(EGM_ERR_INVALID_ARG, "value too large to place");
-            continue;
-        }
-        int c = class_of(w, replica_num, rc);
-        if (c < 0) {
-            status[i] = failed = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing a put");
             continue;
         }
         egm_wslab_t *s = w->classes[c].slab;

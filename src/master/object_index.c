@@ -689,11 +689,9 @@ static uint64_t expire_slabs_locked(egm_object_index_t *index, uint64_t now_ms)
 {
     if (now_ms < egm__slabs_next_expiry(index->slabs))
         return 0;
-    egm_slabs_stats_t before, after;
-    egm__slabs_stats(index->slabs, &before);
-    uint64_t freed = egm__slabs_expire(index->slabs, now_ms);
-    egm__slabs_stats(index->slabs, &after);
-    index->slab_expired += before.slabs - after.slabs;
+    size_t expired;
+    uint64_t freed = egm__slabs_expire(index->slabs, now_ms, &expired);
+    index->slab_expired += expired;
     return freed;
 }
 
@@ -775,7 +773,7 @@ void egm__objects_destroy(egm_object_index_t *index)
     }
     held_take(index, held_any, NULL, 1); /* the segments outlive the index */
     if (index->slabs != NULL)
-        egm__slabs_expire(index->slabs, UINT64_MAX);
+        egm__slabs_expire(index->slabs, UINT64_MAX, NULL);
     egm__slabs_destroy(index->slabs);
     egm_free(index->held);
     for (size_t s = 0; s < index->n_shards_ready; s++)

@@ -197,17 +197,21 @@ uint64_t egm__slabs_release(egm_slab_table_t *t, egm_slab_t *slab)
     return freed;
 }
 
-uint64_t egm__slabs_expire(egm_slab_table_t *t, uint64_t now_ms)
+uint64_t egm__slabs_expire(egm_slab_table_t *t, uint64_t now_ms, size_t *expired_p)
 {
-    size_t iter = 0;
+    size_t iter = 0, expired = 0;
     void *value;
     uint64_t freed = 0;
 
     while (egm__hashmap_next(t->by_id, &iter, NULL, NULL, &value)) {
         egm_slab_t *slab = value;
-        if (now_ms >= slab->expiry_ms)
+        if (now_ms >= slab->expiry_ms) {
             freed += egm__slabs_release(t, slab);
+            expired++;
+        }
     }
+    if (expired_p != NULL)
+        *expired_p = expired;
     return freed;
 }
 
@@ -240,11 +244,6 @@ void egm__slabs_drop_segment(egm_slab_table_t *t, const egm_segment_t *segment)
     }
 }
 
-static uint64_t unclaimed(const egm_slab_t *slab)
-{
-    return slab->unclaimed;
-}
-
 void egm__slabs_stats(const egm_slab_table_t *t, egm_slabs_stats_t *stats_p)
 {
     size_t iter = 0;
@@ -254,7 +253,7 @@ void egm__slabs_stats(const egm_slab_table_t *t, egm_slabs_stats_t *stats_p)
     while (egm__hashmap_next(t->by_id, &iter, NULL, NULL, &value)) {
         const egm_slab_t *slab = value;
         stats_p->slabs++;
-        stats_p->unclaimed_bytes += unclaimed(slab) * slab->n_live;
+        stats_p->unclaimed_bytes += slab->unclaimed * slab->n_live;
     }
 }
 
@@ -270,7 +269,7 @@ void egm__slabs_in(const egm_slab_table_t *t, const egm_segment_t *segment, uint
         const egm_slab_t *slab = value;
         for (uint32_t e = 0; e < slab->n_extents; e++)
             if (slab->extents[e].segment == segment) {
-                *bytes_p += unclaimed(slab);
+                *bytes_p += slab->unclaimed;
                 *pieces_p += slab->n_pieces;
             }
     }

@@ -86,8 +86,9 @@ egm_status_t egm__slabs_claim(egm_slab_t *slab, uint64_t off, uint64_t len);
 /* Frees the slab's unclaimed space and forgets it; the bytes freed (every
  * extent). */
 uint64_t egm__slabs_release(egm_slab_table_t *table, egm_slab_t *slab);
-/* Releases every slab whose lease ended at or before now_ms; bytes freed. */
-uint64_t egm__slabs_expire(egm_slab_table_t *table, uint64_t now_ms);
+/* Releases every slab whose lease ended at or before now_ms; bytes freed,
+ * and how many slabs in *expired_p (may be NULL). */
+uint64_t egm__slabs_expire(egm_slab_table_t *table, uint64_t now_ms, size_t *expired_p);
 /* The earliest expiry of a slab (UINT64_MAX: none). */
 uint64_t egm__slabs_next_expiry(const egm_slab_table_t *table);
 /* Forgets the extents on `segment` (being unmounted); a slab left with none
