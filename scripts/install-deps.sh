@@ -21,6 +21,7 @@ packages=(
     libibverbs1
     redis-server redis-tools # bench/meta/run.sh measures Redis next to the master
     prometheus               # promtool: CI checks the master's /metrics with `promtool check metrics`
+    etcd-server              # master HA: the election tests start a real etcd (src/ha, docs/ha.md)
 )
 
 missing=()

@@ -164,8 +164,10 @@ static int parse_container(parser_t *p, int depth)
             if (object) {
                 if (p->pos >= p->len || p->s[p->pos] != '"')
                     return fail(p, "expected a member name");
-                if (parse_string(p) < 0)
+                int key = parse_string(p);
+                if (key < 0)
                     return -1;
+                p->doc->toks[key].next = p->doc->n;
                 skip_space(p);
                 if (p->pos >= p->len || p->s[p->pos] != ':')
                     return fail(p, "expected ':'");

@@ -1,0 +1,363 @@
+/* etcd v3 over the HTTP/JSON gateway (see etcd.h). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/alloc.h"
+#include "common/base64.h"
+#include "common/json_read.h"
+#include "common/log.h"
+#include "common/sock.h"
+#include "common/textbuf.h"
+#include "ha/etcd.h"
+#include "ha/http.h"
+
+struct egm_etcd {
+    pthread_mutex_t lock;
+    egm_http_conn_t conns[EGM_ETCD_ENDPOINTS_MAX];
+    char names[EGM_ETCD_ENDPOINTS_MAX][300];
+    unsigned n, current;
+    int timeout_ms;
+};
+
+#define ENDPOINTS_FORM "host:port[;host:port...], e.g. etcd://10.0.0.1:2379;10.0.0.2:2379"
+
+egm_status_t egm__etcd_create(const char *endpoints, int timeout_ms, egm_etcd_t **etcd_p)
+{
+    if (endpoints == NULL || endpoints[0] == '\0')
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "etcd endpoints: none given (expected " ENDPOINTS_FORM ")");
+    egm_etcd_t *e = egm_calloc(1, sizeof(*e), "etcd.client");
+    if (e == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "etcd client");
+    e->timeout_ms = timeout_ms > 0 ? timeout_ms : 1000;
+    const char *p = endpoints;
+    if (strncmp(p, "etcd://", 7) == 0)
+        p += 7;
+    while (*p != '\0') {
+        size_t len = strcspn(p, ";,");
+        char item[EGM_SOCK_HOST_MAX + 16], host[EGM_SOCK_HOST_MAX];
+        uint16_t port;
+        const char *at = p;
+        if (len >= 7 && strncmp(at, "http://", 7) == 0) {
+            at += 7;
+            len -= 7;
+        }
+        if (len > 0 && at[len - 1] == '/')
+            len--;
+        egm_status_t s = EGM_ERR_CONFIG;
+        if (len > 0 && len < sizeof(item)) {
+            memcpy(item, at, len);
+            item[len] = '\0';
+            s = egm__sock_split_peer_hostport(item, host, sizeof(host), &port);
+        }
+        if (s != EGM_OK || e->n == EGM_ETCD_ENDPOINTS_MAX) {
+            egm__set_error(
+                EGM_ERR_CONFIG,
+                e->n == EGM_ETCD_ENDPOINTS_MAX
+                    ? "etcd endpoints \"%s\": more than %d"
+                    : "etcd endpoints \"%s\": \"%.*s\" is not host:port (expected " ENDPOINTS_FORM
+                      ")",
+                endpoints, e->n == EGM_ETCD_ENDPOINTS_MAX ? EGM_ETCD_ENDPOINTS_MAX : (int)len, at);
+            egm_free(e);
+            return EGM_ERR_CONFIG;
+        }
+        egm__http_conn_init(&e->conns[e->n], host, port);
+        egm__sock_format_hostport(host, port, e->names[e->n], sizeof(e->names[0]));
+        e->n++;
+        p = at + len;
+        if (*p == '/')
+            p++;
+        if (*p == ';' || *p == ',')
+            p++;
+    }
+    if (e->n == 0) {
+        egm_free(e);
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "etcd endpoints \"%s\": none given (expected " ENDPOINTS_FORM ")",
+                              endpoints);
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    *etcd_p = e;
+    return EGM_OK;
+}
+
+void egm__etcd_destroy(egm_etcd_t *e)
+{
+    if (e == NULL)
+        return;
+    for (unsigned i = 0; i < e->n; i++)
+        egm__http_conn_cleanup(&e->conns[i]);
+    pthread_mutex_destroy(&e->lock);
+    egm_free(e);
+}
+
+const char *egm__etcd_endpoint(const egm_etcd_t *e)
+{
+    return e->names[e->current];
+}
+
+/* The answer of one call: its body and the JSON read from it. */
+typedef struct {
+    char *body;
+    egm_json_doc_t doc;
+} answer_t;
+
+static void answer_cleanup(answer_t *a)
+{
+    egm__json_doc_cleanup(&a->doc);
+    egm_free(a->body);
+    a->body = NULL;
+}
+
+/* etcd's refusal: {"error":"...","code":N,"message":"..."}; gRPC code 5 is
+ * NOT_FOUND (e.g. an unknown lease). */
+static egm_status_t refusal(answer_t *a, const char *path, int http)
+{
+    char msg[256] = "";
+    int64_t code = -1;
+    int m = egm__json_member(&a->doc, 0, "message");
+    if (m < 0)
+        m = egm__json_member(&a->doc, 0, "error");
+    egm__json_get_string(&a->doc, m, msg, sizeof(msg));
+    egm__json_get_int64(&a->doc, egm__json_member(&a->doc, 0, "code"), &code);
+    return egm__set_error(code == 5 ? EGM_ERR_NOT_FOUND : EGM_ERR_IO, "etcd %s: HTTP %d: %s", path,
+                          http, msg[0] ? msg : "(no message)");
+}
+
+static egm_status_t call(egm_etcd_t *e, const char *path, const egm_textbuf_t *req, answer_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    if (req->status != EGM_OK)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "etcd %s: request", path);
+    pthread_mutex_lock(&e->lock);
+    egm_status_t s = EGM_ERR_UNREACHABLE;
+    int http = 0;
+    size_t len = 0;
+    for (unsigned tries = 0; tries < e->n; tries++) {
+        egm_http_conn_t *c = &e->conns[e->current];
+        s = egm__http_post(c, path, req->buf, req->need, e->timeout_ms, &http, &a->body, &len);
+        /* A member that lost its quorum answers 503: another may have it. */
+        if (s == EGM_OK && http == 503 && tries + 1 < e->n) {
+            egm_free(a->body);
+            a->body = NULL;
+            s = egm__set_error(EGM_ERR_UNREACHABLE, "etcd %s: HTTP 503", e->names[e->current]);
+        }
+        if (s != EGM_ERR_UNREACHABLE && s != EGM_ERR_TIMEOUT)
+            break;
+        e->current = (e->current + 1) % e->n;
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (s != EGM_OK)
+        return s;
+    s = egm__json_parse(a->body, len, &a->doc);
+    if (s == EGM_OK && a->doc.toks[0].type != EGM_JSON_OBJECT)
+        s = egm__set_error(EGM_ERR_PROTOCOL, "etcd %s: the answer is not a JSON object", path);
+    if (s == EGM_OK && http != 200)
+        s = refusal(a, path, http);
+    if (s != EGM_OK)
+        answer_cleanup(a);
+    return s;
+}
+
+/* Appends "name":"<base64 of the bytes>". */
+static void b64_member(egm_textbuf_t *t, const char *name, const void *data, size_t len)
+{
+    char small[256];
+    size_t need = EGM_BASE64_LEN(len);
+    char *out = need <= sizeof(small) ? small : egm_malloc(need, "etcd.b64");
+    if (out == NULL) {
+        t->status = EGM_ERR_NO_MEMORY;
+        return;
+    }
+    egm__base64_encode(data, len, out);
+    egm__textbuf_printf(t, "\"%s\":\"%s\"", name, out);
+    if (out != small)
+        egm_free(out);
+}
+
+static int64_t member_int(const answer_t *a, int obj, const char *name)
+{
+    int64_t v = 0;
+    egm__json_get_int64(&a->doc, egm__json_member(&a->doc, obj, name), &v);
+    return v;
+}
+
+/* kvs[0] of a range answer at token range into kv: EGM_ERR_NOT_FOUND when it
+ * has none. */
+static egm_status_t read_kv(const answer_t *a, int range, egm_etcd_kv_t *kv)
+{
+    memset(kv, 0, sizeof(*kv));
+    int first = egm__json_element(&a->doc, egm__json_member(&a->doc, range, "kvs"), 0);
+    if (first < 0)
+        return EGM_ERR_NOT_FOUND;
+    const egm_json_doc_t *d = &a->doc;
+    int v = egm__json_member(d, first, "value");
+    size_t enc =
+        v >= 0 && d->toks[v].type == EGM_JSON_STRING ? d->toks[v].end - d->toks[v].start : 0;
+    kv->value = egm_malloc(enc / 4 * 3 + 1, "etcd.value");
+    if (kv->value == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "etcd value of %zu bytes", enc);
+    long n =
+        enc == 0 ? 0 : egm__base64_decode(d->text + d->toks[v].start, enc, kv->value, enc / 4 * 3);
+    if (n < 0) {
+        egm__etcd_kv_cleanup(kv);
+        return egm__set_error(EGM_ERR_PROTOCOL, "etcd: a value that is not base64");
+    }
+    kv->value[n] = '\0';
+    kv->len = (size_t)n;
+    kv->create_revision = member_int(a, first, "create_revision");
+    kv->mod_revision = member_int(a, first, "mod_revision");
+    kv->lease = member_int(a, first, "lease");
+    return EGM_OK;
+}
+
+void egm__etcd_kv_cleanup(egm_etcd_kv_t *kv)
+{
+    egm_free(kv->value);
+    memset(kv, 0, sizeof(*kv));
+}
+
+egm_status_t egm__etcd_lease_grant(egm_etcd_t *e, int64_t ttl_s, int64_t *id_p, int64_t *ttl_p)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm__textbuf_printf(&t, "{\"TTL\":\"%lld\"}", (long long)ttl_s);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/lease/grant", &t, &a);
+    egm_free(t.buf);
+    if (s != EGM_OK)
+        return s;
+    int64_t id = member_int(&a, 0, "ID"), ttl = member_int(&a, 0, "TTL");
+    answer_cleanup(&a);
+    if (id == 0 || ttl <= 0)
+        return egm__set_error(EGM_ERR_PROTOCOL, "etcd lease grant: no ID or TTL in the answer");
+    *id_p = id;
+    if (ttl_p != NULL)
+        *ttl_p = ttl;
+    return EGM_OK;
+}
+
+egm_status_t egm__etcd_lease_keepalive(egm_etcd_t *e, int64_t id, int64_t *ttl_p)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm__textbuf_printf(&t, "{\"ID\":\"%lld\"}", (long long)id);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/lease/keepalive", &t, &a);
+    egm_free(t.buf);
+    if (s != EGM_OK)
+        return s;
+    /* The gateway streams: one {"result":{...}} per renewal. No TTL: gone. */
+    int64_t ttl = member_int(&a, egm__json_member(&a.doc, 0, "result"), "TTL");
+    answer_cleanup(&a);
+    if (ttl <= 0)
+        return egm__set_error(EGM_ERR_NOT_FOUND, "etcd lease %llx: expired or revoked",
+                              (unsigned long long)id);
+    *ttl_p = ttl;
+    return EGM_OK;
+}
+
+egm_status_t egm__etcd_lease_revoke(egm_etcd_t *e, int64_t id)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm__textbuf_printf(&t, "{\"ID\":\"%lld\"}", (long long)id);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/lease/revoke", &t, &a);
+    egm_free(t.buf);
+    if (s == EGM_OK)
+        answer_cleanup(&a);
+    return s == EGM_ERR_NOT_FOUND ? EGM_OK : s;
+}
+
+egm_status_t egm__etcd_get(egm_etcd_t *e, const char *key, egm_etcd_kv_t *kv_p, int64_t *revision_p)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm__textbuf_append(&t, "{", 1);
+    b64_member(&t, "key", key, strlen(key));
+    egm__textbuf_append(&t, "}", 1);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/kv/range", &t, &a);
+    egm_free(t.buf);
+    if (s != EGM_OK)
+        return s;
+    if (revision_p != NULL)
+        *revision_p = member_int(&a, egm__json_member(&a.doc, 0, "header"), "revision");
+    s = read_kv(&a, 0, kv_p);
+    answer_cleanup(&a);
+    return s;
+}
+
+egm_status_t egm__etcd_put(egm_etcd_t *e, const char *key, const void *value, size_t len,
+                           int64_t lease)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm__textbuf_append(&t, "{", 1);
+    b64_member(&t, "key", key, strlen(key));
+    egm__textbuf_append(&t, ",", 1);
+    b64_member(&t, "value", value, len);
+    egm__textbuf_printf(&t, ",\"lease\":\"%lld\"}", (long long)lease);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/kv/put", &t, &a);
+    egm_free(t.buf);
+    if (s == EGM_OK)
+        answer_cleanup(&a);
+    return s;
+}
+
+egm_status_t egm__etcd_create_key(egm_etcd_t *e, const char *key, const void *value, size_t len,
+                                  int64_t lease, bool *created_p, egm_etcd_kv_t *kv_p)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm_textbuf_t k = egm__textbuf_growing("etcd.request");
+    b64_member(&k, "key", key, strlen(key));
+    egm__textbuf_printf(&t, "{\"compare\":[{\"target\":\"CREATE\",%s,\"create_revision\":\"0\"}],",
+                        k.buf ? k.buf : "");
+    egm__textbuf_printf(&t, "\"success\":[{\"request_put\":{%s,", k.buf ? k.buf : "");
+    b64_member(&t, "value", value, len);
+    egm__textbuf_printf(&t, ",\"lease\":\"%lld\"}},{\"request_range\":{%s}}],", (long long)lease,
+                        k.buf ? k.buf : "");
+    egm__textbuf_printf(&t, "\"failure\":[{\"request_range\":{%s}}]}", k.buf ? k.buf : "");
+    if (k.status != EGM_OK)
+        t.status = k.status;
+    egm_free(k.buf);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/kv/txn", &t, &a);
+    egm_free(t.buf);
+    if (s != EGM_OK)
+        return s;
+    *created_p = egm__json_is_true(&a.doc, egm__json_member(&a.doc, 0, "succeeded"));
+    if (kv_p != NULL) {
+        int responses = egm__json_member(&a.doc, 0, "responses");
+        int last = responses < 0
+                       ? -1
+                       : egm__json_element(&a.doc, responses, a.doc.toks[responses].count - 1);
+        s = read_kv(&a, egm__json_member(&a.doc, last, "response_range"), kv_p);
+        if (s == EGM_ERR_NOT_FOUND) /* deleted between the two steps: as if absent */
+            s = egm__set_error(EGM_ERR_PROTOCOL, "etcd txn on %s: no key in the answer", key);
+    }
+    answer_cleanup(&a);
+    return s;
+}
+
+egm_status_t egm__etcd_delete_if(egm_etcd_t *e, const char *key, int64_t create_revision,
+                                 bool *deleted_p)
+{
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm_textbuf_t k = egm__textbuf_growing("etcd.request");
+    b64_member(&k, "key", key, strlen(key));
+    egm__textbuf_printf(&t,
+                        "{\"compare\":[{\"target\":\"CREATE\",%s,\"create_revision\":\"%lld\"}],"
+                        "\"success\":[{\"request_delete_range\":{%s}}]}",
+                        k.buf ? k.buf : "", (long long)create_revision, k.buf ? k.buf : "");
+    if (k.status != EGM_OK)
+        t.status = k.status;
+    egm_free(k.buf);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/kv/txn", &t, &a);
+    egm_free(t.buf);
+    if (s != EGM_OK)
+        return s;
+    if (deleted_p != NULL)
+        *deleted_p = egm__json_is_true(&a.doc, egm__json_member(&a.doc, 0, "succeeded"));
+    answer_cleanup(&a);
+    return EGM_OK;
+}

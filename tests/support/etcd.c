@@ -1,0 +1,108 @@
+/* A one-member etcd for tests (see etcd.h). */
+#include "support/etcd.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "common/clock.h"
+#include "support/http_get.h"
+
+static const char *etcd_bin(void)
+{
+    const char *bin = getenv("EGM_TEST_ETCD");
+    return bin != NULL && bin[0] != '\0' ? bin : "/usr/bin/etcd";
+}
+
+static unsigned free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    unsigned port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int spawn(egm_test_etcd_t *e)
+{
+    char client[64], peer[64], cluster[96], data[300];
+    snprintf(client, sizeof(client), "http://127.0.0.1:%u", e->client_port);
+    snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", e->peer_port);
+    snprintf(cluster, sizeof(cluster), "t=%s", peer);
+    snprintf(data, sizeof(data), "%s/data", e->dir);
+    const char *argv[] = {etcd_bin(), "--name",
+                          "t",        "--data-dir",
+                          data,       "--listen-client-urls",
+                          client,     "--advertise-client-urls",
+                          client,     "--listen-peer-urls",
+                          peer,       "--initial-advertise-peer-urls",
+                          peer,       "--initial-cluster",
+                          cluster,    "--log-level",
+                          "error",    NULL};
+    if (access(argv[0], X_OK) != 0) {
+        fprintf(stderr,
+                "etcd: %s is missing: install Debian's etcd-server "
+                "(scripts/install-deps.sh does) or set EGM_TEST_ETCD\n",
+                argv[0]);
+        return -1;
+    }
+    if (egm__process_spawn((char *const *)argv, EGM_PROCESS_STDOUT_INHERIT, &e->proc) != EGM_OK) {
+        fprintf(stderr, "etcd: cannot start %s\n", argv[0]);
+        return -1;
+    }
+    char body[256];
+    for (uint64_t until = egm__now_ms() + 30000; egm__now_ms() < until;) {
+        if (egm_test_http_get(e->client_port, "/health", body, sizeof(body)) == 200 &&
+            strstr(body, "true") != NULL)
+            return 0;
+        int code;
+        if (egm__process_wait(&e->proc, 0, &code) == EGM_OK) {
+            fprintf(stderr, "etcd: exited with %d before it was healthy\n", code);
+            return -1;
+        }
+        egm__sleep_ms(50);
+    }
+    fprintf(stderr, "etcd: not healthy after 30 s\n");
+    return -1;
+}
+
+int egm_test_etcd_start(egm_test_etcd_t *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->proc.out_fd = -1;
+    snprintf(e->dir, sizeof(e->dir), "/tmp/egm-test-etcd-XXXXXX");
+    if (mkdtemp(e->dir) == NULL)
+        return -1;
+    e->client_port = free_port();
+    e->peer_port = free_port();
+    snprintf(e->endpoint, sizeof(e->endpoint), "127.0.0.1:%u", e->client_port);
+    return e->client_port && e->peer_port ? spawn(e) : -1;
+}
+
+int egm_test_etcd_restart(egm_test_etcd_t *e)
+{
+    egm__process_cleanup(&e->proc);
+    memset(&e->proc, 0, sizeof(e->proc));
+    e->proc.out_fd = -1;
+    return spawn(e);
+}
+
+void egm_test_etcd_stop(egm_test_etcd_t *e)
+{
+    egm__process_cleanup(&e->proc);
+    if (e->dir[0] != '\0') {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", e->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "etcd: could not remove %s\n", e->dir);
+    }
+    e->dir[0] = '\0';
+}

@@ -1,0 +1,24 @@
+/* A real etcd (Debian's etcd-server) for the HA tests: one member on free
+ * loopback ports, its data in a fresh temporary folder. Every wait is bounded.
+ * etcd missing is an error, not a skip: scripts/install-deps.sh installs it. */
+#ifndef EGM_TEST_ETCD_H
+#define EGM_TEST_ETCD_H
+
+#include "common/process.h"
+
+typedef struct {
+    egm_process_t proc;
+    unsigned client_port, peer_port;
+    char dir[256];
+    char endpoint[64]; /* "127.0.0.1:PORT" */
+} egm_test_etcd_t;
+
+/* Starts it and waits (up to 30 s) until /health answers. 0 on success;
+ * -1 with a line on stderr saying why. */
+int egm_test_etcd_start(egm_test_etcd_t *etcd);
+/* Starts it again on the same ports and data (after a kill). */
+int egm_test_etcd_restart(egm_test_etcd_t *etcd);
+/* Kills it and removes its folder. */
+void egm_test_etcd_stop(egm_test_etcd_t *etcd);
+
+#endif
