@@ -1,6 +1,7 @@
 /* Store client: creation, teardown and buffer registration. */
 #include <string.h>
 #include "client/client_int.h"
+#include "client/master_leader.h"
 #include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/config_int.h"
@@ -10,6 +11,7 @@ static void client_free(egm_client_t *client)
 {
     egm__te_destroy(client->te);
     egm__rpc_client_destroy(client->master);
+    egm__master_leader_destroy(client->leader);
     egm__registry_destroy(client->registry);
     egm__location_cache_destroy(client->locations);
     egm__wslabs_destroy(client->slabs);
@@ -84,7 +86,15 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .auth_token = token,
         .spin_us = (int)settings->rpc_spin_us,
     };
-    status = egm__rpc_client_create(&rpc_params, &client->master);
+    if (egm__master_leader_is_etcd(settings->master_server_addr)) {
+        status = egm__master_leader_create(settings->master_server_addr, settings->cluster_id,
+                                           (int)settings->connect_timeout_ms, &client->leader);
+        rpc_params.addr = NULL;
+        rpc_params.resolve = egm__master_leader_resolve;
+        rpc_params.resolve_arg = client->leader;
+    }
+    if (status == EGM_OK)
+        status = egm__rpc_client_create(&rpc_params, &client->master);
     if (status == EGM_OK)
         status = egm__te_create(&te_params, &client->te);
     egm__secure_zero(token, sizeof(token));

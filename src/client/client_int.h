@@ -55,6 +55,7 @@ struct egm_client {
     egm_config_t *config;
     egm_id_t id;
     egm_rpc_client_t *master;
+    struct egm_master_leader *leader; /* master_server_addr etcd://: finds the master */
     egm_te_t *te;
     egm_registry_t *registry;
     egm_capacity_t capacity;

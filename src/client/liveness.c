@@ -295,6 +295,8 @@ static void prewarm_segments(egm_client_t *client)
     egm__rpc_msg_free(&reply->base);
 }
 
+#define EGM_PING_RETRY_MS 100
+
 static void *ping_main(void *arg)
 {
     egm_client_t *client = arg;
@@ -302,7 +304,12 @@ static void *ping_main(void *arg)
 
     pthread_mutex_lock(&client->lock);
     while (!client->stopping) {
-        if (wait_unless_stopping(client, interval_ms))
+        /* A master that went away is looked for more often than it is
+         * pinged: a restarted or newly elected one is found within 100 ms. */
+        uint64_t wait_ms = client->master_reachable || interval_ms < EGM_PING_RETRY_MS
+                               ? interval_ms
+                               : EGM_PING_RETRY_MS;
+        if (wait_unless_stopping(client, wait_ms))
             break;
         pthread_mutex_unlock(&client->lock);
         egm_status_t status = ping_once(client);

@@ -93,8 +93,10 @@ static const egm_config_choice_t handle_types[] = {{"auto", EGM_HANDLE_TYPE_AUTO
 
 static const egm_config_key_t keys[] = {
     ENUM(log_level, egm_log_level_t, log_levels, "info", ALL, "log verbosity"),
-    STRING(master_server_addr, "127.0.0.1:50051", "`HOST:PORT`, `[IPv6]:PORT`", P | C,
-           "master RPC address HOST:PORT (flag alias --master)"),
+    STRING(master_server_addr, "127.0.0.1:50051",
+           "`HOST:PORT`, `[IPv6]:PORT`, `etcd://HOST:PORT[;HOST:PORT...]`", P | C,
+           "master RPC address HOST:PORT, or etcd://... to follow the leader of HA masters (flag "
+           "alias --master)"),
     STRING(listen_address, "0.0.0.0", "an address or host name", M | P, "master: bind address"),
     INT(port, "50051", 0, 65535, M, "master: RPC port (0 = any free port)"),
     INT(http_port, "9003", -1, 65535, M,
@@ -197,6 +199,17 @@ static const egm_config_key_t keys[] = {
     INT(fd_allowed_gid, "-1", -1, 2147483647, P | C | CAP,
         "provider: besides its own uid and root, peers whose primary group is this gid may fetch "
         "segment descriptors from its fd socket (-1 = none)"),
+    STRING(cluster_id, "egmstore", "1-64 of letters, digits, `-`, `_`, `.`", ALL,
+           "names the cluster in etcd: HA masters elect their leader under the key "
+           "egmstore/<cluster_id>/master/leader, which clients and providers read (docs/ha.md)"),
+    BOOL(enable_ha, "false", M,
+         "master: stand for leader through etcd (etcd_endpoints); only the leader serves, and a "
+         "leader that loses its lease exits (docs/ha.md)"),
+    STRING(etcd_endpoints, "", "`HOST:PORT[;HOST:PORT...]`", M,
+           "master: the etcd members enable_ha elects through"),
+    INT(ha_lease_ttl, "2", 2, 60, M,
+        "master: seconds of the leader's etcd lease: a leader that dies is replaced about this "
+        "long after"),
 };
 
 #undef M
@@ -383,6 +396,50 @@ static egm_status_t check_hostport(const char *name, const char *text)
     return EGM_OK;
 }
 
+/* master_server_addr (HOST:PORT, or etcd:// and a list of them) and
+ * etcd_endpoints (a list, "" = none): each item HOST:PORT, optionally http://. */
+static egm_status_t check_address_list(const char *name, const char *text)
+{
+    int etcd = strncmp(text, "etcd://", 7) == 0, list = strcmp(name, "etcd_endpoints") == 0;
+    if (!etcd && !list)
+        return check_hostport(name, text);
+    const char *p = text + (etcd ? 7 : 0);
+    if (*p == '\0' && !list)
+        return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" names no etcd endpoint", name, text);
+    while (*p != '\0') {
+        char item[EGM_SOCK_HOST_MAX + 16];
+        size_t len = strcspn(p, ";,");
+        const char *at = strncmp(p, "http://", 7) == 0 ? p + 7 : p;
+        size_t alen = len - (size_t)(at - p);
+        if (alen > 0 && at[alen - 1] == '/')
+            alen--;
+        if (alen == 0 || alen >= sizeof(item))
+            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" has an empty or too long endpoint",
+                                  name, text);
+        memcpy(item, at, alen);
+        item[alen] = '\0';
+        egm_status_t s = check_hostport(name, item);
+        if (s != EGM_OK)
+            return s;
+        p += len;
+        if (*p != '\0')
+            p++;
+    }
+    return EGM_OK;
+}
+
+static egm_status_t check_cluster_id(const char *name, const char *text)
+{
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)text[i]) && strchr("-_.", text[i]) == NULL)
+            n = 0;
+    if (n == 0 || n > 64)
+        return egm__set_error(
+            EGM_ERR_CONFIG, "%s: \"%s\" is not 1-64 of letters, digits, '-', '_', '.'", name, text);
+    return EGM_OK;
+}
+
 /* Checks `text` as a value of key k and reads it into *v (nothing for a
  * string). The one parser of values: set, files and the settings use it. */
 static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *v)
@@ -391,8 +448,10 @@ static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *
     case EGM_CFG_STRING:
         if (strlen(text) > 4096)
             return egm__set_error(EGM_ERR_CONFIG, "%s: value longer than 4096 characters", k->name);
-        if (strcmp(k->name, "master_server_addr") == 0)
-            return check_hostport(k->name, text);
+        if (strcmp(k->name, "master_server_addr") == 0 || strcmp(k->name, "etcd_endpoints") == 0)
+            return check_address_list(k->name, text);
+        if (strcmp(k->name, "cluster_id") == 0)
+            return check_cluster_id(k->name, text);
         return EGM_OK;
     case EGM_CFG_ENUM:
         return egm__config_parse_choice(k, text, &v->b);

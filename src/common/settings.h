@@ -93,6 +93,10 @@ typedef struct egm_settings {
     const char *auth_token;
     const char *auth_token_file;
     int64_t fd_allowed_gid;
+    const char *cluster_id;
+    int enable_ha;
+    const char *etcd_endpoints;
+    int64_t ha_lease_ttl;
 } egm_settings_t;
 
 /* The settings of `config` (never NULL for a config). Valid while the config

@@ -26,6 +26,11 @@ struct egm_election {
     int64_t lease;
 };
 
+void egm__election_master_key(const char *cluster_id, char *key, size_t len)
+{
+    snprintf(key, len, "egmstore/%s/master/leader", cluster_id);
+}
+
 static void set_leader(egm_election_t *e, const egm_etcd_kv_t *kv)
 {
     pthread_mutex_lock(&e->lock);
@@ -185,8 +190,6 @@ static void *run(void *arg)
             egm__etcd_lease_revoke(e->etcd, e->lease);
             egm_info("election %s: resigned (epoch %lld)", e->key, (long long)epoch);
         }
-        if (e->params.on_change != NULL)
-            e->params.on_change(e->params.arg, false, epoch);
     }
     return NULL;
 }

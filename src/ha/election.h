@@ -19,6 +19,13 @@
 
 typedef struct egm_election egm_election_t;
 
+/* Room for a leader key. */
+#define EGM_ELECTION_KEY_MAX 300
+
+/* The etcd key the masters of cluster cluster_id elect their leader under,
+ * and clients read it from: "egmstore/<cluster_id>/master/leader". */
+void egm__election_master_key(const char *cluster_id, char *key, size_t len);
+
 typedef struct {
     const char *endpoints; /* etcd endpoints (ha/etcd.h's form) */
     const char *key;       /* the leader key, e.g. "egmstore/<cluster>/master" */
@@ -26,7 +33,8 @@ typedef struct {
     int ttl_s;             /* lease TTL, 2..3600 (etcd's own minimum is about 2 s) */
     int poll_ms;           /* how often a follower looks at the key; 0: ttl_s * 1000 / 8 */
     /* Called from the election's thread when this candidate starts (leading,
-     * with its epoch) or stops leading; may be NULL. It should be quick. */
+     * with its epoch) or stops leading other than by stop/abandon; may be
+     * NULL. It should be quick. */
     void (*on_change)(void *arg, bool leading, int64_t epoch);
     void *arg;
 } egm_election_params_t;

@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/prom.h"
+#include "ha/election.h"
 #include "rpc/command.h"
 
 #define JSON_TYPE "application/json"
@@ -131,6 +132,14 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         egm__rpc_server_group_stats(a->server, &s->server); /* every RPC thread */
     if (a->http != NULL)
         s->http_auth_failures = egm__http_auth_failures(*a->http);
+    if (st->election != NULL) {
+        int64_t epoch = 0;
+        s->ha = 1;
+        s->ha_leading = egm__election_leading(st->election, &epoch);
+        s->ha_epoch = s->ha_leading ? (uint64_t)epoch : 0;
+        s->ha_wins = egm__election_wins(st->election);
+        s->ha_losses = egm__election_losses(st->election);
+    }
 }
 
 static void serve_metrics(const egm_master_admin_t *a, egm_http_response_t *resp)
@@ -154,15 +163,28 @@ static void serve_health(const egm_master_admin_t *a, egm_http_response_t *resp)
     lock(a);
     take_snapshot(a, &snap);
     unlock(a);
+    char leader[300] = "";
+    int64_t leader_epoch = 0;
+    const char *role = "single";
+    if (a->state->election != NULL) {
+        role = snap.ha_leading ? "leader" : "standby";
+        if (egm__election_leader((egm_election_t *)a->state->election, leader, sizeof(leader),
+                                 &leader_epoch) != EGM_OK)
+            leader[0] = '\0';
+    }
     resp->status = 200;
     resp->content_type = JSON_TYPE;
+    char leader_json[640];
+    egm_textbuf_t lt = egm__textbuf(leader_json, sizeof(leader_json));
+    egm__json_cstring(&lt, leader);
     if (egm__http_printf(
             resp,
-            "{\"status\":\"ok\",\"master_id\":\"%s\",\"version\":\"%s\",\"uptime_s\":%.3f,"
+            "{\"status\":\"ok\",\"role\":\"%s\",\"leader\":%s,\"epoch\":%lld,"
+            "\"master_id\":\"%s\",\"version\":\"%s\",\"uptime_s\":%.3f,"
             "\"segments\":%llu,\"clients\":%llu,\"keys\":%llu,\"allocated_bytes\":%llu,"
             "\"capacity_bytes\":%llu}\n",
-            egm__id_format(snap.master_id, id_text), EGMSTORE_VERSION,
-            (double)snap.uptime_ms / 1000.0, (unsigned long long)snap.segments,
+            role, leader_json, (long long)leader_epoch, egm__id_format(snap.master_id, id_text),
+            EGMSTORE_VERSION, (double)snap.uptime_ms / 1000.0, (unsigned long long)snap.segments,
             (unsigned long long)snap.clients, (unsigned long long)snap.objects.objects,
             (unsigned long long)snap.allocated_bytes,
             (unsigned long long)snap.capacity_bytes) != EGM_OK)

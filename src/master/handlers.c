@@ -11,6 +11,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "ha/election.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
 #include "rpc/frame.h"
@@ -789,7 +790,12 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
 
     reply->buf = NULL;
     reply->len = 0;
-    egm_status_t status = dispatch(st, type, payload, len, reply, &failed);
+    egm_status_t status;
+    if (st->election != NULL && !egm__election_leading(st->election, NULL))
+        status = egm__set_error(EGM_ERR_UNREACHABLE, "this master does not lead now (enable_ha): "
+                                                     "the leader is in etcd");
+    else
+        status = dispatch(st, type, payload, len, reply, &failed);
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,
                                    egm__now_ns() - start_ns);

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/reactor.h"
 #include "common/sock.h"
+#include "ha/election.h"
 #include "master/admin.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
@@ -47,6 +48,8 @@ struct egm_master {
     uint64_t timer_id;
     int timer_added;
     uint16_t port;
+    egm_election_t *election; /* enable_ha */
+    _Atomic int deposed;      /* lost the leadership it had: the process exits */
 };
 
 static void on_tick(egm_reactor_t *reactor, void *arg)
@@ -115,6 +118,53 @@ static void object_params(const egm_config_t *config, uint64_t lease_ttl_ms,
     params->eviction_high_watermark = settings->eviction_high_watermark_ratio;
     params->eviction_ratio = settings->eviction_ratio;
     params->placement = settings->placement_strategy;
+}
+
+/* The election's thread: a master that stops leading stops serving (the
+ * per-request check already refuses) and exits, to come back as a standby. */
+static void on_leadership(void *arg, bool leading, int64_t epoch)
+{
+    egm_master_t *master = arg;
+    if (leading) {
+        egm_info("master: leading (epoch %lld): serving", (long long)epoch);
+        return;
+    }
+    atomic_store(&master->deposed, 1);
+    egm_error("master: lost the leadership of epoch %lld: stopping", (long long)epoch);
+    egm__master_stop(master);
+}
+
+/* enable_ha: stands for leader under the cluster's key, published as the
+ * address clients reach this master at. */
+static egm_status_t start_election(egm_master_t *master, const egm_settings_t *settings)
+{
+    if (settings->etcd_endpoints == NULL || settings->etcd_endpoints[0] == '\0')
+        return egm__set_error(EGM_ERR_CONFIG, "enable_ha needs etcd_endpoints "
+                                              "(HOST:PORT[;HOST:PORT...])");
+    const char *host = settings->listen_address;
+    if (host == NULL || host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)
+        host = egm__host_name(); /* a wildcard is no address to publish */
+    char addr[300], key[EGM_ELECTION_KEY_MAX];
+    egm__sock_format_hostport(host, master->port, addr, sizeof(addr));
+    egm__election_master_key(settings->cluster_id, key, sizeof(key));
+    egm_election_params_t params = {.endpoints = settings->etcd_endpoints,
+                                    .key = key,
+                                    .value = addr,
+                                    .ttl_s = (int)settings->ha_lease_ttl,
+                                    .on_change = on_leadership,
+                                    .arg = master};
+    egm_status_t status = egm__election_start(&params, &master->election);
+    if (status != EGM_OK)
+        return status;
+    master->state.election = master->election;
+    egm_info("master: enable_ha: standing for leader of %s as %s (etcd %s, lease %lld s)", key,
+             addr, settings->etcd_endpoints, (long long)settings->ha_lease_ttl);
+    return EGM_OK;
+}
+
+int egm__master_deposed(const egm_master_t *master)
+{
+    return atomic_load(&((egm_master_t *)master)->deposed);
 }
 
 egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **master_p)
@@ -227,6 +277,13 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
                 goto err;
         }
     }
+    /* Before the admin HTTP thread, which reads state.election; no RPC is
+     * served before egm__master_run, and then only while elected. */
+    if (settings->enable_ha) {
+        status = start_election(master, settings);
+        if (status != EGM_OK)
+            goto err;
+    }
     status = start_admin_http(master, config, host);
     if (status != EGM_OK)
         goto err;
@@ -309,6 +366,9 @@ void egm__master_destroy(egm_master_t *master)
     if (master == NULL)
         return;
     egm__http_stop(master->http); /* first: its thread reads everything below */
+    /* Resigns (the next leader need not wait out the lease); nothing is served after. */
+    egm__election_stop(master->election);
+    master->state.election = NULL;
     if (master->timer_added)
         egm__reactor_remove_timer(master->reactors[0], master->timer_id);
     /* Peers before the server that owns the listeners. */

@@ -24,5 +24,9 @@ egm_status_t egm__master_run(egm_master_t *master);
 /* Thread-safe and async-signal-safe. */
 void egm__master_stop(egm_master_t *master);
 void egm__master_destroy(egm_master_t *master);
+/* enable_ha: whether this master lost a leadership it had (etcd unreachable
+ * for its lease, or its key taken): egm__master_run then returns and the
+ * process should exit, to be restarted as a standby (docs/ha.md). */
+int egm__master_deposed(const egm_master_t *master);
 
 #endif

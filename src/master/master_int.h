@@ -39,6 +39,9 @@ typedef struct {
      * `metrics` counts and times every request. */
     pthread_rwlock_t *lock;
     struct egm_master_metrics *metrics;
+    /* enable_ha: requests are served only while this master leads (checked
+     * per request against the election's fence); NULL = always. */
+    const struct egm_election *election;
 } egm_master_state_t;
 
 /* Initializes a state lock: writers first (a waiting exclusive holder stops

@@ -164,6 +164,19 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "admin HTTP requests refused for a missing or wrong bearer token (auth_token; every "
          "path but /health and /metrics needs it)",
          s->http_auth_failures},
+        {"egm_master_ha_leader", EGM_PROM_GAUGE,
+         "1 while this master leads (enable_ha; 1 without HA too), 0 while it stands by",
+         s->ha ? s->ha_leading : 1},
+        {"egm_master_ha_epoch", EGM_PROM_GAUGE,
+         "etcd revision this master's leadership began at (0 when it does not lead or without "
+         "HA): grows with every new leader",
+         s->ha_epoch},
+        {"egm_master_ha_elections_won_total", EGM_PROM_COUNTER,
+         "elections this master won (enable_ha)", s->ha_wins},
+        {"egm_master_ha_leadership_lost_total", EGM_PROM_COUNTER,
+         "leaderships this master lost to its lease (etcd unreachable or the key taken), after "
+         "which it exits",
+         s->ha_losses},
     };
     egm__prom_rows(out, rows, sizeof(rows) / sizeof(rows[0]));
     format_rpc(metrics, out);

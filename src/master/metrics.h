@@ -45,6 +45,8 @@ typedef struct {
     egm_object_index_stats_t objects;
     egm_rpc_server_stats_t server; /* summed over the RPC threads' servers */
     uint64_t http_auth_failures;   /* admin HTTP requests refused for the token */
+    /* enable_ha (0 when off): leading now, its epoch, elections won and leaderships lost. */
+    uint64_t ha, ha_leading, ha_epoch, ha_wins, ha_losses;
 } egm_master_snapshot_t;
 
 void egm__master_metrics_init(egm_master_metrics_t *metrics);

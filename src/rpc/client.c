@@ -85,6 +85,9 @@ struct egm_rpc_client {
     local_candidate_t local[LOCAL_CANDIDATES_MAX]; /* tried in order before TCP */
     size_t n_local;                                /* 0 = TCP only */
     char auth_token[EGM_AUTH_TOKEN_MAX + 1];       /* "" = none sent */
+    egm_status_t (*resolve)(void *arg, char *addr, size_t len);
+    void *resolve_arg;
+    int prefer_local;
 
     pthread_mutex_t lock;
     pthread_mutex_t wlock;
@@ -567,6 +570,32 @@ err_close:
     return -1;
 }
 
+/* Asks the resolver where the master is now, and aims there (local socket
+ * names too) when it moved. Caller holds lock, not connected. */
+static egm_status_t follow_master(egm_rpc_client_t *cl)
+{
+    char addr[EGM_SOCK_HOST_MAX + 16], host[EGM_SOCK_HOST_MAX];
+    uint16_t port;
+    egm_status_t status = cl->resolve(cl->resolve_arg, addr, sizeof(addr));
+    if (status != EGM_OK)
+        return status;
+    status = egm__sock_split_peer_hostport(addr, host, sizeof(host), &port);
+    if (status != EGM_OK)
+        return egm__set_error(EGM_ERR_UNREACHABLE, "the master's address \"%s\": %s", addr,
+                              egm_last_error());
+    if (port == cl->port && strcmp(host, cl->host) == 0)
+        return EGM_OK;
+    if (cl->port != 0)
+        egm_info("rpc client: the master is now %s", addr);
+    snprintf(cl->host, sizeof(cl->host), "%s", host);
+    cl->port = port;
+    egm__sock_format_hostport(cl->host, cl->port, cl->where, sizeof(cl->where));
+    cl->n_local = 0;
+    if (cl->prefer_local)
+        plan_local_candidates(cl);
+    return EGM_OK;
+}
+
 /* Caller holds lock. */
 static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadline_ms)
 {
@@ -589,6 +618,11 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         int left = deadline_ms > now ? (int)(deadline_ms - now) : 1;
         if (timeout <= 0 || left < timeout)
             timeout = left;
+    }
+    if (cl->resolve != NULL) {
+        status = follow_master(cl);
+        if (status != EGM_OK)
+            return status;
     }
     const char *via = NULL;
     if (cl->n_local > 0) {
@@ -890,7 +924,7 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     egm_status_t status;
 
     *client_p = NULL;
-    if (params == NULL || params->addr == NULL)
+    if (params == NULL || (params->addr == NULL && params->resolve == NULL))
         return egm__set_error(EGM_ERR_INVALID_ARG, "rpc client: an address is required");
     if (params->max_frame_size == 0 || params->max_frame_size > UINT32_MAX)
         return egm__set_error(EGM_ERR_INVALID_ARG,
@@ -900,10 +934,17 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl = egm_calloc(1, sizeof(*cl), "rpc_client");
     if (cl == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "rpc client: out of memory");
-    status = egm__sock_split_peer_hostport(params->addr, cl->host, sizeof(cl->host), &cl->port);
-    if (status != EGM_OK)
-        goto err_free;
-    egm__sock_format_hostport(cl->host, cl->port, cl->where, sizeof(cl->where));
+    cl->resolve = params->resolve;
+    cl->resolve_arg = params->resolve_arg;
+    cl->prefer_local = params->prefer_local_socket;
+    if (params->addr != NULL) {
+        status = egm__sock_split_peer_hostport(params->addr, cl->host, sizeof(cl->host), &cl->port);
+        if (status != EGM_OK)
+            goto err_free;
+        egm__sock_format_hostport(cl->host, cl->port, cl->where, sizeof(cl->where));
+    } else {
+        snprintf(cl->where, sizeof(cl->where), "(the leader of masters)");
+    }
     status = egm__hashmap_create(&cl->pending);
     if (status != EGM_OK)
         goto err_free;
@@ -923,7 +964,7 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl->max_frame_size = params->max_frame_size;
     if (params->auth_token != NULL)
         snprintf(cl->auth_token, sizeof(cl->auth_token), "%s", params->auth_token);
-    if (params->prefer_local_socket)
+    if (params->prefer_local_socket && params->addr != NULL)
         plan_local_candidates(cl);
     *client_p = cl;
     return EGM_OK;

@@ -39,10 +39,17 @@ typedef struct {
     /* Microseconds a caller polls for its reply without sleeping before it
      * waits in poll (0 = sleep at once). */
     int spin_us;
+    /* When set, the master's address is asked of it before every (re)connect
+     * (addr is then only the first guess, and may be NULL): the current
+     * leader of masters in HA (docs/ha.md). It writes "host:port" into addr
+     * (len bytes) or answers an error (e.g. EGM_ERR_UNREACHABLE: no leader
+     * known) that fails the connect. Called under the client's lock. */
+    egm_status_t (*resolve)(void *arg, char *addr, size_t len);
+    void *resolve_arg;
 } egm_rpc_client_params_t;
 
 /* Does not connect yet: the first call does. params and its strings are
- * copied. EGM_ERR_INVALID_ARG (no addr, a bad host:port, max_frame_size
+ * copied. EGM_ERR_INVALID_ARG (no addr nor resolve, a bad host:port, max_frame_size
  * outside 1..UINT32_MAX), EGM_ERR_NO_MEMORY. */
 egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
                                     egm_rpc_client_t **client_p);

@@ -56,9 +56,15 @@ int egm__cmd_master(egm_cli_t *cli)
     fflush(stdout);
     status = egm__master_run(master);
     running_master = NULL;
+    int deposed = egm__master_deposed(master);
     egm__master_destroy(master);
     if (status != EGM_OK) {
         egm__cli_error("master", status);
+        return EGM_EXIT_FAIL;
+    }
+    if (deposed) {
+        fprintf(stderr, "egmstore: master: lost the leadership (enable_ha): exiting, to be "
+                        "restarted as a standby\n");
         return EGM_EXIT_FAIL;
     }
     egm_info("master stopped");

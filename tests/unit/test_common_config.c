@@ -80,6 +80,10 @@ static void test_key_table_names_order_defaults(void **state)
         {"auth_token", ""},
         {"auth_token_file", ""},
         {"fd_allowed_gid", "-1"},
+        {"cluster_id", "egmstore"},
+        {"enable_ha", "false"},
+        {"etcd_endpoints", ""},
+        {"ha_lease_ttl", "2"},
     };
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
@@ -1004,9 +1008,47 @@ static void test_docs_key_table(void **state)
                  keys[row].name);
 }
 
+/* The HA keys: master_server_addr takes etcd:// and a list of endpoints
+ * (each checked as an address), etcd_endpoints a list or nothing, cluster_id
+ * a short name fit for an etcd key; each refusal names the key. */
+static void test_ha_keys(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    const char *good[][2] = {
+        {"master_server_addr", "etcd://127.0.0.1:2379"},
+        {"master_server_addr", "etcd://10.0.0.1:2379;10.0.0.2:2379,http://[::1]:2379/"},
+        {"etcd_endpoints", "127.0.0.1:2379;127.0.0.2:2379"},
+        {"etcd_endpoints", ""},
+        {"cluster_id", "prod-kv_1.a"},
+        {"enable_ha", "on"},
+        {"ha_lease_ttl", "60"},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_int_equal(egm_config_set(c, good[i][0], good[i][1]), EGM_OK);
+    const char *bad[][2] = {
+        {"master_server_addr", "etcd://"},
+        {"master_server_addr", "etcd://127.0.0.1"},
+        {"master_server_addr", "etcd://127.0.0.1:2379;;"},
+        {"etcd_endpoints", "127.0.0.1:0"},
+        {"cluster_id", ""},
+        {"cluster_id", "a/b"},
+        {"cluster_id", "01234567890123456789012345678901234567890123456789012345678901234"},
+        {"ha_lease_ttl", "1"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (egm_config_set(c, bad[i][0], bad[i][1]) != EGM_ERR_CONFIG)
+            fail_msg("%s = \"%s\" accepted", bad[i][0], bad[i][1]);
+        assert_non_null(strstr(egm_last_error(), bad[i][0]));
+    }
+    egm_config_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ha_keys),
         cmocka_unit_test_setup_teardown(test_file_refuses_devices_and_nul_bytes, setup_tmp_dir,
                                         teardown_tmp_dir),
         cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, egm_test_setup_alloc,

@@ -1,0 +1,162 @@
+/* Masters with enable_ha on a real etcd, as processes: of two, one leads and
+ * the other stands by (/health says which, and a standby refuses RPCs);
+ * clients and providers given master_server_addr etcd://... find the leader;
+ * after the leader is SIGKILLed the standby takes over with a higher epoch,
+ * the provider remounts on it and the same client's puts and gets succeed
+ * again without being recreated (the time from the kill to the first
+ * successful put and get is printed). What the new leader does not have yet:
+ * the objects committed under the old one (docs/ha.md: no state handover
+ * yet) -- asserted, so that the test says so until it changes. A restarted
+ * old leader comes back as a standby. A leader cut off from etcd exits. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <egmstore/egmstore.h>
+#include "common/clock.h"
+#include "support/cluster.h"
+#include "support/etcd.h"
+#include "support/http_get.h"
+
+#define WAIT_MS 30000
+
+static egm_test_etcd_t etcd;
+
+/* "leader", "standby" or "" (no answer): the role in a master's /health. */
+static void role_of(unsigned http_port, char *role, size_t len, long long *epoch_p)
+{
+    char body[4096];
+    role[0] = '\0';
+    if (egm_test_http_get(http_port, "/health", body, sizeof(body)) != 200)
+        return;
+    const char *r = strstr(body, "\"role\":\"");
+    if (r != NULL)
+        snprintf(role, len, "%.*s", (int)strcspn(r + 8, "\""), r + 8);
+    const char *e = strstr(body, "\"epoch\":");
+    if (e != NULL && epoch_p != NULL)
+        *epoch_p = atoll(e + 8);
+}
+
+/* Waits until the master on http port `want` leads; the other (if any) stands by. */
+static long long wait_leads(unsigned want, unsigned other)
+{
+    char role[32], orole[32];
+    long long epoch = 0;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; egm__now_ms() < until; egm__sleep_ms(50)) {
+        role_of(want, role, sizeof(role), &epoch);
+        if (strcmp(role, "leader") != 0)
+            continue;
+        if (other != 0) {
+            role_of(other, orole, sizeof(orole), NULL);
+            assert_string_equal(orole, "standby");
+        }
+        return epoch;
+    }
+    fail_msg("the master on http port %u did not lead within %d ms", want, WAIT_MS);
+    return 0;
+}
+
+static void test_failover(void **state)
+{
+    (void)state;
+    assert_int_equal(egm_test_etcd_start(&etcd), 0);
+    const char *ha[] = {"--enable-ha", "true", "--etcd-endpoints", etcd.endpoint, "--ha-lease-ttl",
+                        "2",           NULL};
+    egm_test_cluster_t a, b;
+    unsigned http_a = 0, http_b = 0;
+    assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
+    /* A leads before B exists: the test knows which to kill. */
+    long long epoch_a = wait_leads(http_a, 0);
+    assert_int_equal(egm_test_start_master_http(&b, ha, &http_b), 0);
+    assert_int_equal(wait_leads(http_a, http_b), epoch_a);
+
+    /* A standby answers no RPC: a client pointed at it cannot start. */
+    egm_client_t *direct = egm_test_client(&b, "tcp", NULL);
+    assert_null(direct);
+
+    /* Provider and client follow the leader through etcd. */
+    assert_true(strlen(etcd.endpoint) + 8 <= sizeof(a.master_addr));
+    memcpy(a.master_addr, "etcd://", 7);
+    memcpy(a.master_addr + 7, etcd.endpoint, strlen(etcd.endpoint) + 1);
+    assert_true(egm_test_start_provider(&a, "64MiB", NULL) >= 0);
+    egm_client_t *client = egm_test_client(&a, "tcp", NULL);
+    assert_non_null(client);
+    assert_int_equal(egm_test_put_seeded(client, "before", 65536, 1), EGM_OK);
+    assert_int_equal(egm_test_get_seeded(client, "before", 65536, 1), EGM_OK);
+
+    /* The leader dies. */
+    uint64_t killed = egm__now_ms();
+    assert_int_equal(egm__process_signal(&a.master, SIGKILL), EGM_OK);
+    egm_status_t s = EGM_ERR_UNREACHABLE;
+    while (s != EGM_OK && egm__now_ms() - killed < WAIT_MS) {
+        s = egm_test_put_seeded(client, "after", 65536, 2);
+        if (s != EGM_OK)
+            egm__sleep_ms(20);
+    }
+    assert_int_equal(s, EGM_OK);
+    assert_int_equal(egm_test_get_seeded(client, "after", 65536, 2), EGM_OK);
+    uint64_t resumed = egm__now_ms();
+    fprintf(stderr,
+            "ha failover: first put and get %llu ms after the leader's SIGKILL "
+            "(ha_lease_ttl 2 s)\n",
+            (unsigned long long)(resumed - killed));
+    long long epoch_b = wait_leads(http_b, 0);
+    assert_true(epoch_b > epoch_a);
+    /* No state handover yet: the new leader never heard of "before". */
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(egm_get(client, "before", &buf, &len), EGM_ERR_NOT_FOUND);
+
+    /* The old leader, restarted, stands by. */
+    int code;
+    egm__process_wait(&a.master, 5000, &code);
+    unsigned http_a2 = 0;
+    egm_test_cluster_t a2;
+    assert_int_equal(egm_test_start_master_http(&a2, ha, &http_a2), 0);
+    assert_int_equal(wait_leads(http_b, http_a2), epoch_b);
+
+    egm_client_destroy(client);
+    egm_test_cluster_stop(&a);
+    egm_test_cluster_stop(&a2);
+    egm_test_cluster_stop(&b);
+    egm_test_etcd_stop(&etcd);
+}
+
+/* A leader that cannot reach etcd (stopped with SIGSTOP) stops at its
+ * fence and its process exits with status 1; once etcd is back the standby
+ * (or anyone) leads with a higher epoch. */
+static void test_cut_off_leader_exits(void **state)
+{
+    (void)state;
+    assert_int_equal(egm_test_etcd_start(&etcd), 0);
+    const char *ha[] = {"--enable-ha", "true", "--etcd-endpoints", etcd.endpoint, "--ha-lease-ttl",
+                        "2",           NULL};
+    egm_test_cluster_t a, b;
+    unsigned http_a = 0, http_b = 0;
+    assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
+    long long epoch_a = wait_leads(http_a, 0);
+    assert_int_equal(egm_test_start_master_http(&b, ha, &http_b), 0);
+    assert_int_equal(egm__process_signal(&etcd.proc, SIGSTOP), EGM_OK);
+    int code = -1;
+    assert_int_equal(egm__process_wait(&a.master, WAIT_MS, &code), EGM_OK);
+    assert_int_equal(code, 1);
+    assert_int_equal(egm__process_signal(&etcd.proc, SIGCONT), EGM_OK);
+    assert_true(wait_leads(http_b, 0) > epoch_a);
+    egm_test_cluster_stop(&a);
+    egm_test_cluster_stop(&b);
+    egm_test_etcd_stop(&etcd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_cut_off_leader_exits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
