@@ -90,6 +90,9 @@ struct egm_client {
     atomic_uint_fast64_t cache_bound_max_ms;
     int remount_fenced; /* ping thread: the fence of the pending resync was waited;
                          * cleared by a new loss (liveness.c remount_fence) */
+    /* How long the master had served (PingReply serving_ms) when its last
+     * answer came, and when that was (now_ms): ping thread. */
+    uint64_t master_serving_ms, master_serving_seen_ms;
 
     egm_client_phases_t phases;      /* where put and get time goes (phases.h) */
     egm_location_cache_t *locations; /* lease-cached locations; NULL when off */

@@ -14,6 +14,7 @@
 #include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/config_int.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
 #include "cuda/driver.h"
@@ -105,6 +106,8 @@ static egm_status_t ping_once(egm_client_t *client)
         if (!egm__id_is_nil(master_id))
             client->master_id = master_id;
         client->view = reply->view;
+        client->master_serving_ms = reply->serving_ms;
+        client->master_serving_seen_ms = egm__now_ms();
     } else {
         egm__set_error(status, "ping refused: %s", egm_status_string(status));
     }
@@ -173,12 +176,30 @@ static int wait_unless_stopping(egm_client_t *client, uint64_t ms)
  * succeeds (another master id, our segments retired again) is waited for
  * anew, since a remount left without an answer may have mounted segments at
  * the master that is now lost, which handed them to objects whose locations
- * clients may have cached. Returns -1 when the client is closing meanwhile. */
+ * clients may have cached.
+ *
+ * One case waits less: the first remount at a new master (a restart or a
+ * newly elected leader) with no remount attempt pending from before and no
+ * segment of ours retired by that master. Every location naming our memory
+ * was then asked of a master that had stopped serving before the new one
+ * began (a restarted master binds the address the old one freed; an elected
+ * one comes after the old leader's fence, docs/ha.md), so all have run out
+ * one bound after the new master began serving: we wait only what is left of
+ * it. The master's serving time is counted up to when its answer left it, so
+ * what is left is overestimated, never under. Returns -1 when the client is
+ * closing meanwhile. */
 static int remount_fence(egm_client_t *client)
 {
     uint64_t wait_ms = atomic_load(&client->cache_bound_max_ms);
     if (wait_ms == 0 || client->capacity.count == 0)
         return 0;
+    unsigned reasons = client->resync_reasons;
+    if ((reasons & EGM_RESYNC_RESTART) && !(reasons & EGM_RESYNC_OWN_RETIRED) &&
+        !client->resync_pending) {
+        uint64_t served = client->master_serving_ms + (egm__now_ms() -
+                                                       client->master_serving_seen_ms);
+        wait_ms = served >= wait_ms ? 0 : wait_ms - served;
+    }
     egm_debug("waiting %llu ms (location_cache_ms) before remounting", (unsigned long long)wait_ms);
     pthread_mutex_lock(&client->lock);
     int stopping = wait_unless_stopping(client, wait_ms);

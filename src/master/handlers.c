@@ -614,6 +614,8 @@ static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
     egm__id_to_pb(st->master_id, &master_id);
     msg.master_id = &master_id;
     msg.location_cache_ms = st->location_cache_ms;
+    uint64_t now = st->now_ms(), since = atomic_load(&st->serving_since_ms);
+    msg.serving_ms = now > since ? now - since : 0;
     if (req->leaving) {
         /* Its last ping (egm_client_destroy): unregister it now rather than
          * expire it after client_ttl, unmounting what it may still have

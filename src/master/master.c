@@ -126,6 +126,7 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
 {
     egm_master_t *master = arg;
     if (leading) {
+        atomic_store(&master->state.serving_since_ms, master->state.now_ms());
         egm_info("master: leading (epoch %lld): serving", (long long)epoch);
         return;
     }

@@ -27,6 +27,10 @@ typedef struct {
      * object may still be used: a force remove's caller waits until then. */
     _Atomic uint64_t force_wait_until_ms;
     egm_id_t master_id;       /* random per start: clients see a restart */
+    /* When this master began serving (now_ms's clock): its start, or with
+     * enable_ha its election. Ping tells clients how long ago, which shortens
+     * a provider's remount fence (client/liveness.c remount_fence). */
+    _Atomic uint64_t serving_since_ms;
     uint64_t (*now_ms)(void); /* monotonic clock; tests replace it */
     /* Set by the master process (and the concurrency test); NULL where tests
      * drive the handlers on one thread. Per-key RPCs hold it shared: the

@@ -15,6 +15,7 @@ egm_status_t egm__master_state_init(egm_master_state_t *state,
     state->location_cache_ms = params->location_cache_ms;
     state->master_id = egm__id_random();
     state->now_ms = egm__now_ms;
+    atomic_store(&state->serving_since_ms, state->now_ms());
     status = egm__segment_table_create(0, &state->segments);
     if (status != EGM_OK)
         goto err;

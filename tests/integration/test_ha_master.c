@@ -65,8 +65,18 @@ static void test_failover(void **state)
 {
     (void)state;
     assert_int_equal(egm_test_etcd_start(&etcd), 0);
-    const char *ha[] = {"--enable-ha", "true", "--etcd-endpoints", etcd.endpoint, "--ha-lease-ttl",
-                        "2",           NULL};
+    /* EGM_TEST_HA_CACHE_MS: the masters' location_cache_ms (default: theirs), to measure
+     * failover under another bound. */
+    const char *cache_ms = getenv("EGM_TEST_HA_CACHE_MS");
+    const char *ha[] = {"--enable-ha",
+                        "true",
+                        "--etcd-endpoints",
+                        etcd.endpoint,
+                        "--ha-lease-ttl",
+                        "2",
+                        cache_ms != NULL ? "--location-cache-ms" : NULL,
+                        cache_ms,
+                        NULL};
     egm_test_cluster_t a, b;
     unsigned http_a = 0, http_b = 0;
     assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
@@ -103,8 +113,8 @@ static void test_failover(void **state)
     uint64_t resumed = egm__now_ms();
     fprintf(stderr,
             "ha failover: first put and get %llu ms after the leader's SIGKILL "
-            "(ha_lease_ttl 2 s)\n",
-            (unsigned long long)(resumed - killed));
+            "(ha_lease_ttl 2 s, location_cache_ms %s)\n",
+            (unsigned long long)(resumed - killed), cache_ms != NULL ? cache_ms : "1000");
     long long epoch_b = wait_leads(http_b, 0);
     assert_true(epoch_b > epoch_a);
     /* No state handover yet: the new leader never heard of "before". */
