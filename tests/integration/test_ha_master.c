@@ -7,7 +7,8 @@
  * successful put and get is printed). What the new leader does not have yet:
  * the objects committed under the old one (docs/ha.md: no state handover
  * yet) -- asserted, so that the test says so until it changes. A restarted
- * old leader comes back as a standby. A leader cut off from etcd exits. */
+ * old leader comes back as a standby. A leader cut off from etcd exits. An
+ * etcd of three members loses one without a master noticing. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -162,11 +163,64 @@ static void test_cut_off_leader_exits(void **state)
     egm_test_etcd_stop(&etcd);
 }
 
+/* etcd of three members: losing one (SIGKILL), wherever the masters'
+ * calls were going, changes nothing (the leader keeps leading past several
+ * lease renewals, puts go on); then the leader's death is still a failover
+ * on the two members left. */
+static void test_etcd_member_loss(void **state)
+{
+    (void)state;
+    egm_test_etcd_t members[3];
+    char endpoints[256], master_addr[300];
+    assert_int_equal(egm_test_etcd_cluster_start(members, 3, endpoints, sizeof(endpoints)), 0);
+    const char *ha[] = {"--enable-ha", "true", "--etcd-endpoints", endpoints, "--ha-lease-ttl",
+                        "2",           NULL};
+    egm_test_cluster_t a, b;
+    unsigned http_a = 0, http_b = 0;
+    assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
+    long long epoch_a = wait_leads(http_a, 0);
+    assert_int_equal(egm_test_start_master_http(&b, ha, &http_b), 0);
+    snprintf(master_addr, sizeof(master_addr), "etcd://%s", endpoints);
+    const char *provider[] = {"--master", master_addr, NULL};
+    assert_true(egm_test_start_provider(&a, "16MiB", provider) >= 0);
+    const char *pairs[] = {NULL, NULL};
+    char pair[320];
+    snprintf(pair, sizeof(pair), "master_server_addr=%s", master_addr);
+    pairs[0] = pair;
+    egm_client_t *client = egm_test_client(&a, "tcp", pairs);
+    assert_non_null(client);
+
+    /* The first member is the one every etcd call tries first. */
+    assert_int_equal(egm__process_signal(&members[0].proc, SIGKILL), EGM_OK);
+    for (int i = 0; i < 8; i++) { /* 4 s: two lease TTLs */
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096, (unsigned)i), EGM_OK);
+        egm__sleep_ms(500);
+    }
+    assert_int_equal(wait_leads(http_a, http_b), epoch_a);
+
+    assert_int_equal(egm__process_signal(&a.master, SIGKILL), EGM_OK);
+    assert_true(wait_leads(http_b, 0) > epoch_a);
+    egm_status_t s = EGM_ERR_UNREACHABLE;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; s != EGM_OK && egm__now_ms() < until;
+         egm__sleep_ms(20))
+        s = egm_test_put_seeded(client, "after", 4096, 9);
+    assert_int_equal(s, EGM_OK);
+    assert_int_equal(egm_test_get_seeded(client, "after", 4096, 9), EGM_OK);
+    egm_client_destroy(client);
+    egm_test_cluster_stop(&a);
+    egm_test_cluster_stop(&b);
+    for (int i = 0; i < 3; i++)
+        egm_test_etcd_stop(&members[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover),
         cmocka_unit_test(test_cut_off_leader_exits),
+        cmocka_unit_test(test_etcd_member_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

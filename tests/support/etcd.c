@@ -1,4 +1,4 @@
-/* A one-member etcd for tests (see etcd.h). */
+/* Real etcd members for tests (see etcd.h). */
 #include "support/etcd.h"
 
 #include <arpa/inet.h>
@@ -31,21 +31,22 @@ static unsigned free_port(void)
     return port;
 }
 
-static int spawn(egm_test_etcd_t *e)
+static int launch(egm_test_etcd_t *e)
 {
-    char client[64], peer[64], cluster[96], data[300];
+    char client[64], peer[64], data[300];
     snprintf(client, sizeof(client), "http://127.0.0.1:%u", e->client_port);
     snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", e->peer_port);
-    snprintf(cluster, sizeof(cluster), "t=%s", peer);
+    if (e->cluster[0] == '\0')
+        snprintf(e->cluster, sizeof(e->cluster), "%s=%s", e->name, peer);
     snprintf(data, sizeof(data), "%s/data", e->dir);
     const char *argv[] = {etcd_bin(), "--name",
-                          "t",        "--data-dir",
+                          e->name,    "--data-dir",
                           data,       "--listen-client-urls",
                           client,     "--advertise-client-urls",
                           client,     "--listen-peer-urls",
                           peer,       "--initial-advertise-peer-urls",
                           peer,       "--initial-cluster",
-                          cluster,    "--log-level",
+                          e->cluster, "--log-level",
                           "error",    NULL};
     if (access(argv[0], X_OK) != 0) {
         fprintf(stderr,
@@ -58,6 +59,11 @@ static int spawn(egm_test_etcd_t *e)
         fprintf(stderr, "etcd: cannot start %s\n", argv[0]);
         return -1;
     }
+    return 0;
+}
+
+static int wait_healthy(egm_test_etcd_t *e)
+{
     char body[256];
     for (uint64_t until = egm__now_ms() + 30000; egm__now_ms() < until;) {
         if (egm_test_http_get(e->client_port, "/health", body, sizeof(body)) == 200 &&
@@ -65,26 +71,63 @@ static int spawn(egm_test_etcd_t *e)
             return 0;
         int code;
         if (egm__process_wait(&e->proc, 0, &code) == EGM_OK) {
-            fprintf(stderr, "etcd: exited with %d before it was healthy\n", code);
+            fprintf(stderr, "etcd %s: exited with %d before it was healthy\n", e->name, code);
             return -1;
         }
         egm__sleep_ms(50);
     }
-    fprintf(stderr, "etcd: not healthy after 30 s\n");
+    fprintf(stderr, "etcd %s: not healthy after 30 s\n", e->name);
     return -1;
 }
 
-int egm_test_etcd_start(egm_test_etcd_t *e)
+static int prepare(egm_test_etcd_t *e, const char *name)
 {
     memset(e, 0, sizeof(*e));
     e->proc.out_fd = -1;
+    snprintf(e->name, sizeof(e->name), "%s", name);
     snprintf(e->dir, sizeof(e->dir), "/tmp/egm-test-etcd-XXXXXX");
     if (mkdtemp(e->dir) == NULL)
         return -1;
     e->client_port = free_port();
     e->peer_port = free_port();
     snprintf(e->endpoint, sizeof(e->endpoint), "127.0.0.1:%u", e->client_port);
-    return e->client_port && e->peer_port ? spawn(e) : -1;
+    return e->client_port && e->peer_port ? 0 : -1;
+}
+
+int egm_test_etcd_start(egm_test_etcd_t *e)
+{
+    if (prepare(e, "t") != 0 || launch(e) != 0)
+        return -1;
+    return wait_healthy(e);
+}
+
+int egm_test_etcd_cluster_start(egm_test_etcd_t *m, int n, char *endpoints, size_t len)
+{
+    char cluster[512] = "";
+    size_t used = 0;
+    if (n < 1 || n > 5)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "m%d", i);
+        if (prepare(&m[i], name) != 0)
+            return -1;
+        used += (size_t)snprintf(cluster + used, sizeof(cluster) - used, "%s%s=http://127.0.0.1:%u",
+                                 i ? "," : "", name, m[i].peer_port);
+    }
+    endpoints[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        snprintf(m[i].cluster, sizeof(m[i].cluster), "%s", cluster);
+        size_t el = strlen(endpoints);
+        snprintf(endpoints + el, len - el, "%s%s", i ? ";" : "", m[i].endpoint);
+        /* All start before any can be healthy: a member waits for its quorum. */
+        if (launch(&m[i]) != 0)
+            return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (wait_healthy(&m[i]) != 0)
+            return -1;
+    return 0;
 }
 
 int egm_test_etcd_restart(egm_test_etcd_t *e)
@@ -92,7 +135,9 @@ int egm_test_etcd_restart(egm_test_etcd_t *e)
     egm__process_cleanup(&e->proc);
     memset(&e->proc, 0, sizeof(e->proc));
     e->proc.out_fd = -1;
-    return spawn(e);
+    if (launch(e) != 0)
+        return -1;
+    return wait_healthy(e);
 }
 
 void egm_test_etcd_stop(egm_test_etcd_t *e)

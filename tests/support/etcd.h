@@ -11,6 +11,8 @@ typedef struct {
     unsigned client_port, peer_port;
     char dir[256];
     char endpoint[64]; /* "127.0.0.1:PORT" */
+    char name[8];
+    char cluster[512]; /* --initial-cluster */
 } egm_test_etcd_t;
 
 /* Starts it and waits (up to 30 s) until /health answers. 0 on success;
@@ -20,5 +22,8 @@ int egm_test_etcd_start(egm_test_etcd_t *etcd);
 int egm_test_etcd_restart(egm_test_etcd_t *etcd);
 /* Kills it and removes its folder. */
 void egm_test_etcd_stop(egm_test_etcd_t *etcd);
+/* Starts n (<= 5) members of one etcd cluster and waits until each is
+ * healthy; *endpoints gets "a;b;c" (len bytes). 0 or -1. */
+int egm_test_etcd_cluster_start(egm_test_etcd_t *members, int n, char *endpoints, size_t len);
 
 #endif
