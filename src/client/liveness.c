@@ -196,8 +196,8 @@ static int remount_fence(egm_client_t *client)
     unsigned reasons = client->resync_reasons;
     if ((reasons & EGM_RESYNC_RESTART) && !(reasons & EGM_RESYNC_OWN_RETIRED) &&
         !client->resync_pending) {
-        uint64_t served = client->master_serving_ms + (egm__now_ms() -
-                                                       client->master_serving_seen_ms);
+        uint64_t served =
+            client->master_serving_ms + (egm__now_ms() - client->master_serving_seen_ms);
         wait_ms = served >= wait_ms ? 0 : wait_ms - served;
     }
     egm_debug("waiting %llu ms (location_cache_ms) before remounting", (unsigned long long)wait_ms);

@@ -24,11 +24,43 @@ struct egm_election {
     char leader_addr[512];
     int64_t leader_epoch;
     int64_t lease;
+    char *member_key;      /* members_prefix + value; NULL = not listed */
+    int64_t member_lease;  /* 0 until listed (again) */
+    uint64_t member_renew; /* when to renew it next (now_ms) */
 };
+
+/* Lists this candidate (or renews its listing) when due. Best effort: a
+ * failure is tried again at the next round. */
+static void keep_member(egm_election_t *e)
+{
+    uint64_t now = egm__now_ms();
+    if (e->member_key == NULL || now < e->member_renew)
+        return;
+    int64_t ttl;
+    if (e->member_lease != 0 &&
+        egm__etcd_lease_keepalive(e->etcd, e->member_lease, &ttl) == EGM_ERR_NOT_FOUND)
+        e->member_lease = 0;
+    if (e->member_lease == 0) {
+        int64_t lease;
+        if (egm__etcd_lease_grant(e->etcd, e->params.ttl_s, &lease, NULL) != EGM_OK)
+            return;
+        if (egm__etcd_put(e->etcd, e->member_key, e->value, strlen(e->value), lease) != EGM_OK) {
+            egm__etcd_lease_revoke(e->etcd, lease);
+            return;
+        }
+        e->member_lease = lease;
+    }
+    e->member_renew = now + (uint64_t)e->params.ttl_s * 1000 / 3;
+}
 
 void egm__election_master_key(const char *cluster_id, char *key, size_t len)
 {
     snprintf(key, len, "egmstore/%s/master/leader", cluster_id);
+}
+
+void egm__election_members_prefix(const char *cluster_id, char *prefix, size_t len)
+{
+    snprintf(prefix, len, "egmstore/%s/master/members/", cluster_id);
 }
 
 static void set_leader(egm_election_t *e, const egm_etcd_kv_t *kv)
@@ -161,6 +193,7 @@ static void *run(void *arg)
         uint64_t until = atomic_load(&e->leading_until);
         if (until != 0 && egm__now_ms() >= until)
             stop_leading(e, "lease not renewed in time");
+        keep_member(e);
         if (atomic_load(&e->leading_until) != 0) {
             renew(e);
             if (pause_ms(e, atomic_load(&e->leading_until) != 0 ? renew_every : 0))
@@ -191,6 +224,8 @@ static void *run(void *arg)
             egm_info("election %s: resigned (epoch %lld)", e->key, (long long)epoch);
         }
     }
+    if (e->resign && e->member_lease != 0)
+        egm__etcd_lease_revoke(e->etcd, e->member_lease);
     return NULL;
 }
 
@@ -210,8 +245,16 @@ egm_status_t egm__election_start(const egm_election_params_t *params, egm_electi
         e->params.poll_ms = params->ttl_s * 1000 / 8;
     e->key = egm_strdup(params->key, "election.key");
     e->value = egm_strdup(params->value, "election.value");
-    egm_status_t s =
-        e->key && e->value ? EGM_OK : egm__set_error(EGM_ERR_NO_MEMORY, "election key");
+    if (params->members_prefix != NULL && e->value != NULL) {
+        size_t n = strlen(params->members_prefix) + strlen(params->value) + 1;
+        e->member_key = egm_malloc(n, "election.key");
+        if (e->member_key != NULL)
+            snprintf(e->member_key, n, "%s%s", params->members_prefix, params->value);
+    }
+    e->params.members_prefix = NULL; /* not kept: member_key is */
+    egm_status_t s = e->key && e->value && (params->members_prefix == NULL || e->member_key)
+                         ? EGM_OK
+                         : egm__set_error(EGM_ERR_NO_MEMORY, "election key");
     if (s == EGM_OK)
         s = egm__etcd_create(params->endpoints, params->ttl_s * 1000 / 3, &e->etcd);
     if (s != EGM_OK)
@@ -234,6 +277,7 @@ err:
     egm__etcd_destroy(e->etcd);
     egm_free(e->key);
     egm_free(e->value);
+    egm_free(e->member_key);
     egm_free(e);
     return s;
 }
@@ -253,6 +297,7 @@ static void finish(egm_election_t *e, bool resign)
     pthread_mutex_destroy(&e->lock);
     egm_free(e->key);
     egm_free(e->value);
+    egm_free(e->member_key);
     egm_free(e);
 }
 

@@ -25,6 +25,10 @@ typedef struct egm_election egm_election_t;
 /* The etcd key the masters of cluster cluster_id elect their leader under,
  * and clients read it from: "egmstore/<cluster_id>/master/leader". */
 void egm__election_master_key(const char *cluster_id, char *key, size_t len);
+/* The prefix under which the masters of cluster_id are listed, each as
+ * <prefix><its value> = its value, under a lease of its own:
+ * "egmstore/<cluster_id>/master/members/". */
+void egm__election_members_prefix(const char *cluster_id, char *prefix, size_t len);
 
 typedef struct {
     const char *endpoints; /* etcd endpoints (ha/etcd.h's form) */
@@ -32,6 +36,10 @@ typedef struct {
     const char *value;     /* what this candidate publishes when it leads: its address */
     int ttl_s;             /* lease TTL, 2..3600 (etcd's own minimum is about 2 s) */
     int poll_ms;           /* how often a follower looks at the key; 0: ttl_s * 1000 / 8 */
+    /* When set, the candidate also lists itself as <members_prefix><value>
+     * under a lease of its own, renewed with the election's, so that tools
+     * can show every candidate and not only the leader (NULL = not listed). */
+    const char *members_prefix;
     /* Called from the election's thread when this candidate starts (leading,
      * with its epoch) or stops leading other than by stop/abandon; may be
      * NULL. It should be quick. */

@@ -183,37 +183,58 @@ static int64_t member_int(const answer_t *a, int obj, const char *name)
     return v;
 }
 
-/* kvs[0] of a range answer at token range into kv: EGM_ERR_NOT_FOUND when it
- * has none. */
-static egm_status_t read_kv(const answer_t *a, int range, egm_etcd_kv_t *kv)
+/* A base64 STRING member of obj, decoded into an egm_malloc'ed text. */
+static egm_status_t read_b64(const answer_t *a, int obj, const char *name, char **out_p,
+                             size_t *len_p)
 {
-    memset(kv, 0, sizeof(*kv));
-    int first = egm__json_element(&a->doc, egm__json_member(&a->doc, range, "kvs"), 0);
-    if (first < 0)
-        return EGM_ERR_NOT_FOUND;
     const egm_json_doc_t *d = &a->doc;
-    int v = egm__json_member(d, first, "value");
+    int v = egm__json_member(d, obj, name);
     size_t enc =
         v >= 0 && d->toks[v].type == EGM_JSON_STRING ? d->toks[v].end - d->toks[v].start : 0;
-    kv->value = egm_malloc(enc / 4 * 3 + 1, "etcd.value");
-    if (kv->value == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "etcd value of %zu bytes", enc);
-    long n =
-        enc == 0 ? 0 : egm__base64_decode(d->text + d->toks[v].start, enc, kv->value, enc / 4 * 3);
+    char *out = egm_malloc(enc / 4 * 3 + 1, "etcd.value");
+    if (out == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "etcd %s of %zu bytes", name, enc);
+    long n = enc == 0 ? 0 : egm__base64_decode(d->text + d->toks[v].start, enc, out, enc / 4 * 3);
     if (n < 0) {
-        egm__etcd_kv_cleanup(kv);
-        return egm__set_error(EGM_ERR_PROTOCOL, "etcd: a value that is not base64");
+        egm_free(out);
+        return egm__set_error(EGM_ERR_PROTOCOL, "etcd: a %s that is not base64", name);
     }
-    kv->value[n] = '\0';
-    kv->len = (size_t)n;
-    kv->create_revision = member_int(a, first, "create_revision");
-    kv->mod_revision = member_int(a, first, "mod_revision");
-    kv->lease = member_int(a, first, "lease");
+    out[n] = '\0';
+    *out_p = out;
+    if (len_p != NULL)
+        *len_p = (size_t)n;
     return EGM_OK;
+}
+
+/* Element i of the kvs of a range answer at token range into kv:
+ * EGM_ERR_NOT_FOUND when there is none. */
+static egm_status_t read_kv_at(const answer_t *a, int range, uint32_t i, egm_etcd_kv_t *kv)
+{
+    memset(kv, 0, sizeof(*kv));
+    int at = egm__json_element(&a->doc, egm__json_member(&a->doc, range, "kvs"), i);
+    if (at < 0)
+        return EGM_ERR_NOT_FOUND;
+    egm_status_t s = read_b64(a, at, "key", &kv->key, NULL);
+    if (s == EGM_OK)
+        s = read_b64(a, at, "value", &kv->value, &kv->len);
+    if (s != EGM_OK) {
+        egm__etcd_kv_cleanup(kv);
+        return s;
+    }
+    kv->create_revision = member_int(a, at, "create_revision");
+    kv->mod_revision = member_int(a, at, "mod_revision");
+    kv->lease = member_int(a, at, "lease");
+    return EGM_OK;
+}
+
+static egm_status_t read_kv(const answer_t *a, int range, egm_etcd_kv_t *kv)
+{
+    return read_kv_at(a, range, 0, kv);
 }
 
 void egm__etcd_kv_cleanup(egm_etcd_kv_t *kv)
 {
+    egm_free(kv->key);
     egm_free(kv->value);
     memset(kv, 0, sizeof(*kv));
 }
@@ -360,4 +381,57 @@ egm_status_t egm__etcd_delete_if(egm_etcd_t *e, const char *key, int64_t create_
         *deleted_p = egm__json_is_true(&a.doc, egm__json_member(&a.doc, 0, "succeeded"));
     answer_cleanup(&a);
     return EGM_OK;
+}
+
+egm_status_t egm__etcd_list(egm_etcd_t *e, const char *prefix, egm_etcd_kv_t **kvs_p, size_t *n_p)
+{
+    size_t plen = strlen(prefix);
+    char end[EGM_ETCD_KEY_MAX];
+    *kvs_p = NULL;
+    *n_p = 0;
+    if (plen == 0 || plen >= sizeof(end))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "etcd list: a prefix of 1..%d bytes",
+                              EGM_ETCD_KEY_MAX - 1);
+    /* The range of keys with the prefix ends before the prefix with its last
+     * byte incremented (etcd's clientv3.GetPrefixRangeEnd). */
+    memcpy(end, prefix, plen);
+    size_t elen = plen;
+    while (elen > 0 && (unsigned char)end[elen - 1] == 0xff)
+        elen--;
+    if (elen == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "etcd list: a prefix of 0xff bytes");
+    end[elen - 1] = (char)((unsigned char)end[elen - 1] + 1);
+    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
+    egm__textbuf_append(&t, "{", 1);
+    b64_member(&t, "key", prefix, plen);
+    egm__textbuf_append(&t, ",", 1);
+    b64_member(&t, "range_end", end, elen);
+    egm__textbuf_append(&t, ",\"limit\":\"1000\"}", 16);
+    answer_t a;
+    egm_status_t s = call(e, "/v3/kv/range", &t, &a);
+    egm_free(t.buf);
+    if (s != EGM_OK)
+        return s;
+    int kvs = egm__json_member(&a.doc, 0, "kvs");
+    size_t n = kvs >= 0 && a.doc.toks[kvs].type == EGM_JSON_ARRAY ? a.doc.toks[kvs].count : 0;
+    egm_etcd_kv_t *out = n > 0 ? egm_calloc(n, sizeof(*out), "etcd.kvs") : NULL;
+    if (n > 0 && out == NULL)
+        s = egm__set_error(EGM_ERR_NO_MEMORY, "etcd list of %zu keys", n);
+    for (size_t i = 0; s == EGM_OK && i < n; i++)
+        s = read_kv_at(&a, 0, (uint32_t)i, &out[i]);
+    answer_cleanup(&a);
+    if (s != EGM_OK) {
+        egm__etcd_kvs_free(out, n);
+        return s;
+    }
+    *kvs_p = out;
+    *n_p = n;
+    return EGM_OK;
+}
+
+void egm__etcd_kvs_free(egm_etcd_kv_t *kvs, size_t n)
+{
+    for (size_t i = 0; kvs != NULL && i < n; i++)
+        egm__etcd_kv_cleanup(&kvs[i]);
+    egm_free(kvs);
 }

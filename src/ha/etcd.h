@@ -13,10 +13,13 @@
 
 /* Endpoints one client accepts. */
 #define EGM_ETCD_ENDPOINTS_MAX 16
+/* Room for a key listed by prefix. */
+#define EGM_ETCD_KEY_MAX 512
 
 typedef struct egm_etcd egm_etcd_t;
 
 typedef struct {
+    char *key;   /* egm_malloc'ed, NUL-terminated */
     char *value; /* egm_malloc'ed, NUL-terminated (values may hold any byte) */
     size_t len;
     int64_t create_revision, mod_revision, lease;
@@ -61,6 +64,12 @@ egm_status_t egm__etcd_create_key(egm_etcd_t *etcd, const char *key, const void 
  * the one we created): *deleted_p (may be NULL) says whether. */
 egm_status_t egm__etcd_delete_if(egm_etcd_t *etcd, const char *key, int64_t create_revision,
                                  bool *deleted_p);
+
+/* Every key starting with prefix (at most 1000, in key order): *kvs_p an
+ * egm_malloc'ed array of *n_p, freed with egm__etcd_kvs_free. */
+egm_status_t egm__etcd_list(egm_etcd_t *etcd, const char *prefix, egm_etcd_kv_t **kvs_p,
+                            size_t *n_p);
+void egm__etcd_kvs_free(egm_etcd_kv_t *kvs, size_t n);
 
 void egm__etcd_kv_cleanup(egm_etcd_kv_t *kv);
 

@@ -145,13 +145,15 @@ static egm_status_t start_election(egm_master_t *master, const egm_settings_t *s
     const char *host = settings->listen_address;
     if (host == NULL || host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)
         host = egm__host_name(); /* a wildcard is no address to publish */
-    char addr[300], key[EGM_ELECTION_KEY_MAX];
+    char addr[300], key[EGM_ELECTION_KEY_MAX], members[EGM_ELECTION_KEY_MAX];
     egm__sock_format_hostport(host, master->port, addr, sizeof(addr));
     egm__election_master_key(settings->cluster_id, key, sizeof(key));
+    egm__election_members_prefix(settings->cluster_id, members, sizeof(members));
     egm_election_params_t params = {.endpoints = settings->etcd_endpoints,
                                     .key = key,
                                     .value = addr,
                                     .ttl_s = (int)settings->ha_lease_ttl,
+                                    .members_prefix = members,
                                     .on_change = on_leadership,
                                     .arg = master};
     egm_status_t status = egm__election_start(&params, &master->election);

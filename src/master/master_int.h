@@ -26,7 +26,7 @@ typedef struct {
     /* Until when (now_ms's clock) a location cached of some force-removed
      * object may still be used: a force remove's caller waits until then. */
     _Atomic uint64_t force_wait_until_ms;
-    egm_id_t master_id;       /* random per start: clients see a restart */
+    egm_id_t master_id; /* random per start: clients see a restart */
     /* When this master began serving (now_ms's clock): its start, or with
      * enable_ha its election. Ping tells clients how long ago, which shortens
      * a provider's remount fence (client/liveness.c remount_fence). */

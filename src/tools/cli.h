@@ -65,6 +65,9 @@ int egm__cmd_get(egm_cli_t *cli);
 int egm__cmd_exist(egm_cli_t *cli);
 int egm__cmd_rm(egm_cli_t *cli);
 int egm__cmd_ls(egm_cli_t *cli);
+/* ls with an etcd:// master address: prints the HA masters and their roles
+ * (tools/masters.c). Errors: the etcd client's (ha/etcd.h). */
+egm_status_t egm__cli_print_masters(const egm_config_t *config);
 int egm__cmd_stat(egm_cli_t *cli);
 int egm__cmd_demo(egm_cli_t *cli);
 

@@ -9,6 +9,7 @@
 #include <egmstore/egmstore.h>
 #include "client/client_int.h"
 #include "client/inspect.h"
+#include "client/master_leader.h"
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/id.h"
@@ -329,6 +330,13 @@ int egm__cmd_ls(egm_cli_t *cli)
 
     if (need_args(cli, 0, "ls") != 0)
         return EGM_EXIT_USAGE;
+    if (egm__master_leader_is_etcd(egm__config_settings(cli->config)->master_server_addr)) {
+        egm_status_t ms = egm__cli_print_masters(cli->config);
+        if (ms != EGM_OK) {
+            egm__cli_error("ls: the masters in etcd", ms);
+            return EGM_EXIT_FAIL;
+        }
+    }
     egm_client_t *client = connect_client(cli);
     if (client == NULL)
         return EGM_EXIT_FAIL;

@@ -98,6 +98,24 @@ static void test_failover(void **state)
     egm_client_t *client = egm_test_client(&a, "tcp", NULL);
     assert_non_null(client);
     assert_int_equal(egm_test_put_seeded(client, "before", 65536, 1), EGM_OK);
+
+    /* `egmstore ls` lists both masters with their roles (members renew every TTL / 3). */
+    char out[8192], want_a[128], want_b[128];
+    snprintf(want_a, sizeof(want_a), "127.0.0.1:%u", a.master_port);
+    snprintf(want_b, sizeof(want_b), "127.0.0.1:%u", b.master_port);
+    const char *ls[] = {"ls", NULL};
+    for (uint64_t until = egm__now_ms() + WAIT_MS; egm__now_ms() < until; egm__sleep_ms(100)) {
+        assert_int_equal(egm_test_cli(&a, ls, NULL, 0, out, sizeof(out)), 0);
+        if (strstr(out, want_b) != NULL)
+            break;
+    }
+    const char *la = strstr(out, want_a), *lb = strstr(out, want_b);
+    if (la == NULL || lb == NULL)
+        fail_msg("ls does not list both masters:\n%s", out);
+    assert_true(strncmp(la + strcspn(la, " "), " ", 1) == 0);
+    assert_non_null(strstr(la, "leader"));
+    assert_true(strstr(la, "leader") < strchr(la, '\n'));
+    assert_true(strstr(lb, "standby") != NULL && strstr(lb, "standby") < strchr(lb, '\n'));
     assert_int_equal(egm_test_get_seeded(client, "before", 65536, 1), EGM_OK);
 
     /* The leader dies. */
