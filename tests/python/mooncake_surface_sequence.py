@@ -522,6 +522,22 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
         r.call(t + "remove.force", s_("batch_remove"), written, True)
         r.call(t + "close", s_("close"))
 
+    # setup(dict): local_buffer_size as a size text, and its default (16 MiB)
+    for label, lbs in ((("1MB", "1MB"), ("default", None)) if new_store is not None else ()):
+        t = "lb.dict." + label + "."
+        d = new_store()
+        conf = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                "global_segment_size": 0, "protocol": "tcp", "master_server_addr": master_addr}
+        if lbs is not None:
+            conf["local_buffer_size"] = lbs
+        if r.call(t + "setup", _method(d, "setup"), conf) != 0:
+            continue
+        sizes = {"1MiB": MiB, "1MiB+1": MiB + 1, "16MiB": 16 * MiB, "16MiB+1": 16 * MiB + 1}
+        for name, size in sizes.items():
+            r.call(t + "put." + name, _method(d, "put"), t + name, b"d" * size)
+        r.call(t + "remove.force", _method(d, "batch_remove"), [t + n for n in sizes], True)
+        r.call(t + "close", _method(d, "close"))
+
     # --- replica descriptors -----------------------------------------------------------------------
     desc = r.call("batch_get_replica_desc", m("batch_get_replica_desc"),
                   ["s.a", "s.none", "", "s.b"], shape=replica_shape)

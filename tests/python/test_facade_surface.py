@@ -238,3 +238,23 @@ def test_calls_before_setup_and_after_close(cluster, key):
         assert store.get_into_ranges([1], [["k"]], [[[0]]], [[[0]]], [[[8]]]) == [[[CLOSED]]]
         assert store.batch_get_replica_desc(["k"]) == {}
     assert _egmstore.BufferHandle is BufferHandle
+
+
+def test_local_buffer_is_given_back(cluster):
+    """local_buffer_size bounds what one call copies, as Mooncake's client buffer does
+    (compared in test_mooncake_diff.py); the space is returned after every call, a failed
+    one too, so that calls in turn that each fit always succeed."""
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 1 * MIB, "tcp", "", cluster.master_addr) == 0
+    value = b"v" * (600 * 1024)
+    for i in range(20):
+        assert s.put(f"lbgive/{i}", value) == 0
+        assert s.get(f"lbgive/{i}") == value
+        assert s.put_batch([f"lbgive/b{i}"], [value]) == 0
+        assert s.batch_get_buffer([f"lbgive/{i}", f"lbgive/b{i}"])[0] is not None
+        with pytest.raises(TypeError):
+            s.put(f"lbgive/bad{i}", 12345)  # raised by the binding: nothing stays held
+        assert s.put(f"lbgive/big{i}", value * 2) == -600  # 1.2 MiB: never fits
+    assert s._local._free == 1 * MIB
+    assert s.remove_all(True) >= 40
+    assert s.close() == 0

@@ -146,7 +146,7 @@ def test_switch_stands_in_for_allocator_and_names_itself_elsewhere(venv):
             "engine": attempt("import mooncake.engine"),
             # a probe for an optional module answers None, as for any missing module
             # (Mooncake's own tests' conftest.py probes so), and raises nothing
-            "probe": attempt("import importlib.util\n"
+            "probe": attempt("import importlib.util\\n"
                              "assert importlib.util.find_spec('mooncake.engine') is None")}))
     """, switch="1")
     assert rc == 0, err
