@@ -282,9 +282,11 @@ class ReplicateConfig:
     ``soft_pin_action`` (ENABLE soft-pins the new object; PRESERVE and DISABLE
     do not) place the object. ``nof_replica_num`` > 0 answers -600 and
     ``dfs_replica_num`` > 0 answers -1601, as Mooncake does without NVMe-oF
-    segments or a DFS. ``soft_pin_ttl_ms`` (the master's soft-pin TTL applies),
-    ``preferred_nof_segments``, ``prefer_alloc_in_same_node``, ``data_type``
-    and ``group_ids`` are accepted and have no effect."""
+    segments or a DFS. ``soft_pin_ttl_ms`` is checked as Mooncake checks it
+    (set, it goes with ENABLE only and at most 24 h, else -600) and otherwise
+    has no effect (the master's soft-pin TTL applies); ``preferred_nof_segments``,
+    ``prefer_alloc_in_same_node``, ``data_type`` and ``group_ids`` are accepted
+    and have no effect."""
 
     __slots__ = tuple("_" + name for name in _RC_FIELDS)
 
