@@ -21,7 +21,6 @@ import os
 import random
 import re
 import socket
-import threading
 
 from . import Status, _egmstore, _standin
 
@@ -630,36 +629,24 @@ def _size_bytes(size):
     return int(m.group(1)) * _SIZE_UNITS.get(m.group(2).lower(), 1) if m else 0
 
 
-class _LocalBuffer:
-    """Mooncake's client copies the bytes of its copying calls (put, put_parts,
+def _fits(local_buffer_size, nbytes):
+    """Whether one call's nbytes fit in Mooncake's client buffer (logged when not).
+
+    Mooncake's client copies the bytes of its copying calls (put, put_parts,
     put_batch, the upserts of bytes, get, get_buffer, batch_get_buffer,
-    get_batch) through a buffer of local_buffer_size bytes of its own, and a
-    call whose bytes do not fit in what is free of it fails (measured on
-    0.3.13.post1: a put answers -600 and stores nothing, a get answers b"" or
-    None; 0 bytes fails them all; the zero-copy calls are not affected).
-    egmstore needs no such buffer; this counts the same bytes so that the
-    facade answers as Mooncake does. The space is held for the call; Mooncake's
-    get_buffer holds it until the handle is freed (docs/mooncake-compat.md)."""
-
-    def __init__(self, size):
-        self.size = size
-        self._free = size
-        self._lock = threading.Lock()
-
-    def take(self, nbytes):
-        """True and nbytes held, or False (logged) when they do not fit."""
-        with self._lock:
-            if nbytes <= self._free:
-                self._free -= nbytes
-                return True
-            free = self._free
-        log.error("%d bytes do not fit in the %d bytes free of local_buffer_size (%d), "
-                  "through which Mooncake's client copies", nbytes, free, self.size)
-        return False
-
-    def give(self, nbytes):
-        with self._lock:
-            self._free += nbytes
+    get_batch) through a buffer of local_buffer_size bytes of its own; a call
+    whose bytes do not fit fails (measured on 0.3.13.post1: a put answers -600
+    and stores nothing, a read b"" or None; 0 bytes fails them all; a batch
+    put's values must fit together, a batch read's keys are taken in turn; the
+    zero-copy calls are not affected). egmstore needs no such buffer; the facade
+    applies the same limit to each call so that it answers as Mooncake does.
+    Each call is counted alone: on Mooncake, concurrent calls and live
+    get_buffer handles share the buffer (docs/mooncake-compat.md)."""
+    if local_buffer_size is None or nbytes <= local_buffer_size:
+        return True
+    log.error("%d bytes do not fit in local_buffer_size (%d), through which Mooncake's client "
+              "copies the bytes of this call", nbytes, local_buffer_size)
+    return False
 
 
 class MooncakeDistributedStore:
@@ -672,7 +659,7 @@ class MooncakeDistributedStore:
         self._regions = {}       # registered buffers, address -> size (get_into_ranges)
         self._get_sessions = {}  # key -> None (not read yet), a BufferHandle, or a code
         self._put_sessions = {}  # key -> _PutSession
-        self._local = None       # _LocalBuffer of local_buffer_size, once set up
+        self._local = None       # local_buffer_size once set up (_fits)
 
     # ---- setup / teardown ----
     def setup(self, *args, **kwargs):
@@ -794,7 +781,7 @@ class MooncakeDistributedStore:
                 return _code(status)
         data_port = config.get("data_port", "0")
         self._client = client
-        self._local = _LocalBuffer(max(0, _size_bytes(local_buffer_size)))
+        self._local = max(0, _size_bytes(local_buffer_size))
         self._transports = client.transports()
         if mooncake_protocol:
             log.warning("setup(): protocol %r is Mooncake's; egmstore has no such transport and "
@@ -842,35 +829,16 @@ class MooncakeDistributedStore:
         return self._client if self._client is not None else _NOT_SET_UP
 
     # ---- Mooncake's local buffer (local_buffer_size) for the copying calls ----
-    def _take(self, nbytes):
-        """Whether nbytes fit in the local buffer now (then held: _give them
-        back); always True before setup and after close (the call answers)."""
-        return self._local is None or self._local.take(nbytes)
-
-    def _give(self, nbytes):
-        if self._local is not None:
-            self._local.give(nbytes)
-
     def _copied(self, nbytes, call, refused):
-        """call() with nbytes held in the local buffer, or refused when they do
-        not fit."""
-        if not self._take(nbytes):
-            return refused
-        try:
-            return call()
-        finally:
-            self._give(nbytes)
+        """call(), or refused when nbytes do not fit in the local buffer."""
+        return call() if _fits(self._local, nbytes) else refused
 
     def _read(self, value, nbytes_of):
         """A read's result, or None when its bytes do not fit in the local
         buffer (Mooncake's read fails then)."""
-        if value is None or self._local is None:
+        if value is None or _fits(self._local, nbytes_of(value)):
             return value
-        nbytes = nbytes_of(value)
-        if not self._local.take(nbytes):
-            return None
-        self._local.give(nbytes)
-        return value
+        return None
 
     # ---- registered memory ----
     def register_buffer(self, buffer_ptr, size):
@@ -1021,12 +989,11 @@ class MooncakeDistributedStore:
         held = 0
         out = []
         for handle in handles:
-            if handle is not None and self._take(len(handle)):
+            if handle is not None and _fits(self._local, held + len(handle)):
                 held += len(handle)
                 out.append(handle)
             else:
                 out.append(None)
-        self._give(held)
         return out
 
     def get_batch(self, keys):
