@@ -16,7 +16,8 @@ Either puts a finder first on ``sys.meta_path``; it answers only for
   (the same objects: ``mooncake.store.MooncakeDistributedStore is
   egmstore.mooncake.MooncakeDistributedStore``);
 - ``mooncake`` itself -> an empty stand-in package when the real one is not
-  installed; any other ``mooncake.*`` then fails as not found, naming egmstore.
+  installed; any other ``mooncake.*`` is then not found (``find_spec`` answers
+  None, an import raises ModuleNotFoundError).
 
 Ambiguous, and refused with an ImportError (switch) or a RuntimeError
 (install()) naming both packages and the switch: turned on with the plain
@@ -162,10 +163,10 @@ class StandInFinder(importlib.abc.MetaPathFinder):
             return None  # force: the real package and its other modules
         if fullname == "mooncake":
             return importlib.util.spec_from_loader(fullname, _PackageLoader(), is_package=True)
-        raise ModuleNotFoundError(
-            f"No module named {fullname!r}: egmstore, standing in for Mooncake ({self.how}), "
-            f"provides {' and '.join(sorted(STANDS_IN))} only, and the real Mooncake is not "
-            "installed", name=fullname)
+        # Not found, as a finder says it (None): `importlib.util.find_spec("mooncake.x")` is
+        # how code probes for an optional module (Mooncake's own tests' conftest.py does), and
+        # raising here would break the probe. The import then fails with ModuleNotFoundError.
+        return None
 
 
 def _put_first(finder):

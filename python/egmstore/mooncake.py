@@ -18,6 +18,7 @@ import enum
 import inspect
 import logging
 import os
+import random
 import re
 import socket
 
@@ -119,6 +120,8 @@ for _enum in (ObjectDataType, ReplicaStatus, TaskStatus, TaskType):
 del _enum
 
 
+# The longest soft pin a put may ask for (ms): Mooncake's limit, measured (24 h).
+_SOFT_PIN_TTL_MAX_MS = 24 * 3600 * 1000
 # Mooncake's own default sizes for the dict form of setup().
 _DEFAULT_SEGMENT = 16 * 1024 * 1024
 _DEFAULT_BUFFER = 16 * 1024 * 1024
@@ -191,11 +194,15 @@ def _exist_code(status):
     return _code(status)
 
 
+_SIZE_T_MAX = (1 << 64) - 1
+
+
 def _check_count(name, value):
-    # As Mooncake's (pybind11, size_t): a non-int or negative value raises TypeError.
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(f"{name} must be an int >= 0, not {value!r}")
-    return value
+    # As Mooncake's (pybind11, size_t / uint64_t): a non-int, a negative value or one past
+    # 2**64 - 1 raises TypeError (measured); True is taken as 1.
+    if not isinstance(value, int) or not 0 <= value <= _SIZE_T_MAX:
+        raise TypeError(f"{name} must be an int in 0..2**64-1, not {value!r}")
+    return int(value)
 
 
 def _check_flag(name, value):
@@ -274,9 +281,11 @@ class ReplicateConfig:
     ``soft_pin_action`` (ENABLE soft-pins the new object; PRESERVE and DISABLE
     do not) place the object. ``nof_replica_num`` > 0 answers -600 and
     ``dfs_replica_num`` > 0 answers -1601, as Mooncake does without NVMe-oF
-    segments or a DFS. ``soft_pin_ttl_ms`` (the master's soft-pin TTL applies),
-    ``preferred_nof_segments``, ``prefer_alloc_in_same_node``, ``data_type``
-    and ``group_ids`` are accepted and have no effect."""
+    segments or a DFS. ``soft_pin_ttl_ms`` is checked as Mooncake checks it
+    (set, it goes with ENABLE only and at most 24 h, else -600) and otherwise
+    has no effect (the master's soft-pin TTL applies); ``preferred_nof_segments``,
+    ``prefer_alloc_in_same_node``, ``data_type`` and ``group_ids`` are accepted
+    and have no effect."""
 
     __slots__ = tuple("_" + name for name in _RC_FIELDS)
 
@@ -322,7 +331,9 @@ def _rc(config):
     """The binding's replicate tuple or None; or, for a config no put can
     honour, the ErrorCode the put calls answer (logged). Measured on Mooncake:
     replica_num 0 and nof_replica_num > 0 (no NVMe-oF segments) answer
-    INVALID_PARAMS, dfs_replica_num > 0 (no DFS) DFS_SERVICE_UNAVAILABLE."""
+    INVALID_PARAMS, dfs_replica_num > 0 (no DFS) DFS_SERVICE_UNAVAILABLE, and so
+    does a soft_pin_ttl_ms given without SoftPinAction.ENABLE or above 24 h
+    (INVALID_PARAMS; 0 is accepted)."""
     if config is None:
         return None
     if not isinstance(config, ReplicateConfig):
@@ -337,11 +348,29 @@ def _rc(config):
         log.error("put: ReplicateConfig.nof_replica_num is %d; egmstore has no NVMe-oF "
                   "segments", config.nof_replica_num)
         return ErrorCode.INVALID_PARAMS
+    ttl = config.soft_pin_ttl_ms
+    if ttl is not None and config.soft_pin_action is not SoftPinAction.ENABLE:
+        log.error("put: ReplicateConfig.soft_pin_ttl_ms is set (%d) but soft_pin_action is %s; "
+                  "a TTL goes only with SoftPinAction.ENABLE", ttl, config.soft_pin_action.name)
+        return ErrorCode.INVALID_PARAMS
+    if ttl is not None and ttl > _SOFT_PIN_TTL_MAX_MS:
+        log.error("put: ReplicateConfig.soft_pin_ttl_ms must be at most %d (24 h), not %d",
+                  _SOFT_PIN_TTL_MAX_MS, ttl)
+        return ErrorCode.INVALID_PARAMS
     if not 1 <= rc[0] <= _egmstore.REPLICA_MAX:
         log.error("put: ReplicateConfig.replica_num must be 1..%d, not %d",
                   _egmstore.REPLICA_MAX, rc[0])
         return ErrorCode.INVALID_PARAMS
     return rc
+
+
+def _nbytes(value):
+    """Bytes in a bytes-like value (0 for anything else: the binding then raises
+    TypeError naming it)."""
+    try:
+        return memoryview(value).nbytes
+    except TypeError:
+        return 0
 
 
 def _same_lengths(call, keys, ptrs, sizes, parts=False):
@@ -499,10 +528,27 @@ def install(force=False):
     _standin.install(force)
 
 
+# Where Mooncake's transfer engine takes its port when local_hostname names none: a
+# random free one of these (get_hostname() shows it; Mooncake's own tests check it).
+_DATA_PORTS = range(12300, 14301)
+
+
 def _free_port():
+    """A free port of _DATA_PORTS, tried in random order (a bounded number of
+    times), else any free port the kernel gives (logged)."""
+    for port in random.sample(_DATA_PORTS, 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+                return port
+            except OSError:
+                continue
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("", 0))
-        return sock.getsockname()[1]
+        port = sock.getsockname()[1]
+    log.warning("setup(): no free data port among 64 tried in %d..%d (Mooncake's range); "
+                "took %d", _DATA_PORTS[0], _DATA_PORTS[-1], port)
+    return port
 
 
 def _need(value, kind, name):
@@ -569,6 +615,40 @@ def _dict_extra(key, value):
                       f"not {type(value).__name__}")
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+               "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def _size_bytes(size):
+    """An int, or a size text _dict_size accepted ("16MB": binary units, as
+    docs/configuration.md), in bytes."""
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", size)
+    return int(m.group(1)) * _SIZE_UNITS.get(m.group(2).lower(), 1) if m else 0
+
+
+def _fits(local_buffer_size, nbytes):
+    """Whether one call's nbytes fit in Mooncake's client buffer (logged when not).
+
+    Mooncake's client copies the bytes of its copying calls (put, put_parts,
+    put_batch, the upserts of bytes, get, get_buffer, batch_get_buffer,
+    get_batch) through a buffer of local_buffer_size bytes of its own; a call
+    whose bytes do not fit fails (measured on 0.3.13.post1: a put answers -600
+    and stores nothing, a read b"" or None; 0 bytes fails them all; a batch
+    put's values must fit together, a batch read's keys are taken in turn; the
+    zero-copy calls are not affected). egmstore needs no such buffer; the facade
+    applies the same limit to each call so that it answers as Mooncake does.
+    Each call is counted alone: on Mooncake, concurrent calls and live
+    get_buffer handles share the buffer (docs/mooncake-compat.md)."""
+    if local_buffer_size is None or nbytes <= local_buffer_size:
+        return True
+    log.error("%d bytes do not fit in local_buffer_size (%d), through which Mooncake's client "
+              "copies the bytes of this call", nbytes, local_buffer_size)
+    return False
+
+
 class MooncakeDistributedStore:
     """Mooncake's store client, answering Mooncake's codes from egmstore."""
 
@@ -579,6 +659,7 @@ class MooncakeDistributedStore:
         self._regions = {}       # registered buffers, address -> size (get_into_ranges)
         self._get_sessions = {}  # key -> None (not read yet), a BufferHandle, or a code
         self._put_sessions = {}  # key -> _PutSession
+        self._local = None       # local_buffer_size once set up (_fits)
 
     # ---- setup / teardown ----
     def setup(self, *args, **kwargs):
@@ -608,7 +689,8 @@ class MooncakeDistributedStore:
         _need(master_server_addr, str, "master_server_addr")
         if enable_ssd_offload:
             _no_ssd_offload()
-        return self._connect(local_hostname, global_segment_size, protocol, master_server_addr, {})
+        return self._connect(local_hostname, global_segment_size, protocol, master_server_addr, {},
+                             local_buffer_size)
 
     def _setup_dict(self, config):
         """Like Mooncake's dict form, a value setup cannot use answers
@@ -645,9 +727,11 @@ class MooncakeDistributedStore:
             return ErrorCode.INVALID_PARAMS
         return self._connect(config["local_hostname"], size,
                              _dict_str(config, "protocol", "tcp"),
-                             _dict_str(config, "master_server_addr", _DEFAULT_MASTER), extra)
+                             _dict_str(config, "master_server_addr", _DEFAULT_MASTER), extra,
+                             _dict_size(config, "local_buffer_size", _DEFAULT_BUFFER))
 
-    def _connect(self, local_hostname, global_segment_size, protocol, master_server_addr, extra):
+    def _connect(self, local_hostname, global_segment_size, protocol, master_server_addr, extra,
+                 local_buffer_size):
         config_protocol = protocol
         if self._client is not None and not self._client.closed:
             log.error("setup(): this store is already set up; close() it first")
@@ -697,6 +781,7 @@ class MooncakeDistributedStore:
                 return _code(status)
         data_port = config.get("data_port", "0")
         self._client = client
+        self._local = max(0, _size_bytes(local_buffer_size))
         self._transports = client.transports()
         if mooncake_protocol:
             log.warning("setup(): protocol %r is Mooncake's; egmstore has no such transport and "
@@ -713,6 +798,7 @@ class MooncakeDistributedStore:
         for session in self._put_sessions.values():  # unregistered before they are freed
             session.release(self._c)
         self._put_sessions.clear()
+        self._local = None
         if self._client is None:
             return ErrorCode.OK
         return _code(self._client.close())
@@ -742,6 +828,18 @@ class MooncakeDistributedStore:
     def _c(self):
         return self._client if self._client is not None else _NOT_SET_UP
 
+    # ---- Mooncake's local buffer (local_buffer_size) for the copying calls ----
+    def _copied(self, nbytes, call, refused):
+        """call(), or refused when nbytes do not fit in the local buffer."""
+        return call() if _fits(self._local, nbytes) else refused
+
+    def _read(self, value, nbytes_of):
+        """A read's result, or None when its bytes do not fit in the local
+        buffer (Mooncake's read fails then)."""
+        if value is None or _fits(self._local, nbytes_of(value)):
+            return value
+        return None
+
     # ---- registered memory ----
     def register_buffer(self, buffer_ptr, size):
         code = _buffer_code(self._c.register_buffer(buffer_ptr, size))
@@ -760,7 +858,8 @@ class MooncakeDistributedStore:
         rc = _rc(config)
         if _refused(rc):
             return rc
-        return _put_code(self._c.put(key, value, rc))
+        return self._copied(_nbytes(value), lambda: _put_code(self._c.put(key, value, rc)),
+                            ErrorCode.INVALID_PARAMS)
 
     def put_parts(self, key, *parts, config=None):
         """Stores the concatenation of the bytes-like parts."""
@@ -790,7 +889,8 @@ class MooncakeDistributedStore:
     def get(self, key):
         """The object's bytes, or b"" when it is missing or the read fails."""
         status, data = self._c.get(key)
-        return data if status >= 0 else b""
+        data = self._read(data if status >= 0 else None, len)
+        return b"" if data is None else data
 
     def get_into(self, key, buffer_ptr, size):
         """Bytes read, or a negative code."""
@@ -877,12 +977,24 @@ class MooncakeDistributedStore:
         """The object's bytes as a BufferHandle (no copy), or None when it is
         missing or the read fails."""
         status, handle = self._c.get_buffer(key)
-        return handle if status >= 0 else None
+        return self._read(handle if status >= 0 else None, len)
 
     def batch_get_buffer(self, keys):
-        """[BufferHandle or None per key] (each key read in turn)."""
+        """[BufferHandle or None per key] (each key read in turn; as on
+        Mooncake, a key whose bytes no longer fit in the local buffer beside the
+        keys before it answers None)."""
         status, _, handles = self._c.batch_get_buffer(keys)
-        return handles if status >= 0 else [None] * len(keys)
+        if status < 0:
+            return [None] * len(keys)
+        held = 0
+        out = []
+        for handle in handles:
+            if handle is not None and _fits(self._local, held + len(handle)):
+                held += len(handle)
+                out.append(handle)
+            else:
+                out.append(None)
+        return out
 
     def get_batch(self, keys):
         """[bytes per key], b"" for a missing key."""
@@ -891,7 +1003,8 @@ class MooncakeDistributedStore:
     def put_batch(self, keys, values, config=None):
         """Puts each (key, value): 0 (existing keys too, first value kept), or
         the first negative code (the other keys are still put)."""
-        return self._each_put(keys, values, config, self.put)
+        return self._each_put(keys, values, config,
+                              lambda k, v, rc: _put_code(self._c.put(k, v, rc)))
 
     # ---- upsert: insert or replace -----------------------------------------------
     def _upsert(self, key, put):
@@ -913,7 +1026,9 @@ class MooncakeDistributedStore:
         rc = _rc(config)
         if _refused(rc):
             return rc
-        return self._upsert(key, lambda: self._c.put(key, value, rc))
+        return self._copied(_nbytes(value),
+                            lambda: self._upsert(key, lambda: self._c.put(key, value, rc)),
+                            ErrorCode.INVALID_PARAMS)
 
     def upsert_parts(self, key, *parts, config=None):
         """upsert of the concatenation of the bytes-like parts."""
@@ -927,7 +1042,8 @@ class MooncakeDistributedStore:
 
     def upsert_batch(self, keys, values, config=None):
         """upsert of each (key, value): 0, or the first negative code."""
-        return self._each_put(keys, values, config, self.upsert)
+        return self._each_put(keys, values, config,
+                              lambda k, v, rc: self._upsert(k, lambda: self._c.put(k, v, rc)))
 
     def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
         """[0 or negative per key]: batch_put_from, then the keys that existed
@@ -960,12 +1076,16 @@ class MooncakeDistributedStore:
         rc = _rc(config)
         if _refused(rc):
             return rc
-        first = 0
-        for key, value in zip(keys, values):
-            code = put(key, value, config)
-            if code < 0 and first == 0:
-                first = code
-        return first
+
+        def each():  # the whole batch is held in the local buffer, as on Mooncake
+            first = 0
+            for key, value in zip(keys, values):
+                code = put(key, value, rc)
+                if code < 0 and first == 0:
+                    first = code
+            return first
+
+        return self._copied(sum(_nbytes(v) for v in values), each, ErrorCode.INVALID_PARAMS)
 
     # ---- ranged reads -------------------------------------------------------------
     def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,

@@ -120,6 +120,15 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
         ("with_hard_pin.int", "with_hard_pin", 1),
         ("preferred_segments.tuple", "preferred_segments", ("a",)),
         ("with_soft_pin", "with_soft_pin", True), ("session_ids", "session_ids", ["s"]),
+        # Mooncake's own test_distributed_object_store.py: uint64 range, None allowed
+        ("soft_pin_ttl_ms.u64_max", "soft_pin_ttl_ms", (1 << 64) - 1),
+        ("soft_pin_ttl_ms.u64_over", "soft_pin_ttl_ms", 1 << 64),
+        ("soft_pin_ttl_ms.zero", "soft_pin_ttl_ms", 0),
+        ("soft_pin_ttl_ms.bool", "soft_pin_ttl_ms", True),
+        ("soft_pin_ttl_ms.float", "soft_pin_ttl_ms", 1.5),
+        ("replica_num.u64_max", "replica_num", (1 << 64) - 1),
+        ("replica_num.u64_over", "replica_num", 1 << 64),
+        ("replica_num.bool", "replica_num", True),
     ]:
         r.call("rc.assign." + label, assign, attr, value)
     full = RC()
@@ -166,6 +175,11 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
                 LOCAL_BUFFER_SIZE, "tcp", "", master_addr)
     if rc != 0:
         return r.results
+    # Mooncake's transfer engine takes a port of 12300..14300 when local_hostname names none
+    # (Mooncake's own test_basic_get_hostname checks it); so does the facade's data server.
+    host_port = m("get_hostname")()
+    r.note("get_hostname.port_range", isinstance(host_port, str) and ":" in host_port
+           and 12300 <= int(host_port.rsplit(":", 1)[1]) <= 14300)
 
     # --- put then get_buffer / batch_get_buffer / get_batch ---------------------------
     data = {"a": b"hello world", "b": pattern("b", 300 * KiB), "c": pattern("c", 2 * KiB)}
@@ -409,6 +423,120 @@ def run_surface_sequence(store, module, master_addr, trace=None, new_store=None,
     r.call("put.dfs_replica_num", m("put"), "cfg.3", b"abc", dfs)
     r.call("batch_put_from.dfs_replica_num", m("batch_put_from"), ["cfg.4"], [src.ptr], [8], dfs)
     r.call("config_0313.exist", m("batch_is_exist"), ["cfg.1", "cfg.2", "cfg.3", "cfg.4"])
+
+    # --- soft_pin_ttl_ms goes with SoftPinAction.ENABLE only, at most 24 h ----------------
+    # (Mooncake's own test_soft_pin_config_forwarding checks the upsert; every put form here.)
+    def pin(action=None, ttl=None):
+        c = RC()
+        if action is not None:
+            c.soft_pin_action = action
+        if ttl is not None:
+            c.soft_pin_ttl_ms = ttl
+        return c
+
+    write(src.ptr, pattern("pin", 64))
+    for name, c in [("preserve_ttl", pin(ttl=1000)), ("preserve_ttl0", pin(ttl=0)),
+                    ("disable_ttl", pin(SPA.DISABLE, 1000)), ("enable_ttl", pin(SPA.ENABLE, 1000)),
+                    ("enable_ttl0", pin(SPA.ENABLE, 0)),
+                    ("enable_ttl_24h", pin(SPA.ENABLE, 24 * 3600 * 1000)),
+                    ("enable_ttl_over_24h", pin(SPA.ENABLE, 24 * 3600 * 1000 + 1)),
+                    ("disable", pin(SPA.DISABLE))]:
+        k = "sp." + name + "."
+        r.call("pin.put." + name, m("put"), k + "put", b"pinned", c)
+        r.call("pin.put_parts." + name, m("put_parts"), k + "parts", b"a", b"b", config=c)
+        r.call("pin.put_batch." + name, m("put_batch"), [k + "b1", k + "b2"], [b"a", b"b"], c)
+        r.call("pin.put_from." + name, m("put_from"), k + "from", src.ptr, 16, c)
+        r.call("pin.batch_put_from." + name, m("batch_put_from"), [k + "bpf"], [src.ptr], [16],
+               c)
+        r.call("pin.multi_buffers." + name, m("batch_put_from_multi_buffers"), [k + "mb"],
+               [[src.ptr, src.ptr + 16]], [[8, 8]], c)
+        r.call("pin.upsert." + name, m("upsert"), k + "put", b"again", c)
+        r.call("pin.upsert_new." + name, m("upsert"), k + "ups", b"new", c)
+        r.call("pin.upsert_parts." + name, m("upsert_parts"), k + "up", b"a", config=c)
+        r.call("pin.upsert_batch." + name, m("upsert_batch"), [k + "ub"], [b"a"], c)
+        r.call("pin.upsert_from." + name, m("upsert_from"), k + "uf", src.ptr, 16, c)
+        r.call("pin.batch_upsert_from." + name, m("batch_upsert_from"), [k + "buf"], [src.ptr],
+               [16], c)
+        r.call("pin.put_session." + name, m("batch_put_session_start"), [k + "ps"], [16], c)
+        r.call("pin.put_session.revoke." + name, m("batch_put_session_revoke"), [k + "ps"])
+        r.call("pin.exist." + name, m("batch_is_exist"),
+               [k + x for x in ("put", "parts", "b1", "b2", "from", "bpf", "mb", "ups", "up",
+                                "ub", "uf", "buf", "ps")])
+
+    # --- local_buffer_size: Mooncake copies put/get bytes through a client buffer of it ------
+    # (Mooncake's own test_zero_local_buffer_size: a put through a client with 0 fails.)
+    # Stores contributing no segment, so that nothing depends on placement; they read what
+    # the main store wrote and remove what they wrote before they close.
+    MiB = 1024 * KiB
+    lb_data = {"lb.small": pattern("lbs", 1000), "lb.big": pattern("lbb", 2 * MiB),
+               "lb.exact": pattern("lbe", MiB), "lb.under": pattern("lbu", MiB - 1),
+               "lb.six": pattern("lb6", 600 * KiB), "lb.six2": pattern("lb62", 600 * KiB)}
+    for k, v in lb_data.items():
+        r.call("lb.put." + k, m("put"), k, v)
+    for lbs in ((0, MiB) if new_store is not None else ()):
+        t = "lb%d." % lbs
+        small = new_store()
+        rc_small = r.call(t + "setup", _method(small, "setup"), "127.0.0.1", "P2PHANDSHAKE", 0,
+                          lbs, "tcp", "", master_addr)
+        if rc_small != 0:
+            continue
+        s_ = lambda name: _method(small, name)  # noqa: E731
+        written = []  # what this store may have stored (removed before it closes)
+        lbuf = ctypes_alloc(4 * MiB)
+        write(lbuf.ptr, lb_data["lb.big"])
+        r.call(t + "register", s_("register_buffer"), lbuf.ptr, 4 * MiB)
+        for nm in ("lb.small", "lb.big", "lb.exact", "lb.under"):
+            data = lb_data[nm]
+            w = t + nm[3:] + "."
+            r.call(w + "put", s_("put"), w + "k.put", data)
+            r.call(w + "put_parts", s_("put_parts"), w + "k.parts", data[:10], data[10:])
+            r.call(w + "put_batch", s_("put_batch"), [w + "k.batch"], [data])
+            r.call(w + "upsert", s_("upsert"), w + "k.upsert", data)
+            r.call(w + "upsert_parts", s_("upsert_parts"), w + "k.upsert_parts", data)
+            r.call(w + "upsert_batch", s_("upsert_batch"), [w + "k.upsert_batch"], [data])
+            r.call(w + "put_from", s_("put_from"), w + "k.from", lbuf.ptr, len(data))
+            r.call(w + "get", s_("get"), nm)
+            r.call(w + "get_buffer", s_("get_buffer"), nm, shape=handle_shape)
+            r.call(w + "batch_get_buffer", s_("batch_get_buffer"), [nm], shape=handle_shape)
+            r.call(w + "get_batch", s_("get_batch"), [nm])
+            r.call(w + "get_into", s_("get_into"), nm, lbuf.ptr, 4 * MiB)
+            r.call(w + "batch_get_into", s_("batch_get_into"), [nm], [lbuf.ptr], [4 * MiB])
+            r.call(w + "get_into_ranges", s_("get_into_ranges"), [lbuf.ptr], [[nm]], [[[0]]],
+                   [[[0]]], [[[5]]])
+            mine = [w + "k." + x for x in ("put", "parts", "batch", "upsert", "upsert_parts",
+                                           "upsert_batch", "from")]
+            r.call(w + "exist", s_("batch_is_exist"), mine)
+            written += mine
+        # what is held at once: a batch's bytes together, each key of a read in turn
+        r.call(t + "put_batch.together", s_("put_batch"), [t + "pb1", t + "pb2"],
+               [lb_data["lb.six"]] * 2)
+        r.call(t + "upsert_batch.together", s_("upsert_batch"), [t + "ub1", t + "ub2"],
+               [lb_data["lb.six"]] * 2)
+        together = [t + "pb1", t + "pb2", t + "ub1", t + "ub2"]
+        r.call(t + "together.exist", s_("batch_is_exist"), together)
+        written += together
+        r.call(t + "batch_get_buffer.together", s_("batch_get_buffer"), ["lb.six", "lb.six2"],
+               shape=handle_shape)
+        r.call(t + "get_batch.together", s_("get_batch"), ["lb.six", "lb.six2"])
+        r.call(t + "unregister", s_("unregister_buffer"), lbuf.ptr)
+        r.call(t + "remove.force", s_("batch_remove"), written, True)
+        r.call(t + "close", s_("close"))
+
+    # setup(dict): local_buffer_size as a size text, and its default (16 MiB)
+    for label, lbs in ((("1MB", "1MB"), ("default", None)) if new_store is not None else ()):
+        t = "lb.dict." + label + "."
+        d = new_store()
+        conf = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                "global_segment_size": 0, "protocol": "tcp", "master_server_addr": master_addr}
+        if lbs is not None:
+            conf["local_buffer_size"] = lbs
+        if r.call(t + "setup", _method(d, "setup"), conf) != 0:
+            continue
+        sizes = {"1MiB": MiB, "1MiB+1": MiB + 1, "16MiB": 16 * MiB, "16MiB+1": 16 * MiB + 1}
+        for name, size in sizes.items():
+            r.call(t + "put." + name, _method(d, "put"), t + name, b"d" * size)
+        r.call(t + "remove.force", _method(d, "batch_remove"), [t + n for n in sizes], True)
+        r.call(t + "close", _method(d, "close"))
 
     # --- replica descriptors -----------------------------------------------------------------------
     desc = r.call("batch_get_replica_desc", m("batch_get_replica_desc"),

@@ -343,7 +343,7 @@ def test_hostname_with_port_and_other_protocols(cluster, caplog):
     port = free.getsockname()[1]
     free.close()
     s = MooncakeDistributedStore()
-    assert s.setup(f"127.0.0.1:{port}", "P2PHANDSHAKE", 4 * MIB, 0, "tcp", "",
+    assert s.setup(f"127.0.0.1:{port}", "P2PHANDSHAKE", 4 * MIB, 4 * MIB, "tcp", "",
                    cluster.master_addr) == 0
     assert s.get_hostname() == f"127.0.0.1:{port}"
     assert s.put("hp", b"x") == 0
@@ -382,7 +382,7 @@ def test_replicate_config(cluster, buffer, caplog):
     # not raise). egmstore places at most 16 replicas, so 17 is refused the same way.
     src = buffer(8)
     assert s.register_buffer(src.ptr, 8) == 0
-    for num in (0, 17, 2**64 + 1):
+    for num in (0, 17, 2**64 - 1):
         bad = ReplicateConfig()
         bad.replica_num = num
         caplog.clear()
@@ -397,10 +397,14 @@ def test_replicate_config(cluster, buffer, caplog):
     rc16 = ReplicateConfig()
     rc16.replica_num = 16  # accepted; one segment can hold one replica only
     assert s.put("rc/16", b"x", rc16) in (0, -200)
-    # As Mooncake's (pybind11, size_t) field: a negative or non-int value raises on assignment.
-    for num in (-1, "1", 1.0, True):
-        with pytest.raises(TypeError, match="replica_num must be an int >= 0"):
+    # As Mooncake's (pybind11, size_t) field: a negative, too large or non-int value raises
+    # on assignment; a bool is an int there (measured: True is 1).
+    for num in (-1, "1", 1.0, 2**64):
+        with pytest.raises(TypeError, match=r"replica_num must be an int in 0\.\.2\*\*64-1"):
             ReplicateConfig().replica_num = num
+    flag = ReplicateConfig()
+    flag.replica_num = True
+    assert flag.replica_num == 1 and type(flag.replica_num) is int
     with pytest.raises(TypeError, match="replica_num"):
         ReplicateConfig(replica_num=-1)
     with pytest.raises(TypeError, match="ReplicateConfig"):

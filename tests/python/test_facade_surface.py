@@ -238,3 +238,39 @@ def test_calls_before_setup_and_after_close(cluster, key):
         assert store.get_into_ranges([1], [["k"]], [[[0]]], [[[0]]], [[[8]]]) == [[[CLOSED]]]
         assert store.batch_get_replica_desc(["k"]) == {}
     assert _egmstore.BufferHandle is BufferHandle
+
+
+def test_local_buffer_limits_each_call_alone(cluster):
+    """local_buffer_size bounds what one call copies, as Mooncake's client buffer does
+    (compared in test_mooncake_diff.py); each call is counted alone, a failed one too, so
+    calls in turn or from threads that each fit always succeed (Mooncake's calls share the
+    buffer: docs/mooncake-compat.md)."""
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 1 * MIB, "tcp", "", cluster.master_addr) == 0
+    value = b"v" * (600 * 1024)
+    for i in range(10):
+        assert s.put(f"lbcall/{i}", value) == 0
+        assert s.put_batch([f"lbcall/b{i}"], [value]) == 0
+        held = s.get_buffer(f"lbcall/{i}")  # a live handle: not counted against the next call
+        assert s.get(f"lbcall/b{i}") == value and bytes(held) == value
+        assert [h is not None for h in s.batch_get_buffer([f"lbcall/{i}", f"lbcall/b{i}"])] \
+            == [True, False]  # the second does not fit beside the first
+        with pytest.raises(TypeError):
+            s.put(f"lbcall/bad{i}", 12345)  # raised by the binding
+        assert s.put(f"lbcall/big{i}", value * 2) == -600  # 1.2 MiB: never fits
+        assert s.is_exist(f"lbcall/big{i}") == 0
+    errors = []
+
+    def reader(n):
+        for i in range(10):
+            if s.get(f"lbcall/{i}") != value or s.put(f"lbcall/t{n}.{i}", value) != 0:
+                errors.append((n, i))
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert s.remove_all(True) >= 60
+    assert s.close() == 0
