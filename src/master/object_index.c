@@ -224,13 +224,14 @@ static egm_status_t table_reserve(object_table_t *t)
     return EGM_OK;
 }
 
-/* obj's key must not be in the table; table_reserve was called. */
-static void table_insert(object_table_t *t, egm_object_t *obj)
+/* obj's key (whose hash is `hash`) must not be in the table; table_reserve
+ * was called. */
+static void table_insert(object_table_t *t, egm_object_t *obj, uint64_t hash)
 {
-    size_t i = obj->hash & t->mask;
+    size_t i = hash & t->mask;
     while (t->slots[i].obj != NULL)
         i = (i + 1) & t->mask;
-    t->slots[i] = (slot_t){.hash = obj->hash, .obj = obj};
+    t->slots[i] = (slot_t){.hash = hash, .obj = obj};
     t->count++;
 }
 
@@ -239,7 +240,9 @@ static void table_insert(object_table_t *t, egm_object_t *obj)
  * egm__objects_remove_all). */
 static void table_remove(object_table_t *t, const egm_object_t *obj)
 {
-    size_t i = obj->hash & t->mask;
+    /* The object does not keep its hash (8 bytes of every object): hashing
+     * its key again costs less than a cache miss. */
+    size_t i = key_hash(egm__object_key(obj), obj->key_len) & t->mask;
     while (t->slots[i].obj != obj) {
         if (t->slots[i].obj == NULL)
             return; /* not indexed (a failed put) */
@@ -560,17 +563,26 @@ static void replica_unlink(egm_replica_t *r)
     seg->replica_count--;
 }
 
+/* Adds a replica of obj at `offset` of seg (allocated for it) and links it
+ * into the segment's list. With `space` locked. */
+static void replica_add(egm_object_t *obj, egm_segment_t *seg, uint64_t offset)
+{
+    uint32_t i = obj->n_replicas++;
+    obj->replicas[i] = (egm_replica_t){.segment = seg, .offset_index = offset | i};
+    replica_link(&obj->replicas[i]);
+}
+
 /* Returns a live replica's space to its segment; the bytes freed. With the
  * object's shard and `space` locked. */
 static uint64_t release_replica(egm_replica_t *r)
 {
-    uint64_t freed = 0;
+    uint64_t freed = 0, offset = egm__replica_offset(r), len = egm__replica_object(r)->size;
     replica_unlink(r);
-    if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
+    if (egm__allocator_free(r->segment->allocator, offset, len) != EGM_OK)
         egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
-                  (unsigned long long)r->offset, (unsigned long long)r->length, egm_last_error());
+                  (unsigned long long)offset, (unsigned long long)len, egm_last_error());
     else
-        freed = egm__allocator_round(r->length);
+        freed = egm__allocator_round(len);
     r->segment = NULL;
     return freed;
 }
@@ -618,10 +630,10 @@ static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t
             continue;
         replica_unlink(r);
         index->held[index->n_held++] = (held_extent_t){.segment = r->segment,
-                                                       .offset = r->offset,
-                                                       .length = r->length,
+                                                       .offset = egm__replica_offset(r),
+                                                       .length = obj->size,
                                                        .release_ms = release_ms};
-        index->held_bytes += egm__allocator_round(r->length);
+        index->held_bytes += egm__allocator_round(obj->size);
         r->segment = NULL;
         if (release_ms < index->held_release_ms)
             index->held_release_ms = release_ms;
@@ -718,11 +730,7 @@ uint64_t egm__objects_release_held(egm_object_index_t *index, uint64_t now_ms)
  * With its shard locked. */
 static uint64_t object_bytes(const egm_object_t *obj)
 {
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < obj->n_replicas; i++)
-        if (obj->replicas[i].segment != NULL)
-            bytes += egm__allocator_round(obj->replicas[i].length);
-    return bytes;
+    return egm__allocator_round(obj->size) * obj->n_live;
 }
 
 /* Takes an object without live replicas out of its shard and frees it. With
@@ -808,8 +816,8 @@ static void fill_view(const egm_object_t *obj, egm_object_view_t *v, int with_re
         const egm_replica_t *r = &obj->replicas[i];
         if (r->segment == NULL)
             continue; /* dropped with its segment */
-        v->replicas[v->n_replicas++] =
-            (egm_replica_view_t){.segment = r->segment, .offset = r->offset, .length = r->length};
+        v->replicas[v->n_replicas++] = (egm_replica_view_t){
+            .segment = r->segment, .offset = egm__replica_offset(r), .length = obj->size};
     }
 }
 
@@ -854,9 +862,7 @@ static int try_segment(egm_object_t *obj, egm_segment_t *seg)
             return 0;
     if (egm__allocator_alloc(seg->allocator, obj->size, &offset) != EGM_OK)
         return 0; /* full (or out of memory): the caller tries the next segment */
-    egm_replica_t *r = &obj->replicas[obj->n_replicas++];
-    *r = (egm_replica_t){.segment = seg, .object = obj, .offset = offset, .length = obj->size};
-    replica_link(r);
+    replica_add(obj, seg, offset);
     return 1;
 }
 
@@ -1167,8 +1173,8 @@ futile:
 #define NEEDS_EVICTION 2
 
 /* A new object for key with room for `slots` replicas (zeroed but for its
- * key and hash), or NULL. */
-static egm_object_t *object_new(const char *key, size_t key_len, uint64_t hash, uint32_t slots)
+ * key), or NULL. */
+static egm_object_t *object_new(const char *key, size_t key_len, uint32_t slots)
 {
     egm_object_t *obj =
         egm_malloc(sizeof(*obj) + slots * sizeof(egm_replica_t) + key_len + 1, "master.object");
@@ -1179,8 +1185,7 @@ static egm_object_t *object_new(const char *key, size_t key_len, uint64_t hash, 
     char *obj_key = (char *)egm__object_key(obj);
     memcpy(obj_key, key, key_len);
     obj_key[key_len] = '\0';
-    obj->key_len = (uint32_t)key_len;
-    obj->hash = hash;
+    obj->key_len = (uint16_t)key_len;
     return obj;
 }
 
@@ -1237,7 +1242,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
 
     if ((status = table_reserve(&sh->by_key)) != EGM_OK)
         return status;
-    obj = object_new(key, key_len, hash, replica_num);
+    obj = object_new(key, key_len, replica_num);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     obj->state = EGM_OBJECT_PENDING;
@@ -1250,7 +1255,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     space_lock(index);
     status = place_locked(index, obj, config, now_ms, evict_ok);
     if (status == EGM_OK)
-        table_insert(&sh->by_key, obj);
+        table_insert(&sh->by_key, obj, hash);
     space_unlock(index);
     if (status != EGM_OK) {
         egm_free(obj); /* placed nothing */
@@ -1333,7 +1338,7 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
     for (uint32_t i = 0; i < probe->n_replicas; i++) {
         replica_unlink(&probe->replicas[i]);
         extents[i] = (egm_slab_extent_t){.segment = probe->replicas[i].segment,
-                                         .base = probe->replicas[i].offset};
+                                         .base = egm__replica_offset(&probe->replicas[i])};
     }
     uint64_t lease_ms = index->params.pending_timeout_ms;
     status = egm__slabs_add(index->slabs, client, probe->size, now_ms + lease_ms, extents,
@@ -1448,12 +1453,7 @@ static egm_status_t commit_claim(egm_slab_t *slab, uint64_t offset, uint64_t siz
             egm__allocator_free(seg->allocator, slab->extents[e].base + offset, rounded);
             continue;
         }
-        egm_replica_t *r = &obj->replicas[obj->n_replicas++];
-        *r = (egm_replica_t){.segment = seg,
-                             .object = obj,
-                             .offset = slab->extents[e].base + offset,
-                             .length = size};
-        replica_link(r);
+        replica_add(obj, seg, slab->extents[e].base + offset);
     }
     if (obj != NULL)
         obj->n_live = obj->n_replicas;
@@ -1489,10 +1489,13 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     }
     egm_object_t *created = NULL;
     if (status == EGM_OK) {
-        created = object_new(key, key_len, hash, slab->n_live);
-        status = created == NULL
-                     ? egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object")
-                     : commit_claim(slab, b->offsets[i], size, created);
+        created = object_new(key, key_len, slab->n_live);
+        if (created == NULL) {
+            status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
+        } else {
+            created->size = size; /* its replicas' length */
+            status = commit_claim(slab, b->offsets[i], size, created);
+        }
     }
     if (status == EGM_OK)
         index->commits++;
@@ -1509,7 +1512,7 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     obj->hard_pin = config != NULL && config->hard_pin != 0;
     obj->soft_pin = config != NULL && config->soft_pin != 0 && !obj->hard_pin;
     obj->shard = (uint8_t)(sh - index->shards);
-    table_insert(&sh->by_key, obj);
+    table_insert(&sh->by_key, obj, hash);
     move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
     bump(&index->evictable_gen);
     sh->n_soft_pinned += obj->soft_pin;
@@ -1904,7 +1907,8 @@ static int cmp_replica_desc(const void *a, const void *b)
     const egm_replica_t *x = *(egm_replica_t *const *)a, *y = *(egm_replica_t *const *)b;
     if (x->segment != y->segment)
         return (uintptr_t)x->segment < (uintptr_t)y->segment ? -1 : 1;
-    return x->offset < y->offset ? 1 : x->offset > y->offset ? -1 : 0;
+    uint64_t xo = egm__replica_offset(x), yo = egm__replica_offset(y);
+    return xo < yo ? 1 : xo > yo ? -1 : 0;
 }
 
 /* Frees the replicas of objs[0..n) highest offset first in each segment: each
@@ -1926,13 +1930,9 @@ static void release_sorted(egm_object_t **objs, size_t n)
     qsort(reps, k, sizeof(*reps), cmp_replica_desc);
     for (size_t i = 0; i < k; i++) {
         egm_replica_t *r = reps[i];
-        replica_unlink(r);
-        if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
-            egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
-                      (unsigned long long)r->offset, (unsigned long long)r->length,
-                      egm_last_error());
-        r->segment = NULL;
-        r->object->n_live = 0;
+        egm_object_t *obj = egm__replica_object(r);
+        release_replica(r);
+        obj->n_live = 0;
     }
     egm_free(reps);
 }
@@ -2190,7 +2190,7 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
     egm_replica_t *r = segment->replicas;
     while (r != NULL) {
         egm_replica_t *next = r->seg_next;
-        egm_object_t *obj = r->object;
+        egm_object_t *obj = egm__replica_object(r);
         replica_unlink(r);
         r->segment = NULL;
         obj->n_live--;
@@ -2292,13 +2292,12 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
         unsigned want_shard = shard_index(hash);
         CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u",
               egm__object_key(o), s, want_shard);
-        CHECK(o->hash == hash && t->slots[slot].hash == hash, "object %s: hash not its key's",
-              egm__object_key(o));
+        CHECK(t->slots[slot].hash == hash, "object %s: hash not its key's", egm__object_key(o));
         CHECK(table_find(t, egm__object_key(o), o->key_len, hash) == o,
               "shard %zu: object %s not found under its key", s, egm__object_key(o));
         for (uint32_t i = 0; i < o->n_replicas; i++) {
             const egm_replica_t *r = &o->replicas[i];
-            CHECK(r->object == o, "object %s: replica %u points to another object",
+            CHECK(egm__replica_object(r) == o, "object %s: replica %u points to another object",
                   egm__object_key(o), i);
             if (r->segment == NULL)
                 continue;
@@ -2306,11 +2305,8 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
             CHECK(egm__segment_table_find(index->segments, r->segment->desc.id) == r->segment,
                   "object %s: replica %u is on a segment that is not mounted", egm__object_key(o),
                   i);
-            CHECK(r->offset + r->length <= r->segment->desc.size,
+            CHECK(egm__replica_offset(r) + o->size <= r->segment->desc.size,
                   "object %s: replica %u beyond its segment", egm__object_key(o), i);
-            CHECK(r->length == o->size, "object %s: replica %u of %llu bytes, object %llu",
-                  egm__object_key(o), i, (unsigned long long)r->length,
-                  (unsigned long long)o->size);
             for (uint32_t j = 0; j < i; j++)
                 CHECK(o->replicas[j].segment != r->segment,
                       "object %s: two replicas on one segment", egm__object_key(o));
@@ -2360,12 +2356,12 @@ static egm_status_t check_segment(const egm_object_index_t *index, const egm_seg
     const egm_replica_t *prev = NULL;
 
     for (const egm_replica_t *r = seg->replicas; r != NULL; r = r->seg_next) {
-        const egm_object_t *o = r->object;
+        const egm_object_t *o = egm__replica_object(r);
         CHECK(r->seg_prev == prev, "segment %s: broken back link", seg->desc.name);
         CHECK(r->segment == seg, "segment %s: lists a replica of another segment", seg->desc.name);
         CHECK(r >= o->replicas && r < o->replicas + o->n_replicas,
               "segment %s: a replica outside its object", seg->desc.name);
-        bytes += egm__allocator_round(r->length);
+        bytes += egm__allocator_round(o->size);
         prev = r;
         n++;
     }

@@ -55,11 +55,17 @@ typedef enum {
     EGM_OBJECT_COMPLETE = 1,
 } egm_object_state_t;
 
+/* A replica: where one copy of an object lies. Its length is the object's
+ * size (egm_object_t.size) and the object holding it is found from its place
+ * in the object's replicas[] (egm__replica_object), so neither is stored:
+ * a replica is 32 bytes, and with 100 million objects every byte of the
+ * record is 100 MB of the master's memory. */
 typedef struct egm_replica {
     egm_segment_t *segment; /* NULL once dropped (its segment was unmounted) */
-    struct egm_object *object;
-    uint64_t offset;
-    uint64_t length;
+    /* The offset in the segment (a multiple of EGM_OBJECT_ALIGN) with the
+     * replica's index in its object's replicas[] in the low bits that the
+     * alignment leaves free: egm__replica_offset, egm__replica_object. */
+    uint64_t offset_index;
     struct egm_replica *seg_prev; /* list of the replicas in `segment` */
     struct egm_replica *seg_next;
 } egm_replica_t;
@@ -69,6 +75,8 @@ typedef struct egm_object_link {
     struct egm_object *next;
 } egm_object_link_t;
 
+/* One allocation per object: this header (104 bytes), its replicas, its key.
+ * The small fields are packed into the last 8 bytes of the header. */
 typedef struct egm_object {
     uint64_t size;
     egm_id_t writer;
@@ -79,24 +87,43 @@ typedef struct egm_object {
     uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
     egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
     egm_object_link_t lease_link; /* objects by lease grant, oldest first */
-    uint64_t hash;                /* of the key: its shard and its slot in the shard's table */
-    uint32_t key_len;             /* of the key (egm__object_key), NUL-terminated */
-    uint8_t state;                /* egm_object_state_t */
-    uint8_t soft_pin;             /* put with_soft_pin: kept until last access + soft pin TTL */
-    uint8_t hard_pin;             /* put with_hard_pin: never evicted */
-    uint8_t list;                 /* which list `link` is in (object_index.c) */
-    uint8_t in_lease_list;
-    uint8_t shard;      /* index of the shard holding it */
-    uint8_t n_replicas; /* replicas placed, in replicas[0..n) */
-    uint8_t n_live;     /* replicas whose segment is still mounted */
-    uint8_t n_slots;    /* replicas[] allocated; the key follows them */
+    /* The key's hash is not kept here: the shard's table keeps it in the
+     * object's slot, and a removal hashes the key again (object_index.c). */
+    uint16_t key_len;          /* of the key (egm__object_key), NUL-terminated; <= 4096 */
+    uint8_t state : 1;         /* egm_object_state_t */
+    uint8_t soft_pin : 1;      /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin : 1;      /* put with_hard_pin: never evicted */
+    uint8_t in_lease_list : 1; /* in its shard's lease list */
+    uint8_t list : 2;          /* which list `link` is in (object_index.c) */
+    uint8_t shard;             /* index of the shard holding it */
+    uint8_t n_replicas;        /* replicas placed, in replicas[0..n) */
+    uint8_t n_live;            /* replicas whose segment is still mounted */
+    uint8_t n_slots;           /* replicas[] allocated; the key follows them */
     egm_replica_t replicas[];
 } egm_object_t;
+
+_Static_assert(EGM_MASTER_KEY_MAX <= UINT16_MAX, "egm_object_t.key_len is 16 bits");
+_Static_assert(EGM_OBJECT_ALIGN >= EGM_MASTER_REPLICA_MAX &&
+                   (EGM_OBJECT_ALIGN & (EGM_OBJECT_ALIGN - 1)) == 0,
+               "a replica's index fits in the low bits of its aligned offset");
 
 /* The key of obj: key_len bytes and a NUL inside its allocation, after the replicas. */
 static inline const char *egm__object_key(const egm_object_t *obj)
 {
     return (const char *)&obj->replicas[obj->n_slots];
+}
+
+/* Where replica r lies in its segment. */
+static inline uint64_t egm__replica_offset(const egm_replica_t *r)
+{
+    return r->offset_index & ~(uint64_t)(EGM_OBJECT_ALIGN - 1);
+}
+
+/* The object whose replicas[] holds r. */
+static inline egm_object_t *egm__replica_object(const egm_replica_t *r)
+{
+    const egm_replica_t *first = r - (r->offset_index & (EGM_OBJECT_ALIGN - 1));
+    return (egm_object_t *)((char *)first - offsetof(egm_object_t, replicas));
 }
 
 typedef struct egm_object_index egm_object_index_t;
