@@ -799,16 +799,39 @@ static int pending_is_stale(const egm_object_index_t *index, const egm_object_t 
            now_ms - obj->put_start_ms >= index->params.pending_timeout_ms;
 }
 
+/* When obj's latest lease was granted; 0 when it never was. With its shard
+ * locked. */
+static uint64_t last_grant_ms(const egm_object_index_t *index, const egm_object_t *obj)
+{
+    uint64_t ttl = index->params.lease_ttl_ms;
+    if (obj->lease_expiry_ms == 0)
+        return 0;
+    return obj->lease_expiry_ms > ttl ? obj->lease_expiry_ms - ttl : 0;
+}
+
+/* A COMPLETE object's recency: its PutEnd (or Commit), or its latest lease
+ * grant when later. Every lease lasts lease_ttl_ms and is extended, never
+ * shortened, so the latest grant is lease_expiry_ms - lease_ttl_ms: the
+ * object need not keep it. 0 for a PENDING object. With its shard locked. */
+static uint64_t last_access_ms(const egm_object_index_t *index, const egm_object_t *obj)
+{
+    if (obj->state != EGM_OBJECT_COMPLETE)
+        return 0;
+    uint64_t grant = last_grant_ms(index, obj);
+    return grant > obj->commit_ms ? grant : obj->commit_ms;
+}
+
 /* What a reply needs of obj, copied (replicas only when asked: they are
  * another cache line). With its shard locked. */
-static void fill_view(const egm_object_t *obj, egm_object_view_t *v, int with_replicas)
+static void fill_view(const egm_object_index_t *index, const egm_object_t *obj,
+                      egm_object_view_t *v, int with_replicas)
 {
     v->state = obj->state;
     v->size = obj->size;
     v->writer = obj->writer;
     v->lease_expiry_ms = obj->lease_expiry_ms;
-    v->put_start_ms = obj->put_start_ms;
-    v->last_access_ms = obj->last_access_ms;
+    v->put_start_ms = obj->put_start_ms; /* the commit time once COMPLETE */
+    v->last_access_ms = last_access_ms(index, obj);
     v->soft_pin = obj->soft_pin;
     v->hard_pin = obj->hard_pin;
     v->n_replicas = 0;
@@ -1265,7 +1288,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     if (view_p != NULL)
-        fill_view(obj, view_p, 1);
+        fill_view(index, obj, view_p, 1);
     return EGM_OK;
 }
 
@@ -1508,7 +1531,7 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     obj->state = EGM_OBJECT_COMPLETE;
     obj->size = size;
     obj->writer = b->client;
-    obj->put_start_ms = obj->last_access_ms = obj->commit_ms = b->now_ms;
+    obj->commit_ms = b->now_ms;
     obj->hard_pin = config != NULL && config->hard_pin != 0;
     obj->soft_pin = config != NULL && config->soft_pin != 0 && !obj->hard_pin;
     obj->shard = (uint8_t)(sh - index->shards);
@@ -1541,8 +1564,7 @@ static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj,
     egm_status_t status = check_writer(obj, client);
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
         obj->state = EGM_OBJECT_COMPLETE;
-        obj->last_access_ms = now_ms;
-        obj->commit_ms = now_ms;
+        obj->commit_ms = now_ms; /* was its put_start_ms */
         move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
         bump(&index->evictable_gen);
     }
@@ -1596,8 +1618,6 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
     uint64_t expiry = now_ms + index->params.lease_ttl_ms;
     if (expiry > obj->lease_expiry_ms)
         obj->lease_expiry_ms = expiry;
-    if (now_ms > obj->last_access_ms)
-        obj->last_access_ms = now_ms;
     if (obj->list == LIST_LRU || obj->list == LIST_SOFT)
         move_to(index, obj, obj->list);
     if (obj->in_lease_list)
@@ -1620,7 +1640,7 @@ static egm_status_t read_leased_locked(egm_object_index_t *index, egm_object_t *
     if (status == EGM_OK) {
         grant_lease(index, obj, now_ms);
         if (view_p != NULL)
-            fill_view(obj, view_p, not_ready);
+            fill_view(index, obj, view_p, not_ready);
     }
     return status;
 }
@@ -1665,19 +1685,9 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "no object with this key");
     else
-        fill_view(obj, view_p, 1);
+        fill_view(index, obj, view_p, 1);
     pthread_mutex_unlock(&sh->lock);
     return status;
-}
-
-/* When obj's latest lease was granted; 0 when it never was. With its shard
- * locked. */
-static uint64_t last_grant_ms(const egm_object_index_t *index, const egm_object_t *obj)
-{
-    uint64_t ttl = index->params.lease_ttl_ms;
-    if (obj->lease_expiry_ms == 0)
-        return 0;
-    return obj->lease_expiry_ms > ttl ? obj->lease_expiry_ms - ttl : 0;
 }
 
 /* Deletes obj for a Remove: under a live lease (a forced one) its space is
@@ -2030,8 +2040,8 @@ size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms)
 
 static int soft_pin_holds(const egm_object_index_t *index, const egm_object_t *obj, uint64_t now_ms)
 {
-    return obj->soft_pin && (now_ms < obj->last_access_ms ||
-                             now_ms - obj->last_access_ms < index->params.soft_pin_ttl_ms);
+    uint64_t last = last_access_ms(index, obj);
+    return obj->soft_pin && (now_ms < last || now_ms - last < index->params.soft_pin_ttl_ms);
 }
 
 /* With every shard and `space` locked. */
@@ -2098,7 +2108,7 @@ static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t
             soft_done = 1;
             b = NULL;
         }
-        if (a != NULL && (b == NULL || a->last_access_ms <= b->last_access_ms)) {
+        if (a != NULL && (b == NULL || last_access_ms(index, a) <= last_access_ms(index, b))) {
             pick = a;
             merged_advance(&lru, a);
         } else if (b != NULL) {

@@ -75,30 +75,35 @@ typedef struct egm_object_link {
     struct egm_object *next;
 } egm_object_link_t;
 
-/* One allocation per object: this header (104 bytes), its replicas, its key.
- * The small fields are packed into the last 8 bytes of the header. */
+/* One allocation per object: this header (88 bytes), its replicas, its key;
+ * with one replica and a 60-byte key, 181 bytes, which malloc serves from
+ * its 192-byte chunks. The small fields are packed into the header's last 8
+ * bytes. Not kept, because they follow from what is: the key's hash (the
+ * shard table's slot has it), each replica's length and object, and the last
+ * access (egm__objects_last_access: leases all last lease_ttl_ms, so the
+ * latest grant is lease_expiry_ms - lease_ttl_ms). */
 typedef struct egm_object {
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms; /* 0 = never leased */
-    uint64_t put_start_ms;
-    uint64_t last_access_ms;      /* PutEnd, then every lease granted: the LRU recency */
-    uint64_t commit_ms;           /* PutEnd: not evicted before commit_ms + min_residency_ms */
+    union {
+        uint64_t put_start_ms; /* PENDING: discarded pending_timeout_ms after it */
+        uint64_t commit_ms;    /* COMPLETE: PutEnd or Commit; not evicted before
+                                  commit_ms + min_residency_ms */
+    };
     uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
     egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
     egm_object_link_t lease_link; /* objects by lease grant, oldest first */
-    /* The key's hash is not kept here: the shard's table keeps it in the
-     * object's slot, and a removal hashes the key again (object_index.c). */
-    uint16_t key_len;          /* of the key (egm__object_key), NUL-terminated; <= 4096 */
-    uint8_t state : 1;         /* egm_object_state_t */
-    uint8_t soft_pin : 1;      /* put with_soft_pin: kept until last access + soft pin TTL */
-    uint8_t hard_pin : 1;      /* put with_hard_pin: never evicted */
-    uint8_t in_lease_list : 1; /* in its shard's lease list */
-    uint8_t list : 2;          /* which list `link` is in (object_index.c) */
-    uint8_t shard;             /* index of the shard holding it */
-    uint8_t n_replicas;        /* replicas placed, in replicas[0..n) */
-    uint8_t n_live;            /* replicas whose segment is still mounted */
-    uint8_t n_slots;           /* replicas[] allocated; the key follows them */
+    uint16_t key_len;             /* of the key (egm__object_key), NUL-terminated; <= 4096 */
+    uint8_t state : 1;            /* egm_object_state_t */
+    uint8_t soft_pin : 1;         /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin : 1;         /* put with_hard_pin: never evicted */
+    uint8_t in_lease_list : 1;    /* in its shard's lease list */
+    uint8_t list : 2;             /* which list `link` is in (object_index.c) */
+    uint8_t shard;                /* index of the shard holding it */
+    uint8_t n_replicas;           /* replicas placed, in replicas[0..n) */
+    uint8_t n_live;               /* replicas whose segment is still mounted */
+    uint8_t n_slots;              /* replicas[] allocated; the key follows them */
     egm_replica_t replicas[];
 } egm_object_t;
 
@@ -145,8 +150,8 @@ typedef struct {
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms;
-    uint64_t put_start_ms;
-    uint64_t last_access_ms;
+    uint64_t put_start_ms;   /* PENDING: its PutStart; COMPLETE: its PutEnd or Commit */
+    uint64_t last_access_ms; /* COMPLETE: its PutEnd or Commit, or its latest lease grant */
     uint8_t soft_pin;
     uint8_t hard_pin;
     uint32_t n_replicas; /* replicas still on a mounted segment, in replicas[0..n) */
