@@ -1774,6 +1774,15 @@ static void prefetch_neighbours(const egm_object_t *obj)
             prefetch_lines(&nb[k]->link, sizeof(nb[k]->link) + sizeof(nb[k]->lease_link));
 }
 
+/* Whether a key before j in this run has hash[j]. */
+static int hash_seen(const uint64_t *hash, size_t j)
+{
+    for (size_t k = 0; k < j; k++)
+        if (hash[k] == hash[j])
+            return 1;
+    return 0;
+}
+
 /* One run of a shard's keys, with its lock held: the slots of every key are
  * fetched, then the objects they name, then the neighbours a lease or an LRU
  * move writes, and only then is each key's call made, in request order. */
@@ -1801,8 +1810,10 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
     for (size_t j = 0; j < n; j++) {
         size_t i = idx[j];
         egm_object_t *obj = cand[j];
-        if (obj == NULL || obj->key_len != b->key_lens[i] ||
-            memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0)
+        /* No slot with the key's hash: the key is absent (a new key of a
+         * put or commit), no need to probe again. */
+        if (obj != NULL && (obj->key_len != b->key_lens[i] ||
+                            memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0))
             obj = cand[j] = find(sh, b->keys[i], b->key_lens[i], hash[j]);
         if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE &&
             b->op != EGM_OBJECTS_PUT_START && b->op != EGM_OBJECTS_COMMIT)
@@ -1810,11 +1821,13 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
     }
     for (size_t j = 0; j < n && status == EGM_OK; j++) {
         size_t i = idx[j];
-        /* An earlier key of this run may have removed the object (a key
-         * given twice), or an eviction any object. */
+        /* An earlier key of this run may have removed or committed the
+         * object (the same key given twice: only a key of the same hash can
+         * be it), or an eviction any object. */
         egm_object_t *obj =
-            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE ||
-                      b->op == EGM_OBJECTS_COMMIT || evicted)
+            evicted || ((b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE ||
+                         b->op == EGM_OBJECTS_COMMIT) &&
+                        hash_seen(hash, j))
                 ? find(sh, b->keys[i], b->key_lens[i], hash[j])
                 : cand[j];
         egm_status_t s;
