@@ -1452,81 +1452,167 @@ egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client
     return status;
 }
 
-/* Claims [offset, + rounded size) from the slab and makes the claimed extents
- * obj's replicas, or gives the range back to the pool when obj is NULL (the
- * key exists: the writer's bytes are not wanted). With `space` locked. */
-static egm_status_t commit_claim(egm_slab_t *slab, uint64_t offset, uint64_t size,
-                                 egm_object_t *obj)
+/* A Commit's claims. They are made first, for every key in request order
+ * (the order of the offsets a writer's bump allocator gave them) under one
+ * hold of `space`, before the keys are taken shard by shard: in shard order
+ * most claims would cut a hole in the slab's unclaimed space, which the keys
+ * of the other shards then fill, and the slab's list of pieces, which every
+ * claim searches and shifts, would grow to hundreds in a large Commit. A claimed range is an
+ * allocation of every live extent that no object or slab piece owns until its key is taken: then it
+ * becomes the object's replicas, or goes back to the pool (the key exists, or no memory for the
+ * object); claims of keys a batch never took (its done() stopped it) go back at its end. */
+typedef struct {
+    uint32_t n;
+    egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX]; /* the live ones */
+} commit_extents_t;
+
+typedef struct {
+    egm_status_t *status; /* per key: of its claim (EGM_INPROGRESS once taken) */
+    uint32_t *which;      /* per key, claimed: its slab's extents in extents[] */
+    commit_extents_t *extents;
+    size_t n_extents;
+    size_t cap_extents;
+} commit_plan_t;
+
+static void commit_plan_cleanup(commit_plan_t *plan)
+{
+    egm_free(plan->status);
+    egm_free(plan->extents);
+}
+
+/* Claims [offset, + rounded size) from the slab. With `space` locked. */
+static egm_status_t claim_range(egm_slab_t *slab, uint64_t offset, uint64_t size)
 {
     uint64_t rounded = egm__allocator_round(size);
-    egm_status_t status;
 
     if (rounded == 0 || offset > slab->size || rounded > slab->size - offset)
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "offsets: [%llu, +%llu) is past the end of slab %llu (%llu bytes)",
                               (unsigned long long)offset, (unsigned long long)size,
                               (unsigned long long)slab->id, (unsigned long long)slab->size);
-    if ((status = egm__slabs_claim(slab, offset, rounded)) != EGM_OK)
-        return status;
-    for (uint32_t e = 0; e < slab->n_extents; e++) {
-        egm_segment_t *seg = slab->extents[e].segment;
-        if (seg == NULL)
-            continue;
-        if (obj == NULL) {
-            egm__allocator_free(seg->allocator, slab->extents[e].base + offset, rounded);
-            continue;
-        }
-        replica_add(obj, seg, slab->extents[e].base + offset);
-    }
-    if (obj != NULL)
-        obj->n_live = obj->n_replicas;
+    return egm__slabs_claim(slab, offset, rounded);
+}
+
+/* Room for one more extents record: EGM_ERR_NO_MEMORY otherwise. */
+static egm_status_t plan_reserve(commit_plan_t *plan)
+{
+    if (plan->n_extents < plan->cap_extents)
+        return EGM_OK;
+    size_t cap = plan->cap_extents < 4 ? 4 : plan->cap_extents * 2;
+    commit_extents_t *e = egm_realloc(plan->extents, cap * sizeof(*e), "master.batch");
+    if (e == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a commit's slabs");
+    plan->extents = e;
+    plan->cap_extents = cap;
     return EGM_OK;
 }
 
+/* Makes every valid key's claim, in request order. EGM_ERR_NO_MEMORY for
+ * the scratch (nothing claimed). */
+static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_batch_t *b,
+                                commit_plan_t *plan)
+{
+    const egm_slab_t *last = NULL;
+
+    plan->status =
+        egm_malloc(b->n * (sizeof(*plan->status) + sizeof(*plan->which)), "master.batch");
+    if (plan->status == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a batch of %zu keys", b->n);
+    plan->which = (uint32_t *)(plan->status + b->n);
+    space_lock(index);
+    for (size_t i = 0; i < b->n; i++) {
+        egm_slab_t *slab = NULL;
+        egm_status_t s = EGM_OK;
+        if (!key_ok(b->keys[i], b->key_lens[i]))
+            s = EGM_ERR_INVALID_KEY; /* answered already, never taken */
+        else if (b->sizes[i] == 0)
+            s = egm__set_error(EGM_ERR_INVALID_ARG, "sizes: must be > 0");
+        else
+            s = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab);
+        if (s == EGM_OK && slab != last)
+            s = plan_reserve(plan);
+        if (s == EGM_OK)
+            s = claim_range(slab, b->offsets[i], b->sizes[i]);
+        if (s == EGM_OK && slab != last) {
+            commit_extents_t *e = &plan->extents[plan->n_extents++];
+            e->n = 0;
+            for (uint32_t x = 0; x < slab->n_extents; x++)
+                if (slab->extents[x].segment != NULL)
+                    e->extents[e->n++] = slab->extents[x];
+            last = slab;
+        }
+        if (s == EGM_OK)
+            plan->which[i] = (uint32_t)(plan->n_extents - 1);
+        plan->status[i] = s;
+    }
+    space_unlock(index);
+    return EGM_OK;
+}
+
+/* Gives key i's claimed range back to the pool. With `space` locked. */
+static void commit_unclaim(const commit_plan_t *plan, const egm_objects_batch_t *b, size_t i)
+{
+    const commit_extents_t *e = &plan->extents[plan->which[i]];
+    uint64_t rounded = egm__allocator_round(b->sizes[i]);
+    for (uint32_t x = 0; x < e->n; x++)
+        egm__allocator_free(e->extents[x].segment->allocator, e->extents[x].base + b->offsets[i],
+                            rounded);
+}
+
+/* Claims of keys the batch never took (a done() that stopped it). */
+static void commit_plan_finish(egm_object_index_t *index, commit_plan_t *plan,
+                               const egm_objects_batch_t *b)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < b->n; i++)
+        left += plan->status[i] == EGM_OK;
+    if (left == 0)
+        return;
+    space_lock(index);
+    for (size_t i = 0; i < b->n; i++)
+        if (plan->status[i] == EGM_OK)
+            commit_unclaim(plan, b, i);
+    space_unlock(index);
+}
+
 /* With sh (the key's shard) locked; obj the object under the key (NULL:
- * none). The slab cannot lose an extent meanwhile: dropping a segment locks
- * every shard. */
+ * none); key i's claim made by commit_plan. The extents it copied stay
+ * mounted: unmounting a segment takes the master's lock exclusive. */
 static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const char *key,
                                   size_t key_len, uint64_t hash, egm_object_t *obj,
-                                  const egm_objects_batch_t *b, size_t i)
+                                  const egm_objects_batch_t *b, size_t i, commit_plan_t *plan)
 {
     const egm_put_config_t *config = b->config;
     uint64_t size = b->sizes[i];
-    egm_slab_t *slab;
-    egm_status_t status;
+    egm_status_t status = plan->status[i];
 
-    if (size == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "sizes: must be > 0");
-    if ((status = table_reserve(&sh->by_key)) != EGM_OK)
-        return status;
+    if (status != EGM_OK)
+        return status;                /* nothing was claimed */
+    plan->status[i] = EGM_INPROGRESS; /* taken: its range is dealt with here */
+    const commit_extents_t *e = &plan->extents[plan->which[i]];
+    egm_object_t *created = NULL;
+    status = table_reserve(&sh->by_key);
     space_lock(index);
-    status = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab);
     if (status == EGM_OK && obj != NULL && pending_is_stale(index, obj, b->now_ms)) {
         object_delete_locked(index, obj); /* its writer gave up long ago */
         index->discarded++;
         obj = NULL;
-    } else if (status == EGM_OK && obj != NULL) {
-        status = commit_claim(slab, b->offsets[i], size, NULL);
-        space_unlock(index);
-        return status != EGM_OK ? status : egm__set_error(EGM_ERR_EXISTS, "object already exists");
     }
-    egm_object_t *created = NULL;
-    if (status == EGM_OK) {
-        created = object_new(key, key_len, slab->n_live);
-        if (created == NULL) {
-            status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
-        } else {
-            created->size = size; /* its replicas' length */
-            status = commit_claim(slab, b->offsets[i], size, created);
-        }
-    }
-    if (status == EGM_OK)
-        index->commits++;
-    space_unlock(index);
+    if (status == EGM_OK && obj != NULL)
+        status = egm__set_error(EGM_ERR_EXISTS, "object already exists");
+    if (status == EGM_OK && (created = object_new(key, key_len, e->n)) == NULL)
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     if (status != EGM_OK) {
-        egm_free(created); /* its replicas were never linked */
+        commit_unclaim(plan, b, i); /* the writer's bytes are not wanted */
+        space_unlock(index);
         return status;
     }
+    created->size = size; /* its replicas' length */
+    for (uint32_t x = 0; x < e->n; x++)
+        replica_add(created, e->extents[x].segment, e->extents[x].base + b->offsets[i]);
+    created->n_live = created->n_replicas;
+    index->commits++;
+    space_unlock(index);
     obj = created;
     obj->state = EGM_OBJECT_COMPLETE;
     obj->size = size;
@@ -1788,7 +1874,7 @@ static int hash_seen(const uint64_t *hash, size_t j)
  * move writes, and only then is each key's call made, in request order. */
 static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_objects_batch_t *b,
                               const uint32_t *idx, const uint64_t *hash, size_t n,
-                              uint64_t *grant_p)
+                              uint64_t *grant_p, commit_plan_t *plan)
 {
     const object_table_t *t = &sh->by_key;
     egm_object_t *cand[BATCH_RUN];
@@ -1865,7 +1951,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             s = put_revoke_locked(index, obj, b->client);
             break;
         case EGM_OBJECTS_COMMIT:
-            s = commit_locked(index, sh, b->keys[i], b->key_lens[i], hash[j], obj, b, i);
+            s = commit_locked(index, sh, b->keys[i], b->key_lens[i], hash[j], obj, b, i, plan);
             break;
         default:
             s = remove_locked(index, obj, b->force, b->now_ms, grant_p);
@@ -1910,14 +1996,21 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
             order[k] = (uint32_t)i;
             run_hash[k] = hash[i];
         }
+    commit_plan_t plan = {0};
+    if (status == EGM_OK && b->op == EGM_OBJECTS_COMMIT)
+        status = commit_plan(index, b, &plan);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS && status == EGM_OK; s++) {
         shard_t *sh = &index->shards[s];
         for (size_t k = start[s]; k < start[s + 1] && status == EGM_OK; k += BATCH_RUN) {
             size_t m = start[s + 1] - k < BATCH_RUN ? start[s + 1] - k : BATCH_RUN;
             pthread_mutex_lock(&sh->lock);
-            status = batch_run(index, sh, b, order + k, run_hash + k, m, &grant);
+            status = batch_run(index, sh, b, order + k, run_hash + k, m, &grant, &plan);
             pthread_mutex_unlock(&sh->lock);
         }
+    }
+    if (plan.status != NULL) {
+        commit_plan_finish(index, &plan, b);
+        commit_plan_cleanup(&plan);
     }
     egm_free(hash);
     if (b->last_grant_ms_p != NULL)

@@ -332,7 +332,12 @@ typedef enum {
     /* Commit: key i, sizes[i] bytes, already written at offsets[i] of slab
      * slab_ids[i] (granted to `client`, lease live) is claimed from the slab
      * and becomes COMPLETE at once, with config's pins. A key that exists
-     * (EXISTS, as PutStart answers) gives its range back to the pool. */
+     * (EXISTS, as PutStart answers) gives its range back to the pool. The
+     * ranges of every key are claimed first, in request order, under one
+     * hold of `space` (a writer's offsets grow with the request order, so
+     * each claim takes the head of the slab's unclaimed space); a range
+     * whose key the batch never takes (done() stopped it) goes back to the
+     * pool at its end. */
     EGM_OBJECTS_COMMIT,
 } egm_objects_op_t;
 
@@ -398,7 +403,8 @@ const egm_object_t *egm__objects_find(const egm_object_index_t *index, const cha
 /* Counters and usage; O(segments + shards). */
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p);
 /* Walks every object, list and mounted segment and checks them against each
- * other: shards, lists and counters agree; every live replica is on a mounted
+ * other (not while a Commit runs: the ranges it claimed belong to no object
+ * until its keys are taken): shards, lists and counters agree; every live replica is on a mounted
  * segment, in its replica list, within its bounds, one per segment; each
  * segment's allocator holds exactly its replicas' bytes plus its held
  * space; every held extent is on a mounted segment and the held totals

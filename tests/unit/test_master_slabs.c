@@ -264,6 +264,50 @@ static void test_commit_batch_repeats(void **state)
     check();
 }
 
+static egm_status_t stop_after_first(void *arg, size_t i, egm_status_t s,
+                                     const egm_object_view_t *view)
+{
+    (void)view;
+    results[i] = s;
+    return ++*(int *)arg == 1 ? EGM_ERR_INTERNAL : EGM_OK;
+}
+
+/* A Commit's ranges are claimed before its keys are taken; a batch stopped
+ * by its done() after one key gives the other keys' ranges back to the pool
+ * (the allocators hold no range that no object, slab or held extent owns). */
+static void test_commit_batch_stopped(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    egm_slab_view_t slab;
+    const char *keys[4] = {"k0", "k1", "k2", "k3"};
+    size_t lens[4] = {2, 2, 2, 2};
+    uint64_t sizes[4] = {100, 100, 100, 100}, ids[4], offsets[4] = {0, 128, 256, 384};
+    egm_put_config_t cfg = {.replica_num = 1};
+    int calls = 0;
+
+    assert_int_equal(grant(writer, 64 << 10, 1024, 1, 0, &slab), EGM_OK);
+    for (size_t i = 0; i < 4; i++)
+        ids[i] = slab.id;
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
+                             .client = writer,
+                             .sizes = sizes,
+                             .slab_ids = ids,
+                             .offsets = offsets,
+                             .config = &cfg,
+                             .n = 4,
+                             .keys = keys,
+                             .key_lens = lens,
+                             .done = stop_after_first,
+                             .arg = &calls};
+    assert_int_equal(egm__objects_batch(st.objects, &b), EGM_ERR_INTERNAL);
+    assert_int_equal(calls, 1);
+    assert_int_equal(stats().objects, 1);
+    assert_int_equal(stats().slab_bytes, (64 << 10) - 4 * 128);
+    assert_int_equal(used(seg), (64 << 10) - 3 * 128);
+    check();
+}
+
 /* Commits in any order cut the slab into pieces; what was never committed
  * returns whole at the lease's end, and a commit after it is refused. */
 static void test_out_of_order_and_expiry(void **state)
@@ -394,6 +438,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_batch_repeats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_batch_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order_and_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
