@@ -1457,10 +1457,12 @@ egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client
  * hold of `space`, before the keys are taken shard by shard: in shard order
  * most claims would cut a hole in the slab's unclaimed space, which the keys
  * of the other shards then fill, and the slab's list of pieces, which every
- * claim searches and shifts, would grow to hundreds in a large Commit. A claimed range is an
- * allocation of every live extent that no object or slab piece owns until its key is taken: then it
- * becomes the object's replicas, or goes back to the pool (the key exists, or no memory for the
- * object); claims of keys a batch never took (its done() stopped it) go back at its end. */
+ * claim searches and shifts, would grow to hundreds in a large Commit. A
+ * claimed range is an allocation of every live extent that no object or
+ * slab piece owns until its key is taken: then it becomes the object's
+ * replicas, or goes back to the pool (the key exists, or no memory for the
+ * object); claims of keys a batch never took (its done() stopped it) go
+ * back at its end. */
 typedef struct {
     uint32_t n;
     egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX]; /* the live ones */
@@ -1519,6 +1521,10 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
     if (plan->status == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a batch of %zu keys", b->n);
     plan->which = (uint32_t *)(plan->status + b->n);
+    /* The keys of a call are mostly in one slab: it is looked up once per
+     * run of keys naming it (no slab is released while `space` is held). */
+    egm_slab_t *found = NULL;
+    uint64_t found_id = 0; /* never a slab's id */
     space_lock(index);
     for (size_t i = 0; i < b->n; i++) {
         egm_slab_t *slab = NULL;
@@ -1527,8 +1533,13 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
             s = EGM_ERR_INVALID_KEY; /* answered already, never taken */
         else if (b->sizes[i] == 0)
             s = egm__set_error(EGM_ERR_INVALID_ARG, "sizes: must be > 0");
-        else
-            s = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab);
+        else if (found != NULL && b->slab_ids[i] == found_id)
+            slab = found;
+        else if ((s = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab)) ==
+                 EGM_OK) {
+            found = slab;
+            found_id = b->slab_ids[i];
+        }
         if (s == EGM_OK && slab != last)
             s = plan_reserve(plan);
         if (s == EGM_OK)
