@@ -24,6 +24,11 @@
 
 _Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJECTS_SHARDS <= 256,
                "EGM_OBJECTS_SHARDS: a power of two that fits egm_object_t.shard");
+/* The master's memory per object (docs/master.md "Memory per object"): a
+ * change that grows these should be one that was meant to. */
+_Static_assert(sizeof(void *) != 8 ||
+                   (sizeof(egm_replica_t) == 32 && offsetof(egm_object_t, replicas) == 88),
+               "egm_object_t's header is 88 bytes and a replica 32 on 64-bit hosts");
 
 /* The list an object's `link` is in. */
 enum { LIST_NONE = 0, LIST_PENDING, LIST_LRU, LIST_SOFT };
