@@ -9,8 +9,14 @@
  * doubling shows here in steps). Then times GetReplicaList of random keys
  * in the index (the snprintf of each key included). Prints one JSON line.
  *
+ * --commit B: the objects are committed from slabs instead (client-side
+ * allocation: SlabGrant of 32 MiB whenever the slab is used up, Commit of B
+ * keys per call through egm__objects_batch, as the Commit RPC does), and the
+ * index's own time per committed key is reported too (commit_ns_per_key:
+ * the batch calls and slab grants only, not the key formatting).
+ *
  * usage: egm-master-mem [--objects 500000] [--key-len 60] [--segments 64]
- *                       [--object-size 4096] [--replicas 1] */
+ *                       [--object-size 4096] [--replicas 1] [--commit B] */
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +46,24 @@ static size_t rss_bytes(void)
     return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+static egm_status_t commit_done(void *arg, size_t i, egm_status_t status,
+                                const egm_object_view_t *view)
+{
+    (void)arg;
+    (void)i;
+    (void)view;
+    return status;
+}
+
+static void make_key(char *key, unsigned long long key_len, unsigned long long i)
+{
+    /* Keys as an engine's: a fixed prefix and a block hash. */
+    int n = snprintf(key, key_len + 1, "model-layer-block/%016llx",
+                     (unsigned long long)(i * 0x9e3779b97f4a7c15ull));
+    memset(key + n, 'k', key_len - (size_t)n);
+    key[key_len] = '\0';
+}
+
 static int fail(const char *what, egm_status_t st)
 {
     fprintf(stderr, "egm-master-mem: %s: %s (%s)\n", what, egm_status_string(st), egm_last_error());
@@ -66,15 +90,16 @@ static int arg_u64(int argc, char **argv, int *i, const char *name, unsigned lon
 int main(int argc, char **argv)
 {
     unsigned long long objects = 500000, key_len = 60, segments = 64, object_size = 4096,
-                       replicas = 1;
+                       replicas = 1, commit = 0;
     for (int i = 1; i < argc; i++) {
         if (!arg_u64(argc, argv, &i, "--objects", &objects) &&
             !arg_u64(argc, argv, &i, "--key-len", &key_len) &&
             !arg_u64(argc, argv, &i, "--segments", &segments) &&
             !arg_u64(argc, argv, &i, "--object-size", &object_size) &&
-            !arg_u64(argc, argv, &i, "--replicas", &replicas)) {
+            !arg_u64(argc, argv, &i, "--replicas", &replicas) &&
+            !arg_u64(argc, argv, &i, "--commit", &commit)) {
             fprintf(stderr, "usage: egm-master-mem [--objects N] [--key-len K] [--segments S] "
-                            "[--object-size B] [--replicas R]\n");
+                            "[--object-size B] [--replicas R] [--commit KEYS_PER_CALL]\n");
             return 2;
         }
     }
@@ -115,18 +140,81 @@ int main(int argc, char **argv)
     char *key = malloc(key_len + 1);
     if (key == NULL)
         return 1;
-    for (unsigned long long i = 0; i < objects; i++) {
-        /* Keys as an engine's: a fixed prefix and a block hash. */
-        int n = snprintf(key, key_len + 1, "model-layer-block/%016llx",
-                         (unsigned long long)(i * 0x9e3779b97f4a7c15ull));
-        memset(key + n, 'k', key_len - (size_t)n);
-        key[key_len] = '\0';
-        st = egm__objects_put_start(index, client, key, key_len, object_size, (uint32_t)replicas, 1,
-                                    NULL);
-        if (st == EGM_OK)
-            st = egm__objects_put_end(index, client, key, key_len, 2);
-        if (st != EGM_OK)
-            return fail("put", st);
+    uint64_t commit_ns = 0;
+    if (commit > 0) {
+        /* The scratch of one call, allocated before heap0 would be fairer;
+         * it is a few KiB against hundreds of MB. */
+        char *keys = malloc(commit * (key_len + 1));
+        const char **key_v = malloc(commit * sizeof(*key_v));
+        size_t *lens = malloc(commit * sizeof(*lens));
+        uint64_t *sizes = malloc(commit * sizeof(*sizes)), *slab_ids = malloc(commit * 8),
+                 *offsets = malloc(commit * 8);
+        if (keys == NULL || key_v == NULL || lens == NULL || sizes == NULL || slab_ids == NULL ||
+            offsets == NULL)
+            return 1;
+        egm_put_config_t config = {.replica_num = (uint32_t)replicas};
+        egm_slab_view_t slab = {0};
+        uint64_t used = 0, rounded = (object_size + 63) & ~63ull;
+        for (unsigned long long i = 0; i < objects;) {
+            size_t n = 0;
+            for (; n < commit && i < objects; n++, i++) {
+                if (slab.id == 0 || used + rounded > slab.size) {
+                    /* A new slab: commit what the old one holds first. */
+                    if (n > 0)
+                        break;
+                    uint64_t t0 = egm__now_ns();
+                    if (slab.id != 0 &&
+                        (st = egm__objects_slab_return(index, client, slab.id, 1)) != EGM_OK)
+                        return fail("slab return", st);
+                    st = egm__objects_slab_grant(index, client, 32u << 20, rounded, &config, 1,
+                                                 &slab);
+                    commit_ns += egm__now_ns() - t0;
+                    if (st != EGM_OK)
+                        return fail("slab grant", st);
+                    used = 0;
+                }
+                char *k = keys + n * (key_len + 1);
+                make_key(k, key_len, i);
+                key_v[n] = k;
+                lens[n] = key_len;
+                sizes[n] = object_size;
+                slab_ids[n] = slab.id;
+                offsets[n] = used;
+                used += rounded;
+            }
+            egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
+                                     .client = client,
+                                     .sizes = sizes,
+                                     .config = &config,
+                                     .slab_ids = slab_ids,
+                                     .offsets = offsets,
+                                     .now_ms = 2,
+                                     .n = n,
+                                     .keys = key_v,
+                                     .key_lens = lens,
+                                     .done = commit_done};
+            uint64_t t0 = egm__now_ns();
+            st = egm__objects_batch(index, &b);
+            commit_ns += egm__now_ns() - t0;
+            if (st != EGM_OK)
+                return fail("commit", st);
+        }
+        free(keys);
+        free(key_v);
+        free(lens);
+        free(sizes);
+        free(slab_ids);
+        free(offsets);
+    } else {
+        for (unsigned long long i = 0; i < objects; i++) {
+            make_key(key, key_len, i);
+            st = egm__objects_put_start(index, client, key, key_len, object_size,
+                                        (uint32_t)replicas, 1, NULL);
+            if (st == EGM_OK)
+                st = egm__objects_put_end(index, client, key, key_len, 2);
+            if (st != EGM_OK)
+                return fail("put", st);
+        }
     }
     malloc_trim(0);
     size_t heap1 = heap_in_use(), rss1 = rss_bytes();
@@ -139,19 +227,18 @@ int main(int argc, char **argv)
         rng ^= rng >> 7;
         rng ^= rng << 17;
         unsigned long long k = rng % objects;
-        int n = snprintf(key, key_len + 1, "model-layer-block/%016llx",
-                         (unsigned long long)(k * 0x9e3779b97f4a7c15ull));
-        memset(key + n, 'k', key_len - (size_t)n);
-        key[key_len] = '\0';
+        make_key(key, key_len, k);
         if ((st = egm__objects_get_replicas(index, key, key_len, 3, &view)) != EGM_OK)
             return fail("get", st);
     }
     double lookup_ns = (double)(egm__now_ns() - t0) / (double)lookups;
     printf("{\"objects\": %llu, \"key_len\": %llu, \"replicas\": %llu, \"segments\": %llu, "
+           "\"mode\": \"%s\", \"commit_keys_per_call\": %llu, "
            "\"heap_bytes_per_object\": %.1f, \"rss_bytes_per_object\": %.1f, "
-           "\"get_replicas_ns\": %.1f}\n",
-           objects, key_len, replicas, segments, (double)(heap1 - heap0) / (double)objects,
-           (double)(rss1 - rss0) / (double)objects, lookup_ns);
+           "\"get_replicas_ns\": %.1f, \"commit_ns_per_key\": %.1f}\n",
+           objects, key_len, replicas, segments, commit > 0 ? "commit" : "put_start_end", commit,
+           (double)(heap1 - heap0) / (double)objects, (double)(rss1 - rss0) / (double)objects,
+           lookup_ns, commit > 0 ? (double)commit_ns / (double)objects : 0.0);
     free(key);
     egm__objects_destroy(index);
     egm__segment_table_destroy(table);

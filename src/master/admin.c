@@ -408,7 +408,7 @@ static int parse_keys_query(const char *query, keys_query_t *q, egm_http_respons
  * mounted segment (an object without one no longer exists). */
 static int first_live_replica(const egm_replica_t *rep)
 {
-    const egm_object_t *obj = rep->object;
+    const egm_object_t *obj = egm__replica_object(rep);
     for (uint32_t k = 0; k < obj->n_replicas; k++)
         if (obj->replicas[k].segment != NULL)
             return &obj->replicas[k] == rep;
@@ -433,7 +433,7 @@ static void serve_keys(const egm_master_admin_t *a, const char *query, egm_http_
         const egm_segment_t *seg = egm__segment_table_at(a->state->segments, i);
         for (const egm_replica_t *rep = seg->replicas; rep != NULL && s == EGM_OK;
              rep = rep->seg_next) {
-            const egm_object_t *obj = rep->object;
+            const egm_object_t *obj = egm__replica_object(rep);
             if (obj->key_len < q.prefix_len ||
                 (q.prefix_len > 0 && memcmp(egm__object_key(obj), q.prefix, q.prefix_len) != 0) ||
                 !first_live_replica(rep))

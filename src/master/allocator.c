@@ -8,7 +8,11 @@
 #include "common/log.h"
 
 #define NIL UINT32_MAX
-#define MAX_SPANS (UINT32_MAX - 1u)
+/* link_prev of a span that is in no bin says which it is (span_state). */
+#define LINK_USED (UINT32_MAX - 1u)
+#define LINK_UNUSED (UINT32_MAX - 2u)
+/* Span indexes stay below the markers. */
+#define MAX_SPANS (UINT32_MAX - 2u)
 
 /* Size classes (TLSF's mapping): lengths below 2 * SL_COUNT blocks have a class
  * each; above, every power of two is cut into SL_COUNT classes, so a class
@@ -24,16 +28,28 @@
 
 enum { SPAN_UNUSED = 0, SPAN_FREE = 1, SPAN_USED = 2 };
 
+/* 32 bytes: one per allocation, so with 100 million objects each byte is
+ * 100 MB of the master's memory. A span's state is not stored: link_prev
+ * holds it for spans in no bin (LINK_USED, LINK_UNUSED), and a free span's
+ * class is class_floor(len), its length not changing while it is binned. */
 typedef struct {
     uint64_t off;        /* blocks */
     uint64_t len;        /* blocks, > 0 */
     uint32_t prev, next; /* neighbours in address order: the boundary tags */
-    /* SPAN_FREE: the bin list. SPAN_USED: link_next chains the hash bucket.
-     * SPAN_UNUSED: link_next chains the pool of spare records. */
+    /* SPAN_FREE: the bin list. SPAN_USED: link_next chains the hash bucket,
+     * link_prev is LINK_USED. SPAN_UNUSED: link_next chains the pool of spare
+     * records, link_prev is LINK_UNUSED. */
     uint32_t link_prev, link_next;
-    uint16_t bin; /* class while SPAN_FREE */
-    uint8_t state;
 } span_t;
+
+_Static_assert(sizeof(span_t) == 32, "span_t: 32 bytes");
+
+static int span_state(const span_t *s)
+{
+    return s->link_prev == LINK_USED     ? SPAN_USED
+           : s->link_prev == LINK_UNUSED ? SPAN_UNUSED
+                                         : SPAN_FREE;
+}
 
 struct egm_allocator {
     uint64_t capacity; /* bytes */
@@ -111,8 +127,6 @@ static void bin_insert(egm_allocator_t *a, uint32_t i)
     span_t *s = &a->spans[i];
     unsigned c = class_floor(s->len);
 
-    s->state = SPAN_FREE;
-    s->bin = (uint16_t)c;
     s->link_prev = NIL;
     s->link_next = a->bins[c];
     if (s->link_next != NIL)
@@ -125,15 +139,16 @@ static void bin_insert(egm_allocator_t *a, uint32_t i)
 static void bin_remove(egm_allocator_t *a, uint32_t i)
 {
     span_t *s = &a->spans[i];
+    unsigned c = class_floor(s->len);
 
     if (s->link_prev != NIL)
         a->spans[s->link_prev].link_next = s->link_next;
     else
-        a->bins[s->bin] = s->link_next;
+        a->bins[c] = s->link_next;
     if (s->link_next != NIL)
         a->spans[s->link_next].link_prev = s->link_prev;
-    if (a->bins[s->bin] == NIL)
-        bitmap_clear(a, s->bin);
+    if (a->bins[c] == NIL)
+        bitmap_clear(a, c);
 }
 
 static uint32_t bucket_of(const egm_allocator_t *a, uint64_t off)
@@ -146,7 +161,7 @@ static void hash_insert(egm_allocator_t *a, uint32_t i)
 {
     uint32_t b = bucket_of(a, a->spans[i].off);
 
-    a->spans[i].state = SPAN_USED;
+    a->spans[i].link_prev = LINK_USED;
     a->spans[i].link_next = a->buckets[b];
     a->buckets[b] = i;
 }
@@ -164,7 +179,7 @@ static uint32_t hash_find(egm_allocator_t *a, uint64_t off, uint32_t **link_p)
 
 static void span_release(egm_allocator_t *a, uint32_t i)
 {
-    a->spans[i].state = SPAN_UNUSED;
+    a->spans[i].link_prev = LINK_UNUSED;
     a->spans[i].link_next = a->spare;
     a->spare = i;
     a->n_spare++;
@@ -197,7 +212,7 @@ static egm_status_t reserve_n(egm_allocator_t *a, uint32_t n)
         a->buckets = buckets;
         a->bucket_bits = bits;
         for (uint32_t i = 0; i < a->n_spans; i++)
-            if (a->spans[i].state == SPAN_USED)
+            if (span_state(&a->spans[i]) == SPAN_USED)
                 hash_insert(a, i);
     }
     return EGM_OK;
@@ -389,7 +404,7 @@ egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t l
     a->allocations--;
     a->free_ranges++;
     uint32_t p = s->prev;
-    if (p != NIL && a->spans[p].state == SPAN_FREE) {
+    if (p != NIL && span_state(&a->spans[p]) == SPAN_FREE) {
         /* Absorbed by the free range before it. */
         span_t *ps = &a->spans[p];
         bin_remove(a, p);
@@ -403,7 +418,7 @@ egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t l
         s = ps;
     }
     uint32_t q = s->next;
-    if (q != NIL && a->spans[q].state == SPAN_FREE) {
+    if (q != NIL && span_state(&a->spans[q]) == SPAN_FREE) {
         /* Absorbs the free range after it. */
         span_t *qs = &a->spans[q];
         bin_remove(a, q);
@@ -493,14 +508,12 @@ egm_status_t egm__allocator_check(const egm_allocator_t *a)
               "span %u [%llu, +%llu) does not follow block %llu", i, (unsigned long long)s->off,
               (unsigned long long)s->len, (unsigned long long)off);
         off += s->len;
-        if (s->state == SPAN_FREE) {
-            CHECK(prev == NIL || a->spans[prev].state != SPAN_FREE,
+        if (span_state(s) == SPAN_FREE) {
+            CHECK(prev == NIL || span_state(&a->spans[prev]) != SPAN_FREE,
                   "free span %u not coalesced with its predecessor", i);
-            CHECK(s->bin == class_floor(s->len), "free span %u in class %u, expected %u", i, s->bin,
-                  class_floor(s->len));
             n_free++;
         } else {
-            CHECK(s->state == SPAN_USED, "span %u in the address list is unused", i);
+            CHECK(span_state(s) == SPAN_USED, "span %u in the address list is unused", i);
             uint32_t j = a->buckets[bucket_of(a, s->off)];
             while (j != NIL && j != i)
                 j = a->spans[j].link_next;
@@ -523,7 +536,7 @@ egm_status_t egm__allocator_check(const egm_allocator_t *a)
         uint32_t p = NIL;
         for (uint32_t i = a->bins[c]; i != NIL; p = i, i = a->spans[i].link_next) {
             CHECK(i < a->n_spans && ++in_bins <= n_free, "bin %u broken at span %u", c, i);
-            CHECK(a->spans[i].state == SPAN_FREE && a->spans[i].bin == c &&
+            CHECK(span_state(&a->spans[i]) == SPAN_FREE && class_floor(a->spans[i].len) == c &&
                       a->spans[i].link_prev == p,
                   "span %u in bin %u is not a free span of that class", i, c);
         }
@@ -537,12 +550,12 @@ egm_status_t egm__allocator_check(const egm_allocator_t *a)
         for (uint32_t i = a->buckets[b]; i != NIL; i = a->spans[i].link_next) {
             CHECK(i < a->n_spans && ++hashed <= n_used, "hash bucket %llu broken",
                   (unsigned long long)b);
-            CHECK(a->spans[i].state == SPAN_USED && bucket_of(a, a->spans[i].off) == b,
+            CHECK(span_state(&a->spans[i]) == SPAN_USED && bucket_of(a, a->spans[i].off) == b,
                   "span %u in hash bucket %llu does not belong there", i, (unsigned long long)b);
         }
     CHECK(hashed == n_used, "hash holds %zu allocations, %zu exist", hashed, n_used);
     for (uint32_t i = a->spare; i != NIL; i = a->spans[i].link_next) {
-        CHECK(i < a->n_spans && a->spans[i].state == SPAN_UNUSED && ++n_unused <= a->n_spans,
+        CHECK(i < a->n_spans && span_state(&a->spans[i]) == SPAN_UNUSED && ++n_unused <= a->n_spans,
               "spare list broken at span %u", i);
     }
     CHECK(n_unused == a->n_spare, "%zu spare spans listed, %u counted", n_unused, a->n_spare);

@@ -24,6 +24,11 @@
 
 _Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJECTS_SHARDS <= 256,
                "EGM_OBJECTS_SHARDS: a power of two that fits egm_object_t.shard");
+/* The master's memory per object (docs/master.md "Memory per object"): a
+ * change that grows these should be one that was meant to. */
+_Static_assert(sizeof(void *) != 8 ||
+                   (sizeof(egm_replica_t) == 32 && offsetof(egm_object_t, replicas) == 88),
+               "egm_object_t's header is 88 bytes and a replica 32 on 64-bit hosts");
 
 /* The list an object's `link` is in. */
 enum { LIST_NONE = 0, LIST_PENDING, LIST_LRU, LIST_SOFT };
@@ -224,13 +229,14 @@ static egm_status_t table_reserve(object_table_t *t)
     return EGM_OK;
 }
 
-/* obj's key must not be in the table; table_reserve was called. */
-static void table_insert(object_table_t *t, egm_object_t *obj)
+/* obj's key (whose hash is `hash`) must not be in the table; table_reserve
+ * was called. */
+static void table_insert(object_table_t *t, egm_object_t *obj, uint64_t hash)
 {
-    size_t i = obj->hash & t->mask;
+    size_t i = hash & t->mask;
     while (t->slots[i].obj != NULL)
         i = (i + 1) & t->mask;
-    t->slots[i] = (slot_t){.hash = obj->hash, .obj = obj};
+    t->slots[i] = (slot_t){.hash = hash, .obj = obj};
     t->count++;
 }
 
@@ -239,7 +245,9 @@ static void table_insert(object_table_t *t, egm_object_t *obj)
  * egm__objects_remove_all). */
 static void table_remove(object_table_t *t, const egm_object_t *obj)
 {
-    size_t i = obj->hash & t->mask;
+    /* The object does not keep its hash (8 bytes of every object): hashing
+     * its key again costs less than a cache miss. */
+    size_t i = key_hash(egm__object_key(obj), obj->key_len) & t->mask;
     while (t->slots[i].obj != obj) {
         if (t->slots[i].obj == NULL)
             return; /* not indexed (a failed put) */
@@ -560,17 +568,26 @@ static void replica_unlink(egm_replica_t *r)
     seg->replica_count--;
 }
 
+/* Adds a replica of obj at `offset` of seg (allocated for it) and links it
+ * into the segment's list. With `space` locked. */
+static void replica_add(egm_object_t *obj, egm_segment_t *seg, uint64_t offset)
+{
+    uint32_t i = obj->n_replicas++;
+    obj->replicas[i] = (egm_replica_t){.segment = seg, .offset_index = offset | i};
+    replica_link(&obj->replicas[i]);
+}
+
 /* Returns a live replica's space to its segment; the bytes freed. With the
  * object's shard and `space` locked. */
 static uint64_t release_replica(egm_replica_t *r)
 {
-    uint64_t freed = 0;
+    uint64_t freed = 0, offset = egm__replica_offset(r), len = egm__replica_object(r)->size;
     replica_unlink(r);
-    if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
+    if (egm__allocator_free(r->segment->allocator, offset, len) != EGM_OK)
         egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
-                  (unsigned long long)r->offset, (unsigned long long)r->length, egm_last_error());
+                  (unsigned long long)offset, (unsigned long long)len, egm_last_error());
     else
-        freed = egm__allocator_round(r->length);
+        freed = egm__allocator_round(len);
     r->segment = NULL;
     return freed;
 }
@@ -618,10 +635,10 @@ static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t
             continue;
         replica_unlink(r);
         index->held[index->n_held++] = (held_extent_t){.segment = r->segment,
-                                                       .offset = r->offset,
-                                                       .length = r->length,
+                                                       .offset = egm__replica_offset(r),
+                                                       .length = obj->size,
                                                        .release_ms = release_ms};
-        index->held_bytes += egm__allocator_round(r->length);
+        index->held_bytes += egm__allocator_round(obj->size);
         r->segment = NULL;
         if (release_ms < index->held_release_ms)
             index->held_release_ms = release_ms;
@@ -718,11 +735,7 @@ uint64_t egm__objects_release_held(egm_object_index_t *index, uint64_t now_ms)
  * With its shard locked. */
 static uint64_t object_bytes(const egm_object_t *obj)
 {
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < obj->n_replicas; i++)
-        if (obj->replicas[i].segment != NULL)
-            bytes += egm__allocator_round(obj->replicas[i].length);
-    return bytes;
+    return egm__allocator_round(obj->size) * obj->n_live;
 }
 
 /* Takes an object without live replicas out of its shard and frees it. With
@@ -791,16 +804,39 @@ static int pending_is_stale(const egm_object_index_t *index, const egm_object_t 
            now_ms - obj->put_start_ms >= index->params.pending_timeout_ms;
 }
 
+/* When obj's latest lease was granted; 0 when it never was. With its shard
+ * locked. */
+static uint64_t last_grant_ms(const egm_object_index_t *index, const egm_object_t *obj)
+{
+    uint64_t ttl = index->params.lease_ttl_ms;
+    if (obj->lease_expiry_ms == 0)
+        return 0;
+    return obj->lease_expiry_ms > ttl ? obj->lease_expiry_ms - ttl : 0;
+}
+
+/* A COMPLETE object's recency: its PutEnd (or Commit), or its latest lease
+ * grant when later. Every lease lasts lease_ttl_ms and is extended, never
+ * shortened, so the latest grant is lease_expiry_ms - lease_ttl_ms: the
+ * object need not keep it. 0 for a PENDING object. With its shard locked. */
+static uint64_t last_access_ms(const egm_object_index_t *index, const egm_object_t *obj)
+{
+    if (obj->state != EGM_OBJECT_COMPLETE)
+        return 0;
+    uint64_t grant = last_grant_ms(index, obj);
+    return grant > obj->commit_ms ? grant : obj->commit_ms;
+}
+
 /* What a reply needs of obj, copied (replicas only when asked: they are
  * another cache line). With its shard locked. */
-static void fill_view(const egm_object_t *obj, egm_object_view_t *v, int with_replicas)
+static void fill_view(const egm_object_index_t *index, const egm_object_t *obj,
+                      egm_object_view_t *v, int with_replicas)
 {
     v->state = obj->state;
     v->size = obj->size;
     v->writer = obj->writer;
     v->lease_expiry_ms = obj->lease_expiry_ms;
-    v->put_start_ms = obj->put_start_ms;
-    v->last_access_ms = obj->last_access_ms;
+    v->put_start_ms = obj->put_start_ms; /* the commit time once COMPLETE */
+    v->last_access_ms = last_access_ms(index, obj);
     v->soft_pin = obj->soft_pin;
     v->hard_pin = obj->hard_pin;
     v->n_replicas = 0;
@@ -808,8 +844,8 @@ static void fill_view(const egm_object_t *obj, egm_object_view_t *v, int with_re
         const egm_replica_t *r = &obj->replicas[i];
         if (r->segment == NULL)
             continue; /* dropped with its segment */
-        v->replicas[v->n_replicas++] =
-            (egm_replica_view_t){.segment = r->segment, .offset = r->offset, .length = r->length};
+        v->replicas[v->n_replicas++] = (egm_replica_view_t){
+            .segment = r->segment, .offset = egm__replica_offset(r), .length = obj->size};
     }
 }
 
@@ -854,9 +890,7 @@ static int try_segment(egm_object_t *obj, egm_segment_t *seg)
             return 0;
     if (egm__allocator_alloc(seg->allocator, obj->size, &offset) != EGM_OK)
         return 0; /* full (or out of memory): the caller tries the next segment */
-    egm_replica_t *r = &obj->replicas[obj->n_replicas++];
-    *r = (egm_replica_t){.segment = seg, .object = obj, .offset = offset, .length = obj->size};
-    replica_link(r);
+    replica_add(obj, seg, offset);
     return 1;
 }
 
@@ -1167,8 +1201,8 @@ futile:
 #define NEEDS_EVICTION 2
 
 /* A new object for key with room for `slots` replicas (zeroed but for its
- * key and hash), or NULL. */
-static egm_object_t *object_new(const char *key, size_t key_len, uint64_t hash, uint32_t slots)
+ * key), or NULL. */
+static egm_object_t *object_new(const char *key, size_t key_len, uint32_t slots)
 {
     egm_object_t *obj =
         egm_malloc(sizeof(*obj) + slots * sizeof(egm_replica_t) + key_len + 1, "master.object");
@@ -1179,8 +1213,7 @@ static egm_object_t *object_new(const char *key, size_t key_len, uint64_t hash, 
     char *obj_key = (char *)egm__object_key(obj);
     memcpy(obj_key, key, key_len);
     obj_key[key_len] = '\0';
-    obj->key_len = (uint32_t)key_len;
-    obj->hash = hash;
+    obj->key_len = (uint16_t)key_len;
     return obj;
 }
 
@@ -1237,7 +1270,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
 
     if ((status = table_reserve(&sh->by_key)) != EGM_OK)
         return status;
-    obj = object_new(key, key_len, hash, replica_num);
+    obj = object_new(key, key_len, replica_num);
     if (obj == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     obj->state = EGM_OBJECT_PENDING;
@@ -1250,7 +1283,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     space_lock(index);
     status = place_locked(index, obj, config, now_ms, evict_ok);
     if (status == EGM_OK)
-        table_insert(&sh->by_key, obj);
+        table_insert(&sh->by_key, obj, hash);
     space_unlock(index);
     if (status != EGM_OK) {
         egm_free(obj); /* placed nothing */
@@ -1260,7 +1293,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     if (view_p != NULL)
-        fill_view(obj, view_p, 1);
+        fill_view(index, obj, view_p, 1);
     return EGM_OK;
 }
 
@@ -1333,7 +1366,7 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
     for (uint32_t i = 0; i < probe->n_replicas; i++) {
         replica_unlink(&probe->replicas[i]);
         extents[i] = (egm_slab_extent_t){.segment = probe->replicas[i].segment,
-                                         .base = probe->replicas[i].offset};
+                                         .base = egm__replica_offset(&probe->replicas[i])};
     }
     uint64_t lease_ms = index->params.pending_timeout_ms;
     status = egm__slabs_add(index->slabs, client, probe->size, now_ms + lease_ms, extents,
@@ -1424,92 +1457,187 @@ egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client
     return status;
 }
 
-/* Claims [offset, + rounded size) from the slab and makes the claimed extents
- * obj's replicas, or gives the range back to the pool when obj is NULL (the
- * key exists: the writer's bytes are not wanted). With `space` locked. */
-static egm_status_t commit_claim(egm_slab_t *slab, uint64_t offset, uint64_t size,
-                                 egm_object_t *obj)
+/* A Commit's claims. They are made first, for every key in request order
+ * (the order of the offsets a writer's bump allocator gave them) under one
+ * hold of `space`, before the keys are taken shard by shard: in shard order
+ * most claims would cut a hole in the slab's unclaimed space, which the keys
+ * of the other shards then fill, and the slab's list of pieces, which every
+ * claim searches and shifts, would grow to hundreds in a large Commit. A
+ * claimed range is an allocation of every live extent that no object or
+ * slab piece owns until its key is taken: then it becomes the object's
+ * replicas, or goes back to the pool (the key exists, or no memory for the
+ * object); claims of keys a batch never took (its done() stopped it) go
+ * back at its end. */
+typedef struct {
+    uint32_t n;
+    egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX]; /* the live ones */
+} commit_extents_t;
+
+typedef struct {
+    egm_status_t *status; /* per key: of its claim (EGM_INPROGRESS once taken) */
+    uint32_t *which;      /* per key, claimed: its slab's extents in extents[] */
+    commit_extents_t *extents;
+    size_t n_extents;
+    size_t cap_extents;
+} commit_plan_t;
+
+static void commit_plan_cleanup(commit_plan_t *plan)
+{
+    egm_free(plan->status);
+    egm_free(plan->extents);
+}
+
+/* Claims [offset, + rounded size) from the slab. With `space` locked. */
+static egm_status_t claim_range(egm_slab_t *slab, uint64_t offset, uint64_t size)
 {
     uint64_t rounded = egm__allocator_round(size);
-    egm_status_t status;
 
     if (rounded == 0 || offset > slab->size || rounded > slab->size - offset)
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "offsets: [%llu, +%llu) is past the end of slab %llu (%llu bytes)",
                               (unsigned long long)offset, (unsigned long long)size,
                               (unsigned long long)slab->id, (unsigned long long)slab->size);
-    if ((status = egm__slabs_claim(slab, offset, rounded)) != EGM_OK)
-        return status;
-    for (uint32_t e = 0; e < slab->n_extents; e++) {
-        egm_segment_t *seg = slab->extents[e].segment;
-        if (seg == NULL)
-            continue;
-        if (obj == NULL) {
-            egm__allocator_free(seg->allocator, slab->extents[e].base + offset, rounded);
-            continue;
-        }
-        egm_replica_t *r = &obj->replicas[obj->n_replicas++];
-        *r = (egm_replica_t){.segment = seg,
-                             .object = obj,
-                             .offset = slab->extents[e].base + offset,
-                             .length = size};
-        replica_link(r);
-    }
-    if (obj != NULL)
-        obj->n_live = obj->n_replicas;
+    return egm__slabs_claim(slab, offset, rounded);
+}
+
+/* Room for one more extents record: EGM_ERR_NO_MEMORY otherwise. */
+static egm_status_t plan_reserve(commit_plan_t *plan)
+{
+    if (plan->n_extents < plan->cap_extents)
+        return EGM_OK;
+    size_t cap = plan->cap_extents < 4 ? 4 : plan->cap_extents * 2;
+    commit_extents_t *e = egm_realloc(plan->extents, cap * sizeof(*e), "master.batch");
+    if (e == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a commit's slabs");
+    plan->extents = e;
+    plan->cap_extents = cap;
     return EGM_OK;
 }
 
+/* Makes every valid key's claim, in request order. EGM_ERR_NO_MEMORY for
+ * the scratch (nothing claimed). */
+static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_batch_t *b,
+                                commit_plan_t *plan)
+{
+    const egm_slab_t *last = NULL;
+
+    plan->status =
+        egm_malloc(b->n * (sizeof(*plan->status) + sizeof(*plan->which)), "master.batch");
+    if (plan->status == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a batch of %zu keys", b->n);
+    plan->which = (uint32_t *)(plan->status + b->n);
+    /* The keys of a call are mostly in one slab: it is looked up once per
+     * run of keys naming it (no slab is released while `space` is held). */
+    egm_slab_t *found = NULL;
+    uint64_t found_id = 0; /* never a slab's id */
+    space_lock(index);
+    for (size_t i = 0; i < b->n; i++) {
+        egm_slab_t *slab = NULL;
+        egm_status_t s = EGM_OK;
+        if (!key_ok(b->keys[i], b->key_lens[i]))
+            s = EGM_ERR_INVALID_KEY; /* answered already, never taken */
+        else if (b->sizes[i] == 0)
+            s = egm__set_error(EGM_ERR_INVALID_ARG, "sizes: must be > 0");
+        else if (found != NULL && b->slab_ids[i] == found_id)
+            slab = found;
+        else if ((s = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab)) ==
+                 EGM_OK) {
+            found = slab;
+            found_id = b->slab_ids[i];
+        }
+        if (s == EGM_OK && slab != last)
+            s = plan_reserve(plan);
+        if (s == EGM_OK)
+            s = claim_range(slab, b->offsets[i], b->sizes[i]);
+        if (s == EGM_OK && slab != last) {
+            commit_extents_t *e = &plan->extents[plan->n_extents++];
+            e->n = 0;
+            for (uint32_t x = 0; x < slab->n_extents; x++)
+                if (slab->extents[x].segment != NULL)
+                    e->extents[e->n++] = slab->extents[x];
+            last = slab;
+        }
+        if (s == EGM_OK)
+            plan->which[i] = (uint32_t)(plan->n_extents - 1);
+        plan->status[i] = s;
+    }
+    space_unlock(index);
+    return EGM_OK;
+}
+
+/* Gives key i's claimed range back to the pool. With `space` locked. */
+static void commit_unclaim(const commit_plan_t *plan, const egm_objects_batch_t *b, size_t i)
+{
+    const commit_extents_t *e = &plan->extents[plan->which[i]];
+    uint64_t rounded = egm__allocator_round(b->sizes[i]);
+    for (uint32_t x = 0; x < e->n; x++)
+        egm__allocator_free(e->extents[x].segment->allocator, e->extents[x].base + b->offsets[i],
+                            rounded);
+}
+
+/* Claims of keys the batch never took (a done() that stopped it). */
+static void commit_plan_finish(egm_object_index_t *index, commit_plan_t *plan,
+                               const egm_objects_batch_t *b)
+{
+    size_t left = 0;
+    for (size_t i = 0; i < b->n; i++)
+        left += plan->status[i] == EGM_OK;
+    if (left == 0)
+        return;
+    space_lock(index);
+    for (size_t i = 0; i < b->n; i++)
+        if (plan->status[i] == EGM_OK)
+            commit_unclaim(plan, b, i);
+    space_unlock(index);
+}
+
 /* With sh (the key's shard) locked; obj the object under the key (NULL:
- * none). The slab cannot lose an extent meanwhile: dropping a segment locks
- * every shard. */
+ * none); key i's claim made by commit_plan. The extents it copied stay
+ * mounted: unmounting a segment takes the master's lock exclusive. */
 static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const char *key,
                                   size_t key_len, uint64_t hash, egm_object_t *obj,
-                                  const egm_objects_batch_t *b, size_t i)
+                                  const egm_objects_batch_t *b, size_t i, commit_plan_t *plan)
 {
     const egm_put_config_t *config = b->config;
     uint64_t size = b->sizes[i];
-    egm_slab_t *slab;
-    egm_status_t status;
+    egm_status_t status = plan->status[i];
 
-    if (size == 0)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "sizes: must be > 0");
-    if ((status = table_reserve(&sh->by_key)) != EGM_OK)
-        return status;
+    if (status != EGM_OK)
+        return status;                /* nothing was claimed */
+    plan->status[i] = EGM_INPROGRESS; /* taken: its range is dealt with here */
+    const commit_extents_t *e = &plan->extents[plan->which[i]];
+    egm_object_t *created = NULL;
+    status = table_reserve(&sh->by_key);
     space_lock(index);
-    status = egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab);
     if (status == EGM_OK && obj != NULL && pending_is_stale(index, obj, b->now_ms)) {
         object_delete_locked(index, obj); /* its writer gave up long ago */
         index->discarded++;
         obj = NULL;
-    } else if (status == EGM_OK && obj != NULL) {
-        status = commit_claim(slab, b->offsets[i], size, NULL);
-        space_unlock(index);
-        return status != EGM_OK ? status : egm__set_error(EGM_ERR_EXISTS, "object already exists");
     }
-    egm_object_t *created = NULL;
-    if (status == EGM_OK) {
-        created = object_new(key, key_len, hash, slab->n_live);
-        status = created == NULL
-                     ? egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object")
-                     : commit_claim(slab, b->offsets[i], size, created);
-    }
-    if (status == EGM_OK)
-        index->commits++;
-    space_unlock(index);
+    if (status == EGM_OK && obj != NULL)
+        status = egm__set_error(EGM_ERR_EXISTS, "object already exists");
+    if (status == EGM_OK && (created = object_new(key, key_len, e->n)) == NULL)
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     if (status != EGM_OK) {
-        egm_free(created); /* its replicas were never linked */
+        commit_unclaim(plan, b, i); /* the writer's bytes are not wanted */
+        space_unlock(index);
         return status;
     }
+    created->size = size; /* its replicas' length */
+    for (uint32_t x = 0; x < e->n; x++)
+        replica_add(created, e->extents[x].segment, e->extents[x].base + b->offsets[i]);
+    created->n_live = created->n_replicas;
+    index->commits++;
+    space_unlock(index);
     obj = created;
     obj->state = EGM_OBJECT_COMPLETE;
     obj->size = size;
     obj->writer = b->client;
-    obj->put_start_ms = obj->last_access_ms = obj->commit_ms = b->now_ms;
+    obj->commit_ms = b->now_ms;
     obj->hard_pin = config != NULL && config->hard_pin != 0;
     obj->soft_pin = config != NULL && config->soft_pin != 0 && !obj->hard_pin;
     obj->shard = (uint8_t)(sh - index->shards);
-    table_insert(&sh->by_key, obj);
+    table_insert(&sh->by_key, obj, hash);
     move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
     bump(&index->evictable_gen);
     sh->n_soft_pinned += obj->soft_pin;
@@ -1538,8 +1666,7 @@ static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj,
     egm_status_t status = check_writer(obj, client);
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
         obj->state = EGM_OBJECT_COMPLETE;
-        obj->last_access_ms = now_ms;
-        obj->commit_ms = now_ms;
+        obj->commit_ms = now_ms; /* was its put_start_ms */
         move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
         bump(&index->evictable_gen);
     }
@@ -1593,8 +1720,6 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
     uint64_t expiry = now_ms + index->params.lease_ttl_ms;
     if (expiry > obj->lease_expiry_ms)
         obj->lease_expiry_ms = expiry;
-    if (now_ms > obj->last_access_ms)
-        obj->last_access_ms = now_ms;
     if (obj->list == LIST_LRU || obj->list == LIST_SOFT)
         move_to(index, obj, obj->list);
     if (obj->in_lease_list)
@@ -1617,7 +1742,7 @@ static egm_status_t read_leased_locked(egm_object_index_t *index, egm_object_t *
     if (status == EGM_OK) {
         grant_lease(index, obj, now_ms);
         if (view_p != NULL)
-            fill_view(obj, view_p, not_ready);
+            fill_view(index, obj, view_p, not_ready);
     }
     return status;
 }
@@ -1662,19 +1787,9 @@ egm_status_t egm__objects_stat(egm_object_index_t *index, const char *key, size_
     if (obj == NULL)
         status = egm__set_error(EGM_ERR_NOT_FOUND, "no object with this key");
     else
-        fill_view(obj, view_p, 1);
+        fill_view(index, obj, view_p, 1);
     pthread_mutex_unlock(&sh->lock);
     return status;
-}
-
-/* When obj's latest lease was granted; 0 when it never was. With its shard
- * locked. */
-static uint64_t last_grant_ms(const egm_object_index_t *index, const egm_object_t *obj)
-{
-    uint64_t ttl = index->params.lease_ttl_ms;
-    if (obj->lease_expiry_ms == 0)
-        return 0;
-    return obj->lease_expiry_ms > ttl ? obj->lease_expiry_ms - ttl : 0;
 }
 
 /* Deletes obj for a Remove: under a live lease (a forced one) its space is
@@ -1761,12 +1876,21 @@ static void prefetch_neighbours(const egm_object_t *obj)
             prefetch_lines(&nb[k]->link, sizeof(nb[k]->link) + sizeof(nb[k]->lease_link));
 }
 
+/* Whether a key before j in this run has hash[j]. */
+static int hash_seen(const uint64_t *hash, size_t j)
+{
+    for (size_t k = 0; k < j; k++)
+        if (hash[k] == hash[j])
+            return 1;
+    return 0;
+}
+
 /* One run of a shard's keys, with its lock held: the slots of every key are
  * fetched, then the objects they name, then the neighbours a lease or an LRU
  * move writes, and only then is each key's call made, in request order. */
 static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_objects_batch_t *b,
                               const uint32_t *idx, const uint64_t *hash, size_t n,
-                              uint64_t *grant_p)
+                              uint64_t *grant_p, commit_plan_t *plan)
 {
     const object_table_t *t = &sh->by_key;
     egm_object_t *cand[BATCH_RUN];
@@ -1788,8 +1912,10 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
     for (size_t j = 0; j < n; j++) {
         size_t i = idx[j];
         egm_object_t *obj = cand[j];
-        if (obj == NULL || obj->key_len != b->key_lens[i] ||
-            memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0)
+        /* No slot with the key's hash: the key is absent (a new key of a
+         * put or commit), no need to probe again. */
+        if (obj != NULL && (obj->key_len != b->key_lens[i] ||
+                            memcmp(egm__object_key(obj), b->keys[i], b->key_lens[i]) != 0))
             obj = cand[j] = find(sh, b->keys[i], b->key_lens[i], hash[j]);
         if (obj != NULL && b->op != EGM_OBJECTS_PUT_REVOKE && b->op != EGM_OBJECTS_REMOVE &&
             b->op != EGM_OBJECTS_PUT_START && b->op != EGM_OBJECTS_COMMIT)
@@ -1797,11 +1923,13 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
     }
     for (size_t j = 0; j < n && status == EGM_OK; j++) {
         size_t i = idx[j];
-        /* An earlier key of this run may have removed the object (a key
-         * given twice), or an eviction any object. */
+        /* An earlier key of this run may have removed or committed the
+         * object (the same key given twice: only a key of the same hash can
+         * be it), or an eviction any object. */
         egm_object_t *obj =
-            j > 0 && (b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE ||
-                      b->op == EGM_OBJECTS_COMMIT || evicted)
+            evicted || ((b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE ||
+                         b->op == EGM_OBJECTS_COMMIT) &&
+                        hash_seen(hash, j))
                 ? find(sh, b->keys[i], b->key_lens[i], hash[j])
                 : cand[j];
         egm_status_t s;
@@ -1839,7 +1967,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             s = put_revoke_locked(index, obj, b->client);
             break;
         case EGM_OBJECTS_COMMIT:
-            s = commit_locked(index, sh, b->keys[i], b->key_lens[i], hash[j], obj, b, i);
+            s = commit_locked(index, sh, b->keys[i], b->key_lens[i], hash[j], obj, b, i, plan);
             break;
         default:
             s = remove_locked(index, obj, b->force, b->now_ms, grant_p);
@@ -1884,14 +2012,21 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
             order[k] = (uint32_t)i;
             run_hash[k] = hash[i];
         }
+    commit_plan_t plan = {0};
+    if (status == EGM_OK && b->op == EGM_OBJECTS_COMMIT)
+        status = commit_plan(index, b, &plan);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS && status == EGM_OK; s++) {
         shard_t *sh = &index->shards[s];
         for (size_t k = start[s]; k < start[s + 1] && status == EGM_OK; k += BATCH_RUN) {
             size_t m = start[s + 1] - k < BATCH_RUN ? start[s + 1] - k : BATCH_RUN;
             pthread_mutex_lock(&sh->lock);
-            status = batch_run(index, sh, b, order + k, run_hash + k, m, &grant);
+            status = batch_run(index, sh, b, order + k, run_hash + k, m, &grant, &plan);
             pthread_mutex_unlock(&sh->lock);
         }
+    }
+    if (plan.status != NULL) {
+        commit_plan_finish(index, &plan, b);
+        commit_plan_cleanup(&plan);
     }
     egm_free(hash);
     if (b->last_grant_ms_p != NULL)
@@ -1904,7 +2039,8 @@ static int cmp_replica_desc(const void *a, const void *b)
     const egm_replica_t *x = *(egm_replica_t *const *)a, *y = *(egm_replica_t *const *)b;
     if (x->segment != y->segment)
         return (uintptr_t)x->segment < (uintptr_t)y->segment ? -1 : 1;
-    return x->offset < y->offset ? 1 : x->offset > y->offset ? -1 : 0;
+    uint64_t xo = egm__replica_offset(x), yo = egm__replica_offset(y);
+    return xo < yo ? 1 : xo > yo ? -1 : 0;
 }
 
 /* Frees the replicas of objs[0..n) highest offset first in each segment: each
@@ -1926,13 +2062,9 @@ static void release_sorted(egm_object_t **objs, size_t n)
     qsort(reps, k, sizeof(*reps), cmp_replica_desc);
     for (size_t i = 0; i < k; i++) {
         egm_replica_t *r = reps[i];
-        replica_unlink(r);
-        if (egm__allocator_free(r->segment->allocator, r->offset, r->length) != EGM_OK)
-            egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
-                      (unsigned long long)r->offset, (unsigned long long)r->length,
-                      egm_last_error());
-        r->segment = NULL;
-        r->object->n_live = 0;
+        egm_object_t *obj = egm__replica_object(r);
+        release_replica(r);
+        obj->n_live = 0;
     }
     egm_free(reps);
 }
@@ -2030,8 +2162,8 @@ size_t egm__objects_sweep_pending(egm_object_index_t *index, uint64_t now_ms)
 
 static int soft_pin_holds(const egm_object_index_t *index, const egm_object_t *obj, uint64_t now_ms)
 {
-    return obj->soft_pin && (now_ms < obj->last_access_ms ||
-                             now_ms - obj->last_access_ms < index->params.soft_pin_ttl_ms);
+    uint64_t last = last_access_ms(index, obj);
+    return obj->soft_pin && (now_ms < last || now_ms - last < index->params.soft_pin_ttl_ms);
 }
 
 /* With every shard and `space` locked. */
@@ -2098,7 +2230,7 @@ static uint64_t evict_locked(egm_object_index_t *index, uint64_t bytes, uint64_t
             soft_done = 1;
             b = NULL;
         }
-        if (a != NULL && (b == NULL || a->last_access_ms <= b->last_access_ms)) {
+        if (a != NULL && (b == NULL || last_access_ms(index, a) <= last_access_ms(index, b))) {
             pick = a;
             merged_advance(&lru, a);
         } else if (b != NULL) {
@@ -2190,7 +2322,7 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
     egm_replica_t *r = segment->replicas;
     while (r != NULL) {
         egm_replica_t *next = r->seg_next;
-        egm_object_t *obj = r->object;
+        egm_object_t *obj = egm__replica_object(r);
         replica_unlink(r);
         r->segment = NULL;
         obj->n_live--;
@@ -2292,13 +2424,12 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
         unsigned want_shard = shard_index(hash);
         CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u",
               egm__object_key(o), s, want_shard);
-        CHECK(o->hash == hash && t->slots[slot].hash == hash, "object %s: hash not its key's",
-              egm__object_key(o));
+        CHECK(t->slots[slot].hash == hash, "object %s: hash not its key's", egm__object_key(o));
         CHECK(table_find(t, egm__object_key(o), o->key_len, hash) == o,
               "shard %zu: object %s not found under its key", s, egm__object_key(o));
         for (uint32_t i = 0; i < o->n_replicas; i++) {
             const egm_replica_t *r = &o->replicas[i];
-            CHECK(r->object == o, "object %s: replica %u points to another object",
+            CHECK(egm__replica_object(r) == o, "object %s: replica %u points to another object",
                   egm__object_key(o), i);
             if (r->segment == NULL)
                 continue;
@@ -2306,11 +2437,8 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
             CHECK(egm__segment_table_find(index->segments, r->segment->desc.id) == r->segment,
                   "object %s: replica %u is on a segment that is not mounted", egm__object_key(o),
                   i);
-            CHECK(r->offset + r->length <= r->segment->desc.size,
+            CHECK(egm__replica_offset(r) + o->size <= r->segment->desc.size,
                   "object %s: replica %u beyond its segment", egm__object_key(o), i);
-            CHECK(r->length == o->size, "object %s: replica %u of %llu bytes, object %llu",
-                  egm__object_key(o), i, (unsigned long long)r->length,
-                  (unsigned long long)o->size);
             for (uint32_t j = 0; j < i; j++)
                 CHECK(o->replicas[j].segment != r->segment,
                       "object %s: two replicas on one segment", egm__object_key(o));
@@ -2360,12 +2488,12 @@ static egm_status_t check_segment(const egm_object_index_t *index, const egm_seg
     const egm_replica_t *prev = NULL;
 
     for (const egm_replica_t *r = seg->replicas; r != NULL; r = r->seg_next) {
-        const egm_object_t *o = r->object;
+        const egm_object_t *o = egm__replica_object(r);
         CHECK(r->seg_prev == prev, "segment %s: broken back link", seg->desc.name);
         CHECK(r->segment == seg, "segment %s: lists a replica of another segment", seg->desc.name);
         CHECK(r >= o->replicas && r < o->replicas + o->n_replicas,
               "segment %s: a replica outside its object", seg->desc.name);
-        bytes += egm__allocator_round(r->length);
+        bytes += egm__allocator_round(o->size);
         prev = r;
         n++;
     }

@@ -55,11 +55,17 @@ typedef enum {
     EGM_OBJECT_COMPLETE = 1,
 } egm_object_state_t;
 
+/* A replica: where one copy of an object lies. Its length is the object's
+ * size (egm_object_t.size) and the object holding it is found from its place
+ * in the object's replicas[] (egm__replica_object), so neither is stored:
+ * a replica is 32 bytes, and with 100 million objects every byte of the
+ * record is 100 MB of the master's memory. */
 typedef struct egm_replica {
     egm_segment_t *segment; /* NULL once dropped (its segment was unmounted) */
-    struct egm_object *object;
-    uint64_t offset;
-    uint64_t length;
+    /* The offset in the segment (a multiple of EGM_OBJECT_ALIGN) with the
+     * replica's index in its object's replicas[] in the low bits that the
+     * alignment leaves free: egm__replica_offset, egm__replica_object. */
+    uint64_t offset_index;
     struct egm_replica *seg_prev; /* list of the replicas in `segment` */
     struct egm_replica *seg_next;
 } egm_replica_t;
@@ -69,34 +75,60 @@ typedef struct egm_object_link {
     struct egm_object *next;
 } egm_object_link_t;
 
+/* One allocation per object: this header (88 bytes), its replicas, its key;
+ * with one replica and a 60-byte key, 181 bytes, which malloc serves from
+ * its 192-byte chunks. The small fields are packed into the header's last 8
+ * bytes. Not kept, because they follow from what is: the key's hash (the
+ * shard table's slot has it), each replica's length and object, and the last
+ * access (egm__objects_last_access: leases all last lease_ttl_ms, so the
+ * latest grant is lease_expiry_ms - lease_ttl_ms). */
 typedef struct egm_object {
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms; /* 0 = never leased */
-    uint64_t put_start_ms;
-    uint64_t last_access_ms;      /* PutEnd, then every lease granted: the LRU recency */
-    uint64_t commit_ms;           /* PutEnd: not evicted before commit_ms + min_residency_ms */
+    union {
+        uint64_t put_start_ms; /* PENDING: discarded pending_timeout_ms after it */
+        uint64_t commit_ms;    /* COMPLETE: PutEnd or Commit; not evicted before
+                                  commit_ms + min_residency_ms */
+    };
     uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
     egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
     egm_object_link_t lease_link; /* objects by lease grant, oldest first */
-    uint64_t hash;                /* of the key: its shard and its slot in the shard's table */
-    uint32_t key_len;             /* of the key (egm__object_key), NUL-terminated */
-    uint8_t state;                /* egm_object_state_t */
-    uint8_t soft_pin;             /* put with_soft_pin: kept until last access + soft pin TTL */
-    uint8_t hard_pin;             /* put with_hard_pin: never evicted */
-    uint8_t list;                 /* which list `link` is in (object_index.c) */
-    uint8_t in_lease_list;
-    uint8_t shard;      /* index of the shard holding it */
-    uint8_t n_replicas; /* replicas placed, in replicas[0..n) */
-    uint8_t n_live;     /* replicas whose segment is still mounted */
-    uint8_t n_slots;    /* replicas[] allocated; the key follows them */
+    uint16_t key_len;             /* of the key (egm__object_key), NUL-terminated; <= 4096 */
+    uint8_t state : 1;            /* egm_object_state_t */
+    uint8_t soft_pin : 1;         /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin : 1;         /* put with_hard_pin: never evicted */
+    uint8_t in_lease_list : 1;    /* in its shard's lease list */
+    uint8_t list : 2;             /* which list `link` is in (object_index.c) */
+    uint8_t shard;                /* index of the shard holding it */
+    uint8_t n_replicas;           /* replicas placed, in replicas[0..n) */
+    uint8_t n_live;               /* replicas whose segment is still mounted */
+    uint8_t n_slots;              /* replicas[] allocated; the key follows them */
     egm_replica_t replicas[];
 } egm_object_t;
+
+_Static_assert(EGM_MASTER_KEY_MAX <= UINT16_MAX, "egm_object_t.key_len is 16 bits");
+_Static_assert(EGM_OBJECT_ALIGN >= EGM_MASTER_REPLICA_MAX &&
+                   (EGM_OBJECT_ALIGN & (EGM_OBJECT_ALIGN - 1)) == 0,
+               "a replica's index fits in the low bits of its aligned offset");
 
 /* The key of obj: key_len bytes and a NUL inside its allocation, after the replicas. */
 static inline const char *egm__object_key(const egm_object_t *obj)
 {
     return (const char *)&obj->replicas[obj->n_slots];
+}
+
+/* Where replica r lies in its segment. */
+static inline uint64_t egm__replica_offset(const egm_replica_t *r)
+{
+    return r->offset_index & ~(uint64_t)(EGM_OBJECT_ALIGN - 1);
+}
+
+/* The object whose replicas[] holds r. */
+static inline egm_object_t *egm__replica_object(const egm_replica_t *r)
+{
+    const egm_replica_t *first = r - (r->offset_index & (EGM_OBJECT_ALIGN - 1));
+    return (egm_object_t *)((char *)first - offsetof(egm_object_t, replicas));
 }
 
 typedef struct egm_object_index egm_object_index_t;
@@ -118,8 +150,8 @@ typedef struct {
     uint64_t size;
     egm_id_t writer;
     uint64_t lease_expiry_ms;
-    uint64_t put_start_ms;
-    uint64_t last_access_ms;
+    uint64_t put_start_ms;   /* PENDING: its PutStart; COMPLETE: its PutEnd or Commit */
+    uint64_t last_access_ms; /* COMPLETE: its PutEnd or Commit, or its latest lease grant */
     uint8_t soft_pin;
     uint8_t hard_pin;
     uint32_t n_replicas; /* replicas still on a mounted segment, in replicas[0..n) */
@@ -300,7 +332,12 @@ typedef enum {
     /* Commit: key i, sizes[i] bytes, already written at offsets[i] of slab
      * slab_ids[i] (granted to `client`, lease live) is claimed from the slab
      * and becomes COMPLETE at once, with config's pins. A key that exists
-     * (EXISTS, as PutStart answers) gives its range back to the pool. */
+     * (EXISTS, as PutStart answers) gives its range back to the pool. The
+     * ranges of every key are claimed first, in request order, under one
+     * hold of `space` (a writer's offsets grow with the request order, so
+     * each claim takes the head of the slab's unclaimed space); a range
+     * whose key the batch never takes (done() stopped it) goes back to the
+     * pool at its end. */
     EGM_OBJECTS_COMMIT,
 } egm_objects_op_t;
 
@@ -366,7 +403,8 @@ const egm_object_t *egm__objects_find(const egm_object_index_t *index, const cha
 /* Counters and usage; O(segments + shards). */
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p);
 /* Walks every object, list and mounted segment and checks them against each
- * other: shards, lists and counters agree; every live replica is on a mounted
+ * other (not while a Commit runs: the ranges it claimed belong to no object
+ * until its keys are taken): shards, lists and counters agree; every live replica is on a mounted
  * segment, in its replica list, within its bounds, one per segment; each
  * segment's allocator holds exactly its replicas' bytes plus its held
  * space; every held extent is on a mounted segment and the held totals

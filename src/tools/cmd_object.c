@@ -396,7 +396,8 @@ static void print_stat(const char *key, const Egm__StatKeyReply *r)
                              : r->soft_pin              ? "soft"
                                                         : "none");
     printf("writer    %s\n", egm__id_format(egm__id_from_pb(r->writer), id_text));
-    printf("age       %.3f s since PutStart\n", (double)r->age_ms / 1000.0);
+    printf("age       %.3f s since %s\n", (double)r->age_ms / 1000.0,
+           r->state == EGM__OBJECT_STATE__OBJECT_COMPLETE ? "it was committed" : "PutStart");
     if (r->state == EGM__OBJECT_STATE__OBJECT_COMPLETE)
         printf("idle      %.3f s since the last access\n", (double)r->idle_ms / 1000.0);
     printf("replicas  %zu\n", r->n_replicas);

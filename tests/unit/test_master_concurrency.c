@@ -1,6 +1,7 @@
 /* The master's handlers driven from several threads at once, as its RPC
  * threads do: 8 threads with mixed PutStart / PutEnd / PutRevoke /
- * GetReplicaList / ExistKey / Remove / StatKey / Ping on overlapping keys,
+ * SlabGrant / Commit / GetReplicaList / ExistKey / Remove / StatKey / Ping
+ * on overlapping keys,
  * and one thread mounting and unmounting segments, ticking (expiry, sweep,
  * eviction above the watermark), listing and removing all. Every reply is
  * checked as it comes (only the statuses a racing caller may see; replicas
@@ -54,6 +55,9 @@ typedef struct {
     int id;
     egm_id_t client;
     uint64_t rng;
+    uint64_t slab_id; /* the worker's open slab (0: none), its size, its next offset */
+    uint64_t slab_size;
+    uint64_t slab_next;
     uint64_t calls[EGM_RPC_TYPE_MAX + 1];
     uint64_t ok[EGM_RPC_TYPE_MAX + 1];
     char error[256];
@@ -200,6 +204,75 @@ static int do_put(worker_t *w, Egm__Id *client)
     return rc;
 }
 
+/* A put placed by the client: a SlabGrant when the worker has no slab or it
+ * is used up (returning the old one), then a Commit of 1..3 keys (a key now
+ * and then twice) at the slab's next offsets. */
+static int do_commit(worker_t *w, Egm__Id *client)
+{
+    static const egm_status_t grant_ok[] = {EGM_OK, EGM_ERR_NO_SPACE};
+    /* The key exists; the slab went with an unmounted segment or its lease
+     * ended (the churn thread moves the clock). */
+    static const egm_status_t commit_ok[] = {EGM_OK, EGM_ERR_EXISTS, EGM_ERR_NOT_FOUND};
+    char names[3][16];
+    const char *keys[3];
+    uint64_t sizes[3], ids[3], offsets[3], need = 0;
+    size_t n = 1 + next_random(w) % 3;
+    Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
+    Egm__KeysReply *reply;
+
+    for (size_t i = 0; i < n; i++) {
+        key_name(names[i], sizeof(names[i]), next_random(w));
+        keys[i] = i > 0 && next_random(w) % 8 == 0 ? keys[0] : names[i];
+        sizes[i] = 1 + next_random(w) % (8 * 1024);
+        need += (sizes[i] + EGM_OBJECT_ALIGN - 1) & ~(uint64_t)(EGM_OBJECT_ALIGN - 1);
+    }
+    cfg.replica_num = 1 + (uint32_t)(next_random(w) % 2);
+    cfg.with_soft_pin = next_random(w) % 4 == 0;
+    if (w->slab_id == 0 || w->slab_next + need > w->slab_size) {
+        Egm__SlabGrantRequest req = EGM__SLAB_GRANT_REQUEST__INIT;
+        req.client = client;
+        req.size = 64 * 1024;
+        req.min_size = need;
+        req.config = &cfg;
+        if (w->slab_id != 0) {
+            req.n_returned = 1;
+            req.returned = &w->slab_id;
+        }
+        if (call(w, EGM_RPC_SLAB_GRANT, &req.base, &egm__keys_reply__descriptor,
+                 (ProtobufCMessage **)&reply) != 0)
+            return -1;
+        w->slab_id = 0;
+        int rc = check_keys_reply(w, EGM_RPC_SLAB_GRANT, reply, 1, grant_ok, 2, cfg.replica_num);
+        if (rc == 0 && reply->results[0]->status == EGM_OK) {
+            w->slab_id = reply->slab_id;
+            w->slab_size = reply->results[0]->size;
+            w->slab_next = 0;
+        }
+        egm__pb_free(&reply->base);
+        if (rc != 0 || w->slab_id == 0)
+            return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = w->slab_id;
+        offsets[i] = w->slab_next;
+        w->slab_next += (sizes[i] + EGM_OBJECT_ALIGN - 1) & ~(uint64_t)(EGM_OBJECT_ALIGN - 1);
+    }
+    Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
+    req.client = client;
+    req.n_keys = req.n_sizes = req.n_slab_ids = req.n_offsets = n;
+    req.keys = (char **)keys;
+    req.sizes = sizes;
+    req.slab_ids = ids;
+    req.offsets = offsets;
+    req.config = &cfg;
+    if (call(w, EGM_RPC_COMMIT, &req.base, &egm__keys_reply__descriptor,
+             (ProtobufCMessage **)&reply) != 0)
+        return -1;
+    int rc = check_keys_reply(w, EGM_RPC_COMMIT, reply, n, commit_ok, 3, 0);
+    egm__pb_free(&reply->base);
+    return rc;
+}
+
 /* GetReplicaList, ExistKey or Remove of 1..4 keys. */
 static int do_keys(worker_t *w, Egm__Id *client, uint16_t type)
 {
@@ -284,9 +357,11 @@ static void *worker_main(void *arg)
     egm__id_to_pb(w->client, &client);
     pthread_barrier_wait(&start);
     for (int round = 0; round < ROUNDS && w->error[0] == '\0'; round++) {
-        uint64_t op = next_random(w) % 16;
+        uint64_t op = next_random(w) % 18;
         if (op < 5)
             do_put(w, &client);
+        else if (op >= 16)
+            do_commit(w, &client);
         else if (op < 9)
             do_keys(w, &client, EGM_RPC_GET_REPLICA_LIST);
         else if (op < 11)
@@ -516,6 +591,15 @@ static void test_handlers_from_many_threads(void **state)
             calls += workers[i].calls[t];
         assert_int_equal(atomic_load(&metrics.rpc[t].requests), calls);
     }
+
+    /* Puts placed by the clients were committed, not only refused. */
+    uint64_t commits = 0;
+    for (int i = 0; i < WORKERS; i++)
+        commits += workers[i].ok[EGM_RPC_COMMIT];
+    assert_true(commits > 0);
+
+    /* The workers' open slabs go back (their space counts as used). */
+    egm__objects_expire_slabs(st.objects, UINT64_MAX);
 
     /* Still serves: a forced RemoveAll empties every segment (the space of
      * objects still under a read lease once it ends), then a put and a read

@@ -973,7 +973,9 @@ static void test_rpc_plumbing(void **state)
     assert_int_equal(reply->results[0]->status, EGM_OK);
     assert_int_equal(reply->results[1]->status, EGM_OK);
     egm__pb_free(&reply->base);
-    assert_int_equal(egm__objects_find(st.objects, "soft", 4)->last_access_ms, 777);
+    egm_object_view_t view;
+    assert_int_equal(egm__objects_stat(st.objects, "soft", 4, &view), EGM_OK);
+    assert_int_equal(view.last_access_ms, 777);
 }
 
 int main(void)

@@ -195,6 +195,119 @@ static void test_commit_lifecycle(void **state)
     assert_int_equal(used(seg), 0);
 }
 
+static egm_status_t results[8];
+
+static egm_status_t record_each(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
+{
+    (void)arg;
+    (void)view;
+    results[i] = s;
+    return EGM_OK;
+}
+
+/* One Commit (and one Remove) naming the same key several times: the first
+ * commit takes the key, the later ones answer EXISTS and give their ranges
+ * back; the batch looks a key up again only when an earlier key of its run
+ * had the same hash, so this is the case that must still see the earlier
+ * commit. */
+static void test_commit_batch_repeats(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    egm_slab_view_t slab;
+    const char *keys[6] = {"x", "y", "x", "z", "y", "x"};
+    size_t lens[6];
+    uint64_t sizes[6], ids[6], offsets[6];
+    egm_put_config_t cfg = {.replica_num = 1};
+
+    assert_int_equal(grant(writer, 64 << 10, 1024, 1, 0, &slab), EGM_OK);
+    for (size_t i = 0; i < 6; i++) {
+        lens[i] = 1;
+        sizes[i] = 100;
+        ids[i] = slab.id;
+        offsets[i] = i * 128;
+    }
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
+                             .client = writer,
+                             .sizes = sizes,
+                             .slab_ids = ids,
+                             .offsets = offsets,
+                             .config = &cfg,
+                             .now_ms = 0,
+                             .n = 6,
+                             .keys = keys,
+                             .key_lens = lens,
+                             .done = record_each};
+    assert_int_equal(egm__objects_batch(st.objects, &b), EGM_OK);
+    egm_status_t want[6] = {EGM_OK, EGM_OK, EGM_ERR_EXISTS, EGM_OK, EGM_ERR_EXISTS, EGM_ERR_EXISTS};
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(results[i], want[i]);
+    assert_int_equal(stats().objects, 3);
+    assert_int_equal(used(seg), (64 << 10) - 3 * 128); /* the repeats' ranges went back */
+    check();
+
+    /* Remove of x, x, y: the second x is gone already. */
+    egm_objects_batch_t r = {.op = EGM_OBJECTS_REMOVE,
+                             .now_ms = 20000,
+                             .n = 3,
+                             .keys = keys,
+                             .key_lens = lens,
+                             .done = record_each};
+    const char *rkeys[3] = {"x", "x", "y"};
+    r.keys = rkeys;
+    assert_int_equal(egm__objects_batch(st.objects, &r), EGM_OK);
+    assert_int_equal(results[0], EGM_OK);
+    assert_int_equal(results[1], EGM_ERR_NOT_FOUND);
+    assert_int_equal(results[2], EGM_OK);
+    assert_int_equal(stats().objects, 1);
+    assert_int_equal(used(seg), (64 << 10) - 5 * 128);
+    check();
+}
+
+static egm_status_t stop_after_first(void *arg, size_t i, egm_status_t s,
+                                     const egm_object_view_t *view)
+{
+    (void)view;
+    results[i] = s;
+    return ++*(int *)arg == 1 ? EGM_ERR_INTERNAL : EGM_OK;
+}
+
+/* A Commit's ranges are claimed before its keys are taken; a batch stopped
+ * by its done() after one key gives the other keys' ranges back to the pool
+ * (the allocators hold no range that no object, slab or held extent owns). */
+static void test_commit_batch_stopped(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(1 << 20);
+    egm_slab_view_t slab;
+    const char *keys[4] = {"k0", "k1", "k2", "k3"};
+    size_t lens[4] = {2, 2, 2, 2};
+    uint64_t sizes[4] = {100, 100, 100, 100}, ids[4], offsets[4] = {0, 128, 256, 384};
+    egm_put_config_t cfg = {.replica_num = 1};
+    int calls = 0;
+
+    assert_int_equal(grant(writer, 64 << 10, 1024, 1, 0, &slab), EGM_OK);
+    for (size_t i = 0; i < 4; i++)
+        ids[i] = slab.id;
+    egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
+                             .client = writer,
+                             .sizes = sizes,
+                             .slab_ids = ids,
+                             .offsets = offsets,
+                             .config = &cfg,
+                             .n = 4,
+                             .keys = keys,
+                             .key_lens = lens,
+                             .done = stop_after_first,
+                             .arg = &calls};
+    assert_int_equal(egm__objects_batch(st.objects, &b), EGM_ERR_INTERNAL);
+    assert_int_equal(calls, 1);
+    assert_int_equal(stats().objects, 1);
+    assert_int_equal(stats().slab_bytes, (64 << 10) - 4 * 128);
+    assert_int_equal(used(seg), (64 << 10) - 3 * 128);
+    check();
+}
+
 /* Commits in any order cut the slab into pieces; what was never committed
  * returns whole at the lease's end, and a commit after it is refused. */
 static void test_out_of_order_and_expiry(void **state)
@@ -324,6 +437,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_commit_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_batch_repeats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_batch_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order_and_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
