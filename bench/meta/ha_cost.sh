@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench/meta/ha_cost.sh: what enable_ha costs the master's metadata calls (issue 19's cost goal):
+# `egmstore bench meta --master` against an external master started without and with enable_ha
+# (a one-member etcd it starts itself), interleaved ROUNDS times, then the median ratio on/off of
+# keys/s and the p50 per op, batch and client count, with the range over the rounds.
+# Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
+#                              [--out DIR]
+# Needs etcd (Debian's etcd-server) and python3. Builds nothing.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --egmstore) egm=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --clients) clients=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) sed -n 2,8p "$0"; exit 2 ;;
+    esac
+done
+command -v etcd > /dev/null || { echo "ha_cost: etcd is missing (scripts/install-deps.sh installs it)" >&2; exit 2; }
+out=${out:-$(mktemp -d /tmp/egm-ha-cost-XXXXXX)}
+mkdir -p "$out"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cp=$(free_port) pp=$(free_port) mp=$(free_port)
+etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertise-client-urls http://127.0.0.1:$cp \
+    --listen-peer-urls http://127.0.0.1:$pp --initial-advertise-peer-urls http://127.0.0.1:$pp \
+    --initial-cluster default=http://127.0.0.1:$pp --log-level error > "$out/etcd.log" 2>&1 &
+etcd_pid=$!
+master_pid=
+cleanup() { [ -n "$master_pid" ] && kill $master_pid 2> /dev/null; kill $etcd_pid 2> /dev/null; rm -rf "$out/etcd"; }
+trap cleanup EXIT
+for _ in $(seq 100); do curl -sf http://127.0.0.1:$cp/health > /dev/null 2>&1 && break; sleep 0.1; done
+for r in $(seq "$rounds"); do
+    for mode in off on; do
+        extra=()
+        [ $mode = on ] && extra=(--enable-ha true --etcd-endpoints 127.0.0.1:$cp)
+        "$egm" master --port $mp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
+        master_pid=$!
+        # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
+        for _ in $(seq 100); do "$egm" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
+        echo "ha_cost: round $r, enable_ha $mode" >&2
+        "$egm" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
+            --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
+        kill $master_pid; wait $master_pid 2> /dev/null || true
+        master_pid=
+    done
+done
+python3 - "$out" "$rounds" << 'PY'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+def load(f):
+    d = json.load(open(f))
+    return {(r["op"], r["batch"], r["clients"]): (r["keys_per_s"], r["p50_us"]) for r in d["results"]}
+runs = {m: [load(f"{out}/meta-{m}-{r}.json") for r in range(1, rounds + 1)] for m in ("off", "on")}
+lines = ["| op | batch | clients | keys/s off | keys/s on | on/off (range) | p50 us off | p50 us on |",
+         "|---|---|---|---|---|---|---|---|"]
+for k in sorted(runs["on"][0], key=str):
+    off = [x[k][0] for x in runs["off"]]; on = [x[k][0] for x in runs["on"]]
+    ratios = [a / b for a, b in zip(on, off)]
+    lines.append("| %s | %d | %d | %.0f | %.0f | %.2f (%.2f-%.2f) | %.1f | %.1f |" % (
+        k[0], k[1], k[2], statistics.median(off), statistics.median(on), statistics.median(ratios),
+        min(ratios), max(ratios), statistics.median(x[k][1] for x in runs["off"]),
+        statistics.median(x[k][1] for x in runs["on"])))
+open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+echo "ha_cost: files in $out" >&2
