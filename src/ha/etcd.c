@@ -324,6 +324,18 @@ egm_status_t egm__etcd_put(egm_etcd_t *e, const char *key, const void *value, si
     return s;
 }
 
+/* Runs the transaction written in t, whose key member was written in k (a
+ * growing text each: both freed here). */
+static egm_status_t txn(egm_etcd_t *e, egm_textbuf_t *t, egm_textbuf_t *k, answer_t *a)
+{
+    if (k->status != EGM_OK)
+        t->status = k->status;
+    egm_free(k->buf);
+    egm_status_t s = call(e, "/v3/kv/txn", t, a);
+    egm_free(t->buf);
+    return s;
+}
+
 egm_status_t egm__etcd_create_key(egm_etcd_t *e, const char *key, const void *value, size_t len,
                                   int64_t lease, bool *created_p, egm_etcd_kv_t *kv_p)
 {
@@ -337,12 +349,8 @@ egm_status_t egm__etcd_create_key(egm_etcd_t *e, const char *key, const void *va
     egm__textbuf_printf(&t, ",\"lease\":\"%lld\"}},{\"request_range\":{%s}}],", (long long)lease,
                         k.buf ? k.buf : "");
     egm__textbuf_printf(&t, "\"failure\":[{\"request_range\":{%s}}]}", k.buf ? k.buf : "");
-    if (k.status != EGM_OK)
-        t.status = k.status;
-    egm_free(k.buf);
     answer_t a;
-    egm_status_t s = call(e, "/v3/kv/txn", &t, &a);
-    egm_free(t.buf);
+    egm_status_t s = txn(e, &t, &k, &a);
     if (s != EGM_OK)
         return s;
     *created_p = egm__json_is_true(&a.doc, egm__json_member(&a.doc, 0, "succeeded"));
@@ -369,12 +377,8 @@ egm_status_t egm__etcd_delete_if(egm_etcd_t *e, const char *key, int64_t create_
                         "{\"compare\":[{\"target\":\"CREATE\",%s,\"create_revision\":\"%lld\"}],"
                         "\"success\":[{\"request_delete_range\":{%s}}]}",
                         k.buf ? k.buf : "", (long long)create_revision, k.buf ? k.buf : "");
-    if (k.status != EGM_OK)
-        t.status = k.status;
-    egm_free(k.buf);
     answer_t a;
-    egm_status_t s = call(e, "/v3/kv/txn", &t, &a);
-    egm_free(t.buf);
+    egm_status_t s = txn(e, &t, &k, &a);
     if (s != EGM_OK)
         return s;
     if (deleted_p != NULL)

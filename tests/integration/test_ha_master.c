@@ -62,6 +62,25 @@ static long long wait_leads(unsigned want, unsigned other)
     return 0;
 }
 
+/* Starts master A on endpoints, waits until it leads, then B, which stands
+ * by: the tests know which to kill. Answers A's epoch. */
+#define HA_FLAGS(endpoints, cache_ms)                                                              \
+    {                                                                                              \
+        "--enable-ha", "true", "--etcd-endpoints", (endpoints), "--ha-lease-ttl", "2",             \
+            (cache_ms) != NULL ? "--location-cache-ms" : NULL, (cache_ms), NULL                    \
+    }
+
+static long long start_pair(const char *endpoints, egm_test_cluster_t *a, unsigned *http_a,
+                            egm_test_cluster_t *b, unsigned *http_b, const char *cache_ms)
+{
+    const char *ha[] = HA_FLAGS(endpoints, cache_ms);
+    assert_int_equal(egm_test_start_master_http(a, ha, http_a), 0);
+    long long epoch = wait_leads(*http_a, 0);
+    assert_int_equal(egm_test_start_master_http(b, ha, http_b), 0);
+    assert_int_equal(wait_leads(*http_a, *http_b), epoch);
+    return epoch;
+}
+
 static void test_failover(void **state)
 {
     (void)state;
@@ -69,22 +88,10 @@ static void test_failover(void **state)
     /* EGM_TEST_HA_CACHE_MS: the masters' location_cache_ms (default: theirs), to measure
      * failover under another bound. */
     const char *cache_ms = getenv("EGM_TEST_HA_CACHE_MS");
-    const char *ha[] = {"--enable-ha",
-                        "true",
-                        "--etcd-endpoints",
-                        etcd.endpoint,
-                        "--ha-lease-ttl",
-                        "2",
-                        cache_ms != NULL ? "--location-cache-ms" : NULL,
-                        cache_ms,
-                        NULL};
+    const char *ha[] = HA_FLAGS(etcd.endpoint, cache_ms);
     egm_test_cluster_t a, b;
     unsigned http_a = 0, http_b = 0;
-    assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
-    /* A leads before B exists: the test knows which to kill. */
-    long long epoch_a = wait_leads(http_a, 0);
-    assert_int_equal(egm_test_start_master_http(&b, ha, &http_b), 0);
-    assert_int_equal(wait_leads(http_a, http_b), epoch_a);
+    long long epoch_a = start_pair(etcd.endpoint, &a, &http_a, &b, &http_b, cache_ms);
 
     /* A standby answers no RPC: a client pointed at it cannot start. */
     egm_client_t *direct = egm_test_client(&b, "tcp", NULL);
@@ -163,13 +170,9 @@ static void test_cut_off_leader_exits(void **state)
 {
     (void)state;
     assert_int_equal(egm_test_etcd_start(&etcd), 0);
-    const char *ha[] = {"--enable-ha", "true", "--etcd-endpoints", etcd.endpoint, "--ha-lease-ttl",
-                        "2",           NULL};
     egm_test_cluster_t a, b;
     unsigned http_a = 0, http_b = 0;
-    assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
-    long long epoch_a = wait_leads(http_a, 0);
-    assert_int_equal(egm_test_start_master_http(&b, ha, &http_b), 0);
+    long long epoch_a = start_pair(etcd.endpoint, &a, &http_a, &b, &http_b, NULL);
     assert_int_equal(egm__process_signal(&etcd.proc, SIGSTOP), EGM_OK);
     int code = -1;
     assert_int_equal(egm__process_wait(&a.master, WAIT_MS, &code), EGM_OK);
@@ -191,13 +194,9 @@ static void test_etcd_member_loss(void **state)
     egm_test_etcd_t members[3];
     char endpoints[256], master_addr[300];
     assert_int_equal(egm_test_etcd_cluster_start(members, 3, endpoints, sizeof(endpoints)), 0);
-    const char *ha[] = {"--enable-ha", "true", "--etcd-endpoints", endpoints, "--ha-lease-ttl",
-                        "2",           NULL};
     egm_test_cluster_t a, b;
     unsigned http_a = 0, http_b = 0;
-    assert_int_equal(egm_test_start_master_http(&a, ha, &http_a), 0);
-    long long epoch_a = wait_leads(http_a, 0);
-    assert_int_equal(egm_test_start_master_http(&b, ha, &http_b), 0);
+    long long epoch_a = start_pair(endpoints, &a, &http_a, &b, &http_b, NULL);
     snprintf(master_addr, sizeof(master_addr), "etcd://%s", endpoints);
     const char *provider[] = {"--master", master_addr, NULL};
     assert_true(egm_test_start_provider(&a, "16MiB", provider) >= 0);
