@@ -239,13 +239,21 @@ void egm__etcd_kv_cleanup(egm_etcd_kv_t *kv)
     memset(kv, 0, sizeof(*kv));
 }
 
-egm_status_t egm__etcd_lease_grant(egm_etcd_t *e, int64_t ttl_s, int64_t *id_p, int64_t *ttl_p)
+/* A lease call whose request is one int64 member: {"<name>":"<value>"}. */
+static egm_status_t lease_call(egm_etcd_t *e, const char *path, const char *name, int64_t value,
+                               answer_t *a)
 {
     egm_textbuf_t t = egm__textbuf_growing("etcd.request");
-    egm__textbuf_printf(&t, "{\"TTL\":\"%lld\"}", (long long)ttl_s);
-    answer_t a;
-    egm_status_t s = call(e, "/v3/lease/grant", &t, &a);
+    egm__textbuf_printf(&t, "{\"%s\":\"%lld\"}", name, (long long)value);
+    egm_status_t s = call(e, path, &t, a);
     egm_free(t.buf);
+    return s;
+}
+
+egm_status_t egm__etcd_lease_grant(egm_etcd_t *e, int64_t ttl_s, int64_t *id_p, int64_t *ttl_p)
+{
+    answer_t a;
+    egm_status_t s = lease_call(e, "/v3/lease/grant", "TTL", ttl_s, &a);
     if (s != EGM_OK)
         return s;
     int64_t id = member_int(&a, 0, "ID"), ttl = member_int(&a, 0, "TTL");
@@ -260,11 +268,8 @@ egm_status_t egm__etcd_lease_grant(egm_etcd_t *e, int64_t ttl_s, int64_t *id_p, 
 
 egm_status_t egm__etcd_lease_keepalive(egm_etcd_t *e, int64_t id, int64_t *ttl_p)
 {
-    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
-    egm__textbuf_printf(&t, "{\"ID\":\"%lld\"}", (long long)id);
     answer_t a;
-    egm_status_t s = call(e, "/v3/lease/keepalive", &t, &a);
-    egm_free(t.buf);
+    egm_status_t s = lease_call(e, "/v3/lease/keepalive", "ID", id, &a);
     if (s != EGM_OK)
         return s;
     /* The gateway streams: one {"result":{...}} per renewal. No TTL: gone. */
@@ -279,11 +284,8 @@ egm_status_t egm__etcd_lease_keepalive(egm_etcd_t *e, int64_t id, int64_t *ttl_p
 
 egm_status_t egm__etcd_lease_revoke(egm_etcd_t *e, int64_t id)
 {
-    egm_textbuf_t t = egm__textbuf_growing("etcd.request");
-    egm__textbuf_printf(&t, "{\"ID\":\"%lld\"}", (long long)id);
     answer_t a;
-    egm_status_t s = call(e, "/v3/lease/revoke", &t, &a);
-    egm_free(t.buf);
+    egm_status_t s = lease_call(e, "/v3/lease/revoke", "ID", id, &a);
     if (s == EGM_OK)
         answer_cleanup(&a);
     return s == EGM_ERR_NOT_FOUND ? EGM_OK : s;
