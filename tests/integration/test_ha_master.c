@@ -26,7 +26,59 @@
 
 #define WAIT_MS 30000
 
-static egm_test_etcd_t etcd;
+/* What a test started, stopped by teardown whether the test passed or not (a
+ * process left running would hold ctest's output pipe open). */
+static egm_test_etcd_t etcd_members[3];
+static int n_etcd;
+static egm_test_cluster_t ma, mb, ma2; /* masters A and B, and A restarted */
+static egm_client_t *client;
+
+/* The masters' lease TTL: EGM_TEST_HA_TTL (default 4 s: under a loaded TSan run a 2 s lease can
+ * lapse on its own, which would be a failover the test did not cause). */
+static const char *ttl_text(void)
+{
+    const char *t = getenv("EGM_TEST_HA_TTL");
+    return t != NULL && t[0] != '\0' ? t : "4";
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&ma, 0, sizeof(ma));
+    memset(&mb, 0, sizeof(mb));
+    memset(&ma2, 0, sizeof(ma2));
+    ma.master.out_fd = mb.master.out_fd = ma2.master.out_fd = -1;
+    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
+        ma.providers[i].out_fd = mb.providers[i].out_fd = ma2.providers[i].out_fd = -1;
+    client = NULL;
+    n_etcd = 0;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    egm_client_destroy(client);
+    client = NULL;
+    egm_test_cluster_stop(&ma);
+    egm_test_cluster_stop(&ma2);
+    egm_test_cluster_stop(&mb);
+    for (int i = 0; i < n_etcd; i++)
+        egm_test_etcd_stop(&etcd_members[i]);
+    n_etcd = 0;
+    return 0;
+}
+
+static void start_etcd(int members)
+{
+    char endpoints[256];
+    if (members == 1)
+        assert_int_equal(egm_test_etcd_start(&etcd_members[0]), 0);
+    else
+        assert_int_equal(
+            egm_test_etcd_cluster_start(etcd_members, members, endpoints, sizeof(endpoints)), 0);
+    n_etcd = members;
+}
 
 /* "leader", "standby" or "" (no answer): the role in a master's /health. */
 static void role_of(unsigned http_port, char *role, size_t len, long long *epoch_p)
@@ -66,7 +118,7 @@ static long long wait_leads(unsigned want, unsigned other)
  * by: the tests know which to kill. Answers A's epoch. */
 #define HA_FLAGS(endpoints, cache_ms)                                                              \
     {                                                                                              \
-        "--enable-ha", "true", "--etcd-endpoints", (endpoints), "--ha-lease-ttl", "2",             \
+        "--enable-ha", "true", "--etcd-endpoints", (endpoints), "--ha-lease-ttl", ttl_text(),      \
             (cache_ms) != NULL ? "--location-cache-ms" : NULL, (cache_ms), NULL                    \
     }
 
@@ -84,35 +136,34 @@ static long long start_pair(const char *endpoints, egm_test_cluster_t *a, unsign
 static void test_failover(void **state)
 {
     (void)state;
-    assert_int_equal(egm_test_etcd_start(&etcd), 0);
+    start_etcd(1);
     /* EGM_TEST_HA_CACHE_MS: the masters' location_cache_ms (default: theirs), to measure
      * failover under another bound. */
     const char *cache_ms = getenv("EGM_TEST_HA_CACHE_MS");
-    const char *ha[] = HA_FLAGS(etcd.endpoint, cache_ms);
-    egm_test_cluster_t a, b;
+    const char *ha[] = HA_FLAGS(etcd_members[0].endpoint, cache_ms);
     unsigned http_a = 0, http_b = 0;
-    long long epoch_a = start_pair(etcd.endpoint, &a, &http_a, &b, &http_b, cache_ms);
+    long long epoch_a = start_pair(etcd_members[0].endpoint, &ma, &http_a, &mb, &http_b, cache_ms);
 
     /* A standby answers no RPC: a client pointed at it cannot start. */
-    egm_client_t *direct = egm_test_client(&b, "tcp", NULL);
+    egm_client_t *direct = egm_test_client(&mb, "tcp", NULL);
     assert_null(direct);
 
     /* Provider and client follow the leader through etcd. */
-    assert_true(strlen(etcd.endpoint) + 8 <= sizeof(a.master_addr));
-    memcpy(a.master_addr, "etcd://", 7);
-    memcpy(a.master_addr + 7, etcd.endpoint, strlen(etcd.endpoint) + 1);
-    assert_true(egm_test_start_provider(&a, "64MiB", NULL) >= 0);
-    egm_client_t *client = egm_test_client(&a, "tcp", NULL);
+    assert_true(strlen(etcd_members[0].endpoint) + 8 <= sizeof(ma.master_addr));
+    memcpy(ma.master_addr, "etcd://", 7);
+    memcpy(ma.master_addr + 7, etcd_members[0].endpoint, strlen(etcd_members[0].endpoint) + 1);
+    assert_true(egm_test_start_provider(&ma, "64MiB", NULL) >= 0);
+    client = egm_test_client(&ma, "tcp", NULL);
     assert_non_null(client);
     assert_int_equal(egm_test_put_seeded(client, "before", 65536, 1), EGM_OK);
 
     /* `egmstore ls` lists both masters with their roles (members renew every TTL / 3). */
     char out[8192], want_a[128], want_b[128];
-    snprintf(want_a, sizeof(want_a), "127.0.0.1:%u", a.master_port);
-    snprintf(want_b, sizeof(want_b), "127.0.0.1:%u", b.master_port);
+    snprintf(want_a, sizeof(want_a), "127.0.0.1:%u", ma.master_port);
+    snprintf(want_b, sizeof(want_b), "127.0.0.1:%u", mb.master_port);
     const char *ls[] = {"ls", NULL};
     for (uint64_t until = egm__now_ms() + WAIT_MS; egm__now_ms() < until; egm__sleep_ms(100)) {
-        assert_int_equal(egm_test_cli(&a, ls, NULL, 0, out, sizeof(out)), 0);
+        assert_int_equal(egm_test_cli(&ma, ls, NULL, 0, out, sizeof(out)), 0);
         if (strstr(out, want_b) != NULL)
             break;
     }
@@ -127,7 +178,7 @@ static void test_failover(void **state)
 
     /* The leader dies. */
     uint64_t killed = egm__now_ms();
-    assert_int_equal(egm__process_signal(&a.master, SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
     egm_status_t s = EGM_ERR_UNREACHABLE;
     while (s != EGM_OK && egm__now_ms() - killed < WAIT_MS) {
         s = egm_test_put_seeded(client, "after", 65536, 2);
@@ -139,8 +190,9 @@ static void test_failover(void **state)
     uint64_t resumed = egm__now_ms();
     fprintf(stderr,
             "ha failover: first put and get %llu ms after the leader's SIGKILL "
-            "(ha_lease_ttl 2 s, location_cache_ms %s)\n",
-            (unsigned long long)(resumed - killed), cache_ms != NULL ? cache_ms : "1000");
+            "(ha_lease_ttl %s s, location_cache_ms %s)\n",
+            (unsigned long long)(resumed - killed), ttl_text(),
+            cache_ms != NULL ? cache_ms : "1000");
     long long epoch_b = wait_leads(http_b, 0);
     assert_true(epoch_b > epoch_a);
     /* No state handover yet: the new leader never heard of "before". */
@@ -150,17 +202,10 @@ static void test_failover(void **state)
 
     /* The old leader, restarted, stands by. */
     int code;
-    egm__process_wait(&a.master, 5000, &code);
+    egm__process_wait(&ma.master, 5000, &code);
     unsigned http_a2 = 0;
-    egm_test_cluster_t a2;
-    assert_int_equal(egm_test_start_master_http(&a2, ha, &http_a2), 0);
+    assert_int_equal(egm_test_start_master_http(&ma2, ha, &http_a2), 0);
     assert_int_equal(wait_leads(http_b, http_a2), epoch_b);
-
-    egm_client_destroy(client);
-    egm_test_cluster_stop(&a);
-    egm_test_cluster_stop(&a2);
-    egm_test_cluster_stop(&b);
-    egm_test_etcd_stop(&etcd);
 }
 
 /* A leader that cannot reach etcd (stopped with SIGSTOP) stops at its
@@ -169,19 +214,15 @@ static void test_failover(void **state)
 static void test_cut_off_leader_exits(void **state)
 {
     (void)state;
-    assert_int_equal(egm_test_etcd_start(&etcd), 0);
-    egm_test_cluster_t a, b;
+    start_etcd(1);
     unsigned http_a = 0, http_b = 0;
-    long long epoch_a = start_pair(etcd.endpoint, &a, &http_a, &b, &http_b, NULL);
-    assert_int_equal(egm__process_signal(&etcd.proc, SIGSTOP), EGM_OK);
+    long long epoch_a = start_pair(etcd_members[0].endpoint, &ma, &http_a, &mb, &http_b, NULL);
+    assert_int_equal(egm__process_signal(&etcd_members[0].proc, SIGSTOP), EGM_OK);
     int code = -1;
-    assert_int_equal(egm__process_wait(&a.master, WAIT_MS, &code), EGM_OK);
+    assert_int_equal(egm__process_wait(&ma.master, WAIT_MS, &code), EGM_OK);
     assert_int_equal(code, 1);
-    assert_int_equal(egm__process_signal(&etcd.proc, SIGCONT), EGM_OK);
+    assert_int_equal(egm__process_signal(&etcd_members[0].proc, SIGCONT), EGM_OK);
     assert_true(wait_leads(http_b, 0) > epoch_a);
-    egm_test_cluster_stop(&a);
-    egm_test_cluster_stop(&b);
-    egm_test_etcd_stop(&etcd);
 }
 
 /* etcd of three members: losing one (SIGKILL), wherever the masters'
@@ -191,25 +232,26 @@ static void test_cut_off_leader_exits(void **state)
 static void test_etcd_member_loss(void **state)
 {
     (void)state;
-    egm_test_etcd_t members[3];
     char endpoints[256], master_addr[300];
-    assert_int_equal(egm_test_etcd_cluster_start(members, 3, endpoints, sizeof(endpoints)), 0);
-    egm_test_cluster_t a, b;
+    start_etcd(3);
+    snprintf(endpoints, sizeof(endpoints), "%s;%s;%s", etcd_members[0].endpoint,
+             etcd_members[1].endpoint, etcd_members[2].endpoint);
     unsigned http_a = 0, http_b = 0;
-    long long epoch_a = start_pair(endpoints, &a, &http_a, &b, &http_b, NULL);
+    long long epoch_a = start_pair(endpoints, &ma, &http_a, &mb, &http_b, NULL);
     snprintf(master_addr, sizeof(master_addr), "etcd://%s", endpoints);
     const char *provider[] = {"--master", master_addr, NULL};
-    assert_true(egm_test_start_provider(&a, "16MiB", provider) >= 0);
+    assert_true(egm_test_start_provider(&ma, "16MiB", provider) >= 0);
     const char *pairs[] = {NULL, NULL};
     char pair[320];
     snprintf(pair, sizeof(pair), "master_server_addr=%s", master_addr);
     pairs[0] = pair;
-    egm_client_t *client = egm_test_client(&a, "tcp", pairs);
+    client = egm_test_client(&ma, "tcp", pairs);
     assert_non_null(client);
 
     /* The first member is the one every etcd call tries first. */
-    assert_int_equal(egm__process_signal(&members[0].proc, SIGKILL), EGM_OK);
-    for (int i = 0; i < 8; i++) { /* 4 s: two lease TTLs */
+    assert_int_equal(egm__process_signal(&etcd_members[0].proc, SIGKILL), EGM_OK);
+    int rounds = 2 * atoi(ttl_text()) * 2; /* two lease TTLs, a put every 500 ms */
+    for (int i = 0; i < rounds; i++) {
         char key[16];
         snprintf(key, sizeof(key), "k%d", i);
         assert_int_equal(egm_test_put_seeded(client, key, 4096, (unsigned)i), EGM_OK);
@@ -217,7 +259,7 @@ static void test_etcd_member_loss(void **state)
     }
     assert_int_equal(wait_leads(http_a, http_b), epoch_a);
 
-    assert_int_equal(egm__process_signal(&a.master, SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
     assert_true(wait_leads(http_b, 0) > epoch_a);
     egm_status_t s = EGM_ERR_UNREACHABLE;
     for (uint64_t until = egm__now_ms() + WAIT_MS; s != EGM_OK && egm__now_ms() < until;
@@ -225,19 +267,14 @@ static void test_etcd_member_loss(void **state)
         s = egm_test_put_seeded(client, "after", 4096, 9);
     assert_int_equal(s, EGM_OK);
     assert_int_equal(egm_test_get_seeded(client, "after", 4096, 9), EGM_OK);
-    egm_client_destroy(client);
-    egm_test_cluster_stop(&a);
-    egm_test_cluster_stop(&b);
-    for (int i = 0; i < 3; i++)
-        egm_test_etcd_stop(&members[i]);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_failover),
-        cmocka_unit_test(test_cut_off_leader_exits),
-        cmocka_unit_test(test_etcd_member_loss),
+        cmocka_unit_test_setup_teardown(test_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cut_off_leader_exits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_etcd_member_loss, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
