@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/sock.h"
 #include "master/master.h"
+#include "repair/worker.h"
 #include "tools/cli.h"
 
 static egm_master_t *running_master;
@@ -54,7 +55,23 @@ int egm__cmd_master(egm_cli_t *cli)
     else
         printf("egmstore master admin http off\n");
     fflush(stdout);
+    /* Re-replication's copier: a client of this master, in this process. */
+    egm_repair_worker_t *repair = NULL;
+    uint64_t rate = egm__config_settings(cli->config)->rereplication_bytes_per_sec;
+    if (rate > 0) {
+        egm_repair_worker_params_t rp = {
+            .master_config = cli->config, .port = egm__master_port(master), .bytes_per_sec = rate};
+        status = egm__repair_worker_start(&rp, &repair);
+        if (status != EGM_OK) {
+            egm__cli_error("master", status);
+            egm__master_destroy(master);
+            return EGM_EXIT_FAIL;
+        }
+    } else {
+        egm_info("master: re-replication off (rereplication_bytes_per_sec 0)");
+    }
     status = egm__master_run(master);
+    egm__repair_worker_stop(repair);
     running_master = NULL;
     int deposed = egm__master_deposed(master);
     egm__master_destroy(master);
