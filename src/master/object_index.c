@@ -2374,6 +2374,10 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
     space_unlock(index);
     unlock_all(index);
     /* Queued once every lock is let go (repair.h's lock order). */
+    if (lost.n > 0)
+        egm_info("segment %s dropped: %zu objects kept fewer replicas than placed (queued for "
+                 "re-replication), %zu lost their last one",
+                 segment->desc.name, lost.n, deleted);
     for (size_t i = 0; i < lost.n; i++) {
         egm__repair_queue_add(index->repair, lost.keys[i], strlen(lost.keys[i]));
         egm_free(lost.keys[i]);

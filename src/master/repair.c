@@ -14,6 +14,10 @@
 #define GRANT_MAX_KEYS 1024   /* tasks in one RepairGrant */
 #define GRANT_DEFAULT_KEYS 64 /* max_keys 0 */
 #define FAILED_RETRY_MS 1000u /* a task whose copy failed waits this long before another try */
+/* Keys one grant visits beyond those it grants: a queue of objects no other
+ * provider can take (one provider left) costs each ask this much, not the
+ * whole queue. */
+#define GRANT_EXTRA_VISITS 256
 
 typedef struct entry {
     struct entry *prev, *next;
@@ -147,6 +151,8 @@ egm_status_t egm__repair_grant(egm_object_index_t *index, size_t max_keys, uint6
 
     pthread_mutex_lock(&q->lock);
     size_t visits = egm__hashmap_size(q->by_key);
+    if (visits > max_keys + GRANT_EXTRA_VISITS)
+        visits = max_keys + GRANT_EXTRA_VISITS;
     for (size_t v = 0; v < visits && n < max_keys && (max_bytes == 0 || bytes < max_bytes); v++) {
         entry_t *e = q->head;
         unlink_entry(q, e);
@@ -196,8 +202,14 @@ egm_status_t egm__repair_commit(egm_object_index_t *index, const char *key, size
         q->stats.discarded_total++;
     }
     if (!still_under) {
-        if (e != NULL)
+        if (e != NULL) {
             remove_entry(q, e);
+            if (q->head == NULL)
+                egm_info("re-replication: every object that lost a replica has its count again "
+                         "(%llu replicas added, %llu bytes, since start)",
+                         (unsigned long long)q->stats.repaired_total,
+                         (unsigned long long)q->stats.repaired_bytes_total);
+        }
     } else {
         if (e == NULL)
             e = add_locked(q, key, key_len);
