@@ -2435,10 +2435,18 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
         pthread_mutex_unlock(&sh->lock);
         return status;
     }
-    uint64_t offset, release_ms = now_ms + index->params.lease_ttl_ms;
+    uint64_t offset, release_ms = now_ms + index->params.lease_ttl_ms, used, capacity;
+    double hw;
     space_lock(index);
-    egm_segment_t *target = repair_place(index, obj, &offset);
-    if (target == NULL) {
+    /* A repair never takes the pool above the high watermark: restoring a
+     * copy must not make the tick evict other objects. */
+    usage(index, &used, &capacity, NULL);
+    int full = watermark_limits(index, &hw) &&
+               (double)(used + egm__allocator_round(obj->size)) > hw * (double)capacity;
+    egm_segment_t *target = full ? NULL : repair_place(index, obj, &offset);
+    if (full) {
+        status = egm__set_error(EGM_ERR_NO_SPACE, "the pool is at its high watermark");
+    } else if (target == NULL) {
         status = egm__set_error(EGM_ERR_NO_SPACE, "no other provider has room");
     } else if ((status = held_reserve(index, 1)) != EGM_OK) {
         egm__allocator_free(target->allocator, offset, obj->size);

@@ -119,10 +119,11 @@ static uint64_t used(const egm_segment_t *seg)
 static uint32_t replicas_of(const char *key, const egm_segment_t *seg, int *on_seg_p)
 {
     egm_object_view_t v;
+    if (on_seg_p != NULL)
+        *on_seg_p = 0;
     if (egm__objects_stat(st.objects, key, strlen(key), &v) != EGM_OK)
         return 0;
     if (on_seg_p != NULL) {
-        *on_seg_p = 0;
         for (uint32_t r = 0; r < v.n_replicas; r++)
             *on_seg_p |= v.replicas[r].segment == seg;
     }
@@ -195,6 +196,13 @@ static void test_drop_queues_objects_that_kept_a_replica(void **state)
 static void test_grant_and_commit_restore_the_count(void **state)
 {
     (void)state;
+    /* Providers 1 and 2 get a second, empty segment: a target must still be
+     * on the other provider, not on the survivor's other segment. */
+    egm_segment_params_t more[2] = {
+        {.id = egm__id_random(), .size = 1 << 20, .name = "p1/1", .tcp_endpoint = "127.0.0.1:1"},
+        {.id = egm__id_random(), .size = 1 << 20, .name = "p2/1", .tcp_endpoint = "127.0.0.1:1"}};
+    assert_int_equal(egm__liveness_mount(st.liveness, providers[1], &more[0], 0), EGM_OK);
+    assert_int_equal(egm__liveness_mount(st.liveness, providers[2], &more[1], 0), EGM_OK);
     size_t lost = drop_provider0();
     grant_t g;
     grant(&g, N_OBJECTS);
@@ -229,8 +237,8 @@ static void test_grant_and_commit_restore_the_count(void **state)
     check();
     grant_free(&g);
     /* Now provider 1 goes: what it held is still on one of the other two. */
-    assert_int_equal(
-        egm__liveness_unmount(st.liveness, providers[1], segs[1]->desc.id, fake_now + 200), EGM_OK);
+    assert_int_equal(egm__liveness_leave(st.liveness, providers[1]), EGM_OK); /* both segments */
+    segs[1] = NULL;
     for (int i = 0; i < N_OBJECTS; i++) {
         char key[32];
         key_name(i, key, sizeof(key));
@@ -238,7 +246,7 @@ static void test_grant_and_commit_restore_the_count(void **state)
     }
     /* ... and with only provider 2 left, nothing can be repaired: queued still. */
     size_t queued = rstats().under_replicated;
-    assert_true(queued > 0);
+    assert_int_equal(queued, N_OBJECTS); /* every object had a replica on provider 1 */
     grant(&g, N_OBJECTS);
     assert_int_equal(g.n, 0);
     assert_int_equal(rstats().under_replicated, queued);
@@ -405,6 +413,63 @@ static void test_rpcs(void **state)
     check();
 }
 
+/* Repairs never take the pool above the high watermark (so they never make
+ * the tick evict): 11 objects of 64 KiB on p0 and p1 (preferred), the
+ * watermark at 0.5; once p0 goes, p1 holds 704 KiB of the 2 MiB left, so
+ * exactly 5 repairs fit under 1 MiB. */
+static int setup_watermark(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    egm__log_set_level(EGM_LOG_ERROR);
+    egm_master_state_params_t sp = {.client_ttl_ms = 1000000000};
+    egm__objects_params_default(&sp.objects);
+    sp.objects.lease_ttl_ms = LEASE;
+    sp.objects.eviction_high_watermark = 0.5;
+    assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
+    st.now_ms = clock_ms;
+    writer = egm__id_random();
+    for (int i = 0; i < 3; i++) {
+        providers[i] = egm__id_random();
+        segs[i] = mount(providers[i], i);
+    }
+    const char *const preferred[] = {"p0", "p1"};
+    egm_put_config_t cfg = {.replica_num = 2, .preferred_segments = preferred, .n_preferred = 2};
+    for (int i = 0; i < 11; i++) {
+        char key[32];
+        key_name(i, key, sizeof(key));
+        assert_int_equal(egm__objects_put_start_with(st.objects, writer, key, strlen(key), 64 << 10,
+                                                     &cfg, fake_now, NULL),
+                         EGM_OK);
+        assert_int_equal(egm__objects_put_end(st.objects, writer, key, strlen(key), fake_now),
+                         EGM_OK);
+    }
+    assert_int_equal(used(segs[0]), 11 * (64 << 10));
+    assert_int_equal(used(segs[1]), 11 * (64 << 10));
+    return 0;
+}
+
+static void test_repairs_stop_at_the_high_watermark(void **state)
+{
+    (void)state;
+    assert_int_equal(drop_provider0(), 11);
+    grant_t g;
+    grant(&g, N_OBJECTS);
+    assert_int_equal(g.n, 5);
+    for (size_t i = 0; i < g.n; i++) {
+        assert_ptr_equal(g.tasks[i].target, segs[2]);
+        assert_int_equal(
+            egm__repair_commit(st.objects, g.keys[i], strlen(g.keys[i]), &g.tasks[i], 1, fake_now),
+            EGM_OK);
+    }
+    grant_free(&g);
+    assert_int_equal(used(segs[1]) + used(segs[2]), 1 << 20);
+    grant(&g, N_OBJECTS);
+    assert_int_equal(g.n, 0);
+    assert_int_equal(rstats().under_replicated, 6);
+    check();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -416,6 +481,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_copy_lease_end_and_lost_target, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_rpcs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repairs_stop_at_the_high_watermark, setup_watermark,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
