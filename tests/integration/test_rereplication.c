@@ -105,8 +105,12 @@ static void test_second_kill_loses_nothing(void **state)
     const char *mflags[] = {"--client-ttl", "2", "--rereplication-bytes-per-sec", rate, NULL};
 
     assert_int_equal(egm_test_start_master_http(&cluster, mflags, &http), 0);
+    /* One segment per provider: normal placement picks distinct segments, not
+     * yet distinct providers (issue 19's other part), and this test needs
+     * both replicas of every object on two providers. */
+    const char *pflags[] = {"--max-mr-size", psize, NULL};
     for (int i = 0; i < 3; i++)
-        assert_int_equal(egm_test_start_provider(&cluster, psize, NULL), i);
+        assert_int_equal(egm_test_start_provider(&cluster, psize, pflags), i);
 
     /* Writers: one placed per key by the master, one with client-side allocation. */
     const char *per_key[] = {"slab_bytes=0", NULL};
