@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <cmocka.h>
 #include "client/client_int.h"
 #include "common/clock.h"
@@ -86,6 +88,61 @@ static uint64_t wait_dropped(egm_client_t *client, int i)
         egm__sleep_ms(20);
     assert_int_equal(n, 0);
     return egm__now_ms() - start;
+}
+
+/* A foreground reader (EGM_REREP_FOREGROUND=1): Gets of the objects in turn,
+ * on its own client, until told to stop; what they moved. Bytes are not
+ * checked here (the verification after each kill does that). */
+typedef struct {
+    egm_client_t *client;
+    char **keys;
+    size_t n_keys, size;
+    atomic_int stop;
+    uint64_t gets, bytes, errors, ns;
+    pthread_t thread;
+} reader_t;
+
+static void *reader_main(void *arg)
+{
+    reader_t *r = arg;
+    void *buf = malloc(r->size);
+    if (buf != NULL && egm_register_buffer(r->client, buf, r->size) != EGM_OK) {
+        free(buf);
+        buf = NULL;
+        r->errors++;
+    }
+    uint64_t t0 = egm__now_ns();
+    for (size_t i = 0; buf != NULL && !atomic_load(&r->stop); i++) {
+        size_t len = 0;
+        if (egm_get_into(r->client, r->keys[i % r->n_keys], buf, r->size, &len) == EGM_OK) {
+            r->gets++;
+            r->bytes += len;
+        } else {
+            r->errors++;
+        }
+    }
+    r->ns = egm__now_ns() - t0;
+    if (buf != NULL)
+        egm_unregister_buffer(r->client, buf);
+    free(buf);
+    return NULL;
+}
+
+static void reader_start(reader_t *r)
+{
+    r->gets = r->bytes = r->errors = r->ns = 0;
+    atomic_store(&r->stop, 0);
+    assert_int_equal(pthread_create(&r->thread, NULL, reader_main, r), 0);
+}
+
+static void reader_stop(reader_t *r, const char *when)
+{
+    atomic_store(&r->stop, 1);
+    pthread_join(r->thread, NULL);
+    fprintf(
+        stderr, "rereplication: foreground gets %s: %llu gets in %.2f s, %.1f MB/s, %llu failed\n",
+        when, (unsigned long long)r->gets, (double)r->ns / 1e9,
+        r->ns > 0 ? (double)r->bytes * 1e3 / (double)r->ns : 0.0, (unsigned long long)r->errors);
 }
 
 static long long metric(unsigned http, const char *name)
@@ -164,17 +221,36 @@ static void test_second_kill_loses_nothing(void **state)
             "%zu on 0 and 2; rate %s\n",
             n_objects, size, shared[1], shared[2], rate);
 
+    /* With EGM_REREP_FOREGROUND=1, a reader measures Gets for 3 s before the
+     * kill, then again while the copies run (from the drop until the gauge
+     * reads 0). */
+    int foreground = getenv("EGM_REREP_FOREGROUND") != NULL && !off;
+    reader_t reader = {.keys = keys, .n_keys = n_keys, .size = size};
+    if (foreground) {
+        reader.client = egm_test_client(&cluster, "auto", NULL);
+        assert_non_null(reader.client);
+        reader_start(&reader);
+        egm__sleep_ms(3000);
+        reader_stop(&reader, "before the kill");
+    }
+
     /* First kill. */
     uint64_t t_kill = egm__now_ms();
     assert_int_equal(egm__process_signal(&cluster.providers[0], SIGKILL), EGM_OK);
     uint64_t detect_ms = wait_dropped(client, 0);
     if (!off) {
+        if (foreground)
+            reader_start(&reader);
         uint64_t start = egm__now_ms(), deadline = start + DEADLINE_MS;
         long long under;
         while ((under = metric(http, "egm_master_objects_under_replicated")) != 0 &&
                egm__now_ms() < deadline)
             egm__sleep_ms(20);
         uint64_t repair_ms = egm__now_ms() - start;
+        if (foreground) {
+            reader_stop(&reader, "while re-replicating");
+            egm_client_destroy(reader.client);
+        }
         assert_int_equal(under, 0);
         long long added = metric(http, "egm_master_rereplicated_objects_total");
         long long bytes = metric(http, "egm_master_rereplicated_bytes_total");
