@@ -257,7 +257,10 @@ static egm_status_t worker_config(const egm_repair_worker_params_t *p, egm_confi
         status = egm_config_set(config, "auth_token", token);
     egm__secure_zero(token, sizeof(token));
     /* A plain copier: no capacity, no slabs, no cached locations, no prewarm. */
-    const char *const pairs[][2] = {{"global_segment_size", "0"},
+    /* Its calls are small and answered at once; a short deadline keeps a
+     * master that stopped serving (leadership lost) from holding its exit. */
+    const char *const pairs[][2] = {{"rpc_timeout_ms", "2000"},
+                                    {"global_segment_size", "0"},
                                     {"slab_bytes", "0"},
                                     {"location_cache_entries", "0"},
                                     {"prewarm", "false"}};
