@@ -2472,7 +2472,7 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
         grant_lease(index, obj, now_ms);
         *task = (egm_repair_task_t){.size = obj->size,
                                     .source = src->segment,
-                                    .source_offset = src->offset,
+                                    .source_offset = egm__replica_offset(src),
                                     .target = target,
                                     .target_offset = offset};
     }
@@ -2514,7 +2514,7 @@ static egm_replica_t *repair_slot(const egm_object_t *obj, const egm_repair_task
             continue;
         }
         holders[n_holders++] = r->segment;
-        if (r->segment == task->source && r->offset == task->source_offset)
+        if (r->segment == task->source && egm__replica_offset(r) == task->source_offset)
             has_source = 1;
     }
     if (!has_source || slot == NULL || !egm__repair_target_ok(task->target, holders, n_holders))
@@ -2554,10 +2554,10 @@ egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key,
     else if (slot == NULL)
         status = egm__set_error(EGM_ERR_INVALID_ARG, "the object changed since the grant");
     if (status == EGM_OK) {
-        *slot = (egm_replica_t){.segment = task->target,
-                                .object = obj,
-                                .offset = task->target_offset,
-                                .length = task->size};
+        /* The dropped slot keeps its index in replicas[] (egm__replica_object). */
+        *slot =
+            (egm_replica_t){.segment = task->target,
+                            .offset_index = task->target_offset | (uint64_t)(slot - obj->replicas)};
         replica_link(slot);
         obj->n_live++;
     } else if (index->n_held + 1 == before &&
