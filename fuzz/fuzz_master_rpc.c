@@ -3,8 +3,9 @@
  *
  * Input: a sequence of up to 64 calls on one fresh master state, so that an
  * input replays alone and the state never grows past what one input builds:
- *   u8 op     low 4 bits: the RPC type (1..EGM_RPC_TYPE_MAX, every command of the master's
- *             command table; 0 and the numbers above are unknown types);
+ *   u8 op     low 4 bits: the RPC type (1..14); 0: the type is the next byte (any u8:
+ *             the commands above 14, RepairGrant and RepairCommit, and unknown types);
+ *             15 is an unknown type but as the first call (below);
  *             bit 7: first advance the clock by 1 + ((op >> 4) & 7) seconds and
  *             run the periodic tick (client expiry, the pending sweep, eviction)
  *   u16 len   (LE) payload bytes that follow (fewer at the end of the input)
@@ -36,8 +37,8 @@
 
 #define MAX_CALLS 64
 #define SETTINGS_TYPE 15
-/* Every command the master serves fits in the op's 4 bits, below the settings call. */
-_Static_assert(EGM_RPC_TYPE_MAX < SETTINGS_TYPE, "op: 4 bits of type, 15 is the settings call");
+/* Every command the master serves is a type in the op's 4 bits or the byte after a 0. */
+_Static_assert(EGM_RPC_TYPE_MAX <= UINT8_MAX, "a type after an op of type 0 is one byte");
 
 static uint64_t fake_now;
 static uint64_t rng = 1;
@@ -146,6 +147,31 @@ static void check_reply(uint16_t type, const uint8_t *req, size_t req_len, const
         return;
     }
     FUZZ_CHECK(egm__pb_unpack(cmd->reply, buf, len, &msg) == EGM_OK);
+    if (cmd->reply == &egm__repair_grant_reply__descriptor) {
+        /* Each task: a source and a target in described segments, each
+         * inside its segment, on distinct providers. */
+        const Egm__RepairGrantReply *r = (const Egm__RepairGrantReply *)msg;
+        FUZZ_CHECK(r->status == EGM_OK);
+        for (size_t s = 0; s < r->n_segments; s++)
+            check_segment(r->segments[s]);
+        for (size_t i = 0; i < r->n_tasks; i++) {
+            const Egm__RepairTask *t = r->tasks[i];
+            const Egm__SegmentDesc *seg[2] = {NULL, NULL};
+            const Egm__Replica *rep[2] = {t->source, t->target};
+            for (int k = 0; k < 2; k++) {
+                FUZZ_CHECK(rep[k] != NULL && rep[k]->length == t->size);
+                for (size_t s = 0; s < r->n_segments && seg[k] == NULL; s++)
+                    if (egm__id_equal(egm__id_from_pb(r->segments[s]->id),
+                                      egm__id_from_pb(rep[k]->segment)))
+                        seg[k] = r->segments[s];
+                FUZZ_CHECK(seg[k] != NULL);
+                FUZZ_CHECK(rep[k]->offset <= seg[k]->size &&
+                           rep[k]->length <= seg[k]->size - rep[k]->offset);
+            }
+            FUZZ_CHECK(
+                !egm__id_equal(egm__id_from_pb(seg[0]->owner), egm__id_from_pb(seg[1]->owner)));
+        }
+    }
     if (cmd->reply == &egm__list_segments_reply__descriptor) {
         const Egm__ListSegmentsReply *r = (const Egm__ListSegmentsReply *)msg;
         for (size_t s = 0; s < r->n_segments; s++)
@@ -191,9 +217,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     for (int n = 0; n < MAX_CALLS && in.left > 0; n++) {
         uint8_t op = fuzz_u8(&in);
+        uint16_t type = op & 0x0f;
+        if (type == 0)
+            type = fuzz_u8(&in);
         size_t len;
         uint8_t *payload = fuzz_bytes(&in, fuzz_u16(&in), &len);
-        uint16_t type = op & 0x0f;
         egm_rpc_reply_t reply = {(uint8_t *)1, 1};
 
         if (op & 0x80) {

@@ -316,6 +316,64 @@ static void remove_all(buf_t *b, egm_id_t client, int force)
 
 #define TICK(secs) ((uint8_t)(0x80 | (((secs)-1) & 7) << 4))
 
+/* A call of a type above 14: op 0 (with its tick bits), then the type byte. */
+static void call_wide(buf_t *b, uint8_t tick, uint8_t type, const ProtobufCMessage *msg)
+{
+    add_u8(b, tick);
+    call(b, type, msg);
+}
+
+/* Re-replication: objects on providers a and b, a's segment goes, a grant
+ * (the queue holds them; the target is c's segment) and a commit of tasks
+ * the corpus cannot know (refused), then a tick past the lease. */
+static void make_master_rpc_repair(void)
+{
+    static const egm_id_t client_c = {0xcccc, 3};
+    const char *k4[] = {"alpha", "beta", "gamma", "delta"};
+    const uint64_t s4[] = {1000, 2000, 3000, 4000};
+    seg_t a = seg(10, client_a, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    seg_t bb = seg(11, client_b, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    seg_t c = seg(12, client_c, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    buf_t *b = calloc(1, sizeof(*b));
+    Egm__Id cid = EGM__ID__INIT, sid = EGM__ID__INIT;
+
+    mount(b, client_a, &a, 1, 0);
+    mount(b, client_b, &bb, 1, 0);
+    put_start(b, client_a, 4, k4, s4, 2, 0, 0, NULL);
+    keys(b, EGM_RPC_PUT_END, client_a, 4, k4, 0);
+    mount(b, client_c, &c, 1, 0);
+    unmount(b, client_a, &a, 1, 0);
+    Egm__RepairGrantRequest grant = EGM__REPAIR_GRANT_REQUEST__INIT;
+    cid.hi = client_c.hi;
+    cid.lo = client_c.lo;
+    grant.client = &cid;
+    grant.max_keys = 2;
+    call_wide(b, 0, EGM_RPC_REPAIR_GRANT, &grant.base);
+    Egm__RepairCommitRequest commit = EGM__REPAIR_COMMIT_REQUEST__INIT;
+    Egm__RepairTask task = EGM__REPAIR_TASK__INIT, *tasks[1] = {&task};
+    Egm__Replica src = EGM__REPLICA__INIT, dst = EGM__REPLICA__INIT;
+    protobuf_c_boolean copied[1] = {1};
+    sid.hi = bb.id.hi;
+    sid.lo = bb.id.lo;
+    src.segment = &sid;
+    src.length = dst.length = 1000;
+    dst.segment = &sid;
+    task.key = (char *)"alpha";
+    task.size = 1000;
+    task.source = &src;
+    task.target = &dst;
+    commit.client = &cid;
+    commit.n_tasks = 1;
+    commit.tasks = tasks;
+    commit.n_copied = 1;
+    commit.copied = copied;
+    call_wide(b, 0, EGM_RPC_REPAIR_COMMIT, &commit.base);
+    grant.max_keys = 0;
+    call_wide(b, TICK(8), EGM_RPC_REPAIR_GRANT, &grant.base);
+    put_file("master_rpc", "repair_after_drop", b->data, b->len);
+    free(b);
+}
+
 static void make_master_rpc(void)
 {
     const char *k2[] = {"alpha", "beta"};
@@ -331,9 +389,12 @@ static void make_master_rpc(void)
     buf_t *b = calloc(1, sizeof(*b));
     char name[64];
 
-    /* every type alone, empty payload (a valid message of all defaults) */
-    for (uint8_t t = 0; t <= 15; t++) {
+    /* every type alone, empty payload (a valid message of all defaults); those
+     * above 14 after an op of type 0 */
+    for (uint8_t t = 0; t <= EGM_RPC_TYPE_MAX + 1; t++) {
         b->len = 0;
+        if (t == 0 || t > 14)
+            add_u8(b, 0);
         call(b, t, NULL);
         snprintf(name, sizeof(name), "empty_type%02u", (unsigned)t);
         put_file("master_rpc", name, b->data, b->len);
@@ -700,6 +761,7 @@ int main(int argc, char **argv)
     make_rpc_frame();
     make_frame_reader();
     make_master_rpc();
+    make_master_rpc_repair();
     make_descriptors();
     make_tcp_request();
     make_config();

@@ -153,6 +153,10 @@ static const egm_config_key_t keys[] = {
         "evicting such objects could make room for answers NO_SPACE (0 = evictable at once)"),
     ENUM(placement_strategy, egm_placement_t, placements, "random", M,
          "master: order of segments tried for replicas (after the put's preferred segments)"),
+    SIZE(rereplication_bytes_per_sec, "256MiB", 0, I64MAX, NULL, M,
+         "master: when a provider is dropped, copy each object that lost a replica from a "
+         "surviving one to another provider at most this fast, bytes per second (0 = off; "
+         "docs/rereplication.md)"),
     SIZE(max_frame_size, "64MiB", 1024, 1073741824, NULL, ALL, "largest RPC payload accepted"),
     ENUM(pool_memory, egm_pool_memory_t, pool_memories, "host", P | C | CAP,
          "contributed capacity: memfd host memory (shm/tcp), HOST_NUMA VMM or GPU VMM (nvlink)"),

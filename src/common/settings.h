@@ -77,6 +77,7 @@ typedef struct egm_settings {
     double eviction_ratio;
     int64_t eviction_min_residency_ms;
     egm_placement_t placement_strategy;
+    uint64_t rereplication_bytes_per_sec;
     uint64_t max_frame_size;
     egm_pool_memory_t pool_memory;
     int64_t pool_location;

@@ -128,6 +128,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
     s->clients = egm__liveness_client_count(st->liveness);
     s->view = egm__segment_table_view(st->segments);
     egm__objects_stats(st->objects, &s->objects);
+    egm__repair_queue_stats(egm__objects_repair_queue(st->objects), &s->repair);
     if (a->server != NULL)
         egm__rpc_server_group_stats(a->server, &s->server); /* every RPC thread */
     if (a->http != NULL)
@@ -735,6 +736,8 @@ static const struct {
     {EGM_RPC_STAT_KEY, "StatKey"},
     {EGM_RPC_SLAB_GRANT, "SlabGrant"},
     {EGM_RPC_COMMIT, "Commit"},
+    {EGM_RPC_REPAIR_GRANT, "RepairGrant"},
+    {EGM_RPC_REPAIR_COMMIT, "RepairCommit"},
 };
 _Static_assert(sizeof(summary_rpcs) / sizeof(summary_rpcs[0]) == EGM_RPC_TYPE_MAX,
                "every RPC type has a name in /metrics/summary");

@@ -735,6 +735,8 @@ static egm_master_lock_t ping_lock(const ProtobufCMessage *request)
 #define MASTER_StatKey egm__master_handle_stat_key, EGM_MASTER_LOCK_SHARED
 #define MASTER_SlabGrant handle_slab_grant, EGM_MASTER_LOCK_SHARED
 #define MASTER_Commit handle_commit, EGM_MASTER_LOCK_SHARED
+#define MASTER_RepairGrant egm__master_handle_repair_grant, EGM_MASTER_LOCK_SHARED
+#define MASTER_RepairCommit egm__master_handle_repair_commit, EGM_MASTER_LOCK_SHARED
 
 static const egm_master_command_t commands[EGM_RPC_TYPE_MAX + 1] = {
 #define ROW(e, n, name, req, rep) [n] = {n, MASTER_##name},

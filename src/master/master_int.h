@@ -116,6 +116,11 @@ egm_master_lock_t egm__master_command_lock(const egm_master_command_t *cmd,
  * read-only (no lease granted). */
 egm_status_t egm__master_handle_stat_key(egm_master_state_t *st, egm_master_call_t *call);
 
+/* RepairGrant, RepairCommit (repair.c): re-replication's work and its
+ * commits (docs/rereplication.md). */
+egm_status_t egm__master_handle_repair_grant(egm_master_state_t *st, egm_master_call_t *call);
+egm_status_t egm__master_handle_repair_commit(egm_master_state_t *st, egm_master_call_t *call);
+
 /* The RPC handler for every type (arg: egm_master_state_t *); see server.h.
  * Decodes the request as its type's message, takes st->lock (when set; shared
  * or exclusive by the command table) and records st->metrics around the

@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "master/repair.h"
 #include "master/slabs.h"
 
 _Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJECTS_SHARDS <= 256,
@@ -72,6 +73,7 @@ typedef struct {
     uint64_t offset;
     uint64_t length;
     uint64_t release_ms; /* the lease's expiry: freed by the first release at or after it */
+    int repair;          /* a new replica being copied (repair.h), not a removed object's */
 } held_extent_t;
 
 typedef struct {
@@ -128,6 +130,7 @@ struct egm_object_index {
     size_t order_cap;
     ranked_segment_t *ranked; /* scratch: free_ratio_first */
     size_t ranked_cap;
+    egm_repair_queue_t *repair; /* objects that lost replicas with a segment (repair.h) */
 };
 
 /* ---- shards and locks -------------------------------------------------------- */
@@ -477,6 +480,8 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     index->rng = egm__id_random().lo | 1;
     index->held_release_ms = UINT64_MAX;
     status = egm__slabs_create(&index->slabs);
+    if (status == EGM_OK)
+        status = egm__repair_queue_create(&index->repair);
     if (status != EGM_OK) {
         egm__objects_destroy(index);
         return status;
@@ -788,6 +793,7 @@ void egm__objects_destroy(egm_object_index_t *index)
     if (index->slabs != NULL)
         egm__slabs_expire(index->slabs, UINT64_MAX, NULL);
     egm__slabs_destroy(index->slabs);
+    egm__repair_queue_destroy(index->repair);
     egm_free(index->held);
     for (size_t s = 0; s < index->n_shards_ready; s++)
         pthread_mutex_destroy(&index->shards[s].lock);
@@ -2310,9 +2316,38 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
     return freed;
 }
 
+/* Keys of objects that lost a replica, copied while their shards are
+ * locked, queued for re-replication once they are not. */
+typedef struct {
+    char **keys;
+    size_t n, cap;
+} repair_keys_t;
+
+static void repair_keys_add(repair_keys_t *k, const egm_object_t *obj)
+{
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 64;
+        char **keys = egm_realloc(k->keys, cap * sizeof(*keys), "master.repair");
+        if (keys == NULL) {
+            egm_error("re-replication: out of memory listing an object that lost a replica");
+            return;
+        }
+        k->keys = keys;
+        k->cap = cap;
+    }
+    char *copy = egm_malloc(obj->key_len + 1u, "master.repair");
+    if (copy == NULL) {
+        egm_error("re-replication: out of memory listing an object that lost a replica");
+        return;
+    }
+    memcpy(copy, egm__object_key(obj), obj->key_len + 1u);
+    k->keys[k->n++] = copy;
+}
+
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment)
 {
     size_t deleted = 0;
+    repair_keys_t lost = {NULL, 0, 0};
 
     lock_all(index);
     space_lock(index);
@@ -2329,6 +2364,8 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
         if (obj->n_live == 0) {
             object_forget(index, obj); /* no live replica: nothing to free */
             deleted++;
+        } else {
+            repair_keys_add(&lost, obj);
         }
         r = next;
     }
@@ -2336,7 +2373,205 @@ size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segme
     egm__slabs_drop_segment(index->slabs, segment);
     space_unlock(index);
     unlock_all(index);
+    /* Queued once every lock is let go (repair.h's lock order). */
+    if (lost.n > 0)
+        egm_info("segment %s dropped: %zu objects kept fewer replicas than placed (queued for "
+                 "re-replication), %zu lost their last one",
+                 segment->desc.name, lost.n, deleted);
+    for (size_t i = 0; i < lost.n; i++) {
+        egm__repair_queue_add(index->repair, lost.keys[i], strlen(lost.keys[i]));
+        egm_free(lost.keys[i]);
+    }
+    egm_free(lost.keys);
     return deleted;
+}
+
+/* ---- re-replication (repair.h) ---------------------------------------------- */
+
+egm_repair_queue_t *egm__objects_repair_queue(egm_object_index_t *index)
+{
+    return index->repair;
+}
+
+/* Picks a segment for a new replica of obj (egm__repair_target_ok: another
+ * provider than every live replica's) and allocates it there, trying the
+ * segments from a random one on; NULL when none has room. With obj's shard
+ * and `space` locked. */
+static egm_segment_t *repair_place(egm_object_index_t *index, const egm_object_t *obj,
+                                   uint64_t *offset_p)
+{
+    egm_segment_t *holders[EGM_MASTER_REPLICA_MAX];
+    size_t n_holders = 0;
+    for (uint32_t i = 0; i < obj->n_replicas; i++)
+        if (obj->replicas[i].segment != NULL)
+            holders[n_holders++] = obj->replicas[i].segment;
+    size_t n = egm__segment_table_count(index->segments);
+    size_t start = n > 0 ? (size_t)(next_random(index) % n) : 0;
+    for (size_t i = 0; i < n; i++) {
+        egm_segment_t *seg = egm__segment_table_at(index->segments, (start + i) % n);
+        if (egm__repair_target_ok(seg, holders, n_holders) &&
+            egm__allocator_alloc(seg->allocator, obj->size, offset_p) == EGM_OK)
+            return seg;
+    }
+    return NULL;
+}
+
+egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *key, size_t key_len,
+                                       uint64_t now_ms, egm_repair_task_t *task)
+{
+    shard_t *sh;
+    egm_object_t *obj;
+    egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
+
+    if (status != EGM_OK)
+        return status;
+    if (obj == NULL)
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "not found");
+    else if (obj->state != EGM_OBJECT_COMPLETE)
+        status = egm__set_error(EGM_ERR_NOT_READY, "being put");
+    else if (obj->n_live >= obj->n_replicas)
+        status = egm__set_error(EGM_ERR_EXISTS, "every replica is live");
+    if (status != EGM_OK) {
+        pthread_mutex_unlock(&sh->lock);
+        return status;
+    }
+    uint64_t offset, release_ms = now_ms + index->params.lease_ttl_ms, used, capacity;
+    double hw;
+    space_lock(index);
+    /* A repair never takes the pool above the high watermark: restoring a
+     * copy must not make the tick evict other objects. */
+    usage(index, &used, &capacity, NULL);
+    int full = watermark_limits(index, &hw) &&
+               (double)(used + egm__allocator_round(obj->size)) > hw * (double)capacity;
+    egm_segment_t *target = full ? NULL : repair_place(index, obj, &offset);
+    if (full) {
+        status = egm__set_error(EGM_ERR_NO_SPACE, "the pool is at its high watermark");
+    } else if (target == NULL) {
+        status = egm__set_error(EGM_ERR_NO_SPACE, "no other provider has room");
+    } else if ((status = held_reserve(index, 1)) != EGM_OK) {
+        egm__allocator_free(target->allocator, offset, obj->size);
+    } else {
+        /* Held until the commit, or the lease's end (repair.h). */
+        index->held[index->n_held++] = (held_extent_t){.segment = target,
+                                                       .offset = offset,
+                                                       .length = obj->size,
+                                                       .release_ms = release_ms,
+                                                       .repair = 1};
+        index->held_bytes += egm__allocator_round(obj->size);
+        if (release_ms < index->held_release_ms)
+            index->held_release_ms = release_ms;
+    }
+    space_unlock(index);
+    if (status == EGM_OK) {
+        const egm_replica_t *src = NULL;
+        for (uint32_t i = 0; i < obj->n_replicas && src == NULL; i++)
+            if (obj->replicas[i].segment != NULL)
+                src = &obj->replicas[i];
+        /* The source's space is not reused while the lease lasts, whatever
+         * happens to the object (docs/consistency.md). */
+        grant_lease(index, obj, now_ms);
+        *task = (egm_repair_task_t){.size = obj->size,
+                                    .source = src->segment,
+                                    .source_offset = egm__replica_offset(src),
+                                    .target = target,
+                                    .target_offset = offset};
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return status;
+}
+
+typedef struct {
+    const egm_segment_t *segment;
+    uint64_t offset, length;
+} extent_key_t;
+
+static int held_is_repair(const held_extent_t *h, const void *arg)
+{
+    const extent_key_t *k = arg;
+    return h->repair && h->segment == k->segment && h->offset == k->offset &&
+           h->length == k->length;
+}
+
+/* Whether obj may take task's target as a new replica: the task's source is
+ * still one of its live replicas (while the lease granted with the task
+ * lasts, no other object can have a replica there: the space of a removed
+ * one is held), it has a dropped slot, and no live replica on the target's
+ * provider. With its shard locked. */
+static egm_replica_t *repair_slot(const egm_object_t *obj, const egm_repair_task_t *task)
+{
+    egm_segment_t *holders[EGM_MASTER_REPLICA_MAX];
+    size_t n_holders = 0;
+    egm_replica_t *slot = NULL;
+    int has_source = 0;
+
+    if (obj->state != EGM_OBJECT_COMPLETE || obj->size != task->size)
+        return NULL;
+    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+        egm_replica_t *r = (egm_replica_t *)&obj->replicas[i];
+        if (r->segment == NULL) {
+            if (slot == NULL)
+                slot = r;
+            continue;
+        }
+        holders[n_holders++] = r->segment;
+        if (r->segment == task->source && egm__replica_offset(r) == task->source_offset)
+            has_source = 1;
+    }
+    if (!has_source || slot == NULL || !egm__repair_target_ok(task->target, holders, n_holders))
+        return NULL;
+    return slot;
+}
+
+egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key, size_t key_len,
+                                     const egm_repair_task_t *task, int copied, uint64_t now_ms,
+                                     int *still_under_p)
+{
+    shard_t *sh = NULL;
+    egm_object_t *obj = NULL;
+    egm_status_t status = EGM_OK;
+
+    *still_under_p = 0;
+    if (egm__objects_check_key(key, key_len) == EGM_OK)
+        lock_key(index, key, key_len, &sh, &obj);
+    space_lock(index);
+    size_t before = index->n_held;
+    uint64_t release_ms = 0;
+    extent_key_t k = {task->target, task->target_offset, task->size};
+    for (size_t i = 0; task->target != NULL && i < index->n_held; i++)
+        if (held_is_repair(&index->held[i], &k))
+            release_ms = index->held[i].release_ms;
+    egm_replica_t *slot = obj != NULL && task->target != NULL ? repair_slot(obj, task) : NULL;
+    if (task->target == NULL)
+        status = egm__set_error(EGM_ERR_SEGMENT_NOT_FOUND, "the target's segment is gone");
+    else if (held_take(index, held_is_repair, &k, 0) == 0 || index->n_held + 1 != before)
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "no repair extent there (its lease ended?)");
+    else if (!copied)
+        status = egm__set_error(EGM_ERR_TRANSFER, "the copy failed");
+    else if (now_ms >= release_ms)
+        status = egm__set_error(EGM_ERR_LEASE_EXPIRED, "committed after the lease");
+    else if (obj == NULL)
+        status = egm__set_error(EGM_ERR_NOT_FOUND, "the object is gone");
+    else if (slot == NULL)
+        status = egm__set_error(EGM_ERR_INVALID_ARG, "the object changed since the grant");
+    if (status == EGM_OK) {
+        /* The dropped slot keeps its index in replicas[] (egm__replica_object). */
+        *slot =
+            (egm_replica_t){.segment = task->target,
+                            .offset_index = task->target_offset | (uint64_t)(slot - obj->replicas)};
+        replica_link(slot);
+        obj->n_live++;
+    } else if (index->n_held + 1 == before &&
+               egm__allocator_free(task->target->allocator, task->target_offset, task->size) !=
+                   EGM_OK) {
+        egm_error("segment %s: freeing a repair extent failed: %s", task->target->desc.name,
+                  egm_last_error());
+    }
+    space_unlock(index);
+    if (obj != NULL)
+        *still_under_p = obj->state == EGM_OBJECT_COMPLETE && obj->n_live < obj->n_replicas;
+    if (sh != NULL)
+        pthread_mutex_unlock(&sh->lock);
+    return status;
 }
 
 void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_t *stats_p)

@@ -396,6 +396,34 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
  * deleted. */
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment);
 
+/* Re-replication (master/repair.h: the queue and what calls these). */
+struct egm_repair_queue;
+struct egm_repair_task_s;
+/* The index's queue of objects that lost replicas with a dropped segment
+ * (egm__objects_drop_segment queues every object left with fewer live
+ * replicas than it was placed with and at least one). */
+struct egm_repair_queue *egm__objects_repair_queue(egm_object_index_t *index);
+/* For a COMPLETE object with fewer live replicas than placed: allocates an
+ * extent of its size on a segment of a provider that holds none of its
+ * replicas (egm__repair_target_ok), holds it until now_ms + lease_ttl_ms (the
+ * held list; counted as used), grants the object a read lease and fills
+ * *task (source: its first live replica). NOT_FOUND (absent), NOT_READY
+ * (PENDING), EXISTS (every replica live), NO_SPACE (no such segment with
+ * room), NO_MEMORY, INVALID_KEY. */
+egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *key, size_t key_len,
+                                       uint64_t now_ms, struct egm_repair_task_s *task);
+/* Ends a task: takes its target extent off the held list and makes it a
+ * replica of the key's object (in a dropped replica's slot) when copied, the
+ * lease has not ended, and the object still has the task's source as a live
+ * replica, a dropped slot and no live replica on the target's provider;
+ * otherwise frees the extent (if it was still held) and answers why:
+ * SEGMENT_NOT_FOUND, NOT_FOUND, TRANSFER (!copied), LEASE_EXPIRED,
+ * INVALID_ARG (the object changed). *still_under_p: the key's object still
+ * has fewer live replicas than placed. */
+egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key, size_t key_len,
+                                     const struct egm_repair_task_s *task, int copied,
+                                     uint64_t now_ms, int *still_under_p);
+
 /* The object itself, without any lock: only for a caller that no other
  * thread can race (tests; the master's lock held exclusive). */
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,

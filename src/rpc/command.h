@@ -30,7 +30,9 @@
     X(LIST_SEGMENTS, 11, ListSegments, list_segments_request, list_segments_reply)                 \
     X(STAT_KEY, 12, StatKey, stat_key_request, stat_key_reply)                                     \
     X(SLAB_GRANT, 13, SlabGrant, slab_grant_request, keys_reply)                                   \
-    X(COMMIT, 14, Commit, commit_request, keys_reply)
+    X(COMMIT, 14, Commit, commit_request, keys_reply)                                              \
+    X(REPAIR_GRANT, 15, RepairGrant, repair_grant_request, repair_grant_reply)                     \
+    X(REPAIR_COMMIT, 16, RepairCommit, repair_commit_request, repair_commit_reply)
 
 /* Session frames, answered by the RPC server itself (rpc/server.c), never by
  * a handler; numbered above EGM_RPC_TYPE_MAX; payloads are raw bytes, not

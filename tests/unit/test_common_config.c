@@ -64,6 +64,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"eviction_ratio", "0.05"},
         {"eviction_min_residency_ms", "10000"},
         {"placement_strategy", "random"},
+        {"rereplication_bytes_per_sec", "256MiB"},
         {"max_frame_size", "64MiB"},
         {"pool_memory", "host"},
         {"pool_location", "0"},

@@ -24,6 +24,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "master/master_int.h"
+#include "master/repair.h"
 #include "master/metrics.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
@@ -40,7 +41,7 @@ static pthread_rwlock_t state_lock;
 static egm_master_metrics_t metrics;
 static uint64_t fake_now; /* atomic: the churn thread moves it */
 static uint64_t live_at_start;
-static egm_id_t provider;
+static egm_id_t provider, churn_provider;
 static pthread_barrier_t start; /* every thread begins together */
 static int workers_left;        /* atomic */
 
@@ -349,6 +350,59 @@ static int do_ping(worker_t *w, Egm__Id *client)
     return rc;
 }
 
+/* Re-replication (master/repair.h): asks for up to 4 repairs and commits
+ * them at once, each as copied or not at random, while the churn thread
+ * mounts and unmounts segments of another provider (so that objects lose
+ * replicas and repairs have somewhere to go). Every per-task answer is one
+ * of the documented ones. */
+static int do_repair(worker_t *w, Egm__Id *client)
+{
+    static const egm_status_t commit_ok[] = {EGM_OK,
+                                             EGM_ERR_TRANSFER,
+                                             EGM_ERR_LEASE_EXPIRED,
+                                             EGM_ERR_NOT_FOUND,
+                                             EGM_ERR_SEGMENT_NOT_FOUND,
+                                             EGM_ERR_INVALID_ARG};
+    Egm__RepairGrantRequest req = EGM__REPAIR_GRANT_REQUEST__INIT;
+    Egm__RepairGrantReply *gr;
+    req.client = client;
+    req.max_keys = 4;
+    if (call(w, EGM_RPC_REPAIR_GRANT, &req.base, &egm__repair_grant_reply__descriptor,
+             (ProtobufCMessage **)&gr) != 0)
+        return -1;
+    int rc = 0;
+    if (gr->n_tasks > 4)
+        rc = -1, snprintf(w->error, sizeof(w->error), "RepairGrant: %zu tasks", gr->n_tasks);
+    if (rc == 0 && gr->n_tasks > 0) {
+        protobuf_c_boolean copied[4];
+        for (size_t i = 0; i < gr->n_tasks; i++)
+            copied[i] = next_random(w) % 4 != 0;
+        Egm__RepairCommitRequest creq = EGM__REPAIR_COMMIT_REQUEST__INIT;
+        Egm__RepairCommitReply *cr;
+        creq.client = client;
+        creq.n_tasks = creq.n_copied = gr->n_tasks;
+        creq.tasks = gr->tasks;
+        creq.copied = copied;
+        if (call(w, EGM_RPC_REPAIR_COMMIT, &creq.base, &egm__repair_commit_reply__descriptor,
+                 (ProtobufCMessage **)&cr) != 0) {
+            egm__pb_free(&gr->base);
+            return -1;
+        }
+        for (size_t i = 0; rc == 0 && i < cr->n_results; i++)
+            if (!allowed(cr->results[i], commit_ok, sizeof(commit_ok) / sizeof(commit_ok[0])))
+                rc = -1,
+                snprintf(w->error, sizeof(w->error), "RepairCommit answered %d", cr->results[i]);
+        if (rc == 0 && cr->n_results != gr->n_tasks)
+            rc = -1, snprintf(w->error, sizeof(w->error), "RepairCommit: %zu results for %zu",
+                              cr->n_results, gr->n_tasks);
+        w->ok[EGM_RPC_REPAIR_COMMIT] += rc == 0;
+        egm__pb_free(&cr->base);
+    }
+    w->ok[EGM_RPC_REPAIR_GRANT] += rc == 0;
+    egm__pb_free(&gr->base);
+    return rc;
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
@@ -357,9 +411,11 @@ static void *worker_main(void *arg)
     egm__id_to_pb(w->client, &client);
     pthread_barrier_wait(&start);
     for (int round = 0; round < ROUNDS && w->error[0] == '\0'; round++) {
-        uint64_t op = next_random(w) % 18;
+        uint64_t op = next_random(w) % 19;
         if (op < 5)
             do_put(w, &client);
+        else if (op == 18)
+            do_repair(w, &client);
         else if (op >= 16)
             do_commit(w, &client);
         else if (op < 9)
@@ -410,7 +466,10 @@ static void *churn_main(void *arg)
 {
     worker_t *w = arg;
     Egm__Id client = EGM__ID__INIT;
-    egm__id_to_pb(provider, &client);
+    /* Another provider than the fixed segments': objects that lose a replica
+     * on a churn segment can be repaired onto the next one, or onto a fixed
+     * one when they lost theirs there. */
+    egm__id_to_pb(churn_provider, &client);
     pthread_barrier_wait(&start);
     for (int round = 0;
          (round < CHURN_ROUNDS || __atomic_load_n(&workers_left, __ATOMIC_ACQUIRE) > 0) &&
@@ -485,6 +544,7 @@ static int setup(void **state)
     st.now_ms = clock_ms;
     fake_now = 1000;
     provider = egm__id_random();
+    churn_provider = egm__id_random();
     return 0;
 }
 
@@ -583,6 +643,12 @@ static void test_handlers_from_many_threads(void **state)
     assert_int_equal(used, stats.used_bytes);
     assert_true(replicas >= stats.objects); /* one or two replicas each */
     egm__pb_free(&lr->base);
+
+    /* Every repair handed out was committed by its worker at once: each
+     * counted once, as added, discarded or failed. */
+    egm_repair_stats_t rs;
+    egm__repair_queue_stats(egm__objects_repair_queue(st.objects), &rs);
+    assert_int_equal(rs.granted_total, rs.repaired_total + rs.discarded_total + rs.failed_total);
 
     /* Every call was counted once by the metrics (atomics from 9 threads). */
     for (uint16_t t = 1; t <= EGM_RPC_TYPE_MAX; t++) {

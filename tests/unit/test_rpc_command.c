@@ -53,8 +53,18 @@ static void test_handler_commands(void **state)
     /* Numbers never change: they are on the wire. */
     assert_int_equal(EGM_RPC_STAT_KEY, 12);
     assert_int_equal(EGM_RPC_SLAB_GRANT, 13);
+    c = egm__rpc_command_find(EGM_RPC_REPAIR_GRANT);
+    assert_string_equal(c->name, "RepairGrant");
+    assert_ptr_equal(c->request, &egm__repair_grant_request__descriptor);
+    assert_ptr_equal(c->reply, &egm__repair_grant_reply__descriptor);
+    c = egm__rpc_command_find(EGM_RPC_REPAIR_COMMIT);
+    assert_string_equal(c->name, "RepairCommit");
+    assert_ptr_equal(c->request, &egm__repair_commit_request__descriptor);
+    assert_ptr_equal(c->reply, &egm__repair_commit_reply__descriptor);
     assert_int_equal(EGM_RPC_COMMIT, 14);
-    assert_int_equal(EGM_RPC_TYPE_MAX, EGM_RPC_COMMIT);
+    assert_int_equal(EGM_RPC_REPAIR_GRANT, 15);
+    assert_int_equal(EGM_RPC_REPAIR_COMMIT, 16);
+    assert_int_equal(EGM_RPC_TYPE_MAX, EGM_RPC_REPAIR_COMMIT);
 }
 
 static void test_session_commands(void **state)
