@@ -31,7 +31,8 @@ etcd_pid=$!
 master_pid=
 cleanup() { [ -n "$master_pid" ] && kill $master_pid 2> /dev/null; kill $etcd_pid 2> /dev/null; rm -rf "$out/etcd"; }
 trap cleanup EXIT
-for _ in $(seq 100); do curl -sf http://127.0.0.1:$cp/health > /dev/null 2>&1 && break; sleep 0.1; done
+healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
+for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
 for r in $(seq "$rounds"); do
     for mode in off on; do
         extra=()
