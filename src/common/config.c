@@ -139,6 +139,10 @@ static const egm_config_key_t keys[] = {
          "PutStart and PutEnd; docs/master.md)"),
     INT(client_ttl, "10", 1, 3600, M,
         "master: a client silent this many seconds is expired and its segments unmounted"),
+    INT(client_disconnect_grace_ms, "3000", 0, 3600000, M,
+        "master: a provider whose every connection to the master closed without a leaving ping "
+        "takes no new replica at once and is dropped (segments unmounted) after this many ms "
+        "unless it reconnects; longer than ping_interval_ms (0 = off: client_ttl only)"),
     INT(default_kv_soft_pin_ttl, "1800000", 1, EGM_SETTINGS_SOFT_PIN_TTL_MAX_MS, M,
         "master: soft pin (ms) of objects put with_soft_pin, counted from their last PutEnd or "
         "lease granted; at most 24 h"),

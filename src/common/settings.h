@@ -71,6 +71,7 @@ typedef struct egm_settings {
     int64_t location_cache_entries;
     uint64_t slab_bytes;
     int64_t client_ttl;
+    int64_t client_disconnect_grace_ms;
     int64_t default_kv_soft_pin_ttl;
     int64_t put_start_discard_timeout_sec;
     double eviction_high_watermark_ratio;

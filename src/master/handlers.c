@@ -544,9 +544,42 @@ static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentReq
     return result;
 }
 
+static void id_bytes(egm_id_t id, uint8_t out[16])
+{
+    memcpy(out, &id.hi, 8);
+    memcpy(out + 8, &id.lo, 8);
+}
+
+/* Binds the connection serving this request to `client` (rpc/server.h), so
+ * that its close tells liveness at once (fast failure detection). */
+static void bind_connection(egm_master_state_t *st, egm_id_t client)
+{
+    uint8_t peer[16];
+    id_bytes(client, peer);
+    if (egm__rpc_server_bind_peer(peer))
+        egm__liveness_connected(st->liveness, client, st->now_ms());
+}
+
+void egm__master_connection_closed(void *arg, const uint8_t peer[16])
+{
+    egm_master_state_t *st = arg;
+    egm_id_t client;
+    memcpy(&client.hi, peer, 8);
+    memcpy(&client.lo, peer + 8, 8);
+    /* Shared: liveness only reads the segment table (to mark segments). */
+    if (st->lock != NULL)
+        pthread_rwlock_rdlock(st->lock);
+    egm__liveness_disconnected(st->liveness, client, st->now_ms());
+    if (st->lock != NULL)
+        pthread_rwlock_unlock(st->lock);
+}
+
 static egm_status_t handle_mount(egm_master_state_t *st, egm_master_call_t *call)
 {
-    egm_status_t result = mount_all(st, (const Egm__MountSegmentRequest *)call->request);
+    const Egm__MountSegmentRequest *req = (const Egm__MountSegmentRequest *)call->request;
+    egm_status_t result = mount_all(st, req);
+    if (result == EGM_OK)
+        bind_connection(st, egm__id_from_pb(req->client));
     if (result != EGM_OK)
         egm_warn("MountSegment refused: %s", egm_last_error());
     return status_reply(result, call);
@@ -627,6 +660,8 @@ static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
     }
     msg.view = egm__segment_table_view(st->segments);
     msg.status = egm__liveness_ping(st->liveness, egm__id_from_pb(req->client), st->now_ms());
+    if (msg.status == EGM_OK)
+        bind_connection(st, egm__id_from_pb(req->client));
     if (msg.status == EGM_OK && req->host_id != NULL && req->host_id[0] != '\0')
         msg.status =
             egm__liveness_set_host_id(st->liveness, egm__id_from_pb(req->client), req->host_id);

@@ -14,6 +14,9 @@ typedef struct {
     egm_id_t id;
     uint64_t last_seen_ms;
     char host_id[EGM_HOST_ID_MAX]; /* from its pings, for local_first placement */
+    uint32_t conns;                /* RPC connections bound to it (egm__liveness_connected) */
+    int disconnected;              /* its last bound connection closed at disconnected_ms */
+    uint64_t disconnected_ms;
 } client_t;
 
 struct egm_liveness {
@@ -21,6 +24,7 @@ struct egm_liveness {
     egm_object_index_t *objects;
     pthread_mutex_t lock;
     egm_hashmap_t *clients; /* 16-byte id -> client_t */
+    egm_liveness_stats_t stats;
 };
 
 static void id_key(egm_id_t id, uint8_t key[16])
@@ -90,6 +94,30 @@ size_t egm__liveness_client_count(egm_liveness_t *l)
     return n;
 }
 
+/* Marks (or clears) every segment of `owner` unreachable. The segment table
+ * is only read: the caller holds the state lock, shared at least. */
+static void mark_segments(egm_liveness_t *l, egm_id_t owner, int unreachable)
+{
+    size_t n = egm__segment_table_count(l->segments);
+    for (size_t i = 0; i < n; i++) {
+        egm_segment_t *seg = egm__segment_table_at(l->segments, i);
+        if (egm__id_equal(seg->desc.owner, owner))
+            atomic_store_explicit(&seg->unreachable, unreachable, memory_order_relaxed);
+    }
+}
+
+/* With l->lock held: c was presumed gone and spoke again. */
+static void reconnected(egm_liveness_t *l, client_t *c)
+{
+    char id_text[EGM_ID_STRLEN];
+    c->disconnected = 0;
+    mark_segments(l, c->id, 0);
+    l->stats.reconnects++;
+    egm_info("client %s is back %llu ms after its connection closed: its segments serve again",
+             egm__id_format(c->id, id_text),
+             (unsigned long long)(c->last_seen_ms - c->disconnected_ms));
+}
+
 /* With l->lock held. */
 static egm_status_t ping_locked(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
 {
@@ -103,14 +131,15 @@ static egm_status_t ping_locked(egm_liveness_t *l, egm_id_t id, uint64_t now_ms)
     c = find_client(l, id);
     if (c != NULL) {
         c->last_seen_ms = now_ms;
+        if (c->disconnected)
+            reconnected(l, c); /* it is there after all */
         return EGM_OK;
     }
-    c = egm_malloc(sizeof(*c), "master.client");
+    c = egm_calloc(1, sizeof(*c), "master.client");
     if (c == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory registering a client");
     c->id = id;
     c->last_seen_ms = now_ms;
-    c->host_id[0] = '\0';
     id_key(id, key);
     status = egm__hashmap_put(l->clients, key, sizeof(key), c, NULL);
     if (status != EGM_OK) {
@@ -260,6 +289,38 @@ egm_status_t egm__liveness_mount_all(egm_liveness_t *l, egm_id_t client,
     return EGM_OK;
 }
 
+void egm__liveness_connected(egm_liveness_t *l, egm_id_t client, uint64_t now_ms)
+{
+    pthread_mutex_lock(&l->lock);
+    client_t *c = find_client(l, client);
+    if (c != NULL) {
+        c->conns++;
+        c->last_seen_ms = now_ms;
+        if (c->disconnected)
+            reconnected(l, c);
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+void egm__liveness_disconnected(egm_liveness_t *l, egm_id_t client, uint64_t now_ms)
+{
+    char id_text[EGM_ID_STRLEN];
+    pthread_mutex_lock(&l->lock);
+    client_t *c = find_client(l, client);
+    if (c != NULL && c->conns > 0)
+        c->conns--;
+    if (c != NULL && c->conns == 0 && !c->disconnected) {
+        c->disconnected = 1;
+        c->disconnected_ms = now_ms;
+        mark_segments(l, client, 1);
+        l->stats.disconnects++;
+        egm_info("client %s: its connection to the master closed without a leaving ping: its "
+                 "segments take no new replica until it reconnects",
+                 egm__id_format(client, id_text));
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
 /* Drops the replicas, then retires the id; returns objects deleted. */
 static size_t unmount(egm_liveness_t *l, egm_segment_t *seg)
 {
@@ -291,14 +352,19 @@ egm_status_t egm__liveness_unmount(egm_liveness_t *l, egm_id_t client, egm_id_t 
     memcpy(name, seg->desc.name, sizeof(name));
     uint64_t replicas = seg->replica_count;
     size_t deleted = unmount(l, seg);
+    pthread_mutex_lock(&l->lock);
+    l->stats.segments_dropped[EGM_DROP_UNMOUNTED]++;
+    pthread_mutex_unlock(&l->lock);
     egm_info("unmounted segment %s (%s): %llu replicas dropped, %zu objects deleted", name,
              egm__id_format(segment, id_text), (unsigned long long)replicas, deleted);
     return EGM_OK;
 }
 
 /* With l->lock held: unmounts every segment of c, then removes and frees c.
- * *segments_p, *deleted_p: segments unmounted, objects deleted. */
-static void drop_client(egm_liveness_t *l, client_t *c, size_t *segments_p, size_t *deleted_p)
+ * *segments_p, *deleted_p: segments unmounted, objects deleted; counted
+ * under `why`. */
+static void drop_client(egm_liveness_t *l, client_t *c, egm_drop_reason_t why, size_t *segments_p,
+                        size_t *deleted_p)
 {
     size_t segments = 0, deleted = 0;
 
@@ -314,8 +380,57 @@ static void drop_client(egm_liveness_t *l, client_t *c, size_t *segments_p, size
     id_key(c->id, own_key);
     egm__hashmap_remove(l->clients, own_key, sizeof(own_key));
     egm_free(c);
+    l->stats.segments_dropped[why] += segments;
     *segments_p = segments;
     *deleted_p = deleted;
+}
+
+/* Whether `owner` has a segment mounted (the table is only read). */
+static int owns_segments(const egm_liveness_t *l, egm_id_t owner)
+{
+    size_t n = egm__segment_table_count(l->segments);
+    for (size_t i = 0; i < n; i++)
+        if (egm__id_equal(egm__segment_table_at(l->segments, i)->desc.owner, owner))
+            return 1;
+    return 0;
+}
+
+size_t egm__liveness_expire_disconnected(egm_liveness_t *l, uint64_t now_ms, uint64_t grace_ms)
+{
+    size_t iter = 0, dropped = 0;
+    const void *key;
+    size_t key_len;
+    void *value;
+    char id_text[EGM_ID_STRLEN];
+
+    if (grace_ms == 0)
+        return 0; /* off: the TTL alone */
+    pthread_mutex_lock(&l->lock);
+    while (egm__hashmap_next(l->clients, &iter, &key, &key_len, &value)) {
+        client_t *c = value;
+        if (!c->disconnected || now_ms < c->disconnected_ms ||
+            now_ms - c->disconnected_ms < grace_ms)
+            continue;
+        if (!owns_segments(l, c->id))
+            continue; /* nothing to lose or to keep: the TTL unregisters it */
+        egm_id_t id = c->id;
+        uint64_t gone_ms = now_ms - c->disconnected_ms;
+        size_t segments, deleted;
+        drop_client(l, c, EGM_DROP_DISCONNECTED, &segments, &deleted);
+        egm_info("client %s: connection closed %llu ms ago and not back: dropped, %zu segments "
+                 "unmounted, %zu objects deleted",
+                 egm__id_format(id, id_text), (unsigned long long)gone_ms, segments, deleted);
+        dropped++;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return dropped;
+}
+
+void egm__liveness_stats(egm_liveness_t *l, egm_liveness_stats_t *stats_p)
+{
+    pthread_mutex_lock(&l->lock);
+    *stats_p = l->stats;
+    pthread_mutex_unlock(&l->lock);
 }
 
 size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
@@ -336,7 +451,7 @@ size_t egm__liveness_expire(egm_liveness_t *l, uint64_t now_ms, uint64_t ttl_ms)
         egm_id_t id = c->id;
         uint64_t silent_ms = now_ms - c->last_seen_ms;
         size_t segments, deleted;
-        drop_client(l, c, &segments, &deleted);
+        drop_client(l, c, EGM_DROP_EXPIRED, &segments, &deleted);
         egm_info("client %s silent for %llu ms: expired, %zu segments unmounted, %zu objects "
                  "deleted",
                  egm__id_format(id, id_text), (unsigned long long)silent_ms, segments, deleted);
@@ -356,7 +471,7 @@ egm_status_t egm__liveness_leave(egm_liveness_t *l, egm_id_t client)
     client_t *c = find_client(l, client);
     if (c != NULL) {
         size_t segments, deleted;
-        drop_client(l, c, &segments, &deleted);
+        drop_client(l, c, EGM_DROP_LEFT, &segments, &deleted);
         egm_debug("client %s left: unregistered, %zu segments unmounted, %zu objects deleted",
                   egm__id_format(client, id_text), segments, deleted);
     }

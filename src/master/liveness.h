@@ -18,6 +18,21 @@
 
 typedef struct egm_liveness egm_liveness_t;
 
+/* Why segments were dropped (egm_master_segments_dropped_total{reason}). */
+typedef enum {
+    EGM_DROP_UNMOUNTED = 0, /* UnmountSegment from its provider */
+    EGM_DROP_LEFT,          /* its provider's leaving Ping */
+    EGM_DROP_EXPIRED,       /* its provider silent for the TTL */
+    EGM_DROP_DISCONNECTED,  /* its provider's connections closed and stayed closed for the grace */
+    EGM_DROP_REASONS
+} egm_drop_reason_t;
+
+typedef struct {
+    uint64_t segments_dropped[EGM_DROP_REASONS];
+    uint64_t disconnects; /* clients whose last connection closed without a leaving Ping */
+    uint64_t reconnects;  /* of those, back before being dropped */
+} egm_liveness_stats_t;
+
 egm_status_t egm__liveness_create(egm_segment_table_t *segments, egm_object_index_t *objects,
                                   egm_liveness_t **liveness_p);
 void egm__liveness_destroy(egm_liveness_t *liveness);
@@ -56,6 +71,25 @@ size_t egm__liveness_expire(egm_liveness_t *liveness, uint64_t now_ms, uint64_t 
  * (nothing to drop); INVALID_ARG for the nil id. */
 egm_status_t egm__liveness_leave(egm_liveness_t *liveness, egm_id_t client);
 size_t egm__liveness_client_count(egm_liveness_t *liveness);
+
+/* Fast failure detection (docs/master.md "Liveness"). An RPC connection was
+ * bound to `client` (its first Ping or MountSegment on it): counted; a client
+ * presumed gone is back (its segments serve again). No-op for an unknown
+ * client. */
+void egm__liveness_connected(egm_liveness_t *liveness, egm_id_t client, uint64_t now_ms);
+/* A connection bound to `client` closed. When it was the client's last one,
+ * the client is presumed gone: its segments are marked unreachable at once
+ * (no replica is placed or committed there: egm_segment_t.unreachable), and
+ * egm__liveness_expire_disconnected drops it unless it pings or binds a
+ * connection again first. The segment table is only read: the caller holds
+ * the master's lock shared at least. */
+void egm__liveness_disconnected(egm_liveness_t *liveness, egm_id_t client, uint64_t now_ms);
+/* Drops every client presumed gone for grace_ms or more that still owns
+ * segments, exactly as expiry does; returns how many (0 when grace_ms is 0:
+ * off). The caller holds the master's lock exclusive. */
+size_t egm__liveness_expire_disconnected(egm_liveness_t *liveness, uint64_t now_ms,
+                                         uint64_t grace_ms);
+void egm__liveness_stats(egm_liveness_t *liveness, egm_liveness_stats_t *stats_p);
 int egm__liveness_is_known(egm_liveness_t *liveness, egm_id_t client);
 
 #endif

@@ -188,9 +188,10 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     int64_t rpc_threads = settings->rpc_threads;
     uint64_t max_frame = settings->max_frame_size;
     /* The config table has checked the ranges of these keys. */
-    egm_master_state_params_t state_params = {.client_ttl_ms = (uint64_t)client_ttl_s * 1000u,
-                                              .location_cache_ms =
-                                                  (uint64_t)settings->location_cache_ms};
+    egm_master_state_params_t state_params = {
+        .client_ttl_ms = (uint64_t)client_ttl_s * 1000u,
+        .disconnect_grace_ms = (uint64_t)settings->client_disconnect_grace_ms,
+        .location_cache_ms = (uint64_t)settings->location_cache_ms};
     const egm_objects_params_t *objects = &state_params.objects;
     object_params(config, (uint64_t)lease_ttl_ms, &state_params.objects);
 
@@ -279,6 +280,8 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
             if (status != EGM_OK)
                 goto err;
         }
+        egm__rpc_server_on_peer_close(master->servers[i], egm__master_connection_closed,
+                                      &master->state);
     }
     /* Before the admin HTTP thread, which reads state.election; no RPC is
      * served before egm__master_run, and then only while elected. */

@@ -22,7 +22,8 @@ typedef struct {
     egm_object_index_t *objects;
     egm_liveness_t *liveness;
     uint64_t client_ttl_ms;
-    uint64_t location_cache_ms; /* told to clients by Ping (docs/consistency.md) */
+    uint64_t disconnect_grace_ms; /* a provider whose connections closed is dropped after this */
+    uint64_t location_cache_ms;   /* told to clients by Ping (docs/consistency.md) */
     /* Until when (now_ms's clock) a location cached of some force-removed
      * object may still be used: a force remove's caller waits until then. */
     _Atomic uint64_t force_wait_until_ms;
@@ -54,7 +55,10 @@ egm_status_t egm__master_lock_init(pthread_rwlock_t *lock);
 typedef struct {
     egm_objects_params_t objects; /* the object index's: leases, pins, eviction, placement */
     uint64_t client_ttl_ms;       /* a client silent this long is expired */
-    uint64_t location_cache_ms;   /* how long clients may use a cached location */
+    /* A provider whose every connection closed without a leaving Ping is
+     * dropped after this long unless it comes back (0 = off: the TTL only). */
+    uint64_t disconnect_grace_ms;
+    uint64_t location_cache_ms; /* how long clients may use a cached location */
 } egm_master_state_params_t;
 /* params->objects: from egm__objects_params_default, then changed as wanted. */
 egm_status_t egm__master_state_init(egm_master_state_t *state,
@@ -111,6 +115,11 @@ const egm_master_command_t *egm__master_command(uint16_t type);
  * lock_for's answer, else its lock. Thread-safe. */
 egm_master_lock_t egm__master_command_lock(const egm_master_command_t *cmd,
                                            const struct ProtobufCMessage *request);
+
+/* The RPC server's hook for a closed connection bound to a client
+ * (arg: egm_master_state_t *): egm__liveness_disconnected under st->lock
+ * shared. Thread-safe. */
+void egm__master_connection_closed(void *arg, const uint8_t peer[16]);
 
 /* StatKey (inspect.c): an object's size, state, replicas, lease and pins,
  * read-only (no lease granted). */

@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "master/placement.h"
 #include "master/repair.h"
 #include "master/slabs.h"
 
@@ -39,12 +40,6 @@ typedef struct {
     egm_object_t *tail;
     uint64_t count;
 } object_list_t;
-
-typedef struct {
-    double free_ratio;
-    uint64_t tie; /* random: equal ratios in random order */
-    size_t index;
-} ranked_segment_t;
 
 /* A shard's objects by key: open addressing with linear probing, a slot being
  * the key's hash and the object, which holds the key. Removal shifts the
@@ -109,6 +104,8 @@ struct egm_object_index {
     uint64_t eviction_runs;
     uint64_t discarded;
     atomic_uint_fast64_t no_space; /* PutStarts answered NO_SPACE (counted after the locks) */
+    /* Replicas a commit refused: on a provider presumed gone (drop_unreachable) */
+    atomic_uint_fast64_t unreachable_replicas;
     /* A PutStart-triggered eviction that could free nothing, and until when
      * nothing it stepped over stops being protected. */
     uint64_t futile_gen;
@@ -125,11 +122,7 @@ struct egm_object_index {
     uint64_t slab_grants;
     uint64_t slab_expired;
     uint64_t commits;
-    uint64_t rng;
-    size_t *order; /* scratch: segment indexes for a placement */
-    size_t order_cap;
-    ranked_segment_t *ranked; /* scratch: free_ratio_first */
-    size_t ranked_cap;
+    egm_placer_t *placer;       /* placement over failure domains (placement.h) */
     egm_repair_queue_t *repair; /* objects that lost replicas with a segment (repair.h) */
 };
 
@@ -477,9 +470,10 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     pthread_mutexattr_destroy(&attr);
     index->segments = segments;
     index->params = *params;
-    index->rng = egm__id_random().lo | 1;
     index->held_release_ms = UINT64_MAX;
-    status = egm__slabs_create(&index->slabs);
+    status = egm__placer_create(&index->placer);
+    if (status == EGM_OK)
+        status = egm__slabs_create(&index->slabs);
     if (status == EGM_OK)
         status = egm__repair_queue_create(&index->repair);
     if (status != EGM_OK) {
@@ -493,17 +487,6 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
 uint64_t egm__objects_lease_ttl_ms(const egm_object_index_t *index)
 {
     return index->params.lease_ttl_ms;
-}
-
-/* With `space` locked. */
-static uint64_t next_random(egm_object_index_t *index)
-{
-    uint64_t x = index->rng;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    index->rng = x;
-    return x;
 }
 
 static int key_ok(const char *key, size_t key_len)
@@ -798,8 +781,7 @@ void egm__objects_destroy(egm_object_index_t *index)
     for (size_t s = 0; s < index->n_shards_ready; s++)
         pthread_mutex_destroy(&index->shards[s].lock);
     pthread_mutex_destroy(&index->space);
-    egm_free(index->order);
-    egm_free(index->ranked);
+    egm__placer_destroy(index->placer);
     egm_free(index);
 }
 
@@ -866,137 +848,45 @@ static void clear_view(egm_object_view_t *v)
 /* Everything in this section runs with `space` locked (and the shard of the
  * object being placed). */
 
-static egm_status_t reserve_scratch(egm_object_index_t *index, size_t n, int ranked)
+/* Allocates a replica of obj in seg (placement.h's try: 1 if placed). */
+static int try_segment(void *arg, egm_segment_t *seg)
 {
-    if (n > index->order_cap) {
-        size_t cap = n < 64 ? 64 : n * 2;
-        size_t *order = egm_realloc(index->order, cap * sizeof(*order), "master.placement");
-        if (order == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing replicas");
-        index->order = order;
-        index->order_cap = cap;
-    }
-    if (ranked && n > index->ranked_cap) {
-        size_t cap = n < 64 ? 64 : n * 2;
-        ranked_segment_t *r = egm_realloc(index->ranked, cap * sizeof(*r), "master.placement");
-        if (r == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing replicas");
-        index->ranked = r;
-        index->ranked_cap = cap;
-    }
-    return EGM_OK;
-}
-
-/* Allocates a replica of obj in seg unless obj already has one there; 1 if placed. */
-static int try_segment(egm_object_t *obj, egm_segment_t *seg)
-{
+    egm_object_t *obj = arg;
     uint64_t offset;
-    for (uint32_t i = 0; i < obj->n_replicas; i++)
-        if (obj->replicas[i].segment == seg)
-            return 0;
     if (egm__allocator_alloc(seg->allocator, obj->size, &offset) != EGM_OK)
-        return 0; /* full (or out of memory): the caller tries the next segment */
+        return 0; /* full (or out of memory): the next segment is tried */
     replica_add(obj, seg, offset);
     return 1;
 }
 
-/* "pool" names the segment "pool" and the chunks "pool/0", "pool/1", ... */
-static int name_matches(const char *segment_name, const char *wanted)
-{
-    size_t n = strlen(wanted);
-    return n > 0 && strncmp(segment_name, wanted, n) == 0 &&
-           (segment_name[n] == '\0' || segment_name[n] == '/');
-}
-
-static int cmp_ranked(const void *a, const void *b)
-{
-    const ranked_segment_t *x = a, *y = b;
-    if (x->free_ratio != y->free_ratio)
-        return x->free_ratio > y->free_ratio ? -1 : 1;
-    return x->tie < y->tie ? -1 : x->tie > y->tie ? 1 : 0;
-}
-
-static void shuffle(egm_object_index_t *index, size_t n)
-{
-    for (size_t i = 0; i + 1 < n; i++) {
-        size_t j = i + (size_t)(next_random(index) % (n - i));
-        size_t t = index->order[j];
-        index->order[j] = index->order[i];
-        index->order[i] = t;
-    }
-}
-
-/* Preferred segments first (in the request's order), then the strategy's
- * order, one replica per segment, until `want` are placed. */
+/* Places up to `want` replicas of obj, on distinct providers and, where the
+ * segments allow, distinct hosts (placement.h): preferred segments first,
+ * then the strategy's order. NO_SPACE when none was placed. */
 static egm_status_t place_replicas(egm_object_index_t *index, egm_object_t *obj, uint32_t want,
                                    const egm_put_config_t *config)
 {
-    egm_segment_table_t *table = index->segments;
-    size_t n = egm__segment_table_count(table);
-    egm_placement_t strategy = index->params.placement;
-    const char *host = config->writer_host_id;
-    egm_status_t status;
-
-    if (strategy == EGM_PLACEMENT_LOCAL_FIRST && (host == NULL || host[0] == '\0'))
-        strategy = EGM_PLACEMENT_RANDOM; /* writer's host unknown (no ping yet) */
-    status = reserve_scratch(index, n, strategy == EGM_PLACEMENT_FREE_RATIO_FIRST);
+    egm_segment_t *holding[EGM_MASTER_REPLICA_MAX];
+    size_t n_holding = 0;
+    for (uint32_t i = 0; i < obj->n_replicas && n_holding < EGM_MASTER_REPLICA_MAX; i++)
+        if (obj->replicas[i].segment != NULL)
+            holding[n_holding++] = obj->replicas[i].segment;
+    egm_placement_request_t req = {.strategy = index->params.placement,
+                                   .writer_host_id = config->writer_host_id,
+                                   .preferred = config->preferred_segments,
+                                   .n_preferred = config->n_preferred,
+                                   .holding = holding,
+                                   .n_holding = n_holding};
+    uint32_t placed;
+    uint32_t missing = want > obj->n_replicas ? want - obj->n_replicas : 0;
+    egm_status_t status = egm__placement_choose(index->placer, index->segments, &req, missing,
+                                                try_segment, obj, &placed);
     if (status != EGM_OK)
         return status;
-    for (size_t p = 0; p < config->n_preferred && obj->n_replicas < want; p++) {
-        const char *wanted = config->preferred_segments[p];
-        for (size_t i = 0; wanted != NULL && i < n && obj->n_replicas < want; i++) {
-            egm_segment_t *seg = egm__segment_table_at(table, i);
-            if (name_matches(seg->desc.name, wanted))
-                try_segment(obj, seg);
-        }
-    }
-    switch (strategy) {
-    case EGM_PLACEMENT_RANDOM:
-        /* A partial Fisher-Yates shuffle, drawn as far as needed. */
-        for (size_t i = 0; i < n; i++)
-            index->order[i] = i;
-        for (size_t i = 0; i < n && obj->n_replicas < want; i++) {
-            size_t j = i + (size_t)(next_random(index) % (n - i));
-            size_t pick = index->order[j];
-            index->order[j] = index->order[i];
-            index->order[i] = pick;
-            try_segment(obj, egm__segment_table_at(table, pick));
-        }
-        break;
-    case EGM_PLACEMENT_LOCAL_FIRST:
-        for (size_t i = 0; i < n; i++)
-            index->order[i] = i;
-        shuffle(index, n);
-        for (int local = 1; local >= 0; local--) {
-            for (size_t i = 0; i < n && obj->n_replicas < want; i++) {
-                egm_segment_t *seg = egm__segment_table_at(table, index->order[i]);
-                if ((strcmp(seg->desc.host_id, host) == 0) == local)
-                    try_segment(obj, seg);
-            }
-        }
-        break;
-    case EGM_PLACEMENT_FREE_RATIO_FIRST:
-        if (obj->n_replicas >= want)
-            break;
-        for (size_t i = 0; i < n; i++) {
-            egm_allocator_stats_t s;
-            egm__allocator_stats(egm__segment_table_at(table, i)->allocator, &s);
-            index->ranked[i] = (ranked_segment_t){
-                .free_ratio = s.capacity > 0 ? (double)s.free / (double)s.capacity : 0.0,
-                .tie = next_random(index),
-                .index = i,
-            };
-        }
-        if (n > 1) /* with no segment the scratch is NULL: qsort's arguments must not be */
-            qsort(index->ranked, n, sizeof(*index->ranked), cmp_ranked);
-        for (size_t i = 0; i < n && obj->n_replicas < want; i++)
-            try_segment(obj, egm__segment_table_at(table, index->ranked[i].index));
-        break;
-    }
     obj->n_live = obj->n_replicas;
     if (obj->n_replicas == 0)
         return egm__set_error(EGM_ERR_NO_SPACE, "no segment has %llu bytes free (%zu segments)",
-                              (unsigned long long)obj->size, n);
+                              (unsigned long long)obj->size,
+                              egm__segment_table_count(index->segments));
     return EGM_OK;
 }
 
@@ -1599,7 +1489,10 @@ static void commit_plan_finish(egm_object_index_t *index, commit_plan_t *plan,
 
 /* With sh (the key's shard) locked; obj the object under the key (NULL:
  * none); key i's claim made by commit_plan. The extents it copied stay
- * mounted: unmounting a segment takes the master's lock exclusive. */
+ * mounted: unmounting a segment takes the master's lock exclusive. An extent
+ * on a provider presumed gone (egm_segment_t.unreachable) gives its range
+ * back rather than become a replica (drop_unreachable says why); with none
+ * left the key is not committed (NOT_FOUND). */
 static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const char *key,
                                   size_t key_len, uint64_t hash, egm_object_t *obj,
                                   const egm_objects_batch_t *b, size_t i, commit_plan_t *plan)
@@ -1612,6 +1505,13 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
         return status;                /* nothing was claimed */
     plan->status[i] = EGM_INPROGRESS; /* taken: its range is dealt with here */
     const commit_extents_t *e = &plan->extents[plan->which[i]];
+    /* Read once: the flags may change meanwhile (another RPC thread). */
+    int gone[EGM_SLAB_EXTENTS_MAX];
+    uint32_t reachable = 0;
+    for (uint32_t x = 0; x < e->n; x++) {
+        gone[x] = atomic_load_explicit(&e->extents[x].segment->unreachable, memory_order_relaxed);
+        reachable += !gone[x];
+    }
     egm_object_t *created = NULL;
     status = table_reserve(&sh->by_key);
     space_lock(index);
@@ -1622,7 +1522,12 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     }
     if (status == EGM_OK && obj != NULL)
         status = egm__set_error(EGM_ERR_EXISTS, "object already exists");
-    if (status == EGM_OK && (created = object_new(key, key_len, e->n)) == NULL)
+    if (status == EGM_OK && reachable == 0) {
+        atomic_fetch_add_explicit(&index->unreachable_replicas, e->n, memory_order_relaxed);
+        status = egm__set_error(EGM_ERR_NOT_FOUND,
+                                "every replica was on a provider that is gone: not committed");
+    }
+    if (status == EGM_OK && (created = object_new(key, key_len, reachable)) == NULL)
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     if (status != EGM_OK) {
         commit_unclaim(plan, b, i); /* the writer's bytes are not wanted */
@@ -1630,11 +1535,20 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
         return status;
     }
     created->size = size; /* its replicas' length */
-    for (uint32_t x = 0; x < e->n; x++)
-        replica_add(created, e->extents[x].segment, e->extents[x].base + b->offsets[i]);
+    uint64_t rounded = egm__allocator_round(size);
+    for (uint32_t x = 0; x < e->n; x++) {
+        uint64_t at = e->extents[x].base + b->offsets[i];
+        if (gone[x])
+            egm__allocator_free(e->extents[x].segment->allocator, at, rounded);
+        else
+            replica_add(created, e->extents[x].segment, at);
+    }
     created->n_live = created->n_replicas;
     index->commits++;
     space_unlock(index);
+    if (reachable < e->n)
+        atomic_fetch_add_explicit(&index->unreachable_replicas, e->n - reachable,
+                                  memory_order_relaxed);
     obj = created;
     obj->state = EGM_OBJECT_COMPLETE;
     obj->size = size;
@@ -1666,10 +1580,43 @@ static egm_status_t check_writer(const egm_object_t *obj, egm_id_t client)
  * object under the key (NULL: none): shared by the one-key functions and
  * egm__objects_batch. */
 
+/* A commit keeps no replica on a segment whose provider is presumed gone
+ * (egm_segment_t.unreachable): the bytes written there may be lost with it,
+ * and acknowledging them would promise what the store cannot keep. Frees
+ * those replicas' space (the provider may yet come back); NOT_FOUND naming
+ * the reason when none is left (the caller deletes the object). With the
+ * object's shard locked. */
+static egm_status_t drop_unreachable(egm_object_index_t *index, egm_object_t *obj)
+{
+    uint32_t dropped = 0;
+    space_lock(index);
+    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+        egm_replica_t *r = &obj->replicas[i];
+        if (r->segment == NULL ||
+            !atomic_load_explicit(&r->segment->unreachable, memory_order_relaxed))
+            continue;
+        release_replica(r);
+        obj->n_live--;
+        dropped++;
+    }
+    space_unlock(index);
+    if (dropped > 0)
+        atomic_fetch_add_explicit(&index->unreachable_replicas, dropped, memory_order_relaxed);
+    if (obj->n_live == 0)
+        return egm__set_error(EGM_ERR_NOT_FOUND,
+                              "every replica was on a provider that is gone: not committed");
+    return EGM_OK;
+}
+
 static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj, egm_id_t client,
                                    uint64_t now_ms)
 {
     egm_status_t status = check_writer(obj, client);
+    if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE &&
+        (status = drop_unreachable(index, obj)) != EGM_OK) {
+        object_delete(index, obj);
+        return status;
+    }
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE) {
         obj->state = EGM_OBJECT_COMPLETE;
         obj->commit_ms = now_ms; /* was its put_start_ms */
@@ -2406,7 +2353,7 @@ static egm_segment_t *repair_place(egm_object_index_t *index, const egm_object_t
         if (obj->replicas[i].segment != NULL)
             holders[n_holders++] = obj->replicas[i].segment;
     size_t n = egm__segment_table_count(index->segments);
-    size_t start = n > 0 ? (size_t)(next_random(index) % n) : 0;
+    size_t start = n > 0 ? (size_t)(egm__placer_random(index->placer) % n) : 0;
     for (size_t i = 0; i < n; i++) {
         egm_segment_t *seg = egm__segment_table_at(index->segments, (start + i) % n);
         if (egm__repair_target_ok(seg, holders, n_holders) &&
@@ -2604,6 +2551,8 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     stats_p->slab_grants_total = ix->slab_grants;
     stats_p->slab_expired_total = ix->slab_expired;
     stats_p->commits_total = ix->commits;
+    stats_p->unreachable_replicas_total =
+        atomic_load_explicit(&ix->unreachable_replicas, memory_order_relaxed);
     space_unlock(ix);
     unlock_all(ix);
 }

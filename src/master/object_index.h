@@ -201,6 +201,8 @@ typedef struct {
     uint64_t slab_grants_total;    /* slabs granted since start */
     uint64_t slab_expired_total;   /* slabs whose lease ended before their writer returned them */
     uint64_t commits_total;        /* objects committed from slabs */
+    /* replicas a PutEnd or Commit dropped: on a provider presumed gone */
+    uint64_t unreachable_replicas_total;
 } egm_object_index_stats_t;
 
 /* Defaults of every parameter (the config keys' defaults). */

@@ -4,6 +4,7 @@
 #ifndef EGM_MASTER_SEGMENT_TABLE_H
 #define EGM_MASTER_SEGMENT_TABLE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
@@ -42,6 +43,12 @@ typedef struct egm_segment {
     uint64_t replica_count;       /* replicas (= objects) placed here */
     struct egm_replica *replicas; /* their list, maintained by object_index.c */
     size_t index;                 /* position in the table's dense array */
+    /* 1 while its provider is presumed gone: every connection it held to the
+     * master closed without a leaving Ping (liveness.h). No replica is placed
+     * or committed here meanwhile; set and cleared by liveness, read by
+     * placement and commits, on any thread (the segment stays mounted while
+     * the state lock is held). */
+    atomic_int unreachable;
 } egm_segment_t;
 
 typedef struct egm_segment_table egm_segment_table_t;

@@ -12,6 +12,7 @@ egm_status_t egm__master_state_init(egm_master_state_t *state,
 
     memset(state, 0, sizeof(*state));
     state->client_ttl_ms = params->client_ttl_ms;
+    state->disconnect_grace_ms = params->disconnect_grace_ms;
     state->location_cache_ms = params->location_cache_ms;
     state->master_id = egm__id_random();
     state->now_ms = egm__now_ms;
@@ -63,6 +64,7 @@ void egm__master_state_tick(egm_master_state_t *state, uint64_t now_ms)
     if (state->lock != NULL)
         pthread_rwlock_wrlock(state->lock);
     egm__liveness_expire(state->liveness, now_ms, state->client_ttl_ms);
+    egm__liveness_expire_disconnected(state->liveness, now_ms, state->disconnect_grace_ms);
     egm__objects_sweep_pending(state->objects, now_ms);
     egm__objects_release_held(state->objects, now_ms); /* before eviction counts what is used */
     egm__objects_expire_slabs(state->objects, now_ms);

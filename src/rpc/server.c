@@ -67,6 +67,9 @@ struct rpc_conn {
     int wr_shut;
     uint64_t linger_deadline_ms;
     size_t discarded;
+    /* egm__rpc_server_bind_peer */
+    int bound;
+    uint8_t peer[16];
 };
 
 /* egm_rpc_server_stats_t's counters: other threads read them (stat_get). */
@@ -96,6 +99,9 @@ struct egm_rpc_server {
         egm_rpc_handler_t fn;
         void *arg;
     } handlers[HANDLER_SLOTS];
+    egm_rpc_peer_close_t on_peer_close;
+    void *on_peer_close_arg;
+    int destroying;    /* connections closed by destroy call no hook */
     rpc_conn_t *conns; /* doubly linked list */
     size_t nconns;
     uint8_t *rbuf; /* READ_CHUNK scratch shared by all connections */
@@ -124,9 +130,31 @@ static uint64_t stat_get(const atomic_uint_fast64_t *counter)
     return atomic_load_explicit((atomic_uint_fast64_t *)counter, memory_order_relaxed);
 }
 
+/* The connection whose request a handler runs (egm__rpc_server_bind_peer). */
+static _Thread_local rpc_conn_t *current_conn;
+
+int egm__rpc_server_bind_peer(const uint8_t peer[16])
+{
+    rpc_conn_t *c = current_conn;
+    if (c == NULL || (c->bound && memcmp(c->peer, peer, 16) == 0))
+        return 0;
+    memcpy(c->peer, peer, 16);
+    c->bound = 1;
+    return 1;
+}
+
+void egm__rpc_server_on_peer_close(egm_rpc_server_t *server, egm_rpc_peer_close_t fn, void *arg)
+{
+    server->on_peer_close = fn;
+    server->on_peer_close_arg = arg;
+}
+
 static void conn_close(rpc_conn_t *c)
 {
     egm_rpc_server_t *s = c->server;
+
+    if (c->bound && s->on_peer_close != NULL && !s->destroying)
+        s->on_peer_close(s->on_peer_close_arg, c->peer);
 
     egm__reactor_remove(s->reactor, c->fd);
     close(c->fd);
@@ -340,7 +368,9 @@ static void dispatch(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
     }
 
     egm__clear_error();
+    current_conn = c;
     status = fn(s->handlers[type].arg, type, payload, len, &reply);
+    current_conn = NULL;
     if (status == EGM_OK && reply.len > s->max_frame_size) {
         /* a server-side limit, not a bad frame: answered, logged, not counted */
         status =
@@ -965,6 +995,7 @@ void egm__rpc_server_destroy(egm_rpc_server_t *server)
 {
     if (server == NULL)
         return;
+    server->destroying = 1;
     while (server->conns)
         conn_close(server->conns);
     close_inbox(server);

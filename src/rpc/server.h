@@ -77,6 +77,18 @@ const char *egm__rpc_server_identity(const egm_rpc_server_t *server);
  * runs. */
 egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_t *owner,
                                          egm_rpc_server_t **server_p);
+/* Connections bound to a peer: a handler that learns who is on the other end
+ * (a client id in its request) binds the connection it is serving to that
+ * 16-byte identity; when a bound connection closes for any reason but the
+ * server's destruction, the server's hook is called with the identity on the
+ * connection's reactor thread (so that the owner can notice a peer gone
+ * without waiting for a timeout). Returns 1 when the current connection was
+ * not bound to `peer` before (now it is; a connection is bound to one peer,
+ * the last named), 0 when it was, or when called outside a handler. */
+int egm__rpc_server_bind_peer(const uint8_t peer[16]);
+typedef void (*egm_rpc_peer_close_t)(void *arg, const uint8_t peer[16]);
+/* Sets the hook (NULL: none). Before the reactor runs. */
+void egm__rpc_server_on_peer_close(egm_rpc_server_t *server, egm_rpc_peer_close_t fn, void *arg);
 uint16_t egm__rpc_server_port(const egm_rpc_server_t *server);
 /* This server's connections and frames. */
 void egm__rpc_server_stats(const egm_rpc_server_t *server, egm_rpc_server_stats_t *stats_p);

@@ -58,6 +58,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"location_cache_entries", "65536"},
         {"slab_bytes", "256MiB"},
         {"client_ttl", "10"},
+        {"client_disconnect_grace_ms", "3000"},
         {"default_kv_soft_pin_ttl", "1800000"},
         {"put_start_discard_timeout_sec", "30"},
         {"eviction_high_watermark_ratio", "0.90"},

@@ -96,6 +96,14 @@ static int teardown(void **state)
     return 0;
 }
 
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
 static egm_segment_t *mount_named(const char *name, const char *host, uint64_t size)
 {
     egm_segment_params_t p = {.id = egm__id_random(),
@@ -103,7 +111,16 @@ static egm_segment_t *mount_named(const char *name, const char *host, uint64_t s
                               .name = name,
                               .host_id = host,
                               .tcp_endpoint = "127.0.0.1:1"};
-    assert_int_equal(egm__liveness_mount(st.liveness, provider, &p, 0), EGM_OK);
+    /* Each segment its own provider (replicas of one object go to distinct
+     * providers), but the chunks of one pool ("NAME/...") one provider. */
+    char pool[64];
+    snprintf(pool, sizeof(pool), "%s", name);
+    char *slash = strchr(pool, '/');
+    if (slash != NULL && strncmp(pool, "seg", 3) != 0)
+        *slash = '\0';
+    egm_id_t owner = provider;
+    owner.lo ^= name_hash(pool);
+    assert_int_equal(egm__liveness_mount(st.liveness, owner, &p, 0), EGM_OK);
     egm_segment_t *seg = egm__segment_table_find(st.segments, p.id);
     assert_non_null(seg);
     return seg;
@@ -755,14 +772,17 @@ static void test_preferred_segments(void **state)
         assert_ptr_equal(obj->replicas[0].segment, b);
         assert_ptr_equal(obj->replicas[1].segment, a);
     }
-    /* A pool's name matches its chunks; the third replica comes from the strategy. */
+    /* A pool's name matches its chunks, but one provider (pool c) holds one
+     * replica: the second and third come from the strategy, on the other
+     * providers (a and b, on another host than c). */
     const char *pref_c[] = {"c"};
     cfg = (egm_put_config_t){.replica_num = 3, .preferred_segments = pref_c, .n_preferred = 1};
     assert_int_equal(put_cfg("c", OBJ, &cfg, 1, obj), EGM_OK);
     assert_int_equal(obj->n_replicas, 3);
     assert_true(obj->replicas[0].segment == c0 || obj->replicas[0].segment == c1);
-    assert_true(obj->replicas[1].segment == c0 || obj->replicas[1].segment == c1);
+    assert_true(obj->replicas[1].segment == a || obj->replicas[1].segment == b);
     assert_true(obj->replicas[2].segment == a || obj->replicas[2].segment == b);
+    assert_ptr_not_equal(obj->replicas[1].segment, obj->replicas[2].segment);
     /* A full chunk name matches that chunk only. */
     const char *pref_c1[] = {"c/1"};
     cfg = (egm_put_config_t){.replica_num = 1, .preferred_segments = pref_c1, .n_preferred = 1};
@@ -844,11 +864,14 @@ static void test_local_first(void **state)
         assert_true(obj->replicas[0].segment == l0 || obj->replicas[0].segment == l1);
     }
     assert_true(l0->replica_count > 0 && l1->replica_count > 0); /* random among local ones */
+    /* Three replicas: one here, then another host before a second one here
+     * (each segment its own provider). */
     cfg.replica_num = 3;
     assert_int_equal(put_cfg("three", 64, &cfg, 1, obj), EGM_OK);
     assert_true(obj->replicas[0].segment == l0 || obj->replicas[0].segment == l1);
-    assert_true(obj->replicas[1].segment == l0 || obj->replicas[1].segment == l1);
-    assert_true(obj->replicas[2].segment == r0 || obj->replicas[2].segment == r1);
+    assert_true(obj->replicas[1].segment == r0 || obj->replicas[1].segment == r1);
+    assert_true(obj->replicas[2].segment == l0 || obj->replicas[2].segment == l1);
+    assert_ptr_not_equal(obj->replicas[0].segment, obj->replicas[2].segment);
     /* Preferred segments come before local ones. */
     const char *pref[] = {"r1"};
     cfg = (egm_put_config_t){

@@ -71,7 +71,8 @@ static egm_status_t call(uint16_t type, const ProtobufCMessage *req,
     return EGM_OK;
 }
 
-static egm_id_t mount(uint64_t size, const char *name)
+/* A segment of provider `by` (replicas of one object go to distinct providers). */
+static egm_id_t mount_by(egm_id_t by, uint64_t size, const char *name)
 {
     Egm__MountSegmentRequest req = EGM__MOUNT_SEGMENT_REQUEST__INIT;
     Egm__SegmentDesc d = EGM__SEGMENT_DESC__INIT;
@@ -79,7 +80,7 @@ static egm_id_t mount(uint64_t size, const char *name)
     Egm__StatusReply *reply;
     egm_id_t seg = egm__id_random();
 
-    egm__id_to_pb(me, &client);
+    egm__id_to_pb(by, &client);
     egm__id_to_pb(seg, &id);
     d.id = &id;
     d.size = size;
@@ -95,6 +96,11 @@ static egm_id_t mount(uint64_t size, const char *name)
     assert_int_equal(reply->status, EGM_OK);
     egm__pb_free(&reply->base);
     return seg;
+}
+
+static egm_id_t mount(uint64_t size, const char *name)
+{
+    return mount_by(me, size, name);
 }
 
 static Egm__KeysReply *put_start(size_t n, const char **keys, const uint64_t *sizes,
@@ -216,7 +222,7 @@ static void test_put_get_reply_contents(void **state)
 static void test_two_replicas_name_two_segments(void **state)
 {
     (void)state;
-    egm_id_t s1 = mount(1 << 20, "s1"), s2 = mount(1 << 20, "s2");
+    egm_id_t s1 = mount(1 << 20, "s1"), s2 = mount_by(egm__id_random(), 1 << 20, "s2");
     const char *keys[] = {"r"};
     const uint64_t sizes[] = {64};
 
@@ -367,7 +373,7 @@ static void test_ping_and_list(void **state)
     egm__pb_free(&p->base);
 
     egm_id_t s1 = mount(1 << 20, "s1");
-    mount(1 << 20, "s2");
+    mount_by(egm__id_random(), 1 << 20, "s2"); /* another provider: two replicas */
     const char *keys[] = {"k1", "k2"};
     const uint64_t sizes[] = {1000, 64};
     egm__pb_free(&put_start(2, keys, sizes, 2)->base);
@@ -385,7 +391,7 @@ static void test_ping_and_list(void **state)
         assert_int_equal(l->segments[i]->desc->size, 1 << 20);
     }
     assert_int_equal(l->keys, 2);
-    assert_int_equal(l->clients, 1);
+    assert_int_equal(l->clients, 2);
     egm__pb_free(&l->base);
 
     /* Unmount retires s1: the next ping from view 0 names it. */

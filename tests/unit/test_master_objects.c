@@ -500,7 +500,9 @@ static int distinct_segments(const egm_object_view_t *obj)
 static void test_replicas_on_distinct_segments(void **state)
 {
     (void)state;
-    egm_segment_t *segs[3] = {mount(1 << 20), mount(1 << 20), mount(1 << 20)};
+    egm_segment_t *segs[3] = {mount_as(egm__id_random(), 1 << 20, 0),
+                              mount_as(egm__id_random(), 1 << 20, 0),
+                              mount_as(egm__id_random(), 1 << 20, 0)};
     int hits[3] = {0, 0, 0};
     char key[32];
 
@@ -853,7 +855,7 @@ static void test_batch_answers_per_key(void **state)
 {
     (void)state;
     mount(64 << 20);
-    mount(64 << 20);
+    mount_as(fx.other, 64 << 20, 0);
     static char names[BATCH_KEYS][32];
     const char *keys[BATCH_KEYS];
     batch_answers_t a;

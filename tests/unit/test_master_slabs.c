@@ -52,15 +52,20 @@ static int teardown(void **state)
     return 0;
 }
 
-static egm_segment_t *mount(uint64_t size)
+static egm_segment_t *mount_as(egm_id_t owner, uint64_t size)
 {
     static int counter;
     char name[32];
     snprintf(name, sizeof(name), "slab/%d", counter++);
     egm_segment_params_t p = {
         .id = egm__id_random(), .size = size, .name = name, .tcp_endpoint = "127.0.0.1:1"};
-    assert_int_equal(egm__liveness_mount(st.liveness, provider, &p, 0), EGM_OK);
+    assert_int_equal(egm__liveness_mount(st.liveness, owner, &p, 0), EGM_OK);
     return egm__segment_table_find(st.segments, p.id);
+}
+
+static egm_segment_t *mount(uint64_t size)
+{
+    return mount_as(provider, size);
 }
 
 static uint64_t used(const egm_segment_t *seg)
@@ -341,7 +346,7 @@ static void test_two_extents_and_unmount(void **state)
 {
     (void)state;
     egm_segment_t *s0 = mount(1 << 20);
-    egm_segment_t *s1 = mount(1 << 20);
+    egm_segment_t *s1 = mount_as(other, 1 << 20); /* replicas go to distinct providers */
     egm_slab_view_t slab;
     egm_object_view_t obj;
 
@@ -361,7 +366,8 @@ static void test_two_extents_and_unmount(void **state)
 
     egm_segment_t *gone = slab.extents[0].segment;
     egm_segment_t *kept = slab.extents[1].segment;
-    assert_int_equal(egm__liveness_unmount(st.liveness, provider, gone->desc.id, 0), EGM_OK);
+    assert_int_equal(egm__liveness_unmount(st.liveness, gone->desc.owner, gone->desc.id, 0),
+                     EGM_OK);
     check();
     assert_int_equal(commit("y", 64, slab.id, 0, 0), EGM_OK);
     assert_int_equal(egm__objects_get_replicas(st.objects, "y", 1, 0, &obj), EGM_OK);
