@@ -124,8 +124,10 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         s->allocated_bytes += astats.used;
         s->capacity_bytes += seg->desc.size;
         s->segment_replicas += seg->replica_count;
+        s->segments_unreachable += atomic_load(&seg->unreachable) != 0;
     }
     s->clients = egm__liveness_client_count(st->liveness);
+    egm__liveness_stats(st->liveness, &s->liveness);
     s->view = egm__segment_table_view(st->segments);
     egm__objects_stats(st->objects, &s->objects);
     egm__repair_queue_stats(egm__objects_repair_queue(st->objects), &s->repair);
@@ -206,10 +208,11 @@ static egm_status_t segment_json(egm_http_response_t *out, const egm_segment_t *
     if (s == EGM_OK)
         s = egm__http_printf(out,
                              ",\"owner\":\"%s\",\"size\":%llu,\"used\":%llu,\"objects\":%llu,"
-                             "\"host\":",
+                             "\"reachable\":%s,\"host\":",
                              egm__id_format(seg->desc.owner, owner_text),
                              (unsigned long long)seg->desc.size, (unsigned long long)astats.used,
-                             (unsigned long long)seg->replica_count);
+                             (unsigned long long)seg->replica_count,
+                             atomic_load(&((egm_segment_t *)seg)->unreachable) ? "false" : "true");
     if (s == EGM_OK)
         s = json_cstring(out, seg->desc.host_id);
     if (s == EGM_OK)

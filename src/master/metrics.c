@@ -109,6 +109,19 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
         {"egm_master_capacity_bytes", EGM_PROM_GAUGE, "bytes of all mounted segments",
          s->capacity_bytes},
         {"egm_master_segments", EGM_PROM_GAUGE, "mounted segments", s->segments},
+        {"egm_master_segments_unreachable", EGM_PROM_GAUGE,
+         "mounted segments whose provider's connections closed (no replica placed or committed "
+         "there until it reconnects or is dropped)",
+         s->segments_unreachable},
+        {"egm_master_provider_disconnects_total", EGM_PROM_COUNTER,
+         "clients whose last connection to the master closed without a leaving ping",
+         s->liveness.disconnects},
+        {"egm_master_provider_reconnects_total", EGM_PROM_COUNTER,
+         "of those, clients back (a ping or a new connection) before being dropped",
+         s->liveness.reconnects},
+        {"egm_master_commit_replicas_refused_total", EGM_PROM_COUNTER,
+         "replicas a PutEnd or Commit left out because their provider's connections had closed",
+         o->unreachable_replicas_total},
         {"egm_master_replicas", EGM_PROM_GAUGE, "replicas placed in mounted segments",
          s->segment_replicas},
         {"egm_master_clients", EGM_PROM_GAUGE, "registered clients (pinging or owning segments)",
@@ -196,6 +209,20 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          s->ha_losses},
     };
     egm__prom_rows(out, rows, sizeof(rows) / sizeof(rows[0]));
+    static const char *const reasons[EGM_DROP_REASONS] = {
+        [EGM_DROP_UNMOUNTED] = "unmounted",
+        [EGM_DROP_LEFT] = "left",
+        [EGM_DROP_EXPIRED] = "expired",
+        [EGM_DROP_DISCONNECTED] = "disconnected",
+    };
+    egm__prom_family(out, "egm_master_segments_dropped_total", EGM_PROM_COUNTER,
+                     "segments unmounted, by reason: unmounted (UnmountSegment), left (a leaving "
+                     "ping), expired (client_ttl of silence), disconnected (connections closed "
+                     "for client_disconnect_grace_ms)");
+    for (int r = 0; r < EGM_DROP_REASONS; r++)
+        egm__prom_sample_u64(out, "egm_master_segments_dropped_total",
+                             (const char *const[]){"reason", reasons[r], NULL},
+                             s->liveness.segments_dropped[r]);
     format_rpc(metrics, out);
     return out->status;
 }

@@ -13,6 +13,7 @@
 #include <egmstore/status.h>
 #include "common/id.h"
 #include "common/textbuf.h"
+#include "master/liveness.h"
 #include "master/object_index.h"
 #include "master/repair.h"
 #include "rpc/frame.h"
@@ -45,6 +46,8 @@ typedef struct {
     uint64_t segment_replicas; /* replicas placed in mounted segments */
     egm_object_index_stats_t objects;
     egm_repair_stats_t repair;     /* re-replication (repair.h) */
+    egm_liveness_stats_t liveness;
+    uint64_t segments_unreachable; /* mounted, their provider presumed gone */
     egm_rpc_server_stats_t server; /* summed over the RPC threads' servers */
     uint64_t http_auth_failures;   /* admin HTTP requests refused for the token */
     /* enable_ha (0 when off): leading now, its epoch, elections won and leaderships lost. */
