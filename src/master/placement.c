@@ -18,6 +18,16 @@ typedef struct {
 
 struct egm_placer {
     uint64_t rng;
+    /* Counted over the segment set of generation `counted_gen` (an upper
+     * bound of what a call can use: unreachable and excluded segments are
+     * in): once a call's replicas cover that many hosts, or providers, no
+     * candidate is left at that level, and the pass is skipped rather than
+     * walking every segment for nothing (one host is the common case). */
+    uint64_t counted_gen;
+    int counted;
+    size_t n_hosts, n_providers;
+    const egm_segment_t **sorted; /* scratch for counting */
+    size_t sorted_cap;
     size_t *order; /* scratch: segment indexes in the strategy's order */
     size_t order_cap;
     ranked_segment_t *ranked; /* scratch: free_ratio_first */
@@ -41,6 +51,7 @@ void egm__placer_destroy(egm_placer_t *p)
         return;
     egm_free(p->order);
     egm_free(p->ranked);
+    egm_free(p->sorted);
     egm_free(p);
 }
 
@@ -104,6 +115,61 @@ static int cmp_ranked(const void *a, const void *b)
     return x->tie < y->tie ? -1 : x->tie > y->tie ? 1 : 0;
 }
 
+/* Host order: named hosts by name, then segments naming none by provider
+ * (each such provider counts as a host of its own). */
+static int cmp_host(const void *a, const void *b)
+{
+    const egm_segment_t *x = *(const egm_segment_t *const *)a;
+    const egm_segment_t *y = *(const egm_segment_t *const *)b;
+    int xe = x->desc.host_id[0] == '\0', ye = y->desc.host_id[0] == '\0';
+    if (xe != ye)
+        return xe - ye;
+    if (!xe)
+        return strcmp(x->desc.host_id, y->desc.host_id);
+    return memcmp(&x->desc.owner, &y->desc.owner, sizeof(x->desc.owner));
+}
+
+static int cmp_owner(const void *a, const void *b)
+{
+    const egm_segment_t *x = *(const egm_segment_t *const *)a;
+    const egm_segment_t *y = *(const egm_segment_t *const *)b;
+    return memcmp(&x->desc.owner, &y->desc.owner, sizeof(x->desc.owner));
+}
+
+/* Distinct hosts and providers of the table (recounted when its segment set
+ * changed): O(n log n) per change of the set, nothing per placement. */
+static egm_status_t count_domains(egm_placer_t *p, egm_segment_table_t *table)
+{
+    uint64_t gen = egm__segment_table_generation(table);
+    size_t n = egm__segment_table_count(table);
+    if (p->counted && p->counted_gen == gen)
+        return EGM_OK;
+    if (n > p->sorted_cap) {
+        size_t cap = n < 64 ? 64 : n * 2;
+        const egm_segment_t **s = egm_realloc(p->sorted, cap * sizeof(*s), "master.placement");
+        if (s == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing replicas");
+        p->sorted = s;
+        p->sorted_cap = cap;
+    }
+    for (size_t i = 0; i < n; i++)
+        p->sorted[i] = egm__segment_table_at(table, i);
+    p->n_hosts = p->n_providers = 0;
+    if (n > 0) {
+        qsort(p->sorted, n, sizeof(*p->sorted), cmp_host);
+        p->n_hosts = 1;
+        for (size_t i = 1; i < n; i++)
+            p->n_hosts += cmp_host(&p->sorted[i - 1], &p->sorted[i]) != 0;
+        qsort(p->sorted, n, sizeof(*p->sorted), cmp_owner);
+        p->n_providers = 1;
+        for (size_t i = 1; i < n; i++)
+            p->n_providers += cmp_owner(&p->sorted[i - 1], &p->sorted[i]) != 0;
+    }
+    p->counted = 1;
+    p->counted_gen = gen;
+    return EGM_OK;
+}
+
 /* One call's state. */
 typedef struct {
     egm_placer_t *placer;
@@ -114,8 +180,9 @@ typedef struct {
     uint32_t want, placed;
     egm_segment_t *chosen[CHOSEN_MAX]; /* holding, then accepted */
     size_t n_chosen;
-    size_t n;     /* segments */
-    size_t drawn; /* random: order[0..drawn) is shuffled */
+    size_t n;                /* segments */
+    size_t drawn;            /* random: order[0..drawn) is shuffled */
+    size_t hosts, providers; /* distinct among chosen */
 } run_t;
 
 /* Level of a candidate: 2 = on a host no replica is on, 1 = only on a
@@ -140,12 +207,23 @@ static int level_of(const run_t *r, const egm_segment_t *seg)
 /* Tries seg when its level is at least min_level. */
 static void consider(run_t *r, egm_segment_t *seg, int min_level)
 {
-    if (r->placed >= r->want || level_of(r, seg) < min_level)
+    if (r->placed >= r->want)
         return;
-    if (!r->try_fn(r->arg, seg))
+    int level = level_of(r, seg);
+    if (level < min_level || !r->try_fn(r->arg, seg))
         return;
     r->placed++;
     r->chosen[r->n_chosen++] = seg;
+    r->providers++; /* level >= 1: a provider none was on */
+    r->hosts += level == 2;
+}
+
+/* Whether a pass at min_level can still find a candidate. */
+static int level_open(const run_t *r, int min_level)
+{
+    if (r->placed >= r->want || r->providers >= r->placer->n_providers)
+        return 0;
+    return min_level < 2 || r->hosts < r->placer->n_hosts;
 }
 
 /* The strategy's i-th segment (random: drawn lazily, a partial Fisher-Yates
@@ -235,11 +313,21 @@ egm_status_t egm__placement_choose(egm_placer_t *placer, egm_segment_table_t *ta
                               "placement: %zu replicas held + %u wanted, at "
                               "most %d",
                               req->n_holding, want, CHOSEN_MAX);
-    for (size_t i = 0; i < req->n_holding; i++)
+    for (size_t i = 0; i < req->n_holding; i++) {
+        int new_host = 1, new_provider = 1;
+        for (size_t k = 0; k < r.n_chosen; k++) {
+            new_host &= !egm__placement_same_host(req->holding[i], r.chosen[k]);
+            new_provider &= !egm__placement_same_provider(req->holding[i], r.chosen[k]);
+        }
+        r.hosts += new_host;
+        r.providers += new_provider;
         r.chosen[r.n_chosen++] = req->holding[i];
+    }
     if (strategy == EGM_PLACEMENT_LOCAL_FIRST && (host == NULL || host[0] == '\0'))
         strategy = EGM_PLACEMENT_RANDOM; /* writer's host unknown (no ping yet) */
     status = reserve_scratch(placer, r.n, strategy == EGM_PLACEMENT_FREE_RATIO_FIRST);
+    if (status == EGM_OK)
+        status = count_domains(placer, table);
     if (status != EGM_OK)
         return status;
 
@@ -263,8 +351,8 @@ egm_status_t egm__placement_choose(egm_placer_t *placer, egm_segment_table_t *ta
     egm_placement_request_t local = *req;
     local.strategy = strategy;
     r.req = &local;
-    for (int min_level = 2; min_level >= 1 && r.placed < want; min_level--)
-        for (size_t i = 0; i < r.n && r.placed < want; i++)
+    for (int min_level = 2; min_level >= 1; min_level--)
+        for (size_t i = 0; i < r.n && level_open(&r, min_level); i++)
             consider(&r, order_at(&r, i), min_level);
     *placed_p = r.placed;
     return EGM_OK;

@@ -18,6 +18,7 @@ struct egm_segment_table {
     egm_id_t *retired;
     size_t history;
     size_t retired_count;
+    uint64_t generation; /* bumped whenever a segment comes or goes */
 };
 
 static void id_key(egm_id_t id, uint8_t key[16])
@@ -186,6 +187,7 @@ egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_
         goto err_free;
     seg->index = t->n;
     t->list[t->n++] = seg;
+    t->generation++;
     if (segment_p != NULL)
         *segment_p = seg;
     return EGM_OK;
@@ -222,6 +224,12 @@ static void detach(egm_segment_table_t *t, egm_segment_t *seg)
     t->list[seg->index] = t->list[t->n - 1];
     t->list[seg->index]->index = seg->index;
     t->n--;
+    t->generation++;
+}
+
+uint64_t egm__segment_table_generation(const egm_segment_table_t *t)
+{
+    return t->generation;
 }
 
 void egm__segment_table_unpublish(egm_segment_table_t *t, egm_segment_t *seg)

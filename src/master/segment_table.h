@@ -84,6 +84,9 @@ void egm__segment_table_remove(egm_segment_table_t *table, egm_segment_t *segmen
  * the view, so a retry may mount it again. */
 void egm__segment_table_unpublish(egm_segment_table_t *table, egm_segment_t *segment);
 
+/* Changes whenever a segment is mounted or removed (placement caches what it
+ * counts of the segment set under it). */
+uint64_t egm__segment_table_generation(const egm_segment_table_t *table);
 /* Current view: the number of ids retired since the table was created. */
 uint64_t egm__segment_table_view(const egm_segment_table_t *table);
 /* Ids retired after `since` (oldest first) into an egm_malloc'ed array (NULL

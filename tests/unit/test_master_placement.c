@@ -167,6 +167,33 @@ static void test_hosts_first(void **state)
     assert_true(distinct_hosts(v.replicas, 2)); /* the first two: one per host */
 }
 
+/* The hosts and providers placement counts follow mounts and unmounts: a
+ * host that appears takes the second replica at once. */
+static void test_domains_follow_mounts(void **state)
+{
+    (void)state;
+    egm_id_t b = egm__id_random();
+    mount_provider(egm__id_random(), "a1", "host-a", 2, 1 << 20, NULL);
+    mount_provider(egm__id_random(), "a2", "host-a", 2, 1 << 20, NULL);
+    egm_object_view_t v;
+    assert_int_equal(put_start("one-host", 512, 2, 0, &v), EGM_OK);
+    assert_int_equal(v.n_replicas, 2);
+    assert_false(distinct_hosts(v.replicas, 2));
+    egm_segment_t *bs[2];
+    mount_provider(b, "b1", "host-b", 2, 1 << 20, bs);
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "two-hosts%d", i);
+        assert_int_equal(put_start(key, 512, 2, 0, &v), EGM_OK);
+        assert_true(distinct_hosts(v.replicas, 2));
+    }
+    assert_int_equal(egm__liveness_unmount(st.liveness, b, bs[0]->desc.id, 0), EGM_OK);
+    assert_int_equal(egm__liveness_unmount(st.liveness, b, bs[1]->desc.id, 0), EGM_OK);
+    assert_int_equal(put_start("one-host-again", 512, 3, 0, &v), EGM_OK);
+    assert_int_equal(v.n_replicas, 2); /* two providers left */
+    assert_true(distinct_providers(v.replicas, 2));
+}
+
 /* A full host: the second replica goes to another provider of the same host
  * rather than nowhere. */
 static void test_host_full_falls_back_to_provider(void **state)
@@ -438,6 +465,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_two_replicas_two_providers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hosts_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_domains_follow_mounts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_full_falls_back_to_provider, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fewer_providers_than_replicas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slab_extents_distinct_providers, setup, teardown),
