@@ -61,6 +61,7 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .client_id = client->id,
         .protocol = settings->protocol,
         .local_hostname = settings->local_hostname,
+        .zone = settings->zone,
         .data_port = (uint16_t)settings->data_port,
         .io_timeout_ms = (int)settings->io_timeout_ms,
         .registry = client->registry,

@@ -107,6 +107,10 @@ static const egm_config_key_t keys[] = {
         "master: RPC threads, each with its own event loop; connections are spread over them"),
     STRING(local_hostname, "", "a host name or address", P | C | CAP,
            "address others use to reach this process's data server (\"\" = host name)"),
+    STRING(zone, "", "a name of up to 63 bytes, no control characters", P | C | CAP,
+           "failure domain of this process's segments above its host (a rack, a power feed): the "
+           "master puts the replicas of one object in distinct zones first, then hosts, then "
+           "providers (\"\" = none)"),
     ENUM(protocol, egm_protocol_t, protocols, "auto", P | C,
          "data transport: auto picks nvlink (GPU buffer, VMM segment) > shm (same host) > tcp; the "
          "others force one"),

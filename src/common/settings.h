@@ -55,6 +55,7 @@ typedef struct egm_settings {
     int64_t http_port;
     int64_t rpc_threads;
     const char *local_hostname;
+    const char *zone;
     egm_protocol_t protocol;
     uint64_t global_segment_size;
     uint64_t max_mr_size;

@@ -216,6 +216,10 @@ static egm_status_t segment_json(egm_http_response_t *out, const egm_segment_t *
     if (s == EGM_OK)
         s = json_cstring(out, seg->desc.host_id);
     if (s == EGM_OK)
+        s = egm__http_printf(out, ",\"zone\":");
+    if (s == EGM_OK)
+        s = json_cstring(out, seg->desc.zone);
+    if (s == EGM_OK)
         s = egm__http_printf(out, ",\"tcp_endpoint\":");
     if (s == EGM_OK)
         s = json_cstring(out, seg->desc.tcp_endpoint);

@@ -501,6 +501,7 @@ static egm_segment_params_t segment_params(const Egm__SegmentDesc *d)
         .size = d->size,
         .name = d->name,
         .host_id = d->host_id,
+        .zone = d->zone,
         .tcp_endpoint = d->tcp_endpoint,
         .shm_socket = d->shm_socket,
         .handle_kind = (int)d->handle_kind,

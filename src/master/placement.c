@@ -20,12 +20,12 @@ struct egm_placer {
     uint64_t rng;
     /* Counted over the segment set of generation `counted_gen` (an upper
      * bound of what a call can use: unreachable and excluded segments are
-     * in): once a call's replicas cover that many hosts, or providers, no
+     * in): once a call's replicas cover that many zones, hosts or providers, no
      * candidate is left at that level, and the pass is skipped rather than
      * walking every segment for nothing (one host is the common case). */
     uint64_t counted_gen;
     int counted;
-    size_t n_hosts, n_providers;
+    size_t n_zones, n_hosts, n_providers;
     const egm_segment_t **sorted; /* scratch for counting */
     size_t sorted_cap;
     size_t *order; /* scratch: segment indexes in the strategy's order */
@@ -115,6 +115,30 @@ static int cmp_ranked(const void *a, const void *b)
     return x->tie < y->tie ? -1 : x->tie > y->tie ? 1 : 0;
 }
 
+int egm__placement_same_zone(const egm_segment_t *a, const egm_segment_t *b)
+{
+    /* Without a zone on both sides, a host is its own zone. */
+    if (a->desc.zone[0] == '\0' || b->desc.zone[0] == '\0')
+        return egm__placement_same_host(a, b);
+    return strcmp(a->desc.zone, b->desc.zone) == 0;
+}
+
+/* Zone order: named zones by name, then segments naming none by host
+ * (cmp_host). Counts never fewer zones than there are. */
+static int cmp_host(const void *a, const void *b);
+
+static int cmp_zone(const void *a, const void *b)
+{
+    const egm_segment_t *x = *(const egm_segment_t *const *)a;
+    const egm_segment_t *y = *(const egm_segment_t *const *)b;
+    int xe = x->desc.zone[0] == '\0', ye = y->desc.zone[0] == '\0';
+    if (xe != ye)
+        return xe - ye;
+    if (!xe)
+        return strcmp(x->desc.zone, y->desc.zone);
+    return cmp_host(a, b);
+}
+
 /* Host order: named hosts by name, then segments naming none by provider
  * (each such provider counts as a host of its own). */
 static int cmp_host(const void *a, const void *b)
@@ -154,8 +178,12 @@ static egm_status_t count_domains(egm_placer_t *p, egm_segment_table_t *table)
     }
     for (size_t i = 0; i < n; i++)
         p->sorted[i] = egm__segment_table_at(table, i);
-    p->n_hosts = p->n_providers = 0;
+    p->n_zones = p->n_hosts = p->n_providers = 0;
     if (n > 0) {
+        qsort(p->sorted, n, sizeof(*p->sorted), cmp_zone);
+        p->n_zones = 1;
+        for (size_t i = 1; i < n; i++)
+            p->n_zones += cmp_zone(&p->sorted[i - 1], &p->sorted[i]) != 0;
         qsort(p->sorted, n, sizeof(*p->sorted), cmp_host);
         p->n_hosts = 1;
         for (size_t i = 1; i < n; i++)
@@ -180,42 +208,49 @@ typedef struct {
     uint32_t want, placed;
     egm_segment_t *chosen[CHOSEN_MAX]; /* holding, then accepted */
     size_t n_chosen;
-    size_t n;                /* segments */
-    size_t drawn;            /* random: order[0..drawn) is shuffled */
-    size_t hosts, providers; /* distinct among chosen */
+    size_t n;                       /* segments */
+    size_t drawn;                   /* random: order[0..drawn) is shuffled */
+    size_t zones, hosts, providers; /* distinct among chosen */
 } run_t;
 
-/* Level of a candidate: 2 = on a host no replica is on, 1 = only on a
- * provider holding none, 0 = not eligible. */
-static int level_of(const run_t *r, const egm_segment_t *seg)
+/* Level of a candidate: 3 = in a zone no replica is in, 2 = in a zone one
+ * is in but on a host none is on, 1 = only of a provider holding none, 0 =
+ * not eligible. A configured zone outranks the host: two zones on one host
+ * (a test, a misconfiguration) still count as two. *new_host_p: on a host
+ * no replica is on. */
+static int level_of(const run_t *r, const egm_segment_t *seg, int *new_host_p)
 {
+    *new_host_p = 0;
     if (atomic_load_explicit(&seg->unreachable, memory_order_relaxed))
         return 0; /* its provider's connections closed: presumed gone */
     for (size_t i = 0; i < r->req->n_exclude; i++)
         if (egm__id_equal(seg->desc.owner, r->req->exclude_providers[i]))
             return 0;
-    int level = 2;
+    int new_zone = 1, new_host = 1;
     for (size_t i = 0; i < r->n_chosen; i++) {
         if (egm__placement_same_provider(seg, r->chosen[i]))
             return 0;
-        if (egm__placement_same_host(seg, r->chosen[i]))
-            level = 1;
+        new_host &= !egm__placement_same_host(seg, r->chosen[i]);
+        new_zone &= !egm__placement_same_zone(seg, r->chosen[i]);
     }
-    return level;
+    *new_host_p = new_host;
+    return new_zone ? 3 : new_host ? 2 : 1;
 }
 
 /* Tries seg when its level is at least min_level. */
 static void consider(run_t *r, egm_segment_t *seg, int min_level)
 {
+    int new_host;
     if (r->placed >= r->want)
         return;
-    int level = level_of(r, seg);
+    int level = level_of(r, seg, &new_host);
     if (level < min_level || !r->try_fn(r->arg, seg))
         return;
     r->placed++;
     r->chosen[r->n_chosen++] = seg;
     r->providers++; /* level >= 1: a provider none was on */
-    r->hosts += level == 2;
+    r->hosts += new_host;
+    r->zones += level == 3;
 }
 
 /* Whether a pass at min_level can still find a candidate. */
@@ -223,6 +258,8 @@ static int level_open(const run_t *r, int min_level)
 {
     if (r->placed >= r->want || r->providers >= r->placer->n_providers)
         return 0;
+    if (min_level == 3)
+        return r->zones < r->placer->n_zones;
     return min_level < 2 || r->hosts < r->placer->n_hosts;
 }
 
@@ -314,11 +351,13 @@ egm_status_t egm__placement_choose(egm_placer_t *placer, egm_segment_table_t *ta
                               "most %d",
                               req->n_holding, want, CHOSEN_MAX);
     for (size_t i = 0; i < req->n_holding; i++) {
-        int new_host = 1, new_provider = 1;
+        int new_zone = 1, new_host = 1, new_provider = 1;
         for (size_t k = 0; k < r.n_chosen; k++) {
             new_host &= !egm__placement_same_host(req->holding[i], r.chosen[k]);
+            new_zone &= !egm__placement_same_zone(req->holding[i], r.chosen[k]);
             new_provider &= !egm__placement_same_provider(req->holding[i], r.chosen[k]);
         }
+        r.zones += new_zone;
         r.hosts += new_host;
         r.providers += new_provider;
         r.chosen[r.n_chosen++] = req->holding[i];
@@ -351,7 +390,7 @@ egm_status_t egm__placement_choose(egm_placer_t *placer, egm_segment_table_t *ta
     egm_placement_request_t local = *req;
     local.strategy = strategy;
     r.req = &local;
-    for (int min_level = 2; min_level >= 1; min_level--)
+    for (int min_level = 3; min_level >= 1; min_level--)
         for (size_t i = 0; i < r.n && level_open(&r, min_level); i++)
             consider(&r, order_at(&r, i), min_level);
     *placed_p = r.placed;

@@ -2,13 +2,14 @@
  * slab), in which order (docs/master.md "Placement").
  *
  * Replicas of one object go to distinct failure domains: never two on one
- * provider (a segment's owner, the client that mounted it), and on distinct
- * hosts (a segment's host_id) whenever the segments with room allow it. The
+ * provider (a segment's owner, the client that mounted it), and in distinct
+ * zones (a segment's zone, its provider's `zone` setting), then on distinct
+ * hosts (its host_id), whenever the segments with room allow it. The
  * candidates are taken in this order: the preferred segments (in the
- * request's order), then the placement strategy's order; first only segments
- * on a host no replica is on yet, then any segment of a provider that holds
- * none. Fewer providers with room than replicas wanted gives fewer replicas:
- * the caller says how many it got.
+ * request's order), then the placement strategy's order three times: first
+ * only segments in a zone no replica is in yet, then on a host none is on,
+ * then any segment of a provider that holds none. Fewer providers with room than replicas wanted
+ * gives fewer replicas: the caller says how many it got.
  *
  * A segment whose provider the master believes gone (egm_segment_t.unreachable:
  * its connections closed, not yet dropped) and segments of the excluded
@@ -35,8 +36,8 @@ typedef struct {
     const char *const *preferred;
     size_t n_preferred;
     /* Segments already holding replicas of the object (re-replication: the
-     * surviving copies): their providers get no other, their hosts are
-     * avoided first. May be NULL with n_holding 0. */
+     * surviving copies): their providers get no other, their zones and hosts
+     * are avoided first. May be NULL with n_holding 0. */
     egm_segment_t *const *holding;
     size_t n_holding;
     /* Providers (segment owners) that must get no replica. */
@@ -65,8 +66,10 @@ egm_status_t egm__placement_choose(egm_placer_t *placer, egm_segment_table_t *ta
                                    egm_placement_try_t try_fn, void *arg, uint32_t *placed_p);
 
 /* Whether two segments share a provider, a host (host_id; "" counts as the
- * provider's own host). */
+ * provider's own host), a zone (without a zone on both, a host is its own
+ * zone). */
 int egm__placement_same_provider(const egm_segment_t *a, const egm_segment_t *b);
 int egm__placement_same_host(const egm_segment_t *a, const egm_segment_t *b);
+int egm__placement_same_zone(const egm_segment_t *a, const egm_segment_t *b);
 
 #endif

@@ -104,6 +104,7 @@ egm_status_t egm__segment_validate(const egm_segment_params_t *p)
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment.name: must not be empty");
     if ((status = egm__segment_check_string("name", p->name, EGM_SEGMENT_NAME_MAX)) != EGM_OK ||
         (status = egm__segment_check_string("host_id", p->host_id, EGM_HOST_ID_MAX)) != EGM_OK ||
+        (status = egm__segment_check_string("zone", p->zone, EGM_ZONE_MAX)) != EGM_OK ||
         (status = egm__segment_check_string("tcp_endpoint", p->tcp_endpoint, EGM_ENDPOINT_MAX)) !=
             EGM_OK ||
         (status = egm__segment_check_shm_socket(p->shm_socket)) != EGM_OK)
@@ -173,6 +174,7 @@ egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_
     d->size = p->size;
     copy_string(d->name, p->name, sizeof(d->name));
     copy_string(d->host_id, p->host_id, sizeof(d->host_id));
+    copy_string(d->zone, p->zone, sizeof(d->zone));
     copy_string(d->tcp_endpoint, p->tcp_endpoint, sizeof(d->tcp_endpoint));
     copy_string(d->shm_socket, p->shm_socket, sizeof(d->shm_socket));
     d->handle_kind = (egm_handle_kind_t)p->handle_kind;

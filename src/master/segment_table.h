@@ -23,6 +23,7 @@ typedef struct {
     uint64_t size;
     const char *name;
     const char *host_id;      /* NULL = "" */
+    const char *zone;         /* NULL = "" */
     const char *tcp_endpoint; /* NULL = "" */
     const char *shm_socket;   /* NULL = "" */
     int handle_kind;

@@ -359,11 +359,12 @@ static egm_status_t check_segment(rd_t r)
             if (status != EGM_OK)
                 return status;
             break;
-        case 2: /* name */
-        case 5: /* host_id */
-        case 6: /* tcp_endpoint */
-        case 7: /* shm_socket */
-        case 9: /* fabric_handle */
+        case 2:  /* name */
+        case 5:  /* host_id */
+        case 6:  /* tcp_endpoint */
+        case 7:  /* shm_socket */
+        case 9:  /* fabric_handle */
+        case 10: /* zone */
             if (wt != WT_LEN || rd_len(&r, &sub) != 0)
                 return bad("SegmentDesc string field");
             break;

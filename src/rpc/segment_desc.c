@@ -104,6 +104,8 @@ egm_status_t egm__segment_desc_from_pb(const Egm__SegmentDesc *pb, egm_segment_d
         return st;
     if ((st = copy_field("host_id", pb->host_id, desc.host_id, sizeof(desc.host_id))) != EGM_OK)
         return st;
+    if ((st = copy_field("zone", pb->zone, desc.zone, sizeof(desc.zone))) != EGM_OK)
+        return st;
     st = copy_field("tcp_endpoint", pb->tcp_endpoint, desc.tcp_endpoint, sizeof(desc.tcp_endpoint));
     if (st != EGM_OK)
         return st;
@@ -136,6 +138,7 @@ void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *p
     /* protobuf-c wants char *, but pack only reads these strings. */
     pb->name = (char *)desc->name;
     pb->host_id = (char *)desc->host_id;
+    pb->zone = (char *)desc->zone;
     pb->tcp_endpoint = (char *)desc->tcp_endpoint;
     pb->shm_socket = (char *)desc->shm_socket;
     pb->handle_kind = (Egm__HandleKind)desc->handle_kind;
@@ -155,7 +158,7 @@ void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *p
  * block for the allocation checks of tests to count); pages are touched only
  * as slots fill. */
 #define DESC_CACHE_SLOTS 512
-#define DESC_CACHE_BYTES 720
+#define DESC_CACHE_BYTES 800
 
 typedef struct {
     atomic_int busy; /* spin lock; static zero initialisation is a valid unlocked state */

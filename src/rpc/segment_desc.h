@@ -19,6 +19,7 @@ typedef enum {
 
 #define EGM_SEGMENT_NAME_MAX 128
 #define EGM_HOST_ID_MAX 160
+#define EGM_ZONE_MAX 64
 #define EGM_ENDPOINT_MAX 128
 #define EGM_SHM_SOCKET_MAX 100   /* fits sun_path with the abstract-namespace NUL */
 #define EGM_FABRIC_HANDLE_MAX 64 /* CUmemFabricHandle */
@@ -29,6 +30,7 @@ typedef struct {
     uint64_t size;
     egm_id_t owner;
     char host_id[EGM_HOST_ID_MAX];
+    char zone[EGM_ZONE_MAX];             /* failure domain above the host; "" = none */
     char tcp_endpoint[EGM_ENDPOINT_MAX]; /* "" = no tcp */
     char shm_socket[EGM_SHM_SOCKET_MAX]; /* "" = no shm */
     egm_handle_kind_t handle_kind;

@@ -39,6 +39,7 @@ struct egm_te {
     uint16_t data_port;
     int io_timeout_ms;
     char host_id[EGM_HOST_ID_MAX];
+    char zone[EGM_ZONE_MAX];
 
     egm_te_counters_t counters;
     egm_exposed_table_t *exposed;
@@ -193,6 +194,10 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
     }
     if ((st = copy_param("host_id", egm__host_id(), te->host_id, sizeof(te->host_id))) != EGM_OK)
         goto err_te;
+    if (params->zone != NULL &&
+        ((st = copy_param("zone", params->zone, te->zone, sizeof(te->zone))) != EGM_OK ||
+         (st = egm__segment_check_string("zone", te->zone, sizeof(te->zone))) != EGM_OK))
+        goto err_te;
     if (params->auth_token != NULL &&
         (st = copy_param("auth_token", params->auth_token, te->auth_token,
                          sizeof(te->auth_token))) != EGM_OK)
@@ -288,6 +293,7 @@ out:
 static egm_status_t fill_endpoints(egm_te_t *te, egm_segment_desc_t *desc)
 {
     snprintf(desc->host_id, sizeof(desc->host_id), "%s", te->host_id);
+    snprintf(desc->zone, sizeof(desc->zone), "%s", te->zone);
     char where[sizeof(desc->tcp_endpoint) + 1];
     egm__sock_format_hostport(te->local_hostname, egm__tcp_server_port(te->server), where,
                               sizeof(where));

@@ -37,6 +37,7 @@ typedef struct {
     egm_id_t client_id;
     egm_protocol_t protocol;
     const char *local_hostname;   /* advertised in tcp endpoints; "" = host name */
+    const char *zone;             /* put in every segment descriptor (NULL = "") */
     const char *data_listen_host; /* bind address of the data server; NULL = 0.0.0.0 */
     uint16_t data_port;           /* 0 = any free port */
     int io_timeout_ms;

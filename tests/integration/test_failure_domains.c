@@ -6,6 +6,8 @@
  *   and by the client in slabs; the master's replica list of every key names
  *   segments of two different providers (the old placement put both replicas
  *   on one provider for about 3 keys in 7);
+ * - zones: providers started with --zone z1, z1, z2: every key of 2
+ *   replicas has one on the z2 provider;
  * - failure detection: a master with client_ttl 30 s; a provider SIGKILLed;
  *   the master marks it unreachable at once and drops its segments well
  *   before the TTL (asserted: within 10 s), and no put is acknowledged on it
@@ -139,6 +141,47 @@ static void test_replicas_on_distinct_providers(void **state)
     egm_client_destroy(c);
     printf("placement: %d keys x 2 paths, %d with both replicas on one provider\n", KEYS, shared);
     assert_int_equal(shared, 0);
+}
+
+/* Zones from the providers' `zone` setting: providers in z1, z1 and z2; every
+ * key of 2 replicas has one in each zone, so one on the z2 provider. */
+static int on_owner(const seg_owners_t *o, const egm_id_t *ids, size_t n, egm_id_t owner);
+
+static void test_zones_from_provider_setting(void **state)
+{
+    (void)state;
+    const char *const z1[] = {"--zone", "z1", "--max-mr-size", "4MiB", NULL};
+    const char *const z2[] = {"--zone", "z2", "--max-mr-size", "4MiB", NULL};
+    assert_int_equal(egm_test_start_master(&cluster, NULL), 0);
+    assert_true(egm_test_start_provider(&cluster, "8MiB", z1) >= 0);
+    assert_true(egm_test_start_provider(&cluster, "8MiB", z1) >= 0);
+    assert_true(egm_test_start_provider(&cluster, "8MiB", z2) >= 0);
+    egm_client_t *c = egm_test_client(&cluster, "shm",
+                                      (const char *const[]){"slab_bytes=0", "replica_num=2", NULL});
+    assert_non_null(c);
+    Egm__ListSegmentsReply *reply = NULL;
+    assert_int_equal(egm__client_list_segments(c, &reply), EGM_OK);
+    assert_int_equal(reply->n_segments, 6);
+    egm_id_t z2_owner = {0, 0};
+    for (size_t i = 0; i < reply->n_segments; i++) {
+        const char *zone = reply->segments[i]->desc->zone;
+        assert_true(strcmp(zone, "z1") == 0 || strcmp(zone, "z2") == 0);
+        if (strcmp(zone, "z2") == 0)
+            z2_owner = egm__id_from_pb(reply->segments[i]->desc->owner);
+    }
+    egm__rpc_msg_free(&reply->base);
+    seg_owners_t o;
+    list_owners(c, &o);
+    for (int i = 0; i < 32; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "zoned/%d", i);
+        assert_int_equal(egm_test_put_seeded(c, key, 4096, (unsigned)i), EGM_OK);
+        egm_id_t ids[4];
+        size_t n = replicas_of(c, key, ids, 4);
+        assert_int_equal(n, 2);
+        assert_true(on_owner(&o, ids, n, z2_owner));
+    }
+    egm_client_destroy(c);
 }
 
 /* ---- failure detection --------------------------------------------------- */
@@ -309,6 +352,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_replicas_on_distinct_providers, teardown),
+        cmocka_unit_test_teardown(test_zones_from_provider_setting, teardown),
         cmocka_unit_test_teardown(test_provider_death_detected, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,6 +13,7 @@ static inline void egm_test_assert_same_desc(const egm_segment_desc_t *a,
     assert_int_equal(a->size, b->size);
     assert_string_equal(a->name, b->name);
     assert_string_equal(a->host_id, b->host_id);
+    assert_string_equal(a->zone, b->zone);
     assert_string_equal(a->tcp_endpoint, b->tcp_endpoint);
     assert_string_equal(a->shm_socket, b->shm_socket);
     assert_int_equal(a->handle_kind, b->handle_kind);

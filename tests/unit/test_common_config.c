@@ -42,6 +42,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"http_port", "9003"},
         {"rpc_threads", "4"},
         {"local_hostname", ""},
+        {"zone", ""},
         {"protocol", "auto"},
         {"global_segment_size", "0"},
         {"max_mr_size", "1GiB"},

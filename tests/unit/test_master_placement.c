@@ -62,10 +62,10 @@ static void reinit(egm_placement_t strategy)
     assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
 }
 
-/* A provider `owner` on `host` with `n` segments of `size` bytes, named
- * "NAME/0", "NAME/1", ... as a provider's pool chunks are. */
-static void mount_provider(egm_id_t owner, const char *name, const char *host, int n, uint64_t size,
-                           egm_segment_t **segs)
+/* A provider `owner` in `zone` (NULL: none) on `host` with `n` segments of
+ * `size` bytes, named "NAME/0", "NAME/1", ... as a provider's pool chunks are. */
+static void mount_provider_in(egm_id_t owner, const char *name, const char *zone, const char *host,
+                              int n, uint64_t size, egm_segment_t **segs)
 {
     for (int i = 0; i < n; i++) {
         char chunk[64];
@@ -74,6 +74,7 @@ static void mount_provider(egm_id_t owner, const char *name, const char *host, i
                                   .size = size,
                                   .name = chunk,
                                   .host_id = host,
+                                  .zone = zone,
                                   .tcp_endpoint = "127.0.0.1:1"};
         assert_int_equal(egm__liveness_mount(st.liveness, owner, &p, 0), EGM_OK);
         egm_segment_t *seg = egm__segment_table_find(st.segments, p.id);
@@ -81,6 +82,12 @@ static void mount_provider(egm_id_t owner, const char *name, const char *host, i
         if (segs != NULL)
             segs[i] = seg;
     }
+}
+
+static void mount_provider(egm_id_t owner, const char *name, const char *host, int n, uint64_t size,
+                           egm_segment_t **segs)
+{
+    mount_provider_in(owner, name, NULL, host, n, size, segs);
 }
 
 static egm_status_t put_start(const char *key, uint64_t size, uint32_t replicas, uint64_t now,
@@ -165,6 +172,39 @@ static void test_hosts_first(void **state)
     assert_int_equal(v.n_replicas, 4);
     assert_true(distinct_providers(v.replicas, 4));
     assert_true(distinct_hosts(v.replicas, 2)); /* the first two: one per host */
+}
+
+static int distinct_zones(const egm_replica_view_t *r, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = i + 1; j < n; j++)
+            if (strcmp(r[i].segment->desc.zone, r[j].segment->desc.zone) == 0)
+                return 0;
+    return 1;
+}
+
+/* Zones before hosts: 2 zones, zone z1 with 2 hosts, z2 with 1 host. Two
+ * replicas always in two zones; three: two zones, three hosts; a full zone
+ * leaves the next replica on another host of the same zone. */
+static void test_zones_first(void **state)
+{
+    (void)state;
+    mount_provider_in(egm__id_random(), "a", "z1", "host-a", 2, 1 << 20, NULL);
+    mount_provider_in(egm__id_random(), "b", "z1", "host-b", 2, 1 << 20, NULL);
+    mount_provider_in(egm__id_random(), "c", "z2", "host-c", 2, 1 << 20, NULL);
+    for (int i = 0; i < 60; i++) {
+        char key[32];
+        egm_object_view_t v;
+        snprintf(key, sizeof(key), "z%d", i);
+        assert_int_equal(put_start(key, 512, 2, 0, &v), EGM_OK);
+        assert_int_equal(v.n_replicas, 2);
+        assert_true(distinct_zones(v.replicas, 2));
+        snprintf(key, sizeof(key), "three%d", i);
+        assert_int_equal(put_start(key, 512, 3, 0, &v), EGM_OK);
+        assert_int_equal(v.n_replicas, 3);
+        assert_true(distinct_zones(v.replicas, 2));
+        assert_true(distinct_hosts(v.replicas, 3));
+    }
 }
 
 /* The hosts and providers placement counts follow mounts and unmounts: a
@@ -466,6 +506,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_replicas_two_providers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hosts_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_domains_follow_mounts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zones_first, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_full_falls_back_to_provider, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fewer_providers_than_replicas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slab_extents_distinct_providers, setup, teardown),
