@@ -38,6 +38,7 @@ static void check_desc(const egm_segment_desc_t *d)
     FUZZ_CHECK(d->size > 0);
     FUZZ_CHECK(clean_string(d->name, sizeof(d->name)));
     FUZZ_CHECK(clean_string(d->host_id, sizeof(d->host_id)));
+    FUZZ_CHECK(clean_string(d->zone, sizeof(d->zone)));
     FUZZ_CHECK(clean_string(d->tcp_endpoint, sizeof(d->tcp_endpoint)));
     FUZZ_CHECK(clean_string(d->shm_socket, sizeof(d->shm_socket)));
     FUZZ_CHECK(d->shm_socket[0] == '\0' || d->shm_socket[0] == '/' ||
@@ -50,7 +51,7 @@ static int same_desc(const egm_segment_desc_t *a, const egm_segment_desc_t *b)
 {
     return egm__id_equal(a->id, b->id) && egm__id_equal(a->owner, b->owner) && a->size == b->size &&
            strcmp(a->name, b->name) == 0 && strcmp(a->host_id, b->host_id) == 0 &&
-           strcmp(a->tcp_endpoint, b->tcp_endpoint) == 0 &&
+           strcmp(a->zone, b->zone) == 0 && strcmp(a->tcp_endpoint, b->tcp_endpoint) == 0 &&
            strcmp(a->shm_socket, b->shm_socket) == 0 && a->handle_kind == b->handle_kind &&
            a->fabric_handle_len == b->fabric_handle_len &&
            memcmp(a->fabric_handle, b->fabric_handle, a->fabric_handle_len) == 0;

@@ -84,7 +84,9 @@ egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_
  * connection's reactor thread (so that the owner can notice a peer gone
  * without waiting for a timeout). Returns 1 when the current connection was
  * not bound to `peer` before (now it is; a connection is bound to one peer,
- * the last named), 0 when it was, or when called outside a handler. */
+ * the last named, and the peer it replaces is not told: its owner counts
+ * that connection as its own until it closes), 0 when it was, or when called
+ * outside a handler. Called on the handler's thread only. */
 int egm__rpc_server_bind_peer(const uint8_t peer[16]);
 typedef void (*egm_rpc_peer_close_t)(void *arg, const uint8_t peer[16]);
 /* Sets the hook (NULL: none). Before the reactor runs. */
