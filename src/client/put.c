@@ -3,6 +3,7 @@
  * into every replica -> one Commit. Otherwise: PutStart (the master places
  * replicas) -> copy -> PutEnd, or PutRevoke for keys whose copy failed. One
  * RPC per phase per batch (per chunk of a pipelined one). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "client/client_int.h"
@@ -43,7 +44,22 @@ egm_status_t egm__client_put_start(egm_client_t *client, size_t n, const char *c
     req.n_sizes = n;
     req.sizes = (uint64_t *)sizes;
     req.config = &cfg;
-    return egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, n, reply_p);
+    egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_PUT_START, &req.base, n, reply_p);
+    if (status == EGM_OK)
+        for (size_t i = 0; i < (*reply_p)->n_results; i++)
+            if ((*reply_p)->results[i].status == EGM_OK &&
+                (*reply_p)->results[i].n_replicas < cfg.replica_num) {
+                /* The master never doubles replicas up on one provider.
+                 * Said once per process at info, then at debug. */
+                static atomic_int said;
+                egm_log_level_t lvl = atomic_exchange(&said, 1) == 0 ? EGM_LOG_INFO : EGM_LOG_DEBUG;
+                egm_log_ratelimited(lvl, 1,
+                                    "put: %u of %u replicas placed (fewer providers with room "
+                                    "than replicas asked; egmstore stat KEY lists them)",
+                                    (*reply_p)->results[i].n_replicas, cfg.replica_num);
+                break;
+            }
+    return status;
 }
 
 static egm_status_t put_start(egm_client_t *client, const put_plan_t *plan,

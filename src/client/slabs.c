@@ -1,6 +1,7 @@
 /* A writer's slabs: reservations, grants, returns (slabs.h). */
 #include "client/slabs.h"
 
+#include <stdatomic.h>
 #include <string.h>
 #include "client/client_int.h"
 #include "client/location_cache.h" /* EGM_LOCATION_MARGIN_MS */
@@ -295,6 +296,13 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
     s->lease_ms = res->lease_ttl_ms;
     s->bound_ms = reply->location_cache_ms;
     s->n_extents = res->n_replicas;
+    if (s->n_extents < replica_num) {
+        static atomic_int said; /* once per process at info, then at debug */
+        egm_log_ratelimited(atomic_exchange(&said, 1) == 0 ? EGM_LOG_INFO : EGM_LOG_DEBUG, 1,
+                            "slab: %u of %u replicas placed (fewer providers with room than "
+                            "replicas asked): its objects get as many",
+                            s->n_extents, replica_num);
+    }
     s->cls = -1;
     for (uint32_t e = 0; e < s->n_extents; e++)
         s->bases[e] = egm__keys_reply_replicas(reply, res)[e].offset;
