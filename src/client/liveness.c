@@ -334,6 +334,12 @@ static void *ping_main(void *arg)
             break;
         pthread_mutex_unlock(&client->lock);
         egm_status_t status = ping_once(client);
+        /* A connection found broken is re-established by the next call: make
+         * it now, not a ping interval later, so that a master that saw the
+         * connection close has this client back well within its
+         * client_disconnect_grace_ms (docs/master.md "Failure detection"). */
+        if (status == EGM_ERR_UNREACHABLE)
+            status = ping_once(client);
         if (status != EGM_OK) {
             char detail[512];
             snprintf(detail, sizeof(detail), "%s", egm_last_error());

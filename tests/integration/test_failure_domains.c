@@ -14,7 +14,10 @@
  *   after the master saw its connection close: a put that prefers it lands
  *   on the survivor, and a put into a slab a writer holds on it (a shm copy
  *   into a mapping that still works) is refused at its Commit; every put
- *   acknowledged reads back after the drop. */
+ *   acknowledged reads back after the drop;
+ * - a provider that only reconnects (its TCP connection to the master cut
+ *   with `ss -K`): back with its next ping, still mounted after the grace,
+ *   every object on it readable (skipped without root or `ss -K`). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,6 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <cmocka.h>
 #include "client/client_int.h"
 #include "client/inspect.h"
@@ -339,6 +346,110 @@ static void test_provider_death_detected(void **state)
     egm_client_destroy(c);
 }
 
+/* ---- a provider that only reconnects ------------------------------------ */
+
+/* A non-loopback IPv4 address of this host ("" when none): clients of a
+ * master there use TCP, whose connections `ss -K` can cut (a loopback master
+ * is reached over its Unix socket). */
+static void outside_address(char *buf, size_t len)
+{
+    struct ifaddrs *ifs = NULL, *i;
+    buf[0] = '\0';
+    if (getifaddrs(&ifs) != 0)
+        return;
+    for (i = ifs; i != NULL && buf[0] == '\0'; i = i->ifa_next)
+        if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK))
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, buf, (socklen_t)len);
+    freeifaddrs(ifs);
+}
+
+static double metric_at(const char *host, unsigned port, const char *name)
+{
+    static char answer[262144];
+    const char *body;
+    if (egm_test_http_request(host, port, "/metrics", NULL, answer, sizeof(answer), &body) != 200)
+        return -1;
+    size_t len = strlen(name);
+    for (const char *p = body; (p = strstr(p, name)) != NULL; p += len)
+        if ((p == body || p[-1] == '\n') && p[len] == ' ')
+            return strtod(p + len + 1, NULL);
+    return -1;
+}
+
+/* A provider whose connection to the master is cut (ss -K) but whose process
+ * lives reconnects with its next ping: the master presumes it gone for that
+ * moment, then has it back; after the grace it is still mounted and every
+ * object on it reads back. Needs a non-loopback address and `ss -K` (root,
+ * a kernel with socket destroy): skipped otherwise. */
+static void test_reconnect_keeps_data(void **state)
+{
+    (void)state;
+    char ip[64];
+    outside_address(ip, sizeof(ip));
+    if (ip[0] == '\0') {
+        printf("skipped: no non-loopback IPv4 address\n");
+        skip();
+    }
+    const char *const extra[] = {"--listen-address",
+                                 ip,
+                                 "--client-ttl",
+                                 TTL_S,
+                                 "--client-disconnect-grace-ms",
+                                 "2000",
+                                 NULL};
+    unsigned http;
+    assert_int_equal(egm_test_start_master_http(&cluster, extra, &http), 0);
+    snprintf(cluster.master_addr, sizeof(cluster.master_addr), "%s:%u", ip, cluster.master_port);
+    assert_true(egm_test_start_provider(&cluster, "8MiB", NULL) >= 0);
+    egm_client_t *c = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(c);
+    for (int i = 0; i < 16; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "kept/%d", i);
+        assert_int_equal(egm_test_put_seeded(c, key, 4096, (unsigned)i), EGM_OK);
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "ss -K dst %s:%u >/dev/null 2>&1", ip, cluster.master_port);
+    uint64_t t0 = egm__now_ms();
+    int rc = system(cmd);
+    int cut = 0;
+    while (egm__now_ms() - t0 < 5000 && !cut) {
+        cut = metric_at(ip, http, "egm_master_provider_disconnects_total") >= 1;
+        if (!cut)
+            usleep(POLL_US);
+    }
+    if (!cut) {
+        printf("skipped: `ss -K` (rc %d) did not cut the provider's connection\n", rc);
+        egm_client_destroy(c);
+        skip();
+    }
+    uint64_t back_ms = 0;
+    while (egm__now_ms() - t0 < DETECT_LIMIT_MS && back_ms == 0) {
+        if (metric_at(ip, http, "egm_master_provider_reconnects_total") >= 1)
+            back_ms = egm__now_ms() - t0;
+        else
+            usleep(POLL_US);
+    }
+    assert_true(back_ms > 0);
+    /* Past the grace (2 s) and a tick: had it been dropped, it would be now. */
+    while (egm__now_ms() - t0 < 4500)
+        usleep(POLL_US);
+    printf("reconnect: provider's connection cut, back after %llu ms; segments kept\n",
+           (unsigned long long)back_ms);
+    assert_int_equal(
+        metric_at(ip, http, "egm_master_segments_dropped_total{reason=\"disconnected\"}"), 0);
+    assert_int_equal(metric_at(ip, http, "egm_master_segments_unreachable"), 0);
+    assert_int_equal(egm_test_segment_count(c), 1);
+    for (int i = 0; i < 16; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "kept/%d", i);
+        assert_int_equal(egm_test_get_seeded(c, key, 4096, (unsigned)i), EGM_OK);
+    }
+    assert_int_equal(egm_test_put_seeded(c, "after", 4096, 99), EGM_OK);
+    egm_client_destroy(c);
+}
+
 /* Stops whatever a test started, whether it passed or not. */
 static int teardown(void **state)
 {
@@ -354,6 +465,7 @@ int main(void)
         cmocka_unit_test_teardown(test_replicas_on_distinct_providers, teardown),
         cmocka_unit_test_teardown(test_zones_from_provider_setting, teardown),
         cmocka_unit_test_teardown(test_provider_death_detected, teardown),
+        cmocka_unit_test_teardown(test_reconnect_keeps_data, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
