@@ -59,10 +59,11 @@ typedef struct egm_client egm_client_t;
 
 /* Placement of a new object (Mooncake ReplicateConfig). */
 typedef struct {
-    /* Replicas wanted, one per segment, 1..16; 0 means the config's
-     * `replica_num`. The master places at least one and at most this many
-     * (fewer when fewer segments have room); above 16 the whole put is
-     * refused with EGM_ERR_INVALID_ARG. */
+    /* Replicas wanted, each on its own provider (and zone, and host, where
+     * there are enough), 1..16; 0 means the config's `replica_num`. The
+     * master places at least one and at most this many (fewer when fewer
+     * providers have room: never two on one provider); above 16 the whole
+     * put is refused with EGM_ERR_INVALID_ARG. */
     uint32_t replica_num;
     int with_soft_pin; /* evicted only when nothing else can be (docs/master.md) */
     int with_hard_pin; /* never evicted */

@@ -222,8 +222,9 @@ uint64_t egm__objects_lease_ttl_ms(const egm_object_index_t *index);
 egm_status_t egm__objects_check_key(const char *key, size_t key_len);
 
 /* Places config->replica_num (1..EGM_MASTER_REPLICA_MAX) replicas of `size`
- * bytes on distinct segments: the preferred ones first (in order), then in the
- * placement strategy's order; fewer when fewer segments have room, but at
+ * bytes on distinct providers (placement.h: zones and hosts first): the
+ * preferred ones first (in order), then in the placement strategy's order;
+ * none on a provider presumed gone; fewer when fewer providers have room, but at
  * least one, and no more than keep their total under the high watermark of
  * the capacity. When none has room, frees the held space whose lease has
  * ended (egm__objects_release_held) and tries again, then evicts
@@ -246,9 +247,11 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
                                     size_t key_len, uint64_t size, uint32_t replica_num,
                                     uint64_t now_ms, egm_object_view_t *view_p);
 /* PENDING -> COMPLETE, most recently used as of now_ms and not evicted before
- * now_ms + min_residency_ms. NOT_FOUND if absent,
- * INVALID_ARG if another client is the writer. A repeated PutEnd by the writer
- * answers OK (a retried RPC). */
+ * now_ms + min_residency_ms. Replicas on a segment whose provider is presumed
+ * gone (egm_segment_t.unreachable) are dropped first; with none left the put
+ * is deleted and NOT_FOUND answered (a slab Commit does the same per extent).
+ * NOT_FOUND if absent, INVALID_ARG if another client is the writer. A
+ * repeated PutEnd by the writer answers OK (a retried RPC). */
 egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, const char *key,
                                   size_t key_len, uint64_t now_ms);
 /* Frees a PENDING object's space; the key is gone. NOT_FOUND if absent,
