@@ -94,24 +94,30 @@ size_t egm__liveness_client_count(egm_liveness_t *l)
     return n;
 }
 
-/* Marks (or clears) every segment of `owner` unreachable. The segment table
- * is only read: the caller holds the state lock, shared at least. */
-static void mark_segments(egm_liveness_t *l, egm_id_t owner, int unreachable)
+/* Marks (or clears) every segment of `owner` unreachable; how many it has.
+ * The segment table is only read: the caller holds the state lock, shared
+ * at least. */
+static size_t mark_segments(egm_liveness_t *l, egm_id_t owner, int unreachable)
 {
-    size_t n = egm__segment_table_count(l->segments);
+    size_t n = egm__segment_table_count(l->segments), marked = 0;
     for (size_t i = 0; i < n; i++) {
         egm_segment_t *seg = egm__segment_table_at(l->segments, i);
-        if (egm__id_equal(seg->desc.owner, owner))
+        if (egm__id_equal(seg->desc.owner, owner)) {
             atomic_store_explicit(&seg->unreachable, unreachable, memory_order_relaxed);
+            marked++;
+        }
     }
+    return marked;
 }
 
-/* With l->lock held: c was presumed gone and spoke again. */
+/* With l->lock held: c was presumed gone and spoke again. Counted and said
+ * for a provider (a client with segments) only. */
 static void reconnected(egm_liveness_t *l, client_t *c)
 {
     char id_text[EGM_ID_STRLEN];
     c->disconnected = 0;
-    mark_segments(l, c->id, 0);
+    if (mark_segments(l, c->id, 0) == 0)
+        return;
     l->stats.reconnects++;
     egm_info("client %s is back %llu ms after its connection closed: its segments serve again",
              egm__id_format(c->id, id_text),
@@ -312,11 +318,13 @@ void egm__liveness_disconnected(egm_liveness_t *l, egm_id_t client, uint64_t now
     if (c != NULL && c->conns == 0 && !c->disconnected) {
         c->disconnected = 1;
         c->disconnected_ms = now_ms;
-        mark_segments(l, client, 1);
-        l->stats.disconnects++;
-        egm_info("client %s: its connection to the master closed without a leaving ping: its "
-                 "segments take no new replica until it reconnects",
-                 egm__id_format(client, id_text));
+        size_t marked = mark_segments(l, client, 1);
+        if (marked > 0) { /* a provider; a client without segments has nothing to lose */
+            l->stats.disconnects++;
+            egm_info("client %s: its connection to the master closed without a leaving ping: "
+                     "its %zu segments take no new replica until it reconnects",
+                     egm__id_format(client, id_text), marked);
+        }
     }
     pthread_mutex_unlock(&l->lock);
 }

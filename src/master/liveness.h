@@ -29,7 +29,7 @@ typedef enum {
 
 typedef struct {
     uint64_t segments_dropped[EGM_DROP_REASONS];
-    uint64_t disconnects; /* clients whose last connection closed without a leaving Ping */
+    uint64_t disconnects; /* providers whose last connection closed without a leaving Ping */
     uint64_t reconnects;  /* of those, back before being dropped */
 } egm_liveness_stats_t;
 

@@ -385,7 +385,7 @@ static double metric_at(const char *host, unsigned port, const char *name)
 static void test_reconnect_keeps_data(void **state)
 {
     (void)state;
-    char ip[64];
+    char ip[INET_ADDRSTRLEN];
     outside_address(ip, sizeof(ip));
     if (ip[0] == '\0') {
         printf("skipped: no non-loopback IPv4 address\n");
@@ -400,7 +400,7 @@ static void test_reconnect_keeps_data(void **state)
                                  NULL};
     unsigned http;
     assert_int_equal(egm_test_start_master_http(&cluster, extra, &http), 0);
-    snprintf(cluster.master_addr, sizeof(cluster.master_addr), "%s:%u", ip, cluster.master_port);
+    snprintf(cluster.master_addr, sizeof(cluster.master_addr), "%.20s:%u", ip, cluster.master_port);
     assert_true(egm_test_start_provider(&cluster, "8MiB", NULL) >= 0);
     egm_client_t *c = egm_test_client(&cluster, "tcp", NULL);
     assert_non_null(c);
