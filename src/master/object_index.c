@@ -2340,10 +2340,28 @@ egm_repair_queue_t *egm__objects_repair_queue(egm_object_index_t *index)
     return index->repair;
 }
 
-/* Picks a segment for a new replica of obj (egm__repair_target_ok: another
- * provider than every live replica's) and allocates it there, trying the
- * segments from a random one on; NULL when none has room. With obj's shard
- * and `space` locked. */
+/* A repair target being chosen (repair_try). */
+typedef struct {
+    uint64_t size;
+    egm_segment_t *segment;
+    uint64_t offset;
+} repair_try_t;
+
+static int repair_try(void *arg, egm_segment_t *seg)
+{
+    repair_try_t *t = arg;
+    if (egm__allocator_alloc(seg->allocator, t->size, &t->offset) != EGM_OK)
+        return 0;
+    t->segment = seg;
+    return 1;
+}
+
+/* Picks a segment for a new replica of obj and allocates it there: placement
+ * over failure domains (placement.h) with obj's live replicas as holding, so
+ * on another provider than every one of them (egm__repair_target_ok), in
+ * another zone or on another host first, never on a provider presumed gone,
+ * from a random segment on; NULL when none has room. With obj's shard and
+ * `space` locked. */
 static egm_segment_t *repair_place(egm_object_index_t *index, const egm_object_t *obj,
                                    uint64_t *offset_p)
 {
@@ -2352,15 +2370,16 @@ static egm_segment_t *repair_place(egm_object_index_t *index, const egm_object_t
     for (uint32_t i = 0; i < obj->n_replicas; i++)
         if (obj->replicas[i].segment != NULL)
             holders[n_holders++] = obj->replicas[i].segment;
-    size_t n = egm__segment_table_count(index->segments);
-    size_t start = n > 0 ? (size_t)(egm__placer_random(index->placer) % n) : 0;
-    for (size_t i = 0; i < n; i++) {
-        egm_segment_t *seg = egm__segment_table_at(index->segments, (start + i) % n);
-        if (egm__repair_target_ok(seg, holders, n_holders) &&
-            egm__allocator_alloc(seg->allocator, obj->size, offset_p) == EGM_OK)
-            return seg;
-    }
-    return NULL;
+    egm_placement_request_t req = {
+        .strategy = EGM_PLACEMENT_RANDOM, .holding = holders, .n_holding = n_holders};
+    repair_try_t t = {.size = obj->size};
+    uint32_t placed = 0;
+    if (egm__placement_choose(index->placer, index->segments, &req, 1, repair_try, &t, &placed) !=
+            EGM_OK ||
+        placed == 0)
+        return NULL;
+    *offset_p = t.offset;
+    return t.segment;
 }
 
 egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *key, size_t key_len,
@@ -2382,7 +2401,7 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
         pthread_mutex_unlock(&sh->lock);
         return status;
     }
-    uint64_t offset, release_ms = now_ms + index->params.lease_ttl_ms, used, capacity;
+    uint64_t offset = 0, release_ms = now_ms + index->params.lease_ttl_ms, used, capacity;
     double hw;
     space_lock(index);
     /* A repair never takes the pool above the high watermark: restoring a
