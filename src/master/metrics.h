@@ -45,7 +45,7 @@ typedef struct {
     uint64_t capacity_bytes;   /* of all mounted segments */
     uint64_t segment_replicas; /* replicas placed in mounted segments */
     egm_object_index_stats_t objects;
-    egm_repair_stats_t repair;     /* re-replication (repair.h) */
+    egm_repair_stats_t repair; /* re-replication (repair.h) */
     egm_liveness_stats_t liveness;
     uint64_t segments_unreachable; /* mounted, their provider presumed gone */
     egm_rpc_server_stats_t server; /* summed over the RPC threads' servers */
