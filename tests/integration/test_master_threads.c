@@ -92,7 +92,11 @@ static void *lib_main(void *arg)
         .replica_num = 1, .preferred_segments = prefs, .preferred_segments_count = 1};
     unsigned char *data = malloc(OBJ_LEN);
     char key[64];
-    egm_client_t *client = egm_test_client(&cluster, w->id % 2 ? "tcp" : "auto", NULL);
+    /* Slabs small enough that all six fit on the provider's 64 MiB: a preference is best
+     * effort, and a slab the provider cannot hold would go to a fake segment (which holds
+     * no data) once the bench has mounted its 512 MiB, whose 1/16 would be a slab's size. */
+    const char *pairs[] = {"slab_bytes=1MiB", NULL};
+    egm_client_t *client = egm_test_client(&cluster, w->id % 2 ? "tcp" : "auto", pairs);
 
     if (client == NULL || data == NULL)
         FAIL(w, "client %d: cannot create it", w->id);
