@@ -1670,6 +1670,7 @@ egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client,
 static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t now_ms)
 {
     shard_t *sh = shard_of(index, obj);
+    obj->repair_leased = 0; /* a reader's lease (repair_start sets it again for its own) */
     uint64_t expiry = now_ms + index->params.lease_ttl_ms;
     if (expiry > obj->lease_expiry_ms)
         obj->lease_expiry_ms = expiry;
@@ -1771,7 +1772,7 @@ static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, 
         status = egm__set_error(EGM_ERR_NOT_FOUND, "object not found");
     else if (!force && obj->state == EGM_OBJECT_PENDING)
         status = egm__set_error(EGM_ERR_NOT_READY, "object is still being written");
-    else if (!force && lease_live(obj, now_ms))
+    else if (!force && lease_live(obj, now_ms) && !obj->repair_leased)
         status = egm__set_error(EGM_ERR_HAS_LEASE, "object is under a read lease for %llu ms",
                                 (unsigned long long)(obj->lease_expiry_ms - now_ms));
     if (status != EGM_OK)
@@ -2037,8 +2038,8 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
         object_table_t *t = &index->shards[s].by_key;
         for (size_t i = 0; i <= t->mask; i++) {
             egm_object_t *obj = t->slots[i].obj;
-            if (obj == NULL ||
-                (!force && (obj->state != EGM_OBJECT_COMPLETE || lease_live(obj, now_ms))))
+            if (obj == NULL || (!force && (obj->state != EGM_OBJECT_COMPLETE ||
+                                           (lease_live(obj, now_ms) && !obj->repair_leased))))
                 continue;
             if (objs != NULL) {
                 objs[n++] = obj; /* deleted below, after the sorted frees */
@@ -2434,8 +2435,12 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
             if (obj->replicas[i].segment != NULL)
                 src = &obj->replicas[i];
         /* The source's space is not reused while the lease lasts, whatever
-         * happens to the object (docs/consistency.md). */
+         * happens to the object (docs/consistency.md). No reader is
+         * served by this lease: unless one's is live too, a plain remove
+         * goes ahead (holding the space), as it would without a repair. */
+        int readers = lease_live(obj, now_ms) && !obj->repair_leased;
         grant_lease(index, obj, now_ms);
+        obj->repair_leased = !readers;
         *task = (egm_repair_task_t){.size = obj->size,
                                     .source = src->segment,
                                     .source_offset = egm__replica_offset(src),

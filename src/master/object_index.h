@@ -100,6 +100,8 @@ typedef struct egm_object {
     uint8_t hard_pin : 1;         /* put with_hard_pin: never evicted */
     uint8_t in_lease_list : 1;    /* in its shard's lease list */
     uint8_t list : 2;             /* which list `link` is in (object_index.c) */
+    uint8_t repair_leased : 1;    /* its lease is only re-replication's (repair.h): a plain
+                                   * remove does not answer HAS_LEASE, it holds the space */
     uint8_t shard;                /* index of the shard holding it */
     uint8_t n_replicas;           /* replicas placed, in replicas[0..n) */
     uint8_t n_live;               /* replicas whose segment is still mounted */

@@ -261,11 +261,13 @@ static void test_commit_after_remove_or_upsert_is_discarded(void **state)
     grant(&g, 2);
     assert_int_equal(g.n, 2);
 
-    /* Key 0: force-removed (its lease, granted with the task, holds its space). */
+    /* Key 0: removed. The lease granted with the task serves no reader, so a
+     * plain remove is not refused (HAS_LEASE is for readers, as without a
+     * repair), but it holds the source's space for the worker's copy. */
     const char *k0 = g.keys[0];
-    assert_int_equal(egm__objects_remove(st.objects, k0, strlen(k0), 0, fake_now, NULL),
-                     EGM_ERR_HAS_LEASE);
-    assert_int_equal(egm__objects_remove(st.objects, k0, strlen(k0), 1, fake_now, NULL), EGM_OK);
+    uint64_t held_before = held_bytes();
+    assert_int_equal(egm__objects_remove(st.objects, k0, strlen(k0), 0, fake_now, NULL), EGM_OK);
+    assert_true(held_bytes() >= held_before + SIZE);
     assert_int_not_equal(
         egm__repair_commit(st.objects, k0, strlen(k0), &g.tasks[0], 1, fake_now + 10), EGM_OK);
     check();
@@ -289,6 +291,46 @@ static void test_commit_after_remove_or_upsert_is_discarded(void **state)
     fake_now += LEASE;
     egm__master_state_tick(&st, fake_now);
     assert_int_equal(held_bytes(), 0);
+    check();
+    grant_free(&g);
+}
+
+/* A reader's lease, before or after the repair's grant, still makes a plain
+ * remove answer HAS_LEASE; only the repair's own lease does not. */
+static void test_readers_lease_still_refuses_a_plain_remove(void **state)
+{
+    (void)state;
+    drop_provider0();
+    grant_t g;
+    grant(&g, 2);
+    assert_int_equal(g.n, 2);
+    char k0[64], k1[64];
+    snprintf(k0, sizeof(k0), "%s", g.keys[0]);
+    snprintf(k1, sizeof(k1), "%s", g.keys[1]);
+    /* k0: read after the grant. */
+    assert_int_equal(egm__objects_exist(st.objects, k0, strlen(k0), fake_now + 1, NULL), EGM_OK);
+    assert_int_equal(egm__objects_remove(st.objects, k0, strlen(k0), 0, fake_now + 2, NULL),
+                     EGM_ERR_HAS_LEASE);
+    /* Both copies fail; every lease runs out. */
+    for (size_t i = 0; i < g.n; i++)
+        assert_int_not_equal(
+            egm__repair_commit(st.objects, g.keys[i], strlen(g.keys[i]), &g.tasks[i], 0, fake_now),
+            EGM_OK);
+    grant_free(&g);
+    fake_now += LEASE + 1001; /* past the leases and the failed copies' retry wait */
+    egm__master_state_tick(&st, fake_now);
+    /* k1: read, then its repair granted again while the read's lease is live. */
+    assert_int_equal(egm__objects_exist(st.objects, k1, strlen(k1), fake_now, NULL), EGM_OK);
+    grant(&g, 2);
+    assert_int_equal(g.n, 2);
+    assert_int_equal(egm__objects_remove(st.objects, k1, strlen(k1), 0, fake_now, NULL),
+                     EGM_ERR_HAS_LEASE);
+    /* With no reader's lease, the repair's own does not refuse. */
+    assert_int_equal(egm__objects_remove(st.objects, k0, strlen(k0), 0, fake_now, NULL), EGM_OK);
+    fake_now += LEASE + 1;
+    egm__master_state_tick(&st, fake_now);
+    for (size_t i = 0; i < g.n; i++)
+        egm__repair_commit(st.objects, g.keys[i], strlen(g.keys[i]), &g.tasks[i], 0, fake_now);
     check();
     grant_free(&g);
 }
@@ -477,6 +519,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_grant_and_commit_restore_the_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commit_after_remove_or_upsert_is_discarded, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_readers_lease_still_refuses_a_plain_remove, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failed_copy_lease_end_and_lost_target, setup,
                                         teardown),
