@@ -2384,7 +2384,7 @@ static egm_segment_t *repair_place(egm_object_index_t *index, const egm_object_t
 }
 
 egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *key, size_t key_len,
-                                       uint64_t now_ms, egm_repair_task_t *task)
+                                       uint64_t now_ms, int over_readers, egm_repair_task_t *task)
 {
     shard_t *sh;
     egm_object_t *obj;
@@ -2398,6 +2398,8 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
         status = egm__set_error(EGM_ERR_NOT_READY, "being put");
     else if (obj->n_live >= obj->n_replicas)
         status = egm__set_error(EGM_ERR_EXISTS, "every replica is live");
+    else if (!over_readers && lease_live(obj, now_ms) && !obj->repair_leased)
+        status = egm__set_error(EGM_ERR_BUSY, "a reader's lease is live");
     if (status != EGM_OK) {
         pthread_mutex_unlock(&sh->lock);
         return status;
@@ -2435,9 +2437,10 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
             if (obj->replicas[i].segment != NULL)
                 src = &obj->replicas[i];
         /* The source's space is not reused while the lease lasts, whatever
-         * happens to the object (docs/consistency.md). No reader is
-         * served by this lease: unless one's is live too, a plain remove
-         * goes ahead (holding the space), as it would without a repair. */
+         * happens to the object (docs/consistency.md). No reader is served by
+         * this lease: unless one's is live too (a repair waits one lease TTL
+         * for those to end first), a plain remove goes ahead and holds the
+         * space, as it would without a repair. */
         int readers = lease_live(obj, now_ms) && !obj->repair_leased;
         grant_lease(index, obj, now_ms);
         obj->repair_leased = !readers;
@@ -2726,7 +2729,8 @@ static egm_status_t check_segment(const egm_object_index_t *index, const egm_seg
     /* Overlapping ranges would be fewer allocations than replicas, held
      * extents and slab pieces. */
     CHECK(a.used == bytes + held_bytes + slab_bytes && a.allocations == n + held + slab_pieces,
-          "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu, held "
+          "segment %s: allocator has %llu bytes in %zu allocations, replicas %llu in %llu, "
+          "held "
           "%llu in %llu, slabs %llu in %zu",
           seg->desc.name, (unsigned long long)a.used, a.allocations, (unsigned long long)bytes,
           (unsigned long long)n, (unsigned long long)held_bytes, (unsigned long long)held,

@@ -416,9 +416,12 @@ struct egm_repair_queue *egm__objects_repair_queue(egm_object_index_t *index);
  * held list; counted as used), grants the object a read lease and fills
  * *task (source: its first live replica). NOT_FOUND (absent), NOT_READY
  * (PENDING), EXISTS (every replica live), NO_SPACE (no such segment with
- * room), NO_MEMORY, INVALID_KEY. */
+ * room), NO_MEMORY, INVALID_KEY, and BUSY while a reader's lease is live
+ * unless over_readers: the repair's lease would lengthen it, and a plain
+ * remove answers HAS_LEASE for a reader's lease only. */
 egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *key, size_t key_len,
-                                       uint64_t now_ms, struct egm_repair_task_s *task);
+                                       uint64_t now_ms, int over_readers,
+                                       struct egm_repair_task_s *task);
 /* Ends a task: takes its target extent off the held list and makes it a
  * replica of the key's object (in a dropped replica's slot) when copied, the
  * lease has not ended, and the object still has the task's source as a live

@@ -22,6 +22,9 @@
 typedef struct entry {
     struct entry *prev, *next;
     uint64_t busy_until_ms; /* granted: not handed out again before (the lease's end) */
+    /* First time it waited for a reader's lease to end (0: not waiting): after
+     * one lease TTL of that it is repaired over the readers' leases. */
+    uint64_t readers_since_ms;
     size_t len;
     char key[]; /* len bytes and a NUL */
 } entry_t;
@@ -159,7 +162,14 @@ egm_status_t egm__repair_grant(egm_object_index_t *index, size_t max_keys, uint6
         append_entry(q, e); /* visited: to the back */
         if (e->busy_until_ms > now_ms)
             continue;
-        egm_status_t s = egm__objects_repair_start(index, e->key, e->len, now_ms, &tasks[n]);
+        int over_readers = e->readers_since_ms != 0 &&
+                           now_ms - e->readers_since_ms >= egm__objects_lease_ttl_ms(index);
+        egm_status_t s =
+            egm__objects_repair_start(index, e->key, e->len, now_ms, over_readers, &tasks[n]);
+        if (s == EGM_ERR_BUSY && e->readers_since_ms == 0)
+            e->readers_since_ms = now_ms;
+        if (s != EGM_ERR_BUSY)
+            e->readers_since_ms = 0;
         if (s == EGM_OK) {
             keys[n] = egm_malloc(e->len + 1, "master.repair");
             if (keys[n] == NULL) {
@@ -175,7 +185,8 @@ egm_status_t egm__repair_grant(egm_object_index_t *index, size_t max_keys, uint6
             remove_entry(q, e); /* gone, or whole again */
         }
         /* else NOT_READY (being put), NO_SPACE (no distinct provider with
-         * room), NO_MEMORY: tried again at a later visit */
+         * room), BUSY (a reader's lease: waited for, one lease TTL at most),
+         * NO_MEMORY: tried again at a later visit */
     }
     q->stats.granted_total += n;
     pthread_mutex_unlock(&q->lock);
