@@ -77,12 +77,16 @@ struct egm_client {
      * a view reset, its own segments retired or the master not knowing it,
      * and resynchronises: drops mappings of segments the master does not list
      * and remounts its own under new ids. */
-    pthread_mutex_t cap_lock;  /* capacity: remount (ping thread) vs mount/unmount */
-    egm_id_t master_id;        /* as of the last ping; nil before (ping thread) */
-    egm_id_t resync_from;      /* master id when the pending restart was seen (ping thread) */
-    unsigned resync_reasons;   /* EGM_RESYNC_* bits waiting (ping thread) */
-    int resync_pending;        /* under lock: health reports master_unreachable */
-    uint64_t master_restarts;  /* under lock: new master ids seen */
+    pthread_mutex_t cap_lock; /* capacity: remount (ping thread) vs mount/unmount */
+    egm_id_t master_id;       /* as of the last ping; nil before (ping thread) */
+    egm_id_t resync_from;     /* master id when the pending restart was seen (ping thread) */
+    unsigned resync_reasons;  /* EGM_RESYNC_* bits waiting (ping thread) */
+    int resync_pending;       /* under lock: health reports master_unreachable */
+    uint64_t master_restarts; /* under lock: new master ids seen */
+    /* Under lock: times the ping thread lost the master, and how long until it
+     * was reachable (and resynchronised) again: a failover as this client saw
+     * it. lost_at: now_ms of the first failed ping of the outage going on. */
+    uint64_t master_outages, master_outage_ms_total, master_last_outage_ms, master_lost_at_ms;
     uint64_t remounts;         /* under lock: segments mounted again */
     uint64_t remount_failures; /* under lock: resync attempts that failed */
     /* The longest location_cache_ms a master told (ping thread): a remount

@@ -97,14 +97,15 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
                             (double)te->copy_run_ns / 1e9);
 }
 
-/* Every value is a count, bytes or a 0/1 state but the setup time (common/prom.h writes
- * integers exactly). Names: docs/metrics.md. */
+/* Every value is a count, bytes or a 0/1 state but the setup and outage times (common/prom.h
+ * writes integers exactly). Names: docs/metrics.md. */
 size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
 {
     egm_textbuf_t o = egm__textbuf(buf, len);
     egm_capacity_view_t v = {0};
     egm_te_stats_t te = {0};
-    uint64_t restarts = 0, remounts = 0, remount_failures = 0;
+    uint64_t restarts = 0, remounts = 0, remount_failures = 0, outages = 0, outage_ms = 0,
+             last_outage_ms = 0;
     int resync_pending = 0;
 
     egm_health_t health = egm_client_health(client);
@@ -115,6 +116,9 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
         remounts = client->remounts;
         remount_failures = client->remount_failures;
         resync_pending = client->resync_pending;
+        outages = client->master_outages;
+        outage_ms = client->master_outage_ms_total;
+        last_outage_ms = client->master_last_outage_ms;
         pthread_mutex_unlock(&client->lock);
         egm__te_stats(client->te, &te);
     }
@@ -189,6 +193,17 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
     egm__prom_metric_double(&o, "egm_client_pool_setup_seconds", EGM_PROM_GAUGE,
                             "wall time of the pool's planning and allocation", v.setup_seconds);
     egm__prom_rows(&o, after_setup, sizeof(after_setup) / sizeof(after_setup[0]));
+    egm__prom_metric_u64(&o, "egm_client_master_outages_total", EGM_PROM_COUNTER,
+                         "times the ping thread lost the master (a restart, a failover, a cut)",
+                         outages);
+    egm__prom_metric_double(&o, "egm_client_master_outage_seconds_total", EGM_PROM_COUNTER,
+                            "time without a master, from a first failed ping to reachable and "
+                            "resynchronised again, summed over the outages",
+                            (double)outage_ms / 1000.0);
+    egm__prom_metric_double(&o, "egm_client_master_last_outage_seconds", EGM_PROM_GAUGE,
+                            "the last such outage: an HA failover as this client saw it (0 when "
+                            "none ended yet)",
+                            (double)last_outage_ms / 1000.0);
     if (client != NULL)
         phase_metrics(&o, client, &te);
     return o.need;

@@ -344,8 +344,11 @@ static void *ping_main(void *arg)
             char detail[512];
             snprintf(detail, sizeof(detail), "%s", egm_last_error());
             pthread_mutex_lock(&client->lock);
-            if (client->master_reachable)
+            if (client->master_reachable) {
                 egm_warn("master unreachable: %s (%s)", egm_status_string(status), detail);
+                client->master_outages++;
+                client->master_lost_at_ms = egm__now_ms();
+            }
             client->master_reachable = 0;
             continue; /* locked, as the loop expects */
         }
@@ -355,8 +358,15 @@ static void *ping_main(void *arg)
         if (!pending)
             prewarm_segments(client);
         pthread_mutex_lock(&client->lock);
-        if (!pending && !client->master_reachable)
+        if (!pending && !client->master_reachable && client->master_lost_at_ms != 0) {
+            uint64_t ms = egm__now_ms() - client->master_lost_at_ms;
+            client->master_last_outage_ms = ms;
+            client->master_outage_ms_total += ms;
+            client->master_lost_at_ms = 0;
+            egm_info("master reachable again after %llu ms", (unsigned long long)ms);
+        } else if (!pending && !client->master_reachable) {
             egm_info("master reachable again");
+        }
         client->master_reachable = !pending;
     }
     pthread_mutex_unlock(&client->lock);

@@ -195,6 +195,18 @@ static void test_failover(void **state)
             cache_ms != NULL ? cache_ms : "1000");
     long long epoch_b = wait_leads(http_b, 0);
     assert_true(epoch_b > epoch_a);
+    /* The client's metrics count the outage and say how long it lasted (from its first failed
+     * ping: at most the kill-to-put time above). */
+    char metrics[65536];
+    double last = 0;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; last <= 0 && egm__now_ms() < until;
+         egm__sleep_ms(50)) {
+        egm_client_metrics(client, metrics, sizeof(metrics));
+        const char *l = strstr(metrics, "\negm_client_master_last_outage_seconds ");
+        last = l != NULL ? atof(l + strlen("\negm_client_master_last_outage_seconds ")) : 0;
+    }
+    assert_true(last > 0 && last * 1000 <= (double)(egm__now_ms() - killed));
+    assert_non_null(strstr(metrics, "\negm_client_master_outages_total 1\n"));
     /* No state handover yet: the new leader never heard of "before". */
     void *buf = NULL;
     size_t len = 0;
