@@ -139,7 +139,7 @@ static void test_setup_publishes_whole_pool(void **state)
     egm_fake_cuda_counters_t k = egm_fake_cuda_counters();
     assert_int_equal(k.allocations, POOL_CHUNKS);
 
-    char metrics[8192];
+    char metrics[32768];
     size_t need = egm_client_metrics(provider, metrics, sizeof(metrics));
     assert_true(need < sizeof(metrics));
     assert_true(contains(metrics, "\negm_client_health 0\n"));
@@ -279,7 +279,7 @@ static void test_disabled_is_previous_behaviour(void **state)
     for (const char *const *f = vmm_calls; *f; f++)
         assert_int_equal(egm_fake_cuda_calls(*f), 0);
     assert_int_equal(egm_test_cluster_segments(&cluster), POOL_CHUNKS);
-    char metrics[4096];
+    char metrics[32768];
     egm_client_metrics(client, metrics, sizeof(metrics));
     assert_true(contains(metrics, "\negm_client_pool_egm 0\n"));
     egm_client_destroy(client);
@@ -447,7 +447,7 @@ static void fault_sweep(int fabric_permitted)
             assert_true(contains(egm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY"));
             assert_true(contains(egm_last_error(), teardown_sites[s].name));
             assert_int_equal(egm_client_health(client), EGM_HEALTH_CLEANUP_PENDING);
-            char metrics[8192];
+            char metrics[32768];
             egm_client_metrics(client, metrics, sizeof(metrics));
             assert_true(contains(metrics, "\negm_client_pool_cleanup_pending 1\n"));
             assert_true(contains(metrics, "\negm_client_pool_cleanup_failures_total 1\n"));
