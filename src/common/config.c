@@ -418,25 +418,13 @@ static egm_status_t check_address_list(const char *name, const char *text)
     const char *p = text + (etcd ? 7 : 0);
     if (*p == '\0' && !list)
         return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" names no etcd endpoint", name, text);
-    while (*p != '\0') {
-        char item[EGM_SOCK_HOST_MAX + 16];
-        size_t len = strcspn(p, ";,");
-        const char *at = strncmp(p, "http://", 7) == 0 ? p + 7 : p;
-        size_t alen = len - (size_t)(at - p);
-        if (alen > 0 && at[alen - 1] == '/')
-            alen--;
-        if (alen == 0 || alen >= sizeof(item))
-            return egm__set_error(EGM_ERR_CONFIG, "%s: \"%s\" has an empty or too long endpoint",
-                                  name, text);
-        memcpy(item, at, alen);
-        item[alen] = '\0';
-        egm_status_t s = check_hostport(name, item);
-        if (s != EGM_OK)
-            return s;
-        p += len;
-        if (*p != '\0')
-            p++;
-    }
+    char host[EGM_SOCK_HOST_MAX];
+    uint16_t port;
+    egm_status_t s;
+    while ((s = egm__sock_next_endpoint(&p, host, sizeof(host), &port)) == EGM_OK)
+        ;
+    if (s != EGM_ERR_NOT_FOUND)
+        return egm__set_error(EGM_ERR_CONFIG, "%s: %s", name, egm_last_error());
     return EGM_OK;
 }
 

@@ -87,6 +87,32 @@ egm_status_t egm__sock_split_peer_hostport(const char *addr, char *host, size_t 
     return split_hostport(addr, 1, host, host_len, port_p);
 }
 
+egm_status_t egm__sock_next_endpoint(const char **p, char *host, size_t host_len, uint16_t *port_p)
+{
+    const char *at = *p;
+    if (*at == '\0')
+        return EGM_ERR_NOT_FOUND;
+    size_t len = strcspn(at, ";,");
+    const char *next = at + len + (at[len] != '\0');
+    if (len >= 7 && strncmp(at, "http://", 7) == 0) {
+        at += 7;
+        len -= 7;
+    }
+    if (len > 0 && at[len - 1] == '/')
+        len--;
+    char item[EGM_SOCK_HOST_MAX + 16];
+    if (len == 0 || len >= sizeof(item))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "an empty or too long endpoint at \"%.32s\"",
+                              *p);
+    memcpy(item, at, len);
+    item[len] = '\0';
+    egm_status_t status = egm__sock_split_peer_hostport(item, host, host_len, port_p);
+    if (status != EGM_OK)
+        return status;
+    *p = next;
+    return EGM_OK;
+}
+
 char *egm__sock_format_hostport(const char *host, unsigned port, char *buf, size_t len)
 {
     if (host == NULL)

@@ -20,6 +20,13 @@ egm_status_t egm__sock_split_hostport(const char *addr, char *host, size_t host_
  * is 1..65535. */
 egm_status_t egm__sock_split_peer_hostport(const char *addr, char *host, size_t host_len,
                                            uint16_t *port_p);
+/* The next peer HOST:PORT of an endpoint list at *p ("a:1;b:2,c:3": items
+ * separated by ';' or ',', each optionally "http://"-prefixed and
+ * "/"-suffixed, as etcd's endpoints are written), and *p moved past it.
+ * EGM_ERR_NOT_FOUND at the list's end; EGM_ERR_INVALID_ARG for an empty or
+ * malformed item (the detail says which). The one reader of etcd_endpoints
+ * and of etcd:// master addresses. */
+egm_status_t egm__sock_next_endpoint(const char **p, char *host, size_t host_len, uint16_t *port_p);
 /* Room for any host egm__sock_split_hostport's callers keep: a DNS name (253
  * characters) or an IPv6 literal with its zone, and the NUL. */
 #define EGM_SOCK_HOST_MAX 256

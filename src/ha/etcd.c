@@ -34,42 +34,23 @@ egm_status_t egm__etcd_create(const char *endpoints, int timeout_ms, egm_etcd_t 
     const char *p = endpoints;
     if (strncmp(p, "etcd://", 7) == 0)
         p += 7;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ";,");
-        char item[EGM_SOCK_HOST_MAX + 16], host[EGM_SOCK_HOST_MAX];
-        uint16_t port;
-        const char *at = p;
-        if (len >= 7 && strncmp(at, "http://", 7) == 0) {
-            at += 7;
-            len -= 7;
-        }
-        if (len > 0 && at[len - 1] == '/')
-            len--;
-        egm_status_t s = EGM_ERR_CONFIG;
-        if (len > 0 && len < sizeof(item)) {
-            memcpy(item, at, len);
-            item[len] = '\0';
-            s = egm__sock_split_peer_hostport(item, host, sizeof(host), &port);
-        }
-        if (s != EGM_OK || e->n == EGM_ETCD_ENDPOINTS_MAX) {
-            egm__set_error(
-                EGM_ERR_CONFIG,
-                e->n == EGM_ETCD_ENDPOINTS_MAX
-                    ? "etcd endpoints \"%s\": more than %d"
-                    : "etcd endpoints \"%s\": \"%.*s\" is not host:port (expected " ENDPOINTS_FORM
-                      ")",
-                endpoints, e->n == EGM_ETCD_ENDPOINTS_MAX ? EGM_ETCD_ENDPOINTS_MAX : (int)len, at);
-            egm_free(e);
-            return EGM_ERR_CONFIG;
-        }
+    char host[EGM_SOCK_HOST_MAX];
+    uint16_t port;
+    egm_status_t s = EGM_ERR_NOT_FOUND;
+    while (e->n < EGM_ETCD_ENDPOINTS_MAX &&
+           (s = egm__sock_next_endpoint(&p, host, sizeof(host), &port)) == EGM_OK) {
         egm__http_conn_init(&e->conns[e->n], host, port);
         egm__sock_format_hostport(host, port, e->names[e->n], sizeof(e->names[0]));
         e->n++;
-        p = at + len;
-        if (*p == '/')
-            p++;
-        if (*p == ';' || *p == ',')
-            p++;
+    }
+    if (e->n == EGM_ETCD_ENDPOINTS_MAX) /* the loop stopped before reading on */
+        s = *p == '\0' ? EGM_ERR_NOT_FOUND
+                       : egm__set_error(EGM_ERR_CONFIG, "more than %d", EGM_ETCD_ENDPOINTS_MAX);
+    if (s != EGM_ERR_NOT_FOUND) {
+        egm__set_error(EGM_ERR_CONFIG, "etcd endpoints \"%s\": %s (expected " ENDPOINTS_FORM ")",
+                       endpoints, egm_last_error());
+        egm_free(e);
+        return EGM_ERR_CONFIG;
     }
     if (e->n == 0) {
         egm_free(e);
