@@ -64,10 +64,7 @@ static int start_master_and_provider(void **state)
 static int no_cluster(void **state)
 {
     (void)state;
-    memset(&cluster, 0, sizeof(cluster));
-    cluster.master.out_fd = -1;
-    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
-        cluster.providers[i].out_fd = -1;
+    egm_test_cluster_init(&cluster);
     snprintf(cluster.master_addr, sizeof(cluster.master_addr), "127.0.0.1:1");
     return 0;
 }

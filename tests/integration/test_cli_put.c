@@ -50,10 +50,7 @@ static egm_test_cluster_t cluster;
 static int setup_cluster(void **state)
 {
     (void)state;
-    memset(&cluster, 0, sizeof(cluster));
-    cluster.master.out_fd = -1;
-    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
-        cluster.providers[i].out_fd = -1;
+    egm_test_cluster_init(&cluster);
     return 0;
 }
 

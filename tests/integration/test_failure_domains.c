@@ -455,7 +455,7 @@ static int teardown(void **state)
 {
     (void)state;
     egm_test_cluster_stop(&cluster);
-    memset(&cluster, 0, sizeof(cluster));
+    egm_test_cluster_init(&cluster);
     return 0;
 }
 

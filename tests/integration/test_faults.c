@@ -73,10 +73,7 @@ static char host_if[16]; /* its veth end in the test's namespace, likewise */
 static int setup(void **state)
 {
     (void)state;
-    memset(&cluster, 0, sizeof(cluster));
-    cluster.master.out_fd = -1;
-    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
-        cluster.providers[i].out_fd = -1;
+    egm_test_cluster_init(&cluster);
     memset(&child, 0, sizeof(child));
     child.progress_fd = child.control_fd = -1;
     memset(reported, 0, sizeof(reported));

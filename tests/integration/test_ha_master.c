@@ -44,12 +44,9 @@ static const char *ttl_text(void)
 static int setup(void **state)
 {
     (void)state;
-    memset(&ma, 0, sizeof(ma));
-    memset(&mb, 0, sizeof(mb));
-    memset(&ma2, 0, sizeof(ma2));
-    ma.master.out_fd = mb.master.out_fd = ma2.master.out_fd = -1;
-    for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
-        ma.providers[i].out_fd = mb.providers[i].out_fd = ma2.providers[i].out_fd = -1;
+    egm_test_cluster_init(&ma);
+    egm_test_cluster_init(&mb);
+    egm_test_cluster_init(&ma2);
     client = NULL;
     n_etcd = 0;
     return 0;

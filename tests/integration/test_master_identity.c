@@ -72,10 +72,7 @@ static int start_master(int i, unsigned port)
     const char *flags[] = {"--listen-address", m->host, "--http-port", "0", NULL};
     char line[256];
 
-    memset(c, 0, sizeof(*c));
-    c->master.out_fd = -1;
-    for (int p = 0; p < EGM_TEST_MAX_PROVIDERS; p++)
-        c->providers[p].out_fd = -1;
+    egm_test_cluster_init(c);
     if (egm_test_start_master_on(c, port, flags) != 0)
         return -1;
     snprintf(c->master_addr, sizeof(c->master_addr), "%s:%u", m->host, c->master_port);

@@ -61,12 +61,17 @@ static int spawn_master(egm_test_cluster_t *cluster, unsigned port, const char *
     return cluster->master_port > 0 ? 0 : -1;
 }
 
-int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
+void egm_test_cluster_init(egm_test_cluster_t *cluster)
 {
     memset(cluster, 0, sizeof(*cluster));
     cluster->master.out_fd = -1;
     for (int i = 0; i < EGM_TEST_MAX_PROVIDERS; i++)
         cluster->providers[i].out_fd = -1;
+}
+
+int egm_test_start_master(egm_test_cluster_t *cluster, const char *const *extra)
+{
+    egm_test_cluster_init(cluster);
     return spawn_master(cluster, 0, extra);
 }
 

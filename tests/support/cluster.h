@@ -20,6 +20,9 @@ typedef struct {
     unsigned master_port;
 } egm_test_cluster_t;
 
+/* An empty cluster: nothing started, every pipe closed (-1), so that
+ * egm_test_cluster_stop is safe on it whatever a test got to start. */
+void egm_test_cluster_init(egm_test_cluster_t *cluster);
 /* Path of the egmstore binary (EGM_TEST_BINARY, set by ctest). */
 const char *egm_test_bin(void);
 /* Start a master on a free port; extra flags (NULL-terminated) are appended. 0 on success. */
