@@ -62,6 +62,7 @@ struct egm_allocator {
     uint32_t spare;    /* SPAN_UNUSED records below n_spans */
     uint32_t n_spare;  /* how many */
     uint32_t first;    /* the span at offset 0 */
+    uint32_t take_hint; /* a span (any state) where egm__allocator_take looks first */
     uint32_t *buckets; /* allocations by offset */
     unsigned bucket_bits;
     uint32_t *bins; /* head of each class's free list */
@@ -462,6 +463,72 @@ egm_status_t egm__allocator_split(egm_allocator_t *a, uint64_t offset, uint64_t 
     s->next = u;
     s->len = cut;
     hash_insert(a, u);
+    a->allocations++;
+    return EGM_OK;
+}
+
+/* The free span holding block b, or NIL. */
+static uint32_t free_span_at(const egm_allocator_t *a, uint64_t b)
+{
+    uint32_t h = a->take_hint;
+    if (h < a->n_spans && span_state(&a->spans[h]) == SPAN_FREE && a->spans[h].off <= b &&
+        b < a->spans[h].off + a->spans[h].len)
+        return h;
+    for (uint32_t i = a->first; i != NIL; i = a->spans[i].next) {
+        const span_t *s = &a->spans[i];
+        if (b < s->off + s->len)
+            return span_state(s) == SPAN_FREE ? i : NIL;
+    }
+    return NIL;
+}
+
+egm_status_t egm__allocator_take(egm_allocator_t *a, uint64_t offset, uint64_t len)
+{
+    uint64_t size = egm__allocator_round(len);
+    if (len == 0 || size == 0 || offset % EGM_ALLOCATOR_ALIGN != 0 || offset >= a->capacity ||
+        size > a->capacity - offset)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "take of [%llu, +%llu): misaligned or outside the segment",
+                              (unsigned long long)offset, (unsigned long long)len);
+    uint64_t b = offset / EGM_ALLOCATOR_ALIGN, n = size / EGM_ALLOCATOR_ALIGN;
+    uint32_t i = free_span_at(a, b);
+    if (i == NIL || b + n > a->spans[i].off + a->spans[i].len)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "take of [%llu, +%llu): not all free",
+                              (unsigned long long)offset, (unsigned long long)len);
+    egm_status_t status = reserve_n(a, 2); /* may move spans: indexes stay valid */
+    if (status != EGM_OK)
+        return status;
+    bin_remove(a, i);
+    a->free_ranges--;
+    span_t *s = &a->spans[i];
+    uint64_t head = b - s->off, tail = s->off + s->len - (b + n);
+    if (head > 0) { /* the free part before stays in i */
+        uint32_t u = span_take(a);
+        s = &a->spans[i];
+        a->spans[u] = (span_t){.off = b, .len = s->len - head, .prev = i, .next = s->next};
+        if (s->next != NIL)
+            a->spans[s->next].prev = u;
+        s->next = u;
+        s->len = head;
+        bin_insert(a, i);
+        a->free_ranges++;
+        i = u;
+        s = &a->spans[i];
+    }
+    if (tail > 0) { /* the free part after: a span of its own */
+        uint32_t u = span_take(a);
+        s = &a->spans[i];
+        a->spans[u] = (span_t){.off = b + n, .len = tail, .prev = i, .next = s->next};
+        if (s->next != NIL)
+            a->spans[s->next].prev = u;
+        s->next = u;
+        s->len = n;
+        bin_insert(a, u);
+        a->free_ranges++;
+        a->take_hint = u;
+    }
+    hash_insert(a, i);
+    a->used += n;
     a->allocations++;
     return EGM_OK;
 }

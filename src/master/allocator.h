@@ -50,6 +50,14 @@ egm_status_t egm__allocator_free(egm_allocator_t *allocator, uint64_t offset, ui
  * changed) when offset is not an allocation or `at` is not inside it,
  * EGM_ERR_NO_MEMORY when the master cannot grow its metadata. */
 egm_status_t egm__allocator_split(egm_allocator_t *allocator, uint64_t offset, uint64_t at);
+/* Allocates exactly [offset, offset + round(len)): a range that must lie
+ * inside one free range. A new master leader rebuilds its segments this way
+ * from what its predecessor placed (master/adopt.c); takes in ascending
+ * offset order cost O(1) each (the free range after the last take is looked
+ * at first), others walk the segment's ranges. EGM_ERR_INVALID_ARG (nothing
+ * changed) when misaligned, outside the segment or not all free,
+ * EGM_ERR_NO_MEMORY when the master cannot grow its metadata. */
+egm_status_t egm__allocator_take(egm_allocator_t *allocator, uint64_t offset, uint64_t len);
 /* Grows the metadata so that the next n splits (or allocations) cannot fail
  * for lack of memory. EGM_ERR_NO_MEMORY (nothing else changed). */
 egm_status_t egm__allocator_reserve(egm_allocator_t *allocator, uint32_t n);

@@ -197,6 +197,52 @@ static void test_invalid_free_changes_nothing(void **state)
     egm__allocator_destroy(a);
 }
 
+/* A new leader rebuilds a segment from the ranges its predecessor placed:
+ * takes in ascending order (the usual case), out of order, and the ones that
+ * are not all free (or misaligned, or outside) change nothing; every taken
+ * range is then an allocation of its own, freed alone. */
+static void test_take_exact_ranges(void **state)
+{
+    (void)state;
+    egm_allocator_t *a;
+    egm_allocator_stats_t before, after;
+
+    assert_int_equal(egm__allocator_create(64 * A, &a), EGM_OK);
+    assert_int_equal(egm__allocator_take(a, 0, 2 * A), EGM_OK);          /* at the start */
+    assert_int_equal(egm__allocator_take(a, 4 * A, A + 1), EGM_OK);      /* rounded to 2 blocks */
+    assert_int_equal(egm__allocator_take(a, 6 * A, 3 * A), EGM_OK);      /* right after it */
+    assert_int_equal(egm__allocator_take(a, 60 * A, 4 * A), EGM_OK);     /* at the end */
+    assert_int_equal(egm__allocator_take(a, 20 * A, A), EGM_OK);         /* out of order */
+    check(a);
+    egm__allocator_stats(a, &before);
+    assert_int_equal(before.used, 12 * A);
+    assert_int_equal(before.allocations, 5);
+    assert_int_equal(before.free_ranges, 3); /* [2,4) [9,20) [21,60) */
+    assert_int_equal(egm__allocator_take(a, 5 * A, A), EGM_ERR_INVALID_ARG);      /* used */
+    assert_int_equal(egm__allocator_take(a, 3 * A, 2 * A), EGM_ERR_INVALID_ARG);  /* half used */
+    assert_int_equal(egm__allocator_take(a, 19 * A, 2 * A), EGM_ERR_INVALID_ARG); /* spans two */
+    assert_int_equal(egm__allocator_take(a, 10 * A + 1, A), EGM_ERR_INVALID_ARG); /* misaligned */
+    assert_int_equal(egm__allocator_take(a, 63 * A, 2 * A), EGM_ERR_INVALID_ARG); /* past the end */
+    assert_int_equal(egm__allocator_take(a, 30 * A, 0), EGM_ERR_INVALID_ARG);     /* empty */
+    egm__allocator_stats(a, &after);
+    assert_memory_equal(&before, &after, sizeof(before));
+    /* Allocation goes on around the taken ranges. */
+    uint64_t x;
+    assert_int_equal(egm__allocator_alloc(a, 39 * A, &x), EGM_OK);
+    assert_int_equal(x, 21 * A);
+    assert_int_equal(egm__allocator_free(a, 4 * A, A + 1), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, 0, 2 * A), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, 6 * A, 3 * A), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, 20 * A, A), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, 60 * A, 4 * A), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, x, 39 * A), EGM_OK);
+    check(a);
+    egm__allocator_stats(a, &after);
+    assert_int_equal(after.used, 0);
+    assert_int_equal(after.free_ranges, 1);
+    egm__allocator_destroy(a);
+}
+
 /* A slab granted whole is cut into objects: each piece is then its own
  * allocation (freed alone, coalescing with its free neighbours), and a split
  * that is not strictly inside one allocation changes nothing. */
@@ -615,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_invalid_free_changes_nothing),
         cmocka_unit_test(test_split_cuts_one_allocation),
         cmocka_unit_test(test_fit_found_inside_own_class),
+        cmocka_unit_test(test_take_exact_ranges),
         cmocka_unit_test(test_random_trace_against_shadow),
         cmocka_unit_test(test_uniform_utilisation),
         cmocka_unit_test(test_mixed_steady_state_utilisation),
