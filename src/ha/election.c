@@ -204,7 +204,8 @@ static void *run(void *arg)
         egm_status_t s = egm__etcd_get(e->etcd, e->key, &kv, NULL);
         if (s == EGM_ERR_NOT_FOUND) {
             set_leader(e, NULL);
-            campaign(e);
+            if (e->params.may_campaign == NULL || e->params.may_campaign(e->params.arg))
+                campaign(e);
         } else if (s == EGM_OK) {
             set_leader(e, &kv);
             egm__etcd_kv_cleanup(&kv);

@@ -45,6 +45,11 @@ typedef struct {
      * NULL. It should be quick. */
     void (*on_change)(void *arg, bool leading, int64_t epoch);
     void *arg;
+    /* Asked on the election's thread each time the leader key is found
+     * absent, before standing: false holds this candidate back (a standby
+     * without its predecessor's latest state, master/replication.h). NULL:
+     * always stand. */
+    bool (*may_campaign)(void *arg);
 } egm_election_params_t;
 
 /* Starts campaigning on a thread of its own (params are copied). Errors:

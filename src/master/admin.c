@@ -19,6 +19,8 @@
 #include "common/log.h"
 #include "common/prom.h"
 #include "ha/election.h"
+#include "master/journal.h"
+#include "master/mirror.h"
 #include "rpc/command.h"
 
 #define JSON_TYPE "application/json"
@@ -143,6 +145,22 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         s->ha_wins = egm__election_wins(st->election);
         s->ha_losses = egm__election_losses(st->election);
     }
+    if (st->journal != NULL) {
+        egm_journal_stats_t js;
+        egm__journal_stats(st->journal, &js);
+        s->ha_standbys = js.followers;
+        s->ha_in_sync = js.in_sync;
+        s->ha_journal_bytes = js.end;
+        s->ha_lag_bytes = js.lag_bytes;
+        s->ha_waits_timed_out = js.waits_timed_out;
+    }
+    if (st->mirror != NULL) {
+        egm_mirror_stats_t ms;
+        egm__mirror_stats(st->mirror, &ms);
+        s->ha_mirror_epoch = (uint64_t)ms.epoch;
+        s->ha_mirror_objects = ms.objects;
+        s->ha_mirror_batches = ms.batches_total;
+    }
 }
 
 static void serve_metrics(const egm_master_admin_t *a, egm_http_response_t *resp)
@@ -185,12 +203,13 @@ static void serve_health(const egm_master_admin_t *a, egm_http_response_t *resp)
             "{\"status\":\"ok\",\"role\":\"%s\",\"leader\":%s,\"epoch\":%lld,"
             "\"master_id\":\"%s\",\"version\":\"%s\",\"uptime_s\":%.3f,"
             "\"segments\":%llu,\"clients\":%llu,\"keys\":%llu,\"allocated_bytes\":%llu,"
-            "\"capacity_bytes\":%llu}\n",
+            "\"capacity_bytes\":%llu,\"standbys_in_sync\":%llu,\"mirror_objects\":%llu}\n",
             role, leader_json, (long long)leader_epoch, egm__id_format(snap.master_id, id_text),
             EGMSTORE_VERSION, (double)snap.uptime_ms / 1000.0, (unsigned long long)snap.segments,
             (unsigned long long)snap.clients, (unsigned long long)snap.objects.objects,
             (unsigned long long)snap.allocated_bytes,
-            (unsigned long long)snap.capacity_bytes) != EGM_OK)
+            (unsigned long long)snap.capacity_bytes, (unsigned long long)snap.ha_in_sync,
+            (unsigned long long)snap.ha_mirror_objects) != EGM_OK)
         out_of_memory(resp);
 }
 
@@ -745,6 +764,7 @@ static const struct {
     {EGM_RPC_COMMIT, "Commit"},
     {EGM_RPC_REPAIR_GRANT, "RepairGrant"},
     {EGM_RPC_REPAIR_COMMIT, "RepairCommit"},
+    {EGM_RPC_HA_APPLY, "HaApply"},
 };
 _Static_assert(sizeof(summary_rpcs) / sizeof(summary_rpcs[0]) == EGM_RPC_TYPE_MAX,
                "every RPC type has a name in /metrics/summary");

@@ -12,8 +12,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ha/election.h"
+#include "master/journal.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
+#include "master/mirror.h"
 #include "rpc/frame.h"
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
@@ -634,6 +636,28 @@ static egm_status_t handle_unmount(egm_master_state_t *st, egm_master_call_t *ca
     return status_reply(result, call);
 }
 
+/* HaApply: a batch of the leader's journal for this standby's mirror. A
+ * master that leads (or has no mirror: enable_ha off) refuses it. */
+static egm_status_t handle_ha_apply(egm_master_state_t *st, egm_master_call_t *call)
+{
+    const Egm__HaApplyRequest *req = (const Egm__HaApplyRequest *)call->request;
+    egm_status_t result;
+    int64_t epoch = 0;
+    if (st->mirror == NULL)
+        result = egm__set_error(EGM_ERR_NOT_SUPPORTED, "this master runs without enable_ha");
+    else if (egm__election_leading(st->election, &epoch))
+        result = egm__set_error(EGM_ERR_PERMISSION,
+                                "this master leads (epoch %lld): it takes no journal from %s "
+                                "(epoch %lld)",
+                                (long long)epoch, req->leader, (long long)req->epoch);
+    else
+        result = egm__mirror_apply(st->mirror, req->epoch, req->reset, req->from, req->to,
+                                   req->ops.data, req->ops.len, st->now_ms());
+    if (result != EGM_OK)
+        egm_debug("HaApply from %s refused: %s", req->leader, egm_last_error());
+    return status_reply(result, call);
+}
+
 static egm_status_t handle_ping(egm_master_state_t *st, egm_master_call_t *call)
 {
     const Egm__PingRequest *req = (const Egm__PingRequest *)call->request;
@@ -773,6 +797,8 @@ static egm_master_lock_t ping_lock(const ProtobufCMessage *request)
 #define MASTER_Commit handle_commit, EGM_MASTER_LOCK_SHARED
 #define MASTER_RepairGrant egm__master_handle_repair_grant, EGM_MASTER_LOCK_SHARED
 #define MASTER_RepairCommit egm__master_handle_repair_commit, EGM_MASTER_LOCK_SHARED
+/* The mirror locks itself; a standby serves nothing else. */
+#define MASTER_HaApply handle_ha_apply, EGM_MASTER_LOCK_SHARED
 
 static const egm_master_command_t commands[EGM_RPC_TYPE_MAX + 1] = {
 #define ROW(e, n, name, req, rep) [n] = {n, MASTER_##name},
@@ -831,11 +857,22 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
     reply->buf = NULL;
     reply->len = 0;
     egm_status_t status;
-    if (st->election != NULL && !egm__election_leading(st->election, NULL))
+    int64_t epoch = 0;
+    if (st->election != NULL && type != EGM_RPC_HA_APPLY &&
+        (!egm__election_leading(st->election, &epoch) || epoch != atomic_load(&st->serving_epoch)))
         status = egm__set_error(EGM_ERR_UNREACHABLE, "this master does not lead now (enable_ha): "
                                                      "the leader is in etcd");
     else
         status = dispatch(st, type, payload, len, reply, &failed);
+    /* What this request changed is answered only once the standbys in sync
+     * hold it too (journal.h): a change a standby lacks would be lost if
+     * this master died after answering. */
+    if (st->journal != NULL && egm__journal_wait(st->journal, st->journal_wait_ms) != EGM_OK) {
+        egm_free(reply->buf);
+        reply->buf = NULL;
+        reply->len = 0;
+        status = EGM_ERR_UNREACHABLE; /* the wait's error text */
+    }
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,
                                    egm__now_ns() - start_ns);

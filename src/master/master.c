@@ -17,8 +17,11 @@
 #include "common/sock.h"
 #include "ha/election.h"
 #include "master/admin.h"
+#include "master/journal.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
+#include "master/mirror.h"
+#include "master/replication.h"
 #include "rpc/frame.h"
 #include "rpc/server.h"
 
@@ -50,6 +53,12 @@ struct egm_master {
     uint16_t port;
     egm_election_t *election; /* enable_ha */
     _Atomic int deposed;      /* lost the leadership it had: the process exits */
+    /* enable_ha: the state handover (docs/ha.md): the journal of changes for
+     * the standbys, a standby's mirror of the leader's, and the leader's
+     * side that sends the one to the others. */
+    egm_journal_t *journal;
+    egm_mirror_t *mirror;
+    egm_replication_t *replication;
 };
 
 static void on_tick(egm_reactor_t *reactor, void *arg)
@@ -126,7 +135,33 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
 {
     egm_master_t *master = arg;
     if (leading) {
-        atomic_store(&master->state.serving_since_ms, master->state.now_ms());
+        egm_master_state_t *st = &master->state;
+        uint64_t start = st->now_ms();
+        size_t adopted = 0, skipped = 0;
+        /* The predecessor's state first (what the standby's mirror holds);
+         * nothing is served before serving_epoch says so. */
+        pthread_rwlock_wrlock(&master->lock);
+        egm_mirror_stats_t ms;
+        egm__mirror_stats(master->mirror, &ms);
+        egm_status_t s = egm__mirror_install(master->mirror, st->liveness, st->segments,
+                                             st->objects, start, &adopted, &skipped);
+        /* Locations clients cached from the predecessor are good for one
+         * cache bound: a force remove waits that out (docs/consistency.md). */
+        atomic_store(&st->force_wait_until_ms, start + st->location_cache_ms);
+        pthread_rwlock_unlock(&master->lock);
+        if (s != EGM_OK)
+            egm_error("master: taking over the state of epoch %lld: %s", (long long)ms.epoch,
+                      egm_last_error());
+        egm_info("master: took over %llu segments and %zu objects of epoch %lld (%zu replicas "
+                 "or objects skipped) in %llu ms",
+                 (unsigned long long)ms.segments, adopted, (long long)ms.epoch, skipped,
+                 (unsigned long long)(st->now_ms() - start));
+        if (egm__replication_lead(master->replication, epoch) != EGM_OK) {
+            egm_warn("master: %s", egm_last_error());
+            return; /* the election tells of the loss next */
+        }
+        atomic_store(&st->serving_since_ms, st->now_ms());
+        atomic_store(&st->serving_epoch, epoch);
         egm_info("master: leading (epoch %lld): serving", (long long)epoch);
         return;
     }
@@ -137,7 +172,46 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
 
 /* enable_ha: stands for leader under the cluster's key, published as the
  * address clients reach this master at. */
-static egm_status_t start_election(egm_master_t *master, const egm_settings_t *settings)
+static bool may_campaign(void *arg)
+{
+    egm_master_t *master = arg;
+    return egm__replication_may_lead(master->replication);
+}
+
+/* The journal, the mirror and the leader's side of the handover. */
+static egm_status_t start_handover(egm_master_t *master, const egm_settings_t *settings,
+                                   const char *addr, const egm_config_t *config)
+{
+    egm_master_state_t *st = &master->state;
+    egm_status_t s = egm__journal_create(&master->journal);
+    if (s == EGM_OK)
+        s = egm__mirror_create(&master->mirror);
+    if (s != EGM_OK)
+        return s;
+    st->journal = master->journal;
+    st->mirror = master->mirror;
+    /* A change waits for the standbys a little longer than a standby may
+     * take to answer before it is dropped (replication.c). */
+    st->journal_wait_ms = (uint64_t)settings->ha_lease_ttl * 1000u + 1000u;
+    egm__objects_set_journal(st->objects, master->journal);
+    egm__segment_table_set_journal(st->segments, master->journal);
+    char token[EGM_AUTH_TOKEN_MAX + 1];
+    if ((s = egm__config_auth_token(config, token, sizeof(token))) != EGM_OK)
+        return s;
+    egm_replication_params_t rp = {.state = st,
+                                   .etcd_endpoints = settings->etcd_endpoints,
+                                   .cluster_id = settings->cluster_id,
+                                   .self = addr,
+                                   .auth_token = token,
+                                   .max_frame_size = (size_t)settings->max_frame_size,
+                                   .ttl_s = (int)settings->ha_lease_ttl};
+    s = egm__replication_create(&rp, &master->replication);
+    egm__secure_zero(token, sizeof(token));
+    return s;
+}
+
+static egm_status_t start_election(egm_master_t *master, const egm_settings_t *settings,
+                                   const egm_config_t *config)
 {
     if (settings->etcd_endpoints == NULL || settings->etcd_endpoints[0] == '\0')
         return egm__set_error(EGM_ERR_CONFIG, "enable_ha needs etcd_endpoints "
@@ -149,14 +223,18 @@ static egm_status_t start_election(egm_master_t *master, const egm_settings_t *s
     egm__sock_format_hostport(host, master->port, addr, sizeof(addr));
     egm__election_master_key(settings->cluster_id, key, sizeof(key));
     egm__election_members_prefix(settings->cluster_id, members, sizeof(members));
+    egm_status_t status = start_handover(master, settings, addr, config);
+    if (status != EGM_OK)
+        return status;
     egm_election_params_t params = {.endpoints = settings->etcd_endpoints,
                                     .key = key,
                                     .value = addr,
                                     .ttl_s = (int)settings->ha_lease_ttl,
                                     .members_prefix = members,
                                     .on_change = on_leadership,
+                                    .may_campaign = may_campaign,
                                     .arg = master};
-    egm_status_t status = egm__election_start(&params, &master->election);
+    status = egm__election_start(&params, &master->election);
     if (status != EGM_OK)
         return status;
     master->state.election = master->election;
@@ -286,7 +364,7 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     /* Before the admin HTTP thread, which reads state.election; no RPC is
      * served before egm__master_run, and then only while elected. */
     if (settings->enable_ha) {
-        status = start_election(master, settings);
+        status = start_election(master, settings, config);
         if (status != EGM_OK)
             goto err;
     }
@@ -374,6 +452,8 @@ void egm__master_destroy(egm_master_t *master)
     egm__http_stop(master->http); /* first: its thread reads everything below */
     /* Resigns (the next leader need not wait out the lease); nothing is served after. */
     egm__election_stop(master->election);
+    /* Its threads read the state and the election. */
+    egm__replication_destroy(master->replication);
     master->state.election = NULL;
     if (master->timer_added)
         egm__reactor_remove_timer(master->reactors[0], master->timer_id);
@@ -384,6 +464,8 @@ void egm__master_destroy(egm_master_t *master)
         egm__reactor_destroy(master->reactors[i]);
     if (master->state_ready)
         egm__master_state_cleanup(&master->state);
+    egm__mirror_destroy(master->mirror);
+    egm__journal_destroy(master->journal);
     if (master->lock_ready)
         pthread_rwlock_destroy(&master->lock);
     egm_free(master->reactors);

@@ -47,6 +47,17 @@ typedef struct {
     /* enable_ha: requests are served only while this master leads (checked
      * per request against the election's fence); NULL = always. */
     const struct egm_election *election;
+    /* enable_ha: the epoch this master serves as leader once it has taken
+     * over its predecessor's state (0: none yet); requests are served only
+     * while the election's epoch is this one. */
+    _Atomic int64_t serving_epoch;
+    /* enable_ha: the standby's copy of the leader's state (HaApply), and the
+     * leader's journal of changes for its standbys; NULL without. */
+    struct egm_mirror *mirror;
+    struct egm_journal *journal;
+    /* How long a request waits for the standbys in sync to confirm the
+     * changes it made before it is answered UNREACHABLE. */
+    uint64_t journal_wait_ms;
 } egm_master_state_t;
 
 /* Initializes a state lock: writers first (a waiting exclusive holder stops

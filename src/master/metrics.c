@@ -208,6 +208,28 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "leaderships this master lost to its lease (etcd unreachable or the key taken), after "
          "which it exits",
          s->ha_losses},
+        {"egm_master_ha_standbys", EGM_PROM_GAUGE,
+         "standby masters this leader sends its state and journal to (enable_ha)", s->ha_standbys},
+        {"egm_master_ha_standbys_in_sync", EGM_PROM_GAUGE,
+         "of those, the ones in the in-sync set: every change is answered only once they hold it",
+         s->ha_in_sync},
+        {"egm_master_ha_journal_bytes_total", EGM_PROM_COUNTER,
+         "bytes of state changes journaled for the standbys (while any was followed)",
+         s->ha_journal_bytes},
+        {"egm_master_ha_journal_lag_bytes", EGM_PROM_GAUGE,
+         "journal bytes the slowest in-sync standby has not confirmed yet (the op log's lag)",
+         s->ha_lag_bytes},
+        {"egm_master_ha_journal_waits_timed_out_total", EGM_PROM_COUNTER,
+         "requests answered UNREACHABLE because a standby in sync did not confirm their changes "
+         "in time (the change is applied at the leader)",
+         s->ha_waits_timed_out},
+        {"egm_master_ha_mirror_epoch", EGM_PROM_GAUGE,
+         "a standby: the leader epoch whose state it holds (0: none)", s->ha_mirror_epoch},
+        {"egm_master_ha_mirror_objects", EGM_PROM_GAUGE,
+         "a standby: objects of the leader's state it holds, taken over when it is elected",
+         s->ha_mirror_objects},
+        {"egm_master_ha_mirror_batches_total", EGM_PROM_COUNTER,
+         "a standby: journal batches applied (HaApply)", s->ha_mirror_batches},
     };
     egm__prom_rows(out, rows, sizeof(rows) / sizeof(rows[0]));
     static const char *const reasons[EGM_DROP_REASONS] = {

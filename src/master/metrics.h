@@ -52,6 +52,10 @@ typedef struct {
     uint64_t http_auth_failures;   /* admin HTTP requests refused for the token */
     /* enable_ha (0 when off): leading now, its epoch, elections won and leaderships lost. */
     uint64_t ha, ha_leading, ha_epoch, ha_wins, ha_losses;
+    /* The state handover: the leader's journal (standbys followed, in sync,
+     * lag, waits that timed out) and a standby's mirror of the leader. */
+    uint64_t ha_standbys, ha_in_sync, ha_journal_bytes, ha_lag_bytes, ha_waits_timed_out;
+    uint64_t ha_mirror_epoch, ha_mirror_objects, ha_mirror_batches;
 } egm_master_snapshot_t;
 
 void egm__master_metrics_init(egm_master_metrics_t *metrics);

@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "master/journal.h"
 #include "master/placement.h"
 #include "master/repair.h"
 #include "master/slabs.h"
@@ -123,6 +124,9 @@ struct egm_object_index {
     uint64_t slab_expired;
     uint64_t commits;
     egm_placer_t *placer;       /* placement over failure domains (placement.h) */
+    /* enable_ha: where committed objects, their removal and reserved space
+     * are told to the standbys (journal.h); NULL without. */
+    egm_journal_t *journal;
     egm_repair_queue_t *repair; /* objects that lost replicas with a segment (repair.h) */
 };
 
@@ -615,7 +619,8 @@ static egm_status_t held_reserve(egm_object_index_t *index, size_t more)
 /* Moves obj's live replicas out of their segments' replica lists onto the
  * held list, still allocated, until release_ms (room reserved by
  * held_reserve). With the object's shard and `space` locked. */
-static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t release_ms)
+static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t release_ms,
+                          uint64_t now_ms)
 {
     for (uint32_t i = 0; i < obj->n_replicas; i++) {
         egm_replica_t *r = &obj->replicas[i];
@@ -626,6 +631,8 @@ static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t
                                                        .offset = egm__replica_offset(r),
                                                        .length = obj->size,
                                                        .release_ms = release_ms};
+        egm__journal_reserve(index->journal, r->segment->desc.id, egm__replica_offset(r),
+                             obj->size, release_ms - now_ms);
         index->held_bytes += egm__allocator_round(obj->size);
         r->segment = NULL;
         if (release_ms < index->held_release_ms)
@@ -731,6 +738,8 @@ static uint64_t object_bytes(const egm_object_t *obj)
 static void object_forget(egm_object_index_t *index, egm_object_t *obj)
 {
     shard_t *sh = shard_of(index, obj);
+    if (obj->state == EGM_OBJECT_COMPLETE)
+        egm__journal_object_gone(index->journal, egm__object_key(obj), obj->key_len);
     move_to(index, obj, LIST_NONE);
     if (obj->in_lease_list)
         list_unlink(&sh->leases, obj, 1);
@@ -1186,6 +1195,10 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
         return status;
     }
     move_to(index, obj, LIST_PENDING);
+    for (uint32_t i = 0; i < obj->n_replicas; i++) /* its writer copies there until its timeout */
+        egm__journal_reserve(index->journal, obj->replicas[i].segment->desc.id,
+                             egm__replica_offset(&obj->replicas[i]), size,
+                             index->params.pending_timeout_ms);
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     if (view_p != NULL)
@@ -1274,6 +1287,9 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
         return status;
     }
     index->slab_grants++;
+    for (uint32_t i = 0; i < probe->n_replicas; i++)
+        egm__journal_reserve(index->journal, extents[i].segment->desc.id, extents[i].base,
+                             probe->size, lease_ms);
     view_p->size = probe->size;
     view_p->lease_ms = lease_ms;
     view_p->n_extents = probe->n_replicas;
@@ -1562,6 +1578,7 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     bump(&index->evictable_gen);
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
+    egm__journal_object(index->journal, obj);
     return EGM_OK;
 }
 
@@ -1622,6 +1639,7 @@ static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj,
         obj->commit_ms = now_ms; /* was its put_start_ms */
         move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
         bump(&index->evictable_gen);
+        egm__journal_object(index->journal, obj);
     }
     return status;
 }
@@ -1757,7 +1775,7 @@ static egm_status_t object_remove_locked(egm_object_index_t *index, egm_object_t
         egm_status_t status = held_reserve(index, obj->n_live);
         if (status != EGM_OK)
             return status;
-        hold_replicas(index, obj, obj->lease_expiry_ms);
+        hold_replicas(index, obj, obj->lease_expiry_ms, now_ms);
     }
     object_delete_locked(index, obj);
     return EGM_OK;
@@ -2067,7 +2085,7 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
         if (lease_live(obj, now_ms)) {
             if (!can_hold)
                 continue;
-            hold_replicas(index, obj, obj->lease_expiry_ms);
+            hold_replicas(index, obj, obj->lease_expiry_ms, now_ms);
         }
         uint64_t g = last_grant_ms(index, obj);
         if (g > grant)
@@ -2426,6 +2444,8 @@ egm_status_t egm__objects_repair_start(egm_object_index_t *index, const char *ke
                                                        .length = obj->size,
                                                        .release_ms = release_ms,
                                                        .repair = 1};
+        egm__journal_reserve(index->journal, target->desc.id, offset, obj->size,
+                             release_ms - now_ms);
         index->held_bytes += egm__allocator_round(obj->size);
         if (release_ms < index->held_release_ms)
             index->held_release_ms = release_ms;
@@ -2534,6 +2554,7 @@ egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key,
                             .offset_index = task->target_offset | (uint64_t)(slot - obj->replicas)};
         replica_link(slot);
         obj->n_live++;
+        egm__journal_object(index->journal, obj);
     } else if (index->n_held + 1 == before &&
                egm__allocator_free(task->target->allocator, task->target_offset, task->size) !=
                    EGM_OK) {
@@ -2786,5 +2807,301 @@ egm_status_t egm__objects_check(egm_object_index_t *index)
         status = check_held(index, held_on_segments);
     space_unlock(index);
     unlock_all(index);
+    return status;
+}
+
+/* ---- master HA: snapshot and adoption (docs/ha.md "State handover") ---------- */
+
+void egm__objects_set_journal(egm_object_index_t *index, egm_journal_t *journal)
+{
+    index->journal = journal;
+}
+
+static uint64_t left_ms(uint64_t until_ms, uint64_t now_ms)
+{
+    return until_ms > now_ms ? until_ms - now_ms : 0;
+}
+
+typedef struct {
+    egm_jbuf_t *b;
+    uint64_t now_ms;
+} snapshot_t;
+
+static void snapshot_slab(void *arg, const egm_slab_t *slab)
+{
+    const snapshot_t *sn = arg;
+    uint64_t left = left_ms(slab->expiry_ms, sn->now_ms);
+    for (uint32_t x = 0; x < slab->n_extents; x++) {
+        const egm_slab_extent_t *e = &slab->extents[x];
+        for (size_t k = 0; e->segment != NULL && k < slab->n_pieces; k++)
+            egm__jenc_reserve(sn->b, e->segment->desc.id, e->base + slab->pieces[k].off,
+                              slab->pieces[k].len, left);
+    }
+}
+
+void egm__objects_snapshot(egm_object_index_t *index, egm_jbuf_t *b, uint64_t now_ms)
+{
+    lock_all(index);
+    space_lock(index);
+    for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
+        const object_table_t *t = &index->shards[s].by_key;
+        for (size_t i = 0; i <= t->mask; i++) {
+            const egm_object_t *obj = t->slots[i].obj;
+            if (obj == NULL)
+                continue;
+            if (obj->state == EGM_OBJECT_COMPLETE) {
+                egm__jenc_object(b, obj);
+                continue;
+            }
+            uint64_t left = left_ms(obj->put_start_ms + index->params.pending_timeout_ms, now_ms);
+            for (uint32_t r = 0; r < obj->n_replicas; r++)
+                if (obj->replicas[r].segment != NULL)
+                    egm__jenc_reserve(b, obj->replicas[r].segment->desc.id,
+                                      egm__replica_offset(&obj->replicas[r]), obj->size, left);
+        }
+    }
+    for (size_t i = 0; i < index->n_held; i++) {
+        const held_extent_t *h = &index->held[i];
+        egm__jenc_reserve(b, h->segment->desc.id, h->offset, h->length,
+                          left_ms(h->release_ms, now_ms));
+    }
+    snapshot_t sn = {.b = b, .now_ms = now_ms};
+    egm__slabs_each(index->slabs, snapshot_slab, &sn);
+    space_unlock(index);
+    unlock_all(index);
+}
+
+/* A range to take in a segment: an object's replica (obj < n) or a piece of
+ * a held range. */
+typedef struct {
+    egm_segment_t *segment;
+    uint64_t offset;
+    uint64_t length; /* rounded */
+    uint64_t until_ms;
+    size_t obj; /* SIZE_MAX: a range */
+    uint32_t replica;
+} claim_t;
+
+static int claim_compare(const void *a, const void *b)
+{
+    const claim_t *x = a, *y = b;
+    if (x->segment != y->segment)
+        return (uintptr_t)x->segment < (uintptr_t)y->segment ? -1 : 1;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    int x_obj = x->obj != SIZE_MAX, y_obj = y->obj != SIZE_MAX;
+    return x_obj == y_obj ? 0 : x_obj ? -1 : 1;
+}
+
+typedef struct {
+    claim_t *v;
+    size_t n;
+    size_t cap;
+} claims_t;
+
+static int claims_push(claims_t *c, claim_t x)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap < 64 ? 64 : c->cap * 2;
+        claim_t *v = egm_realloc(c->v, cap * sizeof(*v), "master.adopt");
+        if (v == NULL)
+            return 0;
+        c->v = v;
+        c->cap = cap;
+    }
+    c->v[c->n++] = x;
+    return 1;
+}
+
+/* One segment's claims, sorted (objects' first at equal offsets): keeps the
+ * object replicas that overlap none before them and the pieces of the
+ * ranges that no kept replica covers (the union of the ranges, each piece
+ * held until the latest until_ms of the ranges merged into it), in
+ * ascending order into out; a replica not kept is counted in *skipped_p. */
+static int plan_segment(const claim_t *c, size_t n, uint64_t capacity, claims_t *out,
+                        size_t *skipped_p)
+{
+    claims_t objs = {0};
+    uint64_t cursor = 0;
+    int ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        if (c[i].obj == SIZE_MAX)
+            continue;
+        if (c[i].offset < cursor || c[i].length > capacity || c[i].offset > capacity - c[i].length) {
+            (*skipped_p)++;
+            continue;
+        }
+        ok = claims_push(&objs, c[i]);
+        cursor = c[i].offset + c[i].length;
+    }
+    /* The ranges' union minus the kept replicas, merged with them in order. */
+    size_t j = 0;
+    for (size_t i = 0; i < n && ok;) {
+        if (c[i].obj != SIZE_MAX) {
+            i++;
+            continue;
+        }
+        uint64_t a = c[i].offset, b = a + c[i].length, until = c[i].until_ms;
+        for (i++; i < n; i++) {
+            if (c[i].obj != SIZE_MAX)
+                continue;
+            if (c[i].offset > b)
+                break;
+            if (c[i].offset + c[i].length > b)
+                b = c[i].offset + c[i].length;
+            if (c[i].until_ms > until)
+                until = c[i].until_ms;
+        }
+        if (b > capacity)
+            b = capacity;
+        while (ok && a < b) {
+            while (j < objs.n && objs.v[j].offset + objs.v[j].length <= a)
+                ok = claims_push(out, objs.v[j++]);
+            uint64_t stop = j < objs.n && objs.v[j].offset < b ? objs.v[j].offset : b;
+            if (a < stop)
+                ok = ok && claims_push(out, (claim_t){.segment = c[0].segment,
+                                                      .offset = a,
+                                                      .length = stop - a,
+                                                      .until_ms = until,
+                                                      .obj = SIZE_MAX});
+            a = j < objs.n && objs.v[j].offset < b ? objs.v[j].offset + objs.v[j].length : b;
+        }
+    }
+    while (ok && j < objs.n)
+        ok = claims_push(out, objs.v[j++]);
+    egm_free(objs.v);
+    return ok;
+}
+
+/* Makes an adopted object; with every shard and `space` locked. */
+static egm_status_t adopt_object(egm_object_index_t *index, const egm_adopt_object_t *a,
+                                 const uint8_t *taken, uint64_t now_ms)
+{
+    uint64_t hash;
+    shard_t *sh = shard_of_key(index, a->key, a->key_len, &hash);
+    if (find(sh, a->key, a->key_len, hash) != NULL)
+        return EGM_ERR_EXISTS;
+    uint32_t placed = a->placed > a->n_replicas ? a->placed : a->n_replicas;
+    egm_object_t *obj;
+    if (table_reserve(&sh->by_key) != EGM_OK ||
+        (obj = object_new(a->key, a->key_len, placed)) == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory adopting an object");
+    for (uint32_t r = 0; r < a->n_replicas; r++)
+        if (taken[r])
+            replica_add(obj, a->segment[r], a->offset[r]);
+    obj->n_live = obj->n_replicas;
+    for (uint32_t k = obj->n_replicas; k < placed; k++) /* lost with their segments */
+        obj->replicas[k] = (egm_replica_t){.segment = NULL, .offset_index = k};
+    obj->n_replicas = (uint8_t)placed;
+    obj->state = EGM_OBJECT_COMPLETE;
+    obj->size = a->size;
+    obj->writer = a->writer;
+    obj->commit_ms = now_ms;
+    obj->hard_pin = a->hard_pin != 0;
+    obj->soft_pin = a->soft_pin != 0 && !obj->hard_pin;
+    obj->shard = (uint8_t)(sh - index->shards);
+    table_insert(&sh->by_key, obj, hash);
+    move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
+    sh->n_soft_pinned += obj->soft_pin;
+    sh->n_hard_pinned += obj->hard_pin;
+    grant_lease(index, obj, now_ms);
+    if (obj->n_live < obj->n_replicas)
+        egm__repair_queue_add(index->repair, a->key, a->key_len);
+    return EGM_OK;
+}
+
+egm_status_t egm__objects_adopt(egm_object_index_t *index, const egm_adopt_object_t *objects,
+                                size_t n, const egm_adopt_range_t *ranges, size_t m,
+                                uint64_t now_ms, size_t *adopted_p, size_t *skipped_p)
+{
+    claims_t all = {0}, plan = {0};
+    uint8_t *taken = egm_calloc(n ? n : 1, EGM_MASTER_REPLICA_MAX, "master.adopt");
+    egm_status_t status = EGM_OK;
+    int ok = taken != NULL;
+
+    *adopted_p = *skipped_p = 0;
+    for (size_t i = 0; i < n && ok; i++)
+        for (uint32_t r = 0; r < objects[i].n_replicas && r < EGM_MASTER_REPLICA_MAX && ok; r++)
+            if (objects[i].segment[r] != NULL)
+                ok = claims_push(&all, (claim_t){.segment = objects[i].segment[r],
+                                                 .offset = objects[i].offset[r],
+                                                 .length = egm__allocator_round(objects[i].size),
+                                                 .obj = i,
+                                                 .replica = r});
+    for (size_t i = 0; i < m && ok; i++)
+        if (ranges[i].segment != NULL && ranges[i].length > 0)
+            ok = claims_push(&all, (claim_t){.segment = ranges[i].segment,
+                                             .offset = ranges[i].offset,
+                                             .length = egm__allocator_round(ranges[i].length),
+                                             .until_ms = ranges[i].until_ms,
+                                             .obj = SIZE_MAX});
+    if (ok && all.n > 0)
+        qsort(all.v, all.n, sizeof(*all.v), claim_compare);
+    for (size_t g = 0; g < all.n && ok;) {
+        size_t e = g;
+        while (e < all.n && all.v[e].segment == all.v[g].segment)
+            e++;
+        egm_allocator_stats_t st;
+        egm__allocator_stats(all.v[g].segment->allocator, &st);
+        ok = plan_segment(&all.v[g], e - g, st.capacity, &plan, skipped_p);
+        g = e;
+    }
+    lock_all(index);
+    space_lock(index);
+    size_t holds = 0;
+    for (size_t i = 0; i < plan.n; i++)
+        holds += plan.v[i].obj == SIZE_MAX;
+    if (ok && holds > 0)
+        ok = held_reserve(index, holds) == EGM_OK;
+    for (size_t i = 0; i < plan.n && ok; i++) {
+        claim_t *c = &plan.v[i];
+        if (egm__allocator_take(c->segment->allocator, c->offset, c->length) != EGM_OK) {
+            if (c->obj != SIZE_MAX)
+                (*skipped_p)++;
+            egm_warn("adopting [%llu, +%llu) of segment %s: %s", (unsigned long long)c->offset,
+                     (unsigned long long)c->length, c->segment->desc.name, egm_last_error());
+            continue;
+        }
+        if (c->obj != SIZE_MAX) {
+            taken[c->obj * EGM_MASTER_REPLICA_MAX + c->replica] = 1;
+            continue;
+        }
+        index->held[index->n_held++] = (held_extent_t){
+            .segment = c->segment, .offset = c->offset, .length = c->length, .release_ms = c->until_ms};
+        index->held_bytes += c->length;
+        if (c->until_ms < index->held_release_ms)
+            index->held_release_ms = c->until_ms;
+    }
+    for (size_t i = 0; i < n && ok; i++) {
+        const uint8_t *t = &taken[i * EGM_MASTER_REPLICA_MAX];
+        int any = 0;
+        for (uint32_t r = 0; r < objects[i].n_replicas; r++)
+            any |= t[r];
+        if (!any) {
+            if (objects[i].n_replicas > 0)
+                (*skipped_p)++;
+            continue;
+        }
+        status = adopt_object(index, &objects[i], t, now_ms);
+        if (status == EGM_OK)
+            (*adopted_p)++;
+        else {
+            for (uint32_t r = 0; r < objects[i].n_replicas; r++)
+                if (t[r])
+                    egm__allocator_free(objects[i].segment[r]->allocator, objects[i].offset[r],
+                                        objects[i].size);
+            (*skipped_p)++;
+            ok = status == EGM_ERR_EXISTS; /* another record of the key was taken */
+            status = ok ? EGM_OK : status;
+        }
+    }
+    bump(&index->evictable_gen);
+    space_unlock(index);
+    unlock_all(index);
+    egm_free(all.v);
+    egm_free(plan.v);
+    egm_free(taken);
+    if (!ok && status == EGM_OK)
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory adopting %zu objects", n);
     return status;
 }

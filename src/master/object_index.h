@@ -434,6 +434,52 @@ egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key,
                                      const struct egm_repair_task_s *task, int copied,
                                      uint64_t now_ms, int *still_under_p);
 
+/* ---- master HA: the state a new leader takes over (docs/ha.md) ---------- */
+struct egm_journal;
+struct egm_jbuf;
+/* Where this index tells its changes (journal.h); NULL: nowhere. Set before
+ * any other thread uses the index. */
+void egm__objects_set_journal(egm_object_index_t *index, struct egm_journal *journal);
+/* Appends to b (an egm_jbuf_t) the journal ops that describe the index as
+ * of now_ms: every COMPLETE object, and every range in use without one
+ * (PENDING objects' replicas, slabs, held space) with how long it stays in
+ * use. Locks every shard and `space`. */
+void egm__objects_snapshot(egm_object_index_t *index, struct egm_jbuf *b, uint64_t now_ms);
+
+/* An object, or a range in use, as the previous leader had it. */
+typedef struct {
+    const char *key;
+    size_t key_len;
+    uint64_t size;
+    egm_id_t writer;
+    uint8_t soft_pin, hard_pin;
+    uint8_t placed; /* replicas it was placed with (>= n_replicas: the rest were lost) */
+    uint32_t n_replicas;
+    egm_segment_t *segment[EGM_MASTER_REPLICA_MAX]; /* NULL: a segment no longer mounted */
+    uint64_t offset[EGM_MASTER_REPLICA_MAX];
+} egm_adopt_object_t;
+
+typedef struct {
+    egm_segment_t *segment;
+    uint64_t offset;
+    uint64_t length;
+    uint64_t until_ms; /* now_ms's clock */
+} egm_adopt_range_t;
+
+/* Takes over a previous leader's objects and ranges into this index, which
+ * holds none yet (its segments are mounted and empty): each object becomes
+ * COMPLETE at exactly its replicas' places, committed and leased as of
+ * now_ms (a reader of the previous leader may still hold a lease on it, so
+ * it is not removed without force nor evicted for lease_ttl_ms); objects
+ * left with fewer live replicas than placed are queued for re-replication;
+ * each range is held (used, as a removed object's space under a lease)
+ * until its until_ms wherever no object lies. A replica overlapping one
+ * taken before is skipped (an object left without any is dropped), each
+ * counted in *skipped_p. EGM_ERR_NO_MEMORY (what was adopted stays). */
+egm_status_t egm__objects_adopt(egm_object_index_t *index, const egm_adopt_object_t *objects,
+                                size_t n, const egm_adopt_range_t *ranges, size_t m,
+                                uint64_t now_ms, size_t *adopted_p, size_t *skipped_p);
+
 /* The object itself, without any lock: only for a caller that no other
  * thread can race (tests; the master's lock held exclusive). */
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,

@@ -6,6 +6,7 @@
 #include "common/alloc.h"
 #include "common/hashmap.h"
 #include "common/log.h"
+#include "master/journal.h"
 
 struct egm_segment_table {
     egm_hashmap_t *by_id;
@@ -19,6 +20,7 @@ struct egm_segment_table {
     size_t history;
     size_t retired_count;
     uint64_t generation; /* bumped whenever a segment comes or goes */
+    egm_journal_t *journal; /* enable_ha: told of every segment that comes or goes */
 };
 
 static void id_key(egm_id_t id, uint8_t key[16])
@@ -190,6 +192,7 @@ egm_status_t egm__segment_table_mount(egm_segment_table_t *t, const egm_segment_
     seg->index = t->n;
     t->list[t->n++] = seg;
     t->generation++;
+    egm__journal_segment(t->journal, seg);
     if (segment_p != NULL)
         *segment_p = seg;
     return EGM_OK;
@@ -234,14 +237,21 @@ uint64_t egm__segment_table_generation(const egm_segment_table_t *t)
     return t->generation;
 }
 
+void egm__segment_table_set_journal(egm_segment_table_t *t, egm_journal_t *journal)
+{
+    t->journal = journal;
+}
+
 void egm__segment_table_unpublish(egm_segment_table_t *t, egm_segment_t *seg)
 {
+    egm__journal_segment_gone(t->journal, seg->desc.id);
     detach(t, seg);
     segment_free(seg);
 }
 
 void egm__segment_table_remove(egm_segment_table_t *t, egm_segment_t *seg)
 {
+    egm__journal_segment_gone(t->journal, seg->desc.id);
     detach(t, seg);
     t->view++;
     t->retired[(t->view - 1) % t->history] = seg->desc.id;

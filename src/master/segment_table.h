@@ -80,6 +80,9 @@ egm_segment_t *egm__segment_table_at(const egm_segment_table_t *table, size_t i)
 /* Removes and frees the segment, retires its id and bumps the view. The caller
  * has already dropped the replicas placed in it. */
 void egm__segment_table_remove(egm_segment_table_t *table, egm_segment_t *segment);
+struct egm_journal;
+/* Where mounts and removals are told (master/journal.h); NULL: nowhere. */
+void egm__segment_table_set_journal(egm_segment_table_t *table, struct egm_journal *journal);
 /* Takes back a segment mounted in this same reactor turn (no replica, no
  * client has seen it): removed and freed without retiring its id or bumping
  * the view, so a retry may mount it again. */

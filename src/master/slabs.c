@@ -274,3 +274,12 @@ void egm__slabs_in(const egm_slab_table_t *t, const egm_segment_t *segment, uint
             }
     }
 }
+
+void egm__slabs_each(const egm_slab_table_t *t, void (*fn)(void *arg, const egm_slab_t *slab),
+                     void *arg)
+{
+    size_t iter = 0;
+    void *value;
+    while (egm__hashmap_next(t->by_id, &iter, NULL, NULL, &value))
+        fn(arg, value);
+}

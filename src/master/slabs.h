@@ -95,6 +95,10 @@ uint64_t egm__slabs_next_expiry(const egm_slab_table_t *table);
  * is dropped. */
 void egm__slabs_drop_segment(egm_slab_table_t *table, const egm_segment_t *segment);
 
+/* Calls fn for every slab (the table must not change meanwhile). */
+void egm__slabs_each(const egm_slab_table_t *table, void (*fn)(void *arg, const egm_slab_t *slab),
+                     void *arg);
+
 typedef struct {
     size_t slabs;
     uint64_t unclaimed_bytes; /* every live extent's unclaimed pieces */

@@ -4,10 +4,12 @@
  * after the leader is SIGKILLed the standby takes over with a higher epoch,
  * the provider remounts on it and the same client's puts and gets succeed
  * again without being recreated (the time from the kill to the first
- * successful put and get is printed). What the new leader does not have yet:
- * the objects committed under the old one (docs/ha.md: no state handover
- * yet) -- asserted, so that the test says so until it changes. A restarted
- * old leader comes back as a standby. A leader cut off from etcd exits. An
+ * successful put and get is printed). Nothing committed is lost: the objects
+ * put under the old leader (before and after the standby caught up) read
+ * back byte for byte from the new one, and an object removed under the old
+ * one stays removed (docs/ha.md "State handover"). A restarted old leader
+ * comes back as a standby, gets the new leader's state and takes over in
+ * turn with the same objects. A leader cut off from etcd exits. An
  * etcd of three members loses one without a master noticing. */
 #include <setjmp.h>
 #include <signal.h>
@@ -92,6 +94,53 @@ static void role_of(unsigned http_port, char *role, size_t len, long long *epoch
         *epoch_p = atoll(e + 8);
 }
 
+/* A number field of a master's /health (-1 when absent or no answer). */
+static long long health_number(unsigned http_port, const char *field)
+{
+    char body[4096], pattern[64];
+    if (egm_test_http_get(http_port, "/health", body, sizeof(body)) != 200)
+        return -1;
+    snprintf(pattern, sizeof(pattern), "\"%s\":", field);
+    const char *f = strstr(body, pattern);
+    return f != NULL ? atoll(f + strlen(pattern)) : -1;
+}
+
+/* Waits until the leader on http_port counts `n` standbys in sync. */
+static void wait_in_sync(unsigned http_port, long long n)
+{
+    for (uint64_t until = egm__now_ms() + WAIT_MS; egm__now_ms() < until; egm__sleep_ms(50))
+        if (health_number(http_port, "standbys_in_sync") == n)
+            return;
+    fail_msg("the leader on http port %u did not count %lld standbys in sync within %d ms",
+             http_port, n, WAIT_MS);
+}
+
+#define HA_KEYS 64 /* objects put in a batch under each leader */
+
+/* Puts HA_KEYS objects "<prefix>-<i>" of 4 KiB + i bytes, seeded by i. */
+static void put_keys(const char *prefix)
+{
+    char key[64];
+    for (int i = 0; i < HA_KEYS; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096 + (size_t)i, (unsigned)i), EGM_OK);
+    }
+}
+
+/* Every key of put_keys reads back exactly, but `removed` (-1: none) is gone. */
+static void check_keys(const char *prefix, int removed)
+{
+    char key[64];
+    for (int i = 0; i < HA_KEYS; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        egm_status_t want = i == removed ? EGM_ERR_NOT_FOUND : EGM_OK;
+        egm_status_t got = egm_test_get_seeded(client, key, 4096 + (size_t)i, (unsigned)i);
+        if (got != want)
+            fail_msg("%s after failover: %s, expected %s", key, egm_status_string(got),
+                     egm_status_string(want));
+    }
+}
+
 /* Waits until the master on http port `want` leads; the other (if any) stands by. */
 static long long wait_leads(unsigned want, unsigned other)
 {
@@ -153,6 +202,12 @@ static void test_failover(void **state)
     client = egm_test_client(&ma, "tcp", NULL);
     assert_non_null(client);
     assert_int_equal(egm_test_put_seeded(client, "before", 65536, 1), EGM_OK);
+    /* Objects put before B holds A's state come over in its snapshot; those put after, in
+     * A's journal, each answered only once B has it. */
+    put_keys("snap");
+    wait_in_sync(http_a, 1);
+    put_keys("journal");
+    assert_int_equal(egm_remove(client, "journal-7", 1), EGM_OK);
 
     /* `egmstore ls` lists both masters with their roles (members renew every TTL / 3). */
     char out[8192], want_a[128], want_b[128];
@@ -204,17 +259,33 @@ static void test_failover(void **state)
     }
     assert_true(last > 0 && last * 1000 <= (double)(egm__now_ms() - killed));
     assert_non_null(strstr(metrics, "\negm_client_master_outages_total 1\n"));
-    /* No state handover yet: the new leader never heard of "before". */
-    void *buf = NULL;
-    size_t len = 0;
-    assert_int_equal(egm_get(client, "before", &buf, &len), EGM_ERR_NOT_FOUND);
+    /* Nothing committed under A is lost, and what A removed stays removed. */
+    assert_int_equal(egm_test_get_seeded(client, "before", 65536, 1), EGM_OK);
+    check_keys("snap", -1);
+    check_keys("journal", 7);
 
-    /* The old leader, restarted, stands by. */
+    /* The old leader, restarted, stands by, gets B's state, and takes over from B in turn. */
     int code;
     egm__process_wait(&ma.master, 5000, &code);
     unsigned http_a2 = 0;
     assert_int_equal(egm_test_start_master_http(&ma2, ha, &http_a2), 0);
     assert_int_equal(wait_leads(http_b, http_a2), epoch_b);
+    wait_in_sync(http_b, 1);
+    put_keys("second");
+    assert_int_equal(egm__process_signal(&mb.master, SIGKILL), EGM_OK);
+    long long epoch_a2 = wait_leads(http_a2, 0);
+    assert_true(epoch_a2 > epoch_b);
+    s = EGM_ERR_UNREACHABLE;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; s != EGM_OK && egm__now_ms() < until;) {
+        s = egm_test_get_seeded(client, "before", 65536, 1);
+        if (s != EGM_OK)
+            egm__sleep_ms(20);
+    }
+    assert_int_equal(s, EGM_OK);
+    assert_int_equal(egm_test_get_seeded(client, "after", 65536, 2), EGM_OK);
+    check_keys("snap", -1);
+    check_keys("journal", 7);
+    check_keys("second", -1);
 }
 
 /* A leader that cannot reach etcd (stopped with SIGSTOP) stops at its
@@ -226,6 +297,7 @@ static void test_cut_off_leader_exits(void **state)
     start_etcd(1);
     unsigned http_a = 0, http_b = 0;
     long long epoch_a = start_pair(etcd_members[0].endpoint, &ma, &http_a, &mb, &http_b, NULL);
+    wait_in_sync(http_a, 1); /* else B would wait before taking over without A's state */
     assert_int_equal(egm__process_signal(&etcd_members[0].proc, SIGSTOP), EGM_OK);
     int code = -1;
     assert_int_equal(egm__process_wait(&ma.master, WAIT_MS, &code), EGM_OK);

@@ -64,7 +64,8 @@ static void test_handler_commands(void **state)
     assert_int_equal(EGM_RPC_COMMIT, 14);
     assert_int_equal(EGM_RPC_REPAIR_GRANT, 15);
     assert_int_equal(EGM_RPC_REPAIR_COMMIT, 16);
-    assert_int_equal(EGM_RPC_TYPE_MAX, EGM_RPC_REPAIR_COMMIT);
+    assert_int_equal(EGM_RPC_HA_APPLY, 17);
+    assert_int_equal(EGM_RPC_TYPE_MAX, EGM_RPC_HA_APPLY);
 }
 
 static void test_session_commands(void **state)

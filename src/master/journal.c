@@ -1,0 +1,536 @@
+/* The leader's journal of state changes (journal.h): op encoding, the log of
+ * encoded ops its followers have not all been sent, and the waits of the RPC
+ * threads for their acknowledgement. */
+#include "master/journal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/wire.h"
+#include "master/object_index.h"
+#include "master/segment_table.h"
+
+/* A follower whose unsent ops pass this is dropped (it starts over with a
+ * snapshot): the leader's memory does not grow without bound behind a
+ * standby that stopped reading. */
+#define EGM_JOURNAL_BACKLOG_MAX (256u << 20)
+
+void egm__jbuf_free(egm_jbuf_t *b)
+{
+    egm_free(b->buf);
+    memset(b, 0, sizeof(*b));
+}
+
+/* Room for n more bytes; 0 (and failed) when there is none. */
+static int room(egm_jbuf_t *b, size_t n)
+{
+    if (b->failed)
+        return 0;
+    if (b->len + n <= b->cap)
+        return 1;
+    size_t cap = b->cap < 4096 ? 4096 : b->cap * 2;
+    while (cap < b->len + n)
+        cap *= 2;
+    uint8_t *buf = egm_realloc(b->buf, cap, "master.journal");
+    if (buf == NULL) {
+        b->failed = 1;
+        return 0;
+    }
+    b->buf = buf;
+    b->cap = cap;
+    return 1;
+}
+
+static void put_u8(egm_jbuf_t *b, uint8_t v)
+{
+    b->buf[b->len++] = v;
+}
+
+static void put_u16(egm_jbuf_t *b, uint16_t v)
+{
+    egm__wire_put_u16(b->buf + b->len, v);
+    b->len += 2;
+}
+
+static void put_u64(egm_jbuf_t *b, uint64_t v)
+{
+    egm__wire_put_u64(b->buf + b->len, v);
+    b->len += 8;
+}
+
+static void put_id(egm_jbuf_t *b, egm_id_t id)
+{
+    egm__wire_put_id(b->buf + b->len, id);
+    b->len += 16;
+}
+
+static void put_bytes(egm_jbuf_t *b, const void *p, size_t n)
+{
+    memcpy(b->buf + b->len, p, n);
+    b->len += n;
+}
+
+void egm__jenc_segment(egm_jbuf_t *b, const egm_segment_t *seg)
+{
+    size_t n = seg->desc_pb.len;
+    if (!room(b, 5 + n))
+        return;
+    put_u8(b, EGM_JOP_SEGMENT);
+    egm__wire_put_u32(b->buf + b->len, (uint32_t)n);
+    b->len += 4;
+    put_bytes(b, seg->desc_pb.data, n);
+}
+
+void egm__jenc_segment_gone(egm_jbuf_t *b, egm_id_t id)
+{
+    if (!room(b, 17))
+        return;
+    put_u8(b, EGM_JOP_SEGMENT_GONE);
+    put_id(b, id);
+}
+
+void egm__jenc_object(egm_jbuf_t *b, const egm_object_t *obj)
+{
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < obj->n_replicas; i++)
+        live += obj->replicas[i].segment != NULL;
+    if (!room(b, 3 + obj->key_len + 8 + 16 + 3 + (size_t)live * 24))
+        return;
+    put_u8(b, EGM_JOP_OBJECT);
+    put_u16(b, obj->key_len);
+    put_bytes(b, egm__object_key(obj), obj->key_len);
+    put_u64(b, obj->size);
+    put_id(b, obj->writer);
+    put_u8(b, (uint8_t)(obj->soft_pin | (obj->hard_pin << 1)));
+    put_u8(b, obj->n_replicas);
+    put_u8(b, (uint8_t)live);
+    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+        const egm_replica_t *r = &obj->replicas[i];
+        if (r->segment == NULL)
+            continue;
+        put_id(b, r->segment->desc.id);
+        put_u64(b, egm__replica_offset(r));
+    }
+}
+
+void egm__jenc_object_gone(egm_jbuf_t *b, const char *key, size_t key_len)
+{
+    if (!room(b, 3 + key_len))
+        return;
+    put_u8(b, EGM_JOP_OBJECT_GONE);
+    put_u16(b, (uint16_t)key_len);
+    put_bytes(b, key, key_len);
+}
+
+void egm__jenc_reserve(egm_jbuf_t *b, egm_id_t segment, uint64_t offset, uint64_t length,
+                       uint64_t for_ms)
+{
+    if (!room(b, 1 + 16 + 24))
+        return;
+    put_u8(b, EGM_JOP_RESERVE);
+    put_id(b, segment);
+    put_u64(b, offset);
+    put_u64(b, length);
+    put_u64(b, for_ms);
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+#define NEED(n, what)                                                                              \
+    do {                                                                                           \
+        if (len - at < (size_t)(n))                                                                \
+            return egm__set_error(EGM_ERR_INVALID_ARG, "journal op at %zu: truncated %s", start,   \
+                                  what);                                                           \
+    } while (0)
+
+static egm_status_t dec_key(const uint8_t *p, size_t len, size_t start, size_t *at_p, egm_jop_t *op)
+{
+    size_t at = *at_p;
+    NEED(2, "key length");
+    op->key_len = egm__wire_get_u16(p + at);
+    at += 2;
+    if (op->key_len == 0 || op->key_len > EGM_MASTER_KEY_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "journal op at %zu: key of %zu bytes", start,
+                              op->key_len);
+    NEED(op->key_len, "key");
+    op->key = (const char *)p + at;
+    *at_p = at + op->key_len;
+    return EGM_OK;
+}
+
+egm_status_t egm__jdec_next(const uint8_t *p, size_t len, size_t *pos, egm_jop_t *op)
+{
+    size_t start = *pos, at = start;
+    egm_status_t s;
+
+    memset(op, 0, sizeof(*op));
+    NEED(1, "kind");
+    op->kind = p[at++];
+    switch (op->kind) {
+    case EGM_JOP_SEGMENT:
+        NEED(4, "descriptor length");
+        op->desc_len = egm__wire_get_u32(p + at);
+        at += 4;
+        NEED(op->desc_len, "descriptor");
+        op->desc = p + at;
+        at += op->desc_len;
+        break;
+    case EGM_JOP_SEGMENT_GONE:
+        NEED(16, "segment id");
+        op->segment = egm__wire_get_id(p + at);
+        at += 16;
+        break;
+    case EGM_JOP_OBJECT:
+        if ((s = dec_key(p, len, start, &at, op)) != EGM_OK)
+            return s;
+        NEED(8 + 16 + 3, "object");
+        op->size = egm__wire_get_u64(p + at);
+        op->writer = egm__wire_get_id(p + at + 8);
+        op->soft_pin = p[at + 24] & 1;
+        op->hard_pin = (p[at + 24] >> 1) & 1;
+        op->placed = p[at + 25];
+        op->n_replicas = p[at + 26];
+        at += 27;
+        if (op->n_replicas > EGM_JOP_REPLICAS_MAX || op->placed < op->n_replicas ||
+            op->placed > EGM_JOP_REPLICAS_MAX || op->size == 0)
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "journal op at %zu: object of %llu bytes with %u live of %u "
+                                  "placed replicas (at most %d)",
+                                  start, (unsigned long long)op->size, op->n_replicas, op->placed,
+                                  EGM_JOP_REPLICAS_MAX);
+        NEED((size_t)op->n_replicas * 24, "replicas");
+        for (uint32_t i = 0; i < op->n_replicas; i++, at += 24) {
+            op->replica_segment[i] = egm__wire_get_id(p + at);
+            op->replica_offset[i] = egm__wire_get_u64(p + at + 16);
+        }
+        break;
+    case EGM_JOP_OBJECT_GONE:
+        if ((s = dec_key(p, len, start, &at, op)) != EGM_OK)
+            return s;
+        break;
+    case EGM_JOP_RESERVE:
+        NEED(16 + 24, "reserve");
+        op->segment = egm__wire_get_id(p + at);
+        op->offset = egm__wire_get_u64(p + at + 16);
+        op->length = egm__wire_get_u64(p + at + 24);
+        op->for_ms = egm__wire_get_u64(p + at + 32);
+        at += 40;
+        break;
+    default:
+        return egm__set_error(EGM_ERR_INVALID_ARG, "journal op at %zu: unknown kind %d", start,
+                              op->kind);
+    }
+    *pos = at;
+    return EGM_OK;
+}
+
+/* ---- the log and its followers ------------------------------------------------ */
+
+struct egm_journal_follower {
+    egm_journal_follower_t *next;
+    uint64_t sent;  /* position up to which it was given ops */
+    uint64_t acked; /* ... and acknowledged them */
+    int in_sync;
+    int cut; /* fell behind past EGM_JOURNAL_BACKLOG_MAX */
+};
+
+struct egm_journal {
+    pthread_mutex_t lock;
+    pthread_cond_t more;  /* ops appended, or a follower cut */
+    pthread_cond_t acked; /* a follower acknowledged, or left the in-sync set */
+    egm_jbuf_t log;       /* ops from position base on */
+    uint64_t base;
+    egm_journal_follower_t *followers;
+    atomic_int n_followers; /* read without the lock by emitters */
+    uint64_t waits_timed_out;
+};
+
+/* The calling thread's last op position, for egm__journal_wait. */
+static _Thread_local uint64_t tl_pos;
+static _Thread_local const egm_journal_t *tl_journal;
+
+egm_status_t egm__journal_create(egm_journal_t **j_p)
+{
+    egm_journal_t *j = egm_calloc(1, sizeof(*j), "master.journal");
+    *j_p = NULL;
+    if (j == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the journal");
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->more, &attr);
+    pthread_cond_init(&j->acked, &attr);
+    pthread_condattr_destroy(&attr);
+    *j_p = j;
+    return EGM_OK;
+}
+
+void egm__journal_destroy(egm_journal_t *j)
+{
+    if (j == NULL)
+        return;
+    while (j->followers != NULL) {
+        egm_journal_follower_t *f = j->followers;
+        j->followers = f->next;
+        egm_free(f);
+    }
+    egm__jbuf_free(&j->log);
+    pthread_cond_destroy(&j->more);
+    pthread_cond_destroy(&j->acked);
+    pthread_mutex_destroy(&j->lock);
+    egm_free(j);
+}
+
+static uint64_t end_of(const egm_journal_t *j)
+{
+    return j->base + j->log.len;
+}
+
+/* Drops the bytes every follower was given. With the lock. */
+static void trim(egm_journal_t *j)
+{
+    uint64_t low = end_of(j);
+    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
+        if (!f->cut && f->sent < low)
+            low = f->sent;
+    size_t drop = (size_t)(low - j->base);
+    if (drop == 0)
+        return;
+    memmove(j->log.buf, j->log.buf + drop, j->log.len - drop);
+    j->log.len -= drop;
+    j->base = low;
+}
+
+/* After an append: cuts followers too far behind. With the lock. */
+static void appended(egm_journal_t *j)
+{
+    uint64_t end = end_of(j);
+    int cut = 0;
+    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
+        if (!f->cut && end - f->sent > EGM_JOURNAL_BACKLOG_MAX) {
+            f->cut = 1;
+            cut = 1;
+        }
+    if (cut)
+        trim(j);
+    tl_pos = end;
+    tl_journal = j;
+    pthread_cond_broadcast(&j->more);
+}
+
+#define EMIT(j, enc_call)                                                                          \
+    do {                                                                                           \
+        if ((j) == NULL || atomic_load_explicit(&(j)->n_followers, memory_order_acquire) == 0)     \
+            return;                                                                                \
+        pthread_mutex_lock(&(j)->lock);                                                            \
+        if ((j)->followers != NULL) {                                                              \
+            enc_call;                                                                              \
+            appended(j);                                                                           \
+        }                                                                                          \
+        pthread_mutex_unlock(&(j)->lock);                                                          \
+    } while (0)
+
+void egm__journal_segment(egm_journal_t *j, const egm_segment_t *seg)
+{
+    EMIT(j, egm__jenc_segment(&j->log, seg));
+}
+
+void egm__journal_segment_gone(egm_journal_t *j, egm_id_t id)
+{
+    EMIT(j, egm__jenc_segment_gone(&j->log, id));
+}
+
+void egm__journal_object(egm_journal_t *j, const egm_object_t *obj)
+{
+    EMIT(j, egm__jenc_object(&j->log, obj));
+}
+
+void egm__journal_object_gone(egm_journal_t *j, const char *key, size_t key_len)
+{
+    EMIT(j, egm__jenc_object_gone(&j->log, key, key_len));
+}
+
+void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, uint64_t length,
+                          uint64_t for_ms)
+{
+    EMIT(j, egm__jenc_reserve(&j->log, segment, offset, length, for_ms));
+}
+
+static void deadline_in(struct timespec *ts, uint64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(ms / 1000);
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Whether every in-sync follower acknowledged pos. With the lock. */
+static int acked_by_all(const egm_journal_t *j, uint64_t pos)
+{
+    for (const egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
+        if (f->in_sync && f->acked < pos)
+            return 0;
+    return 1;
+}
+
+egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms)
+{
+    uint64_t pos = tl_pos;
+    if (j == NULL || tl_journal != j || pos == 0)
+        return EGM_OK;
+    tl_pos = 0;
+    struct timespec deadline;
+    deadline_in(&deadline, timeout_ms);
+    egm_status_t status = EGM_OK;
+    pthread_mutex_lock(&j->lock);
+    while (!acked_by_all(j, pos))
+        if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
+            !acked_by_all(j, pos)) {
+            j->waits_timed_out++;
+            status = egm__set_error(EGM_ERR_UNREACHABLE,
+                                    "a standby master did not confirm this change within %llu ms "
+                                    "(it is applied here; enable_ha)",
+                                    (unsigned long long)timeout_ms);
+            break;
+        }
+    pthread_mutex_unlock(&j->lock);
+    return status;
+}
+
+egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p)
+{
+    egm_journal_follower_t *f = egm_calloc(1, sizeof(*f), "master.journal_follower");
+    *f_p = NULL;
+    if (f == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory adding a standby");
+    pthread_mutex_lock(&j->lock);
+    f->sent = f->acked = end_of(j);
+    f->next = j->followers;
+    j->followers = f;
+    atomic_fetch_add_explicit(&j->n_followers, 1, memory_order_release);
+    trim(j);
+    *pos_p = f->sent;
+    pthread_mutex_unlock(&j->lock);
+    *f_p = f;
+    return EGM_OK;
+}
+
+egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
+                               size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
+                               uint64_t *to_p)
+{
+    struct timespec deadline;
+    deadline_in(&deadline, wait_ms);
+    *buf_p = NULL;
+    *len_p = 0;
+    pthread_mutex_lock(&j->lock);
+    while (!f->cut && f->sent == end_of(j))
+        if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
+            break;
+    egm_status_t status = EGM_OK;
+    if (f->cut) {
+        status = egm__set_error(EGM_ERR_NO_SPACE,
+                                "the standby fell more than %u MiB of changes behind",
+                                EGM_JOURNAL_BACKLOG_MAX >> 20);
+        goto out;
+    }
+    if (f->sent == end_of(j)) {
+        status = EGM_ERR_TIMEOUT;
+        goto out;
+    }
+    /* Whole ops, up to max bytes (one at least). */
+    const uint8_t *p = j->log.buf + (f->sent - j->base);
+    size_t avail = (size_t)(end_of(j) - f->sent), take = 0;
+    while (take < avail) {
+        size_t next = take;
+        egm_jop_t op;
+        if (egm__jdec_next(p, avail, &next, &op) != EGM_OK) { /* cannot happen: ours */
+            status = egm__set_error(EGM_ERR_INTERNAL, "journal: %s", egm_last_error());
+            goto out;
+        }
+        if (take > 0 && next > max)
+            break;
+        take = next;
+    }
+    uint8_t *copy = egm_malloc(take, "master.journal_batch");
+    if (copy == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory sending %zu bytes to a standby",
+                                take);
+        goto out;
+    }
+    memcpy(copy, p, take);
+    *buf_p = copy;
+    *len_p = take;
+    *from_p = f->sent;
+    f->sent += take;
+    *to_p = f->sent;
+    trim(j);
+out:
+    pthread_mutex_unlock(&j->lock);
+    return status;
+}
+
+void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t pos)
+{
+    pthread_mutex_lock(&j->lock);
+    if (pos > f->acked)
+        f->acked = pos;
+    pthread_cond_broadcast(&j->acked);
+    pthread_mutex_unlock(&j->lock);
+}
+
+uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    pthread_mutex_lock(&j->lock);
+    f->in_sync = 1;
+    uint64_t end = end_of(j);
+    pthread_mutex_unlock(&j->lock);
+    return end;
+}
+
+void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    pthread_mutex_lock(&j->lock);
+    for (egm_journal_follower_t **link = &j->followers; *link != NULL; link = &(*link)->next)
+        if (*link == f) {
+            *link = f->next;
+            atomic_fetch_sub_explicit(&j->n_followers, 1, memory_order_release);
+            break;
+        }
+    egm_free(f);
+    trim(j);
+    if (j->followers == NULL) { /* nothing kept while nobody follows */
+        j->base = end_of(j);
+        j->log.len = 0;
+    }
+    pthread_cond_broadcast(&j->acked);
+    pthread_mutex_unlock(&j->lock);
+}
+
+void egm__journal_stats(egm_journal_t *j, egm_journal_stats_t *stats_p)
+{
+    memset(stats_p, 0, sizeof(*stats_p));
+    if (j == NULL)
+        return;
+    pthread_mutex_lock(&j->lock);
+    uint64_t end = end_of(j);
+    for (const egm_journal_follower_t *f = j->followers; f != NULL; f = f->next) {
+        stats_p->followers++;
+        if (f->in_sync) {
+            stats_p->in_sync++;
+            if (end - f->acked > stats_p->lag_bytes)
+                stats_p->lag_bytes = end - f->acked;
+        }
+    }
+    stats_p->end = end;
+    stats_p->waits_timed_out = j->waits_timed_out;
+    pthread_mutex_unlock(&j->lock);
+}

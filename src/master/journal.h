@@ -1,0 +1,146 @@
+/* The leader's journal: every change of the master's durable state (segments
+ * mounted and gone, objects committed and gone, space reserved for writers
+ * and readers) as ops, streamed to the standby masters (master/replication.c)
+ * and acknowledged by them before the RPC that made the change is answered
+ * (docs/ha.md "State handover"). Standbys keep what they receive in a mirror
+ * (master/mirror.c) and take it over when elected.
+ *
+ * Ops are state, not commands: "segment S is mounted with descriptor D",
+ * "key K is COMPLETE with these replicas", "key K is gone", "this range is
+ * in use for this long". Applying one again, or applying the latest of two
+ * on one key, gives the same state, so a snapshot followed by the stream
+ * needs no exact cut.
+ *
+ * Wire form of an op (common/wire.h's little-endian integers):
+ *   SEGMENT       u8 1, u32 n, n bytes: the segment's SegmentDesc (owner inside)
+ *   SEGMENT_GONE  u8 2, id(16)
+ *   OBJECT        u8 3, u16 key_len, key, u64 size, id writer, u8 pins (bit 0
+ *                 soft, bit 1 hard), u8 placed, u8 n, n x (id segment, u64 offset)
+ *   OBJECT_GONE   u8 4, u16 key_len, key
+ *   RESERVE       u8 5, id segment, u64 offset, u64 length, u64 for_ms
+ *
+ * Emitters call the egm__journal_* functions under the locks that order
+ * their change (an object's shard, the index's space lock, the master's lock
+ * exclusive for segments), so that the journal's order is the order in which
+ * changes of one key or range happened. Thread-safe. */
+#ifndef EGM_MASTER_JOURNAL_H
+#define EGM_MASTER_JOURNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "common/id.h"
+
+struct egm_segment;
+struct egm_object;
+
+enum {
+    EGM_JOP_SEGMENT = 1,
+    EGM_JOP_SEGMENT_GONE = 2,
+    EGM_JOP_OBJECT = 3,
+    EGM_JOP_OBJECT_GONE = 4,
+    EGM_JOP_RESERVE = 5,
+};
+
+/* A growing byte buffer of encoded ops; `failed` once an append found no
+ * memory (the buffer then holds what fitted before). */
+typedef struct egm_jbuf {
+    uint8_t *buf;
+    size_t len;
+    size_t cap;
+    int failed;
+} egm_jbuf_t;
+
+void egm__jbuf_free(egm_jbuf_t *b);
+
+/* Encoders: append one op to b. */
+void egm__jenc_segment(egm_jbuf_t *b, const struct egm_segment *seg);
+void egm__jenc_segment_gone(egm_jbuf_t *b, egm_id_t id);
+/* A COMPLETE object: its live replicas, and how many it was placed with. */
+void egm__jenc_object(egm_jbuf_t *b, const struct egm_object *obj);
+void egm__jenc_object_gone(egm_jbuf_t *b, const char *key, size_t key_len);
+void egm__jenc_reserve(egm_jbuf_t *b, egm_id_t segment, uint64_t offset, uint64_t length,
+                       uint64_t for_ms);
+
+#define EGM_JOP_REPLICAS_MAX 16 /* = EGM_MASTER_REPLICA_MAX */
+
+/* One decoded op; pointers into the decoded buffer. */
+typedef struct {
+    int kind;
+    const uint8_t *desc; /* SEGMENT */
+    size_t desc_len;
+    egm_id_t segment; /* SEGMENT_GONE, RESERVE */
+    const char *key;  /* OBJECT, OBJECT_GONE (not NUL-terminated) */
+    size_t key_len;
+    uint64_t size; /* OBJECT */
+    egm_id_t writer;
+    uint8_t soft_pin, hard_pin, placed;
+    uint32_t n_replicas;
+    egm_id_t replica_segment[EGM_JOP_REPLICAS_MAX];
+    uint64_t replica_offset[EGM_JOP_REPLICAS_MAX];
+    uint64_t offset, length, for_ms; /* RESERVE */
+} egm_jop_t;
+
+/* Decodes the op at *pos of p[0..len) and moves *pos past it. EGM_ERR_INVALID_ARG
+ * naming the offset and what is wrong (unknown kind, truncated, a key of 0 or
+ * more than 4096 bytes, more than 16 replicas, fewer placed than live). */
+egm_status_t egm__jdec_next(const uint8_t *p, size_t len, size_t *pos, egm_jop_t *op);
+
+typedef struct egm_journal egm_journal_t;
+typedef struct egm_journal_follower egm_journal_follower_t;
+
+egm_status_t egm__journal_create(egm_journal_t **j_p);
+/* Followers must be gone (egm__journal_unfollow). NULL is a no-op. */
+void egm__journal_destroy(egm_journal_t *j);
+
+/* Emitting: each appends the op when the journal has a follower (nothing
+ * otherwise: no standby, nothing to send) and notes, for the calling thread,
+ * the position that egm__journal_wait waits for. j may be NULL (no HA). */
+void egm__journal_segment(egm_journal_t *j, const struct egm_segment *seg);
+void egm__journal_segment_gone(egm_journal_t *j, egm_id_t id);
+void egm__journal_object(egm_journal_t *j, const struct egm_object *obj);
+void egm__journal_object_gone(egm_journal_t *j, const char *key, size_t key_len);
+void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, uint64_t length,
+                          uint64_t for_ms);
+
+/* Waits until every in-sync follower has acknowledged the last op the
+ * calling thread emitted (at once when it emitted none since its last wait,
+ * or no follower is in sync), at most timeout_ms. EGM_OK, or
+ * EGM_ERR_UNREACHABLE naming the wait. The thread's position is cleared
+ * either way. */
+egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
+
+/* Followers (master/replication.c). A new follower starts at the journal's
+ * current end, returned in *pos_p: the caller makes sure nothing is emitted
+ * meanwhile (the master's lock exclusive) and sends a snapshot of the state
+ * first. It is not in sync (no wait waits for it) until
+ * egm__journal_set_in_sync. */
+egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p);
+/* The ops after what f was last given, at most max bytes (whole ops; at least
+ * one), waiting up to wait_ms for some: EGM_OK with an egm_malloc'ed copy in
+ * *buf_p, the positions [*from_p, *to_p); EGM_ERR_TIMEOUT when none came;
+ * EGM_ERR_NO_SPACE when f fell so far behind that the journal dropped it
+ * (it must start over with a snapshot); EGM_ERR_NO_MEMORY. */
+egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
+                               size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
+                               uint64_t *to_p);
+/* f has applied everything before pos. */
+void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t pos);
+/* From now on waits wait for f; returns the journal's end at that moment:
+ * once f has acknowledged it, f holds every op any wait returned for. */
+uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f);
+/* Waits no longer wait for f, and it is forgotten. The caller has made sure
+ * first that f can no longer be elected (master/replication.c). */
+void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f);
+
+typedef struct {
+    uint64_t followers;
+    uint64_t in_sync;
+    uint64_t end;       /* bytes of ops emitted while followed, since start */
+    uint64_t lag_bytes; /* the most any in-sync follower has not acknowledged */
+    uint64_t waits_timed_out;
+} egm_journal_stats_t;
+
+void egm__journal_stats(egm_journal_t *j, egm_journal_stats_t *stats_p);
+
+#endif

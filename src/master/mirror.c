@@ -1,0 +1,327 @@
+/* A standby's copy of the leader's state (mirror.h). */
+#include "master/mirror.h"
+
+#include <pthread.h>
+#include <string.h>
+#include "common/alloc.h"
+#include "common/hashmap.h"
+#include "common/log.h"
+#include "master/journal.h"
+#include "rpc/segment_desc.h"
+
+typedef struct {
+    uint8_t *op; /* the op's bytes as received */
+    size_t len;
+} record_t;
+
+typedef struct {
+    egm_id_t segment;
+    uint64_t offset, length, until_ms;
+} range_t;
+
+struct egm_mirror {
+    pthread_mutex_t lock;
+    int64_t epoch;
+    uint64_t position;
+    egm_hashmap_t *segments; /* id (16 bytes) -> record_t */
+    egm_hashmap_t *objects;  /* key -> record_t */
+    range_t *ranges;
+    size_t n_ranges, cap_ranges;
+    uint64_t batches;
+    uint64_t last_batch_ms;
+};
+
+static void id_key(egm_id_t id, uint8_t key[16])
+{
+    memcpy(key, &id.hi, 8);
+    memcpy(key + 8, &id.lo, 8);
+}
+
+/* Frees every record and empties the map (made anew: cheaper than removing
+ * a million keys one by one). */
+static void records_clear(egm_hashmap_t **map)
+{
+    size_t iter = 0;
+    void *value;
+    if (egm__hashmap_size(*map) == 0)
+        return;
+    while (egm__hashmap_next(*map, &iter, NULL, NULL, &value)) {
+        record_t *r = value;
+        egm_free(r->op);
+        egm_free(r);
+    }
+    egm_hashmap_t *fresh;
+    if (egm__hashmap_create(&fresh) == EGM_OK) {
+        egm__hashmap_destroy(*map);
+        *map = fresh;
+        return;
+    }
+    /* No memory for a new one: the old one, emptied key by key. */
+    const void *key;
+    size_t key_len;
+    for (iter = 0; egm__hashmap_next(*map, &iter, &key, &key_len, NULL);) {
+        egm__hashmap_remove(*map, key, key_len);
+        iter = 0;
+    }
+}
+
+static void clear(egm_mirror_t *m)
+{
+    records_clear(&m->segments);
+    records_clear(&m->objects);
+    m->n_ranges = 0;
+}
+
+egm_status_t egm__mirror_create(egm_mirror_t **m_p)
+{
+    egm_mirror_t *m = egm_calloc(1, sizeof(*m), "master.mirror");
+    *m_p = NULL;
+    if (m == NULL || egm__hashmap_create(&m->segments) != EGM_OK ||
+        egm__hashmap_create(&m->objects) != EGM_OK) {
+        if (m != NULL) {
+            egm__hashmap_destroy(m->segments);
+            egm_free(m);
+        }
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the standby's mirror");
+    }
+    pthread_mutex_init(&m->lock, NULL);
+    *m_p = m;
+    return EGM_OK;
+}
+
+void egm__mirror_destroy(egm_mirror_t *m)
+{
+    if (m == NULL)
+        return;
+    clear(m);
+    egm__hashmap_destroy(m->segments);
+    egm__hashmap_destroy(m->objects);
+    egm_free(m->ranges);
+    pthread_mutex_destroy(&m->lock);
+    egm_free(m);
+}
+
+/* Keeps a copy of op's bytes under key, replacing what was there. */
+static egm_status_t keep(egm_hashmap_t *map, const void *key, size_t key_len, const uint8_t *op,
+                         size_t len)
+{
+    record_t *r = egm_malloc(sizeof(*r), "master.mirror_record");
+    uint8_t *copy = egm_malloc(len, "master.mirror_record");
+    void *old = NULL;
+    if (r == NULL || copy == NULL ||
+        egm__hashmap_put(map, key, key_len, r, &old) != EGM_OK) {
+        egm_free(r);
+        egm_free(copy);
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping the leader's state");
+    }
+    memcpy(copy, op, len);
+    *r = (record_t){.op = copy, .len = len};
+    if (old != NULL) {
+        egm_free(((record_t *)old)->op);
+        egm_free(old);
+    }
+    return EGM_OK;
+}
+
+static void drop(egm_hashmap_t *map, const void *key, size_t key_len)
+{
+    record_t *r = egm__hashmap_remove(map, key, key_len);
+    if (r != NULL) {
+        egm_free(r->op);
+        egm_free(r);
+    }
+}
+
+/* Appends a range in use, first dropping those that ended. */
+static egm_status_t add_range(egm_mirror_t *m, const egm_jop_t *op, uint64_t now_ms)
+{
+    if (m->n_ranges == m->cap_ranges) {
+        size_t k = 0;
+        for (size_t i = 0; i < m->n_ranges; i++)
+            if (m->ranges[i].until_ms > now_ms)
+                m->ranges[k++] = m->ranges[i];
+        m->n_ranges = k;
+    }
+    if (m->n_ranges == m->cap_ranges) {
+        size_t cap = m->cap_ranges < 64 ? 64 : m->cap_ranges * 2;
+        range_t *r = egm_realloc(m->ranges, cap * sizeof(*r), "master.mirror_ranges");
+        if (r == NULL)
+            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping the leader's state");
+        m->ranges = r;
+        m->cap_ranges = cap;
+    }
+    m->ranges[m->n_ranges++] = (range_t){.segment = op->segment,
+                                         .offset = op->offset,
+                                         .length = op->length,
+                                         .until_ms = now_ms + op->for_ms};
+    return EGM_OK;
+}
+
+static egm_status_t apply_one(egm_mirror_t *m, const egm_jop_t *op, const uint8_t *bytes,
+                              size_t len, uint64_t now_ms)
+{
+    uint8_t key[16];
+    egm_segment_desc_t desc;
+    egm_status_t s;
+
+    switch (op->kind) {
+    case EGM_JOP_SEGMENT:
+        if ((s = egm__segment_desc_decode(op->desc, op->desc_len, &desc)) != EGM_OK)
+            return s;
+        id_key(desc.id, key);
+        return keep(m->segments, key, sizeof(key), bytes, len);
+    case EGM_JOP_SEGMENT_GONE:
+        id_key(op->segment, key);
+        drop(m->segments, key, sizeof(key));
+        return EGM_OK;
+    case EGM_JOP_OBJECT:
+        return keep(m->objects, op->key, op->key_len, bytes, len);
+    case EGM_JOP_OBJECT_GONE:
+        drop(m->objects, op->key, op->key_len);
+        return EGM_OK;
+    default: /* EGM_JOP_RESERVE: egm__jdec_next knows no other */
+        return add_range(m, op, now_ms);
+    }
+}
+
+egm_status_t egm__mirror_apply(egm_mirror_t *m, int64_t epoch, int reset, uint64_t from, uint64_t to,
+                               const uint8_t *ops, size_t len, uint64_t now_ms)
+{
+    egm_status_t status = EGM_OK;
+    pthread_mutex_lock(&m->lock);
+    if (epoch < m->epoch) {
+        status = egm__set_error(EGM_ERR_PERMISSION,
+                                "a batch of leader epoch %lld; this standby follows epoch %lld",
+                                (long long)epoch, (long long)m->epoch);
+        goto out;
+    }
+    if (!reset && (epoch != m->epoch || from != m->position)) {
+        status = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "a batch of epoch %lld from %llu; this standby is at epoch %lld, "
+                                "%llu (a snapshot must come first)",
+                                (long long)epoch, (unsigned long long)from, (long long)m->epoch,
+                                (unsigned long long)m->position);
+        goto out;
+    }
+    if (reset) {
+        clear(m);
+        m->epoch = epoch;
+    }
+    m->position = (uint64_t)-1; /* until the whole batch is in */
+    for (size_t pos = 0; pos < len;) {
+        size_t start = pos;
+        egm_jop_t op;
+        if ((status = egm__jdec_next(ops, len, &pos, &op)) != EGM_OK ||
+            (status = apply_one(m, &op, ops + start, pos - start, now_ms)) != EGM_OK)
+            goto out;
+    }
+    m->position = to;
+    m->batches++;
+    m->last_batch_ms = now_ms;
+out:
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}
+
+void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p)
+{
+    pthread_mutex_lock(&m->lock);
+    *stats_p = (egm_mirror_stats_t){.epoch = m->epoch,
+                                    .position = m->position,
+                                    .segments = egm__hashmap_size(m->segments),
+                                    .objects = egm__hashmap_size(m->objects),
+                                    .ranges = m->n_ranges,
+                                    .batches_total = m->batches,
+                                    .last_batch_ms = m->last_batch_ms};
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Mounts every kept segment; one that fails is skipped (its objects lose
+ * their replicas there), said once per segment. */
+static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t now_ms)
+{
+    size_t iter = 0, mounted = 0;
+    void *value;
+    while (egm__hashmap_next(m->segments, &iter, NULL, NULL, &value)) {
+        const record_t *r = value;
+        size_t pos = 0;
+        egm_jop_t op;
+        egm_segment_desc_t d;
+        if (egm__jdec_next(r->op, r->len, &pos, &op) != EGM_OK ||
+            egm__segment_desc_decode(op.desc, op.desc_len, &d) != EGM_OK) {
+            egm_warn("standby: a segment of the leader's state does not decode: %s",
+                     egm_last_error());
+            continue;
+        }
+        egm_segment_params_t p = {.id = d.id,
+                                  .owner = d.owner,
+                                  .size = d.size,
+                                  .name = d.name,
+                                  .host_id = d.host_id,
+                                  .zone = d.zone,
+                                  .tcp_endpoint = d.tcp_endpoint,
+                                  .shm_socket = d.shm_socket,
+                                  .handle_kind = d.handle_kind,
+                                  .fabric_handle = d.fabric_handle_len ? d.fabric_handle : NULL,
+                                  .fabric_handle_len = d.fabric_handle_len};
+        if (egm__liveness_mount(liveness, d.owner, &p, now_ms) != EGM_OK)
+            egm_warn("standby: taking over segment %s: %s", d.name, egm_last_error());
+        else
+            mounted++;
+    }
+    return mounted;
+}
+
+egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
+                                 egm_segment_table_t *segments, egm_object_index_t *objects,
+                                 uint64_t now_ms, size_t *objects_p, size_t *skipped_p)
+{
+    *objects_p = *skipped_p = 0;
+    pthread_mutex_lock(&m->lock);
+    mount_segments(m, liveness, now_ms);
+    size_t n = egm__hashmap_size(m->objects), k = 0, iter = 0;
+    egm_adopt_object_t *objs = egm_calloc(n ? n : 1, sizeof(*objs), "master.mirror_install");
+    egm_adopt_range_t *ranges =
+        egm_calloc(m->n_ranges ? m->n_ranges : 1, sizeof(*ranges), "master.mirror_install");
+    egm_status_t status = EGM_OK;
+    if (objs == NULL || ranges == NULL) {
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory taking over %zu objects", n);
+        goto out;
+    }
+    void *value;
+    while (egm__hashmap_next(m->objects, &iter, NULL, NULL, &value)) {
+        const record_t *r = value;
+        size_t pos = 0;
+        egm_jop_t op;
+        if (egm__jdec_next(r->op, r->len, &pos, &op) != EGM_OK)
+            continue; /* cannot happen: decoded when kept */
+        egm_adopt_object_t *a = &objs[k++];
+        *a = (egm_adopt_object_t){.key = op.key,
+                                  .key_len = op.key_len,
+                                  .size = op.size,
+                                  .writer = op.writer,
+                                  .soft_pin = op.soft_pin,
+                                  .hard_pin = op.hard_pin,
+                                  .placed = op.placed,
+                                  .n_replicas = op.n_replicas};
+        for (uint32_t i = 0; i < op.n_replicas; i++) {
+            a->segment[i] = egm__segment_table_find(segments, op.replica_segment[i]);
+            a->offset[i] = op.replica_offset[i];
+        }
+    }
+    size_t n_ranges = 0;
+    for (size_t i = 0; i < m->n_ranges; i++)
+        if (m->ranges[i].until_ms > now_ms)
+            ranges[n_ranges++] =
+                (egm_adopt_range_t){.segment = egm__segment_table_find(segments, m->ranges[i].segment),
+                                    .offset = m->ranges[i].offset,
+                                    .length = m->ranges[i].length,
+                                    .until_ms = m->ranges[i].until_ms};
+    status = egm__objects_adopt(objects, objs, k, ranges, n_ranges, now_ms, objects_p, skipped_p);
+out:
+    egm_free(objs);
+    egm_free(ranges);
+    clear(m);
+    pthread_mutex_unlock(&m->lock);
+    return status;
+}

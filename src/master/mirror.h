@@ -1,0 +1,57 @@
+/* A standby master's copy of the leader's state: what the leader's journal
+ * (master/journal.h) sent it, kept as the ops themselves (the segments by id,
+ * the objects by key, the ranges in use with their end), and taken over when
+ * this master is elected (egm__mirror_install). docs/ha.md "State handover".
+ *
+ * Batches arrive in the order the leader sent them, each naming the leader's
+ * epoch and its place in the leader's journal [from, to): a batch of an older
+ * epoch, or one that does not follow the last one applied, is refused (the
+ * leader then starts over with a snapshot, a batch with `reset`).
+ * Thread-safe. */
+#ifndef EGM_MASTER_MIRROR_H
+#define EGM_MASTER_MIRROR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+#include "master/liveness.h"
+#include "master/object_index.h"
+#include "master/segment_table.h"
+
+typedef struct egm_mirror egm_mirror_t;
+
+egm_status_t egm__mirror_create(egm_mirror_t **m_p);
+void egm__mirror_destroy(egm_mirror_t *m);
+
+/* Applies one batch of ops (now_ms: this master's clock, for the ranges'
+ * ends). reset: everything kept is dropped first (a snapshot's first batch).
+ * EGM_ERR_PERMISSION for an epoch older than the one followed,
+ * EGM_ERR_INVALID_ARG for a batch out of order (naming both places) or an op
+ * that does not decode (nothing after it applied; the mirror must be reset),
+ * EGM_ERR_NO_MEMORY. */
+egm_status_t egm__mirror_apply(egm_mirror_t *m, int64_t epoch, int reset, uint64_t from, uint64_t to,
+                               const uint8_t *ops, size_t len, uint64_t now_ms);
+
+typedef struct {
+    int64_t epoch; /* of the leader followed; 0: none yet */
+    uint64_t position;
+    uint64_t segments;
+    uint64_t objects;
+    uint64_t ranges;
+    uint64_t batches_total;
+    uint64_t last_batch_ms; /* now_ms of the last batch applied; 0: none */
+} egm_mirror_stats_t;
+
+void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p);
+
+/* Takes the mirror over (this master was elected; the caller holds the
+ * master's lock exclusive and serves nothing yet): mounts its segments
+ * through liveness (registering their owners as of now_ms), then adopts its
+ * objects and the ranges still in use into objects (egm__objects_adopt).
+ * The mirror is emptied. *objects_p, *skipped_p: objects adopted, and
+ * replicas or objects that could not be. */
+egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
+                                 egm_segment_table_t *segments, egm_object_index_t *objects,
+                                 uint64_t now_ms, size_t *objects_p, size_t *skipped_p);
+
+#endif
