@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/meta/ha_cost.sh: what enable_ha costs the master's metadata calls (issue 19's cost goal):
-# `egmstore bench meta --master` against an external master started without and with enable_ha
-# (a one-member etcd it starts itself), interleaved ROUNDS times, then the median ratio on/off of
-# keys/s and the p50 per op, batch and client count, with the range over the rounds.
+# `egmstore bench meta --master` against an external master started without enable_ha ("off"),
+# with it alone ("on": election and fencing only) and with it and a standby master in sync
+# ("standby": every change also waits for the standby to hold it, docs/ha.md "State handover"),
+# on a one-member etcd it starts itself, interleaved ROUNDS times; then the median ratio to "off"
+# of keys/s and the p50 per op, batch and client count, with the range over the rounds.
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
 #                              [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
@@ -23,29 +25,45 @@ command -v etcd > /dev/null || { echo "ha_cost: etcd is missing (scripts/install
 out=${out:-$(mktemp -d /tmp/egm-ha-cost-XXXXXX)}
 mkdir -p "$out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-cp=$(free_port) pp=$(free_port) mp=$(free_port)
+cp=$(free_port) pp=$(free_port) mp=$(free_port) sp=$(free_port) hp=$(free_port)
 etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertise-client-urls http://127.0.0.1:$cp \
     --listen-peer-urls http://127.0.0.1:$pp --initial-advertise-peer-urls http://127.0.0.1:$pp \
     --initial-cluster default=http://127.0.0.1:$pp --log-level error > "$out/etcd.log" 2>&1 &
 etcd_pid=$!
-master_pid=
-cleanup() { [ -n "$master_pid" ] && kill $master_pid 2> /dev/null; kill $etcd_pid 2> /dev/null; rm -rf "$out/etcd"; }
+master_pid= standby_pid=
+cleanup() {
+    [ -n "$master_pid" ] && kill $master_pid 2> /dev/null
+    [ -n "$standby_pid" ] && kill $standby_pid 2> /dev/null
+    kill $etcd_pid 2> /dev/null
+    rm -rf "$out/etcd"
+}
 trap cleanup EXIT
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
 for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
 for r in $(seq "$rounds"); do
-    for mode in off on; do
+    for mode in off on standby; do
         extra=()
-        [ $mode = on ] && extra=(--enable-ha true --etcd-endpoints 127.0.0.1:$cp)
-        "$egm" master --port $mp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
+        # A cluster id per run: no in-sync set of an earlier run holds a new standby back.
+        [ $mode != off ] && extra=(--enable-ha true --etcd-endpoints 127.0.0.1:$cp --cluster-id "cost-$mode-$r")
+        "$egm" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
         master_pid=$!
         # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
         for _ in $(seq 100); do "$egm" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
+        if [ $mode = standby ]; then
+            "$egm" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" > "$out/standby-$r.log" 2>&1 &
+            standby_pid=$!
+            for _ in $(seq 200); do
+                python3 -c 'import sys, urllib.request; sys.exit(b"\"standbys_in_sync\":1" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' \
+                    http://127.0.0.1:$hp/health 2> /dev/null && break
+                sleep 0.1
+            done
+        fi
         echo "ha_cost: round $r, enable_ha $mode" >&2
         "$egm" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
             --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
         kill $master_pid; wait $master_pid 2> /dev/null || true
         master_pid=
+        if [ -n "$standby_pid" ]; then kill $standby_pid; wait $standby_pid 2> /dev/null || true; standby_pid=; fi
     done
 done
 python3 - "$out" "$rounds" << 'PY'
@@ -54,16 +72,18 @@ out, rounds = sys.argv[1], int(sys.argv[2])
 def load(f):
     d = json.load(open(f))
     return {(r["op"], r["batch"], r["clients"]): (r["keys_per_s"], r["p50_us"]) for r in d["results"]}
-runs = {m: [load(f"{out}/meta-{m}-{r}.json") for r in range(1, rounds + 1)] for m in ("off", "on")}
-lines = ["| op | batch | clients | keys/s off | keys/s on | on/off (range) | p50 us off | p50 us on |",
-         "|---|---|---|---|---|---|---|---|"]
+modes = ("off", "on", "standby")
+runs = {m: [load(f"{out}/meta-{m}-{r}.json") for r in range(1, rounds + 1)] for m in modes}
+lines = ["| op | batch | clients | keys/s off | on/off (range) | standby/off (range) | p50 us off | on | standby |",
+         "|---|---|---|---|---|---|---|---|---|"]
+def ratio(m, k):
+    r = [a[k][0] / b[k][0] for a, b in zip(runs[m], runs["off"])]
+    return "%.2f (%.2f-%.2f)" % (statistics.median(r), min(r), max(r))
 for k in sorted(runs["on"][0], key=str):
-    off = [x[k][0] for x in runs["off"]]; on = [x[k][0] for x in runs["on"]]
-    ratios = [a / b for a, b in zip(on, off)]
-    lines.append("| %s | %d | %d | %.0f | %.0f | %.2f (%.2f-%.2f) | %.1f | %.1f |" % (
-        k[0], k[1], k[2], statistics.median(off), statistics.median(on), statistics.median(ratios),
-        min(ratios), max(ratios), statistics.median(x[k][1] for x in runs["off"]),
-        statistics.median(x[k][1] for x in runs["on"])))
+    p50 = [statistics.median(x[k][1] for x in runs[m]) for m in modes]
+    lines.append("| %s | %d | %d | %.0f | %s | %s | %.1f | %.1f | %.1f |" % (
+        k[0], k[1], k[2], statistics.median(x[k][0] for x in runs["off"]), ratio("on", k),
+        ratio("standby", k), *p50))
 open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -235,7 +235,11 @@ struct egm_journal_follower {
     uint64_t sent;  /* position up to which it was given ops */
     uint64_t acked; /* ... and acknowledged them */
     int in_sync;
-    int cut; /* fell behind past EGM_JOURNAL_BACKLOG_MAX */
+    int cut;     /* fell behind past EGM_JOURNAL_BACKLOG_MAX */
+    int failed;  /* a send by a waiting request failed */
+    int sending; /* a waiting request is sending to it */
+    egm_journal_send_fn send;
+    void *send_arg;
 };
 
 struct egm_journal {
@@ -361,6 +365,74 @@ void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, u
     EMIT(j, egm__jenc_reserve(&j->log, segment, offset, length, for_ms));
 }
 
+/* Copies the whole ops after f->sent, up to max bytes (one at least), and
+ * gives them to f. With the lock. */
+static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size_t max,
+                               uint8_t **buf_p, size_t *len_p, uint64_t *from_p, uint64_t *to_p)
+{
+    const uint8_t *p = j->log.buf + (f->sent - j->base);
+    size_t avail = (size_t)(end_of(j) - f->sent), take = 0;
+    while (take < avail) {
+        size_t next = take;
+        egm_jop_t op;
+        if (egm__jdec_next(p, avail, &next, &op) != EGM_OK) /* cannot happen: ours */
+            return egm__set_error(EGM_ERR_INTERNAL, "journal: %s", egm_last_error());
+        if (take > 0 && next > max)
+            break;
+        take = next;
+    }
+    uint8_t *copy = egm_malloc(take, "master.journal_batch");
+    if (copy == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory sending %zu bytes to a standby",
+                              take);
+    memcpy(copy, p, take);
+    *buf_p = copy;
+    *len_p = take;
+    *from_p = f->sent;
+    f->sent += take;
+    *to_p = f->sent;
+    return EGM_OK;
+}
+
+#define EGM_JOURNAL_SEND_MAX (4u << 20) /* bytes a waiting request sends at once */
+
+/* An in-sync follower with a sender, not given pos yet, that nobody sends
+ * to. With the lock. */
+static egm_journal_follower_t *idle_behind(egm_journal_t *j, uint64_t pos)
+{
+    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
+        if (f->in_sync && f->send != NULL && !f->sending && !f->failed && !f->cut &&
+            f->sent < pos)
+            return f;
+    return NULL;
+}
+
+/* Sends f what it was not given, as a waiting request; with the lock, which
+ * it lets go during the send. */
+static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    uint8_t *ops;
+    size_t len;
+    uint64_t from, to;
+    if (take_batch(j, f, EGM_JOURNAL_SEND_MAX, &ops, &len, &from, &to) != EGM_OK) {
+        f->failed = 1;
+        return;
+    }
+    f->sending = 1;
+    trim(j);
+    pthread_mutex_unlock(&j->lock);
+    egm_status_t s = f->send(f->send_arg, from, to, ops, len);
+    egm_free(ops);
+    pthread_mutex_lock(&j->lock);
+    f->sending = 0;
+    if (s == EGM_OK && to > f->acked)
+        f->acked = to;
+    else if (s != EGM_OK)
+        f->failed = 1;
+    pthread_cond_broadcast(&j->acked);
+    pthread_cond_broadcast(&j->more);
+}
+
 static void deadline_in(struct timespec *ts, uint64_t ms)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -391,7 +463,12 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms)
     deadline_in(&deadline, timeout_ms);
     egm_status_t status = EGM_OK;
     pthread_mutex_lock(&j->lock);
-    while (!acked_by_all(j, pos))
+    while (!acked_by_all(j, pos)) {
+        egm_journal_follower_t *f = idle_behind(j, pos);
+        if (f != NULL) {
+            send_as_waiter(j, f);
+            continue;
+        }
         if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
             !acked_by_all(j, pos)) {
             j->waits_timed_out++;
@@ -401,6 +478,7 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms)
                                     (unsigned long long)timeout_ms);
             break;
         }
+    }
     pthread_mutex_unlock(&j->lock);
     return status;
 }
@@ -432,50 +510,46 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
     *buf_p = NULL;
     *len_p = 0;
     pthread_mutex_lock(&j->lock);
-    while (!f->cut && f->sent == end_of(j))
+    while (!f->cut && !f->failed && (f->sending || f->sent == end_of(j)))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
     egm_status_t status = EGM_OK;
+    if (f->failed) {
+        status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");
+        goto out;
+    }
     if (f->cut) {
         status = egm__set_error(EGM_ERR_NO_SPACE,
                                 "the standby fell more than %u MiB of changes behind",
                                 EGM_JOURNAL_BACKLOG_MAX >> 20);
         goto out;
     }
-    if (f->sent == end_of(j)) {
+    if (f->sending || f->sent == end_of(j)) {
         status = EGM_ERR_TIMEOUT;
         goto out;
     }
-    /* Whole ops, up to max bytes (one at least). */
-    const uint8_t *p = j->log.buf + (f->sent - j->base);
-    size_t avail = (size_t)(end_of(j) - f->sent), take = 0;
-    while (take < avail) {
-        size_t next = take;
-        egm_jop_t op;
-        if (egm__jdec_next(p, avail, &next, &op) != EGM_OK) { /* cannot happen: ours */
-            status = egm__set_error(EGM_ERR_INTERNAL, "journal: %s", egm_last_error());
-            goto out;
-        }
-        if (take > 0 && next > max)
-            break;
-        take = next;
-    }
-    uint8_t *copy = egm_malloc(take, "master.journal_batch");
-    if (copy == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory sending %zu bytes to a standby",
-                                take);
-        goto out;
-    }
-    memcpy(copy, p, take);
-    *buf_p = copy;
-    *len_p = take;
-    *from_p = f->sent;
-    f->sent += take;
-    *to_p = f->sent;
+    status = take_batch(j, f, max, buf_p, len_p, from_p, to_p);
     trim(j);
 out:
     pthread_mutex_unlock(&j->lock);
     return status;
+}
+
+void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f, egm_journal_send_fn fn,
+                             void *arg)
+{
+    pthread_mutex_lock(&j->lock);
+    f->send = fn;
+    f->send_arg = arg;
+    pthread_mutex_unlock(&j->lock);
+}
+
+uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    pthread_mutex_lock(&j->lock);
+    uint64_t acked = f->acked;
+    pthread_mutex_unlock(&j->lock);
+    return acked;
 }
 
 void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t pos)
@@ -499,6 +573,8 @@ uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)
 void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f)
 {
     pthread_mutex_lock(&j->lock);
+    while (f->sending) /* a waiting request's send: it touches f after */
+        pthread_cond_wait(&j->acked, &j->lock);
     for (egm_journal_follower_t **link = &j->followers; *link != NULL; link = &(*link)->next)
         if (*link == f) {
             *link = f->next;

@@ -107,7 +107,10 @@ void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, u
  * calling thread emitted (at once when it emitted none since its last wait,
  * or no follower is in sync), at most timeout_ms. EGM_OK, or
  * EGM_ERR_UNREACHABLE naming the wait. The thread's position is cleared
- * either way. */
+ * either way. While a follower with a sender has not been given the ops
+ * waited for and nobody is sending to it, the waiting thread sends them
+ * itself (with whatever else is pending: a group commit), without waking
+ * any other thread. */
 egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
 
 /* Followers (master/replication.c). A new follower starts at the journal's
@@ -117,13 +120,28 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
  * egm__journal_set_in_sync. */
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p);
 /* The ops after what f was last given, at most max bytes (whole ops; at least
- * one), waiting up to wait_ms for some: EGM_OK with an egm_malloc'ed copy in
- * *buf_p, the positions [*from_p, *to_p); EGM_ERR_TIMEOUT when none came;
- * EGM_ERR_NO_SPACE when f fell so far behind that the journal dropped it
- * (it must start over with a snapshot); EGM_ERR_NO_MEMORY. */
+ * one), waiting up to wait_ms for some (and for a send by a waiting request
+ * to end): EGM_OK with an egm_malloc'ed copy in *buf_p, the positions
+ * [*from_p, *to_p); EGM_ERR_TIMEOUT when none came; EGM_ERR_NO_SPACE when f
+ * fell so far behind that the journal dropped it, EGM_ERR_UNREACHABLE when a
+ * send to it failed (either way it must start over with a snapshot);
+ * EGM_ERR_NO_MEMORY. The caller sends them, then egm__journal_acked. */
 egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
                                size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
                                uint64_t *to_p);
+/* How f's ops reach it: sends [from, to) and answers EGM_OK once f applied
+ * them. Called without the journal's lock, by the thread that took the ops
+ * (a waiting request's, or whoever calls egm__journal_next), one call at a
+ * time per follower, in order. */
+typedef egm_status_t (*egm_journal_send_fn)(void *arg, uint64_t from, uint64_t to,
+                                            const uint8_t *ops, size_t len);
+/* Lets waiting requests send to f (before egm__journal_set_in_sync). A send
+ * that fails marks f failed: egm__journal_next then answers
+ * EGM_ERR_UNREACHABLE, and waits still wait for f until it is unfollowed. */
+void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f, egm_journal_send_fn fn,
+                             void *arg);
+/* Up to where f acknowledged. */
+uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f);
 /* f has applied everything before pos. */
 void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t pos);
 /* From now on waits wait for f; returns the journal's end at that moment:

@@ -137,6 +137,20 @@ static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int re
     return s;
 }
 
+typedef struct {
+    egm_replication_t *r;
+    egm_rpc_client_t *c;
+    int timeout_ms;
+} sender_t;
+
+/* egm_journal_send_fn: a waiting request sends to the standby itself. */
+static egm_status_t send_journal(void *arg, uint64_t from, uint64_t to, const uint8_t *ops,
+                                 size_t len)
+{
+    const sender_t *sd = arg;
+    return send_batch(sd->r, sd->c, 0, from, to, ops, len, sd->timeout_ms);
+}
+
 /* The leader's state as journal ops, and a journal follower placed right
  * after it (nothing changes in between: the master's lock exclusive). */
 static egm_status_t snapshot(egm_replication_t *r, egm_jbuf_t *b, egm_journal_follower_t **f_p,
@@ -202,6 +216,8 @@ static void *standby_main(void *arg)
     egm_rpc_client_params_t cp = {.addr = sb->addr,
                                   .connect_timeout_ms = timeout,
                                   .max_frame_size = r->p.max_frame_size,
+                                  /* A standby on this host: its Unix socket, not loopback TCP. */
+                                  .prefer_local_socket = 1,
                                   .auth_token = r->token};
     egm_status_t s = egm__rpc_client_create(&cp, &c);
     if (s == EGM_OK)
@@ -215,6 +231,9 @@ static void *standby_main(void *arg)
         egm_info("master: standby %s has the state (%zu bytes); following it", sb->addr, snap.len);
     }
     egm__jbuf_free(&snap);
+    sender_t sender = {.r = r, .c = c, .timeout_ms = timeout};
+    if (s == EGM_OK)
+        egm__journal_set_sender(st->journal, f, send_journal, &sender);
     while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
         uint8_t *ops = NULL;
         size_t len = 0;
@@ -223,10 +242,8 @@ static void *standby_main(void *arg)
         if (s == EGM_OK) {
             s = send_batch(r, c, 0, from, to, ops, len, timeout);
             egm_free(ops);
-            if (s == EGM_OK) {
+            if (s == EGM_OK)
                 egm__journal_acked(st->journal, f, to);
-                pos = to;
-            }
         } else if (s == EGM_ERR_TIMEOUT) { /* caught up */
             s = EGM_OK;
             if (!in_sync) {
@@ -236,7 +253,8 @@ static void *standby_main(void *arg)
         }
         /* Every change answered before in_sync was set is in what it acked
          * up to sync_at; every later one waits for it: it is in sync. */
-        if (s == EGM_OK && in_sync && !listed && pos >= sync_at) {
+        if (s == EGM_OK && in_sync && !listed &&
+            egm__journal_follower_acked(st->journal, f) >= sync_at) {
             if ((s = change_insync(r, sb->addr, 1)) == EGM_OK) {
                 listed = 1;
                 egm_info("master: standby %s is in sync", sb->addr);
