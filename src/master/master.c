@@ -451,8 +451,10 @@ void egm__master_destroy(egm_master_t *master)
         return;
     egm__http_stop(master->http); /* first: its thread reads everything below */
     /* Resigns (the next leader need not wait out the lease); nothing is served after. */
+    /* Its threads read the state and the election; the election's thread
+     * calls it. */
+    egm__replication_stop(master->replication);
     egm__election_stop(master->election);
-    /* Its threads read the state and the election. */
     egm__replication_destroy(master->replication);
     master->state.election = NULL;
     if (master->timer_added)

@@ -389,7 +389,7 @@ egm_status_t egm__replication_create(const egm_replication_params_t *params,
     return EGM_OK;
 }
 
-void egm__replication_destroy(egm_replication_t *r)
+void egm__replication_stop(egm_replication_t *r)
 {
     if (r == NULL)
         return;
@@ -397,12 +397,22 @@ void egm__replication_destroy(egm_replication_t *r)
     atomic_store(&r->stopping, 1);
     pthread_cond_broadcast(&r->cond);
     int discovering = r->discovering;
+    r->discovering = 0;
     pthread_mutex_unlock(&r->lock);
     if (discovering)
         pthread_join(r->discover, NULL);
     for (size_t i = 0; i < EGM_REPL_STANDBYS_MAX; i++)
-        if (r->standbys[i].used)
+        if (r->standbys[i].used) {
             pthread_join(r->standbys[i].thread, NULL);
+            r->standbys[i].used = 0;
+        }
+}
+
+void egm__replication_destroy(egm_replication_t *r)
+{
+    if (r == NULL)
+        return;
+    egm__replication_stop(r);
     egm__etcd_destroy(r->etcd);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
@@ -481,7 +491,7 @@ egm_status_t egm__replication_lead(egm_replication_t *r, int64_t epoch)
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&r->lock);
     }
-    if (s == EGM_OK && !r->discovering) {
+    if (s == EGM_OK && !r->discovering && !atomic_load(&r->stopping)) {
         if (pthread_create(&r->discover, NULL, discover_main, r) == 0)
             r->discovering = 1;
         else

@@ -35,7 +35,11 @@ void egm__replication_insync_key(const char *cluster_id, char *key, size_t len);
 
 egm_status_t egm__replication_create(const egm_replication_params_t *params,
                                      egm_replication_t **r_p);
-/* Stops following the standbys. NULL is a no-op. */
+/* Stops following the standbys (joins every thread); nothing starts again.
+ * Before the election is stopped: the threads read it. NULL is a no-op. */
+void egm__replication_stop(egm_replication_t *r);
+/* Stops, then frees. After the election is stopped (its thread calls
+ * egm__replication_may_lead and egm__replication_lead). NULL is a no-op. */
 void egm__replication_destroy(egm_replication_t *r);
 
 /* A standby, the leader key being absent: whether it may stand now. Yes
