@@ -240,6 +240,7 @@ struct egm_journal_follower {
     int sending; /* a waiting request is sending to it */
     egm_journal_send_fn send;
     void *send_arg;
+    size_t send_max;
 };
 
 struct egm_journal {
@@ -394,8 +395,6 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
     return EGM_OK;
 }
 
-#define EGM_JOURNAL_SEND_MAX (4u << 20) /* bytes a waiting request sends at once */
-
 /* An in-sync follower with a sender, not given pos yet, that nobody sends
  * to. With the lock. */
 static egm_journal_follower_t *idle_behind(egm_journal_t *j, uint64_t pos)
@@ -414,7 +413,7 @@ static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
     uint8_t *ops;
     size_t len;
     uint64_t from, to;
-    if (take_batch(j, f, EGM_JOURNAL_SEND_MAX, &ops, &len, &from, &to) != EGM_OK) {
+    if (take_batch(j, f, f->send_max, &ops, &len, &from, &to) != EGM_OK) {
         f->failed = 1;
         return;
     }
@@ -536,11 +535,12 @@ out:
 }
 
 void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f, egm_journal_send_fn fn,
-                             void *arg)
+                             void *arg, size_t max)
 {
     pthread_mutex_lock(&j->lock);
     f->send = fn;
     f->send_arg = arg;
+    f->send_max = max;
     pthread_mutex_unlock(&j->lock);
 }
 

@@ -135,11 +135,12 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
  * time per follower, in order. */
 typedef egm_status_t (*egm_journal_send_fn)(void *arg, uint64_t from, uint64_t to,
                                             const uint8_t *ops, size_t len);
-/* Lets waiting requests send to f (before egm__journal_set_in_sync). A send
+/* Lets waiting requests send to f, max bytes of ops at a time (whole ops, one
+ * at least), before egm__journal_set_in_sync. A send
  * that fails marks f failed: egm__journal_next then answers
  * EGM_ERR_UNREACHABLE, and waits still wait for f until it is unfollowed. */
 void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f, egm_journal_send_fn fn,
-                             void *arg);
+                             void *arg, size_t max);
 /* Up to where f acknowledged. */
 uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f);
 /* f has applied everything before pos. */

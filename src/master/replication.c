@@ -23,7 +23,7 @@
 
 #define EGM_REPL_STANDBYS_MAX 16
 #define EGM_REPL_ADDR_MAX 300
-#define EGM_REPL_BATCH_MAX (4u << 20) /* journal bytes in one HaApply */
+#define EGM_REPL_BATCH_MAX (4u << 20) /* journal bytes in one HaApply (or max_frame_size / 2) */
 #define EGM_REPL_DISCOVER_MS 250      /* how often the leader lists the masters */
 
 typedef struct {
@@ -109,6 +109,13 @@ static egm_status_t change_insync(egm_replication_t *r, const char *addr, int ad
     return s;
 }
 
+/* Journal bytes in one HaApply: well inside the frames the standby takes. */
+static size_t batch_max(const egm_replication_t *r)
+{
+    size_t half = r->p.max_frame_size / 2;
+    return half < EGM_REPL_BATCH_MAX ? half : EGM_REPL_BATCH_MAX;
+}
+
 /* One HaApply; EGM_OK when the standby applied it. */
 static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int reset, uint64_t from,
                                uint64_t to, const uint8_t *ops, size_t len, int timeout_ms)
@@ -180,7 +187,7 @@ static egm_status_t send_snapshot(egm_replication_t *r, egm_rpc_client_t *c, con
             egm_jop_t op;
             if (egm__jdec_next(b->buf, b->len, &next, &op) != EGM_OK)
                 return egm__set_error(EGM_ERR_INTERNAL, "snapshot: %s", egm_last_error());
-            if (end > at && next - at > EGM_REPL_BATCH_MAX)
+            if (end > at && next - at > batch_max(r))
                 break;
             end = next;
         }
@@ -233,12 +240,12 @@ static void *standby_main(void *arg)
     egm__jbuf_free(&snap);
     sender_t sender = {.r = r, .c = c, .timeout_ms = timeout};
     if (s == EGM_OK)
-        egm__journal_set_sender(st->journal, f, send_journal, &sender);
+        egm__journal_set_sender(st->journal, f, send_journal, &sender, batch_max(r));
     while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
         uint8_t *ops = NULL;
         size_t len = 0;
         uint64_t from, to;
-        s = egm__journal_next(st->journal, f, 100, EGM_REPL_BATCH_MAX, &ops, &len, &from, &to);
+        s = egm__journal_next(st->journal, f, 100, batch_max(r), &ops, &len, &from, &to);
         if (s == EGM_OK) {
             s = send_batch(r, c, 0, from, to, ops, len, timeout);
             egm_free(ops);
