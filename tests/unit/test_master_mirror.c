@@ -540,7 +540,7 @@ static void test_adopt_overlaps(void **state)
     (void)state;
     egm_id_t o1 = egm__id_random(), o2 = egm__id_random();
     egm_segment_t *s = mount(&fresh, o1, "A/0", SEG), *s2 = mount(&fresh, o2, "B/0", SEG);
-    egm_adopt_object_t objs[5] = {
+    egm_adopt_object_t objs[6] = {
         {.key = "x", .key_len = 1, .size = 1000, .placed = 1, .n_replicas = 1},
         /* overlaps x: skipped, and with no replica left, dropped */
         {.key = "y", .key_len = 1, .size = 100, .placed = 1, .n_replicas = 1},
@@ -549,6 +549,8 @@ static void test_adopt_overlaps(void **state)
         /* the same key twice: the second is not taken and its space stays free */
         {.key = "dup", .key_len = 3, .size = 64, .placed = 1, .n_replicas = 1},
         {.key = "dup", .key_len = 3, .size = 64, .placed = 1, .n_replicas = 1},
+        /* two replicas on one segment: the second is skipped */
+        {.key = "w", .key_len = 1, .size = 64, .placed = 2, .n_replicas = 2},
     };
     objs[0].segment[0] = s, objs[0].offset[0] = 0;
     objs[1].segment[0] = s, objs[1].offset[0] = 512;
@@ -556,16 +558,18 @@ static void test_adopt_overlaps(void **state)
     objs[2].segment[1] = s2, objs[2].offset[1] = 0;
     objs[3].segment[0] = s, objs[3].offset[0] = 8192;
     objs[4].segment[0] = s, objs[4].offset[0] = 16384;
-    for (int i = 0; i < 5; i++)
+    objs[5].segment[0] = s2, objs[5].offset[0] = 1024;
+    objs[5].segment[1] = s2, objs[5].offset[1] = 2048;
+    for (int i = 0; i < 6; i++)
         objs[i].writer = egm__id_random();
     /* A range over x and past it: held where x is not. */
     egm_adopt_range_t ranges[] = {{.segment = s, .offset = 0, .length = 4096, .until_ms = 5000}};
     size_t adopted, skipped;
     assert_int_equal(
-        egm__objects_adopt(fresh.objects, objs, 5, ranges, 1, 1000, &adopted, &skipped), EGM_OK);
-    assert_int_equal(adopted, 3); /* x, z, dup */
-    /* y's replica and y itself, z's replica on s, dup's second record */
-    assert_int_equal(skipped, 4);
+        egm__objects_adopt(fresh.objects, objs, 6, ranges, 1, 1000, &adopted, &skipped), EGM_OK);
+    assert_int_equal(adopted, 4); /* x, z, dup, w */
+    /* y's replica and y itself, z's replica on s, dup's second record, w's second replica */
+    assert_int_equal(skipped, 5);
     egm_object_view_t v;
     assert_int_equal(egm__objects_stat(fresh.objects, "y", 1, &v), EGM_ERR_NOT_FOUND);
     assert_int_equal(egm__objects_stat(fresh.objects, "x", 1, &v), EGM_OK);
@@ -580,13 +584,16 @@ static void test_adopt_overlaps(void **state)
     assert_int_equal(v.replicas[0].offset, 8192);
     egm_repair_stats_t rs;
     egm__repair_queue_stats(egm__objects_repair_queue(fresh.objects), &rs);
-    assert_int_equal(rs.under_replicated, 1); /* z */
+    assert_int_equal(egm__objects_stat(fresh.objects, "w", 1, &v), EGM_OK);
+    assert_int_equal(v.n_replicas, 1);
+    assert_int_equal(v.replicas[0].offset, 1024);
+    assert_int_equal(rs.under_replicated, 2); /* z, w */
     egm_object_index_stats_t st;
     egm__objects_stats(fresh.objects, &st);
     assert_int_equal(st.held_bytes, 4096 - 1024);
     /* x (1024) + the held rest of the range + dup (64); not dup's second place. */
     assert_int_equal(used(s), 4096 + 64);
-    assert_int_equal(used(s2), 64);
+    assert_int_equal(used(s2), 64 + 64);
     check(&fresh);
     /* The held range is released after its time. */
     assert_int_equal(egm__objects_release_held(fresh.objects, 5000) > 0, 1);
