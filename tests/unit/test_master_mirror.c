@@ -524,6 +524,10 @@ static void test_refusals(void **state)
         egm__mirror_apply(m, EPOCH, 0, batch_from[0], batch_to[0], bad, batch_len[1], 2000),
         EGM_ERR_INVALID_ARG);
     egm_free(bad);
+    /* A SEGMENT op whose descriptor is no SegmentDesc. */
+    static const uint8_t bad_desc[] = {EGM_JOP_SEGMENT, 3, 0, 0, 0, 0xff, 0xff, 0xff};
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 1, 0, 0, bad_desc, sizeof(bad_desc), 2000),
+                     EGM_ERR_INVALID_ARG);
     /* A newer epoch with reset starts over. */
     assert_int_equal(
         egm__mirror_apply(m, EPOCH + 1, 1, snap_pos, snap_pos, snap.buf, snap.len, 2000), EGM_OK);
