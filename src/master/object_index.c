@@ -2927,8 +2927,9 @@ static int plan_segment(const claim_t *c, size_t n, uint64_t capacity, claims_t 
     for (size_t i = 0; i < n && ok; i++) {
         if (c[i].obj == SIZE_MAX)
             continue;
-        if (c[i].offset < cursor || c[i].length > capacity ||
-            c[i].offset > capacity - c[i].length) {
+        /* Misaligned: the allocator refuses it, and it must not cut the ranges. */
+        if (c[i].offset < cursor || c[i].offset % EGM_ALLOCATOR_ALIGN != 0 ||
+            c[i].length > capacity || c[i].offset > capacity - c[i].length) {
             (*skipped_p)++;
             continue;
         }
@@ -3084,7 +3085,7 @@ egm_status_t egm__objects_adopt(egm_object_index_t *index, const egm_adopt_objec
                                                        .offset = c->offset,
                                                        .length = c->length,
                                                        .release_ms = c->until_ms};
-        index->held_bytes += c->length;
+        index->held_bytes += egm__allocator_round(c->length); /* as taken */
         if (c->until_ms < index->held_release_ms)
             index->held_release_ms = c->until_ms;
     }

@@ -604,12 +604,39 @@ static void test_adopt_overlaps(void **state)
     assert_int_equal(used(s), 1024 + 64);
 }
 
+/* Records the leader never sends, which a corrupt batch may: a replica at a
+ * misaligned offset (skipped; it does not cut the range around it), ranges
+ * that merge into an end between two blocks (held up to the block's end). */
+static void test_adopt_misaligned(void **state)
+{
+    (void)state;
+    egm_segment_t *s = mount(&fresh, egm__id_random(), "M/0", SEG);
+    egm_adopt_object_t obj = {.key = "m", .key_len = 1, .size = 64, .placed = 1, .n_replicas = 1};
+    obj.segment[0] = s;
+    obj.offset[0] = 100;
+    egm_adopt_range_t ranges[] = {{.segment = s, .offset = 0, .length = 4096, .until_ms = 5000},
+                                  {.segment = s, .offset = 4000, .length = 100, .until_ms = 5000}};
+    size_t adopted, skipped;
+    assert_int_equal(
+        egm__objects_adopt(fresh.objects, &obj, 1, ranges, 2, 1000, &adopted, &skipped), EGM_OK);
+    assert_int_equal(adopted, 0);
+    assert_int_equal(skipped, 2); /* m's replica, and m */
+    egm_object_index_stats_t st;
+    egm__objects_stats(fresh.objects, &st);
+    assert_int_equal(st.held_bytes, used(s));
+    assert_int_equal(used(s), 4160); /* [0, 4000 + 128) in whole blocks */
+    check(&fresh);
+    assert_true(egm__objects_release_held(fresh.objects, 5000) > 0);
+    assert_int_equal(used(s), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_handover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt_overlaps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adopt_misaligned, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
