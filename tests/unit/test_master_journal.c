@@ -7,8 +7,10 @@
  * heap copy: ASan sees an over-read); the log keeps nothing without a
  * follower, a wait returns at once without an in-sync follower and otherwise
  * until an acknowledgement passes the waiter's position (or times out with
- * UNREACHABLE), egm__journal_next hands out whole ops up to max bytes, and
- * unfollowing releases the waiters. */
+ * UNREACHABLE), egm__journal_next hands out whole ops up to max bytes,
+ * unfollowing releases the waiters, and a waiting request sends to a
+ * follower with a sender itself (whole ops up to its max; a failed send
+ * marks the follower failed). */
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -653,6 +655,85 @@ static void test_next(void **state)
     egm__journal_destroy(j);
 }
 
+/* ---- a waiting request sends itself (a group commit) ---------------------------- */
+
+typedef struct {
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    int fail;
+    size_t calls;
+    uint64_t from[8], to[8];
+    size_t len[8];
+    int kinds[8][4];
+} sender_t;
+
+static egm_status_t send_rec(void *arg, uint64_t from, uint64_t to, const uint8_t *ops, size_t len)
+{
+    sender_t *sd = arg;
+    /* Called without the journal's lock: this takes it. */
+    (void)egm__journal_follower_acked(sd->j, sd->f);
+    assert_true(sd->calls < 8);
+    size_t c = sd->calls++;
+    sd->from[c] = from;
+    sd->to[c] = to;
+    sd->len[c] = len;
+    size_t at = 0, k = 0;
+    egm_jop_t op;
+    while (at < len && k < 4) {
+        assert_int_equal(egm__jdec_next(ops, len, &at, &op), EGM_OK);
+        sd->kinds[c][k++] = op.kind;
+    }
+    assert_int_equal(at, len);
+    return sd->fail ? egm__set_error(EGM_ERR_UNREACHABLE, "test: send failed") : EGM_OK;
+}
+
+static void test_wait_sends(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    sender_t sd = {.j = j, .f = f};
+    egm__journal_set_sender(j, f, send_rec, &sd, 50);
+    egm__journal_set_in_sync(j, f);
+
+    egm__journal_object_gone(j, "first", 5);                /* 8 bytes */
+    egm__journal_reserve(j, egm__id_random(), 128, 64, 10); /* 41 */
+    egm__journal_object_gone(j, "third-op", 8);             /* 11 */
+    /* Nobody else sends or acknowledges: the wait sends, in batches of whole
+     * ops of at most 50 bytes, and the send's OK is the acknowledgement. */
+    assert_int_equal(egm__journal_wait(j, LONG_WAIT_MS), EGM_OK);
+    assert_int_equal(sd.calls, 2);
+    assert_int_equal(sd.from[0], 0);
+    assert_int_equal(sd.to[0], 49);
+    assert_int_equal(sd.len[0], 49);
+    assert_int_equal(sd.kinds[0][0], EGM_JOP_OBJECT_GONE);
+    assert_int_equal(sd.kinds[0][1], EGM_JOP_RESERVE);
+    assert_int_equal(sd.from[1], 49);
+    assert_int_equal(sd.to[1], 60);
+    assert_int_equal(egm__journal_follower_acked(j, f), 60);
+    assert_int_equal(jstats(j).waits_timed_out, 0);
+    /* All given: nothing for the follower's own thread. */
+    uint8_t *buf;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
+
+    /* A send that fails: the wait times out, the follower must start over. */
+    sd.fail = 1;
+    egm__journal_object_gone(j, "late", 4);
+    assert_int_equal(egm__journal_wait(j, 20), EGM_ERR_UNREACHABLE);
+    assert_int_equal(sd.calls, 3);
+    assert_int_equal(egm__journal_follower_acked(j, f), 60);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to),
+                     EGM_ERR_UNREACHABLE);
+    assert_null(buf);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -665,6 +746,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wait_other_thread_acked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unfollow_releases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_sends, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
