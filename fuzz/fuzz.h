@@ -35,6 +35,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_TCP_SIZE_A 4096
 #define FUZZ_TCP_SIZE_B 1
 
+/* The segment fuzz_mirror_apply.c's fresh master has of its own (make_corpus.c
+ * aims ops at it). */
+#define FUZZ_MIRROR_SEG                                                                            \
+    {                                                                                              \
+        0x5e6, 0x100                                                                               \
+    }
+#define FUZZ_MIRROR_OWNER                                                                          \
+    {                                                                                              \
+        0x0a, 0x1                                                                                  \
+    }
+#define FUZZ_MIRROR_SEG_SIZE (64u << 10)
+
 /* A broken promise of the code under test (not merely a refused input). */
 #define FUZZ_CHECK(cond)                                                                           \
     do {                                                                                           \

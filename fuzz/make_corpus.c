@@ -11,6 +11,7 @@
 
 #include "common/alloc.h"
 #include "common/config_int.h"
+#include "common/wire.h"
 #include "fuzz.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
@@ -747,6 +748,155 @@ static void make_admin_http(void)
     }
 }
 
+/* ---- mirror_apply: batches of journal ops (master/journal.h's wire form) ---- */
+static void add_le(buf_t *b, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        add_u8(b, (uint8_t)(v >> (8 * i)));
+}
+
+static void add_id(buf_t *b, egm_id_t id)
+{
+    uint8_t w[16];
+    egm__wire_put_id(w, id);
+    add(b, w, sizeof(w));
+}
+
+static void jop_segment(buf_t *b, const seg_t *s)
+{
+    buf_t *d = calloc(1, sizeof(*d));
+    Egm__SegmentDesc pb;
+    Egm__Id ids[2];
+    fill_desc(&pb, ids, s);
+    add_msg(d, &pb.base);
+    add_u8(b, 1);
+    add_le(b, d->len, 4);
+    add(b, d->data, d->len);
+    free(d);
+}
+
+static void jop_object(buf_t *b, const char *key, uint64_t size, uint8_t pins, uint8_t placed,
+                       uint8_t n, const egm_id_t *segs, const uint64_t *offsets)
+{
+    add_u8(b, 3);
+    add_le(b, strlen(key), 2);
+    add(b, key, strlen(key));
+    add_le(b, size, 8);
+    add_id(b, client_a);
+    add_u8(b, pins);
+    add_u8(b, placed);
+    add_u8(b, n);
+    for (uint8_t i = 0; i < n; i++) {
+        add_id(b, segs[i]);
+        add_le(b, offsets[i], 8);
+    }
+}
+
+static void jop_gone(buf_t *b, const char *key)
+{
+    add_u8(b, 4);
+    add_le(b, strlen(key), 2);
+    add(b, key, strlen(key));
+}
+
+static void jop_reserve(buf_t *b, egm_id_t seg_id, uint64_t offset, uint64_t length, uint64_t ms)
+{
+    add_u8(b, 5);
+    add_id(b, seg_id);
+    add_le(b, offset, 8);
+    add_le(b, length, 8);
+    add_le(b, ms, 8);
+}
+
+static void jop_segment_gone(buf_t *b, egm_id_t seg_id)
+{
+    add_u8(b, 2);
+    add_id(b, seg_id);
+}
+
+/* One batch of the input: flags, u16 length, the ops. */
+static void batch(buf_t *in, uint8_t flags, const buf_t *ops)
+{
+    add_u8(in, flags);
+    add_le(in, ops->len, 2);
+    add(in, ops->data, ops->len);
+}
+
+static void make_mirror_apply(void)
+{
+    const egm_id_t own = FUZZ_MIRROR_SEG;
+    const seg_t s1 = seg(1, client_a, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    const seg_t s2 = seg(2, client_b, 1 << 16, EGM__HANDLE_KIND__HANDLE_NONE);
+    buf_t *in = calloc(1, sizeof(*in)), *ops = calloc(1, sizeof(*ops));
+
+    /* A snapshot (two segments, objects on them and on the fresh master's
+     * own, ranges in use), then a batch of changes. */
+    in->len = 0;
+    add_u8(in, 4);
+    ops->len = 0;
+    jop_segment(ops, &s1);
+    jop_segment(ops, &s2);
+    {
+        egm_id_t sg[3] = {s1.id, s2.id, own};
+        uint64_t off[3] = {0, 4096, 8192};
+        jop_object(ops, "a", 1000, 1, 2, 2, sg, off);
+        jop_object(ops, "b", 64, 2, 3, 3, sg, off);
+        jop_object(ops, "lost", 100, 0, 2, 1, sg + 2, off + 1);
+    }
+    jop_reserve(ops, own, 16384, 4096, 5000);
+    jop_reserve(ops, s1.id, 0, 65536, 100000);
+    batch(in, 1, ops);
+    ops->len = 0;
+    {
+        egm_id_t sg[1] = {own};
+        uint64_t off[1] = {20480};
+        jop_object(ops, "c", 3000, 0, 1, 1, sg, off);
+    }
+    jop_gone(ops, "a");
+    jop_reserve(ops, s2.id, 8192, 640, 30000);
+    jop_segment_gone(ops, s2.id);
+    batch(in, 0, ops);
+    put_file("mirror_apply", "snapshot_then_stream", in->data, in->len);
+
+    /* Overlaps: replicas over each other and over ranges, two on one segment,
+     * misaligned and out of bounds. */
+    in->len = 0;
+    add_u8(in, 0);
+    ops->len = 0;
+    {
+        egm_id_t sg[2] = {own, own};
+        uint64_t off[2] = {0, 512};
+        jop_object(ops, "x", 1000, 0, 1, 1, sg, off);
+        jop_object(ops, "y", 100, 0, 1, 1, sg + 1, off + 1);
+        jop_object(ops, "two-here", 64, 0, 2, 2, sg, (uint64_t[]){2048, 4096});
+        jop_object(ops, "misaligned", 64, 0, 1, 1, sg, (uint64_t[]){100});
+        jop_object(ops, "past-end", 64, 0, 1, 1, sg, (uint64_t[]){FUZZ_MIRROR_SEG_SIZE});
+        jop_object(ops, "huge", UINT64_MAX, 0, 1, 1, sg, (uint64_t[]){0});
+    }
+    jop_reserve(ops, own, 0, 8192, 1000);
+    jop_reserve(ops, own, 4096, 8192, 2000);
+    jop_reserve(ops, own, UINT64_MAX - 63, 128, 2000);
+    batch(in, 1, ops);
+    put_file("mirror_apply", "overlaps", in->data, in->len);
+
+    /* Refused: an older epoch after a newer one; a batch that does not follow;
+     * a truncated op. */
+    in->len = 0;
+    add_u8(in, 1);
+    ops->len = 0;
+    jop_gone(ops, "k");
+    batch(in, 1 | (3 << 1), ops);
+    batch(in, 1 | (1 << 1), ops);
+    batch(in, 8 | (3 << 1), ops);
+    ops->len = 0;
+    jop_reserve(ops, own, 0, 64, 10);
+    ops->len -= 3;
+    batch(in, 3 << 1, ops);
+    put_file("mirror_apply", "refused", in->data, in->len);
+    free(in);
+    free(ops);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -766,6 +916,7 @@ int main(int argc, char **argv)
     make_tcp_request();
     make_config();
     make_admin_http();
+    make_mirror_apply();
     printf("make_corpus: %zu files under %s\n", written, root);
     return 0;
 }

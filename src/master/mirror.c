@@ -108,8 +108,7 @@ static egm_status_t keep(egm_hashmap_t *map, const void *key, size_t key_len, co
     record_t *r = egm_malloc(sizeof(*r), "master.mirror_record");
     uint8_t *copy = egm_malloc(len, "master.mirror_record");
     void *old = NULL;
-    if (r == NULL || copy == NULL ||
-        egm__hashmap_put(map, key, key_len, r, &old) != EGM_OK) {
+    if (r == NULL || copy == NULL || egm__hashmap_put(map, key, key_len, r, &old) != EGM_OK) {
         egm_free(r);
         egm_free(copy);
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping the leader's state");
@@ -166,8 +165,14 @@ static egm_status_t apply_one(egm_mirror_t *m, const egm_jop_t *op, const uint8_
 
     switch (op->kind) {
     case EGM_JOP_SEGMENT:
+        /* The decoder answers PROTOCOL for bytes that are no SegmentDesc: a
+         * batch whose op does not decode is INVALID_ARG (mirror.h). */
         if ((s = egm__segment_desc_decode(op->desc, op->desc_len, &desc)) != EGM_OK)
-            return s;
+            return s == EGM_ERR_NO_MEMORY
+                       ? s
+                       : egm__set_error(EGM_ERR_INVALID_ARG,
+                                        "journal op: a segment descriptor that does not decode: %s",
+                                        egm_last_error());
         id_key(desc.id, key);
         return keep(m->segments, key, sizeof(key), bytes, len);
     case EGM_JOP_SEGMENT_GONE:
@@ -184,8 +189,8 @@ static egm_status_t apply_one(egm_mirror_t *m, const egm_jop_t *op, const uint8_
     }
 }
 
-egm_status_t egm__mirror_apply(egm_mirror_t *m, int64_t epoch, int reset, uint64_t from, uint64_t to,
-                               const uint8_t *ops, size_t len, uint64_t now_ms)
+egm_status_t egm__mirror_apply(egm_mirror_t *m, int64_t epoch, int reset, uint64_t from,
+                               uint64_t to, const uint8_t *ops, size_t len, uint64_t now_ms)
 {
     egm_status_t status = EGM_OK;
     pthread_mutex_lock(&m->lock);
@@ -312,11 +317,11 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
     size_t n_ranges = 0;
     for (size_t i = 0; i < m->n_ranges; i++)
         if (m->ranges[i].until_ms > now_ms)
-            ranges[n_ranges++] =
-                (egm_adopt_range_t){.segment = egm__segment_table_find(segments, m->ranges[i].segment),
-                                    .offset = m->ranges[i].offset,
-                                    .length = m->ranges[i].length,
-                                    .until_ms = m->ranges[i].until_ms};
+            ranges[n_ranges++] = (egm_adopt_range_t){
+                .segment = egm__segment_table_find(segments, m->ranges[i].segment),
+                .offset = m->ranges[i].offset,
+                .length = m->ranges[i].length,
+                .until_ms = m->ranges[i].until_ms};
     status = egm__objects_adopt(objects, objs, k, ranges, n_ranges, now_ms, objects_p, skipped_p);
 out:
     egm_free(objs);

@@ -123,7 +123,7 @@ struct egm_object_index {
     uint64_t slab_grants;
     uint64_t slab_expired;
     uint64_t commits;
-    egm_placer_t *placer;       /* placement over failure domains (placement.h) */
+    egm_placer_t *placer; /* placement over failure domains (placement.h) */
     /* enable_ha: where committed objects, their removal and reserved space
      * are told to the standbys (journal.h); NULL without. */
     egm_journal_t *journal;
@@ -631,8 +631,8 @@ static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t
                                                        .offset = egm__replica_offset(r),
                                                        .length = obj->size,
                                                        .release_ms = release_ms};
-        egm__journal_reserve(index->journal, r->segment->desc.id, egm__replica_offset(r),
-                             obj->size, release_ms - now_ms);
+        egm__journal_reserve(index->journal, r->segment->desc.id, egm__replica_offset(r), obj->size,
+                             release_ms - now_ms);
         index->held_bytes += egm__allocator_round(obj->size);
         r->segment = NULL;
         if (release_ms < index->held_release_ms)
@@ -2927,7 +2927,9 @@ static int plan_segment(const claim_t *c, size_t n, uint64_t capacity, claims_t 
     for (size_t i = 0; i < n && ok; i++) {
         if (c[i].obj == SIZE_MAX)
             continue;
-        if (c[i].offset < cursor || c[i].length > capacity || c[i].offset > capacity - c[i].length) {
+        /* Misaligned: the allocator refuses it, and it must not cut the ranges. */
+        if (c[i].offset < cursor || c[i].offset % EGM_ALLOCATOR_ALIGN != 0 ||
+            c[i].length > capacity || c[i].offset > capacity - c[i].length) {
             (*skipped_p)++;
             continue;
         }
@@ -3010,6 +3012,15 @@ static egm_status_t adopt_object(egm_object_index_t *index, const egm_adopt_obje
     return EGM_OK;
 }
 
+/* Whether replica r of a lies on the segment of one before it. */
+static int on_earlier_replica(const egm_adopt_object_t *a, uint32_t r)
+{
+    for (uint32_t q = 0; q < r; q++)
+        if (a->segment[q] == a->segment[r])
+            return 1;
+    return 0;
+}
+
 egm_status_t egm__objects_adopt(egm_object_index_t *index, const egm_adopt_object_t *objects,
                                 size_t n, const egm_adopt_range_t *ranges, size_t m,
                                 uint64_t now_ms, size_t *adopted_p, size_t *skipped_p)
@@ -3022,7 +3033,11 @@ egm_status_t egm__objects_adopt(egm_object_index_t *index, const egm_adopt_objec
     *adopted_p = *skipped_p = 0;
     for (size_t i = 0; i < n && ok; i++)
         for (uint32_t r = 0; r < objects[i].n_replicas && r < EGM_MASTER_REPLICA_MAX && ok; r++)
-            if (objects[i].segment[r] != NULL)
+            if (objects[i].segment[r] == NULL)
+                continue;
+            else if (on_earlier_replica(&objects[i], r)) /* one replica per segment */
+                (*skipped_p)++;
+            else
                 ok = claims_push(&all, (claim_t){.segment = objects[i].segment[r],
                                                  .offset = objects[i].offset[r],
                                                  .length = egm__allocator_round(objects[i].size),
@@ -3066,9 +3081,11 @@ egm_status_t egm__objects_adopt(egm_object_index_t *index, const egm_adopt_objec
             taken[c->obj * EGM_MASTER_REPLICA_MAX + c->replica] = 1;
             continue;
         }
-        index->held[index->n_held++] = (held_extent_t){
-            .segment = c->segment, .offset = c->offset, .length = c->length, .release_ms = c->until_ms};
-        index->held_bytes += c->length;
+        index->held[index->n_held++] = (held_extent_t){.segment = c->segment,
+                                                       .offset = c->offset,
+                                                       .length = c->length,
+                                                       .release_ms = c->until_ms};
+        index->held_bytes += egm__allocator_round(c->length); /* as taken */
         if (c->until_ms < index->held_release_ms)
             index->held_release_ms = c->until_ms;
     }

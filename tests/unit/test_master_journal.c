@@ -1,0 +1,752 @@
+/* The leader's journal (master/journal.h), without sockets: every op kind
+ * round-trips through its encoder and egm__jdec_next (a real packed
+ * SegmentDesc, an object with pins and with fewer live replicas than placed);
+ * decoding refuses every truncation of a valid buffer, unknown kinds, keys of
+ * 0 or more than 4096 bytes, more than 16 replicas, fewer placed than live
+ * and size 0, reading nothing past the buffer (each input is an exact-size
+ * heap copy: ASan sees an over-read); the log keeps nothing without a
+ * follower, a wait returns at once without an in-sync follower and otherwise
+ * until an acknowledgement passes the waiter's position (or times out with
+ * UNREACHABLE), egm__journal_next hands out whole ops up to max bytes,
+ * unfollowing releases the waiters, and a waiting request sends to a
+ * follower with a sender itself (whole ops up to its max; a failed send
+ * marks the follower failed). */
+#include <pthread.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "common/alloc.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "master/journal.h"
+#include "master/master_int.h"
+
+static uint64_t live_at_start;
+
+static int setup(void **state)
+{
+    (void)state;
+    live_at_start = egm__alloc_live_count();
+    egm__log_set_level(EGM_LOG_ERROR);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    assert_int_equal(egm__alloc_live_count(), live_at_start);
+    return 0;
+}
+
+static void assert_id_equal(egm_id_t a, egm_id_t b)
+{
+    assert_true(egm__id_equal(a, b));
+}
+
+/* Decodes p[0..len) from an exact-size heap copy (ASan: no read past it). */
+static egm_status_t dec_copy(const uint8_t *p, size_t len, size_t *pos, egm_jop_t *op)
+{
+    uint8_t *copy = egm_malloc(len ? len : 1, "test.journal");
+    assert_non_null(copy);
+    if (len > 0)
+        memcpy(copy, p, len);
+    egm_status_t s = egm__jdec_next(copy, len, pos, op);
+    /* The op's pointers point into the copy: rebase them into p. */
+    if (s == EGM_OK) {
+        if (op->desc != NULL)
+            op->desc = p + (op->desc - copy);
+        if (op->key != NULL)
+            op->key = (const char *)p + ((const uint8_t *)op->key - copy);
+    }
+    egm_free(copy);
+    return s;
+}
+
+/* ---- round trip -------------------------------------------------------------- */
+
+static egm_master_state_t st;
+static egm_segment_t *segs[2];
+static egm_id_t owners[2], writer;
+
+static egm_segment_t *mount(egm_id_t owner, int i)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "j%d/0", i);
+    egm_segment_params_t p = {.id = egm__id_random(),
+                              .size = 1 << 20,
+                              .name = name,
+                              .host_id = "host-j",
+                              .zone = "zone-j",
+                              .tcp_endpoint = "127.0.0.1:1"};
+    assert_int_equal(egm__liveness_mount(st.liveness, owner, &p, 0), EGM_OK);
+    return egm__segment_table_find(st.segments, p.id);
+}
+
+static void state_up(void)
+{
+    egm_master_state_params_t sp = {.client_ttl_ms = 1000000000};
+    egm__objects_params_default(&sp.objects);
+    assert_int_equal(egm__master_state_init(&st, &sp), EGM_OK);
+    writer = egm__id_random();
+    for (int i = 0; i < 2; i++) {
+        owners[i] = egm__id_random();
+        segs[i] = mount(owners[i], i);
+    }
+}
+
+static void state_down(void)
+{
+    assert_int_equal(egm__objects_check(st.objects), EGM_OK);
+    egm__master_state_cleanup(&st);
+}
+
+static const egm_object_t *put(const char *key, uint64_t size, uint32_t replicas, int soft,
+                               int hard)
+{
+    egm_put_config_t cfg = {.replica_num = replicas, .soft_pin = soft, .hard_pin = hard};
+    assert_int_equal(
+        egm__objects_put_start_with(st.objects, writer, key, strlen(key), size, &cfg, 1000, NULL),
+        EGM_OK);
+    assert_int_equal(egm__objects_put_end(st.objects, writer, key, strlen(key), 1000), EGM_OK);
+    const egm_object_t *obj = egm__objects_find(st.objects, key, strlen(key));
+    assert_non_null(obj);
+    return obj;
+}
+
+static void check_object_op(const egm_jop_t *op, const egm_object_t *obj)
+{
+    assert_int_equal(op->kind, EGM_JOP_OBJECT);
+    assert_int_equal(op->key_len, obj->key_len);
+    assert_memory_equal(op->key, egm__object_key(obj), obj->key_len);
+    assert_int_equal(op->size, obj->size);
+    assert_id_equal(op->writer, obj->writer);
+    assert_int_equal(op->soft_pin, obj->soft_pin);
+    assert_int_equal(op->hard_pin, obj->hard_pin);
+    assert_int_equal(op->placed, obj->n_replicas);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < obj->n_replicas; i++) {
+        const egm_replica_t *r = &obj->replicas[i];
+        if (r->segment == NULL)
+            continue;
+        assert_true(k < op->n_replicas);
+        assert_id_equal(op->replica_segment[k], r->segment->desc.id);
+        assert_int_equal(op->replica_offset[k], egm__replica_offset(r));
+        k++;
+    }
+    assert_int_equal(op->n_replicas, k);
+}
+
+/* One op of each kind (and objects with pins and a lost replica), encoded and
+ * decoded back field by field, from exact-size copies. */
+static void test_round_trip(void **state)
+{
+    (void)state;
+    state_up();
+    const egm_object_t *soft = put("soft-pinned", 1000, 2, 1, 0);
+    const egm_object_t *hard = put("hard-pinned", 12345, 1, 0, 1);
+    const egm_object_t *lost = put("lost-one", 77, 2, 0, 0);
+    assert_int_equal(soft->soft_pin, 1);
+    assert_int_equal(hard->hard_pin, 1);
+    assert_int_equal(soft->n_replicas, 2);
+
+    egm_jbuf_t b = {0};
+    egm__jenc_segment(&b, segs[0]);
+    egm__jenc_object(&b, soft);
+    egm__jenc_object(&b, hard);
+    egm__jenc_object_gone(&b, "gone-key", 8);
+    egm__jenc_reserve(&b, segs[1]->desc.id, 4096, 1000, 30000);
+    egm__jenc_segment_gone(&b, segs[1]->desc.id);
+    assert_false(b.failed);
+
+    size_t pos = 0;
+    egm_jop_t op;
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SEGMENT);
+    assert_int_equal(op.desc_len, segs[0]->desc_pb.len);
+    assert_memory_equal(op.desc, segs[0]->desc_pb.data, op.desc_len);
+    egm_segment_desc_t d;
+    assert_int_equal(egm__segment_desc_decode(op.desc, op.desc_len, &d), EGM_OK);
+    assert_id_equal(d.id, segs[0]->desc.id);
+    assert_id_equal(d.owner, owners[0]);
+    assert_int_equal(d.size, 1 << 20);
+    assert_string_equal(d.name, "j0/0");
+    assert_string_equal(d.zone, "zone-j");
+
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    check_object_op(&op, soft);
+    assert_int_equal(op.n_replicas, 2);
+    assert_int_equal(op.soft_pin, 1);
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    check_object_op(&op, hard);
+    assert_int_equal(op.hard_pin, 1);
+    assert_int_equal(op.soft_pin, 0);
+
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_OBJECT_GONE);
+    assert_int_equal(op.key_len, 8);
+    assert_memory_equal(op.key, "gone-key", 8);
+
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_RESERVE);
+    assert_id_equal(op.segment, segs[1]->desc.id);
+    assert_int_equal(op.offset, 4096);
+    assert_int_equal(op.length, 1000);
+    assert_int_equal(op.for_ms, 30000);
+
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SEGMENT_GONE);
+    assert_id_equal(op.segment, segs[1]->desc.id);
+    assert_int_equal(pos, b.len);
+    egm__jbuf_free(&b);
+
+    /* Placed > live: the object loses its replica on segment 1. */
+    assert_int_equal(egm__liveness_unmount(st.liveness, owners[1], segs[1]->desc.id, 2000), EGM_OK);
+    lost = egm__objects_find(st.objects, "lost-one", 8);
+    assert_non_null(lost);
+    assert_int_equal(lost->n_replicas, 2);
+    assert_int_equal(lost->n_live, 1);
+    egm__jenc_object(&b, lost);
+    assert_false(b.failed);
+    pos = 0;
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    check_object_op(&op, lost);
+    assert_int_equal(op.placed, 2);
+    assert_int_equal(op.n_replicas, 1);
+    assert_id_equal(op.replica_segment[0], segs[0]->desc.id);
+    assert_int_equal(pos, b.len);
+    egm__jbuf_free(&b);
+    state_down();
+}
+
+/* ---- refusals ---------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t p[2048];
+    size_t len;
+} raw_t;
+
+static void raw_u8(raw_t *r, uint8_t v)
+{
+    r->p[r->len++] = v;
+}
+
+static void raw_u16(raw_t *r, uint16_t v)
+{
+    egm__wire_put_u16(r->p + r->len, v);
+    r->len += 2;
+}
+
+static void raw_u64(raw_t *r, uint64_t v)
+{
+    egm__wire_put_u64(r->p + r->len, v);
+    r->len += 8;
+}
+
+static void raw_id(raw_t *r, egm_id_t id)
+{
+    egm__wire_put_id(r->p + r->len, id);
+    r->len += 16;
+}
+
+/* An OBJECT op's head: kind, key, size, writer, pins, placed, n (no replicas). */
+static void raw_object(raw_t *r, uint16_t key_len, uint64_t size, uint8_t placed, uint8_t n)
+{
+    raw_u8(r, EGM_JOP_OBJECT);
+    raw_u16(r, key_len);
+    for (uint16_t i = 0; i < key_len && r->len < sizeof(r->p); i++)
+        raw_u8(r, 'k');
+    raw_u64(r, size);
+    raw_id(r, egm__id_random());
+    raw_u8(r, 0);
+    raw_u8(r, placed);
+    raw_u8(r, n);
+}
+
+static egm_status_t dec_raw(const raw_t *r)
+{
+    size_t pos = 0;
+    egm_jop_t op;
+    return dec_copy(r->p, r->len, &pos, &op);
+}
+
+/* Every prefix of a valid buffer of every kind decodes its whole ops and
+ * refuses the cut one, without moving past it. */
+static void test_truncation(void **state)
+{
+    (void)state;
+    state_up();
+    const egm_object_t *obj = put("truncated", 1000, 2, 1, 0);
+    egm_jbuf_t b = {0};
+    egm__jenc_segment(&b, segs[0]);
+    egm__jenc_object(&b, obj);
+    egm__jenc_object_gone(&b, "truncated", 9);
+    egm__jenc_reserve(&b, segs[1]->desc.id, 64, 1000, 5);
+    egm__jenc_segment_gone(&b, segs[1]->desc.id);
+    assert_false(b.failed);
+
+    /* The ops' ends. */
+    size_t ends[8], n_ops = 0, pos = 0;
+    egm_jop_t op;
+    while (pos < b.len) {
+        assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+        ends[n_ops++] = pos;
+    }
+    assert_int_equal(n_ops, 5);
+
+    for (size_t cut = 0; cut < b.len; cut++) {
+        size_t whole = 0;
+        while (whole < n_ops && ends[whole] <= cut)
+            whole++;
+        pos = 0;
+        for (size_t i = 0; i < whole; i++)
+            assert_int_equal(dec_copy(b.buf, cut, &pos, &op), EGM_OK);
+        size_t before = pos;
+        if (before == cut)
+            continue; /* cut between two ops: nothing left to refuse */
+        egm_status_t s = dec_copy(b.buf, cut, &pos, &op);
+        if (s != EGM_ERR_INVALID_ARG)
+            fail_msg("a buffer cut at %zu of %zu decoded op %zu (status %d)", cut, b.len, whole, s);
+        assert_int_equal(pos, before);
+    }
+    egm__jbuf_free(&b);
+    state_down();
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    raw_t r;
+    /* Unknown kinds. */
+    static const uint8_t kinds[] = {0, 6, 7, 0x80, 0xff};
+    for (size_t i = 0; i < sizeof(kinds); i++) {
+        r.len = 0;
+        raw_u8(&r, kinds[i]);
+        for (int k = 0; k < 40; k++)
+            raw_u8(&r, 0);
+        assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    }
+    /* Keys of 0 and 4097 bytes (OBJECT and OBJECT_GONE); 4096 is fine. */
+    r.len = 0;
+    raw_u8(&r, EGM_JOP_OBJECT_GONE);
+    raw_u16(&r, 0);
+    raw_u8(&r, 'x');
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    r.len = 0;
+    raw_object(&r, 0, 100, 1, 0);
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    {
+        static uint8_t big[1 + 2 + 4097];
+        big[0] = EGM_JOP_OBJECT_GONE;
+        egm__wire_put_u16(big + 1, 4097);
+        memset(big + 3, 'k', 4097);
+        size_t pos = 0;
+        egm_jop_t op;
+        assert_int_equal(dec_copy(big, sizeof(big), &pos, &op), EGM_ERR_INVALID_ARG);
+        egm__wire_put_u16(big + 1, 4096);
+        pos = 0;
+        assert_int_equal(dec_copy(big, sizeof(big) - 1, &pos, &op), EGM_OK);
+        assert_int_equal(op.key_len, 4096);
+        assert_int_equal(pos, sizeof(big) - 1);
+        big[0] = EGM_JOP_OBJECT;
+        egm__wire_put_u16(big + 1, 4097);
+        pos = 0;
+        assert_int_equal(dec_copy(big, sizeof(big), &pos, &op), EGM_ERR_INVALID_ARG);
+    }
+    /* An object with no replica at all (all lost) is valid: placed 1, live 0. */
+    r.len = 0;
+    raw_object(&r, 3, 100, 1, 0);
+    assert_int_equal(dec_raw(&r), EGM_OK);
+    /* 17 replicas (with their bytes present), placed 17. */
+    r.len = 0;
+    raw_object(&r, 3, 100, 17, 17);
+    for (int i = 0; i < 17; i++) {
+        raw_id(&r, egm__id_random());
+        raw_u64(&r, (uint64_t)i * 1024);
+    }
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    /* 16 live, placed 17. */
+    r.len = 0;
+    raw_object(&r, 3, 100, 17, 16);
+    for (int i = 0; i < 16; i++) {
+        raw_id(&r, egm__id_random());
+        raw_u64(&r, (uint64_t)i * 1024);
+    }
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    /* 16 and 16: the most there may be. */
+    r.p[r.len - 16 * 24 - 2] = 16;
+    assert_int_equal(dec_raw(&r), EGM_OK);
+    /* Placed < live. */
+    r.len = 0;
+    raw_object(&r, 3, 100, 1, 2);
+    for (int i = 0; i < 2; i++) {
+        raw_id(&r, egm__id_random());
+        raw_u64(&r, (uint64_t)i * 1024);
+    }
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    /* Size 0. */
+    r.len = 0;
+    raw_object(&r, 3, 0, 1, 1);
+    raw_id(&r, egm__id_random());
+    raw_u64(&r, 0);
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    /* The same with size 1 is fine (so the refusals above are the field's). */
+    r.len = 0;
+    raw_object(&r, 3, 1, 1, 1);
+    raw_id(&r, egm__id_random());
+    raw_u64(&r, 0);
+    assert_int_equal(dec_raw(&r), EGM_OK);
+    /* A SEGMENT whose descriptor length runs past the buffer. */
+    r.len = 0;
+    raw_u8(&r, EGM_JOP_SEGMENT);
+    egm__wire_put_u32(r.p + r.len, 0xffffffffu);
+    r.len += 4;
+    raw_u8(&r, 0);
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+    /* Empty input. */
+    r.len = 0;
+    assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
+}
+
+/* ---- the log ------------------------------------------------------------------ */
+
+static egm_journal_stats_t jstats(egm_journal_t *j)
+{
+    egm_journal_stats_t s;
+    egm__journal_stats(j, &s);
+    return s;
+}
+
+static void test_no_follower(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    egm__journal_object_gone(j, "k", 1);
+    egm__journal_reserve(j, egm__id_random(), 0, 64, 10);
+    assert_int_equal(jstats(j).end, 0);
+    /* Nothing was emitted: a wait that would time out returns OK. */
+    assert_int_equal(egm__journal_wait(j, 1), EGM_OK);
+    assert_int_equal(jstats(j).waits_timed_out, 0);
+
+    /* A follower starts at the end: what came before is not kept. */
+    egm_journal_follower_t *f;
+    uint64_t pos = 99;
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    assert_int_equal(pos, 0);
+    uint8_t *buf;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
+    assert_null(buf);
+    egm__journal_unfollow(j, f);
+
+    /* NULL journal: no HA, nothing happens. */
+    egm__journal_object_gone(NULL, "k", 1);
+    assert_int_equal(egm__journal_wait(NULL, 1), EGM_OK);
+    egm__journal_destroy(j);
+}
+
+static void test_wait_not_in_sync(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    egm__journal_object_gone(j, "key", 3);
+    assert_int_equal(jstats(j).end, 6);
+    /* Nothing acknowledged, but f is not in sync: at once, OK. */
+    assert_int_equal(egm__journal_wait(j, 1), EGM_OK);
+    assert_int_equal(jstats(j).waits_timed_out, 0);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
+static void test_wait_in_sync(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    assert_int_equal(egm__journal_set_in_sync(j, f), 0);
+
+    /* Nothing acknowledged: UNREACHABLE after the timeout. */
+    egm__journal_object_gone(j, "key", 3);
+    uint64_t end1 = jstats(j).end;
+    assert_int_equal(egm__journal_wait(j, 20), EGM_ERR_UNREACHABLE);
+    assert_int_equal(jstats(j).waits_timed_out, 1);
+    assert_int_equal(jstats(j).lag_bytes, end1);
+    /* The position was cleared: a second wait has nothing to wait for. */
+    assert_int_equal(egm__journal_wait(j, 20), EGM_OK);
+
+    /* Acknowledged short of the thread's last op: still UNREACHABLE. */
+    egm__journal_object_gone(j, "key2", 4);
+    uint64_t end2 = jstats(j).end;
+    egm__journal_acked(j, f, end2 - 1);
+    assert_int_equal(egm__journal_wait(j, 20), EGM_ERR_UNREACHABLE);
+    assert_int_equal(jstats(j).waits_timed_out, 2);
+    /* Acknowledged exactly up to it (and an older ack changes nothing). */
+    egm__journal_object_gone(j, "key3", 4);
+    uint64_t end3 = jstats(j).end;
+    egm__journal_acked(j, f, end3);
+    egm__journal_acked(j, f, end1);
+    assert_int_equal(egm__journal_wait(j, 20), EGM_OK);
+    assert_int_equal(jstats(j).waits_timed_out, 2);
+    assert_int_equal(jstats(j).lag_bytes, 0);
+
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
+typedef struct {
+    egm_journal_t *j;
+    sem_t emitted;
+    uint64_t timeout_ms;
+    egm_status_t status;
+    uint64_t waited_ms;
+} waiter_t;
+
+static void *waiter_main(void *arg)
+{
+    waiter_t *w = arg;
+    egm__journal_reserve(w->j, egm__id_random(), 0, 64, 1000);
+    sem_post(&w->emitted);
+    uint64_t t0 = egm__now_ms();
+    w->status = egm__journal_wait(w->j, w->timeout_ms);
+    w->waited_ms = egm__now_ms() - t0;
+    return NULL;
+}
+
+#define LONG_WAIT_MS 60000u
+
+/* Another thread emits and waits; it returns OK when acknowledged (or when
+ * its follower leaves), long before its timeout: the waits are woken. */
+static void run_waiter(int by_unfollow)
+{
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    egm__journal_set_in_sync(j, f);
+
+    waiter_t w = {.j = j, .timeout_ms = LONG_WAIT_MS, .status = EGM_INPROGRESS};
+    assert_int_equal(sem_init(&w.emitted, 0, 0), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, waiter_main, &w), 0);
+    assert_int_equal(sem_wait(&w.emitted), 0);
+    uint64_t end = jstats(j).end;
+    assert_true(end > 0);
+    if (by_unfollow) {
+        egm__journal_unfollow(j, f);
+    } else {
+        egm__journal_acked(j, f, end);
+    }
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(w.status, EGM_OK);
+    /* Woken, not timed out (the timed-out path would also find the ack). */
+    assert_true(w.waited_ms < LONG_WAIT_MS / 2);
+    assert_int_equal(jstats(j).waits_timed_out, 0);
+    sem_destroy(&w.emitted);
+    if (!by_unfollow)
+        egm__journal_unfollow(j, f);
+    assert_int_equal(jstats(j).followers, 0);
+    egm__journal_destroy(j);
+}
+
+static void test_wait_other_thread_acked(void **state)
+{
+    (void)state;
+    run_waiter(0);
+}
+
+static void test_unfollow_releases(void **state)
+{
+    (void)state;
+    run_waiter(1);
+}
+
+static void test_next(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    uint8_t *buf;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
+
+    egm_id_t seg = egm__id_random();
+    egm__journal_object_gone(j, "first", 5);    /* 8 bytes */
+    egm__journal_reserve(j, seg, 128, 64, 10);  /* 41 */
+    egm__journal_object_gone(j, "third-op", 8); /* 11 */
+    egm__journal_segment_gone(j, seg);          /* 17 */
+    assert_int_equal(jstats(j).end, 8 + 41 + 11 + 17);
+
+    /* max below one op: that one op, whole. */
+    assert_int_equal(egm__journal_next(j, f, 1, 1, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(len, 8);
+    assert_int_equal(from, 0);
+    assert_int_equal(to, 8);
+    size_t at = 0;
+    egm_jop_t op;
+    assert_int_equal(egm__jdec_next(buf, len, &at, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_OBJECT_GONE);
+    assert_memory_equal(op.key, "first", 5);
+    egm_free(buf);
+
+    /* max one byte short of two ops: only the first of them. */
+    assert_int_equal(egm__journal_next(j, f, 1, 41 + 11 - 1, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(len, 41);
+    assert_int_equal(from, 8);
+    assert_int_equal(to, 49);
+    at = 0;
+    assert_int_equal(egm__jdec_next(buf, len, &at, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_RESERVE);
+    assert_int_equal(op.offset, 128);
+    egm_free(buf);
+
+    /* max exactly two ops: both. */
+    assert_int_equal(egm__journal_next(j, f, 1, 11 + 17, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(len, 28);
+    assert_int_equal(from, 49);
+    assert_int_equal(to, 77);
+    at = 0;
+    assert_int_equal(egm__jdec_next(buf, len, &at, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_OBJECT_GONE);
+    assert_int_equal(egm__jdec_next(buf, len, &at, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SEGMENT_GONE);
+    assert_int_equal(at, len);
+    egm_free(buf);
+
+    /* Nothing new. */
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
+    assert_null(buf);
+    assert_int_equal(len, 0);
+
+    /* A second follower starts at the end and sees only what follows. */
+    egm_journal_follower_t *g;
+    assert_int_equal(egm__journal_follow(j, &g, &pos), EGM_OK);
+    assert_int_equal(pos, 77);
+    egm__journal_object_gone(j, "late", 4);
+    assert_int_equal(egm__journal_next(j, g, 1, 1 << 20, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(from, 77);
+    assert_int_equal(to, 84);
+    egm_free(buf);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(from, 77);
+    assert_int_equal(len, 7);
+    egm_free(buf);
+    egm__journal_unfollow(j, g);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
+/* ---- a waiting request sends itself (a group commit) ---------------------------- */
+
+typedef struct {
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    int fail;
+    size_t calls;
+    uint64_t from[8], to[8];
+    size_t len[8];
+    int kinds[8][4];
+} sender_t;
+
+static egm_status_t send_rec(void *arg, uint64_t from, uint64_t to, const uint8_t *ops, size_t len)
+{
+    sender_t *sd = arg;
+    /* Called without the journal's lock: this takes it. */
+    (void)egm__journal_follower_acked(sd->j, sd->f);
+    assert_true(sd->calls < 8);
+    size_t c = sd->calls++;
+    sd->from[c] = from;
+    sd->to[c] = to;
+    sd->len[c] = len;
+    size_t at = 0, k = 0;
+    egm_jop_t op;
+    while (at < len && k < 4) {
+        assert_int_equal(egm__jdec_next(ops, len, &at, &op), EGM_OK);
+        sd->kinds[c][k++] = op.kind;
+    }
+    assert_int_equal(at, len);
+    return sd->fail ? egm__set_error(EGM_ERR_UNREACHABLE, "test: send failed") : EGM_OK;
+}
+
+static void test_wait_sends(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    sender_t sd = {.j = j, .f = f};
+    egm__journal_set_sender(j, f, send_rec, &sd, 50);
+    egm__journal_set_in_sync(j, f);
+
+    egm__journal_object_gone(j, "first", 5);                /* 8 bytes */
+    egm__journal_reserve(j, egm__id_random(), 128, 64, 10); /* 41 */
+    egm__journal_object_gone(j, "third-op", 8);             /* 11 */
+    /* Nobody else sends or acknowledges: the wait sends, in batches of whole
+     * ops of at most 50 bytes, and the send's OK is the acknowledgement. */
+    assert_int_equal(egm__journal_wait(j, LONG_WAIT_MS), EGM_OK);
+    assert_int_equal(sd.calls, 2);
+    assert_int_equal(sd.from[0], 0);
+    assert_int_equal(sd.to[0], 49);
+    assert_int_equal(sd.len[0], 49);
+    assert_int_equal(sd.kinds[0][0], EGM_JOP_OBJECT_GONE);
+    assert_int_equal(sd.kinds[0][1], EGM_JOP_RESERVE);
+    assert_int_equal(sd.from[1], 49);
+    assert_int_equal(sd.to[1], 60);
+    assert_int_equal(egm__journal_follower_acked(j, f), 60);
+    assert_int_equal(jstats(j).waits_timed_out, 0);
+    /* All given: nothing for the follower's own thread. */
+    uint8_t *buf;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
+
+    /* A send that fails: the wait times out, the follower must start over. */
+    sd.fail = 1;
+    egm__journal_object_gone(j, "late", 4);
+    assert_int_equal(egm__journal_wait(j, 20), EGM_ERR_UNREACHABLE);
+    assert_int_equal(sd.calls, 3);
+    assert_int_equal(egm__journal_follower_acked(j, f), 60);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to),
+                     EGM_ERR_UNREACHABLE);
+    assert_null(buf);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_follower, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_not_in_sync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_in_sync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_other_thread_acked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unfollow_releases, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_next, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wait_sends, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
