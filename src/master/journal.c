@@ -241,14 +241,7 @@ struct egm_journal_follower {
     egm_journal_send_fn send;
     void *send_arg;
     size_t send_max;
-    uint64_t unsent_since_ms; /* when the oldest op not given to it was appended */
 };
-
-/* An in-sync follower with a sender gets its ops from the requests waiting
- * for them (egm__journal_wait); egm__journal_next hands it only ops that
- * none sent for this long (changes nobody waits for: the tick's), so that
- * its thread does not split a request's batch in two round trips. */
-#define EGM_JOURNAL_IDLE_MS 5
 
 struct egm_journal {
     pthread_mutex_t lock;
@@ -318,35 +311,21 @@ static void trim(egm_journal_t *j)
     j->base = low;
 }
 
-/* Before an append: notes when followers given everything get a new op. */
-static void appending(egm_journal_t *j)
-{
-    uint64_t end = end_of(j), now = 0;
-    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
-        if (f->sent == end)
-            f->unsent_since_ms = now != 0 ? now : (now = egm__now_ms());
-}
-
 /* After an append: cuts followers too far behind. With the lock. */
 static void appended(egm_journal_t *j)
 {
     uint64_t end = end_of(j);
-    int cut = 0, wake = 0;
-    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next) {
+    int cut = 0;
+    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
         if (!f->cut && end - f->sent > EGM_JOURNAL_BACKLOG_MAX) {
             f->cut = 1;
             cut = 1;
         }
-        /* One fed by the waiting requests is not woken for each op: it
-         * looks again when the ops it may have to send are due. */
-        wake |= cut || !f->in_sync || f->send == NULL;
-    }
     if (cut)
         trim(j);
     tl_pos = end;
     tl_journal = j;
-    if (wake)
-        pthread_cond_broadcast(&j->more);
+    pthread_cond_broadcast(&j->more);
 }
 
 #define EMIT(j, enc_call)                                                                          \
@@ -355,7 +334,6 @@ static void appended(egm_journal_t *j)
             return;                                                                                \
         pthread_mutex_lock(&(j)->lock);                                                            \
         if ((j)->followers != NULL) {                                                              \
-            appending(j);                                                                          \
             enc_call;                                                                              \
             appended(j);                                                                           \
         }                                                                                          \
@@ -440,7 +418,6 @@ static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
         return;
     }
     f->sending = 1;
-    f->unsent_since_ms = egm__now_ms(); /* for what is appended meanwhile */
     trim(j);
     pthread_mutex_unlock(&j->lock);
     egm_status_t s = f->send(f->send_arg, from, to, ops, len);
@@ -532,29 +509,9 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
     *buf_p = NULL;
     *len_p = 0;
     pthread_mutex_lock(&j->lock);
-    for (;;) {
-        if (f->cut || f->failed)
-            break;
-        int idle = f->sent < end_of(j) && !f->sending;
-        if (idle && f->in_sync && f->send != NULL) {
-            /* Left to the waiting requests unless none took it for a while. */
-            uint64_t ripe = f->unsent_since_ms + EGM_JOURNAL_IDLE_MS, now = egm__now_ms();
-            if (now < ripe) {
-                struct timespec soon;
-                deadline_in(&soon, ripe - now);
-                if (soon.tv_sec < deadline.tv_sec ||
-                    (soon.tv_sec == deadline.tv_sec && soon.tv_nsec < deadline.tv_nsec)) {
-                    pthread_cond_timedwait(&j->more, &j->lock, &soon);
-                    continue;
-                }
-                idle = 0; /* not before the caller's deadline */
-            }
-        }
-        if (idle)
-            break;
+    while (!f->cut && !f->failed && (f->sending || f->sent == end_of(j)))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
-    }
     egm_status_t status = EGM_OK;
     if (f->failed) {
         status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");
@@ -566,9 +523,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
                                 EGM_JOURNAL_BACKLOG_MAX >> 20);
         goto out;
     }
-    if (f->sending || f->sent == end_of(j) ||
-        (f->in_sync && f->send != NULL &&
-         egm__now_ms() < f->unsent_since_ms + EGM_JOURNAL_IDLE_MS)) {
+    if (f->sending || f->sent == end_of(j)) {
         status = EGM_ERR_TIMEOUT;
         goto out;
     }
