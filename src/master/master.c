@@ -152,10 +152,13 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
         if (s != EGM_OK)
             egm_error("master: taking over the state of epoch %lld: %s", (long long)ms.epoch,
                       egm_last_error());
-        egm_info("master: took over %llu segments and %zu objects of epoch %lld (%zu replicas "
-                 "or objects skipped) in %llu ms",
-                 (unsigned long long)ms.segments, adopted, (long long)ms.epoch, skipped,
-                 (unsigned long long)(st->now_ms() - start));
+        if (ms.epoch == 0)
+            egm_info("master: no state of a previous leader to take over (none was followed)");
+        else
+            egm_info("master: took over %llu segments and %zu objects of epoch %lld (%zu "
+                     "replicas or objects skipped) in %llu ms",
+                     (unsigned long long)ms.segments, adopted, (long long)ms.epoch, skipped,
+                     (unsigned long long)(st->now_ms() - start));
         if (egm__replication_lead(master->replication, epoch) != EGM_OK) {
             egm_warn("master: %s", egm_last_error());
             return; /* the election tells of the loss next */
