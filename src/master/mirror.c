@@ -9,9 +9,10 @@
 #include "master/journal.h"
 #include "rpc/segment_desc.h"
 
+/* An op as received, in one allocation. */
 typedef struct {
-    uint8_t *op; /* the op's bytes as received */
     size_t len;
+    uint8_t op[];
 } record_t;
 
 typedef struct {
@@ -46,9 +47,7 @@ static void records_clear(egm_hashmap_t **map)
     if (egm__hashmap_size(*map) == 0)
         return;
     while (egm__hashmap_next(*map, &iter, NULL, NULL, &value)) {
-        record_t *r = value;
-        egm_free(r->op);
-        egm_free(r);
+        egm_free(value);
     }
     egm_hashmap_t *fresh;
     if (egm__hashmap_create(&fresh) == EGM_OK) {
@@ -105,30 +104,21 @@ void egm__mirror_destroy(egm_mirror_t *m)
 static egm_status_t keep(egm_hashmap_t *map, const void *key, size_t key_len, const uint8_t *op,
                          size_t len)
 {
-    record_t *r = egm_malloc(sizeof(*r), "master.mirror_record");
-    uint8_t *copy = egm_malloc(len, "master.mirror_record");
+    record_t *r = egm_malloc(sizeof(*r) + len, "master.mirror_record");
     void *old = NULL;
-    if (r == NULL || copy == NULL || egm__hashmap_put(map, key, key_len, r, &old) != EGM_OK) {
+    if (r == NULL || egm__hashmap_put(map, key, key_len, r, &old) != EGM_OK) {
         egm_free(r);
-        egm_free(copy);
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping the leader's state");
     }
-    memcpy(copy, op, len);
-    *r = (record_t){.op = copy, .len = len};
-    if (old != NULL) {
-        egm_free(((record_t *)old)->op);
-        egm_free(old);
-    }
+    r->len = len;
+    memcpy(r->op, op, len);
+    egm_free(old);
     return EGM_OK;
 }
 
 static void drop(egm_hashmap_t *map, const void *key, size_t key_len)
 {
-    record_t *r = egm__hashmap_remove(map, key, key_len);
-    if (r != NULL) {
-        egm_free(r->op);
-        egm_free(r);
-    }
+    egm_free(egm__hashmap_remove(map, key, key_len));
 }
 
 /* Appends a range in use, first dropping those that ended. */
