@@ -207,8 +207,8 @@ static void serve_health(const egm_master_admin_t *a, egm_http_response_t *resp)
             role, leader_json, (long long)leader_epoch, egm__id_format(snap.master_id, id_text),
             EGMSTORE_VERSION, (double)snap.uptime_ms / 1000.0, (unsigned long long)snap.segments,
             (unsigned long long)snap.clients, (unsigned long long)snap.objects.objects,
-            (unsigned long long)snap.allocated_bytes,
-            (unsigned long long)snap.capacity_bytes, (unsigned long long)snap.ha_in_sync,
+            (unsigned long long)snap.allocated_bytes, (unsigned long long)snap.capacity_bytes,
+            (unsigned long long)snap.ha_in_sync,
             (unsigned long long)snap.ha_mirror_objects) != EGM_OK)
         out_of_memory(resp);
 }

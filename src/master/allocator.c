@@ -59,11 +59,11 @@ struct egm_allocator {
     size_t free_ranges;
     span_t *spans; /* grown only by alloc, so free never needs memory */
     uint32_t n_spans, cap_spans;
-    uint32_t spare;    /* SPAN_UNUSED records below n_spans */
-    uint32_t n_spare;  /* how many */
-    uint32_t first;    /* the span at offset 0 */
+    uint32_t spare;     /* SPAN_UNUSED records below n_spans */
+    uint32_t n_spare;   /* how many */
+    uint32_t first;     /* the span at offset 0 */
     uint32_t take_hint; /* a span (any state) where egm__allocator_take looks first */
-    uint32_t *buckets; /* allocations by offset */
+    uint32_t *buckets;  /* allocations by offset */
     unsigned bucket_bits;
     uint32_t *bins; /* head of each class's free list */
     unsigned n_classes;

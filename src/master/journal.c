@@ -400,8 +400,7 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
 static egm_journal_follower_t *idle_behind(egm_journal_t *j, uint64_t pos)
 {
     for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
-        if (f->in_sync && f->send != NULL && !f->sending && !f->failed && !f->cut &&
-            f->sent < pos)
+        if (f->in_sync && f->send != NULL && !f->sending && !f->failed && !f->cut && f->sent < pos)
             return f;
     return NULL;
 }
@@ -518,9 +517,9 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
         goto out;
     }
     if (f->cut) {
-        status = egm__set_error(EGM_ERR_NO_SPACE,
-                                "the standby fell more than %u MiB of changes behind",
-                                EGM_JOURNAL_BACKLOG_MAX >> 20);
+        status =
+            egm__set_error(EGM_ERR_NO_SPACE, "the standby fell more than %u MiB of changes behind",
+                           EGM_JOURNAL_BACKLOG_MAX >> 20);
         goto out;
     }
     if (f->sending || f->sent == end_of(j)) {

@@ -29,8 +29,8 @@ void egm__mirror_destroy(egm_mirror_t *m);
  * EGM_ERR_INVALID_ARG for a batch out of order (naming both places) or an op
  * that does not decode (nothing after it applied; the mirror must be reset),
  * EGM_ERR_NO_MEMORY. */
-egm_status_t egm__mirror_apply(egm_mirror_t *m, int64_t epoch, int reset, uint64_t from, uint64_t to,
-                               const uint8_t *ops, size_t len, uint64_t now_ms);
+egm_status_t egm__mirror_apply(egm_mirror_t *m, int64_t epoch, int reset, uint64_t from,
+                               uint64_t to, const uint8_t *ops, size_t len, uint64_t now_ms);
 
 typedef struct {
     int64_t epoch; /* of the leader followed; 0: none yet */

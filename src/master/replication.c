@@ -44,7 +44,7 @@ struct egm_replication {
     egm_etcd_t *etcd;
     pthread_mutex_t lock; /* the set, the standbys, the stats, etcd */
     pthread_cond_t cond;
-    int64_t epoch;         /* leading at; 0 while a standby */
+    int64_t epoch; /* leading at; 0 while a standby */
     char insync[EGM_REPL_STANDBYS_MAX][EGM_REPL_ADDR_MAX];
     size_t n_insync;
     standby_t standbys[EGM_REPL_STANDBYS_MAX];
@@ -129,9 +129,9 @@ static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int re
     req.ops.len = len;
     req.leader = r->self;
     Egm__StatusReply *reply = NULL;
-    egm_status_t s = egm__rpc_call_msg(c, EGM_RPC_HA_APPLY, &req.base,
-                                       &egm__status_reply__descriptor, (ProtobufCMessage **)&reply,
-                                       timeout_ms);
+    egm_status_t s =
+        egm__rpc_call_msg(c, EGM_RPC_HA_APPLY, &req.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&reply, timeout_ms);
     if (s == EGM_OK && reply->status != EGM_OK)
         s = egm__set_error((egm_status_t)reply->status, "%s", reply->error);
     if (reply != NULL)
@@ -307,8 +307,8 @@ static void follow(egm_replication_t *r, const char *addr)
 {
     for (size_t i = 0; i < EGM_REPL_STANDBYS_MAX; i++) {
         standby_t *sb = &r->standbys[i];
-        if (sb->used || (sb->addr[0] != '\0' && strcmp(sb->addr, addr) != 0 &&
-                         egm__now_ms() < sb->retry_at_ms))
+        if (sb->used ||
+            (sb->addr[0] != '\0' && strcmp(sb->addr, addr) != 0 && egm__now_ms() < sb->retry_at_ms))
             continue;
         snprintf(sb->addr, sizeof(sb->addr), "%s", addr);
         sb->r = r;
@@ -371,15 +371,14 @@ egm_status_t egm__replication_create(const egm_replication_params_t *params,
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for master HA");
     r->p = *params;
     r->self = egm_strdup(params->self, "master.replication");
-    r->token = egm_strdup(params->auth_token != NULL ? params->auth_token : "",
-                          "master.replication");
+    r->token =
+        egm_strdup(params->auth_token != NULL ? params->auth_token : "", "master.replication");
     egm__replication_insync_key(params->cluster_id, r->insync_key, sizeof(r->insync_key));
-    egm__election_members_prefix(params->cluster_id, r->members_prefix,
-                                 sizeof(r->members_prefix));
-    egm_status_t s = r->self != NULL && r->token != NULL
-                         ? egm__etcd_create(params->etcd_endpoints, params->ttl_s * 1000 / 3,
-                                            &r->etcd)
-                         : egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for master HA");
+    egm__election_members_prefix(params->cluster_id, r->members_prefix, sizeof(r->members_prefix));
+    egm_status_t s =
+        r->self != NULL && r->token != NULL
+            ? egm__etcd_create(params->etcd_endpoints, params->ttl_s * 1000 / 3, &r->etcd)
+            : egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for master HA");
     if (s != EGM_OK) {
         egm_free(r->self);
         egm_free(r->token);

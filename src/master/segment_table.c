@@ -19,7 +19,7 @@ struct egm_segment_table {
     egm_id_t *retired;
     size_t history;
     size_t retired_count;
-    uint64_t generation; /* bumped whenever a segment comes or goes */
+    uint64_t generation;    /* bumped whenever a segment comes or goes */
     egm_journal_t *journal; /* enable_ha: told of every segment that comes or goes */
 };
 

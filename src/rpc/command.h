@@ -32,7 +32,7 @@
     X(SLAB_GRANT, 13, SlabGrant, slab_grant_request, keys_reply)                                   \
     X(COMMIT, 14, Commit, commit_request, keys_reply)                                              \
     X(REPAIR_GRANT, 15, RepairGrant, repair_grant_request, repair_grant_reply)                     \
-    X(REPAIR_COMMIT, 16, RepairCommit, repair_commit_request, repair_commit_reply)              \
+    X(REPAIR_COMMIT, 16, RepairCommit, repair_commit_request, repair_commit_reply)                 \
     X(HA_APPLY, 17, HaApply, ha_apply_request, status_reply)
 
 /* Session frames, answered by the RPC server itself (rpc/server.c), never by

@@ -208,11 +208,11 @@ static void test_take_exact_ranges(void **state)
     egm_allocator_stats_t before, after;
 
     assert_int_equal(egm__allocator_create(64 * A, &a), EGM_OK);
-    assert_int_equal(egm__allocator_take(a, 0, 2 * A), EGM_OK);          /* at the start */
-    assert_int_equal(egm__allocator_take(a, 4 * A, A + 1), EGM_OK);      /* rounded to 2 blocks */
-    assert_int_equal(egm__allocator_take(a, 6 * A, 3 * A), EGM_OK);      /* right after it */
-    assert_int_equal(egm__allocator_take(a, 60 * A, 4 * A), EGM_OK);     /* at the end */
-    assert_int_equal(egm__allocator_take(a, 20 * A, A), EGM_OK);         /* out of order */
+    assert_int_equal(egm__allocator_take(a, 0, 2 * A), EGM_OK);      /* at the start */
+    assert_int_equal(egm__allocator_take(a, 4 * A, A + 1), EGM_OK);  /* rounded to 2 blocks */
+    assert_int_equal(egm__allocator_take(a, 6 * A, 3 * A), EGM_OK);  /* right after it */
+    assert_int_equal(egm__allocator_take(a, 60 * A, 4 * A), EGM_OK); /* at the end */
+    assert_int_equal(egm__allocator_take(a, 20 * A, A), EGM_OK);     /* out of order */
     check(a);
     egm__allocator_stats(a, &before);
     assert_int_equal(before.used, 12 * A);
