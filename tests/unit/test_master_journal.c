@@ -269,6 +269,15 @@ static void raw_object(raw_t *r, uint16_t key_len, uint64_t size, uint8_t placed
     raw_u8(r, n);
 }
 
+/* n replicas of random segments at offsets 0, 1024, ... */
+static void raw_replicas(raw_t *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        raw_id(r, egm__id_random());
+        raw_u64(r, (uint64_t)i * 1024);
+    }
+}
+
 static egm_status_t dec_raw(const raw_t *r)
 {
     size_t pos = 0;
@@ -366,18 +375,12 @@ static void test_refusals(void **state)
     /* 17 replicas (with their bytes present), placed 17. */
     r.len = 0;
     raw_object(&r, 3, 100, 17, 17);
-    for (int i = 0; i < 17; i++) {
-        raw_id(&r, egm__id_random());
-        raw_u64(&r, (uint64_t)i * 1024);
-    }
+    raw_replicas(&r, 17);
     assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
     /* 16 live, placed 17. */
     r.len = 0;
     raw_object(&r, 3, 100, 17, 16);
-    for (int i = 0; i < 16; i++) {
-        raw_id(&r, egm__id_random());
-        raw_u64(&r, (uint64_t)i * 1024);
-    }
+    raw_replicas(&r, 16);
     assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
     /* 16 and 16: the most there may be. */
     r.p[r.len - 16 * 24 - 2] = 16;
@@ -385,10 +388,7 @@ static void test_refusals(void **state)
     /* Placed < live. */
     r.len = 0;
     raw_object(&r, 3, 100, 1, 2);
-    for (int i = 0; i < 2; i++) {
-        raw_id(&r, egm__id_random());
-        raw_u64(&r, (uint64_t)i * 1024);
-    }
+    raw_replicas(&r, 2);
     assert_int_equal(dec_raw(&r), EGM_ERR_INVALID_ARG);
     /* Size 0. */
     r.len = 0;
