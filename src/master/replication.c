@@ -239,8 +239,14 @@ static void *standby_main(void *arg)
     }
     egm__jbuf_free(&snap);
     sender_t sender = {.r = r, .c = c, .timeout_ms = timeout};
-    if (s == EGM_OK)
+    if (s == EGM_OK) {
         egm__journal_set_sender(st->journal, f, send_journal, &sender, batch_max(r));
+        /* Waited for from now on: what changed since the snapshot is little,
+         * and the waiting requests send it themselves, so a standby catches
+         * up under any load (waiting for a quiet moment might never end). */
+        sync_at = egm__journal_set_in_sync(st->journal, f);
+        in_sync = 1;
+    }
     while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
         uint8_t *ops = NULL;
         size_t len = 0;
@@ -251,12 +257,8 @@ static void *standby_main(void *arg)
             egm_free(ops);
             if (s == EGM_OK)
                 egm__journal_acked(st->journal, f, to);
-        } else if (s == EGM_ERR_TIMEOUT) { /* caught up */
+        } else if (s == EGM_ERR_TIMEOUT) { /* nothing new */
             s = EGM_OK;
-            if (!in_sync) {
-                sync_at = egm__journal_set_in_sync(st->journal, f);
-                in_sync = 1;
-            }
         }
         /* Every change answered before in_sync was set is in what it acked
          * up to sync_at; every later one waits for it: it is in sync. */
