@@ -22,6 +22,7 @@ packages=(
     redis-server redis-tools # bench/meta/run.sh measures Redis next to the master
     prometheus               # promtool: CI checks the master's /metrics with `promtool check metrics`
     etcd-server              # master HA: the election tests start a real etcd (src/ha, docs/ha.md)
+    iproute2                 # test_ha_partition: `ip` links its simulated hosts (tests/support/netns.c)
 )
 
 missing=()

@@ -596,6 +596,29 @@ static egm_status_t follow_master(egm_rpc_client_t *cl)
     return EGM_OK;
 }
 
+/* A call to the master timed out. Where the master is found through a
+ * resolver (an etcd leader key), it may have lost the leadership behind a
+ * partition: its TCP connection stays up while no packet passes, for many
+ * minutes. When the leader is now elsewhere, shut the stream down, so that
+ * every call on it fails at once and the next one connects to the new
+ * leader. Caller holds lock. */
+static void leave_deposed_master_locked(egm_rpc_client_t *cl, uint64_t gen)
+{
+    char addr[EGM_SOCK_HOST_MAX + 16], host[EGM_SOCK_HOST_MAX];
+    uint16_t port;
+    if (cl->resolve == NULL || cl->fd < 0 || cl->gen != gen || cl->broken || cl->stream_shut ||
+        cl->resolve(cl->resolve_arg, addr, sizeof(addr)) != EGM_OK ||
+        egm__sock_split_peer_hostport(addr, host, sizeof(host), &port) != EGM_OK ||
+        (port == cl->port && strcmp(host, cl->host) == 0))
+        return;
+    egm_info("rpc client: %s does not answer and %s leads now: reconnecting", cl->where, addr);
+    pthread_mutex_lock(&cl->wlock);
+    if (cl->gen == gen && cl->fd >= 0)
+        shutdown(cl->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&cl->wlock);
+    cl->stream_shut = 1;
+}
+
 /* Caller holds lock. */
 static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadline_ms)
 {
@@ -851,6 +874,7 @@ egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_
              * meant to hand us the reader role goes on to another waiter */
             egm__hashmap_remove(cl->pending, &id, sizeof(id));
             wake_successor_locked(cl);
+            leave_deposed_master_locked(cl, gen); /* before the error: it may set one */
             status = egm__set_error(EGM_ERR_TIMEOUT, "%s to %s timed out after %d ms",
                                     egm__rpc_type_name(type), cl->where, timeout_ms);
             goto out_unlock;

@@ -43,7 +43,10 @@ typedef struct {
      * (addr is then only the first guess, and may be NULL): the current
      * leader of masters in HA (docs/ha.md). It writes "host:port" into addr
      * (len bytes) or answers an error (e.g. EGM_ERR_UNREACHABLE: no leader
-     * known) that fails the connect. Called under the client's lock. */
+     * known) that fails the connect. Also asked when a call times out: when
+     * it names another master then, the connection is shut down (its calls
+     * fail) and the next call connects to that one. Called under the
+     * client's lock. */
     egm_status_t (*resolve)(void *arg, char *addr, size_t len);
     void *resolve_arg;
 } egm_rpc_client_params_t;

@@ -33,16 +33,21 @@ static unsigned free_port(void)
 
 static int launch(egm_test_etcd_t *e)
 {
-    char client[64], peer[64], data[300];
-    snprintf(client, sizeof(client), "http://127.0.0.1:%u", e->client_port);
-    snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", e->peer_port);
+    char client[64], listen[140], peer[64], data[300];
+    snprintf(client, sizeof(client), "http://%s:%u", e->host, e->client_port);
+    /* Also on loopback, where wait_healthy asks. */
+    if (strcmp(e->host, "127.0.0.1") != 0)
+        snprintf(listen, sizeof(listen), "%s,http://127.0.0.1:%u", client, e->client_port);
+    else
+        snprintf(listen, sizeof(listen), "%s", client);
+    snprintf(peer, sizeof(peer), "http://%s:%u", e->host, e->peer_port);
     if (e->cluster[0] == '\0')
         snprintf(e->cluster, sizeof(e->cluster), "%s=%s", e->name, peer);
     snprintf(data, sizeof(data), "%s/data", e->dir);
     const char *argv[] = {etcd_bin(), "--name",
                           e->name,    "--data-dir",
                           data,       "--listen-client-urls",
-                          client,     "--advertise-client-urls",
+                          listen,     "--advertise-client-urls",
                           client,     "--listen-peer-urls",
                           peer,       "--initial-advertise-peer-urls",
                           peer,       "--initial-cluster",
@@ -80,25 +85,31 @@ static int wait_healthy(egm_test_etcd_t *e)
     return -1;
 }
 
-static int prepare(egm_test_etcd_t *e, const char *name)
+static int prepare(egm_test_etcd_t *e, const char *name, const char *host)
 {
     memset(e, 0, sizeof(*e));
     e->proc.out_fd = -1;
     snprintf(e->name, sizeof(e->name), "%s", name);
+    snprintf(e->host, sizeof(e->host), "%s", host != NULL ? host : "127.0.0.1");
     snprintf(e->dir, sizeof(e->dir), "/tmp/egm-test-etcd-XXXXXX");
     if (mkdtemp(e->dir) == NULL)
         return -1;
     e->client_port = free_port();
     e->peer_port = free_port();
-    snprintf(e->endpoint, sizeof(e->endpoint), "127.0.0.1:%u", e->client_port);
+    snprintf(e->endpoint, sizeof(e->endpoint), "%s:%u", e->host, e->client_port);
     return e->client_port && e->peer_port ? 0 : -1;
+}
+
+int egm_test_etcd_start_on(egm_test_etcd_t *e, const char *host)
+{
+    if (prepare(e, "t", host) != 0 || launch(e) != 0)
+        return -1;
+    return wait_healthy(e);
 }
 
 int egm_test_etcd_start(egm_test_etcd_t *e)
 {
-    if (prepare(e, "t") != 0 || launch(e) != 0)
-        return -1;
-    return wait_healthy(e);
+    return egm_test_etcd_start_on(e, NULL);
 }
 
 int egm_test_etcd_cluster_start(egm_test_etcd_t *m, int n, char *endpoints, size_t len)
@@ -110,7 +121,7 @@ int egm_test_etcd_cluster_start(egm_test_etcd_t *m, int n, char *endpoints, size
     for (int i = 0; i < n; i++) {
         char name[8];
         snprintf(name, sizeof(name), "m%d", i);
-        if (prepare(&m[i], name) != 0)
+        if (prepare(&m[i], name, NULL) != 0)
             return -1;
         used += (size_t)snprintf(cluster + used, sizeof(cluster) - used, "%s%s=http://127.0.0.1:%u",
                                  i ? "," : "", name, m[i].peer_port);

@@ -10,7 +10,8 @@ typedef struct {
     egm_process_t proc;
     unsigned client_port, peer_port;
     char dir[256];
-    char endpoint[64]; /* "127.0.0.1:PORT" */
+    char host[16];     /* the address it serves clients and peers on ("127.0.0.1") */
+    char endpoint[64]; /* "HOST:PORT" */
     char name[8];
     char cluster[512]; /* --initial-cluster */
 } egm_test_etcd_t;
@@ -18,6 +19,9 @@ typedef struct {
 /* Starts it and waits (up to 30 s) until /health answers. 0 on success;
  * -1 with a line on stderr saying why. */
 int egm_test_etcd_start(egm_test_etcd_t *etcd);
+/* egm_test_etcd_start on the IPv4 address host (NULL: 127.0.0.1), e.g. a
+ * simulated host's (support/netns.h); it answers on 127.0.0.1 too. */
+int egm_test_etcd_start_on(egm_test_etcd_t *etcd, const char *host);
 /* Starts it again on the same ports and data (after a kill). */
 int egm_test_etcd_restart(egm_test_etcd_t *etcd);
 /* Kills it and removes its folder. */

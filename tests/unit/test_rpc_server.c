@@ -2,9 +2,10 @@
  * concurrency, malformed frames get the documented treatment without
  * disturbing well-formed peers, handler errors travel back with their text,
  * timeouts drop late replies, a lost connection fails calls and the next call
- * reconnects; clients of a loopback address reach a server's local Unix socket
- * when they prefer it and it exists, and TCP otherwise; servers on several
- * threads sharing listeners split the connections between them. */
+ * reconnects (to where a resolver says the master is now, also after a
+ * timeout on a master that no longer answers); clients of a loopback address reach a server's local
+ * Unix socket when they prefer it and it exists, and TCP otherwise; servers on several threads
+ * sharing listeners split the connections between them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1021,6 +1022,75 @@ static void test_server_restart(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+/* Where the master is, as a resolver says (the etcd leader key in HA). */
+static char resolved[64];
+
+static egm_status_t resolve_master(void *arg, char *addr, size_t len)
+{
+    (void)arg;
+    snprintf(addr, len, "%s", resolved);
+    return EGM_OK;
+}
+
+/* Accepts the connections waiting in lfd's backlog into fds (up to max), open
+ * (closing them would end the client's connection by itself); their number. */
+static int accept_waiting(int lfd, int *fds, int max)
+{
+    int n = 0;
+    while (n < max && (fds[n] = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0)
+        n++;
+    assert_true(n == max || errno == EAGAIN || errno == EWOULDBLOCK);
+    return n;
+}
+
+/* A master found through a resolver stops answering (a leader cut off by a
+ * partition: its connection stays up): a call that times out keeps the
+ * connection while the resolver still names that master, and shuts it down
+ * once it names another, so that the next call reaches the new one. */
+static void test_timeout_follows_moved_master(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    int lfd = -1;
+    uint16_t port = 0;
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    env_t env;
+
+    /* the kernel completes the handshake from the backlog; nobody answers */
+    assert_int_equal(egm__sock_tcp_listen("127.0.0.1", 0, &lfd, &port), EGM_OK);
+    assert_int_equal(egm__sock_set_nonblock(lfd, 1), EGM_OK);
+    snprintf(resolved, sizeof(resolved), "127.0.0.1:%u", (unsigned)port);
+    env_start(&env, 0, 0);
+    egm_rpc_client_params_t params = {
+        .connect_timeout_ms = 3000, .max_frame_size = MAX_FRAME, .resolve = resolve_master};
+    egm_rpc_client_t *client = NULL;
+    assert_int_equal(egm__rpc_client_create(&params, &client), EGM_OK);
+
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(
+            egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 200),
+            EGM_ERR_TIMEOUT);
+    assert_non_null(strstr(egm_last_error(), "timed out"));
+    int fds[4];
+    int n = accept_waiting(lfd, fds, 4);
+    assert_int_equal(n, 1); /* still the same master: the same connection */
+
+    snprintf(resolved, sizeof(resolved), "%s", env.addr);
+    assert_int_equal(egm__rpc_call(client, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 200),
+                     EGM_ERR_TIMEOUT);
+    assert_non_null(strstr(egm_last_error(), "timed out"));
+    echo_ok(client, "the new master");
+    assert_int_equal(accept_waiting(lfd, fds + n, 4 - n), 0);
+    while (n > 0)
+        close(fds[--n]);
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    close(lfd);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 static void test_max_connections(void **state)
 {
     (void)state;
@@ -1558,6 +1628,7 @@ int main(void)
         cmocka_unit_test(test_reader_timeout_hands_over),
         cmocka_unit_test(test_concurrent_mixed_sizes_and_timeouts),
         cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_timeout_follows_moved_master),
         cmocka_unit_test(test_max_connections),
         cmocka_unit_test(test_local_socket_preferred),
         cmocka_unit_test(test_local_socket_fallback),
