@@ -10,6 +10,7 @@
 #include <time.h>
 #include "common/alloc.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/wire.h"
 #include "master/object_index.h"
 #include "master/segment_table.h"
@@ -396,11 +397,16 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
 }
 
 /* An in-sync follower with a sender, not given pos yet, that nobody sends
- * to. With the lock. */
+ * to: no waiting request (sending) and no batch of the standby's own thread
+ * in flight (given but not acknowledged: egm__journal_next's batches are sent
+ * without the flag). A batch sent beside another could reach the standby
+ * first, which refuses it (not at its position) and is dropped. With the
+ * lock. */
 static egm_journal_follower_t *idle_behind(egm_journal_t *j, uint64_t pos)
 {
     for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
-        if (f->in_sync && f->send != NULL && !f->sending && !f->failed && !f->cut && f->sent < pos)
+        if (f->in_sync && f->send != NULL && !f->sending && !f->failed && !f->cut &&
+            f->acked == f->sent && f->sent < pos)
             return f;
     return NULL;
 }
@@ -421,6 +427,9 @@ static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
     pthread_mutex_unlock(&j->lock);
     egm_status_t s = f->send(f->send_arg, from, to, ops, len);
     egm_free(ops);
+    if (s != EGM_OK) /* said here: the standby's thread only sees that it failed */
+        egm_warn("master: sending ops %llu..%llu to a standby for a waiting request: %s",
+                 (unsigned long long)from, (unsigned long long)to, egm_last_error());
     pthread_mutex_lock(&j->lock);
     f->sending = 0;
     if (s == EGM_OK && to > f->acked)
