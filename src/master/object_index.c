@@ -1369,6 +1369,34 @@ egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client
     return status;
 }
 
+/* Keys of objects that lost a replica, copied while their shards are
+ * locked, queued for re-replication once they are not. */
+typedef struct {
+    char **keys;
+    size_t n, cap;
+} repair_keys_t;
+
+static void repair_keys_add(repair_keys_t *k, const egm_object_t *obj)
+{
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 64;
+        char **keys = egm_realloc(k->keys, cap * sizeof(*keys), "master.repair");
+        if (keys == NULL) {
+            egm_error("re-replication: out of memory listing an object that lost a replica");
+            return;
+        }
+        k->keys = keys;
+        k->cap = cap;
+    }
+    char *copy = egm_malloc(obj->key_len + 1u, "master.repair");
+    if (copy == NULL) {
+        egm_error("re-replication: out of memory listing an object that lost a replica");
+        return;
+    }
+    memcpy(copy, egm__object_key(obj), obj->key_len + 1u);
+    k->keys[k->n++] = copy;
+}
+
 /* A Commit's claims. They are made first, for every key in request order
  * (the order of the offsets a writer's bump allocator gave them) under one
  * hold of `space`, before the keys are taken shard by shard: in shard order
@@ -1383,6 +1411,7 @@ egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client
 typedef struct {
     uint32_t n;
     egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX]; /* the live ones */
+    uint32_t placed;                                 /* the slab's extents, lost ones included */
 } commit_extents_t;
 
 typedef struct {
@@ -1391,6 +1420,7 @@ typedef struct {
     commit_extents_t *extents;
     size_t n_extents;
     size_t cap_extents;
+    repair_keys_t under; /* committed with fewer live replicas than placed */
 } commit_plan_t;
 
 static void commit_plan_cleanup(commit_plan_t *plan)
@@ -1464,6 +1494,7 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
         if (s == EGM_OK && slab != last) {
             commit_extents_t *e = &plan->extents[plan->n_extents++];
             e->n = 0;
+            e->placed = slab->n_extents;
             for (uint32_t x = 0; x < slab->n_extents; x++)
                 if (slab->extents[x].segment != NULL)
                     e->extents[e->n++] = slab->extents[x];
@@ -1543,7 +1574,11 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
         status = egm__set_error(EGM_ERR_NOT_FOUND,
                                 "every replica was on a provider that is gone: not committed");
     }
-    if (status == EGM_OK && (created = object_new(key, key_len, reachable)) == NULL)
+    /* An extent lost with its segment (or on a provider presumed gone) is a
+     * replica the object was placed with and does not have: a dropped slot,
+     * restored by re-replication as one dropped after the commit is. */
+    uint32_t placed = e->placed > reachable ? e->placed : reachable;
+    if (status == EGM_OK && (created = object_new(key, key_len, placed)) == NULL)
         status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
     if (status != EGM_OK) {
         commit_unclaim(plan, b, i); /* the writer's bytes are not wanted */
@@ -1560,6 +1595,9 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
             replica_add(created, e->extents[x].segment, at);
     }
     created->n_live = created->n_replicas;
+    for (uint32_t k = created->n_replicas; k < placed; k++)
+        created->replicas[k] = (egm_replica_t){.segment = NULL, .offset_index = k};
+    created->n_replicas = (uint8_t)placed;
     index->commits++;
     space_unlock(index);
     if (reachable < e->n)
@@ -1579,6 +1617,8 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     egm__journal_object(index->journal, obj);
+    if (obj->n_live < obj->n_replicas)
+        repair_keys_add(&plan->under, obj); /* queued once the shard is let go */
     return EGM_OK;
 }
 
@@ -2000,6 +2040,12 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
         commit_plan_finish(index, &plan, b);
         commit_plan_cleanup(&plan);
     }
+    /* Every lock let go (repair.h's lock order). */
+    for (size_t i = 0; i < plan.under.n; i++) {
+        egm__repair_queue_add(index->repair, plan.under.keys[i], strlen(plan.under.keys[i]));
+        egm_free(plan.under.keys[i]);
+    }
+    egm_free(plan.under.keys);
     egm_free(hash);
     if (b->last_grant_ms_p != NULL)
         *b->last_grant_ms_p = grant;
@@ -2280,34 +2326,6 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
     space_unlock(index);
     unlock_all(index);
     return freed;
-}
-
-/* Keys of objects that lost a replica, copied while their shards are
- * locked, queued for re-replication once they are not. */
-typedef struct {
-    char **keys;
-    size_t n, cap;
-} repair_keys_t;
-
-static void repair_keys_add(repair_keys_t *k, const egm_object_t *obj)
-{
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 64;
-        char **keys = egm_realloc(k->keys, cap * sizeof(*keys), "master.repair");
-        if (keys == NULL) {
-            egm_error("re-replication: out of memory listing an object that lost a replica");
-            return;
-        }
-        k->keys = keys;
-        k->cap = cap;
-    }
-    char *copy = egm_malloc(obj->key_len + 1u, "master.repair");
-    if (copy == NULL) {
-        egm_error("re-replication: out of memory listing an object that lost a replica");
-        return;
-    }
-    memcpy(copy, egm__object_key(obj), obj->key_len + 1u);
-    k->keys[k->n++] = copy;
 }
 
 size_t egm__objects_drop_segment(egm_object_index_t *index, egm_segment_t *segment)

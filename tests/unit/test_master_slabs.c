@@ -18,6 +18,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "master/master_int.h"
+#include "master/repair.h"
 #include "master/slabs.h"
 
 #define LEASE 30000u /* put_start_discard_timeout: the slab lease */
@@ -369,10 +370,17 @@ static void test_two_extents_and_unmount(void **state)
     assert_int_equal(egm__liveness_unmount(st.liveness, gone->desc.owner, gone->desc.id, 0),
                      EGM_OK);
     check();
+    egm_repair_stats_t rs;
+    egm__repair_queue_stats(egm__objects_repair_queue(st.objects), &rs);
+    assert_int_equal(rs.under_replicated, 1); /* "x" lost a replica */
     assert_int_equal(commit("y", 64, slab.id, 0, 0), EGM_OK);
     assert_int_equal(egm__objects_get_replicas(st.objects, "y", 1, 0, &obj), EGM_OK);
     assert_int_equal(obj.n_replicas, 1);
     assert_ptr_equal(obj.replicas[0].segment, kept);
+    /* "y" was placed with two (the slab's extents) and has one: queued for
+     * re-replication as "x" is, not left with one copy for good. */
+    egm__repair_queue_stats(egm__objects_repair_queue(st.objects), &rs);
+    assert_int_equal(rs.under_replicated, 2);
     check();
     assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
     assert_int_equal(used(kept), 512 + 64); /* "x" and "y" */
