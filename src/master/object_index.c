@@ -1397,6 +1397,19 @@ static void repair_keys_add(repair_keys_t *k, const egm_object_t *obj)
     k->keys[k->n++] = copy;
 }
 
+/* Queues k's keys for re-replication and frees them; with no lock held
+ * (repair.h's lock order). */
+static void queue_repairs(egm_object_index_t *index, repair_keys_t *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        egm__repair_queue_add(index->repair, k->keys[i], strlen(k->keys[i]));
+        egm_free(k->keys[i]);
+    }
+    egm_free(k->keys);
+    k->keys = NULL;
+    k->n = k->cap = 0;
+}
+
 /* A Commit's claims. They are made first, for every key in request order
  * (the order of the offsets a writer's bump allocator gave them) under one
  * hold of `space`, before the keys are taken shard by shard: in shard order
@@ -1665,8 +1678,10 @@ static egm_status_t drop_unreachable(egm_object_index_t *index, egm_object_t *ob
     return EGM_OK;
 }
 
+/* An object left with fewer live replicas than placed (drop_unreachable)
+ * goes to `under`, queued for re-replication once the shard is let go. */
 static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj, egm_id_t client,
-                                   uint64_t now_ms)
+                                   uint64_t now_ms, repair_keys_t *under)
 {
     egm_status_t status = check_writer(obj, client);
     if (status == EGM_OK && obj->state != EGM_OBJECT_COMPLETE &&
@@ -1680,6 +1695,8 @@ static egm_status_t put_end_locked(egm_object_index_t *index, egm_object_t *obj,
         move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
         bump(&index->evictable_gen);
         egm__journal_object(index->journal, obj);
+        if (obj->n_live < obj->n_replicas)
+            repair_keys_add(under, obj);
     }
     return status;
 }
@@ -1703,8 +1720,10 @@ egm_status_t egm__objects_put_end(egm_object_index_t *index, egm_id_t client, co
 
     if (status != EGM_OK)
         return status;
-    status = put_end_locked(index, obj, client, now_ms);
+    repair_keys_t under = {NULL, 0, 0};
+    status = put_end_locked(index, obj, client, now_ms, &under);
     pthread_mutex_unlock(&sh->lock);
+    queue_repairs(index, &under);
     return status;
 }
 
@@ -1973,7 +1992,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             v = s == EGM_OK ? &view : NULL;
             break;
         case EGM_OBJECTS_PUT_END:
-            s = put_end_locked(index, obj, b->client, b->now_ms);
+            s = put_end_locked(index, obj, b->client, b->now_ms, &plan->under);
             break;
         case EGM_OBJECTS_PUT_REVOKE:
             s = put_revoke_locked(index, obj, b->client);
@@ -2040,12 +2059,7 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
         commit_plan_finish(index, &plan, b);
         commit_plan_cleanup(&plan);
     }
-    /* Every lock let go (repair.h's lock order). */
-    for (size_t i = 0; i < plan.under.n; i++) {
-        egm__repair_queue_add(index->repair, plan.under.keys[i], strlen(plan.under.keys[i]));
-        egm_free(plan.under.keys[i]);
-    }
-    egm_free(plan.under.keys);
+    queue_repairs(index, &plan.under);
     egm_free(hash);
     if (b->last_grant_ms_p != NULL)
         *b->last_grant_ms_p = grant;

@@ -21,6 +21,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "master/master_int.h"
+#include "master/repair.h"
 #include "master/placement.h"
 
 #define GRACE 3000u
@@ -391,6 +392,11 @@ static void test_disconnected_provider(void **state)
     egm_object_index_stats_t s;
     egm__objects_stats(st.objects, &s);
     assert_int_equal(s.unreachable_replicas_total, 3);
+    /* "both" and "slabbed" were placed with two and have one: queued for
+     * re-replication, not left with one copy for good. */
+    egm_repair_stats_t rs;
+    egm__repair_queue_stats(egm__objects_repair_queue(st.objects), &rs);
+    assert_int_equal(rs.under_replicated, 2);
     assert_int_equal(egm__objects_check(st.objects), EGM_OK);
 
     /* Within the grace its segments stay mounted; after it they are dropped. */
