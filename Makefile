@@ -17,7 +17,7 @@ SKIP_RUNS = release=$(BUILD)/Testing/junit-release.xml gpu-fake=$(BUILD)/Testing
 	asan=$(ASAN_BUILD)/Testing/junit-asan.xml tsan=$(TSAN_BUILD)/Testing/junit-tsan.xml
 
 .PHONY: all deps build demo test test-release test-asan test-tsan fuzz format clean test-engines \
-	test-mooncake-suite
+	test-mooncake-suite test-chaos
 
 all: build
 
@@ -70,6 +70,14 @@ format:
 # Ends with the table of what was skipped, by run, test, case and reason (scripts/test-skips.py).
 test: deps format test-release test-asan test-tsan fuzz
 	@python3 scripts/test-skips.py $(SKIP_RUNS)
+
+# Opt-in, the long run of the HA chaos test (`make test` runs it for about 75 s of faults):
+# CHAOS_SECONDS of leader, provider, standby and etcd member kills under the reference model
+# (tests/integration/test_ha_chaos.c), then a full restart. Its summary line starts "ha chaos:".
+CHAOS_SECONDS ?= 300
+test-chaos: build
+	EGM_TEST_BINARY=$(abspath $(BUILD))/bin/egmstore EGM_CHAOS_SECONDS=$(CHAOS_SECONDS) \
+		CMOCKA_MESSAGE_OUTPUT=stdout $(BUILD)/tests/integration_test_ha_chaos
 
 # Opt-in, not part of `make test`: vLLM, SGLang and LMCache (tests/engines/requirements-*.txt),
 # their Mooncake store code unmodified, against a real master and provider of this build through

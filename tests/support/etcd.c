@@ -151,6 +151,21 @@ int egm_test_etcd_restart(egm_test_etcd_t *e)
     return wait_healthy(e);
 }
 
+int egm_test_etcd_cluster_restart(egm_test_etcd_t *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        egm__process_cleanup(&m[i].proc);
+        memset(&m[i].proc, 0, sizeof(m[i].proc));
+        m[i].proc.out_fd = -1;
+        if (launch(&m[i]) != 0)
+            return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (wait_healthy(&m[i]) != 0)
+            return -1;
+    return 0;
+}
+
 void egm_test_etcd_stop(egm_test_etcd_t *e)
 {
     egm__process_cleanup(&e->proc);

@@ -24,6 +24,10 @@ int egm_test_etcd_start(egm_test_etcd_t *etcd);
 int egm_test_etcd_start_on(egm_test_etcd_t *etcd, const char *host);
 /* Starts it again on the same ports and data (after a kill). */
 int egm_test_etcd_restart(egm_test_etcd_t *etcd);
+/* Starts n members of one cluster again on their ports and data, after every
+ * one of them was killed and reaped (all launched before any is waited for: a
+ * member is healthy only with its quorum). 0 or -1. */
+int egm_test_etcd_cluster_restart(egm_test_etcd_t *members, int n);
 /* Kills it and removes its folder. */
 void egm_test_etcd_stop(egm_test_etcd_t *etcd);
 /* Starts n (<= 5) members of one etcd cluster and waits until each is
