@@ -118,25 +118,18 @@ static int master_up(int i)
 static void role_of(int i, char *role, size_t len, long long *epoch_p)
 {
     char body[4096];
-    role[0] = '\0';
+    role[0] = '\0'; /* when no answer */
     if (!master_up(i) || egm_test_http_get(http[i], "/health", body, sizeof(body)) != 200)
         return;
-    const char *r = strstr(body, "\"role\":\"");
-    if (r != NULL)
-        snprintf(role, len, "%.*s", (int)strcspn(r + 8, "\""), r + 8);
-    const char *e = strstr(body, "\"epoch\":");
-    if (e != NULL && epoch_p != NULL)
-        *epoch_p = atoll(e + 8);
+    egm_test_health_role(body, role, len, epoch_p);
 }
 
 static long long health_number(int i, const char *field)
 {
-    char body[4096], pattern[64];
+    char body[4096];
     if (!master_up(i) || egm_test_http_get(http[i], "/health", body, sizeof(body)) != 200)
         return -1;
-    snprintf(pattern, sizeof(pattern), "\"%s\":", field);
-    const char *f = strstr(body, pattern);
-    return f != NULL ? atoll(f + strlen(pattern)) : -1;
+    return egm_test_health_number(body, field);
 }
 
 static void start_master(int i)

@@ -83,26 +83,19 @@ static void start_etcd(int members)
 static void role_of(unsigned http_port, char *role, size_t len, long long *epoch_p)
 {
     char body[4096];
-    role[0] = '\0';
+    role[0] = '\0'; /* when no answer */
     if (egm_test_http_get(http_port, "/health", body, sizeof(body)) != 200)
         return;
-    const char *r = strstr(body, "\"role\":\"");
-    if (r != NULL)
-        snprintf(role, len, "%.*s", (int)strcspn(r + 8, "\""), r + 8);
-    const char *e = strstr(body, "\"epoch\":");
-    if (e != NULL && epoch_p != NULL)
-        *epoch_p = atoll(e + 8);
+    egm_test_health_role(body, role, len, epoch_p);
 }
 
 /* A number field of a master's /health (-1 when absent or no answer). */
 static long long health_number(unsigned http_port, const char *field)
 {
-    char body[4096], pattern[64];
+    char body[4096];
     if (egm_test_http_get(http_port, "/health", body, sizeof(body)) != 200)
         return -1;
-    snprintf(pattern, sizeof(pattern), "\"%s\":", field);
-    const char *f = strstr(body, pattern);
-    return f != NULL ? atoll(f + strlen(pattern)) : -1;
+    return egm_test_health_number(body, field);
 }
 
 /* Waits until the leader on http_port counts `n` standbys in sync. */

@@ -53,6 +53,7 @@
 #include "common/clock.h"
 #include "support/cluster.h"
 #include "support/etcd.h"
+#include "support/http_get.h"
 #include "support/netns.h"
 
 #define WAIT_MS 30000
@@ -271,15 +272,10 @@ static void role_of(const egm_test_host_t *host, unsigned port, char *role, size
                     long long *epoch_p)
 {
     char body[4096];
-    role[0] = '\0';
+    role[0] = '\0'; /* when no answer */
     if (egm_test_host_http_get(host, host->addr, port, "/health", body, sizeof(body)) != 200)
         return;
-    const char *r = strstr(body, "\"role\":\"");
-    if (r != NULL)
-        snprintf(role, len, "%.*s", (int)strcspn(r + 8, "\""), r + 8);
-    const char *e = strstr(body, "\"epoch\":");
-    if (e != NULL && epoch_p != NULL)
-        *epoch_p = atoll(e + 8);
+    egm_test_health_role(body, role, len, epoch_p);
 }
 
 static long long wait_role(const egm_test_host_t *host, unsigned port, const char *want)
@@ -302,8 +298,7 @@ static int standbys_in_sync(const egm_test_host_t *host, unsigned port)
     char body[4096];
     if (egm_test_host_http_get(host, host->addr, port, "/health", body, sizeof(body)) != 200)
         return -1;
-    const char *n = strstr(body, "\"standbys_in_sync\":");
-    return n != NULL ? atoi(n + strlen("\"standbys_in_sync\":")) : -1;
+    return (int)egm_test_health_number(body, "standbys_in_sync");
 }
 
 /* A master with enable_ha on the host's address; its admin HTTP port. No

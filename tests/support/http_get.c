@@ -71,3 +71,22 @@ unsigned egm_test_ready_http_port(const char *ready_line)
     const char *p = strstr(ready_line, "http ");
     return p ? (unsigned)strtoul(p + 5, NULL, 10) : 0;
 }
+
+void egm_test_health_role(const char *body, char *role, size_t len, long long *epoch_p)
+{
+    role[0] = '\0';
+    const char *r = strstr(body, "\"role\":\"");
+    if (r != NULL)
+        snprintf(role, len, "%.*s", (int)strcspn(r + 8, "\""), r + 8);
+    const char *e = strstr(body, "\"epoch\":");
+    if (e != NULL && epoch_p != NULL)
+        *epoch_p = atoll(e + 8);
+}
+
+long long egm_test_health_number(const char *body, const char *field)
+{
+    char pattern[64];
+    snprintf(pattern, sizeof(pattern), "\"%s\":", field);
+    const char *f = strstr(body, pattern);
+    return f != NULL ? atoll(f + strlen(pattern)) : -1;
+}

@@ -17,6 +17,12 @@ int egm_test_http_request(const char *host, unsigned port, const char *path, con
  * answer came within 10 s) and copies the body, NUL-terminated, into body
  * (up to 256 KiB of answer are read). */
 int egm_test_http_get(unsigned port, const char *path, char *body, size_t len);
+/* A master's /health body: its role ("single", "leader", "standby") into
+ * role (len bytes; "" when absent) and its epoch into *epoch_p (optional;
+ * left as it was when absent). */
+void egm_test_health_role(const char *body, char *role, size_t len, long long *epoch_p);
+/* The number of a field of a /health body, or -1 when absent. */
+long long egm_test_health_number(const char *body, const char *field);
 /* The number after "http " in a provider's ready line, or 0. */
 unsigned egm_test_ready_http_port(const char *ready_line);
 
