@@ -3,9 +3,11 @@
 MooncakeDistributedStore.setup(..., master_server_addr="etcd://...") as
 Mooncake's own HA form. Puts and gets work through the leader; after the
 leader's SIGKILL the same store, without a new setup, stores and reads again
-once the standby has taken over (bounded wait). etcd missing is an error: the
+once the standby has taken over (bounded wait), and reads back what it stored
+before (the state handover). etcd missing is an error: the
 install script installs etcd-server."""
 
+import json
 import os
 import shutil
 import socket
@@ -72,6 +74,15 @@ def role(http_port):
     return "leader" if '"role":"leader"' in body else "standby" if '"role":"standby"' in body else ""
 
 
+def health_number(http_port, field):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health", timeout=2) as r:
+            body = json.loads(r.read().decode())
+    except (OSError, ValueError):
+        return -1
+    return body.get(field, -1)
+
+
 def wait_role(http_port, want):
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
@@ -95,6 +106,11 @@ def test_mooncake_store_follows_the_leader(etcd, tmp_path):
             if i == 0:
                 wait_role(http, "leader")
         wait_role(masters[1][1], "standby")
+        # The standby holds the leader's state (docs/ha.md "State handover").
+        deadline = time.monotonic() + WAIT_S
+        while health_number(masters[0][1], "standbys_in_sync") != 1:
+            assert time.monotonic() < deadline, f"no standby in sync after {WAIT_S} s"
+            time.sleep(0.05)
         provider = Daemon([binary, "provider", "--master", f"etcd://{etcd}",
                            "--global-segment-size", "64MiB", "--local-hostname", "127.0.0.1"],
                           "egmstore provider ready", str(tmp_path / "provider.log"))
@@ -118,8 +134,8 @@ def test_mooncake_store_follows_the_leader(etcd, tmp_path):
         assert rc == 0, f"no put succeeded within {WAIT_S} s of the leader's death (last {rc})"
         assert store.get("after") == b"y" * 4096
         assert role(masters[1][1]) == "leader"
-        # Objects are not carried over to the new leader yet (docs/ha.md): Mooncake's miss.
-        assert store.get("before") == b""
+        # Carried over to the new leader with the rest of the state.
+        assert store.get("before") == b"x" * 4096
         store.close()
     finally:
         for d, _ in reversed(masters):
