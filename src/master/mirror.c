@@ -6,6 +6,7 @@
 #include "common/alloc.h"
 #include "common/hashmap.h"
 #include "common/log.h"
+#include "common/wire.h"
 #include "master/journal.h"
 #include "rpc/segment_desc.h"
 
@@ -32,42 +33,29 @@ struct egm_mirror {
     uint64_t last_batch_ms;
 };
 
-static void id_key(egm_id_t id, uint8_t key[16])
+/* Frees every record and empties the map. */
+static void records_clear(egm_hashmap_t *map)
 {
-    memcpy(key, &id.hi, 8);
-    memcpy(key + 8, &id.lo, 8);
+    size_t iter = 0, key_len;
+    const void *key;
+    void *value;
+    while (egm__hashmap_next(map, &iter, &key, &key_len, &value)) {
+        egm_free(value);
+        egm__hashmap_remove(map, key, key_len); /* allowed while iterating */
+    }
 }
 
-/* Frees every record and empties the map (made anew: cheaper than removing
- * a million keys one by one). */
-static void records_clear(egm_hashmap_t **map)
+/* The op a record keeps (decoded when it was kept: it decodes). */
+static void record_op(const record_t *r, egm_jop_t *op)
 {
-    size_t iter = 0;
-    void *value;
-    if (egm__hashmap_size(*map) == 0)
-        return;
-    while (egm__hashmap_next(*map, &iter, NULL, NULL, &value)) {
-        egm_free(value);
-    }
-    egm_hashmap_t *fresh;
-    if (egm__hashmap_create(&fresh) == EGM_OK) {
-        egm__hashmap_destroy(*map);
-        *map = fresh;
-        return;
-    }
-    /* No memory for a new one: the old one, emptied key by key. */
-    const void *key;
-    size_t key_len;
-    for (iter = 0; egm__hashmap_next(*map, &iter, &key, &key_len, NULL);) {
-        egm__hashmap_remove(*map, key, key_len);
-        iter = 0;
-    }
+    size_t pos = 0;
+    egm__jdec_next(r->op, r->len, &pos, op);
 }
 
 static void clear(egm_mirror_t *m)
 {
-    records_clear(&m->segments);
-    records_clear(&m->objects);
+    records_clear(m->segments);
+    records_clear(m->objects);
     m->n_ranges = 0;
 }
 
@@ -163,10 +151,10 @@ static egm_status_t apply_one(egm_mirror_t *m, const egm_jop_t *op, const uint8_
                        : egm__set_error(EGM_ERR_INVALID_ARG,
                                         "journal op: a segment descriptor that does not decode: %s",
                                         egm_last_error());
-        id_key(desc.id, key);
+        egm__wire_put_id(key, desc.id);
         return keep(m->segments, key, sizeof(key), bytes, len);
     case EGM_JOP_SEGMENT_GONE:
-        id_key(op->segment, key);
+        egm__wire_put_id(key, op->segment);
         drop(m->segments, key, sizeof(key));
         return EGM_OK;
     case EGM_JOP_OBJECT:
@@ -238,27 +226,15 @@ static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t
     size_t iter = 0, mounted = 0;
     void *value;
     while (egm__hashmap_next(m->segments, &iter, NULL, NULL, &value)) {
-        const record_t *r = value;
-        size_t pos = 0;
         egm_jop_t op;
         egm_segment_desc_t d;
-        if (egm__jdec_next(r->op, r->len, &pos, &op) != EGM_OK ||
-            egm__segment_desc_decode(op.desc, op.desc_len, &d) != EGM_OK) {
+        record_op(value, &op);
+        if (egm__segment_desc_decode(op.desc, op.desc_len, &d) != EGM_OK) { /* checked when kept */
             egm_warn("standby: a segment of the leader's state does not decode: %s",
                      egm_last_error());
             continue;
         }
-        egm_segment_params_t p = {.id = d.id,
-                                  .owner = d.owner,
-                                  .size = d.size,
-                                  .name = d.name,
-                                  .host_id = d.host_id,
-                                  .zone = d.zone,
-                                  .tcp_endpoint = d.tcp_endpoint,
-                                  .shm_socket = d.shm_socket,
-                                  .handle_kind = d.handle_kind,
-                                  .fabric_handle = d.fabric_handle_len ? d.fabric_handle : NULL,
-                                  .fabric_handle_len = d.fabric_handle_len};
+        egm_segment_params_t p = egm__segment_params_of(&d);
         if (egm__liveness_mount(liveness, d.owner, &p, now_ms) != EGM_OK)
             egm_warn("standby: taking over segment %s: %s", d.name, egm_last_error());
         else
@@ -285,11 +261,8 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
     }
     void *value;
     while (egm__hashmap_next(m->objects, &iter, NULL, NULL, &value)) {
-        const record_t *r = value;
-        size_t pos = 0;
         egm_jop_t op;
-        if (egm__jdec_next(r->op, r->len, &pos, &op) != EGM_OK)
-            continue; /* cannot happen: decoded when kept */
+        record_op(value, &op);
         egm_adopt_object_t *a = &objs[k++];
         *a = (egm_adopt_object_t){.key = op.key,
                                   .key_len = op.key_len,

@@ -68,18 +68,28 @@ static bool leading(const egm_replication_t *r)
     return egm__election_leading(r->p.state->election, &epoch) && epoch == r->epoch;
 }
 
-/* Writes the in-sync set. With r->lock. */
+/* Writes the in-sync set as it is, retrying every 50 ms while this master
+ * leads: EGM_OK once written. With r->lock, let go while waiting (a change
+ * meanwhile is written by whichever write comes last). */
 static egm_status_t write_insync(egm_replication_t *r)
 {
-    char value[EGM_REPL_STANDBYS_MAX * (EGM_REPL_ADDR_MAX + 1) + 32];
-    size_t n = (size_t)snprintf(value, sizeof(value), "%lld", (long long)r->epoch);
-    for (size_t i = 0; i < r->n_insync; i++)
-        n += (size_t)snprintf(value + n, sizeof(value) - n, " %s", r->insync[i]);
-    return egm__etcd_put(r->etcd, r->insync_key, value, n, 0);
+    for (;;) {
+        char value[EGM_REPL_STANDBYS_MAX * (EGM_REPL_ADDR_MAX + 1) + 32];
+        size_t n = (size_t)snprintf(value, sizeof(value), "%lld", (long long)r->epoch);
+        for (size_t i = 0; i < r->n_insync; i++)
+            n += (size_t)snprintf(value + n, sizeof(value) - n, " %s", r->insync[i]);
+        egm_status_t s = egm__etcd_put(r->etcd, r->insync_key, value, n, 0);
+        if (s == EGM_OK || !leading(r) || atomic_load(&r->stopping))
+            return s;
+        egm_log_ratelimited(EGM_LOG_WARN, 1, "master: writing the in-sync set to etcd: %s",
+                            egm_last_error());
+        pthread_mutex_unlock(&r->lock);
+        egm__sleep_ms(50);
+        pthread_mutex_lock(&r->lock);
+    }
 }
 
-/* Changes the set in etcd (add or remove addr), retrying while leading:
- * EGM_OK once written. */
+/* Changes the set in etcd (add or remove addr): EGM_OK once written. */
 static egm_status_t change_insync(egm_replication_t *r, const char *addr, int add)
 {
     pthread_mutex_lock(&r->lock);
@@ -93,13 +103,7 @@ static egm_status_t change_insync(egm_replication_t *r, const char *addr, int ad
         memmove(&r->insync[at], &r->insync[at + 1], (r->n_insync - at - 1) * EGM_REPL_ADDR_MAX);
         r->n_insync--;
     }
-    egm_status_t s;
-    while ((s = write_insync(r)) != EGM_OK && leading(r) && !atomic_load(&r->stopping)) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "master: writing the in-sync standbys to etcd: %s",
-                            egm_last_error());
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    egm_status_t s = write_insync(r);
     if (s == EGM_OK) {
         r->stats.in_sync = r->n_insync;
         if (!add)
@@ -490,15 +494,7 @@ egm_status_t egm__replication_lead(egm_replication_t *r, int64_t epoch)
     pthread_mutex_lock(&r->lock);
     r->epoch = epoch;
     r->n_insync = 0;
-    egm_status_t s;
-    while ((s = write_insync(r)) != EGM_OK && leading(r) && !atomic_load(&r->stopping)) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1, "master: writing the in-sync set to etcd: %s",
-                            egm_last_error());
-        pthread_mutex_unlock(&r->lock);
-        struct timespec ts = {0, 50 * 1000000L};
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&r->lock);
-    }
+    egm_status_t s = write_insync(r);
     if (s == EGM_OK && !r->discovering && !atomic_load(&r->stopping)) {
         if (pthread_create(&r->discover, NULL, discover_main, r) == 0)
             r->discovering = 1;
