@@ -396,17 +396,16 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
     return EGM_OK;
 }
 
-/* An in-sync follower with a sender, not given pos yet, that nobody sends
- * to: no waiting request (sending) and no batch of the standby's own thread
- * in flight (given but not acknowledged: egm__journal_next's batches are sent
- * without the flag). A batch sent beside another could reach the standby
- * first, which refuses it (not at its position) and is dropped. With the
- * lock. */
+/* An in-sync follower with a sender, not given pos yet, with no batch in
+ * flight (everything given is acknowledged, whoever sent it: a waiting
+ * request or egm__journal_next's caller). A batch sent beside another could
+ * reach the standby first, which refuses it (not at its position) and is
+ * dropped. With the lock. */
 static egm_journal_follower_t *idle_behind(egm_journal_t *j, uint64_t pos)
 {
     for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
-        if (f->in_sync && f->send != NULL && !f->sending && !f->failed && !f->cut &&
-            f->acked == f->sent && f->sent < pos)
+        if (f->in_sync && f->send != NULL && !f->failed && !f->cut && f->acked == f->sent &&
+            f->sent < pos)
             return f;
     return NULL;
 }
