@@ -19,6 +19,7 @@
 #include "rpc/frame.h"
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
+#include "rpc/server.h"
 
 static egm_status_t pack_reply(const ProtobufCMessage *msg, egm_master_call_t *call)
 {
@@ -846,6 +847,90 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
     return status;
 }
 
+/* A reply that waits for the standbys without blocking the RPC thread. */
+typedef struct {
+    egm_master_state_t *st;
+    egm_rpc_hold_t *hold;
+    egm_rpc_reply_t reply;
+    egm_status_t status;
+    char *error; /* the request's own error, when status is one */
+    uint16_t type;
+    int failed;
+    uint64_t start_ns;
+} held_reply_t;
+
+/* egm_journal_done_fn: the standbys hold the request's changes (or did not
+ * confirm in time): its answer goes out. */
+static void on_settled(void *arg, egm_status_t status, const char *error)
+{
+    held_reply_t *h = arg;
+    if (status != EGM_OK) {
+        egm_free(h->reply.buf);
+        h->reply.buf = NULL;
+        h->reply.len = 0;
+        h->status = status;
+    }
+    if (h->st->metrics != NULL)
+        egm__master_metrics_record(h->st->metrics, h->type, h->failed || h->status != EGM_OK,
+                                   egm__now_ns() - h->start_ns);
+    egm__rpc_hold_release(h->hold, h->status, h->reply.buf, h->reply.len,
+                          status != EGM_OK ? error : h->error);
+    egm_free(h->error);
+    egm_free(h);
+}
+
+/* The request's answer, held (rpc/server.h) until the standbys have its
+ * changes; NULL outside an RPC server, or out of memory. */
+static held_reply_t *hold_reply(egm_master_state_t *st, uint16_t type, int failed,
+                                uint64_t start_ns, egm_status_t status, egm_rpc_reply_t *reply)
+{
+    held_reply_t *h = egm_calloc(1, sizeof(*h), "master.held_reply");
+    if (h == NULL)
+        return NULL;
+    if (status != EGM_OK && (h->error = egm_strdup(egm_last_error(), "master.held_reply")) == NULL)
+        goto fail;
+    if ((h->hold = egm__rpc_server_hold()) == NULL) /* last: it cannot be undone */
+        goto fail;
+    h->st = st;
+    h->reply = *reply;
+    h->status = status;
+    h->type = type;
+    h->failed = failed;
+    h->start_ns = start_ns;
+    reply->buf = NULL;
+    reply->len = 0;
+    return h;
+fail:
+    egm_free(h->error);
+    egm_free(h);
+    return NULL;
+}
+
+/* What this request changed is answered only once the standbys in sync hold
+ * it too (journal.h): a change a standby lacks would be lost if this master
+ * died after answering. When a batch is in flight to them, the reply is held
+ * and the RPC thread goes on serving: 1 when it was. */
+static int wait_for_standbys(egm_master_state_t *st, uint16_t type, int failed, uint64_t start_ns,
+                             egm_status_t *status, egm_rpc_reply_t *reply)
+{
+    egm_status_t s = egm__journal_try(st->journal);
+    if (s == EGM_INPROGRESS) {
+        held_reply_t *h = hold_reply(st, type, failed, start_ns, *status, reply);
+        if (h != NULL) {
+            egm__journal_notify(st->journal, st->journal_wait_ms, on_settled, h);
+            return 1;
+        }
+        s = egm__journal_wait(st->journal, st->journal_wait_ms); /* the thread waits */
+    }
+    if (s != EGM_OK) {
+        egm_free(reply->buf);
+        reply->buf = NULL;
+        reply->len = 0;
+        *status = EGM_ERR_UNREACHABLE; /* the wait's error text */
+    }
+    return 0;
+}
+
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply)
 {
@@ -864,15 +949,9 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
                                                      "the leader is in etcd");
     else
         status = dispatch(st, type, payload, len, reply, &failed);
-    /* What this request changed is answered only once the standbys in sync
-     * hold it too (journal.h): a change a standby lacks would be lost if
-     * this master died after answering. */
-    if (st->journal != NULL && egm__journal_wait(st->journal, st->journal_wait_ms) != EGM_OK) {
-        egm_free(reply->buf);
-        reply->buf = NULL;
-        reply->len = 0;
-        status = EGM_ERR_UNREACHABLE; /* the wait's error text */
-    }
+    if (st->journal != NULL &&
+        wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
+        return EGM_OK;
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,
                                    egm__now_ns() - start_ns);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -244,15 +245,27 @@ struct egm_journal_follower {
     size_t send_max;
 };
 
+/* A request told when its ops are acknowledged (egm__journal_notify). */
+typedef struct journal_waiter {
+    struct journal_waiter *next;
+    uint64_t pos;
+    uint64_t deadline_ms;
+    egm_journal_done_fn done;
+    void *arg;
+    egm_status_t status; /* once settled */
+} journal_waiter_t;
+
 struct egm_journal {
     pthread_mutex_t lock;
-    pthread_cond_t more;  /* ops appended, or a follower cut */
+    pthread_cond_t more;  /* ops to send: a send by a waiting request ended, or a follower cut */
     pthread_cond_t acked; /* a follower acknowledged, or left the in-sync set */
     egm_jbuf_t log;       /* ops from position base on */
     uint64_t base;
     egm_journal_follower_t *followers;
     atomic_int n_followers; /* read without the lock by emitters */
     uint64_t waits_timed_out;
+    journal_waiter_t *waiters; /* in the order they came */
+    uint64_t wait_timeout_ms;  /* of the last notify: what the timeout message says */
 };
 
 /* The calling thread's last op position, for egm__journal_wait. */
@@ -280,6 +293,11 @@ void egm__journal_destroy(egm_journal_t *j)
 {
     if (j == NULL)
         return;
+    for (journal_waiter_t *w = j->waiters, *next; w != NULL; w = next) {
+        next = w->next;
+        w->done(w->arg, EGM_ERR_UNREACHABLE, "the master stopped before a standby confirmed");
+        egm_free(w);
+    }
     while (j->followers != NULL) {
         egm_journal_follower_t *f = j->followers;
         j->followers = f->next;
@@ -324,9 +342,11 @@ static void appended(egm_journal_t *j)
         }
     if (cut)
         trim(j);
+    /* The follower threads are not woken: the request that made the change
+     * sends it (egm__journal_try) or finds a batch in flight, after which
+     * the sender takes what is pending. */
     tl_pos = end;
     tl_journal = j;
-    pthread_cond_broadcast(&j->more);
 }
 
 #define EMIT(j, enc_call)                                                                          \
@@ -459,34 +479,138 @@ static int acked_by_all(const egm_journal_t *j, uint64_t pos)
     return 1;
 }
 
+/* The waiters whose ops every in-sync follower acknowledged, or whose time
+ * ran out, out of the list with their status. With the lock. */
+static journal_waiter_t *take_settled(egm_journal_t *j)
+{
+    journal_waiter_t *settled = NULL, **tail = &settled, **link = &j->waiters;
+    uint64_t now = j->waiters != NULL ? egm__now_ms() : 0;
+    while (*link != NULL) {
+        journal_waiter_t *w = *link;
+        if (acked_by_all(j, w->pos))
+            w->status = EGM_OK;
+        else if (now >= w->deadline_ms)
+            w->status = EGM_ERR_UNREACHABLE;
+        else {
+            link = &w->next;
+            continue;
+        }
+        if (w->status != EGM_OK)
+            j->waits_timed_out++;
+        *link = w->next;
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
+    return settled;
+}
+
+static void timeout_text(char *buf, size_t len, uint64_t timeout_ms)
+{
+    snprintf(buf, len,
+             "a standby master did not confirm this change within %llu ms (it is applied here; "
+             "enable_ha)",
+             (unsigned long long)timeout_ms);
+}
+
+/* Lets go of the lock, then tells the settled waiters. */
+static void unlock_and_settle(egm_journal_t *j)
+{
+    journal_waiter_t *w = j->waiters != NULL ? take_settled(j) : NULL;
+    uint64_t timeout_ms = j->wait_timeout_ms;
+    pthread_mutex_unlock(&j->lock);
+    while (w != NULL) {
+        journal_waiter_t *next = w->next;
+        char text[160] = "";
+        if (w->status != EGM_OK)
+            timeout_text(text, sizeof(text), timeout_ms);
+        w->done(w->arg, w->status, text);
+        egm_free(w);
+        w = next;
+    }
+}
+
+/* Sends, as a waiting request, to each follower that is idle and lacks pos,
+ * until none is; then whether every in-sync follower acknowledged pos.
+ * With the lock. */
+static int send_while_idle(egm_journal_t *j, uint64_t pos)
+{
+    while (!acked_by_all(j, pos)) {
+        egm_journal_follower_t *f = idle_behind(j, pos);
+        if (f == NULL)
+            return 0;
+        send_as_waiter(j, f);
+    }
+    return 1;
+}
+
+egm_status_t egm__journal_try(egm_journal_t *j)
+{
+    uint64_t pos = tl_pos;
+    if (j == NULL || tl_journal != j || pos == 0)
+        return EGM_OK;
+    pthread_mutex_lock(&j->lock);
+    int done = send_while_idle(j, pos);
+    unlock_and_settle(j);
+    if (!done)
+        return EGM_INPROGRESS;
+    tl_pos = 0;
+    return EGM_OK;
+}
+
+void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done, void *arg)
+{
+    uint64_t pos = tl_pos;
+    journal_waiter_t *w = NULL;
+    if (j != NULL && tl_journal == j && pos != 0)
+        w = egm_calloc(1, sizeof(*w), "master.journal_waiter");
+    tl_pos = 0;
+    if (w == NULL) {
+        /* Nothing to wait for; or no memory to wait without blocking. */
+        egm_status_t s = pos != 0 && j != NULL ? egm__journal_wait_for(j, pos, timeout_ms) : EGM_OK;
+        done(arg, s, s == EGM_OK ? "" : egm_last_error());
+        return;
+    }
+    w->pos = pos;
+    w->deadline_ms = egm__now_ms() + timeout_ms;
+    w->done = done;
+    w->arg = arg;
+    pthread_mutex_lock(&j->lock);
+    j->wait_timeout_ms = timeout_ms;
+    journal_waiter_t **link = &j->waiters;
+    while (*link != NULL)
+        link = &(*link)->next;
+    *link = w;
+    unlock_and_settle(j); /* at once if acknowledged meanwhile */
+}
+
+egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms)
+{
+    struct timespec deadline;
+    deadline_in(&deadline, timeout_ms);
+    egm_status_t status = EGM_OK;
+    pthread_mutex_lock(&j->lock);
+    while (!send_while_idle(j, pos)) {
+        if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
+            !acked_by_all(j, pos)) {
+            j->waits_timed_out++;
+            char text[160];
+            timeout_text(text, sizeof(text), timeout_ms);
+            status = egm__set_error(EGM_ERR_UNREACHABLE, "%s", text);
+            break;
+        }
+    }
+    unlock_and_settle(j);
+    return status;
+}
+
 egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms)
 {
     uint64_t pos = tl_pos;
     if (j == NULL || tl_journal != j || pos == 0)
         return EGM_OK;
     tl_pos = 0;
-    struct timespec deadline;
-    deadline_in(&deadline, timeout_ms);
-    egm_status_t status = EGM_OK;
-    pthread_mutex_lock(&j->lock);
-    while (!acked_by_all(j, pos)) {
-        egm_journal_follower_t *f = idle_behind(j, pos);
-        if (f != NULL) {
-            send_as_waiter(j, f);
-            continue;
-        }
-        if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
-            !acked_by_all(j, pos)) {
-            j->waits_timed_out++;
-            status = egm__set_error(EGM_ERR_UNREACHABLE,
-                                    "a standby master did not confirm this change within %llu ms "
-                                    "(it is applied here; enable_ha)",
-                                    (unsigned long long)timeout_ms);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&j->lock);
-    return status;
+    return egm__journal_wait_for(j, pos, timeout_ms);
 }
 
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p)
@@ -537,7 +661,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
     status = take_batch(j, f, max, buf_p, len_p, from_p, to_p);
     trim(j);
 out:
-    pthread_mutex_unlock(&j->lock);
+    unlock_and_settle(j); /* also the waiters whose time ran out */
     return status;
 }
 
@@ -565,7 +689,7 @@ void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t po
     if (pos > f->acked)
         f->acked = pos;
     pthread_cond_broadcast(&j->acked);
-    pthread_mutex_unlock(&j->lock);
+    unlock_and_settle(j);
 }
 
 uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)
@@ -595,7 +719,7 @@ void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f)
         j->log.len = 0;
     }
     pthread_cond_broadcast(&j->acked);
-    pthread_mutex_unlock(&j->lock);
+    unlock_and_settle(j);
 }
 
 void egm__journal_stats(egm_journal_t *j, egm_journal_stats_t *stats_p)

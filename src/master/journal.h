@@ -112,6 +112,28 @@ void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, u
  * itself (with whatever else is pending: a group commit), without waking
  * any other thread. */
 egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
+/* egm__journal_wait for a given position (the calling thread's is left as
+ * it is). */
+egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms);
+
+/* Without blocking the thread (an RPC thread serving other requests
+ * meanwhile): egm__journal_try sends, like egm__journal_wait, to the
+ * followers that are idle, and answers EGM_OK when every in-sync follower
+ * has the calling thread's last op (or there is none: the thread's position
+ * is cleared), or EGM_INPROGRESS when some still lack it (a batch is in
+ * flight to them). Then egm__journal_notify calls done(arg, status, error)
+ * once they have it (EGM_OK, error "") or timeout_ms passed
+ * (EGM_ERR_UNREACHABLE and its text), from whichever thread saw that (the
+ * one that got the acknowledgement, or a follower's thread checking the
+ * time at least every 100 ms; at once, here, when nothing is left to wait
+ * for), with no lock held; at the journal's destruction, with
+ * EGM_ERR_UNREACHABLE. It clears the thread's position. The ops waited for
+ * are sent by whoever sends next: the follower's thread after the batch in
+ * flight, or a waiting request that finds the follower idle. */
+egm_status_t egm__journal_try(egm_journal_t *j);
+typedef void (*egm_journal_done_fn)(void *arg, egm_status_t status, const char *error);
+void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done,
+                         void *arg);
 
 /* Followers (master/replication.c). A new follower starts at the journal's
  * current end, returned in *pos_p: the caller makes sure nothing is emitted

@@ -31,6 +31,7 @@
 #include "common/wire.h"
 #include "rpc/frame.h"
 #include "rpc/frame_reader.h"
+#include "rpc/hold.h"
 #include "rpc/proto_util.h"
 
 #define HANDLER_SLOTS 256
@@ -70,6 +71,7 @@ struct rpc_conn {
     /* egm__rpc_server_bind_peer */
     int bound;
     uint8_t peer[16];
+    egm_rpc_hold_t *holds; /* its requests answered later (rpc/hold.h) */
 };
 
 /* egm_rpc_server_stats_t's counters: other threads read them (stat_get). */
@@ -118,6 +120,7 @@ struct egm_rpc_server {
     pthread_mutex_t inbox_lock;
     int *inbox; /* fd, or -1 - fd for one accepted on the Unix listener */
     size_t n_inbox, cap_inbox;
+    egm_rpc_holdbox_t *holds; /* replies released by other threads */
 };
 
 static void stat_add(atomic_uint_fast64_t *counter, int64_t delta)
@@ -130,8 +133,11 @@ static uint64_t stat_get(const atomic_uint_fast64_t *counter)
     return atomic_load_explicit((atomic_uint_fast64_t *)counter, memory_order_relaxed);
 }
 
-/* The connection whose request a handler runs (egm__rpc_server_bind_peer). */
+/* The connection and request a handler runs (egm__rpc_server_bind_peer,
+ * egm__rpc_server_hold), and whether it held its reply. */
 static _Thread_local rpc_conn_t *current_conn;
+static _Thread_local const egm_frame_header_t *current_request;
+static _Thread_local int current_held;
 
 int egm__rpc_server_bind_peer(const uint8_t peer[16])
 {
@@ -149,9 +155,30 @@ void egm__rpc_server_on_peer_close(egm_rpc_server_t *server, egm_rpc_peer_close_
     server->on_peer_close_arg = arg;
 }
 
+egm_rpc_hold_t *egm__rpc_server_hold(void)
+{
+    rpc_conn_t *c = current_conn;
+    if (c == NULL || current_held)
+        return NULL;
+    egm_rpc_hold_t *h =
+        egm__rpc_holdbox_hold(c->server->holds, current_request->type, current_request->request_id);
+    if (h == NULL)
+        return NULL;
+    h->conn = c;
+    h->conn_next = c->holds;
+    if (c->holds != NULL)
+        c->holds->conn_prev = h;
+    c->holds = h;
+    current_held = 1;
+    return h;
+}
+
 static void conn_close(rpc_conn_t *c)
 {
     egm_rpc_server_t *s = c->server;
+
+    for (egm_rpc_hold_t *h = c->holds; h != NULL; h = h->conn_next)
+        h->conn = NULL; /* their replies are dropped when released */
 
     if (c->bound && s->on_peer_close != NULL && !s->destroying)
         s->on_peer_close(s->on_peer_close_arg, c->peer);
@@ -344,6 +371,45 @@ static int auth_gate(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
     return 1;
 }
 
+/* A reply over max_frame_size: a server-side limit, not a bad frame (the
+ * peer is answered with the error set here, logged, not counted). */
+static int reply_too_big(rpc_conn_t *c, uint16_t type, size_t len)
+{
+    if (len <= c->server->max_frame_size)
+        return 0;
+    egm__set_error(EGM_ERR_PROTOCOL, "%s reply of %zu bytes exceeds max_frame_size %zu",
+                   egm__rpc_type_name(type), len, c->server->max_frame_size);
+    egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: %s", c->fd, egm_last_error());
+    return 1;
+}
+
+/* egm_rpc_hold_deliver_fn: sends the replies released by other threads. */
+static void deliver_held(void *arg, egm_rpc_hold_t *released)
+{
+    (void)arg;
+    while (released != NULL) {
+        egm_rpc_hold_t *h = released, *next = h->released_next;
+        rpc_conn_t *c = h->conn;
+        if (c != NULL) {
+            if (h->conn_prev != NULL)
+                h->conn_prev->conn_next = h->conn_next;
+            else
+                c->holds = h->conn_next;
+            if (h->conn_next != NULL)
+                h->conn_next->conn_prev = h->conn_prev;
+            if (h->status == EGM_OK && !reply_too_big(c, h->type, h->len))
+                queue_frame(c, EGM_FRAME_REPLY, h->type, h->request_id, h->reply, h->len);
+            else if (h->status == EGM_OK)
+                queue_error(c, h->type, h->request_id, EGM_ERR_PROTOCOL, egm_last_error());
+            else
+                queue_error(c, h->type, h->request_id, h->status, h->error);
+            conn_flush(c); /* may close it: the holds still on it lose their conn */
+        }
+        egm__rpc_hold_free(h);
+        released = next;
+    }
+}
+
 static void dispatch(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *payload)
 {
     egm_rpc_server_t *s = c->server;
@@ -369,14 +435,17 @@ static void dispatch(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
 
     egm__clear_error();
     current_conn = c;
+    current_request = h;
     status = fn(s->handlers[type].arg, type, payload, len, &reply);
     current_conn = NULL;
-    if (status == EGM_OK && reply.len > s->max_frame_size) {
-        /* a server-side limit, not a bad frame: answered, logged, not counted */
-        status =
-            egm__set_error(EGM_ERR_PROTOCOL, "%s reply of %zu bytes exceeds max_frame_size %zu",
-                           egm__rpc_type_name(type), reply.len, s->max_frame_size);
-        egm_log_ratelimited(EGM_LOG_WARN, 5, "rpc server: fd %d: %s", c->fd, egm_last_error());
+    current_request = NULL;
+    if (current_held) { /* answered by egm__rpc_hold_release */
+        current_held = 0;
+        egm_free(reply.buf);
+        return;
+    }
+    if (status == EGM_OK && reply_too_big(c, type, reply.len)) {
+        status = EGM_ERR_PROTOCOL;
     } else if (status == EGM_ERR_PROTOCOL) {
         /* the payload did not decode */
         stat_add(&s->stats.frames_rejected, 1);
@@ -794,6 +863,9 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
         status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
         goto err_free;
     }
+    status = egm__rpc_holdbox_create(reactor, deliver_held, s, &s->holds);
+    if (status != EGM_OK)
+        goto err_free;
     s->group[0] = s;
     s->n_group = 1;
 
@@ -829,6 +901,7 @@ err_remove:
 err_close:
     close(s->listen_fd);
 err_free:
+    egm__rpc_holdbox_close(s->holds);
     pthread_mutex_destroy(&s->inbox_lock);
     egm_free(s->group);
     egm_free(s->rbuf);
@@ -871,6 +944,9 @@ egm_status_t egm__rpc_server_create_peer(egm_reactor_t *reactor, egm_rpc_server_
         status = egm__set_error(EGM_ERR_NO_MEMORY, "rpc server: out of memory");
         goto err_free;
     }
+    status = egm__rpc_holdbox_create(reactor, deliver_held, s, &s->holds);
+    if (status != EGM_OK)
+        goto err_free;
     status = egm__reactor_add_timer(reactor, SWEEP_PERIOD_MS, on_sweep, s, &s->sweep_timer);
     if (status != EGM_OK)
         goto err_free;
@@ -890,6 +966,7 @@ err_free:
     egm__reactor_remove(reactor, s->listen_fd); /* either may be absent */
     if (s->unix_fd >= 0)
         egm__reactor_remove(reactor, s->unix_fd);
+    egm__rpc_holdbox_close(s->holds);
     pthread_mutex_destroy(&s->inbox_lock);
     egm_free(s->rbuf);
     egm_free(s);
@@ -998,6 +1075,7 @@ void egm__rpc_server_destroy(egm_rpc_server_t *server)
     server->destroying = 1;
     while (server->conns)
         conn_close(server->conns);
+    egm__rpc_holdbox_close(server->holds); /* replies released later are dropped */
     close_inbox(server);
     if (server->has_timer)
         egm__reactor_remove_timer(server->reactor, server->sweep_timer);

@@ -27,6 +27,23 @@ typedef struct {
 typedef egm_status_t (*egm_rpc_handler_t)(void *arg, uint16_t type, const uint8_t *payload,
                                           size_t len, egm_rpc_reply_t *reply);
 
+/* Answering later. A handler that cannot answer yet (a change the master's
+ * standbys must hold first: master/journal.h) calls egm__rpc_server_hold
+ * and returns EGM_OK with no reply: the server sends nothing for that
+ * request until egm__rpc_hold_release, called once from any thread, gives
+ * the answer. Meanwhile the reactor serves its other requests and
+ * connections; replies on one connection may then leave in another order
+ * than their requests (each carries its request id). A reply released after
+ * its connection closed, or its server was destroyed, is dropped. */
+typedef struct egm_rpc_hold egm_rpc_hold_t;
+/* The request being handled, held; NULL outside a handler, or when out of
+ * memory (then answer now). Handler thread only. */
+egm_rpc_hold_t *egm__rpc_server_hold(void);
+/* The answer: status EGM_OK with reply[0..len) (an egm_malloc'ed buffer the
+ * server now owns; NULL when len is 0), or an error status and its text. */
+void egm__rpc_hold_release(egm_rpc_hold_t *hold, egm_status_t status, uint8_t *reply, size_t len,
+                           const char *error);
+
 typedef struct {
     const char *host;       /* bind address; NULL or "" = 0.0.0.0 */
     uint16_t port;          /* 0 = any free port */
