@@ -24,6 +24,10 @@
 #define EGM_REPL_STANDBYS_MAX 16
 #define EGM_REPL_ADDR_MAX 300
 #define EGM_REPL_BATCH_MAX (4u << 20) /* journal bytes in one HaApply (or max_frame_size / 2) */
+/* A sender polls this long for the standby's answer before it sleeps: the
+ * answer of a small batch usually comes sooner, and a thread woken from
+ * sleep adds several microseconds to every change a request waits for. */
+#define EGM_REPL_SPIN_US 50
 #define EGM_REPL_DISCOVER_MS 250      /* how often the leader lists the masters */
 
 typedef struct {
@@ -229,6 +233,7 @@ static void *standby_main(void *arg)
                                   .max_frame_size = r->p.max_frame_size,
                                   /* A standby on this host: its Unix socket, not loopback TCP. */
                                   .prefer_local_socket = 1,
+                                  .spin_us = EGM_REPL_SPIN_US,
                                   .auth_token = r->token};
     egm_status_t s = egm__rpc_client_create(&cp, &c);
     if (s == EGM_OK)

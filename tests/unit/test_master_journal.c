@@ -10,7 +10,11 @@
  * UNREACHABLE), egm__journal_next hands out whole ops up to max bytes,
  * unfollowing releases the waiters, and a waiting request sends to a
  * follower with a sender itself (whole ops up to its max; a failed send
- * marks the follower failed). */
+ * marks the follower failed); without blocking, egm__journal_try sends to an idle follower
+ * itself or answers INPROGRESS while a batch is in flight, and egm__journal_notify's callback
+ * runs exactly once: at once when nothing is left, on the acknowledgement that covers the
+ * request (not one short of it), on its timeout (seen by the follower's next), on unfollow, and
+ * at the journal's destruction. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -734,6 +738,122 @@ static void test_wait_sends(void **state)
     egm__journal_destroy(j);
 }
 
+/* ---- waiting without blocking (try / notify) -------------------------------- */
+
+typedef struct {
+    int calls;
+    egm_status_t status;
+    char error[200];
+} done_t;
+
+static void done_rec(void *arg, egm_status_t status, const char *error)
+{
+    done_t *d = arg;
+    d->calls++;
+    d->status = status;
+    snprintf(d->error, sizeof(d->error), "%s", error);
+}
+
+/* The follower's own thread takes (and "sends") what is pending: a batch
+ * in flight until acknowledged. Returns its end. */
+static uint64_t take_in_flight(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    uint8_t *buf;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_OK);
+    egm_free(buf);
+    return to;
+}
+
+static void test_try_notify(void **state)
+{
+    (void)state;
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    sender_t sd = {.j = j, .f = f};
+    egm__journal_set_sender(j, f, send_rec, &sd, 1 << 20);
+    egm__journal_set_in_sync(j, f);
+
+    /* Nothing emitted: OK, and a notify is told at once. */
+    done_t d = {0};
+    assert_int_equal(egm__journal_try(j), EGM_OK);
+    egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_OK);
+
+    /* The follower is idle: try sends itself, and it is done. */
+    egm__journal_object_gone(j, "idle", 4);
+    assert_int_equal(egm__journal_try(j), EGM_OK);
+    assert_int_equal(sd.calls, 1);
+    assert_int_equal(egm__journal_follower_acked(j, f), jstats(j).end);
+
+    /* A batch in flight: try does not send beside it. */
+    egm__journal_object_gone(j, "first", 5);
+    uint64_t first = take_in_flight(j, f);
+    egm__journal_object_gone(j, "second", 6);
+    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS);
+    assert_int_equal(sd.calls, 1);
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
+    assert_int_equal(d.calls, 0);
+    /* The batch in flight is acknowledged: not yet (the op is after it). */
+    egm__journal_acked(j, f, first);
+    assert_int_equal(d.calls, 0);
+    /* The follower's thread sends the rest; its acknowledgement tells. */
+    uint64_t second = take_in_flight(j, f);
+    assert_int_equal(second, jstats(j).end);
+    egm__journal_acked(j, f, second - 1);
+    assert_int_equal(d.calls, 0);
+    egm__journal_acked(j, f, second);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_OK);
+    assert_int_equal(jstats(j).waits_timed_out, 0);
+
+    /* Not acknowledged in time: UNREACHABLE, seen by the follower's next. */
+    egm__journal_object_gone(j, "late", 4);
+    take_in_flight(j, f);
+    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS);
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(j, 20, done_rec, &d);
+    egm__sleep_ms(40);
+    assert_int_equal(d.calls, 0);
+    uint8_t *buf;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_ERR_UNREACHABLE);
+    assert_non_null(strstr(d.error, "did not confirm this change within 20 ms"));
+    assert_int_equal(jstats(j).waits_timed_out, 1);
+
+    /* Unfollowed (out of the in-sync set first): the waiter is told OK. */
+    egm__journal_object_gone(j, "gone", 4);
+    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS); /* "late" is still in flight */
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
+    egm__journal_unfollow(j, f);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_OK);
+
+    /* Destroyed with a waiter: told UNREACHABLE. */
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    egm__journal_set_in_sync(j, f);
+    egm__journal_object_gone(j, "end", 3);
+    take_in_flight(j, f);
+    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS);
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
+    assert_int_equal(d.calls, 0);
+    egm__journal_destroy(j);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_ERR_UNREACHABLE);
+    assert_non_null(strstr(d.error, "stopped"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -747,6 +867,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unfollow_releases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_next, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_sends, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_try_notify, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,13 +5,16 @@
  * reconnects (to where a resolver says the master is now, also after a
  * timeout on a master that no longer answers); clients of a loopback address reach a server's local
  * Unix socket when they prefer it and it exists, and TCP otherwise; servers on several threads
- * sharing listeners split the connections between them. */
+ * sharing listeners split the connections between them; a handler that holds its reply lets the
+ * reactor serve the requests behind it, and the reply (or error) released later from another
+ * thread reaches its caller, or is dropped when its connection or server is gone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -102,6 +105,54 @@ static egm_status_t huge_handler(void *arg, uint16_t type, const uint8_t *payloa
     return reply->buf ? EGM_OK : egm__set_error(EGM_ERR_NO_MEMORY, "huge");
 }
 
+/* Holds its reply (egm__rpc_server_hold) for the test thread to release. */
+#define TYPE_HOLD EGM_RPC_GET_REPLICA_LIST
+static egm_rpc_hold_t *held[8];
+static size_t n_held;
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static sem_t held_sem;
+
+static egm_status_t hold_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                 egm_rpc_reply_t *reply)
+{
+    (void)arg;
+    (void)type;
+    (void)payload;
+    (void)len;
+    egm_rpc_hold_t *h = egm__rpc_server_hold();
+    if (h == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "hold");
+    /* A second hold of the same request is refused. */
+    if (egm__rpc_server_hold() != NULL)
+        return egm__set_error(EGM_ERR_INTERNAL, "held twice");
+    /* Whatever the handler leaves in reply is not sent (and not leaked). */
+    reply->buf = egm_malloc(4, "test_hold");
+    reply->len = 4;
+    pthread_mutex_lock(&held_lock);
+    held[n_held++] = h;
+    pthread_mutex_unlock(&held_lock);
+    sem_post(&held_sem);
+    return EGM_OK;
+}
+
+static egm_rpc_hold_t *next_held(void)
+{
+    assert_int_equal(sem_wait(&held_sem), 0);
+    pthread_mutex_lock(&held_lock);
+    egm_rpc_hold_t *h = held[--n_held];
+    pthread_mutex_unlock(&held_lock);
+    return h;
+}
+
+static void release_text(egm_rpc_hold_t *h, const char *text)
+{
+    size_t n = strlen(text);
+    uint8_t *buf = egm_malloc(n, "test_hold");
+    assert_non_null(buf);
+    memcpy(buf, text, n);
+    egm__rpc_hold_release(h, EGM_OK, buf, n, NULL);
+}
+
 /* --- environment ------------------------------------------------------------ */
 
 static void *reactor_main(void *arg)
@@ -130,6 +181,7 @@ static void env_start_on(env_t *env, const char *host, uint16_t port, size_t max
     assert_int_equal(egm__rpc_server_register(env->server, TYPE_DECODE, decode_handler, NULL),
                      EGM_OK);
     assert_int_equal(egm__rpc_server_register(env->server, TYPE_HUGE, huge_handler, NULL), EGM_OK);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_HOLD, hold_handler, NULL), EGM_OK);
     env->port = egm__rpc_server_port(env->server);
     assert_true(env->port != 0);
     if (port)
@@ -1614,6 +1666,62 @@ static void test_peer_group_spreads_connections(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
+static void test_held_replies(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    uint8_t frame[256];
+    assert_int_equal(sem_init(&held_sem, 0, 0), 0);
+    assert_null(egm__rpc_server_hold()); /* outside a handler */
+    env_start(&env, 0, 0);
+    int fd = raw_connect(env.port);
+
+    /* Held, then an echo behind it on the same connection: the echo is
+     * answered first, the held reply when released (another thread). */
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 1, "a", 1));
+    egm_rpc_hold_t *h = next_held();
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_ECHO, 2, "b", 1));
+    raw_expect_reply(fd, 2, "b");
+    release_text(h, "a-late");
+    raw_expect_reply(fd, 1, "a-late");
+
+    /* Released with an error: an ErrorReply with its status and text. */
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 3, "c", 1));
+    egm__rpc_hold_release(next_held(), EGM_ERR_UNREACHABLE, NULL, 0, "standby late");
+    raw_expect_error(fd, 3, EGM_ERR_UNREACHABLE, "standby late");
+
+    /* Two held on one connection, released in the other order. */
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 4, "d", 1));
+    egm_rpc_hold_t *h4 = next_held();
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 5, "e", 1));
+    egm_rpc_hold_t *h5 = next_held();
+    release_text(h5, "five");
+    raw_expect_reply(fd, 5, "five");
+    release_text(h4, "four");
+    raw_expect_reply(fd, 4, "four");
+
+    /* The connection closes before the release: the reply is dropped. */
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 6, "f", 1));
+    h = next_held();
+    close(fd);
+    wait_open_connections(&env, 0);
+    release_text(h, "nobody");
+    /* The server still answers others. */
+    fd = raw_connect(env.port);
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_ECHO, 7, "g", 1));
+    raw_expect_reply(fd, 7, "g");
+
+    /* The server goes with a reply held: released afterwards, it is freed. */
+    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 8, "h", 1));
+    h = next_held();
+    env_stop(&env);
+    release_text(h, "too late");
+    close(fd);
+    sem_destroy(&held_sem);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1638,6 +1746,7 @@ int main(void)
         cmocka_unit_test(test_local_socket_identity_mismatch),
         cmocka_unit_test(test_hello_before_auth),
         cmocka_unit_test(test_peer_group_spreads_connections),
+        cmocka_unit_test(test_held_replies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
