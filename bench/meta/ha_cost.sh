@@ -5,22 +5,28 @@
 # ("standby": every change also waits for the standby to hold it, docs/ha.md "State handover"),
 # on a one-member etcd it starts itself, interleaved ROUNDS times; then the median ratio to "off"
 # of keys/s and the p50 per op, batch and client count, with the range over the rounds.
+# With --what data, the same three modes run `egmstore bench data` instead (the CPU suite's puts
+# and gets through a provider over shm: single 4 KiB, 64 KiB and 1 MiB objects and batches of
+# 256 x 64 KiB, after a pass writing the pool once), with a provider of 2 GiB started against the
+# master after the standby is in sync.
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
-#                              [--out DIR]
+#                              [--what meta|data] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out=
+egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta
 while [ $# -gt 0 ]; do
     case $1 in
+    --what) what=$2; shift 2 ;;
     --egmstore) egm=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --clients) clients=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n 2,8p "$0"; exit 2 ;;
+    *) sed -n 2,11p "$0"; exit 2 ;;
     esac
 done
+case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
 command -v etcd > /dev/null || { echo "ha_cost: etcd is missing (scripts/install-deps.sh installs it)" >&2; exit 2; }
 out=${out:-$(mktemp -d /tmp/egm-ha-cost-XXXXXX)}
 mkdir -p "$out"
@@ -30,8 +36,9 @@ etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertis
     --listen-peer-urls http://127.0.0.1:$pp --initial-advertise-peer-urls http://127.0.0.1:$pp \
     --initial-cluster default=http://127.0.0.1:$pp --log-level error > "$out/etcd.log" 2>&1 &
 etcd_pid=$!
-master_pid= standby_pid=
+master_pid= standby_pid= provider_pid=
 cleanup() {
+    [ -n "$provider_pid" ] && kill $provider_pid 2> /dev/null
     [ -n "$master_pid" ] && kill $master_pid 2> /dev/null
     [ -n "$standby_pid" ] && kill $standby_pid 2> /dev/null
     kill $etcd_pid 2> /dev/null
@@ -59,8 +66,20 @@ for r in $(seq "$rounds"); do
             done
         fi
         echo "ha_cost: round $r, enable_ha $mode" >&2
-        "$egm" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
-            --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
+        if [ $what = meta ]; then
+            "$egm" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
+                --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
+        else
+            "$egm" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
+                --local-hostname 127.0.0.1 > "$out/provider-$mode-$r.log" 2>&1 &
+            provider_pid=$!
+            for _ in $(seq 100); do grep -q "provider ready" "$out/provider-$mode-$r.log" && break; sleep 0.1; done
+            "$egm" bench data --master 127.0.0.1:$mp --http-port $hp --workload single,batch --sizes 4KiB,64KiB,1MiB \
+                --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
+                --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
+            kill $provider_pid; wait $provider_pid 2> /dev/null || true
+            provider_pid=
+        fi
         kill $master_pid; wait $master_pid 2> /dev/null || true
         master_pid=
         if [ -n "$standby_pid" ]; then kill $standby_pid; wait $standby_pid 2> /dev/null || true; standby_pid=; fi
@@ -69,9 +88,12 @@ done
 python3 - "$out" "$rounds" << 'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
+def label(r):  # bench meta: the op; bench data: workload, op and object size
+    return r["op"] if "workload" not in r else "%s %s %dKiB" % (r["workload"], r["op"], r["bytes"] // 1024)
 def load(f):
     d = json.load(open(f))
-    return {(r["op"], r["batch"], r["clients"]): (r["keys_per_s"], r["p50_us"]) for r in d["results"]}
+    return {(label(r), r["batch"], r["clients"]): (r.get("keys_per_s", r.get("keys_s")), r["p50_us"])
+            for r in d["results"]}
 modes = ("off", "on", "standby")
 runs = {m: [load(f"{out}/meta-{m}-{r}.json") for r in range(1, rounds + 1)] for m in modes}
 lines = ["| op | batch | clients | keys/s off | on/off (range) | standby/off (range) | p50 us off | on | standby |",
