@@ -45,7 +45,8 @@ struct egm_reactor {
     uint64_t next_timer_id;
     pthread_mutex_t lock; /* tasks */
     task_t *tasks, *tasks_tail;
-    int stop; /* set from any thread or a signal handler: atomic accesses only */
+    int stop;       /* set from any thread or a signal handler: atomic accesses only */
+    int ready_left; /* events of the current epoll batch after the one dispatched */
 };
 
 static uint32_t to_epoll(uint32_t events)
@@ -315,11 +316,18 @@ egm_status_t egm__reactor_run(egm_reactor_t *r)
                 ev |= EGM_EV_WRITE;
             if (events[i].events & (EPOLLERR | EPOLLHUP))
                 ev |= EGM_EV_ERROR;
+            r->ready_left = n - i - 1;
             rec->cb(r, rec->fd, ev, rec->arg);
         }
+        r->ready_left = 0;
         free_dead(r);
         run_tasks(r);
     }
     __atomic_store_n(&r->stop, 0, __ATOMIC_RELEASE);
     return EGM_OK;
+}
+
+int egm__reactor_events_waiting(const egm_reactor_t *r)
+{
+    return r->ready_left;
 }

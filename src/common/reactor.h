@@ -40,6 +40,10 @@ egm_status_t egm__reactor_remove_timer(egm_reactor_t *reactor, uint64_t timer_id
 /* Thread-safe: run cb(arg) on the loop thread soon. */
 egm_status_t egm__reactor_post(egm_reactor_t *reactor, egm_reactor_task_cb_t cb, void *arg);
 
+/* From a callback on the loop thread: how many fds of the same wakeup are
+ * still to be dispatched after this one (others that have work waiting). */
+int egm__reactor_events_waiting(const egm_reactor_t *reactor);
+
 /* Run until egm__reactor_stop (thread-safe, also from signal-safe contexts
  * through an eventfd write). */
 egm_status_t egm__reactor_run(egm_reactor_t *reactor);

@@ -913,7 +913,9 @@ fail:
 static int wait_for_standbys(egm_master_state_t *st, uint16_t type, int failed, uint64_t start_ns,
                              egm_status_t *status, egm_rpc_reply_t *reply)
 {
-    egm_status_t s = egm__journal_try(st->journal);
+    /* Sending itself blocks this RPC thread for a round trip: only when no
+     * other request waits for it (else the followers' threads send). */
+    egm_status_t s = egm__journal_try(st->journal, !egm__rpc_server_others_waiting());
     if (s == EGM_INPROGRESS) {
         held_reply_t *h = hold_reply(st, type, failed, start_ns, *status, reply);
         if (h != NULL) {

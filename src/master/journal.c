@@ -544,13 +544,15 @@ static int send_while_idle(egm_journal_t *j, uint64_t pos)
     return 1;
 }
 
-egm_status_t egm__journal_try(egm_journal_t *j)
+egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
 {
     uint64_t pos = tl_pos;
     if (j == NULL || tl_journal != j || pos == 0)
         return EGM_OK;
     pthread_mutex_lock(&j->lock);
-    int done = send_while_idle(j, pos);
+    int done = may_send ? send_while_idle(j, pos) : acked_by_all(j, pos);
+    if (!done && !may_send) /* the followers' threads send it */
+        pthread_cond_broadcast(&j->more);
     unlock_and_settle(j);
     if (!done)
         return EGM_INPROGRESS;

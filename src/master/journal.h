@@ -118,10 +118,11 @@ egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t time
 
 /* Without blocking the thread (an RPC thread serving other requests
  * meanwhile): egm__journal_try sends, like egm__journal_wait, to the
- * followers that are idle, and answers EGM_OK when every in-sync follower
- * has the calling thread's last op (or there is none: the thread's position
- * is cleared), or EGM_INPROGRESS when some still lack it (a batch is in
- * flight to them). Then egm__journal_notify calls done(arg, status, error)
+ * followers that are idle when may_send (blocking for their answer: for a
+ * thread with nothing else to do), else wakes the followers' threads to
+ * send; and answers EGM_OK when every in-sync follower has the calling
+ * thread's last op (or there is none: the thread's position is cleared), or
+ * EGM_INPROGRESS when some still lack it. Then egm__journal_notify calls done(arg, status, error)
  * once they have it (EGM_OK, error "") or timeout_ms passed
  * (EGM_ERR_UNREACHABLE and its text), from whichever thread saw that (the
  * one that got the acknowledgement, or a follower's thread checking the
@@ -130,7 +131,7 @@ egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t time
  * EGM_ERR_UNREACHABLE. It clears the thread's position. The ops waited for
  * are sent by whoever sends next: the follower's thread after the batch in
  * flight, or a waiting request that finds the follower idle. */
-egm_status_t egm__journal_try(egm_journal_t *j);
+egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
 typedef void (*egm_journal_done_fn)(void *arg, egm_status_t status, const char *error);
 void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done,
                          void *arg);

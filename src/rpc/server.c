@@ -138,6 +138,13 @@ static uint64_t stat_get(const atomic_uint_fast64_t *counter)
 static _Thread_local rpc_conn_t *current_conn;
 static _Thread_local const egm_frame_header_t *current_request;
 static _Thread_local int current_held;
+static _Thread_local int current_more_input; /* bytes read after the request's frame */
+
+int egm__rpc_server_others_waiting(void)
+{
+    const rpc_conn_t *c = current_conn;
+    return c != NULL && (current_more_input || egm__reactor_events_waiting(c->server->reactor) > 0);
+}
 
 int egm__rpc_server_bind_peer(const uint8_t peer[16])
 {
@@ -524,6 +531,7 @@ static int consume(rpc_conn_t *c, const uint8_t *data, size_t n)
         if (status == EGM_INPROGRESS)
             break;
         if (status == EGM_OK) {
+            current_more_input = n > 0;
             dispatch(c, &frame.hdr, frame.payload);
             egm_free(frame.buf);
         } else if (status == EGM_ERR_NO_MEMORY) {

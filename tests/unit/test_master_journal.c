@@ -780,22 +780,35 @@ static void test_try_notify(void **state)
 
     /* Nothing emitted: OK, and a notify is told at once. */
     done_t d = {0};
-    assert_int_equal(egm__journal_try(j), EGM_OK);
+    assert_int_equal(egm__journal_try(j, 1), EGM_OK);
     egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_OK);
 
     /* The follower is idle: try sends itself, and it is done. */
     egm__journal_object_gone(j, "idle", 4);
-    assert_int_equal(egm__journal_try(j), EGM_OK);
+    assert_int_equal(egm__journal_try(j, 1), EGM_OK);
     assert_int_equal(sd.calls, 1);
     assert_int_equal(egm__journal_follower_acked(j, f), jstats(j).end);
+
+    /* Told not to send (other requests wait on this thread): the follower's
+     * own thread gets the op. */
+    egm__journal_object_gone(j, "busy", 4);
+    assert_int_equal(egm__journal_try(j, 0), EGM_INPROGRESS);
+    assert_int_equal(sd.calls, 1);
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
+    uint64_t busy = take_in_flight(j, f);
+    assert_int_equal(busy, jstats(j).end);
+    assert_int_equal(d.calls, 0);
+    egm__journal_acked(j, f, busy);
+    assert_int_equal(d.calls, 1);
 
     /* A batch in flight: try does not send beside it. */
     egm__journal_object_gone(j, "first", 5);
     uint64_t first = take_in_flight(j, f);
     egm__journal_object_gone(j, "second", 6);
-    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS);
+    assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS);
     assert_int_equal(sd.calls, 1);
     memset(&d, 0, sizeof(d));
     egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
@@ -816,7 +829,7 @@ static void test_try_notify(void **state)
     /* Not acknowledged in time: UNREACHABLE, seen by the follower's next. */
     egm__journal_object_gone(j, "late", 4);
     take_in_flight(j, f);
-    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS);
+    assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS);
     memset(&d, 0, sizeof(d));
     egm__journal_notify(j, 20, done_rec, &d);
     egm__sleep_ms(40);
@@ -832,7 +845,7 @@ static void test_try_notify(void **state)
 
     /* Unfollowed (out of the in-sync set first): the waiter is told OK. */
     egm__journal_object_gone(j, "gone", 4);
-    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS); /* "late" is still in flight */
+    assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS); /* "late" is still in flight */
     memset(&d, 0, sizeof(d));
     egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
     egm__journal_unfollow(j, f);
@@ -844,7 +857,7 @@ static void test_try_notify(void **state)
     egm__journal_set_in_sync(j, f);
     egm__journal_object_gone(j, "end", 3);
     take_in_flight(j, f);
-    assert_int_equal(egm__journal_try(j), EGM_INPROGRESS);
+    assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS);
     memset(&d, 0, sizeof(d));
     egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
     assert_int_equal(d.calls, 0);

@@ -109,6 +109,8 @@ static egm_status_t huge_handler(void *arg, uint16_t type, const uint8_t *payloa
 #define TYPE_HOLD EGM_RPC_GET_REPLICA_LIST
 static egm_rpc_hold_t *held[8];
 static size_t n_held;
+static int held_others_waiting[8]; /* egm__rpc_server_others_waiting() in each */
+static size_t n_seen;
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
 static sem_t held_sem;
 
@@ -119,6 +121,7 @@ static egm_status_t hold_handler(void *arg, uint16_t type, const uint8_t *payloa
     (void)type;
     (void)payload;
     (void)len;
+    int waiting = egm__rpc_server_others_waiting();
     egm_rpc_hold_t *h = egm__rpc_server_hold();
     if (h == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "hold");
@@ -130,6 +133,7 @@ static egm_status_t hold_handler(void *arg, uint16_t type, const uint8_t *payloa
     reply->len = 4;
     pthread_mutex_lock(&held_lock);
     held[n_held++] = h;
+    held_others_waiting[n_seen++ % 8] = waiting;
     pthread_mutex_unlock(&held_lock);
     sem_post(&held_sem);
     return EGM_OK;
@@ -1691,11 +1695,18 @@ static void test_held_replies(void **state)
     egm__rpc_hold_release(next_held(), EGM_ERR_UNREACHABLE, NULL, 0, "standby late");
     raw_expect_error(fd, 3, EGM_ERR_UNREACHABLE, "standby late");
 
-    /* Two held on one connection, released in the other order. */
-    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 4, "d", 1));
+    /* Alone, a request has nobody waiting behind it. */
+    assert_int_equal(egm__rpc_server_others_waiting(), 0); /* outside a handler */
+    assert_int_equal(held_others_waiting[0], 0);
+    /* Two held on one connection, sent in one write: the first has the
+     * second waiting behind it; released in the other order. */
+    size_t two = build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 4, "d", 1);
+    two += build_frame(frame + two, EGM_RPC_VERSION, TYPE_HOLD, 5, "e", 1);
+    raw_send(fd, frame, two);
+    egm_rpc_hold_t *h5 = next_held(); /* the last held first */
     egm_rpc_hold_t *h4 = next_held();
-    raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 5, "e", 1));
-    egm_rpc_hold_t *h5 = next_held();
+    assert_int_equal(held_others_waiting[2], 1);
+    assert_int_equal(held_others_waiting[3], 0);
     release_text(h5, "five");
     raw_expect_reply(fd, 5, "five");
     release_text(h4, "four");
