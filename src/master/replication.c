@@ -28,7 +28,7 @@
  * answer of a small batch usually comes sooner, and a thread woken from
  * sleep adds several microseconds to every change a request waits for. */
 #define EGM_REPL_SPIN_US 50
-#define EGM_REPL_DISCOVER_MS 250      /* how often the leader lists the masters */
+#define EGM_REPL_DISCOVER_MS 250 /* how often the leader lists the masters */
 
 typedef struct {
     struct egm_replication *r;
