@@ -859,11 +859,30 @@ typedef struct {
     uint64_t start_ns;
 } held_reply_t;
 
+/* Whether this master still leads at the epoch it serves (always, without
+ * HA). A leader that lost its lease stops following its standbys without
+ * taking them out of the in-sync set: the changes they had not confirmed
+ * may be missing at the next leader, so they are not answered as done. */
+static int still_leading(egm_master_state_t *st)
+{
+    int64_t epoch = 0;
+    return st->election == NULL || (egm__election_leading(st->election, &epoch) &&
+                                    epoch == atomic_load(&st->serving_epoch));
+}
+
+#define NOT_CONFIRMED                                                                              \
+    "this master stopped leading before its standbys confirmed the change (it may be missing at "  \
+    "the next leader; enable_ha)"
+
 /* egm_journal_done_fn: the standbys hold the request's changes (or did not
  * confirm in time): its answer goes out. */
 static void on_settled(void *arg, egm_status_t status, const char *error)
 {
     held_reply_t *h = arg;
+    if (status == EGM_OK && !still_leading(h->st)) {
+        status = EGM_ERR_UNREACHABLE;
+        error = NOT_CONFIRMED;
+    }
     if (status != EGM_OK) {
         egm_free(h->reply.buf);
         h->reply.buf = NULL;
@@ -923,6 +942,8 @@ static int wait_for_standbys(egm_master_state_t *st, uint16_t type, int failed, 
             return 1;
         }
         s = egm__journal_wait(st->journal, st->journal_wait_ms); /* the thread waits */
+        if (s == EGM_OK && !still_leading(st))
+            s = egm__set_error(EGM_ERR_UNREACHABLE, NOT_CONFIRMED);
     }
     if (s != EGM_OK) {
         egm_free(reply->buf);

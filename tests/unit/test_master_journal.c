@@ -691,17 +691,26 @@ static egm_status_t send_rec(void *arg, uint64_t from, uint64_t to, const uint8_
     return sd->fail ? egm__set_error(EGM_ERR_UNREACHABLE, "test: send failed") : EGM_OK;
 }
 
+/* A journal with one in-sync follower whose ops go to send_rec (sd), at
+ * most max bytes a batch. */
+static egm_journal_t *journal_sending(sender_t *sd, size_t max)
+{
+    egm_journal_t *j;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &sd->f, &pos), EGM_OK);
+    sd->j = j;
+    egm__journal_set_sender(j, sd->f, send_rec, sd, max);
+    egm__journal_set_in_sync(j, sd->f);
+    return j;
+}
+
 static void test_wait_sends(void **state)
 {
     (void)state;
-    egm_journal_t *j;
-    egm_journal_follower_t *f;
-    uint64_t pos;
-    assert_int_equal(egm__journal_create(&j), EGM_OK);
-    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
-    sender_t sd = {.j = j, .f = f};
-    egm__journal_set_sender(j, f, send_rec, &sd, 50);
-    egm__journal_set_in_sync(j, f);
+    sender_t sd = {0};
+    egm_journal_t *j = journal_sending(&sd, 50);
+    egm_journal_follower_t *f = sd.f;
 
     egm__journal_object_gone(j, "first", 5);                /* 8 bytes */
     egm__journal_reserve(j, egm__id_random(), 128, 64, 10); /* 41 */
@@ -769,14 +778,10 @@ static uint64_t take_in_flight(egm_journal_t *j, egm_journal_follower_t *f)
 static void test_try_notify(void **state)
 {
     (void)state;
-    egm_journal_t *j;
-    egm_journal_follower_t *f;
+    sender_t sd = {0};
+    egm_journal_t *j = journal_sending(&sd, 1 << 20);
+    egm_journal_follower_t *f = sd.f;
     uint64_t pos;
-    assert_int_equal(egm__journal_create(&j), EGM_OK);
-    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
-    sender_t sd = {.j = j, .f = f};
-    egm__journal_set_sender(j, f, send_rec, &sd, 1 << 20);
-    egm__journal_set_in_sync(j, f);
 
     /* Nothing emitted: OK, and a notify is told at once. */
     done_t d = {0};
