@@ -308,8 +308,9 @@ static void test_cut_off_leader_exits(void **state)
  * Whatever the put returned, OK means readable at the new leader. (The
  * standby, resumed, may still apply the batch left in its socket: then the
  * object is there even though the put reported UNREACHABLE, which is
- * allowed. A leader that acknowledged a change before sending it, or
- * without waiting for the standby, fails this.) */
+ * allowed; and for the same reason an acknowledgement sent without waiting
+ * for the standby would pass here: what fails is a change acknowledged but
+ * never sent, e.g. one the journal does not carry.) */
 static void test_unconfirmed_change_not_acknowledged(void **state)
 {
     (void)state;
