@@ -108,7 +108,7 @@ static egm_status_t huge_handler(void *arg, uint16_t type, const uint8_t *payloa
 /* Holds its reply (egm__rpc_server_hold) for the test thread to release. */
 #define TYPE_HOLD EGM_RPC_GET_REPLICA_LIST
 static egm_rpc_hold_t *held[8];
-static size_t n_held;
+static size_t n_held, n_taken;
 static int held_others_waiting[8]; /* egm__rpc_server_others_waiting() in each */
 static size_t n_seen;
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -132,18 +132,19 @@ static egm_status_t hold_handler(void *arg, uint16_t type, const uint8_t *payloa
     reply->buf = egm_malloc(4, "test_hold");
     reply->len = 4;
     pthread_mutex_lock(&held_lock);
-    held[n_held++] = h;
+    held[n_held++ % 8] = h;
     held_others_waiting[n_seen++ % 8] = waiting;
     pthread_mutex_unlock(&held_lock);
     sem_post(&held_sem);
     return EGM_OK;
 }
 
+/* The oldest hold not taken yet, once it is there. */
 static egm_rpc_hold_t *next_held(void)
 {
     assert_int_equal(sem_wait(&held_sem), 0);
     pthread_mutex_lock(&held_lock);
-    egm_rpc_hold_t *h = held[--n_held];
+    egm_rpc_hold_t *h = held[n_taken++ % 8];
     pthread_mutex_unlock(&held_lock);
     return h;
 }
@@ -1677,6 +1678,7 @@ static void test_held_replies(void **state)
     env_t env;
     uint8_t frame[256];
     assert_int_equal(sem_init(&held_sem, 0, 0), 0);
+    n_held = n_taken = n_seen = 0;
     assert_null(egm__rpc_server_hold()); /* outside a handler */
     env_start(&env, 0, 0);
     int fd = raw_connect(env.port);
@@ -1703,8 +1705,8 @@ static void test_held_replies(void **state)
     size_t two = build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 4, "d", 1);
     two += build_frame(frame + two, EGM_RPC_VERSION, TYPE_HOLD, 5, "e", 1);
     raw_send(fd, frame, two);
-    egm_rpc_hold_t *h5 = next_held(); /* the last held first */
     egm_rpc_hold_t *h4 = next_held();
+    egm_rpc_hold_t *h5 = next_held();
     assert_int_equal(held_others_waiting[2], 1);
     assert_int_equal(held_others_waiting[3], 0);
     release_text(h5, "five");
@@ -1729,6 +1731,70 @@ static void test_held_replies(void **state)
     env_stop(&env);
     release_text(h, "too late");
     close(fd);
+    sem_destroy(&held_sem);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* egm__rpc_call_then's hook runs once the request is written, before the
+ * call waits for its reply (here held by the server until the test saw the
+ * hook), and once on a call that fails before writing. */
+typedef struct {
+    egm_rpc_client_t *client;
+    sem_t hooked;
+    int calls;
+    egm_status_t status;
+    uint8_t *reply;
+    size_t len;
+} hooked_call_t;
+
+static void on_written(void *arg)
+{
+    hooked_call_t *hc = arg;
+    hc->calls++;
+    sem_post(&hc->hooked);
+}
+
+static void *hooked_call_main(void *arg)
+{
+    hooked_call_t *hc = arg;
+    hc->status = egm__rpc_call_then(hc->client, TYPE_HOLD, (const uint8_t *)"q", 1, on_written, hc,
+                                    &hc->reply, &hc->len, 10000);
+    return NULL;
+}
+
+static void test_call_written_hook(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    assert_int_equal(sem_init(&held_sem, 0, 0), 0);
+    n_held = n_taken = n_seen = 0;
+    env_start(&env, 0, 0);
+    hooked_call_t hc = {.client = new_client(env.addr)};
+    assert_int_equal(sem_init(&hc.hooked, 0, 0), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hooked_call_main, &hc), 0);
+    assert_int_equal(sem_wait(&hc.hooked), 0); /* written, the reply not sent yet */
+    egm_rpc_hold_t *h = next_held();
+    assert_int_equal(hc.calls, 1);
+    release_text(h, "done");
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(hc.status, EGM_OK);
+    assert_int_equal(hc.len, 4);
+    assert_memory_equal(hc.reply, "done", 4);
+    assert_int_equal(hc.calls, 1);
+    egm_free(hc.reply);
+
+    /* Refused before writing (over max_frame_size): the hook still runs. */
+    static uint8_t big[MAX_FRAME + 1];
+    hc.calls = 0;
+    assert_int_equal(egm__rpc_call_then(hc.client, TYPE_ECHO, big, sizeof(big), on_written, &hc,
+                                        &hc.reply, &hc.len, 1000),
+                     EGM_ERR_INVALID_ARG);
+    assert_int_equal(hc.calls, 1);
+    egm__rpc_client_destroy(hc.client);
+    env_stop(&env);
+    sem_destroy(&hc.hooked);
     sem_destroy(&held_sem);
     assert_int_equal(egm__alloc_live_count(), live);
 }
@@ -1758,6 +1824,7 @@ int main(void)
         cmocka_unit_test(test_hello_before_auth),
         cmocka_unit_test(test_peer_group_spreads_connections),
         cmocka_unit_test(test_held_replies),
+        cmocka_unit_test(test_call_written_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
