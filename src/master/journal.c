@@ -551,7 +551,7 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
         return EGM_OK;
     pthread_mutex_lock(&j->lock);
     int done = may_send ? send_while_idle(j, pos) : acked_by_all(j, pos);
-    if (!done) /* the followers' threads send it, beside what is in flight */
+    if (!done && !may_send) /* the followers' threads send it */
         pthread_cond_broadcast(&j->more);
     unlock_and_settle(j);
     if (!done)
@@ -642,9 +642,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
     *buf_p = NULL;
     *len_p = 0;
     pthread_mutex_lock(&j->lock);
-    /* Beside batches in flight, a waiting request's too: the sender writes
-     * them in the order they were taken (master/replication.c). */
-    while (!f->cut && !f->failed && f->sent == end_of(j))
+    while (!f->cut && !f->failed && (f->sending || f->sent == end_of(j)))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
     egm_status_t status = EGM_OK;
@@ -658,7 +656,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
                            EGM_JOURNAL_BACKLOG_MAX >> 20);
         goto out;
     }
-    if (f->sent == end_of(j)) {
+    if (f->sending || f->sent == end_of(j)) {
         status = EGM_ERR_TIMEOUT;
         goto out;
     }

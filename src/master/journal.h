@@ -143,8 +143,8 @@ void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done
  * egm__journal_set_in_sync. */
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p);
 /* The ops after what f was last given, at most max bytes (whole ops; at least
- * one), waiting up to wait_ms for some, whatever is in flight to f (several
- * threads may each have a batch out): EGM_OK with an egm_malloc'ed copy in *buf_p, the positions
+ * one), waiting up to wait_ms for some (and for a send by a waiting request
+ * to end): EGM_OK with an egm_malloc'ed copy in *buf_p, the positions
  * [*from_p, *to_p); EGM_ERR_TIMEOUT when none came; EGM_ERR_NO_SPACE when f
  * fell so far behind that the journal dropped it, EGM_ERR_UNREACHABLE when a
  * send to it failed (either way it must start over with a snapshot);
@@ -154,10 +154,8 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
                                uint64_t *to_p);
 /* How f's ops reach it: sends [from, to) and answers EGM_OK once f applied
  * them. Called without the journal's lock, by the thread that took the ops
- * (a waiting request's, or whoever calls egm__journal_next); calls for one
- * follower may overlap, and must reach it in the order of `from` (the
- * sender's job: master/replication.c writes each batch only after the one
- * before it). */
+ * (a waiting request's, or whoever calls egm__journal_next), one call at a
+ * time per follower, in order. */
 typedef egm_status_t (*egm_journal_send_fn)(void *arg, uint64_t from, uint64_t to,
                                             const uint8_t *ops, size_t len);
 /* Lets waiting requests send to f, max bytes of ops at a time (whole ops, one

@@ -28,9 +28,6 @@
  * answer of a small batch usually comes sooner, and a thread woken from
  * sleep adds several microseconds to every change a request waits for. */
 #define EGM_REPL_SPIN_US 50
-/* Threads sending one standby its journal, each with a batch in flight at
- * most: a batch need not wait for the answer to the one before it. */
-#define EGM_REPL_SENDERS 3
 #define EGM_REPL_DISCOVER_MS 250 /* how often the leader lists the masters */
 
 typedef struct {
@@ -127,11 +124,9 @@ static size_t batch_max(const egm_replication_t *r)
     return half < EGM_REPL_BATCH_MAX ? half : EGM_REPL_BATCH_MAX;
 }
 
-/* One HaApply; EGM_OK when the standby applied it. written(arg), when not
- * NULL, is called once the request is written (egm__rpc_call_then). */
+/* One HaApply; EGM_OK when the standby applied it. */
 static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int reset, uint64_t from,
-                               uint64_t to, const uint8_t *ops, size_t len, int timeout_ms,
-                               void (*written)(void *), void *arg)
+                               uint64_t to, const uint8_t *ops, size_t len, int timeout_ms)
 {
     Egm__HaApplyRequest req = EGM__HA_APPLY_REQUEST__INIT;
     req.epoch = r->epoch;
@@ -142,9 +137,9 @@ static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int re
     req.ops.len = len;
     req.leader = r->self;
     Egm__StatusReply *reply = NULL;
-    egm_status_t s = egm__rpc_call_msg_then(c, EGM_RPC_HA_APPLY, &req.base, written, arg,
-                                            &egm__status_reply__descriptor,
-                                            (ProtobufCMessage **)&reply, timeout_ms);
+    egm_status_t s =
+        egm__rpc_call_msg(c, EGM_RPC_HA_APPLY, &req.base, &egm__status_reply__descriptor,
+                          (ProtobufCMessage **)&reply, timeout_ms);
     if (s == EGM_OK && reply->status != EGM_OK)
         s = egm__set_error((egm_status_t)reply->status, "%s", reply->error);
     if (reply != NULL)
@@ -157,123 +152,18 @@ static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int re
     return s;
 }
 
-/* What sends one standby its journal: the standby's thread and its helpers
- * (EGM_REPL_SENDERS in all, each with a batch in flight at most) and the
- * waiting requests, over one connection. The standby applies batches in the
- * order they reach it and refuses one that is not at its position, so each
- * batch is written only once the one before it (in the journal) was. */
 typedef struct {
     egm_replication_t *r;
     egm_rpc_client_t *c;
-    egm_journal_follower_t *f;
     int timeout_ms;
-    pthread_mutex_t lock;
-    pthread_cond_t turn; /* written_to moved, or broken */
-    uint64_t written_to; /* the journal is written to the standby up to here */
-    int broken;          /* a batch was not written: the later ones cannot be */
-    atomic_int stop;     /* the helpers end (a send failed, or the standby's thread ends) */
-    egm_status_t failed; /* a helper's failure, for the standby's thread to report */
-    char error[256];
 } sender_t;
-
-typedef struct {
-    sender_t *sd;
-    uint64_t to;
-} turn_t;
-
-/* egm__rpc_call_then's hook: the next batch may go. */
-static void written(void *arg)
-{
-    const turn_t *t = arg;
-    pthread_mutex_lock(&t->sd->lock);
-    if (t->to > t->sd->written_to)
-        t->sd->written_to = t->to;
-    pthread_cond_broadcast(&t->sd->turn);
-    pthread_mutex_unlock(&t->sd->lock);
-}
-
-static void sender_break(sender_t *sd)
-{
-    pthread_mutex_lock(&sd->lock);
-    sd->broken = 1;
-    pthread_cond_broadcast(&sd->turn);
-    pthread_mutex_unlock(&sd->lock);
-}
-
-/* Sends [from, to) once everything before `from` is written. */
-static egm_status_t ordered_send(sender_t *sd, uint64_t from, uint64_t to, const uint8_t *ops,
-                                 size_t len)
-{
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += sd->timeout_ms / 1000;
-    deadline.tv_nsec += (long)(sd->timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&sd->lock);
-    while (sd->written_to != from && !sd->broken)
-        if (pthread_cond_timedwait(&sd->turn, &sd->lock, &deadline) == ETIMEDOUT)
-            sd->broken = 1;
-    int broken = sd->broken;
-    pthread_mutex_unlock(&sd->lock);
-    if (broken)
-        return egm__set_error(EGM_ERR_UNREACHABLE,
-                              "ops %llu..%llu: an earlier batch to the standby was not written",
-                              (unsigned long long)from, (unsigned long long)to);
-    turn_t t = {sd, to};
-    egm_status_t s = send_batch(sd->r, sd->c, 0, from, to, ops, len, sd->timeout_ms, written, &t);
-    if (s != EGM_OK)
-        sender_break(sd);
-    return s;
-}
 
 /* egm_journal_send_fn: a waiting request sends to the standby itself. */
 static egm_status_t send_journal(void *arg, uint64_t from, uint64_t to, const uint8_t *ops,
                                  size_t len)
 {
-    return ordered_send(arg, from, to, ops, len);
-}
-
-/* Sends the standby one batch of what is pending, if any comes within
- * 100 ms. */
-static egm_status_t pump(sender_t *sd)
-{
-    egm_journal_t *j = sd->r->p.state->journal;
-    uint8_t *ops = NULL;
-    size_t len = 0;
-    uint64_t from, to;
-    egm_status_t s = egm__journal_next(j, sd->f, 100, batch_max(sd->r), &ops, &len, &from, &to);
-    if (s == EGM_OK) {
-        s = ordered_send(sd, from, to, ops, len);
-        egm_free(ops);
-        if (s == EGM_OK)
-            egm__journal_acked(j, sd->f, to);
-    } else if (s == EGM_ERR_TIMEOUT) { /* nothing new */
-        s = EGM_OK;
-    }
-    return s;
-}
-
-/* A helper: sends beside the standby's thread, so that batches follow one
- * another without waiting for the answer to the one before. */
-static void *helper_main(void *arg)
-{
-    sender_t *sd = arg;
-    while (!atomic_load(&sd->stop) && !atomic_load(&sd->r->stopping) && leading(sd->r)) {
-        egm_status_t s = pump(sd);
-        if (s != EGM_OK) {
-            pthread_mutex_lock(&sd->lock);
-            if (sd->failed == EGM_OK) {
-                sd->failed = s;
-                snprintf(sd->error, sizeof(sd->error), "%s", egm_last_error());
-            }
-            pthread_mutex_unlock(&sd->lock);
-            atomic_store(&sd->stop, 1);
-        }
-    }
-    return NULL;
+    const sender_t *sd = arg;
+    return send_batch(sd->r, sd->c, 0, from, to, ops, len, sd->timeout_ms);
 }
 
 /* The leader's state as journal ops, and a journal follower placed right
@@ -309,8 +199,7 @@ static egm_status_t send_snapshot(egm_replication_t *r, egm_rpc_client_t *c, con
                 break;
             end = next;
         }
-        egm_status_t s =
-            send_batch(r, c, first, pos, pos, b->buf + at, end - at, timeout_ms, NULL, NULL);
+        egm_status_t s = send_batch(r, c, first, pos, pos, b->buf + at, end - at, timeout_ms);
         if (s != EGM_OK)
             return s;
         first = 0;
@@ -358,15 +247,7 @@ static void *standby_main(void *arg)
         egm_info("master: standby %s has the state (%zu bytes); following it", sb->addr, snap.len);
     }
     egm__jbuf_free(&snap);
-    sender_t sender = {.r = r, .c = c, .f = f, .timeout_ms = timeout, .written_to = pos};
-    pthread_mutex_init(&sender.lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sender.turn, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_t helpers[EGM_REPL_SENDERS - 1];
-    size_t n_helpers = 0;
+    sender_t sender = {.r = r, .c = c, .timeout_ms = timeout};
     if (s == EGM_OK) {
         egm__journal_set_sender(st->journal, f, send_journal, &sender, batch_max(r));
         /* Waited for from now on: what changed since the snapshot is little,
@@ -374,12 +255,20 @@ static void *standby_main(void *arg)
          * up under any load (waiting for a quiet moment might never end). */
         sync_at = egm__journal_set_in_sync(st->journal, f);
         in_sync = 1;
-        for (size_t i = 0; i < EGM_REPL_SENDERS - 1; i++)
-            if (pthread_create(&helpers[n_helpers], NULL, helper_main, &sender) == 0)
-                n_helpers++; /* fewer helpers: less in flight, nothing else */
     }
-    while (s == EGM_OK && !atomic_load(&r->stopping) && !atomic_load(&sender.stop) && leading(r)) {
-        s = pump(&sender);
+    while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
+        uint8_t *ops = NULL;
+        size_t len = 0;
+        uint64_t from, to;
+        s = egm__journal_next(st->journal, f, 100, batch_max(r), &ops, &len, &from, &to);
+        if (s == EGM_OK) {
+            s = send_batch(r, c, 0, from, to, ops, len, timeout);
+            egm_free(ops);
+            if (s == EGM_OK)
+                egm__journal_acked(st->journal, f, to);
+        } else if (s == EGM_ERR_TIMEOUT) { /* nothing new */
+            s = EGM_OK;
+        }
         /* Every change answered before in_sync was set is in what it acked
          * up to sync_at; every later one waits for it: it is in sync. */
         if (s == EGM_OK && in_sync && !listed &&
@@ -390,21 +279,13 @@ static void *standby_main(void *arg)
             }
         }
     }
-    atomic_store(&sender.stop, 1);
-    sender_break(&sender); /* nothing is written after this */
-    for (size_t i = 0; i < n_helpers; i++)
-        pthread_join(helpers[i], NULL);
-    if (s == EGM_OK && sender.failed != EGM_OK)
-        s = egm__set_error(sender.failed, "%s", sender.error);
     if (s != EGM_OK && !atomic_load(&r->stopping))
         egm_warn("master: standby %s dropped: %s", sb->addr, egm_last_error());
     /* Out of the set in etcd before any change goes on without it. */
     if (listed)
         change_insync(r, sb->addr, 0);
     if (f != NULL)
-        egm__journal_unfollow(st->journal, f); /* waits for the waiting requests' sends */
-    pthread_cond_destroy(&sender.turn);
-    pthread_mutex_destroy(&sender.lock);
+        egm__journal_unfollow(st->journal, f);
     egm__rpc_client_destroy(c);
     atomic_store(&sb->done, 1);
     return NULL;

@@ -779,22 +779,7 @@ static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t
 egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
                            size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms)
 {
-    return egm__rpc_call_then(client, type, req, req_len, NULL, NULL, reply_p, reply_len_p,
-                              timeout_ms);
-}
-
-egm_status_t egm__rpc_call_then(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
-                                size_t req_len, void (*written)(void *), void *written_arg,
-                                uint8_t **reply_p, size_t *reply_len_p, int timeout_ms)
-{
     egm_rpc_client_t *cl = client;
-#define NOTIFY_WRITTEN()                                                                           \
-    do {                                                                                           \
-        if (written != NULL) {                                                                     \
-            written(written_arg);                                                                  \
-            written = NULL;                                                                        \
-        }                                                                                          \
-    } while (0)
     uint64_t deadline_ms = timeout_ms > 0 ? egm__now_ms() + (uint64_t)timeout_ms : 0;
     pending_t p = {.done = 0, .status = EGM_OK};
     pthread_condattr_t ca;
@@ -804,13 +789,12 @@ egm_status_t egm__rpc_call_then(egm_rpc_client_t *client, uint16_t type, const u
 
     *reply_p = NULL;
     *reply_len_p = 0;
-    if (cl == NULL || req_len > cl->max_frame_size) {
-        NOTIFY_WRITTEN();
-        return cl == NULL ? egm__set_error(EGM_ERR_CLOSED, "rpc client: not created")
-                          : egm__set_error(EGM_ERR_INVALID_ARG,
-                                           "%s request of %zu bytes exceeds max_frame_size %zu",
-                                           egm__rpc_type_name(type), req_len, cl->max_frame_size);
-    }
+    if (cl == NULL)
+        return egm__set_error(EGM_ERR_CLOSED, "rpc client: not created");
+    if (req_len > cl->max_frame_size)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "%s request of %zu bytes exceeds max_frame_size %zu",
+                              egm__rpc_type_name(type), req_len, cl->max_frame_size);
 
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -856,7 +840,6 @@ egm_status_t egm__rpc_call_then(egm_rpc_client_t *client, uint16_t type, const u
     }
     /* else the connection was replaced: dropping it failed us */
     pthread_mutex_unlock(&cl->wlock);
-    NOTIFY_WRITTEN();
 
     pthread_mutex_lock(&cl->lock);
     if (shut && cl->gen == gen)
@@ -917,10 +900,8 @@ egm_status_t egm__rpc_call_then(egm_rpc_client_t *client, uint16_t type, const u
 out_unlock:
     pthread_mutex_unlock(&cl->lock);
 out:
-    NOTIFY_WRITTEN(); /* when it failed before writing */
     pthread_cond_destroy(&p.cond);
     return status;
-#undef NOTIFY_WRITTEN
 }
 
 egm_status_t egm__rpc_call_pb(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
@@ -941,27 +922,11 @@ egm_status_t egm__rpc_call_msg(egm_rpc_client_t *client, uint16_t type, const Pr
                                const ProtobufCMessageDescriptor *reply_desc,
                                ProtobufCMessage **reply_p, int timeout_ms)
 {
-    return egm__rpc_call_msg_then(client, type, req, NULL, NULL, reply_desc, reply_p, timeout_ms);
-}
-
-egm_status_t egm__rpc_call_msg_then(egm_rpc_client_t *client, uint16_t type,
-                                    const ProtobufCMessage *req, void (*written)(void *),
-                                    void *written_arg, const ProtobufCMessageDescriptor *reply_desc,
-                                    ProtobufCMessage **reply_p, int timeout_ms)
-{
-    uint8_t *reply = NULL, *buf = NULL;
-    size_t reply_len = 0, len = 0;
+    uint8_t *reply = NULL;
+    size_t reply_len = 0;
 
     *reply_p = NULL;
-    egm_status_t status = egm__pb_pack(req, &buf, &len);
-    if (status != EGM_OK) {
-        if (written != NULL)
-            written(written_arg);
-        return status;
-    }
-    status = egm__rpc_call_then(client, type, buf, len, written, written_arg, &reply, &reply_len,
-                                timeout_ms);
-    egm_free(buf);
+    egm_status_t status = egm__rpc_call_pb(client, type, req, &reply, &reply_len, timeout_ms);
     if (status != EGM_OK)
         return status;
     status = egm__pb_unpack(reply_desc, reply, reply_len, reply_p);

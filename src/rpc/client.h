@@ -77,14 +77,6 @@ int egm__rpc_client_local_probe(const char *addr, int timeout_ms);
 egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
                            size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
 
-/* egm__rpc_call that calls written(written_arg) once, on the calling
- * thread, as soon as the request is written (or failed to be, or will not be:
- * then before returning), before it waits for the reply: callers that must
- * write their requests in an order let the next one go there. */
-egm_status_t egm__rpc_call_then(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
-                                size_t req_len, void (*written)(void *), void *written_arg,
-                                uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
-
 /* Protobuf request, raw reply: packs req and makes the raw call above, whose
  * reply ownership and errors it shares; packing adds EGM_ERR_NO_MEMORY and
  * EGM_ERR_INTERNAL. Any thread. */
@@ -96,11 +88,6 @@ egm_status_t egm__rpc_call_pb(egm_rpc_client_t *client, uint16_t type, const Pro
 egm_status_t egm__rpc_call_msg(egm_rpc_client_t *client, uint16_t type, const ProtobufCMessage *req,
                                const ProtobufCMessageDescriptor *reply_desc,
                                ProtobufCMessage **reply_p, int timeout_ms);
-/* egm__rpc_call_msg with egm__rpc_call_then's written hook. */
-egm_status_t egm__rpc_call_msg_then(egm_rpc_client_t *client, uint16_t type,
-                                    const ProtobufCMessage *req, void (*written)(void *),
-                                    void *written_arg, const ProtobufCMessageDescriptor *reply_desc,
-                                    ProtobufCMessage **reply_p, int timeout_ms);
 void egm__rpc_msg_free(ProtobufCMessage *msg);
 
 #endif
