@@ -1735,70 +1735,6 @@ static void test_held_replies(void **state)
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
-/* egm__rpc_call_then's hook runs once the request is written, before the
- * call waits for its reply (here held by the server until the test saw the
- * hook), and once on a call that fails before writing. */
-typedef struct {
-    egm_rpc_client_t *client;
-    sem_t hooked;
-    int calls;
-    egm_status_t status;
-    uint8_t *reply;
-    size_t len;
-} hooked_call_t;
-
-static void on_written(void *arg)
-{
-    hooked_call_t *hc = arg;
-    hc->calls++;
-    sem_post(&hc->hooked);
-}
-
-static void *hooked_call_main(void *arg)
-{
-    hooked_call_t *hc = arg;
-    hc->status = egm__rpc_call_then(hc->client, TYPE_HOLD, (const uint8_t *)"q", 1, on_written, hc,
-                                    &hc->reply, &hc->len, 10000);
-    return NULL;
-}
-
-static void test_call_written_hook(void **state)
-{
-    (void)state;
-    uint64_t live = egm__alloc_live_count();
-    env_t env;
-    assert_int_equal(sem_init(&held_sem, 0, 0), 0);
-    n_held = n_taken = n_seen = 0;
-    env_start(&env, 0, 0);
-    hooked_call_t hc = {.client = new_client(env.addr)};
-    assert_int_equal(sem_init(&hc.hooked, 0, 0), 0);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, hooked_call_main, &hc), 0);
-    assert_int_equal(sem_wait(&hc.hooked), 0); /* written, the reply not sent yet */
-    egm_rpc_hold_t *h = next_held();
-    assert_int_equal(hc.calls, 1);
-    release_text(h, "done");
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(hc.status, EGM_OK);
-    assert_int_equal(hc.len, 4);
-    assert_memory_equal(hc.reply, "done", 4);
-    assert_int_equal(hc.calls, 1);
-    egm_free(hc.reply);
-
-    /* Refused before writing (over max_frame_size): the hook still runs. */
-    static uint8_t big[MAX_FRAME + 1];
-    hc.calls = 0;
-    assert_int_equal(egm__rpc_call_then(hc.client, TYPE_ECHO, big, sizeof(big), on_written, &hc,
-                                        &hc.reply, &hc.len, 1000),
-                     EGM_ERR_INVALID_ARG);
-    assert_int_equal(hc.calls, 1);
-    egm__rpc_client_destroy(hc.client);
-    env_stop(&env);
-    sem_destroy(&hc.hooked);
-    sem_destroy(&held_sem);
-    assert_int_equal(egm__alloc_live_count(), live);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1824,7 +1760,6 @@ int main(void)
         cmocka_unit_test(test_hello_before_auth),
         cmocka_unit_test(test_peer_group_spreads_connections),
         cmocka_unit_test(test_held_replies),
-        cmocka_unit_test(test_call_written_hook),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
