@@ -257,7 +257,8 @@ typedef struct journal_waiter {
 
 struct egm_journal {
     pthread_mutex_t lock;
-    pthread_cond_t more;  /* ops to send: a send by a waiting request ended, or a follower cut */
+    pthread_cond_t more;  /* ops to send (a request waits for them), a send by a waiting
+                             request ended, or a follower was cut */
     pthread_cond_t acked; /* a follower acknowledged, or left the in-sync set */
     egm_jbuf_t log;       /* ops from position base on */
     uint64_t base;
@@ -340,8 +341,10 @@ static void appended(egm_journal_t *j)
             f->cut = 1;
             cut = 1;
         }
-    if (cut)
+    if (cut) {
         trim(j);
+        pthread_cond_broadcast(&j->more); /* its thread finds out now */
+    }
     /* The follower threads are not woken: the request that made the change
      * sends it (egm__journal_try) or finds a batch in flight, after which
      * the sender takes what is pending. */
@@ -604,6 +607,14 @@ egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t time
     }
     unlock_and_settle(j);
     return status;
+}
+
+void egm__journal_expire(egm_journal_t *j)
+{
+    if (j == NULL)
+        return;
+    pthread_mutex_lock(&j->lock);
+    unlock_and_settle(j);
 }
 
 egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms)

@@ -125,9 +125,9 @@ egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t time
  * EGM_INPROGRESS when some still lack it. Then egm__journal_notify calls done(arg, status, error)
  * once they have it (EGM_OK, error "") or timeout_ms passed
  * (EGM_ERR_UNREACHABLE and its text), from whichever thread saw that (the
- * one that got the acknowledgement, or a follower's thread checking the
- * time at least every 100 ms; at once, here, when nothing is left to wait
- * for), with no lock held; at the journal's destruction, with
+ * one that got the acknowledgement, a follower's thread between its sends,
+ * the caller of egm__journal_expire; at once, here, when nothing is left to
+ * wait for), with no lock held; at the journal's destruction, with
  * EGM_ERR_UNREACHABLE. It clears the thread's position. The ops waited for
  * are sent by whoever sends next: the follower's thread after the batch in
  * flight, or a waiting request that finds the follower idle. */
@@ -135,6 +135,10 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
 typedef void (*egm_journal_done_fn)(void *arg, egm_status_t status, const char *error);
 void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done,
                          void *arg);
+/* Tells the waiters whose time ran out (the master's tick calls it: a
+ * follower's thread may be blocked in a send or in etcd meanwhile). NULL is a
+ * no-op. */
+void egm__journal_expire(egm_journal_t *j);
 
 /* Followers (master/replication.c). A new follower starts at the journal's
  * current end, returned in *pos_p: the caller makes sure nothing is emitted

@@ -66,6 +66,7 @@ static void on_tick(egm_reactor_t *reactor, void *arg)
     egm_master_t *master = arg;
     (void)reactor;
     egm__master_state_tick(&master->state, master->state.now_ms()); /* takes the lock */
+    egm__journal_expire(master->state.journal); /* held replies whose wait ran out */
 }
 
 /* http_port: -1 off, 0 any free port. The default port (9003) being taken is

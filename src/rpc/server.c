@@ -38,6 +38,10 @@
 #define READ_CHUNK (64 * 1024)
 /* Stop reading a connection whose peer does not read its replies. */
 #define OUT_HIGH_WATER (8u * 1024 * 1024)
+/* Stop reading a connection with this many replies held (rpc/hold.h): a
+ * client pipelining changes faster than the standbys confirm them is paced
+ * by their confirmations, as by its unread replies. */
+#define HOLDS_HIGH_WATER 4096
 /* A connection closed after an error reply waits this long for the peer's
  * EOF, so that unread input does not turn the close into an RST that would
  * destroy the error reply before the peer reads it. */
@@ -72,6 +76,10 @@ struct rpc_conn {
     int bound;
     uint8_t peer[16];
     egm_rpc_hold_t *holds; /* its requests answered later (rpc/hold.h) */
+    size_t n_holds;
+    /* The peer half-closed with replies still held: no more reading; the
+     * connection closes once the last of them is sent. */
+    int peer_done;
 };
 
 /* egm_rpc_server_stats_t's counters: other threads read them (stat_get). */
@@ -176,6 +184,7 @@ egm_rpc_hold_t *egm__rpc_server_hold(void)
     if (c->holds != NULL)
         c->holds->conn_prev = h;
     c->holds = h;
+    c->n_holds++;
     current_held = 1;
     return h;
 }
@@ -325,8 +334,12 @@ static int conn_flush(rpc_conn_t *c)
         return 0;
     }
 
+    if (c->peer_done && drained && c->holds == NULL) { /* every held reply went out */
+        conn_close(c);
+        return -1;
+    }
     uint32_t ev = drained ? 0 : EGM_EV_WRITE;
-    if (c->out_len - c->out_off < OUT_HIGH_WATER)
+    if (c->out_len - c->out_off < OUT_HIGH_WATER && c->n_holds < HOLDS_HIGH_WATER && !c->peer_done)
         ev |= EGM_EV_READ;
     if (conn_set_events(c, ev) != 0) {
         conn_close(c);
@@ -404,12 +417,15 @@ static void deliver_held(void *arg, egm_rpc_hold_t *released)
                 c->holds = h->conn_next;
             if (h->conn_next != NULL)
                 h->conn_next->conn_prev = h->conn_prev;
-            if (h->status == EGM_OK && !reply_too_big(c, h->type, h->len))
-                queue_frame(c, EGM_FRAME_REPLY, h->type, h->request_id, h->reply, h->len);
-            else if (h->status == EGM_OK)
-                queue_error(c, h->type, h->request_id, EGM_ERR_PROTOCOL, egm_last_error());
-            else
-                queue_error(c, h->type, h->request_id, h->status, h->error);
+            c->n_holds--;
+            if (!c->closing) { /* after an error reply, nothing more is sent on it */
+                if (h->status == EGM_OK && !reply_too_big(c, h->type, h->len))
+                    queue_frame(c, EGM_FRAME_REPLY, h->type, h->request_id, h->reply, h->len);
+                else if (h->status == EGM_OK)
+                    queue_error(c, h->type, h->request_id, EGM_ERR_PROTOCOL, egm_last_error());
+                else
+                    queue_error(c, h->type, h->request_id, h->status, h->error);
+            }
             conn_flush(c); /* may close it: the holds still on it lose their conn */
         }
         egm__rpc_hold_free(h);
@@ -571,6 +587,10 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
                  * that half-closed after its last request */
                 if (egm__frame_reader_mid_frame(&c->in))
                     egm_debug("rpc server: fd %d closed mid-frame", c->fd);
+                if (c->holds != NULL && !c->closing && !(events & EGM_EV_ERROR)) {
+                    c->peer_done = 1; /* its held replies still go out */
+                    break;
+                }
                 if (c->out_off < c->out_len)
                     (void)send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -588,8 +608,8 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
             }
             if (consume(c, s->rbuf, (size_t)n) != 0)
                 return;
-            /* stop reading while replies pile up unread */
-            if (c->out_len - c->out_off >= OUT_HIGH_WATER)
+            /* stop reading while replies pile up unread, or held */
+            if (c->out_len - c->out_off >= OUT_HIGH_WATER || c->n_holds >= HOLDS_HIGH_WATER)
                 break;
             if ((size_t)n < READ_CHUNK)
                 break;

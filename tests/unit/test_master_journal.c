@@ -13,7 +13,8 @@
  * marks the follower failed); without blocking, egm__journal_try sends to an idle follower
  * itself or answers INPROGRESS while a batch is in flight, and egm__journal_notify's callback
  * runs exactly once: at once when nothing is left, on the acknowledgement that covers the
- * request (not one short of it), on its timeout (seen by the follower's next), on unfollow, and
+ * request (not one short of it), on its timeout (seen by the follower's next, or by
+ * egm__journal_expire), on unfollow, and
  * at the journal's destruction. */
 #include <pthread.h>
 #include <semaphore.h>
@@ -847,6 +848,19 @@ static void test_try_notify(void **state)
     assert_int_equal(d.status, EGM_ERR_UNREACHABLE);
     assert_non_null(strstr(d.error, "did not confirm this change within 20 ms"));
     assert_int_equal(jstats(j).waits_timed_out, 1);
+
+    /* The same, seen by egm__journal_expire (the master's tick). */
+    egm__journal_object_gone(j, "later", 5);
+    assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS); /* "late" is still in flight */
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(j, 20, done_rec, &d);
+    egm__journal_expire(j);
+    assert_int_equal(d.calls, 0); /* not yet */
+    egm__sleep_ms(40);
+    egm__journal_expire(j);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_ERR_UNREACHABLE);
+    assert_int_equal(jstats(j).waits_timed_out, 2);
 
     /* Unfollowed (out of the in-sync set first): the waiter is told OK. */
     egm__journal_object_gone(j, "gone", 4);

@@ -7,7 +7,8 @@
  * Unix socket when they prefer it and it exists, and TCP otherwise; servers on several threads
  * sharing listeners split the connections between them; a handler that holds its reply lets the
  * reactor serve the requests behind it, and the reply (or error) released later from another
- * thread reaches its caller, or is dropped when its connection or server is gone. */
+ * thread reaches its caller (also one that half-closed after its request), or is dropped when
+ * its connection or server is gone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1714,9 +1715,12 @@ static void test_held_replies(void **state)
     release_text(h4, "four");
     raw_expect_reply(fd, 4, "four");
 
-    /* The connection closes before the release: the reply is dropped. */
+    /* The connection is reset before the release: the server closes it at
+     * once, and the reply is dropped. */
     raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 6, "f", 1));
     h = next_held();
+    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset)), 0);
     close(fd);
     wait_open_connections(&env, 0);
     release_text(h, "nobody");
@@ -1724,6 +1728,17 @@ static void test_held_replies(void **state)
     fd = raw_connect(env.port);
     raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_ECHO, 7, "g", 1));
     raw_expect_reply(fd, 7, "g");
+
+    /* The peer half-closes after its request: the held reply still comes,
+     * then the server closes. */
+    int fd2 = raw_connect(env.port);
+    raw_send(fd2, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 9, "i", 1));
+    h = next_held();
+    assert_int_equal(shutdown(fd2, SHUT_WR), 0);
+    release_text(h, "after eof");
+    raw_expect_reply(fd2, 9, "after eof");
+    raw_expect_eof(fd2);
+    close(fd2);
 
     /* The server goes with a reply held: released afterwards, it is freed. */
     raw_send(fd, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 8, "h", 1));
