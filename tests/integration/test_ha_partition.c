@@ -24,7 +24,9 @@
  *       host A, where A's address still answers while it is cut off);
  *     - one ha_lease_ttl after the cut: A's last renewal was sent before the
  *       cut, so no correct fence reaches past that;
- *     and A's /health never said "leader" after B was seen leading;
+ *     and A's /health never said "leader" after B was seen leading; and no put
+ *     of the writer on A was answered OK more than half a lease after the cut
+ *     (B, cut off, cannot have confirmed it);
  *     while at least one call of the clients on A did go through A after the
  *     cut (so that the test looked at A's last moments and can fail);
  *  3. A exits with status 1;
@@ -266,6 +268,17 @@ static size_t acks_after(const writer_t *w, uint64_t after, uint64_t *last_p)
     return acks;
 }
 
+/* The latest moment a put of w was answered OK (0: none). */
+static uint64_t last_put_ack(const writer_t *w)
+{
+    size_t n = read_rounds(w);
+    uint64_t last = 0;
+    for (size_t i = 0; i < n; i++)
+        if (rounds[i].put == EGM_OK && rounds[i].put_end > last)
+            last = rounds[i].put_end;
+    return last;
+}
+
 /* The role in the /health of the master on http port `port` of `host`, asked
  * from inside that host: "leader", "standby", or "" (no answer). */
 static void role_of(const egm_test_host_t *host, unsigned port, char *role, size_t len,
@@ -473,7 +486,7 @@ static void test_partitioned_leader_is_fenced(void **state)
     stop_writer(&ra);
     stop_writer(&wc);
 
-    uint64_t last_by_a = 0;
+    uint64_t last_by_a = 0, last_put_by_a = last_put_ack(&wa);
     size_t puts_after_cut = acks_after(&wa, cut_done, &last_by_a);
     size_t gets_after_cut = acks_after(&ra, cut_done, &last_by_a);
     size_t c_resumed = good_rounds_after(&wc, b_leader);
@@ -501,6 +514,17 @@ static void test_partitioned_leader_is_fenced(void **state)
         fail_msg("A acknowledged a call that started %.0f ms after the cut, later than one "
                  "ha_lease_ttl (%s s): it served past any lease it can have held",
                  ms_after(last_by_a, cut_done), ttl_text());
+    /* A put waits for B's confirmation, which cannot come once B is cut
+     * off: one answered OK later than the reply of a confirmation sent just
+     * before the cut could take (half a lease is generous: microseconds
+     * unloaded) was not confirmed. (A leader that answered changes without
+     * waiting for B fails this, its puts acknowledged until its fence; the
+     * starts checked above would not catch a put started within a lease of
+     * the cut.) */
+    if (last_put_by_a > cut_done + ttl_ns / 2)
+        fail_msg("A acknowledged a put %.0f ms after the cut, when B could not have confirmed "
+                 "it",
+                 ms_after(last_put_by_a, cut_done));
     if (puts_after_cut + gets_after_cut == 0)
         fail_msg("the clients on A had no call acknowledged after the cut: the test did not see "
                  "A serve up to its fence, so it could not have seen A serve past it");
