@@ -496,23 +496,6 @@ static egm_status_t status_reply(egm_status_t result, egm_master_call_t *call)
     return pack_reply(&msg.base, call);
 }
 
-static egm_segment_params_t segment_params(const Egm__SegmentDesc *d)
-{
-    return (egm_segment_params_t){
-        .id = egm__id_from_pb(d->id),
-        .owner = egm__id_from_pb(d->owner),
-        .size = d->size,
-        .name = d->name,
-        .host_id = d->host_id,
-        .zone = d->zone,
-        .tcp_endpoint = d->tcp_endpoint,
-        .shm_socket = d->shm_socket,
-        .handle_kind = (int)d->handle_kind,
-        .fabric_handle = d->fabric_handle.data,
-        .fabric_handle_len = d->fabric_handle.len,
-    };
-}
-
 /* All of the request's segments or none (liveness checks the whole list
  * before mounting any): no client ever sees part of a pool. */
 static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentRequest *req)
@@ -521,7 +504,7 @@ static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentReq
     if (req->segment != NULL && req->n_segments > 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment and segments: give one or the other");
     if (req->segment != NULL) {
-        egm_segment_params_t p = segment_params(req->segment);
+        egm_segment_params_t p = egm__segment_params_from_pb(req->segment);
         return egm__liveness_mount(st->liveness, client, &p, st->now_ms());
     }
     if (req->n_segments == 0)
@@ -539,7 +522,7 @@ static egm_status_t mount_all(egm_master_state_t *st, const Egm__MountSegmentReq
         if (req->segments[i] == NULL)
             result = egm__set_error(EGM_ERR_INVALID_ARG, "segments[%zu]: missing", i);
         else
-            params[i] = segment_params(req->segments[i]);
+            params[i] = egm__segment_params_from_pb(req->segments[i]);
     }
     if (result == EGM_OK)
         result =
@@ -859,10 +842,12 @@ typedef struct {
     uint64_t start_ns;
 } held_reply_t;
 
-/* Whether this master still leads at the epoch it serves (always, without
- * HA). A leader that lost its lease stops following its standbys without
- * taking them out of the in-sync set: the changes they had not confirmed
- * may be missing at the next leader, so they are not answered as done. */
+/* Whether this master leads at the epoch it serves (always, without HA):
+ * checked before a request is served, and again before a change that waited
+ * for the standbys is answered. A leader that lost its lease stops following
+ * its standbys without taking them out of the in-sync set: the changes they
+ * had not confirmed may be missing at the next leader, so they are not
+ * answered as done. */
 static int still_leading(egm_master_state_t *st)
 {
     int64_t epoch = 0;
@@ -965,9 +950,7 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
     reply->buf = NULL;
     reply->len = 0;
     egm_status_t status;
-    int64_t epoch = 0;
-    if (st->election != NULL && type != EGM_RPC_HA_APPLY &&
-        (!egm__election_leading(st->election, &epoch) || epoch != atomic_load(&st->serving_epoch)))
+    if (type != EGM_RPC_HA_APPLY && !still_leading(st))
         status = egm__set_error(EGM_ERR_UNREACHABLE, "this master does not lead now (enable_ha): "
                                                      "the leader is in etcd");
     else

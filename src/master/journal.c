@@ -250,6 +250,7 @@ typedef struct journal_waiter {
     struct journal_waiter *next;
     uint64_t pos;
     uint64_t deadline_ms;
+    uint64_t timeout_ms; /* what the timeout's text says */
     egm_journal_done_fn done;
     void *arg;
     egm_status_t status; /* once settled */
@@ -266,7 +267,6 @@ struct egm_journal {
     atomic_int n_followers; /* read without the lock by emitters */
     uint64_t waits_timed_out;
     journal_waiter_t *waiters; /* in the order they came */
-    uint64_t wait_timeout_ms;  /* of the last notify: what the timeout message says */
 };
 
 /* The calling thread's last op position, for egm__journal_wait. */
@@ -520,13 +520,12 @@ static void timeout_text(char *buf, size_t len, uint64_t timeout_ms)
 static void unlock_and_settle(egm_journal_t *j)
 {
     journal_waiter_t *w = j->waiters != NULL ? take_settled(j) : NULL;
-    uint64_t timeout_ms = j->wait_timeout_ms;
     pthread_mutex_unlock(&j->lock);
     while (w != NULL) {
         journal_waiter_t *next = w->next;
         char text[160] = "";
         if (w->status != EGM_OK)
-            timeout_text(text, sizeof(text), timeout_ms);
+            timeout_text(text, sizeof(text), w->timeout_ms);
         w->done(w->arg, w->status, text);
         egm_free(w);
         w = next;
@@ -545,6 +544,27 @@ static int send_while_idle(egm_journal_t *j, uint64_t pos)
         send_as_waiter(j, f);
     }
     return 1;
+}
+
+/* egm__journal_wait for position pos. */
+static egm_status_t wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms)
+{
+    struct timespec deadline;
+    deadline_in(&deadline, timeout_ms);
+    egm_status_t status = EGM_OK;
+    pthread_mutex_lock(&j->lock);
+    while (!send_while_idle(j, pos)) {
+        if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
+            !acked_by_all(j, pos)) {
+            j->waits_timed_out++;
+            char text[160];
+            timeout_text(text, sizeof(text), timeout_ms);
+            status = egm__set_error(EGM_ERR_UNREACHABLE, "%s", text);
+            break;
+        }
+    }
+    unlock_and_settle(j);
+    return status;
 }
 
 egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
@@ -572,41 +592,21 @@ void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done
     tl_pos = 0;
     if (w == NULL) {
         /* Nothing to wait for; or no memory to wait without blocking. */
-        egm_status_t s = pos != 0 && j != NULL ? egm__journal_wait_for(j, pos, timeout_ms) : EGM_OK;
+        egm_status_t s = pos != 0 && j != NULL ? wait_for(j, pos, timeout_ms) : EGM_OK;
         done(arg, s, s == EGM_OK ? "" : egm_last_error());
         return;
     }
     w->pos = pos;
+    w->timeout_ms = timeout_ms;
     w->deadline_ms = egm__now_ms() + timeout_ms;
     w->done = done;
     w->arg = arg;
     pthread_mutex_lock(&j->lock);
-    j->wait_timeout_ms = timeout_ms;
     journal_waiter_t **link = &j->waiters;
     while (*link != NULL)
         link = &(*link)->next;
     *link = w;
     unlock_and_settle(j); /* at once if acknowledged meanwhile */
-}
-
-egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms)
-{
-    struct timespec deadline;
-    deadline_in(&deadline, timeout_ms);
-    egm_status_t status = EGM_OK;
-    pthread_mutex_lock(&j->lock);
-    while (!send_while_idle(j, pos)) {
-        if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
-            !acked_by_all(j, pos)) {
-            j->waits_timed_out++;
-            char text[160];
-            timeout_text(text, sizeof(text), timeout_ms);
-            status = egm__set_error(EGM_ERR_UNREACHABLE, "%s", text);
-            break;
-        }
-    }
-    unlock_and_settle(j);
-    return status;
 }
 
 void egm__journal_expire(egm_journal_t *j)
@@ -623,7 +623,7 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms)
     if (j == NULL || tl_journal != j || pos == 0)
         return EGM_OK;
     tl_pos = 0;
-    return egm__journal_wait_for(j, pos, timeout_ms);
+    return wait_for(j, pos, timeout_ms);
 }
 
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p)

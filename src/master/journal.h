@@ -112,9 +112,6 @@ void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, u
  * itself (with whatever else is pending: a group commit), without waking
  * any other thread. */
 egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
-/* egm__journal_wait for a given position (the calling thread's is left as
- * it is). */
-egm_status_t egm__journal_wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms);
 
 /* Without blocking the thread (an RPC thread serving other requests
  * meanwhile): egm__journal_try sends, like egm__journal_wait, to the

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/wire.h"
 #include "master/journal.h"
+#include "rpc/proto_util.h"
 #include "rpc/segment_desc.h"
 
 /* An op as received, in one allocation. */
@@ -227,18 +228,21 @@ static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t
     void *value;
     while (egm__hashmap_next(m->segments, &iter, NULL, NULL, &value)) {
         egm_jop_t op;
-        egm_segment_desc_t d;
+        ProtobufCMessage *msg = NULL;
         record_op(value, &op);
-        if (egm__segment_desc_decode(op.desc, op.desc_len, &d) != EGM_OK) { /* checked when kept */
+        if (egm__pb_unpack(&egm__segment_desc__descriptor, op.desc, op.desc_len, &msg) !=
+            EGM_OK) { /* checked when kept */
             egm_warn("standby: a segment of the leader's state does not decode: %s",
                      egm_last_error());
             continue;
         }
-        egm_segment_params_t p = egm__segment_params_of(&d);
-        if (egm__liveness_mount(liveness, d.owner, &p, now_ms) != EGM_OK)
-            egm_warn("standby: taking over segment %s: %s", d.name, egm_last_error());
+        const Egm__SegmentDesc *d = (const Egm__SegmentDesc *)msg;
+        egm_segment_params_t p = egm__segment_params_from_pb(d);
+        if (egm__liveness_mount(liveness, p.owner, &p, now_ms) != EGM_OK)
+            egm_warn("standby: taking over segment %s: %s", p.name, egm_last_error());
         else
             mounted++;
+        egm__pb_free(msg);
     }
     return mounted;
 }

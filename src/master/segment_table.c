@@ -7,6 +7,7 @@
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "master/journal.h"
+#include "rpc/proto_util.h"
 
 struct egm_segment_table {
     egm_hashmap_t *by_id;
@@ -237,19 +238,21 @@ uint64_t egm__segment_table_generation(const egm_segment_table_t *t)
     return t->generation;
 }
 
-egm_segment_params_t egm__segment_params_of(const egm_segment_desc_t *d)
+egm_segment_params_t egm__segment_params_from_pb(const Egm__SegmentDesc *d)
 {
-    return (egm_segment_params_t){.id = d->id,
-                                  .owner = d->owner,
-                                  .size = d->size,
-                                  .name = d->name,
-                                  .host_id = d->host_id,
-                                  .zone = d->zone,
-                                  .tcp_endpoint = d->tcp_endpoint,
-                                  .shm_socket = d->shm_socket,
-                                  .handle_kind = d->handle_kind,
-                                  .fabric_handle = d->fabric_handle_len ? d->fabric_handle : NULL,
-                                  .fabric_handle_len = d->fabric_handle_len};
+    return (egm_segment_params_t){
+        .id = egm__id_from_pb(d->id),
+        .owner = egm__id_from_pb(d->owner),
+        .size = d->size,
+        .name = d->name,
+        .host_id = d->host_id,
+        .zone = d->zone,
+        .tcp_endpoint = d->tcp_endpoint,
+        .shm_socket = d->shm_socket,
+        .handle_kind = (int)d->handle_kind,
+        .fabric_handle = d->fabric_handle.data,
+        .fabric_handle_len = d->fabric_handle.len,
+    };
 }
 
 void egm__segment_table_set_journal(egm_segment_table_t *t, egm_journal_t *journal)

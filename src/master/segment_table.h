@@ -75,9 +75,10 @@ egm_status_t egm__segment_table_mount(egm_segment_table_t *table,
                                       egm_segment_t **segment_p);
 egm_segment_t *egm__segment_table_find(const egm_segment_table_t *table, egm_id_t id);
 size_t egm__segment_table_count(const egm_segment_table_t *table);
-/* The mount parameters that give a segment this descriptor (the inverse of
- * what egm__segment_table_mount keeps): pointers into d. */
-egm_segment_params_t egm__segment_params_of(const egm_segment_desc_t *d);
+/* The mount parameters a SegmentDesc from the wire asks for (a MountSegment's,
+ * or one kept by a standby's mirror): pointers into d, unchecked
+ * (egm__segment_table_check checks them). */
+egm_segment_params_t egm__segment_params_from_pb(const Egm__SegmentDesc *d);
 /* i < count; order changes when segments are removed. */
 egm_segment_t *egm__segment_table_at(const egm_segment_table_t *table, size_t i);
 /* Removes and frees the segment, retires its id and bumps the view. The caller
