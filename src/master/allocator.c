@@ -1,6 +1,6 @@
-/* Range allocator: spans in address order, free spans in size-class bins found
- * through bitmaps, allocations in a hash by offset. Lengths and offsets are
- * kept in blocks of EGM_ALLOCATOR_ALIGN bytes. */
+/* Range allocator: free spans only, in size-class bins found through bitmaps
+ * and in a treap by offset. Lengths and offsets are kept in blocks of
+ * EGM_ALLOCATOR_ALIGN bytes. */
 #include "master/allocator.h"
 
 #include <string.h>
@@ -8,11 +8,10 @@
 #include "common/log.h"
 
 #define NIL UINT32_MAX
-/* link_prev of a span that is in no bin says which it is (span_state). */
-#define LINK_USED (UINT32_MAX - 1u)
-#define LINK_UNUSED (UINT32_MAX - 2u)
+/* link_prev of a record on the spare list. */
+#define LINK_UNUSED (UINT32_MAX - 1u)
 /* Span indexes stay below the markers. */
-#define MAX_SPANS (UINT32_MAX - 2u)
+#define MAX_SPANS (UINT32_MAX - 1u)
 
 /* Size classes (TLSF's mapping): lengths below 2 * SL_COUNT blocks have a class
  * each; above, every power of two is cut into SL_COUNT classes, so a class
@@ -26,30 +25,17 @@
  * a near-exact fit there keeps large ranges whole. */
 #define PROBE 8
 
-enum { SPAN_UNUSED = 0, SPAN_FREE = 1, SPAN_USED = 2 };
-
-/* 32 bytes: one per allocation, so with 100 million objects each byte is
- * 100 MB of the master's memory. A span's state is not stored: link_prev
- * holds it for spans in no bin (LINK_USED, LINK_UNUSED), and a free span's
- * class is class_floor(len), its length not changing while it is binned. */
+/* 32 bytes, one per free range (never one per allocation). */
 typedef struct {
-    uint64_t off;        /* blocks */
-    uint64_t len;        /* blocks, > 0 */
-    uint32_t prev, next; /* neighbours in address order: the boundary tags */
-    /* SPAN_FREE: the bin list. SPAN_USED: link_next chains the hash bucket,
-     * link_prev is LINK_USED. SPAN_UNUSED: link_next chains the pool of spare
-     * records, link_prev is LINK_UNUSED. */
+    uint64_t off;         /* blocks */
+    uint64_t len;         /* blocks, > 0 */
+    uint32_t left, right; /* the treap by offset */
+    /* Free: the bin list. Spare: link_prev is LINK_UNUSED, link_next chains
+     * the spare records. */
     uint32_t link_prev, link_next;
 } span_t;
 
 _Static_assert(sizeof(span_t) == 32, "span_t: 32 bytes");
-
-static int span_state(const span_t *s)
-{
-    return s->link_prev == LINK_USED     ? SPAN_USED
-           : s->link_prev == LINK_UNUSED ? SPAN_UNUSED
-                                         : SPAN_FREE;
-}
 
 struct egm_allocator {
     uint64_t capacity; /* bytes */
@@ -57,15 +43,13 @@ struct egm_allocator {
     uint64_t used; /* blocks */
     size_t allocations;
     size_t free_ranges;
-    span_t *spans; /* grown only by alloc, so free never needs memory */
+    span_t *spans;
     uint32_t n_spans, cap_spans;
-    uint32_t spare;     /* SPAN_UNUSED records below n_spans */
+    uint32_t spare;     /* spare records below n_spans */
     uint32_t n_spare;   /* how many */
-    uint32_t first;     /* the span at offset 0 */
-    uint32_t take_hint; /* a span (any state) where egm__allocator_take looks first */
-    uint32_t *buckets;  /* allocations by offset */
-    unsigned bucket_bits;
-    uint32_t *bins; /* head of each class's free list */
+    uint32_t root;      /* of the treap of free spans by offset */
+    uint32_t take_hint; /* a free span where egm__allocator_take looks first */
+    uint32_t *bins;     /* head of each class's free list */
     unsigned n_classes;
     uint64_t summary;              /* bit w: bitmap[w] != 0 */
     uint64_t bitmap[BITMAP_WORDS]; /* bit c: bins[c] not empty */
@@ -152,84 +136,140 @@ static void bin_remove(egm_allocator_t *a, uint32_t i)
         bitmap_clear(a, c);
 }
 
-static uint32_t bucket_of(const egm_allocator_t *a, uint64_t off)
+/* The treap's heap order: a fixed pseudo-random priority per record index
+ * (splitmix64's finaliser), higher nearer the root, ties broken by index.
+ * Expected depth O(log n) whatever order ranges are freed in. */
+static uint64_t priority(uint32_t i)
 {
-    /* Fibonacci hashing: the top bits of the product mix every offset bit. */
-    return (uint32_t)((off * 0x9e3779b97f4a7c15ull) >> (64 - a->bucket_bits));
+    uint64_t x = (uint64_t)i + 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return ((x ^ (x >> 31)) & ~0xffffffffull) | i;
 }
 
-static void hash_insert(egm_allocator_t *a, uint32_t i)
+/* Cuts treap t into the spans before block `off` (*l) and the others (*r). */
+static void treap_split(span_t *sp, uint32_t t, uint64_t off, uint32_t *l, uint32_t *r)
 {
-    uint32_t b = bucket_of(a, a->spans[i].off);
-
-    a->spans[i].link_prev = LINK_USED;
-    a->spans[i].link_next = a->buckets[b];
-    a->buckets[b] = i;
+    while (t != NIL) {
+        if (sp[t].off < off) {
+            *l = t;
+            l = &sp[t].right;
+            t = sp[t].right;
+        } else {
+            *r = t;
+            r = &sp[t].left;
+            t = sp[t].left;
+        }
+    }
+    *l = *r = NIL;
 }
 
-/* The allocation at `off`, or NIL; *link_p is where the hash points to it. */
-static uint32_t hash_find(egm_allocator_t *a, uint64_t off, uint32_t **link_p)
+/* Joins treaps l and r, every span of l before every span of r. */
+static uint32_t treap_merge(span_t *sp, uint32_t l, uint32_t r)
 {
-    uint32_t *link = &a->buckets[bucket_of(a, off)];
+    uint32_t root, *link = &root;
 
-    while (*link != NIL && a->spans[*link].off != off)
-        link = &a->spans[*link].link_next;
-    *link_p = link;
-    return *link;
+    while (l != NIL && r != NIL) {
+        if (priority(l) > priority(r)) {
+            *link = l;
+            link = &sp[l].right;
+            l = sp[l].right;
+        } else {
+            *link = r;
+            link = &sp[r].left;
+            r = sp[r].left;
+        }
+    }
+    *link = l != NIL ? l : r;
+    return root;
 }
 
-static void span_release(egm_allocator_t *a, uint32_t i)
+static void treap_insert(egm_allocator_t *a, uint32_t i)
 {
-    a->spans[i].link_prev = LINK_UNUSED;
-    a->spans[i].link_next = a->spare;
-    a->spare = i;
-    a->n_spare++;
+    span_t *sp = a->spans;
+    uint32_t *link = &a->root;
+    uint64_t p = priority(i);
+
+    while (*link != NIL && priority(*link) > p)
+        link = sp[i].off < sp[*link].off ? &sp[*link].left : &sp[*link].right;
+    treap_split(sp, *link, sp[i].off, &sp[i].left, &sp[i].right);
+    *link = i;
 }
 
-/* Room for n more spans and n more allocations in the hash, so that what
- * follows cannot fail half way. */
+static void treap_remove(egm_allocator_t *a, uint32_t i)
+{
+    span_t *sp = a->spans;
+    uint32_t *link = &a->root;
+
+    while (*link != i)
+        link = sp[i].off < sp[*link].off ? &sp[*link].left : &sp[*link].right;
+    *link = treap_merge(sp, sp[i].left, sp[i].right);
+}
+
+/* The last free span starting at or before block b, or NIL. */
+static uint32_t treap_at_or_before(const egm_allocator_t *a, uint64_t b)
+{
+    uint32_t t = a->root, best = NIL;
+
+    while (t != NIL) {
+        if (a->spans[t].off <= b) {
+            best = t;
+            t = a->spans[t].right;
+        } else
+            t = a->spans[t].left;
+    }
+    return best;
+}
+
+/* In one descent: the last free span starting at or before block b (*p_p)
+ * and the first starting after it (*q_p), NIL where there is none. */
+static void treap_around(const egm_allocator_t *a, uint64_t b, uint32_t *p_p, uint32_t *q_p)
+{
+    uint32_t t = a->root, p = NIL, q = NIL;
+
+    while (t != NIL) {
+        if (a->spans[t].off <= b) {
+            p = t;
+            t = a->spans[t].right;
+        } else {
+            q = t;
+            t = a->spans[t].left;
+        }
+    }
+    *p_p = p;
+    *q_p = q;
+}
+
+/* Whether block b lies in free space. */
+static int block_free(const egm_allocator_t *a, uint64_t b)
+{
+    uint32_t p = treap_at_or_before(a, b);
+    return p != NIL && b < a->spans[p].off + a->spans[p].len;
+}
+
+/* Room for n more free spans, so that what follows cannot fail half way. */
 static egm_status_t reserve_n(egm_allocator_t *a, uint32_t n)
 {
     while ((uint64_t)a->n_spare + (a->cap_spans - a->n_spans) < n) {
         if (a->cap_spans >= MAX_SPANS)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "segment has %u spans, the most it can track",
+            return egm__set_error(EGM_ERR_NO_MEMORY,
+                                  "segment has %u free ranges, the most it can track",
                                   a->cap_spans);
         uint32_t cap = a->cap_spans > MAX_SPANS / 2 ? MAX_SPANS : a->cap_spans * 2;
         span_t *spans =
             egm_realloc(a->spans, (size_t)cap * sizeof(*spans), "master.allocator_spans");
         if (spans == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing allocator spans to %u",
-                                  cap);
+            return egm__set_error(EGM_ERR_NO_MEMORY,
+                                  "out of memory growing allocator free ranges to %u", cap);
         a->spans = spans;
         a->cap_spans = cap;
-    }
-    while (a->allocations + n > (1ull << a->bucket_bits) && a->bucket_bits < 32) {
-        unsigned bits = a->bucket_bits + 1;
-        uint32_t *buckets = egm_malloc(sizeof(*buckets) << bits, "master.allocator_hash");
-        if (buckets == NULL)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing the allocation hash");
-        memset(buckets, 0xff, sizeof(*buckets) << bits); /* every bucket NIL */
-        egm_free(a->buckets);
-        a->buckets = buckets;
-        a->bucket_bits = bits;
-        for (uint32_t i = 0; i < a->n_spans; i++)
-            if (span_state(&a->spans[i]) == SPAN_USED)
-                hash_insert(a, i);
     }
     return EGM_OK;
 }
 
-static egm_status_t reserve(egm_allocator_t *a)
-{
-    return reserve_n(a, 1);
-}
-
-egm_status_t egm__allocator_reserve(egm_allocator_t *a, uint32_t n)
-{
-    return reserve_n(a, n);
-}
-
-static uint32_t span_take(egm_allocator_t *a)
+/* A record for a new free span [off, +len), in the treap and its bin. The
+ * caller reserved it. */
+static uint32_t span_add(egm_allocator_t *a, uint64_t off, uint64_t len)
 {
     uint32_t i = a->spare;
 
@@ -238,7 +278,24 @@ static uint32_t span_take(egm_allocator_t *a)
         a->n_spare--;
     } else
         i = a->n_spans++;
+    a->spans[i] = (span_t){.off = off, .len = len, .left = NIL, .right = NIL};
+    treap_insert(a, i);
+    bin_insert(a, i);
+    a->free_ranges++;
     return i;
+}
+
+/* Span i, out of its bin already, is no longer free space. */
+static void span_drop(egm_allocator_t *a, uint32_t i)
+{
+    treap_remove(a, i);
+    a->spans[i].link_prev = LINK_UNUSED;
+    a->spans[i].link_next = a->spare;
+    a->spare = i;
+    a->n_spare++;
+    a->free_ranges--;
+    if (a->take_hint == i)
+        a->take_hint = NIL;
 }
 
 uint64_t egm__allocator_round(uint64_t len)
@@ -249,7 +306,6 @@ uint64_t egm__allocator_round(uint64_t len)
 }
 
 #define INITIAL_SPANS 16
-#define INITIAL_BUCKET_BITS 4
 
 egm_status_t egm__allocator_create(uint64_t size, egm_allocator_t **allocator_p)
 {
@@ -270,26 +326,17 @@ egm_status_t egm__allocator_create(uint64_t size, egm_allocator_t **allocator_p)
     if (a->bins == NULL)
         goto err_free;
     memset(a->bins, 0xff, a->n_classes * sizeof(*a->bins));
-    a->bucket_bits = INITIAL_BUCKET_BITS;
-    a->buckets = egm_malloc(sizeof(*a->buckets) << a->bucket_bits, "master.allocator_hash");
-    if (a->buckets == NULL)
-        goto err_free_bins;
-    memset(a->buckets, 0xff, sizeof(*a->buckets) << a->bucket_bits);
     a->spans = egm_malloc(INITIAL_SPANS * sizeof(*a->spans), "master.allocator_spans");
     if (a->spans == NULL)
-        goto err_free_buckets;
+        goto err_free_bins;
     a->cap_spans = INITIAL_SPANS;
     a->spare = NIL;
-    a->n_spans = 1;
-    a->first = 0;
-    a->spans[0] = (span_t){.off = 0, .len = a->blocks, .prev = NIL, .next = NIL};
-    bin_insert(a, 0);
-    a->free_ranges = 1;
+    a->root = NIL;
+    a->take_hint = NIL;
+    span_add(a, 0, a->blocks);
     *allocator_p = a;
     return EGM_OK;
 
-err_free_buckets:
-    egm_free(a->buckets);
 err_free_bins:
     egm_free(a->bins);
 err_free:
@@ -303,7 +350,6 @@ void egm__allocator_destroy(egm_allocator_t *allocator)
     if (allocator == NULL)
         return;
     egm_free(allocator->spans);
-    egm_free(allocator->buckets);
     egm_free(allocator->bins);
     egm_free(allocator);
 }
@@ -332,7 +378,6 @@ static uint32_t pick(const egm_allocator_t *a, uint64_t n)
 egm_status_t egm__allocator_alloc(egm_allocator_t *a, uint64_t len, uint64_t *offset_p)
 {
     uint64_t need = egm__allocator_round(len);
-    egm_status_t status;
 
     if (len == 0)
         return egm__set_error(EGM_ERR_INVALID_ARG, "allocation length must be > 0");
@@ -348,186 +393,152 @@ egm_status_t egm__allocator_alloc(egm_allocator_t *a, uint64_t len, uint64_t *of
         return egm__set_error(EGM_ERR_NO_SPACE, "no free range of %llu bytes (largest %llu)",
                               (unsigned long long)len, (unsigned long long)st.largest_free);
     }
-    status = reserve(a); /* may move spans: index i stays valid */
-    if (status != EGM_OK)
-        return status;
-
     span_t *s = &a->spans[i];
+    *offset_p = s->off * EGM_ALLOCATOR_ALIGN;
     bin_remove(a, i);
-    if (s->len == n) {
-        a->free_ranges--;
-        hash_insert(a, i);
-    } else {
-        /* The allocation takes the low end; the rest stays free in place. */
-        uint32_t u = span_take(a);
-        s = &a->spans[i];
-        a->spans[u] = (span_t){.off = s->off, .len = n, .prev = s->prev, .next = i};
-        if (s->prev != NIL)
-            a->spans[s->prev].next = u;
-        else
-            a->first = u;
-        s->prev = u;
+    if (s->len == n)
+        span_drop(a, i);
+    else {
+        /* The allocation takes the low end; the rest stays free in place (its
+         * place in the treap does not change: nothing lies between). */
         s->off += n;
         s->len -= n;
         bin_insert(a, i);
-        hash_insert(a, u);
-        i = u;
     }
     a->used += n;
     a->allocations++;
-    *offset_p = a->spans[i].off * EGM_ALLOCATOR_ALIGN;
+    return EGM_OK;
+}
+
+/* Blocks [*b_p, +*n_p) of a range given in bytes, or INVALID_ARG naming `what`
+ * when it is empty, misaligned or outside the segment. */
+static egm_status_t blocks_of(const egm_allocator_t *a, const char *what, uint64_t offset,
+                              uint64_t len, uint64_t *b_p, uint64_t *n_p)
+{
+    uint64_t size = egm__allocator_round(len);
+
+    if (len == 0 || size == 0 || offset % EGM_ALLOCATOR_ALIGN != 0 || offset >= a->capacity ||
+        size > a->capacity - offset)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "%s of [%llu, +%llu): empty, misaligned or outside the segment", what,
+                              (unsigned long long)offset, (unsigned long long)len);
+    *b_p = offset / EGM_ALLOCATOR_ALIGN;
+    *n_p = size / EGM_ALLOCATOR_ALIGN;
     return EGM_OK;
 }
 
 egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t len)
 {
-    uint64_t size = egm__allocator_round(len);
-    uint32_t *link;
+    uint64_t b, n;
+    egm_status_t status = blocks_of(a, "free", offset, len, &b, &n);
 
-    if (len == 0 || size == 0 || offset % EGM_ALLOCATOR_ALIGN != 0 || offset >= a->capacity ||
-        size > a->capacity - offset)
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "free of [%llu, +%llu) is misaligned or outside the segment",
-                              (unsigned long long)offset, (unsigned long long)len);
-    uint32_t i = hash_find(a, offset / EGM_ALLOCATOR_ALIGN, &link);
-    if (i == NIL)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "free of [%llu, +%llu): no allocation there",
-                              (unsigned long long)offset, (unsigned long long)len);
-    span_t *s = &a->spans[i];
-    if (s->len != size / EGM_ALLOCATOR_ALIGN)
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "free of [%llu, +%llu): the allocation there is %llu bytes",
-                              (unsigned long long)offset, (unsigned long long)len,
-                              (unsigned long long)(s->len * EGM_ALLOCATOR_ALIGN));
-
-    *link = s->link_next; /* out of the hash */
-    a->used -= s->len;
-    a->allocations--;
-    a->free_ranges++;
-    uint32_t p = s->prev;
-    if (p != NIL && span_state(&a->spans[p]) == SPAN_FREE) {
-        /* Absorbed by the free range before it. */
-        span_t *ps = &a->spans[p];
-        bin_remove(a, p);
-        ps->len += s->len;
-        ps->next = s->next;
-        if (s->next != NIL)
-            a->spans[s->next].prev = p;
-        span_release(a, i);
-        a->free_ranges--;
-        i = p;
-        s = ps;
+    if (status != EGM_OK)
+        return status;
+    /* The free spans on either side: neither may overlap the range. */
+    uint32_t p, q;
+    treap_around(a, b, &p, &q);
+    int join_p = 0, join_q = 0;
+    if (p != NIL) {
+        if (a->spans[p].off + a->spans[p].len > b)
+            return egm__set_error(EGM_ERR_INVALID_ARG, "free of [%llu, +%llu): already free",
+                                  (unsigned long long)offset, (unsigned long long)len);
+        join_p = a->spans[p].off + a->spans[p].len == b;
     }
-    uint32_t q = s->next;
-    if (q != NIL && span_state(&a->spans[q]) == SPAN_FREE) {
-        /* Absorbs the free range after it. */
-        span_t *qs = &a->spans[q];
+    if (q != NIL) {
+        if (a->spans[q].off < b + n)
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "free of [%llu, +%llu): runs into free space at %llu",
+                                  (unsigned long long)offset, (unsigned long long)len,
+                                  (unsigned long long)(a->spans[q].off * EGM_ALLOCATOR_ALIGN));
+        join_q = a->spans[q].off == b + n;
+    }
+    if (!join_p && !join_q) {
+        /* A free range of its own: the one case that needs a record. */
+        status = reserve_n(a, 1);
+        if (status != EGM_OK) {
+            egm_error("allocator: [%llu, +%llu) stays allocated: %s", (unsigned long long)offset,
+                      (unsigned long long)len, egm_last_error());
+            return status;
+        }
+        span_add(a, b, n);
+    } else if (join_p && join_q) {
+        /* Joins the free ranges on both sides into the one before. */
+        uint64_t more = n + a->spans[q].len;
         bin_remove(a, q);
-        s->len += qs->len;
-        s->next = qs->next;
-        if (qs->next != NIL)
-            a->spans[qs->next].prev = i;
-        span_release(a, q);
-        a->free_ranges--;
+        span_drop(a, q);
+        bin_remove(a, p);
+        a->spans[p].len += more;
+        bin_insert(a, p);
+    } else if (join_p) {
+        bin_remove(a, p);
+        a->spans[p].len += n;
+        bin_insert(a, p);
+    } else {
+        /* The free range after it starts earlier (nothing free lies between). */
+        bin_remove(a, q);
+        a->spans[q].off = b;
+        a->spans[q].len += n;
+        bin_insert(a, q);
     }
-    bin_insert(a, i);
+    a->used -= n;
+    if (a->allocations > 0)
+        a->allocations--;
     return EGM_OK;
 }
 
 egm_status_t egm__allocator_split(egm_allocator_t *a, uint64_t offset, uint64_t at)
 {
-    uint32_t *link;
+    uint64_t b, n;
 
-    if (offset % EGM_ALLOCATOR_ALIGN != 0 || at % EGM_ALLOCATOR_ALIGN != 0 || at <= offset ||
-        offset >= a->capacity)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "split of [%llu, ...) at %llu: misaligned",
-                              (unsigned long long)offset, (unsigned long long)at);
-    uint32_t i = hash_find(a, offset / EGM_ALLOCATOR_ALIGN, &link);
-    if (i == NIL)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "split at %llu: no allocation at %llu",
-                              (unsigned long long)at, (unsigned long long)offset);
-    uint64_t cut = at / EGM_ALLOCATOR_ALIGN - a->spans[i].off;
-    if (cut >= a->spans[i].len)
+    if (at <= offset ||
+        blocks_of(a, "split", offset, at - offset + EGM_ALLOCATOR_ALIGN, &b, &n) != EGM_OK ||
+        at % EGM_ALLOCATOR_ALIGN != 0)
         return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "split at %llu: outside the allocation [%llu, +%llu)",
-                              (unsigned long long)at, (unsigned long long)offset,
-                              (unsigned long long)(a->spans[i].len * EGM_ALLOCATOR_ALIGN));
-    egm_status_t status = reserve(a); /* may move spans: index i stays valid */
-    if (status != EGM_OK)
-        return status;
-    uint32_t u = span_take(a);
-    span_t *s = &a->spans[i];
-    a->spans[u] = (span_t){.off = s->off + cut, .len = s->len - cut, .prev = i, .next = s->next};
-    if (s->next != NIL)
-        a->spans[s->next].prev = u;
-    s->next = u;
-    s->len = cut;
-    hash_insert(a, u);
+                              "split of [%llu, ...) at %llu: misaligned or outside the segment",
+                              (unsigned long long)offset, (unsigned long long)at);
+    if (block_free(a, b) || block_free(a, b + n - 1))
+        return egm__set_error(EGM_ERR_INVALID_ARG, "split of [%llu, ...) at %llu: free space",
+                              (unsigned long long)offset, (unsigned long long)at);
     a->allocations++;
     return EGM_OK;
 }
 
-/* The free span holding block b, or NIL. */
-static uint32_t free_span_at(const egm_allocator_t *a, uint64_t b)
-{
-    uint32_t h = a->take_hint;
-    if (h < a->n_spans && span_state(&a->spans[h]) == SPAN_FREE && a->spans[h].off <= b &&
-        b < a->spans[h].off + a->spans[h].len)
-        return h;
-    for (uint32_t i = a->first; i != NIL; i = a->spans[i].next) {
-        const span_t *s = &a->spans[i];
-        if (b < s->off + s->len)
-            return span_state(s) == SPAN_FREE ? i : NIL;
-    }
-    return NIL;
-}
-
 egm_status_t egm__allocator_take(egm_allocator_t *a, uint64_t offset, uint64_t len)
 {
-    uint64_t size = egm__allocator_round(len);
-    if (len == 0 || size == 0 || offset % EGM_ALLOCATOR_ALIGN != 0 || offset >= a->capacity ||
-        size > a->capacity - offset)
-        return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "take of [%llu, +%llu): misaligned or outside the segment",
-                              (unsigned long long)offset, (unsigned long long)len);
-    uint64_t b = offset / EGM_ALLOCATOR_ALIGN, n = size / EGM_ALLOCATOR_ALIGN;
-    uint32_t i = free_span_at(a, b);
+    uint64_t b, n;
+    egm_status_t status = blocks_of(a, "take", offset, len, &b, &n);
+
+    if (status != EGM_OK)
+        return status;
+    uint32_t i = a->take_hint;
+    if (i == NIL || a->spans[i].off > b || b >= a->spans[i].off + a->spans[i].len)
+        i = treap_at_or_before(a, b);
     if (i == NIL || b + n > a->spans[i].off + a->spans[i].len)
         return egm__set_error(EGM_ERR_INVALID_ARG, "take of [%llu, +%llu): not all free",
                               (unsigned long long)offset, (unsigned long long)len);
-    egm_status_t status = reserve_n(a, 2); /* may move spans: indexes stay valid */
-    if (status != EGM_OK)
-        return status;
-    bin_remove(a, i);
-    a->free_ranges--;
     span_t *s = &a->spans[i];
     uint64_t head = b - s->off, tail = s->off + s->len - (b + n);
-    if (head > 0) { /* the free part before stays in i */
-        uint32_t u = span_take(a);
+    if (head > 0 && tail > 0) {
+        status = reserve_n(a, 1); /* may move spans: indexes stay valid */
+        if (status != EGM_OK)
+            return status;
         s = &a->spans[i];
-        a->spans[u] = (span_t){.off = b, .len = s->len - head, .prev = i, .next = s->next};
-        if (s->next != NIL)
-            a->spans[s->next].prev = u;
-        s->next = u;
+    }
+    bin_remove(a, i);
+    if (head == 0 && tail == 0) {
+        span_drop(a, i);
+    } else if (head == 0) {
+        /* The free part after keeps the record (and its place in the treap). */
+        s->off = b + n;
+        s->len = tail;
+        bin_insert(a, i);
+        a->take_hint = i;
+    } else {
         s->len = head;
         bin_insert(a, i);
-        a->free_ranges++;
-        i = u;
-        s = &a->spans[i];
+        if (tail > 0)
+            a->take_hint = span_add(a, b + n, tail);
     }
-    if (tail > 0) { /* the free part after: a span of its own */
-        uint32_t u = span_take(a);
-        s = &a->spans[i];
-        a->spans[u] = (span_t){.off = b + n, .len = tail, .prev = i, .next = s->next};
-        if (s->next != NIL)
-            a->spans[s->next].prev = u;
-        s->next = u;
-        s->len = n;
-        bin_insert(a, u);
-        a->free_ranges++;
-        a->take_hint = u;
-    }
-    hash_insert(a, i);
     a->used += n;
     a->allocations++;
     return EGM_OK;
@@ -559,42 +570,54 @@ void egm__allocator_stats(const egm_allocator_t *a, egm_allocator_stats_t *stats
             return egm__set_error(EGM_ERR_INTERNAL, __VA_ARGS__);                                  \
     } while (0)
 
+typedef struct {
+    int any;      /* a span was visited in order */
+    uint64_t end; /* of the last span visited in order, in blocks */
+    uint64_t free;
+    size_t visited;
+} walk_t;
+
+/* In order through subtree t: spans in address order, apart (coalesced),
+ * inside the segment, in heap order. */
+static egm_status_t check_treap(const egm_allocator_t *a, uint32_t t, uint64_t lo, uint64_t hi,
+                                unsigned depth, walk_t *w)
+{
+    if (t == NIL)
+        return EGM_OK;
+    const span_t *s = &a->spans[t];
+    CHECK(t < a->n_spans && ++w->visited <= a->free_ranges && depth < 4096,
+          "treap broken at span %u", t);
+    CHECK(s->link_prev != LINK_UNUSED && s->off >= lo && s->off < hi,
+          "span %u at block %llu is out of treap order", t, (unsigned long long)s->off);
+    CHECK((s->left == NIL || priority(s->left) < priority(t)) &&
+              (s->right == NIL || priority(s->right) < priority(t)),
+          "span %u is out of heap order", t);
+    egm_status_t status = check_treap(a, s->left, lo, s->off, depth + 1, w);
+    if (status != EGM_OK)
+        return status;
+    CHECK(s->len > 0 && s->len <= a->blocks - s->off, "span %u [%llu, +%llu) is outside", t,
+          (unsigned long long)s->off, (unsigned long long)s->len);
+    CHECK(!w->any || s->off > w->end,
+          "free span %u at block %llu overlaps or touches the one before", t,
+          (unsigned long long)s->off);
+    w->any = 1;
+    w->end = s->off + s->len;
+    w->free += s->len;
+    return check_treap(a, s->right, s->off + 1, hi, depth + 1, w);
+}
+
 egm_status_t egm__allocator_check(const egm_allocator_t *a)
 {
-    uint64_t off = 0, used = 0;
-    size_t n_free = 0, n_used = 0, n_unused = 0, walked = 0;
-    uint32_t prev = NIL;
+    walk_t w = {0};
+    size_t n_unused = 0;
 
-    CHECK(a->first < a->n_spans && a->spans[a->first].prev == NIL, "first span %u is wrong",
-          a->first);
-    for (uint32_t i = a->first; i != NIL; prev = i, i = a->spans[i].next) {
-        const span_t *s = &a->spans[i];
-        CHECK(i < a->n_spans && ++walked <= a->n_spans, "address list broken at span %u", i);
-        CHECK(s->prev == prev, "span %u: prev %u, expected %u", i, s->prev, prev);
-        CHECK(s->off == off && s->len > 0 && s->len <= a->blocks - off,
-              "span %u [%llu, +%llu) does not follow block %llu", i, (unsigned long long)s->off,
-              (unsigned long long)s->len, (unsigned long long)off);
-        off += s->len;
-        if (span_state(s) == SPAN_FREE) {
-            CHECK(prev == NIL || span_state(&a->spans[prev]) != SPAN_FREE,
-                  "free span %u not coalesced with its predecessor", i);
-            n_free++;
-        } else {
-            CHECK(span_state(s) == SPAN_USED, "span %u in the address list is unused", i);
-            uint32_t j = a->buckets[bucket_of(a, s->off)];
-            while (j != NIL && j != i)
-                j = a->spans[j].link_next;
-            CHECK(j == i, "allocation span %u missing from the hash", i);
-            used += s->len;
-            n_used++;
-        }
-    }
-    CHECK(off == a->blocks, "spans cover %llu of %llu blocks", (unsigned long long)off,
-          (unsigned long long)a->blocks);
-    CHECK(used == a->used && n_used == a->allocations && n_free == a->free_ranges,
-          "counters disagree: used %llu/%llu allocations %zu/%zu free ranges %zu/%zu",
-          (unsigned long long)used, (unsigned long long)a->used, n_used, a->allocations, n_free,
+    egm_status_t status = check_treap(a, a->root, 0, a->blocks, 0, &w);
+    if (status != EGM_OK)
+        return status;
+    CHECK(w.visited == a->free_ranges, "treap holds %zu free spans, %zu counted", w.visited,
           a->free_ranges);
+    CHECK(w.free == a->blocks - a->used, "free spans cover %llu blocks, %llu are not used",
+          (unsigned long long)w.free, (unsigned long long)(a->blocks - a->used));
 
     size_t in_bins = 0;
     for (unsigned c = 0; c < a->n_classes; c++) {
@@ -602,31 +625,23 @@ egm_status_t egm__allocator_check(const egm_allocator_t *a)
         CHECK(bit == (a->bins[c] != NIL), "bitmap bit of class %u is %d", c, bit);
         uint32_t p = NIL;
         for (uint32_t i = a->bins[c]; i != NIL; p = i, i = a->spans[i].link_next) {
-            CHECK(i < a->n_spans && ++in_bins <= n_free, "bin %u broken at span %u", c, i);
-            CHECK(span_state(&a->spans[i]) == SPAN_FREE && class_floor(a->spans[i].len) == c &&
-                      a->spans[i].link_prev == p,
+            CHECK(i < a->n_spans && ++in_bins <= a->free_ranges, "bin %u broken at span %u", c, i);
+            CHECK(class_floor(a->spans[i].len) == c && a->spans[i].link_prev == p,
                   "span %u in bin %u is not a free span of that class", i, c);
         }
     }
-    CHECK(in_bins == n_free, "bins hold %zu spans, %zu are free", in_bins, n_free);
-    for (unsigned w = 0; w < BITMAP_WORDS; w++)
-        CHECK(((a->summary >> w) & 1) == (a->bitmap[w] != 0), "summary bit %u is wrong", w);
-
-    size_t hashed = 0;
-    for (uint64_t b = 0; b < (1ull << a->bucket_bits); b++)
-        for (uint32_t i = a->buckets[b]; i != NIL; i = a->spans[i].link_next) {
-            CHECK(i < a->n_spans && ++hashed <= n_used, "hash bucket %llu broken",
-                  (unsigned long long)b);
-            CHECK(span_state(&a->spans[i]) == SPAN_USED && bucket_of(a, a->spans[i].off) == b,
-                  "span %u in hash bucket %llu does not belong there", i, (unsigned long long)b);
-        }
-    CHECK(hashed == n_used, "hash holds %zu allocations, %zu exist", hashed, n_used);
+    CHECK(in_bins == a->free_ranges, "bins hold %zu spans, %zu are free", in_bins, a->free_ranges);
+    for (unsigned w2 = 0; w2 < BITMAP_WORDS; w2++)
+        CHECK(((a->summary >> w2) & 1) == (a->bitmap[w2] != 0), "summary bit %u is wrong", w2);
     for (uint32_t i = a->spare; i != NIL; i = a->spans[i].link_next) {
-        CHECK(i < a->n_spans && span_state(&a->spans[i]) == SPAN_UNUSED && ++n_unused <= a->n_spans,
+        CHECK(i < a->n_spans && a->spans[i].link_prev == LINK_UNUSED && ++n_unused <= a->n_spans,
               "spare list broken at span %u", i);
     }
     CHECK(n_unused == a->n_spare, "%zu spare spans listed, %u counted", n_unused, a->n_spare);
-    CHECK(n_free + n_used + n_unused == a->n_spans, "%zu spans are neither in use nor spare",
-          a->n_spans - n_free - n_used - n_unused);
+    CHECK(a->free_ranges + n_unused == a->n_spans, "%zu spans are neither free nor spare",
+          a->n_spans - a->free_ranges - n_unused);
+    CHECK(a->take_hint == NIL ||
+              (a->take_hint < a->n_spans && a->spans[a->take_hint].link_prev != LINK_UNUSED),
+          "take hint %u is not a free span", a->take_hint);
     return EGM_OK;
 }

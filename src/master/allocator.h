@@ -1,12 +1,14 @@
 /* Range allocator for one segment. Segments are remote memory, so every byte of
- * metadata lives here in the master's heap: a span record per free range and per
- * allocation, linked in address order (boundary tags, so a free coalesces with
- * both neighbours in O(1)), free spans in segregated size-class bins (32 classes
- * per power of two) with a two-level bitmap of non-empty bins (the first bin
- * that fits is found in O(1)), allocations in a hash table by offset (a free is
- * checked against the exact allocation in O(1)). Offsets and lengths are
- * multiples of EGM_ALLOCATOR_ALIGN. Not thread-safe (the master serialises
- * calls on one segment). */
+ * metadata lives here in the master's heap, and it keeps none per allocation:
+ * with 100 million objects each byte per object is 100 MB. It records only the
+ * free ranges (32 bytes each): in segregated size-class bins (32 classes per
+ * power of two) with a two-level bitmap of non-empty bins (the first bin that
+ * fits is found in O(1)), and in a treap by offset (a free finds its free
+ * neighbours, to coalesce with them and to refuse a range that overlaps free
+ * space, in O(log f) for f free ranges). The caller keeps where each of its
+ * allocations lies (the master's objects do) and frees exactly those ranges.
+ * Offsets and lengths are multiples of EGM_ALLOCATOR_ALIGN. Not thread-safe
+ * (the master serialises calls on one segment). */
 #ifndef EGM_MASTER_ALLOCATOR_H
 #define EGM_MASTER_ALLOCATOR_H
 
@@ -33,42 +35,44 @@ egm_status_t egm__allocator_create(uint64_t size, egm_allocator_t **allocator_p)
 void egm__allocator_destroy(egm_allocator_t *allocator);
 /* `len` bytes (rounded up to the alignment) at an aligned *offset_p.
  * EGM_ERR_NO_SPACE exactly when no free range is long enough,
- * EGM_ERR_INVALID_ARG for len 0, EGM_ERR_NO_MEMORY when the master cannot grow
- * its metadata (nothing changed). O(1) except when the only ranges that fit
- * share the request's size class and are not near its head: then that one
- * class is scanned. */
+ * EGM_ERR_INVALID_ARG for len 0. Never needs memory. O(1) except when the only
+ * ranges that fit share the request's size class and are not near its head:
+ * then that one class is scanned; and O(log f) when it uses up a free range. */
 egm_status_t egm__allocator_alloc(egm_allocator_t *allocator, uint64_t len, uint64_t *offset_p);
 /* Returns a range from egm__allocator_alloc (same offset; len rounding to the
- * same length). O(1) and never needs memory. A range that is not exactly one
- * allocation (misaligned, out of bounds, free space, a part of or more than
- * one allocation, a double free) is EGM_ERR_INVALID_ARG and changes nothing. */
+ * same length), or a piece cut by egm__allocator_split. O(log f). A range that
+ * is misaligned, out of bounds or overlaps free space (a double free) is
+ * EGM_ERR_INVALID_ARG and changes nothing. The allocator keeps no record of
+ * allocations, so a range of allocated space that is not exactly one
+ * allocation (a part of one, or two together) is not refused: its space
+ * becomes free. Needs memory only when the range touches no free range (a
+ * record for the new one; the records grow by doubling): if that fails,
+ * EGM_ERR_NO_MEMORY, logged, and the range stays allocated. */
 egm_status_t egm__allocator_free(egm_allocator_t *allocator, uint64_t offset, uint64_t len);
-/* Cuts the allocation at `offset` (exactly one, as for egm__allocator_free)
- * in two at `at` (aligned, strictly inside it): [offset, at) and [at, end)
- * become two allocations, each freed on its own. A slab granted whole is cut
- * this way into the objects its writer commits. EGM_ERR_INVALID_ARG (nothing
- * changed) when offset is not an allocation or `at` is not inside it,
- * EGM_ERR_NO_MEMORY when the master cannot grow its metadata. */
+/* Cuts the allocation at `offset` in two at `at` (aligned, after offset):
+ * [offset, at) and [at, end) become two allocations, each freed on its own. A
+ * slab granted whole is cut this way into the objects its writer commits.
+ * Only the count of allocations changes (the allocator records none), so the
+ * checks are that both are aligned and that blocks `offset` and `at` are
+ * allocated space: EGM_ERR_INVALID_ARG (nothing changed) otherwise. Never
+ * needs memory. */
 egm_status_t egm__allocator_split(egm_allocator_t *allocator, uint64_t offset, uint64_t at);
 /* Allocates exactly [offset, offset + round(len)): a range that must lie
  * inside one free range. A new master leader rebuilds its segments this way
- * from what its predecessor placed (master/adopt.c); takes in ascending
- * offset order cost O(1) each (the free range after the last take is looked
- * at first), others walk the segment's ranges. EGM_ERR_INVALID_ARG (nothing
- * changed) when misaligned, outside the segment or not all free,
- * EGM_ERR_NO_MEMORY when the master cannot grow its metadata. */
+ * from what its predecessor placed; takes in ascending offset order cost O(1)
+ * each (the free range after the last take is looked at first), others
+ * O(log f). EGM_ERR_INVALID_ARG (nothing changed) when misaligned, outside the
+ * segment or not all free, EGM_ERR_NO_MEMORY when it cuts a free range in two
+ * and the master cannot grow its records. */
 egm_status_t egm__allocator_take(egm_allocator_t *allocator, uint64_t offset, uint64_t len);
-/* Grows the metadata so that the next n splits (or allocations) cannot fail
- * for lack of memory. EGM_ERR_NO_MEMORY (nothing else changed). */
-egm_status_t egm__allocator_reserve(egm_allocator_t *allocator, uint32_t n);
 /* largest_free costs a walk of the top non-empty size class. */
 void egm__allocator_stats(const egm_allocator_t *allocator, egm_allocator_stats_t *stats_p);
 /* Rounded length an allocation of len occupies (0 on overflow). */
 uint64_t egm__allocator_round(uint64_t len);
-/* Walks every structure and checks it against the others (spans tile the
- * segment, free neighbours are always coalesced, bins, bitmaps, hash and
- * counters agree). EGM_ERR_INTERNAL naming the first broken invariant. O(n):
- * for tests. */
+/* Walks every structure and checks it against the others (free ranges in
+ * order, apart from each other (always coalesced) and inside the segment;
+ * treap heap order; bins, bitmaps, spare records and counters agree).
+ * EGM_ERR_INTERNAL naming the first broken invariant. O(f): for tests. */
 egm_status_t egm__allocator_check(const egm_allocator_t *allocator);
 
 #endif

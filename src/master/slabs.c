@@ -145,11 +145,7 @@ egm_status_t egm__slabs_claim(egm_slab_t *slab, uint64_t off, uint64_t len)
         slab->pieces = pieces;
         slab->cap_pieces = cap;
     }
-    /* Every extent first gets the metadata both cuts need: then none fails. */
-    for (uint32_t e = 0; e < slab->n_extents; e++)
-        if (slab->extents[e].segment != NULL &&
-            egm__allocator_reserve(slab->extents[e].segment->allocator, 2) != EGM_OK)
-            return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory claiming slab space");
+    /* The cuts need no memory (the allocator records no allocations). */
     for (uint32_t e = 0; e < slab->n_extents; e++) {
         egm_segment_t *seg = slab->extents[e].segment;
         uint64_t base = slab->extents[e].base;

@@ -1,5 +1,5 @@
 /* Master range allocator: aligned results, NO_SPACE exactly when no free range
- * fits, invalid frees refused without damage, a 200k-op random trace checked
+ * fits, frees that overlap free space refused without damage, a 200k-op random trace checked
  * against a shadow map of 64-byte blocks (no overlap, stats and coalescing
  * exact), full coalescing after all frees, and stated utilisation for uniform
  * sizes (>= 99%) and a mixed-size steady state. Prints alloc+free throughput
@@ -176,10 +176,7 @@ static void test_invalid_free_changes_nothing(void **state)
     assert_int_equal(egm__allocator_free(a, 8 * A, A), EGM_ERR_INVALID_ARG); /* free space */
     assert_int_equal(egm__allocator_free(a, y, 3 * A), EGM_ERR_INVALID_ARG); /* runs into free */
     assert_int_equal(egm__allocator_free(a, x, 0), EGM_ERR_INVALID_ARG);
-    assert_int_equal(egm__allocator_free(a, x, A), EGM_ERR_INVALID_ARG);         /* first half */
-    assert_int_equal(egm__allocator_free(a, x + A, A), EGM_ERR_INVALID_ARG);     /* second half */
-    assert_int_equal(egm__allocator_free(a, x, 4 * A), EGM_ERR_INVALID_ARG);     /* two at once */
-    assert_int_equal(egm__allocator_free(a, x + A, 2 * A), EGM_ERR_INVALID_ARG); /* straddles */
+    assert_int_equal(egm__allocator_free(a, x + A, 4 * A), EGM_ERR_INVALID_ARG); /* into free */
     egm__allocator_stats(a, &after);
     assert_memory_equal(&before, &after, sizeof(before));
     check(a);
@@ -193,6 +190,46 @@ static void test_invalid_free_changes_nothing(void **state)
     egm__allocator_stats(a, &after);
     assert_int_equal(after.free_ranges, 1);
     assert_int_equal(after.used, 0);
+    check(a);
+    egm__allocator_destroy(a);
+}
+
+/* Allocations are not recorded: a range over allocated space only is freed
+ * whole even when it is not one allocation, and a range with free space
+ * inside it (a hole between two allocations) is refused. */
+static void test_free_checks_free_space_only(void **state)
+{
+    (void)state;
+    egm_allocator_t *a;
+    uint64_t x, y, z;
+    egm_allocator_stats_t before, after;
+
+    assert_int_equal(egm__allocator_create(16 * A, &a), EGM_OK);
+    assert_int_equal(egm__allocator_alloc(a, 2 * A, &x), EGM_OK);
+    assert_int_equal(egm__allocator_alloc(a, 2 * A, &y), EGM_OK);
+    assert_int_equal(egm__allocator_alloc(a, 2 * A, &z), EGM_OK);
+    assert_int_equal(egm__allocator_free(a, y, 2 * A), EGM_OK); /* a hole between x and z */
+    egm__allocator_stats(a, &before);
+    assert_int_equal(before.free_ranges, 2);
+    assert_int_equal(egm__allocator_free(a, x, 6 * A), EGM_ERR_INVALID_ARG);     /* over the hole */
+    assert_int_equal(egm__allocator_free(a, x + A, 2 * A), EGM_ERR_INVALID_ARG); /* into it */
+    assert_int_equal(egm__allocator_free(a, y + A, 2 * A), EGM_ERR_INVALID_ARG); /* out of it */
+    egm__allocator_stats(a, &after);
+    assert_memory_equal(&before, &after, sizeof(before));
+    check(a);
+    /* Half of x, then the other half: each coalesces with its free neighbour. */
+    assert_int_equal(egm__allocator_free(a, x + A, A), EGM_OK);
+    check(a);
+    assert_int_equal(egm__allocator_free(a, x, A), EGM_OK);
+    check(a);
+    egm__allocator_stats(a, &after);
+    assert_int_equal(after.used, 2 * A);
+    assert_int_equal(after.free_ranges, 2); /* [0, 4) and [6, 16) */
+    assert_int_equal(after.largest_free, 10 * A);
+    assert_int_equal(egm__allocator_free(a, z, 2 * A), EGM_OK);
+    egm__allocator_stats(a, &after);
+    assert_int_equal(after.used, 0);
+    assert_int_equal(after.free_ranges, 1);
     check(a);
     egm__allocator_destroy(a);
 }
@@ -245,7 +282,7 @@ static void test_take_exact_ranges(void **state)
 
 /* A slab granted whole is cut into objects: each piece is then its own
  * allocation (freed alone, coalescing with its free neighbours), and a split
- * that is not strictly inside one allocation changes nothing. */
+ * that is misaligned, empty, or at free space changes nothing. */
 static void test_split_cuts_one_allocation(void **state)
 {
     (void)state;
@@ -257,12 +294,12 @@ static void test_split_cuts_one_allocation(void **state)
     assert_int_equal(egm__allocator_alloc(a, 8 * A, &x), EGM_OK);
     assert_int_equal(egm__allocator_alloc(a, 2 * A, &y), EGM_OK);
     egm__allocator_stats(a, &before);
-    assert_int_equal(egm__allocator_split(a, x, x), EGM_ERR_INVALID_ARG);         /* empty head */
-    assert_int_equal(egm__allocator_split(a, x, x + 8 * A), EGM_ERR_INVALID_ARG); /* at its end */
-    assert_int_equal(egm__allocator_split(a, x, x + 9 * A), EGM_ERR_INVALID_ARG); /* past it */
-    assert_int_equal(egm__allocator_split(a, x, x + A + 1), EGM_ERR_INVALID_ARG); /* misaligned */
-    assert_int_equal(egm__allocator_split(a, x + A, x + 2 * A), EGM_ERR_INVALID_ARG); /* inside */
-    assert_int_equal(egm__allocator_split(a, 12 * A, 13 * A), EGM_ERR_INVALID_ARG);   /* free */
+    assert_int_equal(egm__allocator_split(a, x, x), EGM_ERR_INVALID_ARG);           /* empty head */
+    assert_int_equal(egm__allocator_split(a, x, x + A + 1), EGM_ERR_INVALID_ARG);   /* misaligned */
+    assert_int_equal(egm__allocator_split(a, x + 1, x + A), EGM_ERR_INVALID_ARG);   /* misaligned */
+    assert_int_equal(egm__allocator_split(a, x, x + 12 * A), EGM_ERR_INVALID_ARG);  /* at free */
+    assert_int_equal(egm__allocator_split(a, 12 * A, 13 * A), EGM_ERR_INVALID_ARG); /* free */
+    assert_int_equal(egm__allocator_split(a, x, 16 * A), EGM_ERR_INVALID_ARG);      /* past end */
     egm__allocator_stats(a, &after);
     assert_memory_equal(&before, &after, sizeof(before));
     /* [x, +8) -> [x, +3) [x+3, +1) [x+4, +4) */
@@ -272,7 +309,6 @@ static void test_split_cuts_one_allocation(void **state)
     egm__allocator_stats(a, &after);
     assert_int_equal(after.allocations, before.allocations + 2);
     assert_int_equal(after.used, before.used);
-    assert_int_equal(egm__allocator_free(a, x, 8 * A), EGM_ERR_INVALID_ARG); /* no longer one */
     assert_int_equal(egm__allocator_free(a, x + 3 * A, A), EGM_OK);
     assert_int_equal(egm__allocator_free(a, x + 4 * A, 4 * A), EGM_OK);
     check(a);
@@ -406,13 +442,21 @@ static void test_random_trace_against_shadow(void **state)
         if (slot->live) {
             /* Now and then a wrong free first: refused, nothing changes. */
             if (rnd() % 16 == 0) {
-                /* Inside the allocation (no other one starts there), or misaligned. */
-                uint64_t blocks = egm__allocator_round(slot->len) / A;
-                uint64_t bad =
-                    blocks > 1 ? slot->offset + A * (1 + rnd() % (blocks - 1)) : slot->offset + 1;
-                assert_int_equal(egm__allocator_free(a, bad, slot->len), EGM_ERR_INVALID_ARG);
-                assert_int_equal(egm__allocator_free(a, slot->offset, slot->len + 64 * A),
-                                 EGM_ERR_INVALID_ARG);
+                egm_allocator_stats_t before, after;
+                uint64_t first = slot->offset / A;
+                uint64_t end = (slot->offset + slot->len + A - 1) / A, hole = end;
+                while (hole < TRACE_BLOCKS && owner[hole])
+                    hole++;
+                egm__allocator_stats(a, &before);
+                assert_int_equal(egm__allocator_free(a, slot->offset + 1, slot->len),
+                                 EGM_ERR_INVALID_ARG); /* misaligned */
+                if (hole < TRACE_BLOCKS) {             /* on to the next free block */
+                    assert_int_equal(egm__allocator_free(a, slot->offset, (hole + 1 - first) * A),
+                                     EGM_ERR_INVALID_ARG);
+                    assert_int_equal(egm__allocator_free(a, hole * A, A), EGM_ERR_INVALID_ARG);
+                }
+                egm__allocator_stats(a, &after);
+                assert_memory_equal(&before, &after, sizeof(before));
             }
             assert_int_equal(egm__allocator_free(a, slot->offset, slot->len), EGM_OK);
             for (uint64_t b = slot->offset / A; b < (slot->offset + slot->len + A - 1) / A; b++) {
@@ -420,6 +464,10 @@ static void test_random_trace_against_shadow(void **state)
                 owner[b] = 0;
             }
             used -= egm__allocator_round(slot->len);
+            /* A second free of it overlaps free space now. */
+            if (rnd() % 16 == 0)
+                assert_int_equal(egm__allocator_free(a, slot->offset, slot->len),
+                                 EGM_ERR_INVALID_ARG);
             slot->live = 0;
             live--;
             frees++;
@@ -659,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_alignment_and_rounding),
         cmocka_unit_test(test_no_space_when_full),
         cmocka_unit_test(test_invalid_free_changes_nothing),
+        cmocka_unit_test(test_free_checks_free_space_only),
         cmocka_unit_test(test_split_cuts_one_allocation),
         cmocka_unit_test(test_fit_found_inside_own_class),
         cmocka_unit_test(test_take_exact_ranges),
