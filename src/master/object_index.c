@@ -30,8 +30,8 @@ _Static_assert((EGM_OBJECTS_SHARDS & (EGM_OBJECTS_SHARDS - 1)) == 0 && EGM_OBJEC
 /* The master's memory per object (docs/master.md "Memory per object"): a
  * change that grows these should be one that was meant to. */
 _Static_assert(sizeof(void *) != 8 ||
-                   (sizeof(egm_replica_t) == 32 && offsetof(egm_object_t, replicas) == 88),
-               "egm_object_t's header is 88 bytes and a replica 32 on 64-bit hosts");
+                   (sizeof(egm_replica_t) == 32 && offsetof(egm_object_t, replicas) == 72),
+               "egm_object_t's header is 72 bytes and a replica 32 on 64-bit hosts");
 
 /* The list an object's `link` is in. */
 enum { LIST_NONE = 0, LIST_PENDING, LIST_LRU, LIST_SOFT };
@@ -72,13 +72,28 @@ typedef struct {
     int repair;          /* a new replica being copied (repair.h), not a removed object's */
 } held_extent_t;
 
+/* A shard's live leases counted by when they end, in buckets of
+ * lease_grain_ms (a timing wheel), so that no object keeps a place in a list
+ * of leases (16 bytes of every object). Every lease lasts lease_ttl_ms and
+ * the grain is at least lease_ttl_ms / LEASE_WHEEL_SPAN, so after a trim
+ * every lease still live ends in one of the LEASE_WHEEL_SPAN + 2 buckets
+ * after `trimmed`: bucket b counts the leases ending in ((b - 1) * grain,
+ * b * grain], at count[b % LEASE_BUCKETS]. */
+#define LEASE_WHEEL_SPAN 1024u
+#define LEASE_BUCKETS 2048u
+typedef struct {
+    uint64_t trimmed; /* buckets up to this one are emptied (their leases ended) */
+    uint64_t total;   /* the leases counted: sum of count[] */
+    uint32_t count[LEASE_BUCKETS];
+} lease_wheel_t;
+
 typedef struct {
     pthread_mutex_t lock;
     object_table_t by_key;
     object_list_t pending; /* by PutStart time */
     object_list_t lru;     /* COMPLETE, no pin, least recently used first */
     object_list_t soft;    /* COMPLETE, soft-pinned, least recently used first */
-    object_list_t leases;  /* by lease grant; expired ones trimmed from the head */
+    lease_wheel_t leases;  /* live leases counted by when they end */
     uint64_t n_soft_pinned;
     uint64_t n_hard_pinned;
 } shard_t;
@@ -92,6 +107,7 @@ struct egm_object_index {
      * shards' lists by it gives the order of the single list of an unsharded
      * index (up to ties between appends at the same instant). */
     uint64_t lru_seq;
+    uint64_t lease_grain_ms; /* of the shards' lease wheels: ceil(lease_ttl_ms / 1024), >= 1 */
     /* Bumped whenever an object enters the LRU lists (PutEnd). A
      * PutStart-triggered eviction that found nothing is not repeated until an
      * object it stepped over stops being protected (lease, residency) or an
@@ -298,33 +314,28 @@ static void space_unlock(egm_object_index_t *index)
 
 /* ---- lists ---------------------------------------------------------------- */
 
-static egm_object_link_t *link_of(egm_object_t *obj, int lease)
+static void list_append(object_list_t *list, egm_object_t *obj)
 {
-    return lease ? &obj->lease_link : &obj->link;
-}
-
-static void list_append(object_list_t *list, egm_object_t *obj, int lease)
-{
-    egm_object_link_t *l = link_of(obj, lease);
+    egm_object_link_t *l = &obj->link;
     l->next = NULL;
     l->prev = list->tail;
     if (list->tail != NULL)
-        link_of(list->tail, lease)->next = obj;
+        list->tail->link.next = obj;
     else
         list->head = obj;
     list->tail = obj;
     list->count++;
 }
 
-static void list_unlink(object_list_t *list, egm_object_t *obj, int lease)
+static void list_unlink(object_list_t *list, egm_object_t *obj)
 {
-    egm_object_link_t *l = link_of(obj, lease);
+    egm_object_link_t *l = &obj->link;
     if (l->prev != NULL)
-        link_of(l->prev, lease)->next = l->next;
+        l->prev->link.next = l->next;
     else
         list->head = l->next;
     if (l->next != NULL)
-        link_of(l->next, lease)->prev = l->prev;
+        l->next->link.prev = l->prev;
     else
         list->tail = l->prev;
     l->prev = l->next = NULL;
@@ -366,12 +377,12 @@ static void move_to(egm_object_index_t *index, egm_object_t *obj, int list)
     shard_t *sh = shard_of(index, obj);
     object_list_t *from = list_named(sh, obj->list), *to = list_named(sh, list);
     if (from != NULL)
-        list_unlink(from, obj, 0);
+        list_unlink(from, obj);
     obj->list = (uint8_t)list;
     if (to != NULL) {
         if (list == LIST_LRU || list == LIST_SOFT)
             obj->lru_seq = bump(&index->lru_seq);
-        list_append(to, obj, 0);
+        list_append(to, obj);
     }
 }
 
@@ -380,15 +391,47 @@ static int lease_live(const egm_object_t *obj, uint64_t now_ms)
     return now_ms < obj->lease_expiry_ms;
 }
 
-/* Leases are granted with one TTL, so expiry follows grant order: the expired
- * ones are at the head. With the shard locked. */
-static void trim_leases(shard_t *sh, uint64_t now_ms)
+/* The wheel bucket of a lease ending at expiry_ms (0: never leased). */
+static uint64_t lease_bucket(const egm_object_index_t *index, uint64_t expiry_ms)
 {
-    while (sh->leases.head != NULL && !lease_live(sh->leases.head, now_ms)) {
-        egm_object_t *obj = sh->leases.head;
-        list_unlink(&sh->leases, obj, 1);
-        obj->in_lease_list = 0;
+    uint64_t g = index->lease_grain_ms;
+    return expiry_ms / g + (expiry_ms % g != 0);
+}
+
+/* Whether a lease ending at expiry_ms is counted in sh's wheel: it ends
+ * after the buckets trimmed. With the shard locked. */
+static int lease_counted(const egm_object_index_t *index, const shard_t *sh, uint64_t expiry_ms)
+{
+    return lease_bucket(index, expiry_ms) > sh->leases.trimmed;
+}
+
+/* Counts (delta 1) or stops counting (-1) a lease ending at expiry_ms, which
+ * lease_counted says is counted. With the shard locked. */
+static void lease_count(const egm_object_index_t *index, shard_t *sh, uint64_t expiry_ms, int delta)
+{
+    uint64_t b = lease_bucket(index, expiry_ms);
+    sh->leases.count[b % LEASE_BUCKETS] += (uint32_t)delta;
+    sh->leases.total += (uint64_t)(int64_t)delta;
+}
+
+/* Leases that ended by now_ms (to within the grain: a bucket is emptied once
+ * its last instant has passed) stop being counted. With the shard locked. */
+static void trim_leases(const egm_object_index_t *index, shard_t *sh, uint64_t now_ms)
+{
+    lease_wheel_t *w = &sh->leases;
+    uint64_t upto = now_ms / index->lease_grain_ms;
+    if (upto <= w->trimmed)
+        return;
+    if (upto - w->trimmed >= LEASE_BUCKETS) {
+        memset(w->count, 0, sizeof(w->count));
+        w->total = 0;
+    } else {
+        for (uint64_t b = w->trimmed + 1; b <= upto; b++) {
+            w->total -= w->count[b % LEASE_BUCKETS];
+            w->count[b % LEASE_BUCKETS] = 0;
+        }
     }
+    w->trimmed = upto;
 }
 
 /* ---- creation ------------------------------------------------------------- */
@@ -474,6 +517,10 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     pthread_mutexattr_destroy(&attr);
     index->segments = segments;
     index->params = *params;
+    index->lease_grain_ms =
+        params->lease_ttl_ms / LEASE_WHEEL_SPAN + (params->lease_ttl_ms % LEASE_WHEEL_SPAN != 0);
+    if (index->lease_grain_ms == 0)
+        index->lease_grain_ms = 1;
     index->held_release_ms = UINT64_MAX;
     status = egm__placer_create(&index->placer);
     if (status == EGM_OK)
@@ -741,8 +788,8 @@ static void object_forget(egm_object_index_t *index, egm_object_t *obj)
     if (obj->state == EGM_OBJECT_COMPLETE)
         egm__journal_object_gone(index->journal, egm__object_key(obj), obj->key_len);
     move_to(index, obj, LIST_NONE);
-    if (obj->in_lease_list)
-        list_unlink(&sh->leases, obj, 1);
+    if (lease_counted(index, sh, obj->lease_expiry_ms))
+        lease_count(index, sh, obj->lease_expiry_ms, -1);
     sh->n_soft_pinned -= obj->soft_pin;
     sh->n_hard_pinned -= obj->hard_pin;
     table_remove(&sh->by_key, obj);
@@ -1747,17 +1794,18 @@ egm_status_t egm__objects_put_revoke(egm_object_index_t *index, egm_id_t client,
 static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t now_ms)
 {
     shard_t *sh = shard_of(index, obj);
-    obj->repair_leased = 0; /* a reader's lease (repair_start sets it again for its own) */
+    obj->repair_leased = 0;         /* a reader's lease (repair_start sets it again for its own) */
+    trim_leases(index, sh, now_ms); /* first: the new lease's bucket is then on the wheel */
     uint64_t expiry = now_ms + index->params.lease_ttl_ms;
-    if (expiry > obj->lease_expiry_ms)
+    if (expiry > obj->lease_expiry_ms) {
+        if (lease_counted(index, sh, obj->lease_expiry_ms))
+            lease_count(index, sh, obj->lease_expiry_ms, -1);
         obj->lease_expiry_ms = expiry;
+        if (lease_counted(index, sh, expiry))
+            lease_count(index, sh, expiry, 1);
+    }
     if (obj->list == LIST_LRU || obj->list == LIST_SOFT)
         move_to(index, obj, obj->list);
-    if (obj->in_lease_list)
-        list_unlink(&sh->leases, obj, 1);
-    list_append(&sh->leases, obj, 1);
-    obj->in_lease_list = 1;
-    trim_leases(sh, now_ms);
 }
 
 /* GetReplicaList (not_ready: a PENDING object answers NOT_READY) and
@@ -1900,11 +1948,10 @@ static void prefetch_lines(const void *p, size_t bytes)
  * links sit together after its timestamps). */
 static void prefetch_neighbours(const egm_object_t *obj)
 {
-    const egm_object_t *nb[4] = {obj->link.prev, obj->link.next, obj->lease_link.prev,
-                                 obj->lease_link.next};
-    for (int k = 0; k < 4; k++)
+    const egm_object_t *nb[2] = {obj->link.prev, obj->link.next};
+    for (int k = 0; k < 2; k++)
         if (nb[k] != NULL)
-            prefetch_lines(&nb[k]->link, sizeof(nb[k]->link) + sizeof(nb[k]->lease_link));
+            prefetch_lines(&nb[k]->link, sizeof(nb[k]->link));
 }
 
 /* Whether a key before j in this run has hash[j]. */
@@ -2315,7 +2362,7 @@ uint64_t egm__objects_evict_if_needed(egm_object_index_t *index, uint64_t now_ms
 
     lock_all(index);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
-        trim_leases(&index->shards[s], now_ms);
+        trim_leases(index, &index->shards[s], now_ms);
     space_lock(index);
     usage(index, &used, &capacity, NULL);
     if (capacity > 0 && (double)used > index->params.eviction_high_watermark * (double)capacity) {
@@ -2613,7 +2660,7 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
         stats_p->pending += sh->pending.count;
         stats_p->soft_pinned += sh->n_soft_pinned;
         stats_p->hard_pinned += sh->n_hard_pinned;
-        stats_p->leased += sh->leases.count;
+        stats_p->leased += sh->leases.total;
     }
     space_lock(ix);
     stats_p->evictions_total = ix->evictions;
@@ -2645,19 +2692,18 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
             return egm__set_error(EGM_ERR_INTERNAL, __VA_ARGS__);                                  \
     } while (0)
 
-/* One list of a shard: its count, back links, every member's `list` field
- * (list >= 0) or lease flag (list < 0), and the append order of LRU lists. */
+/* One list of a shard: its count, back links, every member's `list` field,
+ * and the append order of LRU lists. */
 static egm_status_t check_list(size_t s, const object_list_t *l, int list, const char *name,
                                uint64_t *walked_p)
 {
-    int lease = list < 0;
     uint64_t n = 0;
     const egm_object_t *prev = NULL;
-    for (egm_object_t *o = l->head; o != NULL; o = link_of(o, lease)->next) {
-        CHECK(link_of(o, lease)->prev == prev, "shard %zu %s: broken back link", s, name);
+    for (egm_object_t *o = l->head; o != NULL; o = o->link.next) {
+        CHECK(o->link.prev == prev, "shard %zu %s: broken back link", s, name);
         CHECK(o->shard == s, "shard %zu %s: an object of shard %u", s, name, o->shard);
-        CHECK(lease ? o->in_lease_list == 1 : o->list == list,
-              "shard %zu %s: object %s is marked for another list", s, name, egm__object_key(o));
+        CHECK(o->list == list, "shard %zu %s: object %s is marked for another list", s, name,
+              egm__object_key(o));
         CHECK((list != LIST_LRU && list != LIST_SOFT) || prev == NULL || prev->lru_seq < o->lru_seq,
               "shard %zu %s: not in append order at %s", s, name, egm__object_key(o));
         prev = o;
@@ -2670,14 +2716,30 @@ static egm_status_t check_list(size_t s, const object_list_t *l, int list, const
     return EGM_OK;
 }
 
+/* A shard's lease wheel against its objects' lease ends, counted again into
+ * `recount` (LEASE_BUCKETS entries, zeroed) by check_shard. */
+static egm_status_t check_leases(const egm_object_index_t *index, size_t s, const uint32_t *recount,
+                                 uint64_t leased)
+{
+    const lease_wheel_t *w = &index->shards[s].leases;
+    for (size_t b = 0; b < LEASE_BUCKETS; b++)
+        CHECK(w->count[b] == recount[b], "shard %zu: lease bucket %zu counts %u, objects %u", s, b,
+              w->count[b], recount[b]);
+    CHECK(w->total == leased, "shard %zu: %llu leases counted, %llu objects leased", s,
+          (unsigned long long)w->total, (unsigned long long)leased);
+    return EGM_OK;
+}
+
 static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *replicas_p)
 {
     const shard_t *sh = &index->shards[s];
     uint64_t in_list[4] = {0, 0, 0, 0}, leased = 0, soft = 0, hard = 0, walked;
+    uint32_t recount[LEASE_BUCKETS];
     const object_table_t *t = &sh->by_key;
     size_t n_slots = 0;
     egm_status_t status;
 
+    memset(recount, 0, sizeof(recount));
     for (size_t slot = 0; slot <= t->mask; slot++) {
         const egm_object_t *o = t->slots[slot].obj;
         if (o == NULL)
@@ -2717,7 +2779,13 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
         CHECK(o->list == want, "object %s: in list %d, its state says %d", egm__object_key(o),
               o->list, want);
         in_list[o->list]++;
-        leased += o->in_lease_list;
+        if (lease_counted(index, sh, o->lease_expiry_ms)) {
+            uint64_t b = lease_bucket(index, o->lease_expiry_ms);
+            CHECK(b - sh->leases.trimmed <= LEASE_WHEEL_SPAN + 2,
+                  "object %s: its lease ends past the lease wheel", egm__object_key(o));
+            recount[b % LEASE_BUCKETS]++;
+            leased++;
+        }
         soft += o->soft_pin;
         hard += o->hard_pin;
         *replicas_p += live;
@@ -2734,9 +2802,8 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
     if ((status = check_list(s, &sh->soft, LIST_SOFT, "soft", &walked)) != EGM_OK)
         return status;
     CHECK(walked == in_list[LIST_SOFT], "shard %zu: soft list and map disagree", s);
-    if ((status = check_list(s, &sh->leases, -1, "leases", &walked)) != EGM_OK)
+    if ((status = check_leases(index, s, recount, leased)) != EGM_OK)
         return status;
-    CHECK(walked == leased, "shard %zu: lease list and map disagree", s);
     CHECK(soft == sh->n_soft_pinned && hard == sh->n_hard_pinned,
           "shard %zu: pin counters %llu/%llu, objects %llu/%llu", s,
           (unsigned long long)sh->n_soft_pinned, (unsigned long long)sh->n_hard_pinned,

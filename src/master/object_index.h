@@ -75,13 +75,14 @@ typedef struct egm_object_link {
     struct egm_object *next;
 } egm_object_link_t;
 
-/* One allocation per object: this header (88 bytes), its replicas, its key;
- * with one replica and a 60-byte key, 181 bytes, which malloc serves from
- * its 192-byte chunks. The small fields are packed into the header's last 8
+/* One allocation per object: this header (72 bytes), its replicas, its key;
+ * with one replica and a 60-byte key, 165 bytes, which malloc serves from
+ * its 176-byte chunks. The small fields are packed into the header's last 8
  * bytes. Not kept, because they follow from what is: the key's hash (the
- * shard table's slot has it), each replica's length and object, and the last
+ * shard table's slot has it), each replica's length and object, the last
  * access (egm__objects_last_access: leases all last lease_ttl_ms, so the
- * latest grant is lease_expiry_ms - lease_ttl_ms). */
+ * latest grant is lease_expiry_ms - lease_ttl_ms), and a place in a list of
+ * leases (the shard counts its live leases by when they end). */
 typedef struct egm_object {
     uint64_t size;
     egm_id_t writer;
@@ -91,21 +92,19 @@ typedef struct egm_object {
         uint64_t commit_ms;    /* COMPLETE: PutEnd or Commit; not evicted before
                                   commit_ms + min_residency_ms */
     };
-    uint64_t lru_seq;             /* order of appends to the LRU lists, over every shard */
-    egm_object_link_t link;       /* PENDING (oldest first), unpinned or soft-pinned LRU */
-    egm_object_link_t lease_link; /* objects by lease grant, oldest first */
-    uint16_t key_len;             /* of the key (egm__object_key), NUL-terminated; <= 4096 */
-    uint8_t state : 1;            /* egm_object_state_t */
-    uint8_t soft_pin : 1;         /* put with_soft_pin: kept until last access + soft pin TTL */
-    uint8_t hard_pin : 1;         /* put with_hard_pin: never evicted */
-    uint8_t in_lease_list : 1;    /* in its shard's lease list */
-    uint8_t list : 2;             /* which list `link` is in (object_index.c) */
-    uint8_t repair_leased : 1;    /* its lease is only re-replication's (repair.h): a plain
-                                   * remove does not answer HAS_LEASE, it holds the space */
-    uint8_t shard;                /* index of the shard holding it */
-    uint8_t n_replicas;           /* replicas placed, in replicas[0..n) */
-    uint8_t n_live;               /* replicas whose segment is still mounted */
-    uint8_t n_slots;              /* replicas[] allocated; the key follows them */
+    uint64_t lru_seq;          /* order of appends to the LRU lists, over every shard */
+    egm_object_link_t link;    /* PENDING (oldest first), unpinned or soft-pinned LRU */
+    uint16_t key_len;          /* of the key (egm__object_key), NUL-terminated; <= 4096 */
+    uint8_t state : 1;         /* egm_object_state_t */
+    uint8_t soft_pin : 1;      /* put with_soft_pin: kept until last access + soft pin TTL */
+    uint8_t hard_pin : 1;      /* put with_hard_pin: never evicted */
+    uint8_t list : 2;          /* which list `link` is in (object_index.c) */
+    uint8_t repair_leased : 1; /* its lease is only re-replication's (repair.h): a plain
+                                * remove does not answer HAS_LEASE, it holds the space */
+    uint8_t shard;             /* index of the shard holding it */
+    uint8_t n_replicas;        /* replicas placed, in replicas[0..n) */
+    uint8_t n_live;            /* replicas whose segment is still mounted */
+    uint8_t n_slots;           /* replicas[] allocated; the key follows them */
     egm_replica_t replicas[];
 } egm_object_t;
 
@@ -186,11 +185,12 @@ typedef struct {
 typedef struct {
     uint64_t objects; /* keys, PENDING included */
     uint64_t pending;
-    uint64_t soft_pinned;          /* objects put with a soft pin (active or lapsed) */
-    uint64_t hard_pinned;          /* objects put with a hard pin */
-    uint64_t leased;               /* under a live lease as of the latest lease granted or tick */
-    uint64_t used_bytes;           /* allocated in all segments (allocator rounding included) */
-    uint64_t capacity_bytes;       /* of all mounted segments */
+    uint64_t soft_pinned;    /* objects put with a soft pin (active or lapsed) */
+    uint64_t hard_pinned;    /* objects put with a hard pin */
+    uint64_t leased;         /* under a live lease as of the latest lease granted or tick (to within
+                                lease_ttl_ms / 1024: the shards count leases by when they end) */
+    uint64_t used_bytes;     /* allocated in all segments (allocator rounding included) */
+    uint64_t capacity_bytes; /* of all mounted segments */
     uint64_t evictions_total;      /* objects evicted since start */
     uint64_t evicted_bytes_total;  /* segment space they freed (every replica) */
     uint64_t eviction_runs_total;  /* evictions started (watermark or a PutStart without room) */
