@@ -29,6 +29,7 @@ typedef struct {
     uint64_t hash;
     uint64_t live;
     uint64_t bytes;
+    uint64_t fail_next; /* allocations still to refuse (egm__alloc_fail_site) */
 } site_t;
 
 typedef struct {
@@ -43,7 +44,7 @@ _Static_assert(sizeof(header_t) == 16, "header keeps 16-byte alignment");
 static site_t sites[MAX_SITES];
 static size_t n_sites;
 static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
-static site_t overflow_site = {"(other sites)", 0, 0, 0};
+static site_t overflow_site = {"(other sites)", 0, 0, 0, 0};
 
 static uint64_t live_count, live_bytes;
 
@@ -108,6 +109,17 @@ static void account(site_t *site, block_change_t change, int64_t bytes)
     __atomic_add_fetch(&live_bytes, (uint64_t)bytes, __ATOMIC_RELAXED);
 }
 
+/* Whether the site is to refuse this allocation (and one fewer after it). */
+static int refused(site_t *site)
+{
+    uint64_t n = __atomic_load_n(&site->fail_next, __ATOMIC_RELAXED);
+    while (n > 0)
+        if (__atomic_compare_exchange_n(&site->fail_next, &n, n - 1, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            return 1;
+    return 0;
+}
+
 static void *finish(header_t *h, size_t size, site_t *site)
 {
     if (h == NULL)
@@ -120,16 +132,18 @@ static void *finish(header_t *h, size_t size, site_t *site)
 
 void *egm_malloc(size_t size, const char *site)
 {
-    if (size > SIZE_MAX - sizeof(header_t))
+    site_t *s = site_for(site);
+    if (size > SIZE_MAX - sizeof(header_t) || refused(s))
         return NULL;
-    return finish(malloc(sizeof(header_t) + size), size, site_for(site));
+    return finish(malloc(sizeof(header_t) + size), size, s);
 }
 
 void *egm_calloc(size_t n, size_t size, const char *site)
 {
-    if (size != 0 && n > (SIZE_MAX - sizeof(header_t)) / size)
+    site_t *s = site_for(site);
+    if ((size != 0 && n > (SIZE_MAX - sizeof(header_t)) / size) || refused(s))
         return NULL;
-    return finish(calloc(1, sizeof(header_t) + n * size), n * size, site_for(site));
+    return finish(calloc(1, sizeof(header_t) + n * size), n * size, s);
 }
 
 void *egm_realloc(void *ptr, size_t size, const char *site)
@@ -141,6 +155,8 @@ void *egm_realloc(void *ptr, size_t size, const char *site)
     header_t *old = (header_t *)ptr - 1;
     size_t old_size = old->size;
     site_t *s = old->site;
+    if (refused(s))
+        return NULL;
     header_t *h = realloc(old, sizeof(header_t) + size);
     if (h == NULL)
         return NULL;
@@ -156,6 +172,11 @@ void egm_free(void *ptr)
     header_t *h = (header_t *)ptr - 1;
     account(h->site, BLOCK_FREED, -(int64_t)h->size);
     free(h);
+}
+
+void egm__alloc_fail_site(const char *site, uint64_t n)
+{
+    __atomic_store_n(&site_for(site)->fail_next, n, __ATOMIC_RELAXED);
 }
 
 uint64_t egm__alloc_live_count(void)

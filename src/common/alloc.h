@@ -24,6 +24,9 @@ uint64_t egm__alloc_live_count(void);
 uint64_t egm__alloc_live_bytes(void);
 /* Live allocations of one site (compared by string content). */
 uint64_t egm__alloc_live_count_site(const char *site);
+/* The next n allocations of a site (malloc, calloc or a realloc of a block
+ * it allocated) fail; 0 ends it. For tests of what runs out of memory. */
+void egm__alloc_fail_site(const char *site, uint64_t n);
 /* Print every site with live allocations to stderr; returns the number of sites. */
 int egm__alloc_report(void);
 

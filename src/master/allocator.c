@@ -43,6 +43,7 @@ struct egm_allocator {
     uint64_t used; /* blocks */
     size_t allocations;
     size_t free_ranges;
+    uint64_t lost; /* blocks whose free found no memory for a record */
     span_t *spans;
     uint32_t n_spans, cap_spans;
     uint32_t spare;     /* spare records below n_spans */
@@ -454,11 +455,14 @@ egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t l
     }
     if (!join_p && !join_q) {
         /* A free range of its own: the one case that needs a record. */
-        status = reserve_n(a, 1);
-        if (status != EGM_OK) {
-            egm_error("allocator: [%llu, +%llu) stays allocated: %s", (unsigned long long)offset,
-                      (unsigned long long)len, egm_last_error());
-            return status;
+        if (reserve_n(a, 1) != EGM_OK) {
+            a->lost += n;
+            egm_error("allocator: [%llu, +%llu) stays allocated, %llu bytes lost in all: %s",
+                      (unsigned long long)offset, (unsigned long long)len,
+                      (unsigned long long)(a->lost * EGM_ALLOCATOR_ALIGN), egm_last_error());
+            if (a->allocations > 0)
+                a->allocations--;
+            return EGM_OK;
         }
         span_add(a, b, n);
     } else if (join_p && join_q) {
@@ -562,6 +566,7 @@ void egm__allocator_stats(const egm_allocator_t *a, egm_allocator_stats_t *stats
     stats_p->largest_free = largest * EGM_ALLOCATOR_ALIGN;
     stats_p->free_ranges = a->free_ranges;
     stats_p->allocations = a->allocations;
+    stats_p->lost = a->lost * EGM_ALLOCATOR_ALIGN;
 }
 
 #define CHECK(cond, ...)                                                                           \

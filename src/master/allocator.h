@@ -28,6 +28,9 @@ typedef struct {
     uint64_t largest_free; /* longest free range */
     size_t free_ranges;
     size_t allocations;
+    /* Of `used`: ranges whose free failed for lack of memory (see
+     * egm__allocator_free); they stay allocated while the segment is mounted. */
+    uint64_t lost;
 } egm_allocator_stats_t;
 
 /* A segment of `size` bytes (>= EGM_ALLOCATOR_ALIGN) with everything free. */
@@ -46,8 +49,11 @@ egm_status_t egm__allocator_alloc(egm_allocator_t *allocator, uint64_t len, uint
  * allocations, so a range of allocated space that is not exactly one
  * allocation (a part of one, or two together) is not refused: its space
  * becomes free. Needs memory only when the range touches no free range (a
- * record for the new one; the records grow by doubling): if that fails,
- * EGM_ERR_NO_MEMORY, logged, and the range stays allocated. */
+ * record for the new one; the records grow by doubling): if that fails, the
+ * range stays allocated, counted in the stats' `lost` and logged, and the
+ * answer is still EGM_OK: the caller forgets the range as it would after a
+ * free (the master is then short of memory; the space comes back when the
+ * segment is unmounted and mounted again). */
 egm_status_t egm__allocator_free(egm_allocator_t *allocator, uint64_t offset, uint64_t len);
 /* Cuts the allocation at `offset` in two at `at` (aligned, after offset):
  * [offset, at) and [at, end) become two allocations, each freed on its own. A
@@ -59,9 +65,10 @@ egm_status_t egm__allocator_free(egm_allocator_t *allocator, uint64_t offset, ui
 egm_status_t egm__allocator_split(egm_allocator_t *allocator, uint64_t offset, uint64_t at);
 /* Allocates exactly [offset, offset + round(len)): a range that must lie
  * inside one free range. A new master leader rebuilds its segments this way
- * from what its predecessor placed; takes in ascending offset order cost O(1)
- * each (the free range after the last take is looked at first), others
- * O(log f). EGM_ERR_INVALID_ARG (nothing changed) when misaligned, outside the
+ * from what its predecessor placed; a take in ascending offset order finds
+ * its free range in O(1) (the free range after the last take is looked at
+ * first), others in O(log f); one that leaves free space on both sides
+ * inserts a record, O(log f). EGM_ERR_INVALID_ARG (nothing changed) when misaligned, outside the
  * segment or not all free, EGM_ERR_NO_MEMORY when it cuts a free range in two
  * and the master cannot grow its records. */
 egm_status_t egm__allocator_take(egm_allocator_t *allocator, uint64_t offset, uint64_t len);

@@ -222,6 +222,10 @@ uint64_t egm__objects_lease_ttl_ms(const egm_object_index_t *index);
 
 /* EGM_ERR_INVALID_KEY unless 1..EGM_MASTER_KEY_MAX bytes. */
 egm_status_t egm__objects_check_key(const char *key, size_t key_len);
+/* The hash the index files a key under: its shard is the top 4 bits, its
+ * slot in the shard's table the low bits. For tests that need keys that
+ * collide. */
+uint64_t egm__objects_key_hash(const char *key, size_t key_len);
 
 /* Places config->replica_num (1..EGM_MASTER_REPLICA_MAX) replicas of `size`
  * bytes on distinct providers (placement.h: zones and hosts first): the

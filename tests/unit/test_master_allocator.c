@@ -234,6 +234,56 @@ static void test_free_checks_free_space_only(void **state)
     egm__allocator_destroy(a);
 }
 
+/* A free that needs a record for a new free range and cannot get one (the
+ * records' array cannot grow): the range stays allocated, counted as lost,
+ * and the free still answers OK (the caller forgets the range); frees that
+ * join a neighbour need no record and go on working, and a record let go is
+ * used again. */
+static void test_free_without_memory_loses_the_range(void **state)
+{
+    (void)state;
+    egm_allocator_t *a;
+    uint64_t off[64];
+    egm_allocator_stats_t st;
+
+    assert_int_equal(egm__allocator_create(64 * A, &a), EGM_OK);
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(egm__allocator_alloc(a, A, &off[i]), EGM_OK);
+        assert_int_equal(off[i], (uint64_t)i * A);
+    }
+    /* Blocks 0, 2, ..., 30 free: 16 ranges, all the records of the first array. */
+    for (int i = 0; i < 32; i += 2)
+        assert_int_equal(egm__allocator_free(a, off[i], A), EGM_OK);
+    egm__alloc_fail_site("master.allocator_spans", UINT64_MAX);
+    assert_int_equal(egm__allocator_free(a, off[33], A), EGM_OK); /* alone: lost */
+    egm__allocator_stats(a, &st);
+    assert_int_equal(st.lost, A);
+    assert_int_equal(st.used, 48 * A); /* still allocated */
+    assert_int_equal(st.allocations, 47);
+    assert_int_equal(st.free_ranges, 16);
+    check(a);
+    assert_int_equal(egm__allocator_free(a, off[31], A), EGM_OK); /* joins 30 */
+    assert_int_equal(egm__allocator_free(a, off[1], A), EGM_OK);  /* joins 0 and 2 */
+    egm__allocator_stats(a, &st);
+    assert_int_equal(st.used, 46 * A);
+    assert_int_equal(st.free_ranges, 15);
+    assert_int_equal(egm__allocator_free(a, off[35], A), EGM_OK); /* the record let go */
+    assert_int_equal(egm__allocator_free(a, off[37], A), EGM_OK); /* none left: lost */
+    egm__allocator_stats(a, &st);
+    assert_int_equal(st.used, 45 * A);
+    assert_int_equal(st.lost, 2 * A);
+    assert_int_equal(st.free_ranges, 16);
+    check(a);
+    egm__alloc_fail_site("master.allocator_spans", 0);
+    assert_int_equal(egm__allocator_free(a, off[39], A), EGM_OK); /* grows again */
+    egm__allocator_stats(a, &st);
+    assert_int_equal(st.used, 44 * A);
+    assert_int_equal(st.free_ranges, 17);
+    assert_int_equal(st.lost, 2 * A);
+    check(a);
+    egm__allocator_destroy(a);
+}
+
 /* A new leader rebuilds a segment from the ranges its predecessor placed:
  * takes in ascending order (the usual case), out of order, and the ones that
  * are not all free (or misaligned, or outside) change nothing; every taken
@@ -708,6 +758,7 @@ int main(void)
         cmocka_unit_test(test_no_space_when_full),
         cmocka_unit_test(test_invalid_free_changes_nothing),
         cmocka_unit_test(test_free_checks_free_space_only),
+        cmocka_unit_test(test_free_without_memory_loses_the_range),
         cmocka_unit_test(test_split_cuts_one_allocation),
         cmocka_unit_test(test_fit_found_inside_own_class),
         cmocka_unit_test(test_take_exact_ranges),

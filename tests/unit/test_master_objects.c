@@ -916,6 +916,67 @@ static void test_batch_answers_per_key(void **state)
 
 /* A batch Remove reports the latest lease grant over the keys it removed:
  * not a key it refused (under a lease, without force), not an absent one. */
+/* 80 keys of one shard with one home slot in a table of 128 (and of 64
+ * before it grows): a run of 80 slots, the last 17 too far from home for a
+ * slot to say how far (those are found by hashing their key again). Every key
+ * is found, and still after removals in an order that shifts far slots back
+ * across the limit; then the table grows past 96 keys and rehashes them. */
+#define COLLIDING 80
+static void test_colliding_keys(void **state)
+{
+    (void)state;
+    static char keys[COLLIDING][24];
+    const uint64_t want = egm__objects_key_hash("c0", 2);
+    int n = 0;
+
+    mount(64 << 20);
+    for (unsigned i = 0; n < COLLIDING; i++) {
+        char key[24];
+        snprintf(key, sizeof(key), "c%u", i);
+        uint64_t h = egm__objects_key_hash(key, strlen(key));
+        if ((h & 127) == (want & 127) && h >> 60 == want >> 60)
+            memcpy(keys[n++], key, sizeof(key));
+    }
+    for (int i = 0; i < COLLIDING; i++)
+        assert_int_equal(put(keys[i], 64, 1, 1), EGM_OK);
+    check_index(); /* each slot's distance field against where its key's home is */
+    for (int i = 0; i < COLLIDING; i++)
+        assert_int_equal(exist(keys[i], 2), EGM_OK); /* leased until 2 + TTL */
+    /* From the front of the run: every later slot moves back one. */
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(rm(keys[i], 0, 2 + TTL), EGM_OK);
+        check_index();
+    }
+    /* Every third of the rest, from the back. */
+    for (int i = COLLIDING - 1; i >= 10; i -= 3) {
+        assert_int_equal(rm(keys[i], 0, 2 + TTL), EGM_OK);
+        check_index();
+    }
+    for (int i = 0; i < COLLIDING; i++) {
+        int gone = i < 10 || (COLLIDING - 1 - i) % 3 == 0;
+        assert_int_equal(exist(keys[i], 3 + TTL), gone ? EGM_ERR_NOT_FOUND : EGM_OK);
+    }
+    /* Back in, and 60 keys of the same shard more: the table doubles. */
+    for (int i = 0; i < COLLIDING; i++) {
+        int gone = i < 10 || (COLLIDING - 1 - i) % 3 == 0;
+        if (gone)
+            assert_int_equal(put(keys[i], 64, 1, 4 + TTL), EGM_OK);
+    }
+    n = 0;
+    for (unsigned i = 0; n < 60; i++) {
+        char key[24];
+        snprintf(key, sizeof(key), "d%u", i);
+        if (egm__objects_key_hash(key, strlen(key)) >> 60 == want >> 60) {
+            assert_int_equal(put(key, 64, 1, 5 + TTL), EGM_OK);
+            n++;
+        }
+    }
+    check_index();
+    for (int i = 0; i < COLLIDING; i++)
+        assert_int_equal(exist(keys[i], 6 + TTL), EGM_OK);
+    assert_int_equal(stats().objects, COLLIDING + 60);
+}
+
 static void test_batch_remove_reports_last_grant(void **state)
 {
     (void)state;
@@ -994,6 +1055,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_pending_discarded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_answers_per_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_remove_reports_last_grant, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_colliding_keys, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
