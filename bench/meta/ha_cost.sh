@@ -9,12 +9,14 @@
 # and gets through a provider over shm: single 4 KiB and 1 MiB objects and batches of
 # 256 x 64 KiB, after a pass writing the pool once; leases of 1 s), with a provider of 2 GiB started against the
 # master after the standby is in sync.
+# With --standby-spin US, a fourth mode "spin": the standby with rpc_server_spin_us US (its RPC
+# threads poll for the next HaApply instead of sleeping between them).
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
-#                              [--what meta|data] [--out DIR]
+#                              [--what meta|data] [--standby-spin US] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta
+egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin=
 while [ $# -gt 0 ]; do
     case $1 in
     --what) what=$2; shift 2 ;;
@@ -23,7 +25,8 @@ while [ $# -gt 0 ]; do
     --clients) clients=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n 2,11p "$0"; exit 2 ;;
+    --standby-spin) spin=$2; shift 2 ;;
+    *) sed -n 2,14p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
@@ -47,8 +50,9 @@ cleanup() {
 trap cleanup EXIT
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
 for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
+modes="off on standby${spin:+ spin}"
 for r in $(seq "$rounds"); do
-    for mode in off on standby; do
+    for mode in $modes; do
         extra=()
         # A cluster id per run: no in-sync set of an earlier run holds a new standby back.
         [ $mode != off ] && extra=(--enable-ha true --etcd-endpoints 127.0.0.1:$cp --cluster-id "cost-$mode-$r")
@@ -58,8 +62,11 @@ for r in $(seq "$rounds"); do
         master_pid=$!
         # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
         for _ in $(seq 100); do "$egm" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
-        if [ $mode = standby ]; then
-            "$egm" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" > "$out/standby-$r.log" 2>&1 &
+        if [ $mode = standby ] || [ $mode = spin ]; then
+            sextra=()
+            [ $mode = spin ] && sextra=(--rpc-server-spin-us "$spin")
+            "$egm" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" "${sextra[@]}" \
+                > "$out/standby-$mode-$r.log" 2>&1 &
             standby_pid=$!
             for _ in $(seq 200); do
                 python3 -c 'import sys, urllib.request; sys.exit(b"\"standbys_in_sync\":1" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' \
@@ -87,27 +94,27 @@ for r in $(seq "$rounds"); do
         if [ -n "$standby_pid" ]; then kill $standby_pid; wait $standby_pid 2> /dev/null || true; standby_pid=; fi
     done
 done
-python3 - "$out" "$rounds" << 'PY'
+python3 - "$out" "$rounds" "$modes" << 'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, modes = sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split())
 def label(r):  # bench meta: the op; bench data: workload, op and object size
     return r["op"] if "workload" not in r else "%s %s %dKiB" % (r["workload"], r["op"], r["bytes"] // 1024)
 def load(f):
     d = json.load(open(f))
     return {(label(r), r["batch"], r["clients"]): (r.get("keys_per_s", r.get("keys_s")), r["p50_us"])
             for r in d["results"]}
-modes = ("off", "on", "standby")
 runs = {m: [load(f"{out}/meta-{m}-{r}.json") for r in range(1, rounds + 1)] for m in modes}
-lines = ["| op | batch | clients | keys/s off | on/off (range) | standby/off (range) | p50 us off | on | standby |",
-         "|---|---|---|---|---|---|---|---|---|"]
+others = modes[1:]
+lines = ["| op | batch | clients | keys/s off | " + " | ".join("%s/off (range)" % m for m in others) +
+         " | p50 us off | " + " | ".join(others) + " |",
+         "|---|---|---|---|" + "---|" * (2 * len(others) + 1)]
 def ratio(m, k):
     r = [a[k][0] / b[k][0] for a, b in zip(runs[m], runs["off"])]
     return "%.2f (%.2f-%.2f)" % (statistics.median(r), min(r), max(r))
 for k in sorted(runs["on"][0], key=str):
     p50 = [statistics.median(x[k][1] for x in runs[m]) for m in modes]
-    lines.append("| %s | %d | %d | %.0f | %s | %s | %.1f | %.1f | %.1f |" % (
-        k[0], k[1], k[2], statistics.median(x[k][0] for x in runs["off"]), ratio("on", k),
-        ratio("standby", k), *p50))
+    lines.append("| %s | %d | %d | %.0f | " % (k[0], k[1], k[2], statistics.median(x[k][0] for x in runs["off"])) +
+                 " | ".join(ratio(m, k) for m in others) + " | " + " | ".join("%.1f" % v for v in p50) + " |")
 open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

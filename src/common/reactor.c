@@ -47,6 +47,7 @@ struct egm_reactor {
     task_t *tasks, *tasks_tail;
     int stop;       /* set from any thread or a signal handler: atomic accesses only */
     int ready_left; /* events of the current epoll batch after the one dispatched */
+    int spin_us;    /* egm__reactor_set_spin */
 };
 
 static uint32_t to_epoll(uint32_t events)
@@ -286,14 +287,34 @@ static int run_timers(egm_reactor_t *r)
     return next_due - now > INT_MAX ? INT_MAX : (int)(next_due - now);
 }
 
+void egm__reactor_set_spin(egm_reactor_t *r, int spin_us)
+{
+    r->spin_us = spin_us > 0 ? spin_us : 0;
+}
+
+/* Up to r->spin_us of polls without sleeping: the events found, 0 if none. */
+static int spin_wait(egm_reactor_t *r, struct epoll_event *events, int max)
+{
+    uint64_t until = egm__now_ns() + (uint64_t)r->spin_us * 1000u;
+    int n;
+    do {
+        n = epoll_wait(r->epfd, events, max, 0);
+    } while (n == 0 && !stopping(r) && egm__now_ns() < until);
+    return n;
+}
+
 egm_status_t egm__reactor_run(egm_reactor_t *r)
 {
     struct epoll_event events[64];
+    int busy = 0; /* the last wakeup had events: spin before sleeping */
     while (!stopping(r)) {
         int timeout = run_timers(r);
         if (stopping(r))
             break;
-        int n = epoll_wait(r->epfd, events, 64, timeout);
+        int n = busy && r->spin_us > 0 && timeout != 0 ? spin_wait(r, events, 64) : 0;
+        if (n == 0)
+            n = epoll_wait(r->epfd, events, 64, timeout);
+        busy = n > 0;
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -40,6 +40,13 @@ egm_status_t egm__reactor_remove_timer(egm_reactor_t *reactor, uint64_t timer_id
 /* Thread-safe: run cb(arg) on the loop thread soon. */
 egm_status_t egm__reactor_post(egm_reactor_t *reactor, egm_reactor_task_cb_t cb, void *arg);
 
+/* After a wakeup that had events, the loop polls (epoll_wait without a
+ * timeout) for up to spin_us microseconds before it sleeps: a request that
+ * comes within them saves the sleep and the wake-up, at the cost of a busy
+ * CPU while traffic flows; an idle loop sleeps after spin_us. 0 (the
+ * default): sleep at once. Before egm__reactor_run. */
+void egm__reactor_set_spin(egm_reactor_t *reactor, int spin_us);
+
 /* From a callback on the loop thread: how many fds of the same wakeup are
  * still to be dispatched after this one (others that have work waiting). */
 int egm__reactor_events_waiting(const egm_reactor_t *reactor);

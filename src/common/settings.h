@@ -54,6 +54,7 @@ typedef struct egm_settings {
     int64_t port;
     int64_t http_port;
     int64_t rpc_threads;
+    int64_t rpc_server_spin_us;
     const char *local_hostname;
     const char *zone;
     egm_protocol_t protocol;

@@ -305,6 +305,7 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     status = egm__reactor_create(&master->reactors[0]);
     if (status != EGM_OK)
         goto err;
+    egm__reactor_set_spin(master->reactors[0], (int)settings->rpc_server_spin_us);
     char token[EGM_AUTH_TOKEN_MAX + 1];
     status = egm__config_auth_token(config, token, sizeof(token));
     if (status != EGM_OK)
@@ -346,6 +347,8 @@ egm_status_t egm__master_create(const egm_config_t *config, egm_master_t **maste
     /* The other RPC threads share the listeners (after the Unix one exists). */
     for (size_t i = 1; i < n; i++) {
         status = egm__reactor_create(&master->reactors[i]);
+        if (status == EGM_OK)
+            egm__reactor_set_spin(master->reactors[i], (int)settings->rpc_server_spin_us);
         if (status == EGM_OK)
             status = egm__rpc_server_create_peer(master->reactors[i], master->servers[0],
                                                  &master->servers[i]);

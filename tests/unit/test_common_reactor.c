@@ -2,8 +2,9 @@
  * the callback is safe and stops delivery; periodic timers fire repeatedly and a
  * timer callback may remove another timer; tasks posted from other threads run
  * on the loop in order; stop works from another thread and from a signal
- * handler; a second add of one fd is refused. Every wait is bounded by a
- * watchdog timer. */
+ * handler; a second add of one fd is refused; with a spin set, events are
+ * dispatched whether they come while the loop polls or sleeps. Every wait is
+ * bounded by a watchdog timer. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -11,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -294,6 +296,76 @@ static void test_stop_from_other_thread(void **state)
     egm__reactor_destroy(r);
 }
 
+typedef struct {
+    int fd;    /* the pipe's write end */
+    int calls; /* read by the writer thread: atomic accesses */
+    int rounds;
+} spin_ctx_t;
+
+static void on_spin_pipe(egm_reactor_t *r, int fd, uint32_t events, void *arg)
+{
+    spin_ctx_t *ctx = arg;
+    char c;
+    assert_true(events & EGM_EV_READ);
+    assert_int_equal(read(fd, &c, 1), 1);
+    if (__atomic_add_fetch(&ctx->calls, 1, __ATOMIC_RELEASE) == ctx->rounds)
+        egm__reactor_stop(r);
+}
+
+/* One byte at a time, each after the loop read the one before: every round
+ * finds the loop spinning (the last wakeup had an event) or asleep after it. */
+static void *spin_writer(void *arg)
+{
+    spin_ctx_t *ctx = arg;
+    for (int i = 0; i < ctx->rounds; i++) {
+        if (write(ctx->fd, "x", 1) != 1)
+            abort(); /* not a cmocka assert: this is not the test's thread */
+        while (__atomic_load_n(&ctx->calls, __ATOMIC_ACQUIRE) <= i)
+            if (i % 2 == 1)
+                egm__sleep_ms(1); /* every other round: longer than the spin, so it sleeps */
+    }
+    return NULL;
+}
+
+/* With a spin set: every event is dispatched whether it comes while the loop
+ * polls or while it sleeps, timers still fire, and a stop ends a spin. */
+static void test_spin_dispatches_and_stops(void **state)
+{
+    (void)state;
+    egm_reactor_t *r;
+    int p[2];
+    pthread_t t;
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(egm__reactor_create(&r), EGM_OK);
+    egm__reactor_set_spin(r, 500);
+    spin_ctx_t ctx = {.fd = p[1], .rounds = 200};
+    assert_int_equal(egm__reactor_add(r, p[0], EGM_EV_READ, on_spin_pipe, &ctx), EGM_OK);
+    assert_int_equal(pthread_create(&t, NULL, spin_writer, &ctx), 0);
+    run_bounded(r);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(__atomic_load_n(&ctx.calls, __ATOMIC_ACQUIRE), 200);
+
+    /* A timer fires while the loop spins after an event. */
+    timer_ctx_t tctx = {.target = 3};
+    uint64_t id, other;
+    assert_int_equal(egm__reactor_add_timer(r, 1000000, on_other, &tctx, &other), EGM_OK);
+    tctx.other_id = other;
+    assert_int_equal(egm__reactor_add_timer(r, 1, on_timer, &tctx, &id), EGM_OK);
+    assert_int_equal(write(p[1], "y", 1), 1);
+    ctx.rounds = 0; /* never equal again: the timer stops the loop */
+    run_bounded(r);
+    assert_int_equal(tctx.fires, 3);
+    assert_int_equal(egm__reactor_remove_timer(r, id), EGM_OK);
+
+    /* A stop from another thread ends the loop, spinning or not. */
+    assert_int_equal(pthread_create(&t, NULL, stopper, r), 0);
+    run_bounded(r);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    egm__reactor_destroy(r);
+    close(p[0]);
+    close(p[1]);
+}
+
 static egm_reactor_t *signal_reactor;
 
 static void on_signal(int sig)
@@ -360,6 +432,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_post_from_other_threads, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_stop_from_other_thread, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_spin_dispatches_and_stops, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_stop_from_signal_handler, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
