@@ -261,8 +261,6 @@ struct egm_journal {
     pthread_cond_t more;  /* ops to send (a request waits for them), a send by a waiting
                              request ended, or a follower was cut */
     pthread_cond_t acked; /* a follower acknowledged, or left the in-sync set */
-    atomic_uint kicks;    /* bumped with every broadcast of `more`: what a spinning
-                             egm__journal_next watches without the lock */
     egm_jbuf_t log;       /* ops from position base on */
     uint64_t base;
     egm_journal_follower_t *followers;
@@ -334,14 +332,6 @@ static void trim(egm_journal_t *j)
 }
 
 /* After an append: cuts followers too far behind. With the lock. */
-/* Wakes the followers' threads: those asleep on `more`, and one spinning in
- * egm__journal_next. With the lock. */
-static void kick(egm_journal_t *j)
-{
-    atomic_fetch_add_explicit(&j->kicks, 1, memory_order_release);
-    pthread_cond_broadcast(&j->more);
-}
-
 static void appended(egm_journal_t *j)
 {
     uint64_t end = end_of(j);
@@ -353,7 +343,7 @@ static void appended(egm_journal_t *j)
         }
     if (cut) {
         trim(j);
-        kick(j); /* its thread finds out now */
+        pthread_cond_broadcast(&j->more); /* its thread finds out now */
     }
     /* The follower threads are not woken: the request that made the change
      * sends it (egm__journal_try) or finds a batch in flight, after which
@@ -469,7 +459,7 @@ static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
     else if (s != EGM_OK)
         f->failed = 1;
     pthread_cond_broadcast(&j->acked);
-    kick(j);
+    pthread_cond_broadcast(&j->more);
 }
 
 static void deadline_in(struct timespec *ts, uint64_t ms)
@@ -585,7 +575,7 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
     pthread_mutex_lock(&j->lock);
     int done = may_send ? send_while_idle(j, pos) : acked_by_all(j, pos);
     if (!done && !may_send) /* the followers' threads send it */
-        kick(j);
+        pthread_cond_broadcast(&j->more);
     unlock_and_settle(j);
     if (!done)
         return EGM_INPROGRESS;
@@ -654,36 +644,18 @@ egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p,
     return EGM_OK;
 }
 
-/* Up to spin_us of watching j->kicks without the lock (held on entry and on
- * return), until it is no longer `seen`. */
-static void spin_for_kick(egm_journal_t *j, unsigned seen, int spin_us)
-{
-    uint64_t until = egm__now_ns() + (uint64_t)spin_us * 1000u;
-    pthread_mutex_unlock(&j->lock);
-    while (atomic_load_explicit(&j->kicks, memory_order_acquire) == seen && egm__now_ns() < until)
-        ;
-    pthread_mutex_lock(&j->lock);
-}
-
 egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
-                               int spin_us, size_t max, uint8_t **buf_p, size_t *len_p,
-                               uint64_t *from_p, uint64_t *to_p)
+                               size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
+                               uint64_t *to_p)
 {
     struct timespec deadline;
     deadline_in(&deadline, wait_ms);
     *buf_p = NULL;
     *len_p = 0;
     pthread_mutex_lock(&j->lock);
-    while (!f->cut && !f->failed && (f->sending || f->sent == end_of(j))) {
-        if (spin_us > 0) { /* once: then it sleeps */
-            unsigned seen = atomic_load_explicit(&j->kicks, memory_order_relaxed);
-            spin_for_kick(j, seen, spin_us);
-            spin_us = 0;
-            continue;
-        }
+    while (!f->cut && !f->failed && (f->sending || f->sent == end_of(j)))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
-    }
     egm_status_t status = EGM_OK;
     if (f->failed) {
         status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");

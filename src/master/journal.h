@@ -145,17 +145,14 @@ void egm__journal_expire(egm_journal_t *j);
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p);
 /* The ops after what f was last given, at most max bytes (whole ops; at least
  * one), waiting up to wait_ms for some (and for a send by a waiting request
- * to end), the first spin_us of that without sleeping (a sender that just
- * sent a batch: the next is usually there within microseconds, and a thread
- * woken from sleep adds several to every change that waits for it): EGM_OK with an egm_malloc'ed
- * copy in *buf_p, the positions
+ * to end): EGM_OK with an egm_malloc'ed copy in *buf_p, the positions
  * [*from_p, *to_p); EGM_ERR_TIMEOUT when none came; EGM_ERR_NO_SPACE when f
  * fell so far behind that the journal dropped it, EGM_ERR_UNREACHABLE when a
  * send to it failed (either way it must start over with a snapshot);
  * EGM_ERR_NO_MEMORY. The caller sends them, then egm__journal_acked. */
 egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
-                               int spin_us, size_t max, uint8_t **buf_p, size_t *len_p,
-                               uint64_t *from_p, uint64_t *to_p);
+                               size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
+                               uint64_t *to_p);
 /* How f's ops reach it: sends [from, to) and answers EGM_OK once f applied
  * them. Called without the journal's lock, by the thread that took the ops
  * (a waiting request's, or whoever calls egm__journal_next), one call at a

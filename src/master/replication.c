@@ -256,14 +256,11 @@ static void *standby_main(void *arg)
         sync_at = egm__journal_set_in_sync(st->journal, f);
         in_sync = 1;
     }
-    int sent = 0; /* the last round sent a batch: the next waits spinning first */
     while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
         uint8_t *ops = NULL;
         size_t len = 0;
         uint64_t from, to;
-        s = egm__journal_next(st->journal, f, 100, sent ? EGM_REPL_SPIN_US : 0, batch_max(r), &ops,
-                              &len, &from, &to);
-        sent = s == EGM_OK;
+        s = egm__journal_next(st->journal, f, 100, batch_max(r), &ops, &len, &from, &to);
         if (s == EGM_OK) {
             s = send_batch(r, c, 0, from, to, ops, len, timeout);
             egm_free(ops);

@@ -15,7 +15,7 @@
  * runs exactly once: at once when nothing is left, on the acknowledgement that covers the
  * request (not one short of it), on its timeout (seen by the follower's next, or by
  * egm__journal_expire), on unfollow, and
- * at the journal's destruction; a follower's next that spins takes an op kicked meanwhile. */
+ * at the journal's destruction. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -448,8 +448,7 @@ static void test_no_follower(void **state)
     uint8_t *buf;
     size_t len;
     uint64_t from, to;
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to),
-                     EGM_ERR_TIMEOUT);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
     assert_null(buf);
     egm__journal_unfollow(j, f);
 
@@ -593,8 +592,7 @@ static void test_next(void **state)
     uint8_t *buf;
     size_t len;
     uint64_t from, to;
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to),
-                     EGM_ERR_TIMEOUT);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
 
     egm_id_t seg = egm__id_random();
     egm__journal_object_gone(j, "first", 5);    /* 8 bytes */
@@ -604,7 +602,7 @@ static void test_next(void **state)
     assert_int_equal(jstats(j).end, 8 + 41 + 11 + 17);
 
     /* max below one op: that one op, whole. */
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(egm__journal_next(j, f, 1, 1, &buf, &len, &from, &to), EGM_OK);
     assert_int_equal(len, 8);
     assert_int_equal(from, 0);
     assert_int_equal(to, 8);
@@ -616,7 +614,7 @@ static void test_next(void **state)
     egm_free(buf);
 
     /* max one byte short of two ops: only the first of them. */
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 41 + 11 - 1, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(egm__journal_next(j, f, 1, 41 + 11 - 1, &buf, &len, &from, &to), EGM_OK);
     assert_int_equal(len, 41);
     assert_int_equal(from, 8);
     assert_int_equal(to, 49);
@@ -627,7 +625,7 @@ static void test_next(void **state)
     egm_free(buf);
 
     /* max exactly two ops: both. */
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 11 + 17, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(egm__journal_next(j, f, 1, 11 + 17, &buf, &len, &from, &to), EGM_OK);
     assert_int_equal(len, 28);
     assert_int_equal(from, 49);
     assert_int_equal(to, 77);
@@ -640,8 +638,7 @@ static void test_next(void **state)
     egm_free(buf);
 
     /* Nothing new. */
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to),
-                     EGM_ERR_TIMEOUT);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
     assert_null(buf);
     assert_int_equal(len, 0);
 
@@ -650,11 +647,11 @@ static void test_next(void **state)
     assert_int_equal(egm__journal_follow(j, &g, &pos), EGM_OK);
     assert_int_equal(pos, 77);
     egm__journal_object_gone(j, "late", 4);
-    assert_int_equal(egm__journal_next(j, g, 1, 0, 1 << 20, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(egm__journal_next(j, g, 1, 1 << 20, &buf, &len, &from, &to), EGM_OK);
     assert_int_equal(from, 77);
     assert_int_equal(to, 84);
     egm_free(buf);
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_OK);
     assert_int_equal(from, 77);
     assert_int_equal(len, 7);
     egm_free(buf);
@@ -736,8 +733,7 @@ static void test_wait_sends(void **state)
     uint8_t *buf;
     size_t len;
     uint64_t from, to;
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to),
-                     EGM_ERR_TIMEOUT);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
 
     /* A send that fails: the wait times out, the follower must start over. */
     sd.fail = 1;
@@ -745,7 +741,7 @@ static void test_wait_sends(void **state)
     assert_int_equal(egm__journal_wait(j, 20), EGM_ERR_UNREACHABLE);
     assert_int_equal(sd.calls, 3);
     assert_int_equal(egm__journal_follower_acked(j, f), 60);
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to),
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to),
                      EGM_ERR_UNREACHABLE);
     assert_null(buf);
     egm__journal_unfollow(j, f);
@@ -775,58 +771,9 @@ static uint64_t take_in_flight(egm_journal_t *j, egm_journal_follower_t *f)
     uint8_t *buf;
     size_t len;
     uint64_t from, to;
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to), EGM_OK);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_OK);
     egm_free(buf);
     return to;
-}
-
-typedef struct {
-    egm_journal_t *j;
-} kicker_t;
-
-/* After a moment, emits an op and lets the follower's thread send it (a
- * request told not to send itself): the journal is kicked. */
-static void *kicker_main(void *arg)
-{
-    kicker_t *k = arg;
-    egm__sleep_ms(20);
-    egm__journal_object_gone(k->j, "kicked", 6);
-    (void)egm__journal_try(k->j, 0);
-    return NULL;
-}
-
-/* egm__journal_next with a spin: an op that comes while it spins is taken
- * at once (not after the spin nor at the end of the wait); with nothing, it
- * still times out after wait_ms. */
-static void test_next_spins(void **state)
-{
-    (void)state;
-    sender_t sd = {0};
-    egm_journal_t *j = journal_sending(&sd, 1 << 20);
-    uint8_t *buf = NULL;
-    size_t len;
-    uint64_t from, to;
-
-    uint64_t t0 = egm__now_ms();
-    assert_int_equal(egm__journal_next(j, sd.f, 50, 20000, 1 << 20, &buf, &len, &from, &to),
-                     EGM_ERR_TIMEOUT);
-    assert_true(egm__now_ms() - t0 >= 50);
-
-    kicker_t k = {.j = j};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, kicker_main, &k), 0);
-    t0 = egm__now_ms();
-    /* Spins up to 10 s, then would sleep up to 30 s: a kick it missed while
-     * spinning would be seen only at the end of the wait. */
-    assert_int_equal(egm__journal_next(j, sd.f, 30000, 10000000, 1 << 20, &buf, &len, &from, &to),
-                     EGM_OK);
-    uint64_t waited = egm__now_ms() - t0;
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_true(waited < 9000);
-    assert_int_equal(to, jstats(j).end);
-    egm_free(buf);
-    egm__journal_acked(j, sd.f, to);
-    egm__journal_destroy(j);
 }
 
 static void test_try_notify(void **state)
@@ -896,8 +843,7 @@ static void test_try_notify(void **state)
     uint8_t *buf;
     size_t len;
     uint64_t from, to;
-    assert_int_equal(egm__journal_next(j, f, 1, 0, 1 << 20, &buf, &len, &from, &to),
-                     EGM_ERR_TIMEOUT);
+    assert_int_equal(egm__journal_next(j, f, 1, 1 << 20, &buf, &len, &from, &to), EGM_ERR_TIMEOUT);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_ERR_UNREACHABLE);
     assert_non_null(strstr(d.error, "did not confirm this change within 20 ms"));
@@ -954,7 +900,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_next, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_sends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_try_notify, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_next_spins, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

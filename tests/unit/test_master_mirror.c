@@ -170,7 +170,7 @@ static void drain(void)
     for (;;) {
         assert_true(n_batches < MAX_BATCHES);
         size_t i = n_batches;
-        egm_status_t s = egm__journal_next(journal, follower, 0, 0, 300, &batch[i], &batch_len[i],
+        egm_status_t s = egm__journal_next(journal, follower, 0, 300, &batch[i], &batch_len[i],
                                            &batch_from[i], &batch_to[i]);
         if (s == EGM_ERR_TIMEOUT)
             return;
