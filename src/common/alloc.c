@@ -176,7 +176,10 @@ void egm_free(void *ptr)
 
 void egm__alloc_fail_site(const char *site, uint64_t n)
 {
-    __atomic_store_n(&site_for(site)->fail_next, n, __ATOMIC_RELAXED);
+    site_t *s = site_for(site);
+    if (s == &overflow_site) /* shared by every site the table had no room for */
+        abort();
+    __atomic_store_n(&s->fail_next, n, __ATOMIC_RELAXED);
 }
 
 uint64_t egm__alloc_live_count(void)

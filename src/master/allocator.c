@@ -43,7 +43,8 @@ struct egm_allocator {
     uint64_t used; /* blocks */
     size_t allocations;
     size_t free_ranges;
-    uint64_t lost; /* blocks whose free found no memory for a record */
+    uint64_t lost;        /* blocks whose free found no memory for a record */
+    uint64_t lost_ranges; /* how many such frees */
     span_t *spans;
     uint32_t n_spans, cap_spans;
     uint32_t spare;     /* spare records below n_spans */
@@ -457,12 +458,19 @@ egm_status_t egm__allocator_free(egm_allocator_t *a, uint64_t offset, uint64_t l
         /* A free range of its own: the one case that needs a record. */
         if (reserve_n(a, 1) != EGM_OK) {
             a->lost += n;
-            egm_error("allocator: [%llu, +%llu) stays allocated, %llu bytes lost in all: %s",
-                      (unsigned long long)offset, (unsigned long long)len,
-                      (unsigned long long)(a->lost * EGM_ALLOCATOR_ALIGN), egm_last_error());
+            a->lost_ranges++;
+            if ((a->lost_ranges & (a->lost_ranges - 1)) == 0) /* the 1st, 2nd, 4th, ... */
+                egm_error("allocator: [%llu, +%llu) stays allocated (%llu ranges, %llu bytes lost "
+                          "in this segment): %s",
+                          (unsigned long long)offset, (unsigned long long)len,
+                          (unsigned long long)a->lost_ranges,
+                          (unsigned long long)(a->lost * EGM_ALLOCATOR_ALIGN), egm_last_error());
             if (a->allocations > 0)
                 a->allocations--;
-            return EGM_OK;
+            return egm__set_error(EGM_ERR_NO_MEMORY,
+                                  "free of [%llu, +%llu): no memory for a free range record; the "
+                                  "range is lost until the segment is mounted again",
+                                  (unsigned long long)offset, (unsigned long long)len);
         }
         span_add(a, b, n);
     } else if (join_p && join_q) {

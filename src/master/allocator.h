@@ -50,10 +50,10 @@ egm_status_t egm__allocator_alloc(egm_allocator_t *allocator, uint64_t len, uint
  * allocation (a part of one, or two together) is not refused: its space
  * becomes free. Needs memory only when the range touches no free range (a
  * record for the new one; the records grow by doubling): if that fails, the
- * range stays allocated, counted in the stats' `lost` and logged, and the
- * answer is still EGM_OK: the caller forgets the range as it would after a
- * free (the master is then short of memory; the space comes back when the
- * segment is unmounted and mounted again). */
+ * answer is EGM_ERR_NO_MEMORY and the range stays allocated, counted in the
+ * stats' `lost` (and logged, at the 1st, 2nd, 4th, ... time): the caller
+ * forgets the range as after a free, without counting it as freed, and never
+ * frees it again (the space comes back when the segment is mounted again). */
 egm_status_t egm__allocator_free(egm_allocator_t *allocator, uint64_t offset, uint64_t len);
 /* Cuts the allocation at `offset` in two at `at` (aligned, after offset):
  * [offset, at) and [at, end) become two allocations, each freed on its own. A

@@ -696,11 +696,12 @@ static uint64_t release_replica(egm_replica_t *r)
 {
     uint64_t freed = 0, offset = egm__replica_offset(r), len = egm__replica_object(r)->size;
     replica_unlink(r);
-    if (egm__allocator_free(r->segment->allocator, offset, len) != EGM_OK)
+    egm_status_t s = egm__allocator_free(r->segment->allocator, offset, len);
+    if (s == EGM_OK)
+        freed = egm__allocator_round(len);
+    else if (s != EGM_ERR_NO_MEMORY) /* lost for lack of memory: the allocator said so */
         egm_error("segment %s: freeing [%llu, +%llu) failed: %s", r->segment->desc.name,
                   (unsigned long long)offset, (unsigned long long)len, egm_last_error());
-    else
-        freed = egm__allocator_round(len);
     r->segment = NULL;
     return freed;
 }
@@ -778,7 +779,9 @@ static uint64_t held_take(egm_object_index_t *index,
             index->held[k++] = *h;
             continue;
         }
-        if (free_them && egm__allocator_free(h->segment->allocator, h->offset, h->length) != EGM_OK)
+        egm_status_t s =
+            free_them ? egm__allocator_free(h->segment->allocator, h->offset, h->length) : EGM_OK;
+        if (s != EGM_OK && s != EGM_ERR_NO_MEMORY) /* lost: the allocator said so */
             egm_error("segment %s: freeing held [%llu, +%llu) failed: %s", h->segment->desc.name,
                       (unsigned long long)h->offset, (unsigned long long)h->length,
                       egm_last_error());
@@ -2674,6 +2677,7 @@ egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key,
                                      const egm_repair_task_t *task, int copied, uint64_t now_ms,
                                      int *still_under_p)
 {
+    egm_status_t freeing;
     shard_t *sh = NULL;
     egm_object_t *obj = NULL;
     egm_status_t status = EGM_OK;
@@ -2710,8 +2714,9 @@ egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key,
         obj->n_live++;
         egm__journal_object(index->journal, obj);
     } else if (index->n_held + 1 == before &&
-               egm__allocator_free(task->target->allocator, task->target_offset, task->size) !=
-                   EGM_OK) {
+               (freeing = egm__allocator_free(task->target->allocator, task->target_offset,
+                                              task->size)) != EGM_OK &&
+               freeing != EGM_ERR_NO_MEMORY) { /* lost: the allocator said so */
         egm_error("segment %s: freeing a repair extent failed: %s", task->target->desc.name,
                   egm_last_error());
     }

@@ -181,10 +181,11 @@ uint64_t egm__slabs_release(egm_slab_table_t *t, egm_slab_t *slab)
         egm_segment_t *seg = slab->extents[e].segment;
         for (size_t k = 0; seg != NULL && k < slab->n_pieces; k++) {
             const egm_slab_piece_t *p = &slab->pieces[k];
-            if (egm__allocator_free(seg->allocator, slab->extents[e].base + p->off, p->len) ==
-                EGM_OK)
+            egm_status_t s =
+                egm__allocator_free(seg->allocator, slab->extents[e].base + p->off, p->len);
+            if (s == EGM_OK)
                 freed += p->len;
-            else
+            else if (s != EGM_ERR_NO_MEMORY) /* lost: the allocator said so */
                 egm_error("slab %llu: %s", (unsigned long long)slab->id, egm_last_error());
         }
     }
