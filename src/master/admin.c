@@ -124,6 +124,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         egm_allocator_stats_t astats;
         egm__allocator_stats(seg->allocator, &astats);
         s->allocated_bytes += astats.used;
+        s->lost_bytes += astats.lost;
         s->capacity_bytes += seg->desc.size;
         s->segment_replicas += seg->replica_count;
         s->segments_unreachable += atomic_load(&seg->unreachable) != 0;

@@ -108,6 +108,11 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
         {"egm_master_allocated_bytes", EGM_PROM_GAUGE,
          "bytes allocated in all mounted segments (allocator rounding included)",
          s->allocated_bytes},
+        {"egm_master_lost_bytes", EGM_PROM_GAUGE,
+         "of egm_master_allocated_bytes: space whose free found no memory for the allocator's "
+         "record, allocated until its segment is mounted again (0 unless the master ran short "
+         "of memory)",
+         s->lost_bytes},
         {"egm_master_capacity_bytes", EGM_PROM_GAUGE, "bytes of all mounted segments",
          s->capacity_bytes},
         {"egm_master_segments", EGM_PROM_GAUGE, "mounted segments", s->segments},

@@ -42,6 +42,7 @@ typedef struct {
     uint64_t clients;
     uint64_t view;             /* segment ids retired since start */
     uint64_t allocated_bytes;  /* allocated in all segments */
+    uint64_t lost_bytes;       /* of allocated_bytes: frees that found no memory (allocator.h) */
     uint64_t capacity_bytes;   /* of all mounted segments */
     uint64_t segment_replicas; /* replicas placed in mounted segments */
     egm_object_index_stats_t objects;

@@ -167,6 +167,7 @@ static void test_metrics_after_traffic(void **state)
     assert_true(metric(m, "egm_master_segments") == 1);
     assert_true(metric(m, "egm_master_capacity_bytes") == 64.0 * 1024 * 1024);
     assert_true(metric(m, "egm_master_allocated_bytes") >= 104096);
+    assert_true(metric(m, "egm_master_lost_bytes") == 0.0);
     assert_true(metric(m, "egm_master_clients") >= 2);
     assert_true(metric(m, "egm_master_rpc_requests_total{type=\"Commit\"}") >= 2);
     assert_true(metric(m, "egm_master_rpc_requests_total{type=\"SlabGrant\"}") >= 1);
