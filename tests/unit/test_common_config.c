@@ -41,6 +41,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"port", "50051"},
         {"http_port", "9003"},
         {"rpc_threads", "4"},
+        {"rpc_server_spin_us", "0"},
         {"local_hostname", ""},
         {"zone", ""},
         {"protocol", "auto"},
