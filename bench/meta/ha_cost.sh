@@ -5,7 +5,7 @@
 # ("standby": every change also waits for the standby to hold it, docs/ha.md "State handover"),
 # on a one-member etcd it starts itself, interleaved ROUNDS times; then the median ratio to "off"
 # of keys/s and the p50 per op, batch and client count, with the range over the rounds.
-# With --what data, the same three modes run `egmstore bench data` instead (the CPU suite's puts
+# With --what data, the same modes run `egmstore bench data` instead (the CPU suite's puts
 # and gets through a provider over shm: single 4 KiB and 1 MiB objects and batches of
 # 256 x 64 KiB, after a pass writing the pool once; leases of 1 s), with a provider of 2 GiB started against the
 # master after the standby is in sync.
@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --standby-spin) spin=$2; shift 2 ;;
-    *) sed -n 2,14p "$0"; exit 2 ;;
+    *) sed -n 2,16p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac

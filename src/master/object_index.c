@@ -764,12 +764,13 @@ static void hold_replicas(egm_object_index_t *index, egm_object_t *obj, uint64_t
 }
 
 /* Takes the held extents that `drop` picks off the list, freeing them first
- * when `free_them`; the bytes taken. With `space` locked. */
+ * when `free_them`; the bytes taken (when freeing, those freed: not a range
+ * whose free found no memory, egm__allocator_free). With `space` locked. */
 static uint64_t held_take(egm_object_index_t *index,
                           int (*drop)(const held_extent_t *, const void *), const void *arg,
                           int free_them)
 {
-    uint64_t taken = 0, next = UINT64_MAX;
+    uint64_t taken = 0, freed = 0, next = UINT64_MAX;
     size_t k = 0;
     for (size_t i = 0; i < index->n_held; i++) {
         held_extent_t *h = &index->held[i];
@@ -786,11 +787,13 @@ static uint64_t held_take(egm_object_index_t *index,
                       (unsigned long long)h->offset, (unsigned long long)h->length,
                       egm_last_error());
         taken += egm__allocator_round(h->length);
+        if (s == EGM_OK)
+            freed += egm__allocator_round(h->length);
     }
     index->n_held = k;
     index->held_bytes -= taken;
     index->held_release_ms = next;
-    return taken;
+    return freed;
 }
 
 static int held_expired(const held_extent_t *h, const void *now_ms)
@@ -1235,8 +1238,10 @@ static egm_object_t *object_new(const char *key, size_t key_len, uint32_t slots)
 {
     egm_object_t *obj =
         egm_malloc(sizeof(*obj) + slots * sizeof(egm_replica_t) + key_len + 1, "master.object");
-    if (obj == NULL)
+    if (obj == NULL) {
+        egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for an object's record");
         return NULL;
+    }
     if ((uintptr_t)obj >> SLOT_ADDR_BITS != 0) { /* never seen: user space is below 2^47 */
         egm_free(obj);
         egm__set_error(EGM_ERR_NO_MEMORY, "malloc gave an address above 2^48: the key table "
@@ -1307,7 +1312,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
         return status;
     obj = object_new(key, key_len, replica_num);
     if (obj == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
+        return EGM_ERR_NO_MEMORY; /* object_new said why */
     obj->state = EGM_OBJECT_PENDING;
     obj->size = size;
     obj->writer = client;
@@ -1722,7 +1727,7 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
      * restored by re-replication as one dropped after the commit is. */
     uint32_t placed = e->placed > reachable ? e->placed : reachable;
     if (status == EGM_OK && (created = object_new(key, key_len, placed)) == NULL)
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory indexing an object");
+        status = EGM_ERR_NO_MEMORY; /* object_new said why */
     if (status != EGM_OK) {
         commit_unclaim(plan, b, i); /* the writer's bytes are not wanted */
         space_unlock(index);
@@ -3170,7 +3175,7 @@ static egm_status_t adopt_object(egm_object_index_t *index, const egm_adopt_obje
     egm_object_t *obj;
     if (table_reserve(&sh->by_key) != EGM_OK ||
         (obj = object_new(a->key, a->key_len, placed)) == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory adopting an object");
+        return EGM_ERR_NO_MEMORY; /* table_reserve or object_new said why */
     for (uint32_t r = 0; r < a->n_replicas; r++)
         if (taken[r])
             replica_add(obj, a->segment[r], a->offset[r]);
