@@ -7,7 +7,10 @@
  * malloc's chunk headers and rounding included) and the resident set growth
  * after malloc_trim (what the process costs the machine; the hash tables'
  * doubling shows here in steps). Then times GetReplicaList of random keys
- * in the index (the snprintf of each key included). Prints one JSON line.
+ * in the index (the snprintf of each key included). Also the PutStart +
+ * PutEnd path's mean time per put and its longest single put (put_max_us:
+ * where a key table doubles, with its shard's lock held). Prints one JSON
+ * line.
  *
  * --commit B: the objects are committed from slabs instead (client-side
  * allocation: SlabGrant of 32 MiB whenever the slab is used up, Commit of B
@@ -140,7 +143,7 @@ int main(int argc, char **argv)
     char *key = malloc(key_len + 1);
     if (key == NULL)
         return 1;
-    uint64_t commit_ns = 0;
+    uint64_t commit_ns = 0, put_ns = 0, put_max_ns = 0; /* put_*: PutStart + PutEnd path */
     if (commit > 0) {
         /* The scratch of one call, allocated before heap0 would be fairer;
          * it is a few KiB against hundreds of MB. */
@@ -208,10 +211,15 @@ int main(int argc, char **argv)
     } else {
         for (unsigned long long i = 0; i < objects; i++) {
             make_key(key, key_len, i);
+            uint64_t p0 = egm__now_ns();
             st = egm__objects_put_start(index, client, key, key_len, object_size,
                                         (uint32_t)replicas, 1, NULL);
             if (st == EGM_OK)
                 st = egm__objects_put_end(index, client, key, key_len, 2);
+            uint64_t took = egm__now_ns() - p0;
+            put_ns += took;
+            if (took > put_max_ns)
+                put_max_ns = took;
             if (st != EGM_OK)
                 return fail("put", st);
         }
@@ -235,10 +243,12 @@ int main(int argc, char **argv)
     printf("{\"objects\": %llu, \"key_len\": %llu, \"replicas\": %llu, \"segments\": %llu, "
            "\"mode\": \"%s\", \"commit_keys_per_call\": %llu, "
            "\"heap_bytes_per_object\": %.1f, \"rss_bytes_per_object\": %.1f, "
-           "\"get_replicas_ns\": %.1f, \"commit_ns_per_key\": %.1f}\n",
+           "\"get_replicas_ns\": %.1f, \"commit_ns_per_key\": %.1f, \"put_ns_per_key\": %.1f, "
+           "\"put_max_us\": %.1f}\n",
            objects, key_len, replicas, segments, commit > 0 ? "commit" : "put_start_end", commit,
            (double)(heap1 - heap0) / (double)objects, (double)(rss1 - rss0) / (double)objects,
-           lookup_ns, commit > 0 ? (double)commit_ns / (double)objects : 0.0);
+           lookup_ns, commit > 0 ? (double)commit_ns / (double)objects : 0.0,
+           commit > 0 ? 0.0 : (double)put_ns / (double)objects, (double)put_max_ns / 1e3);
     free(key);
     egm__objects_destroy(index);
     egm__segment_table_destroy(table);
