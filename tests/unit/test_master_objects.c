@@ -1190,31 +1190,26 @@ static void test_model_leases_and_slots(void **state)
                   5000, seed);
 }
 
-/* An eviction whose frees find no memory for a free range record (the
- * evicted objects have allocated neighbours): the bytes it says it freed are
- * the bytes the allocator has free again, not counting what was lost. */
-static void test_evict_counts_lost_space_as_not_freed(void **state)
+/* The objects "PREFIXi" for i < LOST_N, of LOST_SIZE bytes each, put at time 0. */
+#define LOST_N 1200
+#define LOST_SIZE 4096
+static void put_numbered(const char *prefix)
 {
-    (void)state;
-    egm_segment_t *seg = mount(64 << 20);
-    enum { N = 1200, SZ = 4096 };
     char key[32];
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "e%d", i);
-        assert_int_equal(put(key, SZ, 1, 0), EGM_OK);
+    for (int i = 0; i < LOST_N; i++) {
+        snprintf(key, sizeof(key), "%s%d", prefix, i);
+        assert_int_equal(put(key, LOST_SIZE, 1, 0), EGM_OK);
     }
-    for (int i = 0; i < N; i += 4) {
-        snprintf(key, sizeof(key), "e%d", i);
-        assert_int_equal(rm(key, 0, 0), EGM_OK);
-    }
-    for (int i = 0; i < N; i++)
-        if (i % 4 == 1 || i % 4 == 3) {
-            snprintf(key, sizeof(key), "e%d", i);
-            assert_int_equal(exist(key, 1), EGM_OK);
-        }
+}
+
+/* Runs `release` (which frees space and answers the bytes it says it freed)
+ * while the allocator's records cannot grow: some frees lose their range,
+ * and what it says it freed must be what seg has free again. Returns that. */
+static uint64_t check_freed_without_memory(egm_segment_t *seg, uint64_t (*release)(void))
+{
     egm__alloc_fail_site("master.allocator_spans", UINT64_MAX);
-    uint64_t before = used(seg), ev_before = stats().evicted_bytes_total;
-    uint64_t freed = egm__objects_evict(fx.st.objects, (uint64_t)(N / 4) * SZ, 1000000000);
+    uint64_t before = used(seg);
+    uint64_t freed = release();
     uint64_t after = used(seg);
     egm__alloc_fail_site("master.allocator_spans", 0);
     egm_allocator_stats_t st;
@@ -1222,7 +1217,40 @@ static void test_evict_counts_lost_space_as_not_freed(void **state)
     check_index();
     assert_true(st.lost > 0); /* the case arose */
     assert_int_equal(freed, before - after);
-    assert_int_equal(stats().evicted_bytes_total - ev_before, freed);
+    return freed;
+}
+
+static uint64_t evict_a_quarter(void)
+{
+    return egm__objects_evict(fx.st.objects, (uint64_t)(LOST_N / 4) * LOST_SIZE, 1000000000);
+}
+
+static uint64_t release_held_at_lease_end(void)
+{
+    return egm__objects_release_held(fx.st.objects, 1 + TTL);
+}
+
+/* An eviction whose frees find no memory for a free range record (the
+ * evicted objects have allocated neighbours): the bytes it says it freed are
+ * the bytes the allocator has free again, not counting what was lost. */
+static void test_evict_counts_lost_space_as_not_freed(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(64 << 20);
+    char key[32];
+    put_numbered("e");
+    for (int i = 0; i < LOST_N; i += 4) {
+        snprintf(key, sizeof(key), "e%d", i);
+        assert_int_equal(rm(key, 0, 0), EGM_OK);
+    }
+    for (int i = 0; i < LOST_N; i++)
+        if (i % 4 == 1 || i % 4 == 3) {
+            snprintf(key, sizeof(key), "e%d", i);
+            assert_int_equal(exist(key, 1), EGM_OK);
+        }
+    uint64_t evicted_before = stats().evicted_bytes_total;
+    uint64_t freed = check_freed_without_memory(seg, evict_a_quarter);
+    assert_int_equal(stats().evicted_bytes_total - evicted_before, freed);
 }
 
 /* The same for held space: objects force-removed under a lease, every other
@@ -1233,28 +1261,15 @@ static void test_release_held_counts_lost_space_as_not_freed(void **state)
 {
     (void)state;
     egm_segment_t *seg = mount(64 << 20);
-    enum { N = 1200, SZ = 4096 };
     char key[32];
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "h%d", i);
-        assert_int_equal(put(key, SZ, 1, 0), EGM_OK);
-    }
-    for (int i = 0; i < N; i += 2) {
+    put_numbered("h");
+    for (int i = 0; i < LOST_N; i += 2) {
         snprintf(key, sizeof(key), "h%d", i);
         assert_int_equal(exist(key, 1), EGM_OK); /* leased until 1 + TTL */
         assert_int_equal(rm(key, 1, 2), EGM_OK); /* forced: its space held */
     }
-    assert_int_equal(stats().held_extents, N / 2);
-    egm__alloc_fail_site("master.allocator_spans", UINT64_MAX);
-    uint64_t before = used(seg);
-    uint64_t freed = egm__objects_release_held(fx.st.objects, 1 + TTL);
-    uint64_t after = used(seg);
-    egm__alloc_fail_site("master.allocator_spans", 0);
-    egm_allocator_stats_t st;
-    egm__allocator_stats(seg->allocator, &st);
-    check_index();
-    assert_true(st.lost > 0); /* the case arose */
-    assert_int_equal(freed, before - after);
+    assert_int_equal(stats().held_extents, LOST_N / 2);
+    check_freed_without_memory(seg, release_held_at_lease_end);
     assert_int_equal(stats().held_extents, 0);
     assert_int_equal(stats().held_bytes, 0);
 }
