@@ -208,21 +208,6 @@ static void treap_remove(egm_allocator_t *a, uint32_t i)
     *link = treap_merge(sp, sp[i].left, sp[i].right);
 }
 
-/* The last free span starting at or before block b, or NIL. */
-static uint32_t treap_at_or_before(const egm_allocator_t *a, uint64_t b)
-{
-    uint32_t t = a->root, best = NIL;
-
-    while (t != NIL) {
-        if (a->spans[t].off <= b) {
-            best = t;
-            t = a->spans[t].right;
-        } else
-            t = a->spans[t].left;
-    }
-    return best;
-}
-
 /* In one descent: the last free span starting at or before block b (*p_p)
  * and the first starting after it (*q_p), NIL where there is none. */
 static void treap_around(const egm_allocator_t *a, uint64_t b, uint32_t *p_p, uint32_t *q_p)
@@ -240,6 +225,14 @@ static void treap_around(const egm_allocator_t *a, uint64_t b, uint32_t *p_p, ui
     }
     *p_p = p;
     *q_p = q;
+}
+
+/* The last free span starting at or before block b, or NIL. */
+static uint32_t treap_at_or_before(const egm_allocator_t *a, uint64_t b)
+{
+    uint32_t p, q;
+    treap_around(a, b, &p, &q);
+    return p;
 }
 
 /* Whether block b lies in free space. */

@@ -300,8 +300,8 @@ static egm_status_t table_reserve(object_table_t *t)
     for (size_t i = 0; i < cap; i++) {
         /* Each key is read again: the objects of slots ahead are fetched
          * meanwhile (a key starts in its object's first or second line). */
-        const egm_object_t *ahead = slot_obj(t->slots[(i + 8) & t->mask]);
-        if (ahead != NULL && i + 8 < cap)
+        const egm_object_t *ahead = i + 8 < cap ? slot_obj(t->slots[i + 8]) : NULL;
+        if (ahead != NULL)
             prefetch_lines(ahead, 128);
         const egm_object_t *obj = slot_obj(t->slots[i]);
         if (obj != NULL)
