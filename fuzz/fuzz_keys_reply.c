@@ -82,7 +82,7 @@ static void client_side(const egm_keys_reply_t *reply, size_t n)
         const egm_replica_desc_t *reps = egm__keys_reply_replicas(reply, res);
         for (uint32_t k = 0; k < res->n_replicas; k++) {
             const egm_segment_desc_t *seg =
-                egm__client_find_segment(descs, reply->n_segments, reps[k].segment);
+                egm__segment_desc_find(descs, reply->n_segments, reps[k].segment);
             FUZZ_CHECK(seg == NULL || egm__id_equal(seg->id, reps[k].segment));
             FUZZ_CHECK(seg == NULL || (seg->size > 0 && !egm__id_is_nil(seg->id)));
         }

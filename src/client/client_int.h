@@ -146,7 +146,10 @@ void egm__liveness_stop(egm_client_t *client);
 /* Master calls shared by the object files (master_call.c). Replies are
  * decoded by rpc/keys_reply.h into flat arrays; free with egm__keys_reply_free. */
 #define EGM_KEYS_CALL_PLAIN 0u
-#define EGM_KEYS_CALL_FORCE 1u /* Remove: also leased or pinned objects (the request's force) */
+/* Remove: also leased or pinned objects (the request's force). */
+#define EGM_KEYS_CALL_FORCE 1u
+/* ExistKey: the replicas answered too (the request's locations). */
+#define EGM_KEYS_CALL_LOCATIONS 2u
 egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
                                    const char *const *keys, unsigned flags,
                                    egm_keys_reply_t **reply_p);
@@ -159,9 +162,6 @@ egm_status_t egm__client_check_reply(const egm_keys_reply_t *reply, size_t n);
 /* Decodes every segment of a reply into an egm_malloc'ed array. */
 egm_status_t egm__client_reply_segments(const egm_keys_reply_t *reply,
                                         egm_segment_desc_t **descs_p);
-/* The decoded descriptor a replica names, or NULL. */
-const egm_segment_desc_t *egm__client_find_segment(const egm_segment_desc_t *descs, size_t n,
-                                                   egm_id_t id);
 egm_status_t egm__client_validate_key(const char *key);
 /* PutStart for n keys of the given sizes (put.c): the master places each
  * key's replicas. rc NULL: the client's replica_num, no pins. */

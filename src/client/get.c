@@ -46,7 +46,7 @@ static void order_replicas(egm_client_t *client, fetch_t *f, const egm_segment_d
     f->n_order = 0;
     for (size_t r = 0; r < f->res->n_replicas && f->n_order < 16; r++) {
         const egm_segment_desc_t *seg =
-            egm__client_find_segment(descs, n_descs, f->replicas[r].segment);
+            egm__segment_desc_find(descs, n_descs, f->replicas[r].segment);
         egm_transport_t transport;
         egm_te_op_t probe = {.segment = seg,
                              .offset = f->replicas[r].offset,
@@ -81,7 +81,7 @@ static size_t plan_round(fetch_t *fetches, size_t n, const egm_segment_desc_t *d
         if (!f->active || f->next >= f->n_order)
             continue;
         const egm_replica_desc_t *rep = &f->replicas[f->order[f->next++]];
-        const egm_segment_desc_t *seg = egm__client_find_segment(descs, n_descs, rep->segment);
+        const egm_segment_desc_t *seg = egm__segment_desc_find(descs, n_descs, rep->segment);
         uint64_t at = 0;
         for (size_t p = 0; p < f->n_local && at < f->res->size; p++) {
             uint64_t len = f->res->size - at < f->len[p] ? f->res->size - at : f->len[p];
@@ -259,23 +259,189 @@ out:
     return status;
 }
 
+/* ---- lease-cached locations (location_cache.h, docs/consistency.md) ---- */
+
+/* Batches of more keys do not fill the cache from their own GetReplicaList
+ * (engines read such batches once); an ExistKey fills it whatever its size. */
+#define CACHED_BATCH_MAX 256
+
+/* Records the locations a GetReplicaList answered (asked at started_ms). */
+static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_reply_t *reply,
+                     const egm_segment_desc_t *descs, uint64_t started_ms, uint64_t generation)
+{
+    if (b->n <= CACHED_BATCH_MAX)
+        egm__location_cache_remember(client->locations, b->n, b->keys, reply, descs,
+                                     reply->n_segments, started_ms, generation);
+}
+
+/* A reply for keys[0..n) made from cached locations, when every key has one
+ * usable now: one block (as egm__keys_reply_free frees it), the descriptors
+ * of the segments it names (*descs_p, egm_malloc'ed, *n_descs_p of them), and
+ * the oldest ask among the locations (*asked_ms_p), from which every key's
+ * lease_ttl_ms is counted. 0 when a key has none (nothing to free). */
+static int cached_reply(egm_client_t *client, size_t n, const char *const *keys,
+                        egm_keys_reply_t **reply_p, egm_segment_desc_t **descs_p, size_t *n_descs_p,
+                        uint64_t *asked_ms_p)
+{
+    if (client->locations == NULL || n == 0)
+        return 0;
+    egm_location_t *locs = egm_calloc(n, sizeof(*locs), "client.get_cached");
+    egm_segment_desc_t *descs = NULL;
+    egm_keys_reply_t *reply = NULL;
+    size_t n_reps = 0, n_descs = 0;
+    uint64_t now_ms = egm__now_ms(), asked_ms = UINT64_MAX;
+    int made = 0;
+
+    if (locs == NULL)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!egm__location_cache_get(client->locations, keys[i], now_ms, &locs[i]))
+            goto out;
+        n_reps += locs[i].n_replicas;
+        if (locs[i].asked_ms < asked_ms)
+            asked_ms = locs[i].asked_ms;
+    }
+    reply = egm_calloc(
+        1, sizeof(*reply) + n * sizeof(egm_key_result_t) + n_reps * sizeof(egm_replica_desc_t),
+        "client.get_cached");
+    descs = egm_calloc(n_reps, sizeof(*descs), "client.get_cached");
+    if (reply == NULL || descs == NULL)
+        goto out;
+    reply->status = EGM_OK;
+    reply->n_results = n;
+    reply->results = (egm_key_result_t *)(reply + 1);
+    reply->n_replicas = n_reps;
+    reply->replicas = (egm_replica_desc_t *)(reply->results + n);
+    for (size_t i = 0, at = 0; i < n; i++) {
+        /* The lease as seen from the oldest ask of the batch. */
+        reply->results[i] =
+            (egm_key_result_t){.status = EGM_OK,
+                               .n_replicas = locs[i].n_replicas,
+                               .replica_first = (uint32_t)at,
+                               .size = locs[i].size,
+                               .lease_ttl_ms = locs[i].asked_ms + locs[i].lease_ttl_ms - asked_ms};
+        for (uint32_t r = 0; r < locs[i].n_replicas; r++, at++) {
+            reply->replicas[at] = locs[i].replicas[r];
+            if (egm__segment_desc_find(descs, n_descs, locs[i].replicas[r].segment) != NULL)
+                continue;
+            if (!egm__location_cache_segment(client->locations, locs[i].replicas[r].segment,
+                                             &descs[n_descs]))
+                goto out;
+            n_descs++;
+        }
+    }
+    made = 1;
+out:
+    egm_free(locs);
+    if (!made) {
+        egm__keys_reply_free(reply);
+        egm_free(descs);
+        return 0;
+    }
+    *reply_p = reply;
+    *descs_p = descs;
+    *n_descs_p = n_descs;
+    *asked_ms_p = asked_ms;
+    return 1;
+}
+
+/* Copies b from a reply cached_reply made (freed here). 1 when every key
+ * answered OK; 0 when one failed on its cached location: every key's cached
+ * entry is dropped and its answer undone, for the caller to ask the master
+ * for the whole batch again. */
+static int fetch_cached(egm_client_t *client, const get_batch_t *b, egm_keys_reply_t *reply,
+                        egm_segment_desc_t *descs, size_t n_descs, uint64_t asked_ms)
+{
+    egm_status_t status = fetch_reply(client, b, reply, descs, n_descs, asked_ms);
+    egm_free(descs);
+    int served = status == EGM_OK;
+    for (size_t i = 0; i < b->n; i++)
+        served &= b->results[i] == EGM_OK;
+    if (served)
+        return 1;
+    for (size_t i = 0; i < b->n; i++) {
+        egm__location_cache_drop(client->locations, b->keys[i]);
+        if (b->allocated != NULL) {
+            egm_free(b->allocated[i]);
+            b->allocated[i] = NULL;
+        }
+        if (b->sizes_p != NULL)
+            b->sizes_p[i] = 0;
+        b->results[i] = EGM_OK;
+    }
+    return 0;
+}
+
+/* Serves the batch from cached locations when every key has one (1), or
+ * answers 0 and leaves it to the master (cached_reply, fetch_cached). */
+static int get_cached(egm_client_t *client, const get_batch_t *b)
+{
+    egm_keys_reply_t *reply;
+    egm_segment_desc_t *descs;
+    size_t n_descs;
+    uint64_t asked_ms;
+    if (!cached_reply(client, b->n, b->keys, &reply, &descs, &n_descs, &asked_ms))
+        return 0;
+    return fetch_cached(client, b, reply, descs, n_descs, asked_ms);
+}
+
+/* The batch through one GetReplicaList (its answers cached when it is small). */
+static egm_status_t get_from_master(egm_client_t *client, const get_batch_t *b)
+{
+    egm_keys_reply_t *reply = NULL;
+    uint64_t generation = egm__location_cache_generation(client->locations);
+    uint64_t started_ms = egm__now_ms();
+    egm_status_t status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys,
+                                                EGM_KEYS_CALL_PLAIN, &reply);
+    if (status != EGM_OK) {
+        for (size_t i = 0; i < b->n; i++)
+            b->results[i] = status;
+        return status;
+    }
+    egm_segment_desc_t *descs = NULL;
+    if (egm__client_reply_segments(reply, &descs) == EGM_OK) {
+        remember(client, b, reply, descs, started_ms, generation);
+        status = fetch_reply(client, b, reply, descs, reply->n_segments, started_ms);
+        egm_free(descs);
+        return status;
+    }
+    return fetch_reply(client, b, reply, NULL, 0, started_ms); /* answers the decoding error */
+}
+
+/* ---- pipelined batches (pipeline.h) ---- */
+
 /* Large batches run in chunks whose GetReplicaList calls a helper thread makes
- * ahead of the copies (pipeline.h). */
+ * ahead of the copies; a chunk whose every key has a cached location (an
+ * ExistKey asked for them, as engines do before they read) makes none. */
 typedef struct {
     egm_client_t *client;
     const char *const *keys;
     const egm_chunk_plan_t *chunks;
 } get_pipeline_t;
 
+/* What get_ahead hands a copy worker for one chunk. */
+typedef struct {
+    egm_keys_reply_t *reply;
+    int cached;                /* made from cached locations (cached_reply) */
+    egm_segment_desc_t *descs; /* cached: the segments' descriptors */
+    size_t n_descs;
+    uint64_t asked_ms; /* cached: the oldest ask of its locations */
+} chunk_answer_t;
+
 static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
 {
     get_pipeline_t *g = arg;
-    egm_keys_reply_t *reply = NULL;
-    egm_status_t status = egm__client_keys_call(
-        g->client, EGM_RPC_GET_REPLICA_LIST, egm__chunk_len(g->chunks, k),
-        g->keys + egm__chunk_first(g->chunks, k), EGM_KEYS_CALL_PLAIN, &reply);
-    *reply_p = reply;
-    return status;
+    size_t first = egm__chunk_first(g->chunks, k), len = egm__chunk_len(g->chunks, k);
+    chunk_answer_t *a = egm_calloc(1, sizeof(*a), "client.get_chunk");
+    *reply_p = a;
+    if (a == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory asking for %zu keys", len);
+    a->cached = cached_reply(g->client, len, g->keys + first, &a->reply, &a->descs, &a->n_descs,
+                             &a->asked_ms);
+    if (a->cached)
+        return EGM_OK;
+    return egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, len, g->keys + first,
+                                 EGM_KEYS_CALL_PLAIN, &a->reply);
 }
 
 /* What every copy worker of one pipelined get shares (pipeline.h). */
@@ -294,6 +460,7 @@ static egm_status_t get_copy_chunk(void *arg, size_t k)
     void *reply;
     uint64_t started_ms;
     egm_status_t st = egm__pipeline_wait(c->p, k, &reply, &started_ms);
+    chunk_answer_t *a = reply;
     if (st == EGM_OK) {
         egm_parts_t view = egm__parts_from(b->parts, first);
         get_batch_t chunk = {.n = len,
@@ -301,11 +468,17 @@ static egm_status_t get_copy_chunk(void *arg, size_t k)
                              .parts = &view,
                              .sizes_p = b->sizes_p ? b->sizes_p + first : NULL,
                              .results = b->results + first};
-        st = fetch_reply(c->client, &chunk, reply, NULL, 0, started_ms);
+        if (!a->cached)
+            st = fetch_reply(c->client, &chunk, a->reply, NULL, 0, started_ms);
+        else if (!fetch_cached(c->client, &chunk, a->reply, a->descs, a->n_descs, a->asked_ms))
+            st = get_from_master(c->client, &chunk);
     } else {
+        if (a != NULL)
+            egm__keys_reply_free(a->reply);
         for (size_t i = 0; i < len; i++)
             b->results[first + i] = st;
     }
+    egm_free(a);
     egm__pipeline_release(c->p, k, NULL, 0);
     return st;
 }
@@ -331,123 +504,9 @@ static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
     return status;
 }
 
-/* ---- lease-cached locations (location_cache.h, docs/consistency.md) ---- */
-
-/* Batches of more keys are not cached (engines read such batches once). */
-#define CACHED_BATCH_MAX 256
-
-/* Records the locations a GetReplicaList answered (asked at started_ms). */
-static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_reply_t *reply,
-                     const egm_segment_desc_t *descs, uint64_t started_ms, uint64_t generation)
-{
-    if (client->locations == NULL || b->n > CACHED_BATCH_MAX || reply->location_cache_ms == 0)
-        return;
-    for (size_t i = 0; i < b->n; i++) {
-        const egm_key_result_t *res = &reply->results[i];
-        if (res->status != EGM_OK || res->n_replicas == 0 ||
-            res->n_replicas > EGM_LOCATION_MAX_REPLICAS)
-            continue;
-        egm_location_t loc = {.size = res->size,
-                              .lease_ttl_ms = res->lease_ttl_ms,
-                              .bound_ms = reply->location_cache_ms,
-                              .asked_ms = started_ms,
-                              .n_replicas = res->n_replicas};
-        const egm_segment_desc_t *segs[EGM_LOCATION_MAX_REPLICAS];
-        const egm_replica_desc_t *reps = egm__keys_reply_replicas(reply, res);
-        uint32_t r = 0;
-        for (; r < res->n_replicas; r++) {
-            loc.replicas[r] = reps[r];
-            segs[r] = egm__client_find_segment(descs, reply->n_segments, reps[r].segment);
-            if (segs[r] == NULL)
-                break;
-        }
-        if (r == res->n_replicas)
-            egm__location_cache_put(client->locations, b->keys[i], &loc, segs, generation);
-    }
-}
-
-/* Serves the batch from cached locations when every key has one: a reply
- * made here (one block, as egm__keys_reply_free frees it) and the segments'
- * descriptors. 1 when it answered every key OK; 0 when a key had none, or a
- * key failed on its cached location (those entries are dropped, and the
- * caller asks the master for the whole batch again). */
-static int get_cached(egm_client_t *client, const get_batch_t *b)
-{
-    if (client->locations == NULL || b->n > CACHED_BATCH_MAX)
-        return 0;
-    egm_location_t *locs = egm_calloc(b->n, sizeof(*locs), "client.get_cached");
-    egm_segment_desc_t *descs = NULL;
-    egm_keys_reply_t *reply = NULL;
-    size_t n_reps = 0, n_descs = 0;
-    int served = 0;
-    uint64_t now_ms = egm__now_ms(), started_ms = UINT64_MAX;
-
-    if (locs == NULL)
-        return 0;
-    for (size_t i = 0; i < b->n; i++) {
-        if (!egm__location_cache_get(client->locations, b->keys[i], now_ms, &locs[i]))
-            goto out;
-        n_reps += locs[i].n_replicas;
-        if (locs[i].asked_ms < started_ms)
-            started_ms = locs[i].asked_ms;
-    }
-    reply = egm_calloc(
-        1, sizeof(*reply) + b->n * sizeof(egm_key_result_t) + n_reps * sizeof(egm_replica_desc_t),
-        "client.get_cached");
-    descs = egm_calloc(n_reps, sizeof(*descs), "client.get_cached");
-    if (reply == NULL || descs == NULL)
-        goto out;
-    reply->status = EGM_OK;
-    reply->n_results = b->n;
-    reply->results = (egm_key_result_t *)(reply + 1);
-    reply->n_replicas = n_reps;
-    reply->replicas = (egm_replica_desc_t *)(reply->results + b->n);
-    for (size_t i = 0, at = 0; i < b->n; i++) {
-        /* The lease as seen from the oldest ask of the batch. */
-        reply->results[i] = (egm_key_result_t){.status = EGM_OK,
-                                               .n_replicas = locs[i].n_replicas,
-                                               .replica_first = (uint32_t)at,
-                                               .size = locs[i].size,
-                                               .lease_ttl_ms = locs[i].asked_ms +
-                                                               locs[i].lease_ttl_ms - started_ms};
-        for (uint32_t r = 0; r < locs[i].n_replicas; r++, at++) {
-            reply->replicas[at] = locs[i].replicas[r];
-            if (egm__client_find_segment(descs, n_descs, locs[i].replicas[r].segment) != NULL)
-                continue;
-            if (!egm__location_cache_segment(client->locations, locs[i].replicas[r].segment,
-                                             &descs[n_descs]))
-                goto out;
-            n_descs++;
-        }
-    }
-    egm_status_t status = fetch_reply(client, b, reply, descs, n_descs, started_ms);
-    reply = NULL; /* freed there */
-    served = status == EGM_OK;
-    for (size_t i = 0; i < b->n; i++)
-        served &= b->results[i] == EGM_OK;
-    if (!served) {
-        /* Asked again, whole: what this try answered goes. */
-        for (size_t i = 0; i < b->n; i++) {
-            egm__location_cache_drop(client->locations, b->keys[i]);
-            if (b->allocated != NULL) {
-                egm_free(b->allocated[i]);
-                b->allocated[i] = NULL;
-            }
-            if (b->sizes_p != NULL)
-                b->sizes_p[i] = 0;
-        }
-    }
-out:
-    egm__keys_reply_free(reply);
-    egm_free(descs);
-    egm_free(locs);
-    return served;
-}
-
 /* Keys already checked. */
 static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
 {
-    egm_keys_reply_t *reply = NULL;
     egm_status_t status;
 
     /* Worth pipelining: chunks weighed by parts (a plan that cannot be made
@@ -464,23 +523,7 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
     }
     if (get_cached(client, b))
         return EGM_OK;
-    uint64_t generation = egm__location_cache_generation(client->locations);
-    uint64_t started_ms = egm__now_ms();
-    status = egm__client_keys_call(client, EGM_RPC_GET_REPLICA_LIST, b->n, b->keys,
-                                   EGM_KEYS_CALL_PLAIN, &reply);
-    if (status != EGM_OK) {
-        for (size_t i = 0; i < b->n; i++)
-            b->results[i] = status;
-        return status;
-    }
-    egm_segment_desc_t *descs = NULL;
-    if (egm__client_reply_segments(reply, &descs) == EGM_OK) {
-        remember(client, b, reply, descs, started_ms, generation);
-        status = fetch_reply(client, b, reply, descs, reply->n_segments, started_ms);
-        egm_free(descs);
-        return status;
-    }
-    return fetch_reply(client, b, reply, NULL, 0, started_ms); /* answers the decoding error */
+    return get_from_master(client, b);
 }
 
 /* The keys whose results[i] is EGM_OK (the valid ones) of a batch into parts:

@@ -176,6 +176,36 @@ void egm__location_cache_put(egm_location_cache_t *c, const char *key, const egm
     pthread_mutex_unlock(&c->lock);
 }
 
+void egm__location_cache_remember(egm_location_cache_t *c, size_t n, const char *const *keys,
+                                  const egm_keys_reply_t *reply, const egm_segment_desc_t *descs,
+                                  size_t n_descs, uint64_t asked_ms, uint64_t generation)
+{
+    if (c == NULL || reply->location_cache_ms == 0 || reply->n_results < n)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const egm_key_result_t *res = &reply->results[i];
+        if (res->status != EGM_OK || res->n_replicas == 0 ||
+            res->n_replicas > EGM_LOCATION_MAX_REPLICAS)
+            continue;
+        egm_location_t loc = {.size = res->size,
+                              .lease_ttl_ms = res->lease_ttl_ms,
+                              .bound_ms = reply->location_cache_ms,
+                              .asked_ms = asked_ms,
+                              .n_replicas = res->n_replicas};
+        const egm_segment_desc_t *segs[EGM_LOCATION_MAX_REPLICAS];
+        const egm_replica_desc_t *reps = egm__keys_reply_replicas(reply, res);
+        uint32_t r = 0;
+        for (; r < res->n_replicas; r++) {
+            loc.replicas[r] = reps[r];
+            segs[r] = egm__segment_desc_find(descs, n_descs, reps[r].segment);
+            if (segs[r] == NULL)
+                break;
+        }
+        if (r == res->n_replicas)
+            egm__location_cache_put(c, keys[i], &loc, segs, generation);
+    }
+}
+
 void egm__location_cache_drop(egm_location_cache_t *c, const char *key)
 {
     if (c == NULL)

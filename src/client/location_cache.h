@@ -70,6 +70,15 @@ uint64_t egm__location_cache_generation(egm_location_cache_t *cache);
 void egm__location_cache_put(egm_location_cache_t *cache, const char *key,
                              const egm_location_t *loc, const egm_segment_desc_t *const *descs,
                              uint64_t generation);
+/* Records the locations of a reply's keys that answered OK with replicas
+ * (GetReplicaList, or ExistKey asked for locations): keys[i]'s is
+ * reply->results[i], its segments among descs (n_descs, the reply's decoded
+ * segments), asked at asked_ms under `generation`. A key whose replicas name a
+ * segment not in descs, or that has more than EGM_LOCATION_MAX_REPLICAS, is
+ * skipped; so is the whole reply when its cache bound is 0. */
+void egm__location_cache_remember(egm_location_cache_t *cache, size_t n, const char *const *keys,
+                                  const egm_keys_reply_t *reply, const egm_segment_desc_t *descs,
+                                  size_t n_descs, uint64_t asked_ms, uint64_t generation);
 void egm__location_cache_drop(egm_location_cache_t *cache, const char *key);
 void egm__location_cache_clear(egm_location_cache_t *cache);
 void egm__location_cache_stats(egm_location_cache_t *cache, egm_location_cache_stats_t *stats_p);

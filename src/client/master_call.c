@@ -64,7 +64,20 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     req.n_keys = n;
     req.keys = (char **)keys;
     req.force = (flags & EGM_KEYS_CALL_FORCE) != 0;
-    return egm__client_keys_rpc(client, type, &req.base, n, reply_p);
+    /* Locations are asked for only where they can be kept. */
+    req.locations = (flags & EGM_KEYS_CALL_LOCATIONS) != 0 && client->locations != NULL;
+    if (!req.locations)
+        return egm__client_keys_rpc(client, type, &req.base, n, reply_p);
+    uint64_t generation = egm__location_cache_generation(client->locations);
+    uint64_t asked_ms = egm__now_ms();
+    egm_status_t status = egm__client_keys_rpc(client, type, &req.base, n, reply_p);
+    egm_segment_desc_t *descs = NULL;
+    if (status == EGM_OK && egm__client_reply_segments(*reply_p, &descs) == EGM_OK) {
+        egm__location_cache_remember(client->locations, n, keys, *reply_p, descs,
+                                     (*reply_p)->n_segments, asked_ms, generation);
+        egm_free(descs);
+    }
+    return status;
 }
 
 egm_status_t egm__client_check_reply(const egm_keys_reply_t *reply, size_t n)
@@ -100,15 +113,6 @@ egm_status_t egm__client_reply_segments(const egm_keys_reply_t *reply, egm_segme
     }
     *descs_p = descs;
     return EGM_OK;
-}
-
-const egm_segment_desc_t *egm__client_find_segment(const egm_segment_desc_t *descs, size_t n,
-                                                   egm_id_t id)
-{
-    for (size_t i = 0; i < n; i++)
-        if (egm__id_equal(descs[i].id, id))
-            return &descs[i];
-    return NULL;
 }
 
 egm_status_t egm__client_list_segments(egm_client_t *client, Egm__ListSegmentsReply **reply_p)

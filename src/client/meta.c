@@ -35,7 +35,7 @@ static egm_status_t single_key_call(egm_client_t *client, uint16_t type, const c
 
 egm_status_t egm_exist(egm_client_t *client, const char *key)
 {
-    return single_key_call(client, EGM_RPC_EXIST_KEY, key, EGM_KEYS_CALL_PLAIN, NULL, NULL);
+    return single_key_call(client, EGM_RPC_EXIST_KEY, key, EGM_KEYS_CALL_LOCATIONS, NULL, NULL);
 }
 
 egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *size_p)
@@ -150,7 +150,8 @@ static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t 
 egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
                              egm_status_t *results)
 {
-    return batch_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, EGM_KEYS_CALL_PLAIN, results, NULL);
+    return batch_keys_call(client, EGM_RPC_EXIST_KEY, n, keys, EGM_KEYS_CALL_LOCATIONS, results,
+                           NULL);
 }
 
 egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys, int force,

@@ -77,7 +77,7 @@ egm_status_t egm__client_placed_segments(const egm_keys_reply_t *reply, const eg
     if (res->n_replicas == 0)
         return egm__set_error(EGM_ERR_PROTOCOL, "master placed no replica");
     for (uint32_t r = 0; r < res->n_replicas; r++) {
-        segs[r] = egm__client_find_segment(descs, reply->n_segments, reps[r].segment);
+        segs[r] = egm__segment_desc_find(descs, reply->n_segments, reps[r].segment);
         if (segs[r] == NULL || reps[r].length != size)
             return egm__set_error(EGM_ERR_PROTOCOL, "master sent an inconsistent replica");
     }

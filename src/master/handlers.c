@@ -321,7 +321,11 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
     uint64_t last_grant_ms = 0;
     egm_status_t status;
     uint16_t type = call->type;
-    keys_batch_t kb = {.oc = &oc, .with_replicas = type == EGM_RPC_GET_REPLICA_LIST};
+    /* ExistKey asked for locations answers them as GetReplicaList does (the
+     * client caches them for the Get that usually follows). */
+    keys_batch_t kb = {.oc = &oc,
+                       .with_replicas = type == EGM_RPC_GET_REPLICA_LIST ||
+                                        (type == EGM_RPC_EXIST_KEY && req->locations)};
     egm_objects_batch_t b = {.keys = (const char *const *)req->keys, .n = req->n_keys};
 
     b.client = egm__id_from_pb(req->client);
@@ -352,6 +356,7 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
         break;
     case EGM_RPC_EXIST_KEY:
         b.op = EGM_OBJECTS_EXIST;
+        b.with_replicas = kb.with_replicas;
         kb.lease_ttl_ms = egm__objects_lease_ttl_ms(st->objects);
         break;
     default:

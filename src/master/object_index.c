@@ -1898,8 +1898,11 @@ static void grant_lease(egm_object_index_t *index, egm_object_t *obj, uint64_t n
 
 /* GetReplicaList (not_ready: a PENDING object answers NOT_READY) and
  * ExistKey (it answers NOT_FOUND). */
+/* not_ready: an object still being written answers NOT_READY (else
+ * NOT_FOUND); with_replicas: the view holds its replicas. */
 static egm_status_t read_leased_locked(egm_object_index_t *index, egm_object_t *obj,
-                                       uint64_t now_ms, int not_ready, egm_object_view_t *view_p)
+                                       uint64_t now_ms, int not_ready, int with_replicas,
+                                       egm_object_view_t *view_p)
 {
     egm_status_t status = EGM_OK;
     if (obj == NULL || (!not_ready && obj->state != EGM_OBJECT_COMPLETE))
@@ -1909,7 +1912,7 @@ static egm_status_t read_leased_locked(egm_object_index_t *index, egm_object_t *
     if (status == EGM_OK) {
         grant_lease(index, obj, now_ms);
         if (view_p != NULL)
-            fill_view(index, obj, view_p, not_ready);
+            fill_view(index, obj, view_p, with_replicas);
     }
     return status;
 }
@@ -1924,7 +1927,7 @@ static egm_status_t read_leased(egm_object_index_t *index, const char *key, size
     egm_status_t status = lock_key(index, key, key_len, &sh, &obj);
     if (status != EGM_OK)
         return status;
-    status = read_leased_locked(index, obj, now_ms, not_ready, view_p);
+    status = read_leased_locked(index, obj, now_ms, not_ready, not_ready, view_p);
     pthread_mutex_unlock(&sh->lock);
     return status;
 }
@@ -2099,7 +2102,8 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
         case EGM_OBJECTS_GET_REPLICAS:
         case EGM_OBJECTS_EXIST:
             clear_view(&view);
-            s = read_leased_locked(index, obj, b->now_ms, b->op == EGM_OBJECTS_GET_REPLICAS, &view);
+            s = read_leased_locked(index, obj, b->now_ms, b->op == EGM_OBJECTS_GET_REPLICAS,
+                                   b->op == EGM_OBJECTS_GET_REPLICAS || b->with_replicas, &view);
             v = s == EGM_OK ? &view : NULL;
             break;
         case EGM_OBJECTS_PUT_START:

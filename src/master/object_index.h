@@ -360,6 +360,7 @@ typedef struct {
     const uint64_t *slab_ids;       /* Commit: per key */
     const uint64_t *offsets;        /* Commit: per key, in its slab */
     int force;                      /* Remove */
+    int with_replicas;              /* Exist: the view holds the replicas (GetReplicas: always) */
     uint64_t now_ms;
     size_t n;
     const char *const *keys;

@@ -224,3 +224,12 @@ egm_status_t egm__segment_desc_decode(const uint8_t *data, size_t len, egm_segme
     }
     return status;
 }
+
+const egm_segment_desc_t *egm__segment_desc_find(const egm_segment_desc_t *descs, size_t n,
+                                                 egm_id_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (egm__id_equal(descs[i].id, id))
+            return &descs[i];
+    return NULL;
+}

@@ -67,6 +67,10 @@ egm_status_t egm__segment_desc_from_pb(const Egm__SegmentDesc *pb, egm_segment_d
  * or whose descriptor changed, has other bytes and is decoded afresh. Any
  * thread. */
 egm_status_t egm__segment_desc_decode(const uint8_t *data, size_t len, egm_segment_desc_t *desc_p);
+/* The descriptor of segment id among descs[0..n) (a reply's decoded
+ * segments), or NULL. */
+const egm_segment_desc_t *egm__segment_desc_find(const egm_segment_desc_t *descs, size_t n,
+                                                 egm_id_t id);
 /* Fills pb and id storage from desc; strings and the fabric handle point into
  * desc (no allocation). */
 void egm__segment_desc_to_pb(const egm_segment_desc_t *desc, Egm__SegmentDesc *pb,
