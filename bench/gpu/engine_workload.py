@@ -12,10 +12,14 @@ Cases (both processes are warm unless named "first"):
   kv-medium   tests/gpu/kv_scenario medium's shape: 1024 keys x 2 pieces x 32 KiB in one call
   batch-64k   8192 x 64 KiB, one batch_put_from / batch_get_into
   single-16m  put_from / get_into of 16 MiB
-  lat-4k      4 KiB get_into latency: a hot key (the same key again) and cold keys (each once)
+  lat-4k      4 KiB get_into latency: a hot key (the same key again) and cold keys (each once),
+              and cold keys each looked up first (is_exist, as LMCache does before it reads)
   first       the writer's and reader's very first calls (16 keys x 2 MiB multi-buffer, then
               single 2 MiB puts/gets) against the same calls warm
   host-64k    256 x 64 KiB batches from / into a registered pinned host buffer (SGLang, LMCache)
+Every get case (but lat-4k) runs twice, on keys written for each: as it is, and "looked up": each
+call preceded by the lookup engines make before they read (batch_is_exist, or is_exist for one key),
+timed apart; its rows give the get alone and the lookup plus the get.
 The master and an EGM-pool provider are started here (gpulib.Cluster). Needs torch and a GPU.
 Writes OUT/engine_workload.json and prints a table.
 """
@@ -243,9 +247,20 @@ def phases_delta(before, after, op):
     return d
 
 
-def run_case(w, op, case, n, reps, first_rep=0):
-    """reps calls of n keys (rep numbers first_rep..): per-call seconds, checks, phases."""
-    times, bad, ok, codes = [], 0, 0, set()
+def lookup(w, keys):
+    """The lookup engines make before a read: (seconds, keys found)."""
+    t0 = time.perf_counter()
+    if len(keys) == 1:
+        found = [w.store.is_exist(keys[0])]
+    else:
+        found = w.store.batch_is_exist(keys)
+    return time.perf_counter() - t0, sum(1 for c in found if c == 1)
+
+
+def run_case(w, op, case, n, reps, first_rep=0, looked_up=False):
+    """reps calls of n keys (rep numbers first_rep..): per-call seconds, checks, phases. looked_up
+    (gets): each call preceded by lookup(), timed apart; a key it misses counts as not ok."""
+    times, lookups, bad, ok, codes = [], [], 0, 0, set()
     before = w.metrics()
     for rep in range(first_rep, first_rep + reps):
         keys, ptrs, sizes, blocks = layout(w, case, n, rep, reader=(op == "get"))
@@ -253,39 +268,56 @@ def run_case(w, op, case, n, reps, first_rep=0):
             w.fill(blocks)
         else:
             w.zero(blocks)
+        found = n
+        if looked_up:
+            dt, found = lookup(w, keys)
+            lookups.append(dt)
         dt, k_ok, k_codes = call(w, op, case, keys, ptrs, sizes)
         times.append(dt)
-        ok += k_ok
+        ok += min(k_ok, found)
         codes |= set(k_codes)
         if op == "get":
             bad += w.bad(blocks)
     nbytes = sum(sum(s) if isinstance(s, list) else s for s in layout(w, case, n, 0, False)[2])
-    return {"case": case, "op": op, "keys": n, "bytes_per_call": nbytes, "calls": reps,
-            "seconds": times, "ok_keys": ok, "expected_keys": n * reps, "bad_blocks": bad,
-            "codes": sorted(codes), "phases": phases_delta(before, w.metrics(), op)}
+    r = {"case": case, "op": op, "keys": n, "bytes_per_call": nbytes, "calls": reps,
+         "seconds": times, "ok_keys": ok, "expected_keys": n * reps, "bad_blocks": bad,
+         "codes": sorted(codes), "phases": phases_delta(before, w.metrics(), op)}
+    if looked_up:
+        r["lookup_seconds"] = lookups
+    return r
 
 
-def latency(w, op, case, hot):
-    """4 KiB: the writer puts 1000 objects; the reader gets one key 2000 times (hot) or each of
-    the 1000 once (cold)."""
+def latency(w, op, case, hot, rep=0, looked_up=False):
+    """4 KiB: the writer puts 1000 objects a rep (reps 0 and 1); the reader gets one key 2000
+    times (hot) or each of the 1000 of a rep once (cold), looked_up: each just after is_exist
+    (timed apart; the lookup plus the get also reported)."""
     if op == "put":
-        return run_case(w, "put", "lat-4k", 1000, 1)
-    keys, ptrs, sizes, blocks = layout(w, "lat-4k", 1000, 0, reader=True)
-    samples, bad = [], 0
+        return run_case(w, "put", "lat-4k", 1000, 2)
+    keys, ptrs, sizes, blocks = layout(w, "lat-4k", 1000, rep, reader=True)
+    samples, both, bad = [], [], 0
     s = w.store
     order = [0] * 2001 if hot else list(range(1000))
     for j, k in enumerate(order):
         t0 = time.perf_counter_ns()
+        if looked_up and s.is_exist(keys[k]) != 1:
+            bad += 1
+        t1 = time.perf_counter_ns()
         rc = s.get_into(keys[k], ptrs[k], sizes[k])
-        dt = time.perf_counter_ns() - t0
+        t2 = time.perf_counter_ns()
         if rc != 4 * KiB:
             bad += 1
         if not (hot and j == 0):
-            samples.append(dt / 1e3)
+            samples.append((t2 - t1) / 1e3)
+            both.append((t2 - t0) / 1e3)
     bad += w.bad(blocks if not hot else blocks[:1])
     samples.sort()
-    return {"case": case, "op": "get", "samples": len(samples), "bad": bad,
-            "p50_us": samples[len(samples) // 2], "p99_us": samples[int(len(samples) * 0.99)]}
+    both.sort()
+    r = {"case": case, "op": "get", "samples": len(samples), "bad": bad,
+         "p50_us": samples[len(samples) // 2], "p99_us": samples[int(len(samples) * 0.99)]}
+    if looked_up:
+        r["lookup_and_get_p50_us"] = both[len(both) // 2]
+        r["lookup_and_get_p99_us"] = both[int(len(both) * 0.99)]
+    return r
 
 
 def worker_main(a):
@@ -325,8 +357,11 @@ def serve(w, role, req):
     if what == "lat-4k":
         if op == "put":
             return {"put": latency(w, "put", "lat-4k", False)}
-        return {"hot": latency(w, "get", "lat-4k hot", True), "cold": latency(w, "get", "lat-4k cold", False)}
-    return run_case(w, op, what, req["keys"], req["reps"])
+        return {"hot": latency(w, "get", "lat-4k hot", True),
+                "cold": latency(w, "get", "lat-4k cold", False),
+                "cold_looked_up": latency(w, "get", "lat-4k cold, looked up", False, 1, True)}
+    return run_case(w, op, what, req["keys"], req["reps"], req.get("first_rep", 0),
+                    req.get("looked_up", False))
 
 
 # ---- the driver -----------------------------------------------------------------------------
@@ -410,6 +445,11 @@ def summarize(r, ceil_GBps):
     r["per_call_ms"] = {p: ph[p] / calls * 1e3 for p in PHASES + ("copy_run",)}
     r["per_call_ms"]["client_and_gaps"] = (ph["call"] - ph["rpc"] - ph["transfer"]) / calls * 1e3
     r["per_call_ms"]["routing_in_transfer"] = (ph["transfer"] - ph["copy_run"]) / calls * 1e3
+    if "lookup_seconds" in r:
+        both = [g + l for g, l in zip(ts, r["lookup_seconds"])]
+        r["lookup_ms_median"] = statistics.median(r["lookup_seconds"]) * 1e3
+        r["GBps_with_lookup_median"] = r["bytes_per_call"] / statistics.median(both) / 1e9
+        r["ceiling_share_with_lookup"] = r["GBps_with_lookup_median"] / ceil_GBps if ceil_GBps else None
     return r
 
 
@@ -445,20 +485,27 @@ def main(argv=None):
                 continue
             if case == "lat-4k":
                 wres, rres = writer.ask({"what": case}), reader.ask({"what": case})
-                doc["results"] += [wres.get("put", wres), rres.get("hot", rres), rres.get("cold", rres)]
+                doc["results"] += [wres.get("put", wres), rres.get("hot", rres), rres.get("cold", rres),
+                                   rres.get("cold_looked_up", rres)]
                 continue
             sizes = {"vllm": [16, 64, 256], "kv-medium": [1024], "batch-64k": [8192],
                      "single-16m": [1], "host-64k": [256]}[case]
             for n in sizes:
                 name = f"vllm-{n}" if case == "vllm" else case
                 r = 10 if case == "single-16m" else reps
-                wres = writer.ask({"what": "vllm" if case == "vllm" else case, "keys": n, "reps": r})
-                rres = reader.ask({"what": "vllm" if case == "vllm" else case, "keys": n, "reps": r})
-                for res, ceil_key in ((wres, "put_GBps"), (rres, "get_GBps")):
+                what = "vllm" if case == "vllm" else case
+                wres = writer.ask({"what": what, "keys": n, "reps": r})
+                rres = reader.ask({"what": what, "keys": n, "reps": r})
+                # Again on keys of their own, each get after the engines' lookup.
+                wres2 = writer.ask({"what": what, "keys": n, "reps": r, "first_rep": r})
+                lres = reader.ask({"what": what, "keys": n, "reps": r, "first_rep": r, "looked_up": True})
+                host = case == "host-64k"
+                for res, ceil_key in ((wres, "put_GBps"), (rres, "get_GBps"), (lres, "get_GBps")):
                     res["name"] = name
-                    host = case == "host-64k"
                     summarize(res, ceil["host_memcpy_GBps"] if host else ceil[ceil_key])
                     doc["results"].append(res)
+                if "error" in wres2:
+                    doc["results"].append(dict(wres2, name=name))
     finally:
         writer.close()
         reader.close()
@@ -478,13 +525,21 @@ def render(doc):
             lines.append(f"| {r.get('name', '?')} | | | error: {r['error']} | | | |")
         elif "p50_us" in r:
             lines.append(f"| {r['case']} | get | 1 | p50 {r['p50_us']:.1f} us, p99 {r['p99_us']:.1f} us | | {'yes' if not r['bad'] else 'NO'} | |")
+            if "lookup_and_get_p50_us" in r:
+                lines.append(f"| {r['case']} | lookup+get | 1 | p50 {r['lookup_and_get_p50_us']:.1f} us, "
+                             f"p99 {r['lookup_and_get_p99_us']:.1f} us | | | |")
         elif "GBps_median" in r:
             pc = r["per_call_ms"]
             share = f"{100 * r['ceiling_share']:.0f}%" if r.get("ceiling_share") else ""
             codes = "" if not r["codes"] else f" codes {r['codes']}"
-            lines.append(f"| {r.get('name', r['case'])} | {r['op']} | {r['keys']} | {r['GBps_median']:.2f} | {share} | "
+            op = r["op"] + (", looked up" if "lookup_seconds" in r else "")
+            lines.append(f"| {r.get('name', r['case'])} | {op} | {r['keys']} | {r['GBps_median']:.2f} | {share} | "
                          f"{'yes' if r['correct'] else 'NO'}{codes} | {pc['call']:.3f} / {pc['rpc']:.3f} / {pc['transfer']:.3f} / "
                          f"{pc['copy_run']:.3f} / {pc['client_and_gaps']:.3f} |")
+            if "lookup_seconds" in r:
+                share = f"{100 * r['ceiling_share_with_lookup']:.0f}%" if r.get("ceiling_share_with_lookup") else ""
+                lines.append(f"| {r.get('name', r['case'])} | lookup+get | {r['keys']} | {r['GBps_with_lookup_median']:.2f} | "
+                             f"{share} | | lookup {r['lookup_ms_median']:.3f} ms (median) |")
     first = doc.get("first")
     if first:
         for side, res in first.items():

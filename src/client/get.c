@@ -275,74 +275,14 @@ static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_
 }
 
 /* A reply for keys[0..n) made from cached locations, when every key has one
- * usable now: one block (as egm__keys_reply_free frees it), the descriptors
- * of the segments it names (*descs_p, egm_malloc'ed, *n_descs_p of them), and
- * the oldest ask among the locations (*asked_ms_p), from which every key's
- * lease_ttl_ms is counted. 0 when a key has none (nothing to free). */
-static int cached_reply(egm_client_t *client, size_t n, const char *const *keys,
+ * usable now (egm__location_cache_reply; hint: where keys[0] may stand in a
+ * kept lookup of the whole batch). 0 when a key has none. */
+static int cached_reply(egm_client_t *client, size_t n, const char *const *keys, size_t hint,
                         egm_keys_reply_t **reply_p, egm_segment_desc_t **descs_p, size_t *n_descs_p,
                         uint64_t *asked_ms_p)
 {
-    if (client->locations == NULL || n == 0)
-        return 0;
-    egm_location_t *locs = egm_calloc(n, sizeof(*locs), "client.get_cached");
-    egm_segment_desc_t *descs = NULL;
-    egm_keys_reply_t *reply = NULL;
-    size_t n_reps = 0, n_descs = 0;
-    uint64_t now_ms = egm__now_ms(), asked_ms = UINT64_MAX;
-    int made = 0;
-
-    if (locs == NULL)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!egm__location_cache_get(client->locations, keys[i], now_ms, &locs[i]))
-            goto out;
-        n_reps += locs[i].n_replicas;
-        if (locs[i].asked_ms < asked_ms)
-            asked_ms = locs[i].asked_ms;
-    }
-    reply = egm_calloc(
-        1, sizeof(*reply) + n * sizeof(egm_key_result_t) + n_reps * sizeof(egm_replica_desc_t),
-        "client.get_cached");
-    descs = egm_calloc(n_reps, sizeof(*descs), "client.get_cached");
-    if (reply == NULL || descs == NULL)
-        goto out;
-    reply->status = EGM_OK;
-    reply->n_results = n;
-    reply->results = (egm_key_result_t *)(reply + 1);
-    reply->n_replicas = n_reps;
-    reply->replicas = (egm_replica_desc_t *)(reply->results + n);
-    for (size_t i = 0, at = 0; i < n; i++) {
-        /* The lease as seen from the oldest ask of the batch. */
-        reply->results[i] =
-            (egm_key_result_t){.status = EGM_OK,
-                               .n_replicas = locs[i].n_replicas,
-                               .replica_first = (uint32_t)at,
-                               .size = locs[i].size,
-                               .lease_ttl_ms = locs[i].asked_ms + locs[i].lease_ttl_ms - asked_ms};
-        for (uint32_t r = 0; r < locs[i].n_replicas; r++, at++) {
-            reply->replicas[at] = locs[i].replicas[r];
-            if (egm__segment_desc_find(descs, n_descs, locs[i].replicas[r].segment) != NULL)
-                continue;
-            if (!egm__location_cache_segment(client->locations, locs[i].replicas[r].segment,
-                                             &descs[n_descs]))
-                goto out;
-            n_descs++;
-        }
-    }
-    made = 1;
-out:
-    egm_free(locs);
-    if (!made) {
-        egm__keys_reply_free(reply);
-        egm_free(descs);
-        return 0;
-    }
-    *reply_p = reply;
-    *descs_p = descs;
-    *n_descs_p = n_descs;
-    *asked_ms_p = asked_ms;
-    return 1;
+    return egm__location_cache_reply(client->locations, n, keys, hint, egm__now_ms(), reply_p,
+                                     descs_p, n_descs_p, asked_ms_p);
 }
 
 /* Copies b from a reply cached_reply made (freed here). 1 when every key
@@ -380,7 +320,7 @@ static int get_cached(egm_client_t *client, const get_batch_t *b)
     egm_segment_desc_t *descs;
     size_t n_descs;
     uint64_t asked_ms;
-    if (!cached_reply(client, b->n, b->keys, &reply, &descs, &n_descs, &asked_ms))
+    if (!cached_reply(client, b->n, b->keys, 0, &reply, &descs, &n_descs, &asked_ms))
         return 0;
     return fetch_cached(client, b, reply, descs, n_descs, asked_ms);
 }
@@ -436,8 +376,8 @@ static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
     *reply_p = a;
     if (a == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory asking for %zu keys", len);
-    a->cached = cached_reply(g->client, len, g->keys + first, &a->reply, &a->descs, &a->n_descs,
-                             &a->asked_ms);
+    a->cached = cached_reply(g->client, len, g->keys + first, first, &a->reply, &a->descs,
+                             &a->n_descs, &a->asked_ms);
     if (a->cached)
         return EGM_OK;
     return egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, len, g->keys + first,

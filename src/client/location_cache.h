@@ -70,6 +70,29 @@ uint64_t egm__location_cache_generation(egm_location_cache_t *cache);
 void egm__location_cache_put(egm_location_cache_t *cache, const char *key,
                              const egm_location_t *loc, const egm_segment_desc_t *const *descs,
                              uint64_t generation);
+/* Keeps a batch ExistKey's answer whole (n >= 2 keys, its locations asked for),
+ * as engines look a batch up just before they read it: keys[i] answered
+ * reply->results[i], its segments among descs (n_descs). Copied (keys,
+ * results, replicas, descriptors: a few memcpys, no per-key insert); the
+ * last EGM_LOOKUPS_KEPT are kept, until their bound passes, any key of the
+ * cache is dropped, or the cache is cleared. Skipped when the cache was
+ * cleared since `generation` or the bound is 0. */
+#define EGM_LOOKUPS_KEPT 4
+void egm__location_cache_keep_lookup(egm_location_cache_t *cache, size_t n, const char *const *keys,
+                                     const egm_keys_reply_t *reply, const egm_segment_desc_t *descs,
+                                     size_t n_descs, uint64_t asked_ms, uint64_t generation);
+/* A reply for keys[0..n) made from what the cache holds, when every key has a
+ * location usable now: found in order in one kept lookup (a walk that starts
+ * at the lookup's key `hint` when that is keys[0], else at its first key), or
+ * else each in the per-key entries. One block (as egm__keys_reply_free frees
+ * it), the descriptors of the segments it names (*descs_p, egm_malloc'ed,
+ * *n_descs_p of them) and the oldest ask among the locations (*asked_ms_p),
+ * from which each key's lease_ttl_ms is counted. 0 when a key has none (or
+ * out of memory): nothing to free. */
+int egm__location_cache_reply(egm_location_cache_t *cache, size_t n, const char *const *keys,
+                              size_t hint, uint64_t now_ms, egm_keys_reply_t **reply_p,
+                              egm_segment_desc_t **descs_p, size_t *n_descs_p,
+                              uint64_t *asked_ms_p);
 /* Records the locations of a reply's keys that answered OK with replicas
  * (GetReplicaList, or ExistKey asked for locations): keys[i]'s is
  * reply->results[i], its segments among descs (n_descs, the reply's decoded
@@ -79,6 +102,7 @@ void egm__location_cache_put(egm_location_cache_t *cache, const char *key,
 void egm__location_cache_remember(egm_location_cache_t *cache, size_t n, const char *const *keys,
                                   const egm_keys_reply_t *reply, const egm_segment_desc_t *descs,
                                   size_t n_descs, uint64_t asked_ms, uint64_t generation);
+/* Drops key's entry, and every kept lookup (whichever held it). */
 void egm__location_cache_drop(egm_location_cache_t *cache, const char *key);
 void egm__location_cache_clear(egm_location_cache_t *cache);
 void egm__location_cache_stats(egm_location_cache_t *cache, egm_location_cache_stats_t *stats_p);

@@ -73,8 +73,13 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     egm_status_t status = egm__client_keys_rpc(client, type, &req.base, n, reply_p);
     egm_segment_desc_t *descs = NULL;
     if (status == EGM_OK && egm__client_reply_segments(*reply_p, &descs) == EGM_OK) {
-        egm__location_cache_remember(client->locations, n, keys, *reply_p, descs,
-                                     (*reply_p)->n_segments, asked_ms, generation);
+        /* A batch is kept whole (its get comes as a batch); one key as an entry. */
+        if (n >= 2)
+            egm__location_cache_keep_lookup(client->locations, n, keys, *reply_p, descs,
+                                            (*reply_p)->n_segments, asked_ms, generation);
+        else
+            egm__location_cache_remember(client->locations, n, keys, *reply_p, descs,
+                                         (*reply_p)->n_segments, asked_ms, generation);
         egm_free(descs);
     }
     return status;

@@ -9,7 +9,8 @@
  * - a client with location_cache_entries 0 still asks for every get;
  * - a cached location that fails (an offset past its segment's end, put into
  *   the cache by the test) is dropped and the master asked again, for a single
- *   get and for one chunk of a pipelined batch: every byte is still right;
+ *   get and for one chunk of a pipelined batch (the failure drops the lookup:
+ *   chunks not yet prepared ask too): every byte is still right;
  * - another client's force remove after the lookup: a get that starts after the
  *   remove returned answers NOT_FOUND, never the old bytes. */
 #include <setjmp.h>
@@ -24,6 +25,7 @@
 #include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/process.h"
+#include "rpc/command.h"
 #include "support/cluster.h"
 #include "support/model.h"
 
@@ -70,6 +72,29 @@ static void spoil_cached(egm_client_t *c, const char *key)
     loc.n_replicas = 1;
     egm__location_cache_put(c->locations, key, &loc, segs,
                             egm__location_cache_generation(c->locations));
+}
+
+/* Keeps, as the newest lookup of keys[0..n), the master's answer with key
+ * `bad`'s location moved past its segment's end. */
+static void spoil_lookup(egm_client_t *c, size_t n, const char *const *keys, size_t bad)
+{
+    egm_keys_reply_t *reply = NULL;
+    egm_segment_desc_t *descs = NULL;
+    uint64_t generation = egm__location_cache_generation(c->locations);
+    uint64_t asked_ms = egm__now_ms();
+    assert_int_equal(
+        egm__client_keys_call(c, EGM_RPC_EXIST_KEY, n, keys, EGM_KEYS_CALL_LOCATIONS, &reply),
+        EGM_OK);
+    assert_int_equal(egm__client_reply_segments(reply, &descs), EGM_OK);
+    assert_int_equal(reply->results[bad].status, EGM_OK);
+    egm_replica_desc_t *rep = &reply->replicas[reply->results[bad].replica_first];
+    const egm_segment_desc_t *seg = egm__segment_desc_find(descs, reply->n_segments, rep->segment);
+    assert_non_null(seg);
+    rep->offset = seg->size;
+    egm__location_cache_keep_lookup(c->locations, n, keys, reply, descs, reply->n_segments,
+                                    asked_ms, generation);
+    egm_free(descs);
+    egm__keys_reply_free(reply);
 }
 
 static void test_exist_then_get(void **state)
@@ -225,12 +250,13 @@ static void test_exist_then_pipelined_get(void **state)
     get_all(r2, &t);
     assert_int_equal(lists() - before, (long long)(n_chunks - 3));
 
-    /* One spoiled location in chunk 1: that chunk alone asks again. */
-    assert_int_equal(egm_batch_exist(r, N_KEYS, t.keys, t.results), EGM_OK);
-    spoil_cached(r, t.keys[egm__pipeline_chunk_cap(0) + 7]);
+    /* One spoiled location in chunk 1: that chunk asks again, and the failure
+     * drops the lookup, so chunks not yet prepared then ask too. */
+    spoil_lookup(r, N_KEYS, t.keys, egm__pipeline_chunk_cap(0) + 7);
     before = lists();
     get_all(r, &t);
-    assert_int_equal(lists() - before, 1);
+    long long asked = lists() - before;
+    assert_true(asked >= 1 && asked <= (long long)n_chunks);
 
     uint64_t removed = 0;
     assert_int_equal(egm_remove_all(w, 1, &removed), EGM_OK);
