@@ -3,7 +3,11 @@
  * asked for; expired entries go on lookup; a full cache drops expired entries
  * before it skips an insert; a drop and a clear forget entries, and a location
  * asked before a clear is not kept; a bound of 0 keeps nothing; a location
- * comes back with its segments' descriptors. */
+ * comes back with its segments' descriptors. A kept lookup (a batch ExistKey's
+ * answer) serves a reply for keys found in it in order, from the hint or from
+ * its start, each within its own lease and the bound; not keys out of order,
+ * missing, failed, without replicas or past their time; a drop or a clear
+ * forgets every kept lookup, and one asked before a clear is not kept. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "client/location_cache.h"
+#include "common/alloc.h"
 
 static egm_location_t loc_at(uint64_t asked_ms, uint64_t ttl_ms, egm_segment_desc_t *seg)
 {
@@ -110,11 +115,143 @@ static void test_capacity(void **state)
     egm__location_cache_destroy(c);
 }
 
+/* A lookup's answer for 6 keys "a".."f": each OK with one replica at offset
+ * 100 * i of seg and lease 10000 (c: 300; e: NOT_FOUND), bound 1000. */
+typedef struct {
+    egm_key_result_t results[6];
+    egm_replica_desc_t replicas[6];
+    egm_keys_reply_t reply;
+} answer_t;
+
+static const char *const lookup_keys[] = {"a", "b", "c", "d", "e", "f"};
+
+static void answer_init(answer_t *a, const egm_segment_desc_t *seg)
+{
+    memset(a, 0, sizeof(*a));
+    for (uint32_t i = 0, at = 0; i < 6; i++) {
+        a->results[i] = (egm_key_result_t){.status = i == 4 ? EGM_ERR_NOT_FOUND : EGM_OK,
+                                           .size = 100,
+                                           .lease_ttl_ms = i == 2 ? 300 : 10000,
+                                           .replica_first = at,
+                                           .n_replicas = i == 4 ? 0 : 1};
+        if (i != 4)
+            a->replicas[at++] =
+                (egm_replica_desc_t){.segment = seg->id, .offset = 100 * i, .length = 100};
+    }
+    a->reply = (egm_keys_reply_t){.status = EGM_OK,
+                                  .n_results = 6,
+                                  .results = a->results,
+                                  .n_replicas = 5,
+                                  .replicas = a->replicas,
+                                  .location_cache_ms = 1000};
+}
+
+/* A reply for keys at now_ms: 1 and each key's offset in offsets (the reply
+ * and descriptors checked and freed), or 0. */
+static int reply_for(egm_location_cache_t *c, size_t n, const char *const *keys, size_t hint,
+                     uint64_t now_ms, uint64_t *offsets)
+{
+    egm_keys_reply_t *reply;
+    egm_segment_desc_t *descs;
+    size_t n_descs;
+    uint64_t asked_ms;
+    if (!egm__location_cache_reply(c, n, keys, hint, now_ms, &reply, &descs, &n_descs, &asked_ms))
+        return 0;
+    assert_int_equal(reply->n_results, n);
+    assert_int_equal(n_descs, 1);
+    assert_int_equal(descs[0].size, 4096);
+    assert_int_equal(asked_ms, 1000);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(reply->results[i].status, EGM_OK);
+        assert_int_equal(reply->results[i].n_replicas, 1);
+        offsets[i] = reply->replicas[reply->results[i].replica_first].offset;
+    }
+    egm__keys_reply_free(reply);
+    egm_free(descs);
+    return 1;
+}
+
+static void test_kept_lookup(void **state)
+{
+    (void)state;
+    egm_location_cache_t *c;
+    egm_segment_desc_t seg = {.id = {.hi = 1, .lo = 2}, .size = 4096};
+    answer_t a;
+    uint64_t off[6];
+    answer_init(&a, &seg);
+    assert_int_equal(egm__location_cache_create(8, &c), EGM_OK);
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    /* What was kept is a copy. */
+    memset(&a, 0xff, sizeof(a));
+
+    /* In order, with gaps, from the start or from the hint. */
+    const char *const sub[] = {"a", "b", "d"};
+    assert_true(reply_for(c, 3, sub, 0, 1100, off));
+    assert_int_equal(off[0], 0);
+    assert_int_equal(off[1], 100);
+    assert_int_equal(off[2], 300);
+    const char *const tail[] = {"d", "f"};
+    assert_true(reply_for(c, 2, tail, 3, 1100, off));
+    assert_int_equal(off[1], 500);
+    assert_true(reply_for(c, 2, tail, 1, 1100, off)); /* a wrong hint: from the start */
+    assert_int_equal(off[0], 300);
+    /* Out of order, a key it does not hold, a key it answered NOT_FOUND: none. */
+    const char *const swapped[] = {"b", "a"};
+    assert_false(reply_for(c, 2, swapped, 0, 1100, off));
+    const char *const other[] = {"a", "z"};
+    assert_false(reply_for(c, 2, other, 0, 1100, off));
+    const char *const missing[] = {"d", "e"};
+    assert_false(reply_for(c, 2, missing, 0, 1100, off));
+    /* Each key's own lease: "c" (300) until 1300 - margin; the others the bound. */
+    const char *const with_c[] = {"b", "c"};
+    assert_true(reply_for(c, 2, with_c, 0, 1300 - EGM_LOCATION_MARGIN_MS - 1, off));
+    assert_false(reply_for(c, 2, with_c, 0, 1300 - EGM_LOCATION_MARGIN_MS, off));
+    assert_true(reply_for(c, 3, sub, 0, 2000 - EGM_LOCATION_MARGIN_MS - 1, off));
+    assert_false(reply_for(c, 3, sub, 0, 2000 - EGM_LOCATION_MARGIN_MS, off));
+
+    /* A drop of any key forgets the lookup. */
+    egm__location_cache_drop(c, "zzz");
+    assert_false(reply_for(c, 3, sub, 0, 1100, off));
+    /* So does a clear; and one asked before a clear is not kept. */
+    answer_init(&a, &seg);
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    assert_true(reply_for(c, 3, sub, 0, 1100, off));
+    uint64_t generation = egm__location_cache_generation(c);
+    egm__location_cache_clear(c);
+    assert_false(reply_for(c, 3, sub, 0, 1100, off));
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, &seg, 1, 1000, generation);
+    assert_false(reply_for(c, 3, sub, 0, 1100, off));
+    /* One key, or a bound of 0: not kept. */
+    egm__location_cache_keep_lookup(c, 1, lookup_keys, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    const char *const just_a[] = {"a"};
+    assert_false(reply_for(c, 1, just_a, 0, 1100, off));
+    a.reply.location_cache_ms = 0;
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    assert_false(reply_for(c, 3, sub, 0, 1100, off));
+    /* The newest of several is asked first; older ones still serve. */
+    a.reply.location_cache_ms = 1000;
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    a.replicas[0].offset = 7;
+    const char *const two[] = {"a", "b"};
+    egm__location_cache_keep_lookup(c, 2, two, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    assert_true(reply_for(c, 2, two, 0, 1100, off));
+    assert_int_equal(off[0], 7);
+    assert_true(reply_for(c, 2, tail, 3, 1100, off));
+    egm__location_cache_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usable_window),
         cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_kept_lookup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
