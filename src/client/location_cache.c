@@ -363,8 +363,9 @@ int egm__location_cache_reply(egm_location_cache_t *c, size_t n, const char *con
     if (found == NULL)
         return 0;
     pthread_mutex_lock(&c->lock);
-    /* A kept lookup, the newest first. */
-    for (size_t k = 1; k <= EGM_LOOKUPS_KEPT && !made; k++) {
+    /* A kept lookup, the newest first (a batch: one key is found in its own
+     * entry, without walking lookups that do not hold it). */
+    for (size_t k = 1; n >= 2 && k <= EGM_LOOKUPS_KEPT && !made; k++) {
         const lookup_t *l = c->lookups[(c->next_lookup + EGM_LOOKUPS_KEPT - k) % EGM_LOOKUPS_KEPT];
         if (l != NULL && match_lookup(l, n, keys, hint, now_ms, found))
             made = build_reply(c, l, n, found, reply_p, descs_p, n_descs_p, asked_ms_p);

@@ -70,6 +70,10 @@ uint64_t egm__location_cache_generation(egm_location_cache_t *cache);
 void egm__location_cache_put(egm_location_cache_t *cache, const char *key,
                              const egm_location_t *loc, const egm_segment_desc_t *const *descs,
                              uint64_t generation);
+/* ExistKey asks for locations for batches of at most this many keys: the get of
+ * a larger batch runs pipelined, its round trips hidden behind its copies, and
+ * the replicas would only make the lookup slower (docs/consistency.md). */
+#define EGM_LOOKUP_LOCATIONS_MAX 256
 /* Keeps a batch ExistKey's answer whole (n >= 2 keys, its locations asked for),
  * as engines look a batch up just before they read it: keys[i] answered
  * reply->results[i], its segments among descs (n_descs). Copied (keys,
@@ -82,9 +86,9 @@ void egm__location_cache_keep_lookup(egm_location_cache_t *cache, size_t n, cons
                                      const egm_keys_reply_t *reply, const egm_segment_desc_t *descs,
                                      size_t n_descs, uint64_t asked_ms, uint64_t generation);
 /* A reply for keys[0..n) made from what the cache holds, when every key has a
- * location usable now: found in order in one kept lookup (a walk that starts
- * at the lookup's key `hint` when that is keys[0], else at its first key), or
- * else each in the per-key entries. One block (as egm__keys_reply_free frees
+ * location usable now: for a batch (n >= 2), found in order in one kept lookup
+ * (a walk that starts at the lookup's key `hint` when that is keys[0], else at
+ * its first key); else each in the per-key entries. One block (as egm__keys_reply_free frees
  * it), the descriptors of the segments it names (*descs_p, egm_malloc'ed,
  * *n_descs_p of them) and the oldest ask among the locations (*asked_ms_p),
  * from which each key's lease_ttl_ms is counted. 0 when a key has none (or

@@ -64,8 +64,9 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     req.n_keys = n;
     req.keys = (char **)keys;
     req.force = (flags & EGM_KEYS_CALL_FORCE) != 0;
-    /* Locations are asked for only where they can be kept. */
-    req.locations = (flags & EGM_KEYS_CALL_LOCATIONS) != 0 && client->locations != NULL;
+    /* Locations are asked for only where they can be kept and are worth it. */
+    req.locations = (flags & EGM_KEYS_CALL_LOCATIONS) != 0 && client->locations != NULL &&
+                    n <= EGM_LOOKUP_LOCATIONS_MAX;
     if (!req.locations)
         return egm__client_keys_rpc(client, type, &req.base, n, reply_p);
     uint64_t generation = egm__location_cache_generation(client->locations);

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "client/client_int.h"
+#include "client/parts.h"
 #include "client/pipeline.h"
 #include "common/alloc.h"
 #include "common/process.h"
@@ -29,8 +30,6 @@
 #include "support/cluster.h"
 #include "support/model.h"
 
-#define N_KEYS (2 * EGM_PIPELINE_CHUNK_PARTS + 977) /* six chunks, one part a key */
-#define BLOCK 192
 #define LEN 4096
 
 static egm_test_cluster_t cluster;
@@ -143,131 +142,166 @@ static void test_exist_then_get(void **state)
     egm_client_destroy(a);
 }
 
+/* vLLM's shape: keys of PARTS pieces, enough parts to run pipelined. */
+#define N_KEYS 48
+#define PARTS 64
+#define PART 48
+
 typedef struct {
-    char (*names)[32];
-    const char **keys;
-    void **srcs, **dsts;
-    size_t *lens, *sizes;
-    egm_status_t *results;
-    unsigned char *src, *dst;
+    char names[N_KEYS][32];
+    const char *keys[N_KEYS];
+    size_t counts[N_KEYS];
+    void *src_parts[N_KEYS * PARTS], *dst_parts[N_KEYS * PARTS];
+    size_t lens[N_KEYS * PARTS], sizes[N_KEYS];
+    egm_status_t results[N_KEYS];
+    unsigned char src[N_KEYS * PARTS * PART], dst[N_KEYS * PARTS * PART];
 } batch_t;
 
-static void batch_init(batch_t *t)
+static batch_t *batch_new(void)
 {
-    t->names = calloc(N_KEYS, sizeof(*t->names));
-    t->keys = calloc(N_KEYS, sizeof(*t->keys));
-    t->srcs = calloc(N_KEYS, sizeof(*t->srcs));
-    t->dsts = calloc(N_KEYS, sizeof(*t->dsts));
-    t->lens = calloc(N_KEYS, sizeof(*t->lens));
-    t->sizes = calloc(N_KEYS, sizeof(*t->sizes));
-    t->results = calloc(N_KEYS, sizeof(*t->results));
-    t->src = malloc((size_t)N_KEYS * BLOCK);
-    t->dst = malloc((size_t)N_KEYS * BLOCK);
-    assert_true(t->names && t->keys && t->srcs && t->dsts && t->lens && t->sizes && t->results &&
-                t->src && t->dst);
-    egm_test_fill(t->src, (size_t)N_KEYS * BLOCK, 21);
+    batch_t *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    egm_test_fill(t->src, sizeof(t->src), 21);
     for (size_t i = 0; i < N_KEYS; i++) {
         snprintf(t->names[i], sizeof(t->names[i]), "exist/%zu", i);
         t->keys[i] = t->names[i];
-        t->srcs[i] = t->src + (N_KEYS - 1 - i) * BLOCK;
-        t->dsts[i] = t->dst + (N_KEYS - 1 - i) * BLOCK;
-        t->lens[i] = BLOCK;
+        t->counts[i] = PARTS;
+        /* Keys' pieces in reversed places, as regions of a KV cache. */
+        for (size_t p = 0; p < PARTS; p++) {
+            size_t q = i * PARTS + p, at = ((N_KEYS - 1 - i) * PARTS + p) * PART;
+            t->src_parts[q] = t->src + at;
+            t->dst_parts[q] = t->dst + at;
+            t->lens[q] = PART;
+        }
     }
-}
-
-static void batch_free(batch_t *t)
-{
-    free(t->names);
-    free(t->keys);
-    free(t->srcs);
-    free(t->dsts);
-    free(t->lens);
-    free(t->sizes);
-    free(t->results);
-    free(t->src);
-    free(t->dst);
+    return t;
 }
 
 /* A batch get of every key into t->dst: each key OK with its own bytes. */
 static void get_all(egm_client_t *c, batch_t *t)
 {
-    memset(t->dst, 0, (size_t)N_KEYS * BLOCK);
-    assert_int_equal(egm_batch_get_into(c, N_KEYS, t->keys, t->dsts, t->lens, t->sizes, t->results),
+    memset(t->dst, 0, sizeof(t->dst));
+    assert_int_equal(egm_batch_get_into_parts(c, N_KEYS, t->keys, t->counts, t->dst_parts, t->lens,
+                                              t->sizes, t->results),
                      EGM_OK);
     for (size_t i = 0; i < N_KEYS; i++) {
         if (t->results[i] != EGM_OK)
             fail_msg("get key %zu: %s", i, egm_status_string(t->results[i]));
-        assert_int_equal(t->sizes[i], BLOCK);
-        if (memcmp(t->dsts[i], t->srcs[i], BLOCK) != 0)
-            fail_msg("get key %zu: wrong bytes", i);
+        assert_int_equal(t->sizes[i], PARTS * PART);
     }
+    if (memcmp(t->dst, t->src, sizeof(t->src)) != 0)
+        fail_msg("wrong bytes");
 }
 
 static void test_exist_then_pipelined_get(void **state)
 {
     (void)state;
-    batch_t t;
-    batch_init(&t);
+    batch_t *t = batch_new();
     egm_client_t *w = egm_test_client(&cluster, "shm", NULL);
     egm_client_t *r = egm_test_client(&cluster, "shm", NULL);
     assert_non_null(w);
     assert_non_null(r);
-    assert_int_equal(egm_register_buffer(w, t.src, (size_t)N_KEYS * BLOCK), EGM_OK);
-    assert_int_equal(egm_register_buffer(r, t.dst, (size_t)N_KEYS * BLOCK), EGM_OK);
-    assert_int_equal(
-        egm_batch_put_from(w, N_KEYS, t.keys, (const void *const *)t.srcs, t.lens, NULL, t.results),
-        EGM_OK);
+    assert_int_equal(egm_register_buffer(w, t->src, sizeof(t->src)), EGM_OK);
+    assert_int_equal(egm_register_buffer(r, t->dst, sizeof(t->dst)), EGM_OK);
+    assert_int_equal(egm_batch_put_from_parts(w, N_KEYS, t->keys, t->counts,
+                                              (const void *const *)t->src_parts, t->lens, NULL,
+                                              t->results),
+                     EGM_OK);
     for (size_t i = 0; i < N_KEYS; i++)
-        assert_int_equal(t.results[i], EGM_OK);
+        assert_int_equal(t->results[i], EGM_OK);
 
-    /* How the get is cut: one part a key. */
+    /* How the get is cut, by parts. */
+    egm_parts_t parts;
+    assert_int_equal(egm__parts_init(&parts, N_KEYS, t->counts, t->dst_parts, t->lens), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(N_KEYS, NULL, NULL, &plan), EGM_OK);
+    assert_int_equal(egm__chunk_plan(N_KEYS, &parts, NULL, &plan), EGM_OK);
+    egm__parts_free(&parts);
     assert_true(egm__chunk_plan_pipelined(&plan));
     size_t n_chunks = plan.n_chunks, looked_up = egm__chunk_first(&plan, 3);
+    size_t in_chunk1 = egm__chunk_first(&plan, 1);
     assert_true(n_chunks > 3);
     egm__chunk_plan_free(&plan);
 
     /* No lookup: one GetReplicaList per chunk. */
     long long before = lists();
-    get_all(r, &t);
+    get_all(r, t);
     assert_int_equal(lists() - before, (long long)n_chunks);
 
     /* All looked up: none. */
-    assert_int_equal(egm_batch_exist(r, N_KEYS, t.keys, t.results), EGM_OK);
+    assert_int_equal(egm_batch_exist(r, N_KEYS, t->keys, t->results), EGM_OK);
     for (size_t i = 0; i < N_KEYS; i++)
-        assert_int_equal(t.results[i], EGM_OK);
+        assert_int_equal(t->results[i], EGM_OK);
     before = lists();
-    get_all(r, &t);
+    get_all(r, t);
     assert_int_equal(lists() - before, 0);
 
     /* The first three chunks looked up (by another client): the others ask. */
     egm_client_t *r2 = egm_test_client(&cluster, "shm", NULL);
     assert_non_null(r2);
-    assert_int_equal(egm_register_buffer(r2, t.dst, (size_t)N_KEYS * BLOCK), EGM_OK);
-    assert_int_equal(egm_batch_exist(r2, looked_up, t.keys, t.results), EGM_OK);
+    assert_int_equal(egm_register_buffer(r2, t->dst, sizeof(t->dst)), EGM_OK);
+    assert_int_equal(egm_batch_exist(r2, looked_up, t->keys, t->results), EGM_OK);
     before = lists();
-    get_all(r2, &t);
+    get_all(r2, t);
     assert_int_equal(lists() - before, (long long)(n_chunks - 3));
 
     /* One spoiled location in chunk 1: that chunk asks again, and the failure
      * drops the lookup, so chunks not yet prepared then ask too. */
-    spoil_lookup(r, N_KEYS, t.keys, egm__pipeline_chunk_cap(0) + 7);
+    spoil_lookup(r, N_KEYS, t->keys, in_chunk1);
     before = lists();
-    get_all(r, &t);
+    get_all(r, t);
     long long asked = lists() - before;
     assert_true(asked >= 1 && asked <= (long long)n_chunks);
 
     uint64_t removed = 0;
     assert_int_equal(egm_remove_all(w, 1, &removed), EGM_OK);
     assert_int_equal(removed, N_KEYS);
-    assert_int_equal(egm_unregister_buffer(r2, t.dst), EGM_OK);
-    assert_int_equal(egm_unregister_buffer(r, t.dst), EGM_OK);
-    assert_int_equal(egm_unregister_buffer(w, t.src), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(r2, t->dst), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(r, t->dst), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(w, t->src), EGM_OK);
     egm_client_destroy(r2);
     egm_client_destroy(r);
     egm_client_destroy(w);
-    batch_free(&t);
+    free(t);
+}
+
+/* A lookup of more than EGM_LOOKUP_LOCATIONS_MAX keys asks for no locations
+ * (its get would run pipelined, its round trips hidden): the get that follows
+ * asks the master; one of exactly that many keys is served from the lookup. */
+static void test_large_lookup_asks_no_locations(void **state)
+{
+    (void)state;
+    enum { N = EGM_LOOKUP_LOCATIONS_MAX + 1 };
+    static char names[N][32];
+    static const char *keys[N];
+    static void *dsts[N];
+    static size_t lens[N], sizes[N];
+    static egm_status_t results[N];
+    static unsigned char dst[N * 64];
+    egm_client_t *w = egm_test_client(&cluster, "shm", NULL);
+    egm_client_t *r = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(w);
+    assert_non_null(r);
+    assert_int_equal(egm_register_buffer(r, dst, sizeof(dst)), EGM_OK);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "many/%zu", i);
+        keys[i] = names[i];
+        dsts[i] = dst + 64 * i;
+        lens[i] = 64;
+        assert_int_equal(egm_test_put_seeded(w, keys[i], 64, (unsigned)i), EGM_OK);
+    }
+    for (size_t n = N - 1; n <= N; n++) {
+        assert_int_equal(egm_batch_exist(r, n, keys, results), EGM_OK);
+        long long before = lists();
+        assert_int_equal(egm_batch_get_into(r, n, keys, dsts, lens, sizes, results), EGM_OK);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(results[i], EGM_OK);
+        assert_int_equal(lists() - before, n == N ? 1 : 0);
+    }
+    uint64_t removed = 0;
+    assert_int_equal(egm_remove_all(w, 1, &removed), EGM_OK);
+    assert_int_equal(egm_unregister_buffer(r, dst), EGM_OK);
+    egm_client_destroy(r);
+    egm_client_destroy(w);
 }
 
 int main(void)
@@ -275,6 +309,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exist_then_get),
         cmocka_unit_test(test_exist_then_pipelined_get),
+        cmocka_unit_test(test_large_lookup_asks_no_locations),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
