@@ -59,6 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--client-config", action="append", default=[], metavar="KEY=VALUE",
                    help="an egmstore configuration key for the writer and reader (setup's dict "
                         "form; docs/configuration.md), e.g. rpc_spin_us=50; repeatable")
+    p.add_argument("--master-arg", action="append", default=[], metavar="ARG",
+                   help="an argument added to the master's command line, e.g. "
+                        "--master-arg=--rpc-server-spin-us=200; repeatable")
     p.add_argument("--role", choices=("writer", "reader"), help=argparse.SUPPRESS)
     p.add_argument("--master", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -462,7 +465,8 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     a.pythonpath = a.pythonpath or gpulib.default_pythonpath(a.egmstore)
     reps = 2 if a.quick else a.reps
-    cluster = gpulib.Cluster(a, gpulib.parse_size(a.pool), gpulib.parse_size(a.chunk)).start()
+    cluster = gpulib.Cluster(a, gpulib.parse_size(a.pool), gpulib.parse_size(a.chunk),
+                             master_args=a.master_arg).start()
     a.master_addr = cluster.addr
     doc = {"tool": "bench/gpu/engine_workload.py", "argv": sys.argv[1:], "results": []}
     ceil = ceiling(a.device)
