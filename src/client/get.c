@@ -262,7 +262,8 @@ out:
 /* ---- lease-cached locations (location_cache.h, docs/consistency.md) ---- */
 
 /* Batches of more keys do not fill the cache from their own GetReplicaList
- * (engines read such batches once); an ExistKey fills it whatever its size. */
+ * (engines read such batches once, after looking them up: an ExistKey of up
+ * to EGM_LOOKUP_LOCATIONS_MAX keys fills it). */
 #define CACHED_BATCH_MAX 256
 
 /* Records the locations a GetReplicaList answered (asked at started_ms). */
@@ -320,7 +321,10 @@ static int get_cached(egm_client_t *client, const get_batch_t *b)
     egm_segment_desc_t *descs;
     size_t n_descs;
     uint64_t asked_ms;
-    if (!cached_reply(client, b->n, b->keys, 0, &reply, &descs, &n_descs, &asked_ms))
+    /* One key is served from its own entry only: walking kept lookups that do
+     * not hold it would cost more than it saves. */
+    size_t hint = b->n == 1 ? EGM_LOCATION_NO_HINT : 0;
+    if (!cached_reply(client, b->n, b->keys, hint, &reply, &descs, &n_descs, &asked_ms))
         return 0;
     return fetch_cached(client, b, reply, descs, n_descs, asked_ms);
 }

@@ -70,7 +70,8 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
         {"egm_client_location_cache_misses_total", EGM_PROM_COUNTER,
          "lookups that found no usable cached location", lc.misses},
         {"egm_client_location_cache_invalidations_total", EGM_PROM_COUNTER,
-         "cached locations dropped by removes, master restarts and failed gets", lc.invalidations},
+         "cached locations and kept lookups dropped by removes, master restarts and failed gets",
+         lc.invalidations},
         {"egm_client_location_cache_entries", EGM_PROM_GAUGE, "cached locations held now",
          lc.entries},
     };

@@ -34,13 +34,16 @@ struct egm_location_cache {
     egm_location_cache_stats_t stats;
 };
 
-/* With the lock held. */
-static void drop_lookups(egm_location_cache_t *c)
+/* With the lock held. How many there were. */
+static size_t drop_lookups(egm_location_cache_t *c)
 {
+    size_t n = 0;
     for (size_t i = 0; i < EGM_LOOKUPS_KEPT; i++) {
+        n += c->lookups[i] != NULL;
         egm_free(c->lookups[i]);
         c->lookups[i] = NULL;
     }
+    return n;
 }
 
 egm_status_t egm__location_cache_create(size_t capacity, egm_location_cache_t **cache_p)
@@ -80,7 +83,7 @@ void egm__location_cache_destroy(egm_location_cache_t *c)
         return;
     free_values(c->locations);
     free_values(c->segments);
-    drop_lookups(c);
+    (void)drop_lookups(c);
     egm__hashmap_destroy(c->locations);
     egm__hashmap_destroy(c->segments);
     pthread_mutex_destroy(&c->lock);
@@ -217,8 +220,8 @@ void egm__location_cache_keep_lookup(egm_location_cache_t *c, size_t n, const ch
         n_reps += reply->results[i].n_replicas;
         key_bytes += strlen(keys[i]) + 1;
     }
-    if (n_reps > reply->n_replicas)
-        return; /* the decoder never answers this */
+    if (n_reps == 0 || n_reps > reply->n_replicas)
+        return; /* nothing usable (every key missed, or a master without locations) */
     lookup_t *l =
         egm_malloc(sizeof(*l) + n * sizeof(*l->keys) + n * sizeof(*l->results) +
                        n_reps * sizeof(*l->replicas) + n_descs * sizeof(*l->descs) + key_bytes,
@@ -232,7 +235,8 @@ void egm__location_cache_keep_lookup(egm_location_cache_t *c, size_t n, const ch
     l->descs = (egm_segment_desc_t *)(l->replicas + n_reps);
     l->keys = (const char **)(l->descs + n_descs);
     char *text = (char *)(l->keys + n);
-    memcpy(l->descs, descs, n_descs * sizeof(*descs));
+    if (n_descs > 0)
+        memcpy(l->descs, descs, n_descs * sizeof(*descs));
     for (size_t i = 0, at = 0; i < n; i++) {
         const egm_key_result_t *res = &reply->results[i];
         l->results[i] = *res;
@@ -270,7 +274,10 @@ typedef struct {
 static int match_lookup(const lookup_t *l, size_t n, const char *const *keys, size_t hint,
                         uint64_t now_ms, found_t *found)
 {
-    size_t j = hint < l->n && strcmp(l->keys[hint], keys[0]) == 0 ? hint : 0;
+    int at_hint = hint < l->n && strcmp(l->keys[hint], keys[0]) == 0;
+    if (n == 1 && !at_hint)
+        return 0; /* one key is looked for at its hint only, never by a walk */
+    size_t j = at_hint ? hint : 0;
     if (now_ms >= usable_until(l->asked_ms, l->bound_ms, l->bound_ms))
         return 0;
     for (size_t i = 0; i < n; i++, j++) {
@@ -363,9 +370,9 @@ int egm__location_cache_reply(egm_location_cache_t *c, size_t n, const char *con
     if (found == NULL)
         return 0;
     pthread_mutex_lock(&c->lock);
-    /* A kept lookup, the newest first (a batch: one key is found in its own
-     * entry, without walking lookups that do not hold it). */
-    for (size_t k = 1; n >= 2 && k <= EGM_LOOKUPS_KEPT && !made; k++) {
+    /* A kept lookup, the newest first (one key only at its hint). */
+    for (size_t k = 1; (n >= 2 || hint != EGM_LOCATION_NO_HINT) && k <= EGM_LOOKUPS_KEPT && !made;
+         k++) {
         const lookup_t *l = c->lookups[(c->next_lookup + EGM_LOOKUPS_KEPT - k) % EGM_LOOKUPS_KEPT];
         if (l != NULL && match_lookup(l, n, keys, hint, now_ms, found))
             made = build_reply(c, l, n, found, reply_p, descs_p, n_descs_p, asked_ms_p);
@@ -377,12 +384,17 @@ int egm__location_cache_reply(egm_location_cache_t *c, size_t n, const char *con
         egm_free(found);
         return 1;
     }
-    /* Else every key's own entry. */
+    /* Else every key's own entry (the first asked before anything is allocated:
+     * a batch mostly misses on its first key). */
+    egm_location_t first;
+    if (!egm__location_cache_get(c, keys[0], now_ms, &first))
+        goto out;
     locs = egm_calloc(n, sizeof(*locs), "client.location_cache.reply");
     if (locs == NULL)
         goto out;
+    locs[0] = first;
     for (size_t i = 0; i < n; i++) {
-        if (!egm__location_cache_get(c, keys[i], now_ms, &locs[i]))
+        if (i > 0 && !egm__location_cache_get(c, keys[i], now_ms, &locs[i]))
             goto out;
         found[i] = (found_t){.size = locs[i].size,
                              .asked_ms = locs[i].asked_ms,
@@ -439,7 +451,11 @@ void egm__location_cache_drop(egm_location_cache_t *c, const char *key)
         c->stats.invalidations++;
         egm_free(loc);
     }
-    drop_lookups(c);
+    /* Every kept lookup goes, whichever held the key. A lookup still in flight
+     * may be kept after this drop (a drop does not move the generation): safe,
+     * as that lookup's lease covers what it answers, and a force remove waits
+     * out every lease its objects were granted (docs/consistency.md). */
+    c->stats.invalidations += drop_lookups(c);
     c->stats.entries = egm__hashmap_size(c->locations);
     pthread_mutex_unlock(&c->lock);
 }
@@ -452,7 +468,7 @@ void egm__location_cache_clear(egm_location_cache_t *c)
     c->stats.invalidations += egm__hashmap_size(c->locations);
     free_values(c->locations);
     free_values(c->segments);
-    drop_lookups(c);
+    c->stats.invalidations += drop_lookups(c);
     c->stats.entries = 0;
     c->generation++;
     pthread_mutex_unlock(&c->lock);

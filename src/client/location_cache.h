@@ -1,19 +1,20 @@
 /* Lease-cached locations (docs/consistency.md): where an object lies, as a
- * GetReplicaList answered it, kept by the client so that a Get of the same key
- * soon after makes no round trip to the master.
+ * GetReplicaList or an ExistKey asked for locations answered it, kept by the
+ * client so that a Get of the same key soon after makes no round trip to the
+ * master. Two stores: an entry per key (single lookups, small GetReplicaList
+ * answers), and the last few batch lookups kept whole.
  *
- * An entry is used only while both of these hold on this client's monotonic
- * clock, counted from when the GetReplicaList was SENT (so never later than the
+ * A location is used only while both of these hold on this client's monotonic
+ * clock, counted from when its request was SENT (so never later than the
  * master's own count from when it granted the lease):
  *   - the read lease it came with is live (the master neither evicts the
  *     object nor reuses its space meanwhile, and a non-force Remove refuses it);
  *   - the cache bound has not passed (location_cache_ms, which the master
- *     sends with every GetReplicaList and Remove answer; a force Remove waits
- *     that long before it returns, so no Get that starts after it reads the old
- *     value).
+ *     sends with every keys answer; a force Remove waits that long before it
+ *     returns, so no Get that starts after it reads the old value).
  * A Get that fails on a cached location drops it and asks the master. Entries
- * are dropped by this client's own removes, and all of them when the master
- * restarts or cannot be reached. Thread-safe. */
+ * (and every kept lookup) are dropped by this client's own removes, and all of
+ * them when the master restarts or cannot be reached. Thread-safe. */
 #ifndef EGM_CLIENT_LOCATION_CACHE_H
 #define EGM_CLIENT_LOCATION_CACHE_H
 
@@ -43,7 +44,8 @@ typedef struct {
 typedef struct {
     uint64_t hits;
     uint64_t misses;        /* absent, or past its lease or bound */
-    uint64_t invalidations; /* entries dropped by removes, restarts and failed gets */
+    uint64_t invalidations; /* entries and kept lookups dropped by removes, restarts and failed
+                               gets */
     uint64_t entries;       /* now */
 } egm_location_cache_stats_t;
 
@@ -86,13 +88,15 @@ void egm__location_cache_keep_lookup(egm_location_cache_t *cache, size_t n, cons
                                      const egm_keys_reply_t *reply, const egm_segment_desc_t *descs,
                                      size_t n_descs, uint64_t asked_ms, uint64_t generation);
 /* A reply for keys[0..n) made from what the cache holds, when every key has a
- * location usable now: for a batch (n >= 2), found in order in one kept lookup
- * (a walk that starts at the lookup's key `hint` when that is keys[0], else at
- * its first key); else each in the per-key entries. One block (as egm__keys_reply_free frees
+ * location usable now: found in order in one kept lookup (a batch: a walk
+ * that starts at the lookup's key `hint` when that is keys[0], else at its
+ * first key; one key: only at `hint`, and not at all with
+ * EGM_LOCATION_NO_HINT); else each in the per-key entries. One block (as egm__keys_reply_free frees
  * it), the descriptors of the segments it names (*descs_p, egm_malloc'ed,
  * *n_descs_p of them) and the oldest ask among the locations (*asked_ms_p),
  * from which each key's lease_ttl_ms is counted. 0 when a key has none (or
  * out of memory): nothing to free. */
+#define EGM_LOCATION_NO_HINT SIZE_MAX
 int egm__location_cache_reply(egm_location_cache_t *cache, size_t n, const char *const *keys,
                               size_t hint, uint64_t now_ms, egm_keys_reply_t **reply_p,
                               egm_segment_desc_t **descs_p, size_t *n_descs_p,

@@ -57,7 +57,7 @@ typedef struct {
     egm_replica_desc_t *replicas;
     size_t n_segments;
     egm_pb_slice_t *segments;
-    uint64_t location_cache_ms; /* GetReplicaList, Remove: the master's cache bound */
+    uint64_t location_cache_ms; /* every keys answer: the master's cache bound */
     uint64_t wait_ms;           /* force Remove: how long the caller waits */
     uint64_t slab_id;           /* SlabGrant: the slab, described by results[0] */
     uint8_t *buf;               /* the wire bytes (owned) */

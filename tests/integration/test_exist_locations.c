@@ -10,7 +10,9 @@
  * - a cached location that fails (an offset past its segment's end, put into
  *   the cache by the test) is dropped and the master asked again, for a single
  *   get and for one chunk of a pipelined batch (the failure drops the lookup:
- *   chunks not yet prepared ask too): every byte is still right;
+ *   chunks not yet prepared ask too, and so does the next get): every byte is
+ *   still right;
+ * - a batch lookup that finds nothing keeps nothing;
  * - another client's force remove after the lookup: a get that starts after the
  *   remove returned answers NOT_FOUND, never the old bytes. */
 #include <setjmp.h>
@@ -126,9 +128,16 @@ static void test_exist_then_get(void **state)
     assert_int_equal(egm_test_get_seeded(b, "looked-up", LEN, 1), EGM_OK);
     assert_int_equal(lists() - before, 1);
 
-    /* A missing key caches nothing and still misses. */
+    /* A missing key caches nothing and still misses; so does a batch lookup
+     * that finds nothing (no segment named in its answer). */
     assert_int_equal(egm_exist(b, "never-put"), EGM_ERR_NOT_FOUND);
     assert_int_equal(egm_test_get_seeded(b, "never-put", LEN, 1), EGM_ERR_NOT_FOUND);
+    const char *missing[] = {"never-put", "never-put-2"};
+    egm_status_t found[2];
+    assert_int_equal(egm_batch_exist(b, 2, missing, found), EGM_OK);
+    assert_int_equal(found[0], EGM_ERR_NOT_FOUND);
+    assert_int_equal(found[1], EGM_ERR_NOT_FOUND);
+    assert_int_equal(egm_test_get_seeded(b, "never-put-2", LEN, 1), EGM_ERR_NOT_FOUND);
 
     /* Another client's force remove after b's lookup: a get b starts after the
      * remove returned must not be served from b's location (its lease still
@@ -142,33 +151,48 @@ static void test_exist_then_get(void **state)
     egm_client_destroy(a);
 }
 
-/* vLLM's shape: keys of PARTS pieces, enough parts to run pipelined. */
-#define N_KEYS 48
-#define PARTS 64
+/* A batch of n_keys keys of `parts` pieces of PART bytes each, enough parts
+ * to run pipelined. */
 #define PART 48
 
 typedef struct {
-    char names[N_KEYS][32];
-    const char *keys[N_KEYS];
-    size_t counts[N_KEYS];
-    void *src_parts[N_KEYS * PARTS], *dst_parts[N_KEYS * PARTS];
-    size_t lens[N_KEYS * PARTS], sizes[N_KEYS];
-    egm_status_t results[N_KEYS];
-    unsigned char src[N_KEYS * PARTS * PART], dst[N_KEYS * PARTS * PART];
+    size_t n_keys, parts;
+    char (*names)[32];
+    const char **keys;
+    size_t *counts, *lens, *sizes;
+    void **src_parts, **dst_parts;
+    egm_status_t *results;
+    unsigned char *src, *dst;
+    size_t bytes;
 } batch_t;
 
-static batch_t *batch_new(void)
+static batch_t *batch_new(size_t n_keys, size_t parts)
 {
     batch_t *t = calloc(1, sizeof(*t));
     assert_non_null(t);
-    egm_test_fill(t->src, sizeof(t->src), 21);
-    for (size_t i = 0; i < N_KEYS; i++) {
-        snprintf(t->names[i], sizeof(t->names[i]), "exist/%zu", i);
+    t->n_keys = n_keys;
+    t->parts = parts;
+    t->bytes = n_keys * parts * PART;
+    t->names = calloc(n_keys, sizeof(*t->names));
+    t->keys = calloc(n_keys, sizeof(*t->keys));
+    t->counts = calloc(n_keys, sizeof(*t->counts));
+    t->sizes = calloc(n_keys, sizeof(*t->sizes));
+    t->results = calloc(n_keys, sizeof(*t->results));
+    t->lens = calloc(n_keys * parts, sizeof(*t->lens));
+    t->src_parts = calloc(n_keys * parts, sizeof(*t->src_parts));
+    t->dst_parts = calloc(n_keys * parts, sizeof(*t->dst_parts));
+    t->src = malloc(t->bytes);
+    t->dst = malloc(t->bytes);
+    assert_true(t->names && t->keys && t->counts && t->sizes && t->results && t->lens &&
+                t->src_parts && t->dst_parts && t->src && t->dst);
+    egm_test_fill(t->src, t->bytes, (unsigned)(21 + parts));
+    for (size_t i = 0; i < n_keys; i++) {
+        snprintf(t->names[i], sizeof(t->names[i]), "exist/%zu/%zu", parts, i);
         t->keys[i] = t->names[i];
-        t->counts[i] = PARTS;
+        t->counts[i] = parts;
         /* Keys' pieces in reversed places, as regions of a KV cache. */
-        for (size_t p = 0; p < PARTS; p++) {
-            size_t q = i * PARTS + p, at = ((N_KEYS - 1 - i) * PARTS + p) * PART;
+        for (size_t p = 0; p < parts; p++) {
+            size_t q = i * parts + p, at = ((n_keys - 1 - i) * parts + p) * PART;
             t->src_parts[q] = t->src + at;
             t->dst_parts[q] = t->dst + at;
             t->lens[q] = PART;
@@ -177,45 +201,67 @@ static batch_t *batch_new(void)
     return t;
 }
 
+static void batch_free(batch_t *t)
+{
+    free(t->names);
+    free(t->keys);
+    free(t->counts);
+    free(t->sizes);
+    free(t->results);
+    free(t->lens);
+    free(t->src_parts);
+    free(t->dst_parts);
+    free(t->src);
+    free(t->dst);
+    free(t);
+}
+
 /* A batch get of every key into t->dst: each key OK with its own bytes. */
 static void get_all(egm_client_t *c, batch_t *t)
 {
-    memset(t->dst, 0, sizeof(t->dst));
-    assert_int_equal(egm_batch_get_into_parts(c, N_KEYS, t->keys, t->counts, t->dst_parts, t->lens,
-                                              t->sizes, t->results),
+    memset(t->dst, 0, t->bytes);
+    assert_int_equal(egm_batch_get_into_parts(c, t->n_keys, t->keys, t->counts, t->dst_parts,
+                                              t->lens, t->sizes, t->results),
                      EGM_OK);
-    for (size_t i = 0; i < N_KEYS; i++) {
+    for (size_t i = 0; i < t->n_keys; i++) {
         if (t->results[i] != EGM_OK)
             fail_msg("get key %zu: %s", i, egm_status_string(t->results[i]));
-        assert_int_equal(t->sizes[i], PARTS * PART);
+        assert_int_equal(t->sizes[i], t->parts * PART);
     }
-    if (memcmp(t->dst, t->src, sizeof(t->src)) != 0)
+    if (memcmp(t->dst, t->src, t->bytes) != 0)
         fail_msg("wrong bytes");
 }
 
-static void test_exist_then_pipelined_get(void **state)
+static uint64_t invalidations(egm_client_t *c)
 {
-    (void)state;
-    batch_t *t = batch_new();
+    egm_location_cache_stats_t st;
+    egm__location_cache_stats(c->locations, &st);
+    return st.invalidations;
+}
+
+/* The get of a batch of n_keys x parts, as above. */
+static void check_pipelined(size_t n_keys, size_t parts)
+{
+    batch_t *t = batch_new(n_keys, parts);
     egm_client_t *w = egm_test_client(&cluster, "shm", NULL);
     egm_client_t *r = egm_test_client(&cluster, "shm", NULL);
     assert_non_null(w);
     assert_non_null(r);
-    assert_int_equal(egm_register_buffer(w, t->src, sizeof(t->src)), EGM_OK);
-    assert_int_equal(egm_register_buffer(r, t->dst, sizeof(t->dst)), EGM_OK);
-    assert_int_equal(egm_batch_put_from_parts(w, N_KEYS, t->keys, t->counts,
+    assert_int_equal(egm_register_buffer(w, t->src, t->bytes), EGM_OK);
+    assert_int_equal(egm_register_buffer(r, t->dst, t->bytes), EGM_OK);
+    assert_int_equal(egm_batch_put_from_parts(w, n_keys, t->keys, t->counts,
                                               (const void *const *)t->src_parts, t->lens, NULL,
                                               t->results),
                      EGM_OK);
-    for (size_t i = 0; i < N_KEYS; i++)
+    for (size_t i = 0; i < n_keys; i++)
         assert_int_equal(t->results[i], EGM_OK);
 
     /* How the get is cut, by parts. */
-    egm_parts_t parts;
-    assert_int_equal(egm__parts_init(&parts, N_KEYS, t->counts, t->dst_parts, t->lens), EGM_OK);
+    egm_parts_t pp;
+    assert_int_equal(egm__parts_init(&pp, n_keys, t->counts, t->dst_parts, t->lens), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(N_KEYS, &parts, NULL, &plan), EGM_OK);
-    egm__parts_free(&parts);
+    assert_int_equal(egm__chunk_plan(n_keys, &pp, NULL, &plan), EGM_OK);
+    egm__parts_free(&pp);
     assert_true(egm__chunk_plan_pipelined(&plan));
     size_t n_chunks = plan.n_chunks, looked_up = egm__chunk_first(&plan, 3);
     size_t in_chunk1 = egm__chunk_first(&plan, 1);
@@ -228,8 +274,8 @@ static void test_exist_then_pipelined_get(void **state)
     assert_int_equal(lists() - before, (long long)n_chunks);
 
     /* All looked up: none. */
-    assert_int_equal(egm_batch_exist(r, N_KEYS, t->keys, t->results), EGM_OK);
-    for (size_t i = 0; i < N_KEYS; i++)
+    assert_int_equal(egm_batch_exist(r, n_keys, t->keys, t->results), EGM_OK);
+    for (size_t i = 0; i < n_keys; i++)
         assert_int_equal(t->results[i], EGM_OK);
     before = lists();
     get_all(r, t);
@@ -238,30 +284,46 @@ static void test_exist_then_pipelined_get(void **state)
     /* The first three chunks looked up (by another client): the others ask. */
     egm_client_t *r2 = egm_test_client(&cluster, "shm", NULL);
     assert_non_null(r2);
-    assert_int_equal(egm_register_buffer(r2, t->dst, sizeof(t->dst)), EGM_OK);
+    assert_int_equal(egm_register_buffer(r2, t->dst, t->bytes), EGM_OK);
     assert_int_equal(egm_batch_exist(r2, looked_up, t->keys, t->results), EGM_OK);
     before = lists();
     get_all(r2, t);
     assert_int_equal(lists() - before, (long long)(n_chunks - 3));
 
-    /* One spoiled location in chunk 1: that chunk asks again, and the failure
-     * drops the lookup, so chunks not yet prepared then ask too. */
-    spoil_lookup(r, N_KEYS, t->keys, in_chunk1);
+    /* One spoiled location in chunk 1: that chunk asks again and the lookup is
+     * dropped (so chunks not yet prepared then ask too). */
+    spoil_lookup(r, n_keys, t->keys, in_chunk1);
     before = lists();
+    uint64_t dropped = invalidations(r);
     get_all(r, t);
     long long asked = lists() - before;
     assert_true(asked >= 1 && asked <= (long long)n_chunks);
+    assert_true(invalidations(r) > dropped);
+    /* Nothing of the lookup is left: the next get asks for every chunk but the
+     * one that failed, whose second answer (asked by itself) was cached. */
+    before = lists();
+    get_all(r, t);
+    assert_int_equal(lists() - before, (long long)n_chunks - 1);
 
     uint64_t removed = 0;
     assert_int_equal(egm_remove_all(w, 1, &removed), EGM_OK);
-    assert_int_equal(removed, N_KEYS);
+    assert_int_equal(removed, n_keys);
     assert_int_equal(egm_unregister_buffer(r2, t->dst), EGM_OK);
     assert_int_equal(egm_unregister_buffer(r, t->dst), EGM_OK);
     assert_int_equal(egm_unregister_buffer(w, t->src), EGM_OK);
     egm_client_destroy(r2);
     egm_client_destroy(r);
     egm_client_destroy(w);
-    free(t);
+    batch_free(t);
+}
+
+/* vLLM's shape (48 keys of 64 pieces: chunks of several keys), and keys of 256
+ * pieces (the first chunks hold one key each). */
+static void test_exist_then_pipelined_get(void **state)
+{
+    (void)state;
+    check_pipelined(48, 64);
+    check_pipelined(8, 256);
 }
 
 /* A lookup of more than EGM_LOOKUP_LOCATIONS_MAX keys asks for no locations

@@ -243,6 +243,66 @@ static void test_kept_lookup(void **state)
     assert_true(reply_for(c, 2, two, 0, 1100, off));
     assert_int_equal(off[0], 7);
     assert_true(reply_for(c, 2, tail, 3, 1100, off));
+
+    /* One key: only at its hint (a pipelined chunk of one key), never by a walk. */
+    const char *const just_d[] = {"d"};
+    assert_true(reply_for(c, 1, just_d, 3, 1100, off));
+    assert_int_equal(off[0], 300);
+    assert_false(reply_for(c, 1, just_d, 2, 1100, off));
+    assert_false(reply_for(c, 1, just_d, EGM_LOCATION_NO_HINT, 1100, off));
+
+    /* A lookup that found nothing (no segment in its answer) is not kept: it
+     * would only push useful ones out. */
+    egm_location_cache_stats_t st0, st1;
+    egm__location_cache_clear(c);
+    egm__location_cache_stats(c, &st0);
+    for (int i = 0; i < 6; i++)
+        a.results[i] = (egm_key_result_t){.status = EGM_ERR_NOT_FOUND};
+    a.reply.n_replicas = 0;
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, NULL, 0, 1000,
+                                    egm__location_cache_generation(c));
+    egm__location_cache_drop(c, "zzz"); /* counts the lookups it drops */
+    egm__location_cache_stats(c, &st1);
+    assert_int_equal(st1.invalidations, st0.invalidations);
+    /* ... where a lookup that found something is kept (and counted when dropped). */
+    answer_init(&a, &seg);
+    egm__location_cache_keep_lookup(c, 6, lookup_keys, &a.reply, &seg, 1, 1000,
+                                    egm__location_cache_generation(c));
+    egm__location_cache_drop(c, "zzz");
+    egm__location_cache_stats(c, &st1);
+    assert_int_equal(st1.invalidations, st0.invalidations + 1);
+    egm__location_cache_destroy(c);
+}
+
+/* A batch served from per-key entries asked at different times: each key's
+ * lease is rebased onto the oldest ask, so that it still ends when its own
+ * does (ask + lease). */
+static void test_per_key_reply_rebases_leases(void **state)
+{
+    (void)state;
+    egm_location_cache_t *c;
+    egm_segment_desc_t seg = {.id = {.hi = 1, .lo = 2}, .size = 4096};
+    const egm_segment_desc_t *segs[] = {&seg};
+    assert_int_equal(egm__location_cache_create(8, &c), EGM_OK);
+    egm_location_t early = loc_at(1000, 600, &seg), late = loc_at(1200, 600, &seg);
+    egm__location_cache_put(c, "early", &early, segs, egm__location_cache_generation(c));
+    egm__location_cache_put(c, "late", &late, segs, egm__location_cache_generation(c));
+    const char *const keys[] = {"early", "late"};
+    egm_keys_reply_t *reply;
+    egm_segment_desc_t *descs;
+    size_t n_descs;
+    uint64_t asked_ms;
+    assert_true(
+        egm__location_cache_reply(c, 2, keys, 0, 1300, &reply, &descs, &n_descs, &asked_ms));
+    assert_int_equal(asked_ms, 1000);
+    assert_int_equal(n_descs, 1);
+    assert_int_equal(reply->results[0].lease_ttl_ms, 600);
+    assert_int_equal(reply->results[1].lease_ttl_ms, 800);
+    egm__keys_reply_free(reply);
+    egm_free(descs);
+    /* Past the early one's time, the batch is not served (a key of it has none). */
+    assert_false(egm__location_cache_reply(c, 2, keys, 0, 1600 - EGM_LOCATION_MARGIN_MS, &reply,
+                                           &descs, &n_descs, &asked_ms));
     egm__location_cache_destroy(c);
 }
 
@@ -252,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_usable_window),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_kept_lookup),
+        cmocka_unit_test(test_per_key_reply_rebases_leases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -127,6 +127,8 @@ static Egm__KeysReply *put_start(size_t n, const char **keys, const uint64_t *si
     return reply;
 }
 
+#define KEYS_LOCATIONS 2 /* keys_call's flags: 1 force, 2 locations */
+
 static Egm__KeysReply *keys_call(uint16_t type, size_t n, const char **keys, int force)
 {
     Egm__KeysRequest req = EGM__KEYS_REQUEST__INIT;
@@ -137,7 +139,8 @@ static Egm__KeysReply *keys_call(uint16_t type, size_t n, const char **keys, int
     req.client = &client;
     req.n_keys = n;
     req.keys = (char **)keys;
-    req.force = force != 0;
+    req.force = (force & 1) != 0;
+    req.locations = (force & KEYS_LOCATIONS) != 0;
     assert_int_equal(
         call(type, &req.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&reply), EGM_OK);
     assert_int_equal(reply->n_results, n);
@@ -197,7 +200,22 @@ static void test_put_get_reply_contents(void **state)
     assert_int_equal(r->results[0]->status, EGM_OK);
     assert_int_equal(r->results[1]->status, EGM_ERR_NOT_FOUND);
     assert_int_equal(r->results[2]->status, EGM_OK);
+    assert_int_equal(r->results[0]->n_replicas, 0);
     assert_int_equal(r->n_segments, 0);
+    egm__pb_free(&r->base);
+    /* Asked for locations, ExistKey answers them as GetReplicaList does. */
+    r = keys_call(EGM_RPC_EXIST_KEY, 3, get_keys, KEYS_LOCATIONS);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    assert_int_equal(r->results[0]->size, 100);
+    assert_int_equal(r->results[0]->lease_ttl_ms, 10000);
+    assert_int_equal(r->results[0]->n_replicas, 1);
+    assert_int_equal(r->results[0]->replicas[0]->length, 100);
+    assert_true(egm__id_equal(egm__id_from_pb(r->results[0]->replicas[0]->segment), seg));
+    assert_int_equal(r->results[1]->status, EGM_ERR_NOT_FOUND);
+    assert_int_equal(r->results[1]->n_replicas, 0);
+    assert_int_equal(r->results[2]->n_replicas, 1);
+    assert_int_equal(r->n_segments, 1);
+    assert_int_equal(r->location_cache_ms, st.location_cache_ms);
     egm__pb_free(&r->base);
 
     r = keys_call(EGM_RPC_REMOVE, 3, get_keys, 0);
