@@ -7,11 +7,15 @@
  * answer) serves a reply for keys found in it in order, from the hint or from
  * its start, each within its own lease and the bound; not keys out of order,
  * missing, failed, without replicas or past their time; a drop or a clear
- * forgets every kept lookup, and one asked before a clear is not kept. */
+ * forgets every kept lookup, and one asked before a clear is not kept.
+ * Threads using one cache at once always get each key's own place (and TSan,
+ * which runs this test too, sees no race). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 #include "client/location_cache.h"
@@ -306,13 +310,111 @@ static void test_per_key_reply_rebases_leases(void **state)
     egm__location_cache_destroy(c);
 }
 
+/* Threads keeping lookups, reading replies, putting and reading per-key
+ * entries, dropping and clearing at once (the ahead and copy threads of a
+ * pipelined get, and a remover, share one cache): every reply still names
+ * each key's own place. Run under TSan (label tsan) for the races. */
+#define RACE_THREADS 4
+#define RACE_ROUNDS 3000
+
+typedef struct {
+    egm_location_cache_t *c;
+    const egm_segment_desc_t *seg;
+    int index;
+} racer_t;
+
+static void *racer_main(void *arg)
+{
+    racer_t *r = arg;
+    const char *keys[4];
+    char names[4][16];
+    for (int i = 0; i < 4; i++) {
+        snprintf(names[i], sizeof(names[i]), "r%d", i);
+        keys[i] = names[i];
+    }
+    egm_key_result_t results[4];
+    egm_replica_desc_t replicas[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        results[i] = (egm_key_result_t){.status = EGM_OK,
+                                        .size = 10,
+                                        .lease_ttl_ms = 10000,
+                                        .replica_first = i,
+                                        .n_replicas = 1};
+        replicas[i] = (egm_replica_desc_t){.segment = r->seg->id, .offset = 64 * i, .length = 10};
+    }
+    egm_keys_reply_t reply = {.status = EGM_OK,
+                              .n_results = 4,
+                              .results = results,
+                              .n_replicas = 4,
+                              .replicas = replicas,
+                              .location_cache_ms = 1000};
+    const egm_segment_desc_t *segs[] = {r->seg};
+    for (int round = 0; round < RACE_ROUNDS; round++) {
+        uint64_t g = egm__location_cache_generation(r->c);
+        switch ((round + r->index) % 5) {
+        case 0:
+            egm__location_cache_keep_lookup(r->c, 4, keys, &reply, r->seg, 1, 1000, g);
+            break;
+        case 1: {
+            egm_location_t loc = {.size = 10,
+                                  .lease_ttl_ms = 10000,
+                                  .bound_ms = 1000,
+                                  .asked_ms = 1000,
+                                  .n_replicas = 1};
+            int k = round % 4;
+            loc.replicas[0] = replicas[k];
+            egm__location_cache_put(r->c, keys[k], &loc, segs, g);
+            break;
+        }
+        case 2:
+            egm__location_cache_drop(r->c, keys[round % 4]);
+            break;
+        case 3:
+            if (round % 50 == 3)
+                egm__location_cache_clear(r->c);
+            break;
+        default:
+            break;
+        }
+        egm_keys_reply_t *got;
+        egm_segment_desc_t *descs;
+        size_t n_descs;
+        uint64_t asked_ms;
+        size_t n = (size_t)(round % 3) + 1;
+        if (egm__location_cache_reply(r->c, n, keys + 1, n == 1 ? 1 : 0, 1100, &got, &descs,
+                                      &n_descs, &asked_ms)) {
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(got->replicas[got->results[i].replica_first].offset, 64 * (i + 1));
+            egm__keys_reply_free(got);
+            egm_free(descs);
+        }
+    }
+    return NULL;
+}
+
+static void test_concurrent_use(void **state)
+{
+    (void)state;
+    egm_location_cache_t *c;
+    egm_segment_desc_t seg = {.id = {.hi = 3, .lo = 4}, .size = 4096};
+    assert_int_equal(egm__location_cache_create(64, &c), EGM_OK);
+    pthread_t threads[RACE_THREADS];
+    racer_t racers[RACE_THREADS];
+    for (int i = 0; i < RACE_THREADS; i++) {
+        racers[i] = (racer_t){.c = c, .seg = &seg, .index = i};
+        assert_int_equal(pthread_create(&threads[i], NULL, racer_main, &racers[i]), 0);
+    }
+    for (int i = 0; i < RACE_THREADS; i++)
+        assert_int_equal(pthread_join(threads[i], NULL), 0);
+    egm__location_cache_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_usable_window),
-        cmocka_unit_test(test_capacity),
-        cmocka_unit_test(test_kept_lookup),
-        cmocka_unit_test(test_per_key_reply_rebases_leases),
+        cmocka_unit_test(test_usable_window),  cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_kept_lookup),    cmocka_unit_test(test_per_key_reply_rebases_leases),
+        cmocka_unit_test(test_concurrent_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
