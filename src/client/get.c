@@ -275,18 +275,7 @@ static void remember(egm_client_t *client, const get_batch_t *b, const egm_keys_
                                      reply->n_segments, started_ms, generation);
 }
 
-/* A reply for keys[0..n) made from cached locations, when every key has one
- * usable now (egm__location_cache_reply; hint: where keys[0] may stand in a
- * kept lookup of the whole batch). 0 when a key has none. */
-static int cached_reply(egm_client_t *client, size_t n, const char *const *keys, size_t hint,
-                        egm_keys_reply_t **reply_p, egm_segment_desc_t **descs_p, size_t *n_descs_p,
-                        uint64_t *asked_ms_p)
-{
-    return egm__location_cache_reply(client->locations, n, keys, hint, egm__now_ms(), reply_p,
-                                     descs_p, n_descs_p, asked_ms_p);
-}
-
-/* Copies b from a reply cached_reply made (freed here). 1 when every key
+/* Copies b from a reply egm__location_cache_reply made (freed here). 1 when every key
  * answered OK; 0 when one failed on its cached location: every key's cached
  * entry is dropped and its answer undone, for the caller to ask the master
  * for the whole batch again. */
@@ -314,7 +303,7 @@ static int fetch_cached(egm_client_t *client, const get_batch_t *b, egm_keys_rep
 }
 
 /* Serves the batch from cached locations when every key has one (1), or
- * answers 0 and leaves it to the master (cached_reply, fetch_cached). */
+ * answers 0 and leaves it to the master (egm__location_cache_reply, fetch_cached). */
 static int get_cached(egm_client_t *client, const get_batch_t *b)
 {
     egm_keys_reply_t *reply;
@@ -324,7 +313,8 @@ static int get_cached(egm_client_t *client, const get_batch_t *b)
     /* One key is served from its own entry only: walking kept lookups that do
      * not hold it would cost more than it saves. */
     size_t hint = b->n == 1 ? EGM_LOCATION_NO_HINT : 0;
-    if (!cached_reply(client, b->n, b->keys, hint, &reply, &descs, &n_descs, &asked_ms))
+    if (!egm__location_cache_reply(client->locations, b->n, b->keys, hint, egm__now_ms(), &reply,
+                                   &descs, &n_descs, &asked_ms))
         return 0;
     return fetch_cached(client, b, reply, descs, n_descs, asked_ms);
 }
@@ -357,31 +347,31 @@ static egm_status_t get_from_master(egm_client_t *client, const get_batch_t *b)
 /* Large batches run in chunks whose GetReplicaList calls a helper thread makes
  * ahead of the copies; a chunk whose every key has a cached location (an
  * ExistKey asked for them, as engines do before they read) makes none. */
-typedef struct {
-    egm_client_t *client;
-    const char *const *keys;
-    const egm_chunk_plan_t *chunks;
-} get_pipeline_t;
-
 /* What get_ahead hands a copy worker for one chunk. */
 typedef struct {
     egm_keys_reply_t *reply;
-    int cached;                /* made from cached locations (cached_reply) */
+    int cached;                /* made from cached locations (egm__location_cache_reply) */
     egm_segment_desc_t *descs; /* cached: the segments' descriptors */
     size_t n_descs;
     uint64_t asked_ms; /* cached: the oldest ask of its locations */
 } chunk_answer_t;
 
+typedef struct {
+    egm_client_t *client;
+    const char *const *keys;
+    const egm_chunk_plan_t *chunks;
+    chunk_answer_t *answers; /* one per chunk */
+} get_pipeline_t;
+
 static egm_status_t get_ahead(void *arg, size_t k, void **reply_p)
 {
     get_pipeline_t *g = arg;
     size_t first = egm__chunk_first(g->chunks, k), len = egm__chunk_len(g->chunks, k);
-    chunk_answer_t *a = egm_calloc(1, sizeof(*a), "client.get_chunk");
+    chunk_answer_t *a = &g->answers[k];
     *reply_p = a;
-    if (a == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory asking for %zu keys", len);
-    a->cached = cached_reply(g->client, len, g->keys + first, first, &a->reply, &a->descs,
-                             &a->n_descs, &a->asked_ms);
+    a->cached =
+        egm__location_cache_reply(g->client->locations, len, g->keys + first, first, egm__now_ms(),
+                                  &a->reply, &a->descs, &a->n_descs, &a->asked_ms);
     if (a->cached)
         return EGM_OK;
     return egm__client_keys_call(g->client, EGM_RPC_GET_REPLICA_LIST, len, g->keys + first,
@@ -417,12 +407,10 @@ static egm_status_t get_copy_chunk(void *arg, size_t k)
         else if (!fetch_cached(c->client, &chunk, a->reply, a->descs, a->n_descs, a->asked_ms))
             st = get_from_master(c->client, &chunk);
     } else {
-        if (a != NULL)
-            egm__keys_reply_free(a->reply);
+        egm__keys_reply_free(a->reply);
         for (size_t i = 0; i < len; i++)
             b->results[first + i] = st;
     }
-    egm_free(a);
     egm__pipeline_release(c->p, k, NULL, 0);
     return st;
 }
@@ -431,20 +419,28 @@ static egm_status_t get_copy_chunk(void *arg, size_t k)
 static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
                                   const egm_chunk_plan_t *chunks)
 {
-    get_pipeline_t g = {.client = client, .keys = b->keys, .chunks = chunks};
     size_t n_chunks = chunks->n_chunks;
+    get_pipeline_t g = {.client = client,
+                        .keys = b->keys,
+                        .chunks = chunks,
+                        .answers = egm_calloc(n_chunks, sizeof(chunk_answer_t), "client.get")};
     egm_pipeline_t *p;
-    egm_status_t status = egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p);
+    egm_status_t status =
+        g.answers != NULL
+            ? egm__pipeline_start(n_chunks, get_ahead, NULL, &g, &p)
+            : egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu chunks", n_chunks);
 
     if (status != EGM_OK) { /* nothing fetched: no key may read as OK */
         for (size_t i = 0; i < b->n; i++)
             if (b->results[i] == EGM_OK)
                 b->results[i] = status;
+        egm_free(g.answers);
         return status;
     }
     get_copy_t c = {.client = client, .p = p, .batch = b, .chunks = chunks};
     status = egm__pipeline_copy(n_chunks, get_copy_chunk, &c);
     egm__pipeline_finish(p);
+    egm_free(g.answers); /* each chunk's reply was freed by its copy */
     return status;
 }
 

@@ -364,33 +364,37 @@ int egm__location_cache_reply(egm_location_cache_t *c, size_t n, const char *con
 {
     if (c == NULL || n == 0)
         return 0;
-    found_t *found = egm_calloc(n, sizeof(*found), "client.location_cache.reply");
+    /* Nothing is allocated until something may fill it: a kept lookup, or a
+     * first key with its own entry (a batch mostly misses on its first key). */
+    found_t *found = NULL;
     egm_location_t *locs = NULL;
     int made = 0;
-    if (found == NULL)
-        return 0;
     pthread_mutex_lock(&c->lock);
     /* A kept lookup, the newest first (one key only at its hint). */
     for (size_t k = 1; (n >= 2 || hint != EGM_LOCATION_NO_HINT) && k <= EGM_LOOKUPS_KEPT && !made;
          k++) {
         const lookup_t *l = c->lookups[(c->next_lookup + EGM_LOOKUPS_KEPT - k) % EGM_LOOKUPS_KEPT];
-        if (l != NULL && match_lookup(l, n, keys, hint, now_ms, found))
+        if (l == NULL)
+            continue;
+        if (found == NULL &&
+            (found = egm_calloc(n, sizeof(*found), "client.location_cache.reply")) == NULL)
+            break;
+        if (match_lookup(l, n, keys, hint, now_ms, found))
             made = build_reply(c, l, n, found, reply_p, descs_p, n_descs_p, asked_ms_p);
     }
     if (made)
         c->stats.hits += n;
     pthread_mutex_unlock(&c->lock);
-    if (made) {
-        egm_free(found);
-        return 1;
-    }
-    /* Else every key's own entry (the first asked before anything is allocated:
-     * a batch mostly misses on its first key). */
+    if (made)
+        goto out;
+    /* Else every key's own entry. */
     egm_location_t first;
     if (!egm__location_cache_get(c, keys[0], now_ms, &first))
         goto out;
+    if (found == NULL)
+        found = egm_calloc(n, sizeof(*found), "client.location_cache.reply");
     locs = egm_calloc(n, sizeof(*locs), "client.location_cache.reply");
-    if (locs == NULL)
+    if (found == NULL || locs == NULL)
         goto out;
     locs[0] = first;
     for (size_t i = 0; i < n; i++) {
