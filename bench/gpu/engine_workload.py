@@ -27,6 +27,7 @@ Writes OUT/engine_workload.json and prints a table.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -250,6 +251,32 @@ def phases_delta(before, after, op):
     return d
 
 
+def master_rpc(cluster):
+    """The master's RPC counters: {type: (requests, seconds handling them)}."""
+    import gpulib
+
+    code, body = cluster.run.http(cluster.master_http_port, "/metrics")
+    if code != 200:
+        return {}
+    out = {}
+    for name, v in gpulib.prom(body).items():
+        m = re.match(r'egm_master_rpc_duration_seconds_(count|sum)\{type="([^"]+)"\}$', name)
+        if m:
+            n, s = out.get(m.group(2), (0, 0.0))
+            out[m.group(2)] = (v, s) if m.group(1) == "count" else (n, v)
+    return out
+
+
+def master_rpc_delta(before, after, calls):
+    """Per call of the case: each RPC type's requests and the master's ms handling them."""
+    d = {}
+    for t, (n, s) in after.items():
+        n0, s0 = before.get(t, (0, 0.0))
+        if n > n0:
+            d[t] = {"requests_per_call": (n - n0) / calls, "ms_per_call": (s - s0) * 1e3 / calls}
+    return d
+
+
 def lookup(w, keys):
     """The lookup engines make before a read: (seconds, keys found)."""
     t0 = time.perf_counter()
@@ -263,7 +290,7 @@ def lookup(w, keys):
 def run_case(w, op, case, n, reps, first_rep=0, looked_up=False):
     """reps calls of n keys (rep numbers first_rep..): per-call seconds, checks, phases. looked_up
     (gets): each call preceded by lookup(), timed apart; a key it misses counts as not ok."""
-    times, lookups, bad, ok, codes = [], [], 0, 0, set()
+    times, lookups, bad, ok, codes, per_call = [], [], 0, 0, set(), []
     before = w.metrics()
     for rep in range(first_rep, first_rep + reps):
         keys, ptrs, sizes, blocks = layout(w, case, n, rep, reader=(op == "get"))
@@ -275,8 +302,11 @@ def run_case(w, op, case, n, reps, first_rep=0, looked_up=False):
         if looked_up:
             dt, found = lookup(w, keys)
             lookups.append(dt)
+        m0 = w.metrics()
         dt, k_ok, k_codes = call(w, op, case, keys, ptrs, sizes)
         times.append(dt)
+        ph = phases_delta(m0, w.metrics(), op)
+        per_call.append({k: ph[k] for k in PHASES + ("copy_run",)})
         ok += min(k_ok, found)
         codes |= set(k_codes)
         if op == "get":
@@ -284,7 +314,8 @@ def run_case(w, op, case, n, reps, first_rep=0, looked_up=False):
     nbytes = sum(sum(s) if isinstance(s, list) else s for s in layout(w, case, n, 0, False)[2])
     r = {"case": case, "op": op, "keys": n, "bytes_per_call": nbytes, "calls": reps,
          "seconds": times, "ok_keys": ok, "expected_keys": n * reps, "bad_blocks": bad,
-         "codes": sorted(codes), "phases": phases_delta(before, w.metrics(), op)}
+         "codes": sorted(codes), "phases": phases_delta(before, w.metrics(), op),
+         "per_call_phases": per_call}
     if looked_up:
         r["lookup_seconds"] = lookups
     return r
@@ -448,6 +479,13 @@ def summarize(r, ceil_GBps):
     r["per_call_ms"] = {p: ph[p] / calls * 1e3 for p in PHASES + ("copy_run",)}
     r["per_call_ms"]["client_and_gaps"] = (ph["call"] - ph["rpc"] - ph["transfer"]) / calls * 1e3
     r["per_call_ms"]["routing_in_transfer"] = (ph["transfer"] - ph["copy_run"]) / calls * 1e3
+    if r.get("per_call_phases"):
+        # The call of median time, whole: its phases (ms), and what the binding and Python added.
+        i = sorted(range(len(ts)), key=lambda k: ts[k])[len(ts) // 2]
+        m = {p: v * 1e3 for p, v in r["per_call_phases"][i].items()}
+        m["seconds"] = ts[i] * 1e3
+        m["binding"] = m["seconds"] - m["call"]
+        r["median_call_ms"] = m
     if "lookup_seconds" in r:
         both = [g + l for g, l in zip(ts, r["lookup_seconds"])]
         r["lookup_ms_median"] = statistics.median(r["lookup_seconds"]) * 1e3
@@ -466,7 +504,7 @@ def main(argv=None):
     a.pythonpath = a.pythonpath or gpulib.default_pythonpath(a.egmstore)
     reps = 2 if a.quick else a.reps
     cluster = gpulib.Cluster(a, gpulib.parse_size(a.pool), gpulib.parse_size(a.chunk),
-                             master_args=a.master_arg).start()
+                             master_args=a.master_arg, master_http=True).start()
     a.master_addr = cluster.addr
     doc = {"tool": "bench/gpu/engine_workload.py", "argv": sys.argv[1:], "results": []}
     ceil = ceiling(a.device)
@@ -498,11 +536,19 @@ def main(argv=None):
                 name = f"vllm-{n}" if case == "vllm" else case
                 r = 10 if case == "single-16m" else reps
                 what = "vllm" if case == "vllm" else case
+                m0 = master_rpc(cluster)
                 wres = writer.ask({"what": what, "keys": n, "reps": r})
+                m1 = master_rpc(cluster)
                 rres = reader.ask({"what": what, "keys": n, "reps": r})
+                m2 = master_rpc(cluster)
                 # Again on keys of their own, each get after the engines' lookup.
                 wres2 = writer.ask({"what": what, "keys": n, "reps": r, "first_rep": r})
+                m3 = master_rpc(cluster)
                 lres = reader.ask({"what": what, "keys": n, "reps": r, "first_rep": r, "looked_up": True})
+                m4 = master_rpc(cluster)
+                for res, (b, e) in ((wres, (m0, m1)), (rres, (m1, m2)), (lres, (m3, m4))):
+                    if "error" not in res:
+                        res["master_rpc"] = master_rpc_delta(b, e, r)
                 host = case == "host-64k"
                 for res, ceil_key in ((wres, "put_GBps"), (rres, "get_GBps"), (lres, "get_GBps")):
                     res["name"] = name
@@ -540,6 +586,15 @@ def render(doc):
             lines.append(f"| {r.get('name', r['case'])} | {op} | {r['keys']} | {r['GBps_median']:.2f} | {share} | "
                          f"{'yes' if r['correct'] else 'NO'}{codes} | {pc['call']:.3f} / {pc['rpc']:.3f} / {pc['transfer']:.3f} / "
                          f"{pc['copy_run']:.3f} / {pc['client_and_gaps']:.3f} |")
+            if r.get("median_call_ms"):
+                m = r["median_call_ms"]
+                lines.append(f"| {r.get('name', r['case'])} | {op}: median call | | | | | python {m['seconds']:.3f} = "
+                             f"binding {m['binding']:.3f} + call {m['call']:.3f} (rpc {m['rpc']:.3f}, transfer "
+                             f"{m['transfer']:.3f}, copy run {m['copy_run']:.3f}) |")
+            if r.get("master_rpc"):
+                parts = ", ".join(f"{t} {v['requests_per_call']:.2f} x, {v['ms_per_call']:.3f} ms"
+                                  for t, v in sorted(r["master_rpc"].items()))
+                lines.append(f"| {r.get('name', r['case'])} | {op}: master | | | | | per call: {parts} |")
             if "lookup_seconds" in r:
                 share = f"{100 * r['ceiling_share_with_lookup']:.0f}%" if r.get("ceiling_share_with_lookup") else ""
                 lines.append(f"| {r.get('name', r['case'])} | lookup+get | {r['keys']} | {r['GBps_with_lookup_median']:.2f} | "

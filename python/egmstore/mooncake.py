@@ -185,6 +185,20 @@ def _read_code(status, nbytes):
     return _lookup_code(status)
 
 
+# A batch's codes: a success converted inline (no call per key: a batch of 1024 keys spent
+# 0.35 ms in these calls on the development VM), anything else by the function of one key.
+def _put_codes(results):
+    return [0 if st >= 0 else _put_code(st) for st in results]
+
+
+def _read_codes(results, nbytes):
+    return [n if st >= 0 else _read_code(st, n) for st, n in zip(results, nbytes)]
+
+
+def _exist_codes(results):
+    return [1 if st >= 0 else _exist_code(st) for st in results]
+
+
 def _exist_code(status):
     # Measured: is_exist and batch_is_exist answer 0 for an empty key.
     if status >= 0:
@@ -379,7 +393,7 @@ def _same_lengths(call, keys, ptrs, sizes, parts=False):
     try:
         ok = len(ptrs) == len(sizes) == len(keys)
         if ok and parts:
-            ok = all(len(p) == len(z) for p, z in zip(ptrs, sizes))
+            ok = list(map(len, ptrs)) == list(map(len, sizes))
     except TypeError:
         return True  # not lists: the binding raises TypeError naming the argument
     if not ok:
@@ -927,7 +941,7 @@ class MooncakeDistributedStore:
         status, results = self._c.batch_put_from(keys, buffer_ptrs, sizes, rc)
         if status < 0:
             return self._whole(status, len(keys))
-        return [_put_code(st) for st in results]
+        return _put_codes(results)
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         if not _same_lengths("batch_get_into", keys, buffer_ptrs, sizes):
@@ -935,7 +949,7 @@ class MooncakeDistributedStore:
         status, results, nbytes = self._c.batch_get_into(keys, buffer_ptrs, sizes)
         if status < 0:
             return self._whole(status, len(keys))
-        return [_read_code(st, n) for st, n in zip(results, nbytes)]
+        return _read_codes(results, nbytes)
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
         if not _same_lengths("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes,
@@ -947,7 +961,7 @@ class MooncakeDistributedStore:
         status, results = self._c.batch_put_from_parts(keys, all_buffer_ptrs, all_sizes, rc)
         if status < 0:
             return self._whole(status, len(keys))
-        return [_put_code(st) for st in results]
+        return _put_codes(results)
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
@@ -957,13 +971,13 @@ class MooncakeDistributedStore:
         status, results, nbytes = self._c.batch_get_into_parts(keys, all_buffer_ptrs, all_sizes)
         if status < 0:
             return self._whole(status, len(keys))
-        return [_read_code(st, n) for st, n in zip(results, nbytes)]
+        return _read_codes(results, nbytes)
 
     def batch_is_exist(self, keys):
         status, results = self._c.batch_exist(keys)
         if status < 0:
             return self._whole(status, len(keys))
-        return [_exist_code(st) for st in results]
+        return _exist_codes(results)
 
     def batch_remove(self, keys, force=False):
         status, results = self._c.batch_remove(keys, bool(force))
