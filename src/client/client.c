@@ -70,6 +70,7 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
         .copy_low_priority = settings->nvlink_low_priority_stream,
         .copy_max_inflight_bytes = settings->nvlink_max_inflight_bytes,
         .copy_chunk_bytes = settings->nvlink_chunk_size,
+        .copy_bounce_bytes = settings->nvlink_bounce_buffer,
         .fd_gid_allowed = settings->fd_allowed_gid >= 0,
         .fd_allowed_gid = settings->fd_allowed_gid,
     };

@@ -176,6 +176,10 @@ size_t egm_client_metrics(egm_client_t *client, char *buf, size_t len)
          "cuMemcpyAsync calls (copy engines)", te.copy_engine_copies},
         {"egm_client_te_copy_batch_calls_total", EGM_PROM_COUNTER, "cuMemcpyBatchAsync calls",
          te.copy_batch_calls},
+        {"egm_client_te_copy_bounced_runs_total", EGM_PROM_COUNTER,
+         "batches of small pieces gathered or scattered through the GPU bounce buffer, their runs "
+         "to or from the pool on the copy engines (nvlink_bounce_buffer)",
+         te.copy_bounced_runs},
         {"egm_client_te_copy_groups_total", EGM_PROM_COUNTER,
          "groups of GPU copies issued and waited for (one per batch and device, more under "
          "nvlink_max_inflight_bytes)",

@@ -93,6 +93,7 @@ typedef struct egm_settings {
     int64_t prewarm_concurrency;
     uint64_t nvlink_max_inflight_bytes;
     uint64_t nvlink_chunk_size;
+    uint64_t nvlink_bounce_buffer;
     int nvlink_low_priority_stream;
     const char *auth_token;
     const char *auth_token_file;

@@ -2,6 +2,10 @@
  * the gather/scatter kernel (many blocks up to 512 KiB, one launch), the
  * driver's cuMemcpyBatchAsync (any other batch of two or more), or one
  * cuMemcpyAsync (a single copy: large single objects). DESIGN.md 4 has the numbers.
+ * A kernel batch between this GPU's memory and host memory whose host side
+ * lies in long contiguous runs goes through a bounce buffer in GPU memory
+ * instead (bounce_plan.h): the kernel gathers or scatters at HBM speed and
+ * the copy engines move the runs, on a second stream, chunk by chunk.
  * A run is issued under the copier's lock into one of a few slots (an event
  * and the kernel's pinned descriptors) and waited for outside it, so runs
  * from several threads queue on the stream back to back: the GPU starts the
@@ -19,6 +23,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "cuda/bounce_plan.h"
 #include "cuda/driver.h"
 #include "cuda/kernels.h"
 
@@ -55,6 +60,16 @@
 #define KERNEL_MIN_DESCS ((size_t)256)
 /* Runs issued and not yet waited for, at most (more threads wait for a slot). */
 #define COPIER_SLOTS 4
+/* Bounced runs (measured on the H200, 32 KiB pieces, HBM <-> an EGM pool: the
+ * kernel alone 52 / 50 GB/s put / get, bounced in chunks of 8 MiB 53-55 / 53-55,
+ * in chunks of 2 MiB no better than the kernel): chunks of a quarter of the run
+ * within these bounds, runs of at least 4 chunks, host-side spans of at least
+ * BOUNCE_MIN_SPAN on average (each is one engine copy). */
+#define BOUNCE_MIN_CHUNK ((uint64_t)4 << 20)
+#define BOUNCE_MIN_TOTAL (4 * BOUNCE_MIN_CHUNK)
+#define BOUNCE_MIN_SPAN ((uint64_t)1 << 20)
+/* Each half starts at a multiple of this (the kernel's widest access). */
+#define BOUNCE_ALIGN ((uint64_t)256)
 
 /* One run in flight: its completion event and the descriptors its kernel
  * reads, reused only once the run's thread has waited for the event. */
@@ -73,6 +88,7 @@ struct egm_copier {
     egm_cu_event_t event;
     egm_cu_module_t module;
     egm_cu_function_t kernel; /* NULL: no kernel on this device */
+    int low_priority;         /* its streams at the least priority */
 
     pthread_mutex_t lock; /* one issue at a time; guards everything below */
     pthread_cond_t slot_free;
@@ -87,6 +103,14 @@ struct egm_copier {
     uint64_t chunk;         /* 0 = copies whole */
     egm_copy_desc_t *group; /* one group's pieces, when copies are cut or bounded */
     size_t group_cap;
+    /* Bounced runs: the buffer (two halves), the far side's stream and the
+     * events between the two streams; made on a first bounced run. */
+    uint64_t bounce_bytes;     /* egm__copier_set_bounce; 0 = off */
+    egm_cu_deviceptr_t bounce; /* 0: not made (yet) */
+    egm_cu_stream_t far_stream;
+    egm_cu_event_t bounce_start; /* the main stream's work before a run */
+    egm_cu_event_t filled[2];    /* a half holds its chunk */
+    egm_cu_event_t drained[2];   /* a half's chunk has left it */
 
     atomic_uint_fast64_t copies;
     atomic_uint_fast64_t bytes;
@@ -97,6 +121,7 @@ struct egm_copier {
     atomic_uint_fast64_t chunks;
     atomic_uint_fast64_t max_group_bytes;
     atomic_uint_fast64_t run_ns;
+    atomic_uint_fast64_t bounced_runs;
 };
 
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "batch sizes share the uint64_t scratch");
@@ -171,6 +196,7 @@ egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **cop
         return egm__set_error(EGM_ERR_NO_MEMORY, "copier: out of memory");
     c->api = api;
     c->device = device;
+    c->low_priority = low_priority;
     c->min_blocks = DEFAULT_MIN_BLOCKS;
     c->max_block = DEFAULT_MAX_BLOCK;
 
@@ -221,6 +247,72 @@ err_free:
     return st;
 }
 
+/* What bounce_make made (in the copier's context, entered by the caller). */
+static void bounce_free(egm_copier_t *c)
+{
+    const egm_cuda_api_t *api = c->api;
+    egm_cu_result_t rc;
+    egm_cu_event_t *events[] = {&c->bounce_start, &c->filled[0], &c->filled[1], &c->drained[0],
+                                &c->drained[1]};
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+        if (*events[i] != NULL && (rc = api->cuEventDestroy(*events[i])) != EGM_CU_SUCCESS)
+            egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
+        *events[i] = NULL;
+    }
+    if (c->far_stream != NULL && (rc = api->cuStreamDestroy(c->far_stream)) != EGM_CU_SUCCESS)
+        egm_warn("copier: cuStreamDestroy: %s", egm__cuda_error_name(rc));
+    c->far_stream = NULL;
+    if (c->bounce != 0 && (rc = api->cuMemFree(c->bounce)) != EGM_CU_SUCCESS)
+        egm_warn("copier: cuMemFree(bounce buffer): %s", egm__cuda_error_name(rc));
+    c->bounce = 0;
+}
+
+/* The bounce buffer, its stream (of the main stream's priority) and events,
+ * on a first bounced run (context entered, lock held). A failure leaves
+ * nothing behind and turns bouncing off for this copier: its runs go on
+ * through the kernel. 1 when ready. */
+static int bounce_make(egm_copier_t *c)
+{
+    const egm_cuda_api_t *api = c->api;
+    if (c->bounce != 0)
+        return 1;
+    int priority = 0;
+    egm_status_t st =
+        egm__cuda_check(api->cuMemAlloc(&c->bounce, c->bounce_bytes), "cuMemAlloc(bounce buffer)");
+    if (st != EGM_OK)
+        c->bounce = 0;
+    if (st == EGM_OK) {
+        int least = 0, greatest = 0;
+        if (c->low_priority &&
+            (st = egm__cuda_check(api->cuCtxGetStreamPriorityRange(&least, &greatest),
+                                  "cuCtxGetStreamPriorityRange")) == EGM_OK)
+            priority = least;
+    }
+    if (st == EGM_OK) {
+        st = egm__cuda_check(
+            api->cuStreamCreateWithPriority(&c->far_stream, EGM_CU_STREAM_NON_BLOCKING, priority),
+            "cuStreamCreateWithPriority");
+        if (st != EGM_OK)
+            c->far_stream = NULL;
+    }
+    egm_cu_event_t *events[] = {&c->bounce_start, &c->filled[0], &c->filled[1], &c->drained[0],
+                                &c->drained[1]};
+    for (size_t i = 0; st == EGM_OK && i < sizeof(events) / sizeof(events[0]); i++) {
+        st = egm__cuda_check(api->cuEventCreate(events[i], EGM_CU_EVENT_DISABLE_TIMING),
+                             "cuEventCreate");
+        if (st != EGM_OK)
+            *events[i] = NULL;
+    }
+    if (st == EGM_OK)
+        return 1;
+    egm_warn("copier: device %d: no bounce buffer of %" PRIu64
+             " bytes (%s): batches of small pieces use the kernel alone",
+             c->device, c->bounce_bytes, egm_last_error());
+    bounce_free(c);
+    c->bounce_bytes = 0;
+    return 0;
+}
+
 void egm__copier_destroy(egm_copier_t *c)
 {
     egm_cu_context_t saved;
@@ -253,6 +345,7 @@ void egm__copier_destroy(egm_copier_t *c)
         if (slot->event != NULL && (rc = api->cuEventDestroy(slot->event)) != EGM_CU_SUCCESS)
             egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
     }
+    bounce_free(c);
     if ((rc = api->cuEventDestroy(c->event)) != EGM_CU_SUCCESS)
         egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
     if ((rc = api->cuStreamDestroy(c->stream)) != EGM_CU_SUCCESS)
@@ -285,6 +378,16 @@ void egm__copier_set_pressure(egm_copier_t *c, uint64_t max_inflight_bytes, uint
     pthread_mutex_unlock(&c->lock);
 }
 
+void egm__copier_set_bounce(egm_copier_t *c, uint64_t bytes)
+{
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (c->bounce == 0) /* once made, the buffer stays as it is */
+        c->bounce_bytes = bytes & ~(uint64_t)(2 * BOUNCE_ALIGN - 1);
+    pthread_mutex_unlock(&c->lock);
+}
+
 void egm__copier_stats(const egm_copier_t *c, egm_copier_stats_t *stats_p)
 {
     if (stats_p == NULL)
@@ -301,6 +404,7 @@ void egm__copier_stats(const egm_copier_t *c, egm_copier_stats_t *stats_p)
     stats_p->chunks = atomic_load_explicit(&c->chunks, memory_order_relaxed);
     stats_p->max_group_bytes = atomic_load_explicit(&c->max_group_bytes, memory_order_relaxed);
     stats_p->run_ns = atomic_load_explicit(&c->run_ns, memory_order_relaxed);
+    stats_p->bounced_runs = atomic_load_explicit(&c->bounced_runs, memory_order_relaxed);
 }
 
 /* Waits for everything issued on the stream so far. */
@@ -478,18 +582,176 @@ static egm_status_t issue_engines(egm_copier_t *c, const egm_copy_desc_t *copies
     return EGM_OK;
 }
 
+/* The size of the halves a bounced run of `total` bytes uses: a quarter of
+ * it, within [BOUNCE_MIN_CHUNK, half the buffer]. */
+static uint64_t bounce_half(const egm_copier_t *c, uint64_t total)
+{
+    uint64_t half = (total / 4 + BOUNCE_ALIGN - 1) & ~(BOUNCE_ALIGN - 1);
+    if (half < BOUNCE_MIN_CHUNK)
+        half = BOUNCE_MIN_CHUNK;
+    if (half > c->bounce_bytes / 2)
+        half = c->bounce_bytes / 2;
+    return half;
+}
+
+/* Whether the run goes through the bounce buffer: kernel-sized pieces
+ * between this GPU's memory and host memory (sides), enough bytes for the
+ * chunks to overlap, host-side spans long enough for the engines, and its
+ * pieces within one descriptor buffer. */
+static int bounce_fits(const egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                       egm_copy_sides_t sides, uint64_t total)
+{
+    if (sides == EGM_COPY_SIDES_ANY || c->bounce_bytes / 2 < BOUNCE_MIN_CHUNK ||
+        total < BOUNCE_MIN_TOTAL || c->max_inflight > 0 || c->chunk > 0)
+        return 0;
+    int far_is_dst = sides == EGM_COPY_DEVICE_TO_HOST;
+    uint64_t spans = 0, end = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (copies[i].len == 0)
+            continue;
+        uint64_t far = far_is_dst ? copies[i].dst : copies[i].src;
+        if (spans == 0 || far != end)
+            spans++;
+        end = far + copies[i].len;
+    }
+    if (spans * BOUNCE_MIN_SPAN > total)
+        return 0;
+    uint64_t half = bounce_half(c, total);
+    return count_pieces(copies, n, piece_size(half)) <= KERNEL_MAX_DESCS;
+}
+
+/* A bounced run, issued (docs in bounce_plan.h): chunk k in half k % 2. To
+ * the host: the kernel gathers chunk k into its half on the main stream, then
+ * the far stream moves its spans out; from the host: the far stream brings
+ * the spans in, then the kernel scatters them. A half is refilled only once
+ * the chunk before in it has left (the drained events); the far stream starts
+ * after the main stream's earlier work (runs before this one may still use
+ * the buffer), and the main stream ends after the far stream's last copy, so
+ * that the slot's event covers the whole run. */
+static egm_status_t issue_bounce(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                                 egm_copy_sides_t sides, uint64_t total, egm_copy_desc_t **descs_p,
+                                 size_t *cap_p, uint64_t *launches_p, uint64_t *engine_p)
+{
+    const egm_cuda_api_t *api = c->api;
+    int to_host = sides == EGM_COPY_DEVICE_TO_HOST;
+    uint64_t half = bounce_half(c, total), piece = piece_size(half);
+    egm_bounce_plan_t plan;
+    size_t *first_desc = NULL;
+    egm_status_t st = egm__bounce_plan(copies, n, to_host, half, &plan);
+    if (st != EGM_OK)
+        return st;
+    first_desc = egm_calloc(plan.n_chunks + 1, sizeof(*first_desc), "cuda.copier.bounce");
+    if (first_desc == NULL) {
+        st = egm__set_error(EGM_ERR_NO_MEMORY, "copier: out of memory for a bounced run");
+        goto out;
+    }
+    if ((st = ensure_descs(c, descs_p, cap_p, count_pieces(copies, n, piece))) != EGM_OK)
+        goto out;
+    /* The kernel's pieces, chunk after chunk: near side <-> its place in the half. */
+    size_t d = 0;
+    for (size_t k = 0; k < plan.n_chunks; k++) {
+        const egm_bounce_chunk_t *ch = &plan.chunks[k];
+        uint64_t base = c->bounce + (k % 2) * (c->bounce_bytes / 2);
+        first_desc[k] = d;
+        for (size_t i = ch->first_copy; i < ch->first_copy + ch->n_copies; i++) {
+            uint64_t near = to_host ? copies[i].src : copies[i].dst;
+            uint64_t at = base + plan.offs[i];
+            for (uint64_t o = 0; o < copies[i].len; o += piece) {
+                uint64_t len = copies[i].len - o < piece ? copies[i].len - o : piece;
+                (*descs_p)[d++] =
+                    to_host ? (egm_copy_desc_t){.dst = at + o, .src = near + o, .len = len}
+                            : (egm_copy_desc_t){.dst = near + o, .src = at + o, .len = len};
+            }
+        }
+    }
+    first_desc[plan.n_chunks] = d;
+
+    egm_cu_stream_t kernel_stream = c->stream, far = c->far_stream;
+    st = egm__cuda_check(api->cuEventRecord(c->bounce_start, kernel_stream), "cuEventRecord");
+    if (st == EGM_OK)
+        st = egm__cuda_check(api->cuStreamWaitEvent(far, c->bounce_start, 0), "cuStreamWaitEvent");
+    for (size_t k = 0; k < plan.n_chunks && st == EGM_OK; k++) {
+        const egm_bounce_chunk_t *ch = &plan.chunks[k];
+        int h = (int)(k % 2);
+        uint64_t base = c->bounce + (uint64_t)h * (c->bounce_bytes / 2);
+        /* first: the stream that fills the half; second: the one that empties it */
+        egm_cu_stream_t first = to_host ? kernel_stream : far;
+        egm_cu_stream_t second = to_host ? far : kernel_stream;
+        if (k >= 2)
+            st = egm__cuda_check(api->cuStreamWaitEvent(first, c->drained[h], 0),
+                                 "cuStreamWaitEvent");
+        for (int step = 0; step < 2 && st == EGM_OK; step++) {
+            int kernel_step = to_host ? step == 0 : step == 1;
+            egm_cu_stream_t on = step == 0 ? first : second;
+            if (step == 1)
+                st = egm__cuda_check(api->cuStreamWaitEvent(second, c->filled[h], 0),
+                                     "cuStreamWaitEvent");
+            if (st == EGM_OK && kernel_step) {
+                const egm_copy_desc_t *descs = *descs_p + first_desc[k];
+                uint32_t count = (uint32_t)(first_desc[k + 1] - first_desc[k]);
+                void *params[] = {&descs, &count};
+                if (count > 0) {
+                    st = egm__cuda_check(api->cuLaunchKernel(c->kernel, count, 1, 1, KERNEL_THREADS,
+                                                             1, 1, 0, on, params, NULL),
+                                         "cuLaunchKernel(" EGM_KERNEL_COPY_BLOCKS ")");
+                    if (st == EGM_OK)
+                        (*launches_p)++;
+                }
+            } else if (st == EGM_OK) {
+                for (size_t r = ch->first_run; r < ch->first_run + ch->n_runs && st == EGM_OK;
+                     r++) {
+                    const egm_bounce_run_t *run = &plan.runs[r];
+                    st = egm__cuda_check(
+                        to_host ? api->cuMemcpyAsync(run->far, base + run->off, run->len, on)
+                                : api->cuMemcpyAsync(base + run->off, run->far, run->len, on),
+                        "cuMemcpyAsync");
+                    if (st == EGM_OK)
+                        (*engine_p)++;
+                }
+            }
+            if (st == EGM_OK)
+                st = egm__cuda_check(
+                    api->cuEventRecord(step == 0 ? c->filled[h] : c->drained[h], on),
+                    "cuEventRecord");
+        }
+    }
+    /* To the host the far stream copies last: the main stream waits for it. */
+    if (st == EGM_OK && to_host && plan.n_chunks > 0)
+        st = egm__cuda_check(
+            api->cuStreamWaitEvent(kernel_stream, c->drained[(plan.n_chunks - 1) % 2], 0),
+            "cuStreamWaitEvent");
+    if (st != EGM_OK) {
+        egm_cu_result_t rc = api->cuStreamSynchronize(far);
+        if (rc != EGM_CU_SUCCESS)
+            egm_debug("copier: cuStreamSynchronize(far) after a failed copy: %s",
+                      egm__cuda_error_name(rc));
+        drain_after_error(c);
+    }
+out:
+    egm_free(first_desc);
+    egm__bounce_plan_free(&plan);
+    return st;
+}
+
 /* How a run's copies move, chosen from the run as the caller gave it. */
-typedef enum { PATH_KERNEL, PATH_BATCH, PATH_ENGINES } copy_path_t;
+typedef enum { PATH_KERNEL, PATH_BATCH, PATH_ENGINES, PATH_BOUNCE } copy_path_t;
 
 /* One group of copies through `path`, issued on the stream (kernel
  * descriptors in *descs_p), counted once issued. */
 static egm_status_t issue_group(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
-                                size_t n, size_t nonzero, uint64_t bytes, egm_copy_desc_t **descs_p,
-                                size_t *cap_p)
+                                size_t n, size_t nonzero, uint64_t bytes, egm_copy_sides_t sides,
+                                egm_copy_desc_t **descs_p, size_t *cap_p)
 {
     egm_status_t st;
     uint64_t launches = 0, issued = 0;
     switch (path) {
+    case PATH_BOUNCE:
+        st = issue_bounce(c, copies, n, sides, bytes, descs_p, cap_p, &launches, &issued);
+        atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->engine_copies, issued, memory_order_relaxed);
+        if (st == EGM_OK)
+            atomic_fetch_add_explicit(&c->bounced_runs, 1, memory_order_relaxed);
+        break;
     case PATH_KERNEL:
         st = issue_kernel(c, copies, n, bytes, descs_p, cap_p, &launches);
         atomic_fetch_add_explicit(&c->kernel_launches, launches, memory_order_relaxed);
@@ -517,7 +779,8 @@ static egm_status_t issue_group(egm_copier_t *c, copy_path_t path, const egm_cop
 static egm_status_t run_group(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
                               size_t n, size_t nonzero, uint64_t bytes)
 {
-    egm_status_t st = issue_group(c, path, copies, n, nonzero, bytes, &c->descs, &c->descs_cap);
+    egm_status_t st = issue_group(c, path, copies, n, nonzero, bytes, EGM_COPY_SIDES_ANY, &c->descs,
+                                  &c->descs_cap);
     return st != EGM_OK ? st : wait_stream(c);
 }
 
@@ -615,12 +878,12 @@ static void give_slot(egm_copier_t *c, copier_slot_t *slot)
  * the lock and waits for the slot's event: another thread's run can be queued
  * behind this one while it is on the GPU. Returns with the lock released. */
 static egm_status_t run_in_slot(egm_copier_t *c, copy_path_t path, const egm_copy_desc_t *copies,
-                                size_t n, size_t nonzero, uint64_t total)
+                                size_t n, size_t nonzero, uint64_t total, egm_copy_sides_t sides)
 {
     copier_slot_t *slot = NULL;
     egm_status_t st = take_slot(c, &slot);
     if (st == EGM_OK)
-        st = issue_group(c, path, copies, n, nonzero, total, &slot->descs, &slot->descs_cap);
+        st = issue_group(c, path, copies, n, nonzero, total, sides, &slot->descs, &slot->descs_cap);
     if (st == EGM_OK) {
         st = egm__cuda_check(c->api->cuEventRecord(slot->event, c->stream), "cuEventRecord");
         if (st != EGM_OK)
@@ -642,7 +905,8 @@ static egm_status_t run_in_slot(egm_copier_t *c, copy_path_t path, const egm_cop
     return st;
 }
 
-static egm_status_t run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
+static egm_status_t run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                        egm_copy_sides_t sides)
 {
     if (c == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "copier: copier is NULL");
@@ -698,10 +962,12 @@ static egm_status_t run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n
     egm_cu_context_t saved;
     if ((st = enter(c, &saved)) != EGM_OK)
         goto out;
+    if (path == PATH_KERNEL && bounce_fits(c, copies, n, sides, total) && bounce_make(c))
+        path = PATH_BOUNCE; /* unbounded, within one descriptor buffer: the branch below */
     if (c->max_inflight == 0 && (cut == 0 || longest <= cut) &&
         (path != PATH_KERNEL || count_pieces(copies, n, piece_size(total)) <= KERNEL_MAX_DESCS)) {
         /* Unbounded, one launch at most: issued here, waited for unlocked. */
-        st = run_in_slot(c, path, copies, n, nonzero, total);
+        st = run_in_slot(c, path, copies, n, nonzero, total, sides);
         leave(c, saved);
         if (st != EGM_OK)
             goto unlocked;
@@ -760,8 +1026,14 @@ egm_status_t egm__copier_warm(egm_copier_t *c, size_t descs)
 
 egm_status_t egm__copier_run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n)
 {
+    return egm__copier_run_sides(c, copies, n, EGM_COPY_SIDES_ANY);
+}
+
+egm_status_t egm__copier_run_sides(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
+                                   egm_copy_sides_t sides)
+{
     uint64_t t0 = egm__now_ns();
-    egm_status_t st = run(c, copies, n);
+    egm_status_t st = run(c, copies, n, sides);
     if (c != NULL)
         atomic_fetch_add_explicit(&c->run_ns, egm__now_ns() - t0, memory_order_relaxed);
     return st;

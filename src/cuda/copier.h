@@ -18,6 +18,15 @@ typedef struct {
 
 typedef struct egm_copier egm_copier_t;
 
+/* Where a run's copies lie, as the caller knows it: a bounced run
+ * (egm__copier_set_bounce) needs one side in this copier's GPU memory and the
+ * other in host memory. */
+typedef enum {
+    EGM_COPY_SIDES_ANY = 0,      /* unknown, or mixed: never bounced */
+    EGM_COPY_DEVICE_TO_HOST = 1, /* every src in this GPU's memory, every dst host memory */
+    EGM_COPY_HOST_TO_DEVICE = 2, /* every src host memory, every dst this GPU's memory */
+} egm_copy_sides_t;
+
 typedef struct {
     uint64_t copies;
     uint64_t bytes;
@@ -34,6 +43,7 @@ typedef struct {
     /* Wall time of egm__copier_run calls, from entry to the copies' end (summed
      * over threads: runs of several threads overlap). */
     uint64_t run_ns;
+    uint64_t bounced_runs; /* runs that went through the bounce buffer */
 } egm_copier_stats_t;
 
 /* Copier on `device` (primary context, a stream of the lowest priority when
@@ -47,6 +57,16 @@ void egm__copier_destroy(egm_copier_t *copier);
  * copier's lock, so that runs of several threads follow each other on the GPU
  * without a gap; with bounds, a run is waited for before the next is issued. */
 egm_status_t egm__copier_run(egm_copier_t *copier, const egm_copy_desc_t *copies, size_t n);
+/* egm__copier_run of copies whose sides the caller knows: a kernel-sized run
+ * (as above) of at least 16 MiB whose host side lies in spans of 1 MiB or more
+ * on average goes through the bounce buffer when there is one. */
+egm_status_t egm__copier_run_sides(egm_copier_t *copier, const egm_copy_desc_t *copies, size_t n,
+                                   egm_copy_sides_t sides);
+/* GPU memory for bounced runs (bounce_plan.h; configuration key
+ * nvlink_bounce_buffer): allocated on the first run that uses it, in two
+ * halves; 0 = none (the default). Set before the first bounced run: a later
+ * call changes nothing. */
+void egm__copier_set_bounce(egm_copier_t *copier, uint64_t bytes);
 /* Does now what a first run would otherwise do: every slot's completion event
  * and, when the kernel is built in, a pinned descriptor buffer of `descs`
  * entries (at most the per-launch bound). Thread-safe. */

@@ -174,6 +174,9 @@ typedef struct {
     egm_cu_result_t (*cuCtxGetStreamPriorityRange)(int *least, int *greatest);
     egm_cu_result_t (*cuStreamDestroy)(egm_cu_stream_t stream);
     egm_cu_result_t (*cuStreamSynchronize)(egm_cu_stream_t stream);
+    /* flags must be 0 */
+    egm_cu_result_t (*cuStreamWaitEvent)(egm_cu_stream_t stream, egm_cu_event_t event,
+                                         unsigned int flags);
     egm_cu_result_t (*cuEventCreate)(egm_cu_event_t *event, unsigned int flags);
     egm_cu_result_t (*cuEventRecord)(egm_cu_event_t event, egm_cu_stream_t stream);
     egm_cu_result_t (*cuEventSynchronize)(egm_cu_event_t event);

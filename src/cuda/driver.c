@@ -83,6 +83,7 @@ static const struct {
     FN(cuCtxGetStreamPriorityRange, RESOLVE_DEFAULT),
     FN(cuStreamDestroy, RESOLVE_DEFAULT),
     FN(cuStreamSynchronize, RESOLVE_DEFAULT),
+    FN(cuStreamWaitEvent, RESOLVE_DEFAULT),
     FN(cuEventCreate, RESOLVE_DEFAULT),
     FN(cuEventRecord, RESOLVE_DEFAULT),
     FN(cuEventSynchronize, RESOLVE_DEFAULT),

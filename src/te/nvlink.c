@@ -125,9 +125,11 @@ static egm_status_t get_copier(egm_nvlink_t *nv, int device, egm_copier_t **copi
     pthread_mutex_lock(&nv->copiers_lock);
     if (nv->copiers[device] == NULL) {
         st = egm__copier_create(device, nv->params.copy_low_priority, &nv->copiers[device]);
-        if (st == EGM_OK)
+        if (st == EGM_OK) {
             egm__copier_set_pressure(nv->copiers[device], nv->params.copy_max_inflight_bytes,
                                      nv->params.copy_chunk_bytes);
+            egm__copier_set_bounce(nv->copiers[device], nv->params.copy_bounce_bytes);
+        }
     }
     *copier_p = nv->copiers[device];
     pthread_mutex_unlock(&nv->copiers_lock);
@@ -137,13 +139,13 @@ static egm_status_t get_copier(egm_nvlink_t *nv, int device, egm_copier_t **copi
 /* Copies on `device`'s copier (which makes its context current for the run
  * and gives the caller's back). */
 static egm_status_t run_copies(egm_nvlink_t *nv, int device, const egm_copy_desc_t *copies,
-                               size_t n)
+                               size_t n, egm_copy_sides_t sides)
 {
     egm_copier_t *copier = NULL;
     egm_status_t st = get_copier(nv, device, &copier);
     if (st != EGM_OK)
         return st;
-    return egm__copier_run(copier, copies, n);
+    return egm__copier_run_sides(copier, copies, n, sides);
 }
 
 egm_status_t egm__nvlink_prepare_device(egm_nvlink_t *nv, int device)
@@ -156,10 +158,11 @@ egm_status_t egm__nvlink_prepare_device(egm_nvlink_t *nv, int device)
 egm_status_t egm__nvlink_copy(egm_nvlink_t *nv, int device, uint64_t dst, uint64_t src, size_t len)
 {
     egm_copy_desc_t copy = {.dst = dst, .src = src, .len = len};
-    return run_copies(nv, device, &copy, 1);
+    return run_copies(nv, device, &copy, 1, EGM_COPY_SIDES_ANY);
 }
 
-egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *ops, size_t n)
+egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, int local_on_gpu,
+                             egm_te_op_t *const *ops, size_t n)
 {
     egm_copy_desc_t stack_copies[STACK_COPIES];
     egm_mapping_t *stack_maps[STACK_COPIES];
@@ -221,7 +224,16 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, egm_te_op_t *const *o
     }
 
     if (m > 0) {
-        st = run_copies(nv, device, copies, m);
+        /* The remote side is a pool mapping: host memory for an EGM pool (a
+         * pool in GPU memory bounces correctly, for no gain). */
+        size_t reads = 0;
+        for (size_t i = 0; i < n; i++)
+            reads += ops[i]->status == EGM_OK && ops[i]->dir == EGM_TE_READ;
+        egm_copy_sides_t sides = !local_on_gpu ? EGM_COPY_SIDES_ANY
+                                 : reads == m  ? EGM_COPY_HOST_TO_DEVICE
+                                 : reads == 0  ? EGM_COPY_DEVICE_TO_HOST
+                                               : EGM_COPY_SIDES_ANY;
+        st = run_copies(nv, device, copies, m, sides);
         if (st == EGM_OK) {
             atomic_fetch_add_explicit(&nv->nvlink_copies, m, memory_order_relaxed);
         } else {
@@ -393,6 +405,7 @@ void egm__nvlink_stats(egm_nvlink_t *nv, egm_nvlink_stats_t *stats_p)
         stats_p->copier.groups += cs.groups;
         stats_p->copier.chunks += cs.chunks;
         stats_p->copier.run_ns += cs.run_ns;
+        stats_p->copier.bounced_runs += cs.bounced_runs;
         if (cs.max_group_bytes > stats_p->copier.max_group_bytes)
             stats_p->copier.max_group_bytes = cs.max_group_bytes;
     }
@@ -445,7 +458,8 @@ static egm_status_t nvlink_transfer_batch(const egm_te_env_t *env, void *state, 
     (void)env;
     /* Pinned host memory is copied by GPU 0's copier (every GPU of the
      * process reaches it and the mapping). */
-    return egm__nvlink_run(state, device == EGM_DEVICE_MAPPED_HOST ? 0 : device, ops, n);
+    return egm__nvlink_run(state, device == EGM_DEVICE_MAPPED_HOST ? 0 : device,
+                           device != EGM_DEVICE_MAPPED_HOST, ops, n);
 }
 
 static void nvlink_prepare(const egm_te_env_t *env, void *state, const egm_segment_desc_t *segment)
@@ -490,6 +504,7 @@ static void nvlink_stats(void *state, egm_te_stats_t *stats_p)
     stats_p->copy_kernel_launches = ns.copier.kernel_launches;
     stats_p->copy_engine_copies = ns.copier.engine_copies;
     stats_p->copy_batch_calls = ns.copier.batch_api_calls;
+    stats_p->copy_bounced_runs = ns.copier.bounced_runs;
     stats_p->copy_groups = ns.copier.groups;
     stats_p->copy_chunks = ns.copier.chunks;
     stats_p->copy_max_group_bytes = ns.copier.max_group_bytes;

@@ -29,9 +29,10 @@ typedef struct {
     /* egm__copier_set_pressure of every copier (0 = no bound) */
     uint64_t copy_max_inflight_bytes;
     uint64_t copy_chunk_bytes;
-    int prewarm_off;         /* egm__nvlink_prewarm does nothing */
-    int prewarm_concurrency; /* 0 = EGM_PREWARM_DEFAULT_CONCURRENCY */
-    const char *auth_token;  /* for fd brokers (borrowed: outlives the nvlink object) */
+    uint64_t copy_bounce_bytes; /* egm__copier_set_bounce of every copier (0 = none) */
+    int prewarm_off;            /* egm__nvlink_prewarm does nothing */
+    int prewarm_concurrency;    /* 0 = EGM_PREWARM_DEFAULT_CONCURRENCY */
+    const char *auth_token;     /* for fd brokers (borrowed: outlives the nvlink object) */
 } egm_nvlink_params_t;
 
 typedef struct {
@@ -51,7 +52,8 @@ void egm__nvlink_destroy(egm_nvlink_t *nvlink);
 /* Moves every op (local memory on `device`, segment VMM) as GPU copies, one
  * copier run for all of them. Sets each op's status; returns the first
  * failure. Offsets were checked against the descriptors by the caller. */
-egm_status_t egm__nvlink_run(egm_nvlink_t *nvlink, int device, egm_te_op_t *const *ops, size_t n);
+egm_status_t egm__nvlink_run(egm_nvlink_t *nvlink, int device, int local_on_gpu,
+                             egm_te_op_t *const *ops, size_t n);
 /* Copy descriptors each run slot holds ready (a 256-key batch of 64 parts). */
 #define EGM_NVLINK_WARM_DESCS 16384
 /* Creates and warms `device`'s copier (stream, events, kernel module,

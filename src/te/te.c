@@ -101,6 +101,7 @@ static egm_status_t cuda_open(egm_te_t *te, const egm_te_params_t *params)
                               .copy_low_priority = params->copy_low_priority,
                               .copy_max_inflight_bytes = params->copy_max_inflight_bytes,
                               .copy_chunk_bytes = params->copy_chunk_bytes,
+                              .copy_bounce_bytes = params->copy_bounce_bytes,
                               .prewarm_off = params->prewarm_off,
                               .prewarm_concurrency = params->prewarm_concurrency,
                               .auth_token = te->auth_token};
@@ -171,6 +172,11 @@ egm_status_t egm__te_create(const egm_te_params_t *params, egm_te_t **te_p)
                               "nvlink_chunk_size: %" PRIu64 " is neither 0 (copies whole) nor at "
                               "least %d bytes",
                               params->copy_chunk_bytes, EGM_TE_CHUNK_MIN);
+    if (params->copy_bounce_bytes > 0 && params->copy_bounce_bytes < EGM_TE_BOUNCE_MIN)
+        return egm__set_error(EGM_ERR_CONFIG,
+                              "nvlink_bounce_buffer: %" PRIu64 " is neither 0 (off) nor at least "
+                              "%llu bytes (two halves of 4 MiB)",
+                              params->copy_bounce_bytes, (unsigned long long)EGM_TE_BOUNCE_MIN);
     egm_te_t *te = egm_calloc(1, sizeof(*te), "te");
     if (te == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "te: out of memory");

@@ -50,6 +50,7 @@ typedef struct {
     /* Pressure of GPU copies (docs/configuration.md): 0 = unbounded. */
     uint64_t copy_max_inflight_bytes; /* nvlink_max_inflight_bytes */
     uint64_t copy_chunk_bytes;        /* nvlink_chunk_size: 0 or >= EGM_TE_CHUNK_MIN */
+    uint64_t copy_bounce_bytes;       /* nvlink_bounce_buffer: 0 = none */
     /* Cluster token (copied; NULL or "" = none): required by this process's
      * tcp data server and fd socket, and presented to other providers'. */
     const char *auth_token;
@@ -62,6 +63,8 @@ typedef struct {
 
 /* Smallest nonzero chunk and in-flight bound: pieces below a page are only overhead. */
 #define EGM_TE_CHUNK_MIN 4096
+/* Smallest nvlink_bounce_buffer: two halves of the smallest bounced chunk (copier.c). */
+#define EGM_TE_BOUNCE_MIN ((uint64_t)8 << 20)
 
 typedef enum { EGM_TE_READ = 0, EGM_TE_WRITE = 1 } egm_te_dir_t;
 
@@ -92,9 +95,10 @@ typedef struct {
     uint64_t nvlink_copies; /* ops moved by GPU copies */
     uint64_t copy_kernel_launches;
     uint64_t copy_engine_copies;
-    uint64_t copy_batch_calls; /* cuMemcpyBatchAsync calls */
-    uint64_t copy_groups;      /* groups issued and waited for (docs/configuration.md) */
-    uint64_t copy_chunks;      /* pieces of copies cut at the chunk size or bound */
+    uint64_t copy_batch_calls;  /* cuMemcpyBatchAsync calls */
+    uint64_t copy_bounced_runs; /* runs through the bounce buffer (nvlink_bounce_buffer) */
+    uint64_t copy_groups;       /* groups issued and waited for (docs/configuration.md) */
+    uint64_t copy_chunks;       /* pieces of copies cut at the chunk size or bound */
     uint64_t copy_max_group_bytes;
     uint64_t copy_run_ns;  /* wall time of GPU copy runs, issue to end, summed over threads */
     uint64_t copy_devices; /* GPUs whose copies are ready (a buffer registered or used) */

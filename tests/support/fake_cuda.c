@@ -1636,6 +1636,30 @@ static egm_cu_result_t fake_cuStreamSynchronize(egm_cu_stream_t stream)
     END;
 }
 
+/* Work runs at submission, so there is nothing to wait for: the arguments are
+ * checked as the driver does (an event of another context is refused). */
+static egm_cu_result_t fake_cuStreamWaitEvent(egm_cu_stream_t stream, egm_cu_event_t event,
+                                              unsigned int flags)
+{
+    BEGIN(cuStreamWaitEvent);
+    struct egm_cu_event_st *e = find_event(event);
+    int device;
+    if (!e) {
+        rc = EGM_CU_ERROR_INVALID_HANDLE;
+        goto out;
+    }
+    if (flags != 0) {
+        rc = EGM_CU_ERROR_INVALID_VALUE;
+        goto out;
+    }
+    rc = stream_device(stream, &device);
+    if (rc != EGM_CU_SUCCESS)
+        goto out;
+    if (device != e->device)
+        rc = EGM_CU_ERROR_INVALID_HANDLE;
+    END;
+}
+
 static egm_cu_result_t fake_cuEventCreate(egm_cu_event_t *event, unsigned int flags)
 {
     BEGIN(cuEventCreate);

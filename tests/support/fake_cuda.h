@@ -84,6 +84,7 @@
     X(cuCtxGetStreamPriorityRange)                                                                 \
     X(cuStreamDestroy)                                                                             \
     X(cuStreamSynchronize)                                                                         \
+    X(cuStreamWaitEvent)                                                                           \
     X(cuEventCreate)                                                                               \
     X(cuEventRecord)                                                                               \
     X(cuEventSynchronize)                                                                          \
@@ -95,7 +96,7 @@
     X(cuModuleGetFunction)                                                                         \
     X(cuLaunchKernel)
 
-#define EGM_FAKE_CUDA_N_FUNCTIONS 48
+#define EGM_FAKE_CUDA_N_FUNCTIONS 49
 
 typedef struct {
     /* live objects (all zero when code under test cleaned up) */

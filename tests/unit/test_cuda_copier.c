@@ -190,9 +190,153 @@ static void gate_hold(void)
     gate.waiting = 0;
 }
 
+/* Deferred streams (armed by a test): kernel launches, copies, event records
+ * and stream waits are queued per stream instead of run at once, and run at
+ * the next synchronize in an order the events allow. later_first picks, among
+ * the streams whose next work may start, the one issued last: work runs as
+ * far ahead of its issue order as the events let it, so a missing wait shows
+ * as wrong bytes. */
+typedef enum { DOP_KERNEL, DOP_COPY, DOP_RECORD, DOP_WAIT } dop_kind_t;
+typedef struct {
+    dop_kind_t kind;
+    egm_cu_stream_t stream;
+    int event;    /* RECORD, WAIT: index in dq.events */
+    unsigned seq; /* RECORD: its number; WAIT: the record it waits for (0: none) */
+    egm_cu_function_t func;
+    unsigned grid, threads;
+    const egm_copy_desc_t *descs;
+    uint32_t count;
+    egm_cu_deviceptr_t dst, src;
+    size_t len;
+    int done;
+} dop_t;
+#define DQ_OPS 8192
+#define DQ_EVENTS 32
+static struct {
+    int on, later_first;
+    dop_t ops[DQ_OPS];
+    size_t n;
+    struct {
+        egm_cu_event_t ev;
+        unsigned issued, completed; /* records issued, records run */
+    } events[DQ_EVENTS];
+    size_t n_events;
+    size_t ran; /* ops run so far (all runs) */
+} dq;
+
+static int dq_event(egm_cu_event_t ev)
+{
+    for (size_t i = 0; i < dq.n_events; i++)
+        if (dq.events[i].ev == ev)
+            return (int)i;
+    assert_true(dq.n_events < DQ_EVENTS);
+    dq.events[dq.n_events].ev = ev;
+    dq.events[dq.n_events].issued = dq.events[dq.n_events].completed = 0;
+    return (int)dq.n_events++;
+}
+
+static void dq_push(dop_t op)
+{
+    assert_true(dq.n < DQ_OPS);
+    dq.ops[dq.n++] = op;
+}
+
+static int dq_ready(const dop_t *op)
+{
+    return op->kind != DOP_WAIT || dq.events[op->event].completed >= op->seq;
+}
+
+/* Runs queued ops (each stream in its order) until `until`'s last record has
+ * run (NULL: all of them); what that record does not wait for stays queued.
+ * A deadlock fails the test. */
+static void dq_run(egm_cu_event_t until)
+{
+    const egm_cuda_api_t *f = egm_fake_cuda_api();
+    int target = until != NULL ? dq_event(until) : -1;
+    unsigned target_seq = target >= 0 ? dq.events[target].issued : 0;
+    for (;;) {
+        if (target >= 0 && dq.events[target].completed >= target_seq)
+            break;
+        /* each stream's first op not done: the earliest op of its stream */
+        long pick = -1;
+        size_t left = 0;
+        for (size_t i = 0; i < dq.n; i++) {
+            if (dq.ops[i].done)
+                continue;
+            left++;
+            int first_of_stream = 1;
+            for (size_t j = 0; j < i && first_of_stream; j++)
+                if (!dq.ops[j].done && dq.ops[j].stream == dq.ops[i].stream)
+                    first_of_stream = 0;
+            if (!first_of_stream || !dq_ready(&dq.ops[i]))
+                continue;
+            if (pick < 0 || dq.later_first)
+                pick = (long)i;
+        }
+        if (left == 0)
+            break;
+        assert_true(pick >= 0); /* work left that nothing can start: a wait never met */
+        dop_t *op = &dq.ops[pick];
+        if (op->kind == DOP_KERNEL) {
+            const egm_copy_desc_t *descs = op->descs;
+            uint32_t count = op->count;
+            void *params[] = {&descs, &count};
+            assert_int_equal(f->cuLaunchKernel(op->func, op->grid, 1, 1, op->threads, 1, 1, 0,
+                                               op->stream, params, NULL),
+                             EGM_CU_SUCCESS);
+        } else if (op->kind == DOP_COPY) {
+            assert_int_equal(f->cuMemcpyAsync(op->dst, op->src, op->len, op->stream),
+                             EGM_CU_SUCCESS);
+        } else if (op->kind == DOP_RECORD) {
+            assert_int_equal(f->cuEventRecord(dq.events[op->event].ev, op->stream), EGM_CU_SUCCESS);
+            dq.events[op->event].completed = op->seq;
+        }
+        op->done = 1;
+        dq.ran++;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < dq.n; i++)
+        if (!dq.ops[i].done)
+            dq.ops[kept++] = dq.ops[i];
+    dq.n = kept;
+}
+
+static egm_cu_result_t rec_cuEventRecord(egm_cu_event_t event, egm_cu_stream_t stream)
+{
+    if (!dq.on)
+        return egm_fake_cuda_api()->cuEventRecord(event, stream);
+    int e = dq_event(event);
+    dq_push(
+        (dop_t){.kind = DOP_RECORD, .stream = stream, .event = e, .seq = ++dq.events[e].issued});
+    return EGM_CU_SUCCESS;
+}
+
+static egm_cu_result_t rec_cuStreamWaitEvent(egm_cu_stream_t stream, egm_cu_event_t event,
+                                             unsigned flags)
+{
+    egm_cu_result_t rc = egm_fake_cuda_api()->cuStreamWaitEvent(stream, event, flags);
+    if (!dq.on || rc != EGM_CU_SUCCESS)
+        return rc;
+    int e = dq_event(event);
+    dq_push((dop_t){.kind = DOP_WAIT, .stream = stream, .event = e, .seq = dq.events[e].issued});
+    return EGM_CU_SUCCESS;
+}
+
+static egm_cu_result_t rec_cuStreamSynchronize(egm_cu_stream_t stream)
+{
+    if (dq.on)
+        dq_run(NULL);
+    return egm_fake_cuda_api()->cuStreamSynchronize(stream);
+}
+
 static egm_cu_result_t rec_cuMemcpyAsync(egm_cu_deviceptr_t dst, egm_cu_deviceptr_t src,
                                          size_t size, egm_cu_stream_t stream)
 {
+    if (dq.on) {
+        dq_push((dop_t){.kind = DOP_COPY, .stream = stream, .dst = dst, .src = src, .len = size});
+        rec_issue(size);
+        return EGM_CU_SUCCESS;
+    }
     egm_cu_result_t rc = egm_fake_cuda_api()->cuMemcpyAsync(dst, src, size, stream);
     if (rc == EGM_CU_SUCCESS)
         rec_issue(size);
@@ -218,6 +362,17 @@ static egm_cu_result_t rec_cuLaunchKernel(egm_cu_function_t func, unsigned gx, u
                                           unsigned shared, egm_cu_stream_t stream, void **params,
                                           void **extra)
 {
+    if (dq.on) {
+        dq_push((dop_t){.kind = DOP_KERNEL,
+                        .stream = stream,
+                        .func = func,
+                        .grid = gx,
+                        .threads = bx,
+                        .descs = *(const egm_copy_desc_t **)params[0],
+                        .count = *(const uint32_t *)params[1]});
+        (void)gy, (void)gz, (void)by, (void)bz, (void)shared, (void)extra;
+        return EGM_CU_SUCCESS;
+    }
     egm_cu_result_t rc = egm_fake_cuda_api()->cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared,
                                                              stream, params, extra);
     if (rc == EGM_CU_SUCCESS) {
@@ -235,6 +390,8 @@ static egm_cu_result_t rec_cuLaunchKernel(egm_cu_function_t func, unsigned gx, u
 
 static egm_cu_result_t rec_cuEventSynchronize(egm_cu_event_t event)
 {
+    if (dq.on)
+        dq_run(event);
     pthread_mutex_lock(&rec_lock);
     if (gate.armed)
         gate_hold();
@@ -1019,6 +1176,144 @@ static void test_bound_failure_stops(void **state)
     bound_batch_cleanup(&t);
 }
 
+/* n blocks of `block` bytes from consecutive places of src scattered into
+ * places of dst (stride 2 * block): a get's shape (the far side contiguous). */
+static egm_copy_desc_t *scatter(const bufs_t *b, size_t n, uint64_t block)
+{
+    egm_copy_desc_t *d = gather(b, n, block, 0);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t far = d[i].dst - b->dst, near = d[i].src - b->src;
+        d[i].src = b->src + far;
+        d[i].dst = b->dst + near;
+    }
+    return d;
+}
+
+/* vLLM's shape (1024 pieces of 32 KiB, 32 MiB a run) through the bounce
+ * buffer both ways, on deferred streams run in issue order and as far ahead
+ * of it as the events allow: every byte lands, each run is one bounced run of
+ * 4 chunks (kernel launches) whose far side goes as one engine copy a chunk. */
+static void test_bounced_runs(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        EGM_SKIP("built without nvcc: no copy kernel (bouncing needs it)");
+    enum { N = 1024 };
+    bufs_t b = bufs_alloc(0, 2 * N * 32 * KIB + 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm__copier_set_bounce(c, 16 * MIB);
+    for (int later_first = 0; later_first < 2; later_first++) {
+        for (int to_host = 1; to_host >= 0; to_host--) {
+            egm_copy_desc_t *d = to_host ? gather(&b, N, 32 * KIB, 0) : scatter(&b, N, 32 * KIB);
+            memset(view(b.dst, b.size), 0, b.size);
+            egm_copier_stats_t before = stats_of(c);
+            egm_fake_cuda_clear_calls();
+            dq.on = 1;
+            dq.later_first = later_first;
+            assert_int_equal(
+                egm__copier_run_sides(c, d, N,
+                                      to_host ? EGM_COPY_DEVICE_TO_HOST : EGM_COPY_HOST_TO_DEVICE),
+                EGM_OK);
+            dq.on = 0;
+            /* the run's wait covered all of its work */
+            size_t left = dq.n;
+            dq_run(NULL);
+            assert_int_equal(left, 0);
+            check_copied(d, N);
+            egm_copier_stats_t after = stats_of(c);
+            assert_int_equal(after.bounced_runs - before.bounced_runs, 1);
+            assert_int_equal(after.kernel_launches - before.kernel_launches, 4);
+            assert_int_equal(after.engine_copies - before.engine_copies, 4);
+            assert_int_equal(after.bytes - before.bytes, N * 32 * KIB);
+            assert_int_equal(egm_fake_cuda_calls("cuMemcpyAsync"), 4);
+            free(d);
+        }
+    }
+    egm__copier_destroy(c);
+    bufs_free(0, &b);
+}
+
+/* What is not bounced: sides unknown, no buffer, too few bytes, a far side
+ * in short spans, pressure bounds. Each still copies every byte. */
+static void test_bounce_only_where_it_pays(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        EGM_SKIP("built without nvcc: no copy kernel");
+    enum { N = 1024 };
+    bufs_t b = bufs_alloc(0, 2 * N * 32 * KIB + 64 * KIB);
+    egm_copier_t *c = copier_new(0, 0);
+    egm_copier_t *off = copier_new(0, 0);
+    egm__copier_set_bounce(c, 16 * MIB);
+    egm_copy_desc_t *d = gather(&b, N, 32 * KIB, 0);
+
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_SIDES_ANY), EGM_OK);
+    assert_int_equal(egm__copier_run(c, d, N), EGM_OK);
+    assert_int_equal(egm__copier_run_sides(off, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    /* 511 pieces: under 16 MiB */
+    assert_int_equal(egm__copier_run_sides(c, d, 511, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    /* the far side in spans of 32 KiB: every other piece */
+    for (size_t i = 0; i < N; i++)
+        d[i].dst = b.dst + 2 * i * 32 * KIB % (b.size - 32 * KIB);
+    memset(view(b.dst, b.size), 0, b.size);
+    assert_int_equal(egm__copier_run_sides(c, d, N / 2, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    check_copied(d, N / 2);
+    assert_int_equal(stats_of(c).bounced_runs, 0);
+    assert_int_equal(stats_of(off).bounced_runs, 0);
+    free(d);
+
+    /* Under a pressure bound runs are never bounced. */
+    d = gather(&b, N, 32 * KIB, 0);
+    egm__copier_set_pressure(c, 8 * MIB, 0);
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    check_copied(d, N);
+    assert_int_equal(stats_of(c).bounced_runs, 0);
+    egm__copier_set_pressure(c, 0, 0);
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    assert_int_equal(stats_of(c).bounced_runs, 1);
+    free(d);
+    egm__copier_destroy(c);
+    egm__copier_destroy(off);
+    bufs_free(0, &b);
+}
+
+/* A bounce buffer the driver cannot allocate: a warning, bouncing off for
+ * that copier, the run through the kernel, nothing left behind. A failure
+ * during a bounced run is the run's error. */
+static void test_bounce_failures(void **state)
+{
+    (void)state;
+    if (!egm__copier_has_kernels())
+        EGM_SKIP("built without nvcc: no copy kernel");
+    enum { N = 1024 };
+    bufs_t b = bufs_alloc(0, 2 * N * 32 * KIB + 64 * KIB);
+    egm_copy_desc_t *d = gather(&b, N, 32 * KIB, 0);
+    egm_copier_t *c = copier_new(0, 0);
+    egm__copier_set_bounce(c, 16 * MIB);
+    egm_fake_cuda_fail("cuMemAlloc", 1, EGM_CU_ERROR_OUT_OF_MEMORY);
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    egm_fake_cuda_clear_failures();
+    check_copied(d, N);
+    assert_int_equal(stats_of(c).bounced_runs, 0);
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    assert_int_equal(stats_of(c).bounced_runs, 0); /* off for good */
+    egm__copier_destroy(c);
+
+    c = copier_new(0, 0);
+    egm__copier_set_bounce(c, 16 * MIB);
+    egm_fake_cuda_fail("cuMemcpyAsync", 2, EGM_FAKE_CU_ERROR_ILLEGAL_ADDRESS);
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_ERR_TRANSFER);
+    assert_non_null(strstr(egm_last_error(), "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS"));
+    egm_fake_cuda_clear_failures();
+    memset(view(b.dst, b.size), 0, b.size);
+    assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    check_copied(d, N);
+    assert_int_equal(stats_of(c).bounced_runs, 1);
+    egm__copier_destroy(c);
+    free(d);
+    bufs_free(0, &b);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1027,6 +1322,9 @@ static int group_setup(void **state)
     rec_api.cuMemcpyBatchAsync = rec_cuMemcpyBatchAsync;
     rec_api.cuLaunchKernel = rec_cuLaunchKernel;
     rec_api.cuEventSynchronize = rec_cuEventSynchronize;
+    rec_api.cuEventRecord = rec_cuEventRecord;
+    rec_api.cuStreamWaitEvent = rec_cuStreamWaitEvent;
+    rec_api.cuStreamSynchronize = rec_cuStreamSynchronize;
     cu = &rec_api;
     egm__cuda_set_api(cu);
     const egm_cuda_api_t *api;
@@ -1055,6 +1353,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bound_with_chunks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunks_keep_the_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bound_failure_stops, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bounced_runs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bounce_only_where_it_pays, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bounce_failures, setup, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }
