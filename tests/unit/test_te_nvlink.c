@@ -1117,6 +1117,75 @@ static void test_pressure_params(void **state)
     gpu_free(g);
 }
 
+/* nvlink_bounce_buffer through the transport: a batch of 32 KiB pieces from
+ * a GPU buffer into an EGM segment, and back, goes through the bounce buffer
+ * (the transport tells the copier which side is GPU memory); a batch that
+ * mixes reads and writes, or comes from pinned host memory, does not. Every
+ * byte is checked. A size below the minimum is refused by name. */
+static void test_bounce_through_transport(void **state)
+{
+    fx_t *fx = *state;
+    enum { N = 640, BLOCK = 32 * 1024 }; /* 20 MiB */
+    size_t c = expose(fx, 24 * MIB, HOST_NUMA, EGM_HANDLE_POSIX_FD);
+    uint64_t g = gpu_alloc(0, 2 * N * BLOCK);
+    egm_test_fill_random(view(g, 2 * N * BLOCK), 2 * N * BLOCK);
+
+    egm__te_destroy(fx->consumer);
+    fx->consumer = NULL;
+    egm_te_params_t params = {.client_id = fx->consumer_id,
+                              .protocol = EGM_PROTOCOL_NVLINK,
+                              .local_hostname = "127.0.0.1",
+                              .data_listen_host = "127.0.0.1",
+                              .io_timeout_ms = 5000,
+                              .registry = fx->registry,
+                              .prewarm_off = 1,
+                              .copy_bounce_bytes = 16 * MIB};
+    assert_int_equal(egm__te_create(&params, &fx->consumer), EGM_OK);
+
+    egm_te_op_t ops[N];
+    for (size_t i = 0; i < N; i++) /* scattered in the GPU, adjacent in the segment */
+        ops[i] = (egm_te_op_t){.segment = &fx->descs[c],
+                               .offset = 4096 + i * BLOCK,
+                               .local = (void *)(uintptr_t)(g + ((i * 7) % N) * 2 * BLOCK),
+                               .length = BLOCK,
+                               .dir = EGM_TE_WRITE};
+    uint64_t bounced = stats(fx->consumer).copy_bounced_runs;
+    assert_int_equal(egm__te_transfer(fx->consumer, ops, N), EGM_OK);
+    for (size_t i = 0; i < N; i++)
+        assert_memory_equal(view(fx->chunks[c].va + ops[i].offset, BLOCK),
+                            view((uint64_t)(uintptr_t)ops[i].local, BLOCK), BLOCK);
+    if (egm__copier_has_kernels())
+        assert_int_equal(stats(fx->consumer).copy_bounced_runs, bounced + 1);
+
+    /* Back into the other slots of the buffer. */
+    for (size_t i = 0; i < N; i++) {
+        ops[i].dir = EGM_TE_READ;
+        ops[i].local = (void *)((uintptr_t)ops[i].local + BLOCK);
+    }
+    assert_int_equal(egm__te_transfer(fx->consumer, ops, N), EGM_OK);
+    for (size_t i = 0; i < N; i++)
+        assert_memory_equal(view((uint64_t)(uintptr_t)ops[i].local, BLOCK),
+                            view(fx->chunks[c].va + ops[i].offset, BLOCK), BLOCK);
+    if (egm__copier_has_kernels())
+        assert_int_equal(stats(fx->consumer).copy_bounced_runs, bounced + 2);
+
+    /* Reads and writes in one batch: the copier is not told the sides. */
+    ops[0].dir = EGM_TE_WRITE;
+    ops[0].local = (void *)(uintptr_t)(g + 2 * BLOCK * (N - 1));
+    assert_int_equal(egm__te_transfer(fx->consumer, ops, N), EGM_OK);
+    assert_memory_equal(view(fx->chunks[c].va + ops[0].offset, BLOCK),
+                        view(g + 2 * BLOCK * (N - 1), BLOCK), BLOCK);
+    assert_int_equal(stats(fx->consumer).copy_bounced_runs,
+                     egm__copier_has_kernels() ? bounced + 2 : bounced);
+
+    egm_te_t *bad = NULL;
+    params.copy_bounce_bytes = 8 * MIB - 1;
+    assert_int_equal(egm__te_create(&params, &bad), EGM_ERR_CONFIG);
+    assert_non_null(strstr(egm_last_error(), "nvlink_bounce_buffer"));
+    assert_null(bad);
+    gpu_free(g);
+}
+
 int main(void)
 {
     egm__cuda_set_api(egm_fake_cuda_api());
@@ -1145,6 +1214,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_gpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pressure_params, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bounce_through_transport, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
