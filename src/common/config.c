@@ -105,7 +105,7 @@ static const egm_config_key_t keys[] = {
         "(-1 = off, 0 = any free port)"),
     INT(rpc_threads, "4", 1, 64, M,
         "master: RPC threads, each with its own event loop; connections are spread over them"),
-    INT(rpc_server_spin_us, "0", 0, 1000, M,
+    INT(rpc_server_spin_us, "0", 0, 20000, M,
         "master: microseconds an RPC thread polls for the next request after one came, before it "
         "sleeps (0 = sleep at once)"),
     STRING(local_hostname, "", "a host name or address", P | C | CAP,

@@ -292,14 +292,14 @@ void egm__reactor_set_spin(egm_reactor_t *r, int spin_us)
     r->spin_us = spin_us > 0 ? spin_us : 0;
 }
 
-/* Up to r->spin_us of polls without sleeping, and no longer than timeout_ms
- * (the next timer; -1: none): the events found, 0 if none. */
-static int spin_wait(egm_reactor_t *r, struct epoll_event *events, int max, int timeout_ms)
+/* Polls without sleeping until spin_until (egm__now_ns), and no longer than
+ * timeout_ms (the next timer; -1: none): the events found, 0 if none. */
+static int spin_wait(egm_reactor_t *r, struct epoll_event *events, int max, int timeout_ms,
+                     uint64_t spin_until)
 {
-    uint64_t spin_ns = (uint64_t)r->spin_us * 1000u;
-    if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000u < spin_ns)
-        spin_ns = (uint64_t)timeout_ms * 1000000u;
-    uint64_t until = egm__now_ns() + spin_ns;
+    uint64_t now = egm__now_ns(), until = spin_until;
+    if (timeout_ms >= 0 && now + (uint64_t)timeout_ms * 1000000u < until)
+        until = now + (uint64_t)timeout_ms * 1000000u;
     int n;
     do {
         n = epoll_wait(r->epfd, events, max, 0);
@@ -310,21 +310,23 @@ static int spin_wait(egm_reactor_t *r, struct epoll_event *events, int max, int 
 egm_status_t egm__reactor_run(egm_reactor_t *r)
 {
     struct epoll_event events[64];
-    int busy = 0; /* the last wakeup had events: spin before sleeping */
+    /* After a wakeup that had events, poll until this time before sleeping;
+     * a timer that falls due meanwhile runs and the polling goes on. */
+    uint64_t spin_until = 0;
     while (!stopping(r)) {
         int timeout = run_timers(r);
         if (stopping(r))
             break;
         int n = 0;
-        if (busy && r->spin_us > 0 && timeout != 0) {
-            n = spin_wait(r, events, 64, timeout);
-            busy = n > 0;
+        if (r->spin_us > 0 && timeout != 0 && egm__now_ns() < spin_until) {
+            n = spin_wait(r, events, 64, timeout, spin_until);
             if (n == 0)
-                continue; /* the timers again (time passed), then a sleep */
+                continue; /* the timers again (time passed), then polling or a sleep */
         } else {
             n = epoll_wait(r->epfd, events, 64, timeout);
-            busy = n > 0;
         }
+        if (n > 0 && r->spin_us > 0)
+            spin_until = egm__now_ns() + (uint64_t)r->spin_us * 1000u;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
