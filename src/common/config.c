@@ -200,7 +200,7 @@ static const egm_config_key_t keys[] = {
     SIZE(nvlink_chunk_size, "0", 0, I64MAX, "0, or 4 KiB and up", C,
          "client: GPU copies longer than this are cut into pieces of at most this size (one "
          "copy-engine call each); 0 = copies whole, else at least 4KiB"),
-    SIZE(nvlink_bounce_buffer, "16MiB", 0, (int64_t)1 << 32, "0, or 8 MiB to 4 GiB", C,
+    SIZE(nvlink_bounce_buffer, "0", 0, (int64_t)1 << 32, "0, or 8 MiB to 4 GiB", C,
          "client: GPU memory (per GPU, allocated on first use) through which a batch of small "
          "pieces between that GPU and an EGM pool goes: the kernel gathers or scatters the pieces "
          "there and the copy engines move long runs to or from the pool; 0 = off"),

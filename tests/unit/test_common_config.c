@@ -80,7 +80,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"prewarm_concurrency", "2"},
         {"nvlink_max_inflight_bytes", "0"},
         {"nvlink_chunk_size", "0"},
-        {"nvlink_bounce_buffer", "16MiB"},
+        {"nvlink_bounce_buffer", "0"},
         {"nvlink_low_priority_stream", "false"},
         {"auth_token", ""},
         {"auth_token_file", ""},
