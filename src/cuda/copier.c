@@ -599,7 +599,7 @@ static uint64_t bounce_half(const egm_copier_t *c, uint64_t total)
  * chunks to overlap, host-side spans long enough for the engines, and its
  * pieces within one descriptor buffer. */
 static int bounce_fits(const egm_copier_t *c, const egm_copy_desc_t *copies, size_t n,
-                       egm_copy_sides_t sides, uint64_t total)
+                       egm_copy_sides_t sides, uint64_t total, uint64_t longest)
 {
     if (sides == EGM_COPY_SIDES_ANY || c->bounce_bytes / 2 < BOUNCE_MIN_CHUNK ||
         total < BOUNCE_MIN_TOTAL || c->max_inflight > 0 || c->chunk > 0)
@@ -617,7 +617,9 @@ static int bounce_fits(const egm_copier_t *c, const egm_copy_desc_t *copies, siz
     if (spans * BOUNCE_MIN_SPAN > total)
         return 0;
     uint64_t half = bounce_half(c, total);
-    return count_pieces(copies, n, piece_size(half)) <= KERNEL_MAX_DESCS;
+    /* a copy with its alignment padding within a half (the kernel's blocks
+     * can be raised past a half: egm__copier_set_kernel_threshold) */
+    return longest + 15 <= half && count_pieces(copies, n, piece_size(half)) <= KERNEL_MAX_DESCS;
 }
 
 /* A bounced run, issued (docs in bounce_plan.h): chunk k in half k % 2. To
@@ -962,7 +964,7 @@ static egm_status_t run(egm_copier_t *c, const egm_copy_desc_t *copies, size_t n
     egm_cu_context_t saved;
     if ((st = enter(c, &saved)) != EGM_OK)
         goto out;
-    if (path == PATH_KERNEL && bounce_fits(c, copies, n, sides, total) && bounce_make(c))
+    if (path == PATH_KERNEL && bounce_fits(c, copies, n, sides, total, longest) && bounce_make(c))
         path = PATH_BOUNCE; /* unbounded, within one descriptor buffer: the branch below */
     if (c->max_inflight == 0 && (cut == 0 || longest <= cut) &&
         (path != PATH_KERNEL || count_pieces(copies, n, piece_size(total)) <= KERNEL_MAX_DESCS)) {

@@ -1272,6 +1272,18 @@ static void test_bounce_only_where_it_pays(void **state)
     assert_int_equal(egm__copier_run_sides(c, d, N, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
     assert_int_equal(stats_of(c).bounced_runs, 1);
     free(d);
+
+    /* Kernel blocks raised past a half (8 MiB here): such a run is not
+     * bounced, and still copies. */
+    egm__copier_set_kernel_threshold(c, 2, 16 * MIB);
+    egm_copy_desc_t big[3];
+    for (size_t i = 0; i < 3; i++)
+        big[i] = (egm_copy_desc_t){
+            .dst = b.dst + i * 8 * MIB, .src = b.src + (2 - i) * 8 * MIB, .len = 8 * MIB - 8};
+    memset(view(b.dst, b.size), 0, b.size);
+    assert_int_equal(egm__copier_run_sides(c, big, 3, EGM_COPY_DEVICE_TO_HOST), EGM_OK);
+    check_copied(big, 3);
+    assert_int_equal(stats_of(c).bounced_runs, 1);
     egm__copier_destroy(c);
     egm__copier_destroy(off);
     bufs_free(0, &b);
