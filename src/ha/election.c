@@ -156,6 +156,13 @@ static void renew(egm_election_t *e)
     uint64_t sent = egm__now_ms();
     int64_t ttl;
     egm_status_t s = egm__etcd_lease_keepalive(e->etcd, e->lease, &ttl);
+    if (s == EGM_OK && egm__now_ms() >= atomic_load(&e->leading_until)) {
+        /* Answered only after the fence passed (etcd stalled): this leader has
+         * already stopped serving, and does not come back at the same epoch. */
+        egm__etcd_lease_revoke(e->etcd, e->lease);
+        stop_leading(e, "the lease was renewed only after its fence had passed");
+        return;
+    }
     if (s == EGM_OK) {
         egm_etcd_kv_t kv;
         s = egm__etcd_get(e->etcd, e->key, &kv, NULL);
