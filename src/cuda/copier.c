@@ -88,7 +88,7 @@ struct egm_copier {
     egm_cu_event_t event;
     egm_cu_module_t module;
     egm_cu_function_t kernel; /* NULL: no kernel on this device */
-    int low_priority;         /* its streams at the least priority */
+    int priority;             /* of its streams (the least when made low_priority) */
 
     pthread_mutex_t lock; /* one issue at a time; guards everything below */
     pthread_cond_t slot_free;
@@ -196,7 +196,6 @@ egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **cop
         return egm__set_error(EGM_ERR_NO_MEMORY, "copier: out of memory");
     c->api = api;
     c->device = device;
-    c->low_priority = low_priority;
     c->min_blocks = DEFAULT_MIN_BLOCKS;
     c->max_block = DEFAULT_MAX_BLOCK;
 
@@ -215,6 +214,7 @@ egm_status_t egm__copier_create(int device, int low_priority, egm_copier_t **cop
             goto err_restore;
         priority = least;
     }
+    c->priority = priority;
     rc = api->cuStreamCreateWithPriority(&c->stream, EGM_CU_STREAM_NON_BLOCKING, priority);
     if ((st = egm__cuda_check(rc, "cuStreamCreateWithPriority")) != EGM_OK)
         goto err_restore;
@@ -247,14 +247,26 @@ err_free:
     return st;
 }
 
+#define BOUNCE_EVENTS 5
+
+/* The bounced runs' events, for making and freeing them together. */
+static void bounce_events(egm_copier_t *c, egm_cu_event_t *events[BOUNCE_EVENTS])
+{
+    events[0] = &c->bounce_start;
+    events[1] = &c->filled[0];
+    events[2] = &c->filled[1];
+    events[3] = &c->drained[0];
+    events[4] = &c->drained[1];
+}
+
 /* What bounce_make made (in the copier's context, entered by the caller). */
 static void bounce_free(egm_copier_t *c)
 {
     const egm_cuda_api_t *api = c->api;
     egm_cu_result_t rc;
-    egm_cu_event_t *events[] = {&c->bounce_start, &c->filled[0], &c->filled[1], &c->drained[0],
-                                &c->drained[1]};
-    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+    egm_cu_event_t *events[BOUNCE_EVENTS];
+    bounce_events(c, events);
+    for (size_t i = 0; i < BOUNCE_EVENTS; i++) {
         if (*events[i] != NULL && (rc = api->cuEventDestroy(*events[i])) != EGM_CU_SUCCESS)
             egm_warn("copier: cuEventDestroy: %s", egm__cuda_error_name(rc));
         *events[i] = NULL;
@@ -276,28 +288,20 @@ static int bounce_make(egm_copier_t *c)
     const egm_cuda_api_t *api = c->api;
     if (c->bounce != 0)
         return 1;
-    int priority = 0;
     egm_status_t st =
         egm__cuda_check(api->cuMemAlloc(&c->bounce, c->bounce_bytes), "cuMemAlloc(bounce buffer)");
     if (st != EGM_OK)
         c->bounce = 0;
     if (st == EGM_OK) {
-        int least = 0, greatest = 0;
-        if (c->low_priority &&
-            (st = egm__cuda_check(api->cuCtxGetStreamPriorityRange(&least, &greatest),
-                                  "cuCtxGetStreamPriorityRange")) == EGM_OK)
-            priority = least;
-    }
-    if (st == EGM_OK) {
-        st = egm__cuda_check(
-            api->cuStreamCreateWithPriority(&c->far_stream, EGM_CU_STREAM_NON_BLOCKING, priority),
-            "cuStreamCreateWithPriority");
+        st = egm__cuda_check(api->cuStreamCreateWithPriority(
+                                 &c->far_stream, EGM_CU_STREAM_NON_BLOCKING, c->priority),
+                             "cuStreamCreateWithPriority");
         if (st != EGM_OK)
             c->far_stream = NULL;
     }
-    egm_cu_event_t *events[] = {&c->bounce_start, &c->filled[0], &c->filled[1], &c->drained[0],
-                                &c->drained[1]};
-    for (size_t i = 0; st == EGM_OK && i < sizeof(events) / sizeof(events[0]); i++) {
+    egm_cu_event_t *events[BOUNCE_EVENTS];
+    bounce_events(c, events);
+    for (size_t i = 0; st == EGM_OK && i < BOUNCE_EVENTS; i++) {
         st = egm__cuda_check(api->cuEventCreate(events[i], EGM_CU_EVENT_DISABLE_TIMING),
                              "cuEventCreate");
         if (st != EGM_OK)

@@ -191,6 +191,7 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, int local_on_gpu,
     size_t m = 0;
     /* Consecutive ops of one segment (the parts of an object) share the
      * reference the first of them took: maps[i] NULL for the others. */
+    size_t reads = 0; /* among the copies: for the copier's sides */
     const egm_segment_desc_t *held_segment = NULL;
     egm_mapping_t *held = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -216,6 +217,7 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, int local_on_gpu,
             }
             continue;
         }
+        reads += op->dir == EGM_TE_READ;
         uint64_t remote = egm__mapping_va(held) + op->offset;
         uint64_t local = (uint64_t)(uintptr_t)op->local;
         copies[m++] = op->dir == EGM_TE_READ
@@ -226,9 +228,6 @@ egm_status_t egm__nvlink_run(egm_nvlink_t *nv, int device, int local_on_gpu,
     if (m > 0) {
         /* The remote side is a pool mapping: host memory for an EGM pool (a
          * pool in GPU memory bounces correctly, for no gain). */
-        size_t reads = 0;
-        for (size_t i = 0; i < n; i++)
-            reads += ops[i]->status == EGM_OK && ops[i]->dir == EGM_TE_READ;
         egm_copy_sides_t sides = !local_on_gpu ? EGM_COPY_SIDES_ANY
                                  : reads == m  ? EGM_COPY_HOST_TO_DEVICE
                                  : reads == 0  ? EGM_COPY_DEVICE_TO_HOST
