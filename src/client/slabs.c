@@ -402,6 +402,12 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         s->inflight++;
         status[i] = EGM_OK;
     }
+    /* A slab with fewer extents than replicas asked (too few providers had
+     * room when it was placed) serves only the call that got it, as a
+     * PutStart's placement would: the next call asks again, so that its
+     * objects get every replica once the providers are back. */
+    if (granted_here != NULL && granted_here->n_extents < replica_num)
+        retire_once(w, granted_here);
     pthread_mutex_unlock(&w->lock);
 }
 

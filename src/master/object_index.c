@@ -1395,14 +1395,25 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
 /* ---- client-side allocation: slabs and commits ------------------------------ */
 
 /* With `space` locked (and every shard when evict_ok). */
+/* With `space` locked (and every shard when evict_ok). A placement with
+ * fewer replicas than asked at probe->size, when min_size (rounded) is
+ * smaller, is tried again at min_size: a provider with room for what the
+ * call needs but not for a whole slab then still holds a replica. */
 static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *probe,
                                       egm_id_t client, const egm_put_config_t *config,
-                                      uint64_t now_ms, int evict_ok, egm_slab_view_t *view_p)
+                                      uint64_t min_size, uint64_t now_ms, int evict_ok,
+                                      egm_slab_view_t *view_p)
 {
     egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX];
     probe->n_replicas = probe->n_live = 0; /* a retry places afresh */
     egm_status_t status = place_locked(index, probe, config, now_ms, evict_ok);
 
+    if (status == EGM_OK && probe->n_replicas < config->replica_num && probe->size > min_size) {
+        release_replicas(probe);
+        probe->n_replicas = probe->n_live = 0;
+        probe->size = min_size;
+        status = place_locked(index, probe, config, now_ms, evict_ok);
+    }
     if (status != EGM_OK)
         return status;
     /* The placed replicas become the slab's extents: allocated, in no
@@ -1472,18 +1483,18 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
     uint64_t cap = slab_cap(index, min_rounded);
     /* want 0: size overflowed when rounded (more than anything can hold). */
     probe->size = want == 0 || want > cap ? cap : want < min_rounded ? min_rounded : want;
-    status = slab_grant_locked(index, probe, client, config, now_ms, 0, view_p);
+    status = slab_grant_locked(index, probe, client, config, min_rounded, now_ms, 0, view_p);
     if (status != EGM_OK && probe->size > min_rounded) {
         /* No room for all it wanted without evicting: only what it needs now,
          * as a PutStart of that object would get it. */
         probe->size = min_rounded;
-        status = slab_grant_locked(index, probe, client, config, now_ms, 0, view_p);
+        status = slab_grant_locked(index, probe, client, config, min_rounded, now_ms, 0, view_p);
     }
     space_unlock(index);
     if (status == NEEDS_EVICTION) {
         lock_all(index);
         space_lock(index);
-        status = slab_grant_locked(index, probe, client, config, now_ms, 1, view_p);
+        status = slab_grant_locked(index, probe, client, config, min_rounded, now_ms, 1, view_p);
         space_unlock(index);
         unlock_all(index);
     }

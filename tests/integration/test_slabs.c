@@ -11,7 +11,10 @@
  *     master), its next puts get a new slab, and every byte read back is the
  *     right one.
  *   - A batch into a full pool gets one slab for the whole call, evicting for
- *     it, not one object's room per SlabGrant. */
+ *     it, not one object's room per SlabGrant.
+ *   - A slab placed with fewer replicas than asked (one provider for
+ *     replica_num 2) serves only the call that got it: once a second provider
+ *     is up, the next put has both replicas. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -23,8 +26,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "client/inspect.h"
 #include "common/clock.h"
 #include "common/process.h"
+#include "rpc/client.h"
+#include "rpc/proto_util.h"
 #include "support/cluster.h"
 #include "support/model.h"
 #include "support/testutil.h"
@@ -267,6 +273,60 @@ static void test_full_pool_one_grant_per_call(void **state)
     egm_client_destroy(filler);
 }
 
+/* How many replicas the master lists for key (StatKey: no lease). */
+static size_t replicas_of(egm_client_t *client, const char *key)
+{
+    Egm__StatKeyReply *reply = NULL;
+    assert_int_equal(egm__client_stat(client, key, &reply), EGM_OK);
+    assert_int_equal(reply->status, EGM_OK);
+    size_t n = reply->n_replicas;
+    egm__rpc_msg_free(&reply->base);
+    return n;
+}
+
+/* replica_num 2 with one provider: each put gets the one replica there is
+ * (as Mooncake's does), and asks the master again, so that when a second
+ * provider comes the next put gets both. A short slab kept for later calls
+ * would give every object of its size one copy (found by test_ha_chaos). */
+static void test_short_slab_serves_one_call(void **state)
+{
+    (void)state;
+    enum { SHORT = 3 };
+    char key[32];
+    const char *pairs[] = {"replica_num=2", NULL};
+    egm_client_t *writer = egm_test_client(&cluster, "shm", pairs);
+    egm_client_t *reader = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(writer);
+    assert_non_null(reader);
+    long long grants = rpcs("SlabGrant");
+    for (unsigned i = 0; i < SHORT; i++) {
+        snprintf(key, sizeof(key), "short/%u", i);
+        put_key(writer, key, i);
+        assert_int_equal(replicas_of(reader, key), 1);
+    }
+    assert_int_equal(rpcs("SlabGrant") - grants, SHORT);
+    wait_metric("egm_master_slabs", 0); /* each returned after its call */
+
+    assert_true(egm_test_start_provider(&cluster, "16MiB", NULL) >= 0);
+    grants = rpcs("SlabGrant");
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "full/%u", i);
+        put_key(writer, key, 100 + i);
+        assert_int_equal(replicas_of(reader, key), 2);
+    }
+    assert_int_equal(rpcs("SlabGrant") - grants, 1); /* a full slab is kept */
+    for (unsigned i = 0; i < SHORT; i++) {
+        snprintf(key, sizeof(key), "short/%u", i);
+        assert_int_equal(get_key(reader, key, i), EGM_OK);
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "full/%u", i);
+        assert_int_equal(get_key(reader, key, 100 + i), EGM_OK);
+    }
+    egm_client_destroy(writer);
+    egm_client_destroy(reader);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +334,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_killed_writer_slab_returns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_restart_drops_slabs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_pool_one_grant_per_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_short_slab_serves_one_call, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

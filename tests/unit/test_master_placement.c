@@ -293,6 +293,31 @@ static void test_slab_extents_distinct_providers(void **state)
     }
 }
 
+/* A provider with room for what the call needs but not for a whole slab:
+ * the slab is placed at the call's size, with both replicas, rather than at
+ * the slab's size with one. */
+static void test_short_slab_placed_smaller(void **state)
+{
+    (void)state;
+    mount_provider(egm__id_random(), "big", "host-a", 1, 4 << 20, NULL);
+    mount_provider(egm__id_random(), "small", "host-a", 1, 64 << 10, NULL);
+    egm_put_config_t cfg = {.replica_num = 2};
+    egm_slab_view_t slab;
+    assert_int_equal(egm__objects_slab_grant(st.objects, writer, 1 << 20, 16 << 10, &cfg, 0, &slab),
+                     EGM_OK);
+    assert_int_equal(slab.n_extents, 2);
+    assert_int_equal(slab.size, 16 << 10);
+    assert_false(
+        egm__id_equal(slab.extents[0].segment->desc.owner, slab.extents[1].segment->desc.owner));
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
+    /* With every provider short of even that, a short slab of the size asked. */
+    assert_int_equal(
+        egm__objects_slab_grant(st.objects, writer, 1 << 20, 128 << 10, &cfg, 0, &slab), EGM_OK);
+    assert_int_equal(slab.n_extents, 1);
+    assert_int_equal(slab.size, 128 << 10);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
+}
+
 static egm_segment_t *held_seg;
 
 static int accept_any(void *arg, egm_segment_t *seg)
@@ -516,6 +541,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_host_full_falls_back_to_provider, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fewer_providers_than_replicas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slab_extents_distinct_providers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_short_slab_placed_smaller, setup, teardown),
         cmocka_unit_test_setup_teardown(test_choose_excluding, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disconnected_provider, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_within_grace, setup, teardown),
