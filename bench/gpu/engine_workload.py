@@ -385,6 +385,10 @@ def serve(w, role, req):
         res["first_single"] = run_case(w, op, "first-single", 1, 4, 0)
         res["warm_multi"] = run_case(w, op, "first", 16, 1, 1)
         res["warm_single"] = run_case(w, op, "first-single", 1, 4, 4)
+        # A warm call after the process sat idle for a second, as the first calls do while
+        # the harness starts the other process: what idling alone costs (wake-ups, caches).
+        time.sleep(1.0)
+        res["idle_single"] = run_case(w, op, "first-single", 1, 1, 8)
         return res
     if not w.started:
         w.start()
@@ -521,7 +525,7 @@ def main(argv=None):
                 wres, rres = writer.ask({"what": "first"}), reader.ask({"what": "first"})
                 doc["first"] = {"writer": wres, "reader": rres}
                 for side in (wres, rres):
-                    for k in ("first_multi", "first_single", "warm_multi", "warm_single"):
+                    for k in ("first_multi", "first_single", "warm_multi", "warm_single", "idle_single"):
                         if k in side:
                             summarize(side[k], None)
                 continue
@@ -612,6 +616,12 @@ def render(doc):
                          f"16 x 2 MiB multi-buffer first {fm['seconds'][0] * 1e3:.1f} ms vs warm {wm['seconds'][0] * 1e3:.1f} ms; "
                          f"single 2 MiB first {fs['seconds'][0] * 1e3:.2f} ms (max {max(fs['seconds']) * 1e3:.2f}) vs warm "
                          f"{statistics.median(ws['seconds']) * 1e3:.2f} ms; correct {fm['correct'] and fs['correct']}")
+            idle = res.get("idle_single")
+            if idle:
+                lines.append(f"first calls, {side}: single 2 MiB rpc ms: first {fs['per_call_phases'][0]['rpc'] * 1e3:.3f}, "
+                             f"warm {statistics.median(p['rpc'] for p in ws['per_call_phases']) * 1e3:.3f}; "
+                             f"a warm call after 1 s idle {idle['seconds'][0] * 1e3:.2f} ms "
+                             f"(rpc {idle['per_call_phases'][0]['rpc'] * 1e3:.3f}); correct {idle['correct']}")
     return "\n".join(lines)
 
 

@@ -46,6 +46,9 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
     if (status != EGM_OK)
         goto err_free;
     const egm_settings_t *settings = egm__config_settings(config);
+    /* The log is the process's: a client sets its level only when told to. */
+    if (egm__config_is_set(config, "log_level"))
+        egm__log_set_level(settings->log_level);
     client->rpc_timeout_ms = (int)settings->rpc_timeout_ms;
     client->replica_num = (uint32_t)settings->replica_num;
 

@@ -17,6 +17,9 @@ typedef struct {
     int run_behind;
     int fetched;  /* its ahead call has returned (under lock) */
     int released; /* the caller is done with it (under lock) */
+    /* When each step began and ended (egm__now_ns), for the trace log: the
+     * ahead call, the caller's wait for it, its release, the behind step. */
+    uint64_t ahead_ns[2], wait_ns[2], release_ns, behind_ns[2];
 } chunk_t;
 
 typedef struct {
@@ -27,6 +30,8 @@ typedef struct {
 } ahead_t;
 
 struct egm_pipeline {
+    const char *what; /* "put" or "get", for the trace log */
+    uint64_t start_ns;
     size_t n_chunks;
     egm_pipeline_ahead_fn ahead;
     egm_pipeline_behind_fn behind;
@@ -43,7 +48,9 @@ static void run_ahead(egm_pipeline_t *p, size_t k)
 {
     chunk_t *c = &p->chunks[k];
     c->started_ms = egm__now_ms();
+    c->ahead_ns[0] = egm__now_ns();
     c->status = p->ahead(p->arg, k, &c->reply);
+    c->ahead_ns[1] = egm__now_ns();
     if (c->status != EGM_OK)
         snprintf(c->error, sizeof(c->error), "%s", egm_last_error());
 }
@@ -62,6 +69,14 @@ static void *ahead_main(void *arg)
     return NULL;
 }
 
+static void behind_step(egm_pipeline_t *p, size_t k)
+{
+    chunk_t *c = &p->chunks[k];
+    c->behind_ns[0] = egm__now_ns();
+    p->behind(p->arg, k, c->behind_reply);
+    c->behind_ns[1] = egm__now_ns();
+}
+
 static void *behind_main(void *arg)
 {
     egm_pipeline_t *p = arg;
@@ -71,12 +86,12 @@ static void *behind_main(void *arg)
             pthread_cond_wait(&p->cond, &p->lock);
         pthread_mutex_unlock(&p->lock);
         if (p->chunks[k].run_behind)
-            p->behind(p->arg, k, p->chunks[k].behind_reply);
+            behind_step(p, k);
     }
     return NULL;
 }
 
-egm_status_t egm__pipeline_start(size_t n_chunks, egm_pipeline_ahead_fn ahead,
+egm_status_t egm__pipeline_start(const char *what, size_t n_chunks, egm_pipeline_ahead_fn ahead,
                                  egm_pipeline_behind_fn behind, void *arg, egm_pipeline_t **p_out)
 {
     egm_pipeline_t *p = egm_calloc(1, sizeof(*p), "client.pipeline");
@@ -89,6 +104,8 @@ egm_status_t egm__pipeline_start(size_t n_chunks, egm_pipeline_ahead_fn ahead,
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a %zu-chunk pipeline",
                               n_chunks);
     }
+    p->what = what;
+    p->start_ns = egm__now_ns();
     p->n_chunks = n_chunks;
     p->ahead = ahead;
     p->behind = behind;
@@ -116,6 +133,7 @@ egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p, uin
 {
     chunk_t *c = &p->chunks[k];
 
+    c->wait_ns[0] = egm__now_ns();
     if (p->aheads[k % EGM_PIPELINE_DEPTH].running) {
         pthread_mutex_lock(&p->lock);
         while (!c->fetched)
@@ -124,6 +142,7 @@ egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p, uin
     } else {
         run_ahead(p, k);
     }
+    c->wait_ns[1] = egm__now_ns();
     *reply_p = c->reply;
     c->reply = NULL;
     if (started_ms_p != NULL)
@@ -137,16 +156,39 @@ void egm__pipeline_release(egm_pipeline_t *p, size_t k, void *reply, int run_beh
 {
     chunk_t *c = &p->chunks[k];
 
+    c->release_ns = egm__now_ns();
     c->run_behind = run_behind && p->behind != NULL;
     c->behind_reply = reply;
     if (c->run_behind && !p->behind_running) {
-        p->behind(p->arg, k, reply);
+        behind_step(p, k);
         c->run_behind = 0;
     }
     pthread_mutex_lock(&p->lock);
     c->released = 1;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
+}
+
+/* Microseconds from the pipeline's start to t (0: the step did not run). */
+static long since_us(const egm_pipeline_t *p, uint64_t t)
+{
+    return t == 0 ? -1 : (long)((t - p->start_ns) / 1000);
+}
+
+/* At trace level, one line per chunk: when each of its steps began and ended,
+ * in microseconds from the pipeline's start (-1: not run). */
+static void trace_chunks(const egm_pipeline_t *p)
+{
+    uint64_t end = egm__now_ns();
+    for (size_t k = 0; k < p->n_chunks; k++) {
+        const chunk_t *c = &p->chunks[k];
+        egm_trace("pipeline %s chunk %zu/%zu (us from start): ahead %ld-%ld, waited %ld-%ld, "
+                  "released %ld, behind %ld-%ld; finished %ld",
+                  p->what, k, p->n_chunks, since_us(p, c->ahead_ns[0]), since_us(p, c->ahead_ns[1]),
+                  since_us(p, c->wait_ns[0]), since_us(p, c->wait_ns[1]),
+                  since_us(p, c->release_ns), since_us(p, c->behind_ns[0]),
+                  since_us(p, c->behind_ns[1]), since_us(p, end));
+    }
 }
 
 void egm__pipeline_finish(egm_pipeline_t *p)
@@ -158,6 +200,8 @@ void egm__pipeline_finish(egm_pipeline_t *p)
             pthread_join(p->aheads[t].thread, NULL);
     if (p->behind_running)
         pthread_join(p->behind_thread, NULL);
+    if (egm__log_level >= EGM_LOG_TRACE)
+        trace_chunks(p);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
     egm_free(p->chunks);

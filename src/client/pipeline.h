@@ -43,8 +43,10 @@ typedef void (*egm_pipeline_behind_fn)(void *arg, size_t k, void *reply);
 
 typedef struct egm_pipeline egm_pipeline_t;
 
-/* behind may be NULL. */
-egm_status_t egm__pipeline_start(size_t n_chunks, egm_pipeline_ahead_fn ahead,
+/* behind may be NULL. `what` ("put", "get": a static string) names the
+ * pipeline in the trace log, where egm__pipeline_finish writes one line per
+ * chunk with when its steps ran (docs/benchmarks.md). */
+egm_status_t egm__pipeline_start(const char *what, size_t n_chunks, egm_pipeline_ahead_fn ahead,
                                  egm_pipeline_behind_fn behind, void *arg, egm_pipeline_t **p_out);
 /* Waits for chunk k's ahead call; returns its status (with its error detail
  * set on this thread), its reply and when the call started. */

@@ -518,7 +518,7 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_way_t *way,
                          .key_status = key_status};
     size_t n_chunks = chunks->n_chunks;
     egm_pipeline_t *p;
-    egm_status_t status = egm__pipeline_start(n_chunks, put_ahead, put_behind, &pp, &p);
+    egm_status_t status = egm__pipeline_start("put", n_chunks, put_ahead, put_behind, &pp, &p);
 
     if (status != EGM_OK)
         return status;

@@ -5,7 +5,8 @@
  * master) in the middle of later chunks; the scatter-gather forms likewise, and
  * a batch of few keys with many parts each (vLLM's shape), which the pipeline
  * cuts by parts: the master sees one PutStart, PutEnd and GetReplicaList per
- * chunk. */
+ * chunk. A client's log_level, when set, is the process's log level (the
+ * pipeline's trace lines are read at trace level). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 #include "client/pipeline.h"
 #include "common/alloc.h"
+#include "common/log.h"
 #include "common/process.h"
 #include "support/cluster.h"
 #include "support/model.h"
@@ -287,6 +289,29 @@ static void test_pipelined_by_parts_master_placed(void **state)
     pipelined_by_parts("slab_bytes=0");
 }
 
+/* log_level set in a client's configuration is the process's level; a
+ * client without the key leaves the level as it is. */
+static void test_client_log_level(void **state)
+{
+    (void)state;
+    int before = egm__log_level;
+    const char *warn[] = {"log_level=warn", NULL};
+    const char *trace[] = {"log_level=trace", NULL};
+    egm_client_t *a = egm_test_client(&cluster, "shm", warn);
+    assert_non_null(a);
+    assert_int_equal(egm__log_level, EGM_LOG_WARN);
+    egm_client_t *b = egm_test_client(&cluster, "shm", NULL);
+    assert_non_null(b);
+    assert_int_equal(egm__log_level, EGM_LOG_WARN);
+    egm_client_t *c = egm_test_client(&cluster, "shm", trace);
+    assert_non_null(c);
+    assert_int_equal(egm__log_level, EGM_LOG_TRACE);
+    egm_client_destroy(c);
+    egm_client_destroy(b);
+    egm_client_destroy(a);
+    egm__log_set_level((egm_log_level_t)before);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_pipelined_parts),
         cmocka_unit_test(test_pipelined_by_parts_client_placed),
         cmocka_unit_test(test_pipelined_by_parts_master_placed),
+        cmocka_unit_test(test_client_log_level),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,7 +3,8 @@
  * keys weighed by their parts;
  * with EGM_PIPELINE_DEPTH ahead threads every chunk's ahead call runs once,
  * the caller gets each chunk's own reply and error detail, and the behind
- * step sees the chunks in order. */
+ * step sees the chunks in order; at trace level the pipeline logs one line per
+ * chunk with its steps' times, in the order they ran. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include "client/pipeline.h"
 #include "common/alloc.h"
@@ -153,7 +155,8 @@ static void test_depth_every_chunk_once_in_order(void **state)
     egm_pipeline_t *p;
 
     memset(&pr, 0, sizeof(pr));
-    assert_int_equal(egm__pipeline_start(N_CHUNKS, probe_ahead, probe_behind, &pr, &p), EGM_OK);
+    assert_int_equal(egm__pipeline_start("test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
+                     EGM_OK);
     for (size_t k = 0; k < N_CHUNKS; k++) {
         void *reply = NULL;
         uint64_t started_ms = 0;
@@ -193,7 +196,8 @@ static void test_release_out_of_order(void **state)
     void *replies[N_CHUNKS];
 
     memset(&pr, 0, sizeof(pr));
-    assert_int_equal(egm__pipeline_start(N_CHUNKS, probe_ahead, probe_behind, &pr, &p), EGM_OK);
+    assert_int_equal(egm__pipeline_start("test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
+                     EGM_OK);
     for (size_t k = 0; k < N_CHUNKS; k++) {
         replies[k] = NULL;
         egm_status_t st = egm__pipeline_wait(p, k, &replies[k], NULL);
@@ -248,7 +252,7 @@ static void test_fewer_chunks_than_depth(void **state)
     void *reply = NULL;
 
     memset(&pr, 0, sizeof(pr));
-    assert_int_equal(egm__pipeline_start(1, probe_ahead, NULL, &pr, &p), EGM_OK);
+    assert_int_equal(egm__pipeline_start("test", 1, probe_ahead, NULL, &pr, &p), EGM_OK);
     assert_int_equal(egm__pipeline_wait(p, 0, &reply, NULL), EGM_OK);
     assert_int_equal(*(size_t *)reply, 0);
     egm_free(reply);
@@ -256,6 +260,65 @@ static void test_fewer_chunks_than_depth(void **state)
     egm__pipeline_finish(p);
     assert_int_equal(atomic_load(&pr.ahead_calls[0]), 1);
     assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* At trace level egm__pipeline_finish logs one line per chunk (stderr, caught
+ * in a file here): the ahead call, the caller's wait, the release and the
+ * behind step, each in the order a chunk goes through them; nothing at info. */
+static void test_trace_lines(void **state)
+{
+    (void)state;
+    static probe_t pr;
+    char path[] = "/tmp/egm-pipeline-trace-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    for (int level = EGM_LOG_INFO; level <= EGM_LOG_TRACE; level += EGM_LOG_TRACE - EGM_LOG_INFO) {
+        egm_pipeline_t *p;
+        memset(&pr, 0, sizeof(pr));
+        assert_int_equal(ftruncate(fd, 0), 0);
+        assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+        assert_true(dup2(fd, STDERR_FILENO) >= 0);
+        egm__log_set_level((egm_log_level_t)level);
+        assert_int_equal(egm__pipeline_start("test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
+                         EGM_OK);
+        for (size_t k = 0; k < N_CHUNKS; k++) {
+            void *reply = NULL;
+            egm_status_t st = egm__pipeline_wait(p, k, &reply, NULL);
+            egm__pipeline_release(p, k, st == EGM_OK ? reply : NULL, st == EGM_OK);
+        }
+        egm__pipeline_finish(p);
+        egm__log_set_level(EGM_LOG_ERROR);
+        assert_true(dup2(saved, STDERR_FILENO) >= 0);
+
+        static char text[16384];
+        ssize_t len = pread(fd, text, sizeof(text) - 1, 0);
+        assert_true(len >= 0);
+        text[len] = '\0';
+        size_t lines = 0;
+        for (const char *at = text; (at = strstr(at, "pipeline test chunk ")) != NULL; at++) {
+            size_t k, n;
+            long a0, a1, w0, w1, rel, b0, b1, fin;
+            assert_int_equal(sscanf(at,
+                                    "pipeline test chunk %zu/%zu (us from start): ahead %ld-%ld, "
+                                    "waited %ld-%ld, released %ld, behind %ld-%ld; finished %ld",
+                                    &k, &n, &a0, &a1, &w0, &w1, &rel, &b0, &b1, &fin),
+                             10);
+            assert_int_equal(k, lines);
+            assert_int_equal(n, N_CHUNKS);
+            assert_true(0 <= a0 && a0 <= a1 && a1 <= w1 && w0 <= w1 && w1 <= rel && rel <= fin);
+            if (k == FAIL_CHUNK) /* released without a reply: no behind step */
+                assert_true(b0 == -1 && b1 == -1);
+            else
+                assert_true(rel <= b0 && b0 <= b1 && b1 <= fin);
+            lines++;
+        }
+        assert_int_equal(lines, level == EGM_LOG_TRACE ? N_CHUNKS : 0);
+    }
+    close(saved);
+    close(fd);
 }
 
 int main(void)
@@ -266,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_release_out_of_order),
         cmocka_unit_test(test_copy_workers),
         cmocka_unit_test(test_fewer_chunks_than_depth),
+        cmocka_unit_test(test_trace_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
