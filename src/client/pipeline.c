@@ -200,7 +200,7 @@ void egm__pipeline_finish(egm_pipeline_t *p)
             pthread_join(p->aheads[t].thread, NULL);
     if (p->behind_running)
         pthread_join(p->behind_thread, NULL);
-    if (egm__log_level >= EGM_LOG_TRACE)
+    if (egm__log_enabled(EGM_LOG_TRACE))
         trace_chunks(p);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);

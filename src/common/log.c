@@ -10,7 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-int egm__log_level = EGM_LOG_INFO;
+_Atomic int egm__log_level = EGM_LOG_INFO;
 static char component[32] = "egmstore";
 static _Thread_local char last_error[1024];
 
@@ -18,7 +18,7 @@ static const char level_letters[] = "EWIDT";
 
 void egm__log_set_level(egm_log_level_t level)
 {
-    egm__log_level = (int)level;
+    atomic_store_explicit(&egm__log_level, (int)level, memory_order_relaxed);
 }
 
 void egm__log_set_component(const char *name)

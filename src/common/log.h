@@ -3,6 +3,7 @@
 #ifndef EGM_COMMON_LOG_H
 #define EGM_COMMON_LOG_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <egmstore/status.h>
 
@@ -14,7 +15,15 @@ typedef enum {
     EGM_LOG_TRACE = 4,
 } egm_log_level_t;
 
-extern int egm__log_level; /* current level; read without locking */
+/* The current level: any thread may set it (a library client whose
+ * configuration names one) while others log. */
+extern _Atomic int egm__log_level;
+
+/* Whether lines of `lvl` are written now. */
+static inline int egm__log_enabled(egm_log_level_t lvl)
+{
+    return (int)lvl <= atomic_load_explicit(&egm__log_level, memory_order_relaxed);
+}
 
 void egm__log_set_level(egm_log_level_t level);
 /* Component name printed on every line (e.g. "master"); copied. */
@@ -27,7 +36,7 @@ int egm__log_ratelimit(uint64_t *state, unsigned per_sec);
 
 #define EGM_LOG(lvl, ...)                                                                          \
     do {                                                                                           \
-        if ((int)(lvl) <= egm__log_level)                                                          \
+        if (egm__log_enabled(lvl))                                                                 \
             egm__log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);                                \
     } while (0)
 #define egm_error(...) EGM_LOG(EGM_LOG_ERROR, __VA_ARGS__)
@@ -39,7 +48,7 @@ int egm__log_ratelimit(uint64_t *state, unsigned per_sec);
 #define egm_log_ratelimited(lvl, per_sec, ...)                                                     \
     do {                                                                                           \
         static uint64_t egm__rl_state_;                                                            \
-        if ((int)(lvl) <= egm__log_level && egm__log_ratelimit(&egm__rl_state_, (per_sec)))        \
+        if (egm__log_enabled(lvl) && egm__log_ratelimit(&egm__rl_state_, (per_sec)))               \
             egm__log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);                                \
     } while (0)
 

@@ -915,7 +915,7 @@ egm_status_t egm__rpc_server_create(egm_reactor_t *reactor, const egm_rpc_server
         goto err_remove;
     s->has_timer = 1;
 
-    if (egm__log_level >= EGM_LOG_DEBUG) {
+    if (egm__log_enabled(EGM_LOG_DEBUG)) {
         char where[300];
         egm_debug("rpc server listening on %s",
                   egm__sock_format_hostport(params->host && *params->host ? params->host : "*",

@@ -1,6 +1,9 @@
 /* tcp transport (consumer side): a few pooled connections per provider
  * endpoint, each used by one thread at a time, created on demand and dropped on
- * any error. Transfers are split into requests of at most EGM_TCP_CLIENT_CHUNK. */
+ * any error. Transfers are split into requests of at most EGM_TCP_CLIENT_CHUNK.
+ * A call's ops go together: the requests for one endpoint stream on one
+ * connection (tcp_stream.c), so a batch of small objects costs about one round
+ * trip instead of one per object. */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -315,6 +318,139 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
     return EGM_OK;
 }
 
+/* The text of piece p's failure, as a single transfer reports it. */
+static egm_status_t piece_error(const egm_tcp_client_t *client, const char *endpoint,
+                                const egm_tcp_piece_t *p, const char *conn_detail)
+{
+    char text[EGM_ID_STRLEN], refusal[EGM_AUTH_PROBLEM_MAX];
+    const char *detail =
+        !p->refused ? conn_detail
+        : p->status != EGM_ERR_PERMISSION
+            ? "refused by the server"
+            : egm__auth_refusal(client->auth_token, "the data server", refusal, sizeof(refusal));
+    return egm__set_error(
+        p->status, "tcp: %s of segment %s [%" PRIu64 ", +%" PRIu64 ") at %s: %s: %s",
+        p->req.op == EGM_TCP_OP_READ ? "READ" : "WRITE", egm__id_format(p->req.segment, text),
+        p->req.offset, p->req.length, endpoint, egm_status_name(p->status), detail);
+}
+
+/* Streams pieces[0, n) (all for `endpoint`) over pooled connections: a new
+ * one after a refused WRITE (the server closed), and again, up to the pool's
+ * size and once more, while a pooled connection turns out to have been
+ * closed before answering anything. Pieces left unanswered when a
+ * connection fails take its status; *conn_detail its text. */
+static void stream_pieces(egm_tcp_client_t *client, const char *endpoint, egm_tcp_piece_t *pieces,
+                          size_t n, char *conn_detail, size_t detail_cap)
+{
+    size_t pos = 0;
+    int stale_left = IDLE_PER_ENDPOINT + 1;
+    egm_status_t st = EGM_OK;
+
+    while (pos < n) {
+        int fd = -1, reused = 0, conn_ok = 0;
+        endpoint_t *ep = NULL;
+        size_t answered = 0;
+        if ((st = conn_get(client, endpoint, &fd, &reused, &ep)) != EGM_OK)
+            break;
+        for (size_t i = pos; i < n; i++)
+            pieces[i].req.request_id = atomic_fetch_add(&client->next_request_id, 1);
+        st = egm__tcp_stream_run(fd, pieces + pos, n - pos, client->io_timeout_ms, &answered,
+                                 &conn_ok);
+        if (conn_ok)
+            conn_put(client, ep, fd);
+        else
+            close(fd);
+        pos += answered;
+        if (st == EGM_OK)
+            continue; /* all answered, or up to a refused WRITE: the rest on a new connection */
+        if (answered == 0 && reused && stale_left-- > 0)
+            continue; /* the server had closed that pooled connection meanwhile */
+        break;
+    }
+    if (pos < n)
+        snprintf(conn_detail, detail_cap, "%s", egm_last_error());
+    for (size_t i = pos; i < n; i++) {
+        pieces[i].status = st;
+        pieces[i].refused = 0;
+    }
+}
+
+/* The ops of ops[0, n) whose endpoint is ops[first]'s and not yet `done`:
+ * their pieces in op order, into pieces (room for all); how many. */
+static size_t endpoint_pieces(egm_te_op_t *const *ops, size_t n, size_t first, uint8_t *done,
+                              egm_tcp_piece_t *pieces)
+{
+    const char *endpoint = ops[first]->segment->tcp_endpoint;
+    size_t k = 0;
+    for (size_t i = first; i < n; i++) {
+        const egm_te_op_t *op = ops[i];
+        if (done[i] || strcmp(op->segment->tcp_endpoint, endpoint) != 0)
+            continue;
+        done[i] = 1;
+        for (size_t at = 0; at < op->length; at += EGM_TCP_CLIENT_CHUNK) {
+            size_t len = op->length - at < EGM_TCP_CLIENT_CHUNK ? op->length - at
+                                                                : (size_t)EGM_TCP_CLIENT_CHUNK;
+            pieces[k++] = (egm_tcp_piece_t){
+                .req = {.magic = EGM_TCP_MAGIC,
+                        .version = EGM_TCP_VERSION,
+                        .op = op->dir == EGM_TE_READ ? EGM_TCP_OP_READ : EGM_TCP_OP_WRITE,
+                        .segment = op->segment->id,
+                        .offset = op->offset + at,
+                        .length = len},
+                .local = (uint8_t *)op->local + at,
+                .op = i};
+        }
+    }
+    return k;
+}
+
+egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_t *const *ops,
+                                            size_t n)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += (ops[i]->length + EGM_TCP_CLIENT_CHUNK - 1) / EGM_TCP_CLIENT_CHUNK;
+    egm_tcp_piece_t *pieces = egm_malloc((total ? total : 1) * sizeof(*pieces), "te.tcp.batch");
+    uint8_t *done = egm_calloc(n ? n : 1, 1, "te.tcp.batch");
+    if (pieces == NULL || done == NULL) {
+        egm_free(pieces);
+        egm_free(done);
+        egm_status_t st =
+            egm__set_error(EGM_ERR_NO_MEMORY, "tcp: out of memory for a batch of %zu ops", n);
+        for (size_t i = 0; i < n; i++)
+            ops[i]->status = st;
+        return st;
+    }
+    for (size_t i = 0; i < n; i++)
+        ops[i]->status = EGM_OK;
+    /* The first failure (lowest op) and its text, kept across endpoints. */
+    size_t first_failed = n;
+    char first_text[1024] = "";
+    for (size_t first = 0; first < n; first++) {
+        if (done[first])
+            continue;
+        const char *endpoint = ops[first]->segment->tcp_endpoint;
+        size_t k = endpoint_pieces(ops, n, first, done, pieces);
+        char conn_detail[512] = "";
+        stream_pieces(client, endpoint, pieces, k, conn_detail, sizeof(conn_detail));
+        for (size_t j = 0; j < k; j++) {
+            egm_tcp_piece_t *p = &pieces[j];
+            if (p->status == EGM_OK || ops[p->op]->status != EGM_OK)
+                continue; /* an op takes its first failed piece's status */
+            ops[p->op]->status = piece_error(client, endpoint, p, conn_detail);
+            if (p->op < first_failed) {
+                first_failed = p->op;
+                snprintf(first_text, sizeof(first_text), "%s", egm_last_error());
+            }
+        }
+    }
+    egm_free(pieces);
+    egm_free(done);
+    if (first_failed == n)
+        return EGM_OK;
+    return egm__set_error(ops[first_failed]->status, "%s", first_text);
+}
+
 /* ---- the tcp transport (transport.h) ------------------------------------------
  * Connections belong to endpoints, not segments: nothing to forget. */
 
@@ -347,6 +483,13 @@ static egm_status_t tcp_transfer(const egm_te_env_t *env, void *state, const egm
                                     op->local, op->length, op->dir);
 }
 
+static egm_status_t tcp_transfer_batch(const egm_te_env_t *env, void *state, int device,
+                                       egm_te_op_t *const *ops, size_t n)
+{
+    (void)env, (void)device;
+    return egm__tcp_client_transfer_batch(state, ops, n);
+}
+
 const egm_transport_ops_t egm__transport_tcp = {
     .name = "tcp",
     .protocol = EGM_PROTOCOL_TCP,
@@ -355,4 +498,5 @@ const egm_transport_ops_t egm__transport_tcp = {
     .close = tcp_close,
     .obstacle = tcp_obstacle,
     .transfer = tcp_transfer,
+    .transfer_batch = tcp_transfer_batch,
 };

@@ -324,7 +324,7 @@ egm_status_t egm__tcp_server_start(egm_exposed_table_t *table, egm_te_counters_t
         st = egm__set_error(egm__status_from_errno(rc), "tcp server: thread: %s", strerror(rc));
         goto err_close_event;
     }
-    if (egm__log_level >= EGM_LOG_DEBUG) {
+    if (egm__log_enabled(EGM_LOG_DEBUG)) {
         char where[300];
         egm_debug(
             "tcp server: listening on %s",

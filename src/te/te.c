@@ -630,6 +630,14 @@ static void note_failure(first_failure_t *f, size_t index, egm_status_t st)
     snprintf(f->detail, sizeof(f->detail), "%s", egm_last_error());
 }
 
+/* Whether an op for this transport, its buffer on `device`, waits for the
+ * transport's batch: a GPU buffer bound for a host-memory-only transport
+ * goes through the staging ring one op at a time instead. */
+static int batched(const egm_transport_ops_t *ops, int device)
+{
+    return ops->transfer_batch != NULL && !(device >= 0 && ops->host_memory_only);
+}
+
 /* Where an op goes: its transport and the GPU of its local buffer (-1: host). */
 typedef struct {
     const route_entry_t *route;
@@ -685,7 +693,7 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
                 last = routed[i];
             }
         }
-        if (st == EGM_OK && routed[i].route->ops->transfer_batch != NULL) {
+        if (st == EGM_OK && batched(routed[i].route->ops, routed[i].device)) {
             pending[n_pending++] = i;
             continue;
         }

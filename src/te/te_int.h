@@ -165,8 +165,38 @@ typedef struct egm_tcp_client egm_tcp_client_t;
 egm_status_t egm__tcp_client_create(int io_timeout_ms, const char *token,
                                     egm_tcp_client_t **client_p);
 void egm__tcp_client_destroy(egm_tcp_client_t *client);
+/* One request of a stream (tcp_stream.c): at most EGM_TCP_CLIENT_CHUNK bytes
+ * between `local` and a segment. */
+typedef struct {
+    egm_tcp_req_t req; /* magic, version, op, request id, segment, offset, length */
+    uint8_t *local;
+    size_t op;           /* the caller's: which op it is part of */
+    egm_status_t status; /* out: EGM_INPROGRESS until answered */
+    int refused;         /* out: answered with an error status */
+} egm_tcp_piece_t;
+
+/* Sends the requests of pieces[0, n) on fd (connected, authenticated, no
+ * call in flight on it) back to back, at most 64 unanswered, while reading
+ * their answers in order (a READ's bytes into its `local`). Stops early after
+ * a refused WRITE (the server closes the connection then). *answered_p: how
+ * many leading pieces were answered (each with its status); *conn_ok_p:
+ * whether the connection may be pooled again (all answered, none a refused
+ * WRITE). EGM_OK when the stream ended as the server meant it to (all
+ * answered, or up to a refused WRITE); else why the connection failed, with
+ * the pieces from *answered_p on unanswered: EGM_ERR_TIMEOUT after
+ * io_timeout_ms without progress, EGM_ERR_UNREACHABLE when the server closed,
+ * EGM_ERR_PROTOCOL for a reply that is not the next piece's. */
+egm_status_t egm__tcp_stream_run(int fd, egm_tcp_piece_t *pieces, size_t n, int io_timeout_ms,
+                                 size_t *answered_p, int *conn_ok_p);
+
 /* Moves [offset, offset+length) of the segment at `endpoint` ("host:port") in
  * requests of at most EGM_TCP_CLIENT_CHUNK bytes. */
+/* Every op of ops[0, n) (each on a segment with a tcp endpoint): the requests
+ * for each endpoint streamed on one connection (egm__tcp_stream_run). Sets
+ * each op's status (the first failed request's, with the text a single
+ * transfer gives); returns the lowest failed op's, with its text. */
+egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_t *const *ops,
+                                            size_t n);
 egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
                                       egm_id_t segment, uint64_t offset, void *local, size_t length,
                                       egm_te_dir_t dir);

@@ -78,7 +78,8 @@ typedef struct {
                              int device);
     /* Instead of transfer: every op of one call routed here whose buffer is
      * on `device`, moved together. Sets each op's status; returns the first
-     * failure. */
+     * failure. A host_memory_only transport has both: the batch for host
+     * buffers (device -1), transfer for the staged pieces of GPU buffers. */
     egm_status_t (*transfer_batch)(const egm_te_env_t *env, void *state, int device,
                                    egm_te_op_t *const *ops, size_t n);
 

@@ -218,6 +218,66 @@ static void test_tcp_round_trip(void **state)
     assert_int_equal(ps.tcp_requests_refused, 0);
 }
 
+/* A call's tcp ops stream on one connection (tcp_stream.c): 300 reads and
+ * writes (more than the 64 a stream leaves unanswered), among them reads and
+ * writes of a segment the server does not serve. A refused read leaves the
+ * connection going; a refused write makes the server close it, and the ops
+ * after it go on over a new one. Every op gets its own status and bytes. */
+static void test_tcp_batch_stream(void **state)
+{
+    fx_t *fx = *state;
+    enum { N = 300, LEN = 1024, STRIDE = 2048 };
+    set_consumer(fx, EGM_PROTOCOL_TCP);
+    egm_segment_desc_t ghost = fx->desc;
+    ghost.id = egm__id_random(); /* same endpoint, not served there */
+    uint8_t *local = malloc((size_t)N * LEN);
+    assert_non_null(local);
+    egm_test_fill_random(local, (size_t)N * LEN);
+    uint8_t *pool = fx->chunk->base;
+    egm_test_fill_random(pool, (size_t)N * STRIDE);
+    egm_te_op_t ops[N];
+    size_t refused = 0;
+    for (size_t i = 0; i < N; i++) {
+        int ghost_op = i % 7 == 3 || i == 150 || i == 250; /* 150, 250: refused writes */
+        ops[i] = (egm_te_op_t){.segment = ghost_op ? &ghost : &fx->desc,
+                               .offset = i * STRIDE,
+                               .local = local + i * LEN,
+                               .length = LEN,
+                               .dir = i % 2 == 0 ? EGM_TE_WRITE : EGM_TE_READ};
+        refused += ghost_op;
+    }
+    assert_int_equal(ops[150].dir, EGM_TE_WRITE);
+    assert_int_equal(ops[250].dir, EGM_TE_WRITE);
+    egm_te_stats_t before;
+    egm__te_stats(fx->provider, &before);
+
+    assert_int_equal(egm__te_transfer(fx->consumer, ops, N), EGM_ERR_SEGMENT_NOT_FOUND);
+    assert_non_null(strstr(egm_last_error(), "READ of segment")); /* op 3's, the first */
+    assert_non_null(strstr(egm_last_error(), "refused by the server"));
+    for (size_t i = 0; i < N; i++) {
+        if (ops[i].segment == &ghost) {
+            assert_int_equal(ops[i].status, EGM_ERR_SEGMENT_NOT_FOUND);
+            continue;
+        }
+        assert_int_equal(ops[i].status, EGM_OK);
+        assert_memory_equal(pool + i * STRIDE, local + i * LEN, LEN); /* written or read */
+    }
+    egm_te_stats_t after;
+    egm__te_stats(fx->provider, &after);
+    assert_int_equal(after.tcp_requests_served - before.tcp_requests_served, N - refused);
+    assert_int_equal(after.tcp_requests_refused - before.tcp_requests_refused, refused);
+
+    /* The pooled connections still serve a call of every op. */
+    for (size_t i = 0; i < N; i++)
+        ops[i].segment = &fx->desc;
+    egm_test_fill_random(local, (size_t)N * LEN);
+    egm_test_fill_random(pool, (size_t)N * STRIDE);
+    assert_int_equal(egm__te_transfer(fx->consumer, ops, N), EGM_OK);
+    for (size_t i = 0; i < N; i++)
+        assert_memory_equal(pool + i * STRIDE, local + i * LEN, LEN);
+    free(local);
+}
+
 static void test_tcp_splits_big_transfers(void **state)
 {
     fx_t *fx = *state;
@@ -794,6 +854,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_splits_big_transfers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tcp_batch_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_local_transfer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_level_bounds, setup, teardown),
