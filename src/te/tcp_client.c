@@ -367,12 +367,74 @@ static void stream_pieces(egm_tcp_client_t *client, const char *endpoint, egm_tc
             continue; /* the server had closed that pooled connection meanwhile */
         break;
     }
+    conn_detail[0] = '\0';
     if (pos < n)
         snprintf(conn_detail, detail_cap, "%s", egm_last_error());
     for (size_t i = pos; i < n; i++) {
         pieces[i].status = st;
         pieces[i].refused = 0;
     }
+}
+
+/* A large batch for one endpoint is cut into up to this many parts, each
+ * streamed on its own connection by its own thread (the server serves each
+ * connection on its own thread): a part has at least STREAM_PART_MIN_PIECES
+ * requests or STREAM_PART_MIN_BYTES bytes. */
+#define STREAM_PARTS_MAX 4
+#define STREAM_PART_MIN_PIECES 256
+#define STREAM_PART_MIN_BYTES (16u << 20)
+
+typedef struct {
+    egm_tcp_client_t *client;
+    const char *endpoint;
+    egm_tcp_piece_t *pieces;
+    size_t n;
+    char detail[512];
+    pthread_t thread;
+    int started;
+} stream_part_t;
+
+static void *stream_part_main(void *arg)
+{
+    stream_part_t *part = arg;
+    stream_pieces(part->client, part->endpoint, part->pieces, part->n, part->detail,
+                  sizeof(part->detail));
+    return NULL;
+}
+
+/* stream_pieces over up to STREAM_PARTS_MAX connections at once; the text of
+ * the first part whose connection failed goes to conn_detail. */
+static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp_piece_t *pieces,
+                         size_t n, char *conn_detail, size_t detail_cap)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += pieces[i].req.length;
+    size_t parts = 1;
+    while (
+        parts < STREAM_PARTS_MAX && n / (parts + 1) >= 1 &&
+        (n / (parts + 1) >= STREAM_PART_MIN_PIECES || bytes / (parts + 1) >= STREAM_PART_MIN_BYTES))
+        parts++;
+    stream_part_t part[STREAM_PARTS_MAX];
+    for (size_t p = 0; p < parts; p++) {
+        size_t from = n * p / parts, to = n * (p + 1) / parts;
+        part[p] = (stream_part_t){
+            .client = client, .endpoint = endpoint, .pieces = pieces + from, .n = to - from};
+        /* Part 0 runs here; a part whose thread does not start runs here too. */
+        if (p > 0)
+            part[p].started =
+                pthread_create(&part[p].thread, NULL, stream_part_main, &part[p]) == 0;
+    }
+    stream_part_main(&part[0]);
+    for (size_t p = 1; p < parts; p++) {
+        if (part[p].started)
+            pthread_join(part[p].thread, NULL);
+        else
+            stream_part_main(&part[p]);
+    }
+    conn_detail[0] = '\0';
+    for (size_t p = 0; p < parts && conn_detail[0] == '\0'; p++)
+        snprintf(conn_detail, detail_cap, "%s", part[p].detail);
 }
 
 /* The ops of ops[0, n) whose endpoint is ops[first]'s and not yet `done`:
@@ -432,7 +494,7 @@ egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_
         const char *endpoint = ops[first]->segment->tcp_endpoint;
         size_t k = endpoint_pieces(ops, n, first, done, pieces);
         char conn_detail[512] = "";
-        stream_pieces(client, endpoint, pieces, k, conn_detail, sizeof(conn_detail));
+        stream_parts(client, endpoint, pieces, k, conn_detail, sizeof(conn_detail));
         for (size_t j = 0; j < k; j++) {
             egm_tcp_piece_t *p = &pieces[j];
             if (p->status == EGM_OK || ops[p->op]->status != EGM_OK)

@@ -1,7 +1,8 @@
 /* tcp data server (provider side): READ/WRITE of (segment, offset, length) on
- * exposed segments, one thread per connection. Every request is bounds-checked
- * against the exposed segment; a refused WRITE closes the connection because
- * its payload, of a length we just refused, is not read. */
+ * exposed segments, one thread per connection, its requests served in order.
+ * Every request is bounds-checked against the exposed segment; a refused WRITE
+ * closes the connection because its payload, of a length we just refused, is
+ * not read (after the refusal has gone out: linger_close). */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/alloc.h"
@@ -54,6 +56,38 @@ static egm_status_t send_reply(int fd, uint64_t request_id, egm_status_t status,
                              .length = length};
     egm__tcp_reply_encode(&reply, buf);
     return egm__sock_write_full(fd, buf, sizeof(buf));
+}
+
+/* An OK reply and its data, in one sendmsg where the socket takes it (one
+ * segment for a small READ instead of two). */
+static egm_status_t send_data_reply(int fd, uint64_t request_id, const uint8_t *data, size_t len)
+{
+    uint8_t hdr[EGM_TCP_REPLY_SIZE];
+    egm_tcp_reply_t reply = {
+        .magic = EGM_TCP_REPLY_MAGIC, .status = EGM_OK, .request_id = request_id, .length = len};
+    egm__tcp_reply_encode(&reply, hdr);
+    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {(void *)data, len}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+    size_t left = sizeof(hdr) + len;
+    while (left > 0) {
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return egm__set_error(egm__status_from_errno(errno), "send: %s", strerror(errno));
+        left -= (size_t)n;
+        while (n > 0 && msg.msg_iovlen > 0) { /* past what went out */
+            size_t take = (size_t)n < msg.msg_iov->iov_len ? (size_t)n : msg.msg_iov->iov_len;
+            msg.msg_iov->iov_base = (uint8_t *)msg.msg_iov->iov_base + take;
+            msg.msg_iov->iov_len -= take;
+            n -= (ssize_t)take;
+            if (msg.msg_iov->iov_len == 0) {
+                msg.msg_iov++;
+                msg.msg_iovlen--;
+            }
+        }
+    }
+    return EGM_OK;
 }
 
 egm_status_t egm__tcp_req_parse(const uint8_t in[EGM_TCP_REQ_SIZE], egm_tcp_req_t *req)
@@ -102,7 +136,8 @@ egm_status_t egm__tcp_req_check(egm_exposed_table_t *table, const egm_tcp_req_t 
     return EGM_OK;
 }
 
-/* Serves one request; returns 0 to keep the connection, -1 to close it. */
+/* Serves one request; returns 0 to keep the connection, -1 to close it, 1
+ * to close it after a refused WRITE (linger_close). */
 static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req)
 {
     egm_exposed_t *seg = NULL;
@@ -112,7 +147,7 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
         egm_log_ratelimited(EGM_LOG_INFO, 5, "tcp server: refused request %" PRIu64 ": %s",
                             req->request_id, egm_last_error());
         (void)send_reply(fd, req->request_id, st, 0);
-        return req->op == EGM_TCP_OP_READ ? 0 : -1;
+        return req->op == EGM_TCP_OP_READ ? 0 : 1;
     }
 
     /* Counted when accepted, before the reply lets the client go on, so that
@@ -120,9 +155,7 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
     atomic_fetch_add_explicit(&server->counters->tcp_requests_served, 1, memory_order_relaxed);
     uint8_t *mem = (uint8_t *)seg->base + req->offset;
     if (req->op == EGM_TCP_OP_READ) {
-        st = send_reply(fd, req->request_id, EGM_OK, req->length);
-        if (st == EGM_OK)
-            st = egm__sock_write_full(fd, mem, (size_t)req->length);
+        st = send_data_reply(fd, req->request_id, mem, (size_t)req->length);
         egm__exposed_put(server->table, seg);
     } else {
         st = egm__sock_read_full_timeout(fd, mem, (size_t)req->length, server->io_timeout_ms);
@@ -173,6 +206,40 @@ static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req,
     return 1;
 }
 
+/* After a refused WRITE: nothing more is taken as a request, but the
+ * refusal must reach the client. Closing with its payload (or requests it
+ * streamed after it) unread would reset the connection, and a reset drops
+ * what is still queued to send, the refusal included. So: end our side
+ * (shutdown: the refusal, then the end of the stream), and discard what
+ * comes until the client closes, for LINGER_MS and LINGER_BYTES at most. */
+#define LINGER_MS 1000
+#define LINGER_BYTES (64u << 20)
+
+static void linger_close(int fd)
+{
+    uint8_t junk[16384];
+    size_t dropped = 0;
+    uint64_t deadline = egm__now_ms() + LINGER_MS;
+    shutdown(fd, SHUT_WR);
+    while (dropped < LINGER_BYTES) {
+        uint64_t now = egm__now_ms();
+        if (now >= deadline)
+            return;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n = poll(&pfd, 1, (int)(deadline - now));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;
+        ssize_t k = recv(fd, junk, sizeof(junk), 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return; /* the client closed (or the server stops) */
+        dropped += (size_t)k;
+    }
+}
+
 static void *conn_main(void *arg)
 {
     conn_t *conn = arg;
@@ -196,7 +263,10 @@ static void *conn_main(void *arg)
                 break;
             continue;
         }
-        if (serve_request(server, conn->fd, &req) != 0)
+        int rc = serve_request(server, conn->fd, &req);
+        if (rc > 0)
+            linger_close(conn->fd);
+        if (rc != 0)
             break;
     }
 

@@ -168,7 +168,8 @@ void egm__tcp_client_destroy(egm_tcp_client_t *client);
 /* One request of a stream (tcp_stream.c): at most EGM_TCP_CLIENT_CHUNK bytes
  * between `local` and a segment. */
 typedef struct {
-    egm_tcp_req_t req; /* magic, version, op, request id, segment, offset, length */
+    egm_tcp_req_t req;             /* magic, version, op, request id, segment, offset, length */
+    uint8_t hdr[EGM_TCP_REQ_SIZE]; /* req encoded (by the stream) */
     uint8_t *local;
     size_t op;           /* the caller's: which op it is part of */
     egm_status_t status; /* out: EGM_INPROGRESS until answered */
