@@ -320,11 +320,11 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
 
 /* The text of piece p's failure, as a single transfer reports it. */
 static egm_status_t piece_error(const egm_tcp_client_t *client, const char *endpoint,
-                                const egm_tcp_piece_t *p, const char *conn_detail)
+                                const egm_tcp_piece_t *p)
 {
     char text[EGM_ID_STRLEN], refusal[EGM_AUTH_PROBLEM_MAX];
     const char *detail =
-        !p->refused ? conn_detail
+        !p->refused ? p->why
         : p->status != EGM_ERR_PERMISSION
             ? "refused by the server"
             : egm__auth_refusal(client->auth_token, "the data server", refusal, sizeof(refusal));
@@ -335,12 +335,15 @@ static egm_status_t piece_error(const egm_tcp_client_t *client, const char *endp
 }
 
 /* Streams pieces[0, n) (all for `endpoint`) over pooled connections: a new
- * one after a refused WRITE (the server closed), and again, up to the pool's
- * size and once more, while a pooled connection turns out to have been
- * closed before answering anything. Pieces left unanswered when a
- * connection fails take its status; *conn_detail its text. */
+ * one after a refused WRITE (the server closed; the rest of that op is not
+ * sent: it takes the refusal), and again, up to the pool's size and once
+ * more, while a pooled connection turns out to have been closed before
+ * answering anything. Pieces left unanswered when a connection fails take its
+ * status, and `detail` (the caller's, DETAIL_CAP bytes) its text. */
+#define DETAIL_CAP 512
+
 static void stream_pieces(egm_tcp_client_t *client, const char *endpoint, egm_tcp_piece_t *pieces,
-                          size_t n, char *conn_detail, size_t detail_cap)
+                          size_t n, char *detail)
 {
     size_t pos = 0;
     int stale_left = IDLE_PER_ENDPOINT + 1;
@@ -361,18 +364,30 @@ static void stream_pieces(egm_tcp_client_t *client, const char *endpoint, egm_tc
         else
             close(fd);
         pos += answered;
+        if (st == EGM_OK && pos < n && answered > 0) {
+            /* Ended at a refused WRITE: its op's other pieces fail with it. */
+            const egm_tcp_piece_t *refused = &pieces[pos - 1];
+            while (pos < n && pieces[pos].op == refused->op) {
+                pieces[pos].status = refused->status;
+                pieces[pos].refused = 1;
+                pos++;
+            }
+        }
         if (st == EGM_OK)
             continue; /* all answered, or up to a refused WRITE: the rest on a new connection */
-        if (answered == 0 && reused && stale_left-- > 0)
-            continue; /* the server had closed that pooled connection meanwhile */
+        /* A pooled connection the server had closed meanwhile (not one that
+         * timed out: a hung server would take a timeout per pooled one). */
+        if (answered == 0 && reused && st == EGM_ERR_UNREACHABLE && stale_left-- > 0)
+            continue;
         break;
     }
-    conn_detail[0] = '\0';
+    detail[0] = '\0';
     if (pos < n)
-        snprintf(conn_detail, detail_cap, "%s", egm_last_error());
+        snprintf(detail, DETAIL_CAP, "%s", egm_last_error());
     for (size_t i = pos; i < n; i++) {
         pieces[i].status = st;
         pieces[i].refused = 0;
+        pieces[i].why = detail;
     }
 }
 
@@ -389,7 +404,7 @@ typedef struct {
     const char *endpoint;
     egm_tcp_piece_t *pieces;
     size_t n;
-    char detail[512];
+    char *detail; /* DETAIL_CAP bytes */
     pthread_t thread;
     int started;
 } stream_part_t;
@@ -397,15 +412,14 @@ typedef struct {
 static void *stream_part_main(void *arg)
 {
     stream_part_t *part = arg;
-    stream_pieces(part->client, part->endpoint, part->pieces, part->n, part->detail,
-                  sizeof(part->detail));
+    stream_pieces(part->client, part->endpoint, part->pieces, part->n, part->detail);
     return NULL;
 }
 
-/* stream_pieces over up to STREAM_PARTS_MAX connections at once; the text of
- * the first part whose connection failed goes to conn_detail. */
+/* stream_pieces over up to STREAM_PARTS_MAX connections at once, part p's
+ * failure text in details[p]. */
 static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp_piece_t *pieces,
-                         size_t n, char *conn_detail, size_t detail_cap)
+                         size_t n, char (*details)[DETAIL_CAP])
 {
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++)
@@ -418,8 +432,11 @@ static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp
     stream_part_t part[STREAM_PARTS_MAX];
     for (size_t p = 0; p < parts; p++) {
         size_t from = n * p / parts, to = n * (p + 1) / parts;
-        part[p] = (stream_part_t){
-            .client = client, .endpoint = endpoint, .pieces = pieces + from, .n = to - from};
+        part[p] = (stream_part_t){.client = client,
+                                  .endpoint = endpoint,
+                                  .pieces = pieces + from,
+                                  .n = to - from,
+                                  .detail = details[p]};
         /* Part 0 runs here; a part whose thread does not start runs here too. */
         if (p > 0)
             part[p].started =
@@ -432,9 +449,6 @@ static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp
         else
             stream_part_main(&part[p]);
     }
-    conn_detail[0] = '\0';
-    for (size_t p = 0; p < parts && conn_detail[0] == '\0'; p++)
-        snprintf(conn_detail, detail_cap, "%s", part[p].detail);
 }
 
 /* The ops of ops[0, n) whose endpoint is ops[first]'s and not yet `done`:
@@ -493,13 +507,13 @@ egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_
             continue;
         const char *endpoint = ops[first]->segment->tcp_endpoint;
         size_t k = endpoint_pieces(ops, n, first, done, pieces);
-        char conn_detail[512] = "";
-        stream_parts(client, endpoint, pieces, k, conn_detail, sizeof(conn_detail));
+        char details[STREAM_PARTS_MAX][DETAIL_CAP];
+        stream_parts(client, endpoint, pieces, k, details);
         for (size_t j = 0; j < k; j++) {
             egm_tcp_piece_t *p = &pieces[j];
             if (p->status == EGM_OK || ops[p->op]->status != EGM_OK)
                 continue; /* an op takes its first failed piece's status */
-            ops[p->op]->status = piece_error(client, endpoint, p, conn_detail);
+            ops[p->op]->status = piece_error(client, endpoint, p);
             if (p->op < first_failed) {
                 first_failed = p->op;
                 snprintf(first_text, sizeof(first_text), "%s", egm_last_error());

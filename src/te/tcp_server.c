@@ -259,8 +259,10 @@ static void *conn_main(void *arg)
             break;
         }
         if (auth_gate(server, conn->fd, &req, &authed, &close_now)) {
-            if (close_now)
+            if (close_now) {
+                linger_close(conn->fd); /* the refusal must get out, as after a WRITE */
                 break;
+            }
             continue;
         }
         int rc = serve_request(server, conn->fd, &req);

@@ -149,6 +149,8 @@ static egm_status_t take_header(stream_t *s)
         s->in_payload = 1;
         return EGM_OK;
     }
+    if (s->answered >= s->sent) /* a WRITE is answered OK only once all of it is read */
+        return egm__set_error(EGM_ERR_PROTOCOL, "a WRITE answered before its data was sent");
     p->status = EGM_OK;
     s->answered++;
     return EGM_OK;
@@ -249,7 +251,8 @@ egm_status_t egm__tcp_stream_run(int fd, egm_tcp_piece_t *pieces, size_t n, int 
     }
     while (s.answered < n) {
         size_t before_sent = s.sent, before_answered = s.answered;
-        size_t before_off = s.send_off + s.recv_off;
+        size_t before_send_off = s.send_off, before_recv_off = s.recv_off;
+        int before_in_payload = s.in_payload;
         if (s.send_failed == EGM_OK)
             send_some(&s);
         if ((st = recv_some(&s)) != EGM_OK) {
@@ -267,7 +270,8 @@ egm_status_t egm__tcp_stream_run(int fd, egm_tcp_piece_t *pieces, size_t n, int 
         }
         uint64_t now = egm__now_ms();
         if (s.sent != before_sent || s.answered != before_answered ||
-            s.send_off + s.recv_off != before_off)
+            s.send_off != before_send_off || s.recv_off != before_recv_off ||
+            s.in_payload != before_in_payload)
             deadline = now + (uint64_t)io_timeout_ms; /* a timeout counts from the last progress */
         if (now >= deadline) {
             st = egm__set_error(EGM_ERR_TIMEOUT, "no progress for %d ms", io_timeout_ms);

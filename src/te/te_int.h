@@ -174,6 +174,7 @@ typedef struct {
     size_t op;           /* the caller's: which op it is part of */
     egm_status_t status; /* out: EGM_INPROGRESS until answered */
     int refused;         /* out: answered with an error status */
+    const char *why;     /* the caller's: its connection's failure, when unanswered */
 } egm_tcp_piece_t;
 
 /* Sends the requests of pieces[0, n) on fd (connected, authenticated, no
