@@ -453,7 +453,7 @@ static egm_status_t get_checked(egm_client_t *client, const get_batch_t *b)
      * runs the batch whole). */
     egm_chunk_plan_t chunks;
     if (b->parts != NULL && egm__parts_in(b->parts, b->n) >= EGM_PIPELINE_MIN_PARTS &&
-        egm__chunk_plan(b->n, b->parts, NULL, &chunks) == EGM_OK) {
+        egm__chunk_plan(b->n, b->parts, NULL, 0, &chunks) == EGM_OK) {
         int pipelined = egm__chunk_plan_pipelined(&chunks);
         if (pipelined)
             status = get_pipelined(client, b, &chunks);

@@ -265,19 +265,38 @@ egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void
     return egm__set_error(failed->status, "%s", failed->error);
 }
 
+static size_t key_weight(const egm_parts_t *parts, const size_t *index, size_t i)
+{
+    size_t key = index != NULL ? index[i] : i;
+    return parts != NULL ? egm__parts_end(parts, key) - egm__parts_first(parts, key) : 1;
+}
+
 egm_status_t egm__chunk_plan(size_t n, const egm_parts_t *parts, const size_t *index,
-                             egm_chunk_plan_t *plan)
+                             int shrink_tail, egm_chunk_plan_t *plan)
 {
     memset(plan, 0, sizeof(*plan));
     /* At most one chunk per key, plus the end. */
     plan->first = egm_malloc((n + 1) * sizeof(*plan->first), "client.chunk_plan");
     if (plan->first == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory cutting a %zu-key batch", n);
+    /* The tail, cut from the end: keys [tail[t], tail[t - 1]) are the t-th
+     * chunk from the end (tail[-1] = n), of at most
+     * egm__pipeline_chunk_cap(t) parts. */
+    size_t tail[EGM_PIPELINE_TAIL_CHUNKS], n_tail = 0, end = n;
+    while (shrink_tail && n_tail < EGM_PIPELINE_TAIL_CHUNKS && end > 0) {
+        size_t in_chunk = 0, j = end;
+        while (j > 0 && (in_chunk == 0 || in_chunk + key_weight(parts, index, j - 1) <=
+                                              egm__pipeline_chunk_cap(n_tail))) {
+            in_chunk += key_weight(parts, index, j - 1);
+            j--;
+        }
+        tail[n_tail++] = j;
+        end = j;
+    }
     size_t k = 0, in_chunk = 0;
     plan->first[0] = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t key = index != NULL ? index[i] : i;
-        size_t w = parts != NULL ? egm__parts_end(parts, key) - egm__parts_first(parts, key) : 1;
+    for (size_t i = 0; i < end; i++) {
+        size_t w = key_weight(parts, index, i);
         if (in_chunk > 0 && in_chunk + w > egm__pipeline_chunk_cap(k)) {
             plan->first[++k] = i;
             in_chunk = 0;
@@ -285,7 +304,13 @@ egm_status_t egm__chunk_plan(size_t n, const egm_parts_t *parts, const size_t *i
         in_chunk += w;
         plan->parts += w;
     }
-    plan->n_chunks = n > 0 ? k + 1 : 0;
+    size_t head = end > 0 ? k + 1 : 0;
+    for (size_t i = end; i < n; i++)
+        plan->parts += key_weight(parts, index, i);
+    /* The tail's chunks follow the head's, largest first. */
+    for (size_t t = n_tail; t-- > 0;)
+        plan->first[head + (n_tail - 1 - t)] = tail[t];
+    plan->n_chunks = head + n_tail;
     plan->first[plan->n_chunks] = n;
     return EGM_OK;
 }

@@ -91,13 +91,23 @@ typedef struct {
     size_t parts;  /* of the whole batch */
 } egm_chunk_plan_t;
 
+/* With shrink_tail, a plan's last chunks shrink as its first ones grow: the
+ * last holds at most EGM_PIPELINE_FIRST_CHUNK_PARTS, the one before twice that,
+ * for EGM_PIPELINE_TAIL_CHUNKS chunks. A put closes each chunk (its Commit)
+ * after the chunk's copy, one chunk after another: the last chunks' copies end
+ * together (two copy workers), so their Commits are what the call waits for
+ * after its last copy, and small ones end it sooner. */
+#define EGM_PIPELINE_TAIL_CHUNKS 3
+
 /* Cuts n keys into chunks that fill egm__pipeline_chunk_cap(k) parts, in
- * order; key j is key index[j] of parts (index NULL: key j), weighing its
- * parts (parts NULL: one each). A key never spans chunks and a chunk holds at
- * least one key (a key of more parts than the cap is a chunk of its own).
- * Free with egm__chunk_plan_free. */
+ * order (with shrink_tail, the last EGM_PIPELINE_TAIL_CHUNKS chunks are cut
+ * from the end, the t-th from the end filling egm__pipeline_chunk_cap(t)); key
+ * j is key index[j] of parts (index NULL: key j), weighing its parts (parts
+ * NULL: one each). A key never spans chunks and a chunk holds at least one key
+ * (a key of more parts than the cap is a chunk of its own). Free with
+ * egm__chunk_plan_free. */
 egm_status_t egm__chunk_plan(size_t n, const egm_parts_t *parts, const size_t *index,
-                             egm_chunk_plan_t *plan);
+                             int shrink_tail, egm_chunk_plan_t *plan);
 void egm__chunk_plan_free(egm_chunk_plan_t *plan);
 
 /* 1 when a batch of this plan is worth pipelining. */

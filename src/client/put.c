@@ -615,7 +615,7 @@ static egm_status_t put_batch_untimed(egm_client_t *client, size_t n, const char
     /* The chunks of a pipelined batch, each key weighed by its parts (a plan
      * that cannot be made runs the batch whole). */
     if (egm__parts_in(parts, n) >= EGM_PIPELINE_MIN_PARTS &&
-        egm__chunk_plan(plan.n, parts, plan.index, &chunks) != EGM_OK)
+        egm__chunk_plan(plan.n, parts, plan.index, 1, &chunks) != EGM_OK)
         memset(&chunks, 0, sizeof(chunks));
     const put_way_t *way = egm__wslabs_on(client->slabs) ? &slab_way : &master_way;
     if (chunks.first != NULL && egm__chunk_plan_pipelined(&chunks)) {

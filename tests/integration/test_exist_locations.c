@@ -286,7 +286,7 @@ static void check_pipelined(size_t n_keys, size_t parts)
     egm_parts_t pp;
     assert_int_equal(egm__parts_init(&pp, n_keys, t->counts, t->dst_parts, t->lens), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(n_keys, &pp, NULL, &plan), EGM_OK);
+    assert_int_equal(egm__chunk_plan(n_keys, &pp, NULL, 0, &plan), EGM_OK);
     egm__parts_free(&pp);
     assert_true(egm__chunk_plan_pipelined(&plan));
     size_t n_chunks = plan.n_chunks, looked_up = egm__chunk_first(&plan, 3);

@@ -36,7 +36,7 @@ static void check_layout(size_t n, size_t parts)
     if (weights != NULL)
         assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(n, weights != NULL ? &view : NULL, NULL, &plan), EGM_OK);
+    assert_int_equal(egm__chunk_plan(n, weights != NULL ? &view : NULL, NULL, 0, &plan), EGM_OK);
     assert_int_equal(plan.parts, n * w);
     size_t next = 0;
     for (size_t k = 0; k < plan.n_chunks; k++) {
@@ -68,7 +68,7 @@ static size_t n_chunks(size_t n, size_t parts)
     egm_parts_t view;
     assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
     egm_chunk_plan_t plan;
-    assert_int_equal(egm__chunk_plan(n, &view, NULL, &plan), EGM_OK);
+    assert_int_equal(egm__chunk_plan(n, &view, NULL, 0, &plan), EGM_OK);
     size_t c = plan.n_chunks;
     assert_int_equal(egm__chunk_plan_pipelined(&plan),
                      n * parts >= EGM_PIPELINE_MIN_PARTS && plan.n_chunks > 1);
@@ -76,6 +76,57 @@ static size_t n_chunks(size_t n, size_t parts)
     egm__parts_free(&view);
     free(weights);
     return c;
+}
+
+/* A put's plan (shrink_tail): every key once, in order; the head grows as a
+ * get's does, the last EGM_PIPELINE_TAIL_CHUNKS chunks shrink toward the end
+ * (the t-th from the end fills at most egm__pipeline_chunk_cap(t) parts, a
+ * heavier key alone); 2048 one-part keys: 128, 256, 512, 256 | 512, 256, 128. */
+static void check_tail_layout(size_t n, size_t w, const size_t *expect, size_t n_expect)
+{
+    size_t *weights = calloc(n ? n : 1, sizeof(*weights));
+    assert_non_null(weights);
+    for (size_t i = 0; i < n; i++)
+        weights[i] = w;
+    egm_parts_t view;
+    assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
+    egm_chunk_plan_t plan;
+    assert_int_equal(egm__chunk_plan(n, &view, NULL, 1, &plan), EGM_OK);
+    assert_int_equal(plan.parts, n * w);
+    assert_int_equal(egm__chunk_first(&plan, 0), 0);
+    assert_int_equal(plan.first[plan.n_chunks], n);
+    for (size_t k = 0; k < plan.n_chunks; k++) {
+        size_t len = egm__chunk_len(&plan, k);
+        assert_true(len >= 1);
+        size_t from_end = plan.n_chunks - 1 - k;
+        size_t cap = from_end < EGM_PIPELINE_TAIL_CHUNKS ? egm__pipeline_chunk_cap(from_end)
+                                                         : egm__pipeline_chunk_cap(k);
+        assert_true(len == 1 || len * w <= cap);
+    }
+    if (expect != NULL) {
+        assert_int_equal(plan.n_chunks, n_expect);
+        for (size_t k = 0; k < n_expect; k++)
+            assert_int_equal(egm__chunk_len(&plan, k) * w, expect[k]);
+    }
+    egm__chunk_plan_free(&plan);
+    egm__parts_free(&view);
+    free(weights);
+}
+
+static void test_put_plan_shrinks_its_tail(void **state)
+{
+    (void)state;
+    static const size_t kv_medium[] = {128, 256, 512, 256, 512, 256, 128}; /* 1024 x 2 */
+    check_tail_layout(1024, 2, kv_medium, 7);
+    static const size_t vllm_64[] = {128, 256, 512, 1024, 1024, 256, 512, 256, 128}; /* x 64 */
+    check_tail_layout(64, 64, vllm_64, 9);
+    static const size_t small[] = {100}; /* one chunk: the whole batch */
+    check_tail_layout(100, 1, small, 1);
+    static const size_t two[] = {72, 128}; /* 200: tail 128, then what is left */
+    check_tail_layout(200, 1, two, 2);
+    for (size_t n = 0; n < 5000; n += 37)
+        for (size_t w = 1; w <= 300; w *= 7)
+            check_tail_layout(n, w, NULL, 0);
 }
 
 static void test_layout_covers_every_key_once(void **state)
@@ -325,6 +376,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_covers_every_key_once),
+        cmocka_unit_test(test_put_plan_shrinks_its_tail),
         cmocka_unit_test(test_depth_every_chunk_once_in_order),
         cmocka_unit_test(test_release_out_of_order),
         cmocka_unit_test(test_copy_workers),
