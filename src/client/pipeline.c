@@ -11,7 +11,6 @@
 typedef struct {
     void *reply;
     egm_status_t status;
-    uint64_t started_ms;
     char error[256]; /* the ahead thread's egm_last_error when status != EGM_OK */
     void *behind_reply;
     int run_behind;
@@ -47,7 +46,6 @@ struct egm_pipeline {
 static void run_ahead(egm_pipeline_t *p, size_t k)
 {
     chunk_t *c = &p->chunks[k];
-    c->started_ms = egm__now_ms();
     c->ahead_ns[0] = egm__now_ns();
     c->status = p->ahead(p->arg, k, &c->reply);
     c->ahead_ns[1] = egm__now_ns();
@@ -146,7 +144,7 @@ egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p, uin
     *reply_p = c->reply;
     c->reply = NULL;
     if (started_ms_p != NULL)
-        *started_ms_p = c->started_ms;
+        *started_ms_p = c->ahead_ns[0] / 1000000u; /* egm__now_ms's clock */
     if (c->status != EGM_OK)
         egm__set_error(c->status, "%s", c->error);
     return c->status;

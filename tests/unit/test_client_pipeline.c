@@ -59,14 +59,24 @@ static void check_layout(size_t n, size_t parts)
     free(weights);
 }
 
-static size_t n_chunks(size_t n, size_t parts)
+/* n keys of w parts each, as the parts view a batch call makes; *weights_p
+ * to free after the view. */
+static egm_parts_t uniform_parts(size_t n, size_t w, size_t **weights_p)
 {
     size_t *weights = calloc(n ? n : 1, sizeof(*weights));
     assert_non_null(weights);
     for (size_t i = 0; i < n; i++)
-        weights[i] = parts;
+        weights[i] = w;
     egm_parts_t view;
     assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
+    *weights_p = weights;
+    return view;
+}
+
+static size_t n_chunks(size_t n, size_t parts)
+{
+    size_t *weights;
+    egm_parts_t view = uniform_parts(n, parts, &weights);
     egm_chunk_plan_t plan;
     assert_int_equal(egm__chunk_plan(n, &view, NULL, 0, &plan), EGM_OK);
     size_t c = plan.n_chunks;
@@ -84,12 +94,8 @@ static size_t n_chunks(size_t n, size_t parts)
  * heavier key alone); 2048 one-part keys: 128, 256, 512, 256 | 512, 256, 128. */
 static void check_tail_layout(size_t n, size_t w, const size_t *expect, size_t n_expect)
 {
-    size_t *weights = calloc(n ? n : 1, sizeof(*weights));
-    assert_non_null(weights);
-    for (size_t i = 0; i < n; i++)
-        weights[i] = w;
-    egm_parts_t view;
-    assert_int_equal(egm__parts_init(&view, n, weights, NULL, NULL), EGM_OK);
+    size_t *weights;
+    egm_parts_t view = uniform_parts(n, w, &weights);
     egm_chunk_plan_t plan;
     assert_int_equal(egm__chunk_plan(n, &view, NULL, 1, &plan), EGM_OK);
     assert_int_equal(plan.parts, n * w);
