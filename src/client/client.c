@@ -15,6 +15,7 @@ static void client_free(egm_client_t *client)
     egm__registry_destroy(client->registry);
     egm__location_cache_destroy(client->locations);
     egm__wslabs_destroy(client->slabs);
+    egm__workers_destroy(client->workers);
     egm_config_destroy(client->config);
     pthread_cond_destroy(&client->cond);
     pthread_mutex_destroy(&client->cap_lock);
@@ -58,6 +59,8 @@ egm_status_t egm_client_create(const egm_config_t *config, egm_client_t **client
                                             &client->locations);
     if (status == EGM_OK)
         status = egm__wslabs_create(settings->slab_bytes, &client->slabs);
+    if (status == EGM_OK)
+        status = egm__workers_create(EGM_CLIENT_WORKERS_MAX, &client->workers);
     if (status != EGM_OK)
         goto err_free;
     egm_te_params_t te_params = {

@@ -9,6 +9,7 @@
 #include "client/location_cache.h"
 #include "client/phases.h"
 #include "common/id.h"
+#include "common/workers.h"
 #include "pool/host_pool.h"
 #include "pool/vmm_pool.h"
 #include "rpc/client.h"
@@ -101,7 +102,12 @@ struct egm_client {
     egm_client_phases_t phases;      /* where put and get time goes (phases.h) */
     egm_location_cache_t *locations; /* lease-cached locations; NULL when off */
     struct egm_wslabs *slabs;        /* client-side allocation (slabs.h) */
+    egm_workers_t *workers;          /* pipelined calls' helper threads (pipeline.h) */
 };
+
+/* Threads a client keeps for pipelined calls: four per call in flight
+ * (pipeline.h), for up to 16 calls at once; more calls make their own. */
+#define EGM_CLIENT_WORKERS_MAX 64
 
 /* Why a resync is pending. */
 #define EGM_RESYNC_RESTART 1u        /* the master's id changed */

@@ -427,7 +427,7 @@ static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
     egm_pipeline_t *p;
     egm_status_t status =
         g.answers != NULL
-            ? egm__pipeline_start("get", n_chunks, get_ahead, NULL, &g, &p)
+            ? egm__pipeline_start(client->workers, "get", n_chunks, get_ahead, NULL, &g, &p)
             : egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for %zu chunks", n_chunks);
 
     if (status != EGM_OK) { /* nothing fetched: no key may read as OK */
@@ -438,7 +438,7 @@ static egm_status_t get_pipelined(egm_client_t *client, const get_batch_t *b,
         return status;
     }
     get_copy_t c = {.client = client, .p = p, .batch = b, .chunks = chunks};
-    status = egm__pipeline_copy(n_chunks, get_copy_chunk, &c);
+    status = egm__pipeline_copy(client->workers, n_chunks, get_copy_chunk, &c);
     egm__pipeline_finish(p);
     egm_free(g.answers); /* each chunk's reply was freed by its copy */
     return status;

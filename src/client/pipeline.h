@@ -1,7 +1,9 @@
-/* Chunk pipeline for large batches: helper threads (EGM_PIPELINE_DEPTH, each
- * taking every DEPTH-th chunk) make each chunk's first RPC ahead of the caller (so the master's
- * work and the round trip overlap the copies of earlier chunks), and an optional second helper runs
- * each chunk's closing step behind it (so it overlaps the copies of later chunks).
+/* Chunk pipeline for large batches: chunk 0's first RPC runs on the caller's
+ * thread as the pipeline starts, and helper threads (EGM_PIPELINE_DEPTH, each
+ * taking every DEPTH-th chunk from chunk 1) make the other chunks' first RPCs
+ * ahead of the caller (so the master's work and the round trip overlap the
+ * copies of earlier chunks); an optional further helper runs each chunk's
+ * closing step behind it (so it overlaps the copies of later chunks).
  *
  * The callers call egm__pipeline_wait(k) then egm__pipeline_release(k) for
  * every chunk k, in any order and from several threads (each chunk by one),
@@ -10,7 +12,8 @@
  * started its work runs on the caller's thread instead (same results, no
  * overlap); without the behind thread, each behind step runs at its chunk's
  * release, on the releasing thread and so in release order (each touches only
- * its own chunk). */
+ * its own chunk). Helper threads come from a pool (common/workers.h: the
+ * client's), so that a call does not wait for threads to be created. */
 #ifndef EGM_CLIENT_PIPELINE_H
 #define EGM_CLIENT_PIPELINE_H
 
@@ -18,6 +21,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "client/parts.h"
+#include "common/workers.h"
 
 /* Large batches are cut into chunks of about EGM_PIPELINE_CHUNK_PARTS buffers
  * (a key of one buffer counts one, a multi-buffer key its parts: a vLLM key of
@@ -43,11 +47,14 @@ typedef void (*egm_pipeline_behind_fn)(void *arg, size_t k, void *reply);
 
 typedef struct egm_pipeline egm_pipeline_t;
 
-/* behind may be NULL. `what` ("put", "get": a static string) names the
- * pipeline in the trace log, where egm__pipeline_finish writes one line per
- * chunk with when its steps ran (docs/benchmarks.md). */
-egm_status_t egm__pipeline_start(const char *what, size_t n_chunks, egm_pipeline_ahead_fn ahead,
-                                 egm_pipeline_behind_fn behind, void *arg, egm_pipeline_t **p_out);
+/* Starts the helpers on threads of `workers` (NULL: threads made for them)
+ * and runs chunk 0's ahead step before it returns (its status is what
+ * egm__pipeline_wait(p, 0) answers). behind may be NULL. `what` ("put", "get": a
+ * static string) names the pipeline in the trace log, where egm__pipeline_finish writes one line
+ * per chunk with when its steps ran (docs/benchmarks.md). */
+egm_status_t egm__pipeline_start(egm_workers_t *workers, const char *what, size_t n_chunks,
+                                 egm_pipeline_ahead_fn ahead, egm_pipeline_behind_fn behind,
+                                 void *arg, egm_pipeline_t **p_out);
 /* Waits for chunk k's ahead call; returns its status (with its error detail
  * set on this thread), its reply and when the call started. */
 egm_status_t egm__pipeline_wait(egm_pipeline_t *p, size_t k, void **reply_p,
@@ -69,10 +76,12 @@ void egm__pipeline_finish(egm_pipeline_t *p);
  * its chunk-wide status; called from several threads, each chunk once. */
 typedef egm_status_t (*egm_pipeline_copy_fn)(void *arg, size_t k);
 
-/* Runs copy for chunks 0..n_chunks on the workers (a worker whose thread cannot
- * start has its chunks run by the caller) and waits for them. EGM_OK, or the
+/* Runs copy for chunks 0..n_chunks on the copy workers, the caller and
+ * threads of `workers` (as egm__pipeline_start; a copy worker whose thread
+ * cannot start has its chunks run by the caller) and waits for them. EGM_OK, or the
  * status and error text of the lowest chunk whose copy failed. */
-egm_status_t egm__pipeline_copy(size_t n_chunks, egm_pipeline_copy_fn copy, void *arg);
+egm_status_t egm__pipeline_copy(egm_workers_t *workers, size_t n_chunks, egm_pipeline_copy_fn copy,
+                                void *arg);
 
 /* Parts chunk k may hold: EGM_PIPELINE_FIRST_CHUNK_PARTS << k, at most
  * EGM_PIPELINE_CHUNK_PARTS. */

@@ -518,12 +518,13 @@ static egm_status_t put_pipelined(egm_client_t *client, const put_way_t *way,
                          .key_status = key_status};
     size_t n_chunks = chunks->n_chunks;
     egm_pipeline_t *p;
-    egm_status_t status = egm__pipeline_start("put", n_chunks, put_ahead, put_behind, &pp, &p);
+    egm_status_t status =
+        egm__pipeline_start(client->workers, "put", n_chunks, put_ahead, put_behind, &pp, &p);
 
     if (status != EGM_OK)
         return status;
     put_copy_t c = {.pp = &pp, .p = p, .parts = parts};
-    status = egm__pipeline_copy(n_chunks, put_copy_chunk, &c);
+    status = egm__pipeline_copy(client->workers, n_chunks, put_copy_chunk, &c);
     egm__pipeline_finish(p);
     return status;
 }

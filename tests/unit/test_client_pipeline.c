@@ -3,7 +3,9 @@
  * keys weighed by their parts;
  * with EGM_PIPELINE_DEPTH ahead threads every chunk's ahead call runs once,
  * the caller gets each chunk's own reply and error detail, and the behind
- * step sees the chunks in order; at trace level the pipeline logs one line per
+ * step sees the chunks in order; chunk 0's ahead call runs on the caller's
+ * thread within egm__pipeline_start, the others on the helpers, which a pool
+ * serves from one call to the next; at trace level the pipeline logs one line per
  * chunk with its steps' times, in the order they ran. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <unistd.h>
 #include <stdatomic.h>
 #include "client/pipeline.h"
@@ -212,8 +215,8 @@ static void test_depth_every_chunk_once_in_order(void **state)
     egm_pipeline_t *p;
 
     memset(&pr, 0, sizeof(pr));
-    assert_int_equal(egm__pipeline_start("test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
-                     EGM_OK);
+    assert_int_equal(
+        egm__pipeline_start(NULL, "test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p), EGM_OK);
     for (size_t k = 0; k < N_CHUNKS; k++) {
         void *reply = NULL;
         uint64_t started_ms = 0;
@@ -253,8 +256,8 @@ static void test_release_out_of_order(void **state)
     void *replies[N_CHUNKS];
 
     memset(&pr, 0, sizeof(pr));
-    assert_int_equal(egm__pipeline_start("test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
-                     EGM_OK);
+    assert_int_equal(
+        egm__pipeline_start(NULL, "test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p), EGM_OK);
     for (size_t k = 0; k < N_CHUNKS; k++) {
         replies[k] = NULL;
         egm_status_t st = egm__pipeline_wait(p, k, &replies[k], NULL);
@@ -289,15 +292,15 @@ static void test_copy_workers(void **state)
     (void)state;
     static copy_probe_t c;
     memset(&c, 0, sizeof(c));
-    assert_int_equal(egm__pipeline_copy(N_CHUNKS, probe_copy, &c), EGM_ERR_TRANSFER);
+    assert_int_equal(egm__pipeline_copy(NULL, N_CHUNKS, probe_copy, &c), EGM_ERR_TRANSFER);
     assert_non_null(strstr(egm_last_error(), "chunk 3 failed"));
     for (size_t k = 0; k < N_CHUNKS; k++)
         assert_int_equal(atomic_load(&c.calls[k]), 1);
     memset(&c, 0, sizeof(c));
-    assert_int_equal(egm__pipeline_copy(3, probe_copy, &c), EGM_OK);
+    assert_int_equal(egm__pipeline_copy(NULL, 3, probe_copy, &c), EGM_OK);
     assert_int_equal(atomic_load(&c.calls[0]) + atomic_load(&c.calls[1]) + atomic_load(&c.calls[2]),
                      3);
-    assert_int_equal(egm__pipeline_copy(0, probe_copy, &c), EGM_OK);
+    assert_int_equal(egm__pipeline_copy(NULL, 0, probe_copy, &c), EGM_OK);
 }
 
 static void test_fewer_chunks_than_depth(void **state)
@@ -309,13 +312,100 @@ static void test_fewer_chunks_than_depth(void **state)
     void *reply = NULL;
 
     memset(&pr, 0, sizeof(pr));
-    assert_int_equal(egm__pipeline_start("test", 1, probe_ahead, NULL, &pr, &p), EGM_OK);
+    assert_int_equal(egm__pipeline_start(NULL, "test", 1, probe_ahead, NULL, &pr, &p), EGM_OK);
     assert_int_equal(egm__pipeline_wait(p, 0, &reply, NULL), EGM_OK);
     assert_int_equal(*(size_t *)reply, 0);
     egm_free(reply);
     egm__pipeline_release(p, 0, NULL, 0);
     egm__pipeline_finish(p);
     assert_int_equal(atomic_load(&pr.ahead_calls[0]), 1);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* Which thread ran each chunk's ahead call; the slow chunks' steps make their
+ * waiters sleep. */
+#define SLOW_AHEAD 2
+#define SLOW_BEHIND 1
+typedef struct {
+    pthread_t ahead_thread[N_CHUNKS];
+    atomic_int ahead_calls[N_CHUNKS];
+    size_t behind_order[N_CHUNKS];
+    size_t n_behind;
+} where_t;
+
+static void sleep_a_while(void)
+{
+    usleep(3000);
+}
+
+static egm_status_t where_ahead(void *arg, size_t k, void **reply_p)
+{
+    where_t *w = arg;
+    w->ahead_thread[k] = pthread_self();
+    atomic_fetch_add(&w->ahead_calls[k], 1);
+    if (k == SLOW_AHEAD)
+        sleep_a_while();
+    size_t *reply = egm_malloc(sizeof(*reply), "test.pipeline");
+    assert_non_null(reply);
+    *reply = k;
+    *reply_p = reply;
+    return EGM_OK;
+}
+
+static void where_behind(void *arg, size_t k, void *reply)
+{
+    where_t *w = arg;
+    assert_int_equal(*(size_t *)reply, k);
+    if (k == SLOW_BEHIND || k == N_CHUNKS - 1)
+        sleep_a_while(); /* the last: egm__pipeline_finish's join sleeps too */
+    w->behind_order[w->n_behind++] = k;
+    egm_free(reply);
+}
+
+static void run_where(egm_workers_t *workers)
+{
+    static where_t w;
+    egm_pipeline_t *p;
+
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(
+        egm__pipeline_start(workers, "test", N_CHUNKS, where_ahead, where_behind, &w, &p), EGM_OK);
+    /* Chunk 0 is fetched before the start returns, on this thread. */
+    assert_int_equal(atomic_load(&w.ahead_calls[0]), 1);
+    assert_true(pthread_equal(w.ahead_thread[0], pthread_self()));
+    for (size_t k = 0; k < N_CHUNKS; k++) {
+        void *reply = NULL;
+        assert_int_equal(egm__pipeline_wait(p, k, &reply, NULL), EGM_OK);
+        assert_int_equal(*(size_t *)reply, k);
+        if (k == SLOW_BEHIND - 1)
+            sleep_a_while(); /* the behind thread sleeps for chunk SLOW_BEHIND's release */
+        egm__pipeline_release(p, k, reply, 1);
+    }
+    egm__pipeline_finish(p);
+    for (size_t k = 0; k < N_CHUNKS; k++) {
+        assert_int_equal(atomic_load(&w.ahead_calls[k]), 1);
+        if (k > 0) /* the helpers' */
+            assert_false(pthread_equal(w.ahead_thread[k], pthread_self()));
+    }
+    assert_int_equal(w.n_behind, N_CHUNKS);
+    for (size_t i = 0; i < N_CHUNKS; i++)
+        assert_int_equal(w.behind_order[i], i);
+}
+
+static void test_first_chunk_on_caller_pooled(void **state)
+{
+    (void)state;
+    size_t live = egm__alloc_live_count();
+    egm_workers_t *workers;
+
+    run_where(NULL);
+    assert_int_equal(egm__workers_create(8, &workers), EGM_OK);
+    run_where(workers);
+    /* Two ahead helpers and the behind one, kept and used again. */
+    assert_int_equal(egm__workers_threads(workers), EGM_PIPELINE_DEPTH + 1);
+    run_where(workers);
+    assert_int_equal(egm__workers_threads(workers), EGM_PIPELINE_DEPTH + 1);
+    egm__workers_destroy(workers);
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
@@ -339,8 +429,9 @@ static void test_trace_lines(void **state)
         assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
         assert_true(dup2(fd, STDERR_FILENO) >= 0);
         egm__log_set_level((egm_log_level_t)level);
-        assert_int_equal(egm__pipeline_start("test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
-                         EGM_OK);
+        assert_int_equal(
+            egm__pipeline_start(NULL, "test", N_CHUNKS, probe_ahead, probe_behind, &pr, &p),
+            EGM_OK);
         for (size_t k = 0; k < N_CHUNKS; k++) {
             void *reply = NULL;
             egm_status_t st = egm__pipeline_wait(p, k, &reply, NULL);
@@ -387,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_release_out_of_order),
         cmocka_unit_test(test_copy_workers),
         cmocka_unit_test(test_fewer_chunks_than_depth),
+        cmocka_unit_test(test_first_chunk_on_caller_pooled),
         cmocka_unit_test(test_trace_lines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
