@@ -216,108 +216,6 @@ static egm_status_t read_reply(egm_tcp_client_t *client, int fd, uint64_t reques
     return EGM_OK;
 }
 
-/* One request on one connection. *conn_ok_p says whether the connection may be
- * reused; *answered_p whether the server answered (a refusal is not retried). */
-static egm_status_t do_request(egm_tcp_client_t *client, int fd, const egm_tcp_req_t *req,
-                               uint8_t *local, int *conn_ok_p, int *answered_p)
-{
-    uint8_t buf[EGM_TCP_REQ_SIZE];
-    egm_tcp_reply_t reply;
-    egm_status_t st;
-
-    *conn_ok_p = 0;
-    *answered_p = 0;
-    egm__tcp_req_encode(req, buf);
-    st = egm__sock_write_full(fd, buf, sizeof(buf));
-    if (st == EGM_OK && req->op == EGM_TCP_OP_WRITE)
-        st = egm__sock_write_full(fd, local, (size_t)req->length);
-    if (st != EGM_OK) {
-        /* A refused WRITE is answered and closed without reading the payload:
-         * the answer, if any, says more than the broken pipe. */
-        if (req->op == EGM_TCP_OP_WRITE &&
-            read_reply(client, fd, req->request_id, &reply) == EGM_OK && reply.status != EGM_OK) {
-            *answered_p = 1;
-            return (egm_status_t)reply.status;
-        }
-        return st;
-    }
-    if ((st = read_reply(client, fd, req->request_id, &reply)) != EGM_OK)
-        return st;
-    *answered_p = 1;
-    if (reply.status != EGM_OK) {
-        if (reply.status > 0 || reply.status < EGM_STATUS_MIN)
-            return EGM_ERR_PROTOCOL;
-        /* A refused READ leaves the connection usable; a refused WRITE does not. */
-        *conn_ok_p = req->op == EGM_TCP_OP_READ;
-        return (egm_status_t)reply.status;
-    }
-    if (req->op == EGM_TCP_OP_READ) {
-        if (reply.length != req->length)
-            return egm__set_error(EGM_ERR_PROTOCOL, "tcp: reply length %" PRIu64 " != %" PRIu64,
-                                  reply.length, req->length);
-        st = egm__sock_read_full_timeout(fd, local, (size_t)req->length, client->io_timeout_ms);
-        if (st != EGM_OK)
-            return st;
-    }
-    *conn_ok_p = 1;
-    return EGM_OK;
-}
-
-egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
-                                      egm_id_t segment, uint64_t offset, void *local, size_t length,
-                                      egm_te_dir_t dir)
-{
-    egm_status_t st = EGM_OK;
-    uint8_t *p = local;
-    char text[EGM_ID_STRLEN];
-
-    while (length > 0) {
-        size_t n = length < EGM_TCP_CLIENT_CHUNK ? length : (size_t)EGM_TCP_CLIENT_CHUNK;
-        egm_tcp_req_t req = {.magic = EGM_TCP_MAGIC,
-                             .version = EGM_TCP_VERSION,
-                             .op = dir == EGM_TE_READ ? EGM_TCP_OP_READ : EGM_TCP_OP_WRITE,
-                             .segment = segment,
-                             .offset = offset,
-                             .length = n};
-        /* A pooled connection may have been closed by the server meanwhile:
-         * then retry once on a fresh one (READ and WRITE are idempotent). */
-        int answered = 0;
-        for (int attempt = 0; attempt < 2; attempt++) {
-            int fd = -1, reused = 0, conn_ok = 0;
-            endpoint_t *ep = NULL;
-            if ((st = conn_get(client, endpoint, &fd, &reused, &ep)) != EGM_OK)
-                return st;
-            req.request_id = atomic_fetch_add(&client->next_request_id, 1);
-            st = do_request(client, fd, &req, p, &conn_ok, &answered);
-            if (conn_ok)
-                conn_put(client, ep, fd);
-            else
-                close(fd);
-            if (st == EGM_OK)
-                break;
-            if (answered || !reused)
-                break;
-        }
-        if (st != EGM_OK) {
-            char detail[256], refusal[EGM_AUTH_PROBLEM_MAX];
-            snprintf(detail, sizeof(detail), "%s",
-                     !answered ? egm_last_error()
-                     : st != EGM_ERR_PERMISSION
-                         ? "refused by the server"
-                         : egm__auth_refusal(client->auth_token, "the data server", refusal,
-                                             sizeof(refusal)));
-            return egm__set_error(st, "tcp: %s of segment %s [%" PRIu64 ", +%zu) at %s: %s: %s",
-                                  dir == EGM_TE_READ ? "READ" : "WRITE",
-                                  egm__id_format(segment, text), offset, n, endpoint,
-                                  egm_status_name(st), detail);
-        }
-        p += n;
-        offset += n;
-        length -= n;
-    }
-    return EGM_OK;
-}
-
 /* The text of piece p's failure, as a single transfer reports it. */
 static egm_status_t piece_error(const egm_tcp_client_t *client, const char *endpoint,
                                 const egm_tcp_piece_t *p)
@@ -451,6 +349,34 @@ static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp
     }
 }
 
+static size_t n_pieces(size_t length)
+{
+    return (length + EGM_TCP_CLIENT_CHUNK - 1) / EGM_TCP_CLIENT_CHUNK;
+}
+
+/* The requests that move [offset, offset + length) of segment to or from
+ * local, of at most EGM_TCP_CLIENT_CHUNK bytes each, into pieces (room for
+ * n_pieces(length)), each naming op; how many. */
+static size_t op_pieces(egm_te_dir_t dir, egm_id_t segment, uint64_t offset, void *local,
+                        size_t length, size_t op, egm_tcp_piece_t *pieces)
+{
+    size_t k = 0;
+    for (size_t at = 0; at < length; at += EGM_TCP_CLIENT_CHUNK) {
+        size_t len =
+            length - at < EGM_TCP_CLIENT_CHUNK ? length - at : (size_t)EGM_TCP_CLIENT_CHUNK;
+        pieces[k++] =
+            (egm_tcp_piece_t){.req = {.magic = EGM_TCP_MAGIC,
+                                      .version = EGM_TCP_VERSION,
+                                      .op = dir == EGM_TE_READ ? EGM_TCP_OP_READ : EGM_TCP_OP_WRITE,
+                                      .segment = segment,
+                                      .offset = offset + at,
+                                      .length = len},
+                              .local = (uint8_t *)local + at,
+                              .op = op};
+    }
+    return k;
+}
+
 /* The ops of ops[0, n) whose endpoint is ops[first]'s and not yet `done`:
  * their pieces in op order, into pieces (room for all); how many. */
 static size_t endpoint_pieces(egm_te_op_t *const *ops, size_t n, size_t first, uint8_t *done,
@@ -463,19 +389,7 @@ static size_t endpoint_pieces(egm_te_op_t *const *ops, size_t n, size_t first, u
         if (done[i] || strcmp(op->segment->tcp_endpoint, endpoint) != 0)
             continue;
         done[i] = 1;
-        for (size_t at = 0; at < op->length; at += EGM_TCP_CLIENT_CHUNK) {
-            size_t len = op->length - at < EGM_TCP_CLIENT_CHUNK ? op->length - at
-                                                                : (size_t)EGM_TCP_CLIENT_CHUNK;
-            pieces[k++] = (egm_tcp_piece_t){
-                .req = {.magic = EGM_TCP_MAGIC,
-                        .version = EGM_TCP_VERSION,
-                        .op = op->dir == EGM_TE_READ ? EGM_TCP_OP_READ : EGM_TCP_OP_WRITE,
-                        .segment = op->segment->id,
-                        .offset = op->offset + at,
-                        .length = len},
-                .local = (uint8_t *)op->local + at,
-                .op = i};
-        }
+        k += op_pieces(op->dir, op->segment->id, op->offset, op->local, op->length, i, pieces + k);
     }
     return k;
 }
@@ -485,7 +399,7 @@ egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
-        total += (ops[i]->length + EGM_TCP_CLIENT_CHUNK - 1) / EGM_TCP_CLIENT_CHUNK;
+        total += n_pieces(ops[i]->length);
     egm_tcp_piece_t *pieces = egm_malloc((total ? total : 1) * sizeof(*pieces), "te.tcp.batch");
     uint8_t *done = egm_calloc(n ? n : 1, 1, "te.tcp.batch");
     if (pieces == NULL || done == NULL) {
@@ -525,6 +439,28 @@ egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_
     if (first_failed == n)
         return EGM_OK;
     return egm__set_error(ops[first_failed]->status, "%s", first_text);
+}
+
+egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
+                                      egm_id_t segment, uint64_t offset, void *local, size_t length,
+                                      egm_te_dir_t dir)
+{
+    egm_tcp_piece_t few[4], *pieces = few;
+    size_t k = n_pieces(length);
+    if (k > sizeof(few) / sizeof(few[0]) &&
+        (pieces = egm_malloc(k * sizeof(*pieces), "te.tcp.transfer")) == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "tcp: out of memory for a %zu-byte transfer",
+                              length);
+    op_pieces(dir, segment, offset, local, length, 0, pieces);
+    char details[STREAM_PARTS_MAX][DETAIL_CAP];
+    stream_parts(client, endpoint, pieces, k, details);
+    egm_status_t st = EGM_OK;
+    for (size_t j = 0; j < k && st == EGM_OK; j++)
+        if (pieces[j].status != EGM_OK)
+            st = piece_error(client, endpoint, &pieces[j]);
+    if (pieces != few)
+        egm_free(pieces);
+    return st;
 }
 
 /* ---- the tcp transport (transport.h) ------------------------------------------

@@ -191,14 +191,14 @@ typedef struct {
 egm_status_t egm__tcp_stream_run(int fd, egm_tcp_piece_t *pieces, size_t n, int io_timeout_ms,
                                  size_t *answered_p, int *conn_ok_p);
 
-/* Moves [offset, offset+length) of the segment at `endpoint` ("host:port") in
- * requests of at most EGM_TCP_CLIENT_CHUNK bytes. */
 /* Every op of ops[0, n) (each on a segment with a tcp endpoint): the requests
  * for each endpoint streamed on one connection (egm__tcp_stream_run). Sets
  * each op's status (the first failed request's, with the text a single
  * transfer gives); returns the lowest failed op's, with its text. */
 egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_t *const *ops,
                                             size_t n);
+/* Moves [offset, offset+length) of the segment at `endpoint` ("host:port"):
+ * a batch of one op (its requests streamed as above). */
 egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
                                       egm_id_t segment, uint64_t offset, void *local, size_t length,
                                       egm_te_dir_t dir);
