@@ -165,7 +165,7 @@ static void test_layout_covers_every_key_once(void **state)
     assert_int_equal(n_chunks(128, 1), 1);
     assert_int_equal(n_chunks(129, 1), 2);
     /* vLLM's keys of 64 pieces: 2, 4, 8, then 16 keys a chunk; 256 keys: 2 + 4
-     * + 8 + 15 x 16 + 2; 16 keys (1024 parts) are not worth pipelining. */
+     * + 8 + 15 x 16 + 2; 16 keys (1024 parts): 2 + 4 + 8 + 2. */
     assert_int_equal(n_chunks(256, 64), 19);
     assert_int_equal(n_chunks(64, 64), 7);
     assert_int_equal(n_chunks(16, 64), 4);
