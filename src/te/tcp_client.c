@@ -20,6 +20,7 @@
 #include "common/hashmap.h"
 #include "common/log.h"
 #include "common/sock.h"
+#include "common/workers.h"
 #include "te/transport.h"
 
 #define IDLE_PER_ENDPOINT 4
@@ -38,7 +39,12 @@ struct egm_tcp_client {
     int io_timeout_ms;
     atomic_uint_fast64_t next_request_id;
     char auth_token[EGM_AUTH_TOKEN_MAX + 1]; /* "" = none presented */
+    egm_workers_t *workers; /* the threads of a large batch's parts (stream_parts) */
 };
+
+/* Threads kept for batches' parts: three per batch (stream_parts) for up to
+ * 16 batches at once; more batches make their own. */
+#define PART_WORKERS_MAX 48
 
 egm_status_t egm__tcp_client_create(int io_timeout_ms, const char *token,
                                     egm_tcp_client_t **client_p)
@@ -49,7 +55,9 @@ egm_status_t egm__tcp_client_create(int io_timeout_ms, const char *token,
     egm_tcp_client_t *client = egm_calloc(1, sizeof(*client), "te.tcp_client");
     if (client == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "tcp client: out of memory");
-    if ((st = egm__hashmap_create(&client->endpoints)) != EGM_OK) {
+    if ((st = egm__hashmap_create(&client->endpoints)) != EGM_OK ||
+        (st = egm__workers_create(PART_WORKERS_MAX, &client->workers)) != EGM_OK) {
+        egm__hashmap_destroy(client->endpoints);
         egm_free(client);
         return st;
     }
@@ -77,6 +85,7 @@ void egm__tcp_client_destroy(egm_tcp_client_t *client)
         egm_free(ep);
     }
     egm__hashmap_destroy(client->endpoints);
+    egm__workers_destroy(client->workers);
     pthread_mutex_destroy(&client->lock);
     egm__secure_zero(client->auth_token, sizeof(client->auth_token));
     egm_free(client);
@@ -303,15 +312,14 @@ typedef struct {
     egm_tcp_piece_t *pieces;
     size_t n;
     char *detail; /* DETAIL_CAP bytes */
-    pthread_t thread;
+    egm_worker_job_t job;
     int started;
 } stream_part_t;
 
-static void *stream_part_main(void *arg)
+static void stream_part_main(void *arg)
 {
     stream_part_t *part = arg;
     stream_pieces(part->client, part->endpoint, part->pieces, part->n, part->detail);
-    return NULL;
 }
 
 /* stream_pieces over up to STREAM_PARTS_MAX connections at once, part p's
@@ -338,12 +346,12 @@ static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp
         /* Part 0 runs here; a part whose thread does not start runs here too. */
         if (p > 0)
             part[p].started =
-                pthread_create(&part[p].thread, NULL, stream_part_main, &part[p]) == 0;
+                egm__workers_start(client->workers, &part[p].job, stream_part_main, &part[p]) == 0;
     }
     stream_part_main(&part[0]);
     for (size_t p = 1; p < parts; p++) {
         if (part[p].started)
-            pthread_join(part[p].thread, NULL);
+            egm__workers_join(client->workers, &part[p].job);
         else
             stream_part_main(&part[p]);
     }
