@@ -26,9 +26,9 @@
 /* Large batches are cut into chunks of about EGM_PIPELINE_CHUNK_PARTS buffers
  * (a key of one buffer counts one, a multi-buffer key its parts: a vLLM key of
  * 64 pieces weighs 64); batches of fewer parts gain nothing from threads. From
- * 1024 (vLLM's 16 keys): with the helper threads kept by the client, its gets
- * ran at 62-67% of the ceiling pipelined against 55-58% whole, its puts the
- * same (bench/results/h200x1-issue17-20261203-pool, min-parts). */
+ * 1024 (vLLM's 16 keys): with the helper threads kept by the client, its calls
+ * were faster pipelined in 14 of 18 interleaved pairs on the H200 (gets up to
+ * 12 points, puts up to 9; bench/results/h200x1-issue17-20261203-pool). */
 #define EGM_PIPELINE_MIN_PARTS 1024
 #define EGM_PIPELINE_CHUNK_PARTS 1024
 /* The first chunks are smaller, doubling up to EGM_PIPELINE_CHUNK_PARTS: nothing
