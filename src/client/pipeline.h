@@ -43,7 +43,9 @@
  * copies; with two the client's encode/decode overlaps the master's work. */
 #define EGM_PIPELINE_DEPTH 2
 
-/* The first RPC of chunk k (on the ahead thread); *reply_p is handed to the caller. */
+/* The first RPC of chunk k (chunk 0's on the calling thread, in
+ * egm__pipeline_start; the others' on an ahead helper); *reply_p is handed to
+ * the caller. */
 typedef egm_status_t (*egm_pipeline_ahead_fn)(void *arg, size_t k, void **reply_p);
 /* The closing step of chunk k (on the behind thread); owns reply. */
 typedef void (*egm_pipeline_behind_fn)(void *arg, size_t k, void *reply);

@@ -38,7 +38,7 @@ int egm__workers_start(egm_workers_t *workers, egm_worker_job_t *job, void (*fn)
 /* Waits until a started job's fn has returned. */
 void egm__workers_join(egm_workers_t *workers, egm_worker_job_t *job);
 
-/* Threads the pool holds now (idle or busy), for tests. */
+/* Threads the pool holds now (idle, busy, or being started), for tests. */
 size_t egm__workers_threads(egm_workers_t *workers);
 
 #endif

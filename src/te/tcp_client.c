@@ -1,9 +1,10 @@
 /* tcp transport (consumer side): a few pooled connections per provider
  * endpoint, each used by one thread at a time, created on demand and dropped on
  * any error. Transfers are split into requests of at most EGM_TCP_CLIENT_CHUNK.
- * A call's ops go together: the requests for one endpoint stream on one
- * connection (tcp_stream.c), so a batch of small objects costs about one round
- * trip instead of one per object. */
+ * A call's ops go together: the requests for one endpoint stream on a
+ * connection (tcp_stream.c; a large batch in up to 4 parts, each on its own),
+ * so a batch of small objects costs about one round trip instead of one per
+ * object. A single transfer is a batch of one op. */
 #include "te/te_int.h"
 
 #include <errno.h>
@@ -359,7 +360,7 @@ static void stream_parts(egm_tcp_client_t *client, const char *endpoint, egm_tcp
 
 static size_t n_pieces(size_t length)
 {
-    return (length + EGM_TCP_CLIENT_CHUNK - 1) / EGM_TCP_CLIENT_CHUNK;
+    return length / EGM_TCP_CLIENT_CHUNK + (length % EGM_TCP_CLIENT_CHUNK != 0);
 }
 
 /* The requests that move [offset, offset + length) of segment to or from

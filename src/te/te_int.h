@@ -192,13 +192,17 @@ egm_status_t egm__tcp_stream_run(int fd, egm_tcp_piece_t *pieces, size_t n, int 
                                  size_t *answered_p, int *conn_ok_p);
 
 /* Every op of ops[0, n) (each on a segment with a tcp endpoint): the requests
- * for each endpoint streamed on one connection (egm__tcp_stream_run). Sets
+ * for each endpoint streamed on a connection (egm__tcp_stream_run; a large
+ * batch in up to 4 parts on their own connections, at once; a pooled
+ * connection found closed before it answered anything is replaced, a
+ * timeout is not retried). Sets
  * each op's status (the first failed request's, with the text a single
  * transfer gives); returns the lowest failed op's, with its text. */
 egm_status_t egm__tcp_client_transfer_batch(egm_tcp_client_t *client, egm_te_op_t *const *ops,
                                             size_t n);
 /* Moves [offset, offset+length) of the segment at `endpoint` ("host:port"):
- * a batch of one op (its requests streamed as above). */
+ * a batch of one op, streamed and retried as above (a range of more than
+ * 64 MiB may go on several connections at once). */
 egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endpoint,
                                       egm_id_t segment, uint64_t offset, void *local, size_t length,
                                       egm_te_dir_t dir);

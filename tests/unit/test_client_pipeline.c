@@ -303,6 +303,47 @@ static void test_copy_workers(void **state)
     assert_int_equal(egm__pipeline_copy(NULL, 0, probe_copy, &c), EGM_OK);
 }
 
+/* Chunk 0's ahead call fails (it ran on the caller's thread, in the start):
+ * its wait answers the status and text, the other chunks go on. */
+static egm_status_t fail_first_ahead(void *arg, size_t k, void **reply_p)
+{
+    if (k == 0) {
+        probe_t *pr = arg;
+        atomic_fetch_add(&pr->ahead_calls[0], 1);
+        *reply_p = NULL;
+        return egm__set_error(EGM_ERR_UNREACHABLE, "chunk 0 found no master");
+    }
+    return probe_ahead(arg, k, reply_p);
+}
+
+static void test_first_chunk_fails(void **state)
+{
+    (void)state;
+    size_t live = egm__alloc_live_count();
+    static probe_t pr;
+    egm_pipeline_t *p;
+
+    memset(&pr, 0, sizeof(pr));
+    assert_int_equal(egm__pipeline_start(NULL, "test", 3, fail_first_ahead, probe_behind, &pr, &p),
+                     EGM_OK);
+    egm__set_error(EGM_ERR_TIMEOUT, "something else since");
+    void *reply = (void *)&pr;
+    assert_int_equal(egm__pipeline_wait(p, 0, &reply, NULL), EGM_ERR_UNREACHABLE);
+    assert_null(reply);
+    assert_non_null(strstr(egm_last_error(), "chunk 0 found no master"));
+    egm__pipeline_release(p, 0, NULL, 0);
+    for (size_t k = 1; k < 3; k++) {
+        assert_int_equal(egm__pipeline_wait(p, k, &reply, NULL), EGM_OK);
+        assert_int_equal(*(size_t *)reply, k);
+        egm__pipeline_release(p, k, reply, 1);
+    }
+    egm__pipeline_finish(p);
+    assert_int_equal(pr.n_behind, 2);
+    assert_int_equal(pr.behind_order[0], 1);
+    assert_int_equal(pr.behind_order[1], 2);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 static void test_fewer_chunks_than_depth(void **state)
 {
     (void)state;
@@ -481,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_release_out_of_order),
         cmocka_unit_test(test_copy_workers),
         cmocka_unit_test(test_fewer_chunks_than_depth),
+        cmocka_unit_test(test_first_chunk_fails),
         cmocka_unit_test(test_first_chunk_on_caller_pooled),
         cmocka_unit_test(test_trace_lines),
     };

@@ -294,6 +294,41 @@ static void test_tcp_splits_big_transfers(void **state)
     egm_te_stats_t ps;
     egm__te_stats(fx->provider, &ps);
     assert_int_equal(ps.tcp_requests_served, 4); /* 2 per direction */
+
+    /* The same through a single transfer (a batch of one op: its two requests
+     * go as two parts, on two connections at once), then nothing for an
+     * empty range, and a range past the end refused with its piece named. */
+    egm_tcp_client_t *tcp = NULL;
+    assert_int_equal(egm__tcp_client_create(5000, NULL, &tcp), EGM_OK);
+    size_t len = (72 << 20) - 8192;
+    uint8_t *out = malloc(len), *in = malloc(len);
+    assert_non_null(out);
+    assert_non_null(in);
+    egm_test_fill_random(out, len);
+    const char *ep = fx->desc.tcp_endpoint;
+    assert_int_equal(egm__tcp_client_transfer(tcp, ep, fx->desc.id, 4096, out, len, EGM_TE_WRITE),
+                     EGM_OK);
+    assert_memory_equal((uint8_t *)fx->chunk->base + 4096, out, len);
+    assert_int_equal(egm__tcp_client_transfer(tcp, ep, fx->desc.id, 4096, in, len, EGM_TE_READ),
+                     EGM_OK);
+    assert_memory_equal(in, out, len);
+    assert_int_equal(egm__tcp_client_transfer(tcp, ep, fx->desc.id, 0, in, 0, EGM_TE_READ), EGM_OK);
+    egm__te_stats(fx->provider, &ps);
+    assert_int_equal(ps.tcp_requests_served, 8);
+    assert_int_equal(egm__tcp_client_transfer(tcp, ep, fx->desc.id, fx->desc.size - 4096, in, 8192,
+                                              EGM_TE_WRITE),
+                     EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "tcp: WRITE of segment"));
+    assert_non_null(strstr(egm_last_error(), "refused by the server"));
+    egm__te_stats(fx->provider, &ps);
+    assert_int_equal(ps.tcp_requests_refused, 1);
+    /* The connections still serve. */
+    assert_int_equal(egm__tcp_client_transfer(tcp, ep, fx->desc.id, 4096, in, 4096, EGM_TE_READ),
+                     EGM_OK);
+    assert_memory_equal(in, out, 4096);
+    egm__tcp_client_destroy(tcp);
+    free(out);
+    free(in);
 }
 
 static void test_routes(void **state)
