@@ -2,7 +2,6 @@
 #include "client/pipeline.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include "common/alloc.h"
@@ -16,8 +15,8 @@ typedef struct {
     char error[256]; /* the ahead thread's egm_last_error when status != EGM_OK */
     void *behind_reply;
     int run_behind;
-    atomic_int fetched;  /* its ahead call has returned (set under lock) */
-    atomic_int released; /* the caller is done with it (set under lock) */
+    int fetched;  /* its ahead call has returned (under lock) */
+    int released; /* the caller is done with it (under lock) */
     /* When each step began and ended (egm__now_ns), for the trace log: the
      * ahead call, the caller's wait for it, its release, the behind step. */
     uint64_t ahead_ns[2], wait_ns[2], release_ns, behind_ns[2];
@@ -47,19 +46,19 @@ struct egm_pipeline {
 };
 
 /* Sets *flag under the pipeline's lock and wakes its sleepers. */
-static void set_flag(egm_pipeline_t *p, atomic_int *flag)
+static void set_flag(egm_pipeline_t *p, int *flag)
 {
     pthread_mutex_lock(&p->lock);
-    atomic_store_explicit(flag, 1, memory_order_release);
+    *flag = 1;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }
 
 /* Waits for set_flag(p, flag). */
-static void wait_flag(egm_pipeline_t *p, const atomic_int *flag)
+static void wait_flag(egm_pipeline_t *p, const int *flag)
 {
     pthread_mutex_lock(&p->lock);
-    while (!atomic_load_explicit(flag, memory_order_acquire))
+    while (!*flag)
         pthread_cond_wait(&p->cond, &p->lock);
     pthread_mutex_unlock(&p->lock);
 }
@@ -145,7 +144,7 @@ egm_status_t egm__pipeline_start(egm_workers_t *workers, const char *what, size_
     int all_started = start_ahead(p, 0);
     if (n_chunks > 0) {
         run_ahead(p, 0);
-        atomic_store_explicit(&p->chunks[0].fetched, 1, memory_order_release);
+        set_flag(p, &p->chunks[0].fetched);
     }
     for (size_t t = 1; t < EGM_PIPELINE_DEPTH; t++)
         all_started &= start_ahead(p, t);

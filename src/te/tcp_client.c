@@ -454,10 +454,9 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
                                       egm_id_t segment, uint64_t offset, void *local, size_t length,
                                       egm_te_dir_t dir)
 {
-    egm_tcp_piece_t few[4], *pieces = few;
     size_t k = n_pieces(length);
-    if (k > sizeof(few) / sizeof(few[0]) &&
-        (pieces = egm_malloc(k * sizeof(*pieces), "te.tcp.transfer")) == NULL)
+    egm_tcp_piece_t *pieces = egm_malloc((k ? k : 1) * sizeof(*pieces), "te.tcp.transfer");
+    if (pieces == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "tcp: out of memory for a %zu-byte transfer",
                               length);
     op_pieces(dir, segment, offset, local, length, 0, pieces);
@@ -467,8 +466,7 @@ egm_status_t egm__tcp_client_transfer(egm_tcp_client_t *client, const char *endp
     for (size_t j = 0; j < k && st == EGM_OK; j++)
         if (pieces[j].status != EGM_OK)
             st = piece_error(client, endpoint, &pieces[j]);
-    if (pieces != few)
-        egm_free(pieces);
+    egm_free(pieces);
     return st;
 }
 
