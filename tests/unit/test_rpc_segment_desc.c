@@ -1,5 +1,6 @@
 /* Segment descriptors: round trip through the wire form and refusal of hostile
  * descriptors (nil id, zero size, over-long or control strings, bad kinds). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -287,10 +288,94 @@ static void test_hostile_bytes_do_not_crash(void **state)
     }
 }
 
+/* Threads decoding at once, more of them than this machine has cores, each
+ * over descriptors of its own and over descriptors they all share (hitting the
+ * same slots): every answer is what its bytes say. A slot taken by another
+ * thread is decoded around, never waited for; a torn slot (read while being
+ * filled) would answer another descriptor's fields. */
+#define DECODERS 8
+#define SHARED 24 /* shared descriptors: a few slots that every thread reads */
+#define OWN 600   /* a thread's own: with the others', more than the slots */
+#define DECODE_ROUNDS 6
+
+typedef struct {
+    int thread;
+    egm_segment_desc_t *descs; /* SHARED + OWN */
+    uint8_t **bytes;
+    size_t *lens;
+    int wrong; /* answers that were not their bytes' descriptor */
+    int failed;
+} decoder_t;
+
+static egm_segment_desc_t numbered(int thread, int i)
+{
+    egm_segment_desc_t d = sample();
+    d.id.hi = ((uint64_t)thread << 32) | (uint64_t)(i + 1);
+    d.size = (uint64_t)(i + 1) << 20;
+    snprintf(d.name, sizeof(d.name), "pool-%d/%d", thread, i);
+    snprintf(d.tcp_endpoint, sizeof(d.tcp_endpoint), "127.0.0.%d:%d", thread + 1, 4000 + i);
+    return d;
+}
+
+static int same_desc(const egm_segment_desc_t *a, const egm_segment_desc_t *b)
+{
+    return egm__id_equal(a->id, b->id) && egm__id_equal(a->owner, b->owner) && a->size == b->size &&
+           strcmp(a->name, b->name) == 0 && strcmp(a->host_id, b->host_id) == 0 &&
+           strcmp(a->tcp_endpoint, b->tcp_endpoint) == 0 &&
+           strcmp(a->shm_socket, b->shm_socket) == 0 && a->handle_kind == b->handle_kind;
+}
+
+static void *decoder_main(void *arg)
+{
+    decoder_t *t = arg;
+    for (int round = 0; round < DECODE_ROUNDS; round++)
+        for (int k = 0; k < SHARED + OWN; k++) {
+            /* every other step a shared one, from a different start per thread */
+            int i = k % 2 == 0 ? (k / 2 + t->thread * 5) % SHARED : SHARED + k % OWN;
+            egm_segment_desc_t out;
+            memset(&out, 0x5a, sizeof(out));
+            if (egm__segment_desc_decode(t->bytes[i], t->lens[i], &out) != EGM_OK)
+                t->failed++;
+            else if (!same_desc(&out, &t->descs[i]))
+                t->wrong++;
+        }
+    return NULL;
+}
+
+static void test_decode_cache_under_threads(void **state)
+{
+    (void)state;
+    static decoder_t dec[DECODERS];
+    static egm_segment_desc_t descs[DECODERS][SHARED + OWN];
+    static uint8_t *bytes[DECODERS][SHARED + OWN];
+    static size_t lens[DECODERS][SHARED + OWN];
+    pthread_t threads[DECODERS];
+
+    for (int t = 0; t < DECODERS; t++) {
+        for (int i = 0; i < SHARED + OWN; i++) {
+            /* the shared ones are the same descriptors (same bytes) in every thread */
+            descs[t][i] = i < SHARED ? numbered(99, i) : numbered(t, i);
+            bytes[t][i] = pack_desc(&descs[t][i], &lens[t][i]);
+        }
+        dec[t] = (decoder_t){.thread = t, .descs = descs[t], .bytes = bytes[t], .lens = lens[t]};
+    }
+    for (int t = 0; t < DECODERS; t++)
+        assert_int_equal(pthread_create(&threads[t], NULL, decoder_main, &dec[t]), 0);
+    for (int t = 0; t < DECODERS; t++) {
+        assert_int_equal(pthread_join(threads[t], NULL), 0);
+        assert_int_equal(dec[t].failed, 0);
+        assert_int_equal(dec[t].wrong, 0);
+        for (int i = 0; i < SHARED + OWN; i++)
+            egm_free(bytes[t][i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_decode_cache_follows_the_bytes, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_decode_cache_under_threads, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_round_trip_through_packed_bytes, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
