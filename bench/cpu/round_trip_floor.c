@@ -154,8 +154,8 @@ static int run(int clients, int servers, double seconds)
     printf("{\"tool\": \"egm-rtt-floor\", \"clients\": %d, \"server_threads\": %d, "
            "\"round_trips\": %zu, \"seconds\": %.3f, \"per_second\": %.0f, \"p50_us\": %.1f, "
            "\"p99_us\": %.1f}\n",
-           clients, servers, total, took, (double)total / took,
-           total ? all[total / 2] : 0.0, total ? all[total * 99 / 100] : 0.0);
+           clients, servers, total, took, (double)total / took, total ? all[total / 2] : 0.0,
+           total ? all[total * 99 / 100] : 0.0);
     free(all);
     for (int s = 0; s < servers; s++)
         close(srv[s].epfd);
@@ -181,8 +181,9 @@ int main(int argc, char **argv)
         }
     }
     if (!(seconds > 0 && seconds <= 3600) || servers < 1 || servers > MAX_SERVERS) {
-        fprintf(stderr, "egm-rtt-floor: --seconds must be in (0, 3600], --server-threads in "
-                        "1..%d\n",
+        fprintf(stderr,
+                "egm-rtt-floor: --seconds must be in (0, 3600], --server-threads in "
+                "1..%d\n",
                 MAX_SERVERS);
         return 2;
     }
