@@ -47,6 +47,10 @@ typedef struct {
 /* Raised by Client() when the config or the connection fails: args are
  * (status, message). egmstore maps it to its exception classes. */
 static PyObject *status_error;
+/* A ValueError: a key's list of addresses and its list of sizes differ in
+ * length (the *_parts calls). The Mooncake facade answers INVALID_PARAMS for
+ * every key then, as Mooncake does, without checking the lists itself first. */
+static PyObject *parts_mismatch_error;
 
 /* ---- argument conversion ------------------------------------------------ */
 
@@ -340,8 +344,8 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
         inner_s[i] = is;
         Py_ssize_t np = seq_size(ip), ns = seq_size(is);
         if (np != ns) {
-            PyErr_Format(PyExc_ValueError, "ptrs[%zu] has %zd items but sizes[%zu] has %zd", i, np,
-                         i, ns);
+            PyErr_Format(parts_mismatch_error, "ptrs[%zu] has %zd items but sizes[%zu] has %zd", i,
+                         np, i, ns);
             goto out;
         }
         b->counts[i] = (size_t)np;
@@ -1409,6 +1413,11 @@ PyMODINIT_FUNC PyInit__egmstore(void)
     status_error = PyErr_NewException("egmstore._egmstore.StatusError", PyExc_RuntimeError, NULL);
     if (status_error == NULL || PyModule_AddObjectRef(mod, "StatusError", status_error) != 0)
         goto err;
+    parts_mismatch_error =
+        PyErr_NewException("egmstore._egmstore.PartsMismatchError", PyExc_ValueError, NULL);
+    if (parts_mismatch_error == NULL ||
+        PyModule_AddObjectRef(mod, "PartsMismatchError", parts_mismatch_error) != 0)
+        goto err;
     if (PyModule_AddStringConstant(mod, "VERSION", EGMSTORE_VERSION) != 0 ||
         PyModule_AddIntConstant(mod, "STATUS_MIN", EGM_STATUS_MIN) != 0 ||
         PyModule_AddIntConstant(mod, "KEY_MAX", EGM_KEY_MAX) != 0 ||
@@ -1420,6 +1429,7 @@ err:
     Py_XDECREF(type);
     Py_CLEAR(buffer_handle_type);
     Py_CLEAR(status_error);
+    Py_CLEAR(parts_mismatch_error);
     Py_DECREF(mod);
     return NULL;
 }

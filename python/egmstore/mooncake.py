@@ -185,17 +185,25 @@ def _read_code(status, nbytes):
     return _lookup_code(status)
 
 
-# A batch's codes: a success converted inline (no call per key: a batch of 1024 keys spent
-# 0.35 ms in these calls on the development VM), anything else by the function of one key.
+# A batch's codes: a batch whose keys all succeeded (the common case) with no step per key
+# (min() over the statuses runs in C: for 1024 keys 12 us against 72 us for the comprehension
+# on the development VM); else a success converted inline (no call per key: a batch of 1024
+# keys spent 0.35 ms in such calls) and anything else by the function of one key.
 def _put_codes(results):
+    if not results or min(results) >= 0:
+        return [0] * len(results)
     return [0 if st >= 0 else _put_code(st) for st in results]
 
 
 def _read_codes(results, nbytes):
+    if not results or min(results) >= 0:
+        return nbytes  # a new list from the binding: the bytes read
     return [n if st >= 0 else _read_code(st, n) for st, n in zip(results, nbytes)]
 
 
 def _exist_codes(results):
+    if not results or min(results) >= 0:
+        return [1] * len(results)
     return [1 if st >= 0 else _exist_code(st) for st in results]
 
 
@@ -389,7 +397,9 @@ def _nbytes(value):
 
 def _same_lengths(call, keys, ptrs, sizes, parts=False):
     """Whether a batch's lists match (and, for parts, each key's two lists):
-    measured, Mooncake answers INVALID_PARAMS for every key when they do not."""
+    measured, Mooncake answers INVALID_PARAMS for every key when they do not.
+    The calls with parts leave each key's two lists to the binding (_parts_call),
+    which compares them while it converts them."""
     try:
         ok = len(ptrs) == len(sizes) == len(keys)
         if ok and parts:
@@ -397,8 +407,22 @@ def _same_lengths(call, keys, ptrs, sizes, parts=False):
     except TypeError:
         return True  # not lists: the binding raises TypeError naming the argument
     if not ok:
-        log.error("%s(): keys, buffer pointers and sizes must have matching lengths", call)
+        _mismatch(call)
     return ok
+
+
+def _mismatch(call):
+    log.error("%s(): keys, buffer pointers and sizes must have matching lengths", call)
+
+
+def _parts_call(call, fn, keys, *args):
+    """fn(keys, *args) of the binding; None when a key's lists of addresses and
+    sizes differ in length (logged: the caller answers INVALID_PARAMS)."""
+    try:
+        return fn(keys, *args)
+    except _egmstore.PartsMismatchError:
+        _mismatch(call)
+        return None
 
 
 def _refused(rc):
@@ -952,23 +976,32 @@ class MooncakeDistributedStore:
         return _read_codes(results, nbytes)
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        if not _same_lengths("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes,
-                             parts=True):
+        call = "batch_put_from_multi_buffers"
+        if not _same_lengths(call, keys, all_buffer_ptrs, all_sizes):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
         rc = _rc(config)
         if _refused(rc):
+            # the lists are checked first, as Mooncake does (the binding did not see them)
+            if not _same_lengths(call, keys, all_buffer_ptrs, all_sizes, parts=True):
+                return [ErrorCode.INVALID_PARAMS] * len(keys)
             return [rc] * len(keys)
-        status, results = self._c.batch_put_from_parts(keys, all_buffer_ptrs, all_sizes, rc)
+        out = _parts_call(call, self._c.batch_put_from_parts, keys, all_buffer_ptrs, all_sizes, rc)
+        if out is None:
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        status, results = out
         if status < 0:
             return self._whole(status, len(keys))
         return _put_codes(results)
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
-        if not _same_lengths("batch_get_into_multi_buffers", keys, all_buffer_ptrs, all_sizes,
-                             parts=True):
+        call = "batch_get_into_multi_buffers"
+        if not _same_lengths(call, keys, all_buffer_ptrs, all_sizes):
             return [ErrorCode.INVALID_PARAMS] * len(keys)
-        status, results, nbytes = self._c.batch_get_into_parts(keys, all_buffer_ptrs, all_sizes)
+        out = _parts_call(call, self._c.batch_get_into_parts, keys, all_buffer_ptrs, all_sizes)
+        if out is None:
+            return [ErrorCode.INVALID_PARAMS] * len(keys)
+        status, results, nbytes = out
         if status < 0:
             return self._whole(status, len(keys))
         return _read_codes(results, nbytes)
