@@ -237,8 +237,8 @@ static const char *fast_key(PyObject *obj)
 
 static int fast_u64(PyObject *obj, unsigned long long *v)
 {
-    if (!PyLong_Check(obj))
-        return -1;
+    /* No PyLong_Check first: in the limited API each check is a call
+     * (PyType_GetFlags), and the conversion refuses a non-int itself. */
     *v = PyLong_AsUnsignedLongLong(obj);
     if (*v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
@@ -357,10 +357,15 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
         goto out;
     size_t f = 0;
     for (size_t i = 0; i < b->n; i++) {
+        /* Each list's kind looked up once, not per item (a call in the limited API). */
+        PyObject *(*item_p)(PyObject *, Py_ssize_t) =
+            PyList_Check(inner_p[i]) ? PyList_GetItem : PyTuple_GetItem;
+        PyObject *(*item_s)(PyObject *, Py_ssize_t) =
+            PyList_Check(inner_s[i]) ? PyList_GetItem : PyTuple_GetItem;
         for (size_t j = 0; j < b->counts[i]; j++, f++) {
             unsigned long long a, l;
-            if (fast_u64(seq_item(inner_p[i], (Py_ssize_t)j), &a) == 0 && a <= UINTPTR_MAX &&
-                fast_u64(seq_item(inner_s[i], (Py_ssize_t)j), &l) == 0 && l <= SIZE_MAX) {
+            if (fast_u64(item_p(inner_p[i], (Py_ssize_t)j), &a) == 0 && a <= UINTPTR_MAX &&
+                fast_u64(item_s(inner_s[i], (Py_ssize_t)j), &l) == 0 && l <= SIZE_MAX) {
                 b->addrs[f] = (void *)(uintptr_t)a;
                 b->lens[f] = (size_t)l;
                 continue;
