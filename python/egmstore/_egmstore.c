@@ -238,8 +238,15 @@ static const char *fast_key(PyObject *obj)
 static int fast_u64(PyObject *obj, unsigned long long *v)
 {
     /* No PyLong_Check first: in the limited API each check is a call
-     * (PyType_GetFlags), and the conversion refuses a non-int itself. */
+     * (PyType_GetFlags), and the conversion refuses a non-int itself. Where
+     * long has 64 bits (Linux on x86-64 and arm64), PyLong_AsUnsignedLong
+     * reads the digits directly where PyLong_AsUnsignedLongLong goes through
+     * the generic byte-array conversion: an address of 47 bits took 2x longer. */
+#if ULONG_MAX == ULLONG_MAX
+    *v = PyLong_AsUnsignedLong(obj);
+#else
     *v = PyLong_AsUnsignedLongLong(obj);
+#endif
     if (*v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
         return -1;
