@@ -299,10 +299,15 @@ static int batch_flat(batch_args *b, PyObject *ptrs, PyObject *sizes, const char
     if (b->addrs == NULL || b->lens == NULL)
         goto out;
     for (size_t i = 0; i < b->n; i++) {
-        if (addr_arg(PyTuple_GetItem(pt, (Py_ssize_t)i), ptrs_name, (Py_ssize_t)i, &b->addrs[i]) !=
-                0 ||
-            size_arg(PyTuple_GetItem(st, (Py_ssize_t)i), sizes_name, (Py_ssize_t)i, &b->lens[i]) !=
-                0)
+        PyObject *ip = PyTuple_GetItem(pt, (Py_ssize_t)i), *is = PyTuple_GetItem(st, (Py_ssize_t)i);
+        unsigned long long a, l;
+        if (fast_u64(ip, &a) == 0 && a <= UINTPTR_MAX && fast_u64(is, &l) == 0 && l <= SIZE_MAX) {
+            b->addrs[i] = (void *)(uintptr_t)a;
+            b->lens[i] = (size_t)l;
+            continue;
+        }
+        if (addr_arg(ip, ptrs_name, (Py_ssize_t)i, &b->addrs[i]) != 0 ||
+            size_arg(is, sizes_name, (Py_ssize_t)i, &b->lens[i]) != 0)
             goto out;
     }
     rc = 0;

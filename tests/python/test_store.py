@@ -196,6 +196,12 @@ def test_bad_python_arguments_name_the_argument(store, key):
         store.batch_put_from_parts([key("a")], [[4096, 4097]], [[1]])
     with pytest.raises(TypeError, match=r"ptrs\[0\] must be a list"):
         store.batch_get_into_parts([key("a")], [4096], [[1]])
+    with pytest.raises(TypeError, match=r"ptrs\[1\] must be an int address"):
+        store.batch_get_into([key("a"), key("b")], [4096, "4097"], [1, 1])
+    with pytest.raises(ValueError, match=r"sizes\[0\] must be a size >= 0"):
+        store.batch_put_from([key("a"), key("b")], [4096, 4096], [-1, 1])
+    with pytest.raises(ValueError, match=r"ptrs\[1\] is not a valid address"):
+        store.batch_get_into([key("a"), key("b")], [4096, 1 << 64], [1, 1])
     # An item of a key's lists (lists or tuples, mixed) is named by key and position.
     with pytest.raises(TypeError, match=r"ptrs\[1\]\[1\] must be an int address"):
         store.batch_get_into_parts([key("a"), key("b")], [(4096,), [4096, "4097"]], [[1], (1, 1)])
