@@ -175,6 +175,53 @@ static int reply_for(egm_location_cache_t *c, size_t n, const char *const *keys,
     return 1;
 }
 
+/* One key (no hint) is answered from its own entry: its size, lease and
+ * replica, and its segment's descriptor; a hit and a miss counted once each,
+ * an expired entry dropped. */
+static void test_one_key_reply(void **state)
+{
+    (void)state;
+    egm_location_cache_t *c;
+    egm_segment_desc_t seg = {.id = {.hi = 1, .lo = 2}, .size = 4096};
+    const egm_segment_desc_t *segs[] = {&seg};
+    const char *k[] = {"k"}, *other[] = {"other"};
+    uint64_t off[1];
+    assert_int_equal(egm__location_cache_create(8, &c), EGM_OK);
+    egm_location_t loc = loc_at(1000, 10000, &seg);
+    loc.replicas[0].offset = 4096;
+    egm__location_cache_put(c, "k", &loc, segs, egm__location_cache_generation(c));
+
+    egm_keys_reply_t *reply;
+    egm_segment_desc_t *descs;
+    size_t n_descs;
+    uint64_t asked_ms;
+    assert_true(egm__location_cache_reply(c, 1, k, EGM_LOCATION_NO_HINT, 1400, &reply, &descs,
+                                          &n_descs, &asked_ms));
+    assert_int_equal(reply->n_results, 1);
+    assert_int_equal(reply->results[0].status, EGM_OK);
+    assert_int_equal(reply->results[0].size, 100);
+    assert_int_equal(reply->results[0].lease_ttl_ms, 10000);
+    assert_int_equal(reply->results[0].n_replicas, 1);
+    assert_int_equal(reply->replicas[reply->results[0].replica_first].offset, 4096);
+    assert_int_equal(n_descs, 1);
+    assert_true(egm__id_equal(descs[0].id, seg.id));
+    assert_int_equal(asked_ms, 1000);
+    egm__keys_reply_free(reply);
+    egm_free(descs);
+
+    assert_false(reply_for(c, 1, other, EGM_LOCATION_NO_HINT, 1400, off));
+    egm_location_cache_stats_t st;
+    egm__location_cache_stats(c, &st);
+    assert_int_equal(st.hits, 1);
+    assert_int_equal(st.misses, 1);
+    /* Past its bound: no reply, and the entry is gone. */
+    assert_false(reply_for(c, 1, k, EGM_LOCATION_NO_HINT, 2000 - EGM_LOCATION_MARGIN_MS, off));
+    egm__location_cache_stats(c, &st);
+    assert_int_equal(st.entries, 0);
+    assert_int_equal(st.misses, 2);
+    egm__location_cache_destroy(c);
+}
+
 static void test_kept_lookup(void **state)
 {
     (void)state;
@@ -412,8 +459,11 @@ static void test_concurrent_use(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_usable_window),  cmocka_unit_test(test_capacity),
-        cmocka_unit_test(test_kept_lookup),    cmocka_unit_test(test_per_key_reply_rebases_leases),
+        cmocka_unit_test(test_usable_window),
+        cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_one_key_reply),
+        cmocka_unit_test(test_kept_lookup),
+        cmocka_unit_test(test_per_key_reply_rebases_leases),
         cmocka_unit_test(test_concurrent_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
