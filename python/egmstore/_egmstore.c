@@ -254,6 +254,18 @@ static int fast_u64(PyObject *obj, unsigned long long *v)
     return 0;
 }
 
+/* An address and a size, or -1 (nothing set, no exception) for the caller to
+ * convert again with addr_arg / size_arg, which name the item. */
+static int fast_addr_len(PyObject *addr, PyObject *size, void **addr_p, size_t *size_p)
+{
+    unsigned long long a, l;
+    if (fast_u64(addr, &a) != 0 || a > UINTPTR_MAX || fast_u64(size, &l) != 0 || l > SIZE_MAX)
+        return -1;
+    *addr_p = (void *)(uintptr_t)a;
+    *size_p = (size_t)l;
+    return 0;
+}
+
 static int batch_keys(batch_args *b, PyObject *keys)
 {
     memset(b, 0, sizeof(*b));
@@ -300,12 +312,8 @@ static int batch_flat(batch_args *b, PyObject *ptrs, PyObject *sizes, const char
         goto out;
     for (size_t i = 0; i < b->n; i++) {
         PyObject *ip = PyTuple_GetItem(pt, (Py_ssize_t)i), *is = PyTuple_GetItem(st, (Py_ssize_t)i);
-        unsigned long long a, l;
-        if (fast_u64(ip, &a) == 0 && a <= UINTPTR_MAX && fast_u64(is, &l) == 0 && l <= SIZE_MAX) {
-            b->addrs[i] = (void *)(uintptr_t)a;
-            b->lens[i] = (size_t)l;
+        if (fast_addr_len(ip, is, &b->addrs[i], &b->lens[i]) == 0)
             continue;
-        }
         if (addr_arg(ip, ptrs_name, (Py_ssize_t)i, &b->addrs[i]) != 0 ||
             size_arg(is, sizes_name, (Py_ssize_t)i, &b->lens[i]) != 0)
             goto out;
@@ -375,13 +383,9 @@ static int batch_parts(batch_args *b, PyObject *ptrs, PyObject *sizes)
         PyObject *(*item_s)(PyObject *, Py_ssize_t) =
             PyList_Check(inner_s[i]) ? PyList_GetItem : PyTuple_GetItem;
         for (size_t j = 0; j < b->counts[i]; j++, f++) {
-            unsigned long long a, l;
-            if (fast_u64(item_p(inner_p[i], (Py_ssize_t)j), &a) == 0 && a <= UINTPTR_MAX &&
-                fast_u64(item_s(inner_s[i], (Py_ssize_t)j), &l) == 0 && l <= SIZE_MAX) {
-                b->addrs[f] = (void *)(uintptr_t)a;
-                b->lens[f] = (size_t)l;
+            if (fast_addr_len(item_p(inner_p[i], (Py_ssize_t)j), item_s(inner_s[i], (Py_ssize_t)j),
+                              &b->addrs[f], &b->lens[f]) == 0)
                 continue;
-            }
             char pname[48], sname[48]; /* the error names the item: formatted only then */
             snprintf(pname, sizeof(pname), "ptrs[%zu]", i);
             snprintf(sname, sizeof(sname), "sizes[%zu]", i);

@@ -310,6 +310,16 @@ static int match_lookup(const lookup_t *l, size_t n, const char *const *keys, si
     return 1;
 }
 
+/* Where a key's own entry says it lies (its replicas stay in *loc). */
+static found_t found_entry(const egm_location_t *loc)
+{
+    return (found_t){.size = loc->size,
+                     .asked_ms = loc->asked_ms,
+                     .lease_ttl_ms = loc->lease_ttl_ms,
+                     .n_replicas = loc->n_replicas,
+                     .replicas = loc->replicas};
+}
+
 /* The reply of n found keys, and their segments' descriptors (from lookup l,
  * or from the cache's segments when l is NULL). With the lock held. */
 static int build_reply(egm_location_cache_t *c, const lookup_t *l, size_t n, const found_t *found,
@@ -379,11 +389,7 @@ int egm__location_cache_reply(egm_location_cache_t *c, size_t n, const char *con
         int made = 0;
         pthread_mutex_lock(&c->lock);
         if (get_locked(c, keys[0], now_ms, &loc)) {
-            found_t found = {.size = loc.size,
-                             .asked_ms = loc.asked_ms,
-                             .lease_ttl_ms = loc.lease_ttl_ms,
-                             .n_replicas = loc.n_replicas,
-                             .replicas = loc.replicas};
+            found_t found = found_entry(&loc);
             made = build_reply(c, NULL, 1, &found, reply_p, descs_p, n_descs_p, asked_ms_p);
         }
         pthread_mutex_unlock(&c->lock);
@@ -425,11 +431,7 @@ int egm__location_cache_reply(egm_location_cache_t *c, size_t n, const char *con
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && !egm__location_cache_get(c, keys[i], now_ms, &locs[i]))
             goto out;
-        found[i] = (found_t){.size = locs[i].size,
-                             .asked_ms = locs[i].asked_ms,
-                             .lease_ttl_ms = locs[i].lease_ttl_ms,
-                             .n_replicas = locs[i].n_replicas,
-                             .replicas = locs[i].replicas};
+        found[i] = found_entry(&locs[i]);
     }
     pthread_mutex_lock(&c->lock);
     made = build_reply(c, NULL, n, found, reply_p, descs_p, n_descs_p, asked_ms_p);
