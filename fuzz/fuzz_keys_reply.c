@@ -25,6 +25,11 @@ static void check_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got, c
                        size_t len)
 {
     FUZZ_CHECK(ref->status == got->status);
+    FUZZ_CHECK(ref->location_cache_ms == got->location_cache_ms);
+    FUZZ_CHECK(ref->wait_ms == got->wait_ms && ref->slab_id == got->slab_id);
+    FUZZ_CHECK(ref->n_degraded_slabs == got->n_degraded_slabs);
+    for (size_t d = 0; d < ref->n_degraded_slabs; d++)
+        FUZZ_CHECK(ref->degraded_slabs[d] == got->degraded_slabs[d]);
     FUZZ_CHECK(ref->n_results == got->n_results);
     size_t total = 0;
     for (size_t i = 0; i < ref->n_results; i++) {

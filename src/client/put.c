@@ -388,6 +388,8 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
          * refusal leaves them. */
         if (egm__wslabs_unanswered(status))
             egm__wslabs_clear(client->slabs);
+        if (status == EGM_OK) /* the next call places its objects in a whole slab */
+            egm__wslabs_retire_ids(client->slabs, reply->degraded_slabs, reply->n_degraded_slabs);
         for (size_t k = 0; k < n_ok; k++) {
             egm_status_t s = status == EGM_OK ? reply->results[k].status : status;
             key_status[idx[k]] = s;

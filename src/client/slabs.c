@@ -499,6 +499,24 @@ void egm__wslabs_forget_segments(egm_wslabs_t *w, const egm_id_t *ids, size_t n)
     pthread_mutex_unlock(&w->lock);
 }
 
+void egm__wslabs_retire_ids(egm_wslabs_t *w, const uint64_t *ids, size_t n)
+{
+    if (w == NULL || n == 0)
+        return;
+    pthread_mutex_lock(&w->lock);
+    egm_wslab_t *s = w->all;
+    while (s != NULL) {
+        egm_wslab_t *next = s->next; /* retire may free s */
+        for (size_t i = 0; i < n; i++)
+            if (s->id == ids[i]) {
+                retire_once(w, s);
+                break;
+            }
+        s = next;
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
 void egm__wslabs_retire_ref(egm_wslabs_t *w, const egm_wslab_ref_t *ref)
 {
     if (ref->slab == NULL)

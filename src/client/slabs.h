@@ -92,6 +92,10 @@ void egm__wslabs_unreturned(egm_wslabs_t *slabs, uint64_t *ids, size_t n);
  * take no more objects and are returned once idle (their other extents'
  * uncommitted space goes back). */
 void egm__wslabs_forget_segments(egm_wslabs_t *slabs, const egm_id_t *ids, size_t n);
+/* Slabs a Commit reply named as degraded (an extent lost, or on a provider
+ * presumed gone: objects committed there get fewer replicas than placed):
+ * they take no more objects and are returned once idle. */
+void egm__wslabs_retire_ids(egm_wslabs_t *slabs, const uint64_t *ids, size_t n);
 /* A copy into ref's slab failed (its provider may be gone): the slab takes no
  * more objects. The reservation stays the caller's to release. */
 void egm__wslabs_retire_ref(egm_wslabs_t *slabs, const egm_wslab_ref_t *ref);

@@ -160,8 +160,16 @@ static uint64_t force_wait_ms(egm_master_state_t *st, uint64_t last_grant_ms, ui
     return until > now_ms ? until - now_ms : 0;
 }
 
+/* What a KeysReply carries besides its keys' results (0 / none: left out). */
+typedef struct {
+    uint64_t wait_ms;               /* force Remove */
+    uint64_t slab_id;               /* SlabGrant */
+    const uint64_t *degraded_slabs; /* Commit */
+    size_t n_degraded_slabs;
+} keys_reply_extra_t;
+
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
-                                    uint64_t wait_ms, uint64_t slab_id, egm_rpc_reply_t *reply)
+                                    const keys_reply_extra_t *extra, egm_rpc_reply_t *reply)
 {
     size_t max_segs = egm__segment_table_count(st->segments);
     const egm_pb_slice_t **descs = NULL;
@@ -189,8 +197,10 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                 .n_segments = n_segs,
                                 .packed_segments = descs,
                                 .location_cache_ms = st->location_cache_ms,
-                                .wait_ms = wait_ms,
-                                .slab_id = slab_id};
+                                .wait_ms = extra->wait_ms,
+                                .slab_id = extra->slab_id,
+                                .n_degraded_slabs = extra->n_degraded_slabs,
+                                .degraded_slabs = extra->degraded_slabs};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -307,7 +317,7 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
     if (status == EGM_OK)
         status = run_batch(st, &b, &kb);
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, 0, 0, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, &(keys_reply_extra_t){0}, call->reply);
     outcomes_cleanup(&oc);
     return status;
 }
@@ -368,7 +378,8 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
     uint64_t wait_ms =
         b.op == EGM_OBJECTS_REMOVE && b.force ? force_wait_ms(st, last_grant_ms, st->now_ms()) : 0;
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, wait_ms, 0, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, &(keys_reply_extra_t){.wait_ms = wait_ms},
+                                 call->reply);
 out:
     outcomes_cleanup(&oc);
     return status;
@@ -426,10 +437,17 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
                   (unsigned long long)req->min_size, egm_last_error());
     }
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, 1, 0, granted == EGM_OK ? slab.id : 0, call->reply);
+        status = send_keys_reply(st, &oc, 1,
+                                 &(keys_reply_extra_t){.slab_id = granted == EGM_OK ? slab.id : 0},
+                                 call->reply);
     outcomes_cleanup(&oc);
     return status;
 }
+
+/* Slabs one Commit reply names as degraded at most (a writer holds
+ * EGM_WSLAB_CLASSES open; one it is not told of now, it is told of at its
+ * next Commit there). */
+#define COMMIT_DEGRADED_MAX 16
 
 static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *call)
 {
@@ -454,6 +472,8 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
     if (status != EGM_OK)
         return status;
     keys_batch_t kb = {.oc = &oc};
+    uint64_t degraded[COMMIT_DEGRADED_MAX];
+    keys_reply_extra_t extra = {.degraded_slabs = degraded};
     egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
                              .client = client,
                              .sizes = req->sizes,
@@ -462,12 +482,15 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .config = &config,
                              .now_ms = st->now_ms(),
                              .n = req->n_keys,
-                             .keys = (const char *const *)req->keys};
+                             .keys = (const char *const *)req->keys,
+                             .degraded_slabs = degraded,
+                             .degraded_max = COMMIT_DEGRADED_MAX,
+                             .n_degraded_p = &extra.n_degraded_slabs};
     status = run_batch(st, &b, &kb);
     if (status == EGM_OK)
         status = return_slabs(st, client, req->returned, req->n_returned);
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, req->n_keys, 0, 0, call->reply);
+        status = send_keys_reply(st, &oc, req->n_keys, &extra, call->reply);
     outcomes_cleanup(&oc);
     return status;
 }

@@ -1615,6 +1615,27 @@ static egm_status_t plan_reserve(commit_plan_t *plan)
     return EGM_OK;
 }
 
+/* Notes slab in b's degraded_slabs when an extent of it is lost (its
+ * segment dropped) or on a provider presumed gone. With `space` locked. */
+static void note_degraded(const egm_objects_batch_t *b, const egm_slab_t *slab)
+{
+    if (b->degraded_slabs == NULL || b->n_degraded_p == NULL)
+        return;
+    int degraded = 0;
+    for (uint32_t x = 0; x < slab->n_extents && !degraded; x++)
+        degraded =
+            slab->extents[x].segment == NULL ||
+            atomic_load_explicit(&slab->extents[x].segment->unreachable, memory_order_relaxed) != 0;
+    if (!degraded)
+        return;
+    size_t n = *b->n_degraded_p;
+    for (size_t k = 0; k < n; k++)
+        if (b->degraded_slabs[k] == slab->id)
+            return;
+    if (n < b->degraded_max)
+        b->degraded_slabs[(*b->n_degraded_p)++] = slab->id;
+}
+
 /* Makes every valid key's claim, in request order. EGM_ERR_NO_MEMORY for
  * the scratch (nothing claimed). */
 static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_batch_t *b,
@@ -1657,6 +1678,7 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
             for (uint32_t x = 0; x < slab->n_extents; x++)
                 if (slab->extents[x].segment != NULL)
                     e->extents[e->n++] = slab->extents[x];
+            note_degraded(b, slab);
             last = slab;
         }
         if (s == EGM_OK)
@@ -2162,6 +2184,8 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
 
     if (b->last_grant_ms_p != NULL)
         *b->last_grant_ms_p = 0;
+    if (b->n_degraded_p != NULL)
+        *b->n_degraded_p = 0;
     if (n == 0)
         return EGM_OK;
     /* Scratch: each key's hash, then the keys' indexes grouped by shard. */

@@ -370,6 +370,13 @@ typedef struct {
     /* Remove (optional): set to the latest lease grant over the keys the
      * batch removed, as egm__objects_remove reports it (0: none ever leased). */
     uint64_t *last_grant_ms_p;
+    /* Commit (optional): the ids of the slabs its keys name that lost an
+     * extent (its segment dropped, or its provider presumed gone), each once
+     * and at most degraded_max, for the writer to place nothing more there;
+     * *n_degraded_p their count. */
+    uint64_t *degraded_slabs;
+    size_t degraded_max;
+    size_t *n_degraded_p;
 } egm_objects_batch_t;
 
 egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_batch_t *b);

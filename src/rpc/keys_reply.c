@@ -20,6 +20,7 @@ enum {
     TAG_KEYS_CACHE = 0x20,     /* KeysReply.location_cache_ms = 4, varint */
     TAG_KEYS_WAIT = 0x28,      /* KeysReply.wait_ms = 5, varint */
     TAG_KEYS_SLAB = 0x30,      /* KeysReply.slab_id = 6, varint */
+    TAG_KEYS_DEGRADED = 0x3a,  /* KeysReply.degraded_slabs = 7, packed varints */
     TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
     TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
     TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
@@ -154,6 +155,11 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
     }
     total +=
         scalar_len(msg->location_cache_ms) + scalar_len(msg->wait_ms) + scalar_len(msg->slab_id);
+    size_t degraded_len = 0;
+    for (size_t d = 0; d < msg->n_degraded_slabs; d++)
+        degraded_len += varint_len(msg->degraded_slabs[d]);
+    if (msg->n_degraded_slabs > 0) /* an empty repeated field is left out */
+        total += 1 + varint_len(degraded_len) + degraded_len;
     uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
     if (buf == NULL)
         goto err_nomem;
@@ -175,6 +181,12 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
     p = put_scalar(p, TAG_KEYS_CACHE, msg->location_cache_ms);
     p = put_scalar(p, TAG_KEYS_WAIT, msg->wait_ms);
     p = put_scalar(p, TAG_KEYS_SLAB, msg->slab_id);
+    if (msg->n_degraded_slabs > 0) {
+        *p++ = TAG_KEYS_DEGRADED;
+        p = put_varint(p, degraded_len);
+        for (size_t d = 0; d < msg->n_degraded_slabs; d++)
+            p = put_varint(p, msg->degraded_slabs[d]);
+    }
     if ((size_t)(p - buf) != total) {
         egm_free(buf);
         status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
@@ -455,14 +467,42 @@ static egm_status_t parse_result(rd_t r, egm_key_result_t *res, egm_replica_desc
     return EGM_OK;
 }
 
+/* degraded_slabs (a repeated uint64): one value (varint) or a packed run of
+ * them (length-delimited), appended at out[*n] (out NULL: counted only). A
+ * packed run must end on a whole varint, as protobuf-c requires. */
+static egm_status_t parse_u64s(rd_t *r, unsigned wt, uint64_t *out, size_t *n)
+{
+    uint64_t v;
+    rd_t sub;
+    if (wt == WT_VARINT) {
+        if (rd_varint(r, &v) != 0)
+            return bad("KeysReply.degraded_slabs");
+        if (out != NULL)
+            out[*n] = v;
+        (*n)++;
+        return EGM_OK;
+    }
+    if (wt != WT_LEN || rd_len(r, &sub) != 0)
+        return bad("KeysReply.degraded_slabs");
+    while (sub.p < sub.end) {
+        if (rd_varint(&sub, &v) != 0)
+            return bad("KeysReply.degraded_slabs: a packed value is cut off");
+        if (out != NULL)
+            out[*n] = v;
+        (*n)++;
+    }
+    return EGM_OK;
+}
+
 /* KeysReply {sint32 status = 1; repeated KeyResult results = 2;
- * repeated SegmentDesc segments = 3;}. out's arrays NULL: validate and count. */
+ * repeated SegmentDesc segments = 3; ...; repeated uint64 degraded_slabs = 7}.
+ * out's arrays NULL: validate and count. */
 static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_results,
                                 egm_keys_reply_t *out)
 {
     rd_t r = {buf, buf + len};
     int fill = out->results != NULL;
-    size_t n_results = 0, n_replicas = 0, n_segments = 0;
+    size_t n_results = 0, n_replicas = 0, n_segments = 0, n_degraded = 0;
     uint64_t v;
 
     out->status = 0;
@@ -496,6 +536,13 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
                 return bad("KeysReply.slab_id");
             out->slab_id = v;
             break;
+        case 7: {
+            egm_status_t status =
+                parse_u64s(&r, wt, fill ? out->degraded_slabs : NULL, &n_degraded);
+            if (status != EGM_OK)
+                return status;
+            break;
+        }
         case 2: {
             egm_key_result_t tmp, *res = fill ? &out->results[n_results] : &tmp;
             if (wt != WT_LEN || rd_len(&r, &sub) != 0)
@@ -537,6 +584,7 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
     out->n_results = n_results;
     out->n_replicas = n_replicas;
     out->n_segments = n_segments;
+    out->n_degraded_slabs = n_degraded;
     return EGM_OK;
 }
 
@@ -552,9 +600,11 @@ egm_status_t egm__keys_reply_view(const uint8_t *buf, size_t len, size_t max_res
     status = parse_reply(buf, len, max_results, &count);
     if (status != EGM_OK)
         return status;
-    /* One block: header, results, replicas, segments (each count bounded by len). */
+    /* One block: header, results, replicas, degraded slabs, segments (each
+     * count bounded by len). */
     size_t size = sizeof(egm_keys_reply_t) + count.n_results * sizeof(egm_key_result_t) +
                   count.n_replicas * sizeof(egm_replica_desc_t) +
+                  count.n_degraded_slabs * sizeof(uint64_t) +
                   count.n_segments * sizeof(egm_pb_slice_t);
     egm_keys_reply_t *reply = egm_malloc(size, "rpc.keys_reply");
     if (reply == NULL)
@@ -566,6 +616,8 @@ egm_status_t egm__keys_reply_view(const uint8_t *buf, size_t len, size_t max_res
     p += count.n_results * sizeof(egm_key_result_t);
     reply->replicas = (egm_replica_desc_t *)p;
     p += count.n_replicas * sizeof(egm_replica_desc_t);
+    reply->degraded_slabs = (uint64_t *)p;
+    p += count.n_degraded_slabs * sizeof(uint64_t);
     reply->segments = (egm_pb_slice_t *)p;
     status = parse_reply(buf, len, max_results, reply);
     if (status != EGM_OK) { /* cannot happen: same bytes as the first pass */

@@ -60,6 +60,8 @@ typedef struct {
     uint64_t location_cache_ms; /* every keys answer: the master's cache bound */
     uint64_t wait_ms;           /* force Remove: how long the caller waits */
     uint64_t slab_id;           /* SlabGrant: the slab, described by results[0] */
+    size_t n_degraded_slabs;    /* Commit: slabs that lost an extent (take no more objects) */
+    uint64_t *degraded_slabs;
     uint8_t *buf;               /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
@@ -81,6 +83,8 @@ typedef struct {
     uint64_t location_cache_ms; /* 0: left out */
     uint64_t wait_ms;           /* 0: left out */
     uint64_t slab_id;           /* 0: left out */
+    size_t n_degraded_slabs;    /* packed, as protobuf-c writes a repeated uint64 */
+    const uint64_t *degraded_slabs;
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

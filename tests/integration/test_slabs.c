@@ -14,7 +14,10 @@
  *     it, not one object's room per SlabGrant.
  *   - A slab placed with fewer replicas than asked (one provider for
  *     replica_num 2) serves only the call that got it: once a second provider
- *     is up, the next put has both replicas. */
+ *     is up, the next put has both replicas.
+ *   - A slab with an extent on a provider that died takes no more objects
+ *     once a Commit names it degraded: the puts after it get a new slab on
+ *     live providers, with both replicas. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -327,6 +330,87 @@ static void test_short_slab_serves_one_call(void **state)
     egm_client_destroy(reader);
 }
 
+/* The master keeps a provider whose connections closed presumed gone (no
+ * replica committed there) and does not drop it for a minute, so that no
+ * ping of the writer retires its segment: only the Commit's answer can tell
+ * the writer. Slabs live a minute. */
+static int setup_slow_drop(void **state)
+{
+    (void)state;
+    static const char *const flags[] = {"--put-start-discard-timeout-sec", "60",
+                                        "--client-disconnect-grace-ms", "60000", NULL};
+    if (egm_test_start_master_http(&cluster, flags, &master_http) != 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (egm_test_start_provider(&cluster, "16MiB", NULL) < 0)
+            return -1;
+    return 0;
+}
+
+/* Which of the cluster's providers holds a replica of key (-1: none). */
+static int provider_of(egm_client_t *client, const char *key)
+{
+    Egm__StatKeyReply *reply = NULL;
+    assert_int_equal(egm__client_stat(client, key, &reply), EGM_OK);
+    assert_int_equal(reply->status, EGM_OK);
+    assert_true(reply->n_replicas > 0);
+    egm_id_t held = egm__id_from_pb(reply->replicas[0]->segment);
+    egm__rpc_msg_free(&reply->base);
+    for (int p = 0; p < cluster.n_providers; p++) {
+        char needle[32];
+        egm_id_t ids[4];
+        snprintf(needle, sizeof(needle), ":%d/", (int)cluster.providers[p].pid);
+        size_t n = egm_model_segments_matching(client, needle, ids, 4);
+        for (size_t i = 0; i < n && i < 4; i++)
+            if (egm__id_equal(ids[i], held))
+                return p;
+    }
+    return -1;
+}
+
+/* A writer's slab over two providers, one of which is SIGKILLed: at most one
+ * put (the one whose Commit is told the slab lost an extent) is committed
+ * with one replica; the next put asks for a new slab, which lands on the two
+ * live providers. Before, every put went on into the old slab, one copy each,
+ * until the provider was dropped and the writer's ping learnt of it. */
+static void test_degraded_slab_retired(void **state)
+{
+    (void)state;
+    enum { AFTER = 4 };
+    char key[32];
+    const char *pairs[] = {"replica_num=2", NULL};
+    egm_client_t *writer = egm_test_client(&cluster, "shm", pairs);
+    egm_client_t *reader = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(writer);
+    assert_non_null(reader);
+    put_key(writer, "deg/first", 1);
+    assert_int_equal(replicas_of(reader, "deg/first"), 2);
+    int victim = provider_of(reader, "deg/first");
+    assert_true(victim >= 0);
+    assert_int_equal(egm__process_signal(&cluster.providers[victim], SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_wait(&cluster.providers[victim], 10000, NULL), EGM_OK);
+    wait_metric("egm_master_segments_unreachable", 1); /* its connections closed */
+
+    long long grants = rpcs("SlabGrant");
+    size_t single = 0;
+    for (unsigned i = 0; i < AFTER; i++) {
+        snprintf(key, sizeof(key), "deg/%u", i);
+        put_key(writer, key, 10 + i);
+        single += replicas_of(reader, key) == 1;
+    }
+    /* One new slab: asked for after a Commit named the old one (or at once,
+     * had the old one's time run out meanwhile), then kept. */
+    assert_int_equal(rpcs("SlabGrant") - grants, 1);
+    assert_true(single <= 1);
+    for (unsigned i = 0; i < AFTER; i++) {
+        snprintf(key, sizeof(key), "deg/%u", i);
+        assert_int_equal(get_key(reader, key, 10 + i), EGM_OK);
+    }
+    assert_int_equal(get_key(reader, "deg/first", 1), EGM_OK);
+    egm_client_destroy(writer);
+    egm_client_destroy(reader);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +419,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_restart_drops_slabs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_pool_one_grant_per_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_slab_serves_one_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_degraded_slab_retired, setup_slow_drop, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,12 +3,14 @@
  * that change nothing (overlap, misaligned, past the end, another client's,
  * returned or expired slab), a key that exists giving its range back, the
  * lease's end returning uncommitted space, slabs over two segments, a segment
- * unmounted under an open slab, the size a grant gets, and the cap on the
+ * unmounted under an open slab, slabs with a lost extent named to the writer,
+ * the size a grant gets, and the cap on the
  * pieces a slab is cut into. Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -107,6 +109,10 @@ static egm_status_t record(void *arg, size_t i, egm_status_t s, const egm_object
     return EGM_OK;
 }
 
+/* The slabs the last commit_as named as degraded. */
+static uint64_t degraded[4];
+static size_t n_degraded;
+
 static egm_status_t commit_as(egm_id_t client, const char *key, uint64_t size, uint64_t slab,
                               uint64_t offset, uint64_t now)
 {
@@ -122,8 +128,12 @@ static egm_status_t commit_as(egm_id_t client, const char *key, uint64_t size, u
                              .n = 1,
                              .keys = &key,
                              .key_lens = &len,
-                             .done = record};
+                             .done = record,
+                             .degraded_slabs = degraded,
+                             .degraded_max = 4,
+                             .n_degraded_p = &n_degraded};
     answered = EGM_INPROGRESS;
+    n_degraded = 99;
     assert_int_equal(egm__objects_batch(st.objects, &b), EGM_OK);
     return answered;
 }
@@ -355,6 +365,7 @@ static void test_two_extents_and_unmount(void **state)
     assert_int_equal(slab.n_extents, 2);
     assert_ptr_not_equal(slab.extents[0].segment, slab.extents[1].segment);
     assert_int_equal(commit("x", 500, slab.id, 512, 0), EGM_OK);
+    assert_int_equal(n_degraded, 0); /* whole */
     assert_int_equal(egm__objects_get_replicas(st.objects, "x", 1, 0, &obj), EGM_OK);
     assert_int_equal(obj.n_replicas, 2);
     for (int r = 0; r < 2; r++) {
@@ -374,6 +385,8 @@ static void test_two_extents_and_unmount(void **state)
     egm__repair_queue_stats(egm__objects_repair_queue(st.objects), &rs);
     assert_int_equal(rs.under_replicated, 1); /* "x" lost a replica */
     assert_int_equal(commit("y", 64, slab.id, 0, 0), EGM_OK);
+    assert_int_equal(n_degraded, 1); /* the writer is told to place nothing more there */
+    assert_true(degraded[0] == slab.id);
     assert_int_equal(egm__objects_get_replicas(st.objects, "y", 1, 0, &obj), EGM_OK);
     assert_int_equal(obj.n_replicas, 1);
     assert_ptr_equal(obj.replicas[0].segment, kept);
@@ -384,6 +397,69 @@ static void test_two_extents_and_unmount(void **state)
     check();
     assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
     assert_int_equal(used(kept), 512 + 64); /* "x" and "y" */
+    check();
+}
+
+/* A Commit names each slab of its keys that has an extent on a provider
+ * presumed gone, once, and no healthy one; within degraded_max. */
+static void test_degraded_slabs_named(void **state)
+{
+    (void)state;
+    egm_segment_t *s0 = mount(1 << 20);
+    egm_segment_t *s1 = mount_as(other, 1 << 20);
+    egm_slab_view_t a, b;
+    egm_object_view_t obj;
+
+    assert_int_equal(grant(writer, 8192, 64, 2, 0, &a), EGM_OK);
+    assert_int_equal(a.n_extents, 2);
+    atomic_store(&s0->unreachable, 1); /* its provider's connections closed */
+    assert_int_equal(grant(writer, 8192, 64, 1, 0, &b), EGM_OK);
+    assert_int_equal(b.n_extents, 1);
+    assert_ptr_equal(b.extents[0].segment, s1); /* not on a provider presumed gone */
+
+    const char *keys[4] = {"a1", "b1", "a2", "b2"};
+    size_t lens[4] = {2, 2, 2, 2};
+    uint64_t sizes[4] = {64, 64, 64, 64}, ids[4] = {a.id, b.id, a.id, b.id};
+    uint64_t offsets[4] = {0, 0, 64, 64}, named[4] = {0};
+    size_t n_named = 99;
+    egm_put_config_t cfg = {.replica_num = 2};
+    egm_objects_batch_t batch = {.op = EGM_OBJECTS_COMMIT,
+                                 .client = writer,
+                                 .sizes = sizes,
+                                 .slab_ids = ids,
+                                 .offsets = offsets,
+                                 .config = &cfg,
+                                 .now_ms = 0,
+                                 .n = 2,
+                                 .keys = keys,
+                                 .key_lens = lens,
+                                 .done = record_each,
+                                 .degraded_slabs = named,
+                                 .degraded_max = 4,
+                                 .n_degraded_p = &n_named};
+    assert_int_equal(egm__objects_batch(st.objects, &batch), EGM_OK);
+    assert_int_equal(results[0], EGM_OK);
+    assert_int_equal(results[1], EGM_OK);
+    assert_int_equal(n_named, 1); /* a, once; b is whole */
+    assert_true(named[0] == a.id);
+    /* "a1" keeps only its reachable replica, and is queued for repair */
+    assert_int_equal(egm__objects_get_replicas(st.objects, "a1", 2, 0, &obj), EGM_OK);
+    assert_int_equal(obj.n_replicas, 1);
+    assert_ptr_equal(obj.replicas[0].segment, s1);
+    check();
+    /* No room to name it: nothing written past degraded_max. */
+    batch.keys = keys + 2;
+    batch.key_lens = lens + 2;
+    batch.sizes = sizes + 2;
+    batch.slab_ids = ids + 2;
+    batch.offsets = offsets + 2;
+    batch.degraded_max = 0;
+    named[0] = 0;
+    assert_int_equal(egm__objects_batch(st.objects, &batch), EGM_OK);
+    assert_int_equal(results[0], EGM_OK);
+    assert_int_equal(n_named, 0);
+    assert_true(named[0] == 0);
+    atomic_store(&s0->unreachable, 0);
     check();
 }
 
@@ -455,6 +531,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_commit_batch_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order_and_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_degraded_slabs_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
     };

@@ -1,7 +1,8 @@
 /* KeysReply fast decoder against protobuf-c: random replies (zero fields
  * omitted, unknown fields at every level) decode field for field the same;
  * every prefix and random byte corruptions are accepted or refused exactly
- * as protobuf-c does (and decode the same when accepted); limits are enforced;
+ * as protobuf-c does (and decode the same when accepted), the repeated
+ * degraded_slabs packed and not; limits are enforced;
  * the encoder writes protobuf-c's bytes; nothing leaks. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #define MAX_RESULTS 24
 #define MAX_REPS 4
 #define MAX_SEGS 4
+#define MAX_DEGRADED 6
 #define ITERATIONS 300
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -59,6 +61,7 @@ typedef struct {
     Egm__Id seg_ids[MAX_SEGS], seg_owners[MAX_SEGS];
     char strs[MAX_SEGS][4][24];
     uint8_t fabric[MAX_SEGS][64];
+    uint64_t degraded[MAX_DEGRADED];
     /* one unknown field per message at most */
     ProtobufCMessageUnknownField unknown[1 + MAX_RESULTS * (1 + MAX_REPS)];
     uint8_t unknown_data[1 + MAX_RESULTS * (1 + MAX_REPS)][12];
@@ -107,6 +110,13 @@ static void gen_reply(void)
     memset(&g, 0, sizeof(g));
     egm__keys_reply__init(&g.reply);
     g.reply.status = rnd() % 3 == 0 ? (int32_t)(rnd() % 40) - 20 : 0;
+    g.reply.location_cache_ms = rnd_u64();
+    g.reply.wait_ms = rnd_u64();
+    g.reply.slab_id = rnd_u64();
+    g.reply.n_degraded_slabs = rnd() % 3 == 0 ? rnd() % (MAX_DEGRADED + 1) : 0;
+    g.reply.degraded_slabs = g.degraded;
+    for (size_t d = 0; d < g.reply.n_degraded_slabs; d++)
+        g.degraded[d] = rnd_u64();
     maybe_unknown(&g.reply.base);
     g.reply.n_results = rnd() % (MAX_RESULTS + 1);
     g.reply.results = g.result_ptrs;
@@ -200,6 +210,12 @@ static void assert_same_segment(const Egm__SegmentDesc *ref, const egm_pb_slice_
 static void assert_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got)
 {
     assert_int_equal(ref->status, got->status);
+    assert_true(ref->location_cache_ms == got->location_cache_ms);
+    assert_true(ref->wait_ms == got->wait_ms);
+    assert_true(ref->slab_id == got->slab_id);
+    assert_int_equal(ref->n_degraded_slabs, got->n_degraded_slabs);
+    for (size_t d = 0; d < ref->n_degraded_slabs; d++)
+        assert_true(ref->degraded_slabs[d] == got->degraded_slabs[d]);
     assert_int_equal(ref->n_results, got->n_results);
     size_t total = 0;
     for (size_t i = 0; i < ref->n_results; i++) {
@@ -342,6 +358,27 @@ static void test_hand_made_edge_cases(void **state)
     assert_int_equal(egm__keys_reply_view(two, sizeof(two), 2, &r), EGM_OK);
     assert_int_equal(r->n_results, 2);
     egm__keys_reply_free(r);
+    /* degraded_slabs: packed (protobuf-c's form), unpacked, both mixed in
+     * one reply (appended in order), an empty packed run; a packed run
+     * ending inside a varint, and a wrong wire type, refused */
+    static const uint8_t packed[] = {0x3a, 0x03, 0x05, 0x96, 0x01};
+    static const uint8_t unpacked[] = {0x38, 0x07, 0x38, 0x00};
+    static const uint8_t mixed[] = {0x38, 0x07, 0x3a, 0x02, 0x01, 0x02, 0x08, 0x02, 0x38, 0x09};
+    static const uint8_t empty_run[] = {0x3a, 0x00};
+    static const uint8_t cut_run[] = {0x3a, 0x02, 0x05, 0x96};
+    static const uint8_t fixed_wt[] = {0x39, 1, 0, 0, 0, 0, 0, 0, 0};
+    assert_true(check_bytes(packed, sizeof(packed)));
+    assert_true(check_bytes(unpacked, sizeof(unpacked)));
+    assert_true(check_bytes(mixed, sizeof(mixed)));
+    assert_true(check_bytes(empty_run, sizeof(empty_run)));
+    assert_false(check_bytes(cut_run, sizeof(cut_run)));
+    assert_false(check_bytes(fixed_wt, sizeof(fixed_wt)));
+    assert_int_equal(egm__keys_reply_view(mixed, sizeof(mixed), 0, &r), EGM_OK);
+    assert_int_equal(r->n_degraded_slabs, 4);
+    assert_true(r->degraded_slabs[0] == 7 && r->degraded_slabs[1] == 1 &&
+                r->degraded_slabs[2] == 2 && r->degraded_slabs[3] == 9);
+    assert_int_equal(r->status, 1);
+    egm__keys_reply_free(r);
     /* decode takes the buffer, also on error */
     uint8_t *owned = egm_malloc(sizeof(two), "test");
     memcpy(owned, two, sizeof(two));
@@ -394,6 +431,7 @@ static void test_encoder_matches_protobuf_c(void **state)
     egm_replica_desc_t reps[MAX_RESULTS * MAX_REPS];
     egm_segment_desc_t segs[MAX_SEGS];
     const egm_segment_desc_t *seg_ptrs[MAX_SEGS];
+    uint64_t degraded[MAX_DEGRADED];
     for (int it = 0; it < ITERATIONS; it++) {
         size_t n_reps = 0;
         egm_keys_reply_msg_t msg = {.status = rnd() % 3 == 0 ? (int32_t)(rnd() % 40) - 20 : 0,
@@ -401,7 +439,14 @@ static void test_encoder_matches_protobuf_c(void **state)
                                     .results = results,
                                     .replicas = reps,
                                     .n_segments = rnd() % (MAX_SEGS + 1),
-                                    .segments = seg_ptrs};
+                                    .segments = seg_ptrs,
+                                    .location_cache_ms = rnd_u64(),
+                                    .wait_ms = rnd_u64(),
+                                    .slab_id = rnd_u64(),
+                                    .n_degraded_slabs = rnd() % (MAX_DEGRADED + 1),
+                                    .degraded_slabs = degraded};
+        for (size_t d = 0; d < msg.n_degraded_slabs; d++)
+            degraded[d] = rnd_u64();
         for (size_t i = 0; i < msg.n_results; i++) {
             results[i] = (egm_key_result_t){.status = rnd() % 2 ? 0 : (int32_t)rnd(),
                                             .n_replicas = (uint32_t)(rnd() % (MAX_REPS + 1)),
@@ -440,6 +485,11 @@ static void test_encoder_matches_protobuf_c(void **state)
         assert_int_equal(again_len, len);
         assert_memory_equal(again, buf, len);
         assert_int_equal(ref->status, msg.status);
+        assert_true(ref->location_cache_ms == msg.location_cache_ms);
+        assert_true(ref->wait_ms == msg.wait_ms && ref->slab_id == msg.slab_id);
+        assert_int_equal(ref->n_degraded_slabs, msg.n_degraded_slabs);
+        for (size_t d = 0; d < msg.n_degraded_slabs; d++)
+            assert_true(ref->degraded_slabs[d] == degraded[d]);
         assert_int_equal(ref->n_results, msg.n_results);
         for (size_t i = 0; i < msg.n_results; i++) {
             const Egm__KeyResult *r = ref->results[i];
