@@ -581,6 +581,19 @@ static void make_descriptors(void)
     add_u8(b, 4);
     add_msg(b, &refused.base);
     put_file("keys_reply", "whole_request_refused", b->data, b->len);
+    /* A Commit's answer naming slabs that lost an extent (packed varints) */
+    Egm__KeyResult committed = EGM__KEY_RESULT__INIT, *cptr = &committed;
+    uint64_t degraded[3] = {7, 1ull << 40, 300};
+    Egm__KeysReply commit = EGM__KEYS_REPLY__INIT;
+    commit.n_results = 1;
+    commit.results = &cptr;
+    commit.location_cache_ms = 1000;
+    commit.n_degraded_slabs = 3;
+    commit.degraded_slabs = degraded;
+    b->len = 0;
+    add_u8(b, 1);
+    add_msg(b, &commit.base);
+    put_file("keys_reply", "commit_degraded_slabs", b->data, b->len);
     free(b);
 }
 

@@ -62,7 +62,7 @@ typedef struct {
     uint64_t slab_id;           /* SlabGrant: the slab, described by results[0] */
     size_t n_degraded_slabs;    /* Commit: slabs that lost an extent (take no more objects) */
     uint64_t *degraded_slabs;
-    uint8_t *buf;               /* the wire bytes (owned) */
+    uint8_t *buf; /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
 
