@@ -1632,8 +1632,14 @@ static void note_degraded(const egm_objects_batch_t *b, const egm_slab_t *slab)
     for (size_t k = 0; k < n; k++)
         if (b->degraded_slabs[k] == slab->id)
             return;
-    if (n < b->degraded_max)
-        b->degraded_slabs[(*b->n_degraded_p)++] = slab->id;
+    if (b->degraded_max == 0)
+        return;
+    if (n == b->degraded_max) { /* keep the latest: the writer's open slab comes last */
+        memmove(b->degraded_slabs, b->degraded_slabs + 1, (n - 1) * sizeof(*b->degraded_slabs));
+        n--;
+    }
+    b->degraded_slabs[n] = slab->id;
+    *b->n_degraded_p = n + 1;
 }
 
 /* Makes every valid key's claim, in request order. EGM_ERR_NO_MEMORY for

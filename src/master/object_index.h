@@ -371,9 +371,10 @@ typedef struct {
      * batch removed, as egm__objects_remove reports it (0: none ever leased). */
     uint64_t *last_grant_ms_p;
     /* Commit (optional): the ids of the slabs its keys name that lost an
-     * extent (its segment dropped, or its provider presumed gone), each once
-     * and at most degraded_max, for the writer to place nothing more there;
-     * *n_degraded_p their count. */
+     * extent (its segment dropped, or its provider presumed gone), each once,
+     * for the writer to place nothing more there: the last degraded_max of
+     * them in request order (a writer's open slab is its latest); *n_degraded_p
+     * their count. */
     uint64_t *degraded_slabs;
     size_t degraded_max;
     size_t *n_degraded_p;

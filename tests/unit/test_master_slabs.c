@@ -407,11 +407,13 @@ static void test_degraded_slabs_named(void **state)
     (void)state;
     egm_segment_t *s0 = mount(1 << 20);
     egm_segment_t *s1 = mount_as(other, 1 << 20);
-    egm_slab_view_t a, b;
+    egm_slab_view_t a, b, c;
     egm_object_view_t obj;
 
     assert_int_equal(grant(writer, 8192, 64, 2, 0, &a), EGM_OK);
     assert_int_equal(a.n_extents, 2);
+    assert_int_equal(grant(writer, 8192, 64, 2, 0, &c), EGM_OK);
+    assert_int_equal(c.n_extents, 2);
     atomic_store(&s0->unreachable, 1); /* its provider's connections closed */
     assert_int_equal(grant(writer, 8192, 64, 1, 0, &b), EGM_OK);
     assert_int_equal(b.n_extents, 1);
@@ -430,7 +432,7 @@ static void test_degraded_slabs_named(void **state)
                                  .offsets = offsets,
                                  .config = &cfg,
                                  .now_ms = 0,
-                                 .n = 2,
+                                 .n = 4,
                                  .keys = keys,
                                  .key_lens = lens,
                                  .done = record_each,
@@ -438,21 +440,35 @@ static void test_degraded_slabs_named(void **state)
                                  .degraded_max = 4,
                                  .n_degraded_p = &n_named};
     assert_int_equal(egm__objects_batch(st.objects, &batch), EGM_OK);
-    assert_int_equal(results[0], EGM_OK);
-    assert_int_equal(results[1], EGM_OK);
-    assert_int_equal(n_named, 1); /* a, once; b is whole */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(results[i], EGM_OK);
+    assert_int_equal(n_named, 1); /* a, once (two runs of its keys); b is whole */
     assert_true(named[0] == a.id);
     /* "a1" keeps only its reachable replica, and is queued for repair */
     assert_int_equal(egm__objects_get_replicas(st.objects, "a1", 2, 0, &obj), EGM_OK);
     assert_int_equal(obj.n_replicas, 1);
     assert_ptr_equal(obj.replicas[0].segment, s1);
     check();
-    /* No room to name it: nothing written past degraded_max. */
-    batch.keys = keys + 2;
-    batch.key_lens = lens + 2;
-    batch.sizes = sizes + 2;
-    batch.slab_ids = ids + 2;
-    batch.offsets = offsets + 2;
+    /* Room for one of two degraded slabs: the later one (the writer's open
+     * slab comes last); none: nothing written. */
+    const char *more[2] = {"a3", "c1"};
+    uint64_t more_ids[2] = {a.id, c.id}, more_offsets[2] = {128, 0};
+    batch.keys = more;
+    batch.n = 2;
+    batch.slab_ids = more_ids;
+    batch.offsets = more_offsets;
+    batch.degraded_max = 1;
+    assert_int_equal(egm__objects_batch(st.objects, &batch), EGM_OK);
+    assert_int_equal(results[0], EGM_OK);
+    assert_int_equal(results[1], EGM_OK);
+    assert_int_equal(n_named, 1);
+    assert_true(named[0] == c.id);
+    const char *last[1] = {"a4"};
+    uint64_t last_id[1] = {a.id}, last_offset[1] = {192};
+    batch.keys = last;
+    batch.n = 1;
+    batch.slab_ids = last_id;
+    batch.offsets = last_offset;
     batch.degraded_max = 0;
     named[0] = 0;
     assert_int_equal(egm__objects_batch(st.objects, &batch), EGM_OK);
