@@ -22,6 +22,7 @@ struct egm_wslab {
     unsigned inflight; /* reservations not yet released */
     int retired;       /* takes no reservation; returned when inflight is 0 */
     int dead;          /* the master may not know it: never returned */
+    int named;         /* a Commit answer named it degraded: the master knows it */
     int cls;           /* its class slot while open, -1 once retired */
     uint32_t n_extents;
     const egm_segment_desc_t *segs[EGM_WSLAB_EXTENTS_MAX];
@@ -463,8 +464,12 @@ void egm__wslabs_release(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
             continue;
         if (commit[i] == EGM_ERR_NOT_FOUND) {
             /* The master does not know the slab (its lease ended, or it
-             * restarted): nothing more goes there. */
-            s->dead = 1;
+             * restarted): nothing more goes there. Unless it named the slab
+             * degraded in the same answer: then the key found every extent on
+             * a provider presumed gone, and the slab is returned as any
+             * retired one (its space freed now, not at its lease's end). */
+            if (!s->named)
+                s->dead = 1;
             retire_once(w, s);
         } else if (commit[i] == EGM_OK && sent_ms > s->confirmed_ms) {
             s->confirmed_ms = sent_ms;
@@ -509,6 +514,7 @@ void egm__wslabs_retire_ids(egm_wslabs_t *w, const uint64_t *ids, size_t n)
         egm_wslab_t *next = s->next; /* retire may free s */
         for (size_t i = 0; i < n; i++)
             if (s->id == ids[i]) {
+                s->named = 1;
                 retire_once(w, s);
                 break;
             }

@@ -79,8 +79,10 @@ void egm__wslabs_check_copy(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t
 int egm__wslabs_unanswered(egm_status_t status);
 /* After the Commit of refs[0..n) sent at sent_ms (commit[i]: key i's answer,
  * EGM_INPROGRESS for a key not committed): each slab the master showed it
- * knows is confirmed as of sent_ms, one it does not know is dropped; every
- * reservation ends. */
+ * knows is confirmed as of sent_ms, one it does not know is dropped (a
+ * NOT_FOUND for a slab egm__wslabs_retire_ids was given is a key whose every
+ * extent is on a provider presumed gone: that slab is returned as retired
+ * ones are); every reservation ends. */
 void egm__wslabs_release(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
                          const egm_status_t *commit, uint64_t sent_ms);
 /* The ids of retired slabs to return to the master (an egm_malloc'ed array,

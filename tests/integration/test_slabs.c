@@ -18,7 +18,9 @@
  *   - A slab with an extent on a provider that died takes no more objects
  *     once a Commit names it degraded: the puts after it get a new slab on
  *     live providers, with both replicas (skipped, and says so, should the
- *     machine stall over 2 s between two puts: the slab is then not used). */
+ *     machine stall over 2 s between two puts: the slab is then not used);
+ *     one whose only extent is on a provider that died is returned at the
+ *     writer's next call, not held by the master until its lease ends. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -428,6 +430,43 @@ static void test_degraded_slab_retired(void **state)
     egm_client_destroy(reader);
 }
 
+/* A writer's one-extent slab (replica_num 1) whose provider is SIGKILLed:
+ * the put after it is not committed (its only extent is on a provider
+ * presumed gone: NOT_FOUND), the Commit's answer names the slab, and the
+ * writer returns it at its next call, so that the master holds only the new
+ * slab, not the old one until its lease (a minute here) ends. */
+static void test_lost_slab_returned(void **state)
+{
+    (void)state;
+    const char *pairs[] = {"replica_num=1", NULL};
+    egm_client_t *writer = egm_test_client(&cluster, "shm", pairs);
+    egm_client_t *reader = egm_test_client(&cluster, "tcp", NULL);
+    assert_non_null(writer);
+    assert_non_null(reader);
+    put_key(writer, "lost/first", 1);
+    assert_int_equal(metric("egm_master_slabs"), 1);
+    int victim = provider_of(reader, "lost/first");
+    assert_true(victim >= 0);
+    assert_int_equal(egm__process_signal(&cluster.providers[victim], SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_wait(&cluster.providers[victim], 10000, NULL), EGM_OK);
+    wait_metric("egm_master_segments_unreachable", 1);
+
+    long long grants = rpcs("SlabGrant");
+    egm_status_t s = egm_test_put_seeded(writer, "lost/0", LEN, 10);
+    if (rpcs("SlabGrant") != grants) { /* the old slab ran out first (a stall of over 2 s) */
+        egm_client_destroy(writer);
+        egm_client_destroy(reader);
+        skip();
+    }
+    assert_int_equal(s, EGM_ERR_NOT_FOUND); /* its one extent is on the dead provider */
+    put_key(writer, "lost/1", 11);          /* a new slab, the old one returned with the ask */
+    assert_int_equal(rpcs("SlabGrant") - grants, 1);
+    assert_int_equal(metric("egm_master_slabs"), 1);
+    assert_int_equal(get_key(reader, "lost/1", 11), EGM_OK);
+    egm_client_destroy(writer);
+    egm_client_destroy(reader);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -437,6 +476,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_pool_one_grant_per_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_short_slab_serves_one_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_slab_retired, setup_slow_drop, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_slab_returned, setup_slow_drop, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
