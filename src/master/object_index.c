@@ -1616,24 +1616,22 @@ static egm_status_t plan_reserve(commit_plan_t *plan)
 }
 
 /* Notes slab in b's degraded_slabs when an extent of it is lost (its
- * segment dropped) or on a provider presumed gone. With `space` locked. */
-static void note_degraded(const egm_objects_batch_t *b, const egm_slab_t *slab)
+ * segment dropped: fewer live extents in e than placed) or on a provider
+ * presumed gone. With `space` locked. */
+static void note_degraded(const egm_objects_batch_t *b, const egm_slab_t *slab,
+                          const commit_extents_t *e)
 {
-    if (b->degraded_slabs == NULL || b->n_degraded_p == NULL)
+    if (b->degraded_slabs == NULL || b->degraded_max == 0)
         return;
-    int degraded = 0;
-    for (uint32_t x = 0; x < slab->n_extents && !degraded; x++)
-        degraded =
-            slab->extents[x].segment == NULL ||
-            atomic_load_explicit(&slab->extents[x].segment->unreachable, memory_order_relaxed) != 0;
+    int degraded = e->n < e->placed;
+    for (uint32_t x = 0; x < e->n && !degraded; x++)
+        degraded = atomic_load_explicit(&e->extents[x].segment->unreachable, memory_order_relaxed);
     if (!degraded)
         return;
     size_t n = *b->n_degraded_p;
     for (size_t k = 0; k < n; k++)
         if (b->degraded_slabs[k] == slab->id)
             return;
-    if (b->degraded_max == 0)
-        return;
     if (n == b->degraded_max) { /* keep the latest: the writer's open slab comes last */
         memmove(b->degraded_slabs, b->degraded_slabs + 1, (n - 1) * sizeof(*b->degraded_slabs));
         n--;
@@ -1684,7 +1682,7 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
             for (uint32_t x = 0; x < slab->n_extents; x++)
                 if (slab->extents[x].segment != NULL)
                     e->extents[e->n++] = slab->extents[x];
-            note_degraded(b, slab);
+            note_degraded(b, slab, e);
             last = slab;
         }
         if (s == EGM_OK)

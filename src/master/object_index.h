@@ -374,7 +374,7 @@ typedef struct {
      * extent (its segment dropped, or its provider presumed gone), each once,
      * for the writer to place nothing more there: the last degraded_max of
      * them in request order (a writer's open slab is its latest); *n_degraded_p
-     * their count. */
+     * (required with degraded_slabs) their count. */
     uint64_t *degraded_slabs;
     size_t degraded_max;
     size_t *n_degraded_p;
