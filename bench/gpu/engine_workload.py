@@ -563,6 +563,11 @@ def main(argv=None):
     finally:
         writer.close()
         reader.close()
+        # The master's own counters at the end (evictions, slabs, RPC times), for diagnosis.
+        code, body = cluster.run.http(cluster.master_http_port, "/metrics")
+        if code == 200:
+            with open(os.path.join(a.out, "master-metrics.txt"), "w") as f:
+                f.write(body)
         doc["daemons_exit"] = cluster.stop()
     with open(os.path.join(a.out, "engine_workload.json"), "w") as f:
         json.dump(doc, f, indent=1)

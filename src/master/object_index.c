@@ -21,6 +21,7 @@
 #include "common/config_int.h"
 #include "common/log.h"
 #include "master/journal.h"
+#include "master/key_table.h"
 #include "master/placement.h"
 #include "master/repair.h"
 #include "master/slabs.h"
@@ -41,32 +42,6 @@ typedef struct {
     egm_object_t *tail;
     uint64_t count;
 } object_list_t;
-
-/* A shard's objects by key: open addressing with linear probing. A slot is 8
- * bytes (with 100 million objects each byte per object is 100 MB): the
- * object's address, which holds the key, in the low 48 bits; in the top 16,
- * how far the slot lies from the key's home slot (6 bits, SLOT_FAR for that
- * far or farther) and 10 bits of the key's hash. Removal shifts the following
- * slots back (no tombstones, so a table that sees puts and removes all day
- * keeps short probes), knowing each one's home from its distance. A lookup
- * reads one slot line and the object it answers, which it reads anyway; a
- * slot of another key is passed over on its distance and hash bits alone but
- * about once in 1024. Grows at 3/4 full: the one time keys are hashed again
- * (every object of the shard is read). 0 is an empty slot. */
-typedef uint64_t slot_t;
-
-#define SLOT_ADDR_BITS 48
-#define SLOT_ADDR_MASK ((1ull << SLOT_ADDR_BITS) - 1)
-#define SLOT_FAR 63u /* distance field: 63 or more slots from home */
-#define SLOT_TAG_BITS 10
-
-typedef struct {
-    slot_t *slots;
-    size_t mask; /* capacity - 1, a power of two */
-    size_t count;
-} object_table_t;
-
-#define TABLE_MIN_CAP 64
 
 /* Segment space of an object force-removed under a live read lease: a reader
  * holding the lease (or a location cached under it) may still copy from it,
@@ -96,7 +71,7 @@ typedef struct {
 
 typedef struct {
     pthread_mutex_t lock;
-    object_table_t by_key;
+    egm_key_table_t by_key;
     object_list_t pending; /* by PutStart time */
     object_list_t lru;     /* COMPLETE, no pin, least recently used first */
     object_list_t soft;    /* COMPLETE, soft-pinned, least recently used first */
@@ -165,192 +140,18 @@ static unsigned shard_index(uint64_t hash)
 
 _Static_assert(EGM_OBJECTS_SHARDS <= 16, "shard_index takes 4 bits of the hash");
 
-/* The hash of a key: 8 bytes at a time, multiply-mixed (the key is read once,
- * and a 60-byte key costs about 8 multiplies, not 60 dependent ones). */
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v;
-    h *= 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 29);
-}
-
-static uint64_t key_hash(const char *key, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)key;
-    uint64_t h = 0x243f6a8885a308d3ull ^ (len * 0xff51afd7ed558ccdull), v;
-    for (; len >= 8; p += 8, len -= 8) {
-        memcpy(&v, p, 8);
-        h = mix(h, v);
-    }
-    v = 0;
-    memcpy(&v, p, len);
-    h = mix(h, v ^ ((uint64_t)len << 56));
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
-}
-
 static shard_t *shard_of_key(egm_object_index_t *index, const char *key, size_t len,
                              uint64_t *hash_p)
 {
-    *hash_p = key_hash(key, len);
+    *hash_p = egm__key_hash(key, len);
     return &index->shards[shard_index(*hash_p)];
 }
-
-/* ---- a shard's table (with the shard locked) --------------------------------- */
 
 /* Fetches the cache lines of [p, p + bytes) ahead of a write. */
 static void prefetch_lines(const void *p, size_t bytes)
 {
     for (size_t off = 0; off < bytes; off += 64)
         __builtin_prefetch((const char *)p + off, 1);
-}
-
-static egm_object_t *slot_obj(slot_t v)
-{
-    return (egm_object_t *)(uintptr_t)(v & SLOT_ADDR_MASK);
-}
-
-/* The hash bits a slot keeps (not the home bits, nor the shard's). */
-static uint64_t hash_tag(uint64_t hash)
-{
-    return (hash >> 32) & ((1u << SLOT_TAG_BITS) - 1);
-}
-
-static uint64_t slot_dist_field(size_t dist)
-{
-    return dist < SLOT_FAR ? dist : SLOT_FAR;
-}
-
-static slot_t slot_make(const egm_object_t *obj, uint64_t hash, size_t dist)
-{
-    return (uint64_t)(uintptr_t)obj | hash_tag(hash) << SLOT_ADDR_BITS |
-           slot_dist_field(dist) << (SLOT_ADDR_BITS + SLOT_TAG_BITS);
-}
-
-/* Whether slot v, `dist` slots from the home of a key hashing to `hash`, may
- * hold that key: its home is the same and so are the hash bits it keeps. */
-static int slot_may_hold(slot_t v, uint64_t hash, size_t dist)
-{
-    return (v >> SLOT_ADDR_BITS) == (hash_tag(hash) | slot_dist_field(dist) << SLOT_TAG_BITS);
-}
-
-/* The home slot of the key in slot i (not empty). */
-static size_t slot_home(const object_table_t *t, size_t i)
-{
-    slot_t v = t->slots[i];
-    uint64_t dist = v >> (SLOT_ADDR_BITS + SLOT_TAG_BITS);
-    if (dist < SLOT_FAR)
-        return (i - dist) & t->mask;
-    const egm_object_t *obj = slot_obj(v);
-    return key_hash(egm__object_key(obj), obj->key_len) & t->mask;
-}
-
-static egm_status_t table_init(object_table_t *t)
-{
-    t->slots = egm_calloc(TABLE_MIN_CAP, sizeof(*t->slots), "master.object_table");
-    if (t->slots == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the object index");
-    t->mask = TABLE_MIN_CAP - 1;
-    t->count = 0;
-    return EGM_OK;
-}
-
-static void table_cleanup(object_table_t *t)
-{
-    egm_free(t->slots);
-    t->slots = NULL;
-}
-
-static egm_object_t *table_find(const object_table_t *t, const char *key, size_t len, uint64_t hash)
-{
-    for (size_t i = hash & t->mask, dist = 0;; i = (i + 1) & t->mask, dist++) {
-        slot_t v = t->slots[i];
-        if (v == 0)
-            return NULL;
-        const egm_object_t *obj = slot_obj(v);
-        if (slot_may_hold(v, hash, dist) && obj->key_len == len &&
-            memcmp(egm__object_key(obj), key, len) == 0)
-            return (egm_object_t *)obj;
-    }
-}
-
-/* Puts obj (its key hashing to `hash`) in the first empty slot from its home. */
-static void slots_put(slot_t *slots, size_t mask, const egm_object_t *obj, uint64_t hash)
-{
-    size_t i = hash & mask, dist = 0;
-    while (slots[i] != 0) {
-        i = (i + 1) & mask;
-        dist++;
-    }
-    slots[i] = slot_make(obj, hash, dist);
-}
-
-/* Room for one more object. */
-static egm_status_t table_reserve(object_table_t *t)
-{
-    size_t cap = t->mask + 1;
-    if ((t->count + 1) * 4 <= cap * 3)
-        return EGM_OK;
-    size_t ncap = cap * 2, nmask = ncap - 1;
-    slot_t *slots = egm_calloc(ncap, sizeof(*slots), "master.object_table");
-    if (slots == NULL)
-        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory growing the object index to %zu",
-                              ncap);
-    for (size_t i = 0; i < cap; i++) {
-        /* Each key is read again: the objects of slots ahead are fetched
-         * meanwhile (a key starts in its object's first or second line). */
-        const egm_object_t *ahead = i + 8 < cap ? slot_obj(t->slots[i + 8]) : NULL;
-        if (ahead != NULL)
-            prefetch_lines(ahead, 128);
-        const egm_object_t *obj = slot_obj(t->slots[i]);
-        if (obj != NULL)
-            slots_put(slots, nmask, obj, key_hash(egm__object_key(obj), obj->key_len));
-    }
-    egm_free(t->slots);
-    t->slots = slots;
-    t->mask = nmask;
-    return EGM_OK;
-}
-
-/* obj's key (whose hash is `hash`) must not be in the table; table_reserve
- * was called. */
-static void table_insert(object_table_t *t, egm_object_t *obj, uint64_t hash)
-{
-    slots_put(t->slots, t->mask, obj, hash);
-    t->count++;
-}
-
-/* Takes obj out; the slots after it that probed past its slot move back, so
- * none of them ever lands before where a scan over the table stands (see
- * egm__objects_remove_all). */
-static void table_remove(object_table_t *t, const egm_object_t *obj)
-{
-    /* The object does not keep its hash (8 bytes of every object): hashing
-     * its key again costs less than a cache miss. */
-    size_t i = key_hash(egm__object_key(obj), obj->key_len) & t->mask;
-    while (slot_obj(t->slots[i]) != obj) {
-        if (t->slots[i] == 0)
-            return; /* not indexed (a failed put) */
-        i = (i + 1) & t->mask;
-    }
-    for (size_t j = i;;) {
-        j = (j + 1) & t->mask;
-        if (t->slots[j] == 0)
-            break;
-        size_t home = slot_home(t, j);
-        /* The entry at j stays when its home lies cyclically in (i, j]. */
-        if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
-            continue;
-        /* Moves back to i: nearer its home by j - i. */
-        slot_t v = t->slots[j];
-        uint64_t dist = (i - home) & t->mask;
-        t->slots[i] = (v & ~(~0ull << (SLOT_ADDR_BITS + SLOT_TAG_BITS))) |
-                      slot_dist_field(dist) << (SLOT_ADDR_BITS + SLOT_TAG_BITS);
-        i = j;
-    }
-    t->slots[i] = 0;
-    t->count--;
 }
 
 static shard_t *shard_of(egm_object_index_t *index, const egm_object_t *obj)
@@ -574,7 +375,7 @@ egm_status_t egm__objects_create(egm_segment_table_t *segments, const egm_object
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&index->space, &attr);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        status = table_init(&index->shards[s].by_key);
+        status = egm__key_table_init(&index->shards[s].by_key);
         if (status != EGM_OK) {
             pthread_mutexattr_destroy(&attr);
             egm__objects_destroy(index);
@@ -616,7 +417,7 @@ static int key_ok(const char *key, size_t key_len)
 
 uint64_t egm__objects_key_hash(const char *key, size_t key_len)
 {
-    return key_hash(key, key_len);
+    return egm__key_hash(key, key_len);
 }
 
 egm_status_t egm__objects_check_key(const char *key, size_t key_len)
@@ -630,13 +431,13 @@ egm_status_t egm__objects_check_key(const char *key, size_t key_len)
 const egm_object_t *egm__objects_find(const egm_object_index_t *index, const char *key,
                                       size_t key_len)
 {
-    uint64_t hash = key_hash(key, key_len);
-    return table_find(&index->shards[shard_index(hash)].by_key, key, key_len, hash);
+    uint64_t hash = egm__key_hash(key, key_len);
+    return egm__key_table_find(&index->shards[shard_index(hash)].by_key, key, key_len, hash);
 }
 
 static egm_object_t *find(const shard_t *sh, const char *key, size_t key_len, uint64_t hash)
 {
-    return table_find(&sh->by_key, key, key_len, hash);
+    return egm__key_table_find(&sh->by_key, key, key_len, hash);
 }
 
 /* The shard of a checked key, locked, and the object under the key (NULL if
@@ -872,7 +673,7 @@ static void object_forget(egm_object_index_t *index, egm_object_t *obj)
         lease_count(index, sh, obj->lease_expiry_ms, -1);
     sh->n_soft_pinned -= obj->soft_pin;
     sh->n_hard_pinned -= obj->hard_pin;
-    table_remove(&sh->by_key, obj);
+    egm__key_table_remove(&sh->by_key, obj);
     egm_free(obj);
 }
 
@@ -899,14 +700,15 @@ void egm__objects_destroy(egm_object_index_t *index)
     if (index == NULL)
         return;
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        object_table_t *t = &index->shards[s].by_key;
+        egm_key_table_t *t = &index->shards[s].by_key;
         if (t->slots == NULL)
             continue;
+        egm__key_table_settle(t);
         /* A removal may move a later object into slot i: look again. */
         for (size_t i = 0; i <= t->mask; i++)
-            while (t->slots[i] != 0)
-                object_delete(index, slot_obj(t->slots[i]));
-        table_cleanup(t);
+            while (egm__key_table_at(t, i) != NULL)
+                object_delete(index, egm__key_table_at(t, i));
+        egm__key_table_cleanup(t);
     }
     held_take(index, held_any, NULL, 1); /* the segments outlive the index */
     if (index->slabs != NULL)
@@ -1242,7 +1044,7 @@ static egm_object_t *object_new(const char *key, size_t key_len, uint32_t slots)
         egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for an object's record");
         return NULL;
     }
-    if ((uintptr_t)obj >> SLOT_ADDR_BITS != 0) { /* never seen: user space is below 2^47 */
+    if (!egm__key_table_can_hold(obj)) { /* never seen: user space is below 2^47 */
         egm_free(obj);
         egm__set_error(EGM_ERR_NO_MEMORY, "malloc gave an address above 2^48: the key table "
                                           "cannot hold it");
@@ -1308,7 +1110,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
         space_unlock(index);
     }
 
-    if ((status = table_reserve(&sh->by_key)) != EGM_OK)
+    if ((status = egm__key_table_reserve(&sh->by_key)) != EGM_OK)
         return status;
     obj = object_new(key, key_len, replica_num);
     if (obj == NULL)
@@ -1323,7 +1125,7 @@ static egm_status_t put_locked(egm_object_index_t *index, shard_t *sh, egm_id_t 
     space_lock(index);
     status = place_locked(index, obj, config, now_ms, evict_ok);
     if (status == EGM_OK)
-        table_insert(&sh->by_key, obj, hash);
+        egm__key_table_insert(&sh->by_key, obj, hash);
     space_unlock(index);
     if (status != EGM_OK) {
         egm_free(obj); /* placed nothing */
@@ -1745,7 +1547,7 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
         reachable += !gone[x];
     }
     egm_object_t *created = NULL;
-    status = table_reserve(&sh->by_key);
+    status = egm__key_table_reserve(&sh->by_key);
     space_lock(index);
     if (status == EGM_OK && obj != NULL && pending_is_stale(index, obj, b->now_ms)) {
         object_delete_locked(index, obj); /* its writer gave up long ago */
@@ -1796,7 +1598,7 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     obj->hard_pin = config != NULL && config->hard_pin != 0;
     obj->soft_pin = config != NULL && config->soft_pin != 0 && !obj->hard_pin;
     obj->shard = (uint8_t)(sh - index->shards);
-    table_insert(&sh->by_key, obj, hash);
+    egm__key_table_insert(&sh->by_key, obj, hash);
     move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
     bump(&index->evictable_gen);
     sh->n_soft_pinned += obj->soft_pin;
@@ -2092,23 +1894,18 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
                               const uint32_t *idx, const uint64_t *hash, size_t n,
                               uint64_t *grant_p, commit_plan_t *plan)
 {
-    const object_table_t *t = &sh->by_key;
+    const egm_key_table_t *t = &sh->by_key;
     egm_object_t *cand[BATCH_RUN];
     egm_object_view_t view;
     egm_status_t status = EGM_OK;
     int evicted = 0;
 
     for (size_t j = 0; j < n; j++)
-        __builtin_prefetch(&t->slots[hash[j] & t->mask]);
+        egm__key_table_prefetch(t, hash[j]);
     for (size_t j = 0; j < n; j++) {
-        cand[j] = NULL;
-        for (size_t i = hash[j] & t->mask, dist = 0; t->slots[i] != 0;
-             i = (i + 1) & t->mask, dist++)
-            if (slot_may_hold(t->slots[i], hash[j], dist)) {
-                cand[j] = slot_obj(t->slots[i]);
-                prefetch_lines(cand[j], sizeof(*cand[j]) + sizeof(egm_replica_t) + 64);
-                break;
-            }
+        cand[j] = egm__key_table_candidate(t, hash[j]);
+        if (cand[j] != NULL)
+            prefetch_lines(cand[j], sizeof(*cand[j]) + sizeof(egm_replica_t) + 64);
     }
     for (size_t j = 0; j < n; j++) {
         size_t i = idx[j];
@@ -2203,7 +2000,7 @@ egm_status_t egm__objects_batch(egm_object_index_t *index, const egm_objects_bat
             status = b->done(b->arg, i, egm__objects_check_key(b->keys[i], b->key_lens[i]), NULL);
             continue;
         }
-        hash[i] = key_hash(b->keys[i], b->key_lens[i]);
+        hash[i] = egm__key_hash(b->keys[i], b->key_lens[i]);
         start[shard_index(hash[i]) + 1]++;
     }
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++)
@@ -2286,9 +2083,10 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
         cap += index->shards[s].by_key.count;
     egm_object_t **objs = egm_malloc((cap ? cap : 1) * sizeof(*objs), "master.remove_all");
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        object_table_t *t = &index->shards[s].by_key;
+        egm_key_table_t *t = &index->shards[s].by_key;
+        egm__key_table_settle(t); /* one table to scan, whose removals move slots back */
         for (size_t i = 0; i <= t->mask; i++) {
-            egm_object_t *obj = slot_obj(t->slots[i]);
+            egm_object_t *obj = egm__key_table_at(t, i);
             if (obj == NULL || (!force && (obj->state != EGM_OBJECT_COMPLETE ||
                                            (lease_live(obj, now_ms) && !obj->repair_leased))))
                 continue;
@@ -2785,6 +2583,7 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
         const shard_t *sh = &ix->shards[s];
         stats_p->objects += sh->by_key.count;
+        stats_p->growing_tables += sh->by_key.old != NULL;
         stats_p->pending += sh->pending.count;
         stats_p->soft_pinned += sh->n_soft_pinned;
         stats_p->hard_pinned += sh->n_hard_pinned;
@@ -2858,70 +2657,82 @@ static egm_status_t check_leases(const egm_object_index_t *index, size_t s, cons
     return EGM_OK;
 }
 
+/* What check_shard learns from the objects of a shard's table. */
+typedef struct {
+    egm_object_index_t *index;
+    size_t s;
+    uint64_t in_list[4], leased, soft, hard, replicas;
+    uint32_t recount[LEASE_BUCKETS];
+} shard_walk_t;
+
+/* One object of the shard (egm__key_table_each): nonzero, with the error
+ * detail set, when something is wrong. */
+static int check_object(void *arg, const egm_object_t *o)
+{
+    shard_walk_t *w = arg;
+    egm_object_index_t *index = w->index;
+    const shard_t *sh = &index->shards[w->s];
+    size_t s = w->s;
+    uint32_t live = 0;
+    uint64_t hash = egm__key_hash(egm__object_key(o), o->key_len);
+    unsigned want_shard = shard_index(hash);
+    CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u",
+          egm__object_key(o), s, want_shard);
+    for (uint32_t i = 0; i < o->n_replicas; i++) {
+        const egm_replica_t *r = &o->replicas[i];
+        CHECK(egm__replica_object(r) == o, "object %s: replica %u points to another object",
+              egm__object_key(o), i);
+        if (r->segment == NULL)
+            continue;
+        live++;
+        CHECK(egm__segment_table_find(index->segments, r->segment->desc.id) == r->segment,
+              "object %s: replica %u is on a segment that is not mounted", egm__object_key(o), i);
+        CHECK(egm__replica_offset(r) + o->size <= r->segment->desc.size,
+              "object %s: replica %u beyond its segment", egm__object_key(o), i);
+        for (uint32_t j = 0; j < i; j++)
+            CHECK(o->replicas[j].segment != r->segment, "object %s: two replicas on one segment",
+                  egm__object_key(o));
+    }
+    CHECK(live == o->n_live, "object %s: %u live replicas, n_live %u", egm__object_key(o), live,
+          o->n_live);
+    CHECK(live > 0, "object %s: no replica left, yet indexed", egm__object_key(o));
+    int want = o->state == EGM_OBJECT_PENDING ? LIST_PENDING
+               : o->hard_pin                  ? LIST_NONE
+               : o->soft_pin                  ? LIST_SOFT
+                                              : LIST_LRU;
+    CHECK(o->list == want, "object %s: in list %d, its state says %d", egm__object_key(o), o->list,
+          want);
+    w->in_list[o->list]++;
+    if (lease_counted(index, sh, o->lease_expiry_ms)) {
+        uint64_t b = lease_bucket(index, o->lease_expiry_ms);
+        CHECK(b - sh->leases.trimmed <= LEASE_WHEEL_SPAN + 2,
+              "object %s: its lease ends past the lease wheel", egm__object_key(o));
+        w->recount[b % LEASE_BUCKETS]++;
+        w->leased++;
+    }
+    w->soft += o->soft_pin;
+    w->hard += o->hard_pin;
+    w->replicas += live;
+    return 0;
+}
+
 static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *replicas_p)
 {
     const shard_t *sh = &index->shards[s];
-    uint64_t in_list[4] = {0, 0, 0, 0}, leased = 0, soft = 0, hard = 0, walked;
-    uint32_t recount[LEASE_BUCKETS];
-    const object_table_t *t = &sh->by_key;
-    size_t n_slots = 0;
+    uint64_t walked;
     egm_status_t status;
+    shard_walk_t w;
 
-    memset(recount, 0, sizeof(recount));
-    for (size_t slot = 0; slot <= t->mask; slot++) {
-        const egm_object_t *o = slot_obj(t->slots[slot]);
-        if (o == NULL)
-            continue;
-        n_slots++;
-        uint32_t live = 0;
-        uint64_t hash = key_hash(egm__object_key(o), o->key_len);
-        unsigned want_shard = shard_index(hash);
-        CHECK(o->shard == s && want_shard == s, "object %s: in shard %zu, hashes to %u",
-              egm__object_key(o), s, want_shard);
-        CHECK(slot_may_hold(t->slots[slot], hash, (slot - (hash & t->mask)) & t->mask),
-              "object %s: its slot's distance or hash bits are not its key's", egm__object_key(o));
-        CHECK(table_find(t, egm__object_key(o), o->key_len, hash) == o,
-              "shard %zu: object %s not found under its key", s, egm__object_key(o));
-        for (uint32_t i = 0; i < o->n_replicas; i++) {
-            const egm_replica_t *r = &o->replicas[i];
-            CHECK(egm__replica_object(r) == o, "object %s: replica %u points to another object",
-                  egm__object_key(o), i);
-            if (r->segment == NULL)
-                continue;
-            live++;
-            CHECK(egm__segment_table_find(index->segments, r->segment->desc.id) == r->segment,
-                  "object %s: replica %u is on a segment that is not mounted", egm__object_key(o),
-                  i);
-            CHECK(egm__replica_offset(r) + o->size <= r->segment->desc.size,
-                  "object %s: replica %u beyond its segment", egm__object_key(o), i);
-            for (uint32_t j = 0; j < i; j++)
-                CHECK(o->replicas[j].segment != r->segment,
-                      "object %s: two replicas on one segment", egm__object_key(o));
-        }
-        CHECK(live == o->n_live, "object %s: %u live replicas, n_live %u", egm__object_key(o), live,
-              o->n_live);
-        CHECK(live > 0, "object %s: no replica left, yet indexed", egm__object_key(o));
-        int want = o->state == EGM_OBJECT_PENDING ? LIST_PENDING
-                   : o->hard_pin                  ? LIST_NONE
-                   : o->soft_pin                  ? LIST_SOFT
-                                                  : LIST_LRU;
-        CHECK(o->list == want, "object %s: in list %d, its state says %d", egm__object_key(o),
-              o->list, want);
-        in_list[o->list]++;
-        if (lease_counted(index, sh, o->lease_expiry_ms)) {
-            uint64_t b = lease_bucket(index, o->lease_expiry_ms);
-            CHECK(b - sh->leases.trimmed <= LEASE_WHEEL_SPAN + 2,
-                  "object %s: its lease ends past the lease wheel", egm__object_key(o));
-            recount[b % LEASE_BUCKETS]++;
-            leased++;
-        }
-        soft += o->soft_pin;
-        hard += o->hard_pin;
-        *replicas_p += live;
-    }
-    CHECK(n_slots == t->count && t->count * 4 <= (t->mask + 1) * 3,
-          "shard %zu: %zu objects in the table, count %zu, capacity %zu", s, n_slots, t->count,
-          t->mask + 1);
+    memset(&w, 0, sizeof(w));
+    w.index = index;
+    w.s = s;
+    if ((status = egm__key_table_check(&sh->by_key)) != EGM_OK)
+        return egm__set_error(status, "shard %zu: %s", s, egm_last_error());
+    if (egm__key_table_each(&sh->by_key, check_object, &w) != 0)
+        return EGM_ERR_INTERNAL; /* check_object said why */
+    *replicas_p += w.replicas;
+    uint64_t *in_list = w.in_list, leased = w.leased, soft = w.soft, hard = w.hard;
+    uint32_t *recount = w.recount;
     if ((status = check_list(s, &sh->pending, LIST_PENDING, "pending", &walked)) != EGM_OK)
         return status;
     CHECK(walked == in_list[LIST_PENDING], "shard %zu: pending list and map disagree", s);
@@ -3075,9 +2886,10 @@ void egm__objects_snapshot(egm_object_index_t *index, egm_jbuf_t *b, uint64_t no
     lock_all(index);
     space_lock(index);
     for (size_t s = 0; s < EGM_OBJECTS_SHARDS; s++) {
-        const object_table_t *t = &index->shards[s].by_key;
+        egm_key_table_t *t = &index->shards[s].by_key;
+        egm__key_table_settle(t);
         for (size_t i = 0; i <= t->mask; i++) {
-            const egm_object_t *obj = slot_obj(t->slots[i]);
+            const egm_object_t *obj = egm__key_table_at(t, i);
             if (obj == NULL)
                 continue;
             if (obj->state == EGM_OBJECT_COMPLETE) {
@@ -3216,7 +3028,7 @@ static egm_status_t adopt_object(egm_object_index_t *index, const egm_adopt_obje
         return EGM_ERR_EXISTS;
     uint32_t placed = a->placed > a->n_replicas ? a->placed : a->n_replicas;
     egm_object_t *obj;
-    if (table_reserve(&sh->by_key) != EGM_OK ||
+    if (egm__key_table_reserve(&sh->by_key) != EGM_OK ||
         (obj = object_new(a->key, a->key_len, placed)) == NULL)
         return EGM_ERR_NO_MEMORY; /* table_reserve or object_new said why */
     for (uint32_t r = 0; r < a->n_replicas; r++)
@@ -3233,7 +3045,7 @@ static egm_status_t adopt_object(egm_object_index_t *index, const egm_adopt_obje
     obj->hard_pin = a->hard_pin != 0;
     obj->soft_pin = a->soft_pin != 0 && !obj->hard_pin;
     obj->shard = (uint8_t)(sh - index->shards);
-    table_insert(&sh->by_key, obj, hash);
+    egm__key_table_insert(&sh->by_key, obj, hash);
     move_to(index, obj, obj->hard_pin ? LIST_NONE : obj->soft_pin ? LIST_SOFT : LIST_LRU);
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;

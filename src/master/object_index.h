@@ -205,6 +205,7 @@ typedef struct {
     uint64_t commits_total;        /* objects committed from slabs */
     /* replicas a PutEnd or Commit dropped: on a provider presumed gone */
     uint64_t unreachable_replicas_total;
+    uint64_t growing_tables; /* shards whose key table is moving its objects to a larger one */
 } egm_object_index_stats_t;
 
 /* Defaults of every parameter (the config keys' defaults). */

@@ -1190,6 +1190,74 @@ static void test_model_leases_and_slots(void **state)
                   5000, seed);
 }
 
+/* A shard's key table that fills grows in steps (master/key_table.h): the put
+ * that fills it leaves it growing, with objects still in the old table, and
+ * every lookup, batch lookup, removal and put meanwhile sees every key (the
+ * old table's and the new one's) until the objects have all moved over, a few
+ * slots per put. Without the steps, the first growth is over within that put. */
+#define GROW_KEYS 300
+static void test_table_grows_in_steps(void **state)
+{
+    (void)state;
+    static char keys[GROW_KEYS][24];
+    static int present[GROW_KEYS];
+    mount(64 << 20);
+    uint64_t want = egm__objects_key_hash("g0", 2) >> 60; /* all in one shard */
+    int n = 0;
+    for (unsigned i = 0; n < GROW_KEYS; i++) {
+        snprintf(keys[n], sizeof(keys[n]), "g%u", i);
+        if (egm__objects_key_hash(keys[n], strlen(keys[n])) >> 60 == want)
+            n++;
+    }
+    int next = 0, growths = 0;
+    while (next < GROW_KEYS) {
+        /* Puts until a put leaves the table growing. */
+        while (next < GROW_KEYS && stats().growing_tables == 0) {
+            assert_int_equal(put(keys[next], 64, 1, 0), EGM_OK);
+            present[next++] = 1;
+        }
+        if (next == GROW_KEYS)
+            break;
+        growths++;
+        check_index();
+        /* While it grows: a removal every third key, every key looked up
+         * alone and in batches, then puts, each followed by a full check,
+         * until the old table is empty. */
+        for (int k = 0; k < next; k += 3)
+            if (present[k]) {
+                assert_int_equal(rm(keys[k], 1, 0), EGM_OK);
+                present[k] = 0;
+                check_index();
+            }
+        const char *batch[BATCH_KEYS];
+        batch_answers_t a;
+        for (int k = 0; k < next; k++)
+            assert_int_equal(exist(keys[k], 0), present[k] ? EGM_OK : EGM_ERR_NOT_FOUND);
+        for (int k0 = 0; k0 < next; k0 += BATCH_KEYS) {
+            size_t m = (size_t)(next - k0) < BATCH_KEYS ? (size_t)(next - k0) : BATCH_KEYS;
+            for (size_t j = 0; j < m; j++)
+                batch[j] = keys[k0 + j];
+            run_batch(EGM_OBJECTS_EXIST, batch, m, 0, &a);
+            for (size_t j = 0; j < m; j++)
+                assert_int_equal(a.status[j], present[k0 + j] ? EGM_OK : EGM_ERR_NOT_FOUND);
+        }
+        int puts_while_growing = 0;
+        while (next < GROW_KEYS && stats().growing_tables > 0) {
+            assert_int_equal(put(keys[next], 64, 1, 0), EGM_OK);
+            present[next++] = 1;
+            puts_while_growing++;
+            check_index();
+        }
+        /* The move took several puts: a put moves only a step of slots. */
+        if (next < GROW_KEYS)
+            assert_true(puts_while_growing > 1);
+    }
+    assert_true(growths >= 2); /* 64 -> 128 -> 256 slots at least */
+    for (int k = 0; k < GROW_KEYS; k++)
+        assert_int_equal(exist(keys[k], 0), present[k] ? EGM_OK : EGM_ERR_NOT_FOUND);
+    check_index();
+}
+
 /* The objects "PREFIXi" for i < LOST_N, of LOST_SIZE bytes each, put at time 0. */
 #define LOST_N 1200
 #define LOST_SIZE 4096
@@ -1298,6 +1366,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_remove_reports_last_grant, setup, teardown),
         cmocka_unit_test_setup_teardown(test_colliding_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_leases_and_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_grows_in_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_evict_counts_lost_space_as_not_freed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_held_counts_lost_space_as_not_freed, setup,
                                         teardown),
