@@ -100,9 +100,10 @@ egm_status_t egm__segment_validate(const egm_segment_params_t *p)
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment.id: must not be nil");
     if (egm__id_is_nil(p->owner))
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment.owner: must not be nil");
-    if (p->size < EGM_ALLOCATOR_ALIGN)
-        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.size: %llu, must be at least %u",
-                              (unsigned long long)p->size, EGM_ALLOCATOR_ALIGN);
+    if (p->size < EGM_ALLOCATOR_ALIGN || p->size > EGM_SEGMENT_SIZE_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG, "segment.size: %llu, must be %u..%llu",
+                              (unsigned long long)p->size, EGM_ALLOCATOR_ALIGN,
+                              (unsigned long long)EGM_SEGMENT_SIZE_MAX);
     if (p->name == NULL || p->name[0] == '\0')
         return egm__set_error(EGM_ERR_INVALID_ARG, "segment.name: must not be empty");
     if ((status = egm__segment_check_string("name", p->name, EGM_SEGMENT_NAME_MAX)) != EGM_OK ||
@@ -138,6 +139,14 @@ egm_status_t egm__segment_table_check(const egm_segment_table_t *t, const egm_se
     egm_status_t status = egm__segment_validate(p);
     if (status != EGM_OK)
         return status;
+    /* The capacity and used totals are sums over the segments: they must not wrap. */
+    uint64_t total = p->size;
+    for (size_t i = 0; i < t->n; i++)
+        total += t->list[i]->desc.size;
+    if (total > EGM_CAPACITY_MAX)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "segment.size: %llu would take the mounted capacity past %llu bytes",
+                              (unsigned long long)p->size, (unsigned long long)EGM_CAPACITY_MAX);
     if (egm__segment_table_find(t, p->id) != NULL || recently_retired(t, p->id))
         return egm__set_error(
             EGM_ERR_SEGMENT_EXISTS, "segment %s is %s", egm__id_format(p->id, id_text),

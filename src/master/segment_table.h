@@ -13,6 +13,11 @@
 #include "rpc/keys_reply.h"
 #include "rpc/segment_desc.h"
 
+/* A segment's size, and all mounted segments' together: the totals the master
+ * keeps are sums of sizes (1 PiB a segment, 2^62 bytes in all). */
+#define EGM_SEGMENT_SIZE_MAX (1ull << 50)
+#define EGM_CAPACITY_MAX (1ull << 62)
+
 #define EGM_MASTER_RETIRED_HISTORY 4096
 
 struct egm_replica; /* object_index.h */

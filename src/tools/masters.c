@@ -23,6 +23,7 @@ egm_status_t egm__cli_print_masters(const egm_config_t *config)
     egm_etcd_kv_t leader;
     egm_etcd_kv_t *members = NULL;
     size_t n = 0;
+    memset(&leader, 0, sizeof(leader)); /* cleaned up on every path, a failed get's too */
     s = egm__etcd_get(etcd, key, &leader, NULL);
     if (s == EGM_ERR_NOT_FOUND)
         memset(&leader, 0, sizeof(leader));

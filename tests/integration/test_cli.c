@@ -362,6 +362,15 @@ static void test_bad_master_addr(void **state)
     assert_int_equal(rc, 2);
     assert_has("EGMSTORE_MASTER_SERVER_ADDR");
     assert_has("the port must be 1..65535");
+    /* etcd that nothing serves: ls fails with the reason (it freed an
+     * uninitialised leader record and aborted on a double free) */
+    char saved[sizeof(cluster.master_addr)];
+    memcpy(saved, cluster.master_addr, sizeof(saved));
+    snprintf(cluster.master_addr, sizeof(cluster.master_addr), "etcd://127.0.0.1:1");
+    rc = run(ls, NULL, 0);
+    memcpy(cluster.master_addr, saved, sizeof(saved));
+    assert_int_equal(rc, 1);
+    assert_has("egmstore: error: ls: the masters in etcd: connect 127.0.0.1:1");
 }
 
 /* IPv6 addresses print in brackets: the master's ready lines, and errors

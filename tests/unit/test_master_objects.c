@@ -659,6 +659,11 @@ static void test_mount_validation(void **state)
     expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.id");
     p = good, p.size = 0;
     expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.size");
+    /* sizes the master's sums could wrap with (2^64 - 1 wrapped the capacity) */
+    p = good, p.size = UINT64_MAX;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.size");
+    p = good, p.size = EGM_SEGMENT_SIZE_MAX + 1;
+    expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.size");
     p = good, p.name = "";
     expect_mount_error(&p, EGM_ERR_INVALID_ARG, "segment.name");
     p = good, p.name = NULL;
