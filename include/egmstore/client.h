@@ -253,7 +253,8 @@ EGM_API egm_status_t egm_batch_get_into(egm_client_t *client, size_t n, const ch
                                         void *const *dsts, const size_t *caps, size_t *sizes_p,
                                         egm_status_t *results);
 /* results[i] as egm_exist would answer (each committed key gets a lease).
- * One RPC of at most 65536 valid keys (more: EGM_ERR_INVALID_ARG). */
+ * One RPC per 65536 valid keys; a call that fails whole answers its status for
+ * each of its keys, and the first such status is returned. */
 EGM_API egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,
                                      egm_status_t *results);
 /* Scatter-gather batches (Mooncake's batch_*_multi_buffers): key i's object is
@@ -276,8 +277,8 @@ EGM_API egm_status_t egm_batch_get_into_parts(egm_client_t *client, size_t n,
                                               const char *const *keys, const size_t *part_counts,
                                               void *const *part_addrs, const size_t *part_lens,
                                               size_t *sizes_p, egm_status_t *results);
-/* Remove every key (one RPC of at most 65536 valid keys, more:
- * EGM_ERR_INVALID_ARG); results[i] as egm_remove would answer. */
+/* Remove every key (one RPC per 65536 valid keys, as egm_batch_exist);
+ * results[i] as egm_remove would answer. */
 EGM_API egm_status_t egm_batch_remove(egm_client_t *client, size_t n, const char *const *keys,
                                       int force, egm_status_t *results);
 

@@ -108,6 +108,8 @@ struct egm_client {
 /* Threads a client keeps for pipelined calls: four per call in flight
  * (pipeline.h), for up to 16 calls at once; more calls make their own. */
 #define EGM_CLIENT_WORKERS_MAX 64
+/* Keys one request to the master may carry (the master refuses more). */
+#define EGM_BATCH_KEYS_PER_CALL 65536
 
 /* Why a resync is pending. */
 #define EGM_RESYNC_RESTART 1u        /* the master's id changed */

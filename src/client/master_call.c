@@ -6,8 +6,6 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
-#define MAX_KEYS_PER_CALL 65536
-
 egm_status_t egm__client_validate_key(const char *key)
 {
     if (key == NULL)
@@ -56,9 +54,9 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     Egm__Id client_pb = EGM__ID__INIT;
 
     *reply_p = NULL;
-    if (n > MAX_KEYS_PER_CALL)
+    if (n > EGM_BATCH_KEYS_PER_CALL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "a batch holds at most %d keys, got %zu",
-                              MAX_KEYS_PER_CALL, n);
+                              EGM_BATCH_KEYS_PER_CALL, n);
     egm__id_to_pb(client->id, &client_pb);
     req.client = &client_pb;
     req.n_keys = n;

@@ -106,15 +106,17 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
 }
 
 /* A keys call over a whole batch: results[i] is key i's answer; an invalid
- * key fails in its own slot (INVALID_KEY) and the others are sent. */
+ * key fails in its own slot (INVALID_KEY) and the others are sent, in calls of
+ * at most EGM_BATCH_KEYS_PER_CALL keys (what one request may carry). A call
+ * that fails whole answers its status for each of its keys; the first such
+ * status is returned. *wait_ms_p: the longest wait of the calls answered. */
 static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t n,
                                     const char *const *keys, unsigned flags, egm_status_t *results,
                                     uint64_t *wait_ms_p)
 {
-    egm_keys_reply_t *reply = NULL;
     const char **valid = NULL;
     size_t n_valid = 0;
-    egm_status_t status;
+    egm_status_t first_error = EGM_OK;
 
     if (client == NULL || (n > 0 && (keys == NULL || results == NULL)))
         return egm__parts_fail_all(
@@ -135,16 +137,34 @@ static egm_status_t batch_keys_call(egm_client_t *client, uint16_t type, size_t 
             if (results[i] == EGM_OK)
                 valid[k++] = keys[i];
     }
-    status = egm__client_keys_call(client, type, n_valid, valid ? valid : (const char **)keys,
-                                   flags, &reply);
-    for (size_t i = 0, k = 0; i < n; i++)
-        if (results[i] == EGM_OK)
-            results[i] = status == EGM_OK ? reply->results[k++].status : status;
-    if (wait_ms_p != NULL && status == EGM_OK)
-        *wait_ms_p = reply->wait_ms;
-    egm__keys_reply_free(reply);
+    const char **send = valid ? valid : (const char **)keys;
+    uint64_t wait_ms = 0;
+    int answered = 0;
+    /* i walks results: the valid keys' slots still hold EGM_OK, in order */
+    for (size_t off = 0, i = 0; off < n_valid; off += EGM_BATCH_KEYS_PER_CALL) {
+        size_t m =
+            n_valid - off < EGM_BATCH_KEYS_PER_CALL ? n_valid - off : EGM_BATCH_KEYS_PER_CALL;
+        egm_keys_reply_t *reply = NULL;
+        egm_status_t status = egm__client_keys_call(client, type, m, send + off, flags, &reply);
+        for (size_t k = 0; k < m; i++) {
+            if (results[i] != EGM_OK)
+                continue; /* an invalid key */
+            results[i] = status == EGM_OK ? reply->results[k].status : status;
+            k++;
+        }
+        if (status == EGM_OK) {
+            answered = 1;
+            if (reply->wait_ms > wait_ms)
+                wait_ms = reply->wait_ms;
+        } else if (first_error == EGM_OK) {
+            first_error = status;
+        }
+        egm__keys_reply_free(reply);
+    }
+    if (wait_ms_p != NULL && answered)
+        *wait_ms_p = wait_ms;
     egm_free(valid);
-    return status;
+    return first_error;
 }
 
 egm_status_t egm_batch_exist(egm_client_t *client, size_t n, const char *const *keys,

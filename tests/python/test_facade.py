@@ -26,6 +26,27 @@ def protocol(request):
     return request.param
 
 
+def test_batch_past_one_request(make_cluster):
+    """batch_is_exist and batch_remove of more keys than one request to the master carries
+    (65536): sent in several, every key answered (they answered -600 for every key)."""
+    c = make_cluster(segment="64MiB")
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MIB, 16 * MIB, "tcp", "", c.master_addr) == 0
+    assert s.put("first", b"1") == 0 and s.put("last", b"2") == 0
+    keys = ["first"] + [f"absent-{i}" for i in range(70000)] + ["", "last"]
+    got = s.batch_is_exist(keys)
+    assert len(got) == len(keys)
+    assert got[0] == 1 and got[-1] == 1  # one in the first request, one in the second
+    assert got[1:-2] == [0] * 70000
+    # an invalid key is answered in its own slot as in a small batch, the rest sent
+    assert got[-2] == s.batch_is_exist([""])[0]
+    got = s.batch_remove(keys, True)
+    assert got[0] == 0 and got[-1] == 0 and got[-2] == s.batch_remove([""], True)[0]
+    assert got[1:-2] == [-704] * 70000
+    assert s.batch_is_exist(["first", "last"]) == [0, 0]
+    assert s.close() == 0
+
+
 def test_mooncake_sequence(make_cluster, buffer, protocol):
     """One session of facade calls, each answer as Mooncake gives it."""
     c = make_cluster(segment="64MiB")
