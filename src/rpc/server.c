@@ -50,6 +50,13 @@
 #define SWEEP_PERIOD_MS 500
 
 #define ACCEPT_PAUSE_MS 100 /* how long accepting pauses when out of descriptors */
+/* With a cluster token: how long a connection may stay without presenting it,
+ * and the share of max_connections such connections may hold (past it the
+ * oldest of this server's is closed for a new one: a client presents the token
+ * at once, so the oldest waiting is almost never one). Peers without the token
+ * then cannot keep token holders out by holding connections open. */
+#define AUTH_DEADLINE_MS 5000
+#define UNAUTHENTICATED_SHARE 2 /* at most 1/2 */
 
 typedef struct rpc_conn rpc_conn_t;
 
@@ -67,6 +74,7 @@ struct rpc_conn {
 
     /* the peer presented the cluster token (or none is required) */
     int authenticated;
+    uint64_t opened_ms; /* when this server adopted it */
     /* closing after an error reply: no more dispatch */
     int closing;
     int wr_shut;
@@ -112,9 +120,10 @@ struct egm_rpc_server {
     egm_rpc_peer_close_t on_peer_close;
     void *on_peer_close_arg;
     int destroying;    /* connections closed by destroy call no hook */
-    rpc_conn_t *conns; /* doubly linked list */
+    rpc_conn_t *conns; /* doubly linked list, newest first */
     size_t nconns;
-    uint8_t *rbuf; /* READ_CHUNK scratch shared by all connections */
+    size_t n_unauthenticated; /* of them, a token is required and not presented yet */
+    uint8_t *rbuf;            /* READ_CHUNK scratch shared by all connections */
     server_counters_t stats;
 
     /* Listeners shared with the servers of a group; `owner` created (and
@@ -201,6 +210,8 @@ static void conn_close(rpc_conn_t *c)
 
     egm__reactor_remove(s->reactor, c->fd);
     close(c->fd);
+    if (!c->authenticated && s->auth_token[0] != '\0')
+        s->n_unauthenticated--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -378,6 +389,8 @@ static int auth_gate(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
         if (c->authenticated || (verdict = egm__auth_check_absent(s->auth_token)) == EGM_AUTH_OK)
             return 0;
     } else if ((verdict = egm__auth_check(s->auth_token, payload, len)) == EGM_AUTH_OK) {
+        if (!c->authenticated && s->auth_token[0] != '\0')
+            s->n_unauthenticated--;
         c->authenticated = 1;
         queue_frame(c, EGM_FRAME_REPLY, type, id, NULL, 0);
         return 1;
@@ -670,6 +683,28 @@ static uint64_t open_count(const egm_rpc_server_t *s)
     return stat_get(&s->stats.connections_open);
 }
 
+/* Before one more connection without the token: closes this server's oldest
+ * such connection when they hold their share of max_connections. */
+static void make_room_unauthenticated(egm_rpc_server_t *s)
+{
+    size_t group = s->owner != NULL && s->owner->n_group > 0 ? s->owner->n_group : 1;
+    size_t quota = s->max_connections / UNAUTHENTICATED_SHARE / group;
+    if (s->n_unauthenticated < (quota > 0 ? quota : 1))
+        return;
+    rpc_conn_t *oldest = NULL;
+    for (rpc_conn_t *c = s->conns; c != NULL; c = c->next)
+        if (!c->authenticated && !c->closing)
+            oldest = c;
+    if (oldest == NULL)
+        return;
+    egm_log_ratelimited(EGM_LOG_WARN, 1,
+                        "rpc server: fd %d: closed: %zu connections have not presented the cluster "
+                        "token, their share of max_connections",
+                        oldest->fd, s->n_unauthenticated);
+    stat_add(&s->stats.auth_failures, 1);
+    conn_close(oldest);
+}
+
 /* A connection this server serves from now on; connections_open already
  * counts it. On its reactor's thread. */
 static void adopt(egm_rpc_server_t *s, int cfd, int is_unix)
@@ -684,6 +719,7 @@ static void adopt(egm_rpc_server_t *s, int cfd, int is_unix)
     c->server = s;
     c->fd = cfd;
     c->events = EGM_EV_READ;
+    c->opened_ms = egm__now_ms();
     egm__frame_reader_init(&c->in, s->max_frame_size, "rpc_server_payload");
     if (egm__reactor_add(s->reactor, cfd, EGM_EV_READ, conn_on_event, c) != EGM_OK) {
         egm_log_ratelimited(EGM_LOG_WARN, 1, "rpc server: cannot watch a connection: %s",
@@ -691,11 +727,15 @@ static void adopt(egm_rpc_server_t *s, int cfd, int is_unix)
         egm_free(c);
         goto err_close;
     }
+    if (s->auth_token[0] != '\0')
+        make_room_unauthenticated(s);
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
+    if (s->auth_token[0] != '\0')
+        s->n_unauthenticated++;
     stat_add(&s->stats.connections_accepted, 1);
     if (is_unix)
         stat_add(&s->stats.connections_unix, 1);
@@ -811,7 +851,8 @@ static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg
     }
 }
 
-/* Closes connections whose linger ran out. */
+/* Closes connections whose linger ran out, and those that did not present
+ * the cluster token in time. */
 static void on_sweep(egm_reactor_t *reactor, void *arg)
 {
     egm_rpc_server_t *s = arg;
@@ -821,8 +862,16 @@ static void on_sweep(egm_reactor_t *reactor, void *arg)
 
     while (c) {
         rpc_conn_t *next = c->next;
-        if (c->closing && now >= c->linger_deadline_ms)
+        if (c->closing && now >= c->linger_deadline_ms) {
             conn_close(c);
+        } else if (!c->closing && !c->authenticated && s->auth_token[0] != '\0' &&
+                   now - c->opened_ms >= AUTH_DEADLINE_MS) {
+            egm_log_ratelimited(EGM_LOG_WARN, 1,
+                                "rpc server: fd %d: closed: no cluster token within %d ms", c->fd,
+                                AUTH_DEADLINE_MS);
+            stat_add(&s->stats.auth_failures, 1);
+            conn_close(c);
+        }
         c = next;
     }
 }

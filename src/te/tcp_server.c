@@ -45,7 +45,27 @@ struct conn {
     int fd;   /* -1 once the thread closed it (under the server lock) */
     int done; /* thread finished: join it */
     pthread_t thread;
+    atomic_int authenticated; /* presented the token (or none is required) */
+    uint64_t opened_ms;
 };
+
+/* With a cluster token: how long a connection may read nothing but wait for
+ * its token, and the share of the connections such connections may hold (past
+ * it the oldest is shut down for a new one: a client presents the token at
+ * once). Peers without the token then cannot keep token holders out. */
+#define AUTH_DEADLINE_MS 5000
+#define UNAUTHENTICATED_MAX (EGM_TCP_MAX_CONNECTIONS / 2)
+
+static int token_required(const egm_tcp_server_t *server)
+{
+    return server->auth != NULL && server->auth->token != NULL && server->auth->token[0] != '\0';
+}
+
+static void set_read_timeout(int fd, int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
 
 static egm_status_t send_reply(int fd, uint64_t request_id, egm_status_t status, uint64_t length)
 {
@@ -249,7 +269,9 @@ static void *conn_main(void *arg)
     int authed = 0, close_now = 0;
 
     /* Between requests a connection may idle as long as it likes (clients pool
-     * them); stop wakes this read with shutdown(). */
+     * them), once it presented the token; stop wakes this read with shutdown(). */
+    if (token_required(server))
+        set_read_timeout(conn->fd, AUTH_DEADLINE_MS);
     while (egm__sock_read_full(conn->fd, buf, sizeof(buf)) == EGM_OK) {
         if (egm__tcp_req_parse(buf, &req) != EGM_OK) {
             atomic_fetch_add_explicit(&server->counters->tcp_requests_refused, 1,
@@ -262,6 +284,10 @@ static void *conn_main(void *arg)
             if (close_now) {
                 linger_close(conn->fd); /* the refusal must get out, as after a WRITE */
                 break;
+            }
+            if (authed && !atomic_load(&conn->authenticated)) {
+                atomic_store(&conn->authenticated, 1);
+                set_read_timeout(conn->fd, 0);
             }
             continue;
         }
@@ -299,6 +325,33 @@ static void reap(egm_tcp_server_t *server)
     }
 }
 
+/* Before one more connection that has not presented the token: shuts the
+ * oldest such down when they hold UNAUTHENTICATED_MAX (its thread then sees
+ * the end of its input and leaves). Accept thread only. */
+static void make_room_unauthenticated(egm_tcp_server_t *server)
+{
+    size_t waiting = 0;
+    conn_t *oldest = NULL;
+    pthread_mutex_lock(&server->lock);
+    for (size_t i = 0; i < server->nconns; i++) {
+        conn_t *c = server->conns[i];
+        if (c->fd < 0 || atomic_load(&c->authenticated))
+            continue;
+        waiting++;
+        if (oldest == NULL || c->opened_ms < oldest->opened_ms)
+            oldest = c;
+    }
+    if (waiting >= UNAUTHENTICATED_MAX && oldest != NULL) {
+        egm_log_ratelimited(EGM_LOG_WARN, 1,
+                            "tcp server: %zu connections have not presented the cluster token: "
+                            "closing the oldest",
+                            waiting);
+        atomic_fetch_add_explicit(&server->counters->auth_failures, 1, memory_order_relaxed);
+        shutdown(oldest->fd, SHUT_RDWR); /* under the lock: the fd is still its */
+    }
+    pthread_mutex_unlock(&server->lock);
+}
+
 static void accept_one(egm_tcp_server_t *server)
 {
     int fd = accept4(server->listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -313,6 +366,8 @@ static void accept_one(egm_tcp_server_t *server)
         return;
     }
     reap(server);
+    if (token_required(server))
+        make_room_unauthenticated(server);
     if (server->nconns >= EGM_TCP_MAX_CONNECTIONS) {
         egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: %d connections already: refusing",
                             EGM_TCP_MAX_CONNECTIONS);
@@ -332,6 +387,8 @@ static void accept_one(egm_tcp_server_t *server)
     }
     conn->server = server;
     conn->fd = fd;
+    conn->opened_ms = egm__now_ms();
+    atomic_init(&conn->authenticated, !token_required(server));
     pthread_mutex_lock(&server->lock);
     int rc = pthread_create(&conn->thread, NULL, conn_main, conn);
     if (rc == 0)

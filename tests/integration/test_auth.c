@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -31,6 +32,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "client/client_int.h"
+#include "common/clock.h"
 #include "common/process.h"
 #include "common/sock.h"
 #include "rpc/frame.h"
@@ -430,6 +432,76 @@ static void assert_closed(int fd)
     assert_int_equal(egm__sock_read_full_timeout(fd, &byte, 1, IO_MS), EGM_ERR_UNREACHABLE);
 }
 
+/* Whether the peer closed fd (EOF or a reset) within wait_ms. */
+static int peer_closed(int fd, int wait_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, wait_ms) <= 0)
+        return 0;
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Waits until every fd of fds[0..n) is closed by its peer, for up to wait_ms in all. */
+static int all_closed(const int *fds, size_t n, int wait_ms)
+{
+    uint64_t until = egm__now_ms() + (uint64_t)wait_ms;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t now = egm__now_ms();
+        if (!peer_closed(fds[i], now < until ? (int)(until - now) : 0))
+            return 0;
+    }
+    return 1;
+}
+
+#define MASTER_CROWD 540 /* past half of the master's 1024 connections */
+#define DATA_CROWD 280   /* past the data server's 256 */
+
+/* Peers without the token cannot keep token holders out by holding
+ * connections open (they could: the master's and the data server's slots
+ * were taken at accept, before the token, with no deadline). Connections
+ * that never present it are closed after 5 s, and past their share (half the
+ * slots) the oldest make room for new ones at once. */
+static void test_idle_without_token_cannot_crowd_out(void **state)
+{
+    (void)state;
+    static int fds[MASTER_CROWD];
+    for (size_t i = 0; i < MASTER_CROWD; i++)
+        assert_int_equal(
+            egm__sock_tcp_connect("127.0.0.1", (uint16_t)cluster.master_port, 3000, &fds[i]),
+            EGM_OK);
+    /* past the share: the oldest (each RPC thread's) are closed, the newest kept */
+    size_t closed = 0;
+    for (int tries = 0; tries < 30 && closed == 0; tries++)
+        for (size_t i = 0; i < 100; i++)
+            closed += (size_t)peer_closed(fds[i], i == 0 ? 100 : 0);
+    assert_true(closed > 0);
+    for (size_t i = MASTER_CROWD - 10; i < MASTER_CROWD; i++)
+        assert_false(peer_closed(fds[i], 0));
+    /* a token holder is served meanwhile */
+    egm_client_t *client = token_client("tcp");
+    assert_non_null(client);
+    put_get(client, "crowd/master", 4096, 71);
+    egm_client_destroy(client);
+    /* and every idle one is gone once the deadline passed */
+    assert_true(all_closed(fds, MASTER_CROWD, 15000));
+    for (size_t i = 0; i < MASTER_CROWD; i++)
+        close(fds[i]);
+
+    /* The data server: more idle connections than it has room for; a token
+     * holder's transfer over tcp still gets one. */
+    for (size_t i = 0; i < DATA_CROWD; i++)
+        fds[i] = data_connect();
+    client = token_client("tcp"); /* its own connections, opened after the crowd's */
+    assert_non_null(client);
+    put_get(client, "crowd/data", 65536, 72);
+    egm_client_destroy(client);
+    assert_true(all_closed(fds, DATA_CROWD, 15000));
+    for (size_t i = 0; i < DATA_CROWD; i++)
+        close(fds[i]);
+}
+
 static void test_data_server_requires_token(void **state)
 {
     (void)state;
@@ -662,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_admin_http_requires_token),
         cmocka_unit_test(test_data_server_requires_token),
         cmocka_unit_test(test_data_server_refuses_out_of_segment),
+        cmocka_unit_test(test_idle_without_token_cannot_crowd_out),
         cmocka_unit_test(test_fd_socket_requires_token),
         cmocka_unit_test(test_fd_socket_refuses_other_uid),
         cmocka_unit_test(test_fd_allowed_gid),
