@@ -447,6 +447,26 @@ static egm_status_t check_cluster_id(const char *name, const char *text)
     return EGM_OK;
 }
 
+/* local_hostname and listen_address: a host name or address as peers dial it
+ * or the master binds it, so no space or control character (and listen_address
+ * not empty); zone: a free name, no control character. Refused where given,
+ * by the key's name, not at mount time by a segment field's. */
+static egm_status_t check_name_text(const char *name, const char *text)
+{
+    int host = strcmp(name, "zone") != 0;
+    if (strcmp(name, "listen_address") == 0 && text[0] == '\0')
+        return egm__set_error(EGM_ERR_CONFIG, "%s: must not be empty (0.0.0.0 binds every address)",
+                              name);
+    for (size_t i = 0; text[i] != '\0'; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c < 0x20 || c == 0x7f || (host && c == ' '))
+            return egm__set_error(EGM_ERR_CONFIG, "%s: a %s (0x%02x) at byte %zu%s", name,
+                                  c == ' ' ? "space" : "control character", c, i,
+                                  host ? ": a host name or address has neither" : "");
+    }
+    return EGM_OK;
+}
+
 /* Checks `text` as a value of key k and reads it into *v (nothing for a
  * string). The one parser of values: set, files and the settings use it. */
 static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *v)
@@ -459,6 +479,9 @@ static egm_status_t parse(const egm_config_key_t *k, const char *text, value_t *
             return check_address_list(k->name, text);
         if (strcmp(k->name, "cluster_id") == 0)
             return check_cluster_id(k->name, text);
+        if (strcmp(k->name, "local_hostname") == 0 || strcmp(k->name, "listen_address") == 0 ||
+            strcmp(k->name, "zone") == 0)
+            return check_name_text(k->name, text);
         return EGM_OK;
     case EGM_CFG_ENUM:
         return egm__config_parse_choice(k, text, &v->b);

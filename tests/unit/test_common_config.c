@@ -355,7 +355,7 @@ static void test_file(void **state)
                      "port = 6000\n"
                      "  protocol=shm  \n"
                      "global_segment_size = 2 GiB   # inline comment\n"
-                     "local_hostname = \"node # 1\"\n"
+                     "zone = \"node # 1\"\n"
                      "[client]\n"
                      "replica_num=2 ; why two\n");
     egm_config_t *c;
@@ -364,7 +364,7 @@ static void test_file(void **state)
     assert_int_equal(egm_config_get_int(c, "port"), 6000);
     assert_string_equal(egm_config_get(c, "protocol"), "shm");
     assert_int_equal(egm_config_get_size(c, "global_segment_size"), 2ull << 30);
-    assert_string_equal(egm_config_get(c, "local_hostname"), "node # 1");
+    assert_string_equal(egm_config_get(c, "zone"), "node # 1");
     assert_int_equal(egm_config_get_int(c, "replica_num"), 2);
     assert_true(egm__config_is_set(c, "port"));
     assert_false(egm__config_is_set(c, "data_port"));
@@ -1051,10 +1051,37 @@ static void test_ha_keys(void **state)
     egm_config_destroy(c);
 }
 
+/* Host names and zones are checked where given, by the key's name (a newline
+ * in local_hostname failed only at mount, as segment.tcp_endpoint). */
+static void test_host_name_keys(void **state)
+{
+    (void)state;
+    egm_config_t *c;
+    assert_int_equal(egm_config_create(&c), EGM_OK);
+    const char *good[][2] = {
+        {"local_hostname", ""},         {"local_hostname", "node-7.rack2"},
+        {"local_hostname", "10.0.0.5"}, {"listen_address", "::"},
+        {"zone", "rack 1, feed A"},     {"zone", ""},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        assert_int_equal(egm_config_set(c, good[i][0], good[i][1]), EGM_OK);
+    const char *bad[][2] = {
+        {"local_hostname", "x\ny"},      {"local_hostname", "a b"}, {"listen_address", ""},
+        {"listen_address", "0.0.0.0\t"}, {"zone", "a\x01b"},        {"zone", "a\x7f"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (egm_config_set(c, bad[i][0], bad[i][1]) != EGM_ERR_CONFIG)
+            fail_msg("%s = \"%s\" accepted", bad[i][0], bad[i][1]);
+        assert_non_null(strstr(egm_last_error(), bad[i][0]));
+    }
+    egm_config_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ha_keys),
+        cmocka_unit_test(test_host_name_keys),
         cmocka_unit_test_setup_teardown(test_file_refuses_devices_and_nul_bytes, setup_tmp_dir,
                                         teardown_tmp_dir),
         cmocka_unit_test_setup_teardown(test_key_table_names_order_defaults, egm_test_setup_alloc,
