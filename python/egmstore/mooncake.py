@@ -1243,8 +1243,9 @@ class MooncakeDistributedStore:
     # ---- put sessions ----------------------------------------------------------------
     def batch_put_session_start(self, keys, sizes, config=None):
         """Opens a put session per key for an object of sizes[i] bytes: [0, or
-        -705 the key exists, -600 an invalid key, a size of 0, a session already
-        open, lists that do not match]. The object is assembled in this
+        -705 the key exists, -600 an invalid key, a size of 0 or past what a
+        buffer can hold, a session already open, lists that do not match, -200
+        no memory for the session's buffer]. The object is assembled in this
         process's memory and stored by batch_put_session_end."""
         n = len(keys)
         if len(sizes) != n:
@@ -1265,8 +1266,15 @@ class MooncakeDistributedStore:
             elif st != Status.NOT_FOUND:
                 out.append(_code(st))
             else:
-                self._put_sessions[key] = _PutSession(self._c, size, rc)
-                out.append(0)
+                try:
+                    self._put_sessions[key] = _PutSession(self._c, size, rc)
+                    out.append(0)
+                except (MemoryError, OverflowError, ValueError) as e:
+                    # its buffer cannot be made here: a size beyond this process's memory
+                    log.warning("batch_put_session_start: %r: no buffer of %d bytes: %s", key,
+                                size, type(e).__name__)
+                    out.append(ErrorCode.NO_AVAILABLE_HANDLE if isinstance(e, MemoryError)
+                               else ErrorCode.INVALID_PARAMS)
         return out
 
     def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,

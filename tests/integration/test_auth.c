@@ -455,6 +455,20 @@ static int all_closed(const int *fds, size_t n, int wait_ms)
     return 1;
 }
 
+/* With idle connections fds[0..n) open: a token holder (a new client, its
+ * connections opened after them) puts and gets `key` over tcp, and every idle
+ * one is closed once the deadline passed. */
+static void served_then_all_closed(int *fds, size_t n, const char *key)
+{
+    egm_client_t *client = token_client("tcp");
+    assert_non_null(client);
+    put_get(client, key, 65536, 71);
+    egm_client_destroy(client);
+    assert_true(all_closed(fds, n, 15000));
+    for (size_t i = 0; i < n; i++)
+        close(fds[i]);
+}
+
 #define MASTER_CROWD 540 /* past half of the master's 1024 connections */
 #define DATA_CROWD 280   /* past the data server's 256 */
 
@@ -479,27 +493,13 @@ static void test_idle_without_token_cannot_crowd_out(void **state)
     assert_true(closed > 0);
     for (size_t i = MASTER_CROWD - 10; i < MASTER_CROWD; i++)
         assert_false(peer_closed(fds[i], 0));
-    /* a token holder is served meanwhile */
-    egm_client_t *client = token_client("tcp");
-    assert_non_null(client);
-    put_get(client, "crowd/master", 4096, 71);
-    egm_client_destroy(client);
-    /* and every idle one is gone once the deadline passed */
-    assert_true(all_closed(fds, MASTER_CROWD, 15000));
-    for (size_t i = 0; i < MASTER_CROWD; i++)
-        close(fds[i]);
+    served_then_all_closed(fds, MASTER_CROWD, "crowd/master");
 
     /* The data server: more idle connections than it has room for; a token
      * holder's transfer over tcp still gets one. */
     for (size_t i = 0; i < DATA_CROWD; i++)
         fds[i] = data_connect();
-    client = token_client("tcp"); /* its own connections, opened after the crowd's */
-    assert_non_null(client);
-    put_get(client, "crowd/data", 65536, 72);
-    egm_client_destroy(client);
-    assert_true(all_closed(fds, DATA_CROWD, 15000));
-    for (size_t i = 0; i < DATA_CROWD; i++)
-        close(fds[i]);
+    served_then_all_closed(fds, DATA_CROWD, "crowd/data");
 }
 
 static void test_data_server_requires_token(void **state)

@@ -47,6 +47,21 @@ def test_batch_past_one_request(make_cluster):
     assert s.close() == 0
 
 
+def test_put_session_sizes_past_memory(make_cluster):
+    """A put session whose buffer cannot be made answers a code (it raised MemoryError or
+    OverflowError out of batch_put_session_start); the other keys' sessions still open."""
+    c = make_cluster(segment="64MiB")
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MIB, 16 * MIB, "tcp", "", c.master_addr) == 0
+    got = s.batch_put_session_start(["huge", "past", "ok"], [2**64 - 1, 2**62, 10])
+    assert got[0] == -600  # no buffer can have that size
+    assert got[1] in (-200, -600)  # -200 where it is memory the process lacks
+    assert got[2] == 0
+    assert s.batch_put_session_end(["ok"]) == [0]
+    assert s.is_exist("ok") == 1 and s.is_exist("huge") == 0 and s.is_exist("past") == 0
+    assert s.close() == 0
+
+
 def test_mooncake_sequence(make_cluster, buffer, protocol):
     """One session of facade calls, each answer as Mooncake gives it."""
     c = make_cluster(segment="64MiB")
