@@ -274,6 +274,8 @@ void egm__key_table_remove(egm_key_table_t *t, const egm_object_t *obj)
     uint64_t hash = object_hash(obj);
     if (remove_new(t, obj, hash) || (t->old != NULL && remove_old(t, obj, hash)))
         t->count--;
+    if (t->old != NULL) /* a shard that sees removals but no puts empties it too */
+        move_old(t, EGM_KEY_TABLE_GROW_STEP);
 }
 
 egm_object_t *egm__key_table_at(const egm_key_table_t *t, size_t i)

@@ -18,7 +18,7 @@
  * EGM_KEY_TABLE_GROW_STEP slots into the new one, and lookups and removals look
  * in both until the old one is empty (a moved or removed object leaves a
  * marker there that probes pass over, so that nothing moves in the old table
- * while it is emptied in slot order). */
+ * while it is emptied in slot order). A removal moves a step too. */
 #ifndef EGM_MASTER_KEY_TABLE_H
 #define EGM_MASTER_KEY_TABLE_H
 
@@ -72,7 +72,8 @@ egm_object_t *egm__key_table_candidate(const egm_key_table_t *t, uint64_t hash);
 egm_status_t egm__key_table_reserve(egm_key_table_t *t);
 /* obj's key (whose hash is `hash`) must not be in the table; reserve was called. */
 void egm__key_table_insert(egm_key_table_t *t, egm_object_t *obj, uint64_t hash);
-/* Takes obj out (nothing if it is not in the table: a failed put). */
+/* Takes obj out (nothing if it is not in the table: a failed put), and moves
+ * a step of a growth. Objects never move in memory: only their slots do. */
 void egm__key_table_remove(egm_key_table_t *t, const egm_object_t *obj);
 
 /* Ends a growth at once: afterwards every object is in slots[0..mask] (for

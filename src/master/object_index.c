@@ -1923,10 +1923,11 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
         size_t i = idx[j];
         /* An earlier key of this run may have removed or committed the
          * object (the same key given twice: only a key of the same hash can
-         * be it), or an eviction any object. */
+         * be it; a PutEnd deletes an object whose replicas are all on
+         * providers presumed gone), or an eviction any object. */
         egm_object_t *obj =
             evicted || ((b->op == EGM_OBJECTS_PUT_REVOKE || b->op == EGM_OBJECTS_REMOVE ||
-                         b->op == EGM_OBJECTS_COMMIT) &&
+                         b->op == EGM_OBJECTS_COMMIT || b->op == EGM_OBJECTS_PUT_END) &&
                         hash_seen(hash, j))
                 ? find(sh, b->keys[i], b->key_lens[i], hash[j])
                 : cand[j];

@@ -691,9 +691,11 @@ static void make_room_unauthenticated(egm_rpc_server_t *s)
     size_t quota = s->max_connections / UNAUTHENTICATED_SHARE / group;
     if (s->n_unauthenticated < (quota > 0 ? quota : 1))
         return;
+    /* the oldest: the list is newest first; one already refused (lingering
+     * so that its refusal is read) before one still waiting */
     rpc_conn_t *oldest = NULL;
     for (rpc_conn_t *c = s->conns; c != NULL; c = c->next)
-        if (!c->authenticated && !c->closing)
+        if (!c->authenticated && (oldest == NULL || c->closing || !oldest->closing))
             oldest = c;
     if (oldest == NULL)
         return;

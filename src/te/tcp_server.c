@@ -47,12 +47,14 @@ struct conn {
     pthread_t thread;
     atomic_int authenticated; /* presented the token (or none is required) */
     uint64_t opened_ms;
+    int evicted; /* shut down for want of the token (under the server lock) */
 };
 
-/* With a cluster token: how long a connection may read nothing but wait for
- * its token, and the share of the connections such connections may hold (past
- * it the oldest is shut down for a new one: a client presents the token at
- * once). Peers without the token then cannot keep token holders out. */
+/* With a cluster token: how long a connection may go without presenting it
+ * (the accept thread checks every second), and the share of the connections
+ * such connections may hold (past it the oldest is shut down for a new one: a
+ * client presents the token at once). Peers without the token then cannot keep
+ * token holders out. */
 #define AUTH_DEADLINE_MS 5000
 #define UNAUTHENTICATED_MAX (EGM_TCP_MAX_CONNECTIONS / 2)
 
@@ -61,11 +63,7 @@ static int token_required(const egm_tcp_server_t *server)
     return server->auth != NULL && server->auth->token != NULL && server->auth->token[0] != '\0';
 }
 
-static void set_read_timeout(int fd, int ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-}
+#define AUTH_SWEEP_MS 1000
 
 static egm_status_t send_reply(int fd, uint64_t request_id, egm_status_t status, uint64_t length)
 {
@@ -193,8 +191,8 @@ static int serve_request(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *
 /* The cluster token gate: 1 when the request was the connection's
  * authentication (answered: *close_p says whether it failed) or was refused
  * for want of one (answered, *close_p = 1); 0 when it goes on to be served. */
-static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req, int *authed_p,
-                     int *close_p)
+static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req,
+                     atomic_int *authed_p, int *close_p)
 {
     const char *token = server->auth != NULL ? server->auth->token : NULL;
     egm_auth_verdict_t verdict;
@@ -202,7 +200,7 @@ static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req,
 
     *close_p = 0;
     if (req->op != EGM_TCP_OP_AUTH) {
-        if (*authed_p || (verdict = egm__auth_check_absent(token)) == EGM_AUTH_OK)
+        if (atomic_load(authed_p) || (verdict = egm__auth_check_absent(token)) == EGM_AUTH_OK)
             return 0;
     } else {
         size_t len = req->length > SIZE_MAX ? SIZE_MAX : (size_t)req->length;
@@ -211,7 +209,7 @@ static int auth_gate(egm_tcp_server_t *server, int fd, const egm_tcp_req_t *req,
             return 1;
         }
         if (verdict == EGM_AUTH_OK) {
-            *authed_p = 1;
+            atomic_store(authed_p, 1); /* before the reply lets the client go on */
             if (send_reply(fd, req->request_id, EGM_OK, 0) != EGM_OK)
                 *close_p = 1;
             return 1;
@@ -266,12 +264,10 @@ static void *conn_main(void *arg)
     egm_tcp_server_t *server = conn->server;
     uint8_t buf[EGM_TCP_REQ_SIZE];
     egm_tcp_req_t req;
-    int authed = 0, close_now = 0;
+    int close_now = 0;
 
     /* Between requests a connection may idle as long as it likes (clients pool
      * them), once it presented the token; stop wakes this read with shutdown(). */
-    if (token_required(server))
-        set_read_timeout(conn->fd, AUTH_DEADLINE_MS);
     while (egm__sock_read_full(conn->fd, buf, sizeof(buf)) == EGM_OK) {
         if (egm__tcp_req_parse(buf, &req) != EGM_OK) {
             atomic_fetch_add_explicit(&server->counters->tcp_requests_refused, 1,
@@ -280,14 +276,10 @@ static void *conn_main(void *arg)
                                 egm_last_error());
             break;
         }
-        if (auth_gate(server, conn->fd, &req, &authed, &close_now)) {
+        if (auth_gate(server, conn->fd, &req, &conn->authenticated, &close_now)) {
             if (close_now) {
                 linger_close(conn->fd); /* the refusal must get out, as after a WRITE */
                 break;
-            }
-            if (authed && !atomic_load(&conn->authenticated)) {
-                atomic_store(&conn->authenticated, 1);
-                set_read_timeout(conn->fd, 0);
             }
             continue;
         }
@@ -325,30 +317,40 @@ static void reap(egm_tcp_server_t *server)
     }
 }
 
-/* Before one more connection that has not presented the token: shuts the
- * oldest such down when they hold UNAUTHENTICATED_MAX (its thread then sees
- * the end of its input and leaves). Accept thread only. */
-static void make_room_unauthenticated(egm_tcp_server_t *server)
+/* Shuts conn down for want of the token (its thread then sees the end of its
+ * input and leaves). Under the server lock, so its fd is still its own. */
+static void evict(egm_tcp_server_t *server, conn_t *conn, const char *why, size_t waiting)
 {
+    egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: closing a connection: %s (%zu waiting)", why,
+                        waiting);
+    atomic_fetch_add_explicit(&server->counters->auth_failures, 1, memory_order_relaxed);
+    shutdown(conn->fd, SHUT_RDWR);
+    conn->evicted = 1;
+}
+
+/* With a token: shuts down the connections that have not presented it within
+ * AUTH_DEADLINE_MS and, when `room` and UNAUTHENTICATED_MAX of them are open,
+ * the oldest, for a new one. Accept thread only. */
+static void sweep_unauthenticated(egm_tcp_server_t *server, int room)
+{
+    uint64_t now = egm__now_ms();
     size_t waiting = 0;
     conn_t *oldest = NULL;
     pthread_mutex_lock(&server->lock);
     for (size_t i = 0; i < server->nconns; i++) {
         conn_t *c = server->conns[i];
-        if (c->fd < 0 || atomic_load(&c->authenticated))
+        if (c->fd < 0 || c->evicted || atomic_load(&c->authenticated))
             continue;
+        if (now - c->opened_ms >= AUTH_DEADLINE_MS) {
+            evict(server, c, "no cluster token in time", 0);
+            continue;
+        }
         waiting++;
         if (oldest == NULL || c->opened_ms < oldest->opened_ms)
             oldest = c;
     }
-    if (waiting >= UNAUTHENTICATED_MAX && oldest != NULL) {
-        egm_log_ratelimited(EGM_LOG_WARN, 1,
-                            "tcp server: %zu connections have not presented the cluster token: "
-                            "closing the oldest",
-                            waiting);
-        atomic_fetch_add_explicit(&server->counters->auth_failures, 1, memory_order_relaxed);
-        shutdown(oldest->fd, SHUT_RDWR); /* under the lock: the fd is still its */
-    }
+    if (room && waiting >= UNAUTHENTICATED_MAX && oldest != NULL)
+        evict(server, oldest, "too many without the cluster token", waiting);
     pthread_mutex_unlock(&server->lock);
 }
 
@@ -366,8 +368,8 @@ static void accept_one(egm_tcp_server_t *server)
         return;
     }
     reap(server);
-    if (token_required(server))
-        make_room_unauthenticated(server);
+    if (token_required(server) && server->nconns < EGM_TCP_MAX_CONNECTIONS)
+        sweep_unauthenticated(server, 1);
     if (server->nconns >= EGM_TCP_MAX_CONNECTIONS) {
         egm_log_ratelimited(EGM_LOG_WARN, 1, "tcp server: %d connections already: refusing",
                             EGM_TCP_MAX_CONNECTIONS);
@@ -407,8 +409,10 @@ static void *accept_main(void *arg)
     struct pollfd pfd[2] = {{.fd = server->listen_fd, .events = POLLIN},
                             {.fd = server->stop_fd, .events = POLLIN}};
 
+    int token = token_required(server);
     for (;;) {
-        int n = poll(pfd, 2, -1);
+        /* with a token, wakes every second for the connections' deadline */
+        int n = poll(pfd, 2, token ? AUTH_SWEEP_MS : -1);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -419,6 +423,8 @@ static void *accept_main(void *arg)
             break;
         if (pfd[0].revents & POLLIN)
             accept_one(server);
+        if (token)
+            sweep_unauthenticated(server, 0);
     }
     return NULL;
 }

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -1195,12 +1196,49 @@ static void test_model_leases_and_slots(void **state)
                   5000, seed);
 }
 
+/* A PutEnd batch naming one key twice, every replica of which is on a
+ * provider presumed gone: the first answer deletes the object (not
+ * committed), the second finds nothing (it read the freed object). */
+static void test_put_end_twice_all_unreachable(void **state)
+{
+    (void)state;
+    egm_segment_t *seg = mount(64 << 20);
+    assert_int_equal(put_start("u1", 4096, 1, 0, NULL), EGM_OK);
+    atomic_store(&seg->unreachable, 1);
+    const char *keys[] = {"u1", "u1"};
+    batch_answers_t a;
+    run_batch(EGM_OBJECTS_PUT_END, keys, 2, 0, &a);
+    atomic_store(&seg->unreachable, 0);
+    assert_int_equal(a.status[0], EGM_ERR_NOT_FOUND);
+    assert_int_equal(a.status[1], EGM_ERR_NOT_FOUND);
+    assert_int_equal(exist("u1", 0), EGM_ERR_NOT_FOUND);
+    assert_int_equal(used(seg), 0);
+    check_index();
+}
+
 /* A shard's key table that fills grows in steps (master/key_table.h): the put
  * that fills it leaves it growing, with objects still in the old table, and
  * every lookup, batch lookup, removal and put meanwhile sees every key (the
  * old table's and the new one's) until the objects have all moved over, a few
  * slots per put. Without the steps, the first growth is over within that put. */
 #define GROW_KEYS 300
+
+/* Every key of keys[0..n) answers as present[] says, alone and in batches. */
+static void expect_keys(char keys[][24], const int *present, int n)
+{
+    const char *batch[BATCH_KEYS];
+    batch_answers_t a;
+    for (int k = 0; k < n; k++)
+        assert_int_equal(exist(keys[k], 0), present[k] ? EGM_OK : EGM_ERR_NOT_FOUND);
+    for (int k0 = 0; k0 < n; k0 += BATCH_KEYS) {
+        size_t m = (size_t)(n - k0) < BATCH_KEYS ? (size_t)(n - k0) : BATCH_KEYS;
+        for (size_t j = 0; j < m; j++)
+            batch[j] = keys[k0 + j];
+        run_batch(EGM_OBJECTS_EXIST, batch, m, 0, &a);
+        for (size_t j = 0; j < m; j++)
+            assert_int_equal(a.status[j], present[k0 + j] ? EGM_OK : EGM_ERR_NOT_FOUND);
+    }
+}
 static void test_table_grows_in_steps(void **state)
 {
     (void)state;
@@ -1225,41 +1263,33 @@ static void test_table_grows_in_steps(void **state)
             break;
         growths++;
         check_index();
-        /* While it grows: a removal every third key, every key looked up
-         * alone and in batches, then puts, each followed by a full check,
-         * until the old table is empty. */
-        for (int k = 0; k < next; k += 3)
-            if (present[k]) {
+        /* While it grows: a removal (every third key put before) and a put
+         * in turn, each followed by a full check and every key looked up alone
+         * and in batches, until the old table is empty. */
+        expect_keys(keys, present, next);
+        int ops_while_growing = 0;
+        for (int k = 0; next < GROW_KEYS && stats().growing_tables > 0; k += 3) {
+            if (k < next && present[k]) {
                 assert_int_equal(rm(keys[k], 1, 0), EGM_OK);
                 present[k] = 0;
+                ops_while_growing++;
                 check_index();
+                expect_keys(keys, present, next);
             }
-        const char *batch[BATCH_KEYS];
-        batch_answers_t a;
-        for (int k = 0; k < next; k++)
-            assert_int_equal(exist(keys[k], 0), present[k] ? EGM_OK : EGM_ERR_NOT_FOUND);
-        for (int k0 = 0; k0 < next; k0 += BATCH_KEYS) {
-            size_t m = (size_t)(next - k0) < BATCH_KEYS ? (size_t)(next - k0) : BATCH_KEYS;
-            for (size_t j = 0; j < m; j++)
-                batch[j] = keys[k0 + j];
-            run_batch(EGM_OBJECTS_EXIST, batch, m, 0, &a);
-            for (size_t j = 0; j < m; j++)
-                assert_int_equal(a.status[j], present[k0 + j] ? EGM_OK : EGM_ERR_NOT_FOUND);
-        }
-        int puts_while_growing = 0;
-        while (next < GROW_KEYS && stats().growing_tables > 0) {
+            if (stats().growing_tables == 0)
+                break;
             assert_int_equal(put(keys[next], 64, 1, 0), EGM_OK);
             present[next++] = 1;
-            puts_while_growing++;
+            ops_while_growing++;
             check_index();
+            expect_keys(keys, present, next);
         }
-        /* The move took several puts: a put moves only a step of slots. */
+        /* The move took several calls: each moves only a step of slots. */
         if (next < GROW_KEYS)
-            assert_true(puts_while_growing > 1);
+            assert_true(ops_while_growing > 1);
     }
     assert_true(growths >= 2); /* 64 -> 128 -> 256 slots at least */
-    for (int k = 0; k < GROW_KEYS; k++)
-        assert_int_equal(exist(keys[k], 0), present[k] ? EGM_OK : EGM_ERR_NOT_FOUND);
+    expect_keys(keys, present, GROW_KEYS);
     check_index();
 }
 
@@ -1372,6 +1402,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_colliding_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_model_leases_and_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_table_grows_in_steps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_end_twice_all_unreachable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_evict_counts_lost_space_as_not_freed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_held_counts_lost_space_as_not_freed, setup,
                                         teardown),
