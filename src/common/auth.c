@@ -6,19 +6,19 @@
 
 #include "common/sock.h"
 
-static int required(const char *token)
+int egm__auth_required(const char *token)
 {
     return token != NULL && token[0] != '\0';
 }
 
 egm_auth_verdict_t egm__auth_check_absent(const char *token)
 {
-    return required(token) ? EGM_AUTH_MISSING : EGM_AUTH_OK;
+    return egm__auth_required(token) ? EGM_AUTH_MISSING : EGM_AUTH_OK;
 }
 
 egm_auth_verdict_t egm__auth_check(const char *token, const void *presented, size_t len)
 {
-    if (!required(token) || egm__token_equal(token, presented, len))
+    if (!egm__auth_required(token) || egm__token_equal(token, presented, len))
         return EGM_AUTH_OK;
     return EGM_AUTH_MISMATCH;
 }
@@ -62,14 +62,14 @@ const char *egm__auth_problem(egm_auth_verdict_t verdict, const char *who, char 
 egm_status_t egm__auth_hello(int fd, const void *prefix, size_t prefix_len, const char *token)
 {
     egm_status_t status = egm__sock_write_full(fd, prefix, prefix_len);
-    if (status == EGM_OK && required(token))
+    if (status == EGM_OK && egm__auth_required(token))
         status = egm__sock_write_full(fd, token, strlen(token));
     return status;
 }
 
 const char *egm__auth_refusal(const char *token, const char *who, char *buf, size_t len)
 {
-    if (required(token))
+    if (egm__auth_required(token))
         snprintf(buf, len, "auth token mismatch");
     else
         snprintf(buf, len, "auth required: %s requires the cluster token (auth_token)", who);

@@ -27,6 +27,17 @@ typedef enum {
 
 /* ---- check (server side). token: the server's; NULL or "" = none required. */
 
+/* Whether a token is required. */
+int egm__auth_required(const char *token);
+
+/* A server that requires the token closes a connection that has not presented
+ * it within EGM_AUTH_DEADLINE_MS, and lets such connections hold at most
+ * 1 / EGM_AUTH_WAITING_SHARE of its connections (past that, the oldest of them
+ * is closed for a new one: a client presents the token at once). Peers without
+ * the token then cannot keep token holders out by holding connections open. */
+#define EGM_AUTH_DEADLINE_MS 5000
+#define EGM_AUTH_WAITING_SHARE 2
+
 /* The peer's first message is not a token: MISSING when one is required. */
 egm_auth_verdict_t egm__auth_check_absent(const char *token);
 /* The peer presented presented[0, len): OK when none is required or they are

@@ -2732,23 +2732,21 @@ static egm_status_t check_shard(egm_object_index_t *index, size_t s, uint64_t *r
     if (egm__key_table_each(&sh->by_key, check_object, &w) != 0)
         return EGM_ERR_INTERNAL; /* check_object said why */
     *replicas_p += w.replicas;
-    uint64_t *in_list = w.in_list, leased = w.leased, soft = w.soft, hard = w.hard;
-    uint32_t *recount = w.recount;
     if ((status = check_list(s, &sh->pending, LIST_PENDING, "pending", &walked)) != EGM_OK)
         return status;
-    CHECK(walked == in_list[LIST_PENDING], "shard %zu: pending list and map disagree", s);
+    CHECK(walked == w.in_list[LIST_PENDING], "shard %zu: pending list and map disagree", s);
     if ((status = check_list(s, &sh->lru, LIST_LRU, "lru", &walked)) != EGM_OK)
         return status;
-    CHECK(walked == in_list[LIST_LRU], "shard %zu: lru list and map disagree", s);
+    CHECK(walked == w.in_list[LIST_LRU], "shard %zu: lru list and map disagree", s);
     if ((status = check_list(s, &sh->soft, LIST_SOFT, "soft", &walked)) != EGM_OK)
         return status;
-    CHECK(walked == in_list[LIST_SOFT], "shard %zu: soft list and map disagree", s);
-    if ((status = check_leases(index, s, recount, leased)) != EGM_OK)
+    CHECK(walked == w.in_list[LIST_SOFT], "shard %zu: soft list and map disagree", s);
+    if ((status = check_leases(index, s, w.recount, w.leased)) != EGM_OK)
         return status;
-    CHECK(soft == sh->n_soft_pinned && hard == sh->n_hard_pinned,
+    CHECK(w.soft == sh->n_soft_pinned && w.hard == sh->n_hard_pinned,
           "shard %zu: pin counters %llu/%llu, objects %llu/%llu", s,
           (unsigned long long)sh->n_soft_pinned, (unsigned long long)sh->n_hard_pinned,
-          (unsigned long long)soft, (unsigned long long)hard);
+          (unsigned long long)w.soft, (unsigned long long)w.hard);
     return EGM_OK;
 }
 
@@ -3031,7 +3029,7 @@ static egm_status_t adopt_object(egm_object_index_t *index, const egm_adopt_obje
     egm_object_t *obj;
     if (egm__key_table_reserve(&sh->by_key) != EGM_OK ||
         (obj = object_new(a->key, a->key_len, placed)) == NULL)
-        return EGM_ERR_NO_MEMORY; /* table_reserve or object_new said why */
+        return EGM_ERR_NO_MEMORY; /* egm__key_table_reserve or object_new said why */
     for (uint32_t r = 0; r < a->n_replicas; r++)
         if (taken[r])
             replica_add(obj, a->segment[r], a->offset[r]);

@@ -50,13 +50,6 @@
 #define SWEEP_PERIOD_MS 500
 
 #define ACCEPT_PAUSE_MS 100 /* how long accepting pauses when out of descriptors */
-/* With a cluster token: how long a connection may stay without presenting it,
- * and the share of max_connections such connections may hold (past it the
- * oldest of this server's is closed for a new one: a client presents the token
- * at once, so the oldest waiting is almost never one). Peers without the token
- * then cannot keep token holders out by holding connections open. */
-#define AUTH_DEADLINE_MS 5000
-#define UNAUTHENTICATED_SHARE 2 /* at most 1/2 */
 
 typedef struct rpc_conn rpc_conn_t;
 
@@ -210,7 +203,7 @@ static void conn_close(rpc_conn_t *c)
 
     egm__reactor_remove(s->reactor, c->fd);
     close(c->fd);
-    if (!c->authenticated && s->auth_token[0] != '\0')
+    if (!c->authenticated && egm__auth_required(s->auth_token))
         s->n_unauthenticated--;
     if (c->prev)
         c->prev->next = c->next;
@@ -389,7 +382,7 @@ static int auth_gate(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
         if (c->authenticated || (verdict = egm__auth_check_absent(s->auth_token)) == EGM_AUTH_OK)
             return 0;
     } else if ((verdict = egm__auth_check(s->auth_token, payload, len)) == EGM_AUTH_OK) {
-        if (!c->authenticated && s->auth_token[0] != '\0')
+        if (!c->authenticated && egm__auth_required(s->auth_token))
             s->n_unauthenticated--;
         c->authenticated = 1;
         queue_frame(c, EGM_FRAME_REPLY, type, id, NULL, 0);
@@ -504,7 +497,7 @@ static void dispatch(rpc_conn_t *c, const egm_frame_header_t *h, const uint8_t *
  * master buffer max_frame_size bytes. */
 static int gated(const rpc_conn_t *c)
 {
-    return c->server->auth_token[0] != '\0' && !c->authenticated;
+    return egm__auth_required(c->server->auth_token) && !c->authenticated;
 }
 
 /* The reader refused a header (status; h holds the fields it could read).
@@ -688,7 +681,7 @@ static uint64_t open_count(const egm_rpc_server_t *s)
 static void make_room_unauthenticated(egm_rpc_server_t *s)
 {
     size_t group = s->owner != NULL && s->owner->n_group > 0 ? s->owner->n_group : 1;
-    size_t quota = s->max_connections / UNAUTHENTICATED_SHARE / group;
+    size_t quota = s->max_connections / EGM_AUTH_WAITING_SHARE / group;
     if (s->n_unauthenticated < (quota > 0 ? quota : 1))
         return;
     /* the oldest: the list is newest first; one already refused (lingering
@@ -729,14 +722,14 @@ static void adopt(egm_rpc_server_t *s, int cfd, int is_unix)
         egm_free(c);
         goto err_close;
     }
-    if (s->auth_token[0] != '\0')
+    if (egm__auth_required(s->auth_token))
         make_room_unauthenticated(s);
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
     s->conns = c;
     s->nconns++;
-    if (s->auth_token[0] != '\0')
+    if (egm__auth_required(s->auth_token))
         s->n_unauthenticated++;
     stat_add(&s->stats.connections_accepted, 1);
     if (is_unix)
@@ -866,11 +859,11 @@ static void on_sweep(egm_reactor_t *reactor, void *arg)
         rpc_conn_t *next = c->next;
         if (c->closing && now >= c->linger_deadline_ms) {
             conn_close(c);
-        } else if (!c->closing && !c->authenticated && s->auth_token[0] != '\0' &&
-                   now - c->opened_ms >= AUTH_DEADLINE_MS) {
+        } else if (!c->closing && !c->authenticated && egm__auth_required(s->auth_token) &&
+                   now - c->opened_ms >= EGM_AUTH_DEADLINE_MS) {
             egm_log_ratelimited(EGM_LOG_WARN, 1,
                                 "rpc server: fd %d: closed: no cluster token within %d ms", c->fd,
-                                AUTH_DEADLINE_MS);
+                                EGM_AUTH_DEADLINE_MS);
             stat_add(&s->stats.auth_failures, 1);
             conn_close(c);
         }

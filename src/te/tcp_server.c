@@ -50,20 +50,16 @@ struct conn {
     int evicted; /* shut down for want of the token (under the server lock) */
 };
 
-/* With a cluster token: how long a connection may go without presenting it
- * (the accept thread checks every second), and the share of the connections
- * such connections may hold (past it the oldest is shut down for a new one: a
- * client presents the token at once). Peers without the token then cannot keep
- * token holders out. */
-#define AUTH_DEADLINE_MS 5000
-#define UNAUTHENTICATED_MAX (EGM_TCP_MAX_CONNECTIONS / 2)
+/* With a cluster token (common/auth.h: EGM_AUTH_DEADLINE_MS, the waiting
+ * share), the accept thread looks for connections past their deadline this
+ * often. */
+#define AUTH_SWEEP_MS 1000
+#define UNAUTHENTICATED_MAX (EGM_TCP_MAX_CONNECTIONS / EGM_AUTH_WAITING_SHARE)
 
 static int token_required(const egm_tcp_server_t *server)
 {
-    return server->auth != NULL && server->auth->token != NULL && server->auth->token[0] != '\0';
+    return server->auth != NULL && egm__auth_required(server->auth->token);
 }
-
-#define AUTH_SWEEP_MS 1000
 
 static egm_status_t send_reply(int fd, uint64_t request_id, egm_status_t status, uint64_t length)
 {
@@ -329,7 +325,7 @@ static void evict(egm_tcp_server_t *server, conn_t *conn, const char *why, size_
 }
 
 /* With a token: shuts down the connections that have not presented it within
- * AUTH_DEADLINE_MS and, when `room` and UNAUTHENTICATED_MAX of them are open,
+ * EGM_AUTH_DEADLINE_MS and, when `room` and UNAUTHENTICATED_MAX of them are open,
  * the oldest, for a new one. Accept thread only. */
 static void sweep_unauthenticated(egm_tcp_server_t *server, int room)
 {
@@ -341,7 +337,7 @@ static void sweep_unauthenticated(egm_tcp_server_t *server, int room)
         conn_t *c = server->conns[i];
         if (c->fd < 0 || c->evicted || atomic_load(&c->authenticated))
             continue;
-        if (now - c->opened_ms >= AUTH_DEADLINE_MS) {
+        if (now - c->opened_ms >= EGM_AUTH_DEADLINE_MS) {
             evict(server, c, "no cluster token in time", 0);
             continue;
         }
