@@ -1,10 +1,12 @@
 /* Admin HTTP server on libmicrohttpd: we open the listening socket ourselves so
  * that the address really is the one bound (and errors name it), then hand it
- * to MHD's internal polling thread. */
+ * to MHD's internal polling thread. A thread of ours closes connections past
+ * their head deadline (http_server.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,9 +19,22 @@
 #include "admin/http_server.h"
 #include "common/alloc.h"
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/config_int.h"
 #include "common/log.h"
 #include "common/sock.h"
+
+/* One connection, as the sweeper sees it (MHD's socket context): since_ms is
+ * when it connected or its last answer ended, 0 while a request whose head
+ * came whole is being answered. Linked while MHD holds the socket: MHD
+ * unlinks it (conn_notify, under conns_lock) before it closes the socket, so
+ * the sweeper never shuts down a descriptor that was closed and reused. */
+typedef struct http_conn {
+    struct http_conn *prev, *next;
+    int fd;
+    int shut; /* the sweeper shut it down */
+    atomic_uint_fast64_t since_ms;
+} http_conn_t;
 
 struct egm_http_server {
     struct MHD_Daemon *daemon;
@@ -30,6 +45,14 @@ struct egm_http_server {
     char open_paths[EGM_HTTP_OPEN_PATHS_MAX][EGM_HTTP_OPEN_PATH_LEN];
     size_t n_open_paths;
     atomic_uint_fast64_t auth_failures;
+    atomic_uint_fast64_t slow_closed;
+    uint64_t head_deadline_ms;
+    pthread_mutex_t conns_lock;
+    pthread_cond_t sweeper_wake;
+    http_conn_t *conns; /* under conns_lock */
+    int stopping;       /* under conns_lock */
+    int sweeper_running;
+    pthread_t sweeper;
 };
 
 /* Per request, created when MHD sees the request line: the raw query (MHD
@@ -53,6 +76,22 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
     egm_log_ratelimited(EGM_LOG_WARN, 10, "http: %s", line);
 }
 
+static http_conn_t *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* A request's head came whole (0: the deadline does not run while it is
+ * answered), or its answer ended (now: the next head's deadline runs). */
+static void conn_progress(struct MHD_Connection *conn, uint64_t since_ms)
+{
+    http_conn_t *hc = conn_of(conn);
+    if (hc != NULL)
+        atomic_store_explicit(&hc->since_ms, since_ms, memory_order_relaxed);
+}
+
 static void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
@@ -72,10 +111,87 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **req_p,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
     (void)toe;
+    conn_progress(conn, egm__now_ms());
     egm_free(*req_p);
     *req_p = NULL;
+}
+
+/* MHD_NotifyConnectionCallback: links a new connection for the sweeper,
+ * unlinks one about to be closed. A connection that cannot be linked (no
+ * memory, no descriptor) has the idle timeout only. */
+static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    egm_http_server_t *srv = cls;
+    http_conn_t *hc = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci == NULL || (hc = egm_calloc(1, sizeof(*hc), "http_conn")) == NULL)
+            return;
+        hc->fd = ci->connect_fd;
+        atomic_init(&hc->since_ms, egm__now_ms());
+        pthread_mutex_lock(&srv->conns_lock);
+        hc->next = srv->conns;
+        if (srv->conns != NULL)
+            srv->conns->prev = hc;
+        srv->conns = hc;
+        pthread_mutex_unlock(&srv->conns_lock);
+        *socket_context = hc;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && hc != NULL) {
+        pthread_mutex_lock(&srv->conns_lock);
+        if (hc->prev != NULL)
+            hc->prev->next = hc->next;
+        else
+            srv->conns = hc->next;
+        if (hc->next != NULL)
+            hc->next->prev = hc->prev;
+        pthread_mutex_unlock(&srv->conns_lock);
+        egm_free(hc);
+        *socket_context = NULL;
+    }
+}
+
+/* Shuts down (both ways) every connection past its head deadline: MHD's
+ * thread then reads the end and closes it. Every quarter deadline, at most
+ * every second. */
+static void *sweep_main(void *arg)
+{
+    egm_http_server_t *srv = arg;
+    uint64_t period_ms = srv->head_deadline_ms / 4;
+    if (period_ms > 1000)
+        period_ms = 1000;
+    if (period_ms == 0)
+        period_ms = 1;
+    pthread_mutex_lock(&srv->conns_lock);
+    while (!srv->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + period_ms * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&srv->sweeper_wake, &srv->conns_lock, &ts);
+        uint64_t now = egm__now_ms();
+        unsigned closed = 0;
+        for (http_conn_t *hc = srv->conns; hc != NULL && !srv->stopping; hc = hc->next) {
+            uint64_t since = atomic_load_explicit(&hc->since_ms, memory_order_relaxed);
+            if (hc->shut || since == 0 || now < since + srv->head_deadline_ms)
+                continue;
+            shutdown(hc->fd, SHUT_RDWR);
+            hc->shut = 1;
+            closed++;
+        }
+        if (closed > 0) {
+            atomic_fetch_add_explicit(&srv->slow_closed, closed, memory_order_relaxed);
+            egm_log_ratelimited(EGM_LOG_WARN, 10,
+                                "http: closed %u connection(s) that sent no whole request within "
+                                "%llu ms",
+                                closed, (unsigned long long)srv->head_deadline_ms);
+        }
+    }
+    pthread_mutex_unlock(&srv->conns_lock);
+    return NULL;
 }
 
 /* Queues a short plain-text answer that also closes the connection: used for
@@ -183,6 +299,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
          * accepted request on the next call, once the request is complete,
          * which lets MHD keep the connection alive. */
         req->state = REQ_DONE;
+        conn_progress(conn, 0);
         if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
             return refuse(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD are allowed\n");
         if (has_body(conn))
@@ -314,6 +431,14 @@ egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t 
         return egm__set_error(EGM_ERR_NO_MEMORY, "http server: out of memory");
     srv->fn = params->fn;
     srv->arg = params->arg;
+    srv->head_deadline_ms =
+        params->head_deadline_ms != 0 ? params->head_deadline_ms : EGM_HTTP_HEAD_DEADLINE_S * 1000u;
+    pthread_mutex_init(&srv->conns_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->sweeper_wake, &ca);
+    pthread_condattr_destroy(&ca);
     snprintf(srv->auth_token, sizeof(srv->auth_token), "%s", token);
     for (const char *const *p = params->open_paths; p != NULL && *p != NULL; p++) {
         if (srv->n_open_paths == EGM_HTTP_OPEN_PATHS_MAX || strlen(*p) >= EGM_HTTP_OPEN_PATH_LEN) {
@@ -338,12 +463,13 @@ egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t 
     /* Before the thread starts (its creation orders the store before the
      * handler's reads): a handler may read the server through *srv_p. */
     *srv_p = srv;
-    srv->daemon = MHD_start_daemon(
-        daemon_flags(), 0, NULL, NULL, answer, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)EGM_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)EGM_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_URI_LOG_CALLBACK, request_begin, srv,
-        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_END);
+    srv->daemon =
+        MHD_start_daemon(daemon_flags(), 0, NULL, NULL, answer, srv, MHD_OPTION_EXTERNAL_LOGGER,
+                         mhd_log, srv, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)EGM_HTTP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)EGM_HTTP_IDLE_TIMEOUT_S, MHD_OPTION_URI_LOG_CALLBACK,
+                         request_begin, srv, MHD_OPTION_NOTIFY_COMPLETED, request_done, srv,
+                         MHD_OPTION_NOTIFY_CONNECTION, conn_notify, srv, MHD_OPTION_END);
     if (srv->daemon == NULL) {
         struct stat now;
         if (fstat(fd, &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino)
@@ -355,12 +481,24 @@ egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t 
         *srv_p = NULL;
         goto err_free;
     }
+    int rc = pthread_create(&srv->sweeper, NULL, sweep_main, srv);
+    if (rc != 0) {
+        status = egm__set_error(egm__status_from_errno(rc), "http server: sweeper thread: %s",
+                                strerror(rc));
+        *srv_p = NULL;
+        srv->sweeper_running = 0;
+        egm__http_stop(srv);
+        return status;
+    }
+    srv->sweeper_running = 1;
     char where[300];
     egm__sock_format_hostport(host, srv->port, where, sizeof(where));
     egm_info("admin http listening on %s", where);
     return EGM_OK;
 err_free:
     egm__secure_zero(srv->auth_token, sizeof(srv->auth_token));
+    pthread_cond_destroy(&srv->sweeper_wake);
+    pthread_mutex_destroy(&srv->conns_lock);
     egm_free(srv);
     return status;
 }
@@ -368,6 +506,13 @@ err_free:
 uint64_t egm__http_auth_failures(const egm_http_server_t *srv)
 {
     return srv != NULL ? atomic_load_explicit((atomic_uint_fast64_t *)&srv->auth_failures,
+                                              memory_order_relaxed)
+                       : 0;
+}
+
+uint64_t egm__http_slow_closed(const egm_http_server_t *srv)
+{
+    return srv != NULL ? atomic_load_explicit((atomic_uint_fast64_t *)&srv->slow_closed,
                                               memory_order_relaxed)
                        : 0;
 }
@@ -381,6 +526,13 @@ void egm__http_stop(egm_http_server_t *srv)
 {
     if (srv == NULL)
         return;
+    if (srv->sweeper_running) {
+        pthread_mutex_lock(&srv->conns_lock);
+        srv->stopping = 1;
+        pthread_cond_signal(&srv->sweeper_wake);
+        pthread_mutex_unlock(&srv->conns_lock);
+        pthread_join(srv->sweeper, NULL);
+    }
     /* Quiesce first so the listening socket is handed back and closed here, by
      * its owner, whatever MHD's version does with sockets it was given. */
     MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
@@ -388,6 +540,8 @@ void egm__http_stop(egm_http_server_t *srv)
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     egm__secure_zero(srv->auth_token, sizeof(srv->auth_token));
+    pthread_cond_destroy(&srv->sweeper_wake);
+    pthread_mutex_destroy(&srv->conns_lock);
     egm_free(srv);
 }
 

@@ -1,7 +1,7 @@
 /* Small admin HTTP server (libmicrohttpd underneath) for the daemons' /health,
  * /metrics and the master's admin endpoints. GET and HEAD only, no request
- * bodies, bounded connections with an idle timeout; one internal thread calls
- * the handler. */
+ * bodies, bounded connections with an idle timeout and a deadline for a
+ * request's head; one internal thread calls the handler. */
 #ifndef EGM_ADMIN_HTTP_SERVER_H
 #define EGM_ADMIN_HTTP_SERVER_H
 
@@ -14,6 +14,11 @@
 #define EGM_HTTP_MAX_CONNECTIONS 64
 /* A connection idle this long (seconds) is closed. */
 #define EGM_HTTP_IDLE_TIMEOUT_S 10
+/* A connection that has not sent a whole request head (request line and
+ * headers) this long (seconds) after it connected or after its last answer is
+ * closed, however often it sends a byte: a peer that trickles a header line
+ * every few seconds cannot hold a slot (egm_http_params_t.head_deadline_ms). */
+#define EGM_HTTP_HEAD_DEADLINE_S 10
 /* Most paths served without the token (egm_http_params_t.open_paths), and their longest. */
 #define EGM_HTTP_OPEN_PATHS_MAX 8
 #define EGM_HTTP_OPEN_PATH_LEN 64
@@ -50,6 +55,8 @@ typedef struct {
     /* Paths (exact, after percent-decoding) served without the token;
      * NULL-terminated, at most EGM_HTTP_OPEN_PATHS_MAX; NULL = none. */
     const char *const *open_paths;
+    /* EGM_HTTP_HEAD_DEADLINE_S in ms when 0 (tests set less). */
+    uint64_t head_deadline_ms;
 } egm_http_params_t;
 /* Listens on params' address:port, answering with params->fn (required). Logs
  * the address:port at info. *srv_p is set before the server's thread starts, so
@@ -61,6 +68,9 @@ typedef struct {
 egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t **srv_p);
 /* Requests refused for a missing or wrong token since the start. Thread-safe. */
 uint64_t egm__http_auth_failures(const egm_http_server_t *srv);
+/* Connections closed for sending no whole request head within the deadline
+ * since the start. Thread-safe. */
+uint64_t egm__http_slow_closed(const egm_http_server_t *srv);
 uint16_t egm__http_port(const egm_http_server_t *srv);
 /* Stops accepting, finishes or drops connections, joins the thread; NULL is a no-op. */
 void egm__http_stop(egm_http_server_t *srv);

@@ -136,8 +136,10 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
     egm__repair_queue_stats(egm__objects_repair_queue(st->objects), &s->repair);
     if (a->server != NULL)
         egm__rpc_server_group_stats(a->server, &s->server); /* every RPC thread */
-    if (a->http != NULL)
+    if (a->http != NULL) {
         s->http_auth_failures = egm__http_auth_failures(*a->http);
+        s->http_slow_closed = egm__http_slow_closed(*a->http);
+    }
     if (st->election != NULL) {
         int64_t epoch = 0;
         s->ha = 1;

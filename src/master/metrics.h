@@ -51,6 +51,7 @@ typedef struct {
     uint64_t segments_unreachable; /* mounted, their provider presumed gone */
     egm_rpc_server_stats_t server; /* summed over the RPC threads' servers */
     uint64_t http_auth_failures;   /* admin HTTP requests refused for the token */
+    uint64_t http_slow_closed;     /* admin HTTP connections past their head deadline */
     /* enable_ha (0 when off): leading now, its epoch, elections won and leaderships lost. */
     uint64_t ha, ha_leading, ha_epoch, ha_wins, ha_losses;
     /* The state handover: the leader's journal (standbys followed, in sync,

@@ -2,24 +2,28 @@
  * without a body, POST and GET-with-body refused (405 with Allow, 413), unknown
  * path 404, bad handler status 500, two requests on one kept-alive connection, growing printf
  * bodies, a busy port and a foreign address answered with EGM_ERR_CONFIG naming them, "::" dual
- * stack, start/stop in a loop without leaking memory or descriptors, and the bearer token that
- * guards every path but the open ones. A real TCP client on plain
- * sockets talks to the server. */
+ * stack, start/stop in a loop without leaking memory or descriptors, the bearer token that
+ * guards every path but the open ones, and peers that trickle a request's head cannot keep
+ * the server from answering. A real TCP client on plain sockets talks to the server. */
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "support/testutil.h"
 
 #include "admin/http_server.h"
 #include "common/alloc.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
 
@@ -435,6 +439,107 @@ static void test_bearer_token(void **state)
     assert_int_equal(egm__http_start(&params, &srv), EGM_ERR_INVALID_ARG);
 }
 
+/* Slow peers: more connections than the server takes, each sending a header
+ * line every 200 ms and never ending its head (an idle timeout never fires).
+ * Past the head deadline the server closes them, so a plain GET on a new
+ * connection is answered while they go on; each of them sees its end. */
+#define SLOW_PEERS (EGM_HTTP_MAX_CONNECTIONS + 6)
+typedef struct {
+    int fds[SLOW_PEERS];
+    atomic_int closed[SLOW_PEERS]; /* the server closed it (read 0 or an error) */
+    atomic_int stop;
+} slow_peers_t;
+
+static void *trickle(void *arg)
+{
+    slow_peers_t *sp = arg;
+    while (!atomic_load(&sp->stop)) {
+        for (int i = 0; i < SLOW_PEERS; i++) {
+            if (atomic_load(&sp->closed[i]))
+                continue;
+            char b[64];
+            ssize_t n = recv(sp->fds[i], b, sizeof(b), MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                send(sp->fds[i], "X-Slow: 1\r\n", 11, MSG_NOSIGNAL) < 0)
+                atomic_store(&sp->closed[i], 1);
+        }
+        usleep(200 * 1000);
+    }
+    return NULL;
+}
+
+/* One GET /x on a new connection: 1 when answered 200 within 5 s. */
+static int try_get(uint16_t port)
+{
+    int fd;
+    if (egm__sock_tcp_connect("127.0.0.1", port, 5000, &fd) != EGM_OK)
+        return 0;
+    static const char req[] = "GET /x HTTP/1.0\r\n\r\n";
+    char buf[512];
+    size_t len = 0;
+    if (egm__sock_write_full(fd, req, sizeof(req) - 1) == EGM_OK) {
+        for (;;) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            if (poll(&pfd, 1, 5000) != 1)
+                break;
+            ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+            if (n <= 0 || (len += (size_t)n) == sizeof(buf) - 1)
+                break;
+        }
+    }
+    close(fd);
+    buf[len] = '\0';
+    return len > 13 && strncmp(buf + 8, " 200 ", 5) == 0;
+}
+
+static void test_slow_heads_do_not_hold_slots(void **state)
+{
+    (void)state;
+    egm_http_params_t params = {
+        .address = "127.0.0.1", .fn = handler, .arg = &seen, .head_deadline_ms = 1500};
+    egm_http_server_t *srv = NULL;
+    assert_int_equal(egm__http_start(&params, &srv), EGM_OK);
+    uint16_t port = egm__http_port(srv);
+    static slow_peers_t sp;
+    memset(&sp, 0, sizeof(sp));
+    for (int i = 0; i < SLOW_PEERS; i++) {
+        assert_int_equal(egm__sock_tcp_connect("127.0.0.1", port, 5000, &sp.fds[i]), EGM_OK);
+        static const char head[] = "GET /x HTTP/1.1\r\nHost: a\r\n";
+        assert_int_equal(egm__sock_write_full(sp.fds[i], head, sizeof(head) - 1), EGM_OK);
+    }
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, trickle, &sp), 0);
+    /* Answered once the server has closed slow peers (1.5 s and a sweep).
+     * The 30 s bound is 20 deadlines; libmicrohttpd alone (no head deadline)
+     * let them hold their slots for 88 s in one run. */
+    int answered = 0;
+    uint64_t until = egm__now_ms() + 30000;
+    while (!answered && egm__now_ms() < until) {
+        answered = try_get(port);
+        if (!answered)
+            usleep(100 * 1000);
+    }
+    /* Every peer the server took is closed by it: 100 looks 100 ms apart
+     * (a guard again). */
+    int closed = 0;
+    for (int tries = 0; tries < 100 && closed < EGM_HTTP_MAX_CONNECTIONS; tries++) {
+        usleep(100 * 1000);
+        closed = 0;
+        for (int i = 0; i < SLOW_PEERS; i++)
+            closed += atomic_load(&sp.closed[i]);
+    }
+    atomic_store(&sp.stop, 1);
+    pthread_join(t, NULL);
+    assert_true(answered);
+    assert_true(closed >= EGM_HTTP_MAX_CONNECTIONS);
+    /* The server says it closed them (not its idle timeout). */
+    assert_true(egm__http_slow_closed(srv) >= EGM_HTTP_MAX_CONNECTIONS);
+    assert_true(egm__http_slow_closed(srv) <= SLOW_PEERS);
+    for (int i = 0; i < SLOW_PEERS; i++)
+        close(sp.fds[i]);
+    egm__http_stop(srv);
+}
+
 int main(void)
 {
     egm__log_set_level(EGM_LOG_WARN);
@@ -457,6 +562,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dual_stack, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_start_stop_loop, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_slow_heads_do_not_hold_slots, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_bearer_token, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
