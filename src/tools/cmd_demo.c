@@ -223,6 +223,10 @@ int egm__cmd_demo(egm_cli_t *cli)
     char addr[64], line[512];
     egm_status_t status;
 
+    if (cli->argc != 0) {
+        fprintf(stderr, "egmstore: error: demo takes no arguments (got \"%s\")\n", cli->argv[0]);
+        return EGM_EXIT_USAGE;
+    }
     memset(rows, 0, sizeof(rows));
     signal(SIGPIPE, SIG_IGN);
     egm_config_set(cli->config, "port", "0");

@@ -121,19 +121,31 @@ static int run_bench(char **args)
     return EGM_EXIT_FAIL;
 }
 
+/* rc, or a failure when what the command wrote to standard output did not all
+ * get there (a full disk, a closed pipe): `egmstore ls > file` must not say
+ * it worked when the listing was cut. */
+static int stdout_checked(int rc)
+{
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    fprintf(stderr, "egmstore: error: standard output: %s\n",
+            errno != 0 ? strerror(errno) : "write error");
+    return rc == EGM_EXIT_OK ? EGM_EXIT_FAIL : rc;
+}
+
 int main(int argc, char **argv)
 {
     egm__log_set_component("egmstore");
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? EGM_EXIT_USAGE : EGM_EXIT_OK;
+        return stdout_checked(argc < 2 ? EGM_EXIT_USAGE : EGM_EXIT_OK);
     }
     if (strcmp(argv[1], "bench") == 0)
         return run_bench(argv + 2);
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("egmstore %s\n", EGMSTORE_VERSION);
-        return EGM_EXIT_OK;
+        return stdout_checked(EGM_EXIT_OK);
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
@@ -149,12 +161,12 @@ int main(int argc, char **argv)
                 printf("%s\n", commands[i].flags);
             egm__cli_print_keys(stdout, commands[i].roles, commands[i].exclude);
             egm__cli_cleanup(&cli);
-            return EGM_EXIT_OK;
+            return stdout_checked(EGM_EXIT_OK);
         }
         egm__log_set_component(commands[i].name);
         rc = commands[i].run(&cli);
         egm__cli_cleanup(&cli);
-        return rc;
+        return stdout_checked(rc);
     }
     fprintf(stderr, "egmstore: error: unknown command \"%s\" (try egmstore --help)\n", argv[1]);
     return EGM_EXIT_USAGE;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -494,6 +495,41 @@ static void test_help(void **state)
     assert_usage_flags_described("bench data");
 }
 
+/* `egmstore CMD ARGS > /dev/full`: exit status and what went to stderr. */
+static int run_to_full(const char *cmd_args)
+{
+    char cmd[1024];
+    if (tmp_file[0] == '\0')
+        temp_file();
+    snprintf(cmd, sizeof(cmd), "exec '%s' %s --master %s > /dev/full 2> %s", egm_test_bin(),
+             cmd_args, cluster.master_addr, tmp_file);
+    int st = system(cmd);
+    assert_true(st != -1 && WIFEXITED(st));
+    FILE *f = fopen(tmp_file, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return WEXITSTATUS(st);
+}
+
+/* What a command prints that cannot be written (a full disk) fails it,
+ * saying so, instead of exiting 0 with its output cut; and the demo takes no
+ * stray arguments. */
+static void test_stdout_write_errors(void **state)
+{
+    (void)state;
+    const char *const cmds[] = {"ls", "version", "--help", "ls --help"};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (run_to_full(cmds[i]) != 1)
+            fail_msg("egmstore %s > /dev/full: not exit 1:\n%s", cmds[i], out);
+        assert_has("egmstore: error: standard output: No space left on device");
+    }
+    const char *demo[] = {"demo", "extra", NULL};
+    assert_int_equal(run(demo, NULL, 0), 2);
+    assert_has("egmstore: error: demo takes no arguments (got \"extra\")");
+}
+
 /* The demo's master serves no admin HTTP unless asked: the default port
  * (9003) is a real master's. With 9003 taken, its master used to warn
  * "admin HTTP off: bind 127.0.0.1:9003 ...". */
@@ -532,6 +568,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ipv6_bracketed, no_cluster, stop_cluster),
         cmocka_unit_test_setup_teardown(test_help, no_cluster, stop_cluster),
         cmocka_unit_test_setup_teardown(test_demo_leaves_admin_port, no_cluster, stop_cluster),
+        cmocka_unit_test_setup_teardown(test_stdout_write_errors, start_master, stop_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
