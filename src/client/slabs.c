@@ -8,6 +8,7 @@
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/slab_log.h"
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 
@@ -15,6 +16,9 @@ struct egm_wslab {
     uint64_t id;
     uint64_t size;
     uint64_t used;         /* the bump cursor */
+    uint64_t log_booked;   /* commit log entries set aside (common/slab_log.h) */
+    uint64_t log_seq;      /* the last entry written */
+    int log_off;           /* an extent not reached through shared memory: no log */
     uint64_t granted_ms;   /* when the SlabGrant was sent */
     uint64_t confirmed_ms; /* the latest send of a request the master answered knowing it */
     uint64_t lease_ms;
@@ -346,12 +350,14 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         }
         egm_wslab_t *s = w->classes[c].slab;
         uint64_t now = egm__now_ms();
-        if (s == NULL || (s != granted_here && !usable(s, now)) || s->size - s->used < r) {
+        /* Room for the object and one more log entry below it. */
+        if (s == NULL || (s != granted_here && !usable(s, now)) || s->size - s->used < r ||
+            (s != granted_here && (s->size - s->used - r) / EGM_SLAB_LOG_ENTRY <= s->log_booked)) {
             if (s != NULL)
                 retire(w, s);
             uint64_t need = 0; /* the rest of the call, in one slab if it can be */
             for (size_t j = i; j < n; j++) {
-                uint64_t rj = round_object(sizes[j]);
+                uint64_t rj = round_object(sizes[j]) + EGM_SLAB_LOG_ENTRY;
                 need = need + rj < need ? UINT64_MAX : need + rj;
             }
             uint64_t want = need > w->slab_bytes ? need : w->slab_bytes;
@@ -400,6 +406,11 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         }
         refs[i] = (egm_wslab_ref_t){.slab = s, .offset = s->used};
         s->used += r;
+        /* A slab granted with room for the object alone keeps no entry. */
+        if ((s->size - s->used) / EGM_SLAB_LOG_ENTRY > s->log_booked) {
+            s->log_booked++;
+            refs[i].logged = 1;
+        }
         s->inflight++;
         status[i] = EGM_OK;
     }
@@ -445,6 +456,63 @@ void egm__wslabs_check_copy(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *re
         else
             continue;
         retire_once(w, s);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Whether every extent of s is reached through shared memory (or is this
+ * process's): an entry is then a copy without a round trip. */
+static int log_reachable(egm_client_t *client, egm_wslab_t *s)
+{
+    for (uint32_t e = 0; e < s->n_extents && !s->log_off; e++) {
+        egm_transport_t t;
+        if (egm__te_route(client->te, s->segs[e], &t) != EGM_OK ||
+            (t != EGM_TRANSPORT_SHM && t != EGM_TRANSPORT_LOCAL))
+            s->log_off = 1;
+    }
+    return !s->log_off;
+}
+
+void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs,
+                     const char *const *keys, const uint64_t *sizes,
+                     const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs)
+{
+    egm_wslabs_t *w = client->slabs;
+    uint8_t entry[EGM_SLAB_LOG_ENTRY];
+    /* The objects' bytes before the entries that describe them. */
+    atomic_thread_fence(memory_order_release);
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        egm_wslab_t *s = refs[i].slab;
+        size_t key_len = strlen(keys[i]);
+        seqs[i] = 0;
+        if (s == NULL || status[i] != EGM_OK || !refs[i].logged || s->dead ||
+            key_len > EGM_SLAB_LOG_KEY_MAX || !log_reachable(client, s))
+            continue;
+        egm_slab_log_entry_t e = {.slab_id = s->id,
+                                  .seq = s->log_seq + 1,
+                                  .offset = refs[i].offset,
+                                  .size = sizes[i],
+                                  .soft_pin = rc != NULL && rc->with_soft_pin,
+                                  .hard_pin = rc != NULL && rc->with_hard_pin,
+                                  .key = keys[i],
+                                  .key_len = key_len};
+        uint64_t at = egm__slab_log_at(s->size, e.seq);
+        if (at == 0 || egm__slab_log_encode(&e, entry) != EGM_OK)
+            continue;
+        egm_te_op_t ops[EGM_WSLAB_EXTENTS_MAX];
+        for (uint32_t x = 0; x < s->n_extents; x++)
+            ops[x] = (egm_te_op_t){.segment = s->segs[x],
+                                   .offset = s->bases[x] + at,
+                                   .local = entry,
+                                   .length = EGM_SLAB_LOG_ENTRY,
+                                   .dir = EGM_TE_WRITE};
+        /* Written whole or the log ends here: the seq is not given again. */
+        s->log_seq = e.seq;
+        if (egm__te_transfer(client->te, ops, s->n_extents) == EGM_OK)
+            seqs[i] = e.seq;
+        else
+            s->log_off = 1;
     }
     pthread_mutex_unlock(&w->lock);
 }

@@ -39,10 +39,12 @@
 
 typedef struct egm_wslab egm_wslab_t;
 
-/* Where one key of a put goes: its slab (NULL: not placed) and offset. */
+/* Where one key of a put goes: its slab (NULL: not placed) and offset;
+ * logged: room for its entry in the slab's commit log was set aside. */
 typedef struct {
     egm_wslab_t *slab;
     uint64_t offset;
+    int logged;
 } egm_wslab_ref_t;
 
 typedef struct egm_wslabs egm_wslabs_t;
@@ -74,6 +76,17 @@ uint64_t egm__wslab_id(const egm_wslab_t *slab);
  * status[i] says why, and the slab takes no more objects. */
 void egm__wslabs_check_copy(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
                             egm_status_t *status);
+/* After the copies of refs[0..n) (status[i] EGM_OK: key i's copy went
+ * through): writes each such key's entry into its slab's commit log, in
+ * every extent, when the slab set room aside for it, its key fits an entry
+ * and every extent is reached through shared memory (a copy that needs no
+ * round trip: docs/ha.md "Commits the pool describes"); seqs[i]: its seq, or
+ * 0 (no entry: the key's Commit waits for the master's standbys). Entries
+ * of one slab are written in seq order, under the slabs' lock, so that a log
+ * has no gap a reader would stop at. */
+void egm__wslabs_log(struct egm_client *client, size_t n, const egm_wslab_ref_t *refs,
+                     const char *const *keys, const uint64_t *sizes,
+                     const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs);
 /* 1 when a master request failed for want of an answer (the master may be
  * gone), not because the master refused it. */
 int egm__wslabs_unanswered(egm_status_t status);

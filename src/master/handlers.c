@@ -462,6 +462,10 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                                 "slab_ids, offsets: %zu and %zu values for %zu keys (one each "
                                 "per key)",
                                 req->n_slab_ids, req->n_offsets, req->n_keys);
+    if (status == EGM_OK && req->n_log_seqs != 0 && req->n_log_seqs != req->n_keys)
+        status = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "log_seqs: %zu values for %zu keys (one per key, or none)",
+                                req->n_log_seqs, req->n_keys);
     if (status == EGM_OK && req->n_returned > EGM_MASTER_MAX_KEYS)
         status = egm__set_error(EGM_ERR_INVALID_ARG, "returned: %zu slabs, at most %d",
                                 req->n_returned, EGM_MASTER_MAX_KEYS);
@@ -487,6 +491,16 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .degraded_max = COMMIT_DEGRADED_MAX,
                              .n_degraded_p = &extra.n_degraded_slabs};
     status = run_batch(st, &b, &kb);
+    if (status == EGM_OK && req->n_log_seqs > 0) {
+        /* Known from now on, committed or refused: a new leader reads the
+         * slab's log past them (docs/ha.md "Commits the pool describes"). */
+        egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, req->log_seqs);
+        /* A slab named degraded lost an extent: what its log says of that
+         * extent is not what was committed (the standbys confirm it). */
+        call->described = extra.n_degraded_slabs == 0;
+        for (size_t i = 0; i < req->n_keys && call->described; i++)
+            call->described = req->log_seqs[i] != 0 && oc.out[i].status == EGM_OK;
+    }
     if (status == EGM_OK)
         status = return_slabs(st, client, req->returned, req->n_returned);
     if (status == EGM_OK)
@@ -832,7 +846,7 @@ egm_master_lock_t egm__master_command_lock(const egm_master_command_t *cmd,
 /* Decodes the request, holds the lock as the command's row says, runs its
  * handler. *failed_p: answered with an error status inside a normal reply. */
 static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
-                             size_t len, egm_rpc_reply_t *reply, int *failed_p)
+                             size_t len, egm_rpc_reply_t *reply, int *failed_p, int *described_p)
 {
     const egm_master_command_t *cmd = egm__master_command(type);
     ProtobufCMessage *req = NULL;
@@ -855,6 +869,7 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
         pthread_rwlock_unlock(st->lock);
     egm__pb_free(req);
     *failed_p = call.failed;
+    *described_p = call.described && status == EGM_OK;
     return status;
 }
 
@@ -973,7 +988,7 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
     egm_master_state_t *st = arg;
     /* The time includes waiting for the lock: what a caller sees of the master. */
     uint64_t start_ns = st->metrics != NULL ? egm__now_ns() : 0;
-    int failed = 0;
+    int failed = 0, described = 0;
 
     reply->buf = NULL;
     reply->len = 0;
@@ -982,9 +997,11 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
         status = egm__set_error(EGM_ERR_UNREACHABLE, "this master does not lead now (enable_ha): "
                                                      "the leader is in etcd");
     else
-        status = dispatch(st, type, payload, len, reply, &failed);
-    if (st->journal != NULL &&
-        wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
+        status = dispatch(st, type, payload, len, reply, &failed, &described);
+    if (described) /* a new leader finds it in the pool: the standbys get it meanwhile */
+        egm__journal_push(st->journal);
+    else if (st->journal != NULL &&
+             wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
         return EGM_OK;
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,

@@ -15,6 +15,7 @@
 #include "common/wire.h"
 #include "master/object_index.h"
 #include "master/segment_table.h"
+#include "master/slabs.h"
 
 /* A follower whose unsent ops pass this is dropped (it starts over with a
  * snapshot): the leader's memory does not grow without bound behind a
@@ -140,6 +141,49 @@ void egm__jenc_reserve(egm_jbuf_t *b, egm_id_t segment, uint64_t offset, uint64_
     put_u64(b, for_ms);
 }
 
+void egm__jenc_slab(egm_jbuf_t *b, const egm_slab_t *slab, uint64_t for_ms)
+{
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < slab->n_extents; i++)
+        live += slab->extents[i].segment != NULL;
+    if (!room(b, 1 + 8 + 16 + 16 + 1 + (size_t)live * 24 + 12 + slab->seen.n * 8))
+        return;
+    put_u8(b, EGM_JOP_SLAB);
+    put_u64(b, slab->id);
+    put_id(b, slab->owner);
+    put_u64(b, slab->size);
+    put_u64(b, for_ms);
+    put_u8(b, (uint8_t)live);
+    for (uint32_t i = 0; i < slab->n_extents; i++) {
+        if (slab->extents[i].segment == NULL)
+            continue;
+        put_id(b, slab->extents[i].segment->desc.id);
+        put_u64(b, slab->extents[i].base);
+    }
+    put_u64(b, slab->seen.prefix);
+    egm__wire_put_u32(b->buf + b->len, (uint32_t)slab->seen.n);
+    b->len += 4;
+    for (size_t i = 0; i < slab->seen.n; i++)
+        put_u64(b, slab->seen.extra[i]);
+}
+
+void egm__jenc_slab_seen(egm_jbuf_t *b, uint64_t id, uint64_t seq)
+{
+    if (!room(b, 17))
+        return;
+    put_u8(b, EGM_JOP_SLAB_SEEN);
+    put_u64(b, id);
+    put_u64(b, seq);
+}
+
+void egm__jenc_slab_gone(egm_jbuf_t *b, uint64_t id)
+{
+    if (!room(b, 9))
+        return;
+    put_u8(b, EGM_JOP_SLAB_GONE);
+    put_u64(b, id);
+}
+
 /* ---- decoding ---------------------------------------------------------------- */
 
 #define NEED(n, what)                                                                              \
@@ -221,6 +265,44 @@ egm_status_t egm__jdec_next(const uint8_t *p, size_t len, size_t *pos, egm_jop_t
         op->length = egm__wire_get_u64(p + at + 24);
         op->for_ms = egm__wire_get_u64(p + at + 32);
         at += 40;
+        break;
+    case EGM_JOP_SLAB:
+        NEED(8 + 16 + 16 + 1, "slab");
+        op->slab_id = egm__wire_get_u64(p + at);
+        op->writer = egm__wire_get_id(p + at + 8);
+        op->size = egm__wire_get_u64(p + at + 24);
+        op->for_ms = egm__wire_get_u64(p + at + 32);
+        op->n_replicas = p[at + 40];
+        at += 41;
+        if (op->n_replicas > EGM_JOP_REPLICAS_MAX || op->slab_id == 0 || op->size == 0)
+            return egm__set_error(EGM_ERR_INVALID_ARG,
+                                  "journal op at %zu: slab %llu of %llu bytes with %u extents "
+                                  "(at most %d)",
+                                  start, (unsigned long long)op->slab_id,
+                                  (unsigned long long)op->size, op->n_replicas,
+                                  EGM_JOP_REPLICAS_MAX);
+        NEED((size_t)op->n_replicas * 24 + 12, "slab extents");
+        for (uint32_t i = 0; i < op->n_replicas; i++, at += 24) {
+            op->replica_segment[i] = egm__wire_get_id(p + at);
+            op->replica_offset[i] = egm__wire_get_u64(p + at + 16);
+        }
+        op->prefix = egm__wire_get_u64(p + at);
+        op->n_extra = egm__wire_get_u32(p + at + 8);
+        at += 12;
+        NEED((size_t)op->n_extra * 8, "slab seqs");
+        op->extra = p + at;
+        at += (size_t)op->n_extra * 8;
+        break;
+    case EGM_JOP_SLAB_SEEN:
+        NEED(16, "slab seq");
+        op->slab_id = egm__wire_get_u64(p + at);
+        op->seq = egm__wire_get_u64(p + at + 8);
+        at += 16;
+        break;
+    case EGM_JOP_SLAB_GONE:
+        NEED(8, "slab id");
+        op->slab_id = egm__wire_get_u64(p + at);
+        at += 8;
         break;
     default:
         return egm__set_error(EGM_ERR_INVALID_ARG, "journal op at %zu: unknown kind %d", start,
@@ -388,6 +470,21 @@ void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, u
                           uint64_t for_ms)
 {
     EMIT(j, egm__jenc_reserve(&j->log, segment, offset, length, for_ms));
+}
+
+void egm__journal_slab(egm_journal_t *j, const egm_slab_t *slab, uint64_t for_ms)
+{
+    EMIT(j, egm__jenc_slab(&j->log, slab, for_ms));
+}
+
+void egm__journal_slab_seen(egm_journal_t *j, uint64_t id, uint64_t seq)
+{
+    EMIT(j, egm__jenc_slab_seen(&j->log, id, seq));
+}
+
+void egm__journal_slab_gone(egm_journal_t *j, uint64_t id)
+{
+    EMIT(j, egm__jenc_slab_gone(&j->log, id));
 }
 
 /* Copies the whole ops after f->sent, up to max bytes (one at least), and
@@ -581,6 +678,18 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
         return EGM_INPROGRESS;
     tl_pos = 0;
     return EGM_OK;
+}
+
+void egm__journal_push(egm_journal_t *j)
+{
+    uint64_t pos = tl_pos;
+    tl_pos = 0;
+    if (j == NULL || tl_journal != j || pos == 0)
+        return;
+    pthread_mutex_lock(&j->lock);
+    if (!acked_by_all(j, pos))
+        pthread_cond_broadcast(&j->more);
+    pthread_mutex_unlock(&j->lock);
 }
 
 void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done, void *arg)

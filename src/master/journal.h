@@ -18,6 +18,12 @@
  *                 soft, bit 1 hard), u8 placed, u8 n, n x (id segment, u64 offset)
  *   OBJECT_GONE   u8 4, u16 key_len, key
  *   RESERVE       u8 5, id segment, u64 offset, u64 length, u64 for_ms
+ *   SLAB          u8 6, u64 id, id owner, u64 size, u64 for_ms, u8 n, n x (id
+ *                 segment, u64 base), u64 prefix, u32 n_extra, n_extra x u64:
+ *                 a slab granted, with the seqs of its commit log known
+ *                 (master/seq_set.h; common/slab_log.h)
+ *   SLAB_SEEN     u8 7, u64 id, u64 seq: one more entry of its log known
+ *   SLAB_GONE     u8 8, u64 id: returned or expired (its log is not read)
  *
  * Emitters call the egm__journal_* functions under the locks that order
  * their change (an object's shard, the index's space lock, the master's lock
@@ -33,6 +39,7 @@
 
 struct egm_segment;
 struct egm_object;
+struct egm_slab;
 
 enum {
     EGM_JOP_SEGMENT = 1,
@@ -40,6 +47,9 @@ enum {
     EGM_JOP_OBJECT = 3,
     EGM_JOP_OBJECT_GONE = 4,
     EGM_JOP_RESERVE = 5,
+    EGM_JOP_SLAB = 6,
+    EGM_JOP_SLAB_SEEN = 7,
+    EGM_JOP_SLAB_GONE = 8,
 };
 
 /* A growing byte buffer of encoded ops; `failed` once an append found no
@@ -61,6 +71,10 @@ void egm__jenc_object(egm_jbuf_t *b, const struct egm_object *obj);
 void egm__jenc_object_gone(egm_jbuf_t *b, const char *key, size_t key_len);
 void egm__jenc_reserve(egm_jbuf_t *b, egm_id_t segment, uint64_t offset, uint64_t length,
                        uint64_t for_ms);
+/* A slab, its extents whose segments are mounted, and its seen set. */
+void egm__jenc_slab(egm_jbuf_t *b, const struct egm_slab *slab, uint64_t for_ms);
+void egm__jenc_slab_seen(egm_jbuf_t *b, uint64_t id, uint64_t seq);
+void egm__jenc_slab_gone(egm_jbuf_t *b, uint64_t id);
 
 #define EGM_JOP_REPLICAS_MAX 16 /* = EGM_MASTER_REPLICA_MAX */
 
@@ -78,7 +92,12 @@ typedef struct {
     uint32_t n_replicas;
     egm_id_t replica_segment[EGM_JOP_REPLICAS_MAX];
     uint64_t replica_offset[EGM_JOP_REPLICAS_MAX];
-    uint64_t offset, length, for_ms; /* RESERVE */
+    uint64_t offset, length, for_ms; /* RESERVE; for_ms also SLAB */
+    /* SLAB (writer: its owner, size: of each extent, replica_*: its extents),
+     * SLAB_SEEN, SLAB_GONE */
+    uint64_t slab_id, seq, prefix;
+    uint32_t n_extra;
+    const uint8_t *extra; /* n_extra u64 */
 } egm_jop_t;
 
 /* Decodes the op at *pos of p[0..len) and moves *pos past it. EGM_ERR_INVALID_ARG
@@ -102,6 +121,9 @@ void egm__journal_object(egm_journal_t *j, const struct egm_object *obj);
 void egm__journal_object_gone(egm_journal_t *j, const char *key, size_t key_len);
 void egm__journal_reserve(egm_journal_t *j, egm_id_t segment, uint64_t offset, uint64_t length,
                           uint64_t for_ms);
+void egm__journal_slab(egm_journal_t *j, const struct egm_slab *slab, uint64_t for_ms);
+void egm__journal_slab_seen(egm_journal_t *j, uint64_t id, uint64_t seq);
+void egm__journal_slab_gone(egm_journal_t *j, uint64_t id);
 
 /* Waits until every in-sync follower has acknowledged the last op the
  * calling thread emitted (at once when it emitted none since its last wait,
@@ -129,6 +151,11 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
  * are sent by whoever sends next: the follower's thread after the batch in
  * flight, or a waiting request that finds the follower idle. */
 egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
+/* For a request answered without waiting (its changes are described
+ * elsewhere: a Commit whose slab log holds them, docs/ha.md): wakes the
+ * followers' threads to send the calling thread's last ops, and clears its
+ * position. */
+void egm__journal_push(egm_journal_t *j);
 typedef void (*egm_journal_done_fn)(void *arg, egm_status_t status, const char *error);
 void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done,
                          void *arg);

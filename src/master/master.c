@@ -59,7 +59,15 @@ struct egm_master {
     egm_journal_t *journal;
     egm_mirror_t *mirror;
     egm_replication_t *replication;
+    egm_pool_reader_t pool_reader; /* under `lock` */
 };
+
+void egm__master_set_pool_reader(egm_master_t *master, const egm_pool_reader_t *reader)
+{
+    pthread_rwlock_wrlock(&master->lock);
+    master->pool_reader = *reader;
+    pthread_rwlock_unlock(&master->lock);
+}
 
 static void on_tick(egm_reactor_t *reactor, void *arg)
 {
@@ -138,14 +146,15 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
     if (leading) {
         egm_master_state_t *st = &master->state;
         uint64_t start = st->now_ms();
-        size_t adopted = 0, skipped = 0;
+        size_t adopted = 0, skipped = 0, recovered = 0;
         /* The predecessor's state first (what the standby's mirror holds);
          * nothing is served before serving_epoch says so. */
         pthread_rwlock_wrlock(&master->lock);
         egm_mirror_stats_t ms;
         egm__mirror_stats(master->mirror, &ms);
-        egm_status_t s = egm__mirror_install(master->mirror, st->liveness, st->segments,
-                                             st->objects, start, &adopted, &skipped);
+        egm_status_t s =
+            egm__mirror_install(master->mirror, st->liveness, st->segments, st->objects,
+                                &master->pool_reader, start, &adopted, &skipped, &recovered);
         /* Locations clients cached from the predecessor are good for one
          * cache bound: a force remove waits that out (docs/consistency.md). */
         atomic_store(&st->force_wait_until_ms, start + st->location_cache_ms);
@@ -156,10 +165,10 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
         if (ms.epoch == 0)
             egm_info("master: no state of a previous leader to take over (none was followed)");
         else
-            egm_info("master: took over %llu segments and %zu objects of epoch %lld (%zu "
-                     "replicas or objects skipped) in %llu ms",
-                     (unsigned long long)ms.segments, adopted, (long long)ms.epoch, skipped,
-                     (unsigned long long)(st->now_ms() - start));
+            egm_info("master: took over %llu segments and %zu objects of epoch %lld (%zu of them "
+                     "from slab logs; %zu replicas or objects skipped) in %llu ms",
+                     (unsigned long long)ms.segments, adopted, (long long)ms.epoch, recovered,
+                     skipped, (unsigned long long)(st->now_ms() - start));
         if (egm__replication_lead(master->replication, epoch) != EGM_OK) {
             egm_warn("master: %s", egm_last_error());
             return; /* the election tells of the loss next */

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <egmstore/config.h>
 #include <egmstore/status.h>
+#include "rpc/pool_reader.h"
 
 typedef struct egm_master egm_master_t;
 
@@ -28,5 +29,11 @@ void egm__master_destroy(egm_master_t *master);
  * for its lease, or its key taken): egm__master_run then returns and the
  * process should exit, to be restarted as a standby (docs/ha.md). */
 int egm__master_deposed(const egm_master_t *master);
+/* enable_ha: how this master, once elected, reads the slab logs in the pool
+ * to adopt what its predecessor committed without its confirmation (docs/ha.md
+ * "Commits the pool describes"; the master itself moves no bytes: the daemon
+ * gives it a transfer engine's read). Without one, those objects are lost at
+ * a failover. Call before the master can be elected (right after create). */
+void egm__master_set_pool_reader(egm_master_t *master, const egm_pool_reader_t *reader);
 
 #endif

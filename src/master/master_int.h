@@ -93,6 +93,11 @@ typedef struct {
     /* Set by the handler: answered with an error status inside a normal
      * reply (counted as a failure by the metrics). */
     int failed;
+    /* Set by the handler: every change it made is described in the pool (a
+     * Commit whose keys all have their slab log entry and were all
+     * committed: docs/ha.md "Commits the pool describes"), so it is answered
+     * without waiting for the standbys. */
+    int described;
 } egm_master_call_t;
 
 typedef egm_status_t (*egm_master_handler_t)(egm_master_state_t *st, egm_master_call_t *call);

@@ -6,8 +6,10 @@
 #include "common/alloc.h"
 #include "common/hashmap.h"
 #include "common/log.h"
+#include "common/slab_log.h"
 #include "common/wire.h"
 #include "master/journal.h"
+#include "master/seq_set.h"
 #include "rpc/proto_util.h"
 #include "rpc/segment_desc.h"
 
@@ -22,6 +24,18 @@ typedef struct {
     uint64_t offset, length, until_ms;
 } range_t;
 
+/* A slab granted to a writer: where its log is, and what of it is known. */
+typedef struct {
+    uint64_t id;
+    egm_id_t owner;
+    uint64_t size; /* of each extent */
+    uint64_t until_ms;
+    uint32_t n;
+    egm_id_t segment[EGM_JOP_REPLICAS_MAX];
+    uint64_t base[EGM_JOP_REPLICAS_MAX];
+    egm_seq_set_t seen;
+} mslab_t;
+
 struct egm_mirror {
     pthread_mutex_t lock;
     int64_t epoch;
@@ -30,6 +44,8 @@ struct egm_mirror {
     egm_hashmap_t *objects;  /* key -> record_t */
     range_t *ranges;
     size_t n_ranges, cap_ranges;
+    egm_hashmap_t *slabs;   /* id (8 bytes) -> mslab_t */
+    size_t slabs_pruned_at; /* their count when expired ones were last dropped */
     uint64_t batches;
     uint64_t last_batch_ms;
 };
@@ -53,10 +69,33 @@ static void record_op(const record_t *r, egm_jop_t *op)
     egm__jdec_next(r->op, r->len, &pos, op);
 }
 
+static void mslab_free(mslab_t *s)
+{
+    egm__seq_set_free(&s->seen);
+    egm_free(s);
+}
+
+/* Drops every slab (expired_before 0), or those whose lease ended before. */
+static void slabs_drop(egm_mirror_t *m, uint64_t expired_before)
+{
+    size_t iter = 0, key_len;
+    const void *key;
+    void *value;
+    while (egm__hashmap_next(m->slabs, &iter, &key, &key_len, &value)) {
+        mslab_t *s = value;
+        if (expired_before != 0 && s->until_ms >= expired_before)
+            continue;
+        egm__hashmap_remove(m->slabs, key, key_len); /* allowed while iterating */
+        mslab_free(s);
+    }
+    m->slabs_pruned_at = egm__hashmap_size(m->slabs);
+}
+
 static void clear(egm_mirror_t *m)
 {
     records_clear(m->segments);
     records_clear(m->objects);
+    slabs_drop(m, 0);
     m->n_ranges = 0;
 }
 
@@ -65,9 +104,10 @@ egm_status_t egm__mirror_create(egm_mirror_t **m_p)
     egm_mirror_t *m = egm_calloc(1, sizeof(*m), "master.mirror");
     *m_p = NULL;
     if (m == NULL || egm__hashmap_create(&m->segments) != EGM_OK ||
-        egm__hashmap_create(&m->objects) != EGM_OK) {
+        egm__hashmap_create(&m->objects) != EGM_OK || egm__hashmap_create(&m->slabs) != EGM_OK) {
         if (m != NULL) {
             egm__hashmap_destroy(m->segments);
+            egm__hashmap_destroy(m->objects);
             egm_free(m);
         }
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the standby's mirror");
@@ -84,6 +124,7 @@ void egm__mirror_destroy(egm_mirror_t *m)
     clear(m);
     egm__hashmap_destroy(m->segments);
     egm__hashmap_destroy(m->objects);
+    egm__hashmap_destroy(m->slabs);
     egm_free(m->ranges);
     pthread_mutex_destroy(&m->lock);
     egm_free(m);
@@ -135,6 +176,42 @@ static egm_status_t add_range(egm_mirror_t *m, const egm_jop_t *op, uint64_t now
     return EGM_OK;
 }
 
+static egm_status_t no_memory(void)
+{
+    return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping the leader's state");
+}
+
+/* A slab granted (or as a snapshot has it), replacing what was kept of it. */
+static egm_status_t add_slab(egm_mirror_t *m, const egm_jop_t *op, uint64_t now_ms)
+{
+    if (egm__hashmap_size(m->slabs) >= 2 * m->slabs_pruned_at + 64)
+        slabs_drop(m, now_ms);
+    mslab_t *s = egm_calloc(1, sizeof(*s), "master.mirror_slab");
+    if (s == NULL)
+        return no_memory();
+    *s = (mslab_t){.id = op->slab_id,
+                   .owner = op->writer,
+                   .size = op->size,
+                   .until_ms = now_ms + op->for_ms,
+                   .n = op->n_replicas,
+                   .seen = {.prefix = op->prefix}};
+    memcpy(s->segment, op->replica_segment, sizeof(s->segment));
+    memcpy(s->base, op->replica_offset, sizeof(s->base));
+    for (uint32_t i = 0; i < op->n_extra; i++)
+        if (egm__seq_set_add(&s->seen, egm__wire_get_u64(op->extra + 8u * i)) != EGM_OK) {
+            mslab_free(s);
+            return no_memory();
+        }
+    void *old = NULL;
+    if (egm__hashmap_put(m->slabs, &s->id, sizeof(s->id), s, &old) != EGM_OK) {
+        mslab_free(s);
+        return no_memory();
+    }
+    if (old != NULL)
+        mslab_free(old);
+    return EGM_OK;
+}
+
 static egm_status_t apply_one(egm_mirror_t *m, const egm_jop_t *op, const uint8_t *bytes,
                               size_t len, uint64_t now_ms)
 {
@@ -163,6 +240,18 @@ static egm_status_t apply_one(egm_mirror_t *m, const egm_jop_t *op, const uint8_
     case EGM_JOP_OBJECT_GONE:
         drop(m->objects, op->key, op->key_len);
         return EGM_OK;
+    case EGM_JOP_SLAB:
+        return add_slab(m, op, now_ms);
+    case EGM_JOP_SLAB_SEEN: {
+        mslab_t *slab = egm__hashmap_get(m->slabs, &op->slab_id, sizeof(op->slab_id));
+        return slab == NULL ? EGM_OK : egm__seq_set_add(&slab->seen, op->seq);
+    }
+    case EGM_JOP_SLAB_GONE: {
+        mslab_t *slab = egm__hashmap_remove(m->slabs, &op->slab_id, sizeof(op->slab_id));
+        if (slab != NULL)
+            mslab_free(slab);
+        return EGM_OK;
+    }
     default: /* EGM_JOP_RESERVE: egm__jdec_next knows no other */
         return add_range(m, op, now_ms);
     }
@@ -215,6 +304,7 @@ void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p)
                                     .segments = egm__hashmap_size(m->segments),
                                     .objects = egm__hashmap_size(m->objects),
                                     .ranges = m->n_ranges,
+                                    .slabs = egm__hashmap_size(m->slabs),
                                     .batches_total = m->batches,
                                     .last_batch_ms = m->last_batch_ms};
     pthread_mutex_unlock(&m->lock);
@@ -247,20 +337,169 @@ static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t
     return mounted;
 }
 
+/* ---- objects the slab logs describe ----------------------------------------- */
+
+#define LOG_CHUNK 64 /* entries read at once */
+
+/* Objects found in slab logs, their keys owned. */
+typedef struct {
+    egm_adopt_object_t *v;
+    size_t n, cap;
+    egm_hashmap_t *keys; /* their keys, for duplicates */
+} found_t;
+
+static void found_free(found_t *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        egm_free((void *)f->v[i].key);
+    egm_free(f->v);
+    egm__hashmap_destroy(f->keys);
+}
+
+/* The descriptor of a kept segment. */
+static int segment_desc(egm_mirror_t *m, egm_id_t id, egm_segment_desc_t *desc)
+{
+    uint8_t key[16];
+    egm__wire_put_id(key, id);
+    const record_t *r = egm__hashmap_get(m->segments, key, sizeof(key));
+    egm_jop_t op;
+    if (r == NULL)
+        return 0;
+    record_op(r, &op);
+    return egm__segment_desc_decode(op.desc, op.desc_len, desc) == EGM_OK;
+}
+
+/* One entry that decoded: kept unless known, misplaced or of a key held. */
+static egm_status_t found_add(egm_mirror_t *m, const mslab_t *s, egm_segment_table_t *segments,
+                              const egm_slab_log_entry_t *e, found_t *f)
+{
+    uint64_t log_at = egm__slab_log_at(s->size, e->seq);
+    if (egm__seq_set_has(&s->seen, e->seq) || e->offset % EGM_OBJECT_ALIGN != 0 ||
+        e->offset > log_at || e->size > log_at - e->offset ||
+        egm__hashmap_get(m->objects, e->key, e->key_len) != NULL ||
+        egm__hashmap_get(f->keys, e->key, e->key_len) != NULL)
+        return EGM_OK;
+    if (f->n == f->cap) {
+        size_t cap = f->cap < 64 ? 64 : 2 * f->cap;
+        egm_adopt_object_t *v = egm_realloc(f->v, cap * sizeof(*v), "master.mirror_found");
+        if (v == NULL)
+            return no_memory();
+        f->v = v;
+        f->cap = cap;
+    }
+    char *key = egm_malloc(e->key_len + 1, "master.mirror_found");
+    if (key == NULL || egm__hashmap_put(f->keys, e->key, e->key_len, key, NULL) != EGM_OK) {
+        egm_free(key);
+        return no_memory();
+    }
+    memcpy(key, e->key, e->key_len);
+    key[e->key_len] = '\0';
+    egm_adopt_object_t *a = &f->v[f->n++];
+    *a = (egm_adopt_object_t){.key = key,
+                              .key_len = e->key_len,
+                              .size = e->size,
+                              .writer = s->owner,
+                              .soft_pin = e->soft_pin && !e->hard_pin,
+                              .hard_pin = e->hard_pin,
+                              .placed = (uint8_t)s->n,
+                              .n_replicas = s->n};
+    for (uint32_t i = 0; i < s->n; i++) {
+        a->segment[i] = egm__segment_table_find(segments, s->segment[i]);
+        a->offset[i] = s->base[i] + e->offset;
+    }
+    return EGM_OK;
+}
+
+/* Reads entries first.. of slab s from one of its extents, LOG_CHUNK at a
+ * time, up to the first that does not decode; *next_p: the first not read
+ * (a read that failed stops there). */
+static egm_status_t read_log(egm_mirror_t *m, const mslab_t *s, egm_segment_table_t *segments,
+                             const egm_pool_reader_t *reader, const egm_segment_desc_t *desc,
+                             uint64_t base, uint64_t first, uint8_t *buf, found_t *f,
+                             uint64_t *next_p, int *end_p)
+{
+    uint64_t last = s->size / EGM_SLAB_LOG_ENTRY, seq = first;
+    *end_p = 0;
+    while (seq <= last) {
+        uint64_t k = last - seq + 1 < LOG_CHUNK ? last - seq + 1 : LOG_CHUNK;
+        /* entries seq..seq+k-1 lie from the end down: the last of them first */
+        uint64_t at = egm__slab_log_at(s->size, seq + k - 1);
+        if (reader->fn(reader->arg, desc, base + at, buf, (size_t)k * EGM_SLAB_LOG_ENTRY) != EGM_OK)
+            break;
+        for (uint64_t i = 0; i < k; i++, seq++) {
+            egm_slab_log_entry_t e;
+            if (!egm__slab_log_decode(buf + (k - 1 - i) * EGM_SLAB_LOG_ENTRY, s->id, seq, &e)) {
+                *next_p = seq;
+                *end_p = 1;
+                return EGM_OK;
+            }
+            egm_status_t st = found_add(m, s, segments, &e, f);
+            if (st != EGM_OK)
+                return st;
+        }
+    }
+    *next_p = seq;
+    *end_p = seq > last;
+    return EGM_OK;
+}
+
+/* Every open slab's log past what is known, into f. */
+static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
+                              const egm_pool_reader_t *reader, uint64_t now_ms, found_t *f,
+                              size_t *slabs_p)
+{
+    uint8_t *buf = egm_malloc(LOG_CHUNK * EGM_SLAB_LOG_ENTRY, "master.mirror_log");
+    if (buf == NULL)
+        return no_memory();
+    egm_status_t status = EGM_OK;
+    size_t iter = 0;
+    void *value;
+    *slabs_p = 0;
+    while (status == EGM_OK && egm__hashmap_next(m->slabs, &iter, NULL, NULL, &value)) {
+        const mslab_t *s = value;
+        if (s->until_ms <= now_ms)
+            continue; /* expired: nothing can have been committed in it since */
+        uint64_t seq = s->seen.prefix + 1;
+        int end = 0;
+        for (uint32_t x = 0; x < s->n && !end && status == EGM_OK; x++) {
+            egm_segment_desc_t desc;
+            if (egm__segment_table_find(segments, s->segment[x]) == NULL ||
+                !segment_desc(m, s->segment[x], &desc))
+                continue;
+            status = read_log(m, s, segments, reader, &desc, s->base[x], seq, buf, f, &seq, &end);
+        }
+        if (!end)
+            egm_warn("standby: slab %llu: its log could not be read past entry %llu from any "
+                     "extent: objects committed in it after that may be lost",
+                     (unsigned long long)s->id, (unsigned long long)seq);
+        (*slabs_p)++;
+    }
+    egm_free(buf);
+    return status;
+}
+
 egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                                  egm_segment_table_t *segments, egm_object_index_t *objects,
-                                 uint64_t now_ms, size_t *objects_p, size_t *skipped_p)
+                                 const egm_pool_reader_t *reader, uint64_t now_ms,
+                                 size_t *objects_p, size_t *skipped_p, size_t *recovered_p)
 {
-    *objects_p = *skipped_p = 0;
+    *objects_p = *skipped_p = *recovered_p = 0;
+    found_t found = {0};
     pthread_mutex_lock(&m->lock);
     mount_segments(m, liveness, now_ms);
-    size_t n = egm__hashmap_size(m->objects), k = 0, iter = 0;
-    egm_adopt_object_t *objs = egm_calloc(n ? n : 1, sizeof(*objs), "master.mirror_install");
+    size_t n = egm__hashmap_size(m->objects), k = 0, iter = 0, slabs = 0;
     egm_adopt_range_t *ranges =
         egm_calloc(m->n_ranges ? m->n_ranges : 1, sizeof(*ranges), "master.mirror_install");
-    egm_status_t status = EGM_OK;
-    if (objs == NULL || ranges == NULL) {
-        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory taking over %zu objects", n);
+    egm_adopt_object_t *objs = NULL;
+    egm_status_t status = egm__hashmap_create(&found.keys);
+    if (status == EGM_OK && reader != NULL && reader->fn != NULL)
+        status = read_logs(m, segments, reader, now_ms, &found, &slabs);
+    if (status == EGM_OK)
+        objs = egm_calloc(n + found.n ? n + found.n : 1, sizeof(*objs), "master.mirror_install");
+    if (status != EGM_OK || objs == NULL || ranges == NULL) {
+        status = status != EGM_OK ? status
+                                  : egm__set_error(EGM_ERR_NO_MEMORY,
+                                                   "out of memory taking over %zu objects", n);
         goto out;
     }
     void *value;
@@ -281,6 +520,13 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
             a->offset[i] = op.replica_offset[i];
         }
     }
+    if (found.n > 0) {
+        memcpy(objs + k, found.v, found.n * sizeof(*objs));
+        k += found.n;
+        egm_info("standby: %zu objects committed without this standby's confirmation found in "
+                 "the logs of %zu slabs",
+                 found.n, slabs);
+    }
     size_t n_ranges = 0;
     for (size_t i = 0; i < m->n_ranges; i++)
         if (m->ranges[i].until_ms > now_ms)
@@ -290,7 +536,9 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                 .length = m->ranges[i].length,
                 .until_ms = m->ranges[i].until_ms};
     status = egm__objects_adopt(objects, objs, k, ranges, n_ranges, now_ms, objects_p, skipped_p);
+    *recovered_p = found.n;
 out:
+    found_free(&found);
     egm_free(objs);
     egm_free(ranges);
     clear(m);

@@ -3,6 +3,12 @@
  * the objects by key, the ranges in use with their end), and taken over when
  * this master is elected (egm__mirror_install). docs/ha.md "State handover".
  *
+ * It also keeps the slabs granted to writers (their extents and the seqs of
+ * their commit logs the leader confirmed it knows: common/slab_log.h), so
+ * that taking over reads each open slab's log past them and adopts the
+ * objects the leader committed without waiting for this standby
+ * (docs/ha.md "Commits the pool describes").
+ *
  * Batches arrive in the order the leader sent them, each naming the leader's
  * epoch and its place in the leader's journal [from, to): a batch of an older
  * epoch, or one that does not follow the last one applied, is refused (the
@@ -17,6 +23,7 @@
 #include "master/liveness.h"
 #include "master/object_index.h"
 #include "master/segment_table.h"
+#include "rpc/pool_reader.h"
 
 typedef struct egm_mirror egm_mirror_t;
 
@@ -38,6 +45,7 @@ typedef struct {
     uint64_t segments;
     uint64_t objects;
     uint64_t ranges;
+    uint64_t slabs;
     uint64_t batches_total;
     uint64_t last_batch_ms; /* now_ms of the last batch applied; 0: none */
 } egm_mirror_stats_t;
@@ -46,12 +54,18 @@ void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p);
 
 /* Takes the mirror over (this master was elected; the caller holds the
  * master's lock exclusive and serves nothing yet): mounts its segments
- * through liveness (registering their owners as of now_ms), then adopts its
- * objects and the ranges still in use into objects (egm__objects_adopt).
- * The mirror is emptied. *objects_p, *skipped_p: objects adopted, and
- * replicas or objects that could not be. */
+ * through liveness (registering their owners as of now_ms), reads the log
+ * of every slab whose lease has not ended through reader (from one extent
+ * whose segment is mounted and reads; the next one if a read fails) past
+ * the seqs it knows, up to the first entry that does not decode, and adopts
+ * its objects, the ranges still in use and the objects those logs describe
+ * whose key it does not hold into objects (egm__objects_adopt). The mirror
+ * is emptied. *objects_p, *skipped_p: objects adopted, and replicas or
+ * objects that could not be; *recovered_p: of the adopted, those found in
+ * slab logs. */
 egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                                  egm_segment_table_t *segments, egm_object_index_t *objects,
-                                 uint64_t now_ms, size_t *objects_p, size_t *skipped_p);
+                                 const egm_pool_reader_t *reader, uint64_t now_ms,
+                                 size_t *objects_p, size_t *skipped_p, size_t *recovered_p);
 
 #endif

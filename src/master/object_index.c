@@ -1238,6 +1238,10 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
     for (uint32_t i = 0; i < probe->n_replicas; i++)
         egm__journal_reserve(index->journal, extents[i].segment->desc.id, extents[i].base,
                              probe->size, lease_ms);
+    egm_slab_t *slab;
+    if (index->journal != NULL &&
+        egm__slabs_find(index->slabs, view_p->id, client, now_ms, &slab) == EGM_OK)
+        egm__journal_slab(index->journal, slab, lease_ms);
     view_p->size = probe->size;
     view_p->lease_ms = lease_ms;
     view_p->n_extents = probe->n_replicas;
@@ -1302,6 +1306,22 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
     }
     egm_free(probe);
     return status;
+}
+
+void egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
+                            const uint64_t *ids, const uint64_t *seqs)
+{
+    space_lock(index);
+    for (size_t i = 0; i < n; i++) {
+        egm_slab_t *slab;
+        if (seqs[i] == 0 || egm__slabs_find(index->slabs, ids[i], client, 0, &slab) != EGM_OK)
+            continue; /* no entry, or a slab gone: its log is not read */
+        if (egm__seq_set_add(&slab->seen, seqs[i]) != EGM_OK)
+            egm_log_ratelimited(EGM_LOG_WARN, 1, "slab %llu: %s", (unsigned long long)ids[i],
+                                egm_last_error());
+        egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
+    }
+    space_unlock(index);
 }
 
 egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client, uint64_t id,
@@ -2856,6 +2876,7 @@ egm_status_t egm__objects_check(egm_object_index_t *index)
 void egm__objects_set_journal(egm_object_index_t *index, egm_journal_t *journal)
 {
     index->journal = journal;
+    egm__slabs_set_journal(index->slabs, journal);
 }
 
 static uint64_t left_ms(uint64_t until_ms, uint64_t now_ms)
@@ -2878,6 +2899,7 @@ static void snapshot_slab(void *arg, const egm_slab_t *slab)
             egm__jenc_reserve(sn->b, e->segment->desc.id, e->base + slab->pieces[k].off,
                               slab->pieces[k].len, left);
     }
+    egm__jenc_slab(sn->b, slab, left);
 }
 
 void egm__objects_snapshot(egm_object_index_t *index, egm_jbuf_t *b, uint64_t now_ms)

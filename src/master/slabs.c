@@ -6,11 +6,18 @@
 #include "common/hashmap.h"
 #include "common/id.h"
 #include "common/log.h"
+#include "master/journal.h"
 
 struct egm_slab_table {
     egm_hashmap_t *by_id; /* uint64_t id -> egm_slab_t */
     uint64_t next_id;
+    struct egm_journal *journal; /* NULL: no HA */
 };
+
+void egm__slabs_set_journal(egm_slab_table_t *t, struct egm_journal *journal)
+{
+    t->journal = journal;
+}
 
 egm_status_t egm__slabs_create(egm_slab_table_t **table_p)
 {
@@ -33,6 +40,7 @@ egm_status_t egm__slabs_create(egm_slab_table_t **table_p)
 
 static void slab_free(egm_slab_t *slab)
 {
+    egm__seq_set_free(&slab->seen);
     egm_free(slab->pieces);
     egm_free(slab);
 }
@@ -189,6 +197,7 @@ uint64_t egm__slabs_release(egm_slab_table_t *t, egm_slab_t *slab)
                 egm_error("slab %llu: %s", (unsigned long long)slab->id, egm_last_error());
         }
     }
+    egm__journal_slab_gone(t->journal, slab->id);
     egm__hashmap_remove(t->by_id, &slab->id, sizeof(slab->id));
     slab_free(slab);
     return freed;

@@ -28,6 +28,7 @@
 #include <egmstore/status.h>
 #include "common/id.h"
 #include "master/segment_table.h"
+#include "master/seq_set.h"
 
 #define EGM_SLAB_EXTENTS_MAX 16 /* = EGM_MASTER_REPLICA_MAX */
 /* Unclaimed pieces one slab may be cut into: claims in the writer's order
@@ -46,7 +47,7 @@ typedef struct {
     uint64_t len;
 } egm_slab_piece_t;
 
-typedef struct {
+typedef struct egm_slab {
     uint64_t id; /* never 0, never reused by this master, random from its start */
     egm_id_t owner;
     uint64_t size;      /* of each extent, a multiple of EGM_ALLOCATOR_ALIGN */
@@ -58,11 +59,15 @@ typedef struct {
     size_t n_pieces;
     size_t cap_pieces;
     uint64_t unclaimed; /* their bytes */
+    egm_seq_set_t seen; /* its commit log's entries committed or refused (common/slab_log.h) */
 } egm_slab_t;
 
 typedef struct egm_slab_table egm_slab_table_t;
 
 egm_status_t egm__slabs_create(egm_slab_table_t **table_p);
+struct egm_journal;
+/* A slab released (returned, expired) is journaled SLAB_GONE there (NULL: none). */
+void egm__slabs_set_journal(egm_slab_table_t *table, struct egm_journal *journal);
 /* Frees the records only (the allocators go with their segments). */
 void egm__slabs_destroy(egm_slab_table_t *table);
 

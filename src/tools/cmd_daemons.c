@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/sock.h"
 #include "master/master.h"
+#include "repair/pool_reader.h"
 #include "repair/worker.h"
 #include "tools/cli.h"
 
@@ -62,6 +63,18 @@ int egm__cmd_master(egm_cli_t *cli)
         return EGM_EXIT_FAIL;
     }
     stopper.master = master;
+    /* enable_ha: a new leader reads its predecessor's slab logs in the pool. */
+    egm_pool_reads_t *reads = NULL;
+    if (egm__config_settings(cli->config)->enable_ha) {
+        egm_pool_reader_t reader;
+        status = egm__pool_reads_create(cli->config, &reads, &reader);
+        if (status != EGM_OK) {
+            egm__cli_error("master", status);
+            egm__master_destroy(master);
+            return EGM_EXIT_FAIL;
+        }
+        egm__master_set_pool_reader(master, &reader);
+    }
 
     /* The ready line stays last-word-is-the-address (scripts split it); the
      * admin HTTP line follows it. */
@@ -85,6 +98,7 @@ int egm__cmd_master(egm_cli_t *cli)
         if (status != EGM_OK) {
             egm__cli_error("master", status);
             egm__master_destroy(master);
+            egm__pool_reads_destroy(reads);
             return EGM_EXIT_FAIL;
         }
     } else {
@@ -94,6 +108,7 @@ int egm__cmd_master(egm_cli_t *cli)
     if (rc != 0) {
         egm__repair_worker_stop(stopper.repair);
         egm__master_destroy(master);
+        egm__pool_reads_destroy(reads);
         fprintf(stderr, "egmstore: error: master: starting the signal thread: %s\n", strerror(rc));
         return EGM_EXIT_FAIL;
     }
@@ -106,6 +121,7 @@ int egm__cmd_master(egm_cli_t *cli)
     egm__repair_worker_stop(stopper.repair); /* NULL when the signal thread stopped it */
     int deposed = egm__master_deposed(master);
     egm__master_destroy(master);
+    egm__pool_reads_destroy(reads);
     if (status != EGM_OK) {
         egm__cli_error("master", status);
         return EGM_EXIT_FAIL;

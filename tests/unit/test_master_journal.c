@@ -1,6 +1,7 @@
 /* The leader's journal (master/journal.h), without sockets: every op kind
  * round-trips through its encoder and egm__jdec_next (a real packed
- * SegmentDesc, an object with pins and with fewer live replicas than placed);
+ * SegmentDesc, an object with pins and with fewer live replicas than placed;
+ * a slab with its seen seqs, one more seen, its end);
  * decoding refuses every truncation of a valid buffer, unknown kinds, keys of
  * 0 or more than 4096 bytes, more than 16 replicas, fewer placed than live
  * and size 0, reading nothing past the buffer (each input is an exact-size
@@ -32,6 +33,7 @@
 #include "common/wire.h"
 #include "master/journal.h"
 #include "master/master_int.h"
+#include "master/slabs.h"
 
 static uint64_t live_at_start;
 
@@ -230,6 +232,74 @@ static void test_round_trip(void **state)
     state_down();
 }
 
+/* A slab (an extent whose segment is gone left out), its seen seqs, one
+ * more seen, and its end: encoded and decoded back. */
+static void test_slab_round_trip(void **state)
+{
+    (void)state;
+    state_up();
+    egm_slab_t slab = {.id = 0xabcdef0123456789ull,
+                       .owner = owners[1],
+                       .size = 1 << 16,
+                       .n_extents = 3,
+                       .extents = {{.segment = segs[0], .base = 8192},
+                                   {.segment = NULL, .base = 4096},
+                                   {.segment = segs[1], .base = 0}}};
+    for (uint64_t q = 1; q <= 5; q++)
+        assert_int_equal(egm__seq_set_add(&slab.seen, q), EGM_OK);
+    assert_int_equal(egm__seq_set_add(&slab.seen, 9), EGM_OK);
+    assert_int_equal(egm__seq_set_add(&slab.seen, 7), EGM_OK);
+    egm_jbuf_t b = {0};
+    egm__jenc_slab(&b, &slab, 30000);
+    egm__jenc_slab_seen(&b, slab.id, 6);
+    egm__jenc_slab_gone(&b, slab.id);
+    assert_false(b.failed);
+
+    size_t pos = 0;
+    egm_jop_t op;
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SLAB);
+    assert_true(op.slab_id == slab.id);
+    assert_id_equal(op.writer, owners[1]);
+    assert_int_equal(op.size, 1 << 16);
+    assert_int_equal(op.for_ms, 30000);
+    assert_int_equal(op.n_replicas, 2); /* the extent without a segment is left out */
+    assert_id_equal(op.replica_segment[0], segs[0]->desc.id);
+    assert_int_equal(op.replica_offset[0], 8192);
+    assert_id_equal(op.replica_segment[1], segs[1]->desc.id);
+    assert_int_equal(op.replica_offset[1], 0);
+    assert_int_equal(op.prefix, 5);
+    assert_int_equal(op.n_extra, 2);
+    assert_int_equal(egm__wire_get_u64(op.extra), 7);
+    assert_int_equal(egm__wire_get_u64(op.extra + 8), 9);
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SLAB_SEEN);
+    assert_true(op.slab_id == slab.id);
+    assert_int_equal(op.seq, 6);
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SLAB_GONE);
+    assert_true(op.slab_id == slab.id);
+    assert_int_equal(pos, b.len);
+    /* Every cut of the three is refused, reading nothing past it. */
+    size_t ends[] = {0, 0, 0};
+    pos = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+        ends[i] = pos;
+    }
+    for (size_t cut = 1; cut < b.len; cut++) {
+        size_t start = cut <= ends[0] ? 0 : cut <= ends[1] ? ends[0] : ends[1];
+        if (cut == ends[0] || cut == ends[1])
+            continue;
+        pos = start;
+        assert_int_equal(dec_copy(b.buf, cut, &pos, &op), EGM_ERR_INVALID_ARG);
+        assert_int_equal(pos, start);
+    }
+    egm__jbuf_free(&b);
+    egm__seq_set_free(&slab.seen);
+    state_down();
+}
+
 /* ---- refusals ---------------------------------------------------------------- */
 
 typedef struct {
@@ -338,7 +408,7 @@ static void test_refusals(void **state)
     (void)state;
     raw_t r;
     /* Unknown kinds. */
-    static const uint8_t kinds[] = {0, 6, 7, 0x80, 0xff};
+    static const uint8_t kinds[] = {0, 9, 10, 0x80, 0xff};
     for (size_t i = 0; i < sizeof(kinds); i++) {
         r.len = 0;
         raw_u8(&r, kinds[i]);
@@ -890,6 +960,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slab_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_follower, setup, teardown),

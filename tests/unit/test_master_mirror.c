@@ -11,7 +11,11 @@
  * ranges) until those ranges' time is up and then hand it out again, and
  * refuse a plain remove of an adopted object (adoption grants a lease). The
  * mirror refuses batches of an older epoch, out of order, or corrupted; and
- * egm__objects_adopt skips (and counts) replicas that overlap. Time is an
+ * egm__objects_adopt skips (and counts) replicas that overlap. Taking over
+ * reads open slabs' logs through a reader past the seqs the mirror knows,
+ * up to the first entry that does not decode, from another extent when one
+ * fails, and adopts the objects they describe whose key it does not hold
+ * (test_slab_logs_read). Time is an
  * argument, so nothing sleeps. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,10 +27,12 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "common/slab_log.h"
 #include "master/journal.h"
 #include "master/master_int.h"
 #include "master/mirror.h"
 #include "master/repair.h"
+#include "master/slabs.h"
 
 #define LEASE 10000u   /* lease_ttl_ms */
 #define PENDING 30000u /* pending_timeout_ms: pending puts and slabs */
@@ -357,10 +363,11 @@ static void test_handover(void **state)
 
     /* Elected at t=3000. */
     uint64_t t = 3000;
-    size_t adopted, skipped;
-    assert_int_equal(egm__mirror_install(m, fresh.liveness, fresh.segments, fresh.objects, t,
-                                         &adopted, &skipped),
+    size_t adopted, skipped, recovered;
+    assert_int_equal(egm__mirror_install(m, fresh.liveness, fresh.segments, fresh.objects, NULL, t,
+                                         &adopted, &skipped, &recovered),
                      EGM_OK);
+    assert_int_equal(recovered, 0);
     assert_int_equal(skipped, 0);
     egm__mirror_stats(m, &ms);
     assert_int_equal(ms.objects, 0); /* emptied */
@@ -630,10 +637,168 @@ static void test_adopt_misaligned(void **state)
     assert_int_equal(used(s), 0);
 }
 
+/* ---- slab logs read at takeover ---------------------------------------------- */
+
+/* The pool as a fake reader sees it: two segments' bytes; reads of segment
+ * `failing` fail. */
+#define POOL_SEG (64u << 10)
+static struct {
+    egm_id_t ids[2];
+    uint8_t mem[2][POOL_SEG];
+    int failing; /* -1: none */
+    int reads;
+} pool;
+
+static egm_status_t pool_read(void *arg, const egm_segment_desc_t *segment, uint64_t offset,
+                              void *buf, size_t len)
+{
+    (void)arg;
+    pool.reads++;
+    for (int i = 0; i < 2; i++)
+        if (egm__id_equal(segment->id, pool.ids[i])) {
+            if (i == pool.failing || offset > POOL_SEG || len > POOL_SEG - offset)
+                return egm__set_error(EGM_ERR_IO, "fake pool: read refused");
+            memcpy(buf, pool.mem[i] + offset, len);
+            return EGM_OK;
+        }
+    return egm__set_error(EGM_ERR_NOT_FOUND, "fake pool: no such segment");
+}
+
+#define SLAB_BASE (32u << 10) /* the slab's extent in each segment */
+#define SLAB_SIZE (16u << 10)
+
+/* Entry seq of the slab, written into both extents. */
+static void log_entry(uint64_t id, uint64_t seq, const char *key, uint64_t offset, uint64_t size)
+{
+    egm_slab_log_entry_t e = {.slab_id = id,
+                              .seq = seq,
+                              .offset = offset,
+                              .size = size,
+                              .soft_pin = 1,
+                              .key = key,
+                              .key_len = strlen(key)};
+    uint64_t at = egm__slab_log_at(SLAB_SIZE, seq);
+    assert_true(at > 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(egm__slab_log_encode(&e, pool.mem[i] + SLAB_BASE + at), EGM_OK);
+}
+
+/* A mirror holding two segments, an object "held" and a slab over both
+ * segments whose entries 1-2 and 4 are known; its log in the pool: entries
+ * 1-2 (known), 3 (new: k3), 4 (known), 5 (of a key the mirror holds), 6 (k3
+ * again), 7 (its object past its own entry), 8 (new: k8), 9 torn, 10 (new,
+ * past the torn one: never read). Taking over adopts k3 and k8 where the
+ * log says, with the slab's writer and the entry's pin; with the first
+ * extent's reads failing, the same from the second. */
+static void slab_logs_case(int failing)
+{
+    egm_master_state_t src, dst;
+    state_init(&src);
+    state_init(&dst);
+    egm_segment_t *s0 = mount(&src, owners[0], "P0/0", POOL_SEG);
+    egm_segment_t *s1 = mount(&src, owners[1], "P1/0", POOL_SEG);
+    memset(&pool, 0, sizeof(pool));
+    pool.ids[0] = s0->desc.id;
+    pool.ids[1] = s1->desc.id;
+    pool.failing = failing;
+    egm_object_view_t v;
+    assert_int_equal(egm__objects_put_start(src.objects, writer, "held", 4, 100, 1, 0, &v), EGM_OK);
+    assert_int_equal(egm__objects_put_end(src.objects, writer, "held", 4, 0), EGM_OK);
+    assert_true(v.replicas[0].offset + 100 <= SLAB_BASE);
+    egm_id_t slab_owner = egm__id_random();
+    egm_slab_t slab = {
+        .id = 0x5eed,
+        .owner = slab_owner,
+        .size = SLAB_SIZE,
+        .n_extents = 2,
+        .extents = {{.segment = s0, .base = SLAB_BASE}, {.segment = s1, .base = SLAB_BASE}}};
+    assert_int_equal(egm__seq_set_add(&slab.seen, 1), EGM_OK);
+    assert_int_equal(egm__seq_set_add(&slab.seen, 2), EGM_OK);
+    egm_jbuf_t b = {0};
+    egm__jenc_segment(&b, s0);
+    egm__jenc_segment(&b, s1);
+    egm__jenc_object(&b, egm__objects_find(src.objects, "held", 4));
+    egm__jenc_reserve(&b, s0->desc.id, SLAB_BASE, SLAB_SIZE, 30000);
+    egm__jenc_reserve(&b, s1->desc.id, SLAB_BASE, SLAB_SIZE, 30000);
+    egm__jenc_slab(&b, &slab, 30000);
+    egm__jenc_slab_seen(&b, slab.id, 4);
+    egm__jenc_slab_seen(&b, 0x0bad, 5); /* another slab, unknown: nothing */
+    assert_false(b.failed);
+    egm_mirror_t *m;
+    assert_int_equal(egm__mirror_create(&m), EGM_OK);
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 1, 0, b.len, b.buf, b.len, 1000), EGM_OK);
+    egm_mirror_stats_t ms;
+    egm__mirror_stats(m, &ms);
+    assert_int_equal(ms.slabs, 1);
+
+    log_entry(slab.id, 1, "k1", 0, 100);
+    log_entry(slab.id, 2, "k2", 128, 100);
+    log_entry(slab.id, 3, "k3", 256, 300);
+    log_entry(slab.id, 4, "k4", 640, 100);
+    log_entry(slab.id, 5, "held", 768, 100);
+    log_entry(slab.id, 6, "k3", 896, 100);
+    log_entry(slab.id, 7, "k7", egm__slab_log_at(SLAB_SIZE, 7) - 64, 100);
+    log_entry(slab.id, 8, "k8", 1024, 4000);
+    log_entry(slab.id, 9, "k9", 8192, 100);
+    pool.mem[0][SLAB_BASE + egm__slab_log_at(SLAB_SIZE, 9) + 30] ^= 1; /* torn */
+    pool.mem[1][SLAB_BASE + egm__slab_log_at(SLAB_SIZE, 9) + 30] ^= 1;
+    log_entry(slab.id, 10, "k10", 9000 / 64 * 64, 100);
+
+    egm_pool_reader_t reader = {.fn = pool_read};
+    size_t adopted = 0, skipped = 0, recovered = 0;
+    assert_int_equal(egm__mirror_install(m, dst.liveness, dst.segments, dst.objects, &reader, 2000,
+                                         &adopted, &skipped, &recovered),
+                     EGM_OK);
+    assert_int_equal(recovered, 2);
+    assert_int_equal(adopted, 3); /* held, k3, k8 */
+    assert_int_equal(skipped, 0);
+    check(&dst);
+    static const char *const absent[] = {"k1", "k2", "k4", "k7", "k9", "k10"};
+    for (size_t i = 0; i < sizeof(absent) / sizeof(*absent); i++)
+        if (egm__objects_stat(dst.objects, absent[i], strlen(absent[i]), &v) != EGM_ERR_NOT_FOUND)
+            fail_msg("%s adopted from the log", absent[i]);
+    assert_int_equal(egm__objects_stat(dst.objects, "held", 4, &v), EGM_OK);
+    assert_int_not_equal(v.replicas[0].offset, SLAB_BASE + 768); /* the mirror's, not the log's */
+    const struct {
+        const char *key;
+        uint64_t offset, size;
+    } want[] = {{"k3", 256, 300}, {"k8", 1024, 4000}};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(egm__objects_stat(dst.objects, want[i].key, 2, &v), EGM_OK);
+        assert_int_equal(v.state, EGM_OBJECT_COMPLETE);
+        assert_int_equal(v.size, want[i].size);
+        assert_true(egm__id_equal(v.writer, slab_owner));
+        assert_int_equal(v.soft_pin, 1);
+        assert_int_equal(v.n_replicas, 2);
+        for (uint32_t r = 0; r < 2; r++)
+            assert_int_equal(v.replicas[r].offset, SLAB_BASE + want[i].offset);
+    }
+    assert_true(pool.reads >= 1);
+    egm__mirror_destroy(m);
+    egm__jbuf_free(&b);
+    egm__seq_set_free(&slab.seen);
+    egm__master_state_cleanup(&src);
+    egm__master_state_cleanup(&dst);
+}
+
+static void test_slab_logs_read(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    egm__log_set_level(EGM_LOG_ERROR);
+    writer = egm__id_random();
+    owners[0] = egm__id_random();
+    owners[1] = egm__id_random();
+    slab_logs_case(-1);
+    slab_logs_case(0); /* the first extent's provider does not answer */
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_handover, setup, teardown),
+        cmocka_unit_test(test_slab_logs_read),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt_overlaps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adopt_misaligned, setup, teardown),

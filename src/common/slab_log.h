@@ -1,0 +1,53 @@
+/* A slab's commit log (docs/ha.md "Commits the pool describes"): a writer
+ * that places objects in a slab (client-side allocation) writes, before the
+ * Commit that publishes them, one entry per object into the slab itself,
+ * after the object's bytes: the key, where the object lies and how long it
+ * is. A new master leader reads the entries its standby's copy had not
+ * confirmed and takes those objects over, so a Commit need not wait for the
+ * standby: the pool describes what was committed in it.
+ *
+ * Layout: entry `seq` (1, 2, ... in the order the writer gave them out, with
+ * no gap) lies EGM_SLAB_LOG_ENTRY * seq bytes before the end of each of the
+ * slab's extents, the same place in every replica; objects fill the extent
+ * from its start. An entry is EGM_SLAB_LOG_ENTRY bytes, little-endian:
+ *   u32 magic "EGML", u32 length of what follows the check (40 + key_len),
+ *   u64 check (egm__hashmap_hash of the bytes after it, up to the length),
+ *   u64 slab id, u64 seq, u64 offset of the object in the extent,
+ *   u64 size, u8 flags (bit 0 soft pin, bit 1 hard pin), u8 0, u16 key_len,
+ *   key.
+ * An entry that is torn, of another slab, or at another place than its seq
+ * says does not decode. Pure functions; thread-safe. */
+#ifndef EGM_COMMON_SLAB_LOG_H
+#define EGM_COMMON_SLAB_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <egmstore/status.h>
+
+#define EGM_SLAB_LOG_ENTRY 256
+#define EGM_SLAB_LOG_HEADER 56
+/* Longest key an entry holds; a longer one's Commit waits for the standby. */
+#define EGM_SLAB_LOG_KEY_MAX (EGM_SLAB_LOG_ENTRY - EGM_SLAB_LOG_HEADER)
+
+typedef struct {
+    uint64_t slab_id;
+    uint64_t seq;
+    uint64_t offset; /* in the extent */
+    uint64_t size;
+    uint8_t soft_pin, hard_pin;
+    const char *key; /* into the decoded bytes (encode: the caller's) */
+    size_t key_len;
+} egm_slab_log_entry_t;
+
+/* Where entry seq starts in an extent of extent_size bytes; 0 when it does
+ * not fit (seq 0, or past the extent's start). */
+uint64_t egm__slab_log_at(uint64_t extent_size, uint64_t seq);
+/* Writes e into out[0..EGM_SLAB_LOG_ENTRY). EGM_ERR_INVALID_ARG for a key of
+ * 0 or more than EGM_SLAB_LOG_KEY_MAX bytes, seq 0 or size 0. */
+egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out);
+/* Decodes the entry of slab slab_id at seq from in[0..EGM_SLAB_LOG_ENTRY):
+ * 1 when it is one (e filled, its key pointing into in), 0 otherwise. */
+int egm__slab_log_decode(const uint8_t *in, uint64_t slab_id, uint64_t seq,
+                         egm_slab_log_entry_t *e);
+
+#endif
