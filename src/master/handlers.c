@@ -494,10 +494,13 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
     if (status == EGM_OK && req->n_log_seqs > 0) {
         /* Known from now on, committed or refused: a new leader reads the
          * slab's log past them (docs/ha.md "Commits the pool describes"). */
-        egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, req->log_seqs);
+        int known =
+            egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, req->log_seqs);
         /* A slab named degraded lost an extent: what its log says of that
-         * extent is not what was committed (the standbys confirm it). */
-        call->described = extra.n_degraded_slabs == 0;
+         * extent is not what was committed (the standbys confirm it). A
+         * slab's first entry is confirmed too: a new leader reads only the
+         * logs its standby knows are kept. */
+        call->described = known && extra.n_degraded_slabs == 0;
         for (size_t i = 0; i < req->n_keys && call->described; i++)
             call->described = req->log_seqs[i] != 0 && oc.out[i].status == EGM_OK;
     }
@@ -982,6 +985,13 @@ static int wait_for_standbys(egm_master_state_t *st, uint16_t type, int failed, 
     return 0;
 }
 
+/* Wakes the standbys' senders for what this thread journaled, once its
+ * replies are out: the wake-up is not on the reply's path. */
+static void push_journal(void *journal)
+{
+    egm__journal_push(journal);
+}
+
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply)
 {
@@ -999,7 +1009,7 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
     else
         status = dispatch(st, type, payload, len, reply, &failed, &described);
     if (described) /* a new leader finds it in the pool: the standbys get it meanwhile */
-        egm__journal_push(st->journal);
+        egm__rpc_server_after_reply(push_journal, st->journal);
     else if (st->journal != NULL &&
              wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
         return EGM_OK;

@@ -443,6 +443,16 @@ static egm_status_t read_log(egm_mirror_t *m, const mslab_t *s, egm_segment_tabl
     return EGM_OK;
 }
 
+#define LOG_FAILED_MAX 64
+
+static int owner_in(const egm_id_t *ids, size_t n, egm_id_t owner)
+{
+    for (size_t i = 0; i < n; i++)
+        if (egm__id_equal(ids[i], owner))
+            return 1;
+    return 0;
+}
+
 /* Every open slab's log past what is known, into f. */
 static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
                               const egm_pool_reader_t *reader, uint64_t now_ms, found_t *f,
@@ -452,21 +462,26 @@ static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
     if (buf == NULL)
         return no_memory();
     egm_status_t status = EGM_OK;
-    size_t iter = 0;
+    size_t iter = 0, n_failed = 0;
     void *value;
+    /* Providers a read failed on (gone, or cut off): not asked again, so
+     * that one that does not answer costs the takeover one timeout. */
+    egm_id_t failed[LOG_FAILED_MAX];
     *slabs_p = 0;
     while (status == EGM_OK && egm__hashmap_next(m->slabs, &iter, NULL, NULL, &value)) {
         const mslab_t *s = value;
-        if (s->until_ms <= now_ms)
-            continue; /* expired: nothing can have been committed in it since */
+        if (s->until_ms <= now_ms || (s->seen.prefix == 0 && s->seen.n == 0))
+            continue; /* expired, or no log kept: nothing committed without this standby */
         uint64_t seq = s->seen.prefix + 1;
         int end = 0;
         for (uint32_t x = 0; x < s->n && !end && status == EGM_OK; x++) {
             egm_segment_desc_t desc;
             if (egm__segment_table_find(segments, s->segment[x]) == NULL ||
-                !segment_desc(m, s->segment[x], &desc))
+                !segment_desc(m, s->segment[x], &desc) || owner_in(failed, n_failed, desc.owner))
                 continue;
             status = read_log(m, s, segments, reader, &desc, s->base[x], seq, buf, f, &seq, &end);
+            if (status == EGM_OK && !end && n_failed < LOG_FAILED_MAX)
+                failed[n_failed++] = desc.owner;
         }
         if (!end)
             egm_warn("standby: slab %llu: its log could not be read past entry %llu from any "

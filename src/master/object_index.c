@@ -1308,20 +1308,26 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
     return status;
 }
 
-void egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
-                            const uint64_t *ids, const uint64_t *seqs)
+int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
+                           const uint64_t *ids, const uint64_t *seqs)
 {
+    int known = 1;
     space_lock(index);
     for (size_t i = 0; i < n; i++) {
         egm_slab_t *slab;
-        if (seqs[i] == 0 || egm__slabs_find(index->slabs, ids[i], client, 0, &slab) != EGM_OK)
-            continue; /* no entry, or a slab gone: its log is not read */
+        if (seqs[i] == 0 || egm__slabs_find(index->slabs, ids[i], client, 0, &slab) != EGM_OK) {
+            known = 0; /* no entry, or a slab gone: its log is not read */
+            continue;
+        }
+        if (slab->seen.prefix == 0 && slab->seen.n == 0)
+            known = 0; /* its first entry: a standby learns that the log is kept */
         if (egm__seq_set_add(&slab->seen, seqs[i]) != EGM_OK)
             egm_log_ratelimited(EGM_LOG_WARN, 1, "slab %llu: %s", (unsigned long long)ids[i],
                                 egm_last_error());
         egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
     }
     space_unlock(index);
+    return known;
 }
 
 egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client, uint64_t id,

@@ -8,6 +8,9 @@
 #include "common/log.h"
 #include "te/te.h"
 
+/* At most this long for a read (io_timeout_ms if shorter). */
+#define POOL_READ_TIMEOUT_MS 1000
+
 struct egm_pool_reads {
     egm_te_t *te;
 };
@@ -38,12 +41,14 @@ egm_status_t egm__pool_reads_create(const egm_config_t *config, egm_pool_reads_t
     if (r == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for the master's pool reads");
     egm_status_t status = egm__config_auth_token(config, token, sizeof(token));
-    egm_te_params_t p = {.client_id = egm__id_random(),
-                         .protocol =
-                             s->protocol == EGM_PROTOCOL_NVLINK ? EGM_PROTOCOL_AUTO : s->protocol,
-                         .io_timeout_ms = (int)s->io_timeout_ms,
-                         .prewarm_off = 1,
-                         .auth_token = token};
+    egm_te_params_t p = {
+        .client_id = egm__id_random(),
+        .protocol = s->protocol == EGM_PROTOCOL_NVLINK ? EGM_PROTOCOL_AUTO : s->protocol,
+        /* a provider cut off holds the takeover this long */
+        .io_timeout_ms =
+            s->io_timeout_ms < POOL_READ_TIMEOUT_MS ? (int)s->io_timeout_ms : POOL_READ_TIMEOUT_MS,
+        .prewarm_off = 1,
+        .auth_token = token};
     if (status == EGM_OK)
         status = egm__te_create(&p, &r->te);
     egm__secure_zero(token, sizeof(token));

@@ -667,8 +667,9 @@ static egm_status_t pool_read(void *arg, const egm_segment_desc_t *segment, uint
 #define SLAB_BASE (32u << 10) /* the slab's extent in each segment */
 #define SLAB_SIZE (16u << 10)
 
-/* Entry seq of the slab, written into both extents. */
-static void log_entry(uint64_t id, uint64_t seq, const char *key, uint64_t offset, uint64_t size)
+/* Entry seq of the slab at base, written into both extents. */
+static void log_entry_at(uint64_t base, uint64_t id, uint64_t seq, const char *key, uint64_t offset,
+                         uint64_t size)
 {
     egm_slab_log_entry_t e = {.slab_id = id,
                               .seq = seq,
@@ -680,7 +681,12 @@ static void log_entry(uint64_t id, uint64_t seq, const char *key, uint64_t offse
     uint64_t at = egm__slab_log_at(SLAB_SIZE, seq);
     assert_true(at > 0);
     for (int i = 0; i < 2; i++)
-        assert_int_equal(egm__slab_log_encode(&e, pool.mem[i] + SLAB_BASE + at), EGM_OK);
+        assert_int_equal(egm__slab_log_encode(&e, pool.mem[i] + base + at), EGM_OK);
+}
+
+static void log_entry(uint64_t id, uint64_t seq, const char *key, uint64_t offset, uint64_t size)
+{
+    log_entry_at(SLAB_BASE, id, seq, key, offset, size);
 }
 
 /* A mirror holding two segments, an object "held" and a slab over both
@@ -722,6 +728,14 @@ static void slab_logs_case(int failing)
     egm__jenc_reserve(&b, s1->desc.id, SLAB_BASE, SLAB_SIZE, 30000);
     egm__jenc_slab(&b, &slab, 30000);
     egm__jenc_slab_seen(&b, slab.id, 4);
+    /* A slab whose log no entry is known of (its writer kept none, or its
+     * first is unconfirmed, which its writer was not answered for): not read. */
+    egm_slab_t unlogged = slab;
+    unlogged.id = 0x5eee;
+    unlogged.seen = (egm_seq_set_t){0};
+    unlogged.extents[0].base = unlogged.extents[1].base = SLAB_BASE - SLAB_SIZE;
+    egm__jenc_slab(&b, &unlogged, 30000);
+    log_entry_at(SLAB_BASE - SLAB_SIZE, unlogged.id, 1, "unlogged", 0, 100);
     egm__jenc_slab_seen(&b, 0x0bad, 5); /* another slab, unknown: nothing */
     assert_false(b.failed);
     egm_mirror_t *m;
@@ -729,7 +743,7 @@ static void slab_logs_case(int failing)
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, 0, b.len, b.buf, b.len, 1000), EGM_OK);
     egm_mirror_stats_t ms;
     egm__mirror_stats(m, &ms);
-    assert_int_equal(ms.slabs, 1);
+    assert_int_equal(ms.slabs, 2);
 
     log_entry(slab.id, 1, "k1", 0, 100);
     log_entry(slab.id, 2, "k2", 128, 100);
@@ -753,7 +767,7 @@ static void slab_logs_case(int failing)
     assert_int_equal(adopted, 3); /* held, k3, k8 */
     assert_int_equal(skipped, 0);
     check(&dst);
-    static const char *const absent[] = {"k1", "k2", "k4", "k7", "k9", "k10"};
+    static const char *const absent[] = {"k1", "k2", "k4", "k7", "k9", "k10", "unlogged"};
     for (size_t i = 0; i < sizeof(absent) / sizeof(*absent); i++)
         if (egm__objects_stat(dst.objects, absent[i], strlen(absent[i]), &v) != EGM_ERR_NOT_FOUND)
             fail_msg("%s adopted from the log", absent[i]);
