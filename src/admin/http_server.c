@@ -34,6 +34,7 @@ typedef struct http_conn {
     int fd;
     int shut; /* the sweeper shut it down */
     atomic_uint_fast64_t since_ms;
+    atomic_int head_started; /* a request line came since the last answer */
 } http_conn_t;
 
 struct egm_http_server {
@@ -95,7 +96,9 @@ static void conn_progress(struct MHD_Connection *conn, uint64_t since_ms)
 static void *request_begin(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
-    (void)conn;
+    http_conn_t *hc = conn_of(conn);
+    if (hc != NULL)
+        atomic_store_explicit(&hc->head_started, 1, memory_order_relaxed);
     const char *q = uri != NULL ? strchr(uri, '?') : NULL;
     q = q != NULL ? q + 1 : "";
     size_t qlen = strlen(q);
@@ -112,6 +115,9 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **req_p,
 {
     (void)cls;
     (void)toe;
+    http_conn_t *hc = conn_of(conn);
+    if (hc != NULL)
+        atomic_store_explicit(&hc->head_started, 0, memory_order_relaxed);
     conn_progress(conn, egm__now_ms());
     egm_free(*req_p);
     *req_p = NULL;
@@ -155,7 +161,8 @@ static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_co
 
 /* Shuts down (both ways) every connection past its head deadline: MHD's
  * thread then reads the end and closes it. Every quarter deadline, at most
- * every second. */
+ * every second. Counted (and said) are those closed mid-head, after their
+ * request line: an idle kept-alive one closes as the idle timeout would. */
 static void *sweep_main(void *arg)
 {
     egm_http_server_t *srv = arg;
@@ -180,14 +187,16 @@ static void *sweep_main(void *arg)
                 continue;
             shutdown(hc->fd, SHUT_RDWR);
             hc->shut = 1;
-            closed++;
+            closed += (unsigned)atomic_load_explicit(&hc->head_started, memory_order_relaxed);
         }
         if (closed > 0) {
             atomic_fetch_add_explicit(&srv->slow_closed, closed, memory_order_relaxed);
+            pthread_mutex_unlock(&srv->conns_lock); /* MHD's callbacks need it */
             egm_log_ratelimited(EGM_LOG_WARN, 10,
-                                "http: closed %u connection(s) that sent no whole request within "
-                                "%llu ms",
+                                "http: closed %u connection(s) whose request head did not come "
+                                "whole within %llu ms",
                                 closed, (unsigned long long)srv->head_deadline_ms);
+            pthread_mutex_lock(&srv->conns_lock);
         }
     }
     pthread_mutex_unlock(&srv->conns_lock);
@@ -485,9 +494,9 @@ egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t 
     if (rc != 0) {
         status = egm__set_error(egm__status_from_errno(rc), "http server: sweeper thread: %s",
                                 strerror(rc));
-        *srv_p = NULL;
         srv->sweeper_running = 0;
-        egm__http_stop(srv);
+        egm__http_stop(srv); /* the handler's thread first: it may read *srv_p */
+        *srv_p = NULL;
         return status;
     }
     srv->sweeper_running = 1;

@@ -64,12 +64,14 @@ typedef struct {
  * the start fails. Errors: EGM_ERR_CONFIG naming http_port/the address and the
  * reason (e.g. port in use), EGM_ERR_NO_MEMORY; EGM_ERR_IO if libmicrohttpd
  * does not start; EGM_ERR_INVALID_ARG for no handler, a token longer than
- * EGM_AUTH_TOKEN_MAX or too many / too long open paths. */
+ * EGM_AUTH_TOKEN_MAX or too many / too long open paths; the status of
+ * pthread_create's error when the deadline's thread does not start. */
 egm_status_t egm__http_start(const egm_http_params_t *params, egm_http_server_t **srv_p);
 /* Requests refused for a missing or wrong token since the start. Thread-safe. */
 uint64_t egm__http_auth_failures(const egm_http_server_t *srv);
-/* Connections closed for sending no whole request head within the deadline
- * since the start. Thread-safe. */
+/* Connections closed after their request line for not completing the head
+ * within the deadline, since the start (idle kept-alive ones closed at the
+ * deadline are not counted). Thread-safe. */
 uint64_t egm__http_slow_closed(const egm_http_server_t *srv);
 uint16_t egm__http_port(const egm_http_server_t *srv);
 /* Stops accepting, finishes or drops connections, joins the thread; NULL is a no-op. */

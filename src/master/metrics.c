@@ -203,8 +203,9 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "path but /health and /metrics needs it)",
          s->http_auth_failures},
         {"egm_master_http_slow_closed_total", EGM_PROM_COUNTER,
-         "admin HTTP connections closed for sending no whole request head within 10 s of "
-         "connecting or of their last answer (a peer trickling bytes cannot hold a slot)",
+         "admin HTTP connections closed after their request line for not completing its head "
+         "within 10 s of connecting or of their last answer (a peer trickling header lines "
+         "cannot hold a slot)",
          s->http_slow_closed},
         {"egm_master_ha_leader", EGM_PROM_GAUGE,
          "1 while this master leads (enable_ha; 1 without HA too), 0 while it stands by",

@@ -3,8 +3,9 @@
  * path 404, bad handler status 500, two requests on one kept-alive connection, growing printf
  * bodies, a busy port and a foreign address answered with EGM_ERR_CONFIG naming them, "::" dual
  * stack, start/stop in a loop without leaking memory or descriptors, the bearer token that
- * guards every path but the open ones, and peers that trickle a request's head cannot keep
- * the server from answering. A real TCP client on plain sockets talks to the server. */
+ * guards every path but the open ones, and peers that trickle a request's head (also after
+ * an answer) cannot keep the server from answering, while a slow reader of a large answer
+ * is not cut off. A real TCP client on plain sockets talks to the server. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -28,6 +29,7 @@
 #include "common/sock.h"
 
 #define BIG_LINES 5000
+#define HUGE_BYTES (64u << 20)
 
 /* What the handler saw last, written on the server thread. */
 static struct {
@@ -57,6 +59,12 @@ static void handler(void *arg, const char *path, const char *query, egm_http_res
         for (int i = 0; i < BIG_LINES; i++)
             if (egm__http_printf(resp, "egm_line{i=\"%d\"} %d\n", i, i * 7) != EGM_OK)
                 return;
+    } else if (strcmp(path, "/huge") == 0) { /* more than the sockets' buffers hold */
+        resp->status = 200;
+        if ((resp->body = egm_malloc(HUGE_BYTES, "test_http")) != NULL) {
+            memset(resp->body, 'h', HUGE_BYTES);
+            resp->len = resp->cap = HUGE_BYTES;
+        }
     } else if (strcmp(path, "/empty") == 0) {
         resp->status = 503; /* status with no body */
     } else if (strcmp(path, "/bad") == 0) {
@@ -505,8 +513,19 @@ static void test_slow_heads_do_not_hold_slots(void **state)
     for (int i = 0; i < SLOW_PEERS; i++) {
         assert_int_equal(egm__sock_tcp_connect("127.0.0.1", port, 5000, &sp.fds[i]), EGM_OK);
         static const char head[] = "GET /x HTTP/1.1\r\nHost: a\r\n";
-        assert_int_equal(egm__sock_write_full(sp.fds[i], head, sizeof(head) - 1), EGM_OK);
+        if (i > 0) /* the first one's head comes below */
+            assert_int_equal(egm__sock_write_full(sp.fds[i], head, sizeof(head) - 1), EGM_OK);
     }
+    /* One of them first gets an answer, then trickles its next head: the
+     * deadline runs again from that answer. */
+    static const char whole[] = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+    int again = sp.fds[0];
+    char answer[512];
+    assert_int_equal(egm__sock_write_full(again, whole, sizeof(whole) - 1), EGM_OK);
+    struct pollfd apfd = {.fd = again, .events = POLLIN};
+    assert_int_equal(poll(&apfd, 1, 30000), 1); /* a guard, not a timing assertion */
+    assert_true(read(again, answer, sizeof(answer)) > 0);
+    assert_int_equal(egm__sock_write_full(again, "GET /x HTTP/1.1\r\n", 17), EGM_OK);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, trickle, &sp), 0);
     /* Answered once the server has closed slow peers (1.5 s and a sweep).
@@ -531,12 +550,54 @@ static void test_slow_heads_do_not_hold_slots(void **state)
     atomic_store(&sp.stop, 1);
     pthread_join(t, NULL);
     assert_true(answered);
+    assert_true(atomic_load(&sp.closed[0])); /* answered once, then trickling */
     assert_true(closed >= EGM_HTTP_MAX_CONNECTIONS);
-    /* The server says it closed them (not its idle timeout). */
-    assert_true(egm__http_slow_closed(srv) >= EGM_HTTP_MAX_CONNECTIONS);
+    /* The server counts those it closed mid-head (without the deadline, none). */
+    assert_true(egm__http_slow_closed(srv) >= EGM_HTTP_MAX_CONNECTIONS / 2);
     assert_true(egm__http_slow_closed(srv) <= SLOW_PEERS);
     for (int i = 0; i < SLOW_PEERS; i++)
         close(sp.fds[i]);
+    egm__http_stop(srv);
+}
+
+/* A reader that takes its time over an answer larger than the sockets hold
+ * is not cut off: the deadline is for the request's head, not its answer. */
+static void test_slow_reader_not_cut(void **state)
+{
+    (void)state;
+    egm_http_params_t params = {
+        .address = "127.0.0.1", .fn = handler, .arg = &seen, .head_deadline_ms = 500};
+    egm_http_server_t *srv = NULL;
+    assert_int_equal(egm__http_start(&params, &srv), EGM_OK);
+    int fd;
+    assert_int_equal(egm__sock_tcp_connect("127.0.0.1", egm__http_port(srv), 5000, &fd), EGM_OK);
+    static const char req[] = "GET /huge HTTP/1.0\r\n\r\n";
+    assert_int_equal(egm__sock_write_full(fd, req, sizeof(req) - 1), EGM_OK);
+    char *buf = egm_malloc(HUGE_BYTES + 4096, "test_http");
+    assert_non_null(buf);
+    size_t len = 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 30000), 1);
+    ssize_t n = read(fd, buf, 1);
+    assert_int_equal(n, 1);
+    len = 1;
+    usleep(2000 * 1000); /* four deadlines, the answer stuck in the socket */
+    for (;;) {
+        assert_int_equal(poll(&pfd, 1, 30000), 1); /* a guard against a hung server */
+        n = read(fd, buf + len, HUGE_BYTES + 4096 - len);
+        assert_true(n >= 0);
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        assert_true(len < HUGE_BYTES + 4096);
+    }
+    close(fd);
+    buf[len < HUGE_BYTES + 4095 ? len : HUGE_BYTES + 4095] = '\0';
+    const char *body = strstr(buf, "\r\n\r\n");
+    assert_non_null(body);
+    assert_int_equal(len - (size_t)(body + 4 - buf), HUGE_BYTES);
+    assert_int_equal(egm__http_slow_closed(srv), 0);
+    egm_free(buf);
     egm__http_stop(srv);
 }
 
@@ -564,6 +625,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_start_stop_loop, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_slow_heads_do_not_hold_slots, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_slow_reader_not_cut, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_bearer_token, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
