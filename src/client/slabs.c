@@ -58,6 +58,15 @@ struct egm_wslabs {
 
 /* An object's room in a slab: its size rounded up as the master's allocator
  * rounds it (0 on overflow). */
+/* Whether an object of r bytes (and, with entry, its log entry) fits in s
+ * below the log entries already set aside. */
+static int fits(const egm_wslab_t *s, uint64_t r, int entry)
+{
+    uint64_t room = s->size - s->used, booked = s->log_booked * EGM_SLAB_LOG_ENTRY;
+    return room >= booked && room - booked >= r &&
+           (!entry || room - booked - r >= EGM_SLAB_LOG_ENTRY);
+}
+
 static uint64_t round_object(uint64_t len)
 {
     if (len > UINT64_MAX - (EGM_OBJECT_ALIGN - 1))
@@ -351,8 +360,8 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         egm_wslab_t *s = w->classes[c].slab;
         uint64_t now = egm__now_ms();
         /* Room for the object and one more log entry below it. */
-        if (s == NULL || (s != granted_here && !usable(s, now)) || s->size - s->used < r ||
-            (s != granted_here && (s->size - s->used - r) / EGM_SLAB_LOG_ENTRY <= s->log_booked)) {
+        if (s == NULL || (s != granted_here && !usable(s, now)) || !fits(s, r, 0) ||
+            (s != granted_here && !fits(s, r, 1))) {
             if (s != NULL)
                 retire(w, s);
             uint64_t need = 0; /* the rest of the call, in one slab if it can be */
@@ -407,7 +416,7 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         refs[i] = (egm_wslab_ref_t){.slab = s, .offset = s->used};
         s->used += r;
         /* A slab granted with room for the object alone keeps no entry. */
-        if ((s->size - s->used) / EGM_SLAB_LOG_ENTRY > s->log_booked) {
+        if (s->size - s->used >= (s->log_booked + 1) * EGM_SLAB_LOG_ENTRY) {
             s->log_booked++;
             refs[i].logged = 1;
         }

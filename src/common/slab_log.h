@@ -14,7 +14,7 @@
  *   u64 check (egm__hashmap_hash of the bytes after it, up to the length),
  *   u64 slab id, u64 seq, u64 offset of the object in the extent,
  *   u64 size, u8 flags (bit 0 soft pin, bit 1 hard pin), u8 0, u16 key_len,
- *   key.
+ *   u32 0, key (at byte 56).
  * An entry that is torn, of another slab, or at another place than its seq
  * says does not decode. Pure functions; thread-safe. */
 #ifndef EGM_COMMON_SLAB_LOG_H

@@ -985,11 +985,11 @@ static int wait_for_standbys(egm_master_state_t *st, uint16_t type, int failed, 
     return 0;
 }
 
-/* Wakes the standbys' senders for what this thread journaled, once its
+/* Wakes the standbys' senders for what was journaled, once this thread's
  * replies are out: the wake-up is not on the reply's path. */
-static void push_journal(void *journal)
+static void wake_standbys(void *journal)
 {
-    egm__journal_push(journal);
+    egm__journal_wake(journal);
 }
 
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
@@ -1008,10 +1008,11 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
                                                      "the leader is in etcd");
     else
         status = dispatch(st, type, payload, len, reply, &failed, &described);
-    if (described) /* a new leader finds it in the pool: the standbys get it meanwhile */
-        egm__rpc_server_after_reply(push_journal, st->journal);
-    else if (st->journal != NULL &&
-             wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
+    if (described) { /* a new leader finds it in the pool: the standbys get it meanwhile */
+        egm__journal_take_position(st->journal);
+        egm__rpc_server_after_reply(wake_standbys, st->journal);
+    } else if (st->journal != NULL &&
+               wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
         return EGM_OK;
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,

@@ -680,15 +680,38 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
     return EGM_OK;
 }
 
-void egm__journal_push(egm_journal_t *j)
+uint64_t egm__journal_position(const egm_journal_t *j)
 {
-    uint64_t pos = tl_pos;
+    return j != NULL && tl_journal == j ? tl_pos : 0;
+}
+
+uint64_t egm__journal_take_position(egm_journal_t *j)
+{
+    uint64_t pos = egm__journal_position(j);
     tl_pos = 0;
-    if (j == NULL || tl_journal != j || pos == 0)
+    return pos;
+}
+
+int egm__journal_confirmed(egm_journal_t *j, uint64_t pos)
+{
+    if (j == NULL || pos == 0)
+        return 1;
+    pthread_mutex_lock(&j->lock);
+    int done = acked_by_all(j, pos);
+    pthread_mutex_unlock(&j->lock);
+    return done;
+}
+
+void egm__journal_wake(egm_journal_t *j)
+{
+    if (j == NULL || atomic_load_explicit(&j->n_followers, memory_order_acquire) == 0)
         return;
     pthread_mutex_lock(&j->lock);
-    if (!acked_by_all(j, pos))
-        pthread_cond_broadcast(&j->more);
+    for (const egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
+        if (f->sent < end_of(j)) {
+            pthread_cond_broadcast(&j->more);
+            break;
+        }
     pthread_mutex_unlock(&j->lock);
 }
 

@@ -176,6 +176,9 @@ static egm_status_t add_range(egm_mirror_t *m, const egm_jop_t *op, uint64_t now
     return EGM_OK;
 }
 
+/* How long past its lease a slab whose end never came is kept. */
+#define SLAB_KEPT_MS (600u * 1000u)
+
 static egm_status_t no_memory(void)
 {
     return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory keeping the leader's state");
@@ -184,8 +187,9 @@ static egm_status_t no_memory(void)
 /* A slab granted (or as a snapshot has it), replacing what was kept of it. */
 static egm_status_t add_slab(egm_mirror_t *m, const egm_jop_t *op, uint64_t now_ms)
 {
-    if (egm__hashmap_size(m->slabs) >= 2 * m->slabs_pruned_at + 64)
-        slabs_drop(m, now_ms);
+    /* A safety net only: every slab's end is journaled. */
+    if (egm__hashmap_size(m->slabs) >= 2 * m->slabs_pruned_at + 64 && now_ms > SLAB_KEPT_MS)
+        slabs_drop(m, now_ms - SLAB_KEPT_MS);
     mslab_t *s = egm_calloc(1, sizeof(*s), "master.mirror_slab");
     if (s == NULL)
         return no_memory();
@@ -455,8 +459,7 @@ static int owner_in(const egm_id_t *ids, size_t n, egm_id_t owner)
 
 /* Every open slab's log past what is known, into f. */
 static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
-                              const egm_pool_reader_t *reader, uint64_t now_ms, found_t *f,
-                              size_t *slabs_p)
+                              const egm_pool_reader_t *reader, found_t *f, size_t *slabs_p)
 {
     uint8_t *buf = egm_malloc(LOG_CHUNK * EGM_SLAB_LOG_ENTRY, "master.mirror_log");
     if (buf == NULL)
@@ -470,8 +473,11 @@ static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
     *slabs_p = 0;
     while (status == EGM_OK && egm__hashmap_next(m->slabs, &iter, NULL, NULL, &value)) {
         const mslab_t *s = value;
-        if (s->until_ms <= now_ms || (s->seen.prefix == 0 && s->seen.n == 0))
-            continue; /* expired, or no log kept: nothing committed without this standby */
+        /* Read even past its lease: every slab that ends is journaled
+         * (SLAB_GONE) before its space can be handed out again (a grant
+         * waits for the standbys), so one still kept was not reused. */
+        if (s->seen.prefix == 0 && s->seen.n == 0)
+            continue; /* no log kept: nothing committed without this standby */
         uint64_t seq = s->seen.prefix + 1;
         int end = 0;
         for (uint32_t x = 0; x < s->n && !end && status == EGM_OK; x++) {
@@ -508,7 +514,7 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
     egm_adopt_object_t *objs = NULL;
     egm_status_t status = egm__hashmap_create(&found.keys);
     if (status == EGM_OK && reader != NULL && reader->fn != NULL)
-        status = read_logs(m, segments, reader, now_ms, &found, &slabs);
+        status = read_logs(m, segments, reader, &found, &slabs);
     if (status == EGM_OK)
         objs = egm_calloc(n + found.n ? n + found.n : 1, sizeof(*objs), "master.mirror_install");
     if (status != EGM_OK || objs == NULL || ranges == NULL) {

@@ -55,7 +55,8 @@ void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p);
 /* Takes the mirror over (this master was elected; the caller holds the
  * master's lock exclusive and serves nothing yet): mounts its segments
  * through liveness (registering their owners as of now_ms), reads the log
- * of every slab whose lease has not ended and that has an entry known (a
+ * of every slab it holds (its end, even past its lease, comes as SLAB_GONE
+ * before its space is reused) that has an entry known (a
  * writer's first entry in a slab is confirmed before it is answered) through
  * reader (from one extent whose segment is mounted and reads; the next one
  * if a read fails; a provider a read failed on is not asked again) past

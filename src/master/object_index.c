@@ -1319,12 +1319,21 @@ int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
             known = 0; /* no entry, or a slab gone: its log is not read */
             continue;
         }
-        if (slab->seen.prefix == 0 && slab->seen.n == 0)
-            known = 0; /* its first entry: a standby learns that the log is kept */
+        int first = slab->seen.prefix == 0 && slab->seen.n == 0;
         if (egm__seq_set_add(&slab->seen, seqs[i]) != EGM_OK)
             egm_log_ratelimited(EGM_LOG_WARN, 1, "slab %llu: %s", (unsigned long long)ids[i],
                                 egm_last_error());
         egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
+        /* Until the standbys confirmed the slab's first entry, they would not
+         * read its log: Commits there wait (the first one included). */
+        if (slab->log_confirmed)
+            continue;
+        if (first)
+            slab->log_pos = egm__journal_position(index->journal); /* 0: no standby */
+        else if (egm__journal_confirmed(index->journal, slab->log_pos))
+            slab->log_confirmed = 1;
+        if (!slab->log_confirmed)
+            known = 0;
     }
     space_unlock(index);
     return known;

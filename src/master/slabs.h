@@ -60,6 +60,10 @@ typedef struct egm_slab {
     size_t cap_pieces;
     uint64_t unclaimed; /* their bytes */
     egm_seq_set_t seen; /* its commit log's entries committed or refused (common/slab_log.h) */
+    /* The journal position of its first entry noted, and whether the
+     * standbys confirmed it (they then read its log at a takeover). */
+    uint64_t log_pos;
+    int log_confirmed;
 } egm_slab_t;
 
 typedef struct egm_slab_table egm_slab_table_t;

@@ -4,8 +4,9 @@
  * returned or expired slab), a key that exists giving its range back, the
  * lease's end returning uncommitted space, slabs over two segments, a segment
  * unmounted under an open slab, slabs with a lost extent named to the writer,
- * the size a grant gets, and the cap on the
- * pieces a slab is cut into. Every test ends
+ * the size a grant gets, the cap on the
+ * pieces a slab is cut into, and when a slab's log entries let a Commit be
+ * answered before the standbys confirm it. Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
 #include <setjmp.h>
@@ -19,6 +20,7 @@
 
 #include "common/alloc.h"
 #include "common/log.h"
+#include "master/journal.h"
 #include "master/master_int.h"
 #include "master/repair.h"
 #include "master/slabs.h"
@@ -539,6 +541,52 @@ static void test_pieces_capped(void **state)
     check();
 }
 
+/* A slab's log entries noted (egm__objects_slab_seen): without a standby
+ * every key with an entry may be answered at once but the slab's first; with
+ * a standby in sync, no Commit in a slab is until the standby acknowledged the
+ * slab's first entry, however many came after it (two writers' threads);
+ * a key without an entry, or a slab unknown, never is. */
+static void test_log_seen_waits_for_first(void **state)
+{
+    (void)state;
+    mount(1 << 20);
+    egm_slab_view_t s1, s2;
+    assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s1), EGM_OK);
+    uint64_t ids[2] = {s1.id, s1.id}, seqs[2] = {1, 2};
+    /* No journal: only the slab's first waits (nothing to wait for, but the
+     * rule is the same). */
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1), 1);
+    uint64_t none = 0, unknown = 12345;
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, &unknown, seqs), 0);
+
+    /* A standby in sync that has not acknowledged the first entry. */
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    egm__journal_set_in_sync(j, f);
+    egm__objects_set_journal(st.objects, j);
+    assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s2), EGM_OK);
+    ids[0] = ids[1] = s2.id;
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs), 0);
+    uint64_t first = egm__journal_take_position(j);
+    assert_true(first > 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1), 0);
+    uint64_t third = 3;
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &third), 0);
+    egm__journal_take_position(j);
+    egm__journal_acked(j, f, first); /* the standby has the first entry */
+    uint64_t fourth = 4;
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth), 1);
+    egm__journal_take_position(j);
+    egm__objects_set_journal(st.objects, NULL);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_degraded_slabs_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_seen_waits_for_first, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
