@@ -28,8 +28,10 @@ egm_status_t egm__seq_set_add(egm_seq_set_t *s, uint64_t seq)
         size_t k = 0; /* absorb what now follows the prefix */
         while (k < s->n && s->extra[k] == s->prefix + 1)
             s->prefix = s->extra[k++];
-        memmove(s->extra, s->extra + k, (s->n - k) * sizeof(*s->extra));
-        s->n -= k;
+        if (k > 0) { /* extra may be NULL when empty */
+            memmove(s->extra, s->extra + k, (s->n - k) * sizeof(*s->extra));
+            s->n -= k;
+        }
         return EGM_OK;
     }
     if (s->n == s->cap) {
