@@ -186,6 +186,19 @@ static long long start_pair(const char *endpoints, egm_test_cluster_t *a, unsign
     return epoch;
 }
 
+/* etcd, A leading and B in sync, and a provider following the leader
+ * through etcd (ma.master_addr becomes etcd://...). Answers A's epoch. */
+static long long pair_in_sync(unsigned *http_a, unsigned *http_b)
+{
+    start_etcd(1);
+    long long epoch_a = start_pair(etcd_members[0].endpoint, &ma, http_a, &mb, http_b, NULL);
+    wait_in_sync(*http_a, 1);
+    memcpy(ma.master_addr, "etcd://", 7);
+    memcpy(ma.master_addr + 7, etcd_members[0].endpoint, strlen(etcd_members[0].endpoint) + 1);
+    assert_true(egm_test_start_provider(&ma, "64MiB", NULL) >= 0);
+    return epoch_a;
+}
+
 static void test_failover(void **state)
 {
     (void)state;
@@ -327,13 +340,8 @@ static void test_cut_off_leader_exits(void **state)
 static void test_unconfirmed_change_not_acknowledged(void **state)
 {
     (void)state;
-    start_etcd(1);
     unsigned http_a = 0, http_b = 0;
-    long long epoch_a = start_pair(etcd_members[0].endpoint, &ma, &http_a, &mb, &http_b, NULL);
-    wait_in_sync(http_a, 1);
-    memcpy(ma.master_addr, "etcd://", 7);
-    memcpy(ma.master_addr + 7, etcd_members[0].endpoint, strlen(etcd_members[0].endpoint) + 1);
-    assert_true(egm_test_start_provider(&ma, "64MiB", NULL) >= 0);
+    long long epoch_a = pair_in_sync(&http_a, &http_b);
     /* The client waits longer than the leader takes to let go (its wait for
      * the standby, its etcd calls, its fence). */
     const char *pairs[] = {"rpc_timeout_ms=60000", NULL};
@@ -374,13 +382,8 @@ static void test_unconfirmed_change_not_acknowledged(void **state)
 static void test_described_commits_survive(void **state)
 {
     (void)state;
-    start_etcd(1);
     unsigned http_a = 0, http_b = 0;
-    long long epoch_a = start_pair(etcd_members[0].endpoint, &ma, &http_a, &mb, &http_b, NULL);
-    wait_in_sync(http_a, 1);
-    memcpy(ma.master_addr, "etcd://", 7);
-    memcpy(ma.master_addr + 7, etcd_members[0].endpoint, strlen(etcd_members[0].endpoint) + 1);
-    assert_true(egm_test_start_provider(&ma, "64MiB", NULL) >= 0);
+    long long epoch_a = pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL);
     assert_non_null(client);
     assert_int_equal(egm_test_put_seeded(client, "warm", 4096, 1), EGM_OK); /* holds a slab */
