@@ -71,6 +71,8 @@ static egm_status_t dec_copy(const uint8_t *p, size_t len, size_t *pos, egm_jop_
             op->desc = p + (op->desc - copy);
         if (op->key != NULL)
             op->key = (const char *)p + ((const uint8_t *)op->key - copy);
+        if (op->extra != NULL)
+            op->extra = p + (op->extra - copy);
     }
     egm_free(copy);
     return s;
