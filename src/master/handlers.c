@@ -1009,6 +1009,7 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
     else
         status = dispatch(st, type, payload, len, reply, &failed, &described);
     if (described) { /* a new leader finds it in the pool: the standbys get it meanwhile */
+        atomic_fetch_add_explicit(&st->commits_described, 1, memory_order_relaxed);
         egm__journal_take_position(st->journal);
         egm__rpc_server_after_reply(wake_standbys, st->journal);
     } else if (st->journal != NULL &&

@@ -58,6 +58,9 @@ typedef struct {
     /* How long a request waits for the standbys in sync to confirm the
      * changes it made before it is answered UNREACHABLE. */
     uint64_t journal_wait_ms;
+    /* Commits answered before the standbys confirmed them: their slab logs
+     * describe them (docs/ha.md "Commits the pool describes"). */
+    _Atomic uint64_t commits_described;
 } egm_master_state_t;
 
 /* Initializes a state lock: writers first (a waiting exclusive holder stops

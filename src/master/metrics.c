@@ -231,6 +231,10 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
         {"egm_master_ha_journal_lag_bytes", EGM_PROM_GAUGE,
          "journal bytes the slowest in-sync standby has not confirmed yet (the op log's lag)",
          s->ha_lag_bytes},
+        {"egm_master_ha_commits_described_total", EGM_PROM_COUNTER,
+         "Commits answered without waiting for the standbys: the slab logs in the pool describe "
+         "them, and a new leader reads those (enable_ha)",
+         s->ha_commits_described},
         {"egm_master_ha_journal_waits_timed_out_total", EGM_PROM_COUNTER,
          "requests answered UNREACHABLE because a standby in sync did not confirm their changes "
          "in time (the change is applied at the leader)",

@@ -397,6 +397,15 @@ static void test_described_commits_survive(void **state)
         assert_int_equal(egm_test_put_seeded(client, key, 1000 + 97 * (size_t)i, (unsigned)i),
                          EGM_OK);
     }
+    /* The leader says it answered them without its standby. */
+    char metrics[65536];
+    assert_int_equal(egm_test_http_get(http_a, "/metrics", metrics, sizeof(metrics)), 200);
+    const char *line = strstr(metrics, "\negm_master_ha_commits_described_total ");
+    assert_non_null(line);
+    long long described = atoll(line + strlen("\negm_master_ha_commits_described_total "));
+    fprintf(stderr, "described commits: %lld of the %d puts answered without the standby\n",
+            described, DESCRIBED_KEYS);
+    assert_true(described > 0);
     uint64_t killed = egm__now_ms();
     assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
     assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
