@@ -174,10 +174,7 @@ static void *sweep_main(void *arg)
     pthread_mutex_lock(&srv->conns_lock);
     while (!srv->stopping) {
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + period_ms * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
+        egm__deadline_in(&ts, period_ms);
         pthread_cond_timedwait(&srv->sweeper_wake, &srv->conns_lock, &ts);
         uint64_t now = egm__now_ms();
         unsigned closed = 0;

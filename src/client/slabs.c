@@ -18,7 +18,7 @@ struct egm_wslab {
     uint64_t used;         /* the bump cursor */
     uint64_t log_booked;   /* commit log entries set aside (common/slab_log.h) */
     uint64_t log_seq;      /* the last entry written */
-    int log_off;           /* an extent not reached through shared memory: no log */
+    int log_route;         /* 0 unknown; 1 every extent over shared memory: a log; -1 none */
     uint64_t granted_ms;   /* when the SlabGrant was sent */
     uint64_t confirmed_ms; /* the latest send of a request the master answered knowing it */
     uint64_t lease_ms;
@@ -470,16 +470,19 @@ void egm__wslabs_check_copy(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *re
 }
 
 /* Whether every extent of s is reached through shared memory (or is this
- * process's): an entry is then a copy without a round trip. */
+ * process's): an entry is then a copy without a round trip. Asked of the
+ * transfer engine once per slab. */
 static int log_reachable(egm_client_t *client, egm_wslab_t *s)
 {
-    for (uint32_t e = 0; e < s->n_extents && !s->log_off; e++) {
+    for (uint32_t e = 0; e < s->n_extents && s->log_route == 0; e++) {
         egm_transport_t t;
         if (egm__te_route(client->te, s->segs[e], &t) != EGM_OK ||
             (t != EGM_TRANSPORT_SHM && t != EGM_TRANSPORT_LOCAL))
-            s->log_off = 1;
+            s->log_route = -1;
     }
-    return !s->log_off;
+    if (s->log_route == 0)
+        s->log_route = 1;
+    return s->log_route > 0;
 }
 
 void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs,
@@ -521,7 +524,7 @@ void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs
         if (egm__te_transfer(client->te, ops, s->n_extents) == EGM_OK)
             seqs[i] = e.seq;
         else
-            s->log_off = 1;
+            s->log_route = -1;
     }
     pthread_mutex_unlock(&w->lock);
 }

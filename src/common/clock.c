@@ -31,3 +31,11 @@ void egm__sleep_ms(uint64_t ms)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
+
+void egm__deadline_in(struct timespec *ts, uint64_t ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    uint64_t ns = (uint64_t)ts->tv_nsec + (ms % 1000u) * 1000000u;
+    ts->tv_sec += (time_t)(ms / 1000u + ns / 1000000000u);
+    ts->tv_nsec = (long)(ns % 1000000000u);
+}

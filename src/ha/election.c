@@ -86,10 +86,7 @@ static bool pause_ms(egm_election_t *e, uint64_t ms)
         if (now >= until)
             break;
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (until - now) * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        egm__deadline_in(&ts, until - now);
         pthread_cond_timedwait(&e->cond, &e->lock, &ts);
     }
     bool stopping = e->stopping;

@@ -559,17 +559,6 @@ static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
     pthread_cond_broadcast(&j->more);
 }
 
-static void deadline_in(struct timespec *ts, uint64_t ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += (time_t)(ms / 1000);
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Whether every in-sync follower acknowledged pos. With the lock. */
 static int acked_by_all(const egm_journal_t *j, uint64_t pos)
 {
@@ -647,7 +636,7 @@ static int send_while_idle(egm_journal_t *j, uint64_t pos)
 static egm_status_t wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms)
 {
     struct timespec deadline;
-    deadline_in(&deadline, timeout_ms);
+    egm__deadline_in(&deadline, timeout_ms);
     egm_status_t status = EGM_OK;
     pthread_mutex_lock(&j->lock);
     while (!send_while_idle(j, pos)) {
@@ -781,7 +770,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
                                uint64_t *to_p)
 {
     struct timespec deadline;
-    deadline_in(&deadline, wait_ms);
+    egm__deadline_in(&deadline, wait_ms);
     *buf_p = NULL;
     *len_p = 0;
     pthread_mutex_lock(&j->lock);

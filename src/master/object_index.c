@@ -1226,8 +1226,9 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
                                          .base = egm__replica_offset(&probe->replicas[i])};
     }
     uint64_t lease_ms = index->params.pending_timeout_ms;
+    egm_slab_t *slab;
     status = egm__slabs_add(index->slabs, client, probe->size, now_ms + lease_ms, extents,
-                            probe->n_replicas, &view_p->id);
+                            probe->n_replicas, &slab);
     if (status != EGM_OK) {
         for (uint32_t i = 0; i < probe->n_replicas; i++)
             egm__allocator_free(extents[i].segment->allocator, extents[i].base, probe->size);
@@ -1238,10 +1239,8 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
     for (uint32_t i = 0; i < probe->n_replicas; i++)
         egm__journal_reserve(index->journal, extents[i].segment->desc.id, extents[i].base,
                              probe->size, lease_ms);
-    egm_slab_t *slab;
-    if (index->journal != NULL &&
-        egm__slabs_find(index->slabs, view_p->id, client, now_ms, &slab) == EGM_OK)
-        egm__journal_slab(index->journal, slab, lease_ms);
+    egm__journal_slab(index->journal, slab, lease_ms);
+    view_p->id = slab->id;
     view_p->size = probe->size;
     view_p->lease_ms = lease_ms;
     view_p->n_extents = probe->n_replicas;

@@ -359,12 +359,7 @@ static void *discover_main(void *arg)
             egm__etcd_kvs_free(kvs, n);
         }
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += EGM_REPL_DISCOVER_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        egm__deadline_in(&ts, EGM_REPL_DISCOVER_MS);
         while (!atomic_load(&r->stopping) &&
                pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
             ;

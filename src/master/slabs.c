@@ -59,7 +59,7 @@ void egm__slabs_destroy(egm_slab_table_t *t)
 }
 
 egm_status_t egm__slabs_add(egm_slab_table_t *t, egm_id_t owner, uint64_t size, uint64_t expiry_ms,
-                            const egm_slab_extent_t *extents, uint32_t n, uint64_t *id_p)
+                            const egm_slab_extent_t *extents, uint32_t n, egm_slab_t **slab_p)
 {
     egm_slab_t *slab = egm_calloc(1, sizeof(*slab), "master.slab");
 
@@ -81,7 +81,7 @@ egm_status_t egm__slabs_add(egm_slab_table_t *t, egm_id_t owner, uint64_t size, 
     if (egm__hashmap_put(t->by_id, &slab->id, sizeof(slab->id), slab, NULL) != EGM_OK)
         goto nomem;
     t->next_id = t->next_id + 1 != 0 ? t->next_id + 1 : 1;
-    *id_p = slab->id;
+    *slab_p = slab;
     return EGM_OK;
 nomem:
     if (slab != NULL)

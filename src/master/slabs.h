@@ -76,11 +76,12 @@ void egm__slabs_set_journal(egm_slab_table_t *table, struct egm_journal *journal
 void egm__slabs_destroy(egm_slab_table_t *table);
 
 /* Records a slab whose extents are already allocated (each exactly `size`
- * bytes at extents[i].base); its id out. EGM_ERR_NO_MEMORY (nothing
- * recorded: the caller frees the extents). */
+ * bytes at extents[i].base); the slab out (the table's: valid until it is
+ * released). EGM_ERR_NO_MEMORY (nothing recorded: the caller frees the
+ * extents). */
 egm_status_t egm__slabs_add(egm_slab_table_t *table, egm_id_t owner, uint64_t size,
                             uint64_t expiry_ms, const egm_slab_extent_t *extents, uint32_t n,
-                            uint64_t *id_p);
+                            egm_slab_t **slab_p);
 /* The slab `id` of `owner` live at now_ms. EGM_ERR_NOT_FOUND naming why
  * (unknown or returned, expired, another client's, every segment gone). */
 egm_status_t egm__slabs_find(egm_slab_table_t *table, uint64_t id, egm_id_t owner, uint64_t now_ms,

@@ -38,10 +38,7 @@ struct egm_repair_worker {
 static int wait_ms(egm_repair_worker_t *w, uint64_t ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + ms * 1000000u;
-    ts.tv_sec += (time_t)(ns / 1000000000u);
-    ts.tv_nsec = (long)(ns % 1000000000u);
+    egm__deadline_in(&ts, ms);
     pthread_mutex_lock(&w->lock);
     while (!w->stopping && pthread_cond_timedwait(&w->cond, &w->lock, &ts) == 0)
         ;
