@@ -275,6 +275,10 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
     req.config = &cfg;
     req.n_returned = n_returns;
     req.returned = returns;
+    /* Its log is written where every extent is over shared memory (known
+     * once granted): said now, so that a new leader reads it from the first
+     * entry on and a Commit there need not wait for the standbys. */
+    req.log = egm__te_may_route(client->te, EGM_TRANSPORT_SHM);
     uint64_t sent_ms = egm__now_ms();
     egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_SLAB_GRANT, &req.base, 1, &reply);
     if (status != EGM_OK) {

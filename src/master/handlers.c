@@ -423,7 +423,7 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
     if ((status = outcomes_init(&oc, 1)) != EGM_OK)
         return status;
     egm_status_t granted = egm__objects_slab_grant(st->objects, client, req->size, req->min_size,
-                                                   &config, st->now_ms(), &slab);
+                                                   req->log, &config, st->now_ms(), &slab);
     oc.out[0].status = granted;
     if (granted == EGM_OK) {
         egm_object_view_t view = {

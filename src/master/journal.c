@@ -146,13 +146,14 @@ void egm__jenc_slab(egm_jbuf_t *b, const egm_slab_t *slab, uint64_t for_ms)
     uint32_t live = 0;
     for (uint32_t i = 0; i < slab->n_extents; i++)
         live += slab->extents[i].segment != NULL;
-    if (!room(b, 1 + 8 + 16 + 16 + 1 + (size_t)live * 24 + 12 + slab->seen.n * 8))
+    if (!room(b, 1 + 8 + 16 + 16 + 2 + (size_t)live * 24 + 12 + slab->seen.n * 8))
         return;
     put_u8(b, EGM_JOP_SLAB);
     put_u64(b, slab->id);
     put_id(b, slab->owner);
     put_u64(b, slab->size);
     put_u64(b, for_ms);
+    put_u8(b, (uint8_t)(slab->logged != 0));
     put_u8(b, (uint8_t)live);
     for (uint32_t i = 0; i < slab->n_extents; i++) {
         if (slab->extents[i].segment == NULL)
@@ -267,13 +268,14 @@ egm_status_t egm__jdec_next(const uint8_t *p, size_t len, size_t *pos, egm_jop_t
         at += 40;
         break;
     case EGM_JOP_SLAB:
-        NEED(8 + 16 + 16 + 1, "slab");
+        NEED(8 + 16 + 16 + 2, "slab");
         op->slab_id = egm__wire_get_u64(p + at);
         op->writer = egm__wire_get_id(p + at + 8);
         op->size = egm__wire_get_u64(p + at + 24);
         op->for_ms = egm__wire_get_u64(p + at + 32);
-        op->n_replicas = p[at + 40];
-        at += 41;
+        op->logged = p[at + 40] != 0;
+        op->n_replicas = p[at + 41];
+        at += 42;
         if (op->n_replicas > EGM_JOP_REPLICAS_MAX || op->slab_id == 0 || op->size == 0)
             return egm__set_error(EGM_ERR_INVALID_ARG,
                                   "journal op at %zu: slab %llu of %llu bytes with %u extents "

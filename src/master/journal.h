@@ -18,10 +18,11 @@
  *                 soft, bit 1 hard), u8 placed, u8 n, n x (id segment, u64 offset)
  *   OBJECT_GONE   u8 4, u16 key_len, key
  *   RESERVE       u8 5, id segment, u64 offset, u64 length, u64 for_ms
- *   SLAB          u8 6, u64 id, id owner, u64 size, u64 for_ms, u8 n, n x (id
- *                 segment, u64 base), u64 prefix, u32 n_extra, n_extra x u64:
- *                 a slab granted, with the seqs of its commit log known
- *                 (master/seq_set.h; common/slab_log.h)
+ *   SLAB          u8 6, u64 id, id owner, u64 size, u64 for_ms, u8 logged, u8
+ *                 n, n x (id segment, u64 base), u64 prefix, u32 n_extra,
+ *                 n_extra x u64: a slab granted, whether its writer keeps
+ *                 its commit log (SlabGrant `log`), the seqs of that log
+ *                 known (master/seq_set.h; common/slab_log.h)
  *   SLAB_SEEN     u8 7, u64 id, u64 seq: one more entry of its log known
  *   SLAB_GONE     u8 8, u64 id: returned or expired (its log is not read)
  *
@@ -93,9 +94,10 @@ typedef struct {
     egm_id_t replica_segment[EGM_JOP_REPLICAS_MAX];
     uint64_t replica_offset[EGM_JOP_REPLICAS_MAX];
     uint64_t offset, length, for_ms; /* RESERVE; for_ms also SLAB */
-    /* SLAB (writer: its owner, size: of each extent, replica_*: its extents),
-     * SLAB_SEEN, SLAB_GONE */
+    /* SLAB (writer: its owner, size: of each extent, replica_*: its extents,
+     * logged: granted with `log`), SLAB_SEEN, SLAB_GONE */
     uint64_t slab_id, seq, prefix;
+    uint8_t logged;
     uint32_t n_extra;
     const uint8_t *extra; /* n_extra u64 */
 } egm_jop_t;

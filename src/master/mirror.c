@@ -33,6 +33,7 @@ typedef struct {
     uint32_t n;
     egm_id_t segment[EGM_JOP_REPLICAS_MAX];
     uint64_t base[EGM_JOP_REPLICAS_MAX];
+    int logged; /* its writer keeps its log: read even with no entry known */
     egm_seq_set_t seen;
 } mslab_t;
 
@@ -198,6 +199,7 @@ static egm_status_t add_slab(egm_mirror_t *m, const egm_jop_t *op, uint64_t now_
                    .size = op->size,
                    .until_ms = now_ms + op->for_ms,
                    .n = op->n_replicas,
+                   .logged = op->logged,
                    .seen = {.prefix = op->prefix}};
     memcpy(s->segment, op->replica_segment, sizeof(s->segment));
     memcpy(s->base, op->replica_offset, sizeof(s->base));
@@ -476,7 +478,7 @@ static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
         /* Read even past its lease: every slab that ends is journaled
          * (SLAB_GONE) before its space can be handed out again (a grant
          * waits for the standbys), so one still kept was not reused. */
-        if (s->seen.prefix == 0 && s->seen.n == 0)
+        if (!s->logged && s->seen.prefix == 0 && s->seen.n == 0)
             continue; /* no log kept: nothing committed without this standby */
         uint64_t seq = s->seen.prefix + 1;
         int end = 0;

@@ -1202,7 +1202,7 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
  * smaller, is tried again at min_size: a provider with room for what the
  * call needs but not for a whole slab then still holds a replica. */
 static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *probe,
-                                      egm_id_t client, const egm_put_config_t *config,
+                                      egm_id_t client, int log, const egm_put_config_t *config,
                                       uint64_t min_size, uint64_t now_ms, int evict_ok,
                                       egm_slab_view_t *view_p)
 {
@@ -1236,6 +1236,7 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
         return status;
     }
     index->slab_grants++;
+    slab->logged = log != 0;
     for (uint32_t i = 0; i < probe->n_replicas; i++)
         egm__journal_reserve(index->journal, extents[i].segment->desc.id, extents[i].base,
                              probe->size, lease_ms);
@@ -1261,8 +1262,34 @@ static uint64_t slab_cap(const egm_object_index_t *index, uint64_t min_size)
     return cap > min_size ? cap : min_size;
 }
 
+/* Halvings of the size wanted that a grant tries before the least of use. */
+#define SLAB_GRANT_STEPS 6
+
+/* With `space` locked (and every shard when evicted): the slab at probe->size
+ * if that fits without evicting, else at half of it, a quarter, ...
+ * (SLAB_GRANT_STEPS times, then min_size). Where the pool is full and only
+ * what the last eviction freed is free, a slab then still gets room for
+ * more than the call that asked (before, min_size alone: each slab held one
+ * or two objects, and nearly every put made a SlabGrant). Failures other
+ * than wanting an eviction go straight to min_size. */
+static egm_status_t slab_grant_fitting(egm_object_index_t *index, egm_object_t *probe,
+                                       egm_id_t client, int log, const egm_put_config_t *config,
+                                       uint64_t min_size, uint64_t now_ms, egm_slab_view_t *view_p)
+{
+    for (int step = 0;; step++) {
+        egm_status_t status =
+            slab_grant_locked(index, probe, client, log, config, min_size, now_ms, 0, view_p);
+        if (status == EGM_OK || probe->size <= min_size)
+            return status;
+        uint64_t half = egm__allocator_round(probe->size / 2);
+        probe->size = status != NEEDS_EVICTION || step + 1 >= SLAB_GRANT_STEPS || half < min_size
+                          ? min_size
+                          : half;
+    }
+}
+
 egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client, uint64_t size,
-                                     uint64_t min_size, const egm_put_config_t *config,
+                                     uint64_t min_size, int log, const egm_put_config_t *config,
                                      uint64_t now_ms, egm_slab_view_t *view_p)
 {
     uint64_t min_rounded = egm__allocator_round(min_size);
@@ -1287,19 +1314,31 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
     uint64_t want = egm__allocator_round(size);
     uint64_t cap = slab_cap(index, min_rounded);
     /* want 0: size overflowed when rounded (more than anything can hold). */
-    probe->size = want == 0 || want > cap ? cap : want < min_rounded ? min_rounded : want;
-    status = slab_grant_locked(index, probe, client, config, min_rounded, now_ms, 0, view_p);
-    if (status != EGM_OK && probe->size > min_rounded) {
-        /* No room for all it wanted without evicting: only what it needs now,
-         * as a PutStart of that object would get it. */
-        probe->size = min_rounded;
-        status = slab_grant_locked(index, probe, client, config, min_rounded, now_ms, 0, view_p);
-    }
+    want = want == 0 || want > cap ? cap : want < min_rounded ? min_rounded : want;
+    probe->size = want;
+    status = slab_grant_fitting(index, probe, client, log, config, min_rounded, now_ms, view_p);
     space_unlock(index);
     if (status == NEEDS_EVICTION) {
         lock_all(index);
         space_lock(index);
-        status = slab_grant_locked(index, probe, client, config, min_rounded, now_ms, 1, view_p);
+        /* Space freed meanwhile is taken first. Else it evicts what a
+         * PutStart of the least of use would (about eviction_ratio of the
+         * capacity) and takes what fits of what it wanted; it evicts again,
+         * for min_size, only when even that does not fit. A writer makes the
+         * store evict no more than its next object would. */
+        probe->size = want;
+        status = slab_grant_fitting(index, probe, client, log, config, min_rounded, now_ms, view_p);
+        if (status == NEEDS_EVICTION &&
+            evict_for(index, min_rounded, config->replica_num, now_ms) == EGM_OK) {
+            probe->size = want;
+            status =
+                slab_grant_fitting(index, probe, client, log, config, min_rounded, now_ms, view_p);
+        }
+        if (status != EGM_OK) { /* the answer a PutStart of min_size would get */
+            probe->size = min_rounded;
+            status = slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 1,
+                                       view_p);
+        }
         space_unlock(index);
         unlock_all(index);
     }
@@ -1324,8 +1363,9 @@ int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
                                 egm_last_error());
         egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
         /* Until the standbys confirmed the slab's first entry, they would not
-         * read its log: Commits there wait (the first one included). */
-        if (slab->log_confirmed)
+         * read its log: Commits there wait (the first one included). One
+         * granted with `log` they read from its grant on. */
+        if (slab->logged || slab->log_confirmed)
             continue;
         if (first)
             slab->log_pos = egm__journal_position(index->journal); /* 0: no standby */

@@ -60,8 +60,12 @@ typedef struct egm_slab {
     size_t cap_pieces;
     uint64_t unclaimed; /* their bytes */
     egm_seq_set_t seen; /* its commit log's entries committed or refused (common/slab_log.h) */
-    /* The journal position of its first entry noted, and whether the
-     * standbys confirmed it (they then read its log at a takeover). */
+    /* Granted for a client that keeps its log (SlabGrant `log`): journaled
+     * so, its grant confirmed before the client could write an entry, the
+     * standbys read its log at a takeover from the first entry on. */
+    int logged;
+    /* Else, the journal position of its first entry noted, and whether the
+     * standbys confirmed it (they then read its log). */
     uint64_t log_pos;
     int log_confirmed;
 } egm_slab_t;

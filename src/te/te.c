@@ -543,6 +543,14 @@ egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
     return st;
 }
 
+int egm__te_may_route(const egm_te_t *te, egm_transport_t t)
+{
+    for (size_t i = 0; te != NULL && i < te->n_route; i++)
+        if (te->route[i].index == (size_t)t)
+            return 1;
+    return 0;
+}
+
 egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport_t *transport_p)
 {
     const route_entry_t *r;

@@ -139,6 +139,9 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n);
 /* Which transport a transfer to this segment from host memory would use. */
 egm_status_t egm__te_route(egm_te_t *te, const egm_segment_desc_t *segment,
                            egm_transport_t *transport_p);
+/* Whether routing may take transport t (the protocol allows it and it
+ * opened): a writer keeps a slab's commit log only over shared memory. */
+int egm__te_may_route(const egm_te_t *te, egm_transport_t t);
 /* Which transport this op would use: as egm__te_route, but knowing where the
  * op's local buffer lives (a GPU buffer can take nvlink). */
 egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport_t *transport_p);

@@ -243,6 +243,7 @@ static void test_slab_round_trip(void **state)
     egm_slab_t slab = {.id = 0xabcdef0123456789ull,
                        .owner = owners[1],
                        .size = 1 << 16,
+                       .logged = 1,
                        .n_extents = 3,
                        .extents = {{.segment = segs[0], .base = 8192},
                                    {.segment = NULL, .base = 4096},
@@ -265,6 +266,7 @@ static void test_slab_round_trip(void **state)
     assert_id_equal(op.writer, owners[1]);
     assert_int_equal(op.size, 1 << 16);
     assert_int_equal(op.for_ms, 30000);
+    assert_int_equal(op.logged, 1);
     assert_int_equal(op.n_replicas, 2); /* the extent without a segment is left out */
     assert_id_equal(op.replica_segment[0], segs[0]->desc.id);
     assert_int_equal(op.replica_offset[0], 8192);

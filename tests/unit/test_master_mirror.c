@@ -155,7 +155,7 @@ static void commit(const char *key, uint64_t size, uint64_t slab, uint64_t offse
 static void grant(uint64_t size, uint32_t replicas, uint64_t now, egm_slab_view_t *slab)
 {
     egm_put_config_t cfg = {.replica_num = replicas};
-    assert_int_equal(egm__objects_slab_grant(lead.objects, writer, size, 64, &cfg, now, slab),
+    assert_int_equal(egm__objects_slab_grant(lead.objects, writer, size, 64, 0, &cfg, now, slab),
                      EGM_OK);
     assert_int_equal(slab->n_extents, replicas);
 }
@@ -736,6 +736,14 @@ static void slab_logs_case(int failing)
     unlogged.extents[0].base = unlogged.extents[1].base = SLAB_BASE - SLAB_SIZE;
     egm__jenc_slab(&b, &unlogged, 30000);
     log_entry_at(SLAB_BASE - SLAB_SIZE, unlogged.id, 1, "unlogged", 0, 100);
+    /* One granted for a writer that keeps its log (SlabGrant `log`): read
+     * though no entry is known. */
+    egm_slab_t told = unlogged;
+    told.id = 0x5eef;
+    told.logged = 1;
+    told.extents[0].base = told.extents[1].base = SLAB_BASE + SLAB_SIZE;
+    egm__jenc_slab(&b, &told, 30000);
+    log_entry_at(SLAB_BASE + SLAB_SIZE, told.id, 1, "told", 0, 100);
     egm__jenc_slab_seen(&b, 0x0bad, 5); /* another slab, unknown: nothing */
     assert_false(b.failed);
     egm_mirror_t *m;
@@ -743,7 +751,7 @@ static void slab_logs_case(int failing)
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, 0, b.len, b.buf, b.len, 1000), EGM_OK);
     egm_mirror_stats_t ms;
     egm__mirror_stats(m, &ms);
-    assert_int_equal(ms.slabs, 2);
+    assert_int_equal(ms.slabs, 3);
 
     log_entry(slab.id, 1, "k1", 0, 100);
     log_entry(slab.id, 2, "k2", 128, 100);
@@ -763,8 +771,8 @@ static void slab_logs_case(int failing)
     assert_int_equal(egm__mirror_install(m, dst.liveness, dst.segments, dst.objects, &reader, 2000,
                                          &adopted, &skipped, &recovered),
                      EGM_OK);
-    assert_int_equal(recovered, 2);
-    assert_int_equal(adopted, 3); /* held, k3, k8 */
+    assert_int_equal(recovered, 3);
+    assert_int_equal(adopted, 4); /* held, k3, k8, told */
     assert_int_equal(skipped, 0);
     check(&dst);
     static const char *const absent[] = {"k1", "k2", "k4", "k7", "k9", "k10", "unlogged"};
@@ -776,16 +784,20 @@ static void slab_logs_case(int failing)
     const struct {
         const char *key;
         uint64_t offset, size;
-    } want[] = {{"k3", 256, 300}, {"k8", 1024, 4000}};
-    for (size_t i = 0; i < 2; i++) {
-        assert_int_equal(egm__objects_stat(dst.objects, want[i].key, 2, &v), EGM_OK);
+        uint64_t base;
+    } want[] = {{"k3", 256, 300, SLAB_BASE},
+                {"k8", 1024, 4000, SLAB_BASE},
+                {"told", 0, 100, SLAB_BASE + SLAB_SIZE}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(egm__objects_stat(dst.objects, want[i].key, strlen(want[i].key), &v),
+                         EGM_OK);
         assert_int_equal(v.state, EGM_OBJECT_COMPLETE);
         assert_int_equal(v.size, want[i].size);
         assert_true(egm__id_equal(v.writer, slab_owner));
         assert_int_equal(v.soft_pin, 1);
         assert_int_equal(v.n_replicas, 2);
         for (uint32_t r = 0; r < 2; r++)
-            assert_int_equal(v.replicas[r].offset, SLAB_BASE + want[i].offset);
+            assert_int_equal(v.replicas[r].offset, want[i].base + want[i].offset);
     }
     assert_true(pool.reads >= 1);
     egm__mirror_destroy(m);

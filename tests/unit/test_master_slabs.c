@@ -97,7 +97,7 @@ static egm_status_t grant(egm_id_t client, uint64_t size, uint64_t min_size, uin
                           uint64_t now, egm_slab_view_t *slab)
 {
     egm_put_config_t cfg = {.replica_num = replicas};
-    return egm__objects_slab_grant(st.objects, client, size, min_size, &cfg, now, slab);
+    return egm__objects_slab_grant(st.objects, client, size, min_size, 0, &cfg, now, slab);
 }
 
 static egm_status_t answered;
@@ -481,9 +481,10 @@ static void test_degraded_slabs_named(void **state)
     check();
 }
 
-/* A grant gets what it asks up to a sixteenth of the capacity; only its
- * minimum when the rest does not fit without evicting; eviction only for the
- * minimum; NO_SPACE when nothing may go. */
+/* A grant gets what it asks up to a sixteenth of the capacity; else the
+ * largest halving of that which fits without evicting, down to its minimum;
+ * eviction as for the minimum, the slab then taking what fits of what it
+ * asked; NO_SPACE when nothing may go. */
 static void test_grant_sizes(void **state)
 {
     (void)state;
@@ -497,19 +498,23 @@ static void test_grant_sizes(void **state)
     assert_int_equal(grant(writer, 10, 100, 1, 0, &small), EGM_OK); /* at least the minimum */
     assert_int_equal(small.size, 128);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, small.id, 0), EGM_OK);
-    /* A committed object leaves 32 KiB free: a grant wanting 64 KiB gets its
-     * minimum, without evicting. */
-    uint64_t rest = (1 << 20) - (1 << 20) / 16 - (32 << 10);
+    /* A committed object leaves 40 KiB free: a grant wanting 64 KiB gets
+     * the 32 KiB that fit of it (not its minimum), without evicting; the
+     * next one the 8 KiB left, its minimum. */
+    uint64_t rest = (1 << 20) - (1 << 20) / 16 - (40 << 10);
     assert_int_equal(grant(writer, rest, rest, 1, 0, &big), EGM_OK);
     assert_int_equal(big.size, rest);
     assert_int_equal(commit("big", rest, big.id, 0, 0), EGM_OK);
     assert_int_equal(grant(writer, 1 << 20, 64, 1, 0, &small), EGM_OK);
-    assert_int_equal(small.size, 64);
+    assert_int_equal(small.size, 32 << 10);
+    assert_int_equal(grant(writer, 1 << 20, 8 << 10, 1, 0, &small), EGM_OK);
+    assert_int_equal(small.size, 8 << 10);
     assert_int_equal(egm__objects_exist(st.objects, "big", 3, 0, NULL), EGM_OK);
-    /* 64 KiB more needs eviction: within eviction_min_residency_ms of its
-     * commit nothing may go (NO_SPACE); later "big" is evicted for it. */
-    assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 0, &big), EGM_ERR_NO_SPACE);
-    if (grant(writer, 64 << 10, 64 << 10, 1, 15000, &big) != EGM_OK)
+    /* More needs eviction: within eviction_min_residency_ms of its commit
+     * nothing may go (NO_SPACE); later "big" is evicted for the minimum, 4
+     * KiB, and the slab gets all 64 KiB it asked, not its minimum. */
+    assert_int_equal(grant(writer, 64 << 10, 4 << 10, 1, 0, &big), EGM_ERR_NO_SPACE);
+    if (grant(writer, 64 << 10, 4 << 10, 1, 15000, &big) != EGM_OK)
         fail_msg("grant: %s", egm_last_error());
     assert_int_equal(big.size, 64 << 10);
     assert_int_equal(egm__objects_exist(st.objects, "big", 3, 15000, NULL), EGM_ERR_NOT_FOUND);
@@ -581,6 +586,18 @@ static void test_log_seen_waits_for_first(void **state)
     egm__journal_acked(j, f, first); /* the standby has the first entry */
     uint64_t fourth = 4;
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth), 1);
+    egm__journal_take_position(j);
+    /* A slab granted for a writer that keeps its log (SlabGrant `log`): the
+     * standbys read that log from the grant on (its reply waited for them),
+     * so its first entry needs no acknowledgement either. */
+    egm_put_config_t cfg = {.replica_num = 1};
+    egm_slab_view_t s3;
+    assert_int_equal(egm__objects_slab_grant(st.objects, writer, 64 << 10, 4096, 1, &cfg, 0, &s3),
+                     EGM_OK);
+    egm__journal_take_position(j);
+    ids[0] = s3.id;
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none), 0);
     egm__journal_take_position(j);
     egm__objects_set_journal(st.objects, NULL);
     egm__journal_unfollow(j, f);
