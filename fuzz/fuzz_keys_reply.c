@@ -9,6 +9,7 @@
  * accepts and decodes it to the same values (its header's promise), that it
  * never reads outside the bytes (exact-size copy), that the result limit
  * holds, and that nothing leaks. */
+#include <string.h>
 #include "client/client_int.h"
 #include "common/alloc.h"
 #include "fuzz.h"
@@ -30,6 +31,11 @@ static void check_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got, c
     FUZZ_CHECK(ref->n_degraded_slabs == got->n_degraded_slabs);
     for (size_t d = 0; d < ref->n_degraded_slabs; d++)
         FUZZ_CHECK(ref->degraded_slabs[d] == got->degraded_slabs[d]);
+    /* protobuf-c's copy ends at a NUL the bytes may hold */
+    size_t error_len = strlen(ref->error);
+    FUZZ_CHECK(error_len <= got->error.len);
+    FUZZ_CHECK(error_len == 0 || memcmp(ref->error, got->error.data, error_len) == 0);
+    FUZZ_CHECK(error_len == got->error.len || got->error.data[error_len] == 0);
     FUZZ_CHECK(ref->n_results == got->n_results);
     size_t total = 0;
     for (size_t i = 0; i < ref->n_results; i++) {

@@ -249,6 +249,22 @@ int egm__wslabs_unanswered(egm_status_t status)
            status == EGM_ERR_PROTOCOL || status == EGM_ERR_CLOSED;
 }
 
+/* Why the master refused a slab: its own words where it sent them (printable
+ * ASCII kept, anything else '?'), else the status's name. */
+static const char *refusal_text(const egm_keys_reply_t *reply, egm_status_t status, char *buf,
+                                size_t cap)
+{
+    size_t n = reply->error.len < cap - 1 ? reply->error.len : cap - 1;
+    if (n == 0)
+        return egm_status_string(status);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = reply->error.data[i];
+        buf[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 /* One SlabGrant: a slab of at least min_size (size wanted). */
 static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc,
                           uint32_t replica_num, uint64_t size, uint64_t min_size,
@@ -289,8 +305,10 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
     egm_free(returns);
     const egm_key_result_t *res = &reply->results[0];
     if (res->status != EGM_OK) {
-        status = egm__set_error(res->status, "no slab of %llu bytes: %s",
-                                (unsigned long long)min_size, egm_status_string(res->status));
+        char why[512];
+        status =
+            egm__set_error(res->status, "no slab of %llu bytes: %s", (unsigned long long)min_size,
+                           refusal_text(reply, res->status, why, sizeof(why)));
         goto out;
     }
     if (reply->slab_id == 0 || res->size < min_size || res->n_replicas == 0 ||

@@ -166,6 +166,7 @@ typedef struct {
     uint64_t slab_id;               /* SlabGrant */
     const uint64_t *degraded_slabs; /* Commit */
     size_t n_degraded_slabs;
+    const char *error; /* SlabGrant refused: why */
 } keys_reply_extra_t;
 
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
@@ -200,7 +201,8 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                 .wait_ms = extra->wait_ms,
                                 .slab_id = extra->slab_id,
                                 .n_degraded_slabs = extra->n_degraded_slabs,
-                                .degraded_slabs = extra->degraded_slabs};
+                                .degraded_slabs = extra->degraded_slabs,
+                                .error = extra->error};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -411,6 +413,7 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
     egm_slab_view_t slab;
     egm_put_config_t config;
     egm_status_t status;
+    char why[512];
 
     if (egm__id_is_nil(client))
         return egm__set_error(EGM_ERR_INVALID_ARG, "client: must not be nil");
@@ -433,12 +436,15 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
         if (status != EGM_OK) /* the reply cannot describe it: give it back */
             egm__objects_slab_return(st->objects, client, slab.id, st->now_ms());
     } else {
+        /* The client tells its caller why (a NO_SPACE has several causes). */
+        snprintf(why, sizeof(why), "%s", egm_last_error());
         egm_debug("SlabGrant of %llu bytes (at least %llu): %s", (unsigned long long)req->size,
-                  (unsigned long long)req->min_size, egm_last_error());
+                  (unsigned long long)req->min_size, why);
     }
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, 1,
-                                 &(keys_reply_extra_t){.slab_id = granted == EGM_OK ? slab.id : 0},
+                                 &(keys_reply_extra_t){.slab_id = granted == EGM_OK ? slab.id : 0,
+                                                       .error = granted == EGM_OK ? NULL : why},
                                  call->reply);
     outcomes_cleanup(&oc);
     return status;

@@ -21,6 +21,7 @@ enum {
     TAG_KEYS_WAIT = 0x28,      /* KeysReply.wait_ms = 5, varint */
     TAG_KEYS_SLAB = 0x30,      /* KeysReply.slab_id = 6, varint */
     TAG_KEYS_DEGRADED = 0x3a,  /* KeysReply.degraded_slabs = 7, packed varints */
+    TAG_KEYS_ERROR = 0x42,     /* KeysReply.error = 8, bytes */
     TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
     TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
     TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
@@ -160,6 +161,9 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         degraded_len += varint_len(msg->degraded_slabs[d]);
     if (msg->n_degraded_slabs > 0) /* an empty repeated field is left out */
         total += 1 + varint_len(degraded_len) + degraded_len;
+    size_t error_len = msg->error != NULL ? strlen(msg->error) : 0;
+    if (error_len > 0)
+        total += 1 + varint_len(error_len) + error_len;
     uint8_t *buf = egm_malloc(total ? total : 1, "rpc_pack"), *p = buf;
     if (buf == NULL)
         goto err_nomem;
@@ -186,6 +190,12 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         p = put_varint(p, degraded_len);
         for (size_t d = 0; d < msg->n_degraded_slabs; d++)
             p = put_varint(p, msg->degraded_slabs[d]);
+    }
+    if (error_len > 0) {
+        *p++ = TAG_KEYS_ERROR;
+        p = put_varint(p, error_len);
+        memcpy(p, msg->error, error_len);
+        p += error_len;
     }
     if ((size_t)(p - buf) != total) {
         egm_free(buf);
@@ -509,6 +519,7 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
     out->location_cache_ms = 0;
     out->wait_ms = 0;
     out->slab_id = 0;
+    out->error = (egm_pb_slice_t){0};
     while (r.p < r.end) {
         uint32_t field;
         unsigned wt;
@@ -535,6 +546,11 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
             if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
                 return bad("KeysReply.slab_id");
             out->slab_id = v;
+            break;
+        case 8:
+            if (wt != WT_LEN || rd_len(&r, &sub) != 0)
+                return bad("KeysReply.error");
+            out->error = (egm_pb_slice_t){.data = sub.p, .len = (size_t)(sub.end - sub.p)};
             break;
         case 7: {
             egm_status_t status =

@@ -62,6 +62,8 @@ typedef struct {
     uint64_t slab_id;           /* SlabGrant: the slab, described by results[0] */
     size_t n_degraded_slabs;    /* Commit: slabs that lost an extent (take no more objects) */
     uint64_t *degraded_slabs;
+    egm_pb_slice_t
+        error;    /* SlabGrant refused: the master's reason (not NUL-terminated; len 0: none) */
     uint8_t *buf; /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
@@ -85,6 +87,7 @@ typedef struct {
     uint64_t slab_id;           /* 0: left out */
     size_t n_degraded_slabs;    /* packed, as protobuf-c writes a repeated uint64 */
     const uint64_t *degraded_slabs;
+    const char *error; /* NULL or "": left out */
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

@@ -131,6 +131,9 @@ static void test_ok_means_readable(void **state)
     egm_test_fill(data, POOL_OBJECTS * OBJ_LEN, 7);
     assert_int_equal(egm_put(client, "whole", data, POOL_OBJECTS * OBJ_LEN, NULL),
                      EGM_ERR_NO_SPACE);
+    /* The master's reason reaches the caller, not only the status's name. */
+    if (strstr(egm_last_error(), "eviction_high_watermark_ratio") == NULL)
+        fail_msg("put whole: %s", egm_last_error());
     assert_int_equal(egm_exist(client, "whole"), EGM_ERR_NOT_FOUND);
 
     /* A burst beyond the capacity: each put is stored or refused. */
@@ -142,6 +145,8 @@ static void test_ok_means_readable(void **state)
         ok[i] = status == EGM_OK;
         n_ok += ok[i];
         n_no_space += status == EGM_ERR_NO_SPACE;
+        if (status == EGM_ERR_NO_SPACE && strstr(egm_last_error(), "residency") == NULL)
+            fail_msg("put %s: NO_SPACE without the master's reason: %s", key, egm_last_error());
         if (status != EGM_OK && status != EGM_ERR_NO_SPACE)
             fail_msg("put %s: %s (%s)", key, egm_status_string(status), egm_last_error());
     }

@@ -117,6 +117,8 @@ static void gen_reply(void)
     g.reply.degraded_slabs = g.degraded;
     for (size_t d = 0; d < g.reply.n_degraded_slabs; d++)
         g.degraded[d] = rnd_u64();
+    static char *const errors[] = {"", "no room for 65536 bytes: held by leased objects", "x"};
+    g.reply.error = errors[rnd() % 3];
     maybe_unknown(&g.reply.base);
     g.reply.n_results = rnd() % (MAX_RESULTS + 1);
     g.reply.results = g.result_ptrs;
@@ -216,6 +218,9 @@ static void assert_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got)
     assert_int_equal(ref->n_degraded_slabs, got->n_degraded_slabs);
     for (size_t d = 0; d < ref->n_degraded_slabs; d++)
         assert_true(ref->degraded_slabs[d] == got->degraded_slabs[d]);
+    assert_int_equal(strlen(ref->error), got->error.len);
+    assert_memory_equal(ref->error, got->error.len ? (const char *)got->error.data : "",
+                        got->error.len);
     assert_int_equal(ref->n_results, got->n_results);
     size_t total = 0;
     for (size_t i = 0; i < ref->n_results; i++) {
@@ -444,7 +449,8 @@ static void test_encoder_matches_protobuf_c(void **state)
                                     .wait_ms = rnd_u64(),
                                     .slab_id = rnd_u64(),
                                     .n_degraded_slabs = rnd() % (MAX_DEGRADED + 1),
-                                    .degraded_slabs = degraded};
+                                    .degraded_slabs = degraded,
+                                    .error = rnd() % 2 ? "no slab: why" : NULL};
         for (size_t d = 0; d < msg.n_degraded_slabs; d++)
             degraded[d] = rnd_u64();
         for (size_t i = 0; i < msg.n_results; i++) {
@@ -490,6 +496,7 @@ static void test_encoder_matches_protobuf_c(void **state)
         assert_int_equal(ref->n_degraded_slabs, msg.n_degraded_slabs);
         for (size_t d = 0; d < msg.n_degraded_slabs; d++)
             assert_true(ref->degraded_slabs[d] == degraded[d]);
+        assert_string_equal(ref->error, msg.error != NULL ? msg.error : "");
         assert_int_equal(ref->n_results, msg.n_results);
         for (size_t i = 0; i < msg.n_results; i++) {
             const Egm__KeyResult *r = ref->results[i];
