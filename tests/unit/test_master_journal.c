@@ -299,6 +299,17 @@ static void test_slab_round_trip(void **state)
         assert_int_equal(dec_copy(b.buf, cut, &pos, &op), EGM_ERR_INVALID_ARG);
         assert_int_equal(pos, start);
     }
+    /* A slab granted without `log`. */
+    egm__jbuf_free(&b);
+    memset(&b, 0, sizeof(b));
+    slab.logged = 0;
+    egm__jenc_slab(&b, &slab, 30000);
+    pos = 0;
+    assert_int_equal(dec_copy(b.buf, b.len, &pos, &op), EGM_OK);
+    assert_int_equal(op.kind, EGM_JOP_SLAB);
+    assert_int_equal(op.logged, 0);
+    assert_int_equal(op.n_replicas, 2);
+    assert_int_equal(op.prefix, 5);
     egm__jbuf_free(&b);
     egm__seq_set_free(&slab.seen);
     state_down();

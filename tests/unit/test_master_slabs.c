@@ -522,6 +522,41 @@ static void test_grant_sizes(void **state)
     check();
 }
 
+/* A grant evicts once, as a PutStart of its minimum would: when what that
+ * eviction freed lies in pieces each too short for the minimum, the answer
+ * is NO_SPACE and nothing more is evicted. The pool: 16 slabs of 64 KiB,
+ * each holding an old object (evictable at 15 s) and a young one after it
+ * (within eviction_min_residency_ms). */
+static void test_grant_evicts_once(void **state)
+{
+    (void)state;
+    mount(1 << 20);
+    egm_slab_view_t slabs[16], slab;
+    char key[16];
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 0, &slabs[i]), EGM_OK);
+        assert_int_equal(slabs[i].size, 64 << 10);
+    }
+    for (int i = 0; i < 16; i++) {
+        snprintf(key, sizeof(key), "old%d", i);
+        assert_int_equal(commit(key, 32 << 10, slabs[i].id, 0, 0), EGM_OK);
+    }
+    for (int i = 0; i < 16; i++) {
+        snprintf(key, sizeof(key), "young%d", i);
+        assert_int_equal(commit(key, 32 << 10, slabs[i].id, 32 << 10, 14000), EGM_OK);
+    }
+    uint64_t no_space = stats().no_space_total;
+    assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 15000, &slab), EGM_ERR_NO_SPACE);
+    assert_int_equal(stats().evictions_total, 2); /* 64 KiB: old0, old1 */
+    assert_int_equal(stats().no_space_total, no_space + 1);
+    assert_int_equal(egm__objects_exist(st.objects, "old2", 4, 15000, NULL), EGM_OK);
+    /* The room an object of 32 KiB needs is there. */
+    assert_int_equal(grant(writer, 64 << 10, 32 << 10, 1, 15000, &slab), EGM_OK);
+    assert_int_equal(slab.size, 32 << 10);
+    assert_int_equal(stats().evictions_total, 2);
+    check();
+}
+
 /* Claims that each cut a piece in two stop at EGM_SLAB_PIECES_MAX pieces
  * (refused, nothing changed); a claim that cuts nothing more still works. */
 static void test_pieces_capped(void **state)
@@ -614,6 +649,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_slabs_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grant_evicts_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_seen_waits_for_first, setup, teardown),
     };
