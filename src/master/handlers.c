@@ -503,9 +503,9 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
         int known =
             egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, req->log_seqs);
         /* A slab named degraded lost an extent: what its log says of that
-         * extent is not what was committed (the standbys confirm it). A
-         * slab's first entry is confirmed too: a new leader reads only the
-         * logs its standby knows are kept. */
+         * extent is not what was committed (the standbys confirm it). A new
+         * leader reads only the logs its standby knows are kept: a slab
+         * granted with `log`, else one whose first entry it confirmed. */
         call->described = known && extra.n_degraded_slabs == 0;
         for (size_t i = 0; i < req->n_keys && call->described; i++)
             call->described = req->log_seqs[i] != 0 && oc.out[i].status == EGM_OK;

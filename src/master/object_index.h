@@ -318,10 +318,11 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
 /* The commit log entries (common/slab_log.h) seqs[0..n) of slabs ids[i] of
  * `client` were committed or refused (seq 0: none): noted in each slab that
  * is still recorded, expired or not (and journaled), so that a new leader
- * reads its log past them; a new leader reads only the logs of slabs with
- * an entry noted. 1 when every key had an entry in a slab whose first
- * entry noted the standbys confirmed (a Commit may then be answered before
- * they confirm it: they know the slab's log is kept). */
+ * reads its log past them; a new leader reads only the logs of slabs granted
+ * with `log` or with an entry noted. 1 when every key had an entry in a slab
+ * granted with `log`, or whose first entry noted the standbys confirmed (a
+ * Commit may then be answered before they confirm it: they know the slab's
+ * log is kept). */
 int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
                            const uint64_t *ids, const uint64_t *seqs);
 /* Returns the space `client` did not commit in slab `id` (the slab is
