@@ -298,12 +298,11 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
  * the client may write into it for that long, and what it has not committed
  * by then returns to the pool. Its size: `size` (rounded up to
  * EGM_OBJECT_ALIGN; at most a sixteenth of the capacity, at least min_size)
- * when that fits without evicting, else the largest of half of it, a
- * quarter, ... (6 halvings), min_size that fits; when none does, it evicts
- * as a PutStart of a min_size object would (the same NO_SPACE answers) and
- * then takes the largest of those that fits. log: the client keeps the
- * slab's commit log (SlabGrant `log`): journaled with the slab, so that a
- * new leader reads that log even before an entry was noted. */
+ * when that fits without evicting, else min_size, evicting for it as a
+ * PutStart of a min_size object would (the same NO_SPACE answers). log: the
+ * client keeps the slab's commit log (SlabGrant `log`): journaled with the
+ * slab, so that a new leader reads that log even before an entry was
+ * noted. */
 typedef struct {
     uint64_t id;
     uint64_t size;

@@ -481,10 +481,9 @@ static void test_degraded_slabs_named(void **state)
     check();
 }
 
-/* A grant gets what it asks up to a sixteenth of the capacity; else the
- * largest halving of that which fits without evicting, down to its minimum;
- * eviction as for the minimum, the slab then taking what fits of what it
- * asked; NO_SPACE when nothing may go. */
+/* A grant gets what it asks up to a sixteenth of the capacity; only its
+ * minimum when the rest does not fit without evicting; eviction only for the
+ * minimum; NO_SPACE when nothing may go. */
 static void test_grant_sizes(void **state)
 {
     (void)state;
@@ -498,62 +497,23 @@ static void test_grant_sizes(void **state)
     assert_int_equal(grant(writer, 10, 100, 1, 0, &small), EGM_OK); /* at least the minimum */
     assert_int_equal(small.size, 128);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, small.id, 0), EGM_OK);
-    /* A committed object leaves 40 KiB free: a grant wanting 64 KiB gets
-     * the 32 KiB that fit of it (not its minimum), without evicting; the
-     * next one the 8 KiB left, its minimum. */
-    uint64_t rest = (1 << 20) - (1 << 20) / 16 - (40 << 10);
+    /* A committed object leaves 32 KiB free: a grant wanting 64 KiB gets its
+     * minimum, without evicting. */
+    uint64_t rest = (1 << 20) - (1 << 20) / 16 - (32 << 10);
     assert_int_equal(grant(writer, rest, rest, 1, 0, &big), EGM_OK);
     assert_int_equal(big.size, rest);
     assert_int_equal(commit("big", rest, big.id, 0, 0), EGM_OK);
     assert_int_equal(grant(writer, 1 << 20, 64, 1, 0, &small), EGM_OK);
-    assert_int_equal(small.size, 32 << 10);
-    assert_int_equal(grant(writer, 1 << 20, 8 << 10, 1, 0, &small), EGM_OK);
-    assert_int_equal(small.size, 8 << 10);
+    assert_int_equal(small.size, 64);
     assert_int_equal(egm__objects_exist(st.objects, "big", 3, 0, NULL), EGM_OK);
-    /* More needs eviction: within eviction_min_residency_ms of its commit
-     * nothing may go (NO_SPACE); later "big" is evicted for the minimum, 4
-     * KiB, and the slab gets all 64 KiB it asked, not its minimum. */
-    assert_int_equal(grant(writer, 64 << 10, 4 << 10, 1, 0, &big), EGM_ERR_NO_SPACE);
-    if (grant(writer, 64 << 10, 4 << 10, 1, 15000, &big) != EGM_OK)
+    /* 64 KiB more needs eviction: within eviction_min_residency_ms of its
+     * commit nothing may go (NO_SPACE); later "big" is evicted for it. */
+    assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 0, &big), EGM_ERR_NO_SPACE);
+    if (grant(writer, 64 << 10, 64 << 10, 1, 15000, &big) != EGM_OK)
         fail_msg("grant: %s", egm_last_error());
     assert_int_equal(big.size, 64 << 10);
     assert_int_equal(egm__objects_exist(st.objects, "big", 3, 15000, NULL), EGM_ERR_NOT_FOUND);
     assert_true(used(seg) <= (1 << 20));
-    check();
-}
-
-/* A grant evicts once, as a PutStart of its minimum would: when what that
- * eviction freed lies in pieces each too short for the minimum, the answer
- * is NO_SPACE and nothing more is evicted. The pool: 16 slabs of 64 KiB,
- * each holding an old object (evictable at 15 s) and a young one after it
- * (within eviction_min_residency_ms). */
-static void test_grant_evicts_once(void **state)
-{
-    (void)state;
-    mount(1 << 20);
-    egm_slab_view_t slabs[16], slab;
-    char key[16];
-    for (int i = 0; i < 16; i++) {
-        assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 0, &slabs[i]), EGM_OK);
-        assert_int_equal(slabs[i].size, 64 << 10);
-    }
-    for (int i = 0; i < 16; i++) {
-        snprintf(key, sizeof(key), "old%d", i);
-        assert_int_equal(commit(key, 32 << 10, slabs[i].id, 0, 0), EGM_OK);
-    }
-    for (int i = 0; i < 16; i++) {
-        snprintf(key, sizeof(key), "young%d", i);
-        assert_int_equal(commit(key, 32 << 10, slabs[i].id, 32 << 10, 14000), EGM_OK);
-    }
-    uint64_t no_space = stats().no_space_total;
-    assert_int_equal(grant(writer, 64 << 10, 64 << 10, 1, 15000, &slab), EGM_ERR_NO_SPACE);
-    assert_int_equal(stats().evictions_total, 2); /* 64 KiB: old0, old1 */
-    assert_int_equal(stats().no_space_total, no_space + 1);
-    assert_int_equal(egm__objects_exist(st.objects, "old2", 4, 15000, NULL), EGM_OK);
-    /* The room an object of 32 KiB needs is there. */
-    assert_int_equal(grant(writer, 64 << 10, 32 << 10, 1, 15000, &slab), EGM_OK);
-    assert_int_equal(slab.size, 32 << 10);
-    assert_int_equal(stats().evictions_total, 2);
     check();
 }
 
@@ -649,7 +609,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_extents_and_unmount, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_slabs_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_grant_evicts_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_seen_waits_for_first, setup, teardown),
     };
