@@ -153,13 +153,7 @@ out:
 static int wait_unless_stopping(egm_client_t *client, uint64_t ms)
 {
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(ms / 1000);
-    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    egm__deadline_in(&deadline, ms);
     while (!client->stopping &&
            pthread_cond_timedwait(&client->cond, &client->lock, &deadline) != ETIMEDOUT)
         ;

@@ -56,8 +56,6 @@ struct egm_wslabs {
     uint64_t grants, returned, open;
 };
 
-/* An object's room in a slab: its size rounded up as the master's allocator
- * rounds it (0 on overflow). */
 /* Whether an object of r bytes (and, with entry, its log entry) fits in s
  * below the log entries already set aside. */
 static int fits(const egm_wslab_t *s, uint64_t r, int entry)
@@ -67,6 +65,8 @@ static int fits(const egm_wslab_t *s, uint64_t r, int entry)
            (!entry || room - booked - r >= EGM_SLAB_LOG_ENTRY);
 }
 
+/* An object's room in a slab: its size rounded up as the master's allocator
+ * rounds it (0 on overflow). */
 static uint64_t round_object(uint64_t len)
 {
     if (len > UINT64_MAX - (EGM_OBJECT_ALIGN - 1))
@@ -438,7 +438,7 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         refs[i] = (egm_wslab_ref_t){.slab = s, .offset = s->used};
         s->used += r;
         /* A slab granted with room for the object alone keeps no entry. */
-        if (s->size - s->used >= (s->log_booked + 1) * EGM_SLAB_LOG_ENTRY) {
+        if (fits(s, 0, 1)) {
             s->log_booked++;
             refs[i].logged = 1;
         }

@@ -56,8 +56,9 @@ void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p);
  * master's lock exclusive and serves nothing yet): mounts its segments
  * through liveness (registering their owners as of now_ms), reads the log
  * of every slab it holds (its end, even past its lease, comes as SLAB_GONE
- * before its space is reused) that has an entry known (a
- * writer's first entry in a slab is confirmed before it is answered) through
+ * before its space is reused) that was granted with `log` or has an entry
+ * known (otherwise a writer's first entry is confirmed before it is
+ * answered) through
  * reader (from one extent whose segment is mounted and reads; the next one
  * if a read fails; a provider a read failed on is not asked again) past
  * the seqs it knows, up to the first entry that does not decode, and adopts
