@@ -41,10 +41,16 @@ static void single_key(const egm_bdata_worker_t *w, const egm_bdata_phase_t *ph,
     egm__bdata_key(w, key, "s", ph->bytes, (uint64_t)w->global * EGM_BDATA_MAX_SLOTS + k);
 }
 
-/* Before a run of puts: the run's sources filled with its new versions. 0
- * when a fill failed (the worker stops). */
+/* Before a run of puts: the run's sources filled with its new versions, and
+ * the objects of its slots written before removed, in one batch: a run's
+ * calls go back to back, as an engine's puts of a step's blocks do, with no
+ * remove between them (plain: the put phase reads nothing, so no lease holds
+ * them; a force remove would wait for the master's force watermark,
+ * location_cache_ms past the last read of any key force-removed: the
+ * warm-up's, another client's). 0 when a fill failed (the worker stops). */
 static int single_put_run(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
+    size_t old = 0;
     w->run_n = 0;
     for (size_t r = 0; r < ph->run; r++) {
         uint64_t version = ++w->seq;
@@ -54,10 +60,16 @@ static int single_put_run(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
             w->stop = 1;
             return 0;
         }
-        w->run_key[r] = (size_t)((w->step + r) % w->slots);
+        size_t k = (size_t)((w->step + r) % w->slots); /* run <= slots: distinct */
+        w->run_key[r] = k;
         w->run_seed[r] = version;
         w->run_n = r + 1;
+        if (w->versions[k] != 0) {
+            single_key(w, ph, w->names[old++], k);
+            w->versions[k] = 0; /* until its put succeeds: the get phase skips it */
+        }
     }
+    egm__bdata_remove(w, old, 0);
     return 1;
 }
 
@@ -70,16 +82,6 @@ static void single_put_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
         return;
     size_t k = w->run_key[r];
     single_key(w, ph, key, k);
-    if (w->versions[k] != 0) { /* every slot written: make room for the new version */
-        /* plain: the put phase reads nothing, so no lease holds it; a force remove
-         * would wait, between the run's calls, for the master's force watermark
-         * (location_cache_ms past the last read of any key force-removed: the
-         * warm-up's, another client's) */
-        egm_status_t status = egm_remove(w->client, key, 0);
-        if (status != EGM_OK && status != EGM_ERR_NOT_FOUND)
-            egm__bdata_error(w, 1, "remove %s: %s", key, egm_status_string(status));
-        w->versions[k] = 0;
-    }
     if (!egm__bdata_put_at(w, NULL, key, r * ph->bytes, ph->bytes))
         return;
     w->versions[k] = w->run_seed[r];
@@ -96,12 +98,26 @@ static void no_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 static egm_status_t single_get_prepare(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     (void)ph;
+    size_t held = 0;
     w->run_n = 0;
-    if (w->stored == 0) {
+    for (size_t k = 0; k < w->stored; k++)
+        held += w->versions[k] != 0;
+    if (held == 0) {
         egm__bdata_error(w, 1, "nothing to get: the put phase stored no object");
         w->stop = 1;
     }
     return EGM_OK;
+}
+
+/* The slot a get step reads: step's, or the next one that holds an object
+ * (a put that failed, or the put phase's end between a run's remove and its
+ * put, leaves a slot empty). */
+static size_t get_slot(const egm_bdata_worker_t *w)
+{
+    size_t k = (size_t)(w->step % w->stored);
+    while (w->versions[k] == 0)
+        k = (k + 1) % w->stored;
+    return k;
 }
 
 /* Calls of a get run: --run, but no more than the objects stored. */
@@ -127,7 +143,7 @@ static void single_get_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     char key[EGM_BDATA_KEY_LEN];
     size_t run = get_run(w, ph), r = (size_t)(w->step % run);
-    size_t k = (size_t)(w->step % w->stored);
+    size_t k = get_slot(w);
 
     if (r == 0 && egm__bdata_poison(&w->r->mem, &w->dst, 0, run * ph->bytes) != EGM_OK) {
         egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());
