@@ -693,19 +693,6 @@ int egm__journal_confirmed(egm_journal_t *j, uint64_t pos)
     return done;
 }
 
-void egm__journal_wake(egm_journal_t *j)
-{
-    if (j == NULL || atomic_load_explicit(&j->n_followers, memory_order_acquire) == 0)
-        return;
-    pthread_mutex_lock(&j->lock);
-    for (const egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
-        if (f->sent < end_of(j)) {
-            pthread_cond_broadcast(&j->more);
-            break;
-        }
-    pthread_mutex_unlock(&j->lock);
-}
-
 void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done, void *arg)
 {
     uint64_t pos = tl_pos;

@@ -155,14 +155,12 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
 egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
 /* The calling thread's last op position (0: none since its last wait), and
  * egm__journal_take_position the same, clearing it: for a request answered
- * without waiting (a Commit its slab log describes, docs/ha.md), which then
- * wakes the followers' threads after its reply (egm__journal_wake). */
+ * without waiting (a Commit its slab log describes, docs/ha.md), whose ops the
+ * followers' threads take with their next batch (nobody wakes them for it). */
 uint64_t egm__journal_position(const egm_journal_t *j);
 uint64_t egm__journal_take_position(egm_journal_t *j);
 /* Whether every in-sync follower acknowledged pos (1 for pos 0 or j NULL). */
 int egm__journal_confirmed(egm_journal_t *j, uint64_t pos);
-/* Wakes the followers' threads when one has ops it was not given. */
-void egm__journal_wake(egm_journal_t *j);
 typedef void (*egm_journal_done_fn)(void *arg, egm_status_t status, const char *error);
 void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done_fn done,
                          void *arg);

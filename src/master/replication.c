@@ -29,6 +29,13 @@
  * sleep adds several microseconds to every change a request waits for. */
 #define EGM_REPL_SPIN_US 50
 #define EGM_REPL_DISCOVER_MS 250 /* how often the leader lists the masters */
+/* A sender with nothing to send looks again after this long, doubling while
+ * nothing comes, up to EGM_REPL_IDLE_MAX_MS. Nobody wakes it for a Commit the
+ * pool describes (nothing waits for it): such ops reach the standby within
+ * this long of the last batch while Commits stream. A request that waits
+ * sends, or wakes the sender, itself (journal.h). */
+#define EGM_REPL_IDLE_MS 1
+#define EGM_REPL_IDLE_MAX_MS 100
 
 typedef struct {
     struct egm_replication *r;
@@ -227,6 +234,7 @@ static void *standby_main(void *arg)
     egm_jbuf_t snap = {0};
     uint64_t pos = 0, sync_at = 0;
     int in_sync = 0, listed = 0, timeout = batch_timeout_ms(r);
+    uint64_t idle_ms = EGM_REPL_IDLE_MS;
 
     egm_rpc_client_params_t cp = {.addr = sb->addr,
                                   .connect_timeout_ms = timeout,
@@ -260,14 +268,16 @@ static void *standby_main(void *arg)
         uint8_t *ops = NULL;
         size_t len = 0;
         uint64_t from, to;
-        s = egm__journal_next(st->journal, f, 100, batch_max(r), &ops, &len, &from, &to);
+        s = egm__journal_next(st->journal, f, idle_ms, batch_max(r), &ops, &len, &from, &to);
         if (s == EGM_OK) {
+            idle_ms = EGM_REPL_IDLE_MS;
             s = send_batch(r, c, 0, from, to, ops, len, timeout);
             egm_free(ops);
             if (s == EGM_OK)
                 egm__journal_acked(st->journal, f, to);
         } else if (s == EGM_ERR_TIMEOUT) { /* nothing new */
             s = EGM_OK;
+            idle_ms = idle_ms * 2 < EGM_REPL_IDLE_MAX_MS ? idle_ms * 2 : EGM_REPL_IDLE_MAX_MS;
         }
         /* Every change answered before in_sync was set is in what it acked
          * up to sync_at; every later one waits for it: it is in sync. */

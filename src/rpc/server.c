@@ -150,28 +150,6 @@ static _Thread_local const egm_frame_header_t *current_request;
 static _Thread_local int current_held;
 static _Thread_local int current_more_input; /* bytes read after the request's frame */
 
-/* egm__rpc_server_after_reply's pending call, on this thread. */
-static _Thread_local void (*after_fn)(void *arg);
-static _Thread_local void *after_arg;
-
-void egm__rpc_server_after_reply(void (*fn)(void *arg), void *arg)
-{
-    if (current_conn != NULL && (after_fn == NULL || (after_fn == fn && after_arg == arg))) {
-        after_fn = fn;
-        after_arg = arg;
-        return;
-    }
-    fn(arg);
-}
-
-static void run_after_reply(void)
-{
-    void (*fn)(void *) = after_fn;
-    after_fn = NULL;
-    if (fn != NULL)
-        fn(after_arg);
-}
-
 int egm__rpc_server_others_waiting(void)
 {
     const rpc_conn_t *c = current_conn;
@@ -623,7 +601,6 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
                     (void)send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
                 conn_close(c);
-                run_after_reply();
                 return;
             }
             if (n < 0) {
@@ -633,11 +610,9 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
                     break;
                 egm_debug("rpc server: read from fd %d failed: %s", c->fd, strerror(errno));
                 conn_close(c);
-                run_after_reply();
                 return;
             }
             if (consume(c, s->rbuf, (size_t)n) != 0) {
-                run_after_reply();
                 return;
             }
             /* stop reading while replies pile up unread, or held */
@@ -648,7 +623,6 @@ static void conn_on_event(egm_reactor_t *reactor, int fd, uint32_t events, void 
         }
     }
     conn_flush(c);
-    run_after_reply();
 }
 
 static void on_accept(egm_reactor_t *reactor, int fd, uint32_t events, void *arg);

@@ -44,12 +44,6 @@ egm_rpc_hold_t *egm__rpc_server_hold(void);
  * input in the same wakeup. A handler that would block for a while (and
  * could hold its reply instead) should not then. 0 outside a handler. */
 int egm__rpc_server_others_waiting(void);
-/* Work a handler leaves for after its reply is written: fn(arg) runs on the
- * handler's thread once the replies of the current wakeup went to the socket
- * (a leader waking its standby's sender: docs/ha.md). One per wakeup: a
- * second call with the same fn is a no-op, another fn runs at once. Outside
- * a handler, fn runs at once. */
-void egm__rpc_server_after_reply(void (*fn)(void *arg), void *arg);
 /* The answer: status EGM_OK with reply[0..len) (an egm_malloc'ed buffer the
  * server now owns; NULL when len is 0), or an error status and its text. */
 void egm__rpc_hold_release(egm_rpc_hold_t *hold, egm_status_t status, uint8_t *reply, size_t len,
