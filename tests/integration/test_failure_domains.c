@@ -193,18 +193,6 @@ static void test_zones_from_provider_setting(void **state)
 
 /* ---- failure detection --------------------------------------------------- */
 
-static double master_metric(unsigned port, const char *name)
-{
-    static char body[262144];
-    if (egm_test_http_get(port, "/metrics", body, sizeof(body)) != 200)
-        return -1;
-    size_t len = strlen(name);
-    for (const char *p = body; (p = strstr(p, name)) != NULL; p += len)
-        if ((p == body || p[-1] == '\n') && p[len] == ' ')
-            return strtod(p + len + 1, NULL);
-    return -1;
-}
-
 /* The pool name ("host:pid") of the provider process `proc`, from the
  * segments the master lists; its owner id too. */
 static int pool_of(const seg_owners_t *o, const egm_process_t *proc, char *pool, size_t len,
@@ -278,7 +266,7 @@ static void test_provider_death_detected(void **state)
     /* (a) The master sees the connection close (bounded: well under the TTL). */
     uint64_t seen_ms = 0;
     while (egm__now_ms() - t0 < DETECT_LIMIT_MS) {
-        if (master_metric(http, "egm_master_segments_unreachable") >= 1) {
+        if (egm_test_metric(http, "egm_master_segments_unreachable") >= 1) {
             seen_ms = egm__now_ms() - t0;
             break;
         }
@@ -327,8 +315,8 @@ static void test_provider_death_detected(void **state)
            (unsigned long long)seen_ms, (unsigned long long)gone_ms, TTL_S, refused, acked);
     assert_true(seen_ms > 0);
     assert_true(gone_ms > 0);
-    assert_true(master_metric(http, "egm_master_segments_dropped_total{reason=\"disconnected\"}") ==
-                1);
+    assert_true(
+        egm_test_metric(http, "egm_master_segments_dropped_total{reason=\"disconnected\"}") == 1);
 
     /* Every acknowledged put reads back; those on the victim are gone. */
     egm_status_t pre = egm_test_get_seeded(c, "pre/c", OBJ, 1); /* random: maybe on the victim */

@@ -112,18 +112,6 @@ static long long health_number(unsigned http_port, const char *field)
     return egm_test_health_number(body, field);
 }
 
-/* A sample of a master's /metrics (-1 when absent or no answer). */
-static long long metric_number(unsigned http_port, const char *name)
-{
-    static char body[65536];
-    char line[128];
-    if (egm_test_http_get(http_port, "/metrics", body, sizeof(body)) != 200)
-        return -1;
-    snprintf(line, sizeof(line), "\n%s ", name);
-    const char *at = strstr(body, line);
-    return at != NULL ? atoll(at + strlen(line)) : -1;
-}
-
 /* Waits until the leader on http_port counts `n` standbys in sync. */
 static void wait_in_sync(unsigned http_port, long long n)
 {
@@ -417,13 +405,13 @@ static void test_described_commits_survive(void **state)
         snprintf(key, sizeof(key), "streamed-%d", i);
         assert_int_equal(egm_test_put_seeded(client, key, 512 + (size_t)i, (unsigned)i), EGM_OK);
     }
-    assert_true(metric_number(http_a, "egm_master_ha_commits_described_total") >= STREAMED_KEYS);
-    long long lag = -1;
+    assert_true(egm_test_metric(http_a, "egm_master_ha_commits_described_total") >= STREAMED_KEYS);
+    double lag = -1;
     for (uint64_t until = egm__now_ms() + WAIT_MS; lag != 0 && egm__now_ms() < until;
          egm__sleep_ms(20))
-        lag = metric_number(http_a, "egm_master_ha_journal_lag_bytes");
+        lag = egm_test_metric(http_a, "egm_master_ha_journal_lag_bytes");
     if (lag != 0)
-        fail_msg("the standby did not confirm the described Commits' ops within %d ms (%lld bytes "
+        fail_msg("the standby did not confirm the described Commits' ops within %d ms (%.0f bytes "
                  "left)",
                  WAIT_MS, lag);
 

@@ -74,18 +74,6 @@ static int wait_provider_health(unsigned port, const char *want)
     return 0;
 }
 
-/* The value of a metric in the provider's /metrics, or -1. */
-static double provider_metric(unsigned port, const char *name)
-{
-    static char body[65536];
-    char needle[128];
-    if (egm_test_http_get(port, "/metrics", body, sizeof(body)) != 200)
-        return -1;
-    snprintf(needle, sizeof(needle), "\n%s ", name);
-    const char *p = strstr(body, needle);
-    return p != NULL ? strtod(p + strlen(needle), NULL) : -1;
-}
-
 static void kill_master(void)
 {
     int code = 0;
@@ -245,10 +233,10 @@ static void test_host_pool_restart(void **state)
     assert_int_equal(egm_test_cli(&cluster, get, NULL, 0, out, sizeof(out)), 0);
     assert_int_equal(strlen(out), 17);
 
-    assert_true(provider_metric(http, "egm_client_master_restarts_total") == 1);
-    assert_true(provider_metric(http, "egm_client_remounted_segments_total") == NSEG);
-    assert_true(provider_metric(http, "egm_client_remount_pending") == 0);
-    assert_true(provider_metric(http, "egm_client_health") == 0);
+    assert_true(egm_test_metric(http, "egm_client_master_restarts_total") == 1);
+    assert_true(egm_test_metric(http, "egm_client_remounted_segments_total") == NSEG);
+    assert_true(egm_test_metric(http, "egm_client_remount_pending") == 0);
+    assert_true(egm_test_metric(http, "egm_client_health") == 0);
 
     /* A new master that refuses the remount: mount requests exceed its
      * max_frame_size. The provider retries every ping, stays up, keeps its
@@ -258,10 +246,10 @@ static void test_host_pool_restart(void **state)
     restart_master(tiny);
     uint64_t deadline = egm__now_ms() + WAIT_MS;
     while (egm__now_ms() < deadline &&
-           provider_metric(http, "egm_client_remount_failures_total") < 3)
+           egm_test_metric(http, "egm_client_remount_failures_total") < 3)
         usleep(POLL_US);
-    assert_true(provider_metric(http, "egm_client_remount_failures_total") >= 3);
-    assert_true(provider_metric(http, "egm_client_remount_pending") == 1);
+    assert_true(egm_test_metric(http, "egm_client_remount_failures_total") >= 3);
+    assert_true(egm_test_metric(http, "egm_client_remount_pending") == 1);
     assert_true(wait_provider_health(http, "\"master_unreachable\""));
     assert_int_equal(egm_test_cluster_segments(&cluster), 0);
     assert_true(provider_alive(p));
@@ -274,8 +262,8 @@ static void test_host_pool_restart(void **state)
     assert_true(wait_segments(NSEG));
     assert_true(wait_provider_health(http, "\"healthy\""));
     assert_true(wait_health(shm, EGM_HEALTH_HEALTHY));
-    assert_true(provider_metric(http, "egm_client_master_restarts_total") == 3);
-    assert_true(provider_metric(http, "egm_client_remounted_segments_total") == 2 * NSEG);
+    assert_true(egm_test_metric(http, "egm_client_master_restarts_total") == 3);
+    assert_true(egm_test_metric(http, "egm_client_remounted_segments_total") == 2 * NSEG);
     assert_int_equal(egm_get(tcp, "after/a", &data, &len), EGM_ERR_NOT_FOUND);
     put_get(tcp, shm, "again/a", 300 * 1024, 7);
     put_get(shm, tcp, "again/b", 4097, 8);
@@ -371,7 +359,7 @@ static void test_egm_pool_restart(void **state)
     restart_master(NULL);
     assert_true(wait_segments(6));
     assert_true(wait_provider_health(http, "\"healthy\""));
-    assert_true(provider_metric(http, "egm_client_remounted_segments_total") == 6);
+    assert_true(egm_test_metric(http, "egm_client_remounted_segments_total") == 6);
 
     const char *get_old[] = {"get", "egm/old", "-", "--log-level", "error", NULL};
     assert_int_not_equal(egm_test_cli(&cluster, get_old, NULL, 0, out, sizeof(out)), 0);

@@ -83,6 +83,23 @@ void egm_test_health_role(const char *body, char *role, size_t len, long long *e
         *epoch_p = atoll(e + 8);
 }
 
+double egm_test_metric(unsigned port, const char *name)
+{
+    size_t cap = 256 * 1024, len = strlen(name);
+    char *body = malloc(cap);
+    double value = -1;
+    if (body == NULL)
+        return -1;
+    if (egm_test_http_get(port, "/metrics", body, cap) == 200)
+        for (const char *p = body; (p = strstr(p, name)) != NULL; p += len)
+            if ((p == body || p[-1] == '\n') && p[len] == ' ') {
+                value = strtod(p + len + 1, NULL);
+                break;
+            }
+    free(body);
+    return value;
+}
+
 long long egm_test_health_number(const char *body, const char *field)
 {
     char pattern[64];

@@ -23,6 +23,10 @@ int egm_test_http_get(unsigned port, const char *path, char *body, size_t len);
 void egm_test_health_role(const char *body, char *role, size_t len, long long *epoch_p);
 /* The number of a field of a /health body, or -1 when absent. */
 long long egm_test_health_number(const char *body, const char *field);
+/* The value of the sample `name` (with its labels, as /metrics writes them:
+ * egm_x_total{type="Get"}) in the /metrics of 127.0.0.1:port, or -1 when
+ * absent or no answer came. Any thread. */
+double egm_test_metric(unsigned port, const char *name);
 /* The number after "http " in a provider's ready line, or 0. */
 unsigned egm_test_ready_http_port(const char *ready_line);
 

@@ -1,6 +1,5 @@
 /* Reference model against a running cluster (see model.h): reads every key
  * back, asks the master where replicas lie, and compares its accounting. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,19 +81,8 @@ size_t egm_model_segments_matching(egm_client_t *client, const char *needle, egm
 
 long long egm_model_master_metric(unsigned http_port, const char *name)
 {
-    static char body[1 << 16];
-    static pthread_mutex_t body_lock = PTHREAD_MUTEX_INITIALIZER;
-    char needle[128];
-    long long value = -1;
-    snprintf(needle, sizeof(needle), "\n%s ", name);
-    pthread_mutex_lock(&body_lock);
-    if (egm_test_http_get(http_port, "/metrics", body, sizeof(body)) == 200) {
-        const char *p = strstr(body, needle);
-        if (p != NULL)
-            value = strtoll(p + strlen(needle), NULL, 10);
-    }
-    pthread_mutex_unlock(&body_lock);
-    return value;
+    double value = egm_test_metric(http_port, name);
+    return value < 0 ? -1 : (long long)value;
 }
 
 long long egm_model_master_rpc_count(unsigned http_port, const char *type)
