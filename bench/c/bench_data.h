@@ -256,6 +256,7 @@ typedef struct egm_bdata_worker {
     uint64_t *versions; /* single: version of each slot, 0 = not stored */
     size_t slots;
     size_t stored; /* single: slots put; batch: 1 once a batch is stored */
+    size_t held;   /* single get: slots holding an object, their indexes in perm */
     uint64_t seq;  /* mixed, full: new keys put */
     uint64_t ring[EGM_BDATA_RING];
     size_t ring_n;

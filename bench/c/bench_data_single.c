@@ -57,6 +57,7 @@ static int single_put_run(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
         if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, r * ph->bytes, ph->bytes,
                             single_seed(w, ph, version)) != EGM_OK) {
             egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
+            egm__bdata_remove(w, old, 0); /* the slots already let go of theirs */
             w->stop = 1;
             return 0;
         }
@@ -98,32 +99,25 @@ static void no_finish(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 static egm_status_t single_get_prepare(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     (void)ph;
-    size_t held = 0;
     w->run_n = 0;
+    /* The slots that hold an object, in order: a put that failed, or the put
+     * phase's end between a run's remove and its puts, leaves one empty. */
+    w->held = 0;
     for (size_t k = 0; k < w->stored; k++)
-        held += w->versions[k] != 0;
-    if (held == 0) {
+        if (w->versions[k] != 0)
+            w->perm[w->held++] = k;
+    if (w->held == 0) {
         egm__bdata_error(w, 1, "nothing to get: the put phase stored no object");
         w->stop = 1;
     }
     return EGM_OK;
 }
 
-/* The slot a get step reads: step's, or the next one that holds an object
- * (a put that failed, or the put phase's end between a run's remove and its
- * put, leaves a slot empty). */
-static size_t get_slot(const egm_bdata_worker_t *w)
-{
-    size_t k = (size_t)(w->step % w->stored);
-    while (w->versions[k] == 0)
-        k = (k + 1) % w->stored;
-    return k;
-}
-
-/* Calls of a get run: --run, but no more than the objects stored. */
+/* Calls of a get run: --run, but no more than the objects stored (each
+ * call of a run reads another). */
 static size_t get_run(const egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
-    return ph->run < w->stored ? ph->run : w->stored;
+    return ph->run < w->held ? ph->run : w->held;
 }
 
 /* After a run of gets: every object it fetched, checked in its slot. */
@@ -143,7 +137,7 @@ static void single_get_step(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     char key[EGM_BDATA_KEY_LEN];
     size_t run = get_run(w, ph), r = (size_t)(w->step % run);
-    size_t k = get_slot(w);
+    size_t k = w->perm[w->step % w->held];
 
     if (r == 0 && egm__bdata_poison(&w->r->mem, &w->dst, 0, run * ph->bytes) != EGM_OK) {
         egm__bdata_error(w, 1, "poisoning the destination: %s", egm_last_error());

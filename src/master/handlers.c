@@ -1009,9 +1009,10 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
         status = dispatch(st, type, payload, len, reply, &failed, &described);
     if (described) {
         /* A new leader finds it in the pool: the standbys' senders take it
-         * with what comes next, within EGM_REPL_IDLE_MS (replication.c). No
-         * wake-up here: one per Commit cost a system call on this thread
-         * and a sender's round trip per put. */
+         * when they next look (replication.c: at once after a batch, else
+         * within EGM_REPL_IDLE_MS while Commits stream, EGM_REPL_IDLE_MAX_MS
+         * after a quiet spell). No wake-up here: one per Commit cost a
+         * system call on this thread and a sender's round trip per put. */
         atomic_fetch_add_explicit(&st->commits_described, 1, memory_order_relaxed);
         egm__journal_take_position(st->journal);
     } else if (st->journal != NULL &&
