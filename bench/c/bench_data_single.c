@@ -51,26 +51,27 @@ static void single_key(const egm_bdata_worker_t *w, const egm_bdata_phase_t *ph,
 static int single_put_run(egm_bdata_worker_t *w, const egm_bdata_phase_t *ph)
 {
     size_t old = 0;
-    w->run_n = 0;
     for (size_t r = 0; r < ph->run; r++) {
-        uint64_t version = ++w->seq;
-        if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, r * ph->bytes, ph->bytes,
-                            single_seed(w, ph, version)) != EGM_OK) {
-            egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
-            egm__bdata_remove(w, old, 0); /* the slots already let go of theirs */
-            w->stop = 1;
-            return 0;
-        }
         size_t k = (size_t)((w->step + r) % w->slots); /* run <= slots: distinct */
         w->run_key[r] = k;
-        w->run_seed[r] = version;
-        w->run_n = r + 1;
         if (w->versions[k] != 0) {
             single_key(w, ph, w->names[old++], k);
             w->versions[k] = 0; /* until its put succeeds: the get phase skips it */
         }
     }
     egm__bdata_remove(w, old, 0);
+    w->run_n = 0;
+    for (size_t r = 0; r < ph->run; r++) {
+        uint64_t version = ++w->seq;
+        if (egm__bdata_fill(&w->r->mem, &w->staging, &w->src, r * ph->bytes, ph->bytes,
+                            single_seed(w, ph, version)) != EGM_OK) {
+            egm__bdata_error(w, 1, "filling the source: %s", egm_last_error());
+            w->stop = 1;
+            return 0;
+        }
+        w->run_seed[r] = version;
+        w->run_n = r + 1;
+    }
     return 1;
 }
 

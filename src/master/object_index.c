@@ -1236,7 +1236,9 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
         return status;
     }
     index->slab_grants++;
-    slab->logged = log != 0;
+    /* Its grant's reply waits for the standbys: they know its log is kept
+     * before the writer can write an entry. */
+    slab->logged = slab->log_confirmed = log != 0;
     for (uint32_t i = 0; i < probe->n_replicas; i++)
         egm__journal_reserve(index->journal, extents[i].segment->desc.id, extents[i].base,
                              probe->size, lease_ms);
@@ -1331,8 +1333,8 @@ int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
         egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
         /* Until the standbys confirmed the slab's first entry, they would not
          * read its log: Commits there wait (the first one included). One
-         * granted with `log` they read from its grant on. */
-        if (slab->logged || slab->log_confirmed)
+         * granted with `log` is confirmed from its grant on. */
+        if (slab->log_confirmed)
             continue;
         if (first)
             slab->log_pos = egm__journal_position(index->journal); /* 0: no standby */

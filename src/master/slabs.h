@@ -64,8 +64,9 @@ typedef struct egm_slab {
      * so, its grant confirmed before the client could write an entry, the
      * standbys read its log at a takeover from the first entry on. */
     int logged;
-    /* Else, the journal position of its first entry noted, and whether the
-     * standbys confirmed it (they then read its log). */
+    /* Whether the standbys know its log is kept (they then read it): from
+     * its grant when logged, else once they confirmed its first entry noted
+     * (log_pos: that entry's journal position). */
     uint64_t log_pos;
     int log_confirmed;
 } egm_slab_t;
