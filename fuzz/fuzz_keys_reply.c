@@ -28,6 +28,7 @@ static void check_same(const Egm__KeysReply *ref, const egm_keys_reply_t *got, c
     FUZZ_CHECK(ref->status == got->status);
     FUZZ_CHECK(ref->location_cache_ms == got->location_cache_ms);
     FUZZ_CHECK(ref->wait_ms == got->wait_ms && ref->slab_id == got->slab_id);
+    FUZZ_CHECK(ref->place_within_ms == got->place_within_ms);
     FUZZ_CHECK(ref->n_degraded_slabs == got->n_degraded_slabs);
     for (size_t d = 0; d < ref->n_degraded_slabs; d++)
         FUZZ_CHECK(ref->degraded_slabs[d] == got->degraded_slabs[d]);

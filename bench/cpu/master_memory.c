@@ -169,8 +169,8 @@ int main(int argc, char **argv)
                     if (slab.id != 0 &&
                         (st = egm__objects_slab_return(index, client, slab.id, 1)) != EGM_OK)
                         return fail("slab return", st);
-                    st = egm__objects_slab_grant(index, client, 32u << 20, rounded, 0, &config, 1,
-                                                 &slab);
+                    st = egm__objects_slab_grant(index, client, 32u << 20, rounded, 0, 0, &config,
+                                                 1, &slab);
                     commit_ns += egm__now_ns() - t0;
                     if (st != EGM_OK)
                         return fail("slab grant", st);

@@ -20,6 +20,7 @@ typedef struct {
     size_t *index; /* position of each in the caller's arrays */
     const char **keys;
     uint64_t *sizes;
+    int ahead; /* placed ahead of the copies of earlier chunks (pipelined) */
 } put_plan_t;
 
 egm_status_t egm__client_put_start(egm_client_t *client, size_t n, const char *const *keys,
@@ -265,7 +266,14 @@ static egm_status_t slab_place(egm_client_t *client, const put_plan_t *plan,
     if (refs == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing a put");
     uint64_t t0 = egm__now_ns();
-    egm__wslabs_reserve(client, rc, plan->n, plan->sizes, refs, key_status);
+    egm__wslabs_reserve(client, rc, plan->n, plan->sizes, !plan->ahead, refs, key_status);
+    /* A grant answered so late that its slab's place_within_ms ran out (a
+     * loaded host): those keys are placed again in a slab whose grant the
+     * master answers once its standbys hold it. */
+    if (!plan->ahead && egm__wslabs_unplace_late(client->slabs, plan->n, refs, key_status) > 0)
+        for (size_t j = 0; j < plan->n; j++)
+            if (key_status[j] == EGM_INPROGRESS)
+                egm__wslabs_reserve(client, rc, 1, &plan->sizes[j], 0, &refs[j], &key_status[j]);
     egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
     return EGM_OK;
 }
@@ -463,7 +471,8 @@ static put_plan_t chunk_plan(const put_pipeline_t *pp, size_t k)
     return (put_plan_t){.n = egm__chunk_len(pp->chunks, k),
                         .index = pp->plan->index + first,
                         .keys = pp->plan->keys + first,
-                        .sizes = pp->plan->sizes + first};
+                        .sizes = pp->plan->sizes + first,
+                        .ahead = 1};
 }
 
 static egm_status_t put_ahead(void *arg, size_t k, void **placed_p)

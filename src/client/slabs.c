@@ -23,6 +23,10 @@ struct egm_wslab {
     uint64_t confirmed_ms; /* the latest send of a request the master answered knowing it */
     uint64_t lease_ms;
     uint64_t bound_ms; /* the master's location_cache_ms */
+    /* The grant's place_within_ms: the master answered before its standbys
+     * held the grant; copies start only this long after granted_ms, until a
+     * Commit there is answered (0 then, or from the start). */
+    uint64_t early_ms;
     unsigned inflight; /* reservations not yet released */
     int retired;       /* takes no reservation; returned when inflight is 0 */
     int dead;          /* the master may not know it: never returned */
@@ -155,12 +159,20 @@ static void retire_once(egm_wslabs_t *w, egm_wslab_t *s)
         retire(w, s);
 }
 
+/* Whether a copy into s may still start at now_ms + EGM_LOCATION_MARGIN_MS
+ * as far as the grant's place_within_ms goes. */
+static int early_open(const egm_wslab_t *s, uint64_t now_ms)
+{
+    return s->early_ms == 0 || now_ms + EGM_LOCATION_MARGIN_MS < s->granted_ms + s->early_ms;
+}
+
 static int usable(const egm_wslab_t *s, uint64_t now_ms)
 {
     uint64_t until = s->granted_ms + s->lease_ms / 2;
     if (s->confirmed_ms + s->bound_ms < until)
         until = s->confirmed_ms + s->bound_ms;
-    return !s->retired && !s->dead && now_ms + EGM_LOCATION_MARGIN_MS < until;
+    return !s->retired && !s->dead && now_ms + EGM_LOCATION_MARGIN_MS < until &&
+           early_open(s, now_ms);
 }
 
 /* The preferred names of rc, NUL-separated, for comparing classes. */
@@ -265,9 +277,11 @@ static const char *refusal_text(const egm_keys_reply_t *reply, egm_status_t stat
     return buf;
 }
 
-/* One SlabGrant: a slab of at least min_size (size wanted). */
+/* One SlabGrant: a slab of at least min_size (size wanted); copy_now: its
+ * copies start at once (the master may answer before its standbys hold the
+ * grant, bounding when they may start). */
 static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc,
-                          uint32_t replica_num, uint64_t size, uint64_t min_size,
+                          uint32_t replica_num, uint64_t size, uint64_t min_size, int copy_now,
                           egm_wslab_t **slab_p, int *answered_p)
 {
     Egm__SlabGrantRequest req = EGM__SLAB_GRANT_REQUEST__INIT;
@@ -295,6 +309,7 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
      * once granted): said now, so that a new leader reads it from the first
      * entry on and a Commit there need not wait for the standbys. */
     req.log = egm__te_may_route(client->te, EGM_TRANSPORT_SHM);
+    req.place_bound = copy_now != 0;
     uint64_t sent_ms = egm__now_ms();
     egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_SLAB_GRANT, &req.base, 1, &reply);
     if (status != EGM_OK) {
@@ -331,6 +346,7 @@ static egm_status_t grant(egm_client_t *client, const egm_replicate_config_t *rc
     s->granted_ms = s->confirmed_ms = sent_ms;
     s->lease_ms = res->lease_ttl_ms;
     s->bound_ms = reply->location_cache_ms;
+    s->early_ms = copy_now ? reply->place_within_ms : 0;
     s->n_extents = res->n_replicas;
     if (s->n_extents < replica_num) {
         static atomic_int said; /* once per process at info, then at debug */
@@ -354,7 +370,8 @@ out:
 }
 
 void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc, size_t n,
-                         const uint64_t *sizes, egm_wslab_ref_t *refs, egm_status_t *status)
+                         const uint64_t *sizes, int copy_now, egm_wslab_ref_t *refs,
+                         egm_status_t *status)
 {
     egm_wslabs_t *w = client->slabs;
     uint32_t replica_num =
@@ -381,9 +398,12 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
         }
         egm_wslab_t *s = w->classes[c].slab;
         uint64_t now = egm__now_ms();
-        /* Room for the object and one more log entry below it. */
-        if (s == NULL || (s != granted_here && !usable(s, now)) || !fits(s, r, 0) ||
-            (s != granted_here && !fits(s, r, 1))) {
+        /* Room for the object and one more log entry below it; a slab whose
+         * grant the standbys may not hold yet only for copies that follow
+         * at once. */
+        if (s == NULL ||
+            (s != granted_here && (!usable(s, now) || (!copy_now && s->early_ms != 0))) ||
+            !fits(s, r, 0) || (s != granted_here && !fits(s, r, 1))) {
             if (s != NULL)
                 retire(w, s);
             uint64_t need = 0; /* the rest of the call, in one slab if it can be */
@@ -399,9 +419,9 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
              * object's room per SlabGrant; only the next object's when even
              * that is refused. */
             int answered = 1;
-            egm_status_t st = grant(client, rc, replica_num, want, need, &s, &answered);
+            egm_status_t st = grant(client, rc, replica_num, want, need, copy_now, &s, &answered);
             if (st == EGM_ERR_NO_SPACE && need > r)
-                st = grant(client, rc, replica_num, want, r, &s, &answered);
+                st = grant(client, rc, replica_num, want, r, copy_now, &s, &answered);
             if (!answered) /* the master may be gone: as for a failed ping */
                 egm__wslabs_clear(w);
             pthread_mutex_lock(&w->lock);
@@ -454,6 +474,27 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
     pthread_mutex_unlock(&w->lock);
 }
 
+size_t egm__wslabs_unplace_late(egm_wslabs_t *w, size_t n, egm_wslab_ref_t *refs,
+                                egm_status_t *status)
+{
+    size_t late = 0;
+    uint64_t now = egm__now_ms();
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        egm_wslab_t *s = refs[i].slab;
+        if (s == NULL || status[i] != EGM_OK || early_open(s, now))
+            continue;
+        retire_once(w, s);
+        s->inflight--;
+        finish_if_idle(w, s);
+        refs[i].slab = NULL;
+        status[i] = EGM_INPROGRESS;
+        late++;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return late;
+}
+
 uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t **segs,
                             uint64_t *at)
 {
@@ -480,7 +521,8 @@ void egm__wslabs_check_copy(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *re
                                        "slab %llu: the master that granted it may be gone",
                                        (unsigned long long)s->id);
         else if (margin >= s->granted_ms + s->lease_ms ||
-                 (s->bound_ms > 0 && margin >= s->confirmed_ms + s->bound_ms))
+                 (s->bound_ms > 0 && margin >= s->confirmed_ms + s->bound_ms) ||
+                 !early_open(s, now))
             status[i] = egm__set_error(EGM_ERR_TIMEOUT,
                                        "slab %llu: its time ran out before the copy started",
                                        (unsigned long long)s->id);
@@ -573,8 +615,11 @@ void egm__wslabs_release(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
             if (!s->named)
                 s->dead = 1;
             retire_once(w, s);
-        } else if (commit[i] == EGM_OK && sent_ms > s->confirmed_ms) {
-            s->confirmed_ms = sent_ms;
+        } else if (commit[i] == EGM_OK) {
+            /* answered once the standbys held the grant (docs/ha.md) */
+            s->early_ms = 0;
+            if (sent_ms > s->confirmed_ms)
+                s->confirmed_ms = sent_ms;
         }
     }
     for (size_t i = 0; i < n; i++) {

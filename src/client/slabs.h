@@ -61,9 +61,20 @@ int egm__wslabs_on(const egm_wslabs_t *slabs);
 /* Places keys sizes[0..n) (each > 0) of a put with rc (NULL: defaults):
  * refs[i] for each, or status[i] the refusal (a SlabGrant that failed:
  * NO_SPACE and the like). Grants slabs as needed: at most one SlabGrant per
- * slab the keys need, asking for the rest of the call at once. */
+ * slab the keys need, asking for the rest of the call at once. copy_now:
+ * the copies follow at once (not placed ahead of others): a grant may then
+ * be answered before the master's standbys hold it (docs/ha.md "Grants the
+ * standbys do not hold yet"), and copies into that slab start only within
+ * its place_within_ms of asking, until a Commit there is answered. */
 void egm__wslabs_reserve(struct egm_client *client, const egm_replicate_config_t *rc, size_t n,
-                         const uint64_t *sizes, egm_wslab_ref_t *refs, egm_status_t *status);
+                         const uint64_t *sizes, int copy_now, egm_wslab_ref_t *refs,
+                         egm_status_t *status);
+/* After egm__wslabs_reserve with copy_now: the keys placed in a slab whose
+ * place_within_ms already ran out (a grant answered late) are placed no
+ * longer (status[i] EGM_INPROGRESS, refs[i].slab NULL; the slab retired),
+ * for the caller to place again without copy_now; their count. */
+size_t egm__wslabs_unplace_late(egm_wslabs_t *slabs, size_t n, egm_wslab_ref_t *refs,
+                                egm_status_t *status);
 /* Where the copy of a key placed at ref goes: its extents' segments and
  * offsets (room for EGM_WSLAB_EXTENTS_MAX); their count. */
 uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t **segs,
@@ -71,8 +82,9 @@ uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t
 uint64_t egm__wslab_id(const egm_wslab_t *slab);
 /* Before the copy of refs[0..n): a key whose slab the client dropped (the
  * master may be gone: UNREACHABLE), or whose time ran out since it was
- * reserved (TIMEOUT: past the slab's lease, or past the cache bound counted
- * from the last request that showed the master knows it), is not copied;
+ * reserved (TIMEOUT: past the slab's lease, past the cache bound counted
+ * from the last request that showed the master knows it, or past the grant's
+ * place_within_ms while no Commit there was answered), is not copied;
  * status[i] says why, and the slab takes no more objects. */
 void egm__wslabs_check_copy(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
                             egm_status_t *status);

@@ -326,6 +326,11 @@ bool egm__election_leading(const egm_election_t *e, int64_t *epoch_p)
     return true;
 }
 
+uint64_t egm__election_fence_ms(const egm_election_t *e)
+{
+    return atomic_load(&((egm_election_t *)e)->leading_until);
+}
+
 egm_status_t egm__election_leader(egm_election_t *e, char *addr, size_t len, int64_t *epoch_p)
 {
     pthread_mutex_lock(&e->lock);

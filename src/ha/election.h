@@ -66,6 +66,10 @@ void egm__election_abandon(egm_election_t *e);
 /* Whether this candidate leads now (fenced by its own clock, see above), and
  * its epoch then (may be NULL). Lock-free; any thread, as often as wanted. */
 bool egm__election_leading(const egm_election_t *e, int64_t *epoch_p);
+/* Until when (egm__now_ms) this candidate counts itself leading: its fence,
+ * after which another can be elected only some time later; 0 when it does
+ * not lead. Lock-free; any thread. */
+uint64_t egm__election_fence_ms(const egm_election_t *e);
 /* The leader as last seen: its value into addr (len bytes, NUL-terminated)
  * and epoch. EGM_ERR_NOT_FOUND while none is known. Any thread. */
 egm_status_t egm__election_leader(egm_election_t *e, char *addr, size_t len, int64_t *epoch_p);

@@ -16,6 +16,7 @@
 #include "master/master_int.h"
 #include "master/metrics.h"
 #include "master/mirror.h"
+#include "master/slabs.h"
 #include "rpc/frame.h"
 #include "rpc/keys_reply.h"
 #include "rpc/proto_util.h"
@@ -166,7 +167,8 @@ typedef struct {
     uint64_t slab_id;               /* SlabGrant */
     const uint64_t *degraded_slabs; /* Commit */
     size_t n_degraded_slabs;
-    const char *error; /* SlabGrant refused: why */
+    const char *error;        /* SlabGrant refused: why */
+    uint64_t place_within_ms; /* SlabGrant answered before the standbys hold it */
 } keys_reply_extra_t;
 
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
@@ -202,7 +204,8 @@ static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc
                                 .slab_id = extra->slab_id,
                                 .n_degraded_slabs = extra->n_degraded_slabs,
                                 .degraded_slabs = extra->degraded_slabs,
-                                .error = extra->error};
+                                .error = extra->error,
+                                .place_within_ms = extra->place_within_ms};
     status = egm__keys_reply_encode(&msg, &reply->buf, &reply->len);
 out:
     egm_free(descs);
@@ -402,6 +405,18 @@ static egm_status_t return_slabs(egm_master_state_t *st, egm_id_t client, const 
     return EGM_OK;
 }
 
+/* Whether a SlabGrant may be answered before the standbys hold it (slabs.h
+ * EGM_SLAB_EARLY_*): its writer keeps the slab's log and to place_within_ms,
+ * and this leader's fence is far enough for its copies to end before
+ * another master can lead. */
+static int early_grant_ok(const egm_master_state_t *st, const Egm__SlabGrantRequest *req)
+{
+    if (!req->log || !req->place_bound || st->journal == NULL || st->election == NULL)
+        return 0;
+    uint64_t fence = egm__election_fence_ms(st->election);
+    return fence > egm__now_ms() + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;
+}
+
 /* Answered with a KeysReply of one result: the slab (size, lease_ttl_ms: how
  * long the client may write into it, replicas: its extents) and slab_id; or
  * the refusal as that result's status. */
@@ -425,8 +440,9 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
     config.writer_host_id = egm__liveness_host_id(st->liveness, client, host_id);
     if ((status = outcomes_init(&oc, 1)) != EGM_OK)
         return status;
-    egm_status_t granted = egm__objects_slab_grant(st->objects, client, req->size, req->min_size,
-                                                   req->log, &config, st->now_ms(), &slab);
+    egm_status_t granted =
+        egm__objects_slab_grant(st->objects, client, req->size, req->min_size, req->log,
+                                early_grant_ok(st, req), &config, st->now_ms(), &slab);
     oc.out[0].status = granted;
     if (granted == EGM_OK) {
         egm_object_view_t view = {
@@ -435,6 +451,8 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
         status = outcomes_record(&oc, 0, &view, 1, slab.lease_ms);
         if (status != EGM_OK) /* the reply cannot describe it: give it back */
             egm__objects_slab_return(st->objects, client, slab.id, st->now_ms());
+        else
+            call->early_grant = slab.early;
     } else {
         /* The client tells its caller why (a NO_SPACE has several causes). */
         snprintf(why, sizeof(why), "%s", egm_last_error());
@@ -442,10 +460,13 @@ static egm_status_t handle_slab_grant(egm_master_state_t *st, egm_master_call_t 
                   (unsigned long long)req->min_size, why);
     }
     if (status == EGM_OK)
-        status = send_keys_reply(st, &oc, 1,
-                                 &(keys_reply_extra_t){.slab_id = granted == EGM_OK ? slab.id : 0,
-                                                       .error = granted == EGM_OK ? NULL : why},
-                                 call->reply);
+        status =
+            send_keys_reply(st, &oc, 1,
+                            &(keys_reply_extra_t){
+                                .slab_id = granted == EGM_OK ? slab.id : 0,
+                                .error = granted == EGM_OK ? NULL : why,
+                                .place_within_ms = call->early_grant ? EGM_SLAB_EARLY_PLACE_MS : 0},
+                            call->reply);
     outcomes_cleanup(&oc);
     return status;
 }
@@ -489,6 +510,7 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .sizes = req->sizes,
                              .slab_ids = req->slab_ids,
                              .offsets = req->offsets,
+                             .log_seqs = req->n_log_seqs > 0 ? req->log_seqs : NULL,
                              .config = &config,
                              .now_ms = st->now_ms(),
                              .n = req->n_keys,
@@ -500,8 +522,8 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
     if (status == EGM_OK && req->n_log_seqs > 0) {
         /* Known from now on, committed or refused: a new leader reads the
          * slab's log past them (docs/ha.md "Commits the pool describes"). */
-        int known =
-            egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, req->log_seqs);
+        int known = egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids,
+                                           req->log_seqs, &call->wait_pos);
         /* A slab named degraded lost an extent: what its log says of that
          * extent is not what was committed (the standbys confirm it). A new
          * leader reads only the logs its standby knows are kept: a slab
@@ -855,7 +877,7 @@ egm_master_lock_t egm__master_command_lock(const egm_master_command_t *cmd,
 /* Decodes the request, holds the lock as the command's row says, runs its
  * handler. *failed_p: answered with an error status inside a normal reply. */
 static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_t *payload,
-                             size_t len, egm_rpc_reply_t *reply, int *failed_p, int *described_p)
+                             size_t len, egm_rpc_reply_t *reply, egm_master_call_t *call_p)
 {
     const egm_master_command_t *cmd = egm__master_command(type);
     ProtobufCMessage *req = NULL;
@@ -867,6 +889,7 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
     if (status != EGM_OK)
         return status;
     egm_master_call_t call = {.type = type, .request = req, .reply = reply};
+    *call_p = call;
     if (st->lock != NULL) {
         if (egm__master_command_lock(cmd, req) == EGM_MASTER_LOCK_SHARED)
             pthread_rwlock_rdlock(st->lock);
@@ -877,8 +900,9 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
     if (st->lock != NULL)
         pthread_rwlock_unlock(st->lock);
     egm__pb_free(req);
-    *failed_p = call.failed;
-    *described_p = call.described && status == EGM_OK;
+    call.described = call.described && status == EGM_OK;
+    call.early_grant = call.early_grant && status == EGM_OK;
+    *call_p = call;
     return status;
 }
 
@@ -991,13 +1015,27 @@ static int wait_for_standbys(egm_master_state_t *st, uint16_t type, int failed, 
     return 0;
 }
 
+/* After a SlabGrant answered before the standbys hold it. */
+static void early_granted(egm_master_state_t *st)
+{
+    /* Its writer may copy into the slab until place_within_ms plus the
+     * copies' time from now: a resigning leader waits that out. */
+    uint64_t until = egm__now_ms() + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;
+    uint64_t seen = atomic_load(&st->early_copies_until_ms);
+    while (until > seen && !atomic_compare_exchange_weak(&st->early_copies_until_ms, &seen, until))
+        ;
+    /* Its first Commit waits for the standbys to hold it: their senders go
+     * now rather than at their next look. */
+    egm__journal_kick(st->journal);
+}
+
 egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload, size_t len,
                                 egm_rpc_reply_t *reply)
 {
     egm_master_state_t *st = arg;
     /* The time includes waiting for the lock: what a caller sees of the master. */
     uint64_t start_ns = st->metrics != NULL ? egm__now_ns() : 0;
-    int failed = 0, described = 0;
+    egm_master_call_t call = {0};
 
     reply->buf = NULL;
     reply->len = 0;
@@ -1006,17 +1044,25 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
         status = egm__set_error(EGM_ERR_UNREACHABLE, "this master does not lead now (enable_ha): "
                                                      "the leader is in etcd");
     else
-        status = dispatch(st, type, payload, len, reply, &failed, &described);
-    if (described) {
+        status = dispatch(st, type, payload, len, reply, &call);
+    int failed = call.failed;
+    if (call.early_grant) {
+        early_granted(st);
+    } else if (call.described) {
         /* A new leader finds it in the pool: the standbys' senders take it
          * when they next look (replication.c: at once after a batch, else
          * within EGM_REPL_IDLE_MS while Commits stream, EGM_REPL_IDLE_MAX_MS
          * after a quiet spell). No wake-up here: one per Commit cost a
          * system call on this thread and a sender's round trip per put. */
-        atomic_fetch_add_explicit(&st->commits_described, 1, memory_order_relaxed);
+        if (call.wait_pos == 0)
+            atomic_fetch_add_explicit(&st->commits_described, 1, memory_order_relaxed);
         egm__journal_take_position(st->journal);
-    } else if (st->journal != NULL &&
-               wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
+        /* Into a slab whose grant the standbys do not hold yet: answered
+         * once they do (not once they hold this Commit's own ops). */
+        egm__journal_wait_for(st->journal, call.wait_pos);
+    }
+    if (st->journal != NULL &&
+        wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
         return EGM_OK;
     if (st->metrics != NULL)
         egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,

@@ -683,6 +683,40 @@ uint64_t egm__journal_take_position(egm_journal_t *j)
     return pos;
 }
 
+void egm__journal_wait_for(egm_journal_t *j, uint64_t pos)
+{
+    if (j == NULL || pos == 0)
+        return;
+    tl_pos = pos;
+    tl_journal = j;
+}
+
+void egm__journal_kick(egm_journal_t *j)
+{
+    if (j == NULL || egm__journal_take_position(j) == 0)
+        return;
+    pthread_mutex_lock(&j->lock);
+    pthread_cond_broadcast(&j->more);
+    pthread_mutex_unlock(&j->lock);
+}
+
+size_t egm__journal_marks(egm_journal_t *j, uint64_t *end_p, uint64_t *confirmed_p)
+{
+    size_t in_sync = 0;
+    pthread_mutex_lock(&j->lock);
+    uint64_t end = end_of(j), confirmed = end;
+    for (const egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
+        if (f->in_sync) {
+            in_sync++;
+            if (f->acked < confirmed)
+                confirmed = f->acked;
+        }
+    pthread_mutex_unlock(&j->lock);
+    *end_p = end;
+    *confirmed_p = confirmed;
+    return in_sync;
+}
+
 int egm__journal_confirmed(egm_journal_t *j, uint64_t pos)
 {
     if (j == NULL || pos == 0)

@@ -159,6 +159,18 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
  * followers' threads take with their next batch (nobody wakes them for it). */
 uint64_t egm__journal_position(const egm_journal_t *j);
 uint64_t egm__journal_take_position(egm_journal_t *j);
+/* Makes pos the calling thread's position: a request whose own changes need
+ * no wait (described in the pool) but that must not be answered before an
+ * earlier op is confirmed (a Commit into a slab granted before the standbys
+ * held it). No-op for j NULL or pos 0. */
+void egm__journal_wait_for(egm_journal_t *j, uint64_t pos);
+/* For a request answered without waiting whose ops are wanted soon (a
+ * SlabGrant answered before the standbys hold it, docs/ha.md): clears the
+ * calling thread's position and wakes the followers' threads to send. */
+void egm__journal_kick(egm_journal_t *j);
+/* The journal's end and the position every in-sync follower acknowledged
+ * (the end when none is in sync); the number of followers in sync. */
+size_t egm__journal_marks(egm_journal_t *j, uint64_t *end_p, uint64_t *confirmed_p);
 /* Whether every in-sync follower acknowledged pos (1 for pos 0 or j NULL). */
 int egm__journal_confirmed(egm_journal_t *j, uint64_t pos);
 typedef void (*egm_journal_done_fn)(void *arg, egm_status_t status, const char *error);

@@ -4,6 +4,7 @@
 #include "master/master.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,6 +471,14 @@ void egm__master_destroy(egm_master_t *master)
     /* Its threads read the state and the election; the election's thread
      * calls it. */
     egm__replication_stop(master->replication);
+    if (master->state_ready) {
+        /* A writer granted a slab before the standbys held it may still copy
+         * into it: a leader that resigns lets another lead at once, before
+         * its fence, so it waits for those copies first (slabs.h). */
+        uint64_t until = atomic_load(&master->state.early_copies_until_ms), now = egm__now_ms();
+        if (until > now)
+            egm__sleep_ms(until - now);
+    }
     egm__election_stop(master->election);
     egm__replication_destroy(master->replication);
     master->state.election = NULL;

@@ -61,6 +61,10 @@ typedef struct {
     /* Commits answered before the standbys confirmed them: their slab logs
      * describe them (docs/ha.md "Commits the pool describes"). */
     _Atomic uint64_t commits_described;
+    /* egm__now_ms until which a writer granted a slab before the standbys
+     * held it may still copy into it (slabs.h EGM_SLAB_EARLY_*): a leader
+     * that resigns waits for it first. */
+    _Atomic uint64_t early_copies_until_ms;
 } egm_master_state_t;
 
 /* Initializes a state lock: writers first (a waiting exclusive holder stops
@@ -99,8 +103,14 @@ typedef struct {
     /* Set by the handler: every change it made is described in the pool (a
      * Commit whose keys all have their slab log entry and were all
      * committed: docs/ha.md "Commits the pool describes"), so it is answered
-     * without waiting for the standbys. */
+     * without waiting for the standbys; wait_pos: unless an earlier change
+     * it depends on is not confirmed yet (the grant of a slab answered
+     * before the standbys held it): then once it is. */
     int described;
+    uint64_t wait_pos;
+    /* Set by the handler: a SlabGrant answered before the standbys hold it
+     * (docs/ha.md "Grants the standbys do not hold yet"). */
+    int early_grant;
 } egm_master_call_t;
 
 typedef egm_status_t (*egm_master_handler_t)(egm_master_state_t *st, egm_master_call_t *call);

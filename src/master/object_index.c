@@ -23,6 +23,7 @@
 #include "master/journal.h"
 #include "master/key_table.h"
 #include "master/placement.h"
+#include "master/recent_frees.h"
 #include "master/repair.h"
 #include "master/slabs.h"
 
@@ -119,12 +120,16 @@ struct egm_object_index {
     uint64_t held_release_ms; /* the earliest release_ms (UINT64_MAX: none held) */
     egm_slab_table_t *slabs;  /* granted to writers (slabs.h) */
     uint64_t slab_grants;
+    uint64_t slab_grants_early; /* answered before the standbys held them */
     uint64_t slab_expired;
     uint64_t commits;
     egm_placer_t *placer; /* placement over failure domains (placement.h) */
     /* enable_ha: where committed objects, their removal and reserved space
      * are told to the standbys (journal.h); NULL without. */
     egm_journal_t *journal;
+    /* With journal: space freed that the standbys may not know is free yet
+     * (recent_frees.h); guarded by `space`. */
+    egm_recent_frees_t *recent_frees;
     egm_repair_queue_t *repair; /* objects that lost replicas with a segment (repair.h) */
 };
 
@@ -491,13 +496,27 @@ static void replica_add(egm_object_t *obj, egm_segment_t *seg, uint64_t offset)
     replica_link(&obj->replicas[i]);
 }
 
-/* Returns a live replica's space to its segment; the bytes freed. With the
- * object's shard and `space` locked. */
-static uint64_t release_replica(egm_replica_t *r)
+/* Frees [offset, offset + len) of seg and notes it among the ranges the
+ * standbys may not know are free yet (recent_frees.h), as every free of
+ * space a journal op described must. With `space` locked. */
+static egm_status_t space_free(egm_object_index_t *index, egm_segment_t *seg, uint64_t offset,
+                               uint64_t len)
+{
+    egm_status_t s = egm__allocator_free(seg->allocator, offset, len);
+    if (s == EGM_OK)
+        egm__recent_frees_add(index->recent_frees, seg, offset, len);
+    return s;
+}
+
+/* Returns a live replica's space to its segment; the bytes freed. index
+ * NULL: space placed in this hold of `space` and never journaled (nothing to
+ * note). With the object's shard and `space` locked. */
+static uint64_t release_replica(egm_object_index_t *index, egm_replica_t *r)
 {
     uint64_t freed = 0, offset = egm__replica_offset(r), len = egm__replica_object(r)->size;
     replica_unlink(r);
-    egm_status_t s = egm__allocator_free(r->segment->allocator, offset, len);
+    egm_status_t s = index != NULL ? space_free(index, r->segment, offset, len)
+                                   : egm__allocator_free(r->segment->allocator, offset, len);
     if (s == EGM_OK)
         freed = egm__allocator_round(len);
     else if (s != EGM_ERR_NO_MEMORY) /* lost for lack of memory: the allocator said so */
@@ -507,14 +526,15 @@ static uint64_t release_replica(egm_replica_t *r)
     return freed;
 }
 
-/* Returns every live replica's space to its segment; the bytes freed. With
- * the object's shard and `space` locked. */
-static uint64_t release_replicas(egm_object_t *obj)
+/* Returns every live replica's space to its segment; the bytes freed
+ * (index NULL as release_replica). With the object's shard and `space`
+ * locked. */
+static uint64_t release_replicas(egm_object_index_t *index, egm_object_t *obj)
 {
     uint64_t freed = 0;
     for (uint32_t i = 0; i < obj->n_replicas; i++)
         if (obj->replicas[i].segment != NULL)
-            freed += release_replica(&obj->replicas[i]);
+            freed += release_replica(index, &obj->replicas[i]);
     obj->n_live = 0;
     return freed;
 }
@@ -581,8 +601,7 @@ static uint64_t held_take(egm_object_index_t *index,
             index->held[k++] = *h;
             continue;
         }
-        egm_status_t s =
-            free_them ? egm__allocator_free(h->segment->allocator, h->offset, h->length) : EGM_OK;
+        egm_status_t s = free_them ? space_free(index, h->segment, h->offset, h->length) : EGM_OK;
         if (s != EGM_OK && s != EGM_ERR_NO_MEMORY) /* lost: the allocator said so */
             egm_error("segment %s: freeing held [%llu, +%llu) failed: %s", h->segment->desc.name,
                       (unsigned long long)h->offset, (unsigned long long)h->length,
@@ -680,7 +699,7 @@ static void object_forget(egm_object_index_t *index, egm_object_t *obj)
 /* With the object's shard and `space` locked. Returns the bytes freed. */
 static uint64_t object_delete_locked(egm_object_index_t *index, egm_object_t *obj)
 {
-    uint64_t freed = release_replicas(obj);
+    uint64_t freed = release_replicas(index, obj);
     object_forget(index, obj);
     return freed;
 }
@@ -689,7 +708,7 @@ static uint64_t object_delete_locked(egm_object_index_t *index, egm_object_t *ob
 static uint64_t object_delete(egm_object_index_t *index, egm_object_t *obj)
 {
     space_lock(index);
-    uint64_t freed = release_replicas(obj);
+    uint64_t freed = release_replicas(index, obj);
     space_unlock(index);
     object_forget(index, obj);
     return freed;
@@ -714,6 +733,7 @@ void egm__objects_destroy(egm_object_index_t *index)
     if (index->slabs != NULL)
         egm__slabs_expire(index->slabs, UINT64_MAX, NULL);
     egm__slabs_destroy(index->slabs);
+    egm__recent_frees_destroy(index->recent_frees);
     egm__repair_queue_destroy(index->repair);
     egm_free(index->held);
     for (size_t s = 0; s < index->n_shards_ready; s++)
@@ -887,7 +907,7 @@ static egm_status_t fit_watermark(egm_object_index_t *index, egm_object_t *obj)
     double fit = hw * (double)capacity / (double)rounded;
     uint32_t keep = fit >= (double)obj->n_replicas ? obj->n_replicas : (uint32_t)fit;
     while (obj->n_replicas > keep)
-        release_replica(&obj->replicas[--obj->n_replicas]);
+        release_replica(NULL, &obj->replicas[--obj->n_replicas]); /* just placed */
     obj->n_live = obj->n_replicas;
     return keep > 0 ? EGM_OK : above_watermark(index, rounded, capacity);
 }
@@ -1204,14 +1224,14 @@ egm_status_t egm__objects_put_start(egm_object_index_t *index, egm_id_t client, 
 static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *probe,
                                       egm_id_t client, int log, const egm_put_config_t *config,
                                       uint64_t min_size, uint64_t now_ms, int evict_ok,
-                                      egm_slab_view_t *view_p)
+                                      egm_slab_view_t *view_p, egm_slab_t **slab_p)
 {
     egm_slab_extent_t extents[EGM_SLAB_EXTENTS_MAX];
     probe->n_replicas = probe->n_live = 0; /* a retry places afresh */
     egm_status_t status = place_locked(index, probe, config, now_ms, evict_ok);
 
     if (status == EGM_OK && probe->n_replicas < config->replica_num && probe->size > min_size) {
-        release_replicas(probe);
+        release_replicas(NULL, probe); /* placed just now, never journaled */
         probe->n_replicas = probe->n_live = 0;
         probe->size = min_size;
         status = place_locked(index, probe, config, now_ms, evict_ok);
@@ -1243,6 +1263,7 @@ static egm_status_t slab_grant_locked(egm_object_index_t *index, egm_object_t *p
         egm__journal_reserve(index->journal, extents[i].segment->desc.id, extents[i].base,
                              probe->size, lease_ms);
     egm__journal_slab(index->journal, slab, lease_ms);
+    *slab_p = slab;
     view_p->id = slab->id;
     view_p->size = probe->size;
     view_p->lease_ms = lease_ms;
@@ -1264,12 +1285,48 @@ static uint64_t slab_cap(const egm_object_index_t *index, uint64_t min_size)
     return cap > min_size ? cap : min_size;
 }
 
+/* At the start of a hold of `space` for a grant that may be answered
+ * before the standbys hold it (docs/ha.md "Grants the standbys do not hold
+ * yet"): 1 when a standby is in sync (else nothing waits anyway), after
+ * stamping the ranges freed in earlier holds with the journal's end now,
+ * which covers their ops, and forgetting those the standbys confirmed. Ranges
+ * freed later in this hold (by placement) stay unstamped: unconfirmed. */
+static int early_settle_locked(egm_object_index_t *index)
+{
+    uint64_t end, confirmed;
+    if (index->recent_frees == NULL || egm__journal_marks(index->journal, &end, &confirmed) == 0)
+        return 0;
+    egm__recent_frees_settle(index->recent_frees, end, confirmed);
+    return 1;
+}
+
+/* Whether the slab just granted (not evicting) may be answered before the
+ * standbys hold it: none of its extents' space freed by an op they have not
+ * confirmed (early_settle_locked before). If so its log counts as kept only
+ * once they confirm its grant (egm__objects_slab_seen). With `space`
+ * locked. */
+static int early_grant_locked(egm_object_index_t *index, egm_slab_t *slab)
+{
+    if (slab->size > EGM_SLAB_EARLY_MAX_BYTES)
+        return 0;
+    for (uint32_t e = 0; e < slab->n_extents; e++)
+        if (egm__recent_frees_overlap(index->recent_frees, slab->extents[e].segment,
+                                      slab->extents[e].base, slab->size))
+            return 0;
+    slab->log_confirmed = 0;
+    slab->log_pos = egm__journal_position(index->journal); /* its SLAB op */
+    index->slab_grants_early++;
+    return 1;
+}
+
 egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client, uint64_t size,
-                                     uint64_t min_size, int log, const egm_put_config_t *config,
-                                     uint64_t now_ms, egm_slab_view_t *view_p)
+                                     uint64_t min_size, int log, int early_ok,
+                                     const egm_put_config_t *config, uint64_t now_ms,
+                                     egm_slab_view_t *view_p)
 {
     uint64_t min_rounded = egm__allocator_round(min_size);
     egm_status_t status;
+    egm_slab_t *slab = NULL;
 
     memset(view_p, 0, sizeof(*view_p));
     if (egm__id_is_nil(client))
@@ -1287,11 +1344,13 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory granting a slab");
     probe->n_slots = (uint8_t)config->replica_num;
     space_lock(index);
+    early_ok = early_ok && log && early_settle_locked(index);
     uint64_t want = egm__allocator_round(size);
     uint64_t cap = slab_cap(index, min_rounded);
     /* want 0: size overflowed when rounded (more than anything can hold). */
     probe->size = want == 0 || want > cap ? cap : want < min_rounded ? min_rounded : want;
-    status = slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 0, view_p);
+    status =
+        slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 0, view_p, &slab);
     if (status != EGM_OK && probe->size > min_rounded) {
         /* No room for all it wanted without evicting: only what it needs now,
          * as a PutStart of that object would get it. (Halvings of what it
@@ -1299,15 +1358,18 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
          * writers used: the bench smoke's gets found objects of the same
          * phase evicted.) */
         probe->size = min_rounded;
-        status =
-            slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 0, view_p);
+        status = slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 0,
+                                   view_p, &slab);
     }
+    /* Not one that evicted (below): the objects it evicts are freed now. */
+    if (status == EGM_OK && early_ok)
+        view_p->early = early_grant_locked(index, slab);
     space_unlock(index);
     if (status == NEEDS_EVICTION) {
         lock_all(index);
         space_lock(index);
-        status =
-            slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 1, view_p);
+        status = slab_grant_locked(index, probe, client, log, config, min_rounded, now_ms, 1,
+                                   view_p, &slab);
         space_unlock(index);
         unlock_all(index);
     }
@@ -1316,9 +1378,10 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
 }
 
 int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
-                           const uint64_t *ids, const uint64_t *seqs)
+                           const uint64_t *ids, const uint64_t *seqs, uint64_t *wait_pos_p)
 {
     int known = 1;
+    *wait_pos_p = 0;
     space_lock(index);
     for (size_t i = 0; i < n; i++) {
         egm_slab_t *slab;
@@ -1333,9 +1396,18 @@ int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
         egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
         /* Until the standbys confirmed the slab's first entry, they would not
          * read its log: Commits there wait (the first one included). One
-         * granted with `log` is confirmed from its grant on. */
+         * granted with `log` is confirmed from its grant on, or, granted
+         * before the standbys held it, once they confirm its grant (log_pos):
+         * until then a Commit there waits for that, not for its own ops. */
         if (slab->log_confirmed)
             continue;
+        if (slab->logged) {
+            if (egm__journal_confirmed(index->journal, slab->log_pos))
+                slab->log_confirmed = 1;
+            else if (slab->log_pos > *wait_pos_p)
+                *wait_pos_p = slab->log_pos;
+            continue;
+        }
         if (first)
             slab->log_pos = egm__journal_position(index->journal); /* 0: no standby */
         else if (egm__journal_confirmed(index->journal, slab->log_pos))
@@ -1539,13 +1611,15 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
 }
 
 /* Gives key i's claimed range back to the pool. With `space` locked. */
-static void commit_unclaim(const commit_plan_t *plan, const egm_objects_batch_t *b, size_t i)
+static void commit_unclaim(egm_object_index_t *index, const commit_plan_t *plan,
+                           const egm_objects_batch_t *b, size_t i)
 {
     const commit_extents_t *e = &plan->extents[plan->which[i]];
     uint64_t rounded = egm__allocator_round(b->sizes[i]);
+    if (b->log_seqs != NULL && b->log_seqs[i] != 0) /* before the range can be given again */
+        egm__journal_slab_seen(index->journal, b->slab_ids[i], b->log_seqs[i]);
     for (uint32_t x = 0; x < e->n; x++)
-        egm__allocator_free(e->extents[x].segment->allocator, e->extents[x].base + b->offsets[i],
-                            rounded);
+        space_free(index, e->extents[x].segment, e->extents[x].base + b->offsets[i], rounded);
 }
 
 /* Claims of keys the batch never took (a done() that stopped it). */
@@ -1560,7 +1634,7 @@ static void commit_plan_finish(egm_object_index_t *index, commit_plan_t *plan,
     space_lock(index);
     for (size_t i = 0; i < b->n; i++)
         if (plan->status[i] == EGM_OK)
-            commit_unclaim(plan, b, i);
+            commit_unclaim(index, plan, b, i);
     space_unlock(index);
 }
 
@@ -1611,19 +1685,15 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     if (status == EGM_OK && (created = object_new(key, key_len, placed)) == NULL)
         status = EGM_ERR_NO_MEMORY; /* object_new said why */
     if (status != EGM_OK) {
-        commit_unclaim(plan, b, i); /* the writer's bytes are not wanted */
+        commit_unclaim(index, plan, b, i); /* the writer's bytes are not wanted */
         space_unlock(index);
         return status;
     }
     created->size = size; /* its replicas' length */
     uint64_t rounded = egm__allocator_round(size);
-    for (uint32_t x = 0; x < e->n; x++) {
-        uint64_t at = e->extents[x].base + b->offsets[i];
-        if (gone[x])
-            egm__allocator_free(e->extents[x].segment->allocator, at, rounded);
-        else
-            replica_add(created, e->extents[x].segment, at);
-    }
+    for (uint32_t x = 0; x < e->n; x++)
+        if (!gone[x]) /* a gone extent's range is freed once the object is journaled */
+            replica_add(created, e->extents[x].segment, e->extents[x].base + b->offsets[i]);
     created->n_live = created->n_replicas;
     for (uint32_t k = created->n_replicas; k < placed; k++)
         created->replicas[k] = (egm_replica_t){.segment = NULL, .offset_index = k};
@@ -1647,6 +1717,17 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     egm__journal_object(index->journal, obj);
+    if (reachable < e->n) {
+        /* After the op naming the object's replicas: until the standbys have
+         * it, they would adopt the key's log entry on every extent, this
+         * range included (recent_frees.h). */
+        space_lock(index);
+        for (uint32_t x = 0; x < e->n; x++)
+            if (gone[x])
+                space_free(index, e->extents[x].segment, e->extents[x].base + b->offsets[i],
+                           rounded);
+        space_unlock(index);
+    }
     if (obj->n_live < obj->n_replicas)
         repair_keys_add(&plan->under, obj); /* queued once the shard is let go */
     return EGM_OK;
@@ -1682,7 +1763,7 @@ static egm_status_t drop_unreachable(egm_object_index_t *index, egm_object_t *ob
         if (r->segment == NULL ||
             !atomic_load_explicit(&r->segment->unreachable, memory_order_relaxed))
             continue;
-        release_replica(r);
+        release_replica(index, r);
         obj->n_live--;
         dropped++;
     }
@@ -2093,7 +2174,7 @@ static int cmp_replica_desc(const void *a, const void *b)
  * freed range then joins the free range just above it, where hash order would
  * insert into the middle of the allocator's sorted range array every time
  * (O(n^2) moves for a full segment). With every shard and `space` locked. */
-static void release_sorted(egm_object_t **objs, size_t n)
+static void release_sorted(egm_object_index_t *index, egm_object_t **objs, size_t n)
 {
     size_t total = 0, k = 0;
     for (size_t i = 0; i < n; i++)
@@ -2109,7 +2190,7 @@ static void release_sorted(egm_object_t **objs, size_t n)
     for (size_t i = 0; i < k; i++) {
         egm_replica_t *r = reps[i];
         egm_object_t *obj = egm__replica_object(r);
-        release_replica(r);
+        release_replica(index, r);
         obj->n_live = 0;
     }
     egm_free(reps);
@@ -2172,7 +2253,7 @@ uint64_t egm__objects_remove_all(egm_object_index_t *index, int force, uint64_t 
                   egm_last_error());
     n = k;
     if (n > 0)
-        release_sorted(objs, n);
+        release_sorted(index, objs, n);
     for (size_t i = 0; i < n; i++)
         object_delete_locked(index, objs[i]);
     space_unlock(index);
@@ -2604,8 +2685,8 @@ egm_status_t egm__objects_repair_end(egm_object_index_t *index, const char *key,
         obj->n_live++;
         egm__journal_object(index->journal, obj);
     } else if (index->n_held + 1 == before &&
-               (freeing = egm__allocator_free(task->target->allocator, task->target_offset,
-                                              task->size)) != EGM_OK &&
+               (freeing = space_free(index, task->target, task->target_offset, task->size)) !=
+                   EGM_OK &&
                freeing != EGM_ERR_NO_MEMORY) { /* lost: the allocator said so */
         egm_error("segment %s: freeing a repair extent failed: %s", task->target->desc.name,
                   egm_last_error());
@@ -2647,6 +2728,7 @@ void egm__objects_stats(const egm_object_index_t *index, egm_object_index_stats_
     stats_p->slabs = slabs.slabs;
     stats_p->slab_bytes = slabs.unclaimed_bytes;
     stats_p->slab_grants_total = ix->slab_grants;
+    stats_p->slab_grants_early_total = ix->slab_grants_early;
     stats_p->slab_expired_total = ix->slab_expired;
     stats_p->commits_total = ix->commits;
     stats_p->unreachable_replicas_total =
@@ -2899,7 +2981,11 @@ egm_status_t egm__objects_check(egm_object_index_t *index)
 void egm__objects_set_journal(egm_object_index_t *index, egm_journal_t *journal)
 {
     index->journal = journal;
-    egm__slabs_set_journal(index->slabs, journal);
+    /* Without it no grant is answered before the standbys hold it. */
+    if (journal != NULL && index->recent_frees == NULL &&
+        egm__recent_frees_create(&index->recent_frees) != EGM_OK)
+        egm_warn("master: %s: every SlabGrant waits for the standbys", egm_last_error());
+    egm__slabs_set_journal(index->slabs, journal, index->recent_frees);
 }
 
 static uint64_t left_ms(uint64_t until_ms, uint64_t now_ms)

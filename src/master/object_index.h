@@ -191,18 +191,19 @@ typedef struct {
                                 lease_ttl_ms / 1024: the shards count leases by when they end) */
     uint64_t used_bytes;     /* allocated in all segments (allocator rounding included) */
     uint64_t capacity_bytes; /* of all mounted segments */
-    uint64_t evictions_total;      /* objects evicted since start */
-    uint64_t evicted_bytes_total;  /* segment space they freed (every replica) */
-    uint64_t eviction_runs_total;  /* evictions started (watermark or a PutStart without room) */
-    uint64_t discarded_puts_total; /* PENDING objects discarded after the timeout */
-    uint64_t no_space_total;       /* PutStarts answered NO_SPACE */
-    uint64_t held_bytes;           /* of used_bytes: removed under a lease, freed when it ends */
-    uint64_t held_extents;         /* the replicas whose space that is */
-    uint64_t slabs;                /* granted to writers, not yet returned (slabs.h) */
-    uint64_t slab_bytes;           /* of used_bytes: their space not yet committed */
-    uint64_t slab_grants_total;    /* slabs granted since start */
-    uint64_t slab_expired_total;   /* slabs whose lease ended before their writer returned them */
-    uint64_t commits_total;        /* objects committed from slabs */
+    uint64_t evictions_total;         /* objects evicted since start */
+    uint64_t evicted_bytes_total;     /* segment space they freed (every replica) */
+    uint64_t eviction_runs_total;     /* evictions started (watermark or a PutStart without room) */
+    uint64_t discarded_puts_total;    /* PENDING objects discarded after the timeout */
+    uint64_t no_space_total;          /* PutStarts answered NO_SPACE */
+    uint64_t held_bytes;              /* of used_bytes: removed under a lease, freed when it ends */
+    uint64_t held_extents;            /* the replicas whose space that is */
+    uint64_t slabs;                   /* granted to writers, not yet returned (slabs.h) */
+    uint64_t slab_bytes;              /* of used_bytes: their space not yet committed */
+    uint64_t slab_grants_total;       /* slabs granted since start */
+    uint64_t slab_grants_early_total; /* of them, answered before the standbys held them */
+    uint64_t slab_expired_total; /* slabs whose lease ended before their writer returned them */
+    uint64_t commits_total;      /* objects committed from slabs */
     /* replicas a PutEnd or Commit dropped: on a provider presumed gone */
     uint64_t unreachable_replicas_total;
     uint64_t growing_tables; /* shards whose key table is moving its objects to a larger one */
@@ -302,18 +303,24 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
  * PutStart of a min_size object would (the same NO_SPACE answers). log: the
  * client keeps the slab's commit log (SlabGrant `log`): journaled with the
  * slab, so that a new leader reads that log even before an entry was
- * noted. */
+ * noted. early_ok (with log; the caller checked that its fence is far
+ * enough: slabs.h EGM_SLAB_EARLY_*): the grant may be answered before the
+ * standbys hold it when it evicted nothing and takes no space whose free
+ * they have not confirmed (view early = 1; recent_frees.h); Commits into
+ * it then wait for its grant's confirmation (egm__objects_slab_seen). */
 typedef struct {
     uint64_t id;
     uint64_t size;
     uint64_t lease_ms; /* from now */
+    int early;         /* answered before the standbys hold it */
     uint32_t n_extents;
     egm_replica_view_t extents[EGM_MASTER_REPLICA_MAX]; /* offset: the extent's base */
 } egm_slab_view_t;
 
 egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client, uint64_t size,
-                                     uint64_t min_size, int log, const egm_put_config_t *config,
-                                     uint64_t now_ms, egm_slab_view_t *view_p);
+                                     uint64_t min_size, int log, int early_ok,
+                                     const egm_put_config_t *config, uint64_t now_ms,
+                                     egm_slab_view_t *view_p);
 /* The commit log entries (common/slab_log.h) seqs[0..n) of slabs ids[i] of
  * `client` were committed or refused (seq 0: none): noted in each slab that
  * is still recorded, expired or not (and journaled), so that a new leader
@@ -321,9 +328,11 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
  * with `log` or with an entry noted. 1 when every key had an entry in a slab
  * granted with `log`, or whose first entry noted the standbys confirmed (a
  * Commit may then be answered before they confirm it: they know the slab's
- * log is kept). */
+ * log is kept). *wait_pos_p: 0, or the journal position of the grant of a
+ * slab answered before the standbys held it (the latest such), which they
+ * have not confirmed yet: the Commit is answered once they do. */
 int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
-                           const uint64_t *ids, const uint64_t *seqs);
+                           const uint64_t *ids, const uint64_t *seqs, uint64_t *wait_pos_p);
 /* Returns the space `client` did not commit in slab `id` (the slab is
  * forgotten). EGM_ERR_NOT_FOUND as egm__slabs_find says. */
 egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client, uint64_t id,
@@ -373,8 +382,13 @@ typedef struct {
     const egm_put_config_t *config; /* PutStart; Commit (its pins) */
     const uint64_t *slab_ids;       /* Commit: per key */
     const uint64_t *offsets;        /* Commit: per key, in its slab */
-    int force;                      /* Remove */
-    int with_replicas;              /* Exist: the view holds the replicas (GetReplicas: always) */
+    /* Commit (optional): per key, its entry in the slab's commit log (0:
+     * none); a key refused after its claim is journaled SLAB_SEEN before
+     * the claimed range is freed (a new leader must not adopt that entry
+     * over whoever is given the range next). */
+    const uint64_t *log_seqs;
+    int force;         /* Remove */
+    int with_replicas; /* Exist: the view holds the replicas (GetReplicas: always) */
     uint64_t now_ms;
     size_t n;
     const char *const *keys;

@@ -12,11 +12,14 @@ struct egm_slab_table {
     egm_hashmap_t *by_id; /* uint64_t id -> egm_slab_t */
     uint64_t next_id;
     struct egm_journal *journal; /* NULL: no HA */
+    egm_recent_frees_t *recent;  /* NULL: no HA */
 };
 
-void egm__slabs_set_journal(egm_slab_table_t *t, struct egm_journal *journal)
+void egm__slabs_set_journal(egm_slab_table_t *t, struct egm_journal *journal,
+                            egm_recent_frees_t *recent)
 {
     t->journal = journal;
+    t->recent = recent;
 }
 
 egm_status_t egm__slabs_create(egm_slab_table_t **table_p)
@@ -189,11 +192,13 @@ uint64_t egm__slabs_release(egm_slab_table_t *t, egm_slab_t *slab)
         egm_segment_t *seg = slab->extents[e].segment;
         for (size_t k = 0; seg != NULL && k < slab->n_pieces; k++) {
             const egm_slab_piece_t *p = &slab->pieces[k];
-            egm_status_t s =
-                egm__allocator_free(seg->allocator, slab->extents[e].base + p->off, p->len);
-            if (s == EGM_OK)
+            uint64_t at = slab->extents[e].base + p->off;
+            egm_status_t s = egm__allocator_free(seg->allocator, at, p->len);
+            if (s == EGM_OK) {
                 freed += p->len;
-            else if (s != EGM_ERR_NO_MEMORY) /* lost: the allocator said so */
+                /* SLAB_GONE follows in this hold of `space` (recent_frees.h) */
+                egm__recent_frees_add(t->recent, seg, at, p->len);
+            } else if (s != EGM_ERR_NO_MEMORY) /* lost: the allocator said so */
                 egm_error("slab %llu: %s", (unsigned long long)slab->id, egm_last_error());
         }
     }

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <egmstore/status.h>
 #include "common/id.h"
+#include "master/recent_frees.h"
 #include "master/segment_table.h"
 #include "master/seq_set.h"
 
@@ -36,6 +37,17 @@
  * that would cut more is refused, so that a claim stays cheap under the
  * master's `space` lock whatever a client sends. */
 #define EGM_SLAB_PIECES_MAX 4096
+
+/* A grant answered before the standby masters hold it (docs/ha.md "Grants
+ * the standbys do not hold yet"): its writer starts copies into the slab only
+ * within EGM_SLAB_EARLY_PLACE_MS of sending the request, until a Commit there
+ * is answered (KeysReply.place_within_ms); a leader answers so only while its
+ * fence is more than that plus EGM_SLAB_EARLY_COPY_MS away, so that those
+ * copies end before another master can lead; and only for slabs of at most
+ * EGM_SLAB_EARLY_MAX_BYTES, whose copies take well under that. */
+#define EGM_SLAB_EARLY_PLACE_MS 600
+#define EGM_SLAB_EARLY_COPY_MS 400
+#define EGM_SLAB_EARLY_MAX_BYTES (64ull << 20)
 
 typedef struct {
     egm_segment_t *segment; /* NULL once its segment was dropped */
@@ -75,8 +87,10 @@ typedef struct egm_slab_table egm_slab_table_t;
 
 egm_status_t egm__slabs_create(egm_slab_table_t **table_p);
 struct egm_journal;
-/* A slab released (returned, expired) is journaled SLAB_GONE there (NULL: none). */
-void egm__slabs_set_journal(egm_slab_table_t *table, struct egm_journal *journal);
+/* A slab released (returned, expired) is journaled SLAB_GONE there, and its
+ * space noted in recent (both NULL: no HA). */
+void egm__slabs_set_journal(egm_slab_table_t *table, struct egm_journal *journal,
+                            egm_recent_frees_t *recent);
 /* Frees the records only (the allocators go with their segments). */
 void egm__slabs_destroy(egm_slab_table_t *table);
 

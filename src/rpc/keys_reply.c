@@ -22,6 +22,7 @@ enum {
     TAG_KEYS_SLAB = 0x30,      /* KeysReply.slab_id = 6, varint */
     TAG_KEYS_DEGRADED = 0x3a,  /* KeysReply.degraded_slabs = 7, packed varints */
     TAG_KEYS_ERROR = 0x42,     /* KeysReply.error = 8, bytes */
+    TAG_KEYS_PLACE = 0x48,     /* KeysReply.place_within_ms = 9, varint */
     TAG_RESULT_STATUS = 0x08,  /* KeyResult.status = 1 */
     TAG_RESULT_SIZE = 0x10,    /* KeyResult.size = 2 */
     TAG_RESULT_REPLICA = 0x1a, /* KeyResult.replicas = 3 */
@@ -154,8 +155,8 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         }
         total += 1 + varint_len(len) + len;
     }
-    total +=
-        scalar_len(msg->location_cache_ms) + scalar_len(msg->wait_ms) + scalar_len(msg->slab_id);
+    total += scalar_len(msg->location_cache_ms) + scalar_len(msg->wait_ms) +
+             scalar_len(msg->slab_id) + scalar_len(msg->place_within_ms);
     size_t degraded_len = 0;
     for (size_t d = 0; d < msg->n_degraded_slabs; d++)
         degraded_len += varint_len(msg->degraded_slabs[d]);
@@ -197,6 +198,7 @@ egm_status_t egm__keys_reply_encode(const egm_keys_reply_msg_t *msg, uint8_t **b
         memcpy(p, msg->error, error_len);
         p += error_len;
     }
+    p = put_scalar(p, TAG_KEYS_PLACE, msg->place_within_ms);
     if ((size_t)(p - buf) != total) {
         egm_free(buf);
         status = egm__set_error(EGM_ERR_INTERNAL, "KeysReply: wrote %zu bytes, expected %zu",
@@ -519,6 +521,7 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
     out->location_cache_ms = 0;
     out->wait_ms = 0;
     out->slab_id = 0;
+    out->place_within_ms = 0;
     out->error = (egm_pb_slice_t){0};
     while (r.p < r.end) {
         uint32_t field;
@@ -546,6 +549,11 @@ static egm_status_t parse_reply(const uint8_t *buf, size_t len, size_t max_resul
             if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
                 return bad("KeysReply.slab_id");
             out->slab_id = v;
+            break;
+        case 9:
+            if (wt != WT_VARINT || rd_varint(&r, &v) != 0)
+                return bad("KeysReply.place_within_ms");
+            out->place_within_ms = v;
             break;
         case 8:
             if (wt != WT_LEN || rd_len(&r, &sub) != 0)

@@ -63,7 +63,11 @@ typedef struct {
     size_t n_degraded_slabs;    /* Commit: slabs that lost an extent (take no more objects) */
     uint64_t *degraded_slabs;
     egm_pb_slice_t
-        error;    /* SlabGrant refused: the master's reason (not NUL-terminated; len 0: none) */
+        error; /* SlabGrant refused: the master's reason (not NUL-terminated; len 0: none) */
+    /* SlabGrant: not yet held by the standbys; copies into the slab start
+     * only this long after the request was sent, until a Commit there is
+     * answered (0: no such bound) */
+    uint64_t place_within_ms;
     uint8_t *buf; /* the wire bytes (owned) */
     size_t len;
 } egm_keys_reply_t;
@@ -87,7 +91,8 @@ typedef struct {
     uint64_t slab_id;           /* 0: left out */
     size_t n_degraded_slabs;    /* packed, as protobuf-c writes a repeated uint64 */
     const uint64_t *degraded_slabs;
-    const char *error; /* NULL or "": left out */
+    const char *error;        /* NULL or "": left out */
+    uint64_t place_within_ms; /* 0: left out */
 } egm_keys_reply_msg_t;
 
 /* Encodes msg into *buf_p (egm_malloc'ed, freed with egm_free), *len_p bytes:

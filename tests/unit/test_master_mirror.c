@@ -155,7 +155,7 @@ static void commit(const char *key, uint64_t size, uint64_t slab, uint64_t offse
 static void grant(uint64_t size, uint32_t replicas, uint64_t now, egm_slab_view_t *slab)
 {
     egm_put_config_t cfg = {.replica_num = replicas};
-    assert_int_equal(egm__objects_slab_grant(lead.objects, writer, size, 64, 0, &cfg, now, slab),
+    assert_int_equal(egm__objects_slab_grant(lead.objects, writer, size, 64, 0, 0, &cfg, now, slab),
                      EGM_OK);
     assert_int_equal(slab->n_extents, replicas);
 }

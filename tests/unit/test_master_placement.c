@@ -268,8 +268,8 @@ static void test_fewer_providers_than_replicas(void **state)
 
     egm_put_config_t cfg = {.replica_num = 3};
     egm_slab_view_t slab;
-    assert_int_equal(egm__objects_slab_grant(st.objects, writer, 64 << 10, 4096, 0, &cfg, 0, &slab),
-                     EGM_OK);
+    assert_int_equal(
+        egm__objects_slab_grant(st.objects, writer, 64 << 10, 4096, 0, 0, &cfg, 0, &slab), EGM_OK);
     assert_int_equal(slab.n_extents, 2);
     assert_false(
         egm__id_equal(slab.extents[0].segment->desc.owner, slab.extents[1].segment->desc.owner));
@@ -284,8 +284,8 @@ static void test_slab_extents_distinct_providers(void **state)
     egm_put_config_t cfg = {.replica_num = 2};
     for (int i = 0; i < 40; i++) {
         egm_slab_view_t slab;
-        assert_int_equal(egm__objects_slab_grant(st.objects, writer, 8192, 4096, 0, &cfg, 0, &slab),
-                         EGM_OK);
+        assert_int_equal(
+            egm__objects_slab_grant(st.objects, writer, 8192, 4096, 0, 0, &cfg, 0, &slab), EGM_OK);
         assert_int_equal(slab.n_extents, 2);
         assert_false(egm__id_equal(slab.extents[0].segment->desc.owner,
                                    slab.extents[1].segment->desc.owner));
@@ -304,7 +304,8 @@ static void test_short_slab_placed_smaller(void **state)
     egm_put_config_t cfg = {.replica_num = 2};
     egm_slab_view_t slab;
     assert_int_equal(
-        egm__objects_slab_grant(st.objects, writer, 1 << 20, 16 << 10, 0, &cfg, 0, &slab), EGM_OK);
+        egm__objects_slab_grant(st.objects, writer, 1 << 20, 16 << 10, 0, 0, &cfg, 0, &slab),
+        EGM_OK);
     assert_int_equal(slab.n_extents, 2);
     assert_int_equal(slab.size, 16 << 10);
     assert_false(
@@ -312,7 +313,8 @@ static void test_short_slab_placed_smaller(void **state)
     assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
     /* With every provider short of even that, a short slab of the size asked. */
     assert_int_equal(
-        egm__objects_slab_grant(st.objects, writer, 1 << 20, 128 << 10, 0, &cfg, 0, &slab), EGM_OK);
+        egm__objects_slab_grant(st.objects, writer, 1 << 20, 128 << 10, 0, 0, &cfg, 0, &slab),
+        EGM_OK);
     assert_int_equal(slab.n_extents, 1);
     assert_int_equal(slab.size, 128 << 10);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, slab.id, 0), EGM_OK);
@@ -388,7 +390,7 @@ static void test_disconnected_provider(void **state)
     assert_true(egm__id_equal(v.replicas[0].segment->desc.owner, a));
     egm_slab_view_t slab;
     egm_put_config_t two = {.replica_num = 2};
-    assert_int_equal(egm__objects_slab_grant(st.objects, writer, 8192, 4096, 0, &two, 0, &slab),
+    assert_int_equal(egm__objects_slab_grant(st.objects, writer, 8192, 4096, 0, 0, &two, 0, &slab),
                      EGM_OK);
     assert_int_equal(slab.n_extents, 2);
 

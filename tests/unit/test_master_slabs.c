@@ -5,8 +5,9 @@
  * lease's end returning uncommitted space, slabs over two segments, a segment
  * unmounted under an open slab, slabs with a lost extent named to the writer,
  * the size a grant gets, the cap on the
- * pieces a slab is cut into, and when a slab's log entries let a Commit be
- * answered before the standbys confirm it. Every test ends
+ * pieces a slab is cut into, when a slab's log entries let a Commit be
+ * answered before the standbys confirm it, and when a grant is answered
+ * before they hold it. Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
 #include <setjmp.h>
@@ -97,7 +98,7 @@ static egm_status_t grant(egm_id_t client, uint64_t size, uint64_t min_size, uin
                           uint64_t now, egm_slab_view_t *slab)
 {
     egm_put_config_t cfg = {.replica_num = replicas};
-    return egm__objects_slab_grant(st.objects, client, size, min_size, 0, &cfg, now, slab);
+    return egm__objects_slab_grant(st.objects, client, size, min_size, 0, 0, &cfg, now, slab);
 }
 
 static egm_status_t answered;
@@ -549,17 +550,18 @@ static void test_pieces_capped(void **state)
 static void test_log_seen_waits_for_first(void **state)
 {
     (void)state;
+    uint64_t wait_pos;
     mount(1 << 20);
     egm_slab_view_t s1, s2;
     assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s1), EGM_OK);
     uint64_t ids[2] = {s1.id, s1.id}, seqs[2] = {1, 2};
     /* No journal: only the slab's first waits (nothing to wait for, but the
      * rule is the same). */
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs), 0);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 1);
     uint64_t none = 0, unknown = 12345;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none), 0);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, &unknown, seqs), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, &unknown, seqs, &wait_pos), 0);
 
     /* A standby in sync that has not acknowledged the first entry. */
     egm_journal_t *j;
@@ -571,28 +573,133 @@ static void test_log_seen_waits_for_first(void **state)
     egm__objects_set_journal(st.objects, j);
     assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s2), EGM_OK);
     ids[0] = ids[1] = s2.id;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 0);
     uint64_t first = egm__journal_take_position(j);
     assert_true(first > 0);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 0);
     uint64_t third = 3;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &third), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &third, &wait_pos), 0);
     egm__journal_take_position(j);
     egm__journal_acked(j, f, first); /* the standby has the first entry */
     uint64_t fourth = 4;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth, &wait_pos), 1);
     egm__journal_take_position(j);
     /* A slab granted for a writer that keeps its log (SlabGrant `log`): the
      * standbys read that log from the grant on (its reply waited for them),
      * so its first entry needs no acknowledgement either. */
     egm_put_config_t cfg = {.replica_num = 1};
     egm_slab_view_t s3;
-    assert_int_equal(egm__objects_slab_grant(st.objects, writer, 64 << 10, 4096, 1, &cfg, 0, &s3),
-                     EGM_OK);
+    assert_int_equal(
+        egm__objects_slab_grant(st.objects, writer, 64 << 10, 4096, 1, 0, &cfg, 0, &s3), EGM_OK);
     egm__journal_take_position(j);
     ids[0] = s3.id;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs), 1);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, &wait_pos), 0);
+    egm__journal_take_position(j);
+    egm__objects_set_journal(st.objects, NULL);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
+/* Acknowledges, as the standby f, everything journaled so far. */
+static void ack_all(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    uint64_t end, confirmed;
+    egm__journal_take_position(j);
+    assert_int_equal(egm__journal_marks(j, &end, &confirmed), 1);
+    egm__journal_acked(j, f, end);
+}
+
+static egm_slab_view_t early_grant(uint64_t size, int log, int early_ok)
+{
+    egm_put_config_t cfg = {.replica_num = 1};
+    egm_slab_view_t v;
+    assert_int_equal(
+        egm__objects_slab_grant(st.objects, writer, size, size, log, early_ok, &cfg, 0, &v),
+        EGM_OK);
+    return v;
+}
+
+/* A grant answered before the standbys hold it (docs/ha.md "Grants the
+ * standbys do not hold yet"): only with a standby in sync, asked for, for a
+ * writer that keeps the slab's log, and for at most EGM_SLAB_EARLY_MAX_BYTES;
+ * never over space whose free the standby has not confirmed (a returned
+ * slab's, a removed object's) until it has. A Commit into it waits for its
+ * grant (wait_pos) until the standby has that, then for nothing. */
+static void test_early_grants(void **state)
+{
+    (void)state;
+    uint64_t wait_pos;
+    mount(1 << 20);
+    egm_slab_view_t a = early_grant(64 << 10, 1, 1);
+    assert_int_equal(a.early, 0); /* no journal: nothing would wait */
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
+
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
+    egm__journal_set_in_sync(j, f);
+    egm__objects_set_journal(st.objects, j);
+    ack_all(j, f);
+    a = early_grant(64 << 10, 1, 0); /* not asked for */
+    assert_int_equal(a.early, 0);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
+    ack_all(j, f);
+    a = early_grant(64 << 10, 0, 1); /* no log kept */
+    assert_int_equal(a.early, 0);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
+    ack_all(j, f);
+    assert_int_equal(stats().slab_grants_early_total, 0);
+
+    a = early_grant(64 << 10, 1, 1);
+    assert_int_equal(a.early, 1);
+    assert_int_equal(stats().slab_grants_early_total, 1);
+    uint64_t grant_pos = egm__journal_take_position(j);
+    assert_true(grant_pos > 0);
+    uint64_t ids[1] = {a.id}, seqs[2] = {1, 2};
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
+    assert_true(wait_pos == grant_pos);
+    egm__journal_take_position(j);
+    egm__journal_acked(j, f, grant_pos); /* the standby holds the grant */
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 1);
+    assert_true(wait_pos == 0);
+
+    /* Its space freed (returned) and not confirmed: a grant of it waits... */
+    ack_all(j, f);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
+    egm_slab_view_t b = early_grant(64 << 10, 1, 1);
+    assert_true(b.extents[0].offset == a.extents[0].offset);
+    assert_int_equal(b.early, 0);
+    /* ... until the standby confirmed the free. */
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, b.id, 0), EGM_OK);
+    ack_all(j, f);
+    egm_slab_view_t c = early_grant(64 << 10, 1, 1);
+    assert_true(c.extents[0].offset == a.extents[0].offset);
+    assert_int_equal(c.early, 1);
+
+    /* A removed object's space likewise. */
+    assert_int_equal(commit("early/k", 4096, c.id, 0, 0), EGM_OK);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, c.id, 0), EGM_OK);
+    ack_all(j, f);
+    assert_int_equal(egm__objects_remove(st.objects, "early/k", 7, 0, 20000, NULL), EGM_OK);
+    egm_slab_view_t d = early_grant(4096, 1, 1);
+    assert_true(d.extents[0].offset == c.extents[0].offset);
+    assert_int_equal(d.early, 0);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, d.id, 0), EGM_OK);
+    ack_all(j, f);
+    d = early_grant(4096, 1, 1);
+    assert_int_equal(d.early, 1);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, d.id, 0), EGM_OK);
+
+    /* More than EGM_SLAB_EARLY_MAX_BYTES: its copies could take too long. */
+    mount(EGM_SLAB_EARLY_MAX_BYTES * 2);
+    ack_all(j, f);
+    egm_slab_view_t big = early_grant(EGM_SLAB_EARLY_MAX_BYTES + 4096, 1, 1);
+    assert_int_equal(big.early, 0);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, big.id, 0), EGM_OK);
+    assert_int_equal(stats().slab_grants_early_total, 3);
     egm__journal_take_position(j);
     egm__objects_set_journal(st.objects, NULL);
     egm__journal_unfollow(j, f);
@@ -611,6 +718,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_seen_waits_for_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_grants, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
