@@ -229,6 +229,9 @@ static const egm_config_key_t keys[] = {
     INT(ha_lease_ttl, "2", 2, 60, M,
         "master: seconds of the leader's etcd lease: a leader that dies is replaced about this "
         "long after"),
+    BOOL(ha_early_grants, "true", M,
+         "master: answer a writer's SlabGrant before the standbys hold it where that is safe "
+         "(its copies overlap their round trip; docs/ha.md)"),
 };
 
 #undef M

@@ -102,6 +102,7 @@ typedef struct egm_settings {
     int enable_ha;
     const char *etcd_endpoints;
     int64_t ha_lease_ttl;
+    int ha_early_grants;
 } egm_settings_t;
 
 /* The settings of `config` (never NULL for a config). Valid while the config

@@ -411,7 +411,8 @@ static egm_status_t return_slabs(egm_master_state_t *st, egm_id_t client, const 
  * another master can lead. */
 static int early_grant_ok(const egm_master_state_t *st, const Egm__SlabGrantRequest *req)
 {
-    if (!req->log || !req->place_bound || st->journal == NULL || st->election == NULL)
+    if (!st->early_grants || !req->log || !req->place_bound || st->journal == NULL ||
+        st->election == NULL)
         return 0;
     uint64_t fence = egm__election_fence_ms(st->election);
     return fence > egm__now_ms() + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;

@@ -207,6 +207,7 @@ static egm_status_t start_handover(egm_master_t *master, const egm_settings_t *s
     /* A change waits for the standbys a little longer than a standby may
      * take to answer before it is dropped (replication.c). */
     st->journal_wait_ms = (uint64_t)settings->ha_lease_ttl * 1000u + 1000u;
+    st->early_grants = settings->ha_early_grants != 0;
     egm__objects_set_journal(st->objects, master->journal);
     egm__segment_table_set_journal(st->segments, master->journal);
     char token[EGM_AUTH_TOKEN_MAX + 1];

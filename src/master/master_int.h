@@ -61,6 +61,9 @@ typedef struct {
     /* Commits answered before the standbys confirmed them: their slab logs
      * describe them (docs/ha.md "Commits the pool describes"). */
     _Atomic uint64_t commits_described;
+    /* ha_early_grants: a SlabGrant may be answered before the standbys
+     * hold it (docs/ha.md "Grants the standbys do not hold yet"). */
+    int early_grants;
     /* egm__now_ms until which a writer granted a slab before the standbys
      * held it may still copy into it (slabs.h EGM_SLAB_EARLY_*): a leader
      * that resigns waits for it first. */

@@ -3,10 +3,11 @@
  * enable_ha, three providers (one segment each, room for everything: no
  * eviction) and two clients of this process following etcd://, both putting
  * with replica_num 2 (one placed per key by the master, one in slabs of its
- * own). A background writer puts, re-puts and removes its own keys the whole
- * time, faults included. Until the time is up (EGM_CHAOS_SECONDS, default
- * 75), the test writes a round of puts of new keys, new versions and removes,
- * then injects one fault, in rotation:
+ * own, 128 KiB each: a SlabGrant every few puts, most answered before the
+ * standbys hold them, docs/ha.md). A background writer puts, re-puts and removes its own keys the
+ * whole time, faults included. Until the time is up (EGM_CHAOS_SECONDS, default 75), the test
+ * writes a round of puts of new keys, new versions and removes, then injects one fault, in
+ * rotation:
  *  1. SIGKILL of the leader (found through each master's /health "role"):
  *     the test puts until one succeeds (the time from the kill is measured),
  *     waits for a new leader and restarts the old one as a standby;
@@ -86,6 +87,8 @@ static struct {
     unsigned failovers, unplanned_failovers, unplanned_exits;
     uint64_t puts_ok, puts_failed, removes;
     uint64_t longest_kill_to_put_ms, verifications;
+    /* SlabGrants answered before the standbys held them, by leaders killed */
+    uint64_t early_grants;
     long long epoch; /* the leader's, after the last recovery */
 } stats;
 
@@ -470,6 +473,9 @@ static uint64_t put_until_ok(uint64_t since)
 static void fault_leader(int leader)
 {
     long long old_epoch = stats.epoch, epoch = 0;
+    long long early = egm_model_master_metric(http[leader], "egm_master_slab_grants_early_total");
+    if (early > 0) /* its writers copied into slabs the standbys did not hold yet */
+        stats.early_grants += (uint64_t)early;
     uint64_t killed = egm__now_ms();
     assert_int_equal(egm__process_signal(&masters[leader].master, SIGKILL), EGM_OK);
     uint64_t ms = put_until_ok(killed);
@@ -712,7 +718,7 @@ static void test_chaos(void **state)
     for (int i = 0; i < N_PROVIDERS; i++)
         start_provider(i);
     client = new_client("0");
-    writer.client = new_client("4MiB");
+    writer.client = new_client("128KiB"); /* a SlabGrant every few puts */
     writer.rng = rng_state ^ 0x5bd1e995u;
     assert_int_equal(pthread_create(&writer.thread, NULL, writer_main, &writer), 0);
 
@@ -752,7 +758,8 @@ static void test_chaos(void **state)
             "%llu puts committed, %llu failed, %llu removes; %zu keys: %zu committed, %zu "
             "uncertain, %zu absent; %llu gets verified in %llu verifications, %llu lost, %llu "
             "wrong; failovers %u (+%u unplanned, %u masters exited by themselves); longest leader "
-            "kill to first put %llu ms\n",
+            "kill to first put %llu ms; %llu SlabGrants answered before the standbys held them "
+            "by the leaders killed\n",
             (double)faults_ms / 1000.0, round, stats.faults[FAULT_LEADER],
             stats.faults[FAULT_PROVIDER], stats.faults[FAULT_STANDBY], stats.faults[FAULT_ETCD],
             (unsigned long long)puts_ok, (unsigned long long)puts_failed,
@@ -760,10 +767,12 @@ static void test_chaos(void **state)
             c.uncertain, c.absent, (unsigned long long)ms.gets_verified,
             (unsigned long long)stats.verifications, (unsigned long long)ms.lost,
             (unsigned long long)ms.wrong, stats.failovers, stats.unplanned_failovers,
-            stats.unplanned_exits, (unsigned long long)stats.longest_kill_to_put_ms);
+            stats.unplanned_exits, (unsigned long long)stats.longest_kill_to_put_ms,
+            (unsigned long long)stats.early_grants);
     assert_int_equal(ms.lost, 0);
     assert_int_equal(ms.wrong, 0);
     assert_true(stats.faults[FAULT_LEADER] > 0);
+    assert_true(stats.early_grants > 0); /* the leaders killed had answered grants early */
 
     if (getenv("EGM_CHAOS_NO_RESTART") == NULL)
         full_restart();

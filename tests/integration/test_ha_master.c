@@ -373,7 +373,8 @@ static void test_unconfirmed_change_not_acknowledged(void **state)
 }
 
 /* Commits described by their slab logs (shm puts) are answered without the
- * standby: while it is stopped (SIGSTOP) puts still succeed; the leader is
+ * standby, and a slab granted before the standby held the grant serves
+ * puts that survive: while it is stopped (SIGSTOP) puts still succeed; the leader is
  * then killed and the standby, let go, takes over: it never received those
  * commits, reads them from the slabs' logs and serves every one byte for
  * byte, while an object removed before (confirmed) stays removed. Without
@@ -410,6 +411,10 @@ static void test_described_commits_survive(void **state)
         assert_int_equal(egm_test_put_seeded(streamer, key, 512 + (size_t)i, (unsigned)i), EGM_OK);
     }
     assert_true(egm_test_metric(http_a, "egm_master_ha_commits_described_total") >= STREAMED_KEYS);
+    /* Its slab (4 MiB of the 64 MiB pool, nothing freed unconfirmed in it)
+     * was granted before B held the grant: its first Commit waited for B to
+     * hold the grant, and the new leader below serves its keys. */
+    assert_true(egm_test_metric(http_a, "egm_master_slab_grants_early_total") >= 1);
     double lag = -1;
     for (uint64_t until = egm__now_ms() + WAIT_MS; lag != 0 && egm__now_ms() < until;
          egm__sleep_ms(20))

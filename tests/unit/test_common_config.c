@@ -89,6 +89,7 @@ static void test_key_table_names_order_defaults(void **state)
         {"enable_ha", "false"},
         {"etcd_endpoints", ""},
         {"ha_lease_ttl", "2"},
+        {"ha_early_grants", "true"},
     };
     size_t n;
     const egm_config_key_t *keys = egm__config_keys(&n);
