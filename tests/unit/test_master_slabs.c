@@ -542,6 +542,26 @@ static void test_pieces_capped(void **state)
     check();
 }
 
+/* A journal with a standby f in sync (that acknowledged nothing), told the
+ * index's changes; journal_gone undoes it. */
+static egm_journal_follower_t *journal_in_sync(egm_journal_t **j_p)
+{
+    egm_journal_follower_t *f;
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(j_p), EGM_OK);
+    assert_int_equal(egm__journal_follow(*j_p, &f, &pos), EGM_OK);
+    egm__journal_set_in_sync(*j_p, f);
+    egm__objects_set_journal(st.objects, *j_p);
+    return f;
+}
+
+static void journal_gone(egm_journal_t *j, egm_journal_follower_t *f)
+{
+    egm__objects_set_journal(st.objects, NULL);
+    egm__journal_unfollow(j, f);
+    egm__journal_destroy(j);
+}
+
 /* A slab's log entries noted (egm__objects_slab_seen): without a standby
  * every key with an entry may be answered at once but the slab's first; with
  * a standby in sync, no Commit in a slab is until the standby acknowledged the
@@ -565,12 +585,7 @@ static void test_log_seen_waits_for_first(void **state)
 
     /* A standby in sync that has not acknowledged the first entry. */
     egm_journal_t *j;
-    egm_journal_follower_t *f;
-    uint64_t pos;
-    assert_int_equal(egm__journal_create(&j), EGM_OK);
-    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
-    egm__journal_set_in_sync(j, f);
-    egm__objects_set_journal(st.objects, j);
+    egm_journal_follower_t *f = journal_in_sync(&j);
     assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s2), EGM_OK);
     ids[0] = ids[1] = s2.id;
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 0);
@@ -596,9 +611,7 @@ static void test_log_seen_waits_for_first(void **state)
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, &wait_pos), 0);
     egm__journal_take_position(j);
-    egm__objects_set_journal(st.objects, NULL);
-    egm__journal_unfollow(j, f);
-    egm__journal_destroy(j);
+    journal_gone(j, f);
 }
 
 /* Acknowledges, as the standby f, everything journaled so far. */
@@ -636,12 +649,7 @@ static void test_early_grants(void **state)
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
 
     egm_journal_t *j;
-    egm_journal_follower_t *f;
-    uint64_t pos;
-    assert_int_equal(egm__journal_create(&j), EGM_OK);
-    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
-    egm__journal_set_in_sync(j, f);
-    egm__objects_set_journal(st.objects, j);
+    egm_journal_follower_t *f = journal_in_sync(&j);
     ack_all(j, f);
     a = early_grant(64 << 10, 1, 0); /* not asked for */
     assert_int_equal(a.early, 0);
@@ -701,9 +709,7 @@ static void test_early_grants(void **state)
     assert_int_equal(egm__objects_slab_return(st.objects, writer, big.id, 0), EGM_OK);
     assert_int_equal(stats().slab_grants_early_total, 3);
     egm__journal_take_position(j);
-    egm__objects_set_journal(st.objects, NULL);
-    egm__journal_unfollow(j, f);
-    egm__journal_destroy(j);
+    journal_gone(j, f);
 }
 
 int main(void)
