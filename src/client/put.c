@@ -265,12 +265,18 @@ static egm_status_t slab_place(egm_client_t *client, const put_plan_t *plan,
     *placed_p = refs;
     if (refs == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory placing a put");
-    uint64_t t0 = egm__now_ns();
-    egm__wslabs_reserve(client, rc, plan->n, plan->sizes, !plan->ahead, refs, key_status);
-    /* A grant answered so late that its slab's place_within_ms ran out (a
-     * loaded host): those keys are placed again in a slab whose grant the
-     * master answers once its standbys hold it. */
-    if (!plan->ahead && egm__wslabs_unplace_late(client->slabs, plan->n, refs, key_status) > 0)
+    uint64_t t0 = egm__now_ns(), total = 0;
+    for (size_t j = 0; j < plan->n; j++)
+        total = total + plan->sizes[j] < total ? UINT64_MAX : total + plan->sizes[j];
+    /* Copies that follow at once and end soon: a grant may be answered
+     * before the master's standbys hold it. */
+    int copy_now = !plan->ahead && total <= EGM_WSLAB_EARLY_CALL_MAX;
+    egm__wslabs_reserve(client, rc, plan->n, plan->sizes, copy_now, refs, key_status);
+    /* A grant answered so late that its slab's place_within_ms nearly ran
+     * out (a loaded host), or one on a provider not reached over shared
+     * memory: those keys are placed again in a slab whose grant the master
+     * answers once its standbys hold it. */
+    if (copy_now && egm__wslabs_unplace_late(client, plan->n, refs, key_status) > 0)
         for (size_t j = 0; j < plan->n; j++)
             if (key_status[j] == EGM_INPROGRESS)
                 egm__wslabs_reserve(client, rc, 1, &plan->sizes[j], 0, &refs[j], &key_status[j]);

@@ -166,13 +166,16 @@ static int early_open(const egm_wslab_t *s, uint64_t now_ms)
     return s->early_ms == 0 || now_ms + EGM_LOCATION_MARGIN_MS < s->granted_ms + s->early_ms;
 }
 
+/* Whether s takes a new object at now_ms (one whose grant the standbys may
+ * not hold yet only while EGM_WSLAB_EARLY_SLACK_MS more are left for its
+ * copy to start). */
 static int usable(const egm_wslab_t *s, uint64_t now_ms)
 {
     uint64_t until = s->granted_ms + s->lease_ms / 2;
     if (s->confirmed_ms + s->bound_ms < until)
         until = s->confirmed_ms + s->bound_ms;
     return !s->retired && !s->dead && now_ms + EGM_LOCATION_MARGIN_MS < until &&
-           early_open(s, now_ms);
+           early_open(s, now_ms + EGM_WSLAB_EARLY_SLACK_MS);
 }
 
 /* The preferred names of rc, NUL-separated, for comparing classes. */
@@ -474,27 +477,6 @@ void egm__wslabs_reserve(egm_client_t *client, const egm_replicate_config_t *rc,
     pthread_mutex_unlock(&w->lock);
 }
 
-size_t egm__wslabs_unplace_late(egm_wslabs_t *w, size_t n, egm_wslab_ref_t *refs,
-                                egm_status_t *status)
-{
-    size_t late = 0;
-    uint64_t now = egm__now_ms();
-    pthread_mutex_lock(&w->lock);
-    for (size_t i = 0; i < n; i++) {
-        egm_wslab_t *s = refs[i].slab;
-        if (s == NULL || status[i] != EGM_OK || early_open(s, now))
-            continue;
-        retire_once(w, s);
-        s->inflight--;
-        finish_if_idle(w, s);
-        refs[i].slab = NULL;
-        status[i] = EGM_INPROGRESS;
-        late++;
-    }
-    pthread_mutex_unlock(&w->lock);
-    return late;
-}
-
 uint32_t egm__wslab_targets(const egm_wslab_ref_t *ref, const egm_segment_desc_t **segs,
                             uint64_t *at)
 {
@@ -547,6 +529,31 @@ static int log_reachable(egm_client_t *client, egm_wslab_t *s)
     if (s->log_route == 0)
         s->log_route = 1;
     return s->log_route > 0;
+}
+
+size_t egm__wslabs_unplace_late(egm_client_t *client, size_t n, egm_wslab_ref_t *refs,
+                                egm_status_t *status)
+{
+    egm_wslabs_t *w = client->slabs;
+    size_t late = 0;
+    uint64_t now = egm__now_ms();
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n; i++) {
+        egm_wslab_t *s = refs[i].slab;
+        /* Its copies must end well within the master's allowance: over
+         * shared memory only (a copy over the network may take longer). */
+        if (s == NULL || status[i] != EGM_OK || s->early_ms == 0 ||
+            (early_open(s, now + EGM_WSLAB_EARLY_SLACK_MS) && log_reachable(client, s)))
+            continue;
+        retire_once(w, s);
+        s->inflight--;
+        finish_if_idle(w, s);
+        refs[i].slab = NULL;
+        status[i] = EGM_INPROGRESS;
+        late++;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return late;
 }
 
 void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs,

@@ -36,6 +36,13 @@
 
 #define EGM_WSLAB_EXTENTS_MAX 16
 #define EGM_WSLAB_CLASSES 4 /* open slabs at once */
+/* A put asks for grants the master may answer before its standbys hold them
+ * (docs/ha.md) only when its copies follow at once and total at most this
+ * many bytes, so that they end well within the master's allowance. */
+#define EGM_WSLAB_EARLY_CALL_MAX (64ull << 20)
+/* Time left in such a slab's place_within_ms below which it takes no new
+ * object: room for the copy to start. */
+#define EGM_WSLAB_EARLY_SLACK_MS 100
 
 typedef struct egm_wslab egm_wslab_t;
 
@@ -70,10 +77,13 @@ void egm__wslabs_reserve(struct egm_client *client, const egm_replicate_config_t
                          const uint64_t *sizes, int copy_now, egm_wslab_ref_t *refs,
                          egm_status_t *status);
 /* After egm__wslabs_reserve with copy_now: the keys placed in a slab whose
- * place_within_ms already ran out (a grant answered late) are placed no
- * longer (status[i] EGM_INPROGRESS, refs[i].slab NULL; the slab retired),
- * for the caller to place again without copy_now; their count. */
-size_t egm__wslabs_unplace_late(egm_wslabs_t *slabs, size_t n, egm_wslab_ref_t *refs,
+ * grant the standbys may not hold yet, when its place_within_ms leaves less
+ * than EGM_WSLAB_EARLY_SLACK_MS for the copy to start (a grant answered
+ * late) or an extent is not reached over shared memory (a copy that may take
+ * too long), are placed no longer (status[i] EGM_INPROGRESS, refs[i].slab
+ * NULL; the slab retired), for the caller to place again without copy_now;
+ * their count. */
+size_t egm__wslabs_unplace_late(struct egm_client *client, size_t n, egm_wslab_ref_t *refs,
                                 egm_status_t *status);
 /* Where the copy of a key placed at ref goes: its extents' segments and
  * offsets (room for EGM_WSLAB_EXTENTS_MAX); their count. */

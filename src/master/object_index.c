@@ -1294,25 +1294,29 @@ static uint64_t slab_cap(const egm_object_index_t *index, uint64_t min_size)
 static int early_settle_locked(egm_object_index_t *index)
 {
     uint64_t end, confirmed;
-    if (index->recent_frees == NULL || egm__journal_marks(index->journal, &end, &confirmed) == 0)
+    if (index->recent_frees == NULL || index->journal == NULL ||
+        egm__journal_marks(index->journal, &end, &confirmed) == 0)
         return 0;
     egm__recent_frees_settle(index->recent_frees, end, confirmed);
     return 1;
 }
 
 /* Whether the slab just granted (not evicting) may be answered before the
- * standbys hold it: none of its extents' space freed by an op they have not
- * confirmed (early_settle_locked before). If so its log counts as kept only
- * once they confirm its grant (egm__objects_slab_seen). With `space`
- * locked. */
-static int early_grant_locked(egm_object_index_t *index, egm_slab_t *slab)
+ * standbys hold it: every extent on the writer's host (its copies are
+ * memory copies, which end soon), none of their space freed by an op the
+ * standbys have not confirmed (early_settle_locked before). If so its log
+ * counts as kept only once they confirm its grant (egm__objects_slab_seen).
+ * With `space` locked. */
+static int early_grant_locked(egm_object_index_t *index, egm_slab_t *slab, const char *writer_host)
 {
-    if (slab->size > EGM_SLAB_EARLY_MAX_BYTES)
+    if (slab->size > EGM_SLAB_EARLY_MAX_BYTES || writer_host == NULL || writer_host[0] == '\0')
         return 0;
-    for (uint32_t e = 0; e < slab->n_extents; e++)
-        if (egm__recent_frees_overlap(index->recent_frees, slab->extents[e].segment,
-                                      slab->extents[e].base, slab->size))
+    for (uint32_t e = 0; e < slab->n_extents; e++) {
+        const egm_segment_t *seg = slab->extents[e].segment;
+        if (strcmp(seg->desc.host_id, writer_host) != 0 ||
+            egm__recent_frees_overlap(index->recent_frees, seg, slab->extents[e].base, slab->size))
             return 0;
+    }
     slab->log_confirmed = 0;
     slab->log_pos = egm__journal_position(index->journal); /* its SLAB op */
     index->slab_grants_early++;
@@ -1363,7 +1367,7 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
     }
     /* Not one that evicted (below): the objects it evicts are freed now. */
     if (status == EGM_OK && early_ok)
-        view_p->early = early_grant_locked(index, slab);
+        view_p->early = early_grant_locked(index, slab, config->writer_host_id);
     space_unlock(index);
     if (status == NEEDS_EVICTION) {
         lock_all(index);
@@ -1717,6 +1721,11 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     sh->n_soft_pinned += obj->soft_pin;
     sh->n_hard_pinned += obj->hard_pin;
     egm__journal_object(index->journal, obj);
+    /* Before the key can be removed (its shard is held): a new leader must
+     * not adopt its log entry once it is gone, over whoever is given its
+     * range next. egm__objects_slab_seen journals it again (the same state). */
+    if (b->log_seqs != NULL && b->log_seqs[i] != 0)
+        egm__journal_slab_seen(index->journal, b->slab_ids[i], b->log_seqs[i]);
     if (reachable < e->n) {
         /* After the op naming the object's replicas: until the standbys have
          * it, they would adopt the key's log entry on every extent, this

@@ -81,8 +81,3 @@ int egm__recent_frees_overlap(const egm_recent_frees_t *frees, const struct egm_
     }
     return 0;
 }
-
-size_t egm__recent_frees_count(const egm_recent_frees_t *frees)
-{
-    return frees->n;
-}

@@ -42,7 +42,5 @@ void egm__recent_frees_settle(egm_recent_frees_t *frees, uint64_t end, uint64_t 
  * overflowed and that is not confirmed yet. */
 int egm__recent_frees_overlap(const egm_recent_frees_t *frees, const struct egm_segment *seg,
                               uint64_t offset, uint64_t len);
-/* Ranges held now (for tests and the admin's view). */
-size_t egm__recent_frees_count(const egm_recent_frees_t *frees);
 
 #endif

@@ -58,15 +58,24 @@ static int teardown(void **state)
     return 0;
 }
 
-static egm_segment_t *mount_as(egm_id_t owner, uint64_t size)
+/* host: the provider's host id (NULL: none given). */
+static egm_segment_t *mount_on(egm_id_t owner, uint64_t size, const char *host)
 {
     static int counter;
     char name[32];
     snprintf(name, sizeof(name), "slab/%d", counter++);
-    egm_segment_params_t p = {
-        .id = egm__id_random(), .size = size, .name = name, .tcp_endpoint = "127.0.0.1:1"};
+    egm_segment_params_t p = {.id = egm__id_random(),
+                              .size = size,
+                              .name = name,
+                              .tcp_endpoint = "127.0.0.1:1",
+                              .host_id = host};
     assert_int_equal(egm__liveness_mount(st.liveness, owner, &p, 0), EGM_OK);
     return egm__segment_table_find(st.segments, p.id);
+}
+
+static egm_segment_t *mount_as(egm_id_t owner, uint64_t size)
+{
+    return mount_on(owner, size, NULL);
 }
 
 static egm_segment_t *mount(uint64_t size)
@@ -623,9 +632,10 @@ static void ack_all(egm_journal_t *j, egm_journal_follower_t *f)
     egm__journal_acked(j, f, end);
 }
 
+/* A grant for the writer on host-a, where the early grants' tests mount. */
 static egm_slab_view_t early_grant(uint64_t size, int log, int early_ok)
 {
-    egm_put_config_t cfg = {.replica_num = 1};
+    egm_put_config_t cfg = {.replica_num = 1, .writer_host_id = "host-a"};
     egm_slab_view_t v;
     assert_int_equal(
         egm__objects_slab_grant(st.objects, writer, size, size, log, early_ok, &cfg, 0, &v),
@@ -635,7 +645,8 @@ static egm_slab_view_t early_grant(uint64_t size, int log, int early_ok)
 
 /* A grant answered before the standbys hold it (docs/ha.md "Grants the
  * standbys do not hold yet"): only with a standby in sync, asked for, for a
- * writer that keeps the slab's log, and for at most EGM_SLAB_EARLY_MAX_BYTES;
+ * writer that keeps the slab's log on the host of its extents, and for at
+ * most EGM_SLAB_EARLY_MAX_BYTES;
  * never over space whose free the standby has not confirmed (a returned
  * slab's, a removed object's) until it has. A Commit into it waits for its
  * grant (wait_pos) until the standby has that, then for nothing. */
@@ -643,7 +654,7 @@ static void test_early_grants(void **state)
 {
     (void)state;
     uint64_t wait_pos;
-    mount(1 << 20);
+    mount_on(provider, 1 << 20, "host-a");
     egm_slab_view_t a = early_grant(64 << 10, 1, 1);
     assert_int_equal(a.early, 0); /* no journal: nothing would wait */
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
@@ -656,6 +667,14 @@ static void test_early_grants(void **state)
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
     ack_all(j, f);
     a = early_grant(64 << 10, 0, 1); /* no log kept */
+    assert_int_equal(a.early, 0);
+    assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
+    ack_all(j, f);
+    /* A writer on another host: its copies go over the network. */
+    egm_put_config_t away = {.replica_num = 1, .writer_host_id = "host-b"};
+    assert_int_equal(
+        egm__objects_slab_grant(st.objects, writer, 64 << 10, 64 << 10, 1, 1, &away, 0, &a),
+        EGM_OK);
     assert_int_equal(a.early, 0);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
     ack_all(j, f);
@@ -702,7 +721,7 @@ static void test_early_grants(void **state)
     assert_int_equal(egm__objects_slab_return(st.objects, writer, d.id, 0), EGM_OK);
 
     /* More than EGM_SLAB_EARLY_MAX_BYTES: its copies could take too long. */
-    mount(EGM_SLAB_EARLY_MAX_BYTES * 2);
+    mount_on(provider, EGM_SLAB_EARLY_MAX_BYTES * 2, "host-a");
     ack_all(j, f);
     egm_slab_view_t big = early_grant(EGM_SLAB_EARLY_MAX_BYTES + 4096, 1, 1);
     assert_int_equal(big.early, 0);
