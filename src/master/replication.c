@@ -224,6 +224,29 @@ static int batch_timeout_ms(const egm_replication_t *r)
     return t < 500 ? 500 : t;
 }
 
+/* Sends f every op not given to it yet (a stopping leader: nothing new is
+ * journaled). */
+static egm_status_t flush(egm_replication_t *r, egm_rpc_client_t *c, egm_journal_follower_t *f,
+                          int timeout)
+{
+    egm_master_state_t *st = r->p.state;
+    for (;;) {
+        uint8_t *ops = NULL;
+        size_t len = 0;
+        uint64_t from, to;
+        egm_status_t s = egm__journal_next(st->journal, f, 0, batch_max(r), &ops, &len, &from, &to);
+        if (s == EGM_ERR_TIMEOUT)
+            return EGM_OK;
+        if (s == EGM_OK) {
+            s = send_batch(r, c, 0, from, to, ops, len, timeout);
+            egm_free(ops);
+        }
+        if (s != EGM_OK)
+            return s;
+        egm__journal_acked(st->journal, f, to);
+    }
+}
+
 static void *standby_main(void *arg)
 {
     standby_t *sb = arg;
@@ -291,8 +314,16 @@ static void *standby_main(void *arg)
     }
     if (s != EGM_OK && !atomic_load(&r->stopping))
         egm_warn("master: standby %s dropped: %s", sb->addr, egm_last_error());
-    /* Out of the set in etcd before any change goes on without it. */
-    if (listed)
+    /* A leader that stops (SIGTERM: it resigns next, its RPCs already
+     * ended) gives a standby in sync what it lacks and leaves it in the set,
+     * so that it takes over at once rather than after 5 x ha_lease_ttl. */
+    int handed = s == EGM_OK && listed && atomic_load(&r->stopping) && leading(r) &&
+                 flush(r, c, f, timeout) == EGM_OK;
+    if (handed)
+        egm_info("master: standby %s has every change: it stays in sync for the next leader",
+                 sb->addr);
+    /* Else out of the set in etcd before any change goes on without it. */
+    if (listed && !handed)
         change_insync(r, sb->addr, 0);
     if (f != NULL)
         egm__journal_unfollow(st->journal, f);
