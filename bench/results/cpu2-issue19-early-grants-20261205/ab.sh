@@ -7,10 +7,10 @@ for r in $(seq $rounds); do
     for m in off standby; do
       line=$(/tmp/prof/run.sh $egm $m $sizes $clients 3 2>&1)
       ops=$(echo "$line" | grep -E "^single +put" | awk '{print $(NF-1)}')
-      p50=$(echo "$line" | grep -E "^single +put" | awk '{print $10}')
+      calls=$(echo "$line" | grep -E "^single +put" | awk '{print $10}')
       early=$(echo "$line" | grep grants_early | awk '{print $2}')
       grants=$(echo "$line" | grep "slab_grants_total" | awk '{print $2}')
-      echo "round $r $v $m ops/s $ops p50 $p50 grants $grants early ${early:-0}"
+      echo "round $r $v $m ops/s $ops calls $calls grants $grants early ${early:-0}"
     done
   done
 done
