@@ -11,12 +11,15 @@
 # master after the standby is in sync.
 # With --standby-spin US, a fourth mode "spin": the standby with rpc_server_spin_us US (its RPC
 # threads poll for the next HaApply instead of sleeping between them).
+# With --late-grants, a mode "late": a standby in sync, and both masters with ha_early_grants
+# false (every SlabGrant waits for the standby: docs/ha.md "Grants the standbys do not hold yet").
+# With --what data, the leader's SlabGrant counters after each run go to metrics-MODE-ROUND.txt.
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
-#                              [--what meta|data] [--standby-spin US] [--out DIR]
+#                              [--what meta|data] [--standby-spin US] [--late-grants] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin=
+egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin= late=
 while [ $# -gt 0 ]; do
     case $1 in
     --what) what=$2; shift 2 ;;
@@ -26,7 +29,8 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --standby-spin) spin=$2; shift 2 ;;
-    *) sed -n 2,16p "$0"; exit 2 ;;
+    --late-grants) late=1; shift ;;
+    *) sed -n 2,20p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
@@ -50,7 +54,7 @@ cleanup() {
 trap cleanup EXIT
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
 for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
-modes="off on standby${spin:+ spin}"
+modes="off on standby${spin:+ spin}${late:+ late}"
 for r in $(seq "$rounds"); do
     for mode in $modes; do
         extra=()
@@ -58,11 +62,12 @@ for r in $(seq "$rounds"); do
         [ $mode != off ] && extra=(--enable-ha true --etcd-endpoints 127.0.0.1:$cp --cluster-id "cost-$mode-$r")
         # data: force-removed objects' space comes back after a lease of 1 s (not 5) between phases
         [ $what = data ] && extra+=(--default-kv-lease-ttl 1000)
+        [ $mode = late ] && extra+=(--ha-early-grants false)
         "$egm" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
         master_pid=$!
         # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
         for _ in $(seq 100); do "$egm" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
-        if [ $mode = standby ] || [ $mode = spin ]; then
+        if [ $mode = standby ] || [ $mode = spin ] || [ $mode = late ]; then
             sextra=()
             [ $mode = spin ] && sextra=(--rpc-server-spin-us "$spin")
             "$egm" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" "${sextra[@]}" \
@@ -86,6 +91,10 @@ for r in $(seq "$rounds"); do
             "$egm" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload single,batch --sizes 4KiB,1MiB \
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
+            python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlines():
+    if l.startswith(("egm_master_slab_grants", "egm_master_commits_total", "egm_master_ha_commits")):
+        print(l)' http://127.0.0.1:$hp/metrics > "$out/metrics-$mode-$r.txt" || true
             kill $provider_pid; wait $provider_pid 2> /dev/null || true
             provider_pid=
         fi
