@@ -316,14 +316,19 @@ static void *standby_main(void *arg)
         egm_warn("master: standby %s dropped: %s", sb->addr, egm_last_error());
     /* A leader that stops (SIGTERM: it resigns next, its RPCs already
      * ended) gives a standby in sync what it lacks and leaves it in the set,
-     * so that it takes over at once rather than after 5 x ha_lease_ttl. */
-    int handed = s == EGM_OK && listed && atomic_load(&r->stopping) && leading(r) &&
-                 flush(r, c, f, timeout) == EGM_OK;
-    if (handed)
+     * so that it takes over at once rather than after 5 x ha_lease_ttl. A
+     * master that no longer leads writes nothing to the set: its standbys
+     * there hold every change it acknowledged, and the set may already be
+     * its successor's. */
+    int leads = leading(r), keep = 0;
+    if (s == EGM_OK && listed && leads && atomic_load(&r->stopping) &&
+        flush(r, c, f, timeout) == EGM_OK) {
+        keep = 1;
         egm_info("master: standby %s has every change: it stays in sync for the next leader",
                  sb->addr);
+    }
     /* Else out of the set in etcd before any change goes on without it. */
-    if (listed && !handed)
+    if (listed && leads && !keep)
         change_insync(r, sb->addr, 0);
     if (f != NULL)
         egm__journal_unfollow(st->journal, f);

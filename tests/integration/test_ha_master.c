@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include <egmstore/egmstore.h>
 #include "common/clock.h"
+#include "ha/etcd.h"
 #include "support/cluster.h"
 #include "support/etcd.h"
 #include "support/http_get.h"
@@ -511,6 +512,49 @@ static void test_resign_hands_over(void **state)
     }
 }
 
+/* The in-sync set in etcd (docs/ha.md "Taking over"): the epoch it was
+ * written at, read now. */
+static long long insync_epoch(void)
+{
+    egm_etcd_t *etcd;
+    egm_etcd_kv_t kv;
+    assert_int_equal(egm__etcd_create(etcd_members[0].endpoint, 2000, &etcd), EGM_OK);
+    assert_int_equal(egm__etcd_get(etcd, "egmstore/egmstore/master/insync", &kv, NULL), EGM_OK);
+    long long epoch = atoll(kv.value);
+    egm__etcd_kv_cleanup(&kv);
+    egm__etcd_destroy(etcd);
+    return epoch;
+}
+
+/* A leader deposed while etcd works (stopped with SIGSTOP past its lease,
+ * then let go) writes nothing to the in-sync set on its way out: the set is
+ * its successor's by then. (Before, it took its standbys out of it, writing
+ * the set at its own old epoch over the new leader's; the new leader's own
+ * standbys would then have waited 5 x ha_lease_ttl at its death.) */
+static void test_deposed_leader_leaves_insync(void **state)
+{
+    (void)state;
+    unsigned http_a = 0, http_b = 0;
+    long long epoch_a = pair_in_sync(&http_a, &http_b);
+    assert_int_equal(insync_epoch(), epoch_a);
+    assert_int_equal(egm__process_signal(&ma.master, SIGSTOP), EGM_OK);
+    long long epoch_b = wait_leads(http_b, 0);
+    assert_true(epoch_b > epoch_a);
+    long long written = -1;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; written != epoch_b && egm__now_ms() < until;
+         egm__sleep_ms(50))
+        written = insync_epoch();
+    assert_int_equal(written, epoch_b); /* B wrote its own set at its takeover */
+    assert_int_equal(egm__process_signal(&ma.master, SIGCONT), EGM_OK);
+    int code = -1;
+    assert_int_equal(egm__process_wait(&ma.master, WAIT_MS, &code), EGM_OK);
+    assert_int_equal(code, 1); /* it found itself deposed and exited */
+    if (insync_epoch() != epoch_b)
+        fail_msg("the deposed leader (epoch %lld) wrote the in-sync set over its successor's "
+                 "(epoch %lld): it now says epoch %lld",
+                 epoch_a, epoch_b, insync_epoch());
+}
+
 /* etcd of three members: losing one (SIGKILL), wherever the masters'
  * calls were going, changes nothing (the leader keeps leading past several
  * lease renewals, puts go on); then the leader's death is still a failover
@@ -568,6 +612,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unconfirmed_change_not_acknowledged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_described_commits_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resign_hands_over, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deposed_leader_leaves_insync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_etcd_member_loss, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
