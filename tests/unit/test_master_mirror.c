@@ -33,6 +33,7 @@
 #include "master/mirror.h"
 #include "master/repair.h"
 #include "master/slabs.h"
+#include "support/batch_answer.h"
 
 #define LEASE 10000u   /* lease_ttl_ms */
 #define PENDING 30000u /* pending_timeout_ms: pending puts and slabs */
@@ -121,17 +122,6 @@ static void put(const char *key, uint64_t size, uint32_t replicas, int soft, int
         assert_int_equal(egm__objects_put_end(lead.objects, writer, key, strlen(key), now), EGM_OK);
 }
 
-static egm_status_t answered;
-
-static egm_status_t record(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
-{
-    (void)arg;
-    (void)i;
-    (void)view;
-    answered = s;
-    return EGM_OK;
-}
-
 static void commit(const char *key, uint64_t size, uint64_t slab, uint64_t offset, uint64_t now)
 {
     egm_put_config_t cfg = {.replica_num = 1};
@@ -146,10 +136,10 @@ static void commit(const char *key, uint64_t size, uint64_t slab, uint64_t offse
                              .n = 1,
                              .keys = &key,
                              .key_lens = &len,
-                             .done = record};
-    answered = EGM_INPROGRESS;
+                             .done = egm_test_record_answer};
+    egm_test_answered = EGM_INPROGRESS;
     assert_int_equal(egm__objects_batch(lead.objects, &b), EGM_OK);
-    assert_int_equal(answered, EGM_OK);
+    assert_int_equal(egm_test_answered, EGM_OK);
 }
 
 static void grant(uint64_t size, uint32_t replicas, uint64_t now, egm_slab_view_t *slab)
@@ -579,7 +569,8 @@ static void test_adopt_overlaps(void **state)
     assert_int_equal(
         egm__objects_adopt(fresh.objects, objs, 6, ranges, 1, 1000, &adopted, &skipped), EGM_OK);
     assert_int_equal(adopted, 4); /* x, z, dup, w */
-    /* y's replica and y itself, z's replica on s, dup's second record, w's second replica */
+    /* y's replica and y itself, z's replica on s, dup's second egm_test_record_answer, w's second
+     * replica */
     assert_int_equal(skipped, 5);
     egm_object_view_t v;
     assert_int_equal(egm__objects_stat(fresh.objects, "y", 1, &v), EGM_ERR_NOT_FOUND);
@@ -729,7 +720,7 @@ static void slab_logs_case(int failing)
     egm__jenc_slab(&b, &slab, 30000);
     egm__jenc_slab_seen(&b, slab.id, 4);
     /* A slab whose log no entry is known of (its writer kept none, or its
-     * first is unconfirmed, which its writer was not answered for): not read. */
+     * first is unconfirmed, which its writer was not egm_test_answered for): not read. */
     egm_slab_t unlogged = slab;
     unlogged.id = 0x5eee;
     unlogged.seen = (egm_seq_set_t){0};

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include "support/batch_answer.h"
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -501,17 +502,6 @@ static void test_grace_off(void **state)
     assert_int_equal(egm__segment_table_count(st.segments), 0);
 }
 
-static egm_status_t answered;
-
-static egm_status_t record(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
-{
-    (void)arg;
-    (void)i;
-    (void)view;
-    answered = s;
-    return EGM_OK;
-}
-
 static egm_status_t commit_in(uint64_t slab, const char *key, uint64_t size, uint64_t offset,
                               uint64_t now)
 {
@@ -527,10 +517,10 @@ static egm_status_t commit_in(uint64_t slab, const char *key, uint64_t size, uin
                              .n = 1,
                              .keys = &key,
                              .key_lens = &len,
-                             .done = record};
-    answered = EGM_INPROGRESS;
+                             .done = egm_test_record_answer};
+    egm_test_answered = EGM_INPROGRESS;
     assert_int_equal(egm__objects_batch(st.objects, &b), EGM_OK);
-    return answered;
+    return egm_test_answered;
 }
 
 int main(void)

@@ -7,7 +7,7 @@
  * standby, installed as the new leader reading the slab logs from the pool,
  * must not bring K back over the new writer's bytes: the entry's SLAB_SEEN
  * is journaled with K's OBJECT, before K can be removed. Both with the grant
- * answered before the standby held it and with one it confirmed first. Time
+ * egm_test_answered before the standby held it and with one it confirmed first. Time
  * is an argument, so nothing sleeps. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +24,7 @@
 #include "master/master_int.h"
 #include "master/mirror.h"
 #include "master/slabs.h"
+#include "support/batch_answer.h"
 
 #define SEG (16u << 10)
 #define KEY_SIZE 4096u
@@ -49,17 +50,6 @@ static void state_init(egm_master_state_t *st)
     sp.objects.pending_timeout_ms = 30000;
     sp.objects.eviction_high_watermark = 1.0;
     assert_int_equal(egm__master_state_init(st, &sp), EGM_OK);
-}
-
-static egm_status_t answered;
-
-static egm_status_t record(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
-{
-    (void)arg;
-    (void)i;
-    (void)view;
-    answered = s;
-    return EGM_OK;
 }
 
 /* The standby receives, applies and acknowledges everything journaled. */
@@ -131,9 +121,9 @@ static void removed_key_stays_removed(int early)
                              .n = 1,
                              .keys = &key,
                              .key_lens = &key_len,
-                             .done = record};
+                             .done = egm_test_record_answer};
     assert_int_equal(egm__objects_batch(lead.objects, &b), EGM_OK);
-    assert_int_equal(answered, EGM_OK);
+    assert_int_equal(egm_test_answered, EGM_OK);
     egm__journal_take_position(j);
     /* Before the Commit's request notes the entry seen (egm__objects_slab_seen),
      * another request removes K (its lease long over); the standby confirms. */
@@ -141,7 +131,7 @@ static void removed_key_stays_removed(int early)
     egm__journal_take_position(j);
     standby_takes_all(j, f, m, 20000);
 
-    /* Another writer is granted K's range: answered before the standby holds
+    /* Another writer is granted K's range: egm_test_answered before the standby holds
      * the grant, or once it does. Its bytes land there; then the leader dies
      * with nothing more reaching the standby. */
     assert_int_equal(egm__objects_slab_grant(lead.objects, other, KEY_SIZE, KEY_SIZE, 1, early,

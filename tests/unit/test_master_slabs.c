@@ -6,7 +6,7 @@
  * unmounted under an open slab, slabs with a lost extent named to the writer,
  * the size a grant gets, the cap on the
  * pieces a slab is cut into, when a slab's log entries let a Commit be
- * answered before the standbys confirm it, and when a grant is answered
+ * egm_test_answered before the standbys confirm it, and when a grant is egm_test_answered
  * before they hold it. Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
@@ -25,6 +25,7 @@
 #include "master/master_int.h"
 #include "master/repair.h"
 #include "master/slabs.h"
+#include "support/batch_answer.h"
 
 #define LEASE 30000u /* put_start_discard_timeout: the slab lease */
 
@@ -110,17 +111,6 @@ static egm_status_t grant(egm_id_t client, uint64_t size, uint64_t min_size, uin
     return egm__objects_slab_grant(st.objects, client, size, min_size, 0, 0, &cfg, now, slab);
 }
 
-static egm_status_t answered;
-
-static egm_status_t record(void *arg, size_t i, egm_status_t s, const egm_object_view_t *view)
-{
-    (void)arg;
-    (void)i;
-    (void)view;
-    answered = s;
-    return EGM_OK;
-}
-
 /* The slabs the last commit_as named as degraded. */
 static uint64_t degraded[4];
 static size_t n_degraded;
@@ -140,14 +130,14 @@ static egm_status_t commit_as(egm_id_t client, const char *key, uint64_t size, u
                              .n = 1,
                              .keys = &key,
                              .key_lens = &len,
-                             .done = record,
+                             .done = egm_test_record_answer,
                              .degraded_slabs = degraded,
                              .degraded_max = 4,
                              .n_degraded_p = &n_degraded};
-    answered = EGM_INPROGRESS;
+    egm_test_answered = EGM_INPROGRESS;
     n_degraded = 99;
     assert_int_equal(egm__objects_batch(st.objects, &b), EGM_OK);
-    return answered;
+    return egm_test_answered;
 }
 
 static egm_status_t commit(const char *key, uint64_t size, uint64_t slab, uint64_t offset,
@@ -572,7 +562,7 @@ static void journal_gone(egm_journal_t *j, egm_journal_follower_t *f)
 }
 
 /* A slab's log entries noted (egm__objects_slab_seen): without a standby
- * every key with an entry may be answered at once but the slab's first; with
+ * every key with an entry may be egm_test_answered at once but the slab's first; with
  * a standby in sync, no Commit in a slab is until the standby acknowledged the
  * slab's first entry, however many came after it (two writers' threads);
  * a key without an entry, or a slab unknown, never is. */
@@ -643,7 +633,7 @@ static egm_slab_view_t early_grant(uint64_t size, int log, int early_ok)
     return v;
 }
 
-/* A grant answered before the standbys hold it (docs/ha.md "Grants the
+/* A grant egm_test_answered before the standbys hold it (docs/ha.md "Grants the
  * standbys do not hold yet"): only with a standby in sync, asked for, for a
  * writer that keeps the slab's log on the host of its extents, and for at
  * most EGM_SLAB_EARLY_MAX_BYTES;
