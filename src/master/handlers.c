@@ -148,15 +148,18 @@ static int segment_set_add(segment_set_t *set, const egm_segment_t *seg)
  * that every location a client cached of them has run out
  * (docs/consistency.md). The watermark covers every force remove so far: a
  * second remover answered NOT_FOUND waits for the first one's objects too. */
+/* Raises *at to until unless it is already later. */
+static void raise_to(_Atomic uint64_t *at, uint64_t until)
+{
+    uint64_t seen = atomic_load(at);
+    while (until > seen && !atomic_compare_exchange_weak(at, &seen, until))
+        ;
+}
+
 static uint64_t force_wait_ms(egm_master_state_t *st, uint64_t last_grant_ms, uint64_t now_ms)
 {
-    if (last_grant_ms != 0) {
-        uint64_t until = last_grant_ms + st->location_cache_ms;
-        uint64_t seen = atomic_load(&st->force_wait_until_ms);
-        while (until > seen &&
-               !atomic_compare_exchange_weak(&st->force_wait_until_ms, &seen, until))
-            ;
-    }
+    if (last_grant_ms != 0)
+        raise_to(&st->force_wait_until_ms, last_grant_ms + st->location_cache_ms);
     uint64_t until = atomic_load(&st->force_wait_until_ms);
     return until > now_ms ? until - now_ms : 0;
 }
@@ -890,7 +893,6 @@ static egm_status_t dispatch(egm_master_state_t *st, uint16_t type, const uint8_
     if (status != EGM_OK)
         return status;
     egm_master_call_t call = {.type = type, .request = req, .reply = reply};
-    *call_p = call;
     if (st->lock != NULL) {
         if (egm__master_command_lock(cmd, req) == EGM_MASTER_LOCK_SHARED)
             pthread_rwlock_rdlock(st->lock);
@@ -1021,10 +1023,8 @@ static void early_granted(egm_master_state_t *st)
 {
     /* Its writer may copy into the slab until place_within_ms plus the
      * copies' time from now: a resigning leader waits that out. */
-    uint64_t until = egm__now_ms() + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;
-    uint64_t seen = atomic_load(&st->early_copies_until_ms);
-    while (until > seen && !atomic_compare_exchange_weak(&st->early_copies_until_ms, &seen, until))
-        ;
+    raise_to(&st->early_copies_until_ms,
+             egm__now_ms() + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS);
     /* Its first Commit waits for the standbys to hold it: their senders go
      * now rather than at their next look. */
     egm__journal_kick(st->journal);
@@ -1046,7 +1046,6 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
                                                      "the leader is in etcd");
     else
         status = dispatch(st, type, payload, len, reply, &call);
-    int failed = call.failed;
     if (call.early_grant) {
         early_granted(st);
     } else if (call.described) {
@@ -1057,16 +1056,16 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
          * system call on this thread and a sender's round trip per put. */
         if (call.wait_pos == 0)
             atomic_fetch_add_explicit(&st->commits_described, 1, memory_order_relaxed);
-        egm__journal_take_position(st->journal);
         /* Into a slab whose grant the standbys do not hold yet: answered
-         * once they do (not once they hold this Commit's own ops). */
+         * once they do (not once they hold this Commit's own ops); else at
+         * once. */
         egm__journal_wait_for(st->journal, call.wait_pos);
     }
     if (st->journal != NULL &&
-        wait_for_standbys(st, type, failed, start_ns, &status, reply)) /* answered later */
+        wait_for_standbys(st, type, call.failed, start_ns, &status, reply)) /* answered later */
         return EGM_OK;
     if (st->metrics != NULL)
-        egm__master_metrics_record(st->metrics, type, failed || status != EGM_OK,
+        egm__master_metrics_record(st->metrics, type, call.failed || status != EGM_OK,
                                    egm__now_ns() - start_ns);
     return status;
 }

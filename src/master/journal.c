@@ -685,7 +685,7 @@ uint64_t egm__journal_take_position(egm_journal_t *j)
 
 void egm__journal_wait_for(egm_journal_t *j, uint64_t pos)
 {
-    if (j == NULL || pos == 0)
+    if (j == NULL)
         return;
     tl_pos = pos;
     tl_journal = j;

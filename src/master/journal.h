@@ -159,10 +159,10 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
  * followers' threads take with their next batch (nobody wakes them for it). */
 uint64_t egm__journal_position(const egm_journal_t *j);
 uint64_t egm__journal_take_position(egm_journal_t *j);
-/* Makes pos the calling thread's position: a request whose own changes need
- * no wait (described in the pool) but that must not be answered before an
- * earlier op is confirmed (a Commit into a slab granted before the standbys
- * held it). No-op for j NULL or pos 0. */
+/* Makes pos the calling thread's position (0: nothing to wait for): a
+ * request whose own changes need no wait (described in the pool) but that
+ * must not be answered before an earlier op is confirmed (a Commit into a
+ * slab granted before the standbys held it). No-op for j NULL. */
 void egm__journal_wait_for(egm_journal_t *j, uint64_t pos);
 /* For a request answered without waiting whose ops are wanted soon (a
  * SlabGrant answered before the standbys hold it, docs/ha.md): clears the

@@ -224,27 +224,35 @@ static int batch_timeout_ms(const egm_replication_t *r)
     return t < 500 ? 500 : t;
 }
 
+/* Sends f the next batch of ops it was not given, waiting up to wait_ms for
+ * some: EGM_OK once it applied them, EGM_ERR_TIMEOUT when none came, or why
+ * the send failed. */
+static egm_status_t send_next(egm_replication_t *r, egm_rpc_client_t *c, egm_journal_follower_t *f,
+                              uint64_t wait_ms, int timeout)
+{
+    egm_journal_t *j = r->p.state->journal;
+    uint8_t *ops = NULL;
+    size_t len = 0;
+    uint64_t from, to;
+    egm_status_t s = egm__journal_next(j, f, wait_ms, batch_max(r), &ops, &len, &from, &to);
+    if (s != EGM_OK)
+        return s;
+    s = send_batch(r, c, 0, from, to, ops, len, timeout);
+    egm_free(ops);
+    if (s == EGM_OK)
+        egm__journal_acked(j, f, to);
+    return s;
+}
+
 /* Sends f every op not given to it yet (a stopping leader: nothing new is
  * journaled). */
 static egm_status_t flush(egm_replication_t *r, egm_rpc_client_t *c, egm_journal_follower_t *f,
                           int timeout)
 {
-    egm_master_state_t *st = r->p.state;
-    for (;;) {
-        uint8_t *ops = NULL;
-        size_t len = 0;
-        uint64_t from, to;
-        egm_status_t s = egm__journal_next(st->journal, f, 0, batch_max(r), &ops, &len, &from, &to);
-        if (s == EGM_ERR_TIMEOUT)
-            return EGM_OK;
-        if (s == EGM_OK) {
-            s = send_batch(r, c, 0, from, to, ops, len, timeout);
-            egm_free(ops);
-        }
-        if (s != EGM_OK)
-            return s;
-        egm__journal_acked(st->journal, f, to);
-    }
+    egm_status_t s;
+    while ((s = send_next(r, c, f, 0, timeout)) == EGM_OK)
+        ;
+    return s == EGM_ERR_TIMEOUT ? EGM_OK : s;
 }
 
 static void *standby_main(void *arg)
@@ -288,16 +296,9 @@ static void *standby_main(void *arg)
         in_sync = 1;
     }
     while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
-        uint8_t *ops = NULL;
-        size_t len = 0;
-        uint64_t from, to;
-        s = egm__journal_next(st->journal, f, idle_ms, batch_max(r), &ops, &len, &from, &to);
+        s = send_next(r, c, f, idle_ms, timeout);
         if (s == EGM_OK) {
             idle_ms = EGM_REPL_IDLE_MS;
-            s = send_batch(r, c, 0, from, to, ops, len, timeout);
-            egm_free(ops);
-            if (s == EGM_OK)
-                egm__journal_acked(st->journal, f, to);
         } else if (s == EGM_ERR_TIMEOUT) { /* nothing new */
             s = EGM_OK;
             idle_ms = idle_ms * 2 < EGM_REPL_IDLE_MAX_MS ? idle_ms * 2 : EGM_REPL_IDLE_MAX_MS;
