@@ -13,13 +13,18 @@
 # threads poll for the next HaApply instead of sleeping between them).
 # With --late-grants, a mode "late": a standby in sync, and both masters with ha_early_grants
 # false (every SlabGrant waits for the standby: docs/ha.md "Grants the standbys do not hold yet").
-# With --what data, the leader's SlabGrant counters after each run go to metrics-MODE-ROUND.txt.
+# With --what data, the leader's SlabGrant and Commit counters and its per-RPC time (the
+# egm_master_rpc_duration_seconds sums and counts) after each run go to metrics-MODE-ROUND.txt;
+# --workload and --sizes narrow the data runs to some of bench data's (default single,batch and
+# 4KiB,1MiB), to measure one figure over more rounds.
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
-#                              [--what meta|data] [--standby-spin US] [--late-grants] [--out DIR]
+#                              [--what meta|data] [--workload single,batch] [--sizes 4KiB,1MiB]
+#                              [--standby-spin US] [--late-grants] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin= late=
+workload=single,batch sizes=4KiB,1MiB
 while [ $# -gt 0 ]; do
     case $1 in
     --what) what=$2; shift 2 ;;
@@ -30,7 +35,9 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --standby-spin) spin=$2; shift 2 ;;
     --late-grants) late=1; shift ;;
-    *) sed -n 2,20p "$0"; exit 2 ;;
+    --workload) workload=$2; shift 2 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    *) sed -n 2,24p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
@@ -88,12 +95,13 @@ for r in $(seq "$rounds"); do
                 --local-hostname 127.0.0.1 > "$out/provider-$mode-$r.log" 2>&1 &
             provider_pid=$!
             for _ in $(seq 100); do grep -q "provider ready" "$out/provider-$mode-$r.log" && break; sleep 0.1; done
-            "$egm" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload single,batch --sizes 4KiB,1MiB \
+            "$egm" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
             python3 -c 'import sys, urllib.request
 for l in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlines():
-    if l.startswith(("egm_master_slab_grants", "egm_master_commits_total", "egm_master_ha_commits")):
+    if l.startswith(("egm_master_slab_grants", "egm_master_commits_total", "egm_master_ha_commits",
+                     "egm_master_rpc_duration_seconds_sum", "egm_master_rpc_duration_seconds_count")):
         print(l)' http://127.0.0.1:$hp/metrics > "$out/metrics-$mode-$r.txt" || true
             kill $provider_pid; wait $provider_pid 2> /dev/null || true
             provider_pid=
