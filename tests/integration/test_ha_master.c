@@ -43,7 +43,8 @@ static egm_client_t *client, *streamer;
 
 /* The masters' lease TTL: EGM_TEST_HA_TTL (default 4 s: under a loaded TSan run a 2 s lease can
  * lapse on its own, which would be a failover the test did not cause), at least ttl_floor_s. */
-static int ttl_floor_s; /* a test's least TTL (0: none); teardown resets it */
+static int ttl_floor_s;          /* a test's least TTL (0: none); teardown resets it */
+static const char *early_grants; /* --ha-early-grants (NULL: "true"); teardown resets it */
 
 static const char *ttl_text(void)
 {
@@ -75,6 +76,7 @@ static int teardown(void **state)
     egm_client_destroy(streamer);
     client = streamer = NULL;
     ttl_floor_s = 0;
+    early_grants = NULL;
     egm_test_cluster_stop(&ma);
     egm_test_cluster_stop(&ma2);
     egm_test_cluster_stop(&mb);
@@ -174,6 +176,7 @@ static long long wait_leads(unsigned want, unsigned other)
 #define HA_FLAGS(endpoints, cache_ms)                                                              \
     {                                                                                              \
         "--enable-ha", "true", "--etcd-endpoints", (endpoints), "--ha-lease-ttl", ttl_text(),      \
+            "--ha-early-grants", early_grants != NULL ? early_grants : "true",                     \
             (cache_ms) != NULL ? "--location-cache-ms" : NULL, (cache_ms), NULL                    \
     }
 
@@ -470,6 +473,43 @@ static void test_described_commits_survive(void **state)
     assert_int_equal(egm_test_get_seeded(client, "described-0", 1000, 0), EGM_ERR_NOT_FOUND);
 }
 
+/* With ha_early_grants false every SlabGrant waits for the standby: none is
+ * answered early where test_described_commits_survive's first one is (a
+ * fresh pool, nothing freed), and the objects put in such slabs are served
+ * by the next leader after the leader's SIGKILL. */
+static void test_grants_wait_when_set(void **state)
+{
+    (void)state;
+    early_grants = "false";
+    unsigned http_a = 0, http_b = 0;
+    long long epoch_a = pair_in_sync(&http_a, &http_b);
+    client = egm_test_client(&ma, "shm", NULL);
+    assert_non_null(client);
+    char key[64];
+    for (int i = 0; i < 16; i++) {
+        snprintf(key, sizeof(key), "waited-%d", i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i),
+                         EGM_OK);
+    }
+    double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");
+    double early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
+    fprintf(stderr, "ha_early_grants false: %.0f SlabGrants, %.0f answered early\n", grants, early);
+    assert_true(grants >= 1);
+    if (early != 0)
+        fail_msg("%.0f SlabGrants were answered early with ha_early_grants false", early);
+    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
+    assert_true(wait_leads(http_b, 0) > epoch_a);
+    for (int i = 0; i < 16; i++) {
+        snprintf(key, sizeof(key), "waited-%d", i);
+        egm_status_t got = EGM_ERR_UNREACHABLE;
+        for (uint64_t until = egm__now_ms() + WAIT_MS;
+             got == EGM_ERR_UNREACHABLE && egm__now_ms() < until; egm__sleep_ms(50))
+            got = egm_test_get_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i);
+        if (got != EGM_OK)
+            fail_msg("%s: %s at the new leader", key, egm_status_string(got));
+    }
+}
+
 /* A leader stopped with SIGTERM hands over at once: it gives its standby
  * in sync every change it lacks and leaves it in the in-sync set, then
  * resigns; the standby leads within a poll (ha_lease_ttl / 8), not after the
@@ -611,6 +651,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cut_off_leader_exits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unconfirmed_change_not_acknowledged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_described_commits_survive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_grants_wait_when_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resign_hands_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deposed_leader_leaves_insync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_etcd_member_loss, setup, teardown),
