@@ -17,6 +17,7 @@
  * "Commits the pool describes"). An etcd of three members loses one without
  * a master noticing. */
 #include <setjmp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -510,6 +511,55 @@ static void test_grants_wait_when_set(void **state)
     }
 }
 
+typedef struct {
+    egm_client_t *client;
+    egm_status_t status;
+} late_put_t;
+
+static void *late_put(void *arg)
+{
+    late_put_t *p = arg;
+    p->status = egm_test_put_seeded(p->client, "late", 8192, 5);
+    return NULL;
+}
+
+/* A grant answered early but so late that the writer's bound to start its
+ * copies (place_within_ms of sending the request, less its slack) ran out:
+ * the writer copies nothing into that slab and places the keys again, with
+ * a grant that waits for the standby (docs/ha.md "Grants the standbys do
+ * not hold yet"). The leader is stopped (SIGSTOP) while the writer's first
+ * SlabGrant is on its way, for longer than the bound: its answer cannot
+ * come sooner. Its fence stays more than a second away (a 4 s lease), so
+ * it answers early. */
+static void test_late_grant_placed_again(void **state)
+{
+    (void)state;
+    unsigned http_a = 0, http_b = 0;
+    pair_in_sync(&http_a, &http_b);
+    client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
+    assert_non_null(client);
+    assert_int_equal(egm__process_signal(&ma.master, SIGSTOP), EGM_OK);
+    late_put_t p = {.client = client, .status = EGM_ERR_INTERNAL};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, late_put, &p), 0);
+    egm__sleep_ms(800); /* more than place_within_ms (600) */
+    assert_int_equal(egm__process_signal(&ma.master, SIGCONT), EGM_OK);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(p.status, EGM_OK);
+    double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");
+    double early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
+    fprintf(stderr, "late grant: %.0f SlabGrants, %.0f answered early\n", grants, early);
+    if (early < 1)
+        fail_msg("the leader answered no grant early (its fence was near?): the test saw nothing");
+    if (grants - early < 1)
+        fail_msg("the writer kept a grant answered after its bound: no grant that waits followed");
+    assert_int_equal(egm_test_get_seeded(client, "late", 8192, 5), EGM_OK);
+    /* The next put goes into the waited grant's slab: no grant more. */
+    assert_int_equal(egm_test_put_seeded(client, "after-late", 4096, 6), EGM_OK);
+    assert_true(egm_test_metric(http_a, "egm_master_slab_grants_total") == grants);
+    assert_int_equal(egm_test_get_seeded(client, "after-late", 4096, 6), EGM_OK);
+}
+
 /* A leader stopped with SIGTERM hands over at once: it gives its standby
  * in sync every change it lacks and leaves it in the in-sync set, then
  * resigns; the standby leads within a poll (ha_lease_ttl / 8), not after the
@@ -652,6 +702,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unconfirmed_change_not_acknowledged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_described_commits_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grants_wait_when_set, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_grant_placed_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resign_hands_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deposed_leader_leaves_insync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_etcd_member_loss, setup, teardown),
