@@ -29,6 +29,7 @@
 #include <egmstore/egmstore.h>
 #include "common/clock.h"
 #include "ha/etcd.h"
+#include "master/slabs.h"
 #include "support/cluster.h"
 #include "support/etcd.h"
 #include "support/http_get.h"
@@ -574,17 +575,29 @@ static void test_resign_hands_over(void **state)
     client = egm_test_client(&ma, "shm", NULL);
     assert_non_null(client);
     char key[64];
+    uint64_t first_put = egm__now_ms();
     for (int i = 0; i < 16; i++) {
         snprintf(key, sizeof(key), "resign-%d", i);
         assert_int_equal(egm_test_put_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i),
                          EGM_OK);
     }
+    /* Their slab was granted early: its writer may copy into it until
+     * place_within_ms + the copies' allowance after the answer, and the
+     * leader resigns only after that (no new leader meanwhile). */
+    assert_true(egm_test_metric(http_a, "egm_master_slab_grants_early_total") >= 1);
     uint64_t stopped = egm__now_ms();
     assert_int_equal(egm__process_signal(&ma.master, SIGTERM), EGM_OK);
     assert_true(wait_leads(http_b, 0) > epoch_a);
-    uint64_t took = egm__now_ms() - stopped, ttl_ms = (uint64_t)atoi(ttl_text()) * 1000;
-    fprintf(stderr, "resign: the standby led %llu ms after the leader's SIGTERM\n",
-            (unsigned long long)took);
+    uint64_t led = egm__now_ms();
+    uint64_t took = led - stopped, ttl_ms = (uint64_t)atoi(ttl_text()) * 1000;
+    fprintf(stderr,
+            "resign: the standby led %llu ms after the leader's SIGTERM, %llu ms after the "
+            "first put began\n",
+            (unsigned long long)took, (unsigned long long)(led - first_put));
+    if (led < first_put + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS)
+        fail_msg("the standby led %llu ms after a grant answered early: the leader resigned while "
+                 "its writer could still copy into the slab",
+                 (unsigned long long)(led - first_put));
     if (took >= 3 * ttl_ms)
         fail_msg("the standby took %llu ms to lead after the leader resigned (5 x ha_lease_ttl "
                  "is what a standby out of the in-sync set waits)",
