@@ -154,6 +154,34 @@ static void check_keys(const char *prefix, int removed)
     }
 }
 
+/* Puts n objects "<prefix>-<i>" of 4 KiB + 512 * i bytes over the client,
+ * seeded by i (each in a slab of its client, over shm). */
+static void put_sized(const char *prefix, int n)
+{
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i),
+                         EGM_OK);
+    }
+}
+
+/* Every object of put_sized reads back exactly from a new leader (retried
+ * while the client finds it). */
+static void check_sized(const char *prefix, int n)
+{
+    char key[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s-%d", prefix, i);
+        egm_status_t got = EGM_ERR_UNREACHABLE;
+        for (uint64_t until = egm__now_ms() + WAIT_MS;
+             got == EGM_ERR_UNREACHABLE && egm__now_ms() < until; egm__sleep_ms(50))
+            got = egm_test_get_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i);
+        if (got != EGM_OK)
+            fail_msg("%s: %s at the new leader", key, egm_status_string(got));
+    }
+}
+
 /* Waits until the master on http port `want` leads; the other (if any) stands by. */
 static long long wait_leads(unsigned want, unsigned other)
 {
@@ -487,12 +515,7 @@ static void test_grants_wait_when_set(void **state)
     long long epoch_a = pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL);
     assert_non_null(client);
-    char key[64];
-    for (int i = 0; i < 16; i++) {
-        snprintf(key, sizeof(key), "waited-%d", i);
-        assert_int_equal(egm_test_put_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i),
-                         EGM_OK);
-    }
+    put_sized("waited", 16);
     double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");
     double early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
     fprintf(stderr, "ha_early_grants false: %.0f SlabGrants, %.0f answered early\n", grants, early);
@@ -501,15 +524,7 @@ static void test_grants_wait_when_set(void **state)
         fail_msg("%.0f SlabGrants were answered early with ha_early_grants false", early);
     assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
     assert_true(wait_leads(http_b, 0) > epoch_a);
-    for (int i = 0; i < 16; i++) {
-        snprintf(key, sizeof(key), "waited-%d", i);
-        egm_status_t got = EGM_ERR_UNREACHABLE;
-        for (uint64_t until = egm__now_ms() + WAIT_MS;
-             got == EGM_ERR_UNREACHABLE && egm__now_ms() < until; egm__sleep_ms(50))
-            got = egm_test_get_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i);
-        if (got != EGM_OK)
-            fail_msg("%s: %s at the new leader", key, egm_status_string(got));
-    }
+    check_sized("waited", 16);
 }
 
 typedef struct {
@@ -574,13 +589,8 @@ static void test_resign_hands_over(void **state)
     long long epoch_a = pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL);
     assert_non_null(client);
-    char key[64];
     uint64_t first_put = egm__now_ms();
-    for (int i = 0; i < 16; i++) {
-        snprintf(key, sizeof(key), "resign-%d", i);
-        assert_int_equal(egm_test_put_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i),
-                         EGM_OK);
-    }
+    put_sized("resign", 16);
     /* Their slab was granted early: its writer may copy into it until
      * place_within_ms + the copies' allowance after the answer, and the
      * leader resigns only after that (no new leader meanwhile). */
@@ -604,15 +614,7 @@ static void test_resign_hands_over(void **state)
                  (unsigned long long)took);
     int code = -1;
     assert_int_equal(egm__process_wait(&ma.master, WAIT_MS, &code), EGM_OK);
-    for (int i = 0; i < 16; i++) {
-        snprintf(key, sizeof(key), "resign-%d", i);
-        egm_status_t got = EGM_ERR_UNREACHABLE;
-        for (uint64_t until = egm__now_ms() + WAIT_MS;
-             got == EGM_ERR_UNREACHABLE && egm__now_ms() < until; egm__sleep_ms(50))
-            got = egm_test_get_seeded(client, key, 4096 + 512 * (size_t)i, (unsigned)i);
-        if (got != EGM_OK)
-            fail_msg("%s: %s at the new leader", key, egm_status_string(got));
-    }
+    check_sized("resign", 16);
 }
 
 /* The in-sync set in etcd (docs/ha.md "Taking over"): the epoch it was
