@@ -720,7 +720,7 @@ static void slab_logs_case(int failing)
     egm__jenc_slab(&b, &slab, 30000);
     egm__jenc_slab_seen(&b, slab.id, 4);
     /* A slab whose log no entry is known of (its writer kept none, or its
-     * first is unconfirmed, which its writer was not egm_test_answered for): not read. */
+     * first is unconfirmed, which its writer was not answered for): not read. */
     egm_slab_t unlogged = slab;
     unlogged.id = 0x5eee;
     unlogged.seen = (egm_seq_set_t){0};

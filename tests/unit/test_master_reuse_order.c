@@ -7,7 +7,7 @@
  * standby, installed as the new leader reading the slab logs from the pool,
  * must not bring K back over the new writer's bytes: the entry's SLAB_SEEN
  * is journaled with K's OBJECT, before K can be removed. Both with the grant
- * egm_test_answered before the standby held it and with one it confirmed first. Time
+ * answered before the standby held it and with one it confirmed first. Time
  * is an argument, so nothing sleeps. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -131,7 +131,7 @@ static void removed_key_stays_removed(int early)
     egm__journal_take_position(j);
     standby_takes_all(j, f, m, 20000);
 
-    /* Another writer is granted K's range: egm_test_answered before the standby holds
+    /* Another writer is granted K's range: answered before the standby holds
      * the grant, or once it does. Its bytes land there; then the leader dies
      * with nothing more reaching the standby. */
     assert_int_equal(egm__objects_slab_grant(lead.objects, other, KEY_SIZE, KEY_SIZE, 1, early,

@@ -6,7 +6,7 @@
  * unmounted under an open slab, slabs with a lost extent named to the writer,
  * the size a grant gets, the cap on the
  * pieces a slab is cut into, when a slab's log entries let a Commit be
- * egm_test_answered before the standbys confirm it, and when a grant is egm_test_answered
+ * answered before the standbys confirm it, and when a grant is answered
  * before they hold it. Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
@@ -562,7 +562,7 @@ static void journal_gone(egm_journal_t *j, egm_journal_follower_t *f)
 }
 
 /* A slab's log entries noted (egm__objects_slab_seen): without a standby
- * every key with an entry may be egm_test_answered at once but the slab's first; with
+ * every key with an entry may be answered at once but the slab's first; with
  * a standby in sync, no Commit in a slab is until the standby acknowledged the
  * slab's first entry, however many came after it (two writers' threads);
  * a key without an entry, or a slab unknown, never is. */
@@ -633,7 +633,7 @@ static egm_slab_view_t early_grant(uint64_t size, int log, int early_ok)
     return v;
 }
 
-/* A grant egm_test_answered before the standbys hold it (docs/ha.md "Grants the
+/* A grant answered before the standbys hold it (docs/ha.md "Grants the
  * standbys do not hold yet"): only with a standby in sync, asked for, for a
  * writer that keeps the slab's log on the host of its extents, and for at
  * most EGM_SLAB_EARLY_MAX_BYTES;
