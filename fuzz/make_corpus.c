@@ -375,6 +375,42 @@ static void make_master_rpc_repair(void)
     free(b);
 }
 
+/* A slab granted, then Commits in it naming log entries whole and torn
+ * (commit_seqs.h), and one naming an entry in both (refused). */
+static void make_master_rpc_slab_commit(void)
+{
+    const char *k2[] = {"alpha", "beta"};
+    uint64_t s2[] = {1000, 2000}, ids[] = {1, 1}, offsets[] = {0, 4096};
+    uint64_t whole[] = {1, 0}, torn[] = {0, 2};
+    seg_t a = seg(20, client_a, 1 << 20, EGM__HANDLE_KIND__HANDLE_MEMFD);
+    buf_t *b = calloc(1, sizeof(*b));
+    Egm__Id cid = EGM__ID__INIT;
+
+    mount(b, client_a, &a, 1, 0);
+    egm__id_to_pb(client_a, &cid);
+    Egm__SlabGrantRequest grant = EGM__SLAB_GRANT_REQUEST__INIT;
+    grant.client = &cid;
+    grant.size = grant.min_size = 1 << 16;
+    grant.log = 1;
+    grant.place_bound = 1;
+    call(b, EGM_RPC_SLAB_GRANT, &grant.base);
+    Egm__CommitRequest commit = EGM__COMMIT_REQUEST__INIT;
+    commit.client = &cid;
+    commit.n_keys = commit.n_sizes = commit.n_slab_ids = commit.n_offsets = 2;
+    commit.keys = (char **)k2;
+    commit.sizes = s2;
+    commit.slab_ids = ids;
+    commit.offsets = offsets;
+    commit.n_log_seqs = commit.n_torn_log_seqs = 2;
+    commit.log_seqs = whole;
+    commit.torn_log_seqs = torn;
+    call(b, EGM_RPC_COMMIT, &commit.base);
+    torn[0] = 1;
+    call(b, EGM_RPC_COMMIT, &commit.base);
+    put_file("master_rpc", "slab_commit_torn", b->data, b->len);
+    free(b);
+}
+
 static void make_master_rpc(void)
 {
     const char *k2[] = {"alpha", "beta"};
@@ -925,6 +961,7 @@ int main(int argc, char **argv)
     make_frame_reader();
     make_master_rpc();
     make_master_rpc_repair();
+    make_master_rpc_slab_commit();
     make_descriptors();
     make_tcp_request();
     make_config();

@@ -317,7 +317,8 @@ static egm_status_t slab_copy(egm_client_t *client, const put_plan_t *plan, void
 /* One Commit (n keys, maybe none) carrying the slabs to return; its reply. */
 static egm_status_t commit_rpc(egm_client_t *client, size_t n, const char **keys, uint64_t *sizes,
                                uint64_t *slab_ids, uint64_t *offsets, uint64_t *log_seqs,
-                               const egm_replicate_config_t *rc, egm_keys_reply_t **reply_p)
+                               uint64_t *torn_seqs, const egm_replicate_config_t *rc,
+                               egm_keys_reply_t **reply_p)
 {
     Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
     Egm__ReplicateConfig cfg = EGM__REPLICATE_CONFIG__INIT;
@@ -342,6 +343,12 @@ static egm_status_t commit_rpc(egm_client_t *client, size_t n, const char **keys
             req.log_seqs = log_seqs;
             break;
         }
+    for (size_t i = 0; torn_seqs != NULL && i < n; i++)
+        if (torn_seqs[i] != 0) { /* likewise */
+            req.n_torn_log_seqs = n;
+            req.torn_log_seqs = torn_seqs;
+            break;
+        }
     req.config = &cfg;
     req.n_returned = n_returns;
     req.returned = returns;
@@ -356,7 +363,7 @@ static egm_status_t commit_rpc(egm_client_t *client, size_t n, const char **keys
 void egm__client_return_slabs(egm_client_t *client)
 {
     egm_keys_reply_t *reply = NULL;
-    if (commit_rpc(client, 0, NULL, NULL, NULL, NULL, NULL, NULL, &reply) != EGM_OK)
+    if (commit_rpc(client, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &reply) != EGM_OK)
         egm_debug("returning slabs: %s (the master frees them at their lease's end)",
                   egm_last_error());
     egm__keys_reply_free(reply);
@@ -371,7 +378,7 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
     egm_wslab_ref_t *refs = placed;
     size_t n = plan->n, n_ok = 0;
     const char **keys = egm_calloc(n + 1, sizeof(*keys), "client.commit");
-    uint64_t *num = egm_calloc(5 * (n + 1), sizeof(*num), "client.commit");
+    uint64_t *num = egm_calloc(7 * (n + 1), sizeof(*num), "client.commit");
     size_t *idx = egm_calloc(n + 1, sizeof(*idx), "client.commit");
     egm_status_t *commit = egm_calloc(n + 1, sizeof(*commit), "client.commit");
     egm_keys_reply_t *reply = NULL;
@@ -390,8 +397,9 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
     }
     uint64_t *sizes = num, *slab_ids = num + n + 1, *offsets = num + 2 * (n + 1);
     uint64_t *log_seqs = num + 3 * (n + 1), *key_seqs = num + 4 * (n + 1);
+    uint64_t *torn_seqs = num + 5 * (n + 1), *key_torn = num + 6 * (n + 1);
     /* Each key's entry in its slab's log before the Commit that names it. */
-    egm__wslabs_log(client, n, refs, plan->keys, plan->sizes, rc, key_status, key_seqs);
+    egm__wslabs_log(client, n, refs, plan->keys, plan->sizes, rc, key_status, key_seqs, key_torn);
     for (size_t j = 0; j < n; j++) {
         commit[j] = EGM_INPROGRESS;
         if (key_status[j] != EGM_OK || refs[j].slab == NULL)
@@ -401,12 +409,13 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
         sizes[n_ok] = plan->sizes[j];
         slab_ids[n_ok] = egm__wslab_id(refs[j].slab);
         log_seqs[n_ok] = key_seqs[j];
+        torn_seqs[n_ok] = key_torn[j];
         offsets[n_ok++] = refs[j].offset;
     }
     if (n_ok > 0) {
         uint64_t t0 = egm__now_ns();
-        egm_status_t status =
-            commit_rpc(client, n_ok, keys, sizes, slab_ids, offsets, log_seqs, rc, &reply);
+        egm_status_t status = commit_rpc(client, n_ok, keys, sizes, slab_ids, offsets, log_seqs,
+                                         torn_seqs, rc, &reply);
         egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
         /* No answer: the master may be gone, or a new one: no slab is used
          * again (a new master would place other objects in their space). A

@@ -558,7 +558,8 @@ size_t egm__wslabs_unplace_late(egm_client_t *client, size_t n, egm_wslab_ref_t 
 
 void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs,
                      const char *const *keys, const uint64_t *sizes,
-                     const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs)
+                     const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs,
+                     uint64_t *torn)
 {
     egm_wslabs_t *w = client->slabs;
     uint8_t entry[EGM_SLAB_LOG_ENTRY];
@@ -568,7 +569,7 @@ void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs
     for (size_t i = 0; i < n; i++) {
         egm_wslab_t *s = refs[i].slab;
         size_t key_len = strlen(keys[i]);
-        seqs[i] = 0;
+        seqs[i] = torn[i] = 0;
         if (s == NULL || status[i] != EGM_OK || !refs[i].logged || s->dead ||
             key_len > EGM_SLAB_LOG_KEY_MAX || !log_reachable(client, s))
             continue;
@@ -592,10 +593,12 @@ void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs
                                    .dir = EGM_TE_WRITE};
         /* Written whole or the log ends here: the seq is not given again. */
         s->log_seq = e.seq;
-        if (egm__te_transfer(client->te, ops, s->n_extents) == EGM_OK)
+        if (egm__te_transfer(client->te, ops, s->n_extents) == EGM_OK) {
             seqs[i] = e.seq;
-        else
+        } else {
+            torn[i] = e.seq; /* it may lie in some extents */
             s->log_route = -1;
+        }
     }
     pthread_mutex_unlock(&w->lock);
 }

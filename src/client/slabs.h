@@ -103,12 +103,15 @@ void egm__wslabs_check_copy(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t
  * every extent, when the slab set room aside for it, its key fits an entry
  * and every extent is reached through shared memory (a copy that needs no
  * round trip: docs/ha.md "Commits the pool describes"); seqs[i]: its seq, or
- * 0 (no entry: the key's Commit waits for the master's standbys). Entries
- * of one slab are written in seq order, under the slabs' lock, so that a log
- * has no gap a reader would stop at. */
+ * 0 (no entry: the key's Commit waits for the master's standbys). torn[i]:
+ * the seq of an entry whose write failed (on some extent it may have
+ * landed: the master notes it seen, so that no new leader adopts it), else 0;
+ * the slab's log ends there. Entries of one slab are written in seq order,
+ * under the slabs' lock, so that a log has no gap a reader would stop at. */
 void egm__wslabs_log(struct egm_client *client, size_t n, const egm_wslab_ref_t *refs,
                      const char *const *keys, const uint64_t *sizes,
-                     const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs);
+                     const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs,
+                     uint64_t *torn);
 /* 1 when a master request failed for want of an answer (the master may be
  * gone), not because the master refused it. */
 int egm__wslabs_unanswered(egm_status_t status);

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ha/election.h"
+#include "master/commit_seqs.h"
 #include "master/journal.h"
 #include "master/master_int.h"
 #include "master/metrics.h"
@@ -493,10 +494,10 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                                 "slab_ids, offsets: %zu and %zu values for %zu keys (one each "
                                 "per key)",
                                 req->n_slab_ids, req->n_offsets, req->n_keys);
-    if (status == EGM_OK && req->n_log_seqs != 0 && req->n_log_seqs != req->n_keys)
-        status = egm__set_error(EGM_ERR_INVALID_ARG,
-                                "log_seqs: %zu values for %zu keys (one per key, or none)",
-                                req->n_log_seqs, req->n_keys);
+    uint64_t *seen = NULL; /* per key, the log entry to note seen (commit_seqs.h) */
+    if (status == EGM_OK)
+        status = egm__commit_seen_seqs(req->n_keys, req->log_seqs, req->n_log_seqs,
+                                       req->torn_log_seqs, req->n_torn_log_seqs, &seen);
     if (status == EGM_OK && req->n_returned > EGM_MASTER_MAX_KEYS)
         status = egm__set_error(EGM_ERR_INVALID_ARG, "returned: %zu slabs, at most %d",
                                 req->n_returned, EGM_MASTER_MAX_KEYS);
@@ -504,8 +505,10 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
         status = put_config(req->config, &config);
     if (status == EGM_OK)
         status = outcomes_init(&oc, req->n_keys);
-    if (status != EGM_OK)
+    if (status != EGM_OK) {
+        egm_free(seen);
         return status;
+    }
     keys_batch_t kb = {.oc = &oc};
     uint64_t degraded[COMMIT_DEGRADED_MAX];
     keys_reply_extra_t extra = {.degraded_slabs = degraded};
@@ -514,7 +517,7 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .sizes = req->sizes,
                              .slab_ids = req->slab_ids,
                              .offsets = req->offsets,
-                             .log_seqs = req->n_log_seqs > 0 ? req->log_seqs : NULL,
+                             .log_seqs = seen,
                              .config = &config,
                              .now_ms = st->now_ms(),
                              .n = req->n_keys,
@@ -523,19 +526,21 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .degraded_max = COMMIT_DEGRADED_MAX,
                              .n_degraded_p = &extra.n_degraded_slabs};
     status = run_batch(st, &b, &kb);
-    if (status == EGM_OK && req->n_log_seqs > 0) {
+    if (status == EGM_OK && seen != NULL) {
         /* Known from now on, committed or refused: a new leader reads the
          * slab's log past them (docs/ha.md "Commits the pool describes"). */
-        int known = egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids,
-                                           req->log_seqs, &call->wait_pos);
+        int known = egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, seen,
+                                           &call->wait_pos);
         /* A slab named degraded lost an extent: what its log says of that
          * extent is not what was committed (the standbys confirm it). A new
          * leader reads only the logs its standby knows are kept: a slab
-         * granted with `log`, else one whose first entry it confirmed. */
-        call->described = known && extra.n_degraded_slabs == 0;
+         * granted with `log`, else one whose first entry it confirmed. A
+         * torn entry describes nothing: its key waits. */
+        call->described = known && extra.n_degraded_slabs == 0 && req->n_log_seqs > 0;
         for (size_t i = 0; i < req->n_keys && call->described; i++)
             call->described = req->log_seqs[i] != 0 && oc.out[i].status == EGM_OK;
     }
+    egm_free(seen);
     if (status == EGM_OK)
         status = return_slabs(st, client, req->returned, req->n_returned);
     if (status == EGM_OK)

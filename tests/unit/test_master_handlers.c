@@ -330,6 +330,31 @@ static void test_malformed_requests(void **state)
         call(EGM_RPC_PUT_END, &kr.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
         EGM_ERR_INVALID_ARG);
 
+    /* Commit: log entries per key or none, and an entry written whole or
+     * torn, not both (commit_seqs.h). */
+    Egm__CommitRequest cr = EGM__COMMIT_REQUEST__INIT;
+    uint64_t slab_ids[] = {1, 1}, offsets[] = {0, 4096}, whole[] = {1, 0}, torn[] = {0, 2};
+    cr.client = &client;
+    cr.n_keys = cr.n_sizes = cr.n_slab_ids = cr.n_offsets = 2;
+    cr.keys = (char **)keys;
+    cr.sizes = sizes;
+    cr.slab_ids = slab_ids;
+    cr.offsets = offsets;
+    cr.n_log_seqs = 2;
+    cr.log_seqs = whole;
+    cr.n_torn_log_seqs = 1;
+    cr.torn_log_seqs = torn;
+    assert_int_equal(
+        call(EGM_RPC_COMMIT, &cr.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "torn_log_seqs: 1 values for 2 keys"));
+    cr.n_torn_log_seqs = 2;
+    torn[0] = 3;
+    assert_int_equal(
+        call(EGM_RPC_COMMIT, &cr.base, &egm__keys_reply__descriptor, (ProtobufCMessage **)&r),
+        EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "key 0 names an entry in both"));
+
     /* MountSegment problems come back in the StatusReply, naming the field. */
     Egm__MountSegmentRequest mr = EGM__MOUNT_SEGMENT_REQUEST__INIT;
     Egm__StatusReply *sr;

@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/slab_log.h"
+#include "master/commit_seqs.h"
 #include "master/journal.h"
 #include "master/master_int.h"
 #include "master/mirror.h"
@@ -70,7 +71,13 @@ static void standby_takes_all(egm_journal_t *j, egm_journal_follower_t *f, egm_m
     }
 }
 
-static void removed_key_stays_removed(int early)
+/* How K's Commit names its log entry: written whole (log_seqs), written on
+ * some extents only (torn_log_seqs: the write failed), or a failed write the
+ * client does not report (as before torn_log_seqs: the control, where the
+ * new leader does bring K back). */
+typedef enum { ENTRY_WHOLE, ENTRY_TORN, ENTRY_UNREPORTED } entry_t;
+
+static void removed_key_stays_removed(int early, entry_t entry)
 {
     egm_master_state_t lead, next;
     state_init(&lead);
@@ -108,7 +115,13 @@ static void removed_key_stays_removed(int early)
         .slab_id = s1.id, .seq = 1, .offset = 0, .size = KEY_SIZE, .key = "K", .key_len = 1};
     assert_int_equal(
         egm__slab_log_encode(&e, pool + s1.extents[0].offset + egm__slab_log_at(SEG, 1)), EGM_OK);
-    uint64_t size = KEY_SIZE, offset = 0, slab = s1.id, seq = 1;
+    uint64_t size = KEY_SIZE, offset = 0, slab = s1.id, seq = 1, *seen = NULL;
+    /* What the master notes seen, as the Commit handler derives it. */
+    if (entry != ENTRY_UNREPORTED)
+        assert_int_equal(
+            egm__commit_seen_seqs(1, entry == ENTRY_WHOLE ? &seq : NULL, entry == ENTRY_WHOLE,
+                                  entry == ENTRY_TORN ? &seq : NULL, entry == ENTRY_TORN, &seen),
+            EGM_OK);
     const char *key = "K";
     size_t key_len = 1;
     egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
@@ -116,7 +129,7 @@ static void removed_key_stays_removed(int early)
                              .sizes = &size,
                              .slab_ids = &slab,
                              .offsets = &offset,
-                             .log_seqs = &seq,
+                             .log_seqs = seen,
                              .config = &cfg,
                              .n = 1,
                              .keys = &key,
@@ -151,10 +164,17 @@ static void removed_key_stays_removed(int early)
                      EGM_OK);
     egm_object_view_t view;
     egm_status_t got = egm__objects_stat(next.objects, "K", 1, &view);
-    if (got != EGM_ERR_NOT_FOUND)
-        fail_msg("the new leader brought removed K back (%s, %zu found in slab logs) over the "
-                 "range granted %s",
-                 egm_status_string(got), recovered, early ? "early" : "after the standby held it");
+    if (entry == ENTRY_UNREPORTED) {
+        /* The control: an entry the master never heard of is adopted. */
+        assert_int_equal(got, EGM_OK);
+        assert_int_equal(recovered, 1);
+    } else if (got != EGM_ERR_NOT_FOUND) {
+        fail_msg("the new leader brought removed K back (%s, %zu found in slab logs; entry %s) "
+                 "over the range granted %s",
+                 egm_status_string(got), recovered, entry == ENTRY_TORN ? "torn" : "whole",
+                 early ? "early" : "after the standby held it");
+    }
+    egm_free(seen);
 
     egm__mirror_destroy(m);
     egm__objects_set_journal(lead.objects, NULL);
@@ -168,13 +188,24 @@ static void removed_key_stays_removed(int early)
 static void test_removed_key_early_grant(void **state)
 {
     (void)state;
-    removed_key_stays_removed(1);
+    removed_key_stays_removed(1, ENTRY_WHOLE);
 }
 
 static void test_removed_key_waited_grant(void **state)
 {
     (void)state;
-    removed_key_stays_removed(0);
+    removed_key_stays_removed(0, ENTRY_WHOLE);
+}
+
+/* An entry whose write failed on some extent, named in the Commit's
+ * torn_log_seqs: noted seen like a whole one (before, the client sent 0 and
+ * the new leader adopted it from the extent it had reached). */
+static void test_removed_key_torn_entry(void **state)
+{
+    (void)state;
+    removed_key_stays_removed(1, ENTRY_TORN);
+    removed_key_stays_removed(0, ENTRY_TORN);
+    removed_key_stays_removed(0, ENTRY_UNREPORTED);
 }
 
 int main(void)
@@ -184,6 +215,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_removed_key_early_grant),
         cmocka_unit_test(test_removed_key_waited_grant),
+        cmocka_unit_test(test_removed_key_torn_entry),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (failed == 0 && egm__alloc_live_count() != live) {
