@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -547,11 +548,10 @@ static void *resume_later(void *arg)
  * copies (place_within_ms of sending the request, less its slack) ran out:
  * the writer copies nothing into that slab and places the key again, with a
  * grant that waits for the standby (docs/ha.md "Grants the standbys do not
- * hold yet"). The leader is stopped (SIGSTOP) before the writer's first put,
- * whose SlabGrant goes out on the connection the client made at its start
- * (this thread's), and let go 800 ms later: the answer cannot come sooner.
- * Its fence stays more than a second away (a 4 s lease), so it answers
- * early. */
+ * hold yet"). The leader is stopped (SIGSTOP, waited for) before the
+ * writer's first put, and let go 800 ms later: the answer cannot come
+ * sooner. Its fence stays more than a second away (a 4 s lease), so it
+ * answers early. */
 static void test_late_grant_placed_again(void **state)
 {
     (void)state;
@@ -560,6 +560,11 @@ static void test_late_grant_placed_again(void **state)
     client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
     assert_non_null(client);
     assert_int_equal(egm__process_signal(&ma.master, SIGSTOP), EGM_OK);
+    /* Stopped before the request leaves (its RPC threads poll: a request
+     * sent while the stop is on its way could be answered at once). */
+    int ws = 0;
+    assert_int_equal(waitpid(ma.master.pid, &ws, WUNTRACED), ma.master.pid);
+    assert_true(WIFSTOPPED(ws));
     resume_t r = {.proc = &ma.master, .ms = 800}; /* more than place_within_ms (600) */
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, resume_later, &r), 0);
