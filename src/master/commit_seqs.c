@@ -5,9 +5,11 @@
 #include "common/log.h"
 
 egm_status_t egm__commit_seen_seqs(size_t n, const uint64_t *logged, size_t n_logged,
-                                   const uint64_t *torn, size_t n_torn, uint64_t **seen_p)
+                                   const uint64_t *torn, size_t n_torn, const uint64_t **seen_p,
+                                   uint64_t **owned_p)
 {
     *seen_p = NULL;
+    *owned_p = NULL;
     if (n_logged != 0 && n_logged != n)
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "log_seqs: %zu values for %zu keys (one per key, or none)", n_logged,
@@ -16,8 +18,10 @@ egm_status_t egm__commit_seen_seqs(size_t n, const uint64_t *logged, size_t n_lo
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "torn_log_seqs: %zu values for %zu keys (one per key, or none)",
                               n_torn, n);
-    if (n_logged == 0 && n_torn == 0)
+    if (n_torn == 0) {
+        *seen_p = n_logged != 0 ? logged : NULL;
         return EGM_OK;
+    }
     uint64_t *seen = egm_calloc(n + 1, sizeof(*seen), "master.commit_seqs");
     if (seen == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a Commit's log seqs");
@@ -32,6 +36,6 @@ egm_status_t egm__commit_seen_seqs(size_t n, const uint64_t *logged, size_t n_lo
         }
         seen[i] = whole != 0 ? whole : part;
     }
-    *seen_p = seen;
+    *seen_p = *owned_p = seen;
     return EGM_OK;
 }

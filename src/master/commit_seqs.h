@@ -14,8 +14,11 @@
 
 /* Checks the two lists against n keys (each: one value per key, or none; no
  * key names both) and answers in *seen_p the seq to note seen per key (0:
- * none), allocated (egm_free), or NULL when the Commit names no entry. */
+ * none), or NULL when the Commit names no entry: `logged` itself when no
+ * entry is torn (the usual Commit: nothing allocated), else an array in
+ * *owned_p (egm_free it; NULL otherwise). */
 egm_status_t egm__commit_seen_seqs(size_t n, const uint64_t *logged, size_t n_logged,
-                                   const uint64_t *torn, size_t n_torn, uint64_t **seen_p);
+                                   const uint64_t *torn, size_t n_torn, const uint64_t **seen_p,
+                                   uint64_t **owned_p);
 
 #endif

@@ -494,10 +494,12 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                                 "slab_ids, offsets: %zu and %zu values for %zu keys (one each "
                                 "per key)",
                                 req->n_slab_ids, req->n_offsets, req->n_keys);
-    uint64_t *seen = NULL; /* per key, the log entry to note seen (commit_seqs.h) */
+    const uint64_t *seen = NULL; /* per key, the log entry to note seen (commit_seqs.h) */
+    uint64_t *seen_owned = NULL;
     if (status == EGM_OK)
-        status = egm__commit_seen_seqs(req->n_keys, req->log_seqs, req->n_log_seqs,
-                                       req->torn_log_seqs, req->n_torn_log_seqs, &seen);
+        status =
+            egm__commit_seen_seqs(req->n_keys, req->log_seqs, req->n_log_seqs, req->torn_log_seqs,
+                                  req->n_torn_log_seqs, &seen, &seen_owned);
     if (status == EGM_OK && req->n_returned > EGM_MASTER_MAX_KEYS)
         status = egm__set_error(EGM_ERR_INVALID_ARG, "returned: %zu slabs, at most %d",
                                 req->n_returned, EGM_MASTER_MAX_KEYS);
@@ -506,7 +508,7 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
     if (status == EGM_OK)
         status = outcomes_init(&oc, req->n_keys);
     if (status != EGM_OK) {
-        egm_free(seen);
+        egm_free(seen_owned);
         return status;
     }
     keys_batch_t kb = {.oc = &oc};
@@ -540,7 +542,7 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
         for (size_t i = 0; i < req->n_keys && call->described; i++)
             call->described = req->log_seqs[i] != 0 && oc.out[i].status == EGM_OK;
     }
-    egm_free(seen);
+    egm_free(seen_owned);
     if (status == EGM_OK)
         status = return_slabs(st, client, req->returned, req->n_returned);
     if (status == EGM_OK)

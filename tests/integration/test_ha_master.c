@@ -579,6 +579,10 @@ static void test_late_grant_placed_again(void **state)
     if (grants - early < 1)
         fail_msg("the writer kept a grant answered after its bound: no grant that waits followed");
     assert_int_equal(egm_test_get_seeded(client, "late", 8192, 5), EGM_OK);
+    /* The next put goes into the waited grant's slab: no grant more. */
+    assert_int_equal(egm_test_put_seeded(client, "after-late", 4096, 6), EGM_OK);
+    assert_true(egm_test_metric(http_a, "egm_master_slab_grants_total") == grants);
+    assert_int_equal(egm_test_get_seeded(client, "after-late", 4096, 6), EGM_OK);
 }
 
 /* A leader stopped with SIGTERM hands over at once: it gives its standby

@@ -14,43 +14,54 @@
 static void test_none_named(void **state)
 {
     (void)state;
-    uint64_t *seen = (uint64_t *)1;
-    assert_int_equal(egm__commit_seen_seqs(3, NULL, 0, NULL, 0, &seen), EGM_OK);
+    const uint64_t *seen = (const uint64_t *)1;
+    uint64_t *owned = (uint64_t *)1;
+    assert_int_equal(egm__commit_seen_seqs(3, NULL, 0, NULL, 0, &seen, &owned), EGM_OK);
     assert_null(seen);
-    assert_int_equal(egm__commit_seen_seqs(0, NULL, 0, NULL, 0, &seen), EGM_OK);
+    assert_null(owned);
+    assert_int_equal(egm__commit_seen_seqs(0, NULL, 0, NULL, 0, &seen, &owned), EGM_OK);
     assert_null(seen);
 }
 
 static void test_whole_and_torn_merged(void **state)
 {
     (void)state;
-    uint64_t whole[] = {4, 0, 0, 7}, torn[] = {0, 5, 0, 0}, *seen;
-    assert_int_equal(egm__commit_seen_seqs(4, whole, 4, torn, 4, &seen), EGM_OK);
+    uint64_t whole[] = {4, 0, 0, 7}, torn[] = {0, 5, 0, 0}, *owned;
+    const uint64_t *seen;
+    assert_int_equal(egm__commit_seen_seqs(4, whole, 4, torn, 4, &seen, &owned), EGM_OK);
     uint64_t want[] = {4, 5, 0, 7};
+    assert_ptr_equal(seen, owned);
     assert_memory_equal(seen, want, sizeof(want));
-    egm_free(seen);
+    egm_free(owned);
     /* Torn alone (the client wrote no entry whole): still noted. */
-    assert_int_equal(egm__commit_seen_seqs(4, NULL, 0, torn, 4, &seen), EGM_OK);
+    assert_int_equal(egm__commit_seen_seqs(4, NULL, 0, torn, 4, &seen, &owned), EGM_OK);
     uint64_t want_torn[] = {0, 5, 0, 0};
     assert_memory_equal(seen, want_torn, sizeof(want_torn));
-    egm_free(seen);
-    assert_int_equal(egm__commit_seen_seqs(4, whole, 4, NULL, 0, &seen), EGM_OK);
-    assert_memory_equal(seen, whole, sizeof(whole));
-    egm_free(seen);
+    egm_free(owned);
+    /* None torn: the Commit's own list, nothing allocated. */
+    assert_int_equal(egm__commit_seen_seqs(4, whole, 4, NULL, 0, &seen, &owned), EGM_OK);
+    assert_ptr_equal(seen, whole);
+    assert_null(owned);
 }
 
 static void test_refused(void **state)
 {
     (void)state;
-    uint64_t whole[] = {4, 6}, torn[] = {0, 6}, *seen = (uint64_t *)1;
-    assert_int_equal(egm__commit_seen_seqs(3, whole, 2, NULL, 0, &seen), EGM_ERR_INVALID_ARG);
+    uint64_t whole[] = {4, 6}, torn[] = {0, 6}, *owned = (uint64_t *)1;
+    const uint64_t *seen = (const uint64_t *)1;
+    assert_int_equal(egm__commit_seen_seqs(3, whole, 2, NULL, 0, &seen, &owned),
+                     EGM_ERR_INVALID_ARG);
     assert_non_null(strstr(egm_last_error(), "log_seqs: 2 values for 3 keys"));
     assert_null(seen);
-    assert_int_equal(egm__commit_seen_seqs(3, NULL, 0, torn, 2, &seen), EGM_ERR_INVALID_ARG);
+    assert_null(owned);
+    assert_int_equal(egm__commit_seen_seqs(3, NULL, 0, torn, 2, &seen, &owned),
+                     EGM_ERR_INVALID_ARG);
     assert_non_null(strstr(egm_last_error(), "torn_log_seqs: 2 values for 3 keys"));
-    assert_int_equal(egm__commit_seen_seqs(2, whole, 2, torn, 2, &seen), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__commit_seen_seqs(2, whole, 2, torn, 2, &seen, &owned),
+                     EGM_ERR_INVALID_ARG);
     assert_non_null(strstr(egm_last_error(), "key 1 names an entry in both"));
     assert_null(seen);
+    assert_null(owned);
 }
 
 int main(void)

@@ -9,7 +9,9 @@
  * is journaled with K's OBJECT, before K can be removed. Both with the grant
  * answered before the standby held it and with one it confirmed first. Time
  * is an argument, so nothing sleeps. */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,11 +22,13 @@
 #include "common/alloc.h"
 #include "common/log.h"
 #include "common/slab_log.h"
-#include "master/commit_seqs.h"
 #include "master/journal.h"
 #include "master/master_int.h"
 #include "master/mirror.h"
 #include "master/slabs.h"
+#include "rpc/command.h"
+#include "rpc/proto_util.h"
+#include "egmstore.pb-c.h"
 #include "support/batch_answer.h"
 
 #define SEG (16u << 10)
@@ -71,29 +75,35 @@ static void standby_takes_all(egm_journal_t *j, egm_journal_follower_t *f, egm_m
     }
 }
 
-/* How K's Commit names its log entry: written whole (log_seqs), written on
- * some extents only (torn_log_seqs: the write failed), or a failed write the
- * client does not report (as before torn_log_seqs: the control, where the
- * new leader does bring K back). */
-typedef enum { ENTRY_WHOLE, ENTRY_TORN, ENTRY_UNREPORTED } entry_t;
-
-static void removed_key_stays_removed(int early, entry_t entry)
-{
+/* A leader with a standby in sync (journal, follower, mirror), one segment
+ * on host-a, and a writer's logged slab over the whole of it, which the
+ * standby holds; K's entry (seq 1) written in the pool. */
+typedef struct {
     egm_master_state_t lead, next;
-    state_init(&lead);
-    state_init(&next);
     egm_journal_t *j;
     egm_journal_follower_t *f;
-    uint64_t pos;
-    assert_int_equal(egm__journal_create(&j), EGM_OK);
-    assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
-    egm__journal_set_in_sync(j, f);
-    egm__objects_set_journal(lead.objects, j);
-    egm__segment_table_set_journal(lead.segments, j);
     egm_mirror_t *m;
-    assert_int_equal(egm__mirror_create(&m), EGM_OK);
+    egm_id_t writer, other;
+    egm_put_config_t cfg;
+    egm_slab_view_t s1;
+} fixture_t;
 
-    egm_id_t provider = egm__id_random(), writer = egm__id_random(), other = egm__id_random();
+static void fixture_init(fixture_t *fx)
+{
+    memset(fx, 0, sizeof(*fx));
+    state_init(&fx->lead);
+    state_init(&fx->next);
+    uint64_t pos;
+    assert_int_equal(egm__journal_create(&fx->j), EGM_OK);
+    assert_int_equal(egm__journal_follow(fx->j, &fx->f, &pos), EGM_OK);
+    egm__journal_set_in_sync(fx->j, fx->f);
+    egm__objects_set_journal(fx->lead.objects, fx->j);
+    egm__segment_table_set_journal(fx->lead.segments, fx->j);
+    assert_int_equal(egm__mirror_create(&fx->m), EGM_OK);
+
+    egm_id_t provider = egm__id_random();
+    fx->writer = egm__id_random();
+    fx->other = egm__id_random();
     egm_segment_params_t p = {.id = egm__id_random(),
                               .size = SEG,
                               .name = "P0/0",
@@ -101,111 +111,248 @@ static void removed_key_stays_removed(int early, entry_t entry)
                               .host_id = "host-a"};
     seg_id = p.id;
     memset(pool, 0, sizeof(pool));
-    assert_int_equal(egm__liveness_mount(lead.liveness, provider, &p, 0), EGM_OK);
-
-    /* The writer's slab is the whole segment, logged; the standby holds it. */
-    egm_put_config_t cfg = {.replica_num = 1, .writer_host_id = "host-a"};
-    egm_slab_view_t s1, s2;
-    assert_int_equal(egm__objects_slab_grant(lead.objects, writer, SEG, SEG, 1, 0, &cfg, 0, &s1),
-                     EGM_OK);
-    egm__journal_take_position(j);
-    standby_takes_all(j, f, m, 0);
-    /* K at the slab's start, its entry (seq 1) written in the pool. */
-    egm_slab_log_entry_t e = {
-        .slab_id = s1.id, .seq = 1, .offset = 0, .size = KEY_SIZE, .key = "K", .key_len = 1};
+    assert_int_equal(egm__liveness_mount(fx->lead.liveness, provider, &p, 0), EGM_OK);
+    fx->cfg = (egm_put_config_t){.replica_num = 1, .writer_host_id = "host-a"};
     assert_int_equal(
-        egm__slab_log_encode(&e, pool + s1.extents[0].offset + egm__slab_log_at(SEG, 1)), EGM_OK);
-    uint64_t size = KEY_SIZE, offset = 0, slab = s1.id, seq = 1, *seen = NULL;
-    /* What the master notes seen, as the Commit handler derives it. */
-    if (entry != ENTRY_UNREPORTED)
-        assert_int_equal(
-            egm__commit_seen_seqs(1, entry == ENTRY_WHOLE ? &seq : NULL, entry == ENTRY_WHOLE,
-                                  entry == ENTRY_TORN ? &seq : NULL, entry == ENTRY_TORN, &seen),
-            EGM_OK);
+        egm__objects_slab_grant(fx->lead.objects, fx->writer, SEG, SEG, 1, 0, &fx->cfg, 0, &fx->s1),
+        EGM_OK);
+    egm__journal_take_position(fx->j);
+    standby_takes_all(fx->j, fx->f, fx->m, 0);
+    egm_slab_log_entry_t e = {
+        .slab_id = fx->s1.id, .seq = 1, .offset = 0, .size = KEY_SIZE, .key = "K", .key_len = 1};
+    assert_int_equal(
+        egm__slab_log_encode(&e, pool + fx->s1.extents[0].offset + egm__slab_log_at(SEG, 1)),
+        EGM_OK);
+}
+
+/* K was removed and the standby confirmed it: another writer is granted K's
+ * range, answered before the standby holds the grant (early) or once it
+ * does; its bytes land there; the leader dies with nothing more reaching
+ * the standby, which takes over reading the slab logs from the pool. What
+ * the new leader says of K; *recovered_p: objects it found in slab logs. */
+static egm_status_t fixture_takeover(fixture_t *fx, int early, size_t *recovered_p)
+{
+    egm_slab_view_t s2;
+    assert_int_equal(egm__objects_slab_grant(fx->lead.objects, fx->other, KEY_SIZE, KEY_SIZE, 1,
+                                             early, &fx->cfg, 20000, &s2),
+                     EGM_OK);
+    assert_int_equal(s2.early, early);
+    assert_true(s2.extents[0].offset == fx->s1.extents[0].offset);
+    egm__journal_take_position(fx->j);
+    if (!early)
+        standby_takes_all(fx->j, fx->f, fx->m, 20000);
+    memset(pool + s2.extents[0].offset, 0xab, KEY_SIZE);
+
+    egm_pool_reader_t reader = {.fn = pool_read};
+    size_t adopted = 0, skipped = 0;
+    assert_int_equal(egm__mirror_install(fx->m, fx->next.liveness, fx->next.segments,
+                                         fx->next.objects, &reader, 30000, &adopted, &skipped,
+                                         recovered_p),
+                     EGM_OK);
+    egm_object_view_t view;
+    return egm__objects_stat(fx->next.objects, "K", 1, &view);
+}
+
+static void fixture_cleanup(fixture_t *fx)
+{
+    egm__mirror_destroy(fx->m);
+    egm__objects_set_journal(fx->lead.objects, NULL);
+    egm__segment_table_set_journal(fx->lead.segments, NULL);
+    egm__journal_unfollow(fx->j, fx->f);
+    egm__journal_destroy(fx->j);
+    egm__master_state_cleanup(&fx->lead);
+    egm__master_state_cleanup(&fx->next);
+}
+
+static void removed_key_stays_removed(int early)
+{
+    fixture_t fx;
+    fixture_init(&fx);
+    uint64_t size = KEY_SIZE, offset = 0, slab = fx.s1.id, seq = 1;
     const char *key = "K";
     size_t key_len = 1;
     egm_objects_batch_t b = {.op = EGM_OBJECTS_COMMIT,
-                             .client = writer,
+                             .client = fx.writer,
                              .sizes = &size,
                              .slab_ids = &slab,
                              .offsets = &offset,
-                             .log_seqs = seen,
-                             .config = &cfg,
+                             .log_seqs = &seq,
+                             .config = &fx.cfg,
                              .n = 1,
                              .keys = &key,
                              .key_lens = &key_len,
                              .done = egm_test_record_answer};
-    assert_int_equal(egm__objects_batch(lead.objects, &b), EGM_OK);
+    assert_int_equal(egm__objects_batch(fx.lead.objects, &b), EGM_OK);
     assert_int_equal(egm_test_answered, EGM_OK);
-    egm__journal_take_position(j);
+    egm__journal_take_position(fx.j);
     /* Before the Commit's request notes the entry seen (egm__objects_slab_seen),
      * another request removes K (its lease long over); the standby confirms. */
-    assert_int_equal(egm__objects_remove(lead.objects, "K", 1, 0, 20000, NULL), EGM_OK);
-    egm__journal_take_position(j);
-    standby_takes_all(j, f, m, 20000);
+    assert_int_equal(egm__objects_remove(fx.lead.objects, "K", 1, 0, 20000, NULL), EGM_OK);
+    egm__journal_take_position(fx.j);
+    standby_takes_all(fx.j, fx.f, fx.m, 20000);
 
-    /* Another writer is granted K's range: answered before the standby holds
-     * the grant, or once it does. Its bytes land there; then the leader dies
-     * with nothing more reaching the standby. */
-    assert_int_equal(egm__objects_slab_grant(lead.objects, other, KEY_SIZE, KEY_SIZE, 1, early,
-                                             &cfg, 20000, &s2),
-                     EGM_OK);
-    assert_int_equal(s2.early, early);
-    assert_true(s2.extents[0].offset == s1.extents[0].offset);
-    egm__journal_take_position(j);
-    if (!early)
-        standby_takes_all(j, f, m, 20000);
-    memset(pool + s2.extents[0].offset, 0xab, KEY_SIZE);
-
-    egm_pool_reader_t reader = {.fn = pool_read};
-    size_t adopted = 0, skipped = 0, recovered = 0;
-    assert_int_equal(egm__mirror_install(m, next.liveness, next.segments, next.objects, &reader,
-                                         30000, &adopted, &skipped, &recovered),
-                     EGM_OK);
-    egm_object_view_t view;
-    egm_status_t got = egm__objects_stat(next.objects, "K", 1, &view);
-    if (entry == ENTRY_UNREPORTED) {
-        /* The control: an entry the master never heard of is adopted. */
-        assert_int_equal(got, EGM_OK);
-        assert_int_equal(recovered, 1);
-    } else if (got != EGM_ERR_NOT_FOUND) {
-        fail_msg("the new leader brought removed K back (%s, %zu found in slab logs; entry %s) "
-                 "over the range granted %s",
-                 egm_status_string(got), recovered, entry == ENTRY_TORN ? "torn" : "whole",
-                 early ? "early" : "after the standby held it");
-    }
-    egm_free(seen);
-
-    egm__mirror_destroy(m);
-    egm__objects_set_journal(lead.objects, NULL);
-    egm__segment_table_set_journal(lead.segments, NULL);
-    egm__journal_unfollow(j, f);
-    egm__journal_destroy(j);
-    egm__master_state_cleanup(&lead);
-    egm__master_state_cleanup(&next);
+    size_t recovered = 0;
+    egm_status_t got = fixture_takeover(&fx, early, &recovered);
+    if (got != EGM_ERR_NOT_FOUND)
+        fail_msg("the new leader brought removed K back (%s, %zu found in slab logs) over the "
+                 "range granted %s",
+                 egm_status_string(got), recovered, early ? "early" : "after the standby held it");
+    fixture_cleanup(&fx);
 }
 
 static void test_removed_key_early_grant(void **state)
 {
     (void)state;
-    removed_key_stays_removed(1, ENTRY_WHOLE);
+    removed_key_stays_removed(1);
 }
 
 static void test_removed_key_waited_grant(void **state)
 {
     (void)state;
-    removed_key_stays_removed(0, ENTRY_WHOLE);
+    removed_key_stays_removed(0);
 }
 
-/* An entry whose write failed on some extent, named in the Commit's
- * torn_log_seqs: noted seen like a whole one (before, the client sent 0 and
- * the new leader adopted it from the extent it had reached). */
-static void test_removed_key_torn_entry(void **state)
+/* The standby as a thread: takes and acknowledges what the leader journals
+ * while a request of the leader waits for it, until told to stop. */
+typedef struct {
+    fixture_t *fx;
+    atomic_int stop;
+} standby_thread_t;
+
+static void *standby_run(void *arg)
+{
+    standby_thread_t *t = arg;
+    while (!atomic_load(&t->stop)) {
+        uint8_t *ops;
+        size_t len;
+        uint64_t from, to;
+        egm_status_t s = egm__journal_next(t->fx->j, t->fx->f, 5, 1 << 20, &ops, &len, &from, &to);
+        if (s == EGM_ERR_TIMEOUT)
+            continue;
+        assert_int_equal(s, EGM_OK);
+        assert_int_equal(egm__mirror_apply(t->fx->m, 1, 0, from, to, ops, len, 0), EGM_OK);
+        egm_free(ops);
+        egm__journal_acked(t->fx->j, t->fx->f, to);
+    }
+    return NULL;
+}
+
+/* The leader's clock in the handler's requests: after the slab's grant at
+ * 0, before K's removal at 20000. */
+static uint64_t handler_now(void)
+{
+    return 1000;
+}
+
+/* How K's Commit names its log entry (commit_seqs.h): written whole
+ * (log_seqs), written on some extents only (torn_log_seqs: the write
+ * failed), or a failed write not reported (what the client sent before
+ * torn_log_seqs: the control, where the new leader does bring K back). */
+typedef enum { ENTRY_WHOLE, ENTRY_TORN, ENTRY_UNREPORTED, ENTRY_MIXED } entry_t;
+
+/* K committed through the Commit handler, then removed; another writer's
+ * bytes land in K's range under an early grant; the leader dies. Only a
+ * whole entry lets the Commit be answered before the standby holds it; a
+ * torn one is noted seen all the same, so the new leader skips it.
+ * ENTRY_MIXED: K whole and K2 (beside it) torn in one Commit, which then
+ * waits. */
+static void commit_named(entry_t entry)
+{
+    fixture_t fx;
+    fixture_init(&fx);
+    fx.lead.journal = fx.j;
+    fx.lead.journal_wait_ms = 30000;
+    fx.lead.now_ms = handler_now;
+
+    Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    const char *keys[] = {"K", "K2"};
+    uint64_t sizes[] = {KEY_SIZE, KEY_SIZE}, offsets[] = {0, KEY_SIZE};
+    uint64_t slabs[] = {fx.s1.id, fx.s1.id}, whole[] = {1, 0}, torn[] = {0, 2};
+    size_t n = entry == ENTRY_MIXED ? 2 : 1;
+    egm__id_to_pb(fx.writer, &client);
+    req.client = &client;
+    req.n_keys = req.n_sizes = req.n_slab_ids = req.n_offsets = n;
+    req.keys = (char **)keys;
+    req.sizes = sizes;
+    req.slab_ids = slabs;
+    req.offsets = offsets;
+    if (entry == ENTRY_WHOLE || entry == ENTRY_MIXED) {
+        req.n_log_seqs = n;
+        req.log_seqs = whole;
+    }
+    if (entry == ENTRY_TORN) {
+        req.n_torn_log_seqs = 1;
+        req.torn_log_seqs = whole; /* seq 1, torn */
+    } else if (entry == ENTRY_MIXED) {
+        req.n_torn_log_seqs = 2;
+        req.torn_log_seqs = torn;
+    }
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(egm__pb_pack(&req.base, &buf, &len), EGM_OK);
+    standby_thread_t t = {.fx = &fx};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, standby_run, &t), 0);
+    egm_rpc_reply_t reply = {0};
+    egm_status_t status = egm__master_handle(&fx.lead, EGM_RPC_COMMIT, buf, len, &reply);
+    atomic_store(&t.stop, 1);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    egm_free(buf);
+    assert_int_equal(status, EGM_OK);
+    Egm__KeysReply *r = NULL;
+    assert_int_equal(
+        egm__pb_unpack(&egm__keys_reply__descriptor, reply.buf, reply.len, (ProtobufCMessage **)&r),
+        EGM_OK);
+    egm_free(reply.buf);
+    assert_int_equal(r->n_results, n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(r->results[i]->status, EGM_OK);
+    egm__pb_free(&r->base);
+    assert_int_equal(atomic_load(&fx.lead.commits_described), entry == ENTRY_WHOLE);
+    standby_takes_all(fx.j, fx.f, fx.m, 0); /* what the handler journaled after its wait */
+
+    assert_int_equal(egm__objects_remove(fx.lead.objects, "K", 1, 0, 20000, NULL), EGM_OK);
+    egm__journal_take_position(fx.j);
+    standby_takes_all(fx.j, fx.f, fx.m, 20000);
+    size_t recovered = 0;
+    egm_status_t got = fixture_takeover(&fx, 1, &recovered);
+    if (entry == ENTRY_UNREPORTED) {
+        assert_int_equal(got, EGM_OK);
+        assert_int_equal(recovered, 1);
+    } else if (got != EGM_ERR_NOT_FOUND) {
+        fail_msg("the new leader brought removed K back (%s, %zu found in slab logs; entry %s)",
+                 egm_status_string(got), recovered,
+                 entry == ENTRY_TORN    ? "torn"
+                 : entry == ENTRY_MIXED ? "whole, beside a torn one"
+                                        : "whole");
+    }
+    fx.lead.journal = NULL;
+    fixture_cleanup(&fx);
+}
+
+static void test_commit_whole_entry(void **state)
 {
     (void)state;
-    removed_key_stays_removed(1, ENTRY_TORN);
-    removed_key_stays_removed(0, ENTRY_TORN);
-    removed_key_stays_removed(0, ENTRY_UNREPORTED);
+    commit_named(ENTRY_WHOLE);
+}
+
+static void test_commit_torn_entry(void **state)
+{
+    (void)state;
+    commit_named(ENTRY_TORN);
+}
+
+static void test_commit_unreported_entry(void **state)
+{
+    (void)state;
+    commit_named(ENTRY_UNREPORTED);
+}
+
+static void test_commit_whole_and_torn(void **state)
+{
+    (void)state;
+    commit_named(ENTRY_MIXED);
 }
 
 int main(void)
@@ -215,7 +362,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_removed_key_early_grant),
         cmocka_unit_test(test_removed_key_waited_grant),
-        cmocka_unit_test(test_removed_key_torn_entry),
+        cmocka_unit_test(test_commit_whole_entry),
+        cmocka_unit_test(test_commit_torn_entry),
+        cmocka_unit_test(test_commit_unreported_entry),
+        cmocka_unit_test(test_commit_whole_and_torn),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (failed == 0 && egm__alloc_live_count() != live) {
