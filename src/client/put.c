@@ -314,6 +314,16 @@ static egm_status_t slab_copy(egm_client_t *client, const put_plan_t *plan, void
     return EGM_OK;
 }
 
+/* A per-key list of a request: sent whole (0 for the keys without a value)
+ * when some key has a value, else not at all: its count. */
+static size_t all_or_none(const uint64_t *v, size_t n)
+{
+    for (size_t i = 0; v != NULL && i < n; i++)
+        if (v[i] != 0)
+            return n;
+    return 0;
+}
+
 /* One Commit (n keys, maybe none) carrying the slabs to return; its reply. */
 static egm_status_t commit_rpc(egm_client_t *client, size_t n, const char **keys, uint64_t *sizes,
                                uint64_t *slab_ids, uint64_t *offsets, uint64_t *log_seqs,
@@ -337,18 +347,10 @@ static egm_status_t commit_rpc(egm_client_t *client, size_t n, const char **keys
     req.sizes = sizes;
     req.slab_ids = slab_ids;
     req.offsets = offsets;
-    for (size_t i = 0; log_seqs != NULL && i < n; i++)
-        if (log_seqs[i] != 0) { /* one described: all sent (0 for the others) */
-            req.n_log_seqs = n;
-            req.log_seqs = log_seqs;
-            break;
-        }
-    for (size_t i = 0; torn_seqs != NULL && i < n; i++)
-        if (torn_seqs[i] != 0) { /* likewise */
-            req.n_torn_log_seqs = n;
-            req.torn_log_seqs = torn_seqs;
-            break;
-        }
+    req.n_log_seqs = all_or_none(log_seqs, n);
+    req.log_seqs = log_seqs;
+    req.n_torn_log_seqs = all_or_none(torn_seqs, n);
+    req.torn_log_seqs = torn_seqs;
     req.config = &cfg;
     req.n_returned = n_returns;
     req.returned = returns;

@@ -26,7 +26,7 @@ egm_status_t egm__commit_seen_seqs(size_t n, const uint64_t *logged, size_t n_lo
     if (seen == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a Commit's log seqs");
     for (size_t i = 0; i < n; i++) {
-        uint64_t whole = n_logged != 0 ? logged[i] : 0, part = n_torn != 0 ? torn[i] : 0;
+        uint64_t whole = n_logged != 0 ? logged[i] : 0, part = torn[i];
         if (whole != 0 && part != 0) {
             egm_free(seen);
             return egm__set_error(EGM_ERR_INVALID_ARG,

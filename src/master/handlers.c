@@ -141,14 +141,6 @@ static int segment_set_add(segment_set_t *set, const egm_segment_t *seg)
     return 1;
 }
 
-/* One KeyResult per key; the replicas recorded in the outcomes (GetReplicaList,
- * PutStart) name segments, whose descriptors follow, once each, in the order
- * the replicas first name them. */
-/* After a force remove of objects whose latest lease was granted at
- * last_grant_ms (0: none): how long its caller waits before it returns, so
- * that every location a client cached of them has run out
- * (docs/consistency.md). The watermark covers every force remove so far: a
- * second remover answered NOT_FOUND waits for the first one's objects too. */
 /* Raises *at to until unless it is already later. */
 static void raise_to(_Atomic uint64_t *at, uint64_t until)
 {
@@ -157,6 +149,11 @@ static void raise_to(_Atomic uint64_t *at, uint64_t until)
         ;
 }
 
+/* After a force remove of objects whose latest lease was granted at
+ * last_grant_ms (0: none): how long its caller waits before it returns, so
+ * that every location a client cached of them has run out
+ * (docs/consistency.md). The watermark covers every force remove so far: a
+ * second remover answered NOT_FOUND waits for the first one's objects too. */
 static uint64_t force_wait_ms(egm_master_state_t *st, uint64_t last_grant_ms, uint64_t now_ms)
 {
     if (last_grant_ms != 0)
@@ -175,6 +172,9 @@ typedef struct {
     uint64_t place_within_ms; /* SlabGrant answered before the standbys hold it */
 } keys_reply_extra_t;
 
+/* One KeyResult per key; the replicas recorded in the outcomes (GetReplicaList,
+ * PutStart) name segments, whose descriptors follow, once each, in the order
+ * the replicas first name them. */
 static egm_status_t send_keys_reply(egm_master_state_t *st, const outcomes_t *oc, size_t n,
                                     const keys_reply_extra_t *extra, egm_rpc_reply_t *reply)
 {

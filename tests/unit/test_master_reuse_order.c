@@ -58,21 +58,29 @@ static void state_init(egm_master_state_t *st)
 }
 
 /* The standby receives, applies and acknowledges everything journaled. */
+/* The standby takes the next batch journaled (waiting up to wait_ms for
+ * one), applies and acknowledges it: 0 when none came. */
+static int standby_takes(egm_journal_t *j, egm_journal_follower_t *f, egm_mirror_t *m,
+                         uint64_t wait_ms, uint64_t now)
+{
+    uint8_t *ops;
+    size_t len;
+    uint64_t from, to;
+    egm_status_t s = egm__journal_next(j, f, wait_ms, 1 << 20, &ops, &len, &from, &to);
+    if (s == EGM_ERR_TIMEOUT)
+        return 0;
+    assert_int_equal(s, EGM_OK);
+    assert_int_equal(egm__mirror_apply(m, 1, from == 0, from, to, ops, len, now), EGM_OK);
+    egm_free(ops);
+    egm__journal_acked(j, f, to);
+    return 1;
+}
+
 static void standby_takes_all(egm_journal_t *j, egm_journal_follower_t *f, egm_mirror_t *m,
                               uint64_t now)
 {
-    for (;;) {
-        uint8_t *ops;
-        size_t len;
-        uint64_t from, to;
-        egm_status_t s = egm__journal_next(j, f, 0, 1 << 20, &ops, &len, &from, &to);
-        if (s == EGM_ERR_TIMEOUT)
-            return;
-        assert_int_equal(s, EGM_OK);
-        assert_int_equal(egm__mirror_apply(m, 1, from == 0, from, to, ops, len, now), EGM_OK);
-        egm_free(ops);
-        egm__journal_acked(j, f, to);
-    }
+    while (standby_takes(j, f, m, 0, now))
+        ;
 }
 
 /* A leader with a standby in sync (journal, follower, mirror), one segment
@@ -222,18 +230,8 @@ typedef struct {
 static void *standby_run(void *arg)
 {
     standby_thread_t *t = arg;
-    while (!atomic_load(&t->stop)) {
-        uint8_t *ops;
-        size_t len;
-        uint64_t from, to;
-        egm_status_t s = egm__journal_next(t->fx->j, t->fx->f, 5, 1 << 20, &ops, &len, &from, &to);
-        if (s == EGM_ERR_TIMEOUT)
-            continue;
-        assert_int_equal(s, EGM_OK);
-        assert_int_equal(egm__mirror_apply(t->fx->m, 1, 0, from, to, ops, len, 0), EGM_OK);
-        egm_free(ops);
-        egm__journal_acked(t->fx->j, t->fx->f, to);
-    }
+    while (!atomic_load(&t->stop))
+        standby_takes(t->fx->j, t->fx->f, t->fx->m, 5, 0);
     return NULL;
 }
 
