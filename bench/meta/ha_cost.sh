@@ -17,14 +17,16 @@
 # egm_master_rpc_duration_seconds sums and counts) after each run go to metrics-MODE-ROUND.txt;
 # --workload and --sizes narrow the data runs to some of bench data's (default single,batch and
 # 4KiB,1MiB), to measure one figure over more rounds.
+# With --baseline PATH, a mode "base": "standby" with every process (masters, provider, bench)
+# run from another egmstore binary, e.g. the build before a change, against the same "off".
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
 #                              [--what meta|data] [--workload single,batch] [--sizes 4KiB,1MiB]
-#                              [--standby-spin US] [--late-grants] [--out DIR]
+#                              [--standby-spin US] [--late-grants] [--baseline PATH] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin= late=
-workload=single,batch sizes=4KiB,1MiB
+workload=single,batch sizes=4KiB,1MiB baseline=
 while [ $# -gt 0 ]; do
     case $1 in
     --what) what=$2; shift 2 ;;
@@ -37,7 +39,8 @@ while [ $# -gt 0 ]; do
     --late-grants) late=1; shift ;;
     --workload) workload=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
-    *) sed -n 2,24p "$0"; exit 2 ;;
+    --baseline) baseline=$2; shift 2 ;;
+    *) sed -n 2,26p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
@@ -61,23 +64,25 @@ cleanup() {
 trap cleanup EXIT
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
 for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
-modes="off on standby${spin:+ spin}${late:+ late}"
+modes="off on standby${spin:+ spin}${late:+ late}${baseline:+ base}"
 for r in $(seq "$rounds"); do
     for mode in $modes; do
+        bin=$egm
+        [ $mode = base ] && bin=$baseline
         extra=()
         # A cluster id per run: no in-sync set of an earlier run holds a new standby back.
         [ $mode != off ] && extra=(--enable-ha true --etcd-endpoints 127.0.0.1:$cp --cluster-id "cost-$mode-$r")
         # data: force-removed objects' space comes back after a lease of 1 s (not 5) between phases
         [ $what = data ] && extra+=(--default-kv-lease-ttl 1000)
         [ $mode = late ] && extra+=(--ha-early-grants false)
-        "$egm" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
+        "$bin" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
         master_pid=$!
         # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
-        for _ in $(seq 100); do "$egm" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
-        if [ $mode = standby ] || [ $mode = spin ] || [ $mode = late ]; then
+        for _ in $(seq 100); do "$bin" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
+        if [ $mode = standby ] || [ $mode = spin ] || [ $mode = late ] || [ $mode = base ]; then
             sextra=()
             [ $mode = spin ] && sextra=(--rpc-server-spin-us "$spin")
-            "$egm" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" "${sextra[@]}" \
+            "$bin" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" "${sextra[@]}" \
                 > "$out/standby-$mode-$r.log" 2>&1 &
             standby_pid=$!
             for _ in $(seq 200); do
@@ -88,14 +93,14 @@ for r in $(seq "$rounds"); do
         fi
         echo "ha_cost: round $r, enable_ha $mode" >&2
         if [ $what = meta ]; then
-            "$egm" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
+            "$bin" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
         else
-            "$egm" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
+            "$bin" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
                 --local-hostname 127.0.0.1 > "$out/provider-$mode-$r.log" 2>&1 &
             provider_pid=$!
             for _ in $(seq 100); do grep -q "provider ready" "$out/provider-$mode-$r.log" && break; sleep 0.1; done
-            "$egm" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
+            "$bin" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
             python3 -c 'import sys, urllib.request

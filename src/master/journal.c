@@ -21,6 +21,9 @@
  * snapshot): the leader's memory does not grow without bound behind a
  * standby that stopped reading. */
 #define EGM_JOURNAL_BACKLOG_MAX (256u << 20)
+/* Batches sent to one follower through its sender and not answered yet: a
+ * change need not wait for the answer of the batch before its own. */
+#define EGM_JOURNAL_IN_FLIGHT_MAX 4
 
 void egm__jbuf_free(egm_jbuf_t *b)
 {
@@ -321,10 +324,13 @@ struct egm_journal_follower {
     uint64_t sent;  /* position up to which it was given ops */
     uint64_t acked; /* ... and acknowledged them */
     int in_sync;
-    int cut;     /* fell behind past EGM_JOURNAL_BACKLOG_MAX */
-    int failed;  /* a send by a waiting request failed */
-    int sending; /* a waiting request is sending to it */
-    egm_journal_send_fn send;
+    int cut;       /* fell behind past EGM_JOURNAL_BACKLOG_MAX */
+    int failed;    /* a send through its sender failed */
+    int writing;   /* a thread is writing it a batch: the next one leaves after */
+    int in_flight; /* batches written through its sender, not answered yet */
+    int handed;    /* egm__journal_next gave out a batch not acknowledged yet */
+    egm_journal_start_fn start;
+    egm_journal_end_fn end;
     void *send_arg;
     size_t send_max;
 };
@@ -430,8 +436,8 @@ static void appended(egm_journal_t *j)
         pthread_cond_broadcast(&j->more); /* its thread finds out now */
     }
     /* The follower threads are not woken: the request that made the change
-     * sends it (egm__journal_try) or finds a batch in flight, after which
-     * the sender takes what is pending. */
+     * sends it (egm__journal_try), or finds the batches in flight at their
+     * limit, after which whoever sends next takes what is pending. */
     tl_pos = end;
     tl_journal = j;
 }
@@ -518,47 +524,59 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
     return EGM_OK;
 }
 
-/* An in-sync follower with a sender, not given pos yet, with no batch in
- * flight (everything given is acknowledged, whoever sent it: a waiting
- * request or egm__journal_next's caller). A batch sent beside another could
- * reach the standby first, which refuses it (not at its position) and is
- * dropped. With the lock. */
-static egm_journal_follower_t *idle_behind(egm_journal_t *j, uint64_t pos)
+/* Whether a batch may leave for f through its sender now: it has ops it was
+ * not given, no batch is being written to it (batches leave in the order
+ * they were taken: the standby refuses one not at its position) nor handed
+ * out by egm__journal_next (its caller sends that one), and fewer than
+ * EGM_JOURNAL_IN_FLIGHT_MAX await their answer. With the lock. */
+static int may_send_to(const egm_journal_t *j, const egm_journal_follower_t *f)
 {
-    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next)
-        if (f->in_sync && f->send != NULL && !f->failed && !f->cut && f->acked == f->sent &&
-            f->sent < pos)
-            return f;
-    return NULL;
+    return f->start != NULL && !f->failed && !f->cut && !f->writing && !f->handed &&
+           f->in_flight < EGM_JOURNAL_IN_FLIGHT_MAX && f->sent < end_of(j);
 }
 
-/* Sends f what it was not given, as a waiting request; with the lock, which
- * it lets go during the send. */
-static void send_as_waiter(egm_journal_t *j, egm_journal_follower_t *f)
+/* Sends f the ops it was not given (up to its sender's max) and waits for
+ * the answer, while other threads may send the batches after it (the
+ * standby applies them in order: one connection, served in order, so an
+ * answer acknowledges every batch before it too). With the lock, which it
+ * lets go during the send. EGM_OK once f applied them; else f is failed. */
+static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f)
 {
     uint8_t *ops;
     size_t len;
     uint64_t from, to;
-    if (take_batch(j, f, f->send_max, &ops, &len, &from, &to) != EGM_OK) {
+    void *call = NULL;
+    egm_status_t s = take_batch(j, f, f->send_max, &ops, &len, &from, &to);
+    if (s != EGM_OK) {
         f->failed = 1;
-        return;
+        pthread_cond_broadcast(&j->more);
+        return s;
     }
-    f->sending = 1;
+    f->writing = 1;
+    f->in_flight++;
     trim(j);
     pthread_mutex_unlock(&j->lock);
-    egm_status_t s = f->send(f->send_arg, from, to, ops, len);
+    s = f->start(f->send_arg, from, to, ops, len, &call);
     egm_free(ops);
-    if (s != EGM_OK) /* said here: the standby's thread only sees that it failed */
-        egm_warn("master: sending ops %llu..%llu to a standby for a waiting request: %s",
-                 (unsigned long long)from, (unsigned long long)to, egm_last_error());
     pthread_mutex_lock(&j->lock);
-    f->sending = 0;
-    if (s == EGM_OK && to > f->acked)
+    f->writing = 0;
+    pthread_cond_broadcast(&j->more); /* the next batch may leave */
+    if (s == EGM_OK) {
+        pthread_mutex_unlock(&j->lock);
+        s = f->end(f->send_arg, call);
+        pthread_mutex_lock(&j->lock);
+    }
+    f->in_flight--;
+    if (s == EGM_OK && to > f->acked) {
         f->acked = to;
-    else if (s != EGM_OK)
+    } else if (s != EGM_OK) { /* said here: the standby's thread only sees that it failed */
+        egm_warn("master: sending ops %llu..%llu to a standby: %s", (unsigned long long)from,
+                 (unsigned long long)to, egm_last_error());
         f->failed = 1;
+    }
     pthread_cond_broadcast(&j->acked);
     pthread_cond_broadcast(&j->more);
+    return s;
 }
 
 /* Whether every in-sync follower acknowledged pos. With the lock. */
@@ -620,16 +638,28 @@ static void unlock_and_settle(egm_journal_t *j)
     }
 }
 
-/* Sends, as a waiting request, to each follower that is idle and lacks pos,
- * until none is; then whether every in-sync follower acknowledged pos.
- * With the lock. */
-static int send_while_idle(egm_journal_t *j, uint64_t pos)
+/* Sends, as a request waiting for pos, to each in-sync follower that lacks
+ * it and may be sent to (a batch being written to it ends within
+ * microseconds: waited for), until none is left; then whether every
+ * in-sync follower acknowledged pos. With the lock. */
+static int send_while_behind(egm_journal_t *j, uint64_t pos)
 {
     while (!acked_by_all(j, pos)) {
-        egm_journal_follower_t *f = idle_behind(j, pos);
-        if (f == NULL)
+        egm_journal_follower_t *f = j->followers, *writing = NULL;
+        for (; f != NULL; f = f->next) {
+            if (!f->in_sync || f->sent >= pos)
+                continue;
+            if (may_send_to(j, f))
+                break;
+            if (f->writing && !f->failed && !f->cut)
+                writing = f;
+        }
+        if (f != NULL)
+            send_batch(j, f);
+        else if (writing != NULL)
+            pthread_cond_wait(&j->more, &j->lock);
+        else
             return 0;
-        send_as_waiter(j, f);
     }
     return 1;
 }
@@ -641,7 +671,7 @@ static egm_status_t wait_for(egm_journal_t *j, uint64_t pos, uint64_t timeout_ms
     egm__deadline_in(&deadline, timeout_ms);
     egm_status_t status = EGM_OK;
     pthread_mutex_lock(&j->lock);
-    while (!send_while_idle(j, pos)) {
+    while (!send_while_behind(j, pos)) {
         if (pthread_cond_timedwait(&j->acked, &j->lock, &deadline) == ETIMEDOUT &&
             !acked_by_all(j, pos)) {
             j->waits_timed_out++;
@@ -661,7 +691,7 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
     if (j == NULL || tl_journal != j || pos == 0)
         return EGM_OK;
     pthread_mutex_lock(&j->lock);
-    int done = may_send ? send_while_idle(j, pos) : acked_by_all(j, pos);
+    int done = may_send ? send_while_behind(j, pos) : acked_by_all(j, pos);
     if (!done && !may_send) /* the followers' threads send it */
         pthread_cond_broadcast(&j->more);
     unlock_and_settle(j);
@@ -788,6 +818,18 @@ egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p,
     return EGM_OK;
 }
 
+/* Whether a batch to f is being written or awaits its answer. With the lock. */
+static int busy(const egm_journal_follower_t *f)
+{
+    return f->writing || f->in_flight > 0;
+}
+
+static egm_status_t cut_error(void)
+{
+    return egm__set_error(EGM_ERR_NO_SPACE, "the standby fell more than %u MiB of changes behind",
+                          EGM_JOURNAL_BACKLOG_MAX >> 20);
+}
+
 egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
                                size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
                                uint64_t *to_p)
@@ -797,7 +839,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
     *buf_p = NULL;
     *len_p = 0;
     pthread_mutex_lock(&j->lock);
-    while (!f->cut && !f->failed && (f->sending || f->sent == end_of(j)))
+    while (!f->cut && !f->failed && (busy(f) || f->sent == end_of(j)))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
     egm_status_t status = EGM_OK;
@@ -806,27 +848,49 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
         goto out;
     }
     if (f->cut) {
-        status =
-            egm__set_error(EGM_ERR_NO_SPACE, "the standby fell more than %u MiB of changes behind",
-                           EGM_JOURNAL_BACKLOG_MAX >> 20);
+        status = cut_error();
         goto out;
     }
-    if (f->sending || f->sent == end_of(j)) {
+    if (busy(f) || f->sent == end_of(j)) {
         status = EGM_ERR_TIMEOUT;
         goto out;
     }
     status = take_batch(j, f, max, buf_p, len_p, from_p, to_p);
+    f->handed = status == EGM_OK;
     trim(j);
 out:
     unlock_and_settle(j); /* also the waiters whose time ran out */
     return status;
 }
 
-void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f, egm_journal_send_fn fn,
-                             void *arg, size_t max)
+egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms)
+{
+    struct timespec deadline;
+    egm__deadline_in(&deadline, wait_ms);
+    pthread_mutex_lock(&j->lock);
+    while (!f->cut && !f->failed && !may_send_to(j, f))
+        if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
+            break;
+    egm_status_t status;
+    if (f->failed)
+        status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");
+    else if (f->cut)
+        status = cut_error();
+    else if (!may_send_to(j, f))
+        status = EGM_ERR_TIMEOUT;
+    else
+        status = send_batch(j, f);
+    unlock_and_settle(j);
+    return status;
+}
+
+void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f,
+                             egm_journal_start_fn start, egm_journal_end_fn end, void *arg,
+                             size_t max)
 {
     pthread_mutex_lock(&j->lock);
-    f->send = fn;
+    f->start = start;
+    f->end = end;
     f->send_arg = arg;
     f->send_max = max;
     pthread_mutex_unlock(&j->lock);
@@ -845,7 +909,10 @@ void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t po
     pthread_mutex_lock(&j->lock);
     if (pos > f->acked)
         f->acked = pos;
+    if (f->acked == f->sent)
+        f->handed = 0;
     pthread_cond_broadcast(&j->acked);
+    pthread_cond_broadcast(&j->more); /* batches may go through its sender again */
     unlock_and_settle(j);
 }
 
@@ -861,7 +928,7 @@ uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)
 void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f)
 {
     pthread_mutex_lock(&j->lock);
-    while (f->sending) /* a waiting request's send: it touches f after */
+    while (busy(f)) /* a send through its sender: it touches f after */
         pthread_cond_wait(&j->acked, &j->lock);
     for (egm_journal_follower_t **link = &j->followers; *link != NULL; link = &(*link)->next)
         if (*link == f) {

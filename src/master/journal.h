@@ -132,14 +132,15 @@ void egm__journal_slab_gone(egm_journal_t *j, uint64_t id);
  * or no follower is in sync), at most timeout_ms. EGM_OK, or
  * EGM_ERR_UNREACHABLE naming the wait. The thread's position is cleared
  * either way. While a follower with a sender has not been given the ops
- * waited for and nobody is sending to it, the waiting thread sends them
- * itself (with whatever else is pending: a group commit), without waking
- * any other thread. */
+ * waited for and fewer than a few batches to it await their answers, the
+ * waiting thread sends them itself (with whatever else is pending: a group
+ * commit), without waking any other thread and without waiting for the
+ * answers of the batches before. */
 egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
 
 /* Without blocking the thread (an RPC thread serving other requests
  * meanwhile): egm__journal_try sends, like egm__journal_wait, to the
- * followers that are idle when may_send (blocking for their answer: for a
+ * followers that may be sent to when may_send (blocking for their answer: for a
  * thread with nothing else to do), else wakes the followers' threads to
  * send; and answers EGM_OK when every in-sync follower has the calling
  * thread's last op (or there is none: the thread's position is cleared), or
@@ -150,8 +151,8 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
  * the caller of egm__journal_expire; at once, here, when nothing is left to
  * wait for), with no lock held; at the journal's destruction, with
  * EGM_ERR_UNREACHABLE. It clears the thread's position. The ops waited for
- * are sent by whoever sends next: the follower's thread after the batch in
- * flight, or a waiting request that finds the follower idle. */
+ * are sent by whoever sends next: the follower's thread, or a waiting
+ * request, once fewer batches are in flight. */
 egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
 /* The calling thread's last op position (0: none since its last wait), and
  * egm__journal_take_position the same, clearing it: for a request answered
@@ -187,28 +188,44 @@ void egm__journal_expire(egm_journal_t *j);
  * first. It is not in sync (no wait waits for it) until
  * egm__journal_set_in_sync. */
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p);
-/* The ops after what f was last given, at most max bytes (whole ops; at least
- * one), waiting up to wait_ms for some (and for a send by a waiting request
- * to end): EGM_OK with an egm_malloc'ed copy in *buf_p, the positions
- * [*from_p, *to_p); EGM_ERR_TIMEOUT when none came; EGM_ERR_NO_SPACE when f
- * fell so far behind that the journal dropped it, EGM_ERR_UNREACHABLE when a
- * send to it failed (either way it must start over with a snapshot);
- * EGM_ERR_NO_MEMORY. The caller sends them, then egm__journal_acked. */
+/* Two ways to carry f's ops. Pulled: egm__journal_next gives the ops after
+ * what f was last given, at most max bytes (whole ops; at least one),
+ * waiting up to wait_ms for some (and for the batches in flight through f's
+ * sender to be answered): EGM_OK with an egm_malloc'ed copy in *buf_p, the
+ * positions [*from_p, *to_p); EGM_ERR_TIMEOUT when none came; EGM_ERR_NO_SPACE
+ * when f fell so far behind that the journal dropped it, EGM_ERR_UNREACHABLE
+ * when a send to it failed (either way it must start over with a snapshot);
+ * EGM_ERR_NO_MEMORY. The caller sends them, then egm__journal_acked; no
+ * batch goes through f's sender meanwhile. */
 egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
                                size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
                                uint64_t *to_p);
-/* How f's ops reach it: sends [from, to) and answers EGM_OK once f applied
- * them. Called without the journal's lock, by the thread that took the ops
- * (a waiting request's, or whoever calls egm__journal_next), one call at a
- * time per follower, in order. */
-typedef egm_status_t (*egm_journal_send_fn)(void *arg, uint64_t from, uint64_t to,
-                                            const uint8_t *ops, size_t len);
-/* Lets waiting requests send to f, max bytes of ops at a time (whole ops, one
- * at least), before egm__journal_set_in_sync. A send
- * that fails marks f failed: egm__journal_next then answers
+/* Or through a sender (egm__journal_set_sender): start sends [from, to),
+ * returning once the batch left (batches leave in the order of the start
+ * calls, one call at a time per follower) with the call in flight in
+ * *call_p; end waits for its answer, EGM_OK once f applied it, and ends
+ * the call. Both called without the journal's lock, by the thread that
+ * took the batch: a waiting request's, or egm__journal_send_next's caller.
+ * Several batches may await their answers at once (the next one need not
+ * wait for the last one's round trip): f must apply them in the order they
+ * left, refusing one not at its position, so that an answer also
+ * acknowledges every batch before it. */
+typedef egm_status_t (*egm_journal_start_fn)(void *arg, uint64_t from, uint64_t to,
+                                             const uint8_t *ops, size_t len, void **call_p);
+typedef egm_status_t (*egm_journal_end_fn)(void *arg, void *call);
+/* Lets f's ops go through its sender, max bytes of ops at a time (whole
+ * ops, one at least): by the waiting requests (before
+ * egm__journal_set_in_sync) and egm__journal_send_next. A send that fails
+ * marks f failed: egm__journal_next and egm__journal_send_next then answer
  * EGM_ERR_UNREACHABLE, and waits still wait for f until it is unfollowed. */
-void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f, egm_journal_send_fn fn,
-                             void *arg, size_t max);
+void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f,
+                             egm_journal_start_fn start, egm_journal_end_fn end, void *arg,
+                             size_t max);
+/* For f's own thread: sends f the next batch through its sender, waiting up
+ * to wait_ms for ops to send (and for room among the batches in flight):
+ * EGM_OK once f applied it, EGM_ERR_TIMEOUT when there was none to send, or
+ * egm__journal_next's errors. */
+egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms);
 /* Up to where f acknowledged. */
 uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f);
 /* f has applied everything before pos. */

@@ -131,9 +131,10 @@ static size_t batch_max(const egm_replication_t *r)
     return half < EGM_REPL_BATCH_MAX ? half : EGM_REPL_BATCH_MAX;
 }
 
-/* One HaApply; EGM_OK when the standby applied it. */
-static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int reset, uint64_t from,
-                               uint64_t to, const uint8_t *ops, size_t len, int timeout_ms)
+/* One HaApply, begun: EGM_OK once its frame left, the call in *call_p. */
+static egm_status_t begin_batch(egm_replication_t *r, egm_rpc_client_t *c, int reset, uint64_t from,
+                                uint64_t to, const uint8_t *ops, size_t len, int timeout_ms,
+                                egm_rpc_call_t **call_p)
 {
     Egm__HaApplyRequest req = EGM__HA_APPLY_REQUEST__INIT;
     req.epoch = r->epoch;
@@ -143,14 +144,13 @@ static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int re
     req.ops.data = (uint8_t *)ops;
     req.ops.len = len;
     req.leader = r->self;
-    Egm__StatusReply *reply = NULL;
-    egm_status_t s =
-        egm__rpc_call_msg(c, EGM_RPC_HA_APPLY, &req.base, &egm__status_reply__descriptor,
-                          (ProtobufCMessage **)&reply, timeout_ms);
-    if (s == EGM_OK && reply->status != EGM_OK)
-        s = egm__set_error((egm_status_t)reply->status, "%s", reply->error);
-    if (reply != NULL)
-        egm__rpc_msg_free(&reply->base);
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    egm_status_t s = egm__pb_pack(&req.base, &buf, &n);
+    if (s != EGM_OK)
+        return s;
+    s = egm__rpc_begin(c, EGM_RPC_HA_APPLY, buf, n, timeout_ms, call_p);
+    egm_free(buf);
     if (s == EGM_OK) {
         pthread_mutex_lock(&r->lock);
         r->stats.bytes_total += len;
@@ -159,18 +159,54 @@ static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int re
     return s;
 }
 
+/* The answer of a begun HaApply: EGM_OK when the standby applied it. */
+static egm_status_t end_batch(egm_rpc_call_t *call)
+{
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    Egm__StatusReply *reply = NULL;
+    egm_status_t s = egm__rpc_end(call, &buf, &n);
+    if (s == EGM_OK)
+        s = egm__pb_unpack(&egm__status_reply__descriptor, buf, n, (ProtobufCMessage **)&reply);
+    egm_free(buf);
+    if (s == EGM_OK && reply->status != EGM_OK)
+        s = egm__set_error((egm_status_t)reply->status, "%s", reply->error);
+    if (reply != NULL)
+        egm__rpc_msg_free(&reply->base);
+    return s;
+}
+
+/* One HaApply; EGM_OK when the standby applied it. */
+static egm_status_t send_batch(egm_replication_t *r, egm_rpc_client_t *c, int reset, uint64_t from,
+                               uint64_t to, const uint8_t *ops, size_t len, int timeout_ms)
+{
+    egm_rpc_call_t *call;
+    egm_status_t s = begin_batch(r, c, reset, from, to, ops, len, timeout_ms, &call);
+    return s == EGM_OK ? end_batch(call) : s;
+}
+
 typedef struct {
     egm_replication_t *r;
     egm_rpc_client_t *c;
     int timeout_ms;
 } sender_t;
 
-/* egm_journal_send_fn: a waiting request sends to the standby itself. */
-static egm_status_t send_journal(void *arg, uint64_t from, uint64_t to, const uint8_t *ops,
-                                 size_t len)
+/* The journal's sender (egm_journal_start_fn, egm_journal_end_fn): HaApply
+ * calls on the standby's one connection, which it serves in order. */
+static egm_status_t start_journal(void *arg, uint64_t from, uint64_t to, const uint8_t *ops,
+                                  size_t len, void **call_p)
 {
     const sender_t *sd = arg;
-    return send_batch(sd->r, sd->c, 0, from, to, ops, len, sd->timeout_ms);
+    egm_rpc_call_t *call = NULL;
+    egm_status_t s = begin_batch(sd->r, sd->c, 0, from, to, ops, len, sd->timeout_ms, &call);
+    *call_p = call;
+    return s;
+}
+
+static egm_status_t end_journal(void *arg, void *call)
+{
+    (void)arg;
+    return end_batch(call);
 }
 
 /* The leader's state as journal ops, and a journal follower placed right
@@ -224,33 +260,12 @@ static int batch_timeout_ms(const egm_replication_t *r)
     return t < 500 ? 500 : t;
 }
 
-/* Sends f the next batch of ops it was not given, waiting up to wait_ms for
- * some: EGM_OK once it applied them, EGM_ERR_TIMEOUT when none came, or why
- * the send failed. */
-static egm_status_t send_next(egm_replication_t *r, egm_rpc_client_t *c, egm_journal_follower_t *f,
-                              uint64_t wait_ms, int timeout)
-{
-    egm_journal_t *j = r->p.state->journal;
-    uint8_t *ops = NULL;
-    size_t len = 0;
-    uint64_t from, to;
-    egm_status_t s = egm__journal_next(j, f, wait_ms, batch_max(r), &ops, &len, &from, &to);
-    if (s != EGM_OK)
-        return s;
-    s = send_batch(r, c, 0, from, to, ops, len, timeout);
-    egm_free(ops);
-    if (s == EGM_OK)
-        egm__journal_acked(j, f, to);
-    return s;
-}
-
 /* Sends f every op not given to it yet (a stopping leader: nothing new is
  * journaled). */
-static egm_status_t flush(egm_replication_t *r, egm_rpc_client_t *c, egm_journal_follower_t *f,
-                          int timeout)
+static egm_status_t flush(egm_journal_t *j, egm_journal_follower_t *f)
 {
     egm_status_t s;
-    while ((s = send_next(r, c, f, 0, timeout)) == EGM_OK)
+    while ((s = egm__journal_send_next(j, f, 0)) == EGM_OK)
         ;
     return s == EGM_ERR_TIMEOUT ? EGM_OK : s;
 }
@@ -288,7 +303,7 @@ static void *standby_main(void *arg)
     egm__jbuf_free(&snap);
     sender_t sender = {.r = r, .c = c, .timeout_ms = timeout};
     if (s == EGM_OK) {
-        egm__journal_set_sender(st->journal, f, send_journal, &sender, batch_max(r));
+        egm__journal_set_sender(st->journal, f, start_journal, end_journal, &sender, batch_max(r));
         /* Waited for from now on: what changed since the snapshot is little,
          * and the waiting requests send it themselves, so a standby catches
          * up under any load (waiting for a quiet moment might never end). */
@@ -296,7 +311,7 @@ static void *standby_main(void *arg)
         in_sync = 1;
     }
     while (s == EGM_OK && !atomic_load(&r->stopping) && leading(r)) {
-        s = send_next(r, c, f, idle_ms, timeout);
+        s = egm__journal_send_next(st->journal, f, idle_ms);
         if (s == EGM_OK) {
             idle_ms = EGM_REPL_IDLE_MS;
         } else if (s == EGM_ERR_TIMEOUT) { /* nothing new */
@@ -323,7 +338,7 @@ static void *standby_main(void *arg)
      * its successor's. */
     int leads = leading(r), keep = 0;
     if (s == EGM_OK && listed && leads && atomic_load(&r->stopping) &&
-        flush(r, c, f, timeout) == EGM_OK) {
+        flush(st->journal, f) == EGM_OK) {
         keep = 1;
         egm_info("master: standby %s has every change: it stays in sync for the next leader",
                  sb->addr);

@@ -67,6 +67,10 @@ typedef struct {
     uint8_t flags;       /* of the reply frame */
     uint8_t *buf;        /* reply payload (egm_malloc'ed, never NULL on success) */
     size_t len;
+    uint64_t id, gen;     /* its request id, on connection gen */
+    uint64_t deadline_ms; /* 0: none */
+    int timeout_ms;       /* what the timeout's text says */
+    uint16_t type;
 } pending_t;
 
 /* Partial input of the current connection, kept across role holders. */
@@ -776,19 +780,21 @@ static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t
     return status;
 }
 
-egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
-                           size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms)
+/* Registers p, connects when needed and writes the request frame: EGM_OK
+ * with p pending (end it with call_end), or why not (p is then not
+ * pending). */
+static egm_status_t call_begin(egm_rpc_client_t *cl, pending_t *p, uint16_t type,
+                               const uint8_t *req, size_t req_len, int timeout_ms)
 {
-    egm_rpc_client_t *cl = client;
-    uint64_t deadline_ms = timeout_ms > 0 ? egm__now_ms() + (uint64_t)timeout_ms : 0;
-    pending_t p = {.done = 0, .status = EGM_OK};
-    pthread_condattr_t ca;
     egm_status_t status;
-    uint64_t id, gen;
     uint8_t hdr[EGM_FRAME_HEADER_SIZE];
+    pthread_condattr_t ca;
 
-    *reply_p = NULL;
-    *reply_len_p = 0;
+    p->done = 0;
+    p->status = EGM_OK;
+    p->type = type;
+    p->timeout_ms = timeout_ms;
+    p->deadline_ms = timeout_ms > 0 ? egm__now_ms() + (uint64_t)timeout_ms : 0;
     if (cl == NULL)
         return egm__set_error(EGM_ERR_CLOSED, "rpc client: not created");
     if (req_len > cl->max_frame_size)
@@ -798,29 +804,29 @@ egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_
 
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p.cond, &ca);
+    pthread_cond_init(&p->cond, &ca);
     pthread_condattr_destroy(&ca);
 
     pthread_mutex_lock(&cl->lock);
     if (cl->closed) {
         status = egm__set_error(EGM_ERR_CLOSED, "rpc client: closed");
-        goto out_unlock;
+        goto fail;
     }
-    status = ensure_connected_locked(cl, deadline_ms);
+    status = ensure_connected_locked(cl, p->deadline_ms);
     if (status != EGM_OK)
-        goto out_unlock;
-    id = ++cl->next_id;
-    status = egm__hashmap_put(cl->pending, &id, sizeof(id), &p, NULL);
+        goto fail;
+    p->id = ++cl->next_id;
+    status = egm__hashmap_put(cl->pending, &p->id, sizeof(p->id), p, NULL);
     if (status != EGM_OK)
-        goto out_unlock;
-    gen = cl->gen;
+        goto fail;
+    p->gen = cl->gen;
     pthread_mutex_unlock(&cl->lock);
 
     egm_frame_header_t h = {
         .version = EGM_RPC_VERSION,
         .flags = 0,
         .type = type,
-        .request_id = id,
+        .request_id = p->id,
         .length = (uint32_t)req_len,
     };
     egm__frame_encode_header(&h, hdr);
@@ -828,9 +834,9 @@ egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_
     egm_status_t wstatus = EGM_OK;
     int shut = 0;
     pthread_mutex_lock(&cl->wlock);
-    if (cl->gen == gen && cl->fd >= 0) {
+    if (cl->gen == p->gen && cl->fd >= 0) {
         size_t sent = 0;
-        wstatus = write_frame(cl->fd, hdr, req, req_len, deadline_ms, &sent);
+        wstatus = write_frame(cl->fd, hdr, req, req_len, p->deadline_ms, &sent);
         /* half a frame poisons the stream; so does any error but a timeout
          * before the first byte: fail every call on it and reconnect */
         if (wstatus != EGM_OK && (sent > 0 || wstatus != EGM_ERR_TIMEOUT)) {
@@ -842,65 +848,121 @@ egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_
     pthread_mutex_unlock(&cl->wlock);
 
     pthread_mutex_lock(&cl->lock);
-    if (shut && cl->gen == gen)
+    if (shut && cl->gen == p->gen)
         cl->stream_shut = 1;
-    if (wstatus != EGM_OK && !p.done) {
-        egm__hashmap_remove(cl->pending, &id, sizeof(id));
-        status = wstatus;
-        goto out_unlock;
+    if (wstatus == EGM_OK) {
+        pthread_mutex_unlock(&cl->lock);
+        return EGM_OK;
     }
-    while (!p.done) {
-        if (!cl->reading && !cl->broken && cl->gen == gen && cl->fd >= 0) {
+    if (p->done) /* failed with its connection meanwhile */
+        status = egm__set_error(p->status, "%s to %s: connection lost", egm__rpc_type_name(type),
+                                cl->where);
+    else {
+        egm__hashmap_remove(cl->pending, &p->id, sizeof(p->id));
+        status = wstatus;
+    }
+fail:
+    pthread_mutex_unlock(&cl->lock);
+    pthread_cond_destroy(&p->cond);
+    return status;
+}
+
+/* Waits for the reply of p (begun), and ends it: egm__rpc_call's results. */
+static egm_status_t call_end(egm_rpc_client_t *cl, pending_t *p, uint8_t **reply_p,
+                             size_t *reply_len_p)
+{
+    egm_status_t status;
+
+    *reply_p = NULL;
+    *reply_len_p = 0;
+    pthread_mutex_lock(&cl->lock);
+    while (!p->done) {
+        if (!cl->reading && !cl->broken && cl->gen == p->gen && cl->fd >= 0) {
             /* nobody reads: read our own reply (and hand over others') */
-            read_until_done_locked(cl, &p, deadline_ms);
-            if (p.done)
+            read_until_done_locked(cl, p, p->deadline_ms);
+            if (p->done)
                 break;
         } else {
             int rc = 0;
-            p.sleeping = 1;
-            if (deadline_ms == 0) {
-                pthread_cond_wait(&p.cond, &cl->lock);
+            p->sleeping = 1;
+            if (p->deadline_ms == 0) {
+                pthread_cond_wait(&p->cond, &cl->lock);
             } else {
                 struct timespec ts;
-                deadline_to_timespec(deadline_ms, &ts);
-                rc = pthread_cond_timedwait(&p.cond, &cl->lock, &ts);
+                deadline_to_timespec(p->deadline_ms, &ts);
+                rc = pthread_cond_timedwait(&p->cond, &cl->lock, &ts);
             }
-            p.sleeping = 0;
-            if (p.done || rc != ETIMEDOUT)
+            p->sleeping = 0;
+            if (p->done || rc != ETIMEDOUT)
                 continue;
         }
-        if (deadline_ms && egm__now_ms() >= deadline_ms) {
+        if (p->deadline_ms && egm__now_ms() >= p->deadline_ms) {
             /* remove ourselves so that a late reply is dropped; a wakeup
              * meant to hand us the reader role goes on to another waiter */
-            egm__hashmap_remove(cl->pending, &id, sizeof(id));
+            egm__hashmap_remove(cl->pending, &p->id, sizeof(p->id));
             wake_successor_locked(cl);
-            leave_deposed_master_locked(cl, gen); /* before the error: it may set one */
+            leave_deposed_master_locked(cl, p->gen); /* before the error: it may set one */
             status = egm__set_error(EGM_ERR_TIMEOUT, "%s to %s timed out after %d ms",
-                                    egm__rpc_type_name(type), cl->where, timeout_ms);
-            goto out_unlock;
+                                    egm__rpc_type_name(p->type), cl->where, p->timeout_ms);
+            pthread_mutex_unlock(&cl->lock);
+            goto out;
         }
     }
     pthread_mutex_unlock(&cl->lock);
 
-    if (p.status != EGM_OK) {
-        status = egm__set_error(p.status, "%s to %s: connection lost", egm__rpc_type_name(type),
+    if (p->status != EGM_OK) {
+        status = egm__set_error(p->status, "%s to %s: connection lost", egm__rpc_type_name(p->type),
                                 cl->where);
-        goto out;
+    } else if (p->flags & EGM_FRAME_ERROR) {
+        status = decode_error_reply(p->type, p->buf, p->len);
+        egm_free(p->buf);
+    } else {
+        *reply_p = p->buf;
+        *reply_len_p = p->len;
+        status = EGM_OK;
     }
-    if (p.flags & EGM_FRAME_ERROR) {
-        status = decode_error_reply(type, p.buf, p.len);
-        egm_free(p.buf);
-        goto out;
-    }
-    *reply_p = p.buf;
-    *reply_len_p = p.len;
-    status = EGM_OK;
-    goto out;
-
-out_unlock:
-    pthread_mutex_unlock(&cl->lock);
 out:
-    pthread_cond_destroy(&p.cond);
+    pthread_cond_destroy(&p->cond);
+    return status;
+}
+
+egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
+                           size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms)
+{
+    pending_t p = {0};
+
+    *reply_p = NULL;
+    *reply_len_p = 0;
+    egm_status_t status = call_begin(client, &p, type, req, req_len, timeout_ms);
+    return status != EGM_OK ? status : call_end(client, &p, reply_p, reply_len_p);
+}
+
+struct egm_rpc_call {
+    egm_rpc_client_t *client;
+    pending_t p;
+};
+
+egm_status_t egm__rpc_begin(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
+                            size_t req_len, int timeout_ms, egm_rpc_call_t **call_p)
+{
+    egm_rpc_call_t *call = egm_calloc(1, sizeof(*call), "rpc.call");
+    *call_p = NULL;
+    if (call == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a %s call",
+                              egm__rpc_type_name(type));
+    call->client = client;
+    egm_status_t status = call_begin(client, &call->p, type, req, req_len, timeout_ms);
+    if (status != EGM_OK)
+        egm_free(call);
+    else
+        *call_p = call;
+    return status;
+}
+
+egm_status_t egm__rpc_end(egm_rpc_call_t *call, uint8_t **reply_p, size_t *reply_len_p)
+{
+    egm_status_t status = call_end(call->client, &call->p, reply_p, reply_len_p);
+    egm_free(call);
     return status;
 }
 

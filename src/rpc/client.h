@@ -77,6 +77,19 @@ int egm__rpc_client_local_probe(const char *addr, int timeout_ms);
 egm_status_t egm__rpc_call(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
                            size_t req_len, uint8_t **reply_p, size_t *reply_len_p, int timeout_ms);
 
+/* A call in two steps, for requests that must reach the server in a set
+ * order while several are in flight (the HA journal's batches,
+ * master/journal.h): egm__rpc_begin connects when needed, writes the request
+ * frame and returns once it is written (frames of two begins one after the
+ * other leave in that order), the call in flight in *call_p;
+ * egm__rpc_end waits for its reply, with egm__rpc_call's results (timeout_ms
+ * counts from the begin), and frees the call. Each begun call is ended once,
+ * from any thread. On an error egm__rpc_begin begins nothing. */
+typedef struct egm_rpc_call egm_rpc_call_t;
+egm_status_t egm__rpc_begin(egm_rpc_client_t *client, uint16_t type, const uint8_t *req,
+                            size_t req_len, int timeout_ms, egm_rpc_call_t **call_p);
+egm_status_t egm__rpc_end(egm_rpc_call_t *call, uint8_t **reply_p, size_t *reply_len_p);
+
 /* Protobuf request, raw reply: packs req and makes the raw call above, whose
  * reply ownership and errors it shares; packing adds EGM_ERR_NO_MEMORY and
  * EGM_ERR_INTERNAL. Any thread. */

@@ -21,6 +21,7 @@
 #include <semaphore.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -757,9 +758,11 @@ typedef struct {
     int kinds[8][4];
 } sender_t;
 
-static egm_status_t send_rec(void *arg, uint64_t from, uint64_t to, const uint8_t *ops, size_t len)
+static egm_status_t start_rec(void *arg, uint64_t from, uint64_t to, const uint8_t *ops, size_t len,
+                              void **call_p)
 {
     sender_t *sd = arg;
+    *call_p = sd;
     /* Called without the journal's lock: this takes it. */
     (void)egm__journal_follower_acked(sd->j, sd->f);
     assert_true(sd->calls < 8);
@@ -774,10 +777,17 @@ static egm_status_t send_rec(void *arg, uint64_t from, uint64_t to, const uint8_
         sd->kinds[c][k++] = op.kind;
     }
     assert_int_equal(at, len);
+    return EGM_OK;
+}
+
+static egm_status_t end_rec(void *arg, void *call)
+{
+    sender_t *sd = arg;
+    assert_ptr_equal(call, sd);
     return sd->fail ? egm__set_error(EGM_ERR_UNREACHABLE, "test: send failed") : EGM_OK;
 }
 
-/* A journal with one in-sync follower whose ops go to send_rec (sd), at
+/* A journal with one in-sync follower whose ops go to start_rec (sd), at
  * most max bytes a batch. */
 static egm_journal_t *journal_sending(sender_t *sd, size_t max)
 {
@@ -786,7 +796,7 @@ static egm_journal_t *journal_sending(sender_t *sd, size_t max)
     assert_int_equal(egm__journal_create(&j), EGM_OK);
     assert_int_equal(egm__journal_follow(j, &sd->f, &pos), EGM_OK);
     sd->j = j;
-    egm__journal_set_sender(j, sd->f, send_rec, sd, max);
+    egm__journal_set_sender(j, sd->f, start_rec, end_rec, sd, max);
     egm__journal_set_in_sync(j, sd->f);
     return j;
 }
@@ -971,6 +981,204 @@ static void test_try_notify(void **state)
     assert_non_null(strstr(d.error, "stopped"));
 }
 
+/* ---- batches in flight together (a pipelined sender) ------------------------ */
+
+/* A sender whose answers the test gives: start notes each batch in the
+ * order written (and waits while hold_start is set: a write in progress),
+ * end waits until the test answers that batch. */
+typedef struct {
+    egm_journal_t *j;
+    egm_journal_follower_t *f;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int hold_start;
+    size_t started, writing;
+    uint64_t from[16], to[16];
+    int answer[16]; /* 0: not yet, 1: applied, -1: refused */
+} gate_t;
+
+static egm_status_t gate_start(void *arg, uint64_t from, uint64_t to, const uint8_t *ops,
+                               size_t len, void **call_p)
+{
+    gate_t *g = arg;
+    (void)ops;
+    (void)len;
+    pthread_mutex_lock(&g->lock);
+    size_t i = g->started++;
+    g->from[i] = from;
+    g->to[i] = to;
+    g->writing++;
+    pthread_cond_broadcast(&g->cond);
+    while (g->hold_start)
+        pthread_cond_wait(&g->cond, &g->lock);
+    g->writing--;
+    pthread_mutex_unlock(&g->lock);
+    *call_p = (void *)(uintptr_t)(i + 1);
+    return EGM_OK;
+}
+
+static egm_status_t gate_end(void *arg, void *call)
+{
+    gate_t *g = arg;
+    size_t i = (size_t)(uintptr_t)call - 1;
+    pthread_mutex_lock(&g->lock);
+    while (g->answer[i] == 0)
+        pthread_cond_wait(&g->cond, &g->lock);
+    int ok = g->answer[i] > 0;
+    pthread_mutex_unlock(&g->lock);
+    return ok ? EGM_OK : egm__set_error(EGM_ERR_INVALID_ARG, "test: batch %zu refused", i);
+}
+
+static void gate_answer(gate_t *g, size_t i, int answer)
+{
+    pthread_mutex_lock(&g->lock);
+    g->answer[i] = answer;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Waits (up to 10 s) until n batches were written. */
+static void gate_await_started(gate_t *g, size_t n)
+{
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&g->lock);
+        size_t started = g->started;
+        pthread_mutex_unlock(&g->lock);
+        if (started >= n)
+            break;
+        egm__sleep_ms(10);
+    }
+    pthread_mutex_lock(&g->lock);
+    assert_int_equal(g->started, n);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_init(gate_t *g)
+{
+    uint64_t pos;
+    memset(g, 0, sizeof(*g));
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    assert_int_equal(egm__journal_create(&g->j), EGM_OK);
+    assert_int_equal(egm__journal_follow(g->j, &g->f, &pos), EGM_OK);
+    egm__journal_set_sender(g->j, g->f, gate_start, gate_end, g, 1 << 20);
+    egm__journal_set_in_sync(g->j, g->f);
+}
+
+/* A request on its own thread: one change, then egm__journal_wait. */
+typedef struct {
+    egm_journal_t *j;
+    char key[16];
+    pthread_t thread;
+    egm_status_t status;
+    atomic_int done;
+} changer_t;
+
+static void *changer_main(void *arg)
+{
+    changer_t *c = arg;
+    egm__journal_object_gone(c->j, c->key, strlen(c->key));
+    c->status = egm__journal_wait(c->j, LONG_WAIT_MS);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+static void changer_start(changer_t *c, egm_journal_t *j, int i)
+{
+    memset(c, 0, sizeof(*c));
+    c->j = j;
+    snprintf(c->key, sizeof(c->key), "change-%d", i);
+    assert_int_equal(pthread_create(&c->thread, NULL, changer_main, c), 0);
+}
+
+static void changer_join(changer_t *c)
+{
+    pthread_join(c->thread, NULL);
+    assert_int_equal(c->status, EGM_OK);
+}
+
+static void test_batches_in_flight(void **state)
+{
+    (void)state;
+    gate_t g;
+    gate_init(&g);
+    changer_t c[6];
+
+    /* Each change's batch leaves while the ones before await their answer,
+     * right after the one before it: no gap, no overlap. */
+    for (int i = 0; i < 4; i++) {
+        changer_start(&c[i], g.j, i);
+        gate_await_started(&g, (size_t)i + 1);
+        if (i > 0)
+            assert_int_equal(g.from[i], g.to[i - 1]);
+    }
+    assert_int_equal(g.from[0], 0);
+    /* At most 4 in flight: the fifth change's batch waits for room. */
+    changer_start(&c[4], g.j, 4);
+    egm__sleep_ms(50);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.started, 4);
+    pthread_mutex_unlock(&g.lock);
+    /* The second batch's answer is handled before the first's: the standby
+     * applies in order, so it acknowledges the first change too. */
+    gate_answer(&g, 1, 1);
+    changer_join(&c[1]);
+    assert_int_equal(egm__journal_follower_acked(g.j, g.f), g.to[1]);
+    assert_false(atomic_load(&c[2].done));
+    /* Room again: the fifth change's batch leaves after the fourth. */
+    gate_await_started(&g, 5);
+    gate_answer(&g, 0, 1);
+    changer_join(&c[0]);
+    assert_int_equal(g.from[4], g.to[3]);
+    for (size_t i = 2; i < 5; i++)
+        gate_answer(&g, i, 1);
+    for (int i = 2; i < 5; i++)
+        changer_join(&c[i]);
+    assert_int_equal(egm__journal_follower_acked(g.j, g.f), jstats(g.j).end);
+
+    /* A batch being written: the next one waits until it has left. */
+    pthread_mutex_lock(&g.lock);
+    g.hold_start = 1;
+    pthread_mutex_unlock(&g.lock);
+    changer_start(&c[0], g.j, 10);
+    gate_await_started(&g, 6);
+    changer_start(&c[1], g.j, 11);
+    egm__sleep_ms(50);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.started, 6);
+    g.hold_start = 0;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    gate_await_started(&g, 7);
+    assert_int_equal(g.from[6], g.to[5]);
+    gate_answer(&g, 5, 1);
+    gate_answer(&g, 6, 1);
+    changer_join(&c[0]);
+    changer_join(&c[1]);
+
+    /* The follower's own thread: one batch, through the same sender. */
+    uint64_t before = jstats(g.j).end;
+    assert_int_equal(egm__journal_send_next(g.j, g.f, 1), EGM_ERR_TIMEOUT);
+    egm__journal_object_gone(g.j, "by-thread", 9);
+    (void)egm__journal_take_position(g.j); /* answered without waiting */
+    gate_answer(&g, 7, 1);
+    assert_int_equal(egm__journal_send_next(g.j, g.f, 1), EGM_OK);
+    assert_int_equal(g.from[7], before);
+    assert_int_equal(egm__journal_follower_acked(g.j, g.f), jstats(g.j).end);
+
+    /* A refused batch fails the follower: the waits behind it time out, the
+     * follower's thread hears of it. */
+    changer_start(&c[5], g.j, 12);
+    gate_await_started(&g, 9);
+    gate_answer(&g, 8, -1);
+    assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_ERR_UNREACHABLE);
+    egm__journal_unfollow(g.j, g.f); /* the wait ends, told OK: no follower in sync */
+    changer_join(&c[5]);
+    egm__journal_destroy(g.j);
+    pthread_cond_destroy(&g.cond);
+    pthread_mutex_destroy(&g.lock);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -986,6 +1194,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_next, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wait_sends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_try_notify, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batches_in_flight, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* RPC server and client over loopback: replies reach their callers under
- * concurrency, malformed frames get the documented treatment without
- * disturbing well-formed peers, handler errors travel back with their text,
+ * concurrency, calls begun one after the other (egm__rpc_begin) reach the
+ * server in that order and each end gets its own reply, malformed frames get the documented
+ * treatment without disturbing well-formed peers, handler errors travel back with their text,
  * timeouts drop late replies, a lost connection fails calls and the next call
  * reconnects (to where a resolver says the master is now, also after a
  * timeout on a master that no longer answers); clients of a loopback address reach a server's local
@@ -106,6 +107,19 @@ static egm_status_t huge_handler(void *arg, uint16_t type, const uint8_t *payloa
     return reply->buf ? EGM_OK : egm__set_error(EGM_ERR_NO_MEMORY, "huge");
 }
 
+/* Notes the order in which requests reach it (their first byte), and echoes. */
+#define TYPE_ORDER EGM_RPC_HA_APPLY
+static char order_seen[16];
+static size_t n_order_seen;
+
+static egm_status_t order_handler(void *arg, uint16_t type, const uint8_t *payload, size_t len,
+                                  egm_rpc_reply_t *reply)
+{
+    if (len > 0 && n_order_seen < sizeof(order_seen))
+        order_seen[n_order_seen++] = (char)payload[0];
+    return echo_handler(arg, type, payload, len, reply);
+}
+
 /* Holds its reply (egm__rpc_server_hold) for the test thread to release. */
 #define TYPE_HOLD EGM_RPC_GET_REPLICA_LIST
 static egm_rpc_hold_t *held[8];
@@ -188,6 +202,8 @@ static void env_start_on(env_t *env, const char *host, uint16_t port, size_t max
                      EGM_OK);
     assert_int_equal(egm__rpc_server_register(env->server, TYPE_HUGE, huge_handler, NULL), EGM_OK);
     assert_int_equal(egm__rpc_server_register(env->server, TYPE_HOLD, hold_handler, NULL), EGM_OK);
+    assert_int_equal(egm__rpc_server_register(env->server, TYPE_ORDER, order_handler, NULL),
+                     EGM_OK);
     env->port = egm__rpc_server_port(env->server);
     assert_true(env->port != 0);
     if (port)
@@ -462,6 +478,71 @@ static void test_concurrent_callers(void **state)
     egm__rpc_server_stats(env.server, &st);
     assert_true(st.requests == 1600);
     assert_true(st.connections_accepted == 1); /* all on one pipelined connection */
+
+    egm__rpc_client_destroy(client);
+    env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* Calls begun one after the other (egm__rpc_begin) reach the server in that
+ * order while all are in flight, and each end, in any order and from any
+ * thread, gets its own reply. A begin that cannot connect begins nothing. */
+typedef struct {
+    egm_rpc_call_t **calls;
+    const char *const *texts;
+    size_t from, to; /* ends calls [from, to), last first */
+} ender_t;
+
+static void end_expecting(egm_rpc_call_t *call, const char *text)
+{
+    uint8_t *reply = NULL;
+    size_t len = 0;
+    assert_int_equal(egm__rpc_end(call, &reply, &len), EGM_OK);
+    assert_int_equal(len, strlen(text));
+    assert_memory_equal(reply, text, len);
+    egm_free(reply);
+}
+
+static void *ender_main(void *arg)
+{
+    const ender_t *e = arg;
+    for (size_t i = e->to; i-- > e->from;)
+        end_expecting(e->calls[i], e->texts[i]);
+    return NULL;
+}
+
+static void test_begun_calls(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+    static const char *const texts[8] = {"0 first", "1",     "2 x", "3 yy",
+                                         "4",       "5 zzz", "6",   "7 last"};
+    egm_rpc_call_t *calls[8];
+
+    n_order_seen = 0;
+    for (size_t i = 0; i < 8; i++)
+        assert_int_equal(egm__rpc_begin(client, TYPE_ORDER, (const uint8_t *)texts[i],
+                                        strlen(texts[i]), 5000, &calls[i]),
+                         EGM_OK);
+    ender_t e = {.calls = calls, .texts = texts, .from = 0, .to = 4};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, ender_main, &e), 0);
+    for (size_t i = 8; i-- > 4;)
+        end_expecting(calls[i], texts[i]);
+    pthread_join(t, NULL);
+    assert_int_equal(n_order_seen, 8);
+    assert_memory_equal(order_seen, "01234567", 8);
+
+    /* Nobody listens: nothing begun, nothing left allocated. */
+    egm_rpc_client_t *lost = new_client("127.0.0.1:1");
+    egm_rpc_call_t *call = (egm_rpc_call_t *)1;
+    assert_int_not_equal(egm__rpc_begin(lost, TYPE_ORDER, (const uint8_t *)"x", 1, 2000, &call),
+                         EGM_OK);
+    assert_null(call);
+    egm__rpc_client_destroy(lost);
 
     egm__rpc_client_destroy(client);
     env_stop(&env);
@@ -1820,6 +1901,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_echo_and_msg),
         cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_begun_calls),
         cmocka_unit_test(test_raw_pipelining_and_partial_frames),
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_handler_errors),
