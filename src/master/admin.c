@@ -156,6 +156,10 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         s->ha_journal_bytes = js.end;
         s->ha_lag_bytes = js.lag_bytes;
         s->ha_waits_timed_out = js.waits_timed_out;
+        s->ha_batches_by_request = js.batches_by_request;
+        s->ha_batches_by_thread = js.batches_by_thread;
+        s->ha_batches_pipelined = js.batches_pipelined;
+        s->ha_replies_held = js.waits_notified;
         s->ha_commits_described = atomic_load(&st->commits_described);
     }
     if (st->mirror != NULL) {

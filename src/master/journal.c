@@ -356,6 +356,7 @@ struct egm_journal {
     egm_journal_follower_t *followers;
     atomic_int n_followers; /* read without the lock by emitters */
     uint64_t waits_timed_out;
+    uint64_t batches_by_request, batches_by_thread, batches_pipelined, waits_notified;
     journal_waiter_t *waiters; /* in the order they came */
 };
 
@@ -538,9 +539,10 @@ static int may_send_to(const egm_journal_t *j, const egm_journal_follower_t *f)
 /* Sends f the ops it was not given (up to its sender's max) and waits for
  * the answer, while other threads may send the batches after it (the
  * standby applies them in order: one connection, served in order, so an
- * answer acknowledges every batch before it too). With the lock, which it
- * lets go during the send. EGM_OK once f applied them; else f is failed. */
-static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f)
+ * answer acknowledges every batch before it too); by_thread: the caller is
+ * f's own thread (for the stats). With the lock, which it lets go during
+ * the send. EGM_OK once f applied them; else f is failed. */
+static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f, int by_thread)
 {
     uint8_t *ops;
     size_t len;
@@ -553,7 +555,13 @@ static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f)
         return s;
     }
     f->writing = 1;
+    if (f->in_flight > 0)
+        j->batches_pipelined++;
     f->in_flight++;
+    if (by_thread)
+        j->batches_by_thread++;
+    else
+        j->batches_by_request++;
     trim(j);
     pthread_mutex_unlock(&j->lock);
     s = f->start(f->send_arg, from, to, ops, len, &call);
@@ -655,7 +663,7 @@ static int send_while_behind(egm_journal_t *j, uint64_t pos)
                 writing = f;
         }
         if (f != NULL)
-            send_batch(j, f);
+            send_batch(j, f, 0);
         else if (writing != NULL)
             pthread_cond_wait(&j->more, &j->lock);
         else
@@ -776,6 +784,7 @@ void egm__journal_notify(egm_journal_t *j, uint64_t timeout_ms, egm_journal_done
     w->done = done;
     w->arg = arg;
     pthread_mutex_lock(&j->lock);
+    j->waits_notified++;
     journal_waiter_t **link = &j->waiters;
     while (*link != NULL)
         link = &(*link)->next;
@@ -879,7 +888,7 @@ egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f,
     else if (!may_send_to(j, f))
         status = EGM_ERR_TIMEOUT;
     else
-        status = send_batch(j, f);
+        status = send_batch(j, f, 1);
     unlock_and_settle(j);
     return status;
 }
@@ -963,5 +972,9 @@ void egm__journal_stats(egm_journal_t *j, egm_journal_stats_t *stats_p)
     }
     stats_p->end = end;
     stats_p->waits_timed_out = j->waits_timed_out;
+    stats_p->batches_by_request = j->batches_by_request;
+    stats_p->batches_by_thread = j->batches_by_thread;
+    stats_p->batches_pipelined = j->batches_pipelined;
+    stats_p->waits_notified = j->waits_notified;
     pthread_mutex_unlock(&j->lock);
 }

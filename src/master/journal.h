@@ -243,6 +243,13 @@ typedef struct {
     uint64_t end;       /* bytes of ops emitted while followed, since start */
     uint64_t lag_bytes; /* the most any in-sync follower has not acknowledged */
     uint64_t waits_timed_out;
+    /* Batches sent through the followers' senders: by a waiting request's
+     * thread, by egm__journal_send_next's caller; of all those, the ones
+     * that left while an earlier one to the same follower awaited its
+     * answer. Requests that waited without blocking (egm__journal_notify
+     * with something left to wait for). */
+    uint64_t batches_by_request, batches_by_thread, batches_pipelined;
+    uint64_t waits_notified;
 } egm_journal_stats_t;
 
 void egm__journal_stats(egm_journal_t *j, egm_journal_stats_t *stats_p);

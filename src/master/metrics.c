@@ -238,6 +238,14 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "Commits answered without waiting for the standbys: the slab logs in the pool describe "
          "them, and a new leader reads those (enable_ha)",
          s->ha_commits_described},
+        {"egm_master_ha_journal_batches_pipelined_total", EGM_PROM_COUNTER,
+         "of those batches, the ones that left while an earlier one to the same standby awaited "
+         "its answer (up to 4 are in flight)",
+         s->ha_batches_pipelined},
+        {"egm_master_ha_replies_held_total", EGM_PROM_COUNTER,
+         "requests whose reply was held until the standbys confirmed their changes, their RPC "
+         "thread serving others meanwhile (the rest waited on their thread, or not at all)",
+         s->ha_replies_held},
         {"egm_master_ha_journal_waits_timed_out_total", EGM_PROM_COUNTER,
          "requests answered UNREACHABLE because a standby in sync did not confirm their changes "
          "in time (the change is applied at the leader)",
@@ -265,6 +273,15 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
         egm__prom_sample_u64(out, "egm_master_segments_dropped_total",
                              (const char *const[]){"reason", reasons[r], NULL},
                              s->liveness.segments_dropped[r]);
+    egm__prom_family(out, "egm_master_ha_journal_batches_total", EGM_PROM_COUNTER,
+                     "journal batches sent to the standby masters (enable_ha), by sender: "
+                     "request (the thread of a request waiting for them) or thread (the "
+                     "standby's sender thread)");
+    egm__prom_sample_u64(out, "egm_master_ha_journal_batches_total",
+                         (const char *const[]){"sender", "request", NULL},
+                         s->ha_batches_by_request);
+    egm__prom_sample_u64(out, "egm_master_ha_journal_batches_total",
+                         (const char *const[]){"sender", "thread", NULL}, s->ha_batches_by_thread);
     format_rpc(metrics, out);
     return out->status;
 }

@@ -965,6 +965,8 @@ static void test_try_notify(void **state)
     egm__journal_unfollow(j, f);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_OK);
+    /* Every notify but the first had something to wait for. */
+    assert_int_equal(jstats(j).waits_notified, 5);
 
     /* Destroyed with a waiter: told UNREACHABLE. */
     assert_int_equal(egm__journal_follow(j, &f, &pos), EGM_OK);
@@ -1172,6 +1174,13 @@ static void test_batches_in_flight(void **state)
     gate_await_started(&g, 9);
     gate_answer(&g, 8, -1);
     assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_ERR_UNREACHABLE);
+    /* Batches 0-6 and 8 by waiting requests, 7 by the follower's thread;
+     * 1-4 and 6 left while an earlier one awaited its answer. */
+    egm_journal_stats_t js = jstats(g.j);
+    assert_int_equal(js.batches_by_request, 8);
+    assert_int_equal(js.batches_by_thread, 1);
+    assert_int_equal(js.batches_pipelined, 5);
+    assert_int_equal(js.waits_notified, 0);
     egm__journal_unfollow(g.j, g.f); /* the wait ends, told OK: no follower in sync */
     changer_join(&c[5]);
     egm__journal_destroy(g.j);
