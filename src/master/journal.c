@@ -319,6 +319,12 @@ egm_status_t egm__jdec_next(const uint8_t *p, size_t len, size_t *pos, egm_jop_t
 
 /* ---- the log and its followers ------------------------------------------------ */
 
+/* A batch written to a follower whose answer is not read yet. */
+typedef struct {
+    void *call; /* its sender's */
+    uint64_t from, to;
+} journal_call_t;
+
 struct egm_journal_follower {
     egm_journal_follower_t *next;
     uint64_t sent;  /* position up to which it was given ops */
@@ -328,7 +334,12 @@ struct egm_journal_follower {
     int failed;    /* a send through its sender failed */
     int writing;   /* a thread is writing it a batch: the next one leaves after */
     int in_flight; /* batches written through its sender, not answered yet */
-    int handed;    /* egm__journal_next gave out a batch not acknowledged yet */
+    int pulled;    /* egm__journal_next gave out a batch not acknowledged yet */
+    /* Of those in flight, the ones a request's thread wrote and left to
+     * egm__journal_send_next's caller to read the answer of, oldest first
+     * (a ring from first_left). */
+    journal_call_t left[EGM_JOURNAL_IN_FLIGHT_MAX];
+    int first_left, n_left;
     egm_journal_start_fn start;
     egm_journal_end_fn end;
     void *send_arg;
@@ -527,28 +538,47 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
 
 /* Whether a batch may leave for f through its sender now: it has ops it was
  * not given, no batch is being written to it (batches leave in the order
- * they were taken: the standby refuses one not at its position) nor handed
- * out by egm__journal_next (its caller sends that one), and fewer than
+ * they were taken: the standby refuses one not at its position) nor pulled
+ * by egm__journal_next (its caller sends that one), and fewer than
  * EGM_JOURNAL_IN_FLIGHT_MAX await their answer. With the lock. */
 static int may_send_to(const egm_journal_t *j, const egm_journal_follower_t *f)
 {
-    return f->start != NULL && !f->failed && !f->cut && !f->writing && !f->handed &&
+    return f->start != NULL && !f->failed && !f->cut && !f->writing && !f->pulled &&
            f->in_flight < EGM_JOURNAL_IN_FLIGHT_MAX && f->sent < end_of(j);
 }
 
-/* Sends f the ops it was not given (up to its sender's max) and waits for
- * the answer, while other threads may send the batches after it (the
- * standby applies them in order: one connection, served in order, so an
- * answer acknowledges every batch before it too); by_thread: the caller is
- * f's own thread (for the stats). With the lock, which it lets go during
- * the send. EGM_OK once f applied them; else f is failed. */
-static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f, int by_thread)
+/* A batch's answer, read (by f's sender's end): f applied it, and every
+ * batch before it (the standby applies batches in order: one connection,
+ * served in order, refusing one not at its place), or f failed. With the
+ * lock. */
+static egm_status_t settle_batch(egm_journal_t *j, egm_journal_follower_t *f,
+                                 const journal_call_t *c, egm_status_t s)
+{
+    f->in_flight--;
+    if (s == EGM_OK && c->to > f->acked) {
+        f->acked = c->to;
+    } else if (s != EGM_OK) { /* said here: the standby's thread only sees that it failed */
+        egm_warn("master: sending ops %llu..%llu to a standby: %s", (unsigned long long)c->from,
+                 (unsigned long long)c->to, egm_last_error());
+        f->failed = 1;
+    }
+    pthread_cond_broadcast(&j->acked);
+    pthread_cond_broadcast(&j->more);
+    return s;
+}
+
+/* Takes the ops f was not given (up to its sender's max) and writes them
+ * through its sender, one writer at a time so that batches leave in the
+ * order taken; by_thread: the caller is f's own thread (for the stats).
+ * With the lock, which it lets go during the write. EGM_OK with the batch
+ * in flight in *c (end_batch reads its answer); else f is failed. */
+static egm_status_t write_batch(egm_journal_t *j, egm_journal_follower_t *f, int by_thread,
+                                journal_call_t *c)
 {
     uint8_t *ops;
     size_t len;
-    uint64_t from, to;
-    void *call = NULL;
-    egm_status_t s = take_batch(j, f, f->send_max, &ops, &len, &from, &to);
+    c->call = NULL;
+    egm_status_t s = take_batch(j, f, f->send_max, &ops, &len, &c->from, &c->to);
     if (s != EGM_OK) {
         f->failed = 1;
         pthread_cond_broadcast(&j->more);
@@ -564,27 +594,56 @@ static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f, int 
         j->batches_by_request++;
     trim(j);
     pthread_mutex_unlock(&j->lock);
-    s = f->start(f->send_arg, from, to, ops, len, &call);
+    s = f->start(f->send_arg, c->from, c->to, ops, len, &c->call);
     egm_free(ops);
     pthread_mutex_lock(&j->lock);
     f->writing = 0;
     pthread_cond_broadcast(&j->more); /* the next batch may leave */
-    if (s == EGM_OK) {
-        pthread_mutex_unlock(&j->lock);
-        s = f->end(f->send_arg, call);
-        pthread_mutex_lock(&j->lock);
+    return s == EGM_OK ? EGM_OK : settle_batch(j, f, c, s);
+}
+
+/* Waits for the answer of c, written to f. With the lock, which it lets go
+ * meanwhile. */
+static egm_status_t end_batch(egm_journal_t *j, egm_journal_follower_t *f, const journal_call_t *c)
+{
+    pthread_mutex_unlock(&j->lock);
+    egm_status_t s = f->end(f->send_arg, c->call);
+    pthread_mutex_lock(&j->lock);
+    return settle_batch(j, f, c, s);
+}
+
+/* Sends f the ops it was not given and waits for the answer, while other
+ * threads may send the batches after it. With the lock, let go meanwhile. */
+static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f, int by_thread)
+{
+    journal_call_t c;
+    egm_status_t s = write_batch(j, f, by_thread, &c);
+    return s == EGM_OK ? end_batch(j, f, &c) : s;
+}
+
+/* For a request that waits without blocking its thread (others wait behind
+ * it there): writes the ops to each in-sync follower that lacks pos and may
+ * be sent to now, and leaves each answer to that follower's own thread
+ * (egm__journal_send_next), woken for it; so the batch is on its way while
+ * that thread wakes. With the lock, let go during the writes. */
+static void write_and_leave(egm_journal_t *j, uint64_t pos)
+{
+    for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next) {
+        journal_call_t c;
+        /* f outlives the write: unfollow waits while it is busy */
+        if (f->in_sync && f->sent < pos && may_send_to(j, f) && write_batch(j, f, 0, &c) == EGM_OK)
+            f->left[(f->first_left + f->n_left++) % EGM_JOURNAL_IN_FLIGHT_MAX] = c;
     }
-    f->in_flight--;
-    if (s == EGM_OK && to > f->acked) {
-        f->acked = to;
-    } else if (s != EGM_OK) { /* said here: the standby's thread only sees that it failed */
-        egm_warn("master: sending ops %llu..%llu to a standby: %s", (unsigned long long)from,
-                 (unsigned long long)to, egm_last_error());
-        f->failed = 1;
-    }
-    pthread_cond_broadcast(&j->acked);
     pthread_cond_broadcast(&j->more);
-    return s;
+}
+
+/* The oldest batch left to f's own thread, out of the list. With the lock. */
+static journal_call_t take_left(egm_journal_follower_t *f)
+{
+    journal_call_t c = f->left[f->first_left];
+    f->first_left = (f->first_left + 1) % EGM_JOURNAL_IN_FLIGHT_MAX;
+    f->n_left--;
+    return c;
 }
 
 /* Whether every in-sync follower acknowledged pos. With the lock. */
@@ -700,8 +759,8 @@ egm_status_t egm__journal_try(egm_journal_t *j, int may_send)
         return EGM_OK;
     pthread_mutex_lock(&j->lock);
     int done = may_send ? send_while_behind(j, pos) : acked_by_all(j, pos);
-    if (!done && !may_send) /* the followers' threads send it */
-        pthread_cond_broadcast(&j->more);
+    if (!done && !may_send)
+        write_and_leave(j, pos);
     unlock_and_settle(j);
     if (!done)
         return EGM_INPROGRESS;
@@ -865,7 +924,7 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
         goto out;
     }
     status = take_batch(j, f, max, buf_p, len_p, from_p, to_p);
-    f->handed = status == EGM_OK;
+    f->pulled = status == EGM_OK;
     trim(j);
 out:
     unlock_and_settle(j); /* also the waiters whose time ran out */
@@ -877,11 +936,15 @@ egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f,
     struct timespec deadline;
     egm__deadline_in(&deadline, wait_ms);
     pthread_mutex_lock(&j->lock);
-    while (!f->cut && !f->failed && !may_send_to(j, f))
+    while (!f->cut && !f->failed && f->n_left == 0 && !may_send_to(j, f))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
     egm_status_t status;
-    if (f->failed)
+    journal_call_t c;
+    if (f->n_left > 0 && !f->failed) {
+        c = take_left(f);
+        status = end_batch(j, f, &c);
+    } else if (f->failed)
         status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");
     else if (f->cut)
         status = cut_error();
@@ -919,7 +982,7 @@ void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t po
     if (pos > f->acked)
         f->acked = pos;
     if (f->acked == f->sent)
-        f->handed = 0;
+        f->pulled = 0;
     pthread_cond_broadcast(&j->acked);
     pthread_cond_broadcast(&j->more); /* batches may go through its sender again */
     unlock_and_settle(j);
@@ -937,6 +1000,10 @@ uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)
 void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f)
 {
     pthread_mutex_lock(&j->lock);
+    while (f->n_left > 0) { /* nobody else reads their answers now */
+        journal_call_t c = take_left(f);
+        end_batch(j, f, &c);
+    }
     while (busy(f)) /* a send through its sender: it touches f after */
         pthread_cond_wait(&j->acked, &j->lock);
     for (egm_journal_follower_t **link = &j->followers; *link != NULL; link = &(*link)->next)

@@ -141,18 +141,17 @@ egm_status_t egm__journal_wait(egm_journal_t *j, uint64_t timeout_ms);
 /* Without blocking the thread (an RPC thread serving other requests
  * meanwhile): egm__journal_try sends, like egm__journal_wait, to the
  * followers that may be sent to when may_send (blocking for their answer: for a
- * thread with nothing else to do), else wakes the followers' threads to
- * send; and answers EGM_OK when every in-sync follower has the calling
- * thread's last op (or there is none: the thread's position is cleared), or
- * EGM_INPROGRESS when some still lack it. Then egm__journal_notify calls done(arg, status, error)
- * once they have it (EGM_OK, error "") or timeout_ms passed
- * (EGM_ERR_UNREACHABLE and its text), from whichever thread saw that (the
- * one that got the acknowledgement, a follower's thread between its sends,
- * the caller of egm__journal_expire; at once, here, when nothing is left to
- * wait for), with no lock held; at the journal's destruction, with
- * EGM_ERR_UNREACHABLE. It clears the thread's position. The ops waited for
- * are sent by whoever sends next: the follower's thread, or a waiting
- * request, once fewer batches are in flight. */
+ * thread with nothing else to do); else it writes the ops to them without
+ * waiting, leaving the answers to the followers' threads
+ * (egm__journal_send_next), which it wakes; and answers EGM_OK when every in-sync follower has the
+ * calling thread's last op (or there is none: the thread's position is cleared), or EGM_INPROGRESS
+ * when some still lack it. Then egm__journal_notify calls done(arg, status, error) once they have
+ * it (EGM_OK, error "") or timeout_ms passed (EGM_ERR_UNREACHABLE and its text), from whichever
+ * thread saw that (the one that got the acknowledgement, a follower's thread between its sends, the
+ * caller of egm__journal_expire; at once, here, when nothing is left to wait for), with no lock
+ * held; at the journal's destruction, with EGM_ERR_UNREACHABLE. It clears the thread's position.
+ * Ops waited for that could not be written then (the batches in flight at their limit, or another
+ * being written) are sent by whoever sends next: the follower's thread, or a waiting request. */
 egm_status_t egm__journal_try(egm_journal_t *j, int may_send);
 /* The calling thread's last op position (0: none since its last wait), and
  * egm__journal_take_position the same, clearing it: for a request answered
@@ -221,10 +220,12 @@ typedef egm_status_t (*egm_journal_end_fn)(void *arg, void *call);
 void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f,
                              egm_journal_start_fn start, egm_journal_end_fn end, void *arg,
                              size_t max);
-/* For f's own thread: sends f the next batch through its sender, waiting up
- * to wait_ms for ops to send (and for room among the batches in flight):
- * EGM_OK once f applied it, EGM_ERR_TIMEOUT when there was none to send, or
- * egm__journal_next's errors. */
+/* For f's own thread: reads the answer of the oldest batch a request wrote
+ * and left to it (egm__journal_try), else sends f the next batch through its
+ * sender, waiting up to wait_ms for either (and for room among the batches
+ * in flight): EGM_OK once f applied it, EGM_ERR_TIMEOUT when there was
+ * nothing to do, or egm__journal_next's errors. egm__journal_unfollow reads
+ * the answers left when nobody calls this any more. */
 egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms);
 /* Up to where f acknowledged. */
 uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f);

@@ -892,25 +892,28 @@ static void test_try_notify(void **state)
     assert_int_equal(sd.calls, 1);
     assert_int_equal(egm__journal_follower_acked(j, f), jstats(j).end);
 
-    /* Told not to send (other requests wait on this thread): the follower's
-     * own thread gets the op. */
+    /* Told not to block (other requests wait on this thread): try writes the
+     * op without waiting and leaves its answer to the follower's own thread. */
     egm__journal_object_gone(j, "busy", 4);
     assert_int_equal(egm__journal_try(j, 0), EGM_INPROGRESS);
-    assert_int_equal(sd.calls, 1);
+    assert_int_equal(sd.calls, 2);
+    assert_int_equal(sd.to[1], jstats(j).end);
     memset(&d, 0, sizeof(d));
     egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
-    uint64_t busy = take_in_flight(j, f);
-    assert_int_equal(busy, jstats(j).end);
     assert_int_equal(d.calls, 0);
-    egm__journal_acked(j, f, busy);
+    assert_int_equal(egm__journal_send_next(j, f, 1), EGM_OK); /* reads that answer */
     assert_int_equal(d.calls, 1);
+    assert_int_equal(egm__journal_follower_acked(j, f), jstats(j).end);
+    assert_int_equal(egm__journal_send_next(j, f, 1), EGM_ERR_TIMEOUT); /* nothing left */
 
-    /* A batch in flight: try does not send beside it. */
+    /* A batch pulled by egm__journal_next (its caller sends it): try does
+     * not send beside it, through the sender or not. */
     egm__journal_object_gone(j, "first", 5);
     uint64_t first = take_in_flight(j, f);
     egm__journal_object_gone(j, "second", 6);
     assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS);
-    assert_int_equal(sd.calls, 1);
+    assert_int_equal(egm__journal_try(j, 0), EGM_INPROGRESS);
+    assert_int_equal(sd.calls, 2);
     memset(&d, 0, sizeof(d));
     egm__journal_notify(j, LONG_WAIT_MS, done_rec, &d);
     assert_int_equal(d.calls, 0);
@@ -994,7 +997,7 @@ typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int hold_start;
-    size_t started, writing;
+    size_t started, writing, ended;
     uint64_t from[16], to[16];
     int answer[16]; /* 0: not yet, 1: applied, -1: refused */
 } gate_t;
@@ -1027,6 +1030,7 @@ static egm_status_t gate_end(void *arg, void *call)
     while (g->answer[i] == 0)
         pthread_cond_wait(&g->cond, &g->lock);
     int ok = g->answer[i] > 0;
+    g->ended++;
     pthread_mutex_unlock(&g->lock);
     return ok ? EGM_OK : egm__set_error(EGM_ERR_INVALID_ARG, "test: batch %zu refused", i);
 }
@@ -1168,21 +1172,58 @@ static void test_batches_in_flight(void **state)
     assert_int_equal(g.from[7], before);
     assert_int_equal(egm__journal_follower_acked(g.j, g.f), jstats(g.j).end);
 
+    /* A request that must not block its thread writes its batch at once and
+     * leaves the answer to the follower's thread. */
+    egm__journal_object_gone(g.j, "left", 4);
+    assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
+    assert_int_equal(g.started, 9);
+    assert_int_equal(g.from[8], g.to[7]);
+    done_t d = {0};
+    egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
+    gate_answer(&g, 8, 1);
+    assert_int_equal(d.calls, 0);
+    assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_OK);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_OK);
+
     /* A refused batch fails the follower: the waits behind it time out, the
      * follower's thread hears of it. */
     changer_start(&c[5], g.j, 12);
-    gate_await_started(&g, 9);
-    gate_answer(&g, 8, -1);
+    gate_await_started(&g, 10);
+    gate_answer(&g, 9, -1);
     assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_ERR_UNREACHABLE);
-    /* Batches 0-6 and 8 by waiting requests, 7 by the follower's thread;
+    /* Batches 0-6, 8 and 9 by waiting requests, 7 by the follower's thread;
      * 1-4 and 6 left while an earlier one awaited its answer. */
     egm_journal_stats_t js = jstats(g.j);
-    assert_int_equal(js.batches_by_request, 8);
+    assert_int_equal(js.batches_by_request, 9);
     assert_int_equal(js.batches_by_thread, 1);
     assert_int_equal(js.batches_pipelined, 5);
-    assert_int_equal(js.waits_notified, 0);
+    assert_int_equal(js.waits_notified, 1);
+    assert_int_equal(g.ended, 10);
     egm__journal_unfollow(g.j, g.f); /* the wait ends, told OK: no follower in sync */
     changer_join(&c[5]);
+    egm__journal_destroy(g.j);
+    pthread_cond_destroy(&g.cond);
+    pthread_mutex_destroy(&g.lock);
+}
+
+/* Unfollowed with an answer left to a follower's thread that no longer
+ * reads: unfollow reads it (the sender's call ends) rather than wait. */
+static void test_unfollow_ends_left(void **state)
+{
+    (void)state;
+    gate_t g;
+    gate_init(&g);
+    egm__journal_object_gone(g.j, "left", 4);
+    assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
+    done_t d = {0};
+    egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
+    assert_int_equal(g.started, 1);
+    gate_answer(&g, 0, 1);
+    egm__journal_unfollow(g.j, g.f);
+    assert_int_equal(g.ended, 1);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_OK);
     egm__journal_destroy(g.j);
     pthread_cond_destroy(&g.cond);
     pthread_mutex_destroy(&g.lock);
@@ -1204,6 +1245,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wait_sends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_try_notify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unfollow_ends_left, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
