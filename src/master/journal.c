@@ -24,6 +24,10 @@
 /* Batches sent to one follower through its sender and not answered yet: a
  * change need not wait for the answer of the batch before its own. */
 #define EGM_JOURNAL_IN_FLIGHT_MAX 4
+/* Ops a request's RPC thread writes to a follower without waiting for the
+ * answer (egm__journal_try): more is left to the follower's thread, so as
+ * not to hold up the requests behind it. */
+#define EGM_JOURNAL_LEAVE_MAX (64u << 10)
 
 void egm__jbuf_free(egm_jbuf_t *b)
 {
@@ -335,6 +339,7 @@ struct egm_journal_follower {
     int writing;   /* a thread is writing it a batch: the next one leaves after */
     int in_flight; /* batches written through its sender, not answered yet */
     int pulled;    /* egm__journal_next gave out a batch not acknowledged yet */
+    int leaving;   /* being unfollowed: no new batch goes through its sender */
     /* Of those in flight, the ones a request's thread wrote and left to
      * egm__journal_send_next's caller to read the answer of, oldest first
      * (a ring from first_left). */
@@ -539,11 +544,12 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
 /* Whether a batch may leave for f through its sender now: it has ops it was
  * not given, no batch is being written to it (batches leave in the order
  * they were taken: the standby refuses one not at its position) nor pulled
- * by egm__journal_next (its caller sends that one), and fewer than
+ * by egm__journal_next (its caller sends that one), it is not being
+ * unfollowed, and fewer than
  * EGM_JOURNAL_IN_FLIGHT_MAX await their answer. With the lock. */
 static int may_send_to(const egm_journal_t *j, const egm_journal_follower_t *f)
 {
-    return f->start != NULL && !f->failed && !f->cut && !f->writing && !f->pulled &&
+    return f->start != NULL && !f->failed && !f->cut && !f->leaving && !f->writing && !f->pulled &&
            f->in_flight < EGM_JOURNAL_IN_FLIGHT_MAX && f->sent < end_of(j);
 }
 
@@ -621,9 +627,16 @@ static egm_status_t send_batch(egm_journal_t *j, egm_journal_follower_t *f, int 
     return s == EGM_OK ? end_batch(j, f, &c) : s;
 }
 
+/* Leaves the answer of c, written to f, to f's own thread. With the lock. */
+static void leave(egm_journal_follower_t *f, const journal_call_t *c)
+{
+    f->left[(f->first_left + f->n_left++) % EGM_JOURNAL_IN_FLIGHT_MAX] = *c;
+}
+
 /* For a request that waits without blocking its thread (others wait behind
  * it there): writes the ops to each in-sync follower that lacks pos and may
- * be sent to now, and leaves each answer to that follower's own thread
+ * be sent to now, when they are few (a short write: more is left to the
+ * follower's thread), and leaves each answer to that follower's own thread
  * (egm__journal_send_next), woken for it; so the batch is on its way while
  * that thread wakes. With the lock, let go during the writes. */
 static void write_and_leave(egm_journal_t *j, uint64_t pos)
@@ -631,8 +644,9 @@ static void write_and_leave(egm_journal_t *j, uint64_t pos)
     for (egm_journal_follower_t *f = j->followers; f != NULL; f = f->next) {
         journal_call_t c;
         /* f outlives the write: unfollow waits while it is busy */
-        if (f->in_sync && f->sent < pos && may_send_to(j, f) && write_batch(j, f, 0, &c) == EGM_OK)
-            f->left[(f->first_left + f->n_left++) % EGM_JOURNAL_IN_FLIGHT_MAX] = c;
+        if (f->in_sync && f->sent < pos && end_of(j) - f->sent <= EGM_JOURNAL_LEAVE_MAX &&
+            may_send_to(j, f) && write_batch(j, f, 0, &c) == EGM_OK)
+            leave(f, &c);
     }
     pthread_cond_broadcast(&j->more);
 }
@@ -924,7 +938,8 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
         goto out;
     }
     status = take_batch(j, f, max, buf_p, len_p, from_p, to_p);
-    f->pulled = status == EGM_OK;
+    if (status == EGM_OK)
+        f->pulled = 1;
     trim(j);
 out:
     unlock_and_settle(j); /* also the waiters whose time ran out */
@@ -939,19 +954,23 @@ egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f,
     while (!f->cut && !f->failed && f->n_left == 0 && !may_send_to(j, f))
         if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
             break;
-    egm_status_t status;
+    /* What is pending leaves first, then the oldest answer is read: the
+     * thread keeps batches in flight, as requests do. */
     journal_call_t c;
-    if (f->n_left > 0 && !f->failed) {
-        c = take_left(f);
-        status = end_batch(j, f, &c);
-    } else if (f->failed)
-        status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");
+    egm_status_t status = EGM_OK;
+    if (may_send_to(j, f) && (status = write_batch(j, f, 1, &c)) == EGM_OK)
+        leave(f, &c);
+    if (status != EGM_OK || f->failed)
+        status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed: %s",
+                                status != EGM_OK ? egm_last_error() : "(by another thread)");
     else if (f->cut)
         status = cut_error();
-    else if (!may_send_to(j, f))
+    else if (f->n_left == 0)
         status = EGM_ERR_TIMEOUT;
-    else
-        status = send_batch(j, f, 1);
+    else {
+        c = take_left(f);
+        status = end_batch(j, f, &c);
+    }
     unlock_and_settle(j);
     return status;
 }
@@ -1000,12 +1019,17 @@ uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)
 void egm__journal_unfollow(egm_journal_t *j, egm_journal_follower_t *f)
 {
     pthread_mutex_lock(&j->lock);
-    while (f->n_left > 0) { /* nobody else reads their answers now */
-        journal_call_t c = take_left(f);
-        end_batch(j, f, &c);
+    f->leaving = 1;
+    /* Nobody else reads the answers left now; a batch being written may be
+     * left next, and a send through the sender touches f after. */
+    while (f->n_left > 0 || busy(f)) {
+        if (f->n_left > 0) {
+            journal_call_t c = take_left(f);
+            end_batch(j, f, &c);
+        } else {
+            pthread_cond_wait(&j->more, &j->lock); /* broadcast by both */
+        }
     }
-    while (busy(f)) /* a send through its sender: it touches f after */
-        pthread_cond_wait(&j->acked, &j->lock);
     for (egm_journal_follower_t **link = &j->followers; *link != NULL; link = &(*link)->next)
         if (*link == f) {
             *link = f->next;

@@ -63,6 +63,7 @@ struct egm_replication {
     int discovering;
     atomic_int stopping;
     egm_replication_stats_t stats;
+    atomic_uint_least64_t bytes_sent; /* stats.bytes_total */
     /* may_lead: when this standby first found the leader gone and itself
      * not in sync, and when it was last asked. */
     uint64_t refused_since_ms, last_asked_ms;
@@ -151,11 +152,8 @@ static egm_status_t begin_batch(egm_replication_t *r, egm_rpc_client_t *c, int r
         return s;
     s = egm__rpc_begin(c, EGM_RPC_HA_APPLY, buf, n, timeout_ms, call_p);
     egm_free(buf);
-    if (s == EGM_OK) {
-        pthread_mutex_lock(&r->lock);
-        r->stats.bytes_total += len;
-        pthread_mutex_unlock(&r->lock);
-    }
+    if (s == EGM_OK) /* not under r->lock: held across etcd calls, and this may be an RPC thread */
+        atomic_fetch_add_explicit(&r->bytes_sent, len, memory_order_relaxed);
     return s;
 }
 
@@ -260,14 +258,23 @@ static int batch_timeout_ms(const egm_replication_t *r)
     return t < 500 ? 500 : t;
 }
 
-/* Sends f every op not given to it yet (a stopping leader: nothing new is
- * journaled). */
-static egm_status_t flush(egm_journal_t *j, egm_journal_follower_t *f)
+/* Sends f every op not given to it yet and reads every answer (a stopping
+ * leader: nothing new is journaled): EGM_OK once f acknowledged the
+ * journal's end, within timeout_ms. */
+static egm_status_t flush(egm_journal_t *j, egm_journal_follower_t *f, int timeout_ms)
 {
-    egm_status_t s;
-    while ((s = egm__journal_send_next(j, f, 0)) == EGM_OK)
-        ;
-    return s == EGM_ERR_TIMEOUT ? EGM_OK : s;
+    uint64_t end, confirmed, deadline = egm__now_ms() + (uint64_t)timeout_ms;
+    egm__journal_marks(j, &end, &confirmed);
+    while (egm__journal_follower_acked(j, f) < end) {
+        egm_status_t s = egm__journal_send_next(j, f, 10);
+        if (s != EGM_OK && s != EGM_ERR_TIMEOUT)
+            return s;
+        if (egm__now_ms() >= deadline)
+            return egm__set_error(EGM_ERR_TIMEOUT,
+                                  "the standby did not confirm the journal's end within %d ms",
+                                  timeout_ms);
+    }
+    return EGM_OK;
 }
 
 static void *standby_main(void *arg)
@@ -338,7 +345,7 @@ static void *standby_main(void *arg)
      * its successor's. */
     int leads = leading(r), keep = 0;
     if (s == EGM_OK && listed && leads && atomic_load(&r->stopping) &&
-        flush(st->journal, f) == EGM_OK) {
+        flush(st->journal, f, timeout) == EGM_OK) {
         keep = 1;
         egm_info("master: standby %s has every change: it stays in sync for the next leader",
                  sb->addr);
@@ -578,4 +585,5 @@ void egm__replication_stats(egm_replication_t *r, egm_replication_stats_t *stats
     pthread_mutex_lock(&r->lock);
     *stats_p = r->stats;
     pthread_mutex_unlock(&r->lock);
+    stats_p->bytes_total = atomic_load_explicit(&r->bytes_sent, memory_order_relaxed);
 }

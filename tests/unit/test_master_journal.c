@@ -16,7 +16,14 @@
  * runs exactly once: at once when nothing is left, on the acknowledgement that covers the
  * request (not one short of it), on its timeout (seen by the follower's next, or by
  * egm__journal_expire), on unfollow, and
- * at the journal's destruction. */
+ * at the journal's destruction. Through a pipelined sender: up to 4 batches
+ * in flight, each written right after the one before (no gap, no overlap,
+ * one writer at a time), an answer acknowledging the batches before it, a
+ * request that must not block writing its batch at once and leaving the
+ * answer to the follower's thread (egm__journal_send_next, which writes
+ * what is pending first), nothing pulled beside a batch in flight, a
+ * refused batch failing the follower, unfollow reading the answers left
+ * (also of a batch being written when it began), and the batch counters. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -1180,26 +1187,42 @@ static void test_batches_in_flight(void **state)
     assert_int_equal(g.from[8], g.to[7]);
     done_t d = {0};
     egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
+    /* Not pulled beside a batch in flight through the sender. */
+    egm__journal_object_gone(g.j, "pending", 7);
+    (void)egm__journal_take_position(g.j);
+    uint8_t *buf = NULL;
+    size_t len;
+    uint64_t from, to;
+    assert_int_equal(egm__journal_next(g.j, g.f, 1, 1 << 20, &buf, &len, &from, &to),
+                     EGM_ERR_TIMEOUT);
+    assert_null(buf);
+    /* The follower's thread writes what is pending (batch 9), then reads
+     * the answer left to it. */
     gate_answer(&g, 8, 1);
     assert_int_equal(d.calls, 0);
     assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_OK);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_OK);
+    assert_int_equal(g.started, 10);
+    assert_int_equal(g.from[9], g.to[8]);
+    gate_answer(&g, 9, 1);
+    assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_OK);
+    assert_int_equal(egm__journal_follower_acked(g.j, g.f), jstats(g.j).end);
 
     /* A refused batch fails the follower: the waits behind it time out, the
      * follower's thread hears of it. */
     changer_start(&c[5], g.j, 12);
-    gate_await_started(&g, 10);
-    gate_answer(&g, 9, -1);
+    gate_await_started(&g, 11);
+    gate_answer(&g, 10, -1);
     assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_ERR_UNREACHABLE);
-    /* Batches 0-6, 8 and 9 by waiting requests, 7 by the follower's thread;
-     * 1-4 and 6 left while an earlier one awaited its answer. */
+    /* Batches 0-6, 8 and 10 by waiting requests, 7 and 9 by the follower's
+     * thread; 1-4, 6 and 9 left while an earlier one awaited its answer. */
     egm_journal_stats_t js = jstats(g.j);
     assert_int_equal(js.batches_by_request, 9);
-    assert_int_equal(js.batches_by_thread, 1);
-    assert_int_equal(js.batches_pipelined, 5);
+    assert_int_equal(js.batches_by_thread, 2);
+    assert_int_equal(js.batches_pipelined, 6);
     assert_int_equal(js.waits_notified, 1);
-    assert_int_equal(g.ended, 10);
+    assert_int_equal(g.ended, 11);
     egm__journal_unfollow(g.j, g.f); /* the wait ends, told OK: no follower in sync */
     changer_join(&c[5]);
     egm__journal_destroy(g.j);
@@ -1229,6 +1252,65 @@ static void test_unfollow_ends_left(void **state)
     pthread_mutex_destroy(&g.lock);
 }
 
+/* Unfollowed while a request (egm__journal_try, not blocking) writes a
+ * batch it will leave to a follower's thread that no longer reads: unfollow
+ * waits for the write, then reads that answer itself. */
+typedef struct {
+    gate_t *g;
+    egm_status_t status;
+    atomic_int done;
+} side_t;
+
+static void *try_main(void *arg)
+{
+    side_t *t = arg;
+    egm__journal_object_gone(t->g->j, "racing", 6);
+    t->status = egm__journal_try(t->g->j, 0);
+    atomic_store(&t->done, 1);
+    return NULL;
+}
+
+static void *unfollow_main(void *arg)
+{
+    side_t *u = arg;
+    egm__journal_unfollow(u->g->j, u->g->f);
+    atomic_store(&u->done, 1);
+    return NULL;
+}
+
+static void test_unfollow_during_write(void **state)
+{
+    (void)state;
+    gate_t g;
+    gate_init(&g);
+    g.hold_start = 1;
+    side_t t = {.g = &g}, u = {.g = &g};
+    pthread_t tt, ut;
+    assert_int_equal(pthread_create(&tt, NULL, try_main, &t), 0);
+    gate_await_started(&g, 1); /* the request is writing */
+    assert_int_equal(pthread_create(&ut, NULL, unfollow_main, &u), 0);
+    egm__sleep_ms(50); /* unfollow waits for the write (or has not begun: no harm) */
+    assert_false(atomic_load(&u.done));
+    gate_answer(&g, 0, 1);
+    pthread_mutex_lock(&g.lock);
+    g.hold_start = 0;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    pthread_join(tt, NULL);
+    assert_int_equal(t.status, EGM_INPROGRESS);
+    for (int i = 0; i < 1000 && !atomic_load(&u.done); i++)
+        egm__sleep_ms(10);
+    assert_true(atomic_load(&u.done)); /* not when unfollow missed the answer left to it */
+    pthread_join(ut, NULL);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.started, 1);
+    assert_int_equal(g.ended, 1);
+    pthread_mutex_unlock(&g.lock);
+    egm__journal_destroy(g.j);
+    pthread_cond_destroy(&g.cond);
+    pthread_mutex_destroy(&g.lock);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1246,6 +1328,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_try_notify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unfollow_ends_left, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unfollow_during_write, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
