@@ -6,8 +6,9 @@ reports); per-client-busy: each client's calls over the time that client spent i
 (the put calls' own cost, whatever the clients did between them); busy/wall: the share of the
 phase the clients spent inside calls. Medians over the rounds, range in brackets.
 
-Usage: bench/meta/put_call_time.py DIR...  (each DIR holds a run's meta-MODE-ROUND.json files,
-directly or in data/, as ha_cost.sh --out writes them)
+Usage: bench/meta/put_call_time.py [--mode MODE] DIR...  (each DIR holds a run's
+meta-MODE-ROUND.json files, directly or in data/, as ha_cost.sh --out writes them; MODE, default
+standby, is the mode set against off: e.g. base, late)
 """
 import glob
 import json
@@ -34,9 +35,13 @@ def span(values):
     return "%.2f (%.2f-%.2f)" % (statistics.median(values), min(values), max(values))
 
 
-for run in sys.argv[1:] or sys.exit(__doc__):
-    print("==", run)
-    off, standby = load(run, "off"), load(run, "standby")
+args = sys.argv[1:]
+mode = "standby"
+if args[:1] == ["--mode"] and len(args) > 1:
+    mode, args = args[1], args[2:]
+for run in args or sys.exit(__doc__):
+    print("==", run, mode)
+    off, standby = load(run, "off"), load(run, mode)
     for k in sorted(off[0]):
         if k[0] != "single" or k[1] != "put":
             continue
@@ -47,4 +52,4 @@ for run in sys.argv[1:] or sys.exit(__doc__):
         share = lambda rounds: statistics.median(x[k]["client_seconds"] / x[k]["wall_seconds"]
                                                  for x in rounds)
         print(k, "union", span(union), "per-client-busy", span(busy),
-              "busy/wall standby %.2f off %.2f" % (share(standby), share(off)))
+              "busy/wall %s %.2f off %.2f" % (mode, share(standby), share(off)))
