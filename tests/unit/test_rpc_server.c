@@ -1,6 +1,7 @@
 /* RPC server and client over loopback: replies reach their callers under
  * concurrency, calls begun one after the other (egm__rpc_begin) reach the
- * server in that order and each end gets its own reply, malformed frames get the documented
+ * server in that order and each end gets its own reply (or TIMEOUT counted
+ * from its begin, or UNREACHABLE when the server goes), malformed frames get the documented
  * treatment without disturbing well-formed peers, handler errors travel back with their text,
  * timeouts drop late replies, a lost connection fails calls and the next call
  * reconnects (to where a resolver says the master is now, also after a
@@ -546,6 +547,53 @@ static void test_begun_calls(void **state)
 
     egm__rpc_client_destroy(client);
     env_stop(&env);
+    assert_int_equal(egm__alloc_live_count(), live);
+}
+
+/* A begun call whose answer does not come in time ends with TIMEOUT counted
+ * from its begin (the late answer is dropped, the connection stays); one
+ * whose connection goes ends UNREACHABLE. */
+static void test_begun_calls_fail(void **state)
+{
+    (void)state;
+    uint64_t live = egm__alloc_live_count();
+    env_t env;
+    assert_int_equal(sem_init(&held_sem, 0, 0), 0);
+    n_held = n_taken = n_seen = 0;
+    env_start(&env, 0, 0);
+    egm_rpc_client_t *client = new_client(env.addr);
+    egm_rpc_call_t *late, *echo;
+
+    assert_int_equal(egm__rpc_begin(client, TYPE_HOLD, (const uint8_t *)"h", 1, 1000, &late),
+                     EGM_OK);
+    egm_rpc_hold_t *h = next_held();
+    assert_int_equal(egm__rpc_begin(client, TYPE_ECHO, (const uint8_t *)"e", 1, 5000, &echo),
+                     EGM_OK);
+    end_expecting(echo, "e");
+    egm__sleep_ms(1100); /* past the held call's deadline before its end began */
+    uint64_t t0 = egm__now_ms();
+    uint8_t *reply = (uint8_t *)1;
+    size_t len = 1;
+    assert_int_equal(egm__rpc_end(late, &reply, &len), EGM_ERR_TIMEOUT);
+    /* At once: counted from the begin (from the end, it would take 1 s). */
+    assert_true(egm__now_ms() - t0 < 900);
+    assert_null(reply);
+    assert_int_equal(len, 0);
+    release_text(h, "too late");
+    echo_ok(client, "still up");
+
+    /* The server goes while a begun call waits: UNREACHABLE. */
+    egm_rpc_call_t *lost;
+    assert_int_equal(egm__rpc_begin(client, TYPE_HOLD, (const uint8_t *)"l", 1, 5000, &lost),
+                     EGM_OK);
+    h = next_held();
+    env_stop(&env);
+    assert_int_equal(egm__rpc_end(lost, &reply, &len), EGM_ERR_UNREACHABLE);
+    assert_null(reply);
+    release_text(h, "nobody");
+
+    egm__rpc_client_destroy(client);
+    sem_destroy(&held_sem);
     assert_int_equal(egm__alloc_live_count(), live);
 }
 
@@ -1902,6 +1950,7 @@ int main(void)
         cmocka_unit_test(test_echo_and_msg),
         cmocka_unit_test(test_concurrent_callers),
         cmocka_unit_test(test_begun_calls),
+        cmocka_unit_test(test_begun_calls_fail),
         cmocka_unit_test(test_raw_pipelining_and_partial_frames),
         cmocka_unit_test(test_bad_frames),
         cmocka_unit_test(test_handler_errors),
