@@ -23,7 +23,9 @@
  * answer to the follower's thread (egm__journal_send_next, which writes
  * what is pending first), nothing pulled beside a batch in flight, a
  * refused batch failing the follower, unfollow reading the answers left
- * (also of a batch being written when it began), and the batch counters. */
+ * (also of a batch being written when it began), the follower's sleeping
+ * thread woken for an answer left to it and for ops too many for a request
+ * to write, and the batch counters. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <setjmp.h>
@@ -1311,6 +1313,73 @@ static void test_unfollow_during_write(void **state)
     pthread_mutex_destroy(&g.lock);
 }
 
+/* A follower's thread asleep in egm__journal_send_next is woken to read the
+ * answer of a batch a request left to it, and to send ops too many for a
+ * request to write itself (past 64 KiB). */
+typedef struct {
+    gate_t *g;
+    egm_status_t status;
+    atomic_int done;
+} reader_t;
+
+static void *reader_main(void *arg)
+{
+    reader_t *r = arg;
+    r->status = egm__journal_send_next(r->g->j, r->g->f, LONG_WAIT_MS);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+static void test_sender_thread_woken(void **state)
+{
+    (void)state;
+    gate_t g;
+    gate_init(&g);
+    gate_answer(&g, 0, 1); /* the standby answers at once */
+    reader_t r = {.g = &g};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, reader_main, &r), 0);
+    egm__sleep_ms(50); /* asleep: nothing to send (or not there yet: no harm) */
+    egm__journal_object_gone(g.j, "wake", 4);
+    assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
+    done_t d = {0};
+    egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
+    for (int i = 0; i < 1000 && !atomic_load(&r.done); i++)
+        egm__sleep_ms(10);
+    assert_true(atomic_load(&r.done)); /* not when nobody wakes it */
+    pthread_join(t, NULL);
+    assert_int_equal(r.status, EGM_OK);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(d.status, EGM_OK);
+
+    gate_answer(&g, 1, 1);
+    r.done = 0;
+    assert_int_equal(pthread_create(&t, NULL, reader_main, &r), 0);
+    egm__sleep_ms(50);
+    char key[64];
+    for (int i = 0; i < 2000; i++) { /* 2000 x 43 bytes */
+        int n = snprintf(key, sizeof(key), "%040d", i);
+        egm__journal_object_gone(g.j, key, (size_t)n);
+    }
+    assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
+    assert_int_equal(jstats(g.j).batches_by_request, 1); /* not written by the request */
+    memset(&d, 0, sizeof(d));
+    egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
+    for (int i = 0; i < 1000 && !atomic_load(&r.done); i++)
+        egm__sleep_ms(10);
+    assert_true(atomic_load(&r.done));
+    pthread_join(t, NULL);
+    assert_int_equal(r.status, EGM_OK);
+    assert_int_equal(g.started, 2);
+    assert_int_equal(g.to[1] - g.from[1], 2000 * 43);
+    assert_int_equal(d.calls, 1);
+    assert_int_equal(jstats(g.j).batches_by_thread, 1);
+    egm__journal_unfollow(g.j, g.f);
+    egm__journal_destroy(g.j);
+    pthread_cond_destroy(&g.cond);
+    pthread_mutex_destroy(&g.lock);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1329,6 +1398,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batches_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unfollow_ends_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unfollow_during_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sender_thread_woken, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
