@@ -780,6 +780,13 @@ static egm_status_t decode_error_reply(uint16_t type, const uint8_t *buf, size_t
     return status;
 }
 
+/* The error of a call p whose connection was lost (p->status). */
+static egm_status_t lost_error(const egm_rpc_client_t *cl, const pending_t *p)
+{
+    return egm__set_error(p->status, "%s to %s: connection lost", egm__rpc_type_name(p->type),
+                          cl->where);
+}
+
 /* Registers p, connects when needed and writes the request frame: EGM_OK
  * with p pending (end it with call_end), or why not (p is then not
  * pending). */
@@ -855,8 +862,7 @@ static egm_status_t call_begin(egm_rpc_client_t *cl, pending_t *p, uint16_t type
         return EGM_OK;
     }
     if (p->done) /* failed with its connection meanwhile */
-        status = egm__set_error(p->status, "%s to %s: connection lost", egm__rpc_type_name(type),
-                                cl->where);
+        status = lost_error(cl, p);
     else {
         egm__hashmap_remove(cl->pending, &p->id, sizeof(p->id));
         status = wstatus;
@@ -911,8 +917,7 @@ static egm_status_t call_end(egm_rpc_client_t *cl, pending_t *p, uint8_t **reply
     pthread_mutex_unlock(&cl->lock);
 
     if (p->status != EGM_OK) {
-        status = egm__set_error(p->status, "%s to %s: connection lost", egm__rpc_type_name(p->type),
-                                cl->where);
+        status = lost_error(cl, p);
     } else if (p->flags & EGM_FRAME_ERROR) {
         status = decode_error_reply(p->type, p->buf, p->len);
         egm_free(p->buf);

@@ -1080,6 +1080,14 @@ static void gate_init(gate_t *g)
     egm__journal_set_in_sync(g->j, g->f);
 }
 
+/* After the follower is gone. */
+static void gate_destroy(gate_t *g)
+{
+    egm__journal_destroy(g->j);
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+}
+
 /* A request on its own thread: one change, then egm__journal_wait. */
 typedef struct {
     egm_journal_t *j;
@@ -1227,9 +1235,7 @@ static void test_batches_in_flight(void **state)
     assert_int_equal(g.ended, 11);
     egm__journal_unfollow(g.j, g.f); /* the wait ends, told OK: no follower in sync */
     changer_join(&c[5]);
-    egm__journal_destroy(g.j);
-    pthread_cond_destroy(&g.cond);
-    pthread_mutex_destroy(&g.lock);
+    gate_destroy(&g);
 }
 
 /* Unfollowed with an answer left to a follower's thread that no longer
@@ -1249,20 +1255,28 @@ static void test_unfollow_ends_left(void **state)
     assert_int_equal(g.ended, 1);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_OK);
-    egm__journal_destroy(g.j);
-    pthread_cond_destroy(&g.cond);
-    pthread_mutex_destroy(&g.lock);
+    gate_destroy(&g);
 }
 
-/* Unfollowed while a request (egm__journal_try, not blocking) writes a
- * batch it will leave to a follower's thread that no longer reads: unfollow
- * waits for the write, then reads that answer itself. */
+/* A journal call on a thread of its own, for a test to wait for. */
 typedef struct {
     gate_t *g;
     egm_status_t status;
     atomic_int done;
 } side_t;
 
+/* Waits (up to 10 s) for side's call to return, then joins its thread. */
+static void side_join(side_t *side, pthread_t thread)
+{
+    for (int i = 0; i < 1000 && !atomic_load(&side->done); i++)
+        egm__sleep_ms(10);
+    assert_true(atomic_load(&side->done));
+    pthread_join(thread, NULL);
+}
+
+/* Unfollowed while a request (egm__journal_try, not blocking) writes a
+ * batch it will leave to a follower's thread that no longer reads: unfollow
+ * waits for the write, then reads that answer itself. */
 static void *try_main(void *arg)
 {
     side_t *t = arg;
@@ -1300,31 +1314,20 @@ static void test_unfollow_during_write(void **state)
     pthread_mutex_unlock(&g.lock);
     pthread_join(tt, NULL);
     assert_int_equal(t.status, EGM_INPROGRESS);
-    for (int i = 0; i < 1000 && !atomic_load(&u.done); i++)
-        egm__sleep_ms(10);
-    assert_true(atomic_load(&u.done)); /* not when unfollow missed the answer left to it */
-    pthread_join(ut, NULL);
+    side_join(&u, ut); /* not when unfollow missed the answer left to it */
     pthread_mutex_lock(&g.lock);
     assert_int_equal(g.started, 1);
     assert_int_equal(g.ended, 1);
     pthread_mutex_unlock(&g.lock);
-    egm__journal_destroy(g.j);
-    pthread_cond_destroy(&g.cond);
-    pthread_mutex_destroy(&g.lock);
+    gate_destroy(&g);
 }
 
 /* A follower's thread asleep in egm__journal_send_next is woken to read the
  * answer of a batch a request left to it, and to send ops too many for a
  * request to write itself (past 64 KiB). */
-typedef struct {
-    gate_t *g;
-    egm_status_t status;
-    atomic_int done;
-} reader_t;
-
 static void *reader_main(void *arg)
 {
-    reader_t *r = arg;
+    side_t *r = arg;
     r->status = egm__journal_send_next(r->g->j, r->g->f, LONG_WAIT_MS);
     atomic_store(&r->done, 1);
     return NULL;
@@ -1336,7 +1339,7 @@ static void test_sender_thread_woken(void **state)
     gate_t g;
     gate_init(&g);
     gate_answer(&g, 0, 1); /* the standby answers at once */
-    reader_t r = {.g = &g};
+    side_t r = {.g = &g};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, reader_main, &r), 0);
     egm__sleep_ms(50); /* asleep: nothing to send (or not there yet: no harm) */
@@ -1344,10 +1347,7 @@ static void test_sender_thread_woken(void **state)
     assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
     done_t d = {0};
     egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
-    for (int i = 0; i < 1000 && !atomic_load(&r.done); i++)
-        egm__sleep_ms(10);
-    assert_true(atomic_load(&r.done)); /* not when nobody wakes it */
-    pthread_join(t, NULL);
+    side_join(&r, t); /* not when nobody wakes it */
     assert_int_equal(r.status, EGM_OK);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_OK);
@@ -1365,19 +1365,14 @@ static void test_sender_thread_woken(void **state)
     assert_int_equal(jstats(g.j).batches_by_request, 1); /* not written by the request */
     memset(&d, 0, sizeof(d));
     egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
-    for (int i = 0; i < 1000 && !atomic_load(&r.done); i++)
-        egm__sleep_ms(10);
-    assert_true(atomic_load(&r.done));
-    pthread_join(t, NULL);
+    side_join(&r, t);
     assert_int_equal(r.status, EGM_OK);
     assert_int_equal(g.started, 2);
     assert_int_equal(g.to[1] - g.from[1], 2000 * 43);
     assert_int_equal(d.calls, 1);
     assert_int_equal(jstats(g.j).batches_by_thread, 1);
     egm__journal_unfollow(g.j, g.f);
-    egm__journal_destroy(g.j);
-    pthread_cond_destroy(&g.cond);
-    pthread_mutex_destroy(&g.lock);
+    gate_destroy(&g);
 }
 
 int main(void)
