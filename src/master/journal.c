@@ -338,7 +338,6 @@ struct egm_journal_follower {
     int failed;    /* a send through its sender failed */
     int writing;   /* a thread is writing it a batch: the next one leaves after */
     int in_flight; /* batches written through its sender, not answered yet */
-    int pulled;    /* egm__journal_next gave out a batch not acknowledged yet */
     int leaving;   /* being unfollowed: no new batch goes through its sender */
     /* Of those in flight, the ones a request's thread wrote and left to
      * egm__journal_send_next's caller to read the answer of, oldest first
@@ -543,13 +542,12 @@ static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size
 
 /* Whether a batch may leave for f through its sender now: it has ops it was
  * not given, no batch is being written to it (batches leave in the order
- * they were taken: the standby refuses one not at its position) nor pulled
- * by egm__journal_next (its caller sends that one), it is not being
- * unfollowed, and fewer than
- * EGM_JOURNAL_IN_FLIGHT_MAX await their answer. With the lock. */
+ * they were taken: the standby refuses one not at its position), it is not
+ * being unfollowed, and fewer than EGM_JOURNAL_IN_FLIGHT_MAX await their
+ * answer. With the lock. */
 static int may_send_to(const egm_journal_t *j, const egm_journal_follower_t *f)
 {
-    return f->start != NULL && !f->failed && !f->cut && !f->leaving && !f->writing && !f->pulled &&
+    return f->start != NULL && !f->failed && !f->cut && !f->leaving && !f->writing &&
            f->in_flight < EGM_JOURNAL_IN_FLIGHT_MAX && f->sent < end_of(j);
 }
 
@@ -912,40 +910,6 @@ static egm_status_t cut_error(void)
                           EGM_JOURNAL_BACKLOG_MAX >> 20);
 }
 
-egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
-                               size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
-                               uint64_t *to_p)
-{
-    struct timespec deadline;
-    egm__deadline_in(&deadline, wait_ms);
-    *buf_p = NULL;
-    *len_p = 0;
-    pthread_mutex_lock(&j->lock);
-    while (!f->cut && !f->failed && (busy(f) || f->sent == end_of(j)))
-        if (pthread_cond_timedwait(&j->more, &j->lock, &deadline) == ETIMEDOUT)
-            break;
-    egm_status_t status = EGM_OK;
-    if (f->failed) {
-        status = egm__set_error(EGM_ERR_UNREACHABLE, "a send to the standby failed");
-        goto out;
-    }
-    if (f->cut) {
-        status = cut_error();
-        goto out;
-    }
-    if (busy(f) || f->sent == end_of(j)) {
-        status = EGM_ERR_TIMEOUT;
-        goto out;
-    }
-    status = take_batch(j, f, max, buf_p, len_p, from_p, to_p);
-    if (status == EGM_OK)
-        f->pulled = 1;
-    trim(j);
-out:
-    unlock_and_settle(j); /* also the waiters whose time ran out */
-    return status;
-}
-
 egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms)
 {
     struct timespec deadline;
@@ -993,18 +957,6 @@ uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f
     uint64_t acked = f->acked;
     pthread_mutex_unlock(&j->lock);
     return acked;
-}
-
-void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t pos)
-{
-    pthread_mutex_lock(&j->lock);
-    if (pos > f->acked)
-        f->acked = pos;
-    if (f->acked == f->sent)
-        f->pulled = 0;
-    pthread_cond_broadcast(&j->acked);
-    pthread_cond_broadcast(&j->more); /* batches may go through its sender again */
-    unlock_and_settle(j);
 }
 
 uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f)

@@ -187,22 +187,10 @@ void egm__journal_expire(egm_journal_t *j);
  * first. It is not in sync (no wait waits for it) until
  * egm__journal_set_in_sync. */
 egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p, uint64_t *pos_p);
-/* Two ways to carry f's ops. Pulled: egm__journal_next gives the ops after
- * what f was last given, at most max bytes (whole ops; at least one),
- * waiting up to wait_ms for some (and for the batches in flight through f's
- * sender to be answered): EGM_OK with an egm_malloc'ed copy in *buf_p, the
- * positions [*from_p, *to_p); EGM_ERR_TIMEOUT when none came; EGM_ERR_NO_SPACE
- * when f fell so far behind that the journal dropped it, EGM_ERR_UNREACHABLE
- * when a send to it failed (either way it must start over with a snapshot);
- * EGM_ERR_NO_MEMORY. The caller sends them, then egm__journal_acked; no
- * batch goes through f's sender meanwhile. */
-egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms,
-                               size_t max, uint8_t **buf_p, size_t *len_p, uint64_t *from_p,
-                               uint64_t *to_p);
-/* Or through a sender (egm__journal_set_sender): start sends [from, to),
- * returning once the batch left (batches leave in the order of the start
- * calls, one call at a time per follower) with the call in flight in
- * *call_p; end waits for its answer, EGM_OK once f applied it, and ends
+/* f's ops go through a sender (egm__journal_set_sender): start sends
+ * [from, to), returning once the batch left (batches leave in the order of
+ * the start calls, one call at a time per follower) with the call in flight
+ * in *call_p; end waits for its answer, EGM_OK once f applied it, and ends
  * the call. Both called without the journal's lock, by the thread that
  * took the batch: a waiting request's, or egm__journal_send_next's caller.
  * Several batches may await their answers at once (the next one need not
@@ -212,25 +200,28 @@ egm_status_t egm__journal_next(egm_journal_t *j, egm_journal_follower_t *f, uint
 typedef egm_status_t (*egm_journal_start_fn)(void *arg, uint64_t from, uint64_t to,
                                              const uint8_t *ops, size_t len, void **call_p);
 typedef egm_status_t (*egm_journal_end_fn)(void *arg, void *call);
-/* Lets f's ops go through its sender, max bytes of ops at a time (whole
- * ops, one at least): by the waiting requests (before
- * egm__journal_set_in_sync) and egm__journal_send_next. A send that fails
- * marks f failed: egm__journal_next and egm__journal_send_next then answer
- * EGM_ERR_UNREACHABLE, and waits still wait for f until it is unfollowed. */
+/* Lets f's ops go through its sender (set before egm__journal_set_in_sync),
+ * max bytes of ops at a time (whole ops, one at least): by the waiting
+ * requests and egm__journal_send_next. A send that fails
+ * marks f failed: egm__journal_send_next then answers EGM_ERR_UNREACHABLE,
+ * and waits still wait for f until it is unfollowed. Called again, it
+ * changes the sender or max for the batches after. */
 void egm__journal_set_sender(egm_journal_t *j, egm_journal_follower_t *f,
                              egm_journal_start_fn start, egm_journal_end_fn end, void *arg,
                              size_t max);
 /* For f's own thread: reads the answer of the oldest batch a request wrote
  * and left to it (egm__journal_try), else sends f the next batch through its
  * sender, waiting up to wait_ms for either (and for room among the batches
- * in flight): EGM_OK once f applied it, EGM_ERR_TIMEOUT when there was
- * nothing to do, or egm__journal_next's errors. egm__journal_unfollow reads
- * the answers left when nobody calls this any more. */
+ * in flight): EGM_OK once f applied it; EGM_ERR_TIMEOUT when there was
+ * nothing to do; EGM_ERR_NO_SPACE when f fell so far behind that the
+ * journal dropped it, EGM_ERR_UNREACHABLE when a send to it failed, or the
+ * error of the answer it read (any way, it must start over with a
+ * snapshot). Waiters whose time ran out are
+ * told on the way. egm__journal_unfollow reads the answers left when
+ * nobody calls this any more. */
 egm_status_t egm__journal_send_next(egm_journal_t *j, egm_journal_follower_t *f, uint64_t wait_ms);
 /* Up to where f acknowledged. */
 uint64_t egm__journal_follower_acked(egm_journal_t *j, egm_journal_follower_t *f);
-/* f has applied everything before pos. */
-void egm__journal_acked(egm_journal_t *j, egm_journal_follower_t *f, uint64_t pos);
 /* From now on waits wait for f; returns the journal's end at that moment:
  * once f has acknowledged it, f holds every op any wait returned for. */
 uint64_t egm__journal_set_in_sync(egm_journal_t *j, egm_journal_follower_t *f);

@@ -295,7 +295,10 @@ static void *standby_main(void *arg)
                                   /* A standby on this host: its Unix socket, not loopback TCP. */
                                   .prefer_local_socket = 1,
                                   .spin_us = EGM_REPL_SPIN_US,
-                                  .auth_token = r->token};
+                                  .auth_token = r->token,
+                                  /* A lost connection lost batches in flight:
+                                   * the standby starts over with a snapshot */
+                                  .connect_once = 1};
     egm_status_t s = egm__rpc_client_create(&cp, &c);
     if (s == EGM_OK)
         s = snapshot(r, &snap, &f, &pos);

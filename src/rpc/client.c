@@ -92,6 +92,8 @@ struct egm_rpc_client {
     egm_status_t (*resolve)(void *arg, char *addr, size_t len);
     void *resolve_arg;
     int prefer_local;
+    int connect_once; /* params: no second connection */
+    int connected;    /* a connection was made */
 
     pthread_mutex_t lock;
     pthread_mutex_t wlock;
@@ -639,6 +641,10 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
         return EGM_OK; /* another caller reconnected meanwhile */
     if (cl->fd >= 0)
         drop_connection_locked(cl);
+    if (cl->connect_once && cl->connected)
+        return egm__set_error(EGM_ERR_UNREACHABLE,
+                              "connection to %s lost (this client does not connect again)",
+                              cl->where);
 
     if (deadline_ms) {
         uint64_t now = egm__now_ms();
@@ -693,6 +699,7 @@ static egm_status_t ensure_connected_locked(egm_rpc_client_t *cl, uint64_t deadl
     cl->gen++;
     pthread_mutex_unlock(&cl->wlock);
     cl->broken = 0;
+    cl->connected = 1;
     return EGM_OK;
 }
 
@@ -1052,6 +1059,7 @@ egm_status_t egm__rpc_client_create(const egm_rpc_client_params_t *params,
     cl->fd = -1;
     cl->connect_timeout_ms = params->connect_timeout_ms;
     cl->spin_us = params->spin_us;
+    cl->connect_once = params->connect_once;
     cl->max_frame_size = params->max_frame_size;
     if (params->auth_token != NULL)
         snprintf(cl->auth_token, sizeof(cl->auth_token), "%s", params->auth_token);

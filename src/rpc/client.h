@@ -49,6 +49,13 @@ typedef struct {
      * client's lock. */
     egm_status_t (*resolve)(void *arg, char *addr, size_t len);
     void *resolve_arg;
+    /* Connect once only: after the first connection is lost, every call
+     * fails with EGM_ERR_UNREACHABLE at once rather than connecting again.
+     * For a stream its peer must receive whole and in order on one
+     * connection (the journal to a standby, master/replication.c), whose
+     * sender starts over with a new client; and so that no caller blocks
+     * in a connect (an RPC thread writing a batch). */
+    int connect_once;
 } egm_rpc_client_params_t;
 
 /* Does not connect yet: the first call does. params and its strings are

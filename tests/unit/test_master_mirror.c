@@ -34,6 +34,7 @@
 #include "master/repair.h"
 #include "master/slabs.h"
 #include "support/batch_answer.h"
+#include "support/journal_standby.h"
 
 #define LEASE 10000u   /* lease_ttl_ms */
 #define PENDING 30000u /* pending_timeout_ms: pending puts and slabs */
@@ -44,18 +45,14 @@
 static uint64_t live_at_start;
 static egm_master_state_t lead, fresh;
 static egm_journal_t *journal;
-static egm_journal_follower_t *follower;
 static egm_segment_t *lsegs[3];
 static egm_id_t owners[3], writer;
 
-/* The leader's state as sent: the snapshot and the stream's batches. */
+/* The leader's state as sent: the snapshot and the stream's batches (at
+ * most 300 bytes each), which the standby keeps. */
 static egm_jbuf_t snap;
 static uint64_t snap_pos;
-#define MAX_BATCHES 64
-static uint8_t *batch[MAX_BATCHES];
-static size_t batch_len[MAX_BATCHES];
-static uint64_t batch_from[MAX_BATCHES], batch_to[MAX_BATCHES];
-static size_t n_batches;
+static egm_test_standby_t standby;
 
 /* Per leader segment: blocks the leader uses (objects, held, pending, slabs)
  * and, of those, the ones no object lies on. */
@@ -160,22 +157,6 @@ static void remove_leased(const char *key, uint64_t now)
     assert_int_equal(egm__objects_remove(lead.objects, key, strlen(key), 1, now, NULL), EGM_OK);
 }
 
-/* Takes what the journal has for the follower, in batches of at most 300 bytes. */
-static void drain(void)
-{
-    for (;;) {
-        assert_true(n_batches < MAX_BATCHES);
-        size_t i = n_batches;
-        egm_status_t s = egm__journal_next(journal, follower, 0, 300, &batch[i], &batch_len[i],
-                                           &batch_from[i], &batch_to[i]);
-        if (s == EGM_ERR_TIMEOUT)
-            return;
-        assert_int_equal(s, EGM_OK);
-        egm__journal_acked(journal, follower, batch_to[i]);
-        n_batches++;
-    }
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -226,8 +207,7 @@ static int setup(void **state)
         egm__jenc_segment(&snap, egm__segment_table_at(lead.segments, i));
     egm__objects_snapshot(lead.objects, &snap, t);
     assert_false(snap.failed);
-    assert_int_equal(egm__journal_follow(journal, &follower, &snap_pos), EGM_OK);
-    egm__journal_set_in_sync(journal, follower);
+    snap_pos = egm_test_standby_follow(&standby, journal, 300, 1);
 
     /* After it: the stream. */
     t = 2000;
@@ -247,8 +227,8 @@ static int setup(void **state)
     /* Segment 2 goes: its replicas and ranges with it ("d" keeps 2 of 3). */
     assert_int_equal(egm__liveness_unmount(lead.liveness, owners[2], lsegs[2]->desc.id, t), EGM_OK);
     lsegs[2] = NULL;
-    drain();
-    assert_true(n_batches >= 2);
+    egm_test_standby_take_all(&standby);
+    assert_true(standby.batches >= 2 && standby.batches <= EGM_TEST_STANDBY_BATCHES);
     check(&lead);
 
     /* held = in use where no live object lies. */
@@ -271,15 +251,11 @@ static int teardown(void **state)
     check(&fresh);
     egm__objects_set_journal(lead.objects, NULL);
     egm__segment_table_set_journal(lead.segments, NULL);
-    if (follower != NULL)
-        egm__journal_unfollow(journal, follower);
-    follower = NULL;
+    if (standby.f != NULL)
+        egm_test_standby_leave(&standby);
     egm__journal_destroy(journal);
     journal = NULL;
     egm__jbuf_free(&snap);
-    for (size_t i = 0; i < n_batches; i++)
-        egm_free(batch[i]);
-    n_batches = 0;
     egm__master_state_cleanup(&lead);
     egm__master_state_cleanup(&fresh);
     assert_int_equal(egm__alloc_live_count(), live_at_start);
@@ -290,10 +266,10 @@ static void apply_all(egm_mirror_t *m, uint64_t now)
 {
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, snap_pos, snap_pos, snap.buf, snap.len, now),
                      EGM_OK);
-    for (size_t i = 0; i < n_batches; i++)
-        assert_int_equal(
-            egm__mirror_apply(m, EPOCH, 0, batch_from[i], batch_to[i], batch[i], batch_len[i], now),
-            EGM_OK);
+    for (size_t i = 0; i < standby.batches; i++)
+        assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[i], standby.to[i],
+                                           standby.ops[i], standby.len[i], now),
+                         EGM_OK);
 }
 
 static uint64_t used(const egm_segment_t *seg)
@@ -347,9 +323,9 @@ static void test_handover(void **state)
     egm_mirror_stats_t ms;
     egm__mirror_stats(m, &ms);
     assert_int_equal(ms.epoch, EPOCH);
-    assert_int_equal(ms.position, batch_to[n_batches - 1]);
+    assert_int_equal(ms.position, standby.to[standby.batches - 1]);
     assert_int_equal(ms.segments, 2);
-    assert_int_equal(ms.batches_total, n_batches + 1);
+    assert_int_equal(ms.batches_total, standby.batches + 1);
 
     /* Elected at t=3000. */
     uint64_t t = 3000;
@@ -468,57 +444,57 @@ static void test_refusals(void **state)
     egm_mirror_stats_t ms;
     assert_int_equal(egm__mirror_create(&m), EGM_OK);
     /* Nothing before a snapshot. */
-    assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[0], batch_to[0], batch[0], batch_len[0], 2000),
-        EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[0], standby.to[0], standby.ops[0],
+                                       standby.len[0], 2000),
+                     EGM_ERR_INVALID_ARG);
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, snap_pos, snap_pos, snap.buf, snap.len, 2000),
                      EGM_OK);
     egm__mirror_stats(m, &ms);
     uint64_t objects_after_snap = ms.objects;
     assert_true(objects_after_snap >= 5);
     /* An older epoch, with or without reset. */
-    assert_int_equal(egm__mirror_apply(m, EPOCH - 1, 0, batch_from[0], batch_to[0], batch[0],
-                                       batch_len[0], 2000),
+    assert_int_equal(egm__mirror_apply(m, EPOCH - 1, 0, standby.from[0], standby.to[0],
+                                       standby.ops[0], standby.len[0], 2000),
                      EGM_ERR_PERMISSION);
     assert_int_equal(
         egm__mirror_apply(m, EPOCH - 1, 1, snap_pos, snap_pos, snap.buf, snap.len, 2000),
         EGM_ERR_PERMISSION);
     /* Out of order: the second batch before the first; a newer epoch without reset. */
-    assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[1], batch_to[1], batch[1], batch_len[1], 2000),
-        EGM_ERR_INVALID_ARG);
-    assert_int_equal(egm__mirror_apply(m, EPOCH + 1, 0, batch_from[0], batch_to[0], batch[0],
-                                       batch_len[0], 2000),
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[1], standby.to[1], standby.ops[1],
+                                       standby.len[1], 2000),
+                     EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__mirror_apply(m, EPOCH + 1, 0, standby.from[0], standby.to[0],
+                                       standby.ops[0], standby.len[0], 2000),
                      EGM_ERR_INVALID_ARG);
     egm__mirror_stats(m, &ms);
     assert_int_equal(ms.objects, objects_after_snap);
     assert_int_equal(ms.position, snap_pos);
     assert_int_equal(ms.batches_total, 1);
     /* In order: taken. */
-    assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[0], batch_to[0], batch[0], batch_len[0], 2000),
-        EGM_OK);
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[0], standby.to[0], standby.ops[0],
+                                       standby.len[0], 2000),
+                     EGM_OK);
     /* The same batch again does not follow. */
-    assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[0], batch_to[0], batch[0], batch_len[0], 2000),
-        EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[0], standby.to[0], standby.ops[0],
+                                       standby.len[0], 2000),
+                     EGM_ERR_INVALID_ARG);
 
     /* Corrupted: cut short, or an unknown kind in the last op. */
-    uint8_t *bad = egm_malloc(batch_len[1], "test.mirror");
+    uint8_t *bad = egm_malloc(standby.len[1], "test.mirror");
     assert_non_null(bad);
-    memcpy(bad, batch[1], batch_len[1]);
-    assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[1], batch_to[1], bad, batch_len[1] - 1, 2000),
-        EGM_ERR_INVALID_ARG);
+    memcpy(bad, standby.ops[1], standby.len[1]);
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[1], standby.to[1], bad,
+                                       standby.len[1] - 1, 2000),
+                     EGM_ERR_INVALID_ARG);
     /* After a refused op the mirror must start over: even the good batch is refused. */
-    assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[1], batch_to[1], batch[1], batch_len[1], 2000),
-        EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__mirror_apply(m, EPOCH, 0, standby.from[1], standby.to[1], standby.ops[1],
+                                       standby.len[1], 2000),
+                     EGM_ERR_INVALID_ARG);
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, snap_pos, snap_pos, snap.buf, snap.len, 2000),
                      EGM_OK);
     bad[0] = 0x09;
     assert_int_equal(
-        egm__mirror_apply(m, EPOCH, 0, batch_from[0], batch_to[0], bad, batch_len[1], 2000),
+        egm__mirror_apply(m, EPOCH, 0, standby.from[0], standby.to[0], bad, standby.len[1], 2000),
         EGM_ERR_INVALID_ARG);
     egm_free(bad);
     /* A SEGMENT op whose descriptor is no SegmentDesc. */

@@ -30,6 +30,7 @@
 #include "rpc/proto_util.h"
 #include "egmstore.pb-c.h"
 #include "support/batch_answer.h"
+#include "support/journal_standby.h"
 
 #define SEG (16u << 10)
 #define KEY_SIZE 4096u
@@ -57,57 +58,40 @@ static void state_init(egm_master_state_t *st)
     assert_int_equal(egm__master_state_init(st, &sp), EGM_OK);
 }
 
-/* The standby receives, applies and acknowledges everything journaled. */
-/* The standby takes the next batch journaled (waiting up to wait_ms for
- * one), applies and acknowledges it: 0 when none came. */
-static int standby_takes(egm_journal_t *j, egm_journal_follower_t *f, egm_mirror_t *m,
-                         uint64_t wait_ms, uint64_t now)
-{
-    uint8_t *ops;
-    size_t len;
-    uint64_t from, to;
-    egm_status_t s = egm__journal_next(j, f, wait_ms, 1 << 20, &ops, &len, &from, &to);
-    if (s == EGM_ERR_TIMEOUT)
-        return 0;
-    assert_int_equal(s, EGM_OK);
-    assert_int_equal(egm__mirror_apply(m, 1, from == 0, from, to, ops, len, now), EGM_OK);
-    egm_free(ops);
-    egm__journal_acked(j, f, to);
-    return 1;
-}
-
-static void standby_takes_all(egm_journal_t *j, egm_journal_follower_t *f, egm_mirror_t *m,
-                              uint64_t now)
-{
-    while (standby_takes(j, f, m, 0, now))
-        ;
-}
-
 /* A leader with a standby in sync (journal, follower, mirror), one segment
  * on host-a, and a writer's logged slab over the whole of it, which the
  * standby holds; K's entry (seq 1) written in the pool. */
 typedef struct {
     egm_master_state_t lead, next;
     egm_journal_t *j;
-    egm_journal_follower_t *f;
+    egm_test_standby_t sb; /* applies to m, at time standby_now */
     egm_mirror_t *m;
+    uint64_t standby_now;
     egm_id_t writer, other;
     egm_put_config_t cfg;
     egm_slab_view_t s1;
 } fixture_t;
+
+/* The standby applies each batch to its mirror as it arrives. */
+static egm_status_t mirror_applies(void *arg, uint64_t from, uint64_t to, const uint8_t *ops,
+                                   size_t len)
+{
+    const fixture_t *fx = arg;
+    return egm__mirror_apply(fx->m, 1, from == 0, from, to, ops, len, fx->standby_now);
+}
 
 static void fixture_init(fixture_t *fx)
 {
     memset(fx, 0, sizeof(*fx));
     state_init(&fx->lead);
     state_init(&fx->next);
-    uint64_t pos;
     assert_int_equal(egm__journal_create(&fx->j), EGM_OK);
-    assert_int_equal(egm__journal_follow(fx->j, &fx->f, &pos), EGM_OK);
-    egm__journal_set_in_sync(fx->j, fx->f);
+    assert_int_equal(egm__mirror_create(&fx->m), EGM_OK);
+    fx->sb.apply = mirror_applies;
+    fx->sb.apply_arg = fx;
+    egm_test_standby_follow(&fx->sb, fx->j, 1 << 20, 1);
     egm__objects_set_journal(fx->lead.objects, fx->j);
     egm__segment_table_set_journal(fx->lead.segments, fx->j);
-    assert_int_equal(egm__mirror_create(&fx->m), EGM_OK);
 
     egm_id_t provider = egm__id_random();
     fx->writer = egm__id_random();
@@ -125,7 +109,7 @@ static void fixture_init(fixture_t *fx)
         egm__objects_slab_grant(fx->lead.objects, fx->writer, SEG, SEG, 1, 0, &fx->cfg, 0, &fx->s1),
         EGM_OK);
     egm__journal_take_position(fx->j);
-    standby_takes_all(fx->j, fx->f, fx->m, 0);
+    egm_test_standby_take_all(&fx->sb);
     egm_slab_log_entry_t e = {
         .slab_id = fx->s1.id, .seq = 1, .offset = 0, .size = KEY_SIZE, .key = "K", .key_len = 1};
     assert_int_equal(
@@ -147,8 +131,10 @@ static egm_status_t fixture_takeover(fixture_t *fx, int early, size_t *recovered
     assert_int_equal(s2.early, early);
     assert_true(s2.extents[0].offset == fx->s1.extents[0].offset);
     egm__journal_take_position(fx->j);
-    if (!early)
-        standby_takes_all(fx->j, fx->f, fx->m, 20000);
+    if (!early) {
+        fx->standby_now = 20000;
+        egm_test_standby_take_all(&fx->sb);
+    }
     memset(pool + s2.extents[0].offset, 0xab, KEY_SIZE);
 
     egm_pool_reader_t reader = {.fn = pool_read};
@@ -163,10 +149,10 @@ static egm_status_t fixture_takeover(fixture_t *fx, int early, size_t *recovered
 
 static void fixture_cleanup(fixture_t *fx)
 {
-    egm__mirror_destroy(fx->m);
     egm__objects_set_journal(fx->lead.objects, NULL);
     egm__segment_table_set_journal(fx->lead.segments, NULL);
-    egm__journal_unfollow(fx->j, fx->f);
+    egm_test_standby_leave(&fx->sb);
+    egm__mirror_destroy(fx->m);
     egm__journal_destroy(fx->j);
     egm__master_state_cleanup(&fx->lead);
     egm__master_state_cleanup(&fx->next);
@@ -197,7 +183,8 @@ static void removed_key_stays_removed(int early)
      * another request removes K (its lease long over); the standby confirms. */
     assert_int_equal(egm__objects_remove(fx.lead.objects, "K", 1, 0, 20000, NULL), EGM_OK);
     egm__journal_take_position(fx.j);
-    standby_takes_all(fx.j, fx.f, fx.m, 20000);
+    fx.standby_now = 20000;
+    egm_test_standby_take_all(&fx.sb);
 
     size_t recovered = 0;
     egm_status_t got = fixture_takeover(&fx, early, &recovered);
@@ -231,7 +218,7 @@ static void *standby_run(void *arg)
 {
     standby_thread_t *t = arg;
     while (!atomic_load(&t->stop))
-        standby_takes(t->fx->j, t->fx->f, t->fx->m, 5, 0);
+        egm_test_standby_take(&t->fx->sb, 5);
     return NULL;
 }
 
@@ -308,11 +295,12 @@ static void commit_named(entry_t entry)
         assert_int_equal(r->results[i]->status, EGM_OK);
     egm__pb_free(&r->base);
     assert_int_equal(atomic_load(&fx.lead.commits_described), entry == ENTRY_WHOLE);
-    standby_takes_all(fx.j, fx.f, fx.m, 0); /* what the handler journaled after its wait */
+    egm_test_standby_take_all(&fx.sb); /* what the handler journaled after its wait */
 
     assert_int_equal(egm__objects_remove(fx.lead.objects, "K", 1, 0, 20000, NULL), EGM_OK);
     egm__journal_take_position(fx.j);
-    standby_takes_all(fx.j, fx.f, fx.m, 20000);
+    fx.standby_now = 20000;
+    egm_test_standby_take_all(&fx.sb);
     size_t recovered = 0;
     egm_status_t got = fixture_takeover(&fx, 1, &recovered);
     if (entry == ENTRY_UNREPORTED) {

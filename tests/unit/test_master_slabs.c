@@ -26,6 +26,7 @@
 #include "master/repair.h"
 #include "master/slabs.h"
 #include "support/batch_answer.h"
+#include "support/journal_standby.h"
 
 #define LEASE 30000u /* put_start_discard_timeout: the slab lease */
 
@@ -541,23 +542,22 @@ static void test_pieces_capped(void **state)
     check();
 }
 
-/* A journal with a standby f in sync (that acknowledged nothing), told the
+/* A journal with the standby sb in sync (that acknowledged nothing), told the
  * index's changes; journal_gone undoes it. */
-static egm_journal_follower_t *journal_in_sync(egm_journal_t **j_p)
+static egm_journal_t *journal_in_sync(egm_test_standby_t *sb)
 {
-    egm_journal_follower_t *f;
-    uint64_t pos;
-    assert_int_equal(egm__journal_create(j_p), EGM_OK);
-    assert_int_equal(egm__journal_follow(*j_p, &f, &pos), EGM_OK);
-    egm__journal_set_in_sync(*j_p, f);
-    egm__objects_set_journal(st.objects, *j_p);
-    return f;
+    egm_journal_t *j;
+    assert_int_equal(egm__journal_create(&j), EGM_OK);
+    egm_test_standby_follow(sb, j, 1, 1); /* one op a batch: acknowledged up to any op */
+    egm__objects_set_journal(st.objects, j);
+    return j;
 }
 
-static void journal_gone(egm_journal_t *j, egm_journal_follower_t *f)
+static void journal_gone(egm_test_standby_t *sb)
 {
     egm__objects_set_journal(st.objects, NULL);
-    egm__journal_unfollow(j, f);
+    egm_journal_t *j = sb->j;
+    egm_test_standby_leave(sb);
     egm__journal_destroy(j);
 }
 
@@ -583,8 +583,8 @@ static void test_log_seen_waits_for_first(void **state)
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, &unknown, seqs, &wait_pos), 0);
 
     /* A standby in sync that has not acknowledged the first entry. */
-    egm_journal_t *j;
-    egm_journal_follower_t *f = journal_in_sync(&j);
+    egm_test_standby_t sb = {0};
+    egm_journal_t *j = journal_in_sync(&sb);
     assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s2), EGM_OK);
     ids[0] = ids[1] = s2.id;
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 0);
@@ -594,7 +594,7 @@ static void test_log_seen_waits_for_first(void **state)
     uint64_t third = 3;
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &third, &wait_pos), 0);
     egm__journal_take_position(j);
-    egm__journal_acked(j, f, first); /* the standby has the first entry */
+    egm_test_standby_ack_to(&sb, first); /* the standby has the first entry */
     uint64_t fourth = 4;
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth, &wait_pos), 1);
     egm__journal_take_position(j);
@@ -610,16 +610,17 @@ static void test_log_seen_waits_for_first(void **state)
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, &wait_pos), 0);
     egm__journal_take_position(j);
-    journal_gone(j, f);
+    journal_gone(&sb);
 }
 
-/* Acknowledges, as the standby f, everything journaled so far. */
-static void ack_all(egm_journal_t *j, egm_journal_follower_t *f)
+/* The standby acknowledges everything journaled so far. */
+static void ack_all(egm_test_standby_t *sb)
 {
     uint64_t end, confirmed;
-    egm__journal_take_position(j);
-    assert_int_equal(egm__journal_marks(j, &end, &confirmed), 1);
-    egm__journal_acked(j, f, end);
+    egm__journal_take_position(sb->j);
+    egm_test_standby_take_all(sb);
+    assert_int_equal(egm__journal_marks(sb->j, &end, &confirmed), 1);
+    assert_true(confirmed == end);
 }
 
 /* A grant for the writer on host-a, where the early grants' tests mount. */
@@ -649,17 +650,17 @@ static void test_early_grants(void **state)
     assert_int_equal(a.early, 0); /* no journal: nothing would wait */
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
 
-    egm_journal_t *j;
-    egm_journal_follower_t *f = journal_in_sync(&j);
-    ack_all(j, f);
+    egm_test_standby_t sb = {0};
+    egm_journal_t *j = journal_in_sync(&sb);
+    ack_all(&sb);
     a = early_grant(64 << 10, 1, 0); /* not asked for */
     assert_int_equal(a.early, 0);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
-    ack_all(j, f);
+    ack_all(&sb);
     a = early_grant(64 << 10, 0, 1); /* no log kept */
     assert_int_equal(a.early, 0);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
-    ack_all(j, f);
+    ack_all(&sb);
     /* A writer on another host: its copies go over the network. */
     egm_put_config_t away = {.replica_num = 1, .writer_host_id = "host-b"};
     assert_int_equal(
@@ -667,7 +668,7 @@ static void test_early_grants(void **state)
         EGM_OK);
     assert_int_equal(a.early, 0);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
-    ack_all(j, f);
+    ack_all(&sb);
     assert_int_equal(stats().slab_grants_early_total, 0);
 
     a = early_grant(64 << 10, 1, 1);
@@ -679,19 +680,19 @@ static void test_early_grants(void **state)
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
     assert_true(wait_pos == grant_pos);
     egm__journal_take_position(j);
-    egm__journal_acked(j, f, grant_pos); /* the standby holds the grant */
+    egm_test_standby_ack_to(&sb, grant_pos); /* the standby holds the grant */
     assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 1);
     assert_true(wait_pos == 0);
 
     /* Its space freed (returned) and not confirmed: a grant of it waits... */
-    ack_all(j, f);
+    ack_all(&sb);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, a.id, 0), EGM_OK);
     egm_slab_view_t b = early_grant(64 << 10, 1, 1);
     assert_true(b.extents[0].offset == a.extents[0].offset);
     assert_int_equal(b.early, 0);
     /* ... until the standby confirmed the free. */
     assert_int_equal(egm__objects_slab_return(st.objects, writer, b.id, 0), EGM_OK);
-    ack_all(j, f);
+    ack_all(&sb);
     egm_slab_view_t c = early_grant(64 << 10, 1, 1);
     assert_true(c.extents[0].offset == a.extents[0].offset);
     assert_int_equal(c.early, 1);
@@ -699,26 +700,26 @@ static void test_early_grants(void **state)
     /* A removed object's space likewise. */
     assert_int_equal(commit("early/k", 4096, c.id, 0, 0), EGM_OK);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, c.id, 0), EGM_OK);
-    ack_all(j, f);
+    ack_all(&sb);
     assert_int_equal(egm__objects_remove(st.objects, "early/k", 7, 0, 20000, NULL), EGM_OK);
     egm_slab_view_t d = early_grant(4096, 1, 1);
     assert_true(d.extents[0].offset == c.extents[0].offset);
     assert_int_equal(d.early, 0);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, d.id, 0), EGM_OK);
-    ack_all(j, f);
+    ack_all(&sb);
     d = early_grant(4096, 1, 1);
     assert_int_equal(d.early, 1);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, d.id, 0), EGM_OK);
 
     /* More than EGM_SLAB_EARLY_MAX_BYTES: its copies could take too long. */
     mount_on(provider, EGM_SLAB_EARLY_MAX_BYTES * 2, "host-a");
-    ack_all(j, f);
+    ack_all(&sb);
     egm_slab_view_t big = early_grant(EGM_SLAB_EARLY_MAX_BYTES + 4096, 1, 1);
     assert_int_equal(big.early, 0);
     assert_int_equal(egm__objects_slab_return(st.objects, writer, big.id, 0), EGM_OK);
     assert_int_equal(stats().slab_grants_early_total, 3);
     egm__journal_take_position(j);
-    journal_gone(j, f);
+    journal_gone(&sb);
 }
 
 int main(void)

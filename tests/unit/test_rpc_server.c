@@ -5,7 +5,8 @@
  * treatment without disturbing well-formed peers, handler errors travel back with their text,
  * timeouts drop late replies, a lost connection fails calls and the next call
  * reconnects (to where a resolver says the master is now, also after a
- * timeout on a master that no longer answers); clients of a loopback address reach a server's local
+ * timeout on a master that no longer answers), except on a client that
+ * connects once only; clients of a loopback address reach a server's local
  * Unix socket when they prefer it and it exists, and TCP otherwise; servers on several threads
  * sharing listeners split the connections between them; a handler that holds its reply lets the
  * reactor serve the requests behind it, and the reply (or error) released later from another
@@ -1190,6 +1191,15 @@ static void test_server_restart(void **state)
     uint16_t port = env.port;
     egm_rpc_client_t *client = new_client(env.addr);
     echo_ok(client, "first life");
+    /* and one that connects once only */
+    egm_rpc_client_params_t once_params = {.addr = env.addr,
+                                           .connect_timeout_ms = 3000,
+                                           .max_frame_size = MAX_FRAME,
+                                           .connect_once = 1};
+    egm_rpc_client_t *once = NULL;
+    assert_int_equal(egm__rpc_client_create(&once_params, &once), EGM_OK);
+    echo_ok(once, "first life, once");
+    echo_ok(once, "same connection");
     env_stop(&env);
 
     /* server gone: the call fails (lost connection, or refused on reconnect) */
@@ -1200,10 +1210,24 @@ static void test_server_restart(void **state)
 
     env_start(&env, port, 0);
     echo_ok(client, "second life");
+    /* the server is back, but the connect-once client does not reach it:
+     * its first call finds the old connection gone, the next ones do not
+     * connect */
+    for (int i = 0; i < 3; i++) {
+        st = egm__rpc_call(once, TYPE_ECHO, (const uint8_t *)"x", 1, &reply, &len, 2000);
+        assert_int_equal(st, EGM_ERR_UNREACHABLE);
+        if (i > 0)
+            assert_non_null(strstr(egm_last_error(), "does not connect again"));
+    }
+    egm_rpc_call_t *call = NULL;
+    assert_int_equal(egm__rpc_begin(once, TYPE_ECHO, (const uint8_t *)"x", 1, 2000, &call),
+                     EGM_ERR_UNREACHABLE);
+    assert_null(call);
     egm_rpc_server_stats_t stats;
     egm__rpc_server_stats(env.server, &stats);
     assert_true(stats.connections_accepted == 1);
 
+    egm__rpc_client_destroy(once);
     egm__rpc_client_destroy(client);
     env_stop(&env);
     assert_int_equal(egm__alloc_live_count(), live);
