@@ -19,6 +19,10 @@
 # 4KiB,1MiB), to measure one figure over more rounds.
 # With --baseline PATH, a mode "base": "standby" with every process (masters, provider, bench)
 # run from another egmstore binary, e.g. the build before a change, against the same "off".
+# With --what data, the CPU the host spent during each bench run goes to cpu-MODE-ROUND.txt and a
+# table in cpu.md: cores busy on average (from /proc/stat), and those of the leader, the standby
+# and the provider (their utime + stime): whether a standby's cost is its round trips or cores
+# taken from the clients.
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
 #                              [--what meta|data] [--workload single,batch] [--sizes 4KiB,1MiB]
 #                              [--standby-spin US] [--late-grants] [--baseline PATH] [--out DIR]
@@ -62,6 +66,17 @@ cleanup() {
     rm -rf "$out/etcd"
 }
 trap cleanup EXIT
+# CPU jiffies: the host's busy and total (/proc/stat), then each pid's utime + stime (0 if none).
+cpu_snap() {
+    awk '/^cpu /{b=$2+$3+$4+$7+$8+$9; print b, b+$5+$6; exit}' /proc/stat
+    for pid in "$@"; do
+        if [ -n "$pid" ] && [ -r /proc/$pid/stat ]; then
+            sed 's/.*) //' /proc/$pid/stat | awk '{print $12+$13}'
+        else
+            echo 0
+        fi
+    done
+}
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
 for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
 modes="off on standby${spin:+ spin}${late:+ late}${baseline:+ base}"
@@ -100,9 +115,16 @@ for r in $(seq "$rounds"); do
                 --local-hostname 127.0.0.1 > "$out/provider-$mode-$r.log" 2>&1 &
             provider_pid=$!
             for _ in $(seq 100); do grep -q "provider ready" "$out/provider-$mode-$r.log" && break; sleep 0.1; done
+            before=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")
             "$bin" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
+            after=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")
+            # cores = jiffies / (elapsed jiffies / cores); the whole bench run, its warm-up included
+            paste -d ' ' <(echo "$before" | tr '\n' ' ') <(echo "$after" | tr '\n' ' ') | awk -v n="$(nproc)" '{
+                t = ($7 - $2) / n; if (t <= 0) t = 1
+                printf "host %.2f leader %.2f standby %.2f provider %.2f\n", ($6 - $1) / t, ($8 - $3) / t, ($9 - $4) / t, ($10 - $5) / t
+            }' > "$out/cpu-$mode-$r.txt"
             python3 -c 'import sys, urllib.request
 for l in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlines():
     if l.startswith(("egm_master_slab_grants", "egm_master_commits_total", "egm_master_ha_commits",
@@ -140,5 +162,17 @@ for k in sorted(runs["on"][0], key=str):
                  " | ".join(ratio(m, k) for m in others) + " | " + " | ".join("%.1f" % v for v in p50) + " |")
 open(f"{out}/summary.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
+import os
+cpu = {m: [dict(zip(*[iter(open(f).read().split())] * 2)) for f in
+           (f"{out}/cpu-{m}-{r}.txt" for r in range(1, rounds + 1)) if os.path.exists(f)] for m in modes}
+if all(cpu.values()):
+    cols = ("host", "leader", "standby", "provider")
+    rows = ["| mode | " + " | ".join("cores: %s" % c for c in cols) + " |", "|---|" + "---|" * len(cols)]
+    for m in modes:
+        rows.append("| %s | " % m + " | ".join("%.2f (%.2f-%.2f)" % (
+            statistics.median(float(x[c]) for x in cpu[m]), min(float(x[c]) for x in cpu[m]),
+            max(float(x[c]) for x in cpu[m])) for c in cols) + " |")
+    open(f"{out}/cpu.md", "w").write("\n".join(rows) + "\n")
+    print("\n" + "\n".join(rows))
 PY
 echo "ha_cost: files in $out" >&2
