@@ -418,8 +418,7 @@ static int early_grant_ok(const egm_master_state_t *st, const Egm__SlabGrantRequ
     if (!st->early_grants || !req->log || !req->place_bound || st->journal == NULL ||
         st->election == NULL)
         return 0;
-    uint64_t fence = egm__election_fence_ms(st->election);
-    return fence > egm__now_ms() + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;
+    return egm__slab_early_fence_ok(egm__election_fence_ms(st->election), egm__now_ms());
 }
 
 /* Answered with a KeysReply of one result: the slab (size, lease_ttl_ms: how

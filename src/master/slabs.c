@@ -294,3 +294,8 @@ void egm__slabs_each(const egm_slab_table_t *t, void (*fn)(void *arg, const egm_
     while (egm__hashmap_next(t->by_id, &iter, NULL, NULL, &value))
         fn(arg, value);
 }
+
+int egm__slab_early_fence_ok(uint64_t fence_ms, uint64_t now_ms)
+{
+    return fence_ms > now_ms + EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;
+}

@@ -49,6 +49,12 @@
 #define EGM_SLAB_EARLY_COPY_MS 400
 #define EGM_SLAB_EARLY_MAX_BYTES (64ull << 20)
 
+/* Whether a leader whose fence is at fence_ms (egm__election_fence_ms: 0
+ * when it does not lead) may answer a grant early at now_ms: the writer's
+ * copies, started within EGM_SLAB_EARLY_PLACE_MS and taking at most
+ * EGM_SLAB_EARLY_COPY_MS, end before the fence. */
+int egm__slab_early_fence_ok(uint64_t fence_ms, uint64_t now_ms);
+
 typedef struct {
     egm_segment_t *segment; /* NULL once its segment was dropped */
     uint64_t base;          /* offset of the extent in the segment */

@@ -7,7 +7,7 @@
  * the size a grant gets, the cap on the
  * pieces a slab is cut into, when a slab's log entries let a Commit be
  * answered before the standbys confirm it, and when a grant is answered
- * before they hold it. Every test ends
+ * before they hold it (and the leader's fence far enough). Every test ends
  * with the index's own consistency check (allocators = objects + held +
  * slab pieces). Time is an argument, so nothing sleeps. */
 #include <setjmp.h>
@@ -634,6 +634,22 @@ static egm_slab_view_t early_grant(uint64_t size, int log, int early_ok)
     return v;
 }
 
+/* A leader answers a grant early only while its fence is more than the
+ * writer's placing bound plus its copies' allowance away (1000 ms): never
+ * when it does not lead (fence 0), nor at the bound itself. */
+static void test_early_fence(void **state)
+{
+    (void)state;
+    uint64_t now = 50000, bound = EGM_SLAB_EARLY_PLACE_MS + EGM_SLAB_EARLY_COPY_MS;
+    assert_int_equal(bound, 1000);
+    assert_int_equal(egm__slab_early_fence_ok(now + bound + 1, now), 1);
+    assert_int_equal(egm__slab_early_fence_ok(now + 60000, now), 1);
+    assert_int_equal(egm__slab_early_fence_ok(now + bound, now), 0);
+    assert_int_equal(egm__slab_early_fence_ok(now + EGM_SLAB_EARLY_PLACE_MS, now), 0);
+    assert_int_equal(egm__slab_early_fence_ok(now - 1, now), 0); /* passed */
+    assert_int_equal(egm__slab_early_fence_ok(0, now), 0);       /* not leading */
+}
+
 /* A grant answered before the standbys hold it (docs/ha.md "Grants the
  * standbys do not hold yet"): only with a standby in sync, asked for, for a
  * writer that keeps the slab's log on the host of its extents, and for at
@@ -734,6 +750,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grant_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pieces_capped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_seen_waits_for_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_fence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_early_grants, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
