@@ -506,10 +506,19 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
         status = put_config(req->config, &config);
     if (status == EGM_OK)
         status = outcomes_init(&oc, req->n_keys);
+    /* Per key, whether the batch journaled its entry seen (a few on the stack) */
+    uint8_t journaled_few[64], *seen_journaled = journaled_few;
+    if (status == EGM_OK && seen != NULL && req->n_keys > sizeof(journaled_few) &&
+        (seen_journaled = egm_malloc(req->n_keys, "master.commit_seen")) == NULL)
+        status = egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a Commit of %zu keys",
+                                req->n_keys);
     if (status != EGM_OK) {
+        outcomes_cleanup(&oc);
         egm_free(seen_owned);
         return status;
     }
+    if (seen != NULL)
+        memset(seen_journaled, 0, req->n_keys);
     keys_batch_t kb = {.oc = &oc};
     uint64_t degraded[COMMIT_DEGRADED_MAX];
     keys_reply_extra_t extra = {.degraded_slabs = degraded};
@@ -519,6 +528,7 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
                              .slab_ids = req->slab_ids,
                              .offsets = req->offsets,
                              .log_seqs = seen,
+                             .log_journaled = seen != NULL ? seen_journaled : NULL,
                              .config = &config,
                              .now_ms = st->now_ms(),
                              .n = req->n_keys,
@@ -531,7 +541,7 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
         /* Known from now on, committed or refused: a new leader reads the
          * slab's log past them (docs/ha.md "Commits the pool describes"). */
         int known = egm__objects_slab_seen(st->objects, client, req->n_keys, req->slab_ids, seen,
-                                           &call->wait_pos);
+                                           seen_journaled, &call->wait_pos);
         /* A slab named degraded lost an extent: what its log says of that
          * extent is not what was committed (the standbys confirm it). A new
          * leader reads only the logs its standby knows are kept: a slab
@@ -542,6 +552,8 @@ static egm_status_t handle_commit(egm_master_state_t *st, egm_master_call_t *cal
             call->described = req->log_seqs[i] != 0 && oc.out[i].status == EGM_OK;
     }
     egm_free(seen_owned);
+    if (seen_journaled != journaled_few)
+        egm_free(seen_journaled);
     if (status == EGM_OK)
         status = return_slabs(st, client, req->returned, req->n_returned);
     if (status == EGM_OK)

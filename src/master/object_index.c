@@ -1382,7 +1382,8 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
 }
 
 int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
-                           const uint64_t *ids, const uint64_t *seqs, uint64_t *wait_pos_p)
+                           const uint64_t *ids, const uint64_t *seqs, const uint8_t *journaled,
+                           uint64_t *wait_pos_p)
 {
     int known = 1;
     *wait_pos_p = 0;
@@ -1397,7 +1398,8 @@ int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
         if (egm__seq_set_add(&slab->seen, seqs[i]) != EGM_OK)
             egm_log_ratelimited(EGM_LOG_WARN, 1, "slab %llu: %s", (unsigned long long)ids[i],
                                 egm_last_error());
-        egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
+        if (journaled == NULL || !journaled[i])
+            egm__journal_slab_seen(index->journal, ids[i], seqs[i]);
         /* Until the standbys confirmed the slab's first entry, they would not
          * read its log: Commits there wait (the first one included). One
          * granted with `log` is confirmed from its grant on, or, granted
@@ -1614,6 +1616,14 @@ static egm_status_t commit_plan(egm_object_index_t *index, const egm_objects_bat
     return EGM_OK;
 }
 
+/* Journals key i's log entry seen (SLAB_SEEN), and says so in the batch. */
+static void journal_seen(egm_object_index_t *index, const egm_objects_batch_t *b, size_t i)
+{
+    egm__journal_slab_seen(index->journal, b->slab_ids[i], b->log_seqs[i]);
+    if (b->log_journaled != NULL)
+        b->log_journaled[i] = 1;
+}
+
 /* Gives key i's claimed range back to the pool. With `space` locked. */
 static void commit_unclaim(egm_object_index_t *index, const commit_plan_t *plan,
                            const egm_objects_batch_t *b, size_t i)
@@ -1621,7 +1631,7 @@ static void commit_unclaim(egm_object_index_t *index, const commit_plan_t *plan,
     const commit_extents_t *e = &plan->extents[plan->which[i]];
     uint64_t rounded = egm__allocator_round(b->sizes[i]);
     if (b->log_seqs != NULL && b->log_seqs[i] != 0) /* before the range can be given again */
-        egm__journal_slab_seen(index->journal, b->slab_ids[i], b->log_seqs[i]);
+        journal_seen(index, b, i);
     for (uint32_t x = 0; x < e->n; x++)
         space_free(index, e->extents[x].segment, e->extents[x].base + b->offsets[i], rounded);
 }
@@ -1723,9 +1733,9 @@ static egm_status_t commit_locked(egm_object_index_t *index, shard_t *sh, const 
     egm__journal_object(index->journal, obj);
     /* Before the key can be removed (its shard is held): a new leader must
      * not adopt its log entry once it is gone, over whoever is given its
-     * range next. egm__objects_slab_seen journals it again (the same state). */
+     * range next. */
     if (b->log_seqs != NULL && b->log_seqs[i] != 0)
-        egm__journal_slab_seen(index->journal, b->slab_ids[i], b->log_seqs[i]);
+        journal_seen(index, b, i);
     if (reachable < e->n) {
         /* After the op naming the object's replicas: until the standbys have
          * it, they would adopt the key's log entry on every extent, this

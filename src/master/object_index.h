@@ -323,7 +323,8 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
                                      egm_slab_view_t *view_p);
 /* The commit log entries (common/slab_log.h) seqs[0..n) of slabs ids[i] of
  * `client` were committed or refused (seq 0: none): noted in each slab that
- * is still recorded, expired or not (and journaled), so that a new leader
+ * is still recorded, expired or not (and journaled, but where journaled[i]
+ * says the Commit's batch did: NULL, none did), so that a new leader
  * reads its log past them; a new leader reads only the logs of slabs granted
  * with `log` or with an entry noted. 1 when every key had an entry in a slab
  * granted with `log`, or whose first entry noted the standbys confirmed (a
@@ -332,7 +333,8 @@ egm_status_t egm__objects_slab_grant(egm_object_index_t *index, egm_id_t client,
  * slab answered before the standbys held it (the latest such), which they
  * have not confirmed yet: the Commit is answered once they do. */
 int egm__objects_slab_seen(egm_object_index_t *index, egm_id_t client, size_t n,
-                           const uint64_t *ids, const uint64_t *seqs, uint64_t *wait_pos_p);
+                           const uint64_t *ids, const uint64_t *seqs, const uint8_t *journaled,
+                           uint64_t *wait_pos_p);
 /* Returns the space `client` did not commit in slab `id` (the slab is
  * forgotten). EGM_ERR_NOT_FOUND as egm__slabs_find says. */
 egm_status_t egm__objects_slab_return(egm_object_index_t *index, egm_id_t client, uint64_t id,
@@ -387,6 +389,10 @@ typedef struct {
      * the claimed range is freed (a new leader must not adopt that entry
      * over whoever is given the range next). */
     const uint64_t *log_seqs;
+    /* Commit (optional, with log_seqs): set to 1 for each key whose entry
+     * the batch journaled as seen (committed, or refused after its claim):
+     * egm__objects_slab_seen need not journal it again. */
+    uint8_t *log_journaled;
     int force;         /* Remove */
     int with_replicas; /* Exist: the view holds the replicas (GetReplicas: always) */
     uint64_t now_ms;

@@ -222,6 +222,21 @@ static void *standby_run(void *arg)
     return NULL;
 }
 
+/* SLAB_SEEN ops of (slab, seq) among the batches the standby received. */
+static int count_seen(const egm_test_standby_t *sb, uint64_t slab, uint64_t seq)
+{
+    int n = 0;
+    assert_true(sb->batches <= EGM_TEST_STANDBY_BATCHES);
+    for (size_t b = 0; b < sb->batches; b++) {
+        egm_jop_t op;
+        for (size_t at = 0; at < sb->len[b];) {
+            assert_int_equal(egm__jdec_next(sb->ops[b], sb->len[b], &at, &op), EGM_OK);
+            n += op.kind == EGM_JOP_SLAB_SEEN && op.slab_id == slab && op.seq == seq;
+        }
+    }
+    return n;
+}
+
 /* The leader's clock in the handler's requests: after the slab's grant at
  * 0, before K's removal at 20000. */
 static uint64_t handler_now(void)
@@ -296,6 +311,11 @@ static void commit_named(entry_t entry)
     egm__pb_free(&r->base);
     assert_int_equal(atomic_load(&fx.lead.commits_described), entry == ENTRY_WHOLE);
     egm_test_standby_take_all(&fx.sb); /* what the handler journaled after its wait */
+    /* Each entry named is journaled seen once (with its key's OBJECT, or at
+     * its refusal), not again when the Commit notes it. */
+    int want = entry == ENTRY_UNREPORTED ? 0 : 1;
+    assert_int_equal(count_seen(&fx.sb, fx.s1.id, 1), want);
+    assert_int_equal(count_seen(&fx.sb, fx.s1.id, 2), entry == ENTRY_MIXED);
 
     assert_int_equal(egm__objects_remove(fx.lead.objects, "K", 1, 0, 20000, NULL), EGM_OK);
     egm__journal_take_position(fx.j);

@@ -576,27 +576,32 @@ static void test_log_seen_waits_for_first(void **state)
     uint64_t ids[2] = {s1.id, s1.id}, seqs[2] = {1, 2};
     /* No journal: only the slab's first waits (nothing to wait for, but the
      * rule is the same). */
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 0);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, NULL, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, NULL, &wait_pos),
+                     1);
     uint64_t none = 0, unknown = 12345;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, &wait_pos), 0);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, &unknown, seqs, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, NULL, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, &unknown, seqs, NULL, &wait_pos),
+                     0);
 
     /* A standby in sync that has not acknowledged the first entry. */
     egm_test_standby_t sb = {0};
     egm_journal_t *j = journal_in_sync(&sb);
     assert_int_equal(grant(writer, 64 << 10, 4096, 1, 0, &s2), EGM_OK);
     ids[0] = ids[1] = s2.id;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, NULL, &wait_pos), 0);
     uint64_t first = egm__journal_take_position(j);
     assert_true(first > 0);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, NULL, &wait_pos),
+                     0);
     uint64_t third = 3;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &third, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &third, NULL, &wait_pos),
+                     0);
     egm__journal_take_position(j);
     egm_test_standby_ack_to(&sb, first); /* the standby has the first entry */
     uint64_t fourth = 4;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth, &wait_pos), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &fourth, NULL, &wait_pos),
+                     1);
     egm__journal_take_position(j);
     /* A slab granted for a writer that keeps its log (SlabGrant `log`): the
      * standbys read that log from the grant on (its reply waited for them),
@@ -607,8 +612,8 @@ static void test_log_seen_waits_for_first(void **state)
         egm__objects_slab_grant(st.objects, writer, 64 << 10, 4096, 1, 0, &cfg, 0, &s3), EGM_OK);
     egm__journal_take_position(j);
     ids[0] = s3.id;
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, &wait_pos), 0);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, NULL, &wait_pos), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, &none, NULL, &wait_pos), 0);
     egm__journal_take_position(j);
     journal_gone(&sb);
 }
@@ -693,11 +698,12 @@ static void test_early_grants(void **state)
     uint64_t grant_pos = egm__journal_take_position(j);
     assert_true(grant_pos > 0);
     uint64_t ids[1] = {a.id}, seqs[2] = {1, 2};
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, &wait_pos), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs, NULL, &wait_pos), 1);
     assert_true(wait_pos == grant_pos);
     egm__journal_take_position(j);
     egm_test_standby_ack_to(&sb, grant_pos); /* the standby holds the grant */
-    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, &wait_pos), 1);
+    assert_int_equal(egm__objects_slab_seen(st.objects, writer, 1, ids, seqs + 1, NULL, &wait_pos),
+                     1);
     assert_true(wait_pos == 0);
 
     /* Its space freed (returned) and not confirmed: a grant of it waits... */
