@@ -19,18 +19,23 @@
 # 4KiB,1MiB), to measure one figure over more rounds.
 # With --baseline PATH, a mode "base": "standby" with every process (masters, provider, bench)
 # run from another egmstore binary, e.g. the build before a change, against the same "off".
+# With --standby-cpus LIST (taskset's form, e.g. 12-15), the standby and etcd run on those CPUs and
+# the leader, the provider and the bench's clients on the others, in every mode: as on hosts of
+# their own, so that the standby's CPU takes nothing from the clients (the figure then shows the
+# protocol's cost; without it, that of a standby sharing the clients' host).
 # With --what data, the CPU the host spent during each bench run goes to cpu-MODE-ROUND.txt and a
 # table in cpu.md: cores busy on average (from /proc/stat), and those of the leader, the standby
 # and the provider (their utime + stime): whether a standby's cost is its round trips or cores
 # taken from the clients.
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
 #                              [--what meta|data] [--workload single,batch] [--sizes 4KiB,1MiB]
-#                              [--standby-spin US] [--late-grants] [--baseline PATH] [--out DIR]
+#                              [--standby-spin US] [--late-grants] [--baseline PATH]
+#                              [--standby-cpus LIST] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin= late=
-workload=single,batch sizes=4KiB,1MiB baseline=
+workload=single,batch sizes=4KiB,1MiB baseline= standby_cpus=
 while [ $# -gt 0 ]; do
     case $1 in
     --what) what=$2; shift 2 ;;
@@ -44,16 +49,36 @@ while [ $# -gt 0 ]; do
     --workload) workload=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
-    *) sed -n 2,26p "$0"; exit 2 ;;
+    --standby-cpus) standby_cpus=$2; shift 2 ;;
+    *) sed -n 2,32p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
 command -v etcd > /dev/null || { echo "ha_cost: etcd is missing (scripts/install-deps.sh installs it)" >&2; exit 2; }
+# pin_main / pin_standby: the command prefixes that put a process on its CPUs (none by default).
+pin_main=() pin_standby=()
+if [ -n "$standby_cpus" ]; then
+    command -v taskset > /dev/null || { echo "ha_cost: --standby-cpus needs taskset (util-linux)" >&2; exit 2; }
+    main_cpus=$(python3 - "$standby_cpus" << 'PY'
+import os, sys
+want = set()
+for part in sys.argv[1].split(","):
+    lo, _, hi = part.partition("-")
+    want.update(range(int(lo), int(hi or lo) + 1))
+have = os.sched_getaffinity(0)
+if not want or not want < have:
+    sys.exit("ha_cost: --standby-cpus %s: not a part of this process's CPUs %s" % (sys.argv[1], sorted(have)))
+print(",".join(str(c) for c in sorted(have - want)))
+PY
+) || exit 2
+    pin_main=(taskset -c "$main_cpus") pin_standby=(taskset -c "$standby_cpus")
+    echo "ha_cost: standby and etcd on CPUs $standby_cpus, the rest on $main_cpus" >&2
+fi
 out=${out:-$(mktemp -d /tmp/egm-ha-cost-XXXXXX)}
 mkdir -p "$out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cp=$(free_port) pp=$(free_port) mp=$(free_port) sp=$(free_port) hp=$(free_port)
-etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertise-client-urls http://127.0.0.1:$cp \
+${pin_standby[@]+"${pin_standby[@]}"} etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertise-client-urls http://127.0.0.1:$cp \
     --listen-peer-urls http://127.0.0.1:$pp --initial-advertise-peer-urls http://127.0.0.1:$pp \
     --initial-cluster default=http://127.0.0.1:$pp --log-level error > "$out/etcd.log" 2>&1 &
 etcd_pid=$!
@@ -90,14 +115,14 @@ for r in $(seq "$rounds"); do
         # data: force-removed objects' space comes back after a lease of 1 s (not 5) between phases
         [ $what = data ] && extra+=(--default-kv-lease-ttl 1000)
         [ $mode = late ] && extra+=(--ha-early-grants false)
-        "$bin" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
+        ${pin_main[@]+"${pin_main[@]}"} "$bin" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
         master_pid=$!
         # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
         for _ in $(seq 100); do "$bin" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
         if [ $mode = standby ] || [ $mode = spin ] || [ $mode = late ] || [ $mode = base ]; then
             sextra=()
             [ $mode = spin ] && sextra=(--rpc-server-spin-us "$spin")
-            "$bin" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" "${sextra[@]}" \
+            ${pin_standby[@]+"${pin_standby[@]}"} "$bin" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" ${sextra[@]+"${sextra[@]}"} \
                 > "$out/standby-$mode-$r.log" 2>&1 &
             standby_pid=$!
             for _ in $(seq 200); do
@@ -108,15 +133,15 @@ for r in $(seq "$rounds"); do
         fi
         echo "ha_cost: round $r, enable_ha $mode" >&2
         if [ $what = meta ]; then
-            "$bin" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
+            ${pin_main[@]+"${pin_main[@]}"} "$bin" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
         else
-            "$bin" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
+            ${pin_main[@]+"${pin_main[@]}"} "$bin" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
                 --local-hostname 127.0.0.1 > "$out/provider-$mode-$r.log" 2>&1 &
             provider_pid=$!
             for _ in $(seq 100); do grep -q "provider ready" "$out/provider-$mode-$r.log" && break; sleep 0.1; done
             before=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")
-            "$bin" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
+            ${pin_main[@]+"${pin_main[@]}"} "$bin" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
             after=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")
