@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
     --standby-cpus) standby_cpus=$2; shift 2 ;;
-    *) sed -n 2,32p "$0"; exit 2 ;;
+    *) sed -n 2,34p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
@@ -94,12 +94,11 @@ trap cleanup EXIT
 # CPU jiffies: the host's busy and total (/proc/stat), then each pid's utime + stime (0 if none).
 cpu_snap() {
     awk '/^cpu /{b=$2+$3+$4+$7+$8+$9; print b, b+$5+$6; exit}' /proc/stat
+    local pid v
     for pid in "$@"; do
-        if [ -n "$pid" ] && [ -r /proc/$pid/stat ]; then
-            sed 's/.*) //' /proc/$pid/stat | awk '{print $12+$13}'
-        else
-            echo 0
-        fi
+        v=
+        [ -n "$pid" ] && v=$(sed 's/.*) //' /proc/$pid/stat 2> /dev/null | awk '{print $12+$13}') || true
+        echo "${v:-0}"
     done
 }
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
@@ -145,8 +144,9 @@ for r in $(seq "$rounds"); do
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
             after=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")
-            # cores = jiffies / (elapsed jiffies / cores); the whole bench run, its warm-up included
-            paste -d ' ' <(echo "$before" | tr '\n' ' ') <(echo "$after" | tr '\n' ' ') | awk -v n="$(nproc)" '{
+            # cores = jiffies / (elapsed jiffies / online CPUs, all of which /proc/stat counts); the
+            # whole bench run, its warm-up included
+            paste -d ' ' <(echo "$before" | tr '\n' ' ') <(echo "$after" | tr '\n' ' ') | awk -v n="$(getconf _NPROCESSORS_ONLN)" '{
                 t = ($7 - $2) / n; if (t <= 0) t = 1
                 printf "host %.2f leader %.2f standby %.2f provider %.2f\n", ($6 - $1) / t, ($8 - $3) / t, ($9 - $4) / t, ($10 - $5) / t
             }' > "$out/cpu-$mode-$r.txt"

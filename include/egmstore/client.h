@@ -151,8 +151,12 @@ EGM_API size_t egm_client_transports(egm_client_t *client, char *buf, size_t len
  * registration; unregistering while a transfer uses it answers EGM_ERR_BUSY.
  * Register [addr, addr + len): host memory or GPU memory (the device is asked
  * of the driver once, here). Any thread, concurrently with transfers.
- * Errors: EGM_ERR_INVALID_ARG (client or addr NULL, len 0, a range that wraps),
- * EGM_ERR_EXISTS (overlaps a registered range), EGM_ERR_NO_MEMORY. */
+ * Errors: EGM_ERR_INVALID_ARG (client or addr NULL, len 0, a range that wraps,
+ * or one that is neither GPU memory nor host memory mapped in this process:
+ * a page of it missing), EGM_ERR_EXISTS (overlaps a registered range),
+ * EGM_ERR_NO_MEMORY. A mapping that goes away after its registration (freed,
+ * unmapped) is the caller's error: a copy into it may still kill the
+ * process. */
 EGM_API egm_status_t egm_register_buffer(egm_client_t *client, void *addr, size_t len);
 /* Unregister the range that starts at addr. Any thread.
  * Errors: EGM_ERR_INVALID_ARG (client NULL), EGM_ERR_NOT_FOUND (no range

@@ -313,7 +313,9 @@ class Store:
     # -- registered memory --
     def register_buffer(self, ptr, size):
         """Register ``size`` bytes at address ``ptr`` for the zero-copy calls.
-        The memory stays the caller's and must outlive the registration."""
+        The memory stays the caller's and must outlive the registration.
+        Raises ``InvalidArgument`` for a range that is neither GPU memory nor
+        host memory mapped in this process."""
         self._check(self._client.register_buffer(ptr, size))
 
     def unregister_buffer(self, ptr):

@@ -200,7 +200,8 @@ egm_status_t egm__journal_follow(egm_journal_t *j, egm_journal_follower_t **f_p,
 typedef egm_status_t (*egm_journal_start_fn)(void *arg, uint64_t from, uint64_t to,
                                              const uint8_t *ops, size_t len, void **call_p);
 typedef egm_status_t (*egm_journal_end_fn)(void *arg, void *call);
-/* Lets f's ops go through its sender (set before egm__journal_set_in_sync),
+/* Lets f's ops go through its sender (replication sets it before
+ * egm__journal_set_in_sync; a follower without one is sent nothing),
  * max bytes of ops at a time (whole ops, one at least): by the waiting
  * requests and egm__journal_send_next. A send that fails
  * marks f failed: egm__journal_send_next then answers EGM_ERR_UNREACHABLE,

@@ -2,9 +2,12 @@
  * Lookups are binary searches; registration is rare, so inserts shift. */
 #include "te/registry.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common/alloc.h"
 #include "common/log.h"
@@ -70,6 +73,17 @@ static range_t *find_containing(egm_registry_t *reg, uintptr_t addr, size_t len)
     return r;
 }
 
+/* Whether every page of host range [base, base + len) is mapped in this
+ * process: msync refuses a range with a hole (ENOMEM) and touches nothing
+ * with MS_ASYNC. Another refusal (none is expected) does not count against
+ * the range. */
+static int host_range_mapped(uintptr_t base, size_t len)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = base & ~(uintptr_t)(page > 0 ? page - 1 : 4095);
+    return msync((void *)start, base + len - start, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
 egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
 {
     uintptr_t base = (uintptr_t)addr;
@@ -86,6 +100,13 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
         device = -1;
     if (device < 0 && egm__cuda_pointer_gpu_mapped_host(addr))
         device = EGM_DEVICE_MAPPED_HOST;
+    /* A copy into or out of memory that is not there would kill the process
+     * (a wrong pointer from Python, a freed buffer): refused here. */
+    if (device < 0 && !host_range_mapped(base, len))
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "register: [%p, +%zu) is neither GPU memory nor host memory mapped "
+                              "in this process",
+                              addr, len);
 
     pthread_mutex_lock(&registry->lock);
     size_t i = upper_bound(registry, base);

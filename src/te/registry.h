@@ -18,9 +18,10 @@ typedef struct egm_registry egm_registry_t;
 
 egm_status_t egm__registry_create(egm_registry_t **registry_p);
 void egm__registry_destroy(egm_registry_t *registry);
-/* Overlapping an existing range -> EGM_ERR_EXISTS; len 0 or NULL -> INVALID_ARG.
- * The device comes from egm__cuda_pointer_device (host without a driver), or
- * is EGM_DEVICE_MAPPED_HOST. */
+/* Overlapping an existing range -> EGM_ERR_EXISTS; len 0 or NULL, or host
+ * memory with a page not mapped in this process -> INVALID_ARG. The device
+ * comes from egm__cuda_pointer_device (host without a driver), or is
+ * EGM_DEVICE_MAPPED_HOST. */
 egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len);
 /* Not registered -> NOT_FOUND; in use -> BUSY. */
 egm_status_t egm__registry_remove(egm_registry_t *registry, void *addr);

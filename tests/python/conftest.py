@@ -5,6 +5,7 @@ got), as tests/integration do. The binaries come from ${EGM_BUILD}/bin/egmstore
 
 import ctypes
 import itertools
+import mmap
 import os
 import selectors
 import signal
@@ -203,6 +204,17 @@ def buffer():
         return b
 
     yield make
+
+
+def unmapped_address():
+    """The address of a page this process mapped and unmapped again: nothing
+    is there (a zero-copy call into it would kill the process)."""
+    m = mmap.mmap(-1, mmap.PAGESIZE)
+    view = ctypes.c_char.from_buffer(m)
+    addr = ctypes.addressof(view)
+    del view
+    m.close()
+    return addr
 
 
 def pattern(size, seed=0):

@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from conftest import unmapped_address
 from egmstore import _egmstore
 from egmstore.mooncake import MooncakeDistributedStore, ReplicateConfig, SoftPinAction
 
@@ -95,6 +96,11 @@ def test_mooncake_sequence(make_cluster, buffer, protocol):
     assert dst.read(0, 4) == b"abcd"
     assert s.register_buffer(src.ptr, src.size) == -600  # twice: INVALID_PARAMS, as Mooncake
     assert s.unregister_buffer(src.ptr + 1) == -600  # never registered
+    # Memory that is not there: refused, and the process lives on (egmstore's
+    # own answer, not compared with Mooncake's wheel).
+    nothing = unmapped_address()
+    assert s.register_buffer(nothing, 4096) == -600
+    assert s.get_into("pf", nothing, 4096) < 0
     assert s.put("", b"x") == -600  # empty key: INVALID_PARAMS, as Mooncake
     assert s.get_into("pf", dst.ptr, 2) == -600  # too small: INVALID_PARAMS, as Mooncake
     assert s.get_into("missing", dst.ptr, 4096) == -704

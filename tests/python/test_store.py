@@ -2,6 +2,7 @@
 batch calls, one exception class per status, the context manager, the GIL
 released during RPCs, configuration errors."""
 
+import mmap
 import os
 import signal
 import threading
@@ -10,7 +11,7 @@ import pytest
 
 import egmstore
 from egmstore import _egmstore
-from conftest import pattern, stop_process
+from conftest import pattern, stop_process, unmapped_address
 
 PROTOCOLS = ["shm", "tcp"]
 
@@ -113,6 +114,19 @@ def test_zero_copy_round_trip(store, key, buffer):
     assert dst.read(0, size) == data
     store.unregister_buffer(src.ptr)
     store.unregister_buffer(dst.ptr)
+
+
+def test_register_refuses_memory_that_is_not_there(store, key):
+    # An address nothing maps (a page past a freed mapping): refused, where a
+    # copy into it would kill the process.
+    page = mmap.PAGESIZE
+    addr = unmapped_address()
+    with pytest.raises(egmstore.InvalidArgument) as info:
+        store.register_buffer(addr, page)
+    assert "neither GPU memory nor host memory mapped" in info.value.message
+    store.put(key(), b"hello")
+    with pytest.raises(egmstore.NotRegistered):
+        store.get_into(key(), addr, page)
 
 
 def test_get_into_reports_object_size_in_a_larger_buffer(store, key, buffer):

@@ -1,8 +1,9 @@
 /* A standby for the master's unit tests, without sockets: a follower of a
  * leader's journal (master/journal.h) whose sender receives each batch in
  * the order it leaves, keeps a copy, hands it to apply (when set) and
- * answers with apply's status (or OK) at once. Its sender fails the test
- * when the journal calls it with its lock held. Batches go through the
+ * answers with apply's status (or OK) at once. Its sender takes the
+ * journal's lock: called with it held, it hangs (the test's timeout tells).
+ * Batches go through the
  * journal's own paths: the requests that wait send them, and
  * egm_test_standby_take sends as the follower's thread does. */
 #ifndef EGM_TEST_JOURNAL_STANDBY_H
@@ -23,14 +24,15 @@ typedef struct egm_test_standby {
     egm_status_t (*apply)(void *arg, uint64_t from, uint64_t to, const uint8_t *ops, size_t len);
     void *apply_arg;
     /* Batches received, the first EGM_TEST_STANDBY_BATCHES kept (ops
-     * egm_malloc'ed: freed by egm_test_standby_leave). */
+     * egm_malloc'ed: freed by egm_test_standby_leave), each checked to start
+     * where the one before ended. */
     size_t batches;
     uint8_t *ops[EGM_TEST_STANDBY_BATCHES];
     size_t len[EGM_TEST_STANDBY_BATCHES];
     uint64_t from[EGM_TEST_STANDBY_BATCHES], to[EGM_TEST_STANDBY_BATCHES];
 } egm_test_standby_t;
 
-/* Follows j from its end, returned, at most max bytes of ops a batch (1:
+/* Follows j from its end, returned (sb new, or left), at most max bytes of ops a batch (1:
  * one op a batch, so that egm_test_standby_ack_to can stop at any op), in
  * sync when in_sync (requests wait for it). sb's apply and apply_arg are
  * kept. */

@@ -716,6 +716,7 @@ static void test_wait_sends(void **state)
     assert_int_equal(sb.to[1], 60);
     assert_int_equal(egm_test_standby_acked(&sb), 60);
     assert_int_equal(jstats(j).waits_timed_out, 0);
+    assert_int_equal(jstats(j).lag_bytes, 0);
     /* All given: nothing for the follower's own thread. */
     assert_int_equal(egm_test_standby_take(&sb, 1), 0);
 
@@ -906,11 +907,16 @@ static void *waiter_main(void *arg)
 
 /* The waiter returns OK when the batch that carries its op is acknowledged
  * (or, when the standby refused it, once the follower is unfollowed), long
- * before its timeout: the waits are woken. */
+ * before its timeout: the waits are woken; the answer of a batch before its
+ * op's does not end its wait. */
 static void run_waiter(int refused)
 {
     gate_t g;
     gate_init(&g);
+    /* A batch in flight before the waiter's op. */
+    egm__journal_object_gone(g.j, "before", 6);
+    assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
+    (void)egm__journal_take_position(g.j);
     waiter_t w = {.g = &g, .status = EGM_INPROGRESS};
     assert_int_equal(sem_init(&w.emitted, 0, 0), 0);
     assert_int_equal(sem_init(&w.go, 0, 0), 0);
@@ -923,17 +929,24 @@ static void run_waiter(int refused)
     assert_int_equal(egm__journal_try(g.j, 0), EGM_INPROGRESS);
     done_t d = {0};
     egm__journal_notify(g.j, LONG_WAIT_MS, done_rec, &d);
-    assert_int_equal(g.started, 1);
-    assert_int_equal(g.from[0], 0);
-    assert_int_equal(g.to[0], jstats(g.j).end);
+    assert_int_equal(g.started, 2);
+    assert_int_equal(g.from[1], g.to[0]);
+    assert_int_equal(g.to[1], jstats(g.j).end);
     sem_post(&w.go);
     egm__sleep_ms(50); /* it waits (or has not begun: no harm) */
     assert_false(atomic_load(&w.done));
+    /* The batch before its op is acknowledged: it still waits. */
+    gate_answer(&g, 0, 1);
+    assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_OK);
+    assert_int_equal(egm__journal_follower_acked(g.j, g.f), g.to[0]);
+    egm__sleep_ms(50);
+    assert_false(atomic_load(&w.done));
+    assert_int_equal(d.calls, 0);
     if (!refused) {
-        gate_answer(&g, 0, 1);
+        gate_answer(&g, 1, 1);
         assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_OK);
     } else {
-        gate_answer(&g, 0, -1); /* read by send_next: the refusal's error */
+        gate_answer(&g, 1, -1); /* read by send_next: the refusal's error */
         assert_int_equal(egm__journal_send_next(g.j, g.f, LONG_WAIT_MS), EGM_ERR_INVALID_ARG);
         egm__sleep_ms(50); /* a failed follower is waited for until unfollowed */
         assert_false(atomic_load(&w.done));
@@ -946,7 +959,7 @@ static void run_waiter(int refused)
     assert_int_equal(jstats(g.j).waits_timed_out, 0);
     assert_int_equal(d.calls, 1);
     assert_int_equal(d.status, EGM_OK);
-    assert_int_equal(g.started, 1); /* the waiter sent nothing */
+    assert_int_equal(g.started, 2); /* the waiter sent nothing */
     sem_destroy(&w.emitted);
     sem_destroy(&w.go);
     if (!refused)
@@ -1010,6 +1023,9 @@ static void test_try_notify(void **state)
     assert_int_equal(egm__journal_try(j, 0), EGM_INPROGRESS);
     egm__journal_object_gone(j, "second", 6);
     assert_int_equal(egm__journal_try(j, 0), EGM_INPROGRESS);
+    /* Its op in flight: a try that may block finds nothing to send, and
+     * does not wait for the answer. */
+    assert_int_equal(egm__journal_try(j, 1), EGM_INPROGRESS);
     assert_int_equal(g.started, 4);
     assert_int_equal(g.from[3], g.to[2]);
     memset(&d, 0, sizeof(d));
@@ -1125,6 +1141,8 @@ static void test_batches_in_flight(void **state)
     gate_await_started(&g, 5);
     gate_answer(&g, 0, 1);
     changer_join(&c[0]);
+    /* The older answer, read last, does not take the acknowledgement back. */
+    assert_int_equal(egm__journal_follower_acked(g.j, g.f), g.to[1]);
     assert_int_equal(g.from[4], g.to[3]);
     for (size_t i = 2; i < 5; i++)
         gate_answer(&g, i, 1);

@@ -34,6 +34,7 @@
 
 #define SEG (16u << 10)
 #define KEY_SIZE 4096u
+#define SEEN_KEYS 72 /* keys of test_commit_seen_once's Commit */
 
 static uint8_t pool[SEG]; /* the segment's bytes, as the new leader reads them */
 static egm_id_t seg_id;
@@ -256,13 +257,44 @@ typedef enum { ENTRY_WHOLE, ENTRY_TORN, ENTRY_UNREPORTED, ENTRY_MIXED } entry_t;
  * torn one is noted seen all the same, so the new leader skips it.
  * ENTRY_MIXED: K whole and K2 (beside it) torn in one Commit, which then
  * waits. */
+/* The leader's handlers run with the fixture's journal and clock. */
+static void fixture_handles(fixture_t *fx)
+{
+    fx->lead.journal = fx->j;
+    fx->lead.journal_wait_ms = 30000;
+    fx->lead.now_ms = handler_now;
+}
+
+/* req through the Commit handler, while the standby takes what the leader
+ * journals: its reply, of n results (egm__pb_free it). */
+static Egm__KeysReply *handle_commit(fixture_t *fx, Egm__CommitRequest *req, size_t n)
+{
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(egm__pb_pack(&req->base, &buf, &len), EGM_OK);
+    standby_thread_t t = {.fx = fx};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, standby_run, &t), 0);
+    egm_rpc_reply_t reply = {0};
+    egm_status_t status = egm__master_handle(&fx->lead, EGM_RPC_COMMIT, buf, len, &reply);
+    atomic_store(&t.stop, 1);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+    egm_free(buf);
+    assert_int_equal(status, EGM_OK);
+    Egm__KeysReply *r = NULL;
+    assert_int_equal(
+        egm__pb_unpack(&egm__keys_reply__descriptor, reply.buf, reply.len, (ProtobufCMessage **)&r),
+        EGM_OK);
+    egm_free(reply.buf);
+    assert_int_equal(r->n_results, n);
+    return r;
+}
+
 static void commit_named(entry_t entry)
 {
     fixture_t fx;
     fixture_init(&fx);
-    fx.lead.journal = fx.j;
-    fx.lead.journal_wait_ms = 30000;
-    fx.lead.now_ms = handler_now;
+    fixture_handles(&fx);
 
     Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
     Egm__Id client = EGM__ID__INIT;
@@ -288,24 +320,7 @@ static void commit_named(entry_t entry)
         req.n_torn_log_seqs = 2;
         req.torn_log_seqs = torn;
     }
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(egm__pb_pack(&req.base, &buf, &len), EGM_OK);
-    standby_thread_t t = {.fx = &fx};
-    pthread_t thread;
-    assert_int_equal(pthread_create(&thread, NULL, standby_run, &t), 0);
-    egm_rpc_reply_t reply = {0};
-    egm_status_t status = egm__master_handle(&fx.lead, EGM_RPC_COMMIT, buf, len, &reply);
-    atomic_store(&t.stop, 1);
-    assert_int_equal(pthread_join(thread, NULL), 0);
-    egm_free(buf);
-    assert_int_equal(status, EGM_OK);
-    Egm__KeysReply *r = NULL;
-    assert_int_equal(
-        egm__pb_unpack(&egm__keys_reply__descriptor, reply.buf, reply.len, (ProtobufCMessage **)&r),
-        EGM_OK);
-    egm_free(reply.buf);
-    assert_int_equal(r->n_results, n);
+    Egm__KeysReply *r = handle_commit(&fx, &req, n);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(r->results[i]->status, EGM_OK);
     egm__pb_free(&r->base);
@@ -333,6 +348,75 @@ static void commit_named(entry_t entry)
                  : entry == ENTRY_MIXED ? "whole, beside a torn one"
                                         : "whole");
     }
+    fx.lead.journal = NULL;
+    fixture_cleanup(&fx);
+}
+
+/* The Commit of one key per log seq, in the fixture's slab: n keys named
+ * keys[i], 64 bytes each at offsets[i], whole entries seqs[i]. */
+static Egm__KeysReply *commit_seqs(fixture_t *fx, size_t n, const char *const *keys,
+                                   const uint64_t *offsets, const uint64_t *seqs)
+{
+    Egm__CommitRequest req = EGM__COMMIT_REQUEST__INIT;
+    Egm__Id client = EGM__ID__INIT;
+    uint64_t sizes[SEEN_KEYS], slabs[SEEN_KEYS];
+    assert_true(n <= SEEN_KEYS);
+    for (size_t i = 0; i < n; i++) {
+        sizes[i] = 64;
+        slabs[i] = fx->s1.id;
+    }
+    egm__id_to_pb(fx->writer, &client);
+    req.client = &client;
+    req.n_keys = req.n_sizes = req.n_slab_ids = req.n_offsets = req.n_log_seqs = n;
+    req.keys = (char **)keys;
+    req.sizes = sizes;
+    req.slab_ids = slabs;
+    req.offsets = (uint64_t *)offsets;
+    req.log_seqs = (uint64_t *)seqs;
+    return handle_commit(fx, &req, n);
+}
+
+/* Every log entry a Commit names is journaled seen exactly once: those of
+ * keys committed (70: more than the handler notes on its stack), of a key
+ * refused before its claim (past the slab's end: noted seen by the Commit
+ * alone), and of one refused after it (its key exists: journaled before its
+ * range is freed). */
+static void test_commit_seen_once(void **state)
+{
+    (void)state;
+    fixture_t fx;
+    fixture_init(&fx);
+    fixture_handles(&fx);
+    char names[SEEN_KEYS][16];
+    const char *keys[SEEN_KEYS];
+    uint64_t offsets[SEEN_KEYS], seqs[SEEN_KEYS];
+    keys[0] = "dup";
+    offsets[0] = 64 * (SEEN_KEYS - 1);
+    seqs[0] = 100;
+    Egm__KeysReply *r = commit_seqs(&fx, 1, keys, offsets, seqs);
+    assert_int_equal(r->results[0]->status, EGM_OK);
+    egm__pb_free(&r->base);
+    for (size_t i = 0; i < SEEN_KEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "k%zu", i);
+        keys[i] = names[i];
+        offsets[i] = 64 * i;
+        seqs[i] = i + 1;
+    }
+    offsets[SEEN_KEYS - 2] = SEG; /* past the slab's end */
+    keys[SEEN_KEYS - 1] = "dup";
+    offsets[SEEN_KEYS - 1] = 64 * (SEEN_KEYS - 2);
+    r = commit_seqs(&fx, SEEN_KEYS, keys, offsets, seqs);
+    for (size_t i = 0; i < SEEN_KEYS - 2; i++)
+        assert_int_equal(r->results[i]->status, EGM_OK);
+    assert_int_not_equal(r->results[SEEN_KEYS - 2]->status, EGM_OK);
+    assert_int_equal(r->results[SEEN_KEYS - 1]->status, EGM_ERR_EXISTS);
+    egm__pb_free(&r->base);
+    egm_test_standby_take_all(&fx.sb);
+    for (uint64_t seq = 1; seq <= SEEN_KEYS; seq++)
+        if (count_seen(&fx.sb, fx.s1.id, seq) != 1)
+            fail_msg("log entry %llu journaled seen %d times", (unsigned long long)seq,
+                     count_seen(&fx.sb, fx.s1.id, seq));
+    assert_int_equal(count_seen(&fx.sb, fx.s1.id, 100), 1);
     fx.lead.journal = NULL;
     fixture_cleanup(&fx);
 }
@@ -372,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_commit_torn_entry),
         cmocka_unit_test(test_commit_unreported_entry),
         cmocka_unit_test(test_commit_whole_and_torn),
+        cmocka_unit_test(test_commit_seen_once),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (failed == 0 && egm__alloc_live_count() != live) {

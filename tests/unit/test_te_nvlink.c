@@ -3,8 +3,10 @@
  * makes them; te tests cannot link the pool layer), a consumer engine with
  * another client id moves random bytes between "GPU" buffers (the fake's
  * cuMemAlloc) and those chunks. posix_fd handles travel over the provider's fd
- * broker socket for real. Every test ends with no live CUDA object in the fake
- * and no live egmstore allocation. */
+ * broker socket for real. The registry of zero-copy buffers records each
+ * range's device and refuses host ranges with a page not mapped here. Every
+ * test ends with no live CUDA object in the fake and no live egmstore
+ * allocation. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -323,6 +325,34 @@ static void test_registry_records_device(void **state)
     assert_int_equal(egm__registry_remove(fx->registry, host), EGM_OK);
     free(host);
     gpu_free(g1);
+}
+
+/* Host memory is registered only when every page of it is mapped here: a
+ * range over a hole, an address nothing maps, are refused (a copy there
+ * would kill the process), while the pages beside the hole may be. */
+static void test_registry_refuses_unmapped(void **state)
+{
+    fx_t *fx = *state;
+    long page = sysconf(_SC_PAGESIZE);
+    char *p =
+        mmap(NULL, 3 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    assert_int_equal(munmap(p + page, (size_t)page), 0); /* the middle page */
+    assert_int_equal(egm__registry_add(fx->registry, p, 3 * (size_t)page), EGM_ERR_INVALID_ARG);
+    assert_non_null(strstr(egm_last_error(), "neither GPU memory nor host memory mapped"));
+    /* ending in the hole, starting in it */
+    assert_int_equal(egm__registry_add(fx->registry, p + 10, (size_t)page), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__registry_add(fx->registry, p + page + 1, 100), EGM_ERR_INVALID_ARG);
+    int dev = 0;
+    assert_int_equal(egm__registry_device(fx->registry, p, 1, &dev), EGM_ERR_NOT_REGISTERED);
+    /* the pages either side, each whole or in part */
+    assert_int_equal(egm__registry_add(fx->registry, p + 1, (size_t)page - 1), EGM_OK);
+    assert_int_equal(egm__registry_add(fx->registry, p + 2 * page, (size_t)page), EGM_OK);
+    assert_int_equal(egm__registry_remove(fx->registry, p + 1), EGM_OK);
+    assert_int_equal(egm__registry_remove(fx->registry, p + 2 * page), EGM_OK);
+    /* gone altogether */
+    assert_int_equal(munmap(p, 3 * (size_t)page), 0);
+    assert_int_equal(egm__registry_add(fx->registry, p + 2 * page, 64), EGM_ERR_INVALID_ARG);
 }
 
 /* ---- round trips ----------------------------------------------------------- */
@@ -1196,6 +1226,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fabric_descriptor_wire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registry_records_device, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_registry_refuses_unmapped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_posix_fd_host_numa_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fabric_device_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_across_devices, setup, teardown),
