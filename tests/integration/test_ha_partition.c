@@ -32,8 +32,16 @@
  *  3. A exits with status 1;
  *  4. the client on host C puts and gets again, through B.
  * Every bound is generous (the order of events is asserted, not their speed).
+ * test_lost_early_grant: with B's switch port down, a writer on C (over shared
+ * memory, with its provider) gets a slab granted early by A, and its Commit
+ * waits for B; A is killed and cut off, so B never gets the grant, and B,
+ * joined again, leads. The put failed and its key is absent (or, had it
+ * succeeded, exact), and the next puts of that writer and of another, placed
+ * by B where the lost slab was, read back exactly. It fails when a Commit
+ * into a slab granted early is answered before the standbys hold the grant
+ * (acknowledged objects are then lost).
  * EGM_TEST_HA_TTL sets the masters' ha_lease_ttl (default 4 s, as in
- * test_ha_master).
+ * test_ha_master; 8 s at least for test_lost_early_grant).
  * Where the kernel allows no unprivileged user namespace the test is skipped
  * (77), saying why. */
 #include <errno.h>
@@ -92,11 +100,16 @@ static egm_test_cluster_t ma, mb, pool; /* masters A and B; the providers */
 static writer_t wa, ra, wc;             /* writer and reader on A, writer on C */
 static char tmpdir[64];
 static round_t rounds[MAX_RECORDS];
+static pid_t lost_grant_pid; /* test_lost_early_grant's writers, until reaped */
+static int b_cut;            /* host B's port is down */
+
+static const char *ttl_floor; /* a test's least ha_lease_ttl (NULL: none); teardown resets it */
 
 static const char *ttl_text(void)
 {
     const char *t = getenv("EGM_TEST_HA_TTL");
-    return t != NULL && t[0] != '\0' ? t : "4";
+    t = t != NULL && t[0] != '\0' ? t : "4";
+    return ttl_floor != NULL && atoi(t) < atoi(ttl_floor) ? ttl_floor : t;
 }
 
 /* ms from `from` to `t` (both egm__now_ns), signed. */
@@ -314,10 +327,12 @@ static int standbys_in_sync(const egm_test_host_t *host, unsigned port)
     return (int)egm_test_health_number(body, "standbys_in_sync");
 }
 
-/* A master with enable_ha on the host's address; its admin HTTP port. No
- * location caching in clients: every get asks the master (a get served from a
- * location cached from A would be no answer of A's). */
-static unsigned start_master(egm_test_cluster_t *m, const egm_test_host_t *host)
+/* A master with enable_ha on the host's address; its admin HTTP port.
+ * cache_ms: its location_cache_ms (NULL: the default). "0" lets clients cache
+ * no location: every get asks the master (a get served from a location cached
+ * from A would be no answer of A's). */
+static unsigned start_master(egm_test_cluster_t *m, const egm_test_host_t *host,
+                             const char *cache_ms)
 {
     unsigned http = 0;
     const char *flags[] = {"--listen-address",
@@ -328,8 +343,8 @@ static unsigned start_master(egm_test_cluster_t *m, const egm_test_host_t *host)
                            etcd.endpoint,
                            "--ha-lease-ttl",
                            ttl_text(),
-                           "--location-cache-ms",
-                           "0",
+                           cache_ms != NULL ? "--location-cache-ms" : NULL,
+                           cache_ms,
                            NULL};
     assert_int_equal(egm_test_host_enter(host), 0);
     int rc = egm_test_start_master_http(m, flags, &http);
@@ -384,8 +399,17 @@ static int teardown(void **state)
     unlink(ra.path);
     unlink(wc.path);
     rmdir(tmpdir);
+    if (lost_grant_pid > 0) {
+        kill(lost_grant_pid, SIGKILL);
+        waitpid(lost_grant_pid, NULL, 0);
+        lost_grant_pid = 0;
+    }
     /* A cut-off host joins again for the next test. */
     egm_test_host_join(&host_a);
+    if (b_cut)
+        egm_test_host_join(&host_b);
+    b_cut = 0;
+    ttl_floor = NULL;
     return 0;
 }
 
@@ -400,9 +424,9 @@ static void test_partitioned_leader_is_fenced(void **state)
     etcd_started = 1;
     assert_int_equal(rc, 0);
 
-    unsigned http_a = start_master(&ma, &host_a);
+    unsigned http_a = start_master(&ma, &host_a, "0");
     long long epoch_a = wait_role(&host_a, http_a, "leader");
-    unsigned http_b = start_master(&mb, &host_b);
+    unsigned http_b = start_master(&mb, &host_b, "0");
     wait_role(&host_b, http_b, "standby");
     assert_int_equal(wait_role(&host_a, http_a, "leader"), epoch_a);
 
@@ -534,6 +558,236 @@ static void test_partitioned_leader_is_fenced(void **state)
     assert_true(c_resumed >= 5);
 }
 
+/* ---- a grant answered early whose ops the standby never gets ----------------- */
+
+#define LOST_KEYS 32
+#define LOST_BYTES 8192
+
+/* A put retried until it is answered OK (or the key exists: a try the
+ * caller did not see succeed), for up to WAIT_MS while no leader answers. */
+static egm_status_t put_until_stored(egm_client_t *client, const char *key, unsigned seed)
+{
+    egm_status_t s = EGM_ERR_UNREACHABLE;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; egm__now_ms() < until; egm__sleep_ms(50)) {
+        s = egm_test_put_seeded(client, key, LOST_BYTES, seed);
+        if (s == EGM_OK || s == EGM_ERR_EXISTS)
+            return EGM_OK;
+    }
+    return s;
+}
+
+/* A get checking every byte, retried while no leader answers (for up to
+ * WAIT_MS). */
+static egm_status_t get_when_led(egm_client_t *client, const char *key, unsigned seed)
+{
+    egm_status_t s = EGM_ERR_UNREACHABLE;
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         (s == EGM_ERR_UNREACHABLE || s == EGM_ERR_TIMEOUT) && egm__now_ms() < until;
+         egm__sleep_ms(50))
+        s = egm_test_get_seeded(client, key, LOST_BYTES, seed);
+    return s;
+}
+
+/* A client of the leader through etcd, over shared memory, on this host. */
+static egm_client_t *lost_grant_client(void)
+{
+    char master[160];
+    egm_config_t *config = NULL;
+    egm_client_t *client = NULL;
+    snprintf(master, sizeof(master), "etcd://%s", etcd.endpoint);
+    if (egm_config_create(&config) != EGM_OK ||
+        egm_config_set(config, "master_server_addr", master) != EGM_OK ||
+        egm_config_set(config, "protocol", "shm") != EGM_OK ||
+        egm_config_set(config, "local_hostname", host_c.addr) != EGM_OK)
+        return NULL;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; client == NULL && egm__now_ms() < until;)
+        if (egm_client_create(config, &client) != EGM_OK) {
+            client = NULL;
+            egm__sleep_ms(100);
+        }
+    egm_config_destroy(config);
+    return client;
+}
+
+/* The child on host C: two writers. Says "r" on ready_fd once both clients
+ * exist, waits for a byte on go_fd, then the first puts "early" (its first
+ * put: a slab granted early); once that returns, the other puts LOST_KEYS
+ * objects (at the new leader: likely where the lost slab was), then the first
+ * puts LOST_KEYS more; every object must read back exactly ("early" too, if
+ * its put succeeded). Exits 0, or 1 saying what was wrong into `report`. */
+static void lost_grant_main(int ready_fd, int go_fd, const char *report)
+{
+    FILE *out = fopen(report, "w");
+    egm_client_t *first = lost_grant_client(), *other = lost_grant_client();
+    char go, key[64];
+    if (out == NULL || first == NULL || other == NULL || write(ready_fd, "r", 1) != 1 ||
+        read(go_fd, &go, 1) != 1)
+        _exit(2);
+    egm_status_t early = egm_test_put_seeded(first, "early", LOST_BYTES, 5);
+    fprintf(out, "early put: %s\n", egm_status_string(early));
+    int bad = 0;
+    for (int i = 0; i < LOST_KEYS; i++) {
+        snprintf(key, sizeof(key), "reused-%d", i);
+        egm_status_t s = put_until_stored(other, key, 100 + (unsigned)i);
+        if (s != EGM_OK) {
+            fprintf(out, "%s: put %s\n", key, egm_status_string(s));
+            bad = 1;
+        }
+    }
+    for (int i = 0; i < LOST_KEYS; i++) {
+        snprintf(key, sizeof(key), "again-%d", i);
+        egm_status_t s = put_until_stored(first, key, 200 + (unsigned)i);
+        if (s != EGM_OK) {
+            fprintf(out, "%s: put %s\n", key, egm_status_string(s));
+            bad = 1;
+        }
+    }
+    for (int i = 0; i < LOST_KEYS; i++) {
+        snprintf(key, sizeof(key), "reused-%d", i);
+        egm_status_t s = get_when_led(other, key, 100 + (unsigned)i);
+        if (s != EGM_OK) {
+            fprintf(out, "%s, put by the other writer at the new leader: get %s\n", key,
+                    egm_status_string(s));
+            bad = 1;
+        }
+        snprintf(key, sizeof(key), "again-%d", i);
+        s = get_when_led(first, key, 200 + (unsigned)i);
+        if (s != EGM_OK) {
+            fprintf(out, "%s: get %s\n", key, egm_status_string(s));
+            bad = 1;
+        }
+    }
+    egm_status_t got = get_when_led(first, "early", 5);
+    fprintf(out, "early get: %s\n", egm_status_string(got));
+    if (got != EGM_OK && (early == EGM_OK || got != EGM_ERR_NOT_FOUND)) {
+        fprintf(out, "early: put %s, then get %s\n", egm_status_string(early),
+                egm_status_string(got));
+        bad = 1;
+    }
+    fclose(out);
+    _exit(bad); /* no destroy: nothing to wait for */
+}
+
+/* A number from the /metrics of the master on http port `port` of `host`,
+ * asked from inside that host (-1: no answer, or not there). */
+static double metric_on(const egm_test_host_t *host, unsigned port, const char *name)
+{
+    static char body[1 << 18];
+    if (egm_test_host_http_get(host, host->addr, port, "/metrics", body, sizeof(body)) != 200)
+        return -1;
+    size_t n = strlen(name);
+    for (const char *p = body; p != NULL && *p != '\0'; p = strchr(p, '\n'), p = p ? p + 1 : p)
+        if (strncmp(p, name, n) == 0 && p[n] == ' ')
+            return atof(p + n + 1);
+    return -1;
+}
+
+/* A slab granted early (docs/ha.md "Grants the standbys do not hold yet")
+ * whose grant never reaches the standby: B's switch port is down when a
+ * writer on C puts its first object, A answers the grant early, the writer
+ * copies, and its Commit waits for B. A is then killed and cut off at once
+ * (what it had sent B dies with it), and B, joined again, leads without
+ * knowing the slab: its space is free there. Another writer's objects put
+ * through B, and the first writer's next ones, read back exactly: the first
+ * writer copies nothing more into its old slab (its copies there end within
+ * place_within_ms of its request, long before B can lead). The early put
+ * either failed (its key then absent or exact) or succeeded (exact). */
+static void test_lost_early_grant(void **state)
+{
+    (void)state;
+    assert_int_equal(egm_test_host_enter(&host_e), 0);
+    int rc = egm_test_etcd_start_on(&etcd, host_e.addr);
+    assert_int_equal(egm_test_host_leave(), 0);
+    etcd_started = 1;
+    assert_int_equal(rc, 0);
+    /* A lease of 8 s at least: A takes a standby that does not answer out of
+     * the in-sync set after half of it, and the test kills A before that
+     * even on a loaded host. Clients keep their slabs as long as they
+     * normally do (the default location_cache_ms). */
+    ttl_floor = "8";
+    unsigned http_a = start_master(&ma, &host_a, NULL);
+    long long epoch_a = wait_role(&host_a, http_a, "leader");
+    unsigned http_b = start_master(&mb, &host_b, NULL);
+    wait_role(&host_b, http_b, "standby");
+    snprintf(pool.master_addr, sizeof(pool.master_addr), "etcd://%.50s", etcd.endpoint);
+    start_provider(&host_c);
+    int in_sync = 0;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; in_sync < 1 && egm__now_ms() < until;
+         egm__sleep_ms(50))
+        in_sync = standbys_in_sync(&host_a, http_a);
+    if (in_sync < 1)
+        fail_msg("B is not in A's in-sync set after %d ms", WAIT_MS);
+
+    int ready[2], go[2];
+    char report[320];
+    snprintf(report, sizeof(report), "%s/lost-grant", tmpdir);
+    assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(go, O_CLOEXEC), 0);
+    pid_t child = egm_test_host_fork(&host_c);
+    if (child == 0) {
+        close(ready[0]);
+        close(go[1]);
+        lost_grant_main(ready[1], go[0], report);
+    }
+    assert_true(child > 0);
+    lost_grant_pid = child;
+    close(ready[1]);
+    close(go[0]);
+    char r;
+    struct pollfd pfd = {.fd = ready[0], .events = POLLIN};
+    if (poll(&pfd, 1, 2 * WAIT_MS) != 1 || read(ready[0], &r, 1) != 1)
+        fail_msg("the writers on C did not get their clients within %d ms", 2 * WAIT_MS);
+    close(ready[0]);
+
+    assert_int_equal(egm_test_host_cut(&host_b), 0);
+    b_cut = 1;
+    assert_int_equal(write(go[1], "g", 1), 1);
+    close(go[1]);
+    double early = 0, commits = 0;
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         (early < 1 || commits < 1) && egm__now_ms() < until; egm__sleep_ms(5)) {
+        early = metric_on(&host_a, http_a, "egm_master_slab_grants_early_total");
+        commits = metric_on(&host_a, http_a, "egm_master_commits_total");
+    }
+    if (early < 1 || commits < 1)
+        fail_msg("A answered %.0f grants early and committed %.0f objects within %d ms: the test "
+                 "saw nothing",
+                 early, commits, WAIT_MS);
+    /* The Commit waits for B, which cannot answer: killed well within the
+     * half lease after which A would take B out of the in-sync set. */
+    int still = standbys_in_sync(&host_a, http_a);
+    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
+    if (still != 1)
+        fail_msg("A counted %d standbys in sync when it was killed: it had dropped B (a loaded "
+                 "host?), so B would lead without A's acknowledged changes",
+                 still);
+    assert_int_equal(egm_test_host_cut(&host_a), 0);
+    assert_int_equal(egm_test_host_join(&host_b), 0);
+    b_cut = 0;
+    assert_true(wait_role(&host_b, http_b, "leader") > epoch_a);
+
+    int status = -1;
+    pid_t got = -1;
+    for (uint64_t until = egm__now_ms() + 3 * WAIT_MS; egm__now_ms() < until; egm__sleep_ms(50))
+        if ((got = waitpid(child, &status, WNOHANG)) == child)
+            break;
+    if (got == child)
+        lost_grant_pid = 0;
+    char text[4096] = "";
+    FILE *f = fopen(report, "r");
+    if (f != NULL) {
+        size_t n = fread(text, 1, sizeof(text) - 1, f);
+        text[n] = '\0';
+        fclose(f);
+    }
+    unlink(report);
+    fprintf(stderr, "lost early grant (the writers on C):\n%s", text);
+    if (got != child)
+        fail_msg("the writers on C did not end within %d ms", 3 * WAIT_MS);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the writers on C found objects wrong or lost (status %d):\n%s", status, text);
+}
+
 int main(void)
 {
     if (egm_test_netns_isolate() != 0) {
@@ -550,6 +804,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_partitioned_leader_is_fenced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_early_grant, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     egm_test_host_cleanup(&host_e);
