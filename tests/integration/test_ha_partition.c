@@ -37,7 +37,8 @@
  * waits for B; A is killed and cut off, so B never gets the grant, and B,
  * joined again, leads. The put failed and its key is absent (or, had it
  * succeeded, exact), and the next puts of that writer and of another, placed
- * by B where the lost slab was, read back exactly. It fails when a Commit
+ * by B (where the lost slab was, most likely: not checked), read back
+ * exactly. It fails when a Commit
  * into a slab granted early is answered before the standbys hold the grant
  * (acknowledged objects are then lost).
  * EGM_TEST_HA_TTL sets the masters' ha_lease_ttl (default 4 s, as in
