@@ -17,7 +17,9 @@
  * "Commits the pool describes"). A leader killed while a writer's first
  * Commit into a slab granted early waits for the stopped standby: the
  * object is exact if the put succeeded (exact or absent if it failed), and
- * that writer's and another's next puts read back exactly. An etcd of three
+ * that writer's and another's next puts read back exactly. A writer puts
+ * nothing more in a slab granted early once place_within_ms passed with no
+ * Commit there answered: it asks for a new slab. An etcd of three
  * members loses one without a master noticing. */
 #include <setjmp.h>
 #include <pthread.h>
@@ -696,6 +698,57 @@ static void test_unconfirmed_early_slab_failover(void **state)
     }
 }
 
+/* A writer places new objects in a slab granted early only within
+ * place_within_ms (600 ms) of its request, until a Commit there is answered
+ * (docs/ha.md "Grants the standbys do not hold yet"). With the standby
+ * stopped, the first put's Commit waits for it; a second put of the same
+ * client 500 ms after the grant was seen answered, past that bound (less the
+ * writer's slack) but within the location bound (location_cache_ms, 1000 ms)
+ * that would stop it too, asks for a new slab. Both puts succeed once the
+ * leader stops waiting for the standby (after half a lease), and read back. */
+static void test_early_slab_closes(void **state)
+{
+    (void)state;
+    unsigned http_a = 0, http_b = 0;
+    pair_in_sync(&http_a, &http_b);
+    client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
+    assert_non_null(client);
+    stop_master(&mb);
+    putter_t p = {.client = client, .key = "first", .len = 8192, .seed = 1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, put_main, &p), 0);
+    double early = 0, commits = 0;
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         (early < 1 || commits < 1) && egm__now_ms() < until; egm__sleep_ms(5)) {
+        early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
+        commits = egm_test_metric(http_a, "egm_master_commits_total");
+    }
+    if (early < 1 || commits < 1)
+        fail_msg("the leader answered %.0f grants early and committed %.0f objects: the test saw "
+                 "nothing",
+                 early, commits);
+    uint64_t seen = egm__now_ms();
+    egm__sleep_ms(500);
+    double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");
+    uint64_t second_at = egm__now_ms() - seen;
+    egm_status_t second = egm_test_put_seeded(client, "second", 8192, 2);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    double after = egm_test_metric(http_a, "egm_master_slab_grants_total");
+    fprintf(stderr,
+            "early slab: the second put began %llu ms after the first's grant was seen; "
+            "SlabGrants %.0f before it, %.0f after\n",
+            (unsigned long long)second_at, grants, after);
+    if (after < grants + 1)
+        fail_msg("the second put, %llu ms after the grant, went into the slab granted early "
+                 "(no new SlabGrant), past place_within_ms with no Commit there answered",
+                 (unsigned long long)second_at);
+    assert_int_equal(p.status, EGM_OK);
+    assert_int_equal(second, EGM_OK);
+    assert_int_equal(egm_test_get_seeded(client, "first", 8192, 1), EGM_OK);
+    assert_int_equal(egm_test_get_seeded(client, "second", 8192, 2), EGM_OK);
+    assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
+}
+
 /* A leader stopped with SIGTERM hands over at once: it gives its standby
  * in sync every change it lacks and leaves it in the in-sync set, then
  * resigns; the standby leads within a poll (ha_lease_ttl / 8), not after the
@@ -839,6 +892,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grants_wait_when_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_grant_placed_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unconfirmed_early_slab_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_slab_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resign_hands_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deposed_leader_leaves_insync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_etcd_member_loss, setup, teardown),
