@@ -78,7 +78,7 @@ out=${out:-$(mktemp -d /tmp/egm-ha-cost-XXXXXX)}
 mkdir -p "$out"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cp=$(free_port) pp=$(free_port) mp=$(free_port) sp=$(free_port) hp=$(free_port)
-${pin_standby[@]+"${pin_standby[@]}"} etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertise-client-urls http://127.0.0.1:$cp \
+"${pin_standby[@]}" etcd --data-dir "$out/etcd" --listen-client-urls http://127.0.0.1:$cp --advertise-client-urls http://127.0.0.1:$cp \
     --listen-peer-urls http://127.0.0.1:$pp --initial-advertise-peer-urls http://127.0.0.1:$pp \
     --initial-cluster default=http://127.0.0.1:$pp --log-level error > "$out/etcd.log" 2>&1 &
 etcd_pid=$!
@@ -114,14 +114,14 @@ for r in $(seq "$rounds"); do
         # data: force-removed objects' space comes back after a lease of 1 s (not 5) between phases
         [ $what = data ] && extra+=(--default-kv-lease-ttl 1000)
         [ $mode = late ] && extra+=(--ha-early-grants false)
-        ${pin_main[@]+"${pin_main[@]}"} "$bin" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
+        "${pin_main[@]}" "$bin" master --port $mp --http-port $hp --listen-address 127.0.0.1 "${extra[@]}" > "$out/master-$mode-$r.log" 2>&1 &
         master_pid=$!
         # Ready (and, with HA, elected) when a ping answers: bench meta's first calls need a leader.
         for _ in $(seq 100); do "$bin" ls --master 127.0.0.1:$mp > /dev/null 2>&1 && break; sleep 0.1; done
         if [ $mode = standby ] || [ $mode = spin ] || [ $mode = late ] || [ $mode = base ]; then
             sextra=()
             [ $mode = spin ] && sextra=(--rpc-server-spin-us "$spin")
-            ${pin_standby[@]+"${pin_standby[@]}"} "$bin" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" ${sextra[@]+"${sextra[@]}"} \
+            "${pin_standby[@]}" "$bin" master --port $sp --http-port -1 --listen-address 127.0.0.1 "${extra[@]}" "${sextra[@]}" \
                 > "$out/standby-$mode-$r.log" 2>&1 &
             standby_pid=$!
             for _ in $(seq 200); do
@@ -132,15 +132,15 @@ for r in $(seq "$rounds"); do
         fi
         echo "ha_cost: round $r, enable_ha $mode" >&2
         if [ $what = meta ]; then
-            ${pin_main[@]+"${pin_main[@]}"} "$bin" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
+            "${pin_main[@]}" "$bin" bench meta --master 127.0.0.1:$mp --clients "$clients" --seconds "$seconds" \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
         else
-            ${pin_main[@]+"${pin_main[@]}"} "$bin" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
+            "${pin_main[@]}" "$bin" provider --master 127.0.0.1:$mp --global-segment-size 2GiB --max-mr-size 1GiB \
                 --local-hostname 127.0.0.1 > "$out/provider-$mode-$r.log" 2>&1 &
             provider_pid=$!
             for _ in $(seq 100); do grep -q "provider ready" "$out/provider-$mode-$r.log" && break; sleep 0.1; done
             before=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")
-            ${pin_main[@]+"${pin_main[@]}"} "$bin" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
+            "${pin_main[@]}" "$bin" bench data --master 127.0.0.1:$mp --http-port $hp --default-kv-lease-ttl 1000 --workload "$workload" --sizes "$sizes" \
                 --keys 256 --clients "$clients" --protocol shm --seconds "$seconds" --no-ceiling --warm \
                 --out "$out/meta-$mode-$r.json" > "$out/meta-$mode-$r.txt"
             after=$(cpu_snap "$master_pid" "$standby_pid" "$provider_pid")

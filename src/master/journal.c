@@ -511,11 +511,12 @@ void egm__journal_slab_gone(egm_journal_t *j, uint64_t id)
     EMIT(j, egm__jenc_slab_gone(&j->log, id));
 }
 
-/* Copies the whole ops after f->sent, up to max bytes (one at least), and
- * gives them to f. With the lock. */
-static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, size_t max,
-                               uint8_t **buf_p, size_t *len_p, uint64_t *from_p, uint64_t *to_p)
+/* Copies the whole ops after f->sent, up to its sender's max bytes (one at
+ * least), and gives them to f. With the lock. */
+static egm_status_t take_batch(egm_journal_t *j, egm_journal_follower_t *f, uint8_t **buf_p,
+                               size_t *len_p, uint64_t *from_p, uint64_t *to_p)
 {
+    size_t max = f->send_max;
     const uint8_t *p = j->log.buf + (f->sent - j->base);
     size_t avail = (size_t)(end_of(j) - f->sent), take = 0;
     while (take < avail) {
@@ -582,7 +583,7 @@ static egm_status_t write_batch(egm_journal_t *j, egm_journal_follower_t *f, int
     uint8_t *ops;
     size_t len;
     c->call = NULL;
-    egm_status_t s = take_batch(j, f, f->send_max, &ops, &len, &c->from, &c->to);
+    egm_status_t s = take_batch(j, f, &ops, &len, &c->from, &c->to);
     if (s != EGM_OK) {
         f->failed = 1;
         pthread_cond_broadcast(&j->more);

@@ -549,47 +549,6 @@ static void *resume_later(void *arg)
     return NULL;
 }
 
-/* A grant answered early but so late that the writer's bound to start its
- * copies (place_within_ms of sending the request, less its slack) ran out:
- * the writer copies nothing into that slab and places the key again, with a
- * grant that waits for the standby (docs/ha.md "Grants the standbys do not
- * hold yet"). The leader is stopped (SIGSTOP, waited for) before the
- * writer's first put, and let go 800 ms later: the answer cannot come
- * sooner. Its fence stays more than a second away (a 4 s lease), so it
- * answers early. */
-static void test_late_grant_placed_again(void **state)
-{
-    (void)state;
-    unsigned http_a = 0, http_b = 0;
-    pair_in_sync(&http_a, &http_b);
-    client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
-    assert_non_null(client);
-    assert_int_equal(egm__process_signal(&ma.master, SIGSTOP), EGM_OK);
-    /* Stopped before the request leaves (its RPC threads poll: a request
-     * sent while the stop is on its way could be answered at once). */
-    int ws = 0;
-    assert_int_equal(waitpid(ma.master.pid, &ws, WUNTRACED), ma.master.pid);
-    assert_true(WIFSTOPPED(ws));
-    resume_t r = {.proc = &ma.master, .ms = 800}; /* more than place_within_ms (600) */
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, resume_later, &r), 0);
-    egm_status_t put = egm_test_put_seeded(client, "late", 8192, 5);
-    assert_int_equal(pthread_join(t, NULL), 0);
-    assert_int_equal(put, EGM_OK);
-    double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");
-    double early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
-    fprintf(stderr, "late grant: %.0f SlabGrants, %.0f answered early\n", grants, early);
-    if (early < 1)
-        fail_msg("the leader answered no grant early (its fence was near?): the test saw nothing");
-    if (grants - early < 1)
-        fail_msg("the writer kept a grant answered after its bound: no grant that waits followed");
-    assert_int_equal(egm_test_get_seeded(client, "late", 8192, 5), EGM_OK);
-    /* The next put goes into the waited grant's slab: no grant more. */
-    assert_int_equal(egm_test_put_seeded(client, "after-late", 4096, 6), EGM_OK);
-    assert_true(egm_test_metric(http_a, "egm_master_slab_grants_total") == grants);
-    assert_int_equal(egm_test_get_seeded(client, "after-late", 4096, 6), EGM_OK);
-}
-
 /* A put on its own thread. */
 typedef struct {
     egm_client_t *client;
@@ -615,6 +574,64 @@ static void stop_master(egm_test_cluster_t *m)
     assert_true(WIFSTOPPED(ws));
 }
 
+/* With the standby stopped, the client's first put (key, 8192 bytes, seed) on
+ * a thread of its own, until the leader at http_a answered its slab's grant
+ * early and committed the object: its Commit then waits for the standby to
+ * hold the grant. */
+static void first_put_waits(unsigned http_a, putter_t *p, pthread_t *t)
+{
+    stop_master(&mb);
+    assert_int_equal(pthread_create(t, NULL, put_main, p), 0);
+    double early = 0, commits = 0;
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         (early < 1 || commits < 1) && egm__now_ms() < until; egm__sleep_ms(5)) {
+        early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
+        commits = egm_test_metric(http_a, "egm_master_commits_total");
+    }
+    if (early < 1 || commits < 1)
+        fail_msg("the leader answered %.0f grants early (its fence was near?) and committed %.0f "
+                 "objects within %d ms: the test saw nothing",
+                 early, commits, WAIT_MS);
+}
+
+/* A grant answered early but so late that the writer's bound to start its
+ * copies (place_within_ms of sending the request, less its slack) ran out:
+ * the writer copies nothing into that slab and places the key again, with a
+ * grant that waits for the standby (docs/ha.md "Grants the standbys do not
+ * hold yet"). The leader is stopped (SIGSTOP, waited for) before the
+ * writer's first put, and let go 800 ms later: the answer cannot come
+ * sooner. Its fence stays more than a second away (a 4 s lease), so it
+ * answers early. */
+static void test_late_grant_placed_again(void **state)
+{
+    (void)state;
+    unsigned http_a = 0, http_b = 0;
+    pair_in_sync(&http_a, &http_b);
+    client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
+    assert_non_null(client);
+    /* Stopped before the request leaves (its RPC threads poll: a request
+     * sent while the stop is on its way could be answered at once). */
+    stop_master(&ma);
+    resume_t r = {.proc = &ma.master, .ms = 800}; /* more than place_within_ms (600) */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, resume_later, &r), 0);
+    egm_status_t put = egm_test_put_seeded(client, "late", 8192, 5);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(put, EGM_OK);
+    double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");
+    double early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
+    fprintf(stderr, "late grant: %.0f SlabGrants, %.0f answered early\n", grants, early);
+    if (early < 1)
+        fail_msg("the leader answered no grant early (its fence was near?): the test saw nothing");
+    if (grants - early < 1)
+        fail_msg("the writer kept a grant answered after its bound: no grant that waits followed");
+    assert_int_equal(egm_test_get_seeded(client, "late", 8192, 5), EGM_OK);
+    /* The next put goes into the waited grant's slab: no grant more. */
+    assert_int_equal(egm_test_put_seeded(client, "after-late", 4096, 6), EGM_OK);
+    assert_true(egm_test_metric(http_a, "egm_master_slab_grants_total") == grants);
+    assert_int_equal(egm_test_get_seeded(client, "after-late", 4096, 6), EGM_OK);
+}
+
 #define REUSED_KEYS 32
 
 /* A slab granted early (docs/ha.md "Grants the standbys do not hold yet")
@@ -637,26 +654,11 @@ static void test_unconfirmed_early_slab_failover(void **state)
     long long epoch_a = pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
     assert_non_null(client);
-    stop_master(&mb);
     putter_t p = {.client = client, .key = "early", .len = 8192, .seed = 5};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, put_main, &p), 0);
-    double early = 0;
-    for (uint64_t until = egm__now_ms() + WAIT_MS; early < 1 && egm__now_ms() < until;
-         egm__sleep_ms(10))
-        early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
-    if (early < 1)
-        fail_msg("the leader answered no grant early (its fence was near?): the test saw nothing");
-    /* The writer copies and sends its Commit: the leader commits the object
-     * (counted) and waits for the standby to hold the grant (half a lease,
-     * then it would take the standby out of the in-sync set: killed well
-     * before). */
-    double commits = 0;
-    for (uint64_t until = egm__now_ms() + WAIT_MS; commits < 1 && egm__now_ms() < until;
-         egm__sleep_ms(10))
-        commits = egm_test_metric(http_a, "egm_master_commits_total");
-    if (commits < 1)
-        fail_msg("the writer's Commit did not reach the leader within %d ms", WAIT_MS);
+    /* Killed while the Commit waits (half a lease, then the leader would take
+     * the standby out of the in-sync set: well before). */
+    first_put_waits(http_a, &p, &t);
     assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
     assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
     assert_true(wait_leads(http_b, 0) > epoch_a);
@@ -713,20 +715,9 @@ static void test_early_slab_closes(void **state)
     pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL); /* no slab yet: its first put asks */
     assert_non_null(client);
-    stop_master(&mb);
     putter_t p = {.client = client, .key = "first", .len = 8192, .seed = 1};
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, put_main, &p), 0);
-    double early = 0, commits = 0;
-    for (uint64_t until = egm__now_ms() + WAIT_MS;
-         (early < 1 || commits < 1) && egm__now_ms() < until; egm__sleep_ms(5)) {
-        early = egm_test_metric(http_a, "egm_master_slab_grants_early_total");
-        commits = egm_test_metric(http_a, "egm_master_commits_total");
-    }
-    if (early < 1 || commits < 1)
-        fail_msg("the leader answered %.0f grants early and committed %.0f objects: the test saw "
-                 "nothing",
-                 early, commits);
+    first_put_waits(http_a, &p, &t);
     uint64_t seen = egm__now_ms();
     egm__sleep_ms(500);
     double grants = egm_test_metric(http_a, "egm_master_slab_grants_total");

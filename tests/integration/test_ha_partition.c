@@ -676,11 +676,7 @@ static double metric_on(const egm_test_host_t *host, unsigned port, const char *
     static char body[1 << 18];
     if (egm_test_host_http_get(host, host->addr, port, "/metrics", body, sizeof(body)) != 200)
         return -1;
-    size_t n = strlen(name);
-    for (const char *p = body; p != NULL && *p != '\0'; p = strchr(p, '\n'), p = p ? p + 1 : p)
-        if (strncmp(p, name, n) == 0 && p[n] == ' ')
-            return atof(p + n + 1);
-    return -1;
+    return egm_test_metric_in(body, name);
 }
 
 /* A slab granted early (docs/ha.md "Grants the standbys do not hold yet")

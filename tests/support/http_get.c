@@ -83,19 +83,24 @@ void egm_test_health_role(const char *body, char *role, size_t len, long long *e
         *epoch_p = atoll(e + 8);
 }
 
+double egm_test_metric_in(const char *body, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = body; (p = strstr(p, name)) != NULL; p += len)
+        if ((p == body || p[-1] == '\n') && p[len] == ' ')
+            return strtod(p + len + 1, NULL);
+    return -1;
+}
+
 double egm_test_metric(unsigned port, const char *name)
 {
-    size_t cap = 256 * 1024, len = strlen(name);
+    size_t cap = 256 * 1024;
     char *body = malloc(cap);
     double value = -1;
     if (body == NULL)
         return -1;
     if (egm_test_http_get(port, "/metrics", body, cap) == 200)
-        for (const char *p = body; (p = strstr(p, name)) != NULL; p += len)
-            if ((p == body || p[-1] == '\n') && p[len] == ' ') {
-                value = strtod(p + len + 1, NULL);
-                break;
-            }
+        value = egm_test_metric_in(body, name);
     free(body);
     return value;
 }

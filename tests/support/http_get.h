@@ -27,6 +27,8 @@ long long egm_test_health_number(const char *body, const char *field);
  * egm_x_total{type="Get"}) in the /metrics of 127.0.0.1:port, or -1 when
  * absent or no answer came. Any thread. */
 double egm_test_metric(unsigned port, const char *name);
+/* The same, in a /metrics body already read. */
+double egm_test_metric_in(const char *body, const char *name);
 /* The number after "http " in a provider's ready line, or 0. */
 unsigned egm_test_ready_http_port(const char *ready_line);
 

@@ -1281,7 +1281,7 @@ static void test_unfollow_during_write(void **state)
     (void)state;
     gate_t g;
     gate_init(&g);
-    g.hold_start = 1;
+    gate_hold(&g, 1);
     side_t t = {.g = &g}, u = {.g = &g};
     pthread_t tt, ut;
     assert_int_equal(pthread_create(&tt, NULL, try_main, &t), 0);
