@@ -20,8 +20,13 @@ static egm_status_t pool_read(void *arg, const egm_segment_desc_t *segment, uint
                               void *buf, size_t len)
 {
     egm_pool_reads_t *r = arg;
-    egm_te_op_t op = {
-        .segment = segment, .offset = offset, .local = buf, .length = len, .dir = EGM_TE_READ};
+    /* buf: the master's own host memory */
+    egm_te_op_t op = {.segment = segment,
+                      .offset = offset,
+                      .local = buf,
+                      .length = len,
+                      .dir = EGM_TE_READ,
+                      .local_host = 1};
     egm_status_t status = egm__te_transfer(r->te, &op, 1);
     if (status != EGM_OK)
         egm_warn("master: reading %zu bytes at %llu of segment %s: %s", len,

@@ -85,7 +85,8 @@ static egm_status_t copy_task(egm_repair_worker_t *w, const egm_segment_desc_t *
                           .offset = t->source->offset + done,
                           .local = w->buf,
                           .length = len,
-                          .dir = EGM_TE_READ};
+                          .dir = EGM_TE_READ,
+                          .local_host = 1};
         egm_status_t status = egm__te_transfer(w->client->te, &op, 1);
         if (status != EGM_OK)
             return status;
@@ -93,7 +94,8 @@ static egm_status_t copy_task(egm_repair_worker_t *w, const egm_segment_desc_t *
                            .offset = t->target->offset + done,
                            .local = w->buf,
                            .length = len,
-                           .dir = EGM_TE_WRITE};
+                           .dir = EGM_TE_WRITE,
+                           .local_host = 1};
         status = egm__te_transfer(w->client->te, &op, 1);
         if (status != EGM_OK)
             return status;

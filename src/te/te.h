@@ -75,6 +75,10 @@ typedef struct {
     void *local;
     size_t length;
     egm_te_dir_t dir;
+    /* 1: local is host memory the caller owns (a stack or heap buffer): the
+     * CUDA driver is not asked where it lives (that call can take the
+     * driver's lock, on every op of a buffer not registered). */
+    int local_host;
     egm_status_t status; /* out */
 } egm_te_op_t;
 
