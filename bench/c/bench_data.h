@@ -97,9 +97,17 @@ typedef struct {
     char skip[200];    /* why the phase does not run, "" when it does */
 } egm_bdata_phase_t;
 
+/* The client's put phases (egm_client_put_*_seconds_total, docs/egm-pool.md). */
+#define EGM_BDATA_PUT_PHASES 5
+extern const char *const egm__bdata_put_phase_names[EGM_BDATA_PUT_PHASES];
+
 /* What one client did in one phase. */
 typedef struct {
     uint64_t calls, keys, bytes, errors;
+    /* Its client's put phases over the timed part, in seconds summed over
+     * threads: on the first thread of a shared client, else on each thread.
+     * Not carried from --procs children (0 there). */
+    double put_phase_s[EGM_BDATA_PUT_PHASES];
     uint64_t busy_ns;                          /* time inside timed calls */
     uint64_t start_ns, end_ns;                 /* CLOCK_MONOTONIC, comparable across processes */
     egm_bench_samples_t lat, lat_get, lat_put; /* the two last: mixed only */
@@ -163,7 +171,8 @@ typedef struct {
     double read_ratio; /* < 0: null */
     uint64_t calls, keys, errors;
     double seconds, wall_seconds;
-    double client_seconds; /* each client's time inside its calls, averaged */
+    double client_seconds;                    /* each client's time inside its calls, averaged */
+    double put_phase_s[EGM_BDATA_PUT_PHASES]; /* summed over the clients; 0: not read */
     egm_bench_latency_t lat;
     double samples_us[EGM_BDATA_QUANTILES]; /* the latency CDF */
     double gbps;                            /* < 0: null */

@@ -3,6 +3,7 @@
  * gate: a --procs child waits for its parent there), run their timed loop
  * until the deadline or the call count, and clean up (untimed). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/clock.h"
@@ -24,7 +25,38 @@ struct egm_bdata_group {
     egm_status_t prepare_status;
     uint64_t deadline_ns;
     char prepare_error[256];
+    double (*put_phases)[EGM_BDATA_PUT_PHASES]; /* each client's, when the phase started */
 };
+
+const char *const egm__bdata_put_phase_names[EGM_BDATA_PUT_PHASES] = {"call", "rpc", "transfer",
+                                                                      "place", "log"};
+
+/* The client's egm_client_put_*_seconds_total, from its metrics text (0 for
+ * any it cannot read). */
+static void read_put_phases(egm_client_t *client, double *out)
+{
+    memset(out, 0, EGM_BDATA_PUT_PHASES * sizeof(*out));
+    size_t len = egm_client_metrics(client, NULL, 0) + 1;
+    char *text = egm_malloc(len, "bench.put_phases");
+    if (text == NULL)
+        return;
+    egm_client_metrics(client, text, len);
+    for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++) {
+        char name[80];
+        snprintf(name, sizeof(name), "\negm_client_put_%s_seconds_total ",
+                 egm__bdata_put_phase_names[p]);
+        const char *at = strstr(text, name);
+        if (at != NULL)
+            out[p] = strtod(at + strlen(name), NULL);
+    }
+    egm_free(text);
+}
+
+/* Worker i's client when it is one of its own (the first thread's of a shared one). */
+static egm_client_t *own_client(egm_bdata_group_t *g, int i)
+{
+    return g->shared == NULL || i == 0 ? g->w[i].client : NULL;
+}
 
 void egm__bdata_stats_free(egm_bdata_stats_t *stats, size_t n)
 {
@@ -124,7 +156,8 @@ egm_status_t egm__bdata_group_start(egm_bdata_run_t *r, egm_bdata_group_t **g_p)
     pthread_cond_init(&g->to_main, NULL);
     g->w = egm_calloc((size_t)g->n, sizeof(*g->w), "bench.group");
     g->stats = egm_calloc((size_t)g->n, sizeof(*g->stats), "bench.group");
-    if (g->w == NULL || g->stats == NULL)
+    g->put_phases = egm_calloc((size_t)g->n, sizeof(*g->put_phases), "bench.group");
+    if (g->w == NULL || g->stats == NULL || g->put_phases == NULL)
         status = egm__set_error(EGM_ERR_NO_MEMORY, "bench clients");
     if (status == EGM_OK && !r->o.client_per_thread) {
         egm_config_t *config = NULL;
@@ -178,6 +211,9 @@ egm_status_t egm__bdata_group_phase(egm_bdata_group_t *g, const egm_bdata_phase_
     else if (gate != NULL)
         status = gate(gate_arg, ph);
 
+    for (int i = 0; i < g->n; i++)
+        if (own_client(g, i) != NULL)
+            read_put_phases(own_client(g, i), g->put_phases[i]);
     pthread_mutex_lock(&g->lock);
     g->abort = status != EGM_OK;
     g->deadline_ns = egm__now_ns() + (uint64_t)(g->r->o.seconds * 1e9);
@@ -191,6 +227,12 @@ egm_status_t egm__bdata_group_phase(egm_bdata_group_t *g, const egm_bdata_phase_
     for (int i = 0; i < g->n; i++) {
         g->stats[i] = g->w[i].st;
         memset(&g->w[i].st, 0, sizeof(g->w[i].st));
+        double now[EGM_BDATA_PUT_PHASES];
+        if (own_client(g, i) == NULL)
+            continue;
+        read_put_phases(own_client(g, i), now);
+        for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++)
+            g->stats[i].put_phase_s[p] = now[p] - g->put_phases[i][p];
     }
     *stats_p = g->stats;
     *n_p = (size_t)g->n;
@@ -213,6 +255,7 @@ void egm__bdata_group_stop(egm_bdata_group_t *g)
     egm_client_destroy(g->shared);
     egm__bdata_stats_free(g->stats, (size_t)g->n);
     egm_free(g->stats);
+    egm_free(g->put_phases);
     egm_free(g->w);
     pthread_cond_destroy(&g->to_workers);
     pthread_cond_destroy(&g->to_main);

@@ -108,6 +108,8 @@ void egm__bdata_summarize(const egm_bdata_run_t *r, const egm_bdata_phase_t *ph,
         rec->gets += s->lat_get.n;
         rec->puts += s->lat_put.n;
         busy += s->busy_ns;
+        for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++)
+            rec->put_phase_s[p] += s->put_phase_s[p];
         if (s->calls > 0 && s->start_ns < start)
             start = s->start_ns;
         if (s->end_ns > end)
@@ -253,6 +255,14 @@ static void json_record(FILE *f, const egm_bdata_record_t *rec)
             (unsigned long long)rec->keys, rec->wall_seconds, rec->gbps_p50);
     if (rec->client_seconds > 0)
         fprintf(f, ", \"client_seconds\": %.6f", rec->client_seconds);
+    if (rec->put_phase_s[0] >
+        0) { /* where the put calls' time went (bench/meta/put_call_time.py) */
+        fprintf(f, ", \"put_phases_s\": {");
+        for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++)
+            fprintf(f, "%s\"%s\": %.6f", p > 0 ? ", " : "", egm__bdata_put_phase_names[p],
+                    rec->put_phase_s[p]);
+        fprintf(f, "}");
+    }
     if (rec->mixed) {
         fprintf(f, ", \"gets\": %llu, \"puts\": %llu", (unsigned long long)rec->gets,
                 (unsigned long long)rec->puts);

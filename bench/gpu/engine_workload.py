@@ -42,7 +42,7 @@ PIECE = 32 * KiB  # one layer's K (or V) of one 16-token block: 8 heads x 128 x 
 REGIONS = 64  # 32 layers x K, V
 SLOTS = 512  # blocks per region in each process (16 MiB a region, 1 GiB in all)
 FLAT = 640 * MiB  # the flat buffer: 8192 x 64 KiB, 16 MiB singles, 4 KiB objects
-PHASES = ("call", "rpc", "transfer")
+PHASES = ("call", "rpc", "transfer", "place", "log")
 
 
 def parse_args(argv=None):
@@ -243,6 +243,7 @@ def call(w, op, case, keys, ptrs, sizes):
 
 
 def phases_delta(before, after, op):
+    # a get has no place or log phase (0)
     d = {p: after.get(f"egm_client_{op}_{p}_seconds_total", 0) - before.get(f"egm_client_{op}_{p}_seconds_total", 0)
          for p in PHASES}
     d["copy_run"] = after.get("egm_client_te_copy_run_seconds_total", 0) - before.get(
@@ -481,7 +482,7 @@ def summarize(r, ceil_GBps):
     r["correct"] = r["ok_keys"] == r["expected_keys"] and r["bad_blocks"] == 0
     ph, calls = r["phases"], max(1, r["phases"]["calls"])
     r["per_call_ms"] = {p: ph[p] / calls * 1e3 for p in PHASES + ("copy_run",)}
-    r["per_call_ms"]["client_and_gaps"] = (ph["call"] - ph["rpc"] - ph["transfer"]) / calls * 1e3
+    r["per_call_ms"]["client_and_gaps"] = (ph["call"] - sum(ph[p] for p in PHASES[1:])) / calls * 1e3
     r["per_call_ms"]["routing_in_transfer"] = (ph["transfer"] - ph["copy_run"]) / calls * 1e3
     if r.get("per_call_phases"):
         # The call of median time, whole: its phases (ms), and what the binding and Python added.
@@ -577,7 +578,7 @@ def main(argv=None):
 
 
 def render(doc):
-    lines = ["| case | op | keys | GB/s (median) | share of ceiling | ok | per call ms: call / rpc / transfer / copy run / client+gaps |",
+    lines = ["| case | op | keys | GB/s (median) | share of ceiling | ok | per call ms: call / rpc / transfer / copy run / place / log / client+gaps |",
              "|---|---|---|---|---|---|---|"]
     for r in doc["results"]:
         if "error" in r:
@@ -594,7 +595,7 @@ def render(doc):
             op = r["op"] + (", looked up" if "lookup_seconds" in r else "")
             lines.append(f"| {r.get('name', r['case'])} | {op} | {r['keys']} | {r['GBps_median']:.2f} | {share} | "
                          f"{'yes' if r['correct'] else 'NO'}{codes} | {pc['call']:.3f} / {pc['rpc']:.3f} / {pc['transfer']:.3f} / "
-                         f"{pc['copy_run']:.3f} / {pc['client_and_gaps']:.3f} |")
+                         f"{pc['copy_run']:.3f} / {pc['place']:.3f} / {pc['log']:.3f} / {pc['client_and_gaps']:.3f} |")
             if r.get("median_call_ms"):
                 m = r["median_call_ms"]
                 lines.append(f"| {r.get('name', r['case'])} | {op}: median call | | | | | python {m['seconds']:.3f} = "

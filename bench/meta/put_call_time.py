@@ -5,6 +5,10 @@ union: keys/s over the time at least one client was inside a put call (what the 
 reports); per-client-busy: each client's calls over the time that client spent inside calls
 (the put calls' own cost, whatever the clients did between them); busy/wall: the share of the
 phase the clients spent inside calls. Medians over the rounds, range in brackets.
+Then, where bench data recorded the client's put phases (put_phases_s): a put call's mean
+microseconds in each (rpc: master calls, a Commit's included; transfer: the copies; place:
+placing in the client's slabs, SlabGrants included; log: slab-log entries, the slabs' lock
+included; rest: the call less those), off and MODE, medians over the rounds.
 
 Usage: bench/meta/put_call_time.py [--mode MODE] DIR...  (each DIR holds a run's
 meta-MODE-ROUND.json files, directly or in data/, as ha_cost.sh --out writes them; MODE, default
@@ -53,3 +57,14 @@ for run in args or sys.exit(__doc__):
                                                  for x in rounds)
         print(k, "union", span(union), "per-client-busy", span(busy),
               "busy/wall %s %.2f off %.2f" % (mode, share(standby), share(off)))
+        for name, rounds in (("off", off), (mode, standby)):
+            if not all("put_phases_s" in x[k] for x in rounds):
+                continue
+            us = {}
+            for x in rounds:
+                ph = x[k]["put_phases_s"]
+                parts = dict(ph, rest=ph["call"] - sum(v for p, v in ph.items() if p != "call"))
+                for p, v in parts.items():
+                    us.setdefault(p, []).append(v / x[k]["calls"] * 1e6)
+            print("  us per put, %s:" % name,
+                  " ".join("%s %.1f" % (p, statistics.median(v)) for p, v in us.items()))

@@ -1,5 +1,6 @@
 /* Where the wall time of puts and gets goes: the API calls, their master round
- * trips and their transfers, summed over threads (a pipelined batch overlaps
+ * trips, their transfers, and a put's placing and logging in slabs, summed
+ * over threads (a pipelined batch overlaps
  * them, so the parts can add up to more than the calls). What is left of a call
  * after its round trips and transfers is the client's own work and the gaps
  * between them. Reported as egm_client_{put,get}_*_seconds_total
@@ -15,8 +16,10 @@ typedef enum { EGM_OP_PUT, EGM_OP_GET, EGM_OP_KINDS } egm_op_kind_t;
 
 typedef enum {
     EGM_PHASE_CALL,     /* the API call, entry to return */
-    EGM_PHASE_RPC,      /* master calls made for it (PutStart/End/Revoke, GetReplicaList) */
+    EGM_PHASE_RPC,      /* master calls made for it (PutStart/End/Revoke, Commit, GetReplicaList) */
     EGM_PHASE_TRANSFER, /* egm__te_transfer: routing, mapping lookups and the copies */
+    EGM_PHASE_PLACE,    /* puts: placing objects in the client's slabs, SlabGrant calls included */
+    EGM_PHASE_LOG,      /* puts: writing their slab-log entries, the slabs' lock included */
     EGM_PHASES
 } egm_phase_t;
 

@@ -280,7 +280,7 @@ static egm_status_t slab_place(egm_client_t *client, const put_plan_t *plan,
         for (size_t j = 0; j < plan->n; j++)
             if (key_status[j] == EGM_INPROGRESS)
                 egm__wslabs_reserve(client, rc, 1, &plan->sizes[j], 0, &refs[j], &key_status[j]);
-    egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_RPC, t0);
+    egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_PLACE, t0);
     return EGM_OK;
 }
 
@@ -401,7 +401,9 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
     uint64_t *log_seqs = num + 3 * (n + 1), *key_seqs = num + 4 * (n + 1);
     uint64_t *torn_seqs = num + 5 * (n + 1), *key_torn = num + 6 * (n + 1);
     /* Each key's entry in its slab's log before the Commit that names it. */
+    uint64_t t_log = egm__now_ns();
     egm__wslabs_log(client, n, refs, plan->keys, plan->sizes, rc, key_status, key_seqs, key_torn);
+    egm__phase_add(&client->phases, EGM_OP_PUT, EGM_PHASE_LOG, t_log);
     for (size_t j = 0; j < n; j++) {
         commit[j] = EGM_INPROGRESS;
         if (key_status[j] != EGM_OK || refs[j].slab == NULL)

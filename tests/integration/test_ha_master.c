@@ -422,6 +422,32 @@ static void test_unconfirmed_change_not_acknowledged(void **state)
 #define DESCRIBED_KEYS 48
 #define STREAMED_KEYS 16
 
+/* The client's put phases (docs/egm-pool.md) after `puts` single puts, each
+ * into a slab with a log: placing and logging took time, and the phases,
+ * which follow one another in a single put, add up to no more than the
+ * calls (a phase counted twice would). */
+static void check_put_phases(egm_client_t *c, int puts)
+{
+    static char text[65536];
+    egm_client_metrics(c, text, sizeof(text));
+    assert_int_equal(egm_test_metric_in(text, "egm_client_put_calls_total"), puts);
+    double call = egm_test_metric_in(text, "egm_client_put_call_seconds_total"), parts = 0;
+    static const char *const phases[] = {"rpc", "transfer", "place", "log"};
+    for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "egm_client_put_%s_seconds_total", phases[i]);
+        double s = egm_test_metric_in(text, name);
+        if (!(s > 0))
+            fail_msg("%s: %g after %d puts", name, s, puts);
+        parts += s;
+    }
+    if (parts > call * 1.001)
+        fail_msg("put phases %g s, more than the calls' %g s", parts, call);
+    /* a get has no place or log phase */
+    assert_null(strstr(text, "egm_client_get_place"));
+    assert_null(strstr(text, "egm_client_get_log"));
+}
+
 static void test_described_commits_survive(void **state)
 {
     (void)state;
@@ -466,6 +492,7 @@ static void test_described_commits_survive(void **state)
                  "left)",
                  WAIT_MS, lag);
     assert_int_equal(health_number(http_a, "standbys_in_sync"), 1); /* the lag counts B */
+    check_put_phases(streamer, STREAMED_KEYS);
     egm_client_destroy(streamer);
     streamer = NULL;
 
