@@ -36,11 +36,16 @@ const char *const egm__bdata_put_phase_names[EGM_BDATA_PUT_PHASES] = {"call", "r
 static void read_put_phases(egm_client_t *client, double *out)
 {
     memset(out, 0, EGM_BDATA_PUT_PHASES * sizeof(*out));
-    size_t len = egm_client_metrics(client, NULL, 0) + 1;
-    char *text = egm_malloc(len, "bench.put_phases");
-    if (text == NULL)
-        return;
-    egm_client_metrics(client, text, len);
+    /* Room to spare: counters may gain digits between the two calls; a text
+     * cut short anyway is read again, larger. */
+    char *text = NULL;
+    for (size_t len = egm_client_metrics(client, NULL, 0) + 4096;; len *= 2) {
+        egm_free(text);
+        if ((text = egm_malloc(len, "bench.put_phases")) == NULL)
+            return;
+        if (egm_client_metrics(client, text, len) < len)
+            break;
+    }
     for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++) {
         char name[80];
         snprintf(name, sizeof(name), "\negm_client_put_%s_seconds_total ",

@@ -255,8 +255,8 @@ static void json_record(FILE *f, const egm_bdata_record_t *rec)
             (unsigned long long)rec->keys, rec->wall_seconds, rec->gbps_p50);
     if (rec->client_seconds > 0)
         fprintf(f, ", \"client_seconds\": %.6f", rec->client_seconds);
-    if (rec->put_phase_s[0] >
-        0) { /* where the put calls' time went (bench/meta/put_call_time.py) */
+    /* where the put calls' time went (bench/meta/put_call_time.py) */
+    if (rec->put_phase_s[0] > 0) {
         fprintf(f, ", \"put_phases_s\": {");
         for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++)
             fprintf(f, "%s\"%s\": %.6f", p > 0 ? ", " : "", egm__bdata_put_phase_names[p],

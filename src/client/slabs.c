@@ -591,7 +591,7 @@ void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs
                                    .local = entry,
                                    .length = EGM_SLAB_LOG_ENTRY,
                                    .dir = EGM_TE_WRITE,
-                                   .local_host = 1};
+                                   .local_is_host = 1};
         /* Written whole or the log ends here: the seq is not given again. */
         s->log_seq = e.seq;
         if (egm__te_transfer(client->te, ops, s->n_extents) == EGM_OK) {

@@ -26,7 +26,7 @@ static egm_status_t pool_read(void *arg, const egm_segment_desc_t *segment, uint
                       .local = buf,
                       .length = len,
                       .dir = EGM_TE_READ,
-                      .local_host = 1};
+                      .local_is_host = 1};
     egm_status_t status = egm__te_transfer(r->te, &op, 1);
     if (status != EGM_OK)
         egm_warn("master: reading %zu bytes at %llu of segment %s: %s", len,

@@ -86,7 +86,7 @@ static egm_status_t copy_task(egm_repair_worker_t *w, const egm_segment_desc_t *
                           .local = w->buf,
                           .length = len,
                           .dir = EGM_TE_READ,
-                          .local_host = 1};
+                          .local_is_host = 1};
         egm_status_t status = egm__te_transfer(w->client->te, &op, 1);
         if (status != EGM_OK)
             return status;
@@ -95,7 +95,7 @@ static egm_status_t copy_task(egm_repair_worker_t *w, const egm_segment_desc_t *
                            .local = w->buf,
                            .length = len,
                            .dir = EGM_TE_WRITE,
-                           .local_host = 1};
+                           .local_is_host = 1};
         status = egm__te_transfer(w->client->te, &op, 1);
         if (status != EGM_OK)
             return status;

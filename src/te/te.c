@@ -556,7 +556,7 @@ egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport
     const route_entry_t *r;
     if (te == NULL || op == NULL || op->segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing op or segment");
-    int device = op->local_host ? -1 : local_device(te, op->local, op->length, NULL);
+    int device = op->local_is_host ? -1 : local_device(te, op->local, op->length, NULL);
     egm_status_t st = route(te, op->segment, device, &r);
     if (st == EGM_OK)
         *transport_p = (egm_transport_t)r->index;
@@ -693,7 +693,8 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
         routed[i].device = -1;
         routed[i].route = NULL;
         if (st == EGM_OK) {
-            routed[i].device = op->local_host ? -1 : local_device(te, op->local, op->length, &memo);
+            routed[i].device =
+                op->local_is_host ? -1 : local_device(te, op->local, op->length, &memo);
             if (op->segment == last_segment && routed[i].device == last.device) {
                 routed[i].route = last.route;
             } else {

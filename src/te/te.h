@@ -75,10 +75,10 @@ typedef struct {
     void *local;
     size_t length;
     egm_te_dir_t dir;
-    /* 1: local is host memory the caller owns (a stack or heap buffer): the
-     * CUDA driver is not asked where it lives (that call can take the
-     * driver's lock, on every op of a buffer not registered). */
-    int local_host;
+    /* 1: local is host memory of egmstore's own (a stack or heap buffer):
+     * the CUDA driver is not asked where it lives. For a buffer not
+     * registered it is asked on every op (docs/gpu.md). */
+    int local_is_host;
     egm_status_t status; /* out */
 } egm_te_op_t;
 

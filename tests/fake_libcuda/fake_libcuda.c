@@ -235,6 +235,7 @@ static void write_report(void)
             c.device_allocations, c.pinned_host, c.host_registrations, c.streams, c.events,
             c.modules, egm_fake_cuda_live_objects(), c.primary_ctx_refs, c.kernel_launches,
             c.bytes_copied, c.calls_total);
+    fprintf(f, "pointer_queries %zu\n", egm_fake_cuda_calls("cuPointerGetAttribute"));
     fprintf(f, "fds_opened_since_load %lu\n", fds_opened_since_load(fileno(f)));
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         fprintf(stderr, "fake libcuda.so.1: EGM_FAKE_CUDA_REPORT %s: %s\n", path, strerror(errno));

@@ -24,6 +24,7 @@
 #include "client/client_int.h"
 #include "common/clock.h"
 #include "common/process.h"
+#include "common/slab_log.h"
 #include "cuda/driver.h"
 #include "support/cluster.h"
 #include "support/fake_env.h"
@@ -47,8 +48,41 @@ static int client_fail(const char *what, egm_status_t status)
     return 1;
 }
 
+/* n single puts of 4 KiB from one registered host buffer (keys KEY-0..),
+ * printing what they went through. */
+static int host_puts(egm_client_t *client, const char *key, unsigned seed, size_t n)
+{
+    enum { LEN = 4096 };
+    unsigned char *buf = malloc(LEN);
+    egm_status_t st = buf != NULL ? egm_register_buffer(client, buf, LEN) : EGM_ERR_NO_MEMORY;
+    if (st != EGM_OK) {
+        client_fail("host buffer", st);
+        free(buf);
+        return 1;
+    }
+    egm_test_fill(buf, LEN, seed);
+    for (size_t i = 0; i < n && st == EGM_OK; i++) {
+        char k[128];
+        snprintf(k, sizeof(k), "%s-%zu", key, i);
+        st = egm_put_from(client, k, buf, LEN, NULL);
+    }
+    if (st != EGM_OK)
+        client_fail("host put", st);
+    char metrics[65536];
+    egm_client_metrics(client, metrics, sizeof(metrics));
+    const char *log = strstr(metrics, "\negm_client_put_log_seconds_total ");
+    egm_te_stats_t stats;
+    egm__te_stats(client->te, &stats);
+    printf("shm_bytes_written %" PRIu64 " log_seconds %s\n", stats.bytes_written,
+           log != NULL ? log + strlen("\negm_client_put_log_seconds_total ") : "-");
+    egm_unregister_buffer(client, buf);
+    free(buf);
+    return st != EGM_OK;
+}
+
 /* --client MASTER PROTOCOL put|get KEY SEED LEN: exit 0 when the put succeeded
- * or the get returned exactly the bytes of SEED; prints the nvlink copy count. */
+ * or the get returned exactly the bytes of SEED; prints the nvlink copy count.
+ * --client MASTER PROTOCOL hostputs KEY SEED N: host_puts. */
 static int client_main(int argc, char **argv)
 {
     const egm_cuda_api_t *cu = NULL;
@@ -78,6 +112,10 @@ static int client_main(int argc, char **argv)
         (st = egm_config_load_env(config)) != EGM_OK || /* EGMSTORE_AUTH_TOKEN */
         (st = egm_client_create(config, &client)) != EGM_OK) {
         client_fail("client", st);
+        goto out;
+    }
+    if (strcmp(op, "hostputs") == 0) { /* len: how many */
+        rc = host_puts(client, key, seed, len);
         goto out;
     }
     /* Setup returned with the pool mapped; registering the buffer readied its
@@ -145,18 +183,20 @@ static void pid_report(char *path, size_t len, pid_t pid)
 
 /* What the last client process printed before its first transfer. */
 static unsigned long long last_mapped_at_setup, last_copy_devices;
+static char last_host_puts[256]; /* hostputs: what they went through */
 
 /* Runs this executable as a client process; its nvlink copy count goes to
  * *copies_p and its report path to report. Returns the exit code. */
-static int run_client(const char *protocol, const char *op, const char *key, unsigned seed,
-                      size_t len, unsigned long long *copies_p, char *report, size_t report_len)
+static int run_client(const egm_test_cluster_t *c, const char *protocol, const char *op,
+                      const char *key, unsigned seed, size_t len, unsigned long long *copies_p,
+                      char *report, size_t report_len)
 {
     char seed_text[16], len_text[32], line[256];
     snprintf(seed_text, sizeof(seed_text), "%u", seed);
     snprintf(len_text, sizeof(len_text), "%zu", len);
     const char *argv[] = {egm__process_self_exe(),
                           "--client",
-                          cluster.master_addr,
+                          c->master_addr,
                           protocol,
                           op,
                           key,
@@ -177,6 +217,8 @@ static int run_client(const char *protocol, const char *op, const char *key, uns
         sscanf(line, "nvlink_copies %llu", copies_p);
         sscanf(line, "mapped_at_setup %llu", &last_mapped_at_setup);
         sscanf(line, "copy_devices %llu", &last_copy_devices);
+        if (strncmp(line, "shm_bytes_written ", 18) == 0)
+            snprintf(last_host_puts, sizeof(last_host_puts), "%s", line);
     }
     if (egm__process_wait(&child, 10000, &code) != EGM_OK)
         code = -1;
@@ -254,8 +296,9 @@ static void test_gpu_clients_over_nvlink(void **state)
     char report[256], out[4096];
     unsigned long long copies = 0;
 
-    assert_int_equal(
-        run_client("nvlink", "put", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_int_equal(run_client(&cluster, "nvlink", "put", "gpu/a", 21, GPU_LEN, &copies, report,
+                                sizeof(report)),
+                     0);
     assert_true(copies >= 1);
     /* Cold start: setup mapped the provider's 4 segments (64 MiB in 16 MiB
      * chunks) and register_buffer readied GPU 0's copies. */
@@ -264,18 +307,21 @@ static void test_gpu_clients_over_nvlink(void **state)
     assert_nothing_live(report);
     assert_true(egm_test_fake_report_value(report, "bytes_copied") >= (long long)GPU_LEN);
 
-    assert_int_equal(
-        run_client("nvlink", "get", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_int_equal(run_client(&cluster, "nvlink", "get", "gpu/a", 21, GPU_LEN, &copies, report,
+                                sizeof(report)),
+                     0);
     assert_true(copies >= 1);
     assert_nothing_live(report);
     /* auto picks nvlink for a GPU buffer */
     assert_int_equal(
-        run_client("auto", "get", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)), 0);
+        run_client(&cluster, "auto", "get", "gpu/a", 21, GPU_LEN, &copies, report, sizeof(report)),
+        0);
     assert_true(copies >= 1);
     assert_nothing_live(report);
     /* a wrong seed must fail: the comparison is real */
-    assert_int_equal(
-        run_client("nvlink", "get", "gpu/a", 22, GPU_LEN, &copies, report, sizeof(report)), 1);
+    assert_int_equal(run_client(&cluster, "nvlink", "get", "gpu/a", 22, GPU_LEN, &copies, report,
+                                sizeof(report)),
+                     1);
 
     cli_get_check("gpu/a", "tcp", 21, GPU_LEN);
 
@@ -286,11 +332,53 @@ static void test_gpu_clients_over_nvlink(void **state)
     int code = egm_test_cli(&cluster, put, data, GPU_LEN, out, sizeof(out));
     if (code != 0)
         fail_msg("put: exit %d: %s", code, out);
-    assert_int_equal(
-        run_client("nvlink", "get", "cli/b", 23, GPU_LEN, &copies, report, sizeof(report)), 0);
+    assert_int_equal(run_client(&cluster, "nvlink", "get", "cli/b", 23, GPU_LEN, &copies, report,
+                                sizeof(report)),
+                     0);
     assert_true(copies >= 1);
     assert_nothing_live(report);
     free(data);
+}
+
+/* Single puts from a registered host buffer over shared memory ask the
+ * driver nothing per put: neither where their bytes come from (the registry
+ * knows) nor where their slab-log entries do (a buffer of the client's own,
+ * egm_te_op_t.local_is_host; docs/ha.md "Cost", runs 22-23). The queries of a
+ * process of 1 put and one of 41 must be the same: setup and registration
+ * ask, the puts may not. */
+static void test_host_puts_ask_the_driver_nothing(void **state)
+{
+    (void)state;
+    /* a pool of host memory, reached over shared memory (the VMM pool is not) */
+    egm_test_cluster_t host_cluster;
+    egm_test_cluster_init(&host_cluster);
+    assert_int_equal(egm_test_start_master(&host_cluster, NULL), 0);
+    assert_true(egm_test_start_provider(&host_cluster, "64MiB", NULL) >= 0);
+    char report[256];
+    unsigned long long copies = 0;
+    long long queries[2];
+    static const size_t puts[2] = {1, 41};
+
+    for (int i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "host/%zu", puts[i]);
+        last_host_puts[0] = '\0';
+        assert_int_equal(run_client(&host_cluster, "shm", "hostputs", key, 31, puts[i], &copies,
+                                    report, sizeof(report)),
+                         0);
+        fprintf(stderr, "%zu host puts: %s\n", puts[i], last_host_puts);
+        /* each put wrote its bytes and its slab-log entry over shm */
+        unsigned long long written = 0;
+        assert_int_equal(sscanf(last_host_puts, "shm_bytes_written %llu", &written), 1);
+        assert_int_equal(written, puts[i] * (4096 + EGM_SLAB_LOG_ENTRY));
+        assert_nothing_live(report);
+        queries[i] = egm_test_fake_report_value(report, "pointer_queries");
+        assert_true(queries[i] > 0); /* the count sees the registration's */
+    }
+    egm_test_cluster_stop(&host_cluster);
+    if (queries[1] != queries[0])
+        fail_msg("41 puts asked the driver %lld times, 1 put %lld: %lld per put", queries[1],
+                 queries[0], (queries[1] - queries[0]) / 40);
 }
 
 /* EGM_FAKE_CUDA_FAIL reaches the driver: a provider whose third cuMemCreate
@@ -427,13 +515,15 @@ static void test_nvlink_with_cluster_token(void **state)
     memcpy(saved, cluster.master_addr, sizeof(saved)); /* run_client talks to cluster's */
     memcpy(cluster.master_addr, tc.master_addr, sizeof(saved));
     assert_int_equal(setenv("EGMSTORE_AUTH_TOKEN", token, 1), 0);
-    int put = run_client("nvlink", "put", "tok/a", 31, GPU_LEN, &copies, report, sizeof(report));
+    int put = run_client(&cluster, "nvlink", "put", "tok/a", 31, GPU_LEN, &copies, report,
+                         sizeof(report));
     unsigned long long put_copies = copies;
-    int get = run_client("nvlink", "get", "tok/a", 31, GPU_LEN, &copies, report, sizeof(report));
+    int get = run_client(&cluster, "nvlink", "get", "tok/a", 31, GPU_LEN, &copies, report,
+                         sizeof(report));
     unsigned long long get_copies = copies;
     unsetenv("EGMSTORE_AUTH_TOKEN");
-    int refused =
-        run_client("nvlink", "get", "tok/a", 31, GPU_LEN, &copies, report, sizeof(report));
+    int refused = run_client(&cluster, "nvlink", "get", "tok/a", 31, GPU_LEN, &copies, report,
+                             sizeof(report));
     memcpy(cluster.master_addr, saved, sizeof(saved));
     egm_test_cluster_stop(&tc);
 
@@ -457,6 +547,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_cli_put_get_through_vmm_pool, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_gpu_clients_over_nvlink, egm_test_setup_alloc,
+                                        egm_test_teardown_alloc),
+        cmocka_unit_test_setup_teardown(test_host_puts_ask_the_driver_nothing, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),
         cmocka_unit_test_setup_teardown(test_nvlink_with_cluster_token, egm_test_setup_alloc,
                                         egm_test_teardown_alloc),

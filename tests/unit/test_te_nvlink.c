@@ -919,12 +919,10 @@ static void test_staging_over_tcp_and_shm(void **state)
     close(memfd);
 }
 
-/* An op whose local buffer is host memory of its caller's (the client's slab
- * log entry, a repair worker's buffer) says so: the driver is not asked where
- * it lives. Asking costs a driver call per op on the put path, which on an
- * H100 host took a put's p50 from 58.8 to 74.5 us (8 clients' 4 KiB puts with a
- * standby: docs/ha.md, runs 22-23). */
-static void test_local_host_asks_no_driver(void **state)
+/* An op whose local buffer is host memory of egmstore's own (a slab-log
+ * entry, a repair worker's buffer) says so: the driver is not asked where it
+ * lives. Asking cost a driver call per put (docs/ha.md "Cost", runs 22-23). */
+static void test_local_is_host_asks_no_driver(void **state)
 {
     fx_t *fx = *state;
     int memfd = memfd_create("egm-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -950,7 +948,7 @@ static void test_local_host_asks_no_driver(void **state)
                           .local = entry,
                           .length = sizeof(entry),
                           .dir = EGM_TE_WRITE,
-                          .local_host = host};
+                          .local_is_host = host};
         assert_int_equal(egm__te_transfer(fx->consumer, &op, 1), EGM_OK);
         assert_memory_equal(mem + 4096, entry, sizeof(entry));
         egm_transport_t t;
@@ -1287,7 +1285,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_injected_failures_leave_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expose_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_staging_over_tcp_and_shm, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_local_host_asks_no_driver, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_is_host_asks_no_driver, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protocol_nvlink_refuses_clearly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pinned_host_over_nvlink, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_gpu, setup, teardown),
