@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,11 @@
 #define EGM_REPL_BATCH_MAX (4u << 20) /* journal bytes in one HaApply (or max_frame_size / 2) */
 /* A sender polls this long for the standby's answer before it sleeps: the
  * answer of a small batch usually comes sooner, and a thread woken from
- * sleep adds several microseconds to every change a request waits for. */
+ * sleep adds several microseconds to every change a request waits for.
+ * Only on a host of EGM_REPL_SPIN_MIN_CPUS or more: on a 2-vCPU VM the
+ * polling sender took 8 clients' 4 KiB puts from 0.81 of HA off to 0.74. */
 #define EGM_REPL_SPIN_US 50
+#define EGM_REPL_SPIN_MIN_CPUS 8
 #define EGM_REPL_DISCOVER_MS 250 /* how often the leader lists the masters */
 /* A sender with nothing to send looks again after this long, doubling while
  * nothing comes, up to EGM_REPL_IDLE_MAX_MS. Nobody wakes it for a Commit the
@@ -68,6 +72,18 @@ struct egm_replication {
      * not in sync, and when it was last asked. */
     uint64_t refused_since_ms, last_asked_ms;
 };
+
+int egm__replication_spin_us(int cpus)
+{
+    return cpus >= EGM_REPL_SPIN_MIN_CPUS ? EGM_REPL_SPIN_US : 0;
+}
+
+/* The CPUs this process may run on (1 when that cannot be read). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
 
 void egm__replication_insync_key(const char *cluster_id, char *key, size_t len)
 {
@@ -294,7 +310,7 @@ static void *standby_main(void *arg)
                                   .max_frame_size = r->p.max_frame_size,
                                   /* A standby on this host: its Unix socket, not loopback TCP. */
                                   .prefer_local_socket = 1,
-                                  .spin_us = EGM_REPL_SPIN_US,
+                                  .spin_us = egm__replication_spin_us(usable_cpus()),
                                   .auth_token = r->token,
                                   /* A lost connection lost batches in flight:
                                    * the standby starts over with a snapshot */

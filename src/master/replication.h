@@ -30,6 +30,13 @@ typedef struct {
     int ttl_s; /* ha_lease_ttl */
 } egm_replication_params_t;
 
+/* How long a leader's sender polls for its standby's answer before it
+ * sleeps, on a host where this process may run on `cpus` CPUs: the poll
+ * saves the sender's wake-up where a core is free for it, and takes the
+ * CPU that clients and RPC threads wait for where few are (docs/ha.md
+ * "Cost"). */
+int egm__replication_spin_us(int cpus);
+
 /* The key of the in-sync set of cluster_id's masters. */
 void egm__replication_insync_key(const char *cluster_id, char *key, size_t len);
 
