@@ -36,12 +36,20 @@ MOONCAKE_INSTALL = ("install Mooncake's wheel (pip package %s, pinned in python/
                     "into .venv, or pip install -r python/requirements-mooncake.txt" % MOONCAKE_PACKAGE)
 
 
+_given_ports = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port free now and not handed out before by this process (the kernel may give a port
+    bound and closed again to the next bind(0): two servers would then get one port)."""
+    while True:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
 
 
 def wait_port(port, proc, timeout=START_TIMEOUT_S):

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +18,33 @@ static const char *etcd_bin(void)
     return bin != NULL && bin[0] != '\0' ? bin : "/usr/bin/etcd";
 }
 
+/* A port the kernel gave a socket bound to port 0, closed again: free now,
+ * but the kernel may give it out once more, so a port this process handed
+ * out lately is not given again (a cluster's members once got one peer port
+ * for two and etcd refused the cluster: "has duplicate url"). */
 static unsigned free_port(void)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned given[64];
+    static size_t n_given;
     unsigned port = 0;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0)
-        close(fd);
+    pthread_mutex_lock(&lock);
+    for (int tries = 0; port == 0 && tries < 100; tries++) {
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+            port = ntohs(sa.sin_port);
+        if (fd >= 0)
+            close(fd);
+        for (size_t i = 0; port != 0 && i < sizeof(given) / sizeof(given[0]); i++)
+            if (given[i] == port)
+                port = 0; /* handed out lately: another */
+    }
+    if (port != 0)
+        given[n_given++ % (sizeof(given) / sizeof(given[0]))] = port;
+    pthread_mutex_unlock(&lock);
     return port;
 }
 
