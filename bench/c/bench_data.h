@@ -384,6 +384,8 @@ int egm__bdata_child_main(egm_bdata_run_t *r);
 egm_status_t egm__bdata_cluster_start(egm_bdata_run_t *r);
 egm_status_t egm__bdata_cluster_stop(egm_bdata_run_t *r);
 egm_status_t egm__bdata_metrics(egm_bdata_run_t *r, egm_bdata_metrics_t *m);
+/* The value of the unlabelled sample `name` in a Prometheus text, -1 when absent. */
+double egm__bdata_metric(const char *body, const char *name);
 /* Waits (bounded) until the master holds no space of force-removed objects:
  * before each phase that puts and each level's pool warm-up, so that their
  * puts find the whole pool. */

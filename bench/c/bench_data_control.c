@@ -102,7 +102,7 @@ static egm_status_t http_get(const char *host, unsigned port, const char *path, 
                : egm__set_error(EGM_ERR_PROTOCOL, "http://%s%s: no 200 reply", where, path);
 }
 
-static double metric(const char *body, const char *name)
+double egm__bdata_metric(const char *body, const char *name)
 {
     char pattern[128];
     snprintf(pattern, sizeof(pattern), "\n%s ", name);
@@ -119,12 +119,12 @@ egm_status_t egm__bdata_metrics(egm_bdata_run_t *r, egm_bdata_metrics_t *m)
     egm_status_t status = http_get(r->http_host, r->http_port, "/metrics", &body);
     if (status != EGM_OK)
         return status;
-    m->capacity = metric(body, "egm_master_capacity_bytes");
-    m->allocated = metric(body, "egm_master_allocated_bytes");
-    m->evictions = metric(body, "egm_master_evictions_total");
-    m->evicted_bytes = metric(body, "egm_master_evicted_bytes_total");
-    m->eviction_runs = metric(body, "egm_master_eviction_runs_total");
-    m->held = metric(body, "egm_master_held_bytes");
+    m->capacity = egm__bdata_metric(body, "egm_master_capacity_bytes");
+    m->allocated = egm__bdata_metric(body, "egm_master_allocated_bytes");
+    m->evictions = egm__bdata_metric(body, "egm_master_evictions_total");
+    m->evicted_bytes = egm__bdata_metric(body, "egm_master_evicted_bytes_total");
+    m->eviction_runs = egm__bdata_metric(body, "egm_master_eviction_runs_total");
+    m->held = egm__bdata_metric(body, "egm_master_held_bytes");
     egm_free(body);
     m->ok = m->capacity > 0 && m->allocated >= 0 && m->evictions >= 0 && m->evicted_bytes >= 0 &&
             m->eviction_runs >= 0;

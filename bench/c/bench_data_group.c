@@ -3,7 +3,6 @@
  * gate: a --procs child waits for its parent there), run their timed loop
  * until the deadline or the call count, and clean up (untimed). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/clock.h"
@@ -48,11 +47,10 @@ static void read_put_phases(egm_client_t *client, double *out)
     }
     for (int p = 0; p < EGM_BDATA_PUT_PHASES; p++) {
         char name[80];
-        snprintf(name, sizeof(name), "\negm_client_put_%s_seconds_total ",
+        snprintf(name, sizeof(name), "egm_client_put_%s_seconds_total",
                  egm__bdata_put_phase_names[p]);
-        const char *at = strstr(text, name);
-        if (at != NULL)
-            out[p] = strtod(at + strlen(name), NULL);
+        double v = egm__bdata_metric(text, name);
+        out[p] = v > 0 ? v : 0;
     }
     egm_free(text);
 }

@@ -41,12 +41,13 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
     static const struct {
         const char *name;
         const char *help;
+        int puts_only; /* a step gets do not take */
     } phase_names[EGM_PHASES] = {
-        {"call", "calls, entry to return"},
-        {"rpc", "master calls they made"},
-        {"transfer", "transfers (routing, mapping lookups, copies)"},
-        {"place", "placing objects in the client's slabs (SlabGrant calls included)"},
-        {"log", "writing slab-log entries (the wait for the slabs' lock included)"},
+        {"call", "calls, entry to return", 0},
+        {"rpc", "master calls they made", 0},
+        {"transfer", "transfers (routing, mapping lookups, copies)", 0},
+        {"place", "placing objects in the client's slabs (SlabGrant calls included)", 1},
+        {"log", "writing slab-log entries (the wait for the slabs' lock included)", 1},
     };
     char name[96], help[160];
 
@@ -56,8 +57,8 @@ static void phase_metrics(egm_textbuf_t *o, egm_client_t *client, const egm_te_s
         egm__prom_metric_u64(o, name, EGM_PROM_COUNTER, help,
                              atomic_load_explicit(&client->phases.calls[op], memory_order_relaxed));
         for (int ph = 0; ph < EGM_PHASES; ph++) {
-            if (op == EGM_OP_GET && (ph == EGM_PHASE_PLACE || ph == EGM_PHASE_LOG))
-                continue; /* a put's steps */
+            if (op != EGM_OP_PUT && phase_names[ph].puts_only)
+                continue;
             snprintf(name, sizeof(name), "egm_client_%s_%s_seconds_total", op_names[op],
                      phase_names[ph].name);
             snprintf(help, sizeof(help), "wall time of %s %s, summed over threads", op_names[op],

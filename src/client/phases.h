@@ -1,9 +1,8 @@
 /* Where the wall time of puts and gets goes: the API calls, their master round
  * trips, their transfers, and a put's placing and logging in slabs, summed
- * over threads (a pipelined batch overlaps
- * them, so the parts can add up to more than the calls). What is left of a call
- * after its round trips and transfers is the client's own work and the gaps
- * between them. Reported as egm_client_{put,get}_*_seconds_total
+ * over threads (a pipelined batch overlaps them, so the parts can add up to
+ * more than the calls). What is left of a call after those is the client's
+ * own work and the gaps between them. Reported as egm_client_{put,get}_*_seconds_total
  * (docs/metrics.md); bench/gpu/engine_workload.py prints the breakdown. */
 #ifndef EGM_CLIENT_PHASES_H
 #define EGM_CLIENT_PHASES_H

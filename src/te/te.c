@@ -458,13 +458,16 @@ typedef struct {
     int device;
 } device_memo_t;
 
-/* Where a local buffer lives: GPU ordinal or -1 (host). The registry knows
- * registered buffers without a driver call; memo (or NULL) remembers the range. */
-static int local_device(egm_te_t *te, const void *ptr, size_t len, device_memo_t *memo)
+/* Where an op's local buffer lives: GPU ordinal or -1 (host). An op marked
+ * local_is_host, and registered buffers, need no driver call (the registry
+ * knows); memo (or NULL) remembers the range. */
+static int local_device(egm_te_t *te, const egm_te_op_t *op, device_memo_t *memo)
 {
     int device = -1;
+    const void *ptr = op->local;
+    size_t len = op->length;
     uintptr_t at = (uintptr_t)ptr;
-    if (te->cuda == NULL || ptr == NULL)
+    if (te->cuda == NULL || ptr == NULL || op->local_is_host)
         return -1;
     if (memo != NULL && at >= memo->base && at < memo->end && len <= memo->end - at)
         return memo->device;
@@ -556,8 +559,7 @@ egm_status_t egm__te_route_op(egm_te_t *te, const egm_te_op_t *op, egm_transport
     const route_entry_t *r;
     if (te == NULL || op == NULL || op->segment == NULL || transport_p == NULL)
         return egm__set_error(EGM_ERR_INVALID_ARG, "route: missing op or segment");
-    int device = op->local_is_host ? -1 : local_device(te, op->local, op->length, NULL);
-    egm_status_t st = route(te, op->segment, device, &r);
+    egm_status_t st = route(te, op->segment, local_device(te, op, NULL), &r);
     if (st == EGM_OK)
         *transport_p = (egm_transport_t)r->index;
     return st;
@@ -693,8 +695,7 @@ egm_status_t egm__te_transfer(egm_te_t *te, egm_te_op_t *ops, size_t n)
         routed[i].device = -1;
         routed[i].route = NULL;
         if (st == EGM_OK) {
-            routed[i].device =
-                op->local_is_host ? -1 : local_device(te, op->local, op->length, &memo);
+            routed[i].device = local_device(te, op, &memo);
             if (op->segment == last_segment && routed[i].device == last.device) {
                 routed[i].route = last.route;
             } else {

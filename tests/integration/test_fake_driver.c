@@ -68,13 +68,9 @@ static int host_puts(egm_client_t *client, const char *key, unsigned seed, size_
     }
     if (st != EGM_OK)
         client_fail("host put", st);
-    char metrics[65536];
-    egm_client_metrics(client, metrics, sizeof(metrics));
-    const char *log = strstr(metrics, "\negm_client_put_log_seconds_total ");
     egm_te_stats_t stats;
     egm__te_stats(client->te, &stats);
-    printf("shm_bytes_written %" PRIu64 " log_seconds %s\n", stats.bytes_written,
-           log != NULL ? log + strlen("\negm_client_put_log_seconds_total ") : "-");
+    printf("shm_bytes_written %" PRIu64 "\n", stats.bytes_written);
     egm_unregister_buffer(client, buf);
     free(buf);
     return st != EGM_OK;

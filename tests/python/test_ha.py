@@ -10,7 +10,6 @@ install script installs etcd-server."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,25 +18,11 @@ import urllib.request
 import pytest
 
 from conftest import Daemon, egm_binary
+from run_mooncake_sequence import free_port  # one port never handed out twice
 from egmstore.mooncake import MooncakeDistributedStore
 
 ETCD = os.environ.get("EGM_TEST_ETCD", "/usr/bin/etcd")
 WAIT_S = 30.0
-
-
-_given_ports = set()
-
-
-def free_port():
-    # A port bound and closed again is free now, but the kernel may give it out once more: not
-    # one this process handed out already (two of them for one etcd would make it fail).
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _given_ports:
-            _given_ports.add(port)
-            return port
 
 
 @pytest.fixture
