@@ -154,9 +154,11 @@ EGM_API size_t egm_client_transports(egm_client_t *client, char *buf, size_t len
  * Errors: EGM_ERR_INVALID_ARG (client or addr NULL, len 0, a range that wraps,
  * or one that is neither GPU memory nor host memory mapped in this process:
  * a page of it missing), EGM_ERR_EXISTS (overlaps a registered range),
- * EGM_ERR_NO_MEMORY. A mapping that goes away after its registration (freed,
- * unmapped) is the caller's error: a copy into it may still kill the
- * process. */
+ * EGM_ERR_NO_MEMORY. Host memory with a page this process may not write (a
+ * read-only mapping, from /proc/self/maps) is registered as a source only: a
+ * get into it answers EGM_ERR_INVALID_ARG. A mapping that goes away or loses
+ * its write permission after its registration (freed, unmapped, mprotect)
+ * is the caller's error: a copy into it may still kill the process. */
 EGM_API egm_status_t egm_register_buffer(egm_client_t *client, void *addr, size_t len);
 /* Unregister the range that starts at addr. Any thread.
  * Errors: EGM_ERR_INVALID_ARG (client NULL), EGM_ERR_NOT_FOUND (no range
@@ -203,8 +205,9 @@ EGM_API void egm_buffer_free(void *data);
 /* Get into registered memory of `cap` bytes; *len_p (may be NULL) receives
  * the object size, also with EGM_ERR_BUFFER_TOO_SMALL (0 when the master did
  * not answer with one). dst[0, size) must lie inside one registered range.
- * Any thread. Errors: as egm_get (client NULL: EGM_ERR_INVALID_ARG),
- * EGM_ERR_BUFFER_TOO_SMALL, EGM_ERR_NOT_REGISTERED. */
+ * Any thread. Errors: as egm_get (client NULL, or dst in a range registered
+ * read-only: EGM_ERR_INVALID_ARG), EGM_ERR_BUFFER_TOO_SMALL,
+ * EGM_ERR_NOT_REGISTERED. */
 EGM_API egm_status_t egm_get_into(egm_client_t *client, const char *key, void *dst, size_t cap,
                                   size_t *len_p);
 

@@ -140,7 +140,7 @@ static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *k
             lens[k] = (size_t)len;
             at += len;
         }
-        egm_status_t status = egm__registry_acquire_n(client->registry, parts->addr + p, lens, k,
+        egm_status_t status = egm__registry_acquire_n(client->registry, parts->addr + p, lens, k, 1,
                                                       acquired + (p - egm__parts_first(parts, 0)));
         if (status != EGM_OK)
             return status;

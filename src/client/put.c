@@ -615,7 +615,7 @@ static egm_status_t check_key(egm_client_t *client, const char *key, const egm_p
                                 *size_p == 0 ? "empty" : "more than 2^64 bytes");
     if (status == EGM_OK && mode == PUT_ZERO_COPY) /* an empty part adds nothing */
         status = egm__registry_acquire_n(client->registry, parts->addr + first, parts->len + first,
-                                         end - first, acquired + first);
+                                         end - first, 0, acquired + first);
     return status;
 }
 

@@ -3,7 +3,9 @@
 #include "te/registry.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -18,6 +20,7 @@ typedef struct {
     uintptr_t end; /* exclusive; base < end */
     uint64_t uses; /* transfers currently using the range */
     int device;    /* GPU ordinal, EGM_DEVICE_MAPPED_HOST, or -1 for other host memory */
+    int read_only; /* host memory with a page this process may not write */
 } range_t;
 
 struct egm_registry {
@@ -84,6 +87,34 @@ static int host_range_mapped(uintptr_t base, size_t len)
     return msync((void *)start, base + len - start, MS_ASYNC) == 0 || errno != ENOMEM;
 }
 
+/* Whether some page of host range [base, base + len) may not be written by
+ * this process, from /proc/self/maps (its mappings in address order, each
+ * with its permissions). No file says nothing against it. */
+static int host_range_read_only(uintptr_t base, size_t len)
+{
+    FILE *maps = fopen("/proc/self/maps", "re");
+    if (maps == NULL)
+        return 0;
+    uintptr_t at = base, end = base + len;
+    int read_only = 0;
+    char line[512];
+    while (at < end && fgets(line, sizeof(line), maps) != NULL) {
+        uintmax_t lo, hi;
+        char perms[8];
+        int whole = strchr(line, '\n') != NULL;
+        if (sscanf(line, "%jx-%jx %7s", &lo, &hi, perms) == 3 && lo <= at && at < hi) {
+            if (perms[1] != 'w')
+                read_only = 1;
+            at = (uintptr_t)hi;
+        }
+        /* the rest of a line longer than the buffer (a long path) */
+        while (!whole && fgets(line, sizeof(line), maps) != NULL && strchr(line, '\n') == NULL)
+            ;
+    }
+    fclose(maps);
+    return read_only;
+}
+
 egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
 {
     uintptr_t base = (uintptr_t)addr;
@@ -107,6 +138,7 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
                               "register: [%p, +%zu) is neither GPU memory nor host memory mapped "
                               "in this process",
                               addr, len);
+    int read_only = device < 0 && host_range_read_only(base, len);
 
     pthread_mutex_lock(&registry->lock);
     size_t i = upper_bound(registry, base);
@@ -129,7 +161,8 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
     }
     memmove(&registry->ranges[i + 1], &registry->ranges[i],
             (registry->count - i) * sizeof(range_t));
-    registry->ranges[i] = (range_t){.base = base, .end = base + len, .uses = 0, .device = device};
+    registry->ranges[i] = (range_t){
+        .base = base, .end = base + len, .uses = 0, .device = device, .read_only = read_only};
     registry->count++;
 out:
     pthread_mutex_unlock(&registry->lock);
@@ -201,7 +234,7 @@ static range_t *find_near(egm_registry_t *reg, range_t *last, uintptr_t addr, si
 }
 
 egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr, const size_t *len,
-                                     size_t n, int *acquired)
+                                     size_t n, int for_write, int *acquired)
 {
     range_t *r = NULL;
     egm_status_t st = EGM_OK;
@@ -220,6 +253,13 @@ egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr
             st = egm__set_error(EGM_ERR_NOT_REGISTERED,
                                 "buffer [%p, +%zu): not inside one registered range", addr[i],
                                 len[i]);
+            break;
+        }
+        if (for_write && r->read_only) {
+            st = egm__set_error(EGM_ERR_INVALID_ARG,
+                                "buffer [%p, +%zu): registered memory this process may not write "
+                                "(a get needs writable memory)",
+                                addr[i], len[i]);
             break;
         }
         r->uses++;

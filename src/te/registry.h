@@ -21,7 +21,8 @@ void egm__registry_destroy(egm_registry_t *registry);
 /* Overlapping an existing range -> EGM_ERR_EXISTS; len 0 or NULL, or host
  * memory with a page not mapped in this process -> INVALID_ARG. The device
  * comes from egm__cuda_pointer_device (host without a driver), or is
- * EGM_DEVICE_MAPPED_HOST. */
+ * EGM_DEVICE_MAPPED_HOST. Host memory with a page this process may not write
+ * (/proc/self/maps) is registered read-only: a source, never a destination. */
 egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len);
 /* Not registered -> NOT_FOUND; in use -> BUSY. */
 egm_status_t egm__registry_remove(egm_registry_t *registry, void *addr);
@@ -31,10 +32,11 @@ egm_status_t egm__registry_acquire(egm_registry_t *registry, const void *addr, s
 void egm__registry_release(egm_registry_t *registry, const void *addr);
 /* egm__registry_acquire of n buffers under one lock; a buffer of len 0 is
  * skipped. acquired[i] says which were taken; at the first that is not inside
- * one registered range it stops and answers EGM_ERR_NOT_REGISTERED (those
+ * one registered range it stops and answers EGM_ERR_NOT_REGISTERED, or with
+ * for_write at the first in a read-only range EGM_ERR_INVALID_ARG (those
  * before it stay acquired). */
 egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr, const size_t *len,
-                                     size_t n, int *acquired);
+                                     size_t n, int for_write, int *acquired);
 /* Releases the buffers with acquired[i] set, under one lock. */
 void egm__registry_release_n(egm_registry_t *registry, void *const *addr, const int *acquired,
                              size_t n);

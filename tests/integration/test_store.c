@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include "client/client_int.h"
@@ -454,6 +455,47 @@ static void test_space_reuse_after_remove(void **state)
     free(data);
 }
 
+/* A registered buffer this process may not write is a put's source but no
+ * get's destination: get_into into it answers INVALID_ARG over each
+ * transport, where a copy into it would have killed the process. */
+static void test_read_only_buffer(void **state)
+{
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len = 4 * page;
+    unsigned char *buf =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    egm_test_fill(buf, len, 7);
+    assert_int_equal(mprotect(buf, len, PROT_READ), 0);
+    const char *protocols[] = {"shm", "tcp"};
+    for (int p = 0; p < 2; p++) {
+        egm_client_t *client = egm_test_client(&cluster, protocols[p], NULL);
+        assert_non_null(client);
+        assert_int_equal(egm_register_buffer(client, buf, len), EGM_OK);
+        char key[32];
+        snprintf(key, sizeof(key), "ro/%s", protocols[p]);
+        assert_int_equal(egm_put_from(client, key, buf, len, NULL), EGM_OK);
+        size_t got = 0;
+        assert_int_equal(egm_get_into(client, key, buf, len, &got), EGM_ERR_INVALID_ARG);
+        assert_non_null(strstr(egm_last_error(), "may not write"));
+        const char *keys[] = {key};
+        void *dsts[] = {buf};
+        size_t lens[] = {len}, sizes[1] = {0};
+        egm_status_t results[1] = {EGM_OK};
+        egm_batch_get_into(client, 1, keys, dsts, lens, sizes, results);
+        assert_int_equal(results[0], EGM_ERR_INVALID_ARG);
+        /* the object is whole: a copy to writable memory reads it back */
+        void *back = NULL;
+        assert_int_equal(egm_get(client, key, &back, &got), EGM_OK);
+        assert_int_equal(got, len);
+        assert_memory_equal(back, buf, len);
+        egm_buffer_free(back);
+        assert_int_equal(egm_unregister_buffer(client, buf), EGM_OK);
+        egm_client_destroy(client);
+    }
+    assert_int_equal(munmap(buf, len), 0);
+}
+
 static void test_two_replicas_on_distinct_providers(void **state)
 {
     (void)state;
@@ -491,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_remove_while_leased),
         cmocka_unit_test(test_two_replicas_on_distinct_providers),
         cmocka_unit_test(test_space_reuse_after_remove),
+        cmocka_unit_test(test_read_only_buffer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -217,6 +217,26 @@ def unmapped_address():
     return addr
 
 
+class ReadOnlyPage:
+    """A page of `data` (then zeros) this process may read but not write
+    (mprotect PROT_READ): a zero-copy get into it would kill the process."""
+
+    def __init__(self, data):
+        self._map = mmap.mmap(-1, mmap.PAGESIZE)
+        self._map.write(data)
+        view = ctypes.c_char.from_buffer(self._map)
+        self.addr = ctypes.addressof(view)
+        del view
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        if libc.mprotect(self.addr, mmap.PAGESIZE, mmap.PROT_READ) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect")
+        self.size = mmap.PAGESIZE
+
+    def close(self):
+        self._map.close()
+
+
 def pattern(size, seed=0):
     """Deterministic non-repeating-looking bytes of `size`."""
     block = bytes((i * 131 + seed * 7 + (i >> 8)) & 0xFF for i in range(min(size, 65536)))

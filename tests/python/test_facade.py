@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from conftest import unmapped_address
+from conftest import ReadOnlyPage, unmapped_address
 from egmstore import _egmstore
 from egmstore.mooncake import MooncakeDistributedStore, ReplicateConfig, SoftPinAction
 
@@ -101,6 +101,15 @@ def test_mooncake_sequence(make_cluster, buffer, protocol):
     nothing = unmapped_address()
     assert s.register_buffer(nothing, 4096) == -600
     assert s.get_into("pf", nothing, 4096) < 0
+    # Memory it may not write: a put's source, no get's destination.
+    ro = ReadOnlyPage(b"readonly")
+    assert s.register_buffer(ro.addr, ro.size) == 0
+    assert s.put_from("ro", ro.addr, 8) == 0
+    assert s.get("ro") == b"readonly"
+    assert s.get_into("pf", ro.addr, 4096) == -600
+    assert s.batch_get_into(["pf", "ro"], [dst.ptr, ro.addr], [4096, 8]) == [4, -600]
+    assert s.unregister_buffer(ro.addr) == 0
+    ro.close()
     assert s.put("", b"x") == -600  # empty key: INVALID_PARAMS, as Mooncake
     assert s.get_into("pf", dst.ptr, 2) == -600  # too small: INVALID_PARAMS, as Mooncake
     assert s.get_into("missing", dst.ptr, 4096) == -704
@@ -141,7 +150,7 @@ def test_mooncake_sequence(make_cluster, buffer, protocol):
 
     assert s.batch_remove(["b2", "nope"]) == [-706, -704]  # b2 was just read
     # Everything left is under a read lease: nothing is removed.
-    left = ["pf", "pp", "z", "b1", "b2", "m1", "m2"]
+    left = ["pf", "pp", "z", "b1", "b2", "m1", "m2", "ro"]
     assert s.batch_is_exist(left) == [1] * len(left)
     assert s.remove_all() == 0
     assert s.remove_all(True) == len(left)

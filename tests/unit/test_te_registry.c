@@ -1,9 +1,12 @@
 /* Registry of local buffers: add/remove, overlap -> EXISTS, acquire inside one
- * range only, BUSY while in use. */
+ * range only, BUSY while in use, read-only memory never a destination. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "common/alloc.h"
@@ -115,6 +118,56 @@ static void test_many_ranges_stay_sorted(void **state)
         assert_int_equal(egm__registry_remove(reg, arena + k * 4096), EGM_OK);
 }
 
+/* Whether buffer [addr, +len) may be acquired as a get's destination (and
+ * always as a put's source). */
+static egm_status_t acquire_for_write(egm_registry_t *reg, void *addr, size_t len)
+{
+    int acquired = 0;
+    egm_status_t st = egm__registry_acquire_n(reg, &addr, &len, 1, 0, &acquired);
+    assert_int_equal(st, EGM_OK);
+    egm__registry_release_n(reg, &addr, &acquired, 1);
+    st = egm__registry_acquire_n(reg, &addr, &len, 1, 1, &acquired);
+    assert_int_equal(acquired, st == EGM_OK);
+    egm__registry_release_n(reg, &addr, &acquired, 1);
+    return st;
+}
+
+/* Host memory with a page this process may not write is registered (a put
+ * may read it) but refused as a get's destination, where the copy would
+ * kill the process; the writable pages beside it are not. */
+static void test_read_only_is_no_destination(void **state)
+{
+    egm_registry_t *reg = *state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    char *p = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    assert_int_equal(mprotect(p + page, page, PROT_READ), 0); /* the middle page */
+
+    assert_int_equal(egm__registry_add(reg, p, 3 * page), EGM_OK);
+    assert_int_equal(acquire_for_write(reg, p, 10), EGM_ERR_INVALID_ARG); /* the range is */
+    assert_non_null(strstr(egm_last_error(), "may not write"));
+    assert_int_equal(egm__registry_remove(reg, p), EGM_OK);
+    /* the read-only page alone, in part; ending in it; the pages either side */
+    assert_int_equal(egm__registry_add(reg, p + page + 8, 100), EGM_OK);
+    assert_int_equal(acquire_for_write(reg, p + page + 8, 100), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__registry_remove(reg, p + page + 8), EGM_OK);
+    assert_int_equal(egm__registry_add(reg, p + 100, page), EGM_OK);
+    assert_int_equal(acquire_for_write(reg, p + 100, 8), EGM_ERR_INVALID_ARG);
+    assert_int_equal(egm__registry_remove(reg, p + 100), EGM_OK);
+    assert_int_equal(egm__registry_add(reg, p, page), EGM_OK);
+    assert_int_equal(egm__registry_add(reg, p + 2 * page, page), EGM_OK);
+    assert_int_equal(acquire_for_write(reg, p, page), EGM_OK);
+    assert_int_equal(acquire_for_write(reg, p + 2 * page, page), EGM_OK);
+    assert_int_equal(egm__registry_remove(reg, p), EGM_OK);
+    assert_int_equal(egm__registry_remove(reg, p + 2 * page), EGM_OK);
+    /* writable again: judged when registered */
+    assert_int_equal(mprotect(p + page, page, PROT_READ | PROT_WRITE), 0);
+    assert_int_equal(egm__registry_add(reg, p, 3 * page), EGM_OK);
+    assert_int_equal(acquire_for_write(reg, p + page, 10), EGM_OK);
+    assert_int_equal(egm__registry_remove(reg, p), EGM_OK);
+    assert_int_equal(munmap(p, 3 * page), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -124,6 +177,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_acquire_inside_one_range, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_while_in_use, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_ranges_stay_sorted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_is_no_destination, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
