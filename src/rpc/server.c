@@ -78,6 +78,10 @@ struct rpc_conn {
     uint8_t peer[16];
     egm_rpc_hold_t *holds; /* its requests answered later (rpc/hold.h) */
     size_t n_holds;
+    /* A request of it came while another of its was held or behind another
+     * in one read: its peer sends before its answers come (threads sharing
+     * it, a pipeline), so the next request may be a microsecond away. */
+    int pipelined;
     /* The peer half-closed with replies still held: no more reading; the
      * connection closes once the last of them is sent. */
     int peer_done;
@@ -153,7 +157,8 @@ static _Thread_local int current_more_input; /* bytes read after the request's f
 int egm__rpc_server_others_waiting(void)
 {
     const rpc_conn_t *c = current_conn;
-    return c != NULL && (current_more_input || egm__reactor_events_waiting(c->server->reactor) > 0);
+    return c != NULL && (current_more_input || c->pipelined ||
+                         egm__reactor_events_waiting(c->server->reactor) > 0);
 }
 
 int egm__rpc_server_bind_peer(const uint8_t peer[16])
@@ -554,6 +559,8 @@ static int consume(rpc_conn_t *c, const uint8_t *data, size_t n)
             break;
         if (status == EGM_OK) {
             current_more_input = n > 0;
+            if (current_more_input || c->n_holds > 0)
+                c->pipelined = 1;
             dispatch(c, &frame.hdr, frame.payload);
             egm_free(frame.buf);
         } else if (status == EGM_ERR_NO_MEMORY) {

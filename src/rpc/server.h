@@ -39,10 +39,13 @@ typedef struct egm_rpc_hold egm_rpc_hold_t;
 /* The request being handled, held; NULL outside a handler, or when out of
  * memory (then answer now). Handler thread only. */
 egm_rpc_hold_t *egm__rpc_server_hold(void);
-/* Whether other requests wait behind the one being handled: bytes already
- * read from its connection, or other connections of the same reactor with
- * input in the same wakeup. A handler that would block for a while (and
- * could hold its reply instead) should not then. 0 outside a handler. */
+/* Whether other requests wait, or may soon, behind the one being handled:
+ * bytes already read from its connection, other connections of the same
+ * reactor with input in the same wakeup, or a connection whose peer sends
+ * before its answers come (a request of it once came while another of its was
+ * held or behind another in one read: threads sharing one client). A handler
+ * that would block for a while (and could hold its reply instead) should not
+ * then. 0 outside a handler. */
 int egm__rpc_server_others_waiting(void);
 /* The answer: status EGM_OK with reply[0..len) (an egm_malloc'ed buffer the
  * server now owns; NULL when len is 0), or an error status and its text. */

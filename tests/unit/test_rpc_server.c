@@ -1916,22 +1916,36 @@ static void test_held_replies(void **state)
     egm__rpc_hold_release(next_held(), EGM_ERR_UNREACHABLE, NULL, 0, "standby late");
     raw_expect_error(fd, 3, EGM_ERR_UNREACHABLE, "standby late");
 
-    /* Alone, a request has nobody waiting behind it. */
+    /* Alone on a fresh connection, a request has nobody waiting behind it;
+     * once its peer sent a request while another was held ("b" behind "a"),
+     * the next may come at any moment: others wait behind each of its. */
     assert_int_equal(egm__rpc_server_others_waiting(), 0); /* outside a handler */
     assert_int_equal(held_others_waiting[0], 0);
+    assert_int_equal(held_others_waiting[1], 1);
+    /* A peer that waits for each answer before its next request stays alone. */
+    int fd3 = raw_connect(env.port);
+    for (uint64_t id = 10; id < 12; id++) {
+        raw_send(fd3, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, id, "x", 1));
+        release_text(next_held(), "alone");
+        raw_expect_reply(fd3, id, "alone");
+    }
+    assert_int_equal(held_others_waiting[2], 0);
+    assert_int_equal(held_others_waiting[3], 0);
     /* Two held on one connection, sent in one write: the first has the
-     * second waiting behind it; released in the other order. */
+     * second waiting behind it, and the connection is pipelined from then
+     * on; released in the other order. */
     size_t two = build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 4, "d", 1);
     two += build_frame(frame + two, EGM_RPC_VERSION, TYPE_HOLD, 5, "e", 1);
-    raw_send(fd, frame, two);
+    raw_send(fd3, frame, two);
     egm_rpc_hold_t *h4 = next_held();
     egm_rpc_hold_t *h5 = next_held();
-    assert_int_equal(held_others_waiting[2], 1);
-    assert_int_equal(held_others_waiting[3], 0);
+    assert_int_equal(held_others_waiting[4], 1);
+    assert_int_equal(held_others_waiting[5], 1);
     release_text(h5, "five");
-    raw_expect_reply(fd, 5, "five");
+    raw_expect_reply(fd3, 5, "five");
     release_text(h4, "four");
-    raw_expect_reply(fd, 4, "four");
+    raw_expect_reply(fd3, 4, "four");
+    close(fd3);
 
     /* The connection is reset before the release: the server closes it at
      * once, and the reply is dropped. */
