@@ -154,11 +154,14 @@ EGM_API size_t egm_client_transports(egm_client_t *client, char *buf, size_t len
  * Errors: EGM_ERR_INVALID_ARG (client or addr NULL, len 0, a range that wraps,
  * or one that is neither GPU memory nor host memory mapped in this process:
  * a page of it missing), EGM_ERR_EXISTS (overlaps a registered range),
- * EGM_ERR_NO_MEMORY. Host memory with a page this process may not write (a
- * read-only mapping, from /proc/self/maps) is registered as a source only: a
- * get into it answers EGM_ERR_INVALID_ARG. A mapping that goes away or loses
- * its write permission after its registration (freed, unmapped, mprotect)
- * is the caller's error: a copy into it may still kill the process. */
+ * EGM_ERR_NO_MEMORY. A registered range of host memory with a page this
+ * process may not write (a read-only mapping, from /proc/self/maps, read at
+ * the first get into the range) is a put's source only: a get into any part of
+ * it answers EGM_ERR_INVALID_ARG (unregister and register it again once it is
+ * writable). A mapping that goes away or loses its write permission later
+ * (freed, unmapped, mprotect), or a page the process may not even read
+ * (PROT_NONE) used as a put's source, is the caller's error: a copy there may
+ * still kill the process. */
 EGM_API egm_status_t egm_register_buffer(egm_client_t *client, void *addr, size_t len);
 /* Unregister the range that starts at addr. Any thread.
  * Errors: EGM_ERR_INVALID_ARG (client NULL), EGM_ERR_NOT_FOUND (no range

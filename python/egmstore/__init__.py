@@ -315,7 +315,8 @@ class Store:
         """Register ``size`` bytes at address ``ptr`` for the zero-copy calls.
         The memory stays the caller's and must outlive the registration.
         Raises ``InvalidArgument`` for a range that is neither GPU memory nor
-        host memory mapped in this process."""
+        host memory mapped in this process. A range with memory the process may
+        not write is a put's source only (see ``get_into``)."""
         self._check(self._client.register_buffer(ptr, size))
 
     def unregister_buffer(self, ptr):
@@ -338,7 +339,9 @@ class Store:
 
     def get_into(self, key, ptr, size):
         """Copy the object into registered memory; returns its size in bytes.
-        Raises ``BufferTooSmall`` when ``size`` is smaller than the object."""
+        Raises ``BufferTooSmall`` when ``size`` is smaller than the object, and
+        ``InvalidArgument`` when ``ptr`` lies in a registered range with memory
+        the process may not write (checked at the first get into the range)."""
         status, nbytes = self._client.get_into(key, ptr, size)
         self._check(status)
         return nbytes

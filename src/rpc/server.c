@@ -50,6 +50,9 @@
 #define SWEEP_PERIOD_MS 500
 
 #define ACCEPT_PAUSE_MS 100 /* how long accepting pauses when out of descriptors */
+/* How long a connection counts as pipelined after its last request that came
+ * while another of its was held or behind another in one read. */
+#define PIPELINED_FOR_MS 1000
 
 typedef struct rpc_conn rpc_conn_t;
 
@@ -78,10 +81,12 @@ struct rpc_conn {
     uint8_t peer[16];
     egm_rpc_hold_t *holds; /* its requests answered later (rpc/hold.h) */
     size_t n_holds;
-    /* A request of it came while another of its was held or behind another
-     * in one read: its peer sends before its answers come (threads sharing
-     * it, a pipeline), so the next request may be a microsecond away. */
-    int pipelined;
+    /* When a request of it last came while another of its was held or
+     * behind another in one read (0: never): its peer sends before its
+     * answers come (threads sharing it, a pipeline), so the next request may
+     * be a microsecond away. A lone caller whose request once met its own
+     * liveness ping so is alone again PIPELINED_FOR_MS later. */
+    uint64_t pipelined_ms;
     /* The peer half-closed with replies still held: no more reading; the
      * connection closes once the last of them is sent. */
     int peer_done;
@@ -157,8 +162,9 @@ static _Thread_local int current_more_input; /* bytes read after the request's f
 int egm__rpc_server_others_waiting(void)
 {
     const rpc_conn_t *c = current_conn;
-    return c != NULL && (current_more_input || c->pipelined ||
-                         egm__reactor_events_waiting(c->server->reactor) > 0);
+    return c != NULL &&
+           (current_more_input || egm__reactor_events_waiting(c->server->reactor) > 0 ||
+            (c->pipelined_ms != 0 && egm__now_ms() - c->pipelined_ms < PIPELINED_FOR_MS));
 }
 
 int egm__rpc_server_bind_peer(const uint8_t peer[16])
@@ -560,7 +566,7 @@ static int consume(rpc_conn_t *c, const uint8_t *data, size_t n)
         if (status == EGM_OK) {
             current_more_input = n > 0;
             if (current_more_input || c->n_holds > 0)
-                c->pipelined = 1;
+                c->pipelined_ms = egm__now_ms();
             dispatch(c, &frame.hdr, frame.payload);
             egm_free(frame.buf);
         } else if (status == EGM_ERR_NO_MEMORY) {

@@ -42,8 +42,9 @@ egm_rpc_hold_t *egm__rpc_server_hold(void);
 /* Whether other requests wait, or may soon, behind the one being handled:
  * bytes already read from its connection, other connections of the same
  * reactor with input in the same wakeup, or a connection whose peer sends
- * before its answers come (a request of it once came while another of its was
- * held or behind another in one read: threads sharing one client). A handler
+ * before its answers come (a request of it came, within the last second,
+ * while another of its was held or behind another in one read: threads
+ * sharing one client). A handler
  * that would block for a while (and could hold its reply instead) should not
  * then. 0 outside a handler. */
 int egm__rpc_server_others_waiting(void);

@@ -3,7 +3,6 @@
 #include "te/registry.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -21,6 +20,7 @@ typedef struct {
     uint64_t uses; /* transfers currently using the range */
     int device;    /* GPU ordinal, EGM_DEVICE_MAPPED_HOST, or -1 for other host memory */
     int read_only; /* host memory with a page this process may not write */
+    int checked;   /* read_only is known: GPU memory, or asked at the first get into it */
 } range_t;
 
 struct egm_registry {
@@ -138,7 +138,6 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
                               "register: [%p, +%zu) is neither GPU memory nor host memory mapped "
                               "in this process",
                               addr, len);
-    int read_only = device < 0 && host_range_read_only(base, len);
 
     pthread_mutex_lock(&registry->lock);
     size_t i = upper_bound(registry, base);
@@ -162,7 +161,7 @@ egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len)
     memmove(&registry->ranges[i + 1], &registry->ranges[i],
             (registry->count - i) * sizeof(range_t));
     registry->ranges[i] = (range_t){
-        .base = base, .end = base + len, .uses = 0, .device = device, .read_only = read_only};
+        .base = base, .end = base + len, .uses = 0, .device = device, .checked = device >= 0};
     registry->count++;
 out:
     pthread_mutex_unlock(&registry->lock);
@@ -255,11 +254,17 @@ egm_status_t egm__registry_acquire_n(egm_registry_t *registry, void *const *addr
                                 len[i]);
             break;
         }
+        if (for_write && !r->checked) { /* once per range: puts never ask */
+            r->read_only = host_range_read_only(r->base, (size_t)(r->end - r->base));
+            r->checked = 1;
+        }
         if (for_write && r->read_only) {
             st = egm__set_error(EGM_ERR_INVALID_ARG,
-                                "buffer [%p, +%zu): registered memory this process may not write "
-                                "(a get needs writable memory)",
-                                addr[i], len[i]);
+                                "buffer [%p, +%zu) lies in registered range [%p, +%zu), which has "
+                                "memory this process may not write: a get needs writable memory "
+                                "(register writable memory, or unregister the range and register "
+                                "it again once it is writable)",
+                                addr[i], len[i], (void *)r->base, (size_t)(r->end - r->base));
             break;
         }
         r->uses++;

@@ -22,7 +22,8 @@ void egm__registry_destroy(egm_registry_t *registry);
  * memory with a page not mapped in this process -> INVALID_ARG. The device
  * comes from egm__cuda_pointer_device (host without a driver), or is
  * EGM_DEVICE_MAPPED_HOST. Host memory with a page this process may not write
- * (/proc/self/maps) is registered read-only: a source, never a destination. */
+ * (/proc/self/maps, read at the first get into the range) is a source only,
+ * never a destination. */
 egm_status_t egm__registry_add(egm_registry_t *registry, void *addr, size_t len);
 /* Not registered -> NOT_FOUND; in use -> BUSY. */
 egm_status_t egm__registry_remove(egm_registry_t *registry, void *addr);

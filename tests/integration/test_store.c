@@ -478,6 +478,7 @@ static void test_read_only_buffer(void **state)
         size_t got = 0;
         assert_int_equal(egm_get_into(client, key, buf, len, &got), EGM_ERR_INVALID_ARG);
         assert_non_null(strstr(egm_last_error(), "may not write"));
+        assert_non_null(strstr(egm_last_error(), key)); /* names the key */
         const char *keys[] = {key};
         void *dsts[] = {buf};
         size_t lens[] = {len}, sizes[1] = {0};

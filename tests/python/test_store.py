@@ -11,7 +11,7 @@ import pytest
 
 import egmstore
 from egmstore import _egmstore
-from conftest import pattern, stop_process, unmapped_address
+from conftest import ReadOnlyPage, pattern, stop_process, unmapped_address
 
 PROTOCOLS = ["shm", "tcp"]
 
@@ -127,6 +127,23 @@ def test_register_refuses_memory_that_is_not_there(store, key):
     store.put(key(), b"hello")
     with pytest.raises(egmstore.NotRegistered):
         store.get_into(key(), addr, page)
+
+
+def test_get_into_refuses_memory_it_may_not_write(store, key):
+    # A read-only page: a put's source, but a get into it raises instead of
+    # killing the process, and names the key.
+    ro = ReadOnlyPage(b"read only")
+    try:
+        store.register_buffer(ro.addr, ro.size)
+        k = key()
+        store.put_from(k, ro.addr, 9)
+        assert store.get(k) == b"read only"
+        with pytest.raises(egmstore.InvalidArgument) as info:
+            store.get_into(k, ro.addr, ro.size)
+        assert "may not write" in info.value.message and k in info.value.message
+        store.unregister_buffer(ro.addr)
+    finally:
+        ro.close()
 
 
 def test_get_into_reports_object_size_in_a_larger_buffer(store, key, buffer):

@@ -1945,6 +1945,13 @@ static void test_held_replies(void **state)
     raw_expect_reply(fd3, 5, "five");
     release_text(h4, "four");
     raw_expect_reply(fd3, 4, "four");
+    /* A second with nothing pipelined since (a lone caller whose request once
+     * met its own liveness ping): alone again. */
+    usleep(1100 * 1000);
+    raw_send(fd3, frame, build_frame(frame, EGM_RPC_VERSION, TYPE_HOLD, 12, "y", 1));
+    release_text(next_held(), "alone again");
+    raw_expect_reply(fd3, 12, "alone again");
+    assert_int_equal(held_others_waiting[6], 0);
     close(fd3);
 
     /* The connection is reset before the release: the server closes it at

@@ -133,7 +133,7 @@ static egm_status_t acquire_for_write(egm_registry_t *reg, void *addr, size_t le
 }
 
 /* Host memory with a page this process may not write is registered (a put
- * may read it) but refused as a get's destination, where the copy would
+ * may read it) but refused as a get's destination (asked at the first get), where the copy would
  * kill the process; the writable pages beside it are not. */
 static void test_read_only_is_no_destination(void **state)
 {
@@ -160,9 +160,10 @@ static void test_read_only_is_no_destination(void **state)
     assert_int_equal(acquire_for_write(reg, p + 2 * page, page), EGM_OK);
     assert_int_equal(egm__registry_remove(reg, p), EGM_OK);
     assert_int_equal(egm__registry_remove(reg, p + 2 * page), EGM_OK);
-    /* writable again: judged when registered */
-    assert_int_equal(mprotect(p + page, page, PROT_READ | PROT_WRITE), 0);
+    /* judged at the first get into the range, not when registered: made
+     * writable in between, it is a destination */
     assert_int_equal(egm__registry_add(reg, p, 3 * page), EGM_OK);
+    assert_int_equal(mprotect(p + page, page, PROT_READ | PROT_WRITE), 0);
     assert_int_equal(acquire_for_write(reg, p + page, 10), EGM_OK);
     assert_int_equal(egm__registry_remove(reg, p), EGM_OK);
     assert_int_equal(munmap(p, 3 * page), 0);
