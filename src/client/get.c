@@ -142,13 +142,8 @@ static egm_status_t fetch_target(egm_client_t *client, fetch_t *f, const char *k
         }
         egm_status_t status = egm__registry_acquire_n(client->registry, parts->addr + p, lens, k, 1,
                                                       acquired + (p - egm__parts_first(parts, 0)));
-        if (status == EGM_ERR_INVALID_ARG) { /* memory it may not write: say for which key */
-            char why[512];
-            snprintf(why, sizeof(why), "%s", egm_last_error());
-            return egm__set_error(status, "get \"%s\": %s", key, why);
-        }
-        if (status != EGM_OK)
-            return status;
+        if (status != EGM_OK) /* the registry knows no key: name it */
+            return egm__set_error(status, "\"%s\": %s", key, egm_last_error());
         p += k;
     }
     return EGM_OK;
