@@ -19,6 +19,7 @@
 # 4KiB,1MiB), to measure one figure over more rounds.
 # With --baseline PATH, a mode "base": "standby" with every process (masters, provider, bench)
 # run from another egmstore binary, e.g. the build before a change, against the same "off".
+# With --no-on, the mode "on" is left out (to give the others more rounds in the same time).
 # With --standby-cpus LIST (taskset's form, e.g. 12-15), the standby and etcd run on those CPUs and
 # the leader, the provider and the bench's clients on the others, in every mode: as on hosts of
 # their own, so that the standby's CPU takes nothing from the clients (the figure then shows the
@@ -30,12 +31,12 @@
 # Usage: bench/meta/ha_cost.sh [--egmstore PATH] [--rounds 3] [--clients 1,8] [--seconds 1]
 #                              [--what meta|data] [--workload single,batch] [--sizes 4KiB,1MiB]
 #                              [--standby-spin US] [--late-grants] [--baseline PATH]
-#                              [--standby-cpus LIST] [--out DIR]
+#                              [--standby-cpus LIST] [--no-on] [--out DIR]
 # Needs etcd (Debian's etcd-server) and python3. Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 egm=$root/build/bin/egmstore rounds=3 clients=1,8 seconds=1 out= what=meta spin= late=
-workload=single,batch sizes=4KiB,1MiB baseline= standby_cpus=
+workload=single,batch sizes=4KiB,1MiB baseline= standby_cpus= on=on
 while [ $# -gt 0 ]; do
     case $1 in
     --what) what=$2; shift 2 ;;
@@ -50,7 +51,8 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
     --standby-cpus) standby_cpus=$2; shift 2 ;;
-    *) sed -n 2,34p "$0"; exit 2 ;;
+    --no-on) on=; shift ;;
+    *) sed -n 2,35p "$0"; exit 2 ;;
     esac
 done
 case $what in meta | data) ;; *) echo "ha_cost: --what is meta or data, not '$what'" >&2; exit 2 ;; esac
@@ -103,7 +105,7 @@ cpu_snap() {
 }
 healthy() { python3 -c 'import sys, urllib.request; sys.exit(b"true" not in urllib.request.urlopen(sys.argv[1], timeout=1).read())' "$1" 2> /dev/null; }
 for _ in $(seq 100); do healthy http://127.0.0.1:$cp/health && break; sleep 0.1; done
-modes="off on standby${spin:+ spin}${late:+ late}${baseline:+ base}"
+modes="off${on:+ on} standby${spin:+ spin}${late:+ late}${baseline:+ base}"
 for r in $(seq "$rounds"); do
     for mode in $modes; do
         bin=$egm
@@ -181,7 +183,7 @@ lines = ["| op | batch | clients | keys/s off | " + " | ".join("%s/off (range)" 
 def ratio(m, k):
     r = [a[k][0] / b[k][0] for a, b in zip(runs[m], runs["off"])]
     return "%.2f (%.2f-%.2f)" % (statistics.median(r), min(r), max(r))
-for k in sorted(runs["on"][0], key=str):
+for k in sorted(runs["off"][0], key=str):
     p50 = [statistics.median(x[k][1] for x in runs[m]) for m in modes]
     lines.append("| %s | %d | %d | %.0f | " % (k[0], k[1], k[2], statistics.median(x[k][0] for x in runs["off"])) +
                  " | ".join(ratio(m, k) for m in others) + " | " + " | ".join("%.1f" % v for v in p50) + " |")

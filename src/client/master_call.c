@@ -1,6 +1,7 @@
 /* Object calls to the master shared by put, get and the metadata calls. */
 #include <string.h>
 #include "client/client_int.h"
+#include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/log.h"
 #include "rpc/frame.h"
@@ -46,6 +47,43 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
     return status;
 }
 
+/* A plain Remove that first writes its removal entries into one of this
+ * client's slab logs (client/slabs.h egm__wslabs_log_removals): the master
+ * may then answer it without waiting for its standbys (docs/ha.md "Removes
+ * the pool describes"). */
+static egm_status_t remove_logged(egm_client_t *client, Egm__KeysRequest *req, size_t n,
+                                  const char *const *keys, egm_keys_reply_t **reply_p)
+{
+    uint64_t few[2][16], *seqs = few[0], *torn = few[1];
+    if (n > 16) {
+        seqs = egm_calloc(2 * n, sizeof(*seqs), "client.remove_log");
+        if (seqs == NULL) /* a Remove without them */
+            return egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
+        torn = seqs + n;
+    }
+    egm_wslab_removal_t rm;
+    egm__wslabs_log_removals(client, n, keys, &rm, seqs, torn);
+    int any_torn = 0, any_whole = 0;
+    for (size_t i = 0; i < n; i++) {
+        any_torn |= torn[i] != 0;
+        any_whole |= seqs[i] != 0;
+    }
+    if (rm.slab != NULL && (any_whole || any_torn)) {
+        req->log_slab = egm__wslab_id(rm.slab);
+        req->log_below = rm.below;
+        req->n_log_seqs = any_whole ? n : 0;
+        req->log_seqs = seqs;
+        req->n_torn_log_seqs = any_torn ? n : 0;
+        req->torn_log_seqs = torn;
+    }
+    egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
+    /* Answered: the master noted every entry (a whole-request refusal did not). */
+    egm__wslabs_removed(client, &rm, n, keys, seqs, torn, status == EGM_OK);
+    if (seqs != few[0])
+        egm_free(seqs);
+    return status;
+}
+
 egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n,
                                    const char *const *keys, unsigned flags,
                                    egm_keys_reply_t **reply_p)
@@ -62,6 +100,8 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     req.n_keys = n;
     req.keys = (char **)keys;
     req.force = (flags & EGM_KEYS_CALL_FORCE) != 0;
+    if (type == EGM_RPC_REMOVE && !req.force && egm__wslabs_on(client->slabs))
+        return remove_logged(client, &req, n, keys, reply_p);
     /* Locations are asked for only where they can be kept and are worth it. */
     req.locations = (flags & EGM_KEYS_CALL_LOCATIONS) != 0 && client->locations != NULL &&
                     n <= EGM_LOOKUP_LOCATIONS_MAX;

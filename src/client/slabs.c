@@ -556,6 +556,41 @@ size_t egm__wslabs_unplace_late(egm_client_t *client, size_t n, egm_wslab_ref_t 
     return late;
 }
 
+/* Writes entry e (encoded into buf) at its seq in every extent of s. With the lock. */
+static egm_status_t log_write(egm_client_t *client, egm_wslab_t *s, const egm_slab_log_entry_t *e,
+                              uint8_t *buf)
+{
+    uint64_t at = egm__slab_log_at(s->size, e->seq);
+    egm_status_t status = at == 0 ? egm__set_error(EGM_ERR_NO_SPACE, "no room for a log entry")
+                                  : egm__slab_log_encode(e, buf);
+    if (status != EGM_OK)
+        return status;
+    egm_te_op_t ops[EGM_WSLAB_EXTENTS_MAX];
+    for (uint32_t x = 0; x < s->n_extents; x++)
+        ops[x] = (egm_te_op_t){.segment = s->segs[x],
+                               .offset = s->bases[x] + at,
+                               .local = buf,
+                               .length = EGM_SLAB_LOG_ENTRY,
+                               .dir = EGM_TE_WRITE,
+                               .local_is_host = 1};
+    return egm__te_transfer(client->te, ops, s->n_extents);
+}
+
+/* Writes e, the next entry of s's log: *seq_p = its seq once written whole,
+ * else *torn_p (it may lie in some extents) and the log ends there (the seq
+ * is not given again either way). With the lock. */
+static void log_one(egm_client_t *client, egm_wslab_t *s, const egm_slab_log_entry_t *e,
+                    uint8_t *buf, uint64_t *seq_p, uint64_t *torn_p)
+{
+    s->log_seq = e->seq;
+    if (log_write(client, s, e, buf) == EGM_OK) {
+        *seq_p = e->seq;
+    } else {
+        *torn_p = e->seq;
+        s->log_route = -1;
+    }
+}
+
 void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs,
                      const char *const *keys, const uint64_t *sizes,
                      const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs,
@@ -581,26 +616,94 @@ void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs
                                   .hard_pin = rc != NULL && rc->with_hard_pin,
                                   .key = keys[i],
                                   .key_len = key_len};
-        uint64_t at = egm__slab_log_at(s->size, e.seq);
-        if (at == 0 || egm__slab_log_encode(&e, entry) != EGM_OK)
+        if (egm__slab_log_at(s->size, e.seq) == 0)
             continue;
-        egm_te_op_t ops[EGM_WSLAB_EXTENTS_MAX];
-        for (uint32_t x = 0; x < s->n_extents; x++)
-            ops[x] = (egm_te_op_t){.segment = s->segs[x],
-                                   .offset = s->bases[x] + at,
-                                   .local = entry,
-                                   .length = EGM_SLAB_LOG_ENTRY,
-                                   .dir = EGM_TE_WRITE,
-                                   .local_is_host = 1};
-        /* Written whole or the log ends here: the seq is not given again. */
-        s->log_seq = e.seq;
-        if (egm__te_transfer(client->te, ops, s->n_extents) == EGM_OK) {
-            seqs[i] = e.seq;
-        } else {
-            torn[i] = e.seq; /* it may lie in some extents */
-            s->log_route = -1;
-        }
+        log_one(client, s, &e, entry, &seqs[i], &torn[i]);
     }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* The open slab a Remove's n removal entries go to: the most recently used
+ * one that keeps a log the master's standbys know of (not granted early)
+ * with room for them. With the lock. */
+static egm_wslab_t *removal_slab(egm_client_t *client, egm_wslabs_t *w, size_t n, uint64_t now)
+{
+    egm_wslab_t *best = NULL;
+    uint64_t best_seq = 0;
+    for (int c = 0; c < EGM_WSLAB_CLASSES; c++) {
+        egm_wslab_t *s = w->classes[c].slab;
+        if (s == NULL || w->classes[c].used_seq < best_seq || !usable(s, now) || s->early_ms != 0 ||
+            n > (s->size - s->used) / EGM_SLAB_LOG_ENTRY ||
+            !fits(s, n * EGM_SLAB_LOG_ENTRY - EGM_SLAB_LOG_ENTRY, 1) || !log_reachable(client, s))
+            continue;
+        best = s;
+        best_seq = w->classes[c].used_seq;
+    }
+    return best;
+}
+
+void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const *keys,
+                              egm_wslab_removal_t *rm, uint64_t *seqs, uint64_t *torn)
+{
+    egm_wslabs_t *w = client->slabs;
+    uint8_t entry[EGM_SLAB_LOG_ENTRY];
+    rm->slab = NULL;
+    memset(seqs, 0, n * sizeof(*seqs));
+    memset(torn, 0, n * sizeof(*torn));
+    if (!egm__wslabs_on(w) || n == 0)
+        return;
+    pthread_mutex_lock(&w->lock);
+    egm_wslab_t *s = removal_slab(client, w, n, egm__now_ms());
+    if (s != NULL) {
+        rm->slab = s;
+        rm->below = s->used;
+        s->inflight++;
+        s->log_booked += n; /* their room, below what was set aside before */
+    }
+    for (size_t i = 0; s != NULL && i < n && s->log_route > 0; i++) {
+        size_t key_len = strlen(keys[i]);
+        if (key_len > EGM_SLAB_LOG_KEY_MAX)
+            continue;
+        egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_REMOVE,
+                                  .slab_id = s->id,
+                                  .seq = s->log_seq + 1,
+                                  .offset = rm->below,
+                                  .key = keys[i],
+                                  .key_len = key_len};
+        log_one(client, s, &e, entry, &seqs[i], &torn[i]);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, size_t n,
+                         const char *const *keys, const uint64_t *seqs, const uint64_t *torn,
+                         int answered)
+{
+    egm_wslabs_t *w = client->slabs;
+    egm_wslab_t *s = rm->slab;
+    uint8_t entry[EGM_SLAB_LOG_ENTRY];
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < n && !answered; i++) {
+        uint64_t seq = seqs[i] != 0 ? seqs[i] : torn[i];
+        if (seq == 0)
+            continue;
+        egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_VOID,
+                                  .slab_id = s->id,
+                                  .seq = seq,
+                                  .offset = rm->below,
+                                  .key = keys[i],
+                                  .key_len = strlen(keys[i])};
+        if (log_write(client, s, &e, entry) != EGM_OK)
+            egm_log_ratelimited(EGM_LOG_WARN, 1,
+                                "client: a removal entry of \"%s\" could not be voided after its "
+                                "Remove went unanswered (%s): a new master leader may still "
+                                "apply it",
+                                keys[i], egm_last_error());
+    }
+    s->inflight--;
+    finish_if_idle(w, s);
     pthread_mutex_unlock(&w->lock);
 }
 

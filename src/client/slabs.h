@@ -112,6 +112,34 @@ void egm__wslabs_log(struct egm_client *client, size_t n, const egm_wslab_ref_t 
                      const char *const *keys, const uint64_t *sizes,
                      const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs,
                      uint64_t *torn);
+/* A Remove's removal entries (docs/ha.md "Removes the pool describes"): the
+ * slab whose log holds them (NULL: none written) and its cursor then. */
+typedef struct {
+    egm_wslab_t *slab;
+    uint64_t below;
+} egm_wslab_removal_t;
+
+/* Before a plain Remove of keys[0..n): writes a removal entry per key into
+ * the commit log of this client's most recently used open slab that keeps
+ * one (every extent over shared memory, its grant not answered early, room
+ * for n entries), in every extent, each saying that the key's object, if it
+ * lies in that slab, lies below the slab's cursor (rm->below); the slab is
+ * held until egm__wslabs_removed. The master answers such a Remove without
+ * waiting for its standbys when each object lay there (a new leader reads
+ * the entries and drops the objects). seqs[i]: key i's entry, or 0 (none: a
+ * key longer than an entry holds); torn[i]: the seq of an entry whose write
+ * failed (the log ends there; the master notes it seen), else 0. rm->slab
+ * NULL when no slab could take them (nothing written). */
+void egm__wslabs_log_removals(struct egm_client *client, size_t n, const char *const *keys,
+                              egm_wslab_removal_t *rm, uint64_t *seqs, uint64_t *torn);
+/* After the Remove that carried them: answered, when the master took the
+ * request (it noted every entry, so no new leader applies one it refused).
+ * When not, each entry written is first overwritten with a void one, so that
+ * no later leader applies a removal whose request it may never have had.
+ * Then the slab is let go. */
+void egm__wslabs_removed(struct egm_client *client, const egm_wslab_removal_t *rm, size_t n,
+                         const char *const *keys, const uint64_t *seqs, const uint64_t *torn,
+                         int answered);
 /* 1 when a master request failed for want of an answer (the master may be
  * gone), not because the master refused it. */
 int egm__wslabs_unanswered(egm_status_t status);

@@ -16,13 +16,24 @@ uint64_t egm__slab_log_at(uint64_t extent_size, uint64_t seq)
     return extent_size - seq * EGM_SLAB_LOG_ENTRY;
 }
 
+/* A put has a size; a removal or a void entry has none, nor pins. */
+static int kind_ok(const egm_slab_log_entry_t *e)
+{
+    if (e->kind == EGM_SLAB_LOG_PUT)
+        return e->size != 0;
+    return (e->kind == EGM_SLAB_LOG_REMOVE || e->kind == EGM_SLAB_LOG_VOID) && e->size == 0 &&
+           !e->soft_pin && !e->hard_pin;
+}
+
 egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
 {
-    if (e->key_len == 0 || e->key_len > EGM_SLAB_LOG_KEY_MAX || e->seq == 0 || e->size == 0)
+    if (e->key_len == 0 || e->key_len > EGM_SLAB_LOG_KEY_MAX || e->seq == 0 || !kind_ok(e))
         return egm__set_error(EGM_ERR_INVALID_ARG,
-                              "slab log entry: key of %zu bytes (1..%d), seq %llu, size %llu",
+                              "slab log entry: key of %zu bytes (1..%d), seq %llu (not 0), kind %u "
+                              "with size %llu (a put: 0, size > 0; a removal 1 or void 2: size 0, "
+                              "no pins)",
                               e->key_len, EGM_SLAB_LOG_KEY_MAX, (unsigned long long)e->seq,
-                              (unsigned long long)e->size);
+                              (unsigned)e->kind, (unsigned long long)e->size);
     uint32_t body = BODY_FIXED + (uint32_t)e->key_len;
     memset(out, 0, EGM_SLAB_LOG_ENTRY);
     egm__wire_put_u32(out, MAGIC);
@@ -33,6 +44,7 @@ egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
     egm__wire_put_u64(b + 16, e->offset);
     egm__wire_put_u64(b + 24, e->size);
     b[32] = (uint8_t)((e->soft_pin ? 1 : 0) | (e->hard_pin ? 2 : 0));
+    b[33] = e->kind;
     egm__wire_put_u16(b + 34, (uint16_t)e->key_len);
     memcpy(b + BODY_FIXED, e->key, e->key_len);
     egm__wire_put_u64(out + 8, egm__hashmap_hash(b, body));
@@ -49,9 +61,10 @@ int egm__slab_log_decode(const uint8_t *in, uint64_t slab_id, uint64_t seq, egm_
         return 0;
     size_t key_len = egm__wire_get_u16(b + 34);
     if (key_len != body - BODY_FIXED || egm__wire_get_u64(b) != slab_id ||
-        egm__wire_get_u64(b + 8) != seq || egm__wire_get_u64(b + 24) == 0)
+        egm__wire_get_u64(b + 8) != seq)
         return 0;
-    *e = (egm_slab_log_entry_t){.slab_id = slab_id,
+    *e = (egm_slab_log_entry_t){.kind = b[33],
+                                .slab_id = slab_id,
                                 .seq = seq,
                                 .offset = egm__wire_get_u64(b + 16),
                                 .size = egm__wire_get_u64(b + 24),
@@ -59,5 +72,5 @@ int egm__slab_log_decode(const uint8_t *in, uint64_t slab_id, uint64_t seq, egm_
                                 .hard_pin = (b[32] >> 1) & 1,
                                 .key = (const char *)b + BODY_FIXED,
                                 .key_len = key_len};
-    return 1;
+    return kind_ok(e);
 }

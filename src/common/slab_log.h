@@ -13,8 +13,15 @@
  *   u32 magic "EGML", u32 length of what follows the check (40 + key_len),
  *   u64 check (egm__hashmap_hash of the bytes after it, up to the length),
  *   u64 slab id, u64 seq, u64 offset of the object in the extent,
- *   u64 size, u8 flags (bit 0 soft pin, bit 1 hard pin), u8 0, u16 key_len,
+ *   u64 size, u8 flags (bit 0 soft pin, bit 1 hard pin), u8 kind, u16 key_len,
  *   u32 0, key (at byte 56).
+ * kind 0 (EGM_SLAB_LOG_PUT) describes an object placed at offset, of size > 0
+ * bytes. kind 1 (EGM_SLAB_LOG_REMOVE) says that the writer removed the key's
+ * object lying in this slab below offset (its cursor when it wrote the entry;
+ * size 0, no pins): a new leader drops that object, and the key's PUT entries
+ * of lower seqs in this slab (docs/ha.md "Removes the pool describes"). kind 2
+ * (EGM_SLAB_LOG_VOID, size 0) is an entry that says nothing: a removal whose
+ * request got no answer, overwritten so that no later leader applies it.
  * An entry that is torn, of another slab, or at another place than its seq
  * says does not decode. Pure functions; thread-safe. */
 #ifndef EGM_COMMON_SLAB_LOG_H
@@ -29,7 +36,12 @@
 /* Longest key an entry holds; a longer one's Commit waits for the standby. */
 #define EGM_SLAB_LOG_KEY_MAX (EGM_SLAB_LOG_ENTRY - EGM_SLAB_LOG_HEADER)
 
+#define EGM_SLAB_LOG_PUT 0
+#define EGM_SLAB_LOG_REMOVE 1
+#define EGM_SLAB_LOG_VOID 2
+
 typedef struct {
+    uint8_t kind; /* EGM_SLAB_LOG_PUT (0), _REMOVE or _VOID */
     uint64_t slab_id;
     uint64_t seq;
     uint64_t offset; /* in the extent */
@@ -43,7 +55,8 @@ typedef struct {
  * not fit (seq 0, or past the extent's start). */
 uint64_t egm__slab_log_at(uint64_t extent_size, uint64_t seq);
 /* Writes e into out[0..EGM_SLAB_LOG_ENTRY). EGM_ERR_INVALID_ARG for a key of
- * 0 or more than EGM_SLAB_LOG_KEY_MAX bytes, seq 0 or size 0. */
+ * 0 or more than EGM_SLAB_LOG_KEY_MAX bytes, seq 0, an unknown kind, a PUT
+ * of size 0, or a REMOVE or VOID with a size or pins. */
 egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out);
 /* Decodes the entry of slab slab_id at seq from in[0..EGM_SLAB_LOG_ENTRY):
  * 1 when it is one (e filled, its key pointing into in), 0 otherwise. */

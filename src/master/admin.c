@@ -161,6 +161,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         s->ha_batches_pipelined = js.batches_pipelined;
         s->ha_replies_held = js.waits_notified;
         s->ha_commits_described = atomic_load(&st->commits_described);
+        s->ha_removes_described = atomic_load(&st->removes_described);
     }
     if (st->mirror != NULL) {
         egm_mirror_stats_t ms;

@@ -331,6 +331,75 @@ static egm_status_t handle_put_start(egm_master_state_t *st, egm_master_call_t *
     return status;
 }
 
+/* A Remove's removal entries (KeysRequest log_*: docs/ha.md "Removes the
+ * pool describes"), per key. */
+typedef struct {
+    const uint64_t *seen; /* the entry to note seen (commit_seqs.h), NULL: none */
+    uint64_t *seen_owned;
+    uint64_t *slab_ids; /* log_slab for each key */
+    uint8_t *journaled; /* the batch journaled it seen */
+    uint8_t *in_slab;   /* the object lay in log_slab below log_below */
+} removal_entries_t;
+
+static void removal_entries_free(removal_entries_t *rm)
+{
+    egm_free(rm->seen_owned);
+    egm_free(rm->slab_ids);
+    egm_free(rm->journaled);
+    egm_free(rm->in_slab);
+}
+
+/* Readies b to journal each key's removal entry seen, and to say whether the
+ * object lay where its entry says (none named: nothing to do). */
+static egm_status_t removal_entries(removal_entries_t *rm, const Egm__KeysRequest *req,
+                                    egm_objects_batch_t *b)
+{
+    if (req->n_log_seqs == 0 && req->n_torn_log_seqs == 0)
+        return EGM_OK;
+    if (req->log_slab == 0)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "log_slab: 0 with log_seqs or torn_log_seqs (the slab whose log "
+                              "holds the removal entries must be named)");
+    egm_status_t status =
+        egm__commit_seen_seqs(req->n_keys, req->log_seqs, req->n_log_seqs, req->torn_log_seqs,
+                              req->n_torn_log_seqs, &rm->seen, &rm->seen_owned);
+    if (status != EGM_OK)
+        return status;
+    size_t n = req->n_keys ? req->n_keys : 1;
+    rm->slab_ids = egm_malloc(n * sizeof(*rm->slab_ids), "master.remove_log");
+    rm->journaled = egm_calloc(n, 1, "master.remove_log");
+    rm->in_slab = egm_calloc(n, 1, "master.remove_log");
+    if (rm->slab_ids == NULL || rm->journaled == NULL || rm->in_slab == NULL)
+        return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a Remove of %zu keys",
+                              req->n_keys);
+    for (size_t i = 0; i < req->n_keys; i++)
+        rm->slab_ids[i] = req->log_slab;
+    b->slab_ids = rm->slab_ids;
+    b->log_seqs = rm->seen;
+    b->log_journaled = rm->journaled;
+    b->removal_below = req->log_below;
+    b->removal_in_slab = rm->in_slab;
+    return EGM_OK;
+}
+
+/* After the batch: every entry noted seen (a new leader reads the log past
+ * it); whether the Remove may be answered before the standbys hold it: every
+ * key removed, each with a whole entry in the slab that held its object, a
+ * log the standbys know is kept (*wait_pos_p as egm__objects_slab_seen
+ * says), and not forced (a force remove may hold a leased object's space:
+ * that waits as before). */
+static int removal_described(egm_master_state_t *st, const removal_entries_t *rm,
+                             const Egm__KeysRequest *req, const egm_objects_batch_t *b,
+                             const outcomes_t *oc, uint64_t *wait_pos_p)
+{
+    int known = egm__objects_slab_seen(st->objects, b->client, req->n_keys, rm->slab_ids, rm->seen,
+                                       rm->journaled, wait_pos_p);
+    int described = known && !req->force && req->n_log_seqs == req->n_keys;
+    for (size_t i = 0; i < req->n_keys && described; i++)
+        described = req->log_seqs[i] != 0 && rm->in_slab[i] && oc->out[i].status == EGM_OK;
+    return described;
+}
+
 /* PutEnd, PutRevoke, GetReplicaList, ExistKey, Remove: one KeysRequest, one
  * batch call of the index. */
 static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
@@ -346,6 +415,7 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
                        .with_replicas = type == EGM_RPC_GET_REPLICA_LIST ||
                                         (type == EGM_RPC_EXIST_KEY && req->locations)};
     egm_objects_batch_t b = {.keys = (const char *const *)req->keys, .n = req->n_keys};
+    removal_entries_t rm = {0};
 
     b.client = egm__id_from_pb(req->client);
     if ((status = check_key_count(req->n_keys)) != EGM_OK)
@@ -383,13 +453,18 @@ static egm_status_t handle_keys(egm_master_state_t *st, egm_master_call_t *call)
         b.last_grant_ms_p = &last_grant_ms;
         break;
     }
+    if (b.op == EGM_OBJECTS_REMOVE && (status = removal_entries(&rm, req, &b)) != EGM_OK)
+        goto out;
     status = run_batch(st, &b, &kb);
+    if (status == EGM_OK && rm.seen != NULL)
+        call->described = removal_described(st, &rm, req, &b, &oc, &call->wait_pos);
     uint64_t wait_ms =
         b.op == EGM_OBJECTS_REMOVE && b.force ? force_wait_ms(st, last_grant_ms, st->now_ms()) : 0;
     if (status == EGM_OK)
         status = send_keys_reply(st, &oc, req->n_keys, &(keys_reply_extra_t){.wait_ms = wait_ms},
                                  call->reply);
 out:
+    removal_entries_free(&rm);
     outcomes_cleanup(&oc);
     return status;
 }
@@ -1073,7 +1148,9 @@ egm_status_t egm__master_handle(void *arg, uint16_t type, const uint8_t *payload
          * after a quiet spell). No wake-up here: one per Commit cost a
          * system call on this thread and a sender's round trip per put. */
         if (call.wait_pos == 0)
-            atomic_fetch_add_explicit(&st->commits_described, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(type == EGM_RPC_REMOVE ? &st->removes_described
+                                                             : &st->commits_described,
+                                      1, memory_order_relaxed);
         /* Into a slab whose grant the standbys do not hold yet: answered
          * once they do (not once they hold this Commit's own ops); else at
          * once. */

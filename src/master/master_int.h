@@ -61,6 +61,9 @@ typedef struct {
     /* Commits answered before the standbys confirmed them: their slab logs
      * describe them (docs/ha.md "Commits the pool describes"). */
     _Atomic uint64_t commits_described;
+    /* Removes answered so: their removal entries in a slab log describe
+     * them (docs/ha.md "Removes the pool describes"). */
+    _Atomic uint64_t removes_described;
     /* ha_early_grants: a SlabGrant may be answered before the standbys
      * hold it (docs/ha.md "Grants the standbys do not hold yet"). */
     int early_grants;
@@ -105,7 +108,9 @@ typedef struct {
     int failed;
     /* Set by the handler: every change it made is described in the pool (a
      * Commit whose keys all have their slab log entry and were all
-     * committed: docs/ha.md "Commits the pool describes"), so it is answered
+     * committed: docs/ha.md "Commits the pool describes"; a Remove whose
+     * keys all have their removal entry in the slab that held them: "Removes
+     * the pool describes"), so it is answered
      * without waiting for the standbys; wait_pos: unless an earlier change
      * it depends on is not confirmed yet (the grant of a slab answered
      * before the standbys held it): then once it is. */

@@ -238,6 +238,10 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "Commits answered without waiting for the standbys: the slab logs in the pool describe "
          "them, and a new leader reads those (enable_ha)",
          s->ha_commits_described},
+        {"egm_master_ha_removes_described_total", EGM_PROM_COUNTER,
+         "Removes answered without waiting for the standbys: removal entries in the slab that "
+         "held each object describe them, and a new leader reads those (enable_ha)",
+         s->ha_removes_described},
         {"egm_master_ha_journal_batches_pipelined_total", EGM_PROM_COUNTER,
          "of those batches, the ones that left while an earlier one to the same standby awaited "
          "its answer (up to 4 are in flight)",

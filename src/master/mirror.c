@@ -347,11 +347,25 @@ static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t
 
 #define LOG_CHUNK 64 /* entries read at once */
 
-/* Objects found in slab logs, their keys owned. */
+/* A removal entry found in a slab log (common/slab_log.h), its key owned. */
+typedef struct {
+    char *key;
+    size_t key_len;
+    const mslab_t *slab;
+    uint64_t seq;
+    uint64_t below; /* the object it removes lay in the slab below this offset */
+} removal_t;
+
+/* What slab logs say that this standby had not confirmed: objects (their
+ * keys owned; where each entry was in slab_of and seq_of) and removals. */
 typedef struct {
     egm_adopt_object_t *v;
+    uint64_t *slab_of, *seq_of;
     size_t n, cap;
-    egm_hashmap_t *keys; /* their keys, for duplicates */
+    removal_t *rm;
+    size_t n_rm, cap_rm;
+    egm_hashmap_t *keys; /* the objects' keys, for duplicates (found_settle) */
+    size_t dropped;      /* objects of the mirror the removals took */
 } found_t;
 
 static void found_free(found_t *f)
@@ -359,7 +373,41 @@ static void found_free(found_t *f)
     for (size_t i = 0; i < f->n; i++)
         egm_free((void *)f->v[i].key);
     egm_free(f->v);
+    egm_free(f->slab_of);
+    egm_free(f->seq_of);
+    for (size_t i = 0; i < f->n_rm; i++)
+        egm_free(f->rm[i].key);
+    egm_free(f->rm);
     egm__hashmap_destroy(f->keys);
+}
+
+static char *key_copy(const char *key, size_t len)
+{
+    char *copy = egm_malloc(len + 1, "master.mirror_found");
+    if (copy != NULL) {
+        memcpy(copy, key, len);
+        copy[len] = '\0';
+    }
+    return copy;
+}
+
+/* A removal entry, kept for found_settle. */
+static egm_status_t removal_add(const mslab_t *s, const egm_slab_log_entry_t *e, found_t *f)
+{
+    if (f->n_rm == f->cap_rm) {
+        size_t cap = f->cap_rm < 16 ? 16 : 2 * f->cap_rm;
+        removal_t *v = egm_realloc(f->rm, cap * sizeof(*v), "master.mirror_found");
+        if (v == NULL)
+            return no_memory();
+        f->rm = v;
+        f->cap_rm = cap;
+    }
+    char *key = key_copy(e->key, e->key_len);
+    if (key == NULL)
+        return no_memory();
+    f->rm[f->n_rm++] = (removal_t){
+        .key = key, .key_len = e->key_len, .slab = s, .seq = e->seq, .below = e->offset};
+    return EGM_OK;
 }
 
 /* The descriptor of a kept segment. */
@@ -375,31 +423,41 @@ static int segment_desc(egm_mirror_t *m, egm_id_t id, egm_segment_desc_t *desc)
     return egm__segment_desc_decode(op.desc, op.desc_len, desc) == EGM_OK;
 }
 
-/* One entry that decoded: kept unless known, misplaced or of a key held. */
-static egm_status_t found_add(egm_mirror_t *m, const mslab_t *s, egm_segment_table_t *segments,
+/* One entry that decoded, unless known (seen), void or misplaced: a
+ * removal, or an object that found_settle may adopt. */
+static egm_status_t found_add(const mslab_t *s, egm_segment_table_t *segments,
                               const egm_slab_log_entry_t *e, found_t *f)
 {
     uint64_t log_at = egm__slab_log_at(s->size, e->seq);
-    if (egm__seq_set_has(&s->seen, e->seq) || e->offset % EGM_OBJECT_ALIGN != 0 ||
-        e->offset > log_at || e->size > log_at - e->offset ||
-        egm__hashmap_get(m->objects, e->key, e->key_len) != NULL ||
-        egm__hashmap_get(f->keys, e->key, e->key_len) != NULL)
+    if (egm__seq_set_has(&s->seen, e->seq) || e->kind == EGM_SLAB_LOG_VOID)
+        return EGM_OK;
+    if (e->kind == EGM_SLAB_LOG_REMOVE)
+        return removal_add(s, e, f);
+    if (e->offset % EGM_OBJECT_ALIGN != 0 || e->offset > log_at || e->size > log_at - e->offset)
         return EGM_OK;
     if (f->n == f->cap) {
         size_t cap = f->cap < 64 ? 64 : 2 * f->cap;
         egm_adopt_object_t *v = egm_realloc(f->v, cap * sizeof(*v), "master.mirror_found");
-        if (v == NULL)
+        uint64_t *slab_of =
+            v == NULL ? NULL
+                      : egm_realloc(f->slab_of, cap * sizeof(uint64_t), "master.mirror_found");
+        if (v != NULL)
+            f->v = v;
+        if (slab_of != NULL)
+            f->slab_of = slab_of;
+        uint64_t *seq_of =
+            slab_of == NULL ? NULL
+                            : egm_realloc(f->seq_of, cap * sizeof(uint64_t), "master.mirror_found");
+        if (seq_of == NULL)
             return no_memory();
-        f->v = v;
+        f->seq_of = seq_of;
         f->cap = cap;
     }
-    char *key = egm_malloc(e->key_len + 1, "master.mirror_found");
-    if (key == NULL || egm__hashmap_put(f->keys, e->key, e->key_len, key, NULL) != EGM_OK) {
-        egm_free(key);
+    char *key = key_copy(e->key, e->key_len);
+    if (key == NULL)
         return no_memory();
-    }
-    memcpy(key, e->key, e->key_len);
-    key[e->key_len] = '\0';
+    f->slab_of[f->n] = s->id;
+    f->seq_of[f->n] = e->seq;
     egm_adopt_object_t *a = &f->v[f->n++];
     *a = (egm_adopt_object_t){.key = key,
                               .key_len = e->key_len,
@@ -419,7 +477,7 @@ static egm_status_t found_add(egm_mirror_t *m, const mslab_t *s, egm_segment_tab
 /* Reads entries first.. of slab s from one of its extents, LOG_CHUNK at a
  * time, up to the first that does not decode; *next_p: the first not read
  * (a read that failed stops there). */
-static egm_status_t read_log(egm_mirror_t *m, const mslab_t *s, egm_segment_table_t *segments,
+static egm_status_t read_log(const mslab_t *s, egm_segment_table_t *segments,
                              const egm_pool_reader_t *reader, const egm_segment_desc_t *desc,
                              uint64_t base, uint64_t first, uint8_t *buf, found_t *f,
                              uint64_t *next_p, int *end_p)
@@ -439,7 +497,7 @@ static egm_status_t read_log(egm_mirror_t *m, const mslab_t *s, egm_segment_tabl
                 *end_p = 1;
                 return EGM_OK;
             }
-            egm_status_t st = found_add(m, s, segments, &e, f);
+            egm_status_t st = found_add(s, segments, &e, f);
             if (st != EGM_OK)
                 return st;
         }
@@ -487,7 +545,7 @@ static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
             if (egm__segment_table_find(segments, s->segment[x]) == NULL ||
                 !segment_desc(m, s->segment[x], &desc) || owner_in(failed, n_failed, desc.owner))
                 continue;
-            status = read_log(m, s, segments, reader, &desc, s->base[x], seq, buf, f, &seq, &end);
+            status = read_log(s, segments, reader, &desc, s->base[x], seq, buf, f, &seq, &end);
             if (status == EGM_OK && !end && n_failed < LOG_FAILED_MAX)
                 failed[n_failed++] = desc.owner;
         }
@@ -499,6 +557,81 @@ static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
     }
     egm_free(buf);
     return status;
+}
+
+/* Whether the mirror's object (op) lay in slab s below `below`: every
+ * replica at one place in the slab's extents (one each). */
+static int object_in_slab(const egm_jop_t *op, const mslab_t *s, uint64_t below)
+{
+    if (op->n_replicas != s->n || op->placed != s->n)
+        return 0;
+    for (uint32_t i = 0; i < op->n_replicas; i++) {
+        uint64_t off = op->replica_offset[i], at = UINT64_MAX;
+        for (uint32_t x = 0; x < s->n && at == UINT64_MAX; x++)
+            if (egm__id_equal(op->replica_segment[i], s->segment[x]) && off >= s->base[x])
+                at = off - s->base[x];
+        if (at >= below || op->size > below - at)
+            return 0;
+    }
+    return 1;
+}
+
+/* Whether a removal entry in the same slab, of a later seq, names the key of
+ * object k (the writer removed it after it wrote it). */
+static int removed_after(const found_t *f, size_t k)
+{
+    const egm_adopt_object_t *a = &f->v[k];
+    for (size_t r = 0; r < f->n_rm; r++) {
+        const removal_t *x = &f->rm[r];
+        if (x->slab->id == f->slab_of[k] && x->seq > f->seq_of[k] && x->key_len == a->key_len &&
+            memcmp(x->key, a->key, a->key_len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Applies what the logs say (docs/ha.md "Removes the pool describes"): each
+ * removal drops the mirror's object of its key when that object lay in its
+ * slab below its offset (the removal came after whatever the mirror holds
+ * of the key: a later change of the key would have come with the removal's
+ * seq noted); then an object found is kept unless a later removal in its
+ * slab names its key, the mirror holds its key, or another entry gave it
+ * first. */
+static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
+{
+    for (size_t r = 0; r < f->n_rm; r++) {
+        const removal_t *x = &f->rm[r];
+        const record_t *rec = egm__hashmap_get(m->objects, x->key, x->key_len);
+        egm_jop_t op;
+        if (rec == NULL)
+            continue;
+        record_op(rec, &op);
+        if (object_in_slab(&op, x->slab, x->below)) {
+            drop(m->objects, x->key, x->key_len);
+            f->dropped++;
+        }
+    }
+    size_t kept = 0;
+    for (size_t k = 0; k < f->n; k++) {
+        egm_adopt_object_t *a = &f->v[k];
+        if ((f->n_rm > 0 && removed_after(f, k)) ||
+            egm__hashmap_get(m->objects, a->key, a->key_len) != NULL ||
+            egm__hashmap_get(f->keys, a->key, a->key_len) != NULL) {
+            egm_free((void *)a->key);
+            continue;
+        }
+        if (egm__hashmap_put(f->keys, a->key, a->key_len, (void *)a->key, NULL) != EGM_OK) {
+            for (size_t j = k; j < f->n; j++)
+                egm_free((void *)f->v[j].key);
+            f->n = kept;
+            return no_memory();
+        }
+        f->slab_of[kept] = f->slab_of[k];
+        f->seq_of[kept] = f->seq_of[k];
+        f->v[kept++] = *a;
+    }
+    f->n = kept;
+    return EGM_OK;
 }
 
 egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
@@ -517,6 +650,9 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
     egm_status_t status = egm__hashmap_create(&found.keys);
     if (status == EGM_OK && reader != NULL && reader->fn != NULL)
         status = read_logs(m, segments, reader, &found, &slabs);
+    if (status == EGM_OK)
+        status = found_settle(m, &found);
+    n = egm__hashmap_size(m->objects); /* less what the removals took */
     if (status == EGM_OK)
         objs = egm_calloc(n + found.n ? n + found.n : 1, sizeof(*objs), "master.mirror_install");
     if (status != EGM_OK || objs == NULL || ranges == NULL) {
@@ -550,6 +686,10 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                  "the logs of %zu slabs",
                  found.n, slabs);
     }
+    if (found.n_rm > 0)
+        egm_info("standby: %zu removals made without this standby's confirmation found in the "
+                 "slab logs: %zu of its objects dropped",
+                 found.n_rm, found.dropped);
     size_t n_ranges = 0;
     for (size_t i = 0; i < m->n_ranges; i++)
         if (m->ranges[i].until_ms > now_ms)

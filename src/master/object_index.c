@@ -1961,9 +1961,36 @@ static egm_status_t object_remove_locked(egm_object_index_t *index, egm_object_t
     return EGM_OK;
 }
 
-/* *grant_p is raised to the removed object's latest lease grant. */
+/* Whether every replica of obj lies in an extent of the slab its removal
+ * entry names (b->slab_ids[i] of b->client), below b->removal_below (one
+ * extent each: a slab's extents are on distinct segments): the entry then
+ * describes obj to a new leader. With its shard and `space` locked. */
+static int removal_in_slab(egm_object_index_t *index, const egm_object_t *obj,
+                           const egm_objects_batch_t *b, size_t i)
+{
+    egm_slab_t *slab;
+    if (egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab) != EGM_OK ||
+        obj->n_replicas != slab->n_extents || obj->n_live != obj->n_replicas)
+        return 0;
+    for (uint32_t r = 0; r < obj->n_replicas; r++) {
+        uint64_t off = egm__replica_offset(&obj->replicas[r]), at = UINT64_MAX;
+        for (uint32_t x = 0; x < slab->n_extents && at == UINT64_MAX; x++)
+            if (obj->replicas[r].segment == slab->extents[x].segment &&
+                obj->replicas[r].segment != NULL && off >= slab->extents[x].base)
+                at = off - slab->extents[x].base;
+        if (at >= b->removal_below || obj->size > b->removal_below - at)
+            return 0;
+    }
+    return 1;
+}
+
+/* *grant_p is raised to the removed object's latest lease grant. b and i
+ * (b NULL: none): the key's removal entry (egm_objects_batch_t), journaled
+ * seen after the object's OBJECT_GONE and before its space can be handed out
+ * again, under the same hold of `space`. */
 static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, int force,
-                                  uint64_t now_ms, uint64_t *grant_p)
+                                  uint64_t now_ms, uint64_t *grant_p, const egm_objects_batch_t *b,
+                                  size_t i)
 {
     egm_status_t status = EGM_OK;
     if (obj == NULL)
@@ -1976,8 +2003,15 @@ static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, 
     if (status != EGM_OK)
         return status;
     uint64_t grant = last_grant_ms(index, obj);
+    int logged = b != NULL && b->log_seqs != NULL && b->log_seqs[i] != 0;
     space_lock(index);
+    int in_slab = logged && b->removal_in_slab != NULL && removal_in_slab(index, obj, b, i);
     status = object_remove_locked(index, obj, now_ms);
+    if (status == EGM_OK && logged) {
+        journal_seen(index, b, i);
+        if (in_slab)
+            b->removal_in_slab[i] = 1;
+    }
     space_unlock(index);
     if (status != EGM_OK)
         return status;
@@ -1998,7 +2032,7 @@ egm_status_t egm__objects_remove(egm_object_index_t *index, const char *key, siz
         *last_grant_ms_p = 0;
     if (status != EGM_OK)
         return status;
-    status = remove_locked(index, obj, force, now_ms, &grant);
+    status = remove_locked(index, obj, force, now_ms, &grant, NULL, 0);
     pthread_mutex_unlock(&sh->lock);
     if (status == EGM_OK && last_grant_ms_p != NULL)
         *last_grant_ms_p = grant;
@@ -2113,7 +2147,7 @@ static egm_status_t batch_run(egm_object_index_t *index, shard_t *sh, const egm_
             s = commit_locked(index, sh, b->keys[i], b->key_lens[i], hash[j], obj, b, i, plan);
             break;
         default:
-            s = remove_locked(index, obj, b->force, b->now_ms, grant_p);
+            s = remove_locked(index, obj, b->force, b->now_ms, grant_p, b, i);
             break;
         }
         status = b->done(b->arg, i, s, v);

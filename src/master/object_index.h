@@ -382,9 +382,9 @@ typedef struct {
     egm_id_t client;                /* PutStart, PutEnd, PutRevoke: the writer */
     const uint64_t *sizes;          /* PutStart, Commit: per key */
     const egm_put_config_t *config; /* PutStart; Commit (its pins) */
-    const uint64_t *slab_ids;       /* Commit: per key */
+    const uint64_t *slab_ids;       /* Commit, Remove (with log_seqs): per key */
     const uint64_t *offsets;        /* Commit: per key, in its slab */
-    /* Commit (optional): per key, its entry in the slab's commit log (0:
+    /* Commit, Remove (optional): per key, its entry in the slab's commit log (0:
      * none); a key refused after its claim is journaled SLAB_SEEN before
      * the claimed range is freed (a new leader must not adopt that entry
      * over whoever is given the range next). */
@@ -393,7 +393,17 @@ typedef struct {
      * the batch journaled as seen (committed, or refused after its claim):
      * egm__objects_slab_seen need not journal it again. */
     uint8_t *log_journaled;
-    int force;         /* Remove */
+    int force; /* Remove */
+    /* Remove (optional, with slab_ids and log_seqs: docs/ha.md "Removes the
+     * pool describes"): per key, its removal entry in the commit log of
+     * slab slab_ids[i] of `client`, which says that the key's object lies in
+     * that slab below removal_below. A key removed is journaled SLAB_SEEN
+     * right after its OBJECT_GONE, before its space is freed (log_journaled
+     * set), and removal_in_slab[i] set to 1 when every replica of the object
+     * lay in the slab's extents (same segment, below removal_below): a new
+     * leader that reads the entry then drops the object. */
+    uint64_t removal_below;
+    uint8_t *removal_in_slab;
     int with_replicas; /* Exist: the view holds the replicas (GetReplicas: always) */
     uint64_t now_ms;
     size_t n;

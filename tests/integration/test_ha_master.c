@@ -538,6 +538,92 @@ static void test_described_commits_survive(void **state)
     assert_int_equal(egm_test_get_seeded(client, "described-0", 1000, 0), EGM_ERR_NOT_FOUND);
 }
 
+/* Removes described by removal entries in the slab that held each object
+ * (docs/ha.md "Removes the pool describes") are answered without the
+ * standby: with it stopped (SIGSTOP), plain removes of the client's own
+ * objects, single and batched, return at once and it stays in the in-sync
+ * set (a remove that waited would have it dropped after half a lease); a key
+ * removed and put again reads its new bytes. The leader is killed and the
+ * standby, let go, takes over: it never received those removes, reads them
+ * from the slab's log, and neither serves a removed object nor loses the
+ * one put after the removal. Without the entries applied, the removed
+ * objects come back at the new leader, and the key put again reads its old
+ * bytes (its new entry loses to the mirror's object). */
+#define REMOVED_KEYS 12
+
+static void test_described_removes_survive(void **state)
+{
+    (void)state;
+    unsigned http_a = 0, http_b = 0;
+    long long epoch_a = pair_in_sync(&http_a, &http_b);
+    client = egm_test_client(&ma, "shm", NULL);
+    assert_non_null(client);
+    char key[64];
+    for (int i = 0; i < REMOVED_KEYS; i++) {
+        snprintf(key, sizeof(key), "gone-%d", i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096, (unsigned)i), EGM_OK);
+        snprintf(key, sizeof(key), "stays-%d", i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096, 100u + (unsigned)i), EGM_OK);
+    }
+    assert_int_equal(egm_test_put_seeded(client, "again", 4096, 1), EGM_OK);
+    double lag = -1; /* B holds every object put so far */
+    for (uint64_t until = egm__now_ms() + WAIT_MS; lag != 0 && egm__now_ms() < until;
+         egm__sleep_ms(20))
+        lag = egm_test_metric(http_a, "egm_master_ha_journal_lag_bytes");
+    assert_true(lag == 0);
+
+    assert_int_equal(egm__process_signal(&mb.master, SIGSTOP), EGM_OK);
+    for (int i = 0; i < REMOVED_KEYS / 2; i++) {
+        snprintf(key, sizeof(key), "gone-%d", i);
+        assert_int_equal(egm_remove(client, key, 0), EGM_OK);
+    }
+    char names[REMOVED_KEYS / 2][64];
+    const char *batch[REMOVED_KEYS / 2];
+    egm_status_t results[REMOVED_KEYS / 2];
+    for (int i = 0; i < REMOVED_KEYS / 2; i++) {
+        snprintf(names[i], sizeof(names[i]), "gone-%d", REMOVED_KEYS / 2 + i);
+        batch[i] = names[i];
+    }
+    assert_int_equal(egm_batch_remove(client, REMOVED_KEYS / 2, batch, 0, results), EGM_OK);
+    for (int i = 0; i < REMOVED_KEYS / 2; i++)
+        assert_int_equal(results[i], EGM_OK);
+    assert_int_equal(egm_remove(client, "again", 0), EGM_OK);
+    assert_int_equal(egm_test_put_seeded(client, "again", 4096, 2), EGM_OK);
+    double described = egm_test_metric(http_a, "egm_master_ha_removes_described_total");
+    fprintf(stderr,
+            "described removes: %.0f answered without waiting (%d removes with the "
+            "standby stopped)\n",
+            described, REMOVED_KEYS / 2 + 2);
+    if (described != REMOVED_KEYS / 2 + 2)
+        fail_msg("%.0f of %d removes were answered without the standby", described,
+                 REMOVED_KEYS / 2 + 2);
+    assert_int_equal(health_number(http_a, "standbys_in_sync"), 1);
+
+    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
+    assert_true(wait_leads(http_b, 0) > epoch_a);
+    egm_status_t got = EGM_ERR_UNREACHABLE;
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         got != EGM_OK && got != EGM_ERR_NOT_FOUND && egm__now_ms() < until; egm__sleep_ms(50))
+        got = egm_test_get_seeded(client, "stays-0", 4096, 100);
+    assert_int_equal(got, EGM_OK);
+    for (int i = 0; i < REMOVED_KEYS; i++) {
+        snprintf(key, sizeof(key), "gone-%d", i);
+        got = egm_test_get_seeded(client, key, 4096, (unsigned)i);
+        if (got != EGM_ERR_NOT_FOUND)
+            fail_msg("%s, removed while the standby was stopped: %s at the new leader", key,
+                     egm_status_string(got));
+        snprintf(key, sizeof(key), "stays-%d", i);
+        assert_int_equal(egm_test_get_seeded(client, key, 4096, 100u + (unsigned)i), EGM_OK);
+    }
+    got = egm_test_get_seeded(client, "again", 4096, 2);
+    if (got != EGM_OK)
+        fail_msg("\"again\", removed and put again while the standby was stopped: %s for its new "
+                 "bytes at the new leader (old bytes: %s)",
+                 egm_status_string(got),
+                 egm_status_string(egm_test_get_seeded(client, "again", 4096, 1)));
+}
+
 /* With ha_early_grants false every SlabGrant waits for the standby: none is
  * answered early where test_described_commits_survive's first one is (a
  * fresh pool, nothing freed), and the objects put in such slabs are served
@@ -907,6 +993,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cut_off_leader_exits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unconfirmed_change_not_acknowledged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_described_commits_survive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_described_removes_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grants_wait_when_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_grant_placed_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unconfirmed_early_slab_failover, setup, teardown),
@@ -915,5 +1002,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deposed_leader_leaves_insync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_etcd_member_loss, setup, teardown),
     };
+    /* EGM_TEST_FILTER: run only the cases it names (cmocka's pattern), e.g. while developing. */
+    if (getenv("EGM_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("EGM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
