@@ -155,7 +155,8 @@ for r in $(seq "$rounds"); do
             python3 -c 'import sys, urllib.request
 for l in urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().splitlines():
     if l.startswith(("egm_master_slab_grants", "egm_master_commits_total", "egm_master_ha_commits",
-                     "egm_master_rpc_duration_seconds_sum", "egm_master_rpc_duration_seconds_count",
+                     "egm_master_ha_removes", "egm_master_rpc_duration_seconds_sum",
+                     "egm_master_rpc_duration_seconds_count",
                      "egm_master_ha_journal_batches", "egm_master_ha_replies_held")):
         print(l)' http://127.0.0.1:$hp/metrics > "$out/metrics-$mode-$r.txt" || true
             kill $provider_pid; wait $provider_pid 2> /dev/null || true

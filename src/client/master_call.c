@@ -47,6 +47,10 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
     return status;
 }
 
+/* Bytes a Remove's removal entries need per key (remove_logged). */
+#define REMOVE_LOG_PER_KEY                                                                         \
+    (3 * sizeof(uint64_t) + sizeof(egm_id_t) + sizeof(Egm__Id) + sizeof(Egm__Id *))
+
 /* A plain Remove that first writes its removal entries into one of this
  * client's slab logs (client/slabs.h egm__wslabs_log_removals): the master
  * may then answer it without waiting for its standbys (docs/ha.md "Removes
@@ -54,14 +58,17 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
 static egm_status_t remove_logged(egm_client_t *client, Egm__KeysRequest *req, size_t n,
                                   const char *const *keys, egm_keys_reply_t **reply_p)
 {
-    uint64_t few[2][16], *seqs = few[0], *torn = few[1];
-    if (n > 16) {
-        seqs = egm_calloc(2 * n, sizeof(*seqs), "client.remove_log");
-        if (seqs == NULL) /* a Remove without them */
-            return egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
-        torn = seqs + n;
-    }
-    egm_wslab_removal_t rm;
+    /* Per key: its entry's seq, a torn one's, its object's offset, and the
+     * segment as an id and as sent. */
+    uint64_t few[(16 * REMOVE_LOG_PER_KEY + 7) / 8];
+    void *mem = n <= 16 ? few : egm_malloc(n * REMOVE_LOG_PER_KEY, "client.remove_log");
+    if (mem == NULL) /* a Remove without them */
+        return egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
+    uint64_t *seqs = mem, *torn = seqs + n;
+    egm_wslab_removal_t rm = {.offsets = torn + n};
+    rm.segments = (egm_id_t *)(rm.offsets + n);
+    Egm__Id *ids = (Egm__Id *)(rm.segments + n);
+    Egm__Id **id_ptrs = (Egm__Id **)(ids + n);
     egm__wslabs_log_removals(client, n, keys, &rm, seqs, torn);
     int any_torn = 0, any_whole = 0;
     for (size_t i = 0; i < n; i++) {
@@ -70,17 +77,23 @@ static egm_status_t remove_logged(egm_client_t *client, Egm__KeysRequest *req, s
     }
     if (rm.slab != NULL && (any_whole || any_torn)) {
         req->log_slab = egm__wslab_id(rm.slab);
-        req->log_below = rm.below;
         req->n_log_seqs = any_whole ? n : 0;
         req->log_seqs = seqs;
         req->n_torn_log_seqs = any_torn ? n : 0;
         req->torn_log_seqs = torn;
+        for (size_t i = 0; i < n; i++) {
+            egm__id_to_pb(rm.segments[i], &ids[i]);
+            id_ptrs[i] = &ids[i];
+        }
+        req->n_log_segments = req->n_log_offsets = n;
+        req->log_segments = id_ptrs;
+        req->log_offsets = rm.offsets;
     }
     egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
     /* Answered: the master noted every entry (a whole-request refusal did not). */
     egm__wslabs_removed(client, &rm, n, keys, seqs, torn, status == EGM_OK);
-    if (seqs != few[0])
-        egm_free(seqs);
+    if (mem != few)
+        egm_free(mem);
     return status;
 }
 

@@ -438,6 +438,7 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
     }
 release:
     if (commit != NULL) {
+        egm__wslabs_remember(client->slabs, n, refs, plan->keys, commit);
         egm__wslabs_release(client->slabs, n, refs, commit, sent_ms);
     } else {
         for (size_t j = 0; j < n; j++) /* released as not committed, one at a time */

@@ -112,24 +112,37 @@ void egm__wslabs_log(struct egm_client *client, size_t n, const egm_wslab_ref_t 
                      const char *const *keys, const uint64_t *sizes,
                      const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs,
                      uint64_t *torn);
+/* Objects this client put in slabs whose places it keeps, at most: a Remove
+ * of one of them names its place in a removal entry. */
+#define EGM_WSLAB_PLACES_MAX 65536
+
 /* A Remove's removal entries (docs/ha.md "Removes the pool describes"): the
- * slab whose log holds them (NULL: none written) and its cursor then. */
+ * slab whose log holds them (NULL: none written), and per key the place of
+ * its object the entry names (segments[i] nil: none known). */
 typedef struct {
     egm_wslab_t *slab;
-    uint64_t below;
+    egm_id_t *segments;
+    uint64_t *offsets;
 } egm_wslab_removal_t;
 
-/* Before a plain Remove of keys[0..n): writes a removal entry per key into
- * the commit log of this client's most recently used open slab that keeps
- * one (every extent over shared memory, its grant not answered early, room
- * for n entries), in every extent, each saying that the key's object, if it
- * lies in that slab, lies below the slab's cursor (rm->below); the slab is
- * held until egm__wslabs_removed. The master answers such a Remove without
- * waiting for its standbys when each object lay there (a new leader reads
- * the entries and drops the objects). seqs[i]: key i's entry, or 0 (none: a
- * key longer than an entry holds); torn[i]: the seq of an entry whose write
- * failed (the log ends there; the master notes it seen), else 0. rm->slab
- * NULL when no slab could take them (nothing written). */
+/* After a Commit of refs[0..n) (commit[i]: key i's answer): each key
+ * committed in a slab is remembered with its place (its first replica's
+ * segment and offset), for its Remove. */
+void egm__wslabs_remember(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
+                          const char *const *keys, const egm_status_t *commit);
+/* Before a plain Remove of keys[0..n) (rm->segments and rm->offsets: room
+ * for n each): for each key this client put in a slab and remembers (the
+ * place is forgotten then), writes a removal entry naming the key and its
+ * object's place into the commit log of this client's most recently used
+ * open slab that keeps one (every extent over shared memory, its grant not
+ * answered early, room for n entries), in every extent; the slab is held
+ * until egm__wslabs_removed. The master answers such a Remove without
+ * waiting for its standbys when every entry names its object and lies on
+ * the object's providers (a new leader reads the entries and drops the
+ * objects). seqs[i]: key i's entry, or 0 (none: no place known, or a key
+ * longer than a removal entry holds); torn[i]: the seq of an entry whose
+ * write failed (the log ends there; the master notes it seen), else 0.
+ * rm->slab NULL when no slab could take them (nothing written). */
 void egm__wslabs_log_removals(struct egm_client *client, size_t n, const char *const *keys,
                               egm_wslab_removal_t *rm, uint64_t *seqs, uint64_t *torn);
 /* After the Remove that carried them: answered, when the master took the

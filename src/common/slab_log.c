@@ -16,13 +16,20 @@ uint64_t egm__slab_log_at(uint64_t extent_size, uint64_t seq)
     return extent_size - seq * EGM_SLAB_LOG_ENTRY;
 }
 
-/* A put has a size; a removal or a void entry has none, nor pins. */
+/* A put has a size; a removal or a void entry has none, nor pins, and a
+ * shorter key (its segment follows it). */
 static int kind_ok(const egm_slab_log_entry_t *e)
 {
     if (e->kind == EGM_SLAB_LOG_PUT)
-        return e->size != 0;
+        return e->size != 0 && e->key_len <= EGM_SLAB_LOG_KEY_MAX;
     return (e->kind == EGM_SLAB_LOG_REMOVE || e->kind == EGM_SLAB_LOG_VOID) && e->size == 0 &&
-           !e->soft_pin && !e->hard_pin;
+           !e->soft_pin && !e->hard_pin && e->key_len <= EGM_SLAB_LOG_REMOVE_KEY_MAX;
+}
+
+/* Bytes after the key: a removal's segment. */
+static size_t tail_of(uint8_t kind)
+{
+    return kind == EGM_SLAB_LOG_PUT ? 0 : 16;
 }
 
 egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
@@ -34,7 +41,7 @@ egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
                               "no pins)",
                               e->key_len, EGM_SLAB_LOG_KEY_MAX, (unsigned long long)e->seq,
                               (unsigned)e->kind, (unsigned long long)e->size);
-    uint32_t body = BODY_FIXED + (uint32_t)e->key_len;
+    uint32_t body = BODY_FIXED + (uint32_t)(e->key_len + tail_of(e->kind));
     memset(out, 0, EGM_SLAB_LOG_ENTRY);
     egm__wire_put_u32(out, MAGIC);
     egm__wire_put_u32(out + 4, body);
@@ -47,6 +54,8 @@ egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
     b[33] = e->kind;
     egm__wire_put_u16(b + 34, (uint16_t)e->key_len);
     memcpy(b + BODY_FIXED, e->key, e->key_len);
+    if (tail_of(e->kind) != 0)
+        egm__wire_put_id(b + BODY_FIXED + e->key_len, e->segment);
     egm__wire_put_u64(out + 8, egm__hashmap_hash(b, body));
     return EGM_OK;
 }
@@ -59,8 +68,8 @@ int egm__slab_log_decode(const uint8_t *in, uint64_t slab_id, uint64_t seq, egm_
     const uint8_t *b = in + 16;
     if (egm__wire_get_u64(in + 8) != egm__hashmap_hash(b, body))
         return 0;
-    size_t key_len = egm__wire_get_u16(b + 34);
-    if (key_len != body - BODY_FIXED || egm__wire_get_u64(b) != slab_id ||
+    size_t key_len = egm__wire_get_u16(b + 34), tail = tail_of(b[33]);
+    if (key_len + tail != body - BODY_FIXED || egm__wire_get_u64(b) != slab_id ||
         egm__wire_get_u64(b + 8) != seq)
         return 0;
     *e = (egm_slab_log_entry_t){.kind = b[33],
@@ -72,5 +81,7 @@ int egm__slab_log_decode(const uint8_t *in, uint64_t slab_id, uint64_t seq, egm_
                                 .hard_pin = (b[32] >> 1) & 1,
                                 .key = (const char *)b + BODY_FIXED,
                                 .key_len = key_len};
+    if (tail != 0)
+        e->segment = egm__wire_get_id(b + BODY_FIXED + key_len);
     return kind_ok(e);
 }

@@ -17,11 +17,12 @@
  *   u32 0, key (at byte 56).
  * kind 0 (EGM_SLAB_LOG_PUT) describes an object placed at offset, of size > 0
  * bytes. kind 1 (EGM_SLAB_LOG_REMOVE) says that the writer removed the key's
- * object lying in this slab below offset (its cursor when it wrote the entry;
- * size 0, no pins): a new leader drops that object, and the key's PUT entries
- * of lower seqs in this slab (docs/ha.md "Removes the pool describes"). kind 2
- * (EGM_SLAB_LOG_VOID, size 0) is an entry that says nothing: a removal whose
- * request got no answer, overwritten so that no later leader applies it.
+ * object that has a replica at `offset` of segment `segment` (16 bytes after
+ * the key; size 0, no pins), wherever that lies: a new leader drops that
+ * object, and adopts no PUT entry of the key placed there (docs/ha.md
+ * "Removes the pool describes"). kind 2 (EGM_SLAB_LOG_VOID, as a removal) is
+ * an entry that says nothing: a removal whose request got no answer,
+ * overwritten so that no later leader applies it.
  * An entry that is torn, of another slab, or at another place than its seq
  * says does not decode. Pure functions; thread-safe. */
 #ifndef EGM_COMMON_SLAB_LOG_H
@@ -30,11 +31,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <egmstore/status.h>
+#include "common/id.h"
 
 #define EGM_SLAB_LOG_ENTRY 256
 #define EGM_SLAB_LOG_HEADER 56
 /* Longest key an entry holds; a longer one's Commit waits for the standby. */
 #define EGM_SLAB_LOG_KEY_MAX (EGM_SLAB_LOG_ENTRY - EGM_SLAB_LOG_HEADER)
+/* A removal also holds its object's segment id after the key. */
+#define EGM_SLAB_LOG_REMOVE_KEY_MAX (EGM_SLAB_LOG_KEY_MAX - 16)
 
 #define EGM_SLAB_LOG_PUT 0
 #define EGM_SLAB_LOG_REMOVE 1
@@ -44,7 +48,8 @@ typedef struct {
     uint8_t kind; /* EGM_SLAB_LOG_PUT (0), _REMOVE or _VOID */
     uint64_t slab_id;
     uint64_t seq;
-    uint64_t offset; /* in the extent */
+    uint64_t offset;  /* PUT: in the extent; REMOVE, VOID: in `segment` */
+    egm_id_t segment; /* REMOVE, VOID: where a replica of the object removed lies */
     uint64_t size;
     uint8_t soft_pin, hard_pin;
     const char *key; /* into the decoded bytes (encode: the caller's) */
@@ -55,8 +60,9 @@ typedef struct {
  * not fit (seq 0, or past the extent's start). */
 uint64_t egm__slab_log_at(uint64_t extent_size, uint64_t seq);
 /* Writes e into out[0..EGM_SLAB_LOG_ENTRY). EGM_ERR_INVALID_ARG for a key of
- * 0 or more than EGM_SLAB_LOG_KEY_MAX bytes, seq 0, an unknown kind, a PUT
- * of size 0, or a REMOVE or VOID with a size or pins. */
+ * 0 or more than EGM_SLAB_LOG_KEY_MAX bytes (EGM_SLAB_LOG_REMOVE_KEY_MAX for
+ * a REMOVE or VOID), seq 0, an unknown kind, a PUT of size 0, or a REMOVE or
+ * VOID with a size or pins. */
 egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out);
 /* Decodes the entry of slab slab_id at seq from in[0..EGM_SLAB_LOG_ENTRY):
  * 1 when it is one (e filled, its key pointing into in), 0 otherwise. */

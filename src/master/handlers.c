@@ -337,16 +337,18 @@ typedef struct {
     const uint64_t *seen; /* the entry to note seen (commit_seqs.h), NULL: none */
     uint64_t *seen_owned;
     uint64_t *slab_ids; /* log_slab for each key */
+    egm_id_t *segments; /* where each entry says its object lies */
     uint8_t *journaled; /* the batch journaled it seen */
-    uint8_t *in_slab;   /* the object lay in log_slab below log_below */
+    uint8_t *placed;    /* the entry describes the object removed */
 } removal_entries_t;
 
 static void removal_entries_free(removal_entries_t *rm)
 {
     egm_free(rm->seen_owned);
     egm_free(rm->slab_ids);
+    egm_free(rm->segments);
     egm_free(rm->journaled);
-    egm_free(rm->in_slab);
+    egm_free(rm->placed);
 }
 
 /* Readies b to journal each key's removal entry seen, and to say whether the
@@ -360,6 +362,11 @@ static egm_status_t removal_entries(removal_entries_t *rm, const Egm__KeysReques
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "log_slab: 0 with log_seqs or torn_log_seqs (the slab whose log "
                               "holds the removal entries must be named)");
+    if (req->n_log_segments != req->n_keys || req->n_log_offsets != req->n_keys)
+        return egm__set_error(EGM_ERR_INVALID_ARG,
+                              "log_segments, log_offsets: %zu and %zu values for %zu keys (one "
+                              "each per key with removal entries)",
+                              req->n_log_segments, req->n_log_offsets, req->n_keys);
     egm_status_t status =
         egm__commit_seen_seqs(req->n_keys, req->log_seqs, req->n_log_seqs, req->torn_log_seqs,
                               req->n_torn_log_seqs, &rm->seen, &rm->seen_owned);
@@ -367,27 +374,31 @@ static egm_status_t removal_entries(removal_entries_t *rm, const Egm__KeysReques
         return status;
     size_t n = req->n_keys ? req->n_keys : 1;
     rm->slab_ids = egm_malloc(n * sizeof(*rm->slab_ids), "master.remove_log");
+    rm->segments = egm_calloc(n, sizeof(*rm->segments), "master.remove_log");
     rm->journaled = egm_calloc(n, 1, "master.remove_log");
-    rm->in_slab = egm_calloc(n, 1, "master.remove_log");
-    if (rm->slab_ids == NULL || rm->journaled == NULL || rm->in_slab == NULL)
+    rm->placed = egm_calloc(n, 1, "master.remove_log");
+    if (rm->slab_ids == NULL || rm->segments == NULL || rm->journaled == NULL || rm->placed == NULL)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory for a Remove of %zu keys",
                               req->n_keys);
-    for (size_t i = 0; i < req->n_keys; i++)
+    for (size_t i = 0; i < req->n_keys; i++) {
         rm->slab_ids[i] = req->log_slab;
+        rm->segments[i] = egm__id_from_pb(req->log_segments[i]);
+    }
     b->slab_ids = rm->slab_ids;
     b->log_seqs = rm->seen;
     b->log_journaled = rm->journaled;
-    b->removal_below = req->log_below;
-    b->removal_in_slab = rm->in_slab;
+    b->removal_segments = rm->segments;
+    b->removal_offsets = req->log_offsets;
+    b->removal_placed = rm->placed;
     return EGM_OK;
 }
 
 /* After the batch: every entry noted seen (a new leader reads the log past
  * it); whether the Remove may be answered before the standbys hold it: every
- * key removed, each with a whole entry in the slab that held its object, a
- * log the standbys know is kept (*wait_pos_p as egm__objects_slab_seen
- * says), and not forced (a force remove may hold a leased object's space:
- * that waits as before). */
+ * key removed, each with a whole entry that describes its object, in a log
+ * the standbys know is kept (*wait_pos_p as egm__objects_slab_seen says),
+ * and not forced (a force remove may hold a leased object's space: that
+ * waits as before). */
 static int removal_described(egm_master_state_t *st, const removal_entries_t *rm,
                              const Egm__KeysRequest *req, const egm_objects_batch_t *b,
                              const outcomes_t *oc, uint64_t *wait_pos_p)
@@ -396,7 +407,7 @@ static int removal_described(egm_master_state_t *st, const removal_entries_t *rm
                                        rm->journaled, wait_pos_p);
     int described = known && !req->force && req->n_log_seqs == req->n_keys;
     for (size_t i = 0; i < req->n_keys && described; i++)
-        described = req->log_seqs[i] != 0 && rm->in_slab[i] && oc->out[i].status == EGM_OK;
+        described = req->log_seqs[i] != 0 && rm->placed[i] && oc->out[i].status == EGM_OK;
     return described;
 }
 

@@ -347,20 +347,26 @@ static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t
 
 #define LOG_CHUNK 64 /* entries read at once */
 
-/* A removal entry found in a slab log (common/slab_log.h), its key owned. */
+/* A removal entry found in a slab log (common/slab_log.h), its key owned:
+ * the object removed had a replica at offset of segment. */
 typedef struct {
     char *key;
     size_t key_len;
-    const mslab_t *slab;
-    uint64_t seq;
-    uint64_t below; /* the object it removes lay in the slab below this offset */
+    egm_id_t segment;
+    uint64_t offset;
 } removal_t;
 
+/* Where a found object's entry was: its slab, and the object's offset there. */
+typedef struct {
+    const mslab_t *slab;
+    uint64_t offset;
+} found_at_t;
+
 /* What slab logs say that this standby had not confirmed: objects (their
- * keys owned; where each entry was in slab_of and seq_of) and removals. */
+ * keys owned; where each lies in at[]) and removals. */
 typedef struct {
     egm_adopt_object_t *v;
-    uint64_t *slab_of, *seq_of;
+    found_at_t *at;
     size_t n, cap;
     removal_t *rm;
     size_t n_rm, cap_rm;
@@ -373,8 +379,7 @@ static void found_free(found_t *f)
     for (size_t i = 0; i < f->n; i++)
         egm_free((void *)f->v[i].key);
     egm_free(f->v);
-    egm_free(f->slab_of);
-    egm_free(f->seq_of);
+    egm_free(f->at);
     for (size_t i = 0; i < f->n_rm; i++)
         egm_free(f->rm[i].key);
     egm_free(f->rm);
@@ -392,7 +397,7 @@ static char *key_copy(const char *key, size_t len)
 }
 
 /* A removal entry, kept for found_settle. */
-static egm_status_t removal_add(const mslab_t *s, const egm_slab_log_entry_t *e, found_t *f)
+static egm_status_t removal_add(const egm_slab_log_entry_t *e, found_t *f)
 {
     if (f->n_rm == f->cap_rm) {
         size_t cap = f->cap_rm < 16 ? 16 : 2 * f->cap_rm;
@@ -405,8 +410,8 @@ static egm_status_t removal_add(const mslab_t *s, const egm_slab_log_entry_t *e,
     char *key = key_copy(e->key, e->key_len);
     if (key == NULL)
         return no_memory();
-    f->rm[f->n_rm++] = (removal_t){
-        .key = key, .key_len = e->key_len, .slab = s, .seq = e->seq, .below = e->offset};
+    f->rm[f->n_rm++] =
+        (removal_t){.key = key, .key_len = e->key_len, .segment = e->segment, .offset = e->offset};
     return EGM_OK;
 }
 
@@ -432,32 +437,25 @@ static egm_status_t found_add(const mslab_t *s, egm_segment_table_t *segments,
     if (egm__seq_set_has(&s->seen, e->seq) || e->kind == EGM_SLAB_LOG_VOID)
         return EGM_OK;
     if (e->kind == EGM_SLAB_LOG_REMOVE)
-        return removal_add(s, e, f);
+        return removal_add(e, f);
     if (e->offset % EGM_OBJECT_ALIGN != 0 || e->offset > log_at || e->size > log_at - e->offset)
         return EGM_OK;
     if (f->n == f->cap) {
         size_t cap = f->cap < 64 ? 64 : 2 * f->cap;
         egm_adopt_object_t *v = egm_realloc(f->v, cap * sizeof(*v), "master.mirror_found");
-        uint64_t *slab_of =
-            v == NULL ? NULL
-                      : egm_realloc(f->slab_of, cap * sizeof(uint64_t), "master.mirror_found");
+        found_at_t *at =
+            v == NULL ? NULL : egm_realloc(f->at, cap * sizeof(*at), "master.mirror_found");
         if (v != NULL)
             f->v = v;
-        if (slab_of != NULL)
-            f->slab_of = slab_of;
-        uint64_t *seq_of =
-            slab_of == NULL ? NULL
-                            : egm_realloc(f->seq_of, cap * sizeof(uint64_t), "master.mirror_found");
-        if (seq_of == NULL)
+        if (at == NULL)
             return no_memory();
-        f->seq_of = seq_of;
+        f->at = at;
         f->cap = cap;
     }
     char *key = key_copy(e->key, e->key_len);
     if (key == NULL)
         return no_memory();
-    f->slab_of[f->n] = s->id;
-    f->seq_of[f->n] = e->seq;
+    f->at[f->n] = (found_at_t){.slab = s, .offset = e->offset};
     egm_adopt_object_t *a = &f->v[f->n++];
     *a = (egm_adopt_object_t){.key = key,
                               .key_len = e->key_len,
@@ -559,44 +557,40 @@ static egm_status_t read_logs(egm_mirror_t *m, egm_segment_table_t *segments,
     return status;
 }
 
-/* Whether the mirror's object (op) lay in slab s below `below`: every
- * replica at one place in the slab's extents (one each). */
-static int object_in_slab(const egm_jop_t *op, const mslab_t *s, uint64_t below)
+/* Whether the mirror's object (op) has a replica where removal x says. */
+static int object_named(const egm_jop_t *op, const removal_t *x)
 {
-    if (op->n_replicas != s->n || op->placed != s->n)
-        return 0;
-    for (uint32_t i = 0; i < op->n_replicas; i++) {
-        uint64_t off = op->replica_offset[i], at = UINT64_MAX;
-        for (uint32_t x = 0; x < s->n && at == UINT64_MAX; x++)
-            if (egm__id_equal(op->replica_segment[i], s->segment[x]) && off >= s->base[x])
-                at = off - s->base[x];
-        if (at >= below || op->size > below - at)
-            return 0;
-    }
-    return 1;
+    for (uint32_t i = 0; i < op->n_replicas; i++)
+        if (egm__id_equal(op->replica_segment[i], x->segment) && op->replica_offset[i] == x->offset)
+            return 1;
+    return 0;
 }
 
-/* Whether a removal entry in the same slab, of a later seq, names the key of
- * object k (the writer removed it after it wrote it). */
-static int removed_after(const found_t *f, size_t k)
+/* Whether a removal names found object k: its key, and a place in an extent
+ * of its slab where the object lies. */
+static int removed(const found_t *f, size_t k)
 {
     const egm_adopt_object_t *a = &f->v[k];
+    const mslab_t *s = f->at[k].slab;
     for (size_t r = 0; r < f->n_rm; r++) {
         const removal_t *x = &f->rm[r];
-        if (x->slab->id == f->slab_of[k] && x->seq > f->seq_of[k] && x->key_len == a->key_len &&
-            memcmp(x->key, a->key, a->key_len) == 0)
-            return 1;
+        if (x->key_len != a->key_len || memcmp(x->key, a->key, a->key_len) != 0)
+            continue;
+        for (uint32_t e = 0; e < s->n; e++)
+            if (egm__id_equal(s->segment[e], x->segment) &&
+                s->base[e] + f->at[k].offset == x->offset)
+                return 1;
     }
     return 0;
 }
 
 /* Applies what the logs say (docs/ha.md "Removes the pool describes"): each
- * removal drops the mirror's object of its key when that object lay in its
- * slab below its offset (the removal came after whatever the mirror holds
- * of the key: a later change of the key would have come with the removal's
- * seq noted); then an object found is kept unless a later removal in its
- * slab names its key, the mirror holds its key, or another entry gave it
- * first. */
+ * removal drops the mirror's object of its key that has a replica where it
+ * says; then an object found is kept unless a removal names it (its key and
+ * its place), the mirror holds its key, or another entry gave it first. A
+ * place names one object at a time: its space is handed out again only once
+ * the standbys confirmed the removal, and a new leader does not read a
+ * removal they confirmed. */
 static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
 {
     for (size_t r = 0; r < f->n_rm; r++) {
@@ -606,7 +600,7 @@ static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
         if (rec == NULL)
             continue;
         record_op(rec, &op);
-        if (object_in_slab(&op, x->slab, x->below)) {
+        if (object_named(&op, x)) {
             drop(m->objects, x->key, x->key_len);
             f->dropped++;
         }
@@ -614,7 +608,7 @@ static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
     size_t kept = 0;
     for (size_t k = 0; k < f->n; k++) {
         egm_adopt_object_t *a = &f->v[k];
-        if ((f->n_rm > 0 && removed_after(f, k)) ||
+        if ((f->n_rm > 0 && removed(f, k)) ||
             egm__hashmap_get(m->objects, a->key, a->key_len) != NULL ||
             egm__hashmap_get(f->keys, a->key, a->key_len) != NULL) {
             egm_free((void *)a->key);
@@ -626,8 +620,7 @@ static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
             f->n = kept;
             return no_memory();
         }
-        f->slab_of[kept] = f->slab_of[k];
-        f->seq_of[kept] = f->seq_of[k];
+        f->at[kept] = f->at[k];
         f->v[kept++] = *a;
     }
     f->n = kept;

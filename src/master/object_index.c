@@ -1961,27 +1961,31 @@ static egm_status_t object_remove_locked(egm_object_index_t *index, egm_object_t
     return EGM_OK;
 }
 
-/* Whether every replica of obj lies in an extent of the slab its removal
- * entry names (b->slab_ids[i] of b->client), below b->removal_below (one
- * extent each: a slab's extents are on distinct segments): the entry then
- * describes obj to a new leader. With its shard and `space` locked. */
-static int removal_in_slab(egm_object_index_t *index, const egm_object_t *obj,
-                           const egm_objects_batch_t *b, size_t i)
+/* Whether the removal entry of key i (b: egm_objects_batch_t) describes obj:
+ * obj has a replica where the entry says, and every live replica lies on a
+ * provider that holds an extent of the slab whose log holds the entry (so
+ * the entry outlives the object). With its shard and `space` locked. */
+static int removal_placed(egm_object_index_t *index, const egm_object_t *obj,
+                          const egm_objects_batch_t *b, size_t i)
 {
     egm_slab_t *slab;
-    if (egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab) != EGM_OK ||
-        obj->n_replicas != slab->n_extents || obj->n_live != obj->n_replicas)
+    int named = 0;
+    if (egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab) != EGM_OK)
         return 0;
     for (uint32_t r = 0; r < obj->n_replicas; r++) {
-        uint64_t off = egm__replica_offset(&obj->replicas[r]), at = UINT64_MAX;
-        for (uint32_t x = 0; x < slab->n_extents && at == UINT64_MAX; x++)
-            if (obj->replicas[r].segment == slab->extents[x].segment &&
-                obj->replicas[r].segment != NULL && off >= slab->extents[x].base)
-                at = off - slab->extents[x].base;
-        if (at >= b->removal_below || obj->size > b->removal_below - at)
+        const egm_segment_t *seg = obj->replicas[r].segment;
+        if (seg == NULL)
+            continue;
+        named |= egm__id_equal(seg->desc.id, b->removal_segments[i]) &&
+                 egm__replica_offset(&obj->replicas[r]) == b->removal_offsets[i];
+        int held = 0;
+        for (uint32_t x = 0; x < slab->n_extents && !held; x++)
+            held = slab->extents[x].segment != NULL &&
+                   egm__id_equal(slab->extents[x].segment->desc.owner, seg->desc.owner);
+        if (!held)
             return 0;
     }
-    return 1;
+    return named;
 }
 
 /* *grant_p is raised to the removed object's latest lease grant. b and i
@@ -2005,12 +2009,12 @@ static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, 
     uint64_t grant = last_grant_ms(index, obj);
     int logged = b != NULL && b->log_seqs != NULL && b->log_seqs[i] != 0;
     space_lock(index);
-    int in_slab = logged && b->removal_in_slab != NULL && removal_in_slab(index, obj, b, i);
+    int placed = logged && b->removal_placed != NULL && removal_placed(index, obj, b, i);
     status = object_remove_locked(index, obj, now_ms);
     if (status == EGM_OK && logged) {
         journal_seen(index, b, i);
-        if (in_slab)
-            b->removal_in_slab[i] = 1;
+        if (placed)
+            b->removal_placed[i] = 1;
     }
     space_unlock(index);
     if (status != EGM_OK)

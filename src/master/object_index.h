@@ -396,14 +396,16 @@ typedef struct {
     int force; /* Remove */
     /* Remove (optional, with slab_ids and log_seqs: docs/ha.md "Removes the
      * pool describes"): per key, its removal entry in the commit log of
-     * slab slab_ids[i] of `client`, which says that the key's object lies in
-     * that slab below removal_below. A key removed is journaled SLAB_SEEN
-     * right after its OBJECT_GONE, before its space is freed (log_journaled
-     * set), and removal_in_slab[i] set to 1 when every replica of the object
-     * lay in the slab's extents (same segment, below removal_below): a new
-     * leader that reads the entry then drops the object. */
-    uint64_t removal_below;
-    uint8_t *removal_in_slab;
+     * slab slab_ids[i] of `client`, which says that a replica of the key's
+     * object lies at removal_offsets[i] of segment removal_segments[i]. A key
+     * removed is journaled SLAB_SEEN right after its OBJECT_GONE, before its
+     * space is freed (log_journaled set), and removal_placed[i] set to 1 when
+     * the object had a replica there and every live replica lay on a provider
+     * of one of the slab's extents (the entry is then as durable as the
+     * object): a new leader that reads the entry drops the object. */
+    const egm_id_t *removal_segments;
+    const uint64_t *removal_offsets;
+    uint8_t *removal_placed;
     int with_replicas; /* Exist: the view holds the replicas (GetReplicas: always) */
     uint64_t now_ms;
     size_t n;

@@ -774,15 +774,17 @@ static void slab_logs_case(int failing)
     egm__master_state_cleanup(&dst);
 }
 
-/* Entry seq of kind `kind` (a removal or void: offset = below, no size),
- * in both extents of the slab at base. */
+/* Entry seq of kind `kind` in both extents of the slab at base: a put of
+ * size bytes at offset in the slab, or a removal or void entry naming the
+ * place (segment, offset) of the object it removes. */
 static void log_kind_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, const char *key,
-                        uint64_t offset, uint64_t size)
+                        egm_id_t segment, uint64_t offset, uint64_t size)
 {
     egm_slab_log_entry_t e = {.kind = kind,
                               .slab_id = id,
                               .seq = seq,
                               .offset = offset,
+                              .segment = segment,
                               .size = size,
                               .key = key,
                               .key_len = strlen(key)};
@@ -793,16 +795,16 @@ static void log_kind_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, 
 }
 
 /* Removals the pool describes (docs/ha.md "Removes the pool describes"):
- * the mirror holds "old", "outside" and "noted" in a slab's extents (2
- * replicas each); its log in the pool says: 1 REMOVE old below `below`
- * (old lies below it), 2 PUT old again further on, 3 PUT gone, 4 REMOVE
- * gone, 5 REMOVE outside below `below` (outside lies past it: placed after
- * the removal was written), 6 PUT kept, 7 VOID kept (says nothing), 8
- * REMOVE noted (seen: the standby has what followed it). Taking over: old
- * from entry 2, not the mirror's; gone absent; outside, noted and kept
- * there. With `apply` 0 the removal entries are made void: old is then the
- * mirror's and gone is adopted (the control: what the test sees without
- * removals applied). */
+ * the mirror holds "old", "outside" and "noted" (2 replicas each, put
+ * before the slab); the slab's log in the pool says: 1 REMOVE old at its
+ * place (its second replica's), 2 PUT old again in the slab, 3 PUT gone, 4
+ * REMOVE gone at its place (the slab's second extent), 5 REMOVE outside at
+ * a place it does not lie (noted's), 6 PUT kept, 7 VOID kept (says
+ * nothing), 8 REMOVE noted at its place (seen: the standby has what followed
+ * it). Taking over: old from entry 2, not the mirror's; gone absent;
+ * outside, noted and kept there. With `apply` 0 the removals are void
+ * entries: old is then the mirror's and gone is adopted (the control: what
+ * a new leader does without them). */
 static void slab_removals_case(int apply)
 {
     egm_master_state_t src, dst;
@@ -822,24 +824,15 @@ static void slab_removals_case(int apply)
             egm__objects_put_start(src.objects, writer, keys[i], len, 100, 2, 0, &v[i]), EGM_OK);
         assert_int_equal(egm__objects_put_end(src.objects, writer, keys[i], len, 0), EGM_OK);
         assert_int_equal(v[i].n_replicas, 2);
+        assert_true(v[i].replicas[0].offset + 100 <= SLAB_BASE);
     }
-    /* The slab starts where "old" lies, in each segment; the others after it. */
-    uint64_t base[2];
-    for (int r = 0; r < 2; r++) {
-        int seg0 = v[0].replicas[r].segment == s0;
-        base[seg0 ? 0 : 1] = v[0].replicas[r].offset;
-    }
-    assert_int_equal(base[0], base[1]); /* one base for both extents: the fake log's */
-    uint64_t rel_outside = v[1].replicas[0].offset - base[0];
-    uint64_t rel_noted = v[2].replicas[0].offset - base[0];
-    assert_true(rel_outside >= 100 && rel_noted > rel_outside && base[0] + SLAB_SIZE <= POOL_SEG);
     egm_slab_t slab = {
         .id = 0x7eed,
         .owner = egm__id_random(),
         .size = SLAB_SIZE,
         .n_extents = 2,
         .logged = 1,
-        .extents = {{.segment = s0, .base = base[0]}, {.segment = s1, .base = base[0]}}};
+        .extents = {{.segment = s0, .base = SLAB_BASE}, {.segment = s1, .base = SLAB_BASE}}};
     egm_jbuf_t b = {0};
     egm__jenc_segment(&b, s0);
     egm__jenc_segment(&b, s1);
@@ -852,15 +845,17 @@ static void slab_removals_case(int apply)
     assert_int_equal(egm__mirror_create(&m), EGM_OK);
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, 0, b.len, b.buf, b.len, 1000), EGM_OK);
     uint8_t removal = apply ? EGM_SLAB_LOG_REMOVE : EGM_SLAB_LOG_VOID;
-    uint64_t far = 8192; /* past every object of the mirror */
-    log_kind_at(base[0], slab.id, 1, removal, "old", rel_outside, 0);
-    log_kind_at(base[0], slab.id, 2, EGM_SLAB_LOG_PUT, "old", far, 200);
-    log_kind_at(base[0], slab.id, 3, EGM_SLAB_LOG_PUT, "gone", far + 256, 100);
-    log_kind_at(base[0], slab.id, 4, removal, "gone", far + 512, 0);
-    log_kind_at(base[0], slab.id, 5, removal, "outside", rel_outside, 0);
-    log_kind_at(base[0], slab.id, 6, EGM_SLAB_LOG_PUT, "kept", far + 512, 100);
-    log_kind_at(base[0], slab.id, 7, EGM_SLAB_LOG_VOID, "kept", far + 512, 0);
-    log_kind_at(base[0], slab.id, 8, removal, "noted", rel_noted + 128, 0);
+    egm_id_t none = {0};
+    const egm_replica_view_t *old = &v[0].replicas[1], *noted = &v[2].replicas[0];
+    log_kind_at(SLAB_BASE, slab.id, 1, removal, "old", old->segment->desc.id, old->offset, 0);
+    log_kind_at(SLAB_BASE, slab.id, 2, EGM_SLAB_LOG_PUT, "old", none, 0, 200);
+    log_kind_at(SLAB_BASE, slab.id, 3, EGM_SLAB_LOG_PUT, "gone", none, 256, 100);
+    log_kind_at(SLAB_BASE, slab.id, 4, removal, "gone", s1->desc.id, SLAB_BASE + 256, 0);
+    log_kind_at(SLAB_BASE, slab.id, 5, removal, "outside", noted->segment->desc.id, noted->offset,
+                0);
+    log_kind_at(SLAB_BASE, slab.id, 6, EGM_SLAB_LOG_PUT, "kept", none, 512, 100);
+    log_kind_at(SLAB_BASE, slab.id, 7, EGM_SLAB_LOG_VOID, "kept", s0->desc.id, SLAB_BASE + 512, 0);
+    log_kind_at(SLAB_BASE, slab.id, 8, removal, "noted", noted->segment->desc.id, noted->offset, 0);
 
     egm_pool_reader_t reader = {.fn = pool_read};
     size_t adopted = 0, skipped = 0, recovered = 0;
@@ -870,16 +865,16 @@ static void slab_removals_case(int apply)
     check(&dst);
     egm_object_view_t got;
     assert_int_equal(egm__objects_stat(dst.objects, "old", 3, &got), EGM_OK);
-    /* applied: entry 2's object (200 bytes, at far); else the mirror's */
+    /* applied: entry 2's object (200 bytes, at the slab's start); else the mirror's */
     assert_int_equal(got.size, apply ? 200 : 100);
-    assert_int_equal(got.replicas[0].offset, apply ? base[0] + far : v[0].replicas[0].offset);
+    assert_int_equal(got.replicas[0].offset, apply ? SLAB_BASE : v[0].replicas[0].offset);
     assert_int_equal(egm__objects_stat(dst.objects, "gone", 4, &got),
                      apply ? EGM_ERR_NOT_FOUND : EGM_OK);
     assert_int_equal(egm__objects_stat(dst.objects, "outside", 7, &got), EGM_OK);
     assert_int_equal(got.replicas[0].offset, v[1].replicas[0].offset);
     assert_int_equal(egm__objects_stat(dst.objects, "noted", 5, &got), EGM_OK);
     assert_int_equal(egm__objects_stat(dst.objects, "kept", 4, &got), EGM_OK);
-    assert_int_equal(got.replicas[0].offset, base[0] + far + 512);
+    assert_int_equal(got.replicas[0].offset, SLAB_BASE + 512);
     assert_int_equal(recovered, 2); /* old and kept, or gone and kept */
     assert_int_equal(adopted, apply ? 4 : 5);
     egm__mirror_destroy(m);
