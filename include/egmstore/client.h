@@ -230,9 +230,12 @@ EGM_API egm_status_t egm_size(egm_client_t *client, const char *key, uint64_t *s
  * force. A force remove returns only once no client can serve the key from a
  * cached location any more: it waits as long as the master says (up to its
  * location_cache_ms; nothing when no force-removed key was read lately),
- * whatever the answer (docs/consistency.md). Any thread. Errors: EGM_ERR_INVALID_ARG (client NULL),
- * EGM_ERR_INVALID_KEY, EGM_ERR_NOT_FOUND, EGM_ERR_HAS_LEASE,
- * EGM_ERR_NOT_READY, the master call errors. */
+ * whatever the answer (docs/consistency.md). Without force, for an object
+ * this client put in one of its slabs, a removal entry written into its
+ * slab's log first lets a master with standbys answer without waiting for
+ * them (docs/ha.md "Removes the pool describes"). Any thread. Errors:
+ * EGM_ERR_INVALID_ARG (client NULL), EGM_ERR_INVALID_KEY, EGM_ERR_NOT_FOUND,
+ * EGM_ERR_HAS_LEASE, EGM_ERR_NOT_READY, the master call errors. */
 EGM_API egm_status_t egm_remove(egm_client_t *client, const char *key, int force);
 /* Removes every object of the store (every client's), skipping those under a
  * read lease or still being written unless force; *removed_p (may be NULL)
