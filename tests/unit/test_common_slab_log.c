@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/hashmap.h"
 #include "common/slab_log.h"
 
 static void test_place(void **state)
@@ -87,11 +88,79 @@ static void test_round_trip_and_refusals(void **state)
     assert_int_equal(d.key[0], 'a');
 }
 
+/* A removal (kind 1) and a void entry (kind 2) carry the place of the object
+ * they remove (a segment id after the key, so a shorter key) and no size
+ * nor pins; a put's kind is 0 (entries written before kinds existed); an
+ * unknown kind, or bytes of another kind's shape, do not decode. */
+static void test_removal_entries(void **state)
+{
+    (void)state;
+    char key[EGM_SLAB_LOG_KEY_MAX + 1];
+    memset(key, 'r', sizeof(key));
+    uint8_t buf[EGM_SLAB_LOG_ENTRY];
+    egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_REMOVE,
+                              .slab_id = 42,
+                              .seq = 3,
+                              .offset = 1u << 20,
+                              .segment = {.hi = 0x0102030405060708ull, .lo = 0x1112131415161718ull},
+                              .key = key,
+                              .key_len = EGM_SLAB_LOG_REMOVE_KEY_MAX};
+    egm_slab_log_entry_t d;
+    for (uint8_t kind = EGM_SLAB_LOG_REMOVE; kind <= EGM_SLAB_LOG_VOID; kind++) {
+        e.kind = kind;
+        assert_int_equal(egm__slab_log_encode(&e, buf), EGM_OK);
+        assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 1);
+        assert_int_equal(d.kind, kind);
+        assert_true(d.offset == 1u << 20 && d.size == 0 && !d.soft_pin && !d.hard_pin);
+        assert_true(d.segment.hi == e.segment.hi && d.segment.lo == e.segment.lo);
+        assert_int_equal(d.key_len, EGM_SLAB_LOG_REMOVE_KEY_MAX);
+        assert_memory_equal(d.key, key, EGM_SLAB_LOG_REMOVE_KEY_MAX);
+        /* the segment is covered too: a byte of it changed does not decode */
+        buf[16 + 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 5] ^= 1;
+        assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 0);
+    }
+    /* A put decodes as kind 0, without a segment. */
+    egm_slab_log_entry_t put = {
+        .slab_id = 42, .seq = 3, .offset = 0, .size = 1, .key = "p", .key_len = 1};
+    assert_int_equal(egm__slab_log_encode(&put, buf), EGM_OK);
+    assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 1);
+    assert_int_equal(d.kind, EGM_SLAB_LOG_PUT);
+    /* Refused: a removal with a size, pins, or a key that leaves no room
+     * for its segment; an unknown kind. */
+    egm_slab_log_entry_t bad = e;
+    bad.kind = EGM_SLAB_LOG_REMOVE;
+    bad.size = 1;
+    assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
+    bad = e;
+    bad.soft_pin = 1;
+    assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
+    bad = e;
+    bad.key_len = EGM_SLAB_LOG_REMOVE_KEY_MAX + 1;
+    assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
+    bad = e;
+    bad.kind = 3;
+    assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
+    /* An entry whose kind byte says 3 (checksum made to match): no entry. */
+    e.kind = EGM_SLAB_LOG_VOID;
+    assert_int_equal(egm__slab_log_encode(&e, buf), EGM_OK);
+    buf[16 + 33] = 3;
+    uint64_t h = egm__hashmap_hash(buf + 16, 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 16);
+    for (int i = 0; i < 8; i++)
+        buf[8 + i] = (uint8_t)(h >> (8 * i));
+    assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 0);
+    buf[16 + 33] = EGM_SLAB_LOG_VOID; /* the same bytes with its own kind: decodes */
+    h = egm__hashmap_hash(buf + 16, 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 16);
+    for (int i = 0; i < 8; i++)
+        buf[8 + i] = (uint8_t)(h >> (8 * i));
+    assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_place),
         cmocka_unit_test(test_round_trip_and_refusals),
+        cmocka_unit_test(test_removal_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
