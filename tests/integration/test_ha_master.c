@@ -448,6 +448,35 @@ static void check_put_phases(egm_client_t *c, int puts)
     assert_null(strstr(text, "egm_client_get_log"));
 }
 
+/* Until the leader's in-sync standby confirmed every change, with no request
+ * waiting (its sender takes described changes on its own). */
+static void wait_confirmed(unsigned http_leader)
+{
+    double lag = -1;
+    for (uint64_t until = egm__now_ms() + WAIT_MS; lag != 0 && egm__now_ms() < until;
+         egm__sleep_ms(20))
+        lag = egm_test_metric(http_leader, "egm_master_ha_journal_lag_bytes");
+    if (lag != 0)
+        fail_msg("the standby did not confirm the leader's changes within %d ms (%.0f bytes left)",
+                 WAIT_MS, lag);
+}
+
+/* Kills the leader A (SIGKILL), lets the stopped standby B go, and waits
+ * until B leads past epoch_a and the client reads `key` (put with `seed`)
+ * through it. */
+static void fail_over_to_b(unsigned http_b, long long epoch_a, const char *key, uint64_t size,
+                           unsigned seed)
+{
+    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
+    assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
+    assert_true(wait_leads(http_b, 0) > epoch_a);
+    egm_status_t got = EGM_ERR_UNREACHABLE;
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         got != EGM_OK && got != EGM_ERR_NOT_FOUND && egm__now_ms() < until; egm__sleep_ms(50))
+        got = egm_test_get_seeded(client, key, size, seed);
+    assert_int_equal(got, EGM_OK);
+}
+
 static void test_described_commits_survive(void **state)
 {
     (void)state;
@@ -483,14 +512,7 @@ static void test_described_commits_survive(void **state)
     assert_true(egm_test_metric(http_a, "egm_master_ha_commits_described_total") >=
                 STREAMED_KEYS - 1);
     assert_true(egm_test_metric(http_a, "egm_master_slab_grants_early_total") >= 1);
-    double lag = -1;
-    for (uint64_t until = egm__now_ms() + WAIT_MS; lag != 0 && egm__now_ms() < until;
-         egm__sleep_ms(20))
-        lag = egm_test_metric(http_a, "egm_master_ha_journal_lag_bytes");
-    if (lag != 0)
-        fail_msg("the standby did not confirm the described Commits' ops within %d ms (%.0f bytes "
-                 "left)",
-                 WAIT_MS, lag);
+    wait_confirmed(http_a);
     assert_int_equal(health_number(http_a, "standbys_in_sync"), 1); /* the lag counts B */
     check_put_phases(streamer, STREAMED_KEYS);
     egm_client_destroy(streamer);
@@ -510,14 +532,8 @@ static void test_described_commits_survive(void **state)
             described, DESCRIBED_KEYS);
     assert_true(described > STREAMED_KEYS);
     uint64_t killed = egm__now_ms();
-    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
-    assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
-    assert_true(wait_leads(http_b, 0) > epoch_a);
-    egm_status_t got = EGM_ERR_UNREACHABLE;
-    for (uint64_t until = egm__now_ms() + WAIT_MS;
-         got != EGM_OK && got != EGM_ERR_NOT_FOUND && egm__now_ms() < until; egm__sleep_ms(50))
-        got = egm_test_get_seeded(client, warm, 4096, 1);
-    assert_int_equal(got, EGM_OK);
+    fail_over_to_b(http_b, epoch_a, warm, 4096, 1);
+    egm_status_t got;
     fprintf(stderr, "described commits: the new leader served %llu ms after the kill\n",
             (unsigned long long)(egm__now_ms() - killed));
     for (int i = 0; i < DESCRIBED_KEYS; i++) {
@@ -566,11 +582,7 @@ static void test_described_removes_survive(void **state)
         assert_int_equal(egm_test_put_seeded(client, key, 4096, 100u + (unsigned)i), EGM_OK);
     }
     assert_int_equal(egm_test_put_seeded(client, "again", 4096, 1), EGM_OK);
-    double lag = -1; /* B holds every object put so far */
-    for (uint64_t until = egm__now_ms() + WAIT_MS; lag != 0 && egm__now_ms() < until;
-         egm__sleep_ms(20))
-        lag = egm_test_metric(http_a, "egm_master_ha_journal_lag_bytes");
-    assert_true(lag == 0);
+    wait_confirmed(http_a); /* B holds every object put so far */
 
     assert_int_equal(egm__process_signal(&mb.master, SIGSTOP), EGM_OK);
     for (int i = 0; i < REMOVED_KEYS / 2; i++) {
@@ -599,14 +611,8 @@ static void test_described_removes_survive(void **state)
                  REMOVED_KEYS / 2 + 2);
     assert_int_equal(health_number(http_a, "standbys_in_sync"), 1);
 
-    assert_int_equal(egm__process_signal(&ma.master, SIGKILL), EGM_OK);
-    assert_int_equal(egm__process_signal(&mb.master, SIGCONT), EGM_OK);
-    assert_true(wait_leads(http_b, 0) > epoch_a);
-    egm_status_t got = EGM_ERR_UNREACHABLE;
-    for (uint64_t until = egm__now_ms() + WAIT_MS;
-         got != EGM_OK && got != EGM_ERR_NOT_FOUND && egm__now_ms() < until; egm__sleep_ms(50))
-        got = egm_test_get_seeded(client, "stays-0", 4096, 100);
-    assert_int_equal(got, EGM_OK);
+    fail_over_to_b(http_b, epoch_a, "stays-0", 4096, 100);
+    egm_status_t got;
     for (int i = 0; i < REMOVED_KEYS; i++) {
         snprintf(key, sizeof(key), "gone-%d", i);
         got = egm_test_get_seeded(client, key, 4096, (unsigned)i);

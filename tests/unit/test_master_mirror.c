@@ -634,21 +634,41 @@ static egm_status_t pool_read(void *arg, const egm_segment_desc_t *segment, uint
 #define SLAB_BASE (32u << 10) /* the slab's extent in each segment */
 #define SLAB_SIZE (16u << 10)
 
-/* Entry seq of the slab at base, written into both extents. */
+/* Entry e of the slab at base, written into both extents. */
+static void log_write_at(uint64_t base, const egm_slab_log_entry_t *e)
+{
+    uint64_t at = egm__slab_log_at(SLAB_SIZE, e->seq);
+    assert_true(at > 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(egm__slab_log_encode(e, pool.mem[i] + base + at), EGM_OK);
+}
+
+/* A put's entry seq (soft-pinned) of the slab at base. */
 static void log_entry_at(uint64_t base, uint64_t id, uint64_t seq, const char *key, uint64_t offset,
                          uint64_t size)
 {
-    egm_slab_log_entry_t e = {.slab_id = id,
-                              .seq = seq,
-                              .offset = offset,
-                              .size = size,
-                              .soft_pin = 1,
-                              .key = key,
-                              .key_len = strlen(key)};
-    uint64_t at = egm__slab_log_at(SLAB_SIZE, seq);
-    assert_true(at > 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(egm__slab_log_encode(&e, pool.mem[i] + base + at), EGM_OK);
+    log_write_at(base, &(egm_slab_log_entry_t){.slab_id = id,
+                                               .seq = seq,
+                                               .offset = offset,
+                                               .size = size,
+                                               .soft_pin = 1,
+                                               .key = key,
+                                               .key_len = strlen(key)});
+}
+
+/* Two states, the first with two segments of the fake pool mounted (reads
+ * of segment `failing` fail). */
+static void pool_states(egm_master_state_t *src, egm_master_state_t *dst, int failing,
+                        egm_segment_t **s0_p, egm_segment_t **s1_p)
+{
+    state_init(src);
+    state_init(dst);
+    *s0_p = mount(src, owners[0], "P0/0", POOL_SEG);
+    *s1_p = mount(src, owners[1], "P1/0", POOL_SEG);
+    memset(&pool, 0, sizeof(pool));
+    pool.ids[0] = (*s0_p)->desc.id;
+    pool.ids[1] = (*s1_p)->desc.id;
+    pool.failing = failing;
 }
 
 static void log_entry(uint64_t id, uint64_t seq, const char *key, uint64_t offset, uint64_t size)
@@ -666,14 +686,8 @@ static void log_entry(uint64_t id, uint64_t seq, const char *key, uint64_t offse
 static void slab_logs_case(int failing)
 {
     egm_master_state_t src, dst;
-    state_init(&src);
-    state_init(&dst);
-    egm_segment_t *s0 = mount(&src, owners[0], "P0/0", POOL_SEG);
-    egm_segment_t *s1 = mount(&src, owners[1], "P1/0", POOL_SEG);
-    memset(&pool, 0, sizeof(pool));
-    pool.ids[0] = s0->desc.id;
-    pool.ids[1] = s1->desc.id;
-    pool.failing = failing;
+    egm_segment_t *s0, *s1;
+    pool_states(&src, &dst, failing, &s0, &s1);
     egm_object_view_t v;
     assert_int_equal(egm__objects_put_start(src.objects, writer, "held", 4, 100, 1, 0, &v), EGM_OK);
     assert_int_equal(egm__objects_put_end(src.objects, writer, "held", 4, 0), EGM_OK);
@@ -780,18 +794,14 @@ static void slab_logs_case(int failing)
 static void log_kind_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, const char *key,
                         egm_id_t segment, uint64_t offset, uint64_t size)
 {
-    egm_slab_log_entry_t e = {.kind = kind,
-                              .slab_id = id,
-                              .seq = seq,
-                              .offset = offset,
-                              .segment = segment,
-                              .size = size,
-                              .key = key,
-                              .key_len = strlen(key)};
-    uint64_t at = egm__slab_log_at(SLAB_SIZE, seq);
-    assert_true(at > 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(egm__slab_log_encode(&e, pool.mem[i] + base + at), EGM_OK);
+    log_write_at(base, &(egm_slab_log_entry_t){.kind = kind,
+                                               .slab_id = id,
+                                               .seq = seq,
+                                               .offset = offset,
+                                               .segment = segment,
+                                               .size = size,
+                                               .key = key,
+                                               .key_len = strlen(key)});
 }
 
 /* Removals the pool describes (docs/ha.md "Removes the pool describes"):
@@ -808,14 +818,8 @@ static void log_kind_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, 
 static void slab_removals_case(int apply)
 {
     egm_master_state_t src, dst;
-    state_init(&src);
-    state_init(&dst);
-    egm_segment_t *s0 = mount(&src, owners[0], "P0/0", POOL_SEG);
-    egm_segment_t *s1 = mount(&src, owners[1], "P1/0", POOL_SEG);
-    memset(&pool, 0, sizeof(pool));
-    pool.ids[0] = s0->desc.id;
-    pool.ids[1] = s1->desc.id;
-    pool.failing = -1;
+    egm_segment_t *s0, *s1;
+    pool_states(&src, &dst, -1, &s0, &s1);
     static const char *const keys[] = {"old", "outside", "noted"};
     egm_object_view_t v[3];
     for (int i = 0; i < 3; i++) {
