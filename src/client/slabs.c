@@ -5,9 +5,9 @@
 #include <string.h>
 #include "client/client_int.h"
 #include "client/location_cache.h" /* EGM_LOCATION_MARGIN_MS */
+#include "client/own_places.h"
 #include "common/alloc.h"
 #include "common/clock.h"
-#include "common/hashmap.h"
 #include "common/log.h"
 #include "common/slab_log.h"
 #include "rpc/frame.h"
@@ -59,17 +59,10 @@ struct egm_wslabs {
     uint64_t *returns;
     size_t n_returns, cap_returns;
     uint64_t grants, returned, open;
-    /* Where this client's objects put in slabs lie (key -> place_t), for the
-     * removal entries of its Removes; at most EGM_WSLAB_PLACES_MAX. */
-    egm_hashmap_t *places;
-    size_t places_iter; /* where a full map drops an entry next */
+    /* Where this client's objects put in slabs lie, for the removal entries
+     * of its Removes (its own lock: kept outside this one's). */
+    egm_own_places_t *places;
 };
-
-/* Where a replica of an object put in a slab lies. */
-typedef struct {
-    egm_id_t segment;
-    uint64_t offset;
-} place_t;
 
 /* Whether an object of r bytes (and, with entry, its log entry) fits in s
  * below the log entries already set aside. */
@@ -97,6 +90,8 @@ egm_status_t egm__wslabs_create(uint64_t slab_bytes, egm_wslabs_t **slabs_p)
         return egm__set_error(EGM_ERR_NO_MEMORY, "out of memory creating the slab list");
     pthread_mutex_init(&w->lock, NULL);
     w->slab_bytes = slab_bytes;
+    /* NULL when out of memory: Removes then name no place, and wait */
+    w->places = slab_bytes > 0 ? egm__own_places_create() : NULL;
     *slabs_p = w;
     return EGM_OK;
 }
@@ -114,18 +109,6 @@ static void slab_free(egm_wslabs_t *w, egm_wslab_t *s)
     egm_free(s);
 }
 
-/* Empties the map of places. */
-static void forget_places(egm_wslabs_t *w)
-{
-    size_t iter = 0, key_len;
-    const void *key;
-    void *value;
-    while (w->places != NULL && egm__hashmap_next(w->places, &iter, &key, &key_len, &value)) {
-        egm_free(value);
-        egm__hashmap_remove(w->places, key, key_len); /* allowed while iterating */
-    }
-}
-
 void egm__wslabs_destroy(egm_wslabs_t *w)
 {
     if (w == NULL)
@@ -135,8 +118,7 @@ void egm__wslabs_destroy(egm_wslabs_t *w)
     for (int c = 0; c < EGM_WSLAB_CLASSES; c++)
         egm_free(w->classes[c].preferred);
     egm_free(w->returns);
-    forget_places(w);
-    egm__hashmap_destroy(w->places);
+    egm__own_places_destroy(w->places);
     pthread_mutex_destroy(&w->lock);
     egm_free(w);
 }
@@ -667,42 +649,15 @@ static egm_wslab_t *removal_slab(egm_client_t *client, egm_wslabs_t *w, size_t n
     return best;
 }
 
-/* Keeps key's place, dropping an older one when the map is full. With the lock. */
-static void remember(egm_wslabs_t *w, const char *key, const egm_wslab_t *s, uint64_t offset)
-{
-    size_t len = strlen(key), iter, key_len;
-    const void *old_key;
-    void *old;
-    if (w->places == NULL && egm__hashmap_create(&w->places) != EGM_OK)
-        return;
-    if (egm__hashmap_size(w->places) >= EGM_WSLAB_PLACES_MAX &&
-        egm__hashmap_get(w->places, key, len) == NULL) {
-        iter = w->places_iter;
-        if (!egm__hashmap_next(w->places, &iter, &old_key, &key_len, &old)) {
-            iter = 0;
-            egm__hashmap_next(w->places, &iter, &old_key, &key_len, &old);
-        }
-        w->places_iter = iter;
-        egm_free(egm__hashmap_remove(w->places, old_key, key_len));
-    }
-    place_t *p = egm_malloc(sizeof(*p), "client.slab_places");
-    if (p == NULL)
-        return;
-    *p = (place_t){.segment = s->segs[0]->id, .offset = s->bases[0] + offset};
-    old = NULL;
-    if (egm__hashmap_put(w->places, key, len, p, &old) != EGM_OK)
-        egm_free(p);
-    egm_free(old);
-}
-
 void egm__wslabs_remember(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
                           const char *const *keys, const egm_status_t *commit)
 {
-    pthread_mutex_lock(&w->lock);
-    for (size_t i = 0; i < n; i++)
-        if (refs[i].slab != NULL && commit[i] == EGM_OK)
-            remember(w, keys[i], refs[i].slab, refs[i].offset);
-    pthread_mutex_unlock(&w->lock);
+    /* A reserved slab's extents do not change: read without the lock. */
+    for (size_t i = 0; i < n; i++) {
+        const egm_wslab_t *s = refs[i].slab;
+        if (s != NULL && commit[i] == EGM_OK)
+            egm__own_places_keep(w->places, keys[i], s->segs[0]->id, s->bases[0] + refs[i].offset);
+    }
 }
 
 void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const *keys,
@@ -728,12 +683,8 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
         size_t key_len = strlen(keys[i]);
         /* Known only where this client put the key: the place is taken, as
          * the object goes (another Remove of it finds none). */
-        place_t *p = w->places != NULL ? egm__hashmap_remove(w->places, keys[i], key_len) : NULL;
-        if (p == NULL)
+        if (!egm__own_places_take(w->places, keys[i], &rm->segments[i], &rm->offsets[i]))
             continue;
-        rm->segments[i] = p->segment;
-        rm->offsets[i] = p->offset;
-        egm_free(p);
         if (key_len > EGM_SLAB_LOG_REMOVE_KEY_MAX)
             continue;
         egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_REMOVE,

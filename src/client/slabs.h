@@ -112,10 +112,6 @@ void egm__wslabs_log(struct egm_client *client, size_t n, const egm_wslab_ref_t 
                      const char *const *keys, const uint64_t *sizes,
                      const egm_replicate_config_t *rc, const egm_status_t *status, uint64_t *seqs,
                      uint64_t *torn);
-/* Objects this client put in slabs whose places it keeps, at most: a Remove
- * of one of them names its place in a removal entry. */
-#define EGM_WSLAB_PLACES_MAX 65536
-
 /* A Remove's removal entries (docs/ha.md "Removes the pool describes"): the
  * slab whose log holds them (NULL: none written), and per key the place of
  * its object the entry names (segments[i] nil: none known). */
@@ -127,7 +123,7 @@ typedef struct {
 
 /* After a Commit of refs[0..n) (commit[i]: key i's answer): each key
  * committed in a slab is remembered with its place (its first replica's
- * segment and offset), for its Remove. */
+ * segment and offset), for its Remove (client/own_places.h). */
 void egm__wslabs_remember(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
                           const char *const *keys, const egm_status_t *commit);
 /* Before a plain Remove of keys[0..n) (rm->segments and rm->offsets: room
