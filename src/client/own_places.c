@@ -2,6 +2,7 @@
 #include "client/own_places.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/hashmap.h"
@@ -13,17 +14,29 @@ typedef struct {
     uint64_t age; /* when kept: the oldest of a full set goes */
 } entry_t;
 
+/* Locks, each over every LOCKS-th set: a put's threads seldom meet on one
+ * (one lock had them wait for each other on a 2-vCPU VM). */
+#define LOCKS 64
+
 struct egm_own_places {
-    pthread_mutex_t lock;
-    uint64_t clock;
+    pthread_mutex_t locks[LOCKS];
+    _Atomic uint64_t clock;
     entry_t *sets; /* EGM_OWN_PLACES_SETS x EGM_OWN_PLACES_WAYS, allocated at the first keep */
 };
 
 egm_own_places_t *egm__own_places_create(void)
 {
     egm_own_places_t *p = egm_calloc(1, sizeof(*p), "client.own_places");
-    if (p != NULL)
-        pthread_mutex_init(&p->lock, NULL);
+    if (p == NULL)
+        return NULL;
+    for (int i = 0; i < LOCKS; i++)
+        pthread_mutex_init(&p->locks[i], NULL);
+    p->sets = egm_calloc((size_t)EGM_OWN_PLACES_SETS * EGM_OWN_PLACES_WAYS, sizeof(entry_t),
+                         "client.own_places");
+    if (p->sets == NULL) {
+        egm__own_places_destroy(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -32,7 +45,8 @@ void egm__own_places_destroy(egm_own_places_t *p)
     if (p == NULL)
         return;
     egm_free(p->sets);
-    pthread_mutex_destroy(&p->lock);
+    for (int i = 0; i < LOCKS; i++)
+        pthread_mutex_destroy(&p->locks[i]);
     egm_free(p);
 }
 
@@ -42,35 +56,34 @@ static uint64_t key_hash(const char *key)
     return h != 0 ? h : 1;
 }
 
-/* The set of hash h. */
-static entry_t *set_of(const egm_own_places_t *p, uint64_t h)
+/* The set of hash h, and its lock. */
+static entry_t *set_of(egm_own_places_t *p, uint64_t h, pthread_mutex_t **lock_p)
 {
-    return p->sets + (size_t)(h % EGM_OWN_PLACES_SETS) * EGM_OWN_PLACES_WAYS;
+    size_t set = (size_t)(h % EGM_OWN_PLACES_SETS);
+    *lock_p = &p->locks[set % LOCKS];
+    return p->sets + set * EGM_OWN_PLACES_WAYS;
 }
 
 void egm__own_places_keep(egm_own_places_t *p, const char *key, egm_id_t segment, uint64_t offset)
 {
     if (p == NULL)
         return;
-    uint64_t h = key_hash(key);
-    pthread_mutex_lock(&p->lock);
-    if (p->sets == NULL)
-        p->sets = egm_calloc((size_t)EGM_OWN_PLACES_SETS * EGM_OWN_PLACES_WAYS, sizeof(entry_t),
-                             "client.own_places");
-    if (p->sets != NULL) {
-        /* the key's own entry, else an empty one, else the oldest */
-        entry_t *set = set_of(p, h), *slot = NULL, *oldest = &set[0];
-        for (int w = 0; w < EGM_OWN_PLACES_WAYS && (slot == NULL || slot->hash != h); w++) {
-            if (set[w].hash == h || (set[w].hash == 0 && slot == NULL))
-                slot = &set[w];
-            if (set[w].age < oldest->age)
-                oldest = &set[w];
-        }
-        if (slot == NULL)
-            slot = oldest;
-        *slot = (entry_t){.hash = h, .offset = offset, .segment = segment, .age = ++p->clock};
+    uint64_t h = key_hash(key), age = atomic_fetch_add_explicit(&p->clock, 1, memory_order_relaxed);
+    pthread_mutex_t *lock;
+    entry_t *set = set_of(p, h, &lock);
+    /* the key's own entry, else an empty one, else the oldest */
+    entry_t *slot = NULL, *oldest = &set[0];
+    pthread_mutex_lock(lock);
+    for (int w = 0; w < EGM_OWN_PLACES_WAYS && (slot == NULL || slot->hash != h); w++) {
+        if (set[w].hash == h || (set[w].hash == 0 && slot == NULL))
+            slot = &set[w];
+        if (set[w].age < oldest->age)
+            oldest = &set[w];
     }
-    pthread_mutex_unlock(&p->lock);
+    if (slot == NULL)
+        slot = oldest;
+    *slot = (entry_t){.hash = h, .offset = offset, .segment = segment, .age = age + 1};
+    pthread_mutex_unlock(lock);
 }
 
 int egm__own_places_take(egm_own_places_t *p, const char *key, egm_id_t *segment_p,
@@ -80,17 +93,16 @@ int egm__own_places_take(egm_own_places_t *p, const char *key, egm_id_t *segment
         return 0;
     uint64_t h = key_hash(key);
     int found = 0;
-    pthread_mutex_lock(&p->lock);
-    if (p->sets != NULL) {
-        entry_t *set = set_of(p, h);
-        for (int w = 0; w < EGM_OWN_PLACES_WAYS && !found; w++)
-            if (set[w].hash == h) {
-                *segment_p = set[w].segment;
-                *offset_p = set[w].offset;
-                set[w] = (entry_t){0};
-                found = 1;
-            }
-    }
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_t *lock;
+    entry_t *set = set_of(p, h, &lock);
+    pthread_mutex_lock(lock);
+    for (int w = 0; w < EGM_OWN_PLACES_WAYS && !found; w++)
+        if (set[w].hash == h) {
+            *segment_p = set[w].segment;
+            *offset_p = set[w].offset;
+            set[w] = (entry_t){0};
+            found = 1;
+        }
+    pthread_mutex_unlock(lock);
     return found;
 }

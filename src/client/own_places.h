@@ -3,8 +3,8 @@
  * of its first replica (a segment and the offset in it), so that a Remove of
  * it can name that place in a removal entry. A fixed table of
  * EGM_OWN_PLACES_SETS sets of EGM_OWN_PLACES_WAYS entries, by the key's
- * 64-bit hash (allocated at the first place kept: 2 MiB): keeping a place
- * allocates nothing, a full set gives up its oldest entry, and a key is
+ * 64-bit hash (2 MiB, allocated with the table), under 64 locks: keeping a
+ * place allocates nothing, a full set gives up its oldest entry, and a key is
  * known by its hash alone (two keys of one hash: the master finds no object
  * of the key at the place named, and the Remove waits for its standbys, as
  * one naming none does). Thread-safe. */
