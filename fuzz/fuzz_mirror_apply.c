@@ -56,13 +56,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                               .tcp_endpoint = "127.0.0.1:1"};
     FUZZ_CHECK(egm__liveness_mount(st.liveness, owner, &p, 0) == EGM_OK);
 
-    size_t adopted = 0, skipped = 0, recovered = 0;
+    size_t adopted = 0, skipped = 0, recovered = 0, removed = 0;
     FUZZ_CHECK(egm__mirror_install(m, st.liveness, st.segments, st.objects, NULL, now + install_at,
-                                   &adopted, &skipped, &recovered) == EGM_OK);
+                                   &adopted, &skipped, &recovered, &removed) == EGM_OK);
     egm_mirror_stats_t ms;
     egm__mirror_stats(m, &ms);
     FUZZ_CHECK(ms.objects == 0 && ms.segments == 0 && ms.ranges == 0 && ms.slabs == 0);
-    FUZZ_CHECK(recovered == 0);
+    FUZZ_CHECK(recovered == 0 && removed == 0);
     FUZZ_CHECK(egm__objects_check(st.objects) == EGM_OK);
     egm_object_index_stats_t os;
     egm__objects_stats(st.objects, &os);

@@ -49,7 +49,7 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
 
 /* Bytes a Remove's removal entries need per key (remove_logged). */
 #define REMOVE_LOG_PER_KEY                                                                         \
-    (3 * sizeof(uint64_t) + sizeof(egm_id_t) + sizeof(Egm__Id) + sizeof(Egm__Id *))
+    (3 * sizeof(uint64_t) + sizeof(egm_own_place_t) + sizeof(Egm__Id) + sizeof(Egm__Id *))
 
 /* A plain Remove that first writes its removal entries into one of this
  * client's slab logs (client/slabs.h egm__wslabs_log_removals): the master
@@ -58,16 +58,15 @@ egm_status_t egm__client_keys_rpc(egm_client_t *client, uint16_t type, const Pro
 static egm_status_t remove_logged(egm_client_t *client, Egm__KeysRequest *req, size_t n,
                                   const char *const *keys, egm_keys_reply_t **reply_p)
 {
-    /* Per key: its entry's seq, a torn one's, its object's offset, and the
-     * segment as an id and as sent. */
+    /* Per key: its entry's seq, a torn one's, its object's offset as sent,
+     * its place, and its segment as sent. */
     uint64_t few[(16 * REMOVE_LOG_PER_KEY + 7) / 8];
     void *mem = n <= 16 ? few : egm_malloc(n * REMOVE_LOG_PER_KEY, "client.remove_log");
     if (mem == NULL) /* a Remove without them */
         return egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
-    uint64_t *seqs = mem, *torn = seqs + n;
-    egm_wslab_removal_t rm = {.offsets = torn + n};
-    rm.segments = (egm_id_t *)(rm.offsets + n);
-    Egm__Id *ids = (Egm__Id *)(rm.segments + n);
+    uint64_t *seqs = mem, *torn = seqs + n, *offsets = torn + n;
+    egm_wslab_removal_t rm = {.places = (egm_own_place_t *)(offsets + n)};
+    Egm__Id *ids = (Egm__Id *)(rm.places + n);
     Egm__Id **id_ptrs = (Egm__Id **)(ids + n);
     egm__wslabs_log_removals(client, n, keys, &rm, seqs, torn);
     int any_torn = 0, any_whole = 0;
@@ -82,12 +81,13 @@ static egm_status_t remove_logged(egm_client_t *client, Egm__KeysRequest *req, s
         req->n_torn_log_seqs = any_torn ? n : 0;
         req->torn_log_seqs = torn;
         for (size_t i = 0; i < n; i++) {
-            egm__id_to_pb(rm.segments[i], &ids[i]);
+            egm__id_to_pb(rm.places[i].segment, &ids[i]);
             id_ptrs[i] = &ids[i];
+            offsets[i] = rm.places[i].offset;
         }
         req->n_log_segments = req->n_log_offsets = n;
         req->log_segments = id_ptrs;
-        req->log_offsets = rm.offsets;
+        req->log_offsets = offsets;
     }
     egm_status_t status = egm__client_keys_rpc(client, EGM_RPC_REMOVE, &req->base, n, reply_p);
     /* Answered: the master noted every entry (a whole-request refusal did not). */
@@ -115,6 +115,8 @@ egm_status_t egm__client_keys_call(egm_client_t *client, uint16_t type, size_t n
     req.force = (flags & EGM_KEYS_CALL_FORCE) != 0;
     if (type == EGM_RPC_REMOVE && !req.force && egm__wslabs_on(client->slabs))
         return remove_logged(client, &req, n, keys, reply_p);
+    if (type == EGM_RPC_REMOVE) /* forced: its objects' places go with them */
+        egm__wslabs_forget_places(client->slabs, n, keys);
     /* Locations are asked for only where they can be kept and are worth it. */
     req.locations = (flags & EGM_KEYS_CALL_LOCATIONS) != 0 && client->locations != NULL &&
                     n <= EGM_LOOKUP_LOCATIONS_MAX;

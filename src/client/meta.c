@@ -1,6 +1,7 @@
 /* Metadata calls: exist, size, remove, remove_all. */
 #include "client/client_int.h"
 #include "client/parts.h"
+#include "client/slabs.h"
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -99,6 +100,7 @@ egm_status_t egm_remove_all(egm_client_t *client, int force, uint64_t *removed_p
         wait_ms = reply->wait_ms;
         egm__rpc_msg_free(&reply->base);
     }
+    egm__wslabs_forget_places(client->slabs, 0, NULL);
     egm__location_cache_clear(client->locations);
     if (force) /* as egm_remove */
         force_wait(client, wait_ms);

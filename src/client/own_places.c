@@ -9,9 +9,8 @@
 
 typedef struct {
     uint64_t hash; /* 0: empty (a key whose hash is 0 is kept as 1) */
-    uint64_t offset;
-    egm_id_t segment;
-    uint64_t age; /* when kept: the oldest of a full set goes */
+    uint64_t age;  /* when kept: the oldest of a full set goes */
+    egm_own_place_t place;
 } entry_t;
 
 /* Locks, each over every LOCKS-th set: a put's threads seldom meet on one
@@ -64,7 +63,7 @@ static entry_t *set_of(egm_own_places_t *p, uint64_t h, pthread_mutex_t **lock_p
     return p->sets + set * EGM_OWN_PLACES_WAYS;
 }
 
-void egm__own_places_keep(egm_own_places_t *p, const char *key, egm_id_t segment, uint64_t offset)
+void egm__own_places_keep(egm_own_places_t *p, const char *key, const egm_own_place_t *place)
 {
     if (p == NULL)
         return;
@@ -82,12 +81,11 @@ void egm__own_places_keep(egm_own_places_t *p, const char *key, egm_id_t segment
     }
     if (slot == NULL)
         slot = oldest;
-    *slot = (entry_t){.hash = h, .offset = offset, .segment = segment, .age = age + 1};
+    *slot = (entry_t){.hash = h, .age = age + 1, .place = *place};
     pthread_mutex_unlock(lock);
 }
 
-int egm__own_places_take(egm_own_places_t *p, const char *key, egm_id_t *segment_p,
-                         uint64_t *offset_p)
+int egm__own_places_take(egm_own_places_t *p, const char *key, egm_own_place_t *place_p)
 {
     if (p == NULL)
         return 0;
@@ -98,11 +96,21 @@ int egm__own_places_take(egm_own_places_t *p, const char *key, egm_id_t *segment
     pthread_mutex_lock(lock);
     for (int w = 0; w < EGM_OWN_PLACES_WAYS && !found; w++)
         if (set[w].hash == h) {
-            *segment_p = set[w].segment;
-            *offset_p = set[w].offset;
+            *place_p = set[w].place;
             set[w] = (entry_t){0};
             found = 1;
         }
     pthread_mutex_unlock(lock);
     return found;
+}
+
+void egm__own_places_clear(egm_own_places_t *p)
+{
+    if (p == NULL)
+        return;
+    for (size_t set = 0; set < EGM_OWN_PLACES_SETS; set++) {
+        pthread_mutex_lock(&p->locks[set % LOCKS]);
+        memset(p->sets + set * EGM_OWN_PLACES_WAYS, 0, EGM_OWN_PLACES_WAYS * sizeof(entry_t));
+        pthread_mutex_unlock(&p->locks[set % LOCKS]);
+    }
 }

@@ -435,10 +435,11 @@ static void slab_finish(egm_client_t *client, const put_plan_t *plan, void *plac
             if (s != EGM_OK)
                 egm__set_error(s, "\"%s\": %s", keys[k], egm_status_string(s));
         }
+        /* where each committed object lies, for its Remove */
+        egm__wslabs_remember(client->slabs, n, refs, plan->keys, commit, key_seqs);
     }
 release:
     if (commit != NULL) {
-        egm__wslabs_remember(client->slabs, n, refs, plan->keys, commit);
         egm__wslabs_release(client->slabs, n, refs, commit, sent_ms);
     } else {
         for (size_t j = 0; j < n; j++) /* released as not committed, one at a time */

@@ -5,7 +5,6 @@
 #include <string.h>
 #include "client/client_int.h"
 #include "client/location_cache.h" /* EGM_LOCATION_MARGIN_MS */
-#include "client/own_places.h"
 #include "common/alloc.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -650,14 +649,32 @@ static egm_wslab_t *removal_slab(egm_client_t *client, egm_wslabs_t *w, size_t n
 }
 
 void egm__wslabs_remember(egm_wslabs_t *w, size_t n, const egm_wslab_ref_t *refs,
-                          const char *const *keys, const egm_status_t *commit)
+                          const char *const *keys, const egm_status_t *commit, const uint64_t *seqs)
 {
-    /* A reserved slab's extents do not change: read without the lock. */
+    /* A reserved slab's id and extents do not change: read without the lock. */
     for (size_t i = 0; i < n; i++) {
         const egm_wslab_t *s = refs[i].slab;
         if (s != NULL && commit[i] == EGM_OK)
-            egm__own_places_keep(w->places, keys[i], s->segs[0]->id, s->bases[0] + refs[i].offset);
+            egm__own_places_keep(w->places, keys[i],
+                                 &(egm_own_place_t){.segment = s->segs[0]->id,
+                                                    .offset = s->bases[0] + refs[i].offset,
+                                                    .slab_id = seqs[i] != 0 ? s->id : 0,
+                                                    .seq = seqs[i]});
     }
+}
+
+void egm__wslabs_forget_places(egm_wslabs_t *w, size_t n, const char *const *keys)
+{
+    if (w == NULL)
+        return;
+    if (keys == NULL) {
+        egm__own_places_clear(w->places);
+        return;
+    }
+    egm_own_place_t gone;
+    for (size_t i = 0; i < n; i++)
+        if (keys[i] != NULL)
+            egm__own_places_take(w->places, keys[i], &gone);
 }
 
 void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const *keys,
@@ -668,8 +685,7 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
     rm->slab = NULL;
     memset(seqs, 0, n * sizeof(*seqs));
     memset(torn, 0, n * sizeof(*torn));
-    memset(rm->segments, 0, n * sizeof(*rm->segments));
-    memset(rm->offsets, 0, n * sizeof(*rm->offsets));
+    memset(rm->places, 0, n * sizeof(*rm->places));
     if (!egm__wslabs_on(w) || n == 0)
         return;
     pthread_mutex_lock(&w->lock);
@@ -683,15 +699,17 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
         size_t key_len = strlen(keys[i]);
         /* Known only where this client put the key: the place is taken, as
          * the object goes (another Remove of it finds none). */
-        if (!egm__own_places_take(w->places, keys[i], &rm->segments[i], &rm->offsets[i]))
+        if (!egm__own_places_take(w->places, keys[i], &rm->places[i]))
             continue;
         if (key_len > EGM_SLAB_LOG_REMOVE_KEY_MAX)
             continue;
         egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_REMOVE,
                                   .slab_id = s->id,
                                   .seq = s->log_seq + 1,
-                                  .offset = rm->offsets[i],
-                                  .segment = rm->segments[i],
+                                  .offset = rm->places[i].offset,
+                                  .segment = rm->places[i].segment,
+                                  .put_slab_id = rm->places[i].slab_id,
+                                  .put_seq = rm->places[i].seq,
                                   .key = keys[i],
                                   .key_len = key_len};
         log_one(client, s, &e, entry, &seqs[i], &torn[i]);
@@ -709,15 +727,28 @@ void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, si
     if (s == NULL)
         return;
     pthread_mutex_lock(&w->lock);
+    /* Only while the slab is surely still this client's: past its lease (a
+     * call that took that long) its space may be another writer's, and a
+     * master that no longer knows the slab reads no log of it. */
+    int ours = !s->dead && egm__now_ms() + EGM_LOCATION_MARGIN_MS < s->granted_ms + s->lease_ms;
     for (size_t i = 0; i < n && !answered; i++) {
         uint64_t seq = seqs[i] != 0 ? seqs[i] : torn[i];
         if (seq == 0)
             continue;
+        if (!ours) {
+            egm_log_ratelimited(EGM_LOG_WARN, 1,
+                                "client: a removal entry of \"%s\" was not voided after its Remove "
+                                "went unanswered: its slab's lease may have ended",
+                                keys[i]);
+            continue;
+        }
         egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_VOID,
                                   .slab_id = s->id,
                                   .seq = seq,
-                                  .offset = rm->offsets[i],
-                                  .segment = rm->segments[i],
+                                  .offset = rm->places[i].offset,
+                                  .segment = rm->places[i].segment,
+                                  .put_slab_id = rm->places[i].slab_id,
+                                  .put_seq = rm->places[i].seq,
                                   .key = keys[i],
                                   .key_len = strlen(keys[i])};
         if (log_write(client, s, &e, entry) != EGM_OK)

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <egmstore/client.h>
 #include <egmstore/status.h>
+#include "client/own_places.h"
 #include "common/id.h"
 #include "rpc/keys_reply.h"
 #include "rpc/segment_desc.h"
@@ -114,21 +115,24 @@ void egm__wslabs_log(struct egm_client *client, size_t n, const egm_wslab_ref_t 
                      uint64_t *torn);
 /* A Remove's removal entries (docs/ha.md "Removes the pool describes"): the
  * slab whose log holds them (NULL: none written), and per key the place of
- * its object the entry names (segments[i] nil: none known). */
+ * its object the entry names (places[i].segment nil: none known). */
 typedef struct {
     egm_wslab_t *slab;
-    egm_id_t *segments;
-    uint64_t *offsets;
+    egm_own_place_t *places;
 } egm_wslab_removal_t;
 
-/* After a Commit of refs[0..n) (commit[i]: key i's answer): each key
- * committed in a slab is remembered with its place (its first replica's
- * segment and offset), for its Remove (client/own_places.h). */
+/* After a Commit of refs[0..n) (commit[i]: key i's answer, seqs[i] its log
+ * entry or 0): each key committed in a slab is remembered with its place
+ * (its first replica's segment and offset, and its entry), for its Remove
+ * (client/own_places.h). */
 void egm__wslabs_remember(egm_wslabs_t *slabs, size_t n, const egm_wslab_ref_t *refs,
-                          const char *const *keys, const egm_status_t *commit);
-/* Before a plain Remove of keys[0..n) (rm->segments and rm->offsets: room
- * for n each): for each key this client put in a slab and remembers (the
- * place is forgotten then), writes a removal entry naming the key and its
+                          const char *const *keys, const egm_status_t *commit,
+                          const uint64_t *seqs);
+/* The places of keys[0..n) forgotten (a force Remove: it writes no removal
+ * entry); n 0 and keys NULL: every place (a RemoveAll). */
+void egm__wslabs_forget_places(egm_wslabs_t *slabs, size_t n, const char *const *keys);
+/* Before a plain Remove of keys[0..n) (rm->places: room for n): for each key this client put in a
+ * slab and remembers (the place is forgotten then), writes a removal entry naming the key and its
  * object's place into the commit log of this client's most recently used
  * open slab that keeps one (every extent over shared memory, its grant not
  * answered early, room for n entries), in every extent; the slab is held

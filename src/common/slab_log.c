@@ -23,13 +23,14 @@ static int kind_ok(const egm_slab_log_entry_t *e)
     if (e->kind == EGM_SLAB_LOG_PUT)
         return e->size != 0 && e->key_len <= EGM_SLAB_LOG_KEY_MAX;
     return (e->kind == EGM_SLAB_LOG_REMOVE || e->kind == EGM_SLAB_LOG_VOID) && e->size == 0 &&
-           !e->soft_pin && !e->hard_pin && e->key_len <= EGM_SLAB_LOG_REMOVE_KEY_MAX;
+           !e->soft_pin && !e->hard_pin && e->key_len > 0 &&
+           e->key_len <= EGM_SLAB_LOG_REMOVE_KEY_MAX;
 }
 
-/* Bytes after the key: a removal's segment. */
+/* Bytes after the key: a removal's segment and put entry. */
 static size_t tail_of(uint8_t kind)
 {
-    return kind == EGM_SLAB_LOG_PUT ? 0 : 16;
+    return kind == EGM_SLAB_LOG_PUT ? 0 : 32;
 }
 
 egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
@@ -54,8 +55,12 @@ egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
     b[33] = e->kind;
     egm__wire_put_u16(b + 34, (uint16_t)e->key_len);
     memcpy(b + BODY_FIXED, e->key, e->key_len);
-    if (tail_of(e->kind) != 0)
-        egm__wire_put_id(b + BODY_FIXED + e->key_len, e->segment);
+    if (tail_of(e->kind) != 0) {
+        uint8_t *t = b + BODY_FIXED + e->key_len;
+        egm__wire_put_id(t, e->segment);
+        egm__wire_put_u64(t + 16, e->put_slab_id);
+        egm__wire_put_u64(t + 24, e->put_seq);
+    }
     egm__wire_put_u64(out + 8, egm__hashmap_hash(b, body));
     return EGM_OK;
 }
@@ -81,7 +86,11 @@ int egm__slab_log_decode(const uint8_t *in, uint64_t slab_id, uint64_t seq, egm_
                                 .hard_pin = (b[32] >> 1) & 1,
                                 .key = (const char *)b + BODY_FIXED,
                                 .key_len = key_len};
-    if (tail != 0)
-        e->segment = egm__wire_get_id(b + BODY_FIXED + key_len);
+    if (tail != 0) {
+        const uint8_t *t = b + BODY_FIXED + key_len;
+        e->segment = egm__wire_get_id(t);
+        e->put_slab_id = egm__wire_get_u64(t + 16);
+        e->put_seq = egm__wire_get_u64(t + 24);
+    }
     return kind_ok(e);
 }

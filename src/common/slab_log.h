@@ -17,12 +17,14 @@
  *   u32 0, key (at byte 56).
  * kind 0 (EGM_SLAB_LOG_PUT) describes an object placed at offset, of size > 0
  * bytes. kind 1 (EGM_SLAB_LOG_REMOVE) says that the writer removed the key's
- * object that has a replica at `offset` of segment `segment` (16 bytes after
- * the key; size 0, no pins), wherever that lies: a new leader drops that
- * object, and adopts no PUT entry of the key placed there (docs/ha.md
- * "Removes the pool describes"). kind 2 (EGM_SLAB_LOG_VOID, as a removal) is
- * an entry that says nothing: a removal whose request got no answer,
- * overwritten so that no later leader applies it.
+ * object that has a replica at `offset` of segment `segment`, wherever that
+ * lies, and that the writer had put with the PUT entry put_seq of slab
+ * put_slab_id (0, 0: none); these follow the key (u128 segment, u64
+ * put_slab_id, u64 put_seq); size 0, no pins. A new leader drops its mirror's
+ * object of the key at that place, and does not adopt that PUT entry
+ * (docs/ha.md "Removes the pool describes"). kind 2 (EGM_SLAB_LOG_VOID, as a
+ * removal) is an entry that says nothing: a removal whose request got no
+ * answer, overwritten so that no later leader applies it.
  * An entry that is torn, of another slab, or at another place than its seq
  * says does not decode. Pure functions; thread-safe. */
 #ifndef EGM_COMMON_SLAB_LOG_H
@@ -37,8 +39,8 @@
 #define EGM_SLAB_LOG_HEADER 56
 /* Longest key an entry holds; a longer one's Commit waits for the standby. */
 #define EGM_SLAB_LOG_KEY_MAX (EGM_SLAB_LOG_ENTRY - EGM_SLAB_LOG_HEADER)
-/* A removal also holds its object's segment id after the key. */
-#define EGM_SLAB_LOG_REMOVE_KEY_MAX (EGM_SLAB_LOG_KEY_MAX - 16)
+/* A removal also holds its object's segment id and put entry after the key. */
+#define EGM_SLAB_LOG_REMOVE_KEY_MAX (EGM_SLAB_LOG_KEY_MAX - 32)
 
 #define EGM_SLAB_LOG_PUT 0
 #define EGM_SLAB_LOG_REMOVE 1
@@ -48,8 +50,9 @@ typedef struct {
     uint8_t kind; /* EGM_SLAB_LOG_PUT (0), _REMOVE or _VOID */
     uint64_t slab_id;
     uint64_t seq;
-    uint64_t offset;  /* PUT: in the extent; REMOVE, VOID: in `segment` */
-    egm_id_t segment; /* REMOVE, VOID: where a replica of the object removed lies */
+    uint64_t offset;               /* PUT: in the extent; REMOVE, VOID: in `segment` */
+    egm_id_t segment;              /* REMOVE, VOID: where a replica of the object removed lies */
+    uint64_t put_slab_id, put_seq; /* REMOVE, VOID: the PUT entry of that object (0: none) */
     uint64_t size;
     uint8_t soft_pin, hard_pin;
     const char *key; /* into the decoded bytes (encode: the caller's) */

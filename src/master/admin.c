@@ -162,6 +162,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         s->ha_replies_held = js.waits_notified;
         s->ha_commits_described = atomic_load(&st->commits_described);
         s->ha_removes_described = atomic_load(&st->removes_described);
+        s->ha_takeover_removals = atomic_load(&st->takeover_removals);
     }
     if (st->mirror != NULL) {
         egm_mirror_stats_t ms;

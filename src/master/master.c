@@ -147,15 +147,16 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
     if (leading) {
         egm_master_state_t *st = &master->state;
         uint64_t start = st->now_ms();
-        size_t adopted = 0, skipped = 0, recovered = 0;
+        size_t adopted = 0, skipped = 0, recovered = 0, removed = 0;
         /* The predecessor's state first (what the standby's mirror holds);
          * nothing is served before serving_epoch says so. */
         pthread_rwlock_wrlock(&master->lock);
         egm_mirror_stats_t ms;
         egm__mirror_stats(master->mirror, &ms);
-        egm_status_t s =
-            egm__mirror_install(master->mirror, st->liveness, st->segments, st->objects,
-                                &master->pool_reader, start, &adopted, &skipped, &recovered);
+        egm_status_t s = egm__mirror_install(master->mirror, st->liveness, st->segments,
+                                             st->objects, &master->pool_reader, start, &adopted,
+                                             &skipped, &recovered, &removed);
+        atomic_fetch_add(&st->takeover_removals, removed);
         /* Locations clients cached from the predecessor are good for one
          * cache bound: a force remove waits that out (docs/consistency.md). */
         atomic_store(&st->force_wait_until_ms, start + st->location_cache_ms);
@@ -167,9 +168,10 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
             egm_info("master: no state of a previous leader to take over (none was followed)");
         else
             egm_info("master: took over %llu segments and %zu objects of epoch %lld (%zu of them "
-                     "from slab logs; %zu replicas or objects skipped) in %llu ms",
+                     "from slab logs, %zu removed by removal entries there; %zu replicas or "
+                     "objects skipped) in %llu ms",
                      (unsigned long long)ms.segments, adopted, (long long)ms.epoch, recovered,
-                     skipped, (unsigned long long)(st->now_ms() - start));
+                     removed, skipped, (unsigned long long)(st->now_ms() - start));
         if (egm__replication_lead(master->replication, epoch) != EGM_OK) {
             egm_warn("master: %s", egm_last_error());
             return; /* the election tells of the loss next */

@@ -64,6 +64,9 @@ typedef struct {
     /* Removes answered so: their removal entries in a slab log describe
      * them (docs/ha.md "Removes the pool describes"). */
     _Atomic uint64_t removes_described;
+    /* Objects of a standby's copy that removal entries in the slab logs took
+     * when this master took over (egm__mirror_install). */
+    _Atomic uint64_t takeover_removals;
     /* ha_early_grants: a SlabGrant may be answered before the standbys
      * hold it (docs/ha.md "Grants the standbys do not hold yet"). */
     int early_grants;

@@ -242,6 +242,10 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "Removes answered without waiting for the standbys: removal entries in the slab that "
          "held each object describe them, and a new leader reads those (enable_ha)",
          s->ha_removes_described},
+        {"egm_master_ha_takeover_removals_total", EGM_PROM_COUNTER,
+         "objects of the previous leader's state that removal entries in the slab logs took when "
+         "this master took over (removes answered without its confirmation)",
+         s->ha_takeover_removals},
         {"egm_master_ha_journal_batches_pipelined_total", EGM_PROM_COUNTER,
          "of those batches, the ones that left while an earlier one to the same standby awaited "
          "its answer (up to 4 are in flight)",

@@ -2,6 +2,7 @@
 #include "master/mirror.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 #include "common/alloc.h"
 #include "common/hashmap.h"
@@ -348,18 +349,22 @@ static size_t mount_segments(egm_mirror_t *m, egm_liveness_t *liveness, uint64_t
 #define LOG_CHUNK 64 /* entries read at once */
 
 /* A removal entry found in a slab log (common/slab_log.h), its key owned:
- * the object removed had a replica at offset of segment. */
+ * the object removed had a replica at offset of segment, and was put with
+ * entry put_seq of slab put_slab_id (0: none); next: the next removal of the
+ * same key (an index into found_t.rm, SIZE_MAX: none). */
 typedef struct {
     char *key;
     size_t key_len;
     egm_id_t segment;
     uint64_t offset;
+    uint64_t put_slab_id, put_seq;
+    size_t next;
 } removal_t;
 
-/* Where a found object's entry was: its slab, and the object's offset there. */
+/* Where a found object's entry was: its slab and seq. */
 typedef struct {
     const mslab_t *slab;
-    uint64_t offset;
+    uint64_t seq;
 } found_at_t;
 
 /* What slab logs say that this standby had not confirmed: objects (their
@@ -370,8 +375,9 @@ typedef struct {
     size_t n, cap;
     removal_t *rm;
     size_t n_rm, cap_rm;
-    egm_hashmap_t *keys; /* the objects' keys, for duplicates (found_settle) */
-    size_t dropped;      /* objects of the mirror the removals took */
+    egm_hashmap_t *keys;    /* the objects' keys, for duplicates (found_settle) */
+    egm_hashmap_t *rm_keys; /* key -> 1 + the index of its last removal in rm */
+    size_t dropped;         /* objects of the mirror the removals took */
 } found_t;
 
 static void found_free(found_t *f)
@@ -384,6 +390,7 @@ static void found_free(found_t *f)
         egm_free(f->rm[i].key);
     egm_free(f->rm);
     egm__hashmap_destroy(f->keys);
+    egm__hashmap_destroy(f->rm_keys);
 }
 
 static char *key_copy(const char *key, size_t len)
@@ -407,11 +414,22 @@ static egm_status_t removal_add(const egm_slab_log_entry_t *e, found_t *f)
         f->rm = v;
         f->cap_rm = cap;
     }
-    char *key = key_copy(e->key, e->key_len);
-    if (key == NULL)
+    if (f->rm_keys == NULL && egm__hashmap_create(&f->rm_keys) != EGM_OK)
         return no_memory();
-    f->rm[f->n_rm++] =
-        (removal_t){.key = key, .key_len = e->key_len, .segment = e->segment, .offset = e->offset};
+    char *key = key_copy(e->key, e->key_len);
+    void *last = NULL;
+    if (key == NULL || egm__hashmap_put(f->rm_keys, e->key, e->key_len,
+                                        (void *)(uintptr_t)(f->n_rm + 1), &last) != EGM_OK) {
+        egm_free(key);
+        return no_memory();
+    }
+    f->rm[f->n_rm++] = (removal_t){.key = key,
+                                   .key_len = e->key_len,
+                                   .segment = e->segment,
+                                   .offset = e->offset,
+                                   .put_slab_id = e->put_slab_id,
+                                   .put_seq = e->put_seq,
+                                   .next = last != NULL ? (size_t)(uintptr_t)last - 1 : SIZE_MAX};
     return EGM_OK;
 }
 
@@ -455,7 +473,7 @@ static egm_status_t found_add(const mslab_t *s, egm_segment_table_t *segments,
     char *key = key_copy(e->key, e->key_len);
     if (key == NULL)
         return no_memory();
-    f->at[f->n] = (found_at_t){.slab = s, .offset = e->offset};
+    f->at[f->n] = (found_at_t){.slab = s, .seq = e->seq};
     egm_adopt_object_t *a = &f->v[f->n++];
     *a = (egm_adopt_object_t){.key = key,
                               .key_len = e->key_len,
@@ -566,31 +584,26 @@ static int object_named(const egm_jop_t *op, const removal_t *x)
     return 0;
 }
 
-/* Whether a removal names found object k: its key, and a place in an extent
- * of its slab where the object lies. */
+/* Whether a removal names found object k: its key and its entry. (Not its
+ * place alone: a removal whose Remove found another object, or none, names a
+ * place that a later put may take again.) */
 static int removed(const found_t *f, size_t k)
 {
     const egm_adopt_object_t *a = &f->v[k];
-    const mslab_t *s = f->at[k].slab;
-    for (size_t r = 0; r < f->n_rm; r++) {
-        const removal_t *x = &f->rm[r];
-        if (x->key_len != a->key_len || memcmp(x->key, a->key, a->key_len) != 0)
-            continue;
-        for (uint32_t e = 0; e < s->n; e++)
-            if (egm__id_equal(s->segment[e], x->segment) &&
-                s->base[e] + f->at[k].offset == x->offset)
-                return 1;
-    }
+    void *last = egm__hashmap_get(f->rm_keys, a->key, a->key_len);
+    for (size_t r = last != NULL ? (size_t)(uintptr_t)last - 1 : SIZE_MAX; r != SIZE_MAX;
+         r = f->rm[r].next)
+        if (f->rm[r].put_slab_id == f->at[k].slab->id && f->rm[r].put_seq == f->at[k].seq)
+            return 1;
     return 0;
 }
 
 /* Applies what the logs say (docs/ha.md "Removes the pool describes"): each
  * removal drops the mirror's object of its key that has a replica where it
- * says; then an object found is kept unless a removal names it (its key and
- * its place), the mirror holds its key, or another entry gave it first. A
- * place names one object at a time: its space is handed out again only once
- * the standbys confirmed the removal, and a new leader does not read a
- * removal they confirmed. */
+ * says (a later object of the key there reached the mirror after the
+ * removal's seen op, and a new leader skips a removal seen); then an object
+ * found is kept unless a removal names its entry, the mirror holds its key,
+ * or another entry gave it first. */
 static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
 {
     for (size_t r = 0; r < f->n_rm; r++) {
@@ -630,9 +643,10 @@ static egm_status_t found_settle(egm_mirror_t *m, found_t *f)
 egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                                  egm_segment_table_t *segments, egm_object_index_t *objects,
                                  const egm_pool_reader_t *reader, uint64_t now_ms,
-                                 size_t *objects_p, size_t *skipped_p, size_t *recovered_p)
+                                 size_t *objects_p, size_t *skipped_p, size_t *recovered_p,
+                                 size_t *removed_p)
 {
-    *objects_p = *skipped_p = *recovered_p = 0;
+    *objects_p = *skipped_p = *recovered_p = *removed_p = 0;
     found_t found = {0};
     pthread_mutex_lock(&m->lock);
     mount_segments(m, liveness, now_ms);
@@ -693,6 +707,7 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                 .until_ms = m->ranges[i].until_ms};
     status = egm__objects_adopt(objects, objs, k, ranges, n_ranges, now_ms, objects_p, skipped_p);
     *recovered_p = found.n;
+    *removed_p = found.dropped;
 out:
     found_free(&found);
     egm_free(objs);

@@ -66,10 +66,12 @@ void egm__mirror_stats(egm_mirror_t *m, egm_mirror_stats_t *stats_p);
  * whose key it does not hold into objects (egm__objects_adopt). The mirror
  * is emptied. *objects_p, *skipped_p: objects adopted, and replicas or
  * objects that could not be; *recovered_p: of the adopted, those found in
- * slab logs. */
+ * slab logs; *removed_p: objects of the mirror that removal entries in those
+ * logs took (docs/ha.md "Removes the pool describes"). */
 egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
                                  egm_segment_table_t *segments, egm_object_index_t *objects,
                                  const egm_pool_reader_t *reader, uint64_t now_ms,
-                                 size_t *objects_p, size_t *skipped_p, size_t *recovered_p);
+                                 size_t *objects_p, size_t *skipped_p, size_t *recovered_p,
+                                 size_t *removed_p);
 
 #endif

@@ -20,6 +20,7 @@
 #include "common/alloc.h"
 #include "common/config_int.h"
 #include "common/log.h"
+#include "common/slab_log.h"
 #include "master/journal.h"
 #include "master/key_table.h"
 #include "master/placement.h"
@@ -1961,17 +1962,27 @@ static egm_status_t object_remove_locked(egm_object_index_t *index, egm_object_t
     return EGM_OK;
 }
 
-/* Whether the removal entry of key i (b: egm_objects_batch_t) describes obj:
- * obj has a replica where the entry says, and every live replica lies on a
- * provider that holds an extent of the slab whose log holds the entry (so
- * the entry outlives the object). With its shard and `space` locked. */
-static int removal_placed(egm_object_index_t *index, const egm_object_t *obj,
-                          const egm_objects_batch_t *b, size_t i)
+/* The slab of b->client whose log holds key i's removal entry, when the
+ * entry's seq can lie in it (NULL: not this client's or gone, and nothing is
+ * journaled of the entry here, nor by egm__objects_slab_seen; or a seq past
+ * the slab's start, which describes nothing). With `space` locked. */
+static egm_slab_t *removal_slab(egm_object_index_t *index, const egm_objects_batch_t *b, size_t i)
 {
     egm_slab_t *slab;
+    if (egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab) != EGM_OK ||
+        egm__slab_log_at(slab->size, b->log_seqs[i]) == 0)
+        return NULL;
+    return slab;
+}
+
+/* Whether the removal entry of key i (b: egm_objects_batch_t), in the log of
+ * slab, describes obj: obj has a replica where the entry says, and every
+ * live replica lies on a provider that holds an extent of that slab (so the
+ * entry outlives the object). With its shard and `space` locked. */
+static int removal_placed(const egm_slab_t *slab, const egm_object_t *obj,
+                          const egm_objects_batch_t *b, size_t i)
+{
     int named = 0;
-    if (egm__slabs_find(index->slabs, b->slab_ids[i], b->client, b->now_ms, &slab) != EGM_OK)
-        return 0;
     for (uint32_t r = 0; r < obj->n_replicas; r++) {
         const egm_segment_t *seg = obj->replicas[r].segment;
         if (seg == NULL)
@@ -2009,9 +2020,10 @@ static egm_status_t remove_locked(egm_object_index_t *index, egm_object_t *obj, 
     uint64_t grant = last_grant_ms(index, obj);
     int logged = b != NULL && b->log_seqs != NULL && b->log_seqs[i] != 0;
     space_lock(index);
-    int placed = logged && b->removal_placed != NULL && removal_placed(index, obj, b, i);
+    const egm_slab_t *slab = logged ? removal_slab(index, b, i) : NULL;
+    int placed = slab != NULL && b->removal_placed != NULL && removal_placed(slab, obj, b, i);
     status = object_remove_locked(index, obj, now_ms);
-    if (status == EGM_OK && logged) {
+    if (status == EGM_OK && slab != NULL) {
         journal_seen(index, b, i);
         if (placed)
             b->removal_placed[i] = 1;

@@ -89,8 +89,8 @@ static void test_round_trip_and_refusals(void **state)
 }
 
 /* A removal (kind 1) and a void entry (kind 2) carry the place of the object
- * they remove (a segment id after the key, so a shorter key) and no size
- * nor pins; a put's kind is 0 (entries written before kinds existed); an
+ * they remove and its put entry (after the key, so a shorter key), no size
+ * nor pins, and a key; a put's kind is 0 (entries written before kinds existed); an
  * unknown kind, or bytes of another kind's shape, do not decode. */
 static void test_removal_entries(void **state)
 {
@@ -103,6 +103,8 @@ static void test_removal_entries(void **state)
                               .seq = 3,
                               .offset = 1u << 20,
                               .segment = {.hi = 0x0102030405060708ull, .lo = 0x1112131415161718ull},
+                              .put_slab_id = 77,
+                              .put_seq = 5,
                               .key = key,
                               .key_len = EGM_SLAB_LOG_REMOVE_KEY_MAX};
     egm_slab_log_entry_t d;
@@ -113,6 +115,7 @@ static void test_removal_entries(void **state)
         assert_int_equal(d.kind, kind);
         assert_true(d.offset == 1u << 20 && d.size == 0 && !d.soft_pin && !d.hard_pin);
         assert_true(d.segment.hi == e.segment.hi && d.segment.lo == e.segment.lo);
+        assert_true(d.put_slab_id == 77 && d.put_seq == 5);
         assert_int_equal(d.key_len, EGM_SLAB_LOG_REMOVE_KEY_MAX);
         assert_memory_equal(d.key, key, EGM_SLAB_LOG_REMOVE_KEY_MAX);
         /* the segment is covered too: a byte of it changed does not decode */
@@ -138,18 +141,21 @@ static void test_removal_entries(void **state)
     bad.key_len = EGM_SLAB_LOG_REMOVE_KEY_MAX + 1;
     assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
     bad = e;
+    bad.key_len = 0;
+    assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
+    bad = e;
     bad.kind = 3;
     assert_int_equal(egm__slab_log_encode(&bad, buf), EGM_ERR_INVALID_ARG);
     /* An entry whose kind byte says 3 (checksum made to match): no entry. */
     e.kind = EGM_SLAB_LOG_VOID;
     assert_int_equal(egm__slab_log_encode(&e, buf), EGM_OK);
     buf[16 + 33] = 3;
-    uint64_t h = egm__hashmap_hash(buf + 16, 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 16);
+    uint64_t h = egm__hashmap_hash(buf + 16, 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 32);
     for (int i = 0; i < 8; i++)
         buf[8 + i] = (uint8_t)(h >> (8 * i));
     assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 0);
     buf[16 + 33] = EGM_SLAB_LOG_VOID; /* the same bytes with its own kind: decodes */
-    h = egm__hashmap_hash(buf + 16, 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 16);
+    h = egm__hashmap_hash(buf + 16, 40 + EGM_SLAB_LOG_REMOVE_KEY_MAX + 32);
     for (int i = 0; i < 8; i++)
         buf[8 + i] = (uint8_t)(h >> (8 * i));
     assert_int_equal(egm__slab_log_decode(buf, 42, 3, &d), 1);

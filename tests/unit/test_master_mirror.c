@@ -329,9 +329,9 @@ static void test_handover(void **state)
 
     /* Elected at t=3000. */
     uint64_t t = 3000;
-    size_t adopted, skipped, recovered;
+    size_t adopted, skipped, recovered, removed;
     assert_int_equal(egm__mirror_install(m, fresh.liveness, fresh.segments, fresh.objects, NULL, t,
-                                         &adopted, &skipped, &recovered),
+                                         &adopted, &skipped, &recovered, &removed),
                      EGM_OK);
     assert_int_equal(recovered, 0);
     assert_int_equal(skipped, 0);
@@ -748,9 +748,9 @@ static void slab_logs_case(int failing)
     log_entry(slab.id, 10, "k10", 9000 / 64 * 64, 100);
 
     egm_pool_reader_t reader = {.fn = pool_read};
-    size_t adopted = 0, skipped = 0, recovered = 0;
+    size_t adopted = 0, skipped = 0, recovered = 0, removed = 0;
     assert_int_equal(egm__mirror_install(m, dst.liveness, dst.segments, dst.objects, &reader, 2000,
-                                         &adopted, &skipped, &recovered),
+                                         &adopted, &skipped, &recovered, &removed),
                      EGM_OK);
     assert_int_equal(recovered, 3);
     assert_int_equal(adopted, 4); /* held, k3, k8, told */
@@ -788,18 +788,19 @@ static void slab_logs_case(int failing)
     egm__master_state_cleanup(&dst);
 }
 
-/* Entry seq of kind `kind` in both extents of the slab at base: a put of
- * size bytes at offset in the slab, or a removal or void entry naming the
- * place (segment, offset) of the object it removes. */
-static void log_kind_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, const char *key,
-                        egm_id_t segment, uint64_t offset, uint64_t size)
+/* A removal (kind: REMOVE or VOID) at seq of the slab at base, in both
+ * extents: of key's object at place (segment, offset), put with entry
+ * put_seq of slab put_slab (0, 0: none). */
+static void log_removal_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, const char *key,
+                           egm_id_t segment, uint64_t offset, uint64_t put_slab, uint64_t put_seq)
 {
     log_write_at(base, &(egm_slab_log_entry_t){.kind = kind,
                                                .slab_id = id,
                                                .seq = seq,
                                                .offset = offset,
                                                .segment = segment,
-                                               .size = size,
+                                               .put_slab_id = put_slab,
+                                               .put_seq = put_seq,
                                                .key = key,
                                                .key_len = strlen(key)});
 }
@@ -808,13 +809,15 @@ static void log_kind_at(uint64_t base, uint64_t id, uint64_t seq, uint8_t kind, 
  * the mirror holds "old", "outside" and "noted" (2 replicas each, put
  * before the slab); the slab's log in the pool says: 1 REMOVE old at its
  * place (its second replica's), 2 PUT old again in the slab, 3 PUT gone, 4
- * REMOVE gone at its place (the slab's second extent), 5 REMOVE outside at
- * a place it does not lie (noted's), 6 PUT kept, 7 VOID kept (says
- * nothing), 8 REMOVE noted at its place (seen: the standby has what followed
- * it). Taking over: old from entry 2, not the mirror's; gone absent;
- * outside, noted and kept there. With `apply` 0 the removals are void
- * entries: old is then the mirror's and gone is adopted (the control: what
- * a new leader does without them). */
+ * REMOVE gone (its entry 3), 5 REMOVE outside at a place it does not lie
+ * (noted's), 6 PUT kept, 7 VOID kept (says nothing), 8 REMOVE noted at its
+ * place (seen: the standby has what followed it), 9 REMOVE reput naming a
+ * put entry of another slab at the place where entry 10 then puts reput
+ * again (a Remove that found another object of the key, or none: the place
+ * was taken again). Taking over: old from entry 2, not the mirror's; gone
+ * absent; outside, noted, kept and reput there. With `apply` 0 the
+ * removals are void entries: old is then the mirror's and gone is adopted
+ * (the control: what a new leader does without them). */
 static void slab_removals_case(int apply)
 {
     egm_master_state_t src, dst;
@@ -849,22 +852,26 @@ static void slab_removals_case(int apply)
     assert_int_equal(egm__mirror_create(&m), EGM_OK);
     assert_int_equal(egm__mirror_apply(m, EPOCH, 1, 0, b.len, b.buf, b.len, 1000), EGM_OK);
     uint8_t removal = apply ? EGM_SLAB_LOG_REMOVE : EGM_SLAB_LOG_VOID;
-    egm_id_t none = {0};
     const egm_replica_view_t *old = &v[0].replicas[1], *noted = &v[2].replicas[0];
-    log_kind_at(SLAB_BASE, slab.id, 1, removal, "old", old->segment->desc.id, old->offset, 0);
-    log_kind_at(SLAB_BASE, slab.id, 2, EGM_SLAB_LOG_PUT, "old", none, 0, 200);
-    log_kind_at(SLAB_BASE, slab.id, 3, EGM_SLAB_LOG_PUT, "gone", none, 256, 100);
-    log_kind_at(SLAB_BASE, slab.id, 4, removal, "gone", s1->desc.id, SLAB_BASE + 256, 0);
-    log_kind_at(SLAB_BASE, slab.id, 5, removal, "outside", noted->segment->desc.id, noted->offset,
-                0);
-    log_kind_at(SLAB_BASE, slab.id, 6, EGM_SLAB_LOG_PUT, "kept", none, 512, 100);
-    log_kind_at(SLAB_BASE, slab.id, 7, EGM_SLAB_LOG_VOID, "kept", s0->desc.id, SLAB_BASE + 512, 0);
-    log_kind_at(SLAB_BASE, slab.id, 8, removal, "noted", noted->segment->desc.id, noted->offset, 0);
+    uint64_t id = slab.id;
+    log_removal_at(SLAB_BASE, id, 1, removal, "old", old->segment->desc.id, old->offset, 0, 0);
+    log_entry_at(SLAB_BASE, id, 2, "old", 0, 200);
+    log_entry_at(SLAB_BASE, id, 3, "gone", 256, 100);
+    log_removal_at(SLAB_BASE, id, 4, removal, "gone", s1->desc.id, SLAB_BASE + 256, id, 3);
+    log_removal_at(SLAB_BASE, id, 5, removal, "outside", noted->segment->desc.id, noted->offset, 0,
+                   0);
+    log_entry_at(SLAB_BASE, id, 6, "kept", 512, 100);
+    log_removal_at(SLAB_BASE, id, 7, EGM_SLAB_LOG_VOID, "kept", s0->desc.id, SLAB_BASE + 512, id,
+                   6);
+    log_removal_at(SLAB_BASE, id, 8, removal, "noted", noted->segment->desc.id, noted->offset, 0,
+                   0);
+    log_removal_at(SLAB_BASE, id, 9, removal, "reput", s0->desc.id, SLAB_BASE + 1024, 0x1111, 5);
+    log_entry_at(SLAB_BASE, id, 10, "reput", 1024, 100);
 
     egm_pool_reader_t reader = {.fn = pool_read};
-    size_t adopted = 0, skipped = 0, recovered = 0;
+    size_t adopted = 0, skipped = 0, recovered = 0, removed = 0;
     assert_int_equal(egm__mirror_install(m, dst.liveness, dst.segments, dst.objects, &reader, 2000,
-                                         &adopted, &skipped, &recovered),
+                                         &adopted, &skipped, &recovered, &removed),
                      EGM_OK);
     check(&dst);
     egm_object_view_t got;
@@ -879,8 +886,11 @@ static void slab_removals_case(int apply)
     assert_int_equal(egm__objects_stat(dst.objects, "noted", 5, &got), EGM_OK);
     assert_int_equal(egm__objects_stat(dst.objects, "kept", 4, &got), EGM_OK);
     assert_int_equal(got.replicas[0].offset, SLAB_BASE + 512);
-    assert_int_equal(recovered, 2); /* old and kept, or gone and kept */
-    assert_int_equal(adopted, apply ? 4 : 5);
+    assert_int_equal(egm__objects_stat(dst.objects, "reput", 5, &got), EGM_OK);
+    assert_int_equal(got.replicas[0].offset, SLAB_BASE + 1024);
+    assert_int_equal(recovered, 3);           /* old, kept and reput, or gone, kept and reput */
+    assert_int_equal(removed, apply ? 1 : 0); /* the mirror's old */
+    assert_int_equal(adopted, apply ? 5 : 6);
     egm__mirror_destroy(m);
     egm__jbuf_free(&b);
     egm__master_state_cleanup(&src);

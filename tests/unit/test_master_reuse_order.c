@@ -139,10 +139,10 @@ static egm_status_t fixture_takeover(fixture_t *fx, int early, size_t *recovered
     memset(pool + s2.extents[0].offset, 0xab, KEY_SIZE);
 
     egm_pool_reader_t reader = {.fn = pool_read};
-    size_t adopted = 0, skipped = 0;
+    size_t adopted = 0, skipped = 0, removed = 0;
     assert_int_equal(egm__mirror_install(fx->m, fx->next.liveness, fx->next.segments,
                                          fx->next.objects, &reader, 30000, &adopted, &skipped,
-                                         recovered_p),
+                                         recovered_p, &removed),
                      EGM_OK);
     egm_object_view_t view;
     return egm__objects_stat(fx->next.objects, "K", 1, &view);
