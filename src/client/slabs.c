@@ -681,28 +681,38 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
                               egm_wslab_removal_t *rm, uint64_t *seqs, uint64_t *torn)
 {
     egm_wslabs_t *w = client->slabs;
-    uint8_t entry[EGM_SLAB_LOG_ENTRY];
     rm->slab = NULL;
     memset(seqs, 0, n * sizeof(*seqs));
     memset(torn, 0, n * sizeof(*torn));
     memset(rm->places, 0, n * sizeof(*rm->places));
     if (!egm__wslabs_on(w) || n == 0)
         return;
-    pthread_mutex_lock(&w->lock);
-    egm_wslab_t *s = removal_slab(client, w, n, egm__now_ms());
-    if (s != NULL) {
-        rm->slab = s;
-        s->inflight++;
-        s->log_booked += n; /* their room, below what was set aside before */
+    /* Known only where this client put the key: the place is taken, as the
+     * object goes (another Remove of it finds none). Outside the lock. */
+    size_t known = 0;
+    for (size_t i = 0; i < n; i++)
+        known += strlen(keys[i]) <= EGM_SLAB_LOG_REMOVE_KEY_MAX &&
+                 egm__own_places_take(w->places, keys[i], &rm->places[i]);
+    if (known == 0)
+        return;
+    /* Every entry, then every extent's copy of it, written in one transfer:
+     * the slabs' lock (which the put's threads take) is held that long. */
+    uint8_t few[4 * EGM_SLAB_LOG_ENTRY];
+    uint8_t *buf = known <= 4 ? few : egm_malloc(known * EGM_SLAB_LOG_ENTRY, "client.remove_log");
+    egm_te_op_t *ops =
+        buf == NULL ? NULL
+                    : egm_malloc(known * EGM_WSLAB_EXTENTS_MAX * sizeof(*ops), "client.remove_log");
+    if (ops == NULL) { /* a Remove without them */
+        if (buf != few)
+            egm_free(buf);
+        return;
     }
+    pthread_mutex_lock(&w->lock);
+    egm_wslab_t *s = removal_slab(client, w, known, egm__now_ms());
+    size_t k = 0, n_ops = 0;
     for (size_t i = 0; s != NULL && i < n && s->log_route > 0; i++) {
-        size_t key_len = strlen(keys[i]);
-        /* Known only where this client put the key: the place is taken, as
-         * the object goes (another Remove of it finds none). */
-        if (!egm__own_places_take(w->places, keys[i], &rm->places[i]))
-            continue;
-        if (key_len > EGM_SLAB_LOG_REMOVE_KEY_MAX)
-            continue;
+        if (egm__id_is_nil(rm->places[i].segment))
+            continue; /* no place known (a segment id is never nil) */
         egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_REMOVE,
                                   .slab_id = s->id,
                                   .seq = s->log_seq + 1,
@@ -711,10 +721,39 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
                                   .put_slab_id = rm->places[i].slab_id,
                                   .put_seq = rm->places[i].seq,
                                   .key = keys[i],
-                                  .key_len = key_len};
-        log_one(client, s, &e, entry, &seqs[i], &torn[i]);
+                                  .key_len = strlen(keys[i])};
+        uint64_t at = egm__slab_log_at(s->size, e.seq);
+        uint8_t *entry = buf + k * EGM_SLAB_LOG_ENTRY;
+        if (at == 0 || egm__slab_log_encode(&e, entry) != EGM_OK)
+            continue;
+        for (uint32_t x = 0; x < s->n_extents; x++)
+            ops[n_ops++] = (egm_te_op_t){.segment = s->segs[x],
+                                         .offset = s->bases[x] + at,
+                                         .local = entry,
+                                         .length = EGM_SLAB_LOG_ENTRY,
+                                         .dir = EGM_TE_WRITE,
+                                         .local_is_host = 1};
+        s->log_seq = e.seq; /* not given again, written whole or not */
+        seqs[i] = e.seq;
+        k++;
+    }
+    if (k > 0) {
+        rm->slab = s;
+        s->inflight++;
+        s->log_booked += k; /* their room, below what was set aside before */
+        if (egm__te_transfer(client->te, ops, n_ops) != EGM_OK) {
+            /* any of them may lie in some extents: the log ends here */
+            for (size_t i = 0; i < n; i++) {
+                torn[i] = seqs[i];
+                seqs[i] = 0;
+            }
+            s->log_route = -1;
+        }
     }
     pthread_mutex_unlock(&w->lock);
+    egm_free(ops);
+    if (buf != few)
+        egm_free(buf);
 }
 
 void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, size_t n,
