@@ -3,7 +3,7 @@
  * of its first replica (a segment and the offset in it), so that a Remove of
  * it can name that place in a removal entry. A fixed table of
  * EGM_OWN_PLACES_SETS sets of EGM_OWN_PLACES_WAYS entries, by the key's
- * 64-bit hash (3.5 MiB, allocated with the table), under 64 locks: keeping a
+ * 64-bit hash (7 MiB, allocated with the table), under 64 locks: keeping a
  * place allocates nothing, a full set gives up its oldest entry, and a key is
  * known by its hash alone (two keys of one hash: the master finds no object
  * of the key at the place named, and the Remove waits for its standbys, as
@@ -16,7 +16,7 @@
 #include "common/id.h"
 
 #define EGM_OWN_PLACES_SETS 16384
-#define EGM_OWN_PLACES_WAYS 4
+#define EGM_OWN_PLACES_WAYS 8
 
 typedef struct egm_own_places egm_own_places_t;
 
