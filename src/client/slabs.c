@@ -677,6 +677,22 @@ void egm__wslabs_forget_places(egm_wslabs_t *w, size_t n, const char *const *key
             egm__own_places_take(w->places, keys[i], &gone);
 }
 
+/* Entry seq of s's log saying (kind REMOVE) or no longer saying (VOID) that
+ * key's object at place p is removed. */
+static egm_slab_log_entry_t removal_entry(const egm_wslab_t *s, uint8_t kind, uint64_t seq,
+                                          const egm_own_place_t *p, const char *key)
+{
+    return (egm_slab_log_entry_t){.kind = kind,
+                                  .slab_id = s->id,
+                                  .seq = seq,
+                                  .offset = p->offset,
+                                  .segment = p->segment,
+                                  .put_slab_id = p->slab_id,
+                                  .put_seq = p->seq,
+                                  .key = key,
+                                  .key_len = strlen(key)};
+}
+
 void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const *keys,
                               egm_wslab_removal_t *rm, uint64_t *seqs, uint64_t *torn)
 {
@@ -713,15 +729,8 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
     for (size_t i = 0; s != NULL && i < n && s->log_route > 0; i++) {
         if (egm__id_is_nil(rm->places[i].segment))
             continue; /* no place known (a segment id is never nil) */
-        egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_REMOVE,
-                                  .slab_id = s->id,
-                                  .seq = s->log_seq + 1,
-                                  .offset = rm->places[i].offset,
-                                  .segment = rm->places[i].segment,
-                                  .put_slab_id = rm->places[i].slab_id,
-                                  .put_seq = rm->places[i].seq,
-                                  .key = keys[i],
-                                  .key_len = strlen(keys[i])};
+        egm_slab_log_entry_t e =
+            removal_entry(s, EGM_SLAB_LOG_REMOVE, s->log_seq + 1, &rm->places[i], keys[i]);
         uint64_t at = egm__slab_log_at(s->size, e.seq);
         uint8_t *entry = buf + k * EGM_SLAB_LOG_ENTRY;
         if (at == 0 || egm__slab_log_encode(&e, entry) != EGM_OK)
@@ -781,15 +790,7 @@ void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, si
                                 keys[i]);
             continue;
         }
-        egm_slab_log_entry_t e = {.kind = EGM_SLAB_LOG_VOID,
-                                  .slab_id = s->id,
-                                  .seq = seq,
-                                  .offset = rm->places[i].offset,
-                                  .segment = rm->places[i].segment,
-                                  .put_slab_id = rm->places[i].slab_id,
-                                  .put_seq = rm->places[i].seq,
-                                  .key = keys[i],
-                                  .key_len = strlen(keys[i])};
+        egm_slab_log_entry_t e = removal_entry(s, EGM_SLAB_LOG_VOID, seq, &rm->places[i], keys[i]);
         if (log_write(client, s, &e, entry) != EGM_OK)
             egm_log_ratelimited(EGM_LOG_WARN, 1,
                                 "client: a removal entry of \"%s\" could not be voided after its "

@@ -897,14 +897,20 @@ static void slab_removals_case(int apply)
     egm__master_state_cleanup(&dst);
 }
 
-static void test_slab_log_removals(void **state)
+/* Before a slab-log case: fresh ids, errors only; the allocations live. */
+static uint64_t log_case_begin(void)
 {
-    (void)state;
-    uint64_t live = egm__alloc_live_count();
     egm__log_set_level(EGM_LOG_ERROR);
     writer = egm__id_random();
     owners[0] = egm__id_random();
     owners[1] = egm__id_random();
+    return egm__alloc_live_count();
+}
+
+static void test_slab_log_removals(void **state)
+{
+    (void)state;
+    uint64_t live = log_case_begin();
     slab_removals_case(1);
     slab_removals_case(0);
     assert_int_equal(egm__alloc_live_count(), live);
@@ -913,11 +919,7 @@ static void test_slab_log_removals(void **state)
 static void test_slab_logs_read(void **state)
 {
     (void)state;
-    uint64_t live = egm__alloc_live_count();
-    egm__log_set_level(EGM_LOG_ERROR);
-    writer = egm__id_random();
-    owners[0] = egm__id_random();
-    owners[1] = egm__id_random();
+    uint64_t live = log_case_begin();
     slab_logs_case(-1);
     slab_logs_case(0); /* the first extent's provider does not answer */
     assert_int_equal(egm__alloc_live_count(), live);
