@@ -20,7 +20,7 @@ typedef struct {
 struct egm_own_places {
     pthread_mutex_t locks[LOCKS];
     _Atomic uint64_t clock;
-    entry_t *sets; /* EGM_OWN_PLACES_SETS x EGM_OWN_PLACES_WAYS, allocated at the first keep */
+    entry_t *sets; /* EGM_OWN_PLACES_SETS x EGM_OWN_PLACES_WAYS */
 };
 
 egm_own_places_t *egm__own_places_create(void)

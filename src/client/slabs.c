@@ -72,6 +72,13 @@ static int fits(const egm_wslab_t *s, uint64_t r, int entry)
            (!entry || room - booked - r >= EGM_SLAB_LOG_ENTRY);
 }
 
+/* How many more log entries fit in s below the room already set aside. */
+static uint64_t entries_room(const egm_wslab_t *s)
+{
+    uint64_t room = s->size - s->used, booked = s->log_booked * EGM_SLAB_LOG_ENTRY;
+    return room >= booked ? (room - booked) / EGM_SLAB_LOG_ENTRY : 0;
+}
+
 /* An object's room in a slab: its size rounded up as the master's allocator
  * rounds it (0 on overflow). */
 static uint64_t round_object(uint64_t len)
@@ -562,7 +569,21 @@ size_t egm__wslabs_unplace_late(egm_client_t *client, size_t n, egm_wslab_ref_t 
     return late;
 }
 
-/* Writes entry e (encoded into buf) at its seq in every extent of s. With the lock. */
+/* The writes of an encoded entry at `at` of every extent of s, into ops
+ * (room for s->n_extents); their count. */
+static uint32_t extent_ops(const egm_wslab_t *s, uint64_t at, uint8_t *entry, egm_te_op_t *ops)
+{
+    for (uint32_t x = 0; x < s->n_extents; x++)
+        ops[x] = (egm_te_op_t){.segment = s->segs[x],
+                               .offset = s->bases[x] + at,
+                               .local = entry,
+                               .length = EGM_SLAB_LOG_ENTRY,
+                               .dir = EGM_TE_WRITE,
+                               .local_is_host = 1};
+    return s->n_extents;
+}
+
+/* Encodes e into buf and writes it at its seq in every extent of s. With the lock. */
 static egm_status_t log_write(egm_client_t *client, egm_wslab_t *s, const egm_slab_log_entry_t *e,
                               uint8_t *buf)
 {
@@ -572,29 +593,7 @@ static egm_status_t log_write(egm_client_t *client, egm_wslab_t *s, const egm_sl
     if (status != EGM_OK)
         return status;
     egm_te_op_t ops[EGM_WSLAB_EXTENTS_MAX];
-    for (uint32_t x = 0; x < s->n_extents; x++)
-        ops[x] = (egm_te_op_t){.segment = s->segs[x],
-                               .offset = s->bases[x] + at,
-                               .local = buf,
-                               .length = EGM_SLAB_LOG_ENTRY,
-                               .dir = EGM_TE_WRITE,
-                               .local_is_host = 1};
-    return egm__te_transfer(client->te, ops, s->n_extents);
-}
-
-/* Writes e, the next entry of s's log: *seq_p = its seq once written whole,
- * else *torn_p (it may lie in some extents) and the log ends there (the seq
- * is not given again either way). With the lock. */
-static void log_one(egm_client_t *client, egm_wslab_t *s, const egm_slab_log_entry_t *e,
-                    uint8_t *buf, uint64_t *seq_p, uint64_t *torn_p)
-{
-    s->log_seq = e->seq;
-    if (log_write(client, s, e, buf) == EGM_OK) {
-        *seq_p = e->seq;
-    } else {
-        *torn_p = e->seq;
-        s->log_route = -1;
-    }
+    return egm__te_transfer(client->te, ops, extent_ops(s, at, buf, ops));
 }
 
 void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs,
@@ -624,7 +623,14 @@ void egm__wslabs_log(egm_client_t *client, size_t n, const egm_wslab_ref_t *refs
                                   .key_len = key_len};
         if (egm__slab_log_at(s->size, e.seq) == 0)
             continue;
-        log_one(client, s, &e, entry, &seqs[i], &torn[i]);
+        /* Written whole or the log ends here: the seq is not given again. */
+        s->log_seq = e.seq;
+        if (log_write(client, s, &e, entry) == EGM_OK) {
+            seqs[i] = e.seq;
+        } else {
+            torn[i] = e.seq; /* it may lie in some extents */
+            s->log_route = -1;
+        }
     }
     pthread_mutex_unlock(&w->lock);
 }
@@ -639,8 +645,7 @@ static egm_wslab_t *removal_slab(egm_client_t *client, egm_wslabs_t *w, size_t n
     for (int c = 0; c < EGM_WSLAB_CLASSES; c++) {
         egm_wslab_t *s = w->classes[c].slab;
         if (s == NULL || w->classes[c].used_seq < best_seq || !usable(s, now) || s->early_ms != 0 ||
-            n > (s->size - s->used) / EGM_SLAB_LOG_ENTRY ||
-            !fits(s, n * EGM_SLAB_LOG_ENTRY - EGM_SLAB_LOG_ENTRY, 1) || !log_reachable(client, s))
+            entries_room(s) < n || !log_reachable(client, s))
             continue;
         best = s;
         best_seq = w->classes[c].used_seq;
@@ -735,13 +740,7 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
         uint8_t *entry = buf + k * EGM_SLAB_LOG_ENTRY;
         if (at == 0 || egm__slab_log_encode(&e, entry) != EGM_OK)
             continue;
-        for (uint32_t x = 0; x < s->n_extents; x++)
-            ops[n_ops++] = (egm_te_op_t){.segment = s->segs[x],
-                                         .offset = s->bases[x] + at,
-                                         .local = entry,
-                                         .length = EGM_SLAB_LOG_ENTRY,
-                                         .dir = EGM_TE_WRITE,
-                                         .local_is_host = 1};
+        n_ops += extent_ops(s, at, entry, ops + n_ops);
         s->log_seq = e.seq; /* not given again, written whole or not */
         seqs[i] = e.seq;
         k++;

@@ -16,15 +16,16 @@ uint64_t egm__slab_log_at(uint64_t extent_size, uint64_t seq)
     return extent_size - seq * EGM_SLAB_LOG_ENTRY;
 }
 
-/* A put has a size; a removal or a void entry has none, nor pins, and a
- * shorter key (its segment follows it). */
+/* A key; a put has a size; a removal or a void entry has none, nor pins,
+ * and a shorter key (its segment and put entry follow it). */
 static int kind_ok(const egm_slab_log_entry_t *e)
 {
+    if (e->key_len == 0)
+        return 0;
     if (e->kind == EGM_SLAB_LOG_PUT)
         return e->size != 0 && e->key_len <= EGM_SLAB_LOG_KEY_MAX;
     return (e->kind == EGM_SLAB_LOG_REMOVE || e->kind == EGM_SLAB_LOG_VOID) && e->size == 0 &&
-           !e->soft_pin && !e->hard_pin && e->key_len > 0 &&
-           e->key_len <= EGM_SLAB_LOG_REMOVE_KEY_MAX;
+           !e->soft_pin && !e->hard_pin && e->key_len <= EGM_SLAB_LOG_REMOVE_KEY_MAX;
 }
 
 /* Bytes after the key: a removal's segment and put entry. */
@@ -35,7 +36,7 @@ static size_t tail_of(uint8_t kind)
 
 egm_status_t egm__slab_log_encode(const egm_slab_log_entry_t *e, uint8_t *out)
 {
-    if (e->key_len == 0 || e->key_len > EGM_SLAB_LOG_KEY_MAX || e->seq == 0 || !kind_ok(e))
+    if (e->seq == 0 || !kind_ok(e))
         return egm__set_error(EGM_ERR_INVALID_ARG,
                               "slab log entry: key of %zu bytes (1..%d), seq %llu (not 0), kind %u "
                               "with size %llu (a put: 0, size > 0; a removal 1 or void 2: size 0, "

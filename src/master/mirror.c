@@ -393,6 +393,8 @@ static void found_free(found_t *f)
     egm__hashmap_destroy(f->rm_keys);
 }
 
+/* A key of an entry, its len bytes whole (egm_strndup would stop at a NUL
+ * byte that a hostile entry's key may hold, while len says more). */
 static char *key_copy(const char *key, size_t len)
 {
     char *copy = egm_malloc(len + 1, "master.mirror_found");
@@ -650,7 +652,7 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
     found_t found = {0};
     pthread_mutex_lock(&m->lock);
     mount_segments(m, liveness, now_ms);
-    size_t n = egm__hashmap_size(m->objects), k = 0, iter = 0, slabs = 0;
+    size_t n = 0, k = 0, iter = 0, slabs = 0;
     egm_adopt_range_t *ranges =
         egm_calloc(m->n_ranges ? m->n_ranges : 1, sizeof(*ranges), "master.mirror_install");
     egm_adopt_object_t *objs = NULL;
@@ -659,7 +661,7 @@ egm_status_t egm__mirror_install(egm_mirror_t *m, egm_liveness_t *liveness,
         status = read_logs(m, segments, reader, &found, &slabs);
     if (status == EGM_OK)
         status = found_settle(m, &found);
-    n = egm__hashmap_size(m->objects); /* less what the removals took */
+    n = egm__hashmap_size(m->objects); /* once the removals took theirs */
     if (status == EGM_OK)
         objs = egm_calloc(n + found.n ? n + found.n : 1, sizeof(*objs), "master.mirror_install");
     if (status != EGM_OK || objs == NULL || ranges == NULL) {
