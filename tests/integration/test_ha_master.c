@@ -637,6 +637,56 @@ static void test_described_removes_survive(void **state)
                  egm_status_string(egm_test_get_seeded(client, "again", 4096, 1)));
 }
 
+/* A Remove that goes unanswered leaves no removal entry a later leader
+ * applies: the client overwrites the entries it wrote with void ones
+ * (client/slabs.h egm__wslabs_removed). The leader is stopped (SIGSTOP) while
+ * the client's removes, batched then single, wait for it: they time out (the
+ * batch writes its two entries; by the single one no Commit has confirmed
+ * the slab for longer than its bound, so it writes none). The leader is then
+ * killed without ever reading them, and the standby, which holds every
+ * object, takes over and reads the slab's log: the objects stay, byte for
+ * byte, and it took none by a removal entry. Without the void writes the new
+ * leader applies the batch's entries and those two objects are gone. */
+static void test_unanswered_remove_voided(void **state)
+{
+    (void)state;
+    unsigned http_a = 0, http_b = 0;
+    long long epoch_a = pair_in_sync(&http_a, &http_b);
+    /* Shorter than the masters' lease TTL: the removes time out before B
+     * could lead, and long before the slab's lease ends. */
+    const char *pairs[] = {"rpc_timeout_ms=1500", NULL};
+    client = egm_test_client(&ma, "shm", pairs);
+    assert_non_null(client);
+    assert_int_equal(egm_test_put_seeded(client, "warm", 4096, 9), EGM_OK);
+    char key[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "kept-%d", i);
+        assert_int_equal(egm_test_put_seeded(client, key, 4096, (unsigned)i), EGM_OK);
+    }
+    wait_confirmed(http_a); /* B holds every object */
+
+    assert_int_equal(egm__process_signal(&ma.master, SIGSTOP), EGM_OK);
+    const char *batch[] = {"kept-0", "kept-1"};
+    egm_status_t results[2];
+    egm_status_t batched = egm_batch_remove(client, 2, batch, 0, results);
+    egm_status_t single = egm_remove(client, "kept-2", 0);
+    fprintf(stderr, "removes while the leader was stopped: a batch %s (%s, %s), a single %s\n",
+            egm_status_string(batched), egm_status_string(results[0]),
+            egm_status_string(results[1]), egm_status_string(single));
+    assert_true(batched != EGM_OK || (results[0] != EGM_OK && results[1] != EGM_OK));
+    assert_int_not_equal(single, EGM_OK);
+
+    fail_over_to_b(http_b, epoch_a, "warm", 4096, 9);
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "kept-%d", i);
+        egm_status_t got = egm_test_get_seeded(client, key, 4096, (unsigned)i);
+        if (got != EGM_OK)
+            fail_msg("%s, whose remove went unanswered: %s at the new leader", key,
+                     egm_status_string(got));
+    }
+    assert_int_equal(egm_test_metric(http_b, "egm_master_ha_takeover_removals_total"), 0);
+}
+
 /* With ha_early_grants false every SlabGrant waits for the standby: none is
  * answered early where test_described_commits_survive's first one is (a
  * fresh pool, nothing freed), and the objects put in such slabs are served
@@ -1007,6 +1057,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unconfirmed_change_not_acknowledged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_described_commits_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_described_removes_survive, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unanswered_remove_voided, setup, teardown),
         cmocka_unit_test_setup_teardown(test_grants_wait_when_set, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_grant_placed_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unconfirmed_early_slab_failover, setup, teardown),
