@@ -639,10 +639,11 @@ static void test_described_removes_survive(void **state)
 
 /* A Remove that goes unanswered leaves no removal entry a later leader
  * applies: the client overwrites the entries it wrote with void ones
- * (client/slabs.h egm__wslabs_removed). The leader is stopped (SIGSTOP) while
- * the client's removes, batched then single, wait for it: they time out (the
- * batch writes its two entries; by the single one no Commit has confirmed
- * the slab for longer than its bound, so it writes none). The leader is then
+ * (client/slabs.h egm__wslabs_removed). The leader and the standby are
+ * stopped (SIGSTOP) while the client's removes, batched then single, wait:
+ * they time out (the batch writes its two entries; by the single one no
+ * Commit has confirmed the slab for longer than its bound, so it writes
+ * none). The leader is then
  * killed without ever reading them, and the standby, which holds every
  * object, takes over and reads the slab's log: the objects stay, byte for
  * byte, and it took none by a removal entry. Without the void writes the new
@@ -652,9 +653,8 @@ static void test_unanswered_remove_voided(void **state)
     (void)state;
     unsigned http_a = 0, http_b = 0;
     long long epoch_a = pair_in_sync(&http_a, &http_b);
-    /* Shorter than the masters' lease TTL: the removes time out before B
-     * could lead, and long before the slab's lease ends. */
-    const char *pairs[] = {"rpc_timeout_ms=1500", NULL};
+    /* The removes time out long before the slab's lease ends. */
+    const char *pairs[] = {"rpc_timeout_ms=3000", NULL};
     client = egm_test_client(&ma, "shm", pairs);
     assert_non_null(client);
     assert_int_equal(egm_test_put_seeded(client, "warm", 4096, 9), EGM_OK);
@@ -665,7 +665,11 @@ static void test_unanswered_remove_voided(void **state)
     }
     wait_confirmed(http_a); /* B holds every object */
 
+    /* B too, until A is killed: a leader taking over before the void
+     * writes would read the entries (the outcome of an unanswered Remove is
+     * unknown). */
     assert_int_equal(egm__process_signal(&ma.master, SIGSTOP), EGM_OK);
+    assert_int_equal(egm__process_signal(&mb.master, SIGSTOP), EGM_OK);
     const char *batch[] = {"kept-0", "kept-1"};
     egm_status_t results[2];
     egm_status_t batched = egm_batch_remove(client, 2, batch, 0, results);
