@@ -265,9 +265,11 @@ static void test_provider_death_detected(void **state)
 
     /* (a) The master sees the connection close (bounded: well under the TTL). */
     uint64_t seen_ms = 0;
+    int seen = 0; /* apart from seen_ms, which may be 0: the master can see it that soon */
     while (egm__now_ms() - t0 < DETECT_LIMIT_MS) {
         if (egm_test_metric(http, "egm_master_segments_unreachable") >= 1) {
             seen_ms = egm__now_ms() - t0;
+            seen = 1;
             break;
         }
         usleep(POLL_US);
@@ -303,9 +305,11 @@ static void test_provider_death_detected(void **state)
 
     /* (a) Its segments are dropped well before the TTL (30 s). */
     uint64_t gone_ms = 0;
+    int gone = 0;
     while (egm__now_ms() - t0 < DETECT_LIMIT_MS) {
         if (egm_test_segment_count(c) == 1) {
             gone_ms = egm__now_ms() - t0;
+            gone = 1;
             break;
         }
         usleep(POLL_US);
@@ -313,8 +317,8 @@ static void test_provider_death_detected(void **state)
     printf("provider SIGKILL: master saw it at %llu ms, dropped its segments at %llu ms (TTL %s "
            "s); after it, slab puts on it: %d refused, %d acknowledged elsewhere\n",
            (unsigned long long)seen_ms, (unsigned long long)gone_ms, TTL_S, refused, acked);
-    assert_true(seen_ms > 0);
-    assert_true(gone_ms > 0);
+    assert_true(seen);
+    assert_true(gone);
     assert_true(
         egm_test_metric(http, "egm_master_segments_dropped_total{reason=\"disconnected\"}") == 1);
 

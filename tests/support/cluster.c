@@ -239,6 +239,21 @@ static void stop_process(egm_process_t *proc)
     egm__process_cleanup(proc);
 }
 
+int egm_test_process_stop(egm_process_t *proc)
+{
+    if (egm__process_signal(proc, SIGSTOP) != EGM_OK)
+        return -1;
+    for (uint64_t until = egm__now_ms() + 10000; egm__now_ms() < until; egm__sleep_ms(1)) {
+        int wstatus;
+        pid_t rc = waitpid(proc->pid, &wstatus, WNOHANG | WUNTRACED);
+        if (rc == proc->pid && WIFSTOPPED(wstatus))
+            return 0;
+        if (rc < 0 || (rc == proc->pid && !WIFSTOPPED(wstatus)))
+            return -1; /* gone (its exit is lost to egm__process_wait: it was to stop) */
+    }
+    return -1;
+}
+
 void egm_test_cluster_stop(egm_test_cluster_t *cluster)
 {
     for (int i = cluster->n_providers; i-- > 0;)

@@ -54,6 +54,10 @@ egm_client_t *egm_test_client(egm_test_cluster_t *cluster, const char *protocol,
 size_t egm_test_segment_count(egm_client_t *client);
 /* The same through a short-lived client of the cluster's master. */
 size_t egm_test_cluster_segments(egm_test_cluster_t *cluster);
+/* SIGSTOP to a process this one started, then waits until every thread of it
+ * has stopped (kill returns before: a thread still running may answer a
+ * request sent after it). 0, or -1 when it did not stop within 10 s. */
+int egm_test_process_stop(egm_process_t *proc);
 /* SIGTERM everything, wait (bounded), then SIGKILL what is left. */
 void egm_test_cluster_stop(egm_test_cluster_t *cluster);
 /* The one segment a single-provider cluster serves, as a client lists it. */
