@@ -24,7 +24,6 @@
 #include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -461,6 +460,12 @@ static void wait_confirmed(unsigned http_leader)
                  WAIT_MS, lag);
 }
 
+/* Stops a master (SIGSTOP) and waits until it is stopped. */
+static void stop_master(egm_test_cluster_t *m)
+{
+    assert_int_equal(egm_test_process_stop(&m->master), 0);
+}
+
 /* Kills the leader A (SIGKILL), lets the stopped standby B go, and waits
  * until B leads past epoch_a and the client reads `key` (put with `seed`)
  * through it. */
@@ -518,7 +523,7 @@ static void test_described_commits_survive(void **state)
     egm_client_destroy(streamer);
     streamer = NULL;
 
-    assert_int_equal(egm__process_signal(&mb.master, SIGSTOP), EGM_OK);
+    stop_master(&mb);
     for (int i = 0; i < DESCRIBED_KEYS; i++) {
         snprintf(key, sizeof(key), "described-%d", i);
         assert_int_equal(egm_test_put_seeded(client, key, 1000 + 97 * (size_t)i, (unsigned)i),
@@ -584,7 +589,7 @@ static void test_described_removes_survive(void **state)
     assert_int_equal(egm_test_put_seeded(client, "again", 4096, 1), EGM_OK);
     wait_confirmed(http_a); /* B holds every object put so far */
 
-    assert_int_equal(egm__process_signal(&mb.master, SIGSTOP), EGM_OK);
+    stop_master(&mb);
     for (int i = 0; i < REMOVED_KEYS / 2; i++) {
         snprintf(key, sizeof(key), "gone-%d", i);
         assert_int_equal(egm_remove(client, key, 0), EGM_OK);
@@ -668,8 +673,8 @@ static void test_unanswered_remove_voided(void **state)
     /* B too, until A is killed: a leader taking over before the void
      * writes would read the entries (the outcome of an unanswered Remove is
      * unknown). */
-    assert_int_equal(egm_test_process_stop(&ma.master), 0);
-    assert_int_equal(egm_test_process_stop(&mb.master), 0);
+    stop_master(&ma);
+    stop_master(&mb);
     const char *batch[] = {"kept-0", "kept-1"};
     egm_status_t results[2];
     egm_status_t batched = egm_batch_remove(client, 2, batch, 0, results);
@@ -743,15 +748,6 @@ static void *put_main(void *arg)
     putter_t *p = arg;
     p->status = egm_test_put_seeded(p->client, p->key, p->len, p->seed);
     return NULL;
-}
-
-/* Stops a master (SIGSTOP) and waits until it is stopped. */
-static void stop_master(egm_test_cluster_t *m)
-{
-    assert_int_equal(egm__process_signal(&m->master, SIGSTOP), EGM_OK);
-    int ws = 0;
-    assert_int_equal(waitpid(m->master.pid, &ws, WUNTRACED), m->master.pid);
-    assert_true(WIFSTOPPED(ws));
 }
 
 /* With the standby stopped, the client's first put (key, 8192 bytes, seed) on
