@@ -648,11 +648,11 @@ static void test_described_removes_survive(void **state)
  * stopped (SIGSTOP) while the client's removes, batched then single, wait:
  * they time out (the batch writes its two entries; by the single one no
  * Commit has confirmed the slab for longer than its bound, so it writes
- * none). The leader is then
- * killed without ever reading them, and the standby, which holds every
- * object, takes over and reads the slab's log: the objects stay, byte for
- * byte, and it took none by a removal entry. Without the void writes the new
- * leader applies the batch's entries and those two objects are gone. */
+ * none). The leader is then killed without ever reading them, and the
+ * standby, which holds every object, takes over and reads the slab's log:
+ * the objects stay, byte for byte, and it took none by a removal entry.
+ * Without the void writes the new leader applies the batch's entries and
+ * those two objects are gone. */
 static void test_unanswered_remove_voided(void **state)
 {
     (void)state;
