@@ -698,6 +698,10 @@ static egm_slab_log_entry_t removal_entry(const egm_wslab_t *s, uint8_t kind, ui
                                   .key_len = strlen(key)};
 }
 
+/* Bytes one removal entry takes while it is written: its writes to every
+ * extent, and its bytes (egm__wslabs_log_removals). */
+#define REMOVAL_WRITE_BYTES (EGM_WSLAB_EXTENTS_MAX * sizeof(egm_te_op_t) + EGM_SLAB_LOG_ENTRY)
+
 void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const *keys,
                               egm_wslab_removal_t *rm, uint64_t *seqs, uint64_t *torn)
 {
@@ -717,17 +721,14 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
     if (known == 0)
         return;
     /* Every entry, then every extent's copy of it, written in one transfer:
-     * the slabs' lock (which the put's threads take) is held that long. */
-    uint8_t few[4 * EGM_SLAB_LOG_ENTRY];
-    uint8_t *buf = known <= 4 ? few : egm_malloc(known * EGM_SLAB_LOG_ENTRY, "client.remove_log");
-    egm_te_op_t *ops =
-        buf == NULL ? NULL
-                    : egm_malloc(known * EGM_WSLAB_EXTENTS_MAX * sizeof(*ops), "client.remove_log");
-    if (ops == NULL) { /* a Remove without them */
-        if (buf != few)
-            egm_free(buf);
+     * the slabs' lock (which the put's threads take) is held that long. The
+     * entries' writes to every extent, then their bytes, in one block. */
+    _Alignas(egm_te_op_t) uint8_t few[4 * REMOVAL_WRITE_BYTES];
+    void *mem = known <= 4 ? few : egm_malloc(known * REMOVAL_WRITE_BYTES, "client.remove_log");
+    if (mem == NULL) /* a Remove without them */
         return;
-    }
+    egm_te_op_t *ops = mem;
+    uint8_t *buf = (uint8_t *)(ops + known * EGM_WSLAB_EXTENTS_MAX);
     pthread_mutex_lock(&w->lock);
     egm_wslab_t *s = removal_slab(client, w, known, egm__now_ms());
     size_t k = 0, n_ops = 0;
@@ -759,26 +760,22 @@ void egm__wslabs_log_removals(egm_client_t *client, size_t n, const char *const 
         }
     }
     pthread_mutex_unlock(&w->lock);
-    egm_free(ops);
-    if (buf != few)
-        egm_free(buf);
+    if (mem != few)
+        egm_free(mem);
 }
 
-void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, size_t n,
-                         const char *const *keys, const uint64_t *seqs, const uint64_t *torn,
-                         int answered)
+/* Overwrites the removal entries of an unanswered Remove in s with void
+ * ones. With the lock. */
+static void void_removals(egm_client_t *client, egm_wslab_t *s, const egm_wslab_removal_t *rm,
+                          size_t n, const char *const *keys, const uint64_t *seqs,
+                          const uint64_t *torn)
 {
-    egm_wslabs_t *w = client->slabs;
-    egm_wslab_t *s = rm->slab;
     uint8_t entry[EGM_SLAB_LOG_ENTRY];
-    if (s == NULL)
-        return;
-    pthread_mutex_lock(&w->lock);
     /* Only while the slab is surely still this client's: past its lease (a
      * call that took that long) its space may be another writer's, and a
      * master that no longer knows the slab reads no log of it. */
     int ours = !s->dead && egm__now_ms() + EGM_LOCATION_MARGIN_MS < s->granted_ms + s->lease_ms;
-    for (size_t i = 0; i < n && !answered; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint64_t seq = seqs[i] != 0 ? seqs[i] : torn[i];
         if (seq == 0)
             continue;
@@ -797,6 +794,19 @@ void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, si
                                 "apply it",
                                 keys[i], egm_last_error());
     }
+}
+
+void egm__wslabs_removed(egm_client_t *client, const egm_wslab_removal_t *rm, size_t n,
+                         const char *const *keys, const uint64_t *seqs, const uint64_t *torn,
+                         int answered)
+{
+    egm_wslabs_t *w = client->slabs;
+    egm_wslab_t *s = rm->slab;
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    if (!answered)
+        void_removals(client, s, rm, n, keys, seqs, torn);
     s->inflight--;
     finish_if_idle(w, s);
     pthread_mutex_unlock(&w->lock);
