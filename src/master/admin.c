@@ -163,6 +163,7 @@ static void take_snapshot(const egm_master_admin_t *a, egm_master_snapshot_t *s)
         s->ha_commits_described = atomic_load(&st->commits_described);
         s->ha_removes_described = atomic_load(&st->removes_described);
         s->ha_takeover_removals = atomic_load(&st->takeover_removals);
+        s->ha_takeover_puts = atomic_load(&st->takeover_puts);
     }
     if (st->mirror != NULL) {
         egm_mirror_stats_t ms;

@@ -157,6 +157,7 @@ static void on_leadership(void *arg, bool leading, int64_t epoch)
                                              st->objects, &master->pool_reader, start, &adopted,
                                              &skipped, &recovered, &removed);
         atomic_fetch_add(&st->takeover_removals, removed);
+        atomic_fetch_add(&st->takeover_puts, recovered);
         /* Locations clients cached from the predecessor are good for one
          * cache bound: a force remove waits that out (docs/consistency.md). */
         atomic_store(&st->force_wait_until_ms, start + st->location_cache_ms);

@@ -59,7 +59,7 @@ typedef struct {
     uint64_t ha_standbys, ha_in_sync, ha_journal_bytes, ha_lag_bytes, ha_waits_timed_out;
     uint64_t ha_commits_described;
     uint64_t ha_removes_described;
-    uint64_t ha_takeover_removals;
+    uint64_t ha_takeover_removals, ha_takeover_puts;
     uint64_t ha_batches_by_request, ha_batches_by_thread, ha_batches_pipelined, ha_replies_held;
     uint64_t ha_mirror_epoch, ha_mirror_objects, ha_mirror_batches;
 } egm_master_snapshot_t;
