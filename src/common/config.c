@@ -94,7 +94,8 @@ static const egm_config_choice_t handle_types[] = {{"auto", EGM_HANDLE_TYPE_AUTO
 static const egm_config_key_t keys[] = {
     ENUM(log_level, egm_log_level_t, log_levels, "info", ALL, "log verbosity"),
     STRING(master_server_addr, "127.0.0.1:50051",
-           "`HOST:PORT`, `[IPv6]:PORT`, `etcd://HOST:PORT[;HOST:PORT...]`", P | C,
+           "`HOST:PORT`, `[IPv6]:PORT`, `etcd://HOST:PORT[;HOST:PORT...]` (or `,` between members)",
+           P | C,
            "master RPC address HOST:PORT, or etcd://... to follow the leader of HA masters (flag "
            "alias --master)"),
     STRING(listen_address, "0.0.0.0", "an address or host name", M | P, "master: bind address"),
@@ -224,7 +225,7 @@ static const egm_config_key_t keys[] = {
     BOOL(enable_ha, "false", M,
          "master: stand for leader through etcd (etcd_endpoints); only the leader serves, and a "
          "leader that loses its lease exits (docs/ha.md)"),
-    STRING(etcd_endpoints, "", "`HOST:PORT[;HOST:PORT...]`", M,
+    STRING(etcd_endpoints, "", "`HOST:PORT[;HOST:PORT...]` (or `,` between members)", M,
            "master: the etcd members enable_ha elects through"),
     INT(ha_lease_ttl, "2", 2, 60, M,
         "master: seconds of the leader's etcd lease: a leader that dies is replaced about this "

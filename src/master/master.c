@@ -233,7 +233,7 @@ static egm_status_t start_election(egm_master_t *master, const egm_settings_t *s
 {
     if (settings->etcd_endpoints == NULL || settings->etcd_endpoints[0] == '\0')
         return egm__set_error(EGM_ERR_CONFIG, "enable_ha needs etcd_endpoints "
-                                              "(HOST:PORT[;HOST:PORT...])");
+                                              "(HOST:PORT[;HOST:PORT...], or with commas)");
     const char *host = settings->listen_address;
     if (host == NULL || host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)
         host = egm__host_name(); /* a wildcard is no address to publish */

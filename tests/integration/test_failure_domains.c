@@ -41,6 +41,7 @@
 #include "rpc/proto_util.h"
 #include "support/cluster.h"
 #include "support/http_get.h"
+#include "support/testutil.h"
 
 #define WAIT_MS 60000
 #define POLL_US 20000
@@ -380,8 +381,7 @@ static void test_reconnect_keeps_data(void **state)
     char ip[INET_ADDRSTRLEN];
     outside_address(ip, sizeof(ip));
     if (ip[0] == '\0') {
-        printf("skipped: no non-loopback IPv4 address\n");
-        skip();
+        EGM_SKIP("no non-loopback IPv4 address");
     }
     const char *const extra[] = {"--listen-address",
                                  ip,
@@ -412,9 +412,10 @@ static void test_reconnect_keeps_data(void **state)
             usleep(POLL_US);
     }
     if (!cut) {
-        printf("skipped: `ss -K` (rc %d) did not cut the provider's connection\n", rc);
         egm_client_destroy(c);
-        skip();
+        EGM_SKIP("`ss -K` (rc %d) did not cut the provider's connection (it needs root and a "
+                 "kernel with socket destroy)",
+                 rc);
     }
     uint64_t back_ms = 0;
     while (egm__now_ms() - t0 < DETECT_LIMIT_MS && back_ms == 0) {

@@ -66,6 +66,7 @@
 #include "support/etcd.h"
 #include "support/http_get.h"
 #include "support/netns.h"
+#include "support/testutil.h"
 
 #define WAIT_MS 30000
 #define PUT_BYTES 4096
@@ -788,7 +789,9 @@ static void test_lost_early_grant(void **state)
 int main(void)
 {
     if (egm_test_netns_isolate() != 0) {
-        fprintf(stderr, "test_ha_partition: skipped: it needs unprivileged user namespaces\n");
+        egm_test_skip_note(
+            "test_ha_partition",
+            "it needs unprivileged user namespaces (the split-brain test did not run)");
         return 77;
     }
     /* The simulated hosts, made once (they cost nothing while unused). */
