@@ -67,9 +67,10 @@ typedef struct {
     /* Objects of a standby's copy that removal entries in the slab logs took
      * when this master took over (egm__mirror_install). */
     _Atomic uint64_t takeover_removals;
-    /* Objects it took from put entries in the slab logs then: Commits
-     * answered without its confirmation (docs/ha.md "Commits the pool
-     * describes"). */
+    /* Objects found in put entries of the slab logs then that its copy
+     * lacked: Commits it never received, answered or not (docs/ha.md
+     * "Commits the pool describes"); counted before egm__objects_adopt's
+     * skips. */
     _Atomic uint64_t takeover_puts;
     /* ha_early_grants: a SlabGrant may be answered before the standbys
      * hold it (docs/ha.md "Grants the standbys do not hold yet"). */

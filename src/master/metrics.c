@@ -247,8 +247,9 @@ egm_status_t egm__master_metrics_format(const egm_master_metrics_t *metrics,
          "this master took over (removes answered without its confirmation)",
          s->ha_takeover_removals},
         {"egm_master_ha_takeover_puts_total", EGM_PROM_COUNTER,
-         "objects that put entries in the slab logs gave this master when it took over, beyond "
-         "its copy of the previous leader's state (Commits answered without its confirmation)",
+         "objects found in put entries of the slab logs when this master took over that its copy "
+         "of the previous leader's state lacked (Commits it never received, answered or not), "
+         "before the adoption's own skips",
          s->ha_takeover_puts},
         {"egm_master_ha_journal_batches_pipelined_total", EGM_PROM_COUNTER,
          "of those batches, the ones that left while an earlier one to the same standby awaited "

@@ -35,6 +35,7 @@
 #include "rpc/frame.h"
 #include "rpc/proto_util.h"
 #include "rpc/server.h"
+#include "support/testutil.h"
 
 #define MAX_FRAME (1u << 20)
 #define TYPE_ECHO EGM_RPC_PING
@@ -1774,9 +1775,8 @@ static void test_room_made_from_refused_first(void **state)
     egm__reactor_destroy(reactor);
     assert_int_equal(egm__alloc_live_count(), live);
     if (linger_ended) {
-        print_message("the refused connection's linger ended before the third came (a stalled "
-                      "host): the preference was not exercised\n");
-        skip();
+        EGM_SKIP("the refused connection's linger ended before the third came (a stalled host): "
+                 "the preference was not exercised");
     }
 }
 
