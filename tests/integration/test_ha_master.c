@@ -486,29 +486,51 @@ static void fail_over_to_b(unsigned http_b, long long epoch_a, const char *key, 
 #define SENT_BY_THREAD "egm_master_ha_journal_batches_total{sender=\"thread\"}"
 #define SENT_BY_REQUEST "egm_master_ha_journal_batches_total{sender=\"request\"}"
 
-/* With the standby stopped and every change before confirmed: puts
- * "filler" through `writer` and waits until the leader's sender thread took it in a batch.
- * The thread then waits for that batch's answer, which does not come, and
- * what the leader journals next, with no request waiting for it, stays in
- * its journal whatever the timing: the standby, let go after the leader's
- * death, learns it only from the slabs' logs. Answers the batches the
- * thread sent by then. */
-static double fill_in_flight(unsigned http_a, egm_client_t *writer)
+/* A test that leaves the filler's batch unanswered (fill_in_flight) needs
+ * this TTL: half a lease without an answer drops B from the in-sync set
+ * (5 s), and a dropped B would not take over. */
+#define FILLER_TTL_S 10
+
+/* The leader's batches to B by sender, at one moment. */
+typedef struct {
+    double by_thread, by_request;
+} sent_t;
+
+/* With every change before confirmed: stops the standby B, puts "filler"
+ * through `writer` and waits until the leader's sender thread took it in a
+ * batch. The thread then waits for that batch's answer, which does not
+ * come, and what the leader journals next, with no request waiting for it,
+ * stays in its journal whatever the timing: B, let go after the leader's
+ * death, learns it only from the slabs' logs. Answers the batches sent by
+ * then (nothing_sent_since checks that no more went). */
+static sent_t fill_in_flight(unsigned http_a, egm_client_t *writer)
 {
-    double before = egm_test_metric(http_a, SENT_BY_THREAD), now = before;
+    stop_master(&mb);
+    sent_t sent = {.by_thread = egm_test_metric(http_a, SENT_BY_THREAD),
+                   .by_request = egm_test_metric(http_a, SENT_BY_REQUEST)};
+    double before = sent.by_thread;
     assert_int_equal(egm_test_put_seeded(writer, "filler", 4096, 500), EGM_OK);
-    for (uint64_t until = egm__now_ms() + WAIT_MS; now == before && egm__now_ms() < until;
-         egm__sleep_ms(1))
-        now = egm_test_metric(http_a, SENT_BY_THREAD);
-    if (now == before)
+    for (uint64_t until = egm__now_ms() + WAIT_MS;
+         sent.by_thread == before && egm__now_ms() < until; egm__sleep_ms(1))
+        sent.by_thread = egm_test_metric(http_a, SENT_BY_THREAD);
+    if (sent.by_thread == before)
         fail_msg("the leader's sender did not send the filler's ops within %d ms", WAIT_MS);
-    return now;
+    return sent;
+}
+
+/* B is still in the leader's in-sync set, and the leader sent it no batch
+ * since fill_in_flight, by its thread or by a request. */
+static void nothing_sent_since(unsigned http_a, sent_t sent)
+{
+    assert_int_equal(health_number(http_a, "standbys_in_sync"), 1);
+    assert_true(egm_test_metric(http_a, SENT_BY_THREAD) == sent.by_thread);
+    assert_true(egm_test_metric(http_a, SENT_BY_REQUEST) == sent.by_request);
 }
 
 static void test_described_commits_survive(void **state)
 {
     (void)state;
-    ttl_floor_s = 10; /* the filler's batch unanswered for half a lease drops B: 5 s */
+    ttl_floor_s = FILLER_TTL_S;
     unsigned http_a = 0, http_b = 0;
     long long epoch_a = pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL);
@@ -548,9 +570,7 @@ static void test_described_commits_survive(void **state)
     /* The filler goes into the streamer's slab: the warm slab's log stays
      * empty until the described puts below (the streamer stays until the
      * teardown). */
-    stop_master(&mb);
-    double by_request = egm_test_metric(http_a, SENT_BY_REQUEST);
-    double sent = fill_in_flight(http_a, streamer);
+    sent_t sent = fill_in_flight(http_a, streamer);
     for (int i = 0; i < DESCRIBED_KEYS; i++) {
         snprintf(key, sizeof(key), "described-%d", i);
         assert_int_equal(egm_test_put_seeded(client, key, 1000 + 97 * (size_t)i, (unsigned)i),
@@ -563,10 +583,7 @@ static void test_described_commits_survive(void **state)
             "stopped)\n",
             described, DESCRIBED_KEYS);
     assert_true(described >= STREAMED_KEYS + DESCRIBED_KEYS); /* filler: 1, streamed: 15+ */
-    assert_int_equal(health_number(http_a, "standbys_in_sync"), 1);
-    /* nothing left for B since, by the thread or by a request */
-    assert_true(egm_test_metric(http_a, SENT_BY_THREAD) == sent);
-    assert_true(egm_test_metric(http_a, SENT_BY_REQUEST) == by_request);
+    nothing_sent_since(http_a, sent);
     uint64_t killed = egm__now_ms();
     fail_over_to_b(http_b, epoch_a, warm, 4096, 1);
     egm_status_t got;
@@ -618,7 +635,7 @@ static void test_described_commits_survive(void **state)
 static void test_described_removes_survive(void **state)
 {
     (void)state;
-    ttl_floor_s = 10; /* the filler's batch unanswered for half a lease drops B: 5 s */
+    ttl_floor_s = FILLER_TTL_S;
     unsigned http_a = 0, http_b = 0;
     long long epoch_a = pair_in_sync(&http_a, &http_b);
     client = egm_test_client(&ma, "shm", NULL);
@@ -633,8 +650,7 @@ static void test_described_removes_survive(void **state)
     assert_int_equal(egm_test_put_seeded(client, "again", 4096, 1), EGM_OK);
     wait_confirmed(http_a); /* B holds every object put so far */
 
-    stop_master(&mb);
-    double sent = fill_in_flight(http_a, client);
+    sent_t sent = fill_in_flight(http_a, client);
     for (int i = 0; i < REMOVED_KEYS / 2; i++) {
         snprintf(key, sizeof(key), "gone-%d", i);
         assert_int_equal(egm_remove(client, key, 0), EGM_OK);
@@ -659,9 +675,7 @@ static void test_described_removes_survive(void **state)
     if (described != REMOVED_KEYS / 2 + 2)
         fail_msg("%.0f of %d removes were answered without the standby", described,
                  REMOVED_KEYS / 2 + 2);
-    assert_int_equal(health_number(http_a, "standbys_in_sync"), 1);
-    /* nothing left for B since the filler */
-    assert_true(egm_test_metric(http_a, SENT_BY_THREAD) == sent);
+    nothing_sent_since(http_a, sent);
 
     fail_over_to_b(http_b, epoch_a, "stays-0", 4096, 100);
     /* B read every removal in the logs: the 12 objects and the first "again". */

@@ -12,10 +12,9 @@ for run in sorted(root.glob("run*/ha-cost-data.tar.gz")):
     with tarfile.open(run) as tar:
         metas = {}
         for m in tar.getmembers():
-            g = re.fullmatch(r"\./meta-(\w+)-(\d+)\.json|meta-(\w+)-(\d+)\.json", m.name)
+            g = re.fullmatch(r"(?:\./)?meta-(\w+)-(\d+)\.json", m.name)
             if g:
-                mode, i = (g.group(1), g.group(2)) if g.group(1) else (g.group(3), g.group(4))
-                metas[(mode, int(i))] = json.load(io.TextIOWrapper(tar.extractfile(m)))
+                metas[(g[1], int(g[2]))] = json.load(io.TextIOWrapper(tar.extractfile(m)))
     for (mode, i), meta in metas.items():
         if mode == "off":
             continue
